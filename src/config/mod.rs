@@ -1,0 +1,1 @@
+//! Configuration: the repository's `wavegate.toml`.

@@ -1,0 +1,453 @@
+//! The plan file a plan command writes (DESIGN §4): parsing, validation and
+//! the normalised member plan whose digest a reviewer approves.
+//!
+//! A plan command is someone else's program, so everything it writes is
+//! checked here and every defect becomes a [`PlanFileError`] that says what
+//! to fix. The digest is computed by wavegate, never taken from the file.
+
+use super::canonical::digest_value;
+use super::path::ValuePath;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// What one entry of a plan does to its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Create,
+    Update,
+    Delete,
+    Replace,
+    Read,
+    NoOp,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Delete => "delete",
+            Action::Replace => "replace",
+            Action::Read => "read",
+            Action::NoOp => "no-op",
+        }
+    }
+
+    pub fn is_destructive(self) -> bool {
+        matches!(self, Action::Delete | Action::Replace)
+    }
+}
+
+/// One resource change, normalised: paths parsed and sorted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub address: String,
+    pub action: Action,
+    #[serde(default)]
+    pub after: Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive: Vec<String>,
+}
+
+impl Entry {
+    pub fn unknown_paths(&self) -> Vec<ValuePath> {
+        parse_paths(&self.unknown)
+    }
+}
+
+fn parse_paths(texts: &[String]) -> Vec<ValuePath> {
+    texts
+        .iter()
+        .filter_map(|t| ValuePath::parse(t).ok())
+        .collect()
+}
+
+/// A member's outputs as its plan knows them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outputs {
+    #[serde(default)]
+    pub known: Map<String, Value>,
+    /// Output names (or paths inside one) that are known only after apply.
+    #[serde(default)]
+    pub unknown: Vec<String>,
+}
+
+impl Outputs {
+    pub fn unknown_paths(&self) -> Vec<ValuePath> {
+        parse_paths(&self.unknown)
+    }
+
+    /// Whether output `name` can be read now: known and no part of it unknown.
+    pub fn fully_known(&self, name: &str) -> Option<&Value> {
+        let root = ValuePath::root().child_key(name);
+        let partly_unknown = self.unknown_paths().iter().any(|p| p.starts_with(&root));
+        self.known.get(name).filter(|_| !partly_unknown)
+    }
+}
+
+/// Change counts shown in the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub create: u32,
+    pub update: u32,
+    pub delete: u32,
+    pub replace: u32,
+}
+
+/// The plan file exactly as a plan command may write it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlanFile {
+    #[serde(default)]
+    summary: String,
+    #[serde(default)]
+    entries: Vec<RawEntry>,
+    #[serde(default)]
+    outputs: Outputs,
+    destructive: Option<bool>,
+    denied: Option<Denied>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    address: String,
+    action: Action,
+    #[serde(default)]
+    after: Value,
+    #[serde(default)]
+    unknown: Vec<String>,
+    #[serde(default)]
+    sensitive: Vec<String>,
+}
+
+/// Policy rules a plan reports as broken; the plan cannot apply unless overridden.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Denied {
+    pub rules: Vec<String>,
+}
+
+/// A plan file that is not one, with what the plan command must change.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanFileError {
+    #[error("the plan command exited 0 but wrote no plan file at {path}; it must write the plan JSON to the {{plan_file}} argument")]
+    Missing { path: String },
+    #[error("the plan file is empty; the plan command must write a JSON object (DESIGN §4)")]
+    Empty,
+    #[error("the plan file is not valid JSON ({0}); the plan command must write one JSON object")]
+    NotJson(String),
+    #[error("the plan file does not match the plan-file format: {0}")]
+    Shape(String),
+    #[error("the plan file is invalid: {0}")]
+    Invalid(String),
+}
+
+/// One member's plan, normalised and digested.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberPlan {
+    pub member: String,
+    pub summary: String,
+    pub entries: Vec<Entry>,
+    pub outputs: Outputs,
+    pub destructive: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<String>,
+    pub plan_digest: String,
+}
+
+impl MemberPlan {
+    /// Reads and validates the plan file a command wrote for `member`.
+    pub fn read(member: &str, path: &Path) -> Result<Self, PlanFileError> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(PlanFileError::Missing {
+                    path: path.display().to_string(),
+                })
+            }
+            Err(e) => {
+                return Err(PlanFileError::Invalid(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                )))
+            }
+        };
+        Self::parse(member, &bytes)
+    }
+
+    /// Validates plan-file bytes for `member`.
+    pub fn parse(member: &str, bytes: &[u8]) -> Result<Self, PlanFileError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(PlanFileError::Empty);
+        }
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| PlanFileError::NotJson(e.to_string()))?;
+        if !value.is_object() {
+            return Err(PlanFileError::Shape(format!(
+                "the top level must be an object, found {}",
+                kind_of(&value)
+            )));
+        }
+        let raw: RawPlanFile =
+            serde_json::from_value(value).map_err(|e| PlanFileError::Shape(e.to_string()))?;
+        Self::from_raw(member, raw)
+    }
+
+    fn from_raw(member: &str, raw: RawPlanFile) -> Result<Self, PlanFileError> {
+        let mut seen = BTreeSet::new();
+        let mut entries = Vec::with_capacity(raw.entries.len());
+        for (i, e) in raw.entries.into_iter().enumerate() {
+            if e.address.trim().is_empty() {
+                return Err(PlanFileError::Invalid(format!(
+                    "entries[{i}].address is empty"
+                )));
+            }
+            if !seen.insert(e.address.clone()) {
+                return Err(PlanFileError::Invalid(format!(
+                    "entries[{i}]: address `{}` appears twice; each address is planned once",
+                    e.address
+                )));
+            }
+            entries.push(Entry {
+                unknown: normalise_paths(&e.unknown, &format!("entries[{i}].unknown"))?,
+                sensitive: normalise_paths(&e.sensitive, &format!("entries[{i}].sensitive"))?,
+                address: e.address,
+                action: e.action,
+                after: e.after,
+            });
+        }
+        entries.sort_by(|a, b| a.address.cmp(&b.address));
+        let outputs = Outputs {
+            unknown: normalise_paths(&raw.outputs.unknown, "outputs.unknown")?,
+            known: raw.outputs.known,
+        };
+        let destructive = raw
+            .destructive
+            .unwrap_or_else(|| entries.iter().any(|e| e.action.is_destructive()));
+        let mut denied = raw.denied.map(|d| d.rules).unwrap_or_default();
+        denied.sort();
+        denied.dedup();
+        let mut plan = MemberPlan {
+            member: member.to_owned(),
+            summary: raw.summary,
+            entries,
+            outputs,
+            destructive,
+            denied,
+            plan_digest: String::new(),
+        };
+        plan.plan_digest = plan.compute_digest();
+        Ok(plan)
+    }
+
+    /// The digest over what the plan binds: member, entries, outputs,
+    /// destructiveness and denials. The summary is prose and is not bound.
+    pub fn compute_digest(&self) -> String {
+        digest_value(&json!({
+            "member": self.member,
+            "entries": self.entries,
+            "outputs": self.outputs,
+            "destructive": self.destructive,
+            "denied": self.denied,
+        }))
+    }
+
+    /// Whether the stored digest still matches the content (a document read back is re-verified).
+    pub fn verify(&self) -> Result<(), String> {
+        let actual = self.compute_digest();
+        if actual == self.plan_digest {
+            Ok(())
+        } else {
+            Err(format!(
+                "plan of {} carries digest {} but its content digests to {actual}; the record was altered",
+                self.member, self.plan_digest
+            ))
+        }
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut counts = Counts::default();
+        for e in &self.entries {
+            match e.action {
+                Action::Create => counts.create += 1,
+                Action::Update => counts.update += 1,
+                Action::Delete => counts.delete += 1,
+                Action::Replace => counts.replace += 1,
+                Action::Read | Action::NoOp => {}
+            }
+        }
+        counts
+    }
+
+    /// A plan is empty when nothing in it but `no-op`s and reads.
+    pub fn is_empty(&self) -> bool {
+        self.entries
+            .iter()
+            .all(|e| matches!(e.action, Action::NoOp | Action::Read))
+    }
+}
+
+fn normalise_paths(texts: &[String], field: &str) -> Result<Vec<String>, PlanFileError> {
+    let mut paths = Vec::with_capacity(texts.len());
+    for t in texts {
+        let p = ValuePath::parse(t).map_err(|e| PlanFileError::Invalid(format!("{field}: {e}")))?;
+        paths.push(p.to_string());
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<MemberPlan, PlanFileError> {
+        MemberPlan::parse("app@dev", text.as_bytes())
+    }
+
+    const VALID: &str = r#"{
+        "summary": "one update",
+        "entries": [
+            {"address": "b.two", "action": "no-op"},
+            {"address": "a.one", "action": "update", "after": {"cidr": "10.0.0.0/16", "id": null}, "unknown": ["id"]}
+        ],
+        "outputs": {"known": {"vpc_id": "vpc-1"}, "unknown": ["subnet_ids"]}
+    }"#;
+
+    #[test]
+    fn a_valid_plan_is_normalised() {
+        let plan = parse(VALID).unwrap();
+        assert_eq!(plan.entries[0].address, "a.one");
+        assert!(!plan.destructive);
+        assert!(!plan.is_empty());
+        assert_eq!(
+            plan.counts(),
+            Counts {
+                update: 1,
+                ..Counts::default()
+            }
+        );
+        assert!(plan.verify().is_ok());
+    }
+
+    #[test]
+    fn entry_order_does_not_move_the_digest_but_content_does() {
+        let a = parse(VALID).unwrap();
+        let reordered = VALID
+            .replace("b.two", "TMP")
+            .replace("a.one", "b.two")
+            .replace("TMP", "a.one");
+        assert_ne!(reordered, VALID);
+        let swapped = r#"{"entries": [
+            {"address": "a.one", "action": "update", "after": {"id": null, "cidr": "10.0.0.0/16"}, "unknown": ["id"]},
+            {"address": "b.two", "action": "no-op"}],
+            "outputs": {"unknown": ["subnet_ids"], "known": {"vpc_id": "vpc-1"}}, "summary": "other words"}"#;
+        assert_eq!(parse(swapped).unwrap().plan_digest, a.plan_digest);
+        let moved = VALID.replace("10.0.0.0/16", "10.1.0.0/16");
+        assert_ne!(parse(&moved).unwrap().plan_digest, a.plan_digest);
+        let other_member = MemberPlan::parse("app@prod", VALID.as_bytes()).unwrap();
+        assert_ne!(other_member.plan_digest, a.plan_digest);
+    }
+
+    #[test]
+    fn destructive_defaults_from_deletes_and_replaces() {
+        let plan = parse(r#"{"entries": [{"address": "x", "action": "replace"}]}"#).unwrap();
+        assert!(plan.destructive);
+        let plan =
+            parse(r#"{"entries": [{"address": "x", "action": "delete"}], "destructive": false}"#)
+                .unwrap();
+        assert!(!plan.destructive, "an explicit value wins");
+        assert!(
+            parse(r#"{"entries": [{"address": "x", "action": "no-op"}]}"#)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn defects_are_named() {
+        assert_eq!(parse("  ").unwrap_err(), PlanFileError::Empty);
+        assert!(matches!(
+            parse("{nope").unwrap_err(),
+            PlanFileError::NotJson(_)
+        ));
+        let e = parse("[1]").unwrap_err().to_string();
+        assert!(
+            e.contains("top level must be an object, found an array"),
+            "{e}"
+        );
+        let e = parse(r#"{"entries": [{"address": "x", "action": "destroy"}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown variant `destroy`") && e.contains("no-op"),
+            "{e}"
+        );
+        let e = parse(r#"{"entries": [{"address": 7, "action": "create"}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("invalid type: integer `7`, expected a string"),
+            "{e}"
+        );
+        let e = parse(r#"{"entries": [], "digest": "sha256:00"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `digest`"), "{e}");
+        let e = parse(r#"{"entries": [{"address": "x", "action": "create"}, {"address": "x", "action": "create"}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("appears twice"), "{e}");
+        let e = parse(r#"{"entries": [{"address": "x", "action": "create", "unknown": ["a["]}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("entries[0].unknown") && e.contains("never closed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_says_where_it_was_expected() {
+        let e = MemberPlan::read("app@dev", Path::new("/nonexistent/plan.json")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/plan.json"));
+    }
+
+    #[test]
+    fn tampering_is_detected_on_verify() {
+        let mut plan = parse(VALID).unwrap();
+        plan.entries[0].action = Action::Delete;
+        assert!(plan.verify().unwrap_err().contains("altered"));
+    }
+
+    #[test]
+    fn partly_unknown_outputs_are_not_fully_known() {
+        let outputs = Outputs {
+            known: serde_json::from_str(r#"{"a": 1, "b": [1, null]}"#).unwrap(),
+            unknown: vec!["b[1]".into(), "c".into()],
+        };
+        assert_eq!(outputs.fully_known("a"), Some(&serde_json::json!(1)));
+        assert_eq!(outputs.fully_known("b"), None);
+        assert_eq!(outputs.fully_known("c"), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! Reports: the markdown PR comment and the JSON report.
