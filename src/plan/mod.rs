@@ -2,5 +2,6 @@
 //! command runner and the change set a reviewer approves.
 
 pub mod canonical;
+pub mod glob;
 pub mod path;
 pub mod planfile;

@@ -1,0 +1,968 @@
+//! The repository's `wavegate.toml` (DESIGN §3): parsing, validation, and
+//! which components a change to the file itself touches.
+//!
+//! Every mistake becomes a [`ConfigError`] naming the file, the field and the
+//! fix, because the person reading it is a reviewer in a PR comment.
+
+use crate::plan::canonical::canonical_json;
+use crate::plan::glob::Pattern;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+/// Where the repo config lives, relative to the repository root.
+pub const CONFIG_FILE: &str = "wavegate.toml";
+
+/// Placeholders an argv template may use.
+pub const PLACEHOLDERS: &[&str] = &[
+    "component",
+    "stage",
+    "dir",
+    "root",
+    "plan_file",
+    "outputs_file",
+    "inputs_file",
+];
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+fn default_ignore() -> Vec<String> {
+    vec!["**/*.md".into(), "docs/**".into()]
+}
+
+/// The file as written. Field names are the documented ones; anything else is refused.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawRepoConfig {
+    #[serde(default = "default_ignore")]
+    pub ignore: Vec<String>,
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    #[serde(default, rename = "stage")]
+    pub stages: Vec<RawStage>,
+    #[serde(default, rename = "component")]
+    pub components: Vec<RawComponent>,
+    #[serde(default)]
+    pub policy: Option<Policy>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    pub plan: Option<Vec<String>>,
+    pub apply: Option<Vec<String>>,
+    pub outputs: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawStage {
+    pub name: String,
+    #[serde(default)]
+    pub gate: Option<GatePolicy>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawComponent {
+    pub name: String,
+    pub dir: String,
+    pub paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    pub stages: Option<Vec<String>>,
+    pub plan: Option<Vec<String>>,
+    pub apply: Option<Vec<String>>,
+    pub outputs: Option<Vec<String>>,
+    pub timeout: Option<String>,
+}
+
+/// When a stage waits for its own approval even if the PR approval covers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GatePolicy {
+    Always,
+    OnDestructive,
+    Never,
+}
+
+/// Who may let a change through. Read from the base branch only.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    #[serde(default = "one")]
+    pub required: u32,
+    #[serde(default)]
+    pub allow_self_approval: bool,
+    #[serde(default)]
+    pub allow_forks: bool,
+    #[serde(default)]
+    pub overriders: Vec<String>,
+    #[serde(default)]
+    pub review_approvals: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            approvers: Vec::new(),
+            required: 1,
+            allow_self_approval: false,
+            allow_forks: false,
+            overriders: Vec::new(),
+            review_approvals: false,
+        }
+    }
+}
+
+/// A validated stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    pub name: String,
+    /// `Always` when the file does not say: the strictest reading.
+    pub gate: GatePolicy,
+}
+
+/// One input: the member's own name for an upstream component's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub name: String,
+    pub upstream: String,
+    pub output: String,
+}
+
+/// A validated component with every default resolved.
+#[derive(Debug, Clone)]
+pub struct Component {
+    pub name: String,
+    pub dir: String,
+    pub paths: Vec<Pattern>,
+    pub depends_on: Vec<String>,
+    pub inputs: Vec<Input>,
+    pub stages: Vec<String>,
+    pub plan: Vec<String>,
+    pub apply: Option<Vec<String>>,
+    pub outputs: Option<Vec<String>>,
+    pub timeout: Duration,
+}
+
+/// A validated `wavegate.toml`.
+#[derive(Debug, Clone)]
+pub struct RepoConfig {
+    pub raw: RawRepoConfig,
+    pub ignore: Vec<Pattern>,
+    pub stages: Vec<Stage>,
+    /// In file order.
+    pub components: Vec<Component>,
+    pub policy: Policy,
+    /// Environment variables passed through to every command.
+    pub env: Vec<String>,
+}
+
+/// A config mistake: where, what, and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: String,
+    pub field: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}; fix: {}", self.file, self.problem, self.fix)
+        } else {
+            write!(
+                f,
+                "{}: `{}`: {}; fix: {}",
+                self.file, self.field, self.problem, self.fix
+            )
+        }
+    }
+}
+
+/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let unit_len = rest[digits..]
+            .bytes()
+            .take_while(u8::is_ascii_alphabetic)
+            .count();
+        if digits == 0 || unit_len == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit = match &rest[digits..digits + unit_len] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            "d" => Duration::from_secs(86_400),
+            _ => return Err(bad()),
+        };
+        total = unit
+            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .and_then(|d| total.checked_add(d))
+            .ok_or_else(bad)?;
+        rest = &rest[digits + unit_len..];
+    }
+    if total.is_zero() {
+        return Err(format!(
+            "`{text}` is zero; a timeout must be longer than that"
+        ));
+    }
+    Ok(total)
+}
+
+impl RepoConfig {
+    /// Parses and validates the text of `file`.
+    pub fn parse(file: &str, text: &str) -> Result<Self, ConfigError> {
+        let raw = Self::parse_raw(file, text)?;
+        Self::validate(file, raw)
+    }
+
+    /// Parses without validating: used to compare the base config, which may be broken.
+    pub fn parse_raw(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let location = e
+                .span()
+                .map(|span| {
+                    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                    format!("line {line}: ")
+                })
+                .unwrap_or_default();
+            let message = e.message().trim().to_owned();
+            let fix = if message.contains("unknown field") {
+                "use only the fields in the wavegate.toml reference (README.md); check the spelling"
+                    .to_owned()
+            } else {
+                "correct the TOML at that line".to_owned()
+            };
+            ConfigError {
+                file: file.into(),
+                field: String::new(),
+                problem: format!("{location}{message}"),
+                fix,
+            }
+        })
+    }
+
+    /// Checks everything the file cannot say through its types alone.
+    pub fn validate(file: &str, raw: RawRepoConfig) -> Result<Self, ConfigError> {
+        let err = |field: String, problem: String, fix: &str| ConfigError {
+            file: file.to_owned(),
+            field,
+            problem,
+            fix: fix.to_owned(),
+        };
+
+        let ignore = compile_patterns(&raw.ignore, "ignore", &err)?;
+
+        if raw.stages.is_empty() {
+            return Err(err(
+                "stage".into(),
+                "no stages are defined".into(),
+                "add at least one [[stage]] with a `name`, e.g. `[[stage]]\\nname = \"dev\"`",
+            ));
+        }
+        let mut stages = Vec::new();
+        for (i, s) in raw.stages.iter().enumerate() {
+            let field = format!("stage[{i}].name");
+            check_name(&s.name, &field, &err)?;
+            if stages.iter().any(|x: &Stage| x.name == s.name) {
+                return Err(err(
+                    field,
+                    format!("stage `{}` is defined twice", s.name),
+                    "give each stage a distinct name",
+                ));
+            }
+            stages.push(Stage {
+                name: s.name.clone(),
+                gate: s.gate.unwrap_or(GatePolicy::Always),
+            });
+        }
+
+        let defaults = &raw.defaults;
+        let default_timeout = match &defaults.timeout {
+            Some(t) => parse_duration(t).map_err(|p| {
+                err(
+                    "defaults.timeout".into(),
+                    p,
+                    "use a number and a unit: ms, s, m, h, d",
+                )
+            })?,
+            None => DEFAULT_TIMEOUT,
+        };
+        for (name, argv) in [
+            ("plan", &defaults.plan),
+            ("apply", &defaults.apply),
+            ("outputs", &defaults.outputs),
+        ] {
+            if let Some(argv) = argv {
+                check_argv(argv, &format!("defaults.{name}"), &err)?;
+            }
+        }
+        for (i, var) in defaults.env.iter().enumerate() {
+            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(err(
+                    format!("defaults.env[{i}]"),
+                    format!("`{var}` is not an environment variable name"),
+                    "use letters, digits and `_` only",
+                ));
+            }
+            if var.starts_with("WAVEGATE_") {
+                return Err(err(format!("defaults.env[{i}]"), format!("`{var}` is wavegate's own"), "wavegate sets WAVEGATE_* for commands itself and never passes its own settings on; pick another name"));
+            }
+        }
+
+        let mut index_of: HashMap<&str, usize> = HashMap::new();
+        for (i, c) in raw.components.iter().enumerate() {
+            let field = format!("component[{i}].name");
+            check_name(&c.name, &field, &err)?;
+            if index_of.insert(&c.name, i).is_some() {
+                return Err(err(
+                    field,
+                    format!("component `{}` is defined twice", c.name),
+                    "give each component a distinct name",
+                ));
+            }
+        }
+
+        let mut components = Vec::with_capacity(raw.components.len());
+        for (i, c) in raw.components.iter().enumerate() {
+            let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
+            check_dir(&c.dir).map_err(|p| {
+                err(
+                    at("dir"),
+                    p,
+                    "give the directory relative to the repository root, e.g. `infra/app`",
+                )
+            })?;
+            let dir = c.dir.trim_end_matches('/').to_owned();
+            let paths = match &c.paths {
+                Some(p) if p.is_empty() => {
+                    return Err(err(
+                        at("paths"),
+                        "is empty, so no change could ever select this component".into(),
+                        "list at least one pattern, or leave `paths` out to use `<dir>/**`",
+                    ))
+                }
+                Some(p) => compile_patterns(p, &at("paths"), &err)?,
+                None => vec![Pattern::new(&format!("{dir}/**"))
+                    .map_err(|p| err(at("dir"), p, "fix the directory name"))?],
+            };
+            for (j, d) in c.depends_on.iter().enumerate() {
+                if !index_of.contains_key(d.as_str()) {
+                    return Err(err(
+                        at(&format!("depends_on[{j}]")),
+                        format!("unknown component `{d}`"),
+                        &format!("name one of: {}", names(&raw.components)),
+                    ));
+                }
+            }
+            let stage_names = match &c.stages {
+                Some(list) if list.is_empty() => {
+                    return Err(err(
+                        at("stages"),
+                        "is empty, so this component never runs".into(),
+                        "list at least one stage, or leave `stages` out for every stage",
+                    ))
+                }
+                Some(list) => {
+                    for (j, s) in list.iter().enumerate() {
+                        if !stages.iter().any(|x| &x.name == s) {
+                            let known: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+                            return Err(err(
+                                at(&format!("stages[{j}]")),
+                                format!("unknown stage `{s}`"),
+                                &format!("name one of: {}", known.join(", ")),
+                            ));
+                        }
+                    }
+                    // Stage order is the file's, whatever order the component lists them in.
+                    stages
+                        .iter()
+                        .filter(|x| list.contains(&x.name))
+                        .map(|x| x.name.clone())
+                        .collect()
+                }
+                None => stages.iter().map(|s| s.name.clone()).collect(),
+            };
+            let plan = match (&c.plan, &defaults.plan) {
+                (Some(argv), _) => {
+                    check_argv(argv, &at("plan"), &err)?;
+                    argv.clone()
+                }
+                (None, Some(argv)) => argv.clone(),
+                (None, None) => return Err(err(at("plan"), "no plan command: neither the component nor [defaults] sets `plan`".into(), "set `plan = [\"./ci/plan.sh\", \"{component}\", \"{stage}\", \"{plan_file}\"]` in [defaults] or on the component")),
+            };
+            let apply = resolve_argv(&c.apply, &defaults.apply, &at("apply"), &err)?;
+            let outputs = resolve_argv(&c.outputs, &defaults.outputs, &at("outputs"), &err)?;
+            let timeout = match &c.timeout {
+                Some(t) => parse_duration(t).map_err(|p| {
+                    err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d")
+                })?,
+                None => default_timeout,
+            };
+            let mut inputs = Vec::new();
+            for (name, reference) in &c.inputs {
+                let field = at(&format!("inputs.{name}"));
+                let Some((upstream, output)) = reference
+                    .split_once('.')
+                    .filter(|(u, o)| !u.is_empty() && !o.is_empty())
+                else {
+                    return Err(err(
+                        field,
+                        format!("`{reference}` is not `component.output`"),
+                        "write the upstream component and its output, e.g. `network.vpc_id`",
+                    ));
+                };
+                if !index_of.contains_key(upstream) {
+                    return Err(err(
+                        field,
+                        format!("unknown component `{upstream}`"),
+                        &format!("name one of: {}", names(&raw.components)),
+                    ));
+                }
+                inputs.push(Input {
+                    name: name.clone(),
+                    upstream: upstream.to_owned(),
+                    output: output.to_owned(),
+                });
+            }
+            components.push(Component {
+                name: c.name.clone(),
+                dir,
+                paths,
+                depends_on: c.depends_on.clone(),
+                inputs,
+                stages: stage_names,
+                plan,
+                apply,
+                outputs,
+                timeout,
+            });
+        }
+
+        if let Some(cycle) = find_cycle(&components) {
+            let first = &cycle[0];
+            let i = index_of[first.as_str()];
+            return Err(err(
+                format!("component[{i}] ({first}).depends_on"),
+                format!("dependency cycle: {}", cycle.join(" → ")),
+                "remove one of these depends_on edges; dependencies must form a DAG",
+            ));
+        }
+        for (i, c) in components.iter().enumerate() {
+            let upstream = upstream_closure(&components, &index_of, &c.name);
+            for input in &c.inputs {
+                if !upstream.contains(input.upstream.as_str()) {
+                    return Err(err(
+                        format!("component[{i}] ({}).inputs.{}", c.name, input.name),
+                        format!(
+                            "reads `{}.{}` but `{}` is not upstream of `{}`",
+                            input.upstream, input.output, input.upstream, c.name
+                        ),
+                        &format!("add `{}` to `depends_on` of `{}`", input.upstream, c.name),
+                    ));
+                }
+            }
+        }
+
+        let policy = raw.policy.clone().unwrap_or_default();
+        if policy.required == 0 {
+            return Err(err(
+                "policy.required".into(),
+                "is 0, so nothing would ever need an approval".into(),
+                "set it to 1 or more",
+            ));
+        }
+        Ok(Self {
+            ignore,
+            stages,
+            components,
+            policy,
+            env: defaults.env.clone(),
+            raw,
+        })
+    }
+
+    pub fn component(&self, name: &str) -> Option<&Component> {
+        self.components.iter().find(|c| c.name == name)
+    }
+
+    pub fn stage(&self, name: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+}
+
+/// The policy and stage gates to enforce, read from the BASE config: a missing
+/// or broken base file, or a stage it lacks, reads as the strictest setting.
+pub fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
+    base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
+        .and_then(|s| s.gate)
+        .unwrap_or(GatePolicy::Always)
+}
+
+/// Components whose behaviour a change to the config file itself touches:
+/// their own entry changed, or a `[defaults]` field they use, or a stage they
+/// run in. With no readable base every component counts as changed.
+pub fn config_changed_components(
+    base: Option<&RawRepoConfig>,
+    head: &RepoConfig,
+) -> BTreeSet<String> {
+    let Some(base) = base else {
+        return head.components.iter().map(|c| c.name.clone()).collect();
+    };
+    let fingerprint = |v: &dyn erased::Ser| v.canonical();
+    let base_entries: HashMap<&str, &RawComponent> = base
+        .components
+        .iter()
+        .map(|c| (c.name.as_str(), c))
+        .collect();
+    let (bd, hd) = (&base.defaults, &head.raw.defaults);
+    let mut changed = BTreeSet::new();
+    for c in &head.raw.components {
+        let entry_changed = base_entries
+            .get(c.name.as_str())
+            .is_none_or(|b| fingerprint(*b) != fingerprint(c));
+        let uses = |own: bool, base_field: &dyn erased::Ser, head_field: &dyn erased::Ser| {
+            !own && fingerprint(base_field) != fingerprint(head_field)
+        };
+        let defaults_changed = uses(c.plan.is_some(), &bd.plan, &hd.plan)
+            || uses(c.apply.is_some(), &bd.apply, &hd.apply)
+            || uses(c.outputs.is_some(), &bd.outputs, &hd.outputs)
+            || uses(c.timeout.is_some(), &bd.timeout, &hd.timeout)
+            || fingerprint(&bd.env) != fingerprint(&hd.env);
+        let stage_changed = head.component(&c.name).is_some_and(|hc| {
+            hc.stages.iter().any(|s| {
+                let b = base.stages.iter().find(|x| &x.name == s);
+                let h = head.raw.stages.iter().find(|x| &x.name == s);
+                fingerprint(&b) != fingerprint(&h)
+            })
+        });
+        if entry_changed || defaults_changed || stage_changed {
+            changed.insert(c.name.clone());
+        }
+    }
+    changed
+}
+
+mod erased {
+    //! Lets `config_changed_components` compare fields of different types by their canonical JSON.
+    pub trait Ser {
+        fn canonical(&self) -> String;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn canonical(&self) -> String {
+            super::canonical_json(&serde_json::to_value(self).unwrap_or_default())
+        }
+    }
+}
+
+fn names(components: &[RawComponent]) -> String {
+    components
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_name(
+    name: &str,
+    field: &str,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(err(
+            field.into(),
+            format!("`{name}` is not a valid name"),
+            "use letters, digits, `-`, `_` and `.` only (no `@`, no spaces)",
+        ));
+    }
+    Ok(())
+}
+
+fn check_dir(dir: &str) -> Result<(), String> {
+    if dir.is_empty() {
+        return Err("is empty".into());
+    }
+    if dir.starts_with('/') {
+        return Err(format!("`{dir}` is absolute"));
+    }
+    if dir.split('/').any(|s| s == "..") {
+        return Err(format!("`{dir}` leaves the repository through `..`"));
+    }
+    Ok(())
+}
+
+fn check_argv(
+    argv: &[String],
+    field: &str,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if argv.is_empty() || argv[0].trim().is_empty() {
+        return Err(err(field.into(), "the command is empty".into(), "give the program and its arguments as a list, e.g. [\"./ci/plan.sh\", \"{component}\", \"{plan_file}\"]"));
+    }
+    for arg in argv {
+        let mut rest = arg.as_str();
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            let name = &rest[open + 1..open + close];
+            if !PLACEHOLDERS.contains(&name) {
+                return Err(err(
+                    field.into(),
+                    format!("unknown placeholder `{{{name}}}`"),
+                    &format!(
+                        "use one of: {}",
+                        PLACEHOLDERS
+                            .iter()
+                            .map(|p| format!("{{{p}}}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                ));
+            }
+            rest = &rest[open + close + 1..];
+        }
+    }
+    Ok(())
+}
+
+fn resolve_argv(
+    own: &Option<Vec<String>>,
+    default: &Option<Vec<String>>,
+    field: &str,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    match own {
+        Some(argv) => {
+            check_argv(argv, field, err)?;
+            Ok(Some(argv.clone()))
+        }
+        None => Ok(default.clone()),
+    }
+}
+
+fn compile_patterns(
+    texts: &[String],
+    field: &str,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Vec<Pattern>, ConfigError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            Pattern::new(t).map_err(|p| {
+                err(
+                    format!("{field}[{i}]"),
+                    p,
+                    "write a pattern relative to the repository root, e.g. `infra/app/**`",
+                )
+            })
+        })
+        .collect()
+}
+
+/// A dependency cycle as the path that closes it (`a → b → a`), if there is one.
+fn find_cycle(components: &[Component]) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let index: HashMap<&str, usize> = components
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+    let mut marks = vec![Mark::New; components.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    for start in 0..components.len() {
+        if marks[start] != Mark::New {
+            continue;
+        }
+        // Iterative DFS: (node, next edge to try).
+        let mut work = vec![(start, 0usize)];
+        marks[start] = Mark::Open;
+        stack.push(start);
+        while let Some((node, edge)) = work.last_mut() {
+            let deps = &components[*node].depends_on;
+            if *edge < deps.len() {
+                let next = index[deps[*edge].as_str()];
+                *edge += 1;
+                match marks[next] {
+                    Mark::Open => {
+                        let from = stack.iter().position(|n| *n == next).unwrap_or(0);
+                        let mut cycle: Vec<String> = stack[from..]
+                            .iter()
+                            .map(|n| components[*n].name.clone())
+                            .collect();
+                        cycle.push(components[next].name.clone());
+                        return Some(cycle);
+                    }
+                    Mark::New => {
+                        marks[next] = Mark::Open;
+                        stack.push(next);
+                        work.push((next, 0));
+                    }
+                    Mark::Done => {}
+                }
+            } else {
+                marks[*node] = Mark::Done;
+                stack.pop();
+                work.pop();
+            }
+        }
+    }
+    None
+}
+
+fn upstream_closure<'a>(
+    components: &'a [Component],
+    index: &HashMap<&str, usize>,
+    name: &str,
+) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![index[name]];
+    while let Some(i) = todo.pop() {
+        for d in &components[i].depends_on {
+            let j = index[d.as_str()];
+            if seen.insert(components[j].name.as_str()) {
+                todo.push(j);
+            }
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[defaults]
+plan = ["./ci/plan.sh", "{component}", "{stage}", "{plan_file}"]
+timeout = "10m"
+[[stage]]
+name = "dev"
+gate = "never"
+[[stage]]
+name = "prod"
+[[component]]
+name = "network"
+dir = "infra/network"
+paths = ["infra/network/**", "modules/net/**"]
+[[component]]
+name = "app"
+dir = "infra/app/"
+depends_on = ["network"]
+inputs = { vpc_id = "network.vpc_id" }
+stages = ["prod", "dev"]
+timeout = "90s"
+[policy]
+approvers = ["alice"]
+"#;
+
+    fn error_of(text: &str) -> String {
+        RepoConfig::parse("wavegate.toml", text)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_good_config_resolves_defaults() {
+        let c = RepoConfig::parse("wavegate.toml", GOOD).unwrap();
+        assert_eq!(
+            c.stages[1].gate,
+            GatePolicy::Always,
+            "a stage without a gate is the strictest"
+        );
+        let app = c.component("app").unwrap();
+        assert_eq!(app.dir, "infra/app");
+        assert_eq!(
+            app.stages,
+            vec!["dev", "prod"],
+            "file order of stages, not the component's"
+        );
+        assert_eq!(app.timeout, Duration::from_secs(90));
+        assert_eq!(app.paths[0].as_str(), "infra/app/**");
+        assert_eq!(
+            c.component("network").unwrap().timeout,
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            app.inputs,
+            vec![Input {
+                name: "vpc_id".into(),
+                upstream: "network".into(),
+                output: "vpc_id".into()
+            }]
+        );
+        assert_eq!(c.ignore.len(), 2);
+        assert_eq!(c.policy.required, 1);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let e = error_of(&GOOD.replace("depends_on = [\"network\"]", "dependson = [\"network\"]"));
+        assert!(e.starts_with("wavegate.toml: line "), "{e}");
+        assert!(e.contains("unknown field `dependson`"), "{e}");
+        assert!(e.contains("fix:"), "{e}");
+    }
+
+    #[test]
+    fn a_cycle_is_named_as_its_path() {
+        let text = GOOD.replace(
+            "name = \"network\"\n",
+            "name = \"network\"\ndepends_on = [\"app\"]\n",
+        );
+        let e = error_of(&text);
+        assert!(
+            e.contains("dependency cycle: network → app → network"),
+            "{e}"
+        );
+        assert!(e.contains("`component[0] (network).depends_on`"), "{e}");
+    }
+
+    #[test]
+    fn each_mistake_names_its_field() {
+        let cases = [
+            (
+                GOOD.replace("depends_on = [\"network\"]", "depends_on = [\"netwrk\"]"),
+                "`component[1] (app).depends_on[0]`: unknown component `netwrk`",
+            ),
+            (
+                GOOD.replace("name = \"app\"", "name = \"network\""),
+                "`component[1].name`: component `network` is defined twice",
+            ),
+            (
+                GOOD.replace("timeout = \"90s\"", "timeout = \"soon\""),
+                "`component[1] (app).timeout`: `soon` is not a duration",
+            ),
+            (
+                GOOD.replace("timeout = \"10m\"", "timeout = \"10 minutes\""),
+                "`defaults.timeout`",
+            ),
+            (
+                GOOD.replace(
+                    "plan = [\"./ci/plan.sh\", \"{component}\", \"{stage}\", \"{plan_file}\"]",
+                    "plan = []",
+                ),
+                "`defaults.plan`: the command is empty",
+            ),
+            (
+                GOOD.replace("{plan_file}", "{planfile}"),
+                "unknown placeholder `{planfile}`",
+            ),
+            (
+                GOOD.replace("stages = [\"prod\", \"dev\"]", "stages = [\"qa\"]"),
+                "`component[1] (app).stages[0]`: unknown stage `qa`",
+            ),
+            (
+                GOOD.replace("network.vpc_id", "vpc_id"),
+                "is not `component.output`",
+            ),
+            (
+                GOOD.replace("dir = \"infra/app/\"", "dir = \"../app\""),
+                "leaves the repository",
+            ),
+            (
+                GOOD.replace("approvers = [\"alice\"]", "required = 0"),
+                "`policy.required`",
+            ),
+            (
+                GOOD.replace(
+                    "paths = [\"infra/network/**\", \"modules/net/**\"]",
+                    "paths = [\"/abs/**\"]",
+                ),
+                "`component[0] (network).paths[0]`",
+            ),
+            (
+                GOOD.replace("gate = \"never\"", "gate = \"sometimes\""),
+                "unknown variant `sometimes`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let e = error_of(&text);
+            assert!(e.contains(expected), "expected `{expected}` in: {e}");
+            assert!(e.contains("fix: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_input_must_read_an_upstream() {
+        let text = GOOD.replace("depends_on = [\"network\"]\n", "");
+        let e = error_of(&text);
+        assert!(e.contains("`component[1] (app).inputs.vpc_id`"), "{e}");
+        assert!(e.contains("add `network` to `depends_on` of `app`"), "{e}");
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("m5").is_err());
+        assert!(parse_duration("99999999999999h").is_err());
+    }
+
+    #[test]
+    fn config_changes_select_what_they_touch() {
+        let base = RepoConfig::parse_raw("wavegate.toml", GOOD).unwrap();
+        let head_of = |text: &str| RepoConfig::parse("wavegate.toml", text).unwrap();
+        let same = head_of(GOOD);
+        assert!(config_changed_components(Some(&base), &same).is_empty());
+        let app_entry = head_of(&GOOD.replace("timeout = \"90s\"", "timeout = \"95s\""));
+        assert_eq!(
+            config_changed_components(Some(&base), &app_entry),
+            BTreeSet::from(["app".to_owned()])
+        );
+        // app overrides its timeout, so only network uses the default.
+        let default_timeout = head_of(&GOOD.replace("timeout = \"10m\"", "timeout = \"11m\""));
+        assert_eq!(
+            config_changed_components(Some(&base), &default_timeout),
+            BTreeSet::from(["network".to_owned()])
+        );
+        let stage = head_of(&GOOD.replace("gate = \"never\"", "gate = \"on-destructive\""));
+        assert_eq!(config_changed_components(Some(&base), &stage).len(), 2);
+        assert_eq!(config_changed_components(None, &same).len(), 2);
+    }
+
+    #[test]
+    fn gates_come_from_the_base_and_default_to_always() {
+        let base = RepoConfig::parse_raw("wavegate.toml", GOOD).unwrap();
+        assert_eq!(gate_of(Some(&base), "dev"), GatePolicy::Never);
+        assert_eq!(gate_of(Some(&base), "prod"), GatePolicy::Always);
+        assert_eq!(gate_of(Some(&base), "staging"), GatePolicy::Always);
+        assert_eq!(gate_of(None, "dev"), GatePolicy::Always);
+    }
+}

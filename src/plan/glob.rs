@@ -1,0 +1,261 @@
+//! Path patterns (`infra/app/**`, `modules/*/main.tf`, `**/*.md`) and an index
+//! that matches many of them against many paths without trying every pair.
+//!
+//! Patterns match whole repository-relative paths: `*` and `?` stay inside one
+//! segment, `**` spans any number of segments (including none).
+
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Wild(String),
+    AnySegments,
+}
+
+/// A compiled path pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    text: String,
+    parts: Vec<Part>,
+}
+
+impl Pattern {
+    /// Compiles `text`; the error says what is wrong with it.
+    pub fn new(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("a pattern may not be empty".into());
+        }
+        if text.starts_with('/') {
+            return Err(format!(
+                "`{text}` starts with `/`; patterns are relative to the repository root"
+            ));
+        }
+        let mut parts = Vec::new();
+        for seg in text.split('/') {
+            if seg.is_empty() {
+                return Err(format!(
+                    "`{text}` has an empty segment (`//` or a trailing `/`)"
+                ));
+            }
+            if seg == ".." || seg == "." {
+                return Err(format!(
+                    "`{text}` contains `{seg}`; name paths from the repository root"
+                ));
+            }
+            if seg == "**" {
+                if parts.last() != Some(&Part::AnySegments) {
+                    parts.push(Part::AnySegments);
+                }
+            } else if seg.contains("**") {
+                return Err(format!(
+                    "`{text}`: `**` must be a whole segment, as in `dir/**/x`"
+                ));
+            } else if seg.contains(['*', '?']) {
+                parts.push(Part::Wild(seg.to_owned()));
+            } else {
+                parts.push(Part::Literal(seg.to_owned()));
+            }
+        }
+        Ok(Self {
+            text: text.to_owned(),
+            parts,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, path: &str) -> bool {
+        let segments: Vec<&str> = path.split('/').collect();
+        match_parts(&self.parts, &segments)
+    }
+
+    fn literal_prefix(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().map_while(|p| match p {
+            Part::Literal(s) => Some(s.as_str()),
+            _ => None,
+        })
+    }
+}
+
+fn match_parts(parts: &[Part], segments: &[&str]) -> bool {
+    match parts.split_first() {
+        None => segments.is_empty(),
+        // A trailing `**` means "inside": at least one segment, as in gitignore.
+        Some((Part::AnySegments, [])) => !segments.is_empty(),
+        Some((Part::AnySegments, rest)) => {
+            (0..=segments.len()).any(|skip| match_parts(rest, &segments[skip..]))
+        }
+        Some((part, rest)) => match segments.split_first() {
+            None => false,
+            Some((seg, more)) => {
+                let ok = match part {
+                    Part::Literal(l) => l == seg,
+                    Part::Wild(w) => wildcard(w.as_bytes(), seg.as_bytes()),
+                    Part::AnySegments => unreachable!("handled above"),
+                };
+                ok && match_parts(rest, more)
+            }
+        },
+    }
+}
+
+/// `*` and `?` within one segment, iterative with single backtrack point.
+fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|b| *b == b'*')
+}
+
+/// Many patterns, each tagged with an owner, indexed by their literal leading
+/// segments so a path only meets the patterns that could match it.
+#[derive(Debug, Default)]
+pub struct PatternIndex<T> {
+    nodes: Vec<Node>,
+    patterns: Vec<(Pattern, T)>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    children: HashMap<String, usize>,
+    patterns: Vec<usize>,
+}
+
+impl<T: Clone> PatternIndex<T> {
+    pub fn new() -> Self {
+        Self {
+            nodes: vec![Node::default()],
+            patterns: Vec::new(),
+        }
+    }
+
+    pub fn insert(&mut self, pattern: Pattern, owner: T) {
+        let mut node = 0;
+        let prefix: Vec<String> = pattern.literal_prefix().map(str::to_owned).collect();
+        for seg in prefix {
+            node = match self.nodes[node].children.get(&seg) {
+                Some(&next) => next,
+                None => {
+                    self.nodes.push(Node::default());
+                    let next = self.nodes.len() - 1;
+                    self.nodes[node].children.insert(seg, next);
+                    next
+                }
+            };
+        }
+        self.nodes[node].patterns.push(self.patterns.len());
+        self.patterns.push((pattern, owner));
+    }
+
+    /// Calls `found` with the owner of every pattern that matches `path`.
+    pub fn for_each_match(&self, path: &str, mut found: impl FnMut(&T)) {
+        let segments: Vec<&str> = path.split('/').collect();
+        let mut node = 0;
+        let mut depth = 0;
+        loop {
+            for &i in &self.nodes[node].patterns {
+                let (pattern, owner) = &self.patterns[i];
+                if match_parts(&pattern.parts[depth..], &segments[depth..]) {
+                    found(owner);
+                }
+            }
+            match segments
+                .get(depth)
+                .and_then(|s| self.nodes[node].children.get(*s))
+            {
+                Some(&next) => {
+                    node = next;
+                    depth += 1;
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub fn is_match(&self, path: &str) -> bool {
+        let mut any = false;
+        self.for_each_match(path, |_| any = true);
+        any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, path: &str) -> bool {
+        Pattern::new(p).unwrap().matches(path)
+    }
+
+    #[test]
+    fn double_star_spans_segments() {
+        assert!(m("infra/app/**", "infra/app/main.tf"));
+        assert!(m("infra/app/**", "infra/app/a/b/c.tf"));
+        assert!(!m("infra/app/**", "infra/application/main.tf"));
+        assert!(!m("infra/app/**", "infra/app"));
+        assert!(m("**/*.md", "README.md"));
+        assert!(m("**/*.md", "docs/a/b.md"));
+        assert!(m("docs/**", "docs/x"));
+        assert!(m("a/**/z", "a/z"));
+        assert!(m("a/**/z", "a/b/c/z"));
+    }
+
+    #[test]
+    fn single_star_and_question_mark_stay_in_a_segment() {
+        assert!(m("modules/*/main.tf", "modules/net/main.tf"));
+        assert!(!m("modules/*/main.tf", "modules/net/x/main.tf"));
+        assert!(m("*.t?", "a.tf"));
+        assert!(!m("*.t?", "dir/a.tf"));
+        assert!(m("a*b*c", "aXXbYYc"));
+        assert!(!m("a*b*c", "aXXbYY"));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused_with_a_reason() {
+        assert!(Pattern::new("/abs").unwrap_err().contains("relative"));
+        assert!(Pattern::new("a//b").unwrap_err().contains("empty segment"));
+        assert!(Pattern::new("a/../b").unwrap_err().contains(".."));
+        assert!(Pattern::new("a/b**").unwrap_err().contains("whole segment"));
+        assert!(Pattern::new("").is_err());
+    }
+
+    #[test]
+    fn the_index_finds_exactly_the_matching_owners() {
+        let mut index = PatternIndex::new();
+        for (p, o) in [
+            ("infra/app/**", "app"),
+            ("infra/**/x.tf", "x"),
+            ("**/*.md", "docs"),
+            ("infra/net/**", "net"),
+        ] {
+            index.insert(Pattern::new(p).unwrap(), o);
+        }
+        let found = |path: &str| {
+            let mut v = Vec::new();
+            index.for_each_match(path, |o| v.push(*o));
+            v.sort();
+            v
+        };
+        assert_eq!(found("infra/app/x.tf"), vec!["app", "x"]);
+        assert_eq!(found("infra/net/README.md"), vec!["docs", "net"]);
+        assert_eq!(found("other/file"), Vec::<&str>::new());
+        assert!(index.is_match("a.md"));
+    }
+}
