@@ -2,6 +2,7 @@
 //! command runner and the change set a reviewer approves.
 
 pub mod canonical;
+pub mod fanout;
 pub mod glob;
 pub mod path;
 pub mod planfile;

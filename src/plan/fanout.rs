@@ -1,0 +1,417 @@
+//! Fan-out derivation: from the paths a change touches, which components run,
+//! which members (component × stage), in which waves, and what nobody claims.
+//!
+//! Pure and deterministic: the same config and paths always give the same
+//! derivation and the same digest, so it can be shown, approved and re-derived.
+
+use super::canonical::digest_value;
+use super::glob::PatternIndex;
+use crate::config::{RepoConfig, CONFIG_FILE};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+/// `component@stage`.
+pub fn member_name(component: &str, stage: &str) -> String {
+    format!("{component}@{stage}")
+}
+
+/// Why a component is not running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// Nothing it claims changed, and nothing upstream of it runs.
+    Unaffected,
+    /// An upstream failed to plan, so its plan could not be made.
+    Blocked,
+    /// Selected, but `--stage` leaves out every stage it runs in.
+    NotInStage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Skipped {
+    pub component: String,
+    pub reason: SkipReason,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
+}
+
+/// What a change must run, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Derivation {
+    /// Selected components with why each was selected, by name.
+    pub selected: BTreeMap<String, String>,
+    /// Members in wave order.
+    pub members: Vec<String>,
+    /// Stages in order, dependency layers within each: lists of member names.
+    pub waves: Vec<Vec<String>>,
+    /// Components that do not run, by name.
+    pub skipped: Vec<Skipped>,
+    /// Changed paths no component claims and no ignore pattern covers.
+    pub indeterminate: Vec<String>,
+    pub digest: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FanOutError {
+    #[error("unknown stage `{0}`; the config defines: {1}")]
+    UnknownStage(String, String),
+}
+
+/// Everything the derivation reads.
+pub struct FanOutInput<'a> {
+    pub config: &'a RepoConfig,
+    pub changed_paths: &'a [String],
+    /// Components a change to `wavegate.toml` itself touches (see
+    /// [`crate::config::repo::config_changed_components`]); empty when it did not change.
+    pub config_changed: &'a BTreeSet<String>,
+    /// Only this stage's members (`--stage`).
+    pub stage: Option<&'a str>,
+}
+
+pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
+    let config = input.config;
+    if let Some(stage) = input.stage {
+        if config.stage(stage).is_none() {
+            let known: Vec<&str> = config.stages.iter().map(|s| s.name.as_str()).collect();
+            return Err(FanOutError::UnknownStage(
+                stage.to_owned(),
+                known.join(", "),
+            ));
+        }
+    }
+    let index_of: HashMap<&str, usize> = config
+        .components
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+
+    let mut claims = PatternIndex::new();
+    for (i, c) in config.components.iter().enumerate() {
+        for p in &c.paths {
+            claims.insert(p.clone(), i);
+        }
+    }
+    let mut ignored = PatternIndex::new();
+    for p in &config.ignore {
+        ignored.insert(p.clone(), ());
+    }
+
+    let mut paths: Vec<&String> = input.changed_paths.iter().collect();
+    paths.sort();
+    paths.dedup();
+    let mut reason: Vec<Option<String>> = vec![None; config.components.len()];
+    let mut indeterminate = Vec::new();
+    for path in paths {
+        if path == CONFIG_FILE {
+            continue;
+        }
+        let mut claimed = false;
+        claims.for_each_match(path, |&i| {
+            claimed = true;
+            reason[i].get_or_insert_with(|| format!("{path} changed"));
+        });
+        if !claimed && !ignored.is_match(path) {
+            indeterminate.push(path.clone());
+        }
+    }
+    for name in input.config_changed {
+        if let Some(&i) = index_of.get(name.as_str()) {
+            reason[i].get_or_insert_with(|| format!("its {CONFIG_FILE} entry changed"));
+        }
+    }
+
+    // Everything downstream of a selected component runs too.
+    let mut downstream: Vec<Vec<usize>> = vec![Vec::new(); config.components.len()];
+    for (i, c) in config.components.iter().enumerate() {
+        for d in &c.depends_on {
+            downstream[index_of[d.as_str()]].push(i);
+        }
+    }
+    let mut roots: Vec<usize> = (0..reason.len()).filter(|&i| reason[i].is_some()).collect();
+    roots.sort_by_key(|&i| &config.components[i].name);
+    let mut queue: VecDeque<(usize, usize)> = roots.iter().map(|&i| (i, i)).collect();
+    while let Some((i, root)) = queue.pop_front() {
+        for &j in &downstream[i] {
+            if reason[j].is_none() {
+                reason[j] = Some(format!("downstream of {}", config.components[root].name));
+                queue.push_back((j, root));
+            }
+        }
+    }
+
+    let order = topological_order(config, &index_of);
+    let mut waves = Vec::new();
+    let mut members = Vec::new();
+    let mut in_some_stage = vec![false; config.components.len()];
+    for stage in &config.stages {
+        if input.stage.is_some_and(|s| s != stage.name) {
+            continue;
+        }
+        let here =
+            |i: usize| reason[i].is_some() && config.components[i].stages.contains(&stage.name);
+        let mut layer_of: HashMap<usize, usize> = HashMap::new();
+        for &i in &order {
+            if !here(i) {
+                continue;
+            }
+            in_some_stage[i] = true;
+            let layer = config.components[i]
+                .depends_on
+                .iter()
+                .filter_map(|d| layer_of.get(&index_of[d.as_str()]))
+                .map(|l| l + 1)
+                .max()
+                .unwrap_or(0);
+            layer_of.insert(i, layer);
+        }
+        let depth = layer_of.values().max().map_or(0, |m| m + 1);
+        let mut layers: Vec<Vec<String>> = vec![Vec::new(); depth];
+        for (&i, &layer) in &layer_of {
+            layers[layer].push(member_name(&config.components[i].name, &stage.name));
+        }
+        for mut layer in layers {
+            layer.sort();
+            members.extend(layer.iter().cloned());
+            waves.push(layer);
+        }
+    }
+
+    let mut selected = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for (i, c) in config.components.iter().enumerate() {
+        match &reason[i] {
+            Some(why) if in_some_stage[i] => {
+                selected.insert(c.name.clone(), why.clone());
+            }
+            Some(_) => skipped.push(Skipped {
+                component: c.name.clone(),
+                reason: SkipReason::NotInStage,
+                member: None,
+                blocked_by: None,
+            }),
+            None => skipped.push(Skipped {
+                component: c.name.clone(),
+                reason: SkipReason::Unaffected,
+                member: None,
+                blocked_by: None,
+            }),
+        }
+    }
+    skipped.sort_by(|a, b| a.component.cmp(&b.component));
+    let digest = digest_value(&json!({
+        "selected": selected,
+        "waves": waves,
+        "skipped": skipped,
+        "indeterminate": indeterminate,
+    }));
+    Ok(Derivation {
+        selected,
+        members,
+        waves,
+        skipped,
+        indeterminate,
+        digest,
+    })
+}
+
+/// Components in dependency order (upstreams first), ties broken by name.
+fn topological_order(config: &RepoConfig, index_of: &HashMap<&str, usize>) -> Vec<usize> {
+    let n = config.components.len();
+    let mut pending = vec![0usize; n];
+    let mut downstream: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, c) in config.components.iter().enumerate() {
+        pending[i] = c.depends_on.len();
+        for d in &c.depends_on {
+            downstream[index_of[d.as_str()]].push(i);
+        }
+    }
+    let name = |i: &usize| config.components[*i].name.clone();
+    let mut ready: BTreeSet<(String, usize)> = (0..n)
+        .filter(|&i| pending[i] == 0)
+        .map(|i| (name(&i), i))
+        .collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some((_, i)) = ready.pop_first() {
+        order.push(i);
+        for &j in &downstream[i] {
+            pending[j] -= 1;
+            if pending[j] == 0 {
+                ready.insert((name(&j), j));
+            }
+        }
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+[defaults]
+plan = ["./plan", "{component}", "{stage}", "{plan_file}"]
+[[stage]]
+name = "dev"
+[[stage]]
+name = "prod"
+[[component]]
+name = "network"
+dir = "infra/network"
+paths = ["infra/network/**", "modules/net/**"]
+[[component]]
+name = "database"
+dir = "infra/database"
+depends_on = ["network"]
+[[component]]
+name = "app"
+dir = "infra/app"
+depends_on = ["network", "database"]
+inputs = { vpc_id = "network.vpc_id" }
+[[component]]
+name = "dns"
+dir = "infra/dns"
+depends_on = ["app"]
+stages = ["prod"]
+[[component]]
+name = "monitoring"
+dir = "infra/monitoring"
+"#;
+
+    fn config() -> RepoConfig {
+        RepoConfig::parse("wavegate.toml", CONFIG).unwrap()
+    }
+
+    fn derive_paths(paths: &[&str], stage: Option<&str>) -> Derivation {
+        let config = config();
+        let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        derive(&FanOutInput {
+            config: &config,
+            changed_paths: &paths,
+            config_changed: &BTreeSet::new(),
+            stage,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_change_selects_its_component_and_everything_downstream() {
+        let d = derive_paths(&["modules/net/vpc.tf"], None);
+        assert_eq!(
+            d.waves,
+            vec![
+                vec!["network@dev"],
+                vec!["database@dev"],
+                vec!["app@dev"],
+                vec!["network@prod"],
+                vec!["database@prod"],
+                vec!["app@prod"],
+                vec!["dns@prod"],
+            ]
+        );
+        assert_eq!(d.selected["network"], "modules/net/vpc.tf changed");
+        assert_eq!(d.selected["dns"], "downstream of network");
+        assert_eq!(
+            d.skipped,
+            vec![Skipped {
+                component: "monitoring".into(),
+                reason: SkipReason::Unaffected,
+                member: None,
+                blocked_by: None
+            }]
+        );
+        assert!(d.indeterminate.is_empty());
+    }
+
+    #[test]
+    fn independent_components_share_a_wave() {
+        let d = derive_paths(
+            &["infra/app/main.tf", "infra/monitoring/x.tf"],
+            Some("prod"),
+        );
+        assert_eq!(
+            d.waves,
+            vec![vec!["app@prod", "monitoring@prod"], vec!["dns@prod"]]
+        );
+        assert_eq!(d.members, vec!["app@prod", "monitoring@prod", "dns@prod"]);
+    }
+
+    #[test]
+    fn unclaimed_paths_are_indeterminate_unless_ignored() {
+        let d = derive_paths(
+            &[
+                "README.md",
+                "docs/a.png",
+                "scripts/deploy.sh",
+                "Makefile",
+                "wavegate.toml",
+            ],
+            None,
+        );
+        assert_eq!(d.indeterminate, vec!["Makefile", "scripts/deploy.sh"]);
+        assert!(d.members.is_empty());
+        assert_eq!(d.skipped.len(), 5);
+    }
+
+    #[test]
+    fn a_stage_filter_that_excludes_a_component_says_so() {
+        let d = derive_paths(&["infra/dns/zone.tf"], Some("dev"));
+        assert!(d.members.is_empty());
+        assert_eq!(
+            d.skipped
+                .iter()
+                .find(|s| s.component == "dns")
+                .unwrap()
+                .reason,
+            SkipReason::NotInStage
+        );
+        let config = config();
+        let err = derive(&FanOutInput {
+            config: &config,
+            changed_paths: &[],
+            config_changed: &BTreeSet::new(),
+            stage: Some("qa"),
+        })
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown stage `qa`; the config defines: dev, prod"
+        );
+    }
+
+    #[test]
+    fn config_changes_select_the_touched_components() {
+        let config = config();
+        let changed = BTreeSet::from(["database".to_owned()]);
+        let paths = vec!["wavegate.toml".to_owned()];
+        let d = derive(&FanOutInput {
+            config: &config,
+            changed_paths: &paths,
+            config_changed: &changed,
+            stage: Some("dev"),
+        })
+        .unwrap();
+        assert_eq!(d.waves, vec![vec!["database@dev"], vec!["app@dev"]]);
+        assert_eq!(d.selected["database"], "its wavegate.toml entry changed");
+    }
+
+    #[test]
+    fn the_derivation_is_deterministic_and_digested() {
+        let a = derive_paths(&["infra/app/b.tf", "infra/app/a.tf", "x"], None);
+        let b = derive_paths(
+            &["x", "infra/app/a.tf", "infra/app/b.tf", "infra/app/a.tf"],
+            None,
+        );
+        assert_eq!(a, b);
+        assert_eq!(a.selected["app"], "infra/app/a.tf changed");
+        let c = derive_paths(&["infra/app/a.tf"], None);
+        assert_ne!(
+            a.digest, c.digest,
+            "an indeterminate path is part of the derivation"
+        );
+    }
+}
