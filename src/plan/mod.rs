@@ -2,6 +2,8 @@
 //! command runner and the change set a reviewer approves.
 
 pub mod canonical;
+pub mod changeset;
+pub mod coverage;
 pub mod fanout;
 pub mod glob;
 pub mod path;

@@ -1,0 +1,330 @@
+//! Coverage (DESIGN §6): whether an approval of one change set also covers a
+//! fresh plan of a member. One function serves a resume, a round and a stage.
+//!
+//! A fresh plan is covered when it is the approved plan, or when it differs
+//! only where the approved plan said it could not know yet.
+
+use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
+use super::path::ValuePath;
+use super::planfile::MemberPlan;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage {
+    Covered,
+    /// One line naming the member, and the address and path that moved.
+    NotCovered(String),
+}
+
+/// A member's fresh plan with the inputs it read.
+pub struct FreshPlan<'a> {
+    pub plan: &'a MemberPlan,
+    pub inputs: &'a Map<String, Value>,
+}
+
+pub fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
+    let member = fresh.plan.member.as_str();
+    let not = |reason: String| Coverage::NotCovered(format!("{member}: {reason}"));
+    let Some(was) = approved.member(member) else {
+        return not(format!(
+            "not in the approved change set {}",
+            approved.digest
+        ));
+    };
+    let Some(was_plan) = was
+        .plan
+        .as_ref()
+        .filter(|_| was.status == MemberStatus::Planned)
+    else {
+        return not("the approved change set has no plan for it".into());
+    };
+    if was_plan.plan_digest == fresh.plan.plan_digest && was.inputs == *fresh.inputs {
+        return Coverage::Covered;
+    }
+    match first_difference(was, was_plan, fresh) {
+        Some(reason) => not(reason),
+        None => Coverage::Covered,
+    }
+}
+
+fn first_difference(
+    was: &ChangeSetMember,
+    was_plan: &MemberPlan,
+    fresh: &FreshPlan<'_>,
+) -> Option<String> {
+    for (name, value) in &was.inputs {
+        match fresh.inputs.get(name) {
+            Some(now) if now == value => {}
+            Some(now) => return Some(format!("input {name} moved from {value} to {now}")),
+            None => return Some(format!("input {name} was {value} and is now unknown")),
+        }
+    }
+    for name in fresh.inputs.keys() {
+        if !was.inputs.contains_key(name) && !was.unknown_inputs.contains(name) {
+            return Some(format!("input {name} was not read by the approved plan"));
+        }
+    }
+    let now = fresh.plan;
+    if was_plan.denied != now.denied {
+        return Some(format!(
+            "policy denials changed from {:?} to {:?}",
+            was_plan.denied, now.denied
+        ));
+    }
+    let before: BTreeMap<&str, _> = was_plan
+        .entries
+        .iter()
+        .map(|e| (e.address.as_str(), e))
+        .collect();
+    let after: BTreeMap<&str, _> = now
+        .entries
+        .iter()
+        .map(|e| (e.address.as_str(), e))
+        .collect();
+    if let Some(added) = after.keys().find(|a| !before.contains_key(*a)) {
+        return Some(format!("address {added} was added"));
+    }
+    if let Some(removed) = before.keys().find(|a| !after.contains_key(*a)) {
+        return Some(format!("address {removed} was removed"));
+    }
+    for (address, e) in &after {
+        let a = before[address];
+        if a.action != e.action {
+            return Some(format!(
+                "address {address} changed action from {} to {}",
+                a.action.as_str(),
+                e.action.as_str()
+            ));
+        }
+        let unknown = a.unknown_paths();
+        if let Some(p) = e.unknown_paths().iter().find(|p| !within(p, &unknown)) {
+            return Some(format!("address {address} path {} became unknown", show(p)));
+        }
+        if let Some(p) = moved_path(&a.after, &e.after, &ValuePath::root(), &unknown) {
+            return Some(format!("address {address} path {} moved", show(&p)));
+        }
+    }
+    let unknown_outputs = was_plan.outputs.unknown_paths();
+    if let Some(p) = now
+        .outputs
+        .unknown_paths()
+        .iter()
+        .find(|p| !within(p, &unknown_outputs))
+    {
+        return Some(format!("output {} became unknown", show(p)));
+    }
+    let as_value = |m: &Map<String, Value>| Value::Object(m.clone());
+    if let Some(p) = moved_path(
+        &as_value(&was_plan.outputs.known),
+        &as_value(&now.outputs.known),
+        &ValuePath::root(),
+        &unknown_outputs,
+    ) {
+        return Some(format!("output {} moved", show(&p)));
+    }
+    None
+}
+
+fn within(path: &ValuePath, unknown: &[ValuePath]) -> bool {
+    unknown.iter().any(|u| path.starts_with(u))
+}
+
+fn show(path: &ValuePath) -> String {
+    if path.0.is_empty() {
+        "(the whole value)".into()
+    } else {
+        path.to_string()
+    }
+}
+
+/// The first path at which `a` and `b` differ outside `unknown`, if any.
+fn moved_path(a: &Value, b: &Value, at: &ValuePath, unknown: &[ValuePath]) -> Option<ValuePath> {
+    if within(at, unknown) {
+        return None;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let null = Value::Null;
+                moved_path(
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    &at.child_key(k),
+                    unknown,
+                )
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| moved_path(p, q, &at.child_index(i), unknown)),
+        _ if a == b => None,
+        _ => Some(at.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const APPROVED: &str = r#"{
+        "entries": [
+            {"address": "aws_vpc.main", "action": "update", "after": {"cidr": "10.0.0.0/16", "id": null, "tags": {"a": "1"}}, "unknown": ["id"]},
+            {"address": "aws_subnet.a", "action": "create", "after": {"vpc": null, "zone": "a"}, "unknown": ["vpc"]}
+        ],
+        "outputs": {"known": {"name": "main"}, "unknown": ["vpc_id"]}
+    }"#;
+
+    fn approved_set(unknown_inputs: &[&str], inputs: Value) -> ChangeSet {
+        let plan = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        let other = MemberPlan::parse("app@dev", br#"{"entries": []}"#).unwrap();
+        let member =
+            |plan: MemberPlan, unknown: Vec<String>, inputs: Map<String, Value>| ChangeSetMember {
+                member: plan.member.clone(),
+                status: MemberStatus::Planned,
+                plan_digest: Some(plan.plan_digest.clone()),
+                unknown_inputs: unknown,
+                inputs,
+                plan: Some(plan),
+            };
+        ChangeSet::new(vec![
+            member(
+                plan,
+                unknown_inputs.iter().map(|s| s.to_string()).collect(),
+                inputs.as_object().unwrap().clone(),
+            ),
+            member(other, vec![], Map::new()),
+        ])
+        .unwrap()
+    }
+
+    fn check(fresh_text: &str, inputs: Value) -> Coverage {
+        check_against(
+            &approved_set(&["subnet"], json!({"region": "eu"})),
+            fresh_text,
+            inputs,
+        )
+    }
+
+    fn check_against(set: &ChangeSet, fresh_text: &str, inputs: Value) -> Coverage {
+        let plan = MemberPlan::parse("net@dev", fresh_text.as_bytes()).unwrap();
+        coverage(
+            set,
+            &FreshPlan {
+                plan: &plan,
+                inputs: inputs.as_object().unwrap(),
+            },
+        )
+    }
+
+    fn reason(c: Coverage) -> String {
+        match c {
+            Coverage::NotCovered(r) => r,
+            Coverage::Covered => panic!("expected not covered"),
+        }
+    }
+
+    #[test]
+    fn an_identical_plan_is_covered() {
+        assert_eq!(check(APPROVED, json!({"region": "eu"})), Coverage::Covered);
+    }
+
+    #[test]
+    fn filling_only_unknown_paths_is_covered() {
+        let fresh = APPROVED
+            .replace(r#""id": null"#, r#""id": "vpc-1""#)
+            .replace(r#""unknown": ["id"]"#, r#""unknown": []"#);
+        let fresh = fresh
+            .replace(r#""unknown": ["vpc_id"]"#, r#""unknown": []"#)
+            .replace(
+                r#""known": {"name": "main"}"#,
+                r#""known": {"name": "main", "vpc_id": "vpc-1"}"#,
+            );
+        assert_eq!(check(&fresh, json!({"region": "eu"})), Coverage::Covered);
+    }
+
+    #[test]
+    fn an_unknown_input_filled_is_covered() {
+        let fresh = APPROVED
+            .replace(r#""vpc": null"#, r#""vpc": "vpc-1""#)
+            .replace(r#""unknown": ["vpc"]"#, "\"unknown\": []");
+        assert_eq!(
+            check(&fresh, json!({"region": "eu", "subnet": "s-1"})),
+            Coverage::Covered
+        );
+    }
+
+    #[test]
+    fn a_known_input_moving_is_not_covered() {
+        assert_eq!(
+            reason(check(APPROVED, json!({"region": "us"}))),
+            r#"net@dev: input region moved from "eu" to "us""#
+        );
+    }
+
+    #[test]
+    fn an_added_or_removed_address_is_not_covered() {
+        let added = APPROVED.replace(
+            r#""entries": ["#,
+            r#""entries": [{"address": "aws_eip.x", "action": "create"},"#,
+        );
+        assert_eq!(
+            reason(check(&added, json!({"region": "eu"}))),
+            "net@dev: address aws_eip.x was added"
+        );
+        let removed = r#"{"entries": [{"address": "aws_vpc.main", "action": "update", "after": {"cidr": "10.0.0.0/16", "id": null, "tags": {"a": "1"}}, "unknown": ["id"]}],
+            "outputs": {"known": {"name": "main"}, "unknown": ["vpc_id"]}}"#;
+        assert_eq!(
+            reason(check(removed, json!({"region": "eu"}))),
+            "net@dev: address aws_subnet.a was removed"
+        );
+    }
+
+    #[test]
+    fn a_changed_action_is_not_covered() {
+        let fresh = APPROVED.replace(r#""action": "update""#, r#""action": "replace""#);
+        assert_eq!(
+            reason(check(&fresh, json!({"region": "eu"}))),
+            "net@dev: address aws_vpc.main changed action from update to replace"
+        );
+    }
+
+    #[test]
+    fn a_known_value_moving_is_not_covered() {
+        let fresh = APPROVED.replace(r#""a": "1""#, r#""a": "2""#);
+        assert_eq!(
+            reason(check(&fresh, json!({"region": "eu"}))),
+            "net@dev: address aws_vpc.main path tags.a moved"
+        );
+    }
+
+    #[test]
+    fn an_output_moving_is_not_covered() {
+        let fresh = APPROVED.replace(r#""name": "main""#, r#""name": "other""#);
+        assert_eq!(
+            reason(check(&fresh, json!({"region": "eu"}))),
+            "net@dev: output name moved"
+        );
+    }
+
+    #[test]
+    fn a_member_not_in_the_approved_set_is_not_covered() {
+        let set = approved_set(&[], json!({}));
+        let plan = MemberPlan::parse("dns@prod", br#"{"entries": []}"#).unwrap();
+        let r = reason(coverage(
+            &set,
+            &FreshPlan {
+                plan: &plan,
+                inputs: &Map::new(),
+            },
+        ));
+        assert_eq!(
+            r,
+            format!("dns@prod: not in the approved change set {}", set.digest)
+        );
+    }
+}
