@@ -8,3 +8,5 @@ pub mod fanout;
 pub mod glob;
 pub mod path;
 pub mod planfile;
+pub mod redact;
+pub mod runner;

@@ -1,0 +1,206 @@
+//! Redaction of secret-looking values in command output before it is kept or
+//! shown: key material, well-known token shapes, and `password=…`-style pairs.
+
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "api-key",
+    "private_key",
+    "access_key",
+    "credential",
+    "authorization",
+];
+const TOKEN_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghs_",
+    "ghu_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "sk_live_",
+];
+pub const REDACTED: &str = "[redacted]";
+
+/// Redacts line by line; remembers whether it is inside a PEM private-key block.
+#[derive(Debug, Default)]
+pub struct Redactor {
+    in_private_key: bool,
+}
+
+impl Redactor {
+    pub fn line(&mut self, line: &str) -> String {
+        if self.in_private_key {
+            if line.contains("-----END") {
+                self.in_private_key = false;
+            }
+            return REDACTED.into();
+        }
+        if line.contains("-----BEGIN") && line.contains("PRIVATE KEY-----") {
+            self.in_private_key = !line.contains("-----END");
+            return REDACTED.into();
+        }
+        redact_tokens(&redact_pairs(line))
+    }
+}
+
+/// `password=hunter2`, `"api_key": "abc"`, `Authorization: Bearer x` → value redacted.
+fn redact_pairs(line: &str) -> String {
+    let lower = line.to_ascii_lowercase();
+    let mut out = String::with_capacity(line.len());
+    let mut copied = 0;
+    let mut search = 0;
+    while let Some((pos, key)) = SECRET_KEYS
+        .iter()
+        .filter_map(|k| lower[search..].find(k).map(|p| (p + search, *k)))
+        .min_by_key(|(p, _)| *p)
+    {
+        let mut i = pos + key.len();
+        let bytes = line.as_bytes();
+        // The rest of an identifier (`password_hash`, `TOKEN"`) up to the separator.
+        while i < bytes.len()
+            && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'-')
+        {
+            i += 1;
+        }
+        while i < bytes.len() && matches!(bytes[i], b'"' | b'\'' | b' ') {
+            i += 1;
+        }
+        if i < bytes.len() && matches!(bytes[i], b'=' | b':') {
+            i += 1;
+            while i < bytes.len() && matches!(bytes[i], b' ' | b'"' | b'\'') {
+                i += 1;
+            }
+            for scheme in ["bearer ", "basic ", "token "] {
+                if lower[i..].starts_with(scheme) {
+                    i += scheme.len();
+                }
+            }
+            let end = line[i..]
+                .find(|c: char| {
+                    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '}' | ')')
+                })
+                .map_or(line.len(), |e| e + i);
+            if end > i {
+                out.push_str(&line[copied..i]);
+                out.push_str(REDACTED);
+                copied = end;
+            }
+            search = end.max(i);
+        } else {
+            search = i.max(pos + 1);
+        }
+        if search >= line.len() {
+            break;
+        }
+    }
+    out.push_str(&line[copied..]);
+    out
+}
+
+fn redact_tokens(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    'scan: while !rest.is_empty() {
+        for (i, _) in rest.char_indices() {
+            let tail = &rest[i..];
+            let token_len = TOKEN_PREFIXES
+                .iter()
+                .find(|p| tail.starts_with(*p))
+                .map(|p| {
+                    p.len()
+                        + run(&tail[p.len()..], |c| {
+                            c.is_ascii_alphanumeric() || c == '_' || c == '-'
+                        })
+                })
+                .filter(|&n| n >= 20)
+                .or_else(|| aws_key_len(tail));
+            if let Some(n) = token_len {
+                let boundary = i == 0 || !rest[..i].ends_with(|c: char| c.is_ascii_alphanumeric());
+                if boundary {
+                    out.push_str(&rest[..i]);
+                    out.push_str(REDACTED);
+                    rest = &rest[i + n..];
+                    continue 'scan;
+                }
+            }
+        }
+        out.push_str(rest);
+        break;
+    }
+    out
+}
+
+fn aws_key_len(text: &str) -> Option<usize> {
+    let prefixed = text.starts_with("AKIA") || text.starts_with("ASIA");
+    (prefixed && run(&text[4..], |c| c.is_ascii_uppercase() || c.is_ascii_digit()) >= 16)
+        .then_some(20)
+}
+
+fn run(text: &str, ok: impl Fn(char) -> bool) -> usize {
+    text.find(|c: char| !ok(c)).unwrap_or(text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(line: &str) -> String {
+        Redactor::default().line(line)
+    }
+
+    #[test]
+    fn pairs_lose_their_values() {
+        assert_eq!(r("db password=hunter2 ok"), "db password=[redacted] ok");
+        assert_eq!(
+            r(r#"{"api_key": "abc123", "n": 1}"#),
+            r#"{"api_key": "[redacted]", "n": 1}"#
+        );
+        assert_eq!(r("DB_PASSWORD: s3cret"), "DB_PASSWORD: [redacted]");
+        assert_eq!(
+            r("Authorization: Bearer abc.def"),
+            "Authorization: Bearer [redacted]"
+        );
+        assert_eq!(
+            r("token_count 5"),
+            "token_count 5",
+            "no separator, no value"
+        );
+    }
+
+    #[test]
+    fn token_shapes_are_redacted() {
+        assert_eq!(
+            r("using ghp_0123456789abcdefghijABCDEFGHIJ0123 now"),
+            "using [redacted] now"
+        );
+        assert_eq!(r("key AKIAIOSFODNN7EXAMPLE."), "key [redacted].");
+        assert_eq!(r("ghp_short"), "ghp_short");
+    }
+
+    #[test]
+    fn private_key_blocks_are_redacted_whole() {
+        let mut red = Redactor::default();
+        let lines = [
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "MIIEow",
+            "-----END RSA PRIVATE KEY-----",
+            "after",
+        ];
+        let out: Vec<String> = lines.iter().map(|l| red.line(l)).collect();
+        assert_eq!(out, vec![REDACTED, REDACTED, REDACTED, "after"]);
+    }
+
+    #[test]
+    fn ordinary_lines_pass_untouched() {
+        let line = "+ aws_instance.web (create) — 1 to add, ünïcode";
+        assert_eq!(r(line), line);
+    }
+}
