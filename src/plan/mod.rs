@@ -4,7 +4,9 @@
 pub mod canonical;
 pub mod changeset;
 pub mod coverage;
+pub mod engine;
 pub mod fanout;
+pub mod git;
 pub mod glob;
 pub mod path;
 pub mod planfile;

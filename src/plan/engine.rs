@@ -1,0 +1,699 @@
+//! Plans a change end to end: resolve the revisions, read the config, derive
+//! the fan-out, check out the head, plan each wave's members (bounded
+//! concurrency), resolve their inputs, and bind the result into a change set.
+//!
+//! A member that fails to plan blocks only its own downstream members; the
+//! rest go on. Nothing here talks to a forge or a store.
+
+use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
+use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
+use super::git::{self, Worktree};
+use super::planfile::MemberPlan;
+use super::runner::{self, CommandOutcome, CommandSpec};
+use crate::config::repo::{config_changed_components, Component};
+use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Outputs an earlier apply recorded per member (the store provides them later).
+pub trait RecordedOutputs: Send + Sync {
+    fn outputs(&self, member: &str) -> Option<Map<String, Value>>;
+}
+
+/// Outputs given by the caller, by member, taken on trust (`--outputs FILE`).
+pub type SeededOutputs = BTreeMap<String, Map<String, Value>>;
+
+pub struct PlanOptions {
+    pub repo: PathBuf,
+    pub base: String,
+    pub head: String,
+    pub stage: Option<String>,
+    pub seeded: SeededOutputs,
+    pub recorded: Option<Arc<dyn RecordedOutputs>>,
+    /// Plans running at once within a wave.
+    pub concurrency: usize,
+    pub output_cap: usize,
+    pub heartbeat: Duration,
+}
+
+impl PlanOptions {
+    pub fn new(repo: impl Into<PathBuf>, base: impl Into<String>, head: impl Into<String>) -> Self {
+        Self {
+            repo: repo.into(),
+            base: base.into(),
+            head: head.into(),
+            stage: None,
+            seeded: SeededOutputs::new(),
+            recorded: None,
+            concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            output_cap: runner::DEFAULT_OUTPUT_CAP,
+            heartbeat: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a change could not be planned at all (as opposed to a member failing).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// Where an input's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputSource {
+    /// The upstream's plan in this change.
+    Planned,
+    /// The caller's `--outputs`, taken on trust.
+    Seeded,
+    /// The upstream's `outputs` command: what is deployed now.
+    Deployed,
+    /// What wavegate recorded when it last applied the upstream.
+    Recorded,
+    /// Nothing could say; passed to the plan as unknown.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedInput {
+    /// `component.output`.
+    pub reference: String,
+    pub upstream: String,
+    pub source: InputSource,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// For an unknown input: why no value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// What became of one member.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberOutcome {
+    pub member: String,
+    pub component: String,
+    pub stage: String,
+    pub status: MemberStatus,
+    pub plan: Option<MemberPlan>,
+    pub error: Option<String>,
+    pub blocked_by: Option<String>,
+    pub inputs: BTreeMap<String, ResolvedInput>,
+    /// The command's output, redacted and capped.
+    pub output: String,
+}
+
+impl MemberOutcome {
+    pub fn unknown_inputs(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter(|(_, i)| i.source == InputSource::Unknown)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    pub fn known_inputs(&self) -> Map<String, Value> {
+        self.inputs
+            .iter()
+            .filter_map(|(n, i)| i.value.clone().map(|v| (n.clone(), v)))
+            .collect()
+    }
+}
+
+/// A planned change.
+#[derive(Debug, Clone)]
+pub struct PlannedChange {
+    pub base: String,
+    pub head: String,
+    pub derivation: Derivation,
+    /// In wave order.
+    pub members: Vec<MemberOutcome>,
+    /// Components not running (unaffected, not in stage) and members blocked.
+    pub skipped: Vec<Skipped>,
+    /// Members whose outputs were seeded by the caller and read by some plan.
+    pub seeded: Vec<String>,
+    /// Things worth telling the reader that are not a member's own status.
+    pub notes: Vec<String>,
+    pub change_set: ChangeSet,
+}
+
+impl PlannedChange {
+    pub fn any_failed(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.status == MemberStatus::PlanFailed)
+    }
+}
+
+/// Reads config and paths and derives the fan-out, without running anything.
+pub struct Prepared {
+    pub base: String,
+    pub head: String,
+    pub config: RepoConfig,
+    pub derivation: Derivation,
+}
+
+pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
+    let repo = &options.repo;
+    if !repo.join(".git").exists() && git::resolve(repo, "HEAD").is_err() {
+        return Err(PlanError::Usage(format!(
+            "{} is not a git repository; pass --repo DIR of a checkout",
+            repo.display()
+        )));
+    }
+    let base =
+        git::resolve(repo, &options.base).map_err(|e| PlanError::Usage(format!("--base: {e}")))?;
+    let head =
+        git::resolve(repo, &options.head).map_err(|e| PlanError::Usage(format!("--head: {e}")))?;
+    let head_text = git::read_file(repo, &head, CONFIG_FILE)?.ok_or_else(|| ConfigError {
+        file: CONFIG_FILE.into(),
+        field: String::new(),
+        problem: format!(
+            "there is no {CONFIG_FILE} at the head commit {}",
+            &head[..12]
+        ),
+        fix: format!("add a {CONFIG_FILE} at the repository root (see README.md)"),
+    })?;
+    let config = RepoConfig::parse(CONFIG_FILE, &head_text)?;
+    let changed = git::changed_paths(repo, &base, &head)?;
+    let config_changed = if changed.iter().any(|p| p == CONFIG_FILE) {
+        let base_raw = git::read_file(repo, &base, CONFIG_FILE)?
+            .and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, &t).ok());
+        config_changed_components(base_raw.as_ref(), &config)
+    } else {
+        Default::default()
+    };
+    let derivation = fanout::derive(&FanOutInput {
+        config: &config,
+        changed_paths: &changed,
+        config_changed: &config_changed,
+        stage: options.stage.as_deref(),
+    })
+    .map_err(|e| PlanError::Usage(format!("--stage: {e}")))?;
+    Ok(Prepared {
+        base,
+        head,
+        config,
+        derivation,
+    })
+}
+
+/// Plans the change between `options.base` and `options.head`.
+pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanError> {
+    let prepared = prepare(options)?;
+    check_seeded(&options.seeded, &prepared.config)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("wavegate-plan-")
+        .tempdir()
+        .map_err(anyhow::Error::from)?;
+    let worktree = Worktree::add(
+        &options.repo,
+        &prepared.head,
+        &scratch.path().join("worktree"),
+    )?;
+    let mut planner = Planner {
+        options,
+        config: &prepared.config,
+        root: worktree.path().to_owned(),
+        scratch: scratch.path().to_owned(),
+        outcomes: HashMap::new(),
+        deployed: HashMap::new(),
+        seeded_used: Default::default(),
+        notes: Vec::new(),
+    };
+    for wave in &prepared.derivation.waves {
+        planner.plan_wave(wave).await?;
+    }
+    drop(worktree);
+
+    let Planner {
+        mut outcomes,
+        seeded_used,
+        notes,
+        ..
+    } = planner;
+    let members: Vec<MemberOutcome> = prepared
+        .derivation
+        .members
+        .iter()
+        .filter_map(|m| outcomes.remove(m))
+        .collect();
+    let mut skipped = prepared.derivation.skipped.clone();
+    for m in members.iter().filter(|m| m.status == MemberStatus::Blocked) {
+        skipped.push(Skipped {
+            component: m.component.clone(),
+            reason: SkipReason::Blocked,
+            member: Some(m.member.clone()),
+            blocked_by: m.blocked_by.clone(),
+        });
+    }
+    let change_set = ChangeSet::new(
+        members
+            .iter()
+            .map(|m| ChangeSetMember {
+                member: m.member.clone(),
+                status: m.status,
+                plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
+                unknown_inputs: m.unknown_inputs(),
+                inputs: m.known_inputs(),
+                plan: m.plan.clone(),
+            })
+            .collect(),
+    )
+    .map_err(anyhow::Error::from)?;
+    Ok(PlannedChange {
+        base: prepared.base,
+        head: prepared.head,
+        derivation: prepared.derivation,
+        members,
+        skipped,
+        seeded: seeded_used.into_iter().collect(),
+        notes,
+        change_set,
+    })
+}
+
+fn check_seeded(seeded: &SeededOutputs, config: &RepoConfig) -> Result<(), PlanError> {
+    for member in seeded.keys() {
+        let known = member
+            .split_once('@')
+            .and_then(|(c, s)| config.component(c).map(|c| c.stages.iter().any(|x| x == s)))
+            .unwrap_or(false);
+        if !known {
+            return Err(PlanError::Usage(format!(
+                "--outputs: `{member}` is not a member of this repository; keys are component@stage, e.g. `network@dev`"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Parses an `--outputs` document: `{"net@dev": {"vpc_id": "vpc-1"}}`.
+pub fn parse_seeded(text: &str) -> Result<SeededOutputs, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err(
+            "must be a JSON object mapping component@stage to that member's outputs".into(),
+        );
+    };
+    map.into_iter()
+        .map(|(member, outputs)| match outputs {
+            Value::Object(o) => Ok((member, o)),
+            other => Err(format!(
+                "`{member}` must map to an object of outputs, found {}",
+                super::planfile::kind_of(&other)
+            )),
+        })
+        .collect()
+}
+
+struct Planner<'a> {
+    options: &'a PlanOptions,
+    config: &'a RepoConfig,
+    root: PathBuf,
+    scratch: PathBuf,
+    outcomes: HashMap<String, MemberOutcome>,
+    /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
+    deployed: HashMap<String, Result<Map<String, Value>, String>>,
+    seeded_used: std::collections::BTreeSet<String>,
+    notes: Vec<String>,
+}
+
+struct Ready {
+    outcome: MemberOutcome,
+    spec: CommandSpec,
+    plan_file: PathBuf,
+    timeout: Duration,
+}
+
+impl Planner<'_> {
+    async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
+        let mut ready = Vec::new();
+        for member in wave {
+            let (component, stage) = member
+                .split_once('@')
+                .expect("member names are component@stage");
+            let component = self
+                .config
+                .component(component)
+                .expect("derived members name configured components");
+            let mut outcome = MemberOutcome {
+                member: member.clone(),
+                component: component.name.clone(),
+                stage: stage.to_owned(),
+                status: MemberStatus::Planned,
+                plan: None,
+                error: None,
+                blocked_by: None,
+                inputs: BTreeMap::new(),
+                output: String::new(),
+            };
+            if let Some(root) = self.failed_upstream(component, stage) {
+                outcome.status = MemberStatus::Blocked;
+                outcome.error = Some(format!("blocked: upstream {root} failed to plan"));
+                outcome.blocked_by = Some(root);
+                self.outcomes.insert(member.clone(), outcome);
+                continue;
+            }
+            for input in &component.inputs {
+                let resolved = self.resolve_input(input, stage).await;
+                outcome.inputs.insert(input.name.clone(), resolved);
+            }
+            match self.prepare_member(component, stage, &outcome) {
+                Ok((spec, plan_file)) => ready.push(Ready {
+                    outcome,
+                    spec,
+                    plan_file,
+                    timeout: component.timeout,
+                }),
+                Err(e) => {
+                    outcome.status = MemberStatus::PlanFailed;
+                    outcome.error = Some(e);
+                    self.outcomes.insert(member.clone(), outcome);
+                }
+            }
+        }
+
+        let limit = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
+        let mut running = tokio::task::JoinSet::new();
+        for (i, r) in ready.iter().enumerate() {
+            let spec = r.spec.clone();
+            let limit = Arc::clone(&limit);
+            running.spawn(async move {
+                let _permit = limit
+                    .acquire_owned()
+                    .await
+                    .expect("semaphore is never closed");
+                (i, runner::run_command(&spec).await)
+            });
+        }
+        let mut results: Vec<Option<Result<CommandOutcome, runner::SpawnError>>> =
+            (0..ready.len()).map(|_| None).collect();
+        while let Some(joined) = running.join_next().await {
+            let (i, result) = joined.map_err(|e| anyhow::anyhow!("a plan task panicked: {e}"))?;
+            results[i] = Some(result);
+        }
+        for (r, result) in ready.into_iter().zip(results) {
+            let mut outcome = r.outcome;
+            match result.expect("every task reported") {
+                Err(e) => {
+                    outcome.status = MemberStatus::PlanFailed;
+                    outcome.error = Some(e.to_string());
+                }
+                Ok(run) => {
+                    outcome.output = std::mem::take(&mut run.output.clone());
+                    if !run.succeeded() {
+                        outcome.status = MemberStatus::PlanFailed;
+                        let tail = run.tail(5);
+                        let mut error = run.describe("the plan command", r.timeout);
+                        if !tail.is_empty() {
+                            error.push_str(&format!("; last output:\n{tail}"));
+                        }
+                        outcome.error = Some(error);
+                    } else {
+                        match MemberPlan::read(&outcome.member, &r.plan_file) {
+                            Ok(plan) => outcome.plan = Some(plan),
+                            Err(e) => {
+                                outcome.status = MemberStatus::PlanFailed;
+                                outcome.error = Some(e.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(e) = &outcome.error {
+                tracing::warn!(target: "wavegate::plan", "{} failed to plan: {e}", outcome.member);
+            }
+            self.outcomes.insert(outcome.member.clone(), outcome);
+        }
+        Ok(())
+    }
+
+    /// The failed member a member's upstreams in this change lead back to, if any.
+    fn failed_upstream(&self, component: &Component, stage: &str) -> Option<String> {
+        component.depends_on.iter().find_map(|d| {
+            let upstream = self.outcomes.get(&member_name(d, stage))?;
+            match upstream.status {
+                MemberStatus::PlanFailed => Some(upstream.member.clone()),
+                MemberStatus::Blocked => upstream.blocked_by.clone(),
+                MemberStatus::Planned => None,
+            }
+        })
+    }
+
+    async fn resolve_input(
+        &mut self,
+        input: &crate::config::repo::Input,
+        stage: &str,
+    ) -> ResolvedInput {
+        let upstream = member_name(&input.upstream, stage);
+        let resolved = |source, value: Option<Value>, why: Option<String>| ResolvedInput {
+            reference: format!("{}.{}", input.upstream, input.output),
+            upstream: upstream.clone(),
+            source,
+            value,
+            why,
+        };
+        if let Some(planned) = self.outcomes.get(&upstream) {
+            let plan = planned
+                .plan
+                .as_ref()
+                .expect("a planned upstream has a plan");
+            return match plan.outputs.fully_known(&input.output) {
+                Some(v) => resolved(InputSource::Planned, Some(v.clone()), None),
+                None if plan.outputs.known.contains_key(&input.output)
+                    || plan
+                        .outputs
+                        .unknown
+                        .iter()
+                        .any(|u| u.starts_with(&input.output)) =>
+                {
+                    resolved(
+                        InputSource::Unknown,
+                        None,
+                        Some(format!(
+                            "{upstream} knows {} only after it applies",
+                            input.output
+                        )),
+                    )
+                }
+                None => resolved(
+                    InputSource::Unknown,
+                    None,
+                    Some(format!(
+                        "the plan of {upstream} does not list output {}",
+                        input.output
+                    )),
+                ),
+            };
+        }
+        if let Some(v) = self
+            .options
+            .seeded
+            .get(&upstream)
+            .and_then(|o| o.get(&input.output))
+        {
+            self.seeded_used.insert(upstream.clone());
+            return resolved(InputSource::Seeded, Some(v.clone()), None);
+        }
+        let deployed = self.deployed_outputs(&input.upstream, stage).await;
+        if let Ok(outputs) = &deployed {
+            if let Some(v) = outputs.get(&input.output) {
+                return resolved(InputSource::Deployed, Some(v.clone()), None);
+            }
+        }
+        if let Some(v) = self
+            .options
+            .recorded
+            .as_ref()
+            .and_then(|r| r.outputs(&upstream))
+            .and_then(|o| o.get(&input.output).cloned())
+        {
+            return resolved(InputSource::Recorded, Some(v), None);
+        }
+        let why = match deployed {
+            Ok(_) => format!("{upstream} is not in this change, and neither --outputs, its outputs command nor an earlier apply knows {}", input.output),
+            Err(e) => format!("{upstream} is not in this change, nothing seeded or recorded knows {}, and {e}", input.output),
+        };
+        resolved(InputSource::Unknown, None, Some(why))
+    }
+
+    /// Runs the upstream's `outputs` command once per member and remembers the answer.
+    async fn deployed_outputs(
+        &mut self,
+        component: &str,
+        stage: &str,
+    ) -> Result<Map<String, Value>, String> {
+        let member = member_name(component, stage);
+        if let Some(known) = self.deployed.get(&member) {
+            return known.clone();
+        }
+        let result = self.run_outputs_command(component, stage).await;
+        if let Err(e) = &result {
+            self.notes
+                .push(format!("outputs of {member} could not be read: {e}"));
+        }
+        self.deployed.insert(member, result.clone());
+        result
+    }
+
+    async fn run_outputs_command(
+        &self,
+        component: &str,
+        stage: &str,
+    ) -> Result<Map<String, Value>, String> {
+        let component = self
+            .config
+            .component(component)
+            .expect("inputs name configured components");
+        let Some(template) = &component.outputs else {
+            return Err("it has no outputs command".into());
+        };
+        let member = member_name(&component.name, stage);
+        let dir = self
+            .scratch
+            .join("members")
+            .join(format!("{member}.outputs"));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let files = MemberFiles::new(&dir);
+        let spec = self.command_spec("outputs", component, stage, template, &files)?;
+        let run = runner::run_command(&spec)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !run.succeeded() {
+            return Err(run.describe("its outputs command", component.timeout));
+        }
+        let text = std::fs::read_to_string(&files.outputs)
+            .map_err(|e| format!("its outputs command wrote no outputs file ({e})"))?;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Ok(map),
+            Ok(_) => Err("its outputs command wrote JSON that is not an object".into()),
+            Err(e) => Err(format!(
+                "its outputs command wrote a file that is not JSON ({e})"
+            )),
+        }
+    }
+
+    fn prepare_member(
+        &self,
+        component: &Component,
+        stage: &str,
+        outcome: &MemberOutcome,
+    ) -> Result<(CommandSpec, PathBuf), String> {
+        let dir = self.scratch.join("members").join(&outcome.member);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let files = MemberFiles::new(&dir);
+        let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_inputs()});
+        std::fs::write(
+            &files.inputs,
+            serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", files.inputs.display()))?;
+        let spec = self.command_spec("plan", component, stage, &component.plan, &files)?;
+        Ok((spec, files.plan))
+    }
+
+    fn command_spec(
+        &self,
+        kind: &str,
+        component: &Component,
+        stage: &str,
+        template: &[String],
+        files: &MemberFiles,
+    ) -> Result<CommandSpec, String> {
+        let cwd = self.root.join(&component.dir);
+        if !cwd.is_dir() {
+            return Err(format!("directory `{}` of component {} does not exist at the head commit; fix `dir` in {CONFIG_FILE}", component.dir, component.name));
+        }
+        let member = member_name(&component.name, stage);
+        let root = self.root.display().to_string();
+        let fill = |arg: &str| {
+            arg.replace("{component}", &component.name)
+                .replace("{stage}", stage)
+                .replace("{dir}", &component.dir)
+                .replace("{root}", &root)
+                .replace("{plan_file}", &files.plan.display().to_string())
+                .replace("{outputs_file}", &files.outputs.display().to_string())
+                .replace("{inputs_file}", &files.inputs.display().to_string())
+        };
+        let mut argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
+        // A relative program path with a slash is relative to the repository root.
+        if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
+            argv[0] = self.root.join(&argv[0]).display().to_string();
+        }
+        let mut env = vec![
+            (
+                "PATH".to_owned(),
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+            ),
+            (
+                "HOME".to_owned(),
+                std::env::var("HOME").unwrap_or_else(|_| self.scratch.display().to_string()),
+            ),
+            ("WAVEGATE_COMPONENT".to_owned(), component.name.clone()),
+            ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
+            ("WAVEGATE_MEMBER".to_owned(), member.clone()),
+        ];
+        for name in &self.config.env {
+            if let Ok(value) = std::env::var(name) {
+                env.push((name.clone(), value));
+            }
+        }
+        Ok(CommandSpec {
+            label: format!("[{kind}] {member}"),
+            argv,
+            cwd,
+            env,
+            timeout: component.timeout,
+            heartbeat: self.options.heartbeat,
+            output_cap: self.options.output_cap,
+        })
+    }
+}
+
+struct MemberFiles {
+    plan: PathBuf,
+    outputs: PathBuf,
+    inputs: PathBuf,
+}
+
+impl MemberFiles {
+    fn new(dir: &Path) -> Self {
+        Self {
+            plan: dir.join("plan.json"),
+            outputs: dir.join("outputs.json"),
+            inputs: dir.join("inputs.json"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_outputs_are_parsed_with_clear_errors() {
+        let ok = parse_seeded(r#"{"net@dev": {"vpc_id": "vpc-1"}}"#).unwrap();
+        assert_eq!(ok["net@dev"]["vpc_id"], "vpc-1");
+        assert!(parse_seeded("[]")
+            .unwrap_err()
+            .contains("must be a JSON object"));
+        assert!(parse_seeded(r#"{"net@dev": 3}"#)
+            .unwrap_err()
+            .contains("`net@dev` must map to an object of outputs, found a number"));
+        assert!(parse_seeded("{").unwrap_err().contains("not valid JSON"));
+    }
+}

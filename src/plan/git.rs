@@ -1,0 +1,127 @@
+//! The git a plan needs, through the `git` CLI: resolve revisions, read a file
+//! at a revision, list changed paths, and check out a throw-away worktree.
+//!
+//! Changed paths come from `git diff`, never a forge API, so there is no cap
+//! on how many files a change may touch.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn git(repo: &Path) -> Command {
+    let mut command = Command::new("git");
+    command
+        .arg("-C")
+        .arg(repo)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+    command
+}
+
+fn run(mut command: Command, what: &str) -> Result<Output> {
+    let output = command
+        .output()
+        .with_context(|| format!("cannot run git to {what}; is git installed?"))?;
+    if !output.status.success() {
+        bail!(
+            "git could not {what}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output)
+}
+
+/// The commit a revision names, as a full sha.
+pub fn resolve(repo: &Path, rev: &str) -> Result<String> {
+    if rev.starts_with('-') {
+        bail!("`{rev}` is not a revision");
+    }
+    let mut command = git(repo);
+    command
+        .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+        .arg(format!("{rev}^{{commit}}"));
+    let output = command
+        .output()
+        .context("cannot run git; is git installed?")?;
+    if !output.status.success() {
+        bail!("`{rev}` does not name a commit in {}", repo.display());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// The text of `path` at `commit`, or `None` when the file is not there.
+pub fn read_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>> {
+    let spec = format!("{commit}:{path}");
+    let mut exists = git(repo);
+    exists.args(["cat-file", "-e", &spec]);
+    if !exists.output().context("cannot run git")?.status.success() {
+        return Ok(None);
+    }
+    let mut show = git(repo);
+    show.args(["cat-file", "-p", &spec]);
+    let output = run(show, &format!("read {path} at {commit}"))?;
+    let text = String::from_utf8(output.stdout)
+        .with_context(|| format!("{path} at {commit} is not UTF-8"))?;
+    Ok(Some(text))
+}
+
+/// Paths that differ between the merge base of `base` and `head`, and `head`.
+/// Renames are not detected, so a rename counts on both sides.
+pub fn changed_paths(repo: &Path, base: &str, head: &str) -> Result<Vec<String>> {
+    let mut command = git(repo);
+    command
+        .args(["diff", "--name-only", "-z", "--no-renames", "--no-ext-diff"])
+        .arg(format!("{base}...{head}"));
+    let output = run(command, &format!("diff {base}...{head}"))?;
+    let mut paths: Vec<String> = output
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// A detached worktree, removed when dropped (also when planning failed).
+#[derive(Debug)]
+pub struct Worktree {
+    repo: PathBuf,
+    path: PathBuf,
+}
+
+impl Worktree {
+    pub fn add(repo: &Path, commit: &str, path: &Path) -> Result<Self> {
+        let mut command = git(repo);
+        command
+            .args(["worktree", "add", "--detach", "--quiet"])
+            .arg(path)
+            .arg(commit);
+        run(command, &format!("check out {commit} into a worktree"))?;
+        Ok(Self {
+            repo: repo.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        let mut remove = git(&self.repo);
+        remove
+            .args(["worktree", "remove", "--force"])
+            .arg(&self.path);
+        if remove.output().map(|o| !o.status.success()).unwrap_or(true) {
+            let _ = std::fs::remove_dir_all(&self.path);
+            let mut prune = git(&self.repo);
+            prune.args(["worktree", "prune"]);
+            let _ = prune.output();
+        }
+    }
+}
