@@ -412,7 +412,7 @@ impl Planner<'_> {
                     outcome.error = Some(e.to_string());
                 }
                 Ok(run) => {
-                    outcome.output = std::mem::take(&mut run.output.clone());
+                    outcome.output = run.output.clone();
                     if !run.succeeded() {
                         outcome.status = MemberStatus::PlanFailed;
                         let tail = run.tail(5);
@@ -472,22 +472,14 @@ impl Planner<'_> {
                 .expect("a planned upstream has a plan");
             return match plan.outputs.fully_known(&input.output) {
                 Some(v) => resolved(InputSource::Planned, Some(v.clone()), None),
-                None if plan.outputs.known.contains_key(&input.output)
-                    || plan
-                        .outputs
-                        .unknown
-                        .iter()
-                        .any(|u| u.starts_with(&input.output)) =>
-                {
-                    resolved(
-                        InputSource::Unknown,
-                        None,
-                        Some(format!(
-                            "{upstream} knows {} only after it applies",
-                            input.output
-                        )),
-                    )
-                }
+                None if plan.outputs.mentions(&input.output) => resolved(
+                    InputSource::Unknown,
+                    None,
+                    Some(format!(
+                        "{upstream} knows {} only after it applies",
+                        input.output
+                    )),
+                ),
                 None => resolved(
                     InputSource::Unknown,
                     None,

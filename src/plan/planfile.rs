@@ -83,6 +83,12 @@ impl Outputs {
         parse_paths(&self.unknown)
     }
 
+    /// Whether the plan says anything of output `name`, known or not.
+    pub fn mentions(&self, name: &str) -> bool {
+        let root = ValuePath::root().child_key(name);
+        self.known.contains_key(name) || self.unknown_paths().iter().any(|p| p.starts_with(&root))
+    }
+
     /// Whether output `name` can be read now: known and no part of it unknown.
     pub fn fully_known(&self, name: &str) -> Option<&Value> {
         let root = ValuePath::root().child_key(name);
