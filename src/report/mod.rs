@@ -1,1 +1,30 @@
-//! Reports: the markdown PR comment and the JSON report.
+//! Reports of a planned change: the JSON report (for machines and the future
+//! check run), the markdown PR comment, and the terminal text of `wavegate plan`.
+//!
+//! Renderers only format what the engine computed; none derives anything.
+
+pub mod json;
+pub mod markdown;
+pub mod text;
+
+use crate::plan::fanout::{SkipReason, Skipped};
+use crate::plan::planfile::Counts;
+
+/// Longest comment a forge accepts (GitHub's limit; Forgejo's is larger).
+pub const COMMENT_LIMIT: usize = 65_536;
+
+/// The hidden marker that finds the report comment again.
+pub const REPORT_MARKER: &str = "<!-- wavegate:report -->";
+
+pub(crate) fn reason_text(skip: &Skipped) -> String {
+    match (&skip.reason, &skip.blocked_by) {
+        (SkipReason::Blocked, Some(by)) => format!("blocked by {by}"),
+        (SkipReason::Blocked, None) => "blocked".into(),
+        (SkipReason::Unaffected, _) => "unaffected".into(),
+        (SkipReason::NotInStage, _) => "not in the requested stage".into(),
+    }
+}
+
+pub(crate) fn counts_text(c: &Counts) -> String {
+    format!("+{} ~{} -{} ±{}", c.create, c.update, c.delete, c.replace)
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE
+
+Applies a plan written by plan.py to the simulated estate: updates
+$ESTATE_DIR/<stage>/<component>.json (assigning computed attributes such as
+`id` deterministically), then writes every output of the component to
+OUTPUTS_FILE as {"name": value} and appends one line to
+$ESTATE_DIR/apply-log.jsonl (so tests can see that nothing applied twice).
+
+A plan that no longer fits the state (it creates what exists, changes what
+does not), or that still holds a value from an input unknown when it was
+planned, is not applied:
+OUTPUTS_FILE gets {"outcome": "replan"} and the exit code is 0.
+
+Test hooks: `.fail-apply` in the component directory or
+$ESTATE_DIR/<stage>/<component>.fail-apply makes it print that file to stderr
+and exit 1 before anything changes (delete the second one, then /retry).
+"""
+
+import sys
+
+sys.dont_write_bytecode = True  # keep the worktree clean of __pycache__
+
+import json
+import os
+
+import estate
+
+ACTIONS = ("create", "update", "replace", "delete", "read", "no-op")
+
+
+def read_plan(path):
+    plan = estate.read_json(path, "plan file")
+    entries = plan.get("entries") if isinstance(plan, dict) else None
+    if not isinstance(entries, list):
+        estate.die(f"plan file {path} has no `entries` list; was it written by plan.py?")
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("address"), str) \
+                or e.get("action") not in ACTIONS:
+            estate.die(f"plan file {path}: entries[{i}] needs an `address` and an `action` "
+                       f"(one of {', '.join(ACTIONS)})")
+        if e["action"] in ("create", "update", "replace") and not isinstance(e.get("after"), dict):
+            estate.die(f"plan file {path}: entries[{i}] ({e['address']}) has no `after` object")
+    return entries
+
+
+def apply_entries(entries, state, resources, component, stage):
+    """The new state, or (None, problems) when the plan does not fit the state."""
+    new, problems = dict(state), []
+    for e in entries:
+        address, action = e["address"], e["action"]
+        exists = address in state
+        if action == "create" and exists:
+            problems.append(f"{address} is planned as `create` but already exists")
+        if action in ("update", "replace", "delete", "no-op") and not exists:
+            problems.append(f"{address} is planned as `{action}` but is not deployed")
+        if action == "delete":
+            new.pop(address, None)
+        if action not in ("create", "update", "replace"):
+            continue
+        computed = resources[address].computed if address in resources else ["id"]
+        attrs = dict(e["after"])
+        for path in e.get("unknown") or []:
+            attr = next((c for c in computed if estate.child_path("", c) == path), None)
+            if attr is None:
+                problems.append(f"{address}: `{path}` was unknown when planned (an input was "
+                                "not known yet)")
+            else:
+                attrs[attr] = estate.computed_value(stage, component, address, attr)
+        new[address] = attrs
+    return (None, problems) if problems else (new, [])
+
+
+def main(argv):
+    if len(argv) != 5:
+        estate.die("usage: apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE", code=2)
+    component, stage, plan_file, outputs_file = argv[1:5]
+    estate.fail_hook(".fail-apply")
+    root = estate.estate_dir()
+    estate.fail_hook(os.path.join(root, stage, f"{component}.fail-apply"))
+    who = estate.member(component, stage)
+
+    entries = read_plan(plan_file)
+    resources = estate.load_resources(stage)
+    outputs = estate.load_outputs()
+    state = estate.load_state(stage, component)
+    estate.say(f"applying {who} ({len(entries)} planned, {len(state)} deployed)")
+
+    new, problems = apply_entries(entries, state, resources, component, stage)
+    if problems:
+        for p in problems:
+            estate.say(f"cannot apply this plan: {p}")
+        estate.say("nothing applied; asking wavegate to plan again")
+        estate.write_json(outputs_file, {"outcome": "replan"})
+        return
+
+    values = {}
+    for name, (address, attr) in sorted(outputs.items()):
+        if attr not in new.get(address, {}):
+            estate.die(f"output `{name}` reads {address}.{attr}, which is not deployed "
+                       "after this apply; nothing was applied")
+        values[name] = new[address][attr]
+
+    counts = {a: sum(e["action"] == a for e in entries)
+              for a in ("create", "update", "replace", "delete")}
+    for e in entries:
+        if e["action"] in counts:
+            estate.say(f"{e['action']:>7} {e['address']}")
+    estate.save_state(stage, component, new)
+    estate.write_json(outputs_file, values)
+    with open(os.path.join(root, "apply-log.jsonl"), "a", encoding="utf-8") as log:
+        log.write(json.dumps({"member": who, **counts}, sort_keys=True) + "\n")
+    estate.say(f"applied {who}: {counts['create']} created, {counts['update']} updated, "
+               f"{counts['replace']} replaced, {counts['delete']} deleted")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

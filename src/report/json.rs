@@ -1,0 +1,91 @@
+//! The JSON report: a stable, documented shape (`schema/report.schema.json`).
+
+use crate::plan::changeset::MemberStatus;
+use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
+use crate::plan::fanout::Skipped;
+use crate::plan::planfile::Counts;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const REPORT_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonReport<'a> {
+    pub version: u32,
+    /// The change-set digest: what `/approve` binds.
+    pub digest: &'a str,
+    pub derivation_digest: &'a str,
+    pub base: &'a str,
+    pub head: &'a str,
+    pub waves: &'a [Vec<String>],
+    pub selected: &'a BTreeMap<String, String>,
+    pub members: Vec<JsonMember<'a>>,
+    pub skipped: &'a [Skipped],
+    pub indeterminate: &'a [String],
+    pub seeded: &'a [String],
+    pub notes: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonMember<'a> {
+    pub member: &'a str,
+    pub component: &'a str,
+    pub stage: &'a str,
+    pub status: MemberStatus,
+    pub plan_digest: Option<&'a str>,
+    pub counts: Counts,
+    pub destructive: bool,
+    pub empty: bool,
+    pub unknown_inputs: Vec<String>,
+    pub inputs: &'a BTreeMap<String, ResolvedInput>,
+    pub denied: &'a [String],
+    pub error: Option<&'a str>,
+    pub blocked_by: Option<&'a str>,
+}
+
+pub fn report(change: &PlannedChange) -> JsonReport<'_> {
+    let members = change
+        .members
+        .iter()
+        .map(|m| JsonMember {
+            member: &m.member,
+            component: &m.component,
+            stage: &m.stage,
+            status: m.status,
+            plan_digest: m.plan.as_ref().map(|p| p.plan_digest.as_str()),
+            counts: m.plan.as_ref().map(|p| p.counts()).unwrap_or_default(),
+            destructive: m.plan.as_ref().is_some_and(|p| p.destructive),
+            empty: m.plan.as_ref().is_some_and(|p| p.is_empty()),
+            unknown_inputs: m
+                .inputs
+                .iter()
+                .filter(|(_, i)| i.source == InputSource::Unknown)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            inputs: &m.inputs,
+            denied: m.plan.as_ref().map_or(&[][..], |p| &p.denied[..]),
+            error: m.error.as_deref(),
+            blocked_by: m.blocked_by.as_deref(),
+        })
+        .collect();
+    JsonReport {
+        version: REPORT_VERSION,
+        digest: &change.change_set.digest,
+        derivation_digest: &change.derivation.digest,
+        base: &change.base,
+        head: &change.head,
+        waves: &change.derivation.waves,
+        selected: &change.derivation.selected,
+        members,
+        skipped: &change.skipped,
+        indeterminate: &change.derivation.indeterminate,
+        seeded: &change.seeded,
+        notes: &change.notes,
+    }
+}
+
+pub fn to_string(change: &PlannedChange) -> String {
+    serde_json::to_string_pretty(&report(change)).expect("the report serialises")
+}

@@ -1,0 +1,120 @@
+//! The terminal report of `wavegate plan`, written to stderr.
+
+use super::{counts_text, reason_text};
+use crate::plan::changeset::MemberStatus;
+use crate::plan::engine::{InputSource, PlannedChange};
+use std::fmt::Write as _;
+
+pub fn render(change: &PlannedChange) -> String {
+    let mut out = String::new();
+    let d = &change.derivation;
+    let unaffected = change
+        .skipped
+        .iter()
+        .filter(|s| s.reason == crate::plan::fanout::SkipReason::Unaffected)
+        .count();
+    let _ = writeln!(
+        out,
+        "fan-out: {} selected, {unaffected} unaffected, {} indeterminate",
+        d.selected.len(),
+        d.indeterminate.len()
+    );
+    if d.waves.is_empty() {
+        let _ = writeln!(out, "  nothing to run");
+    }
+    for (i, wave) in d.waves.iter().enumerate() {
+        let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
+    }
+    for (component, why) in &d.selected {
+        let _ = writeln!(out, "  selected {component}: {why}");
+    }
+    if !change.skipped.is_empty() {
+        let _ = writeln!(out, "  not running ({}):", change.skipped.len());
+        let width = change
+            .skipped
+            .iter()
+            .map(|s| s.member.as_ref().unwrap_or(&s.component).len())
+            .max()
+            .unwrap_or(0);
+        for s in &change.skipped {
+            let who = s.member.as_ref().unwrap_or(&s.component);
+            let _ = writeln!(out, "    {who:width$}  {}", reason_text(s));
+        }
+    }
+    if !d.indeterminate.is_empty() {
+        let _ = writeln!(
+            out,
+            "  indeterminate (no component claims these, no ignore pattern covers them): {}",
+            d.indeterminate.join(", ")
+        );
+    }
+    if !change.seeded.is_empty() {
+        let _ = writeln!(
+            out,
+            "  seeded outputs, taken on trust: {}",
+            change.seeded.join(", ")
+        );
+    }
+    for note in &change.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    if !change.members.is_empty() {
+        let _ = writeln!(out, "members:");
+    }
+    let width = change
+        .members
+        .iter()
+        .map(|m| m.member.len())
+        .max()
+        .unwrap_or(0);
+    for m in &change.members {
+        match (&m.status, &m.plan) {
+            (MemberStatus::Planned, Some(plan)) => {
+                let flag = if plan.destructive {
+                    "  destructive"
+                } else if plan.is_empty() {
+                    "  no changes"
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    out,
+                    "  {:width$}  planned  {}  {}{flag}",
+                    m.member,
+                    counts_text(&plan.counts()),
+                    plan.plan_digest
+                );
+            }
+            (MemberStatus::Blocked, _) => {
+                let _ = writeln!(
+                    out,
+                    "  {:width$}  blocked by {}",
+                    m.member,
+                    m.blocked_by.as_deref().unwrap_or("?")
+                );
+            }
+            _ => {
+                let error = m.error.as_deref().unwrap_or("failed");
+                let _ = writeln!(
+                    out,
+                    "  {:width$}  PLAN FAILED: {}",
+                    m.member,
+                    error.replace('\n', "\n      ")
+                );
+            }
+        }
+        for (name, input) in &m.inputs {
+            if input.source == InputSource::Unknown {
+                let _ = writeln!(
+                    out,
+                    "      unknown input {name} <- {}: {}",
+                    input.reference,
+                    input.why.as_deref().unwrap_or("")
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "plan: {}", change.change_set.digest);
+    let _ = writeln!(out, "approve: /approve {}", change.change_set.digest);
+    out
+}
