@@ -4,3 +4,4 @@
 pub mod canonical;
 pub mod path;
 pub mod planfile;
+pub mod terraform;
