@@ -12,3 +12,4 @@ pub mod path;
 pub mod planfile;
 pub mod redact;
 pub mod runner;
+pub mod terraform;
