@@ -55,6 +55,17 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Turn another tool's plan into a wavegate plan file (stdin to stdout).
+    Adapt {
+        #[command(subcommand)]
+        tool: AdaptTool,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdaptTool {
+    /// Read `terraform show -json PLANFILE` (or `tofu show -json`) on stdin.
+    Terraform,
 }
 
 #[derive(Subcommand)]
@@ -99,6 +110,9 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check { repo },
         } => config_check(repo),
+        Command::Adapt {
+            tool: AdaptTool::Terraform,
+        } => adapt_terraform(),
     }
 }
 
@@ -170,11 +184,22 @@ fn init_logging() {
         .init();
 }
 
-#[allow(dead_code)]
-fn read_stdin() -> anyhow::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut bytes)
-        .context("cannot read standard input")?;
-    Ok(bytes)
+fn adapt_terraform() -> ExitCode {
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+        return usage_error(&format!("cannot read standard input: {e}"));
+    }
+    match wavegate::plan::terraform::adapt_terraform(&input) {
+        Ok(plan) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan).expect("a plan file serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }

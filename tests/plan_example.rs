@@ -7,7 +7,17 @@ use common::{Example, Run};
 use serde_json::{json, Value};
 
 fn digests(report: &Value) -> Vec<(String, Value)> {
-    report["members"].as_array().unwrap().iter().map(|m| (m["member"].as_str().unwrap().to_owned(), m["planDigest"].clone())).collect()
+    report["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["member"].as_str().unwrap().to_owned(),
+                m["planDigest"].clone(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -15,24 +25,56 @@ fn plan_on_the_example_prints_the_expected_waves() {
     let example = Example::deployed();
     let run = example.plan("main", "change", &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stderr.contains("  wave 1: app@dev\n  wave 2: app@prod\n  wave 3: dns@prod\n"), "{}", run.stderr);
-    assert!(run.stderr.contains("[plan] app@dev | "), "plan output is streamed with its member: {}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("  wave 1: app@dev\n  wave 2: app@prod\n  wave 3: dns@prod\n"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("[plan] app@dev | "),
+        "plan output is streamed with its member: {}",
+        run.stderr
+    );
 
     let report = run.json();
-    assert_eq!(report["waves"], json!([["app@dev"], ["app@prod"], ["dns@prod"]]));
+    assert_eq!(
+        report["waves"],
+        json!([["app@dev"], ["app@prod"], ["dns@prod"]])
+    );
     assert_eq!(
         report["skipped"],
         json!([{"component": "database", "reason": "unaffected"}, {"component": "network", "reason": "unaffected"}])
     );
-    assert_eq!(report["indeterminate"], json!([]), "docs/notes.md is ignored by default");
+    assert_eq!(
+        report["indeterminate"],
+        json!([]),
+        "docs/notes.md is ignored by default"
+    );
     let app = Run::member(&report, "app@dev");
     assert_eq!(app["status"], "planned");
-    assert_eq!(app["counts"], json!({"create": 1, "update": 1, "delete": 0, "replace": 0}));
-    assert_eq!(app["inputs"]["vpc_id"]["source"], "deployed", "network is not in the change: its outputs command says");
-    assert!(app["inputs"]["vpc_id"]["value"].as_str().unwrap().starts_with("vpc-"));
+    assert_eq!(
+        app["counts"],
+        json!({"create": 1, "update": 1, "delete": 0, "replace": 0})
+    );
+    assert_eq!(
+        app["inputs"]["vpc_id"]["source"], "deployed",
+        "network is not in the change: its outputs command says"
+    );
+    assert!(app["inputs"]["vpc_id"]["value"]
+        .as_str()
+        .unwrap()
+        .starts_with("vpc-"));
     let dns = Run::member(&report, "dns@prod");
-    assert_eq!(dns["unknownInputs"], json!(["hostname"]), "app@prod knows its hostname only after applying");
-    assert_eq!(dns["inputs"]["hostname"]["why"], "app@prod knows hostname only after it applies");
+    assert_eq!(
+        dns["unknownInputs"],
+        json!(["hostname"]),
+        "app@prod knows its hostname only after applying"
+    );
+    assert_eq!(
+        dns["inputs"]["hostname"]["why"],
+        "app@prod knows hostname only after it applies"
+    );
     assert_eq!(example.worktrees(), 1, "the plan worktree is removed");
 }
 
@@ -52,8 +94,13 @@ fn one_member_moving_moves_its_digest_and_the_change_set_digest_and_nothing_else
     let before = example.plan("main", "change", &[]).json();
     // Someone deleted app@dev's security group by hand: its plan now creates it again.
     let state_path = example.estate.join("dev/app.json");
-    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
-    state.as_object_mut().unwrap().remove("aws_security_group.app").expect("the group was deployed");
+    let mut state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    state
+        .as_object_mut()
+        .unwrap()
+        .remove("aws_security_group.app")
+        .expect("the group was deployed");
     std::fs::write(&state_path, serde_json::to_string(&state).unwrap()).unwrap();
     let after = example.plan("main", "change", &[]).json();
 
@@ -72,9 +119,18 @@ fn one_member_moving_moves_its_digest_and_the_change_set_digest_and_nothing_else
 #[test]
 fn a_hanging_plan_is_killed_at_its_timeout_and_reported() {
     let example = Example::deployed();
-    let config = example.read("change", "wavegate.toml").replace("timeout = \"2m\"", "timeout = \"2s\"");
+    let config = example
+        .read("change", "wavegate.toml")
+        .replace("timeout = \"2m\"", "timeout = \"2s\"");
     assert!(config.contains("timeout = \"2s\""));
-    example.branch("hang", "change", &[("infra/app/.hang", Some("")), ("wavegate.toml", Some(&config))]);
+    example.branch(
+        "hang",
+        "change",
+        &[
+            ("infra/app/.hang", Some("")),
+            ("wavegate.toml", Some(&config)),
+        ],
+    );
     let started = std::time::Instant::now();
     let run = example.plan("main", "hang", &[]);
     assert_eq!(run.code, 1, "{}", run.stderr);
@@ -82,62 +138,123 @@ fn a_hanging_plan_is_killed_at_its_timeout_and_reported() {
     let app = Run::member(&report, "app@dev");
     assert_eq!(app["status"], "plan-failed");
     let error = app["error"].as_str().unwrap();
-    assert!(error.contains("did not finish within its timeout of 2s and was killed with its process group"), "{error}");
+    assert!(
+        error.contains(
+            "did not finish within its timeout of 2s and was killed with its process group"
+        ),
+        "{error}"
+    );
     assert_eq!(Run::member(&report, "dns@prod")["status"], "blocked");
     assert!(run.stderr.contains("timed out after 2s"), "{}", run.stderr);
-    assert!(started.elapsed().as_secs() < 60, "the hung plans did not hold the run");
-    assert_eq!(example.worktrees(), 1, "the worktree is removed on failure too");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the hung plans did not hold the run"
+    );
+    assert_eq!(
+        example.worktrees(),
+        1,
+        "the worktree is removed on failure too"
+    );
 }
 
 #[test]
 fn a_failing_plan_blocks_its_downstream_and_others_go_on() {
     let example = Example::deployed();
-    example.branch("fail", "change", &[("infra/app/.fail-plan", Some("provider exploded: quota exceeded\n"))]);
+    example.branch(
+        "fail",
+        "change",
+        &[(
+            "infra/app/.fail-plan",
+            Some("provider exploded: quota exceeded\n"),
+        )],
+    );
     let run = example.plan("main", "fail", &[]);
     assert_eq!(run.code, 1);
     let report = run.json();
     let app = Run::member(&report, "app@prod");
     assert_eq!(app["status"], "plan-failed");
-    assert!(app["error"].as_str().unwrap().contains("exited with status 1"));
-    assert!(app["error"].as_str().unwrap().contains("provider exploded: quota exceeded"));
+    assert!(app["error"]
+        .as_str()
+        .unwrap()
+        .contains("exited with status 1"));
+    assert!(app["error"]
+        .as_str()
+        .unwrap()
+        .contains("provider exploded: quota exceeded"));
     assert_eq!(app["planDigest"], Value::Null);
     let dns = Run::member(&report, "dns@prod");
-    assert_eq!((dns["status"].as_str(), dns["blockedBy"].as_str()), (Some("blocked"), Some("app@prod")));
+    assert_eq!(
+        (dns["status"].as_str(), dns["blockedBy"].as_str()),
+        (Some("blocked"), Some("app@prod"))
+    );
     let skipped = report["skipped"].as_array().unwrap();
     assert!(skipped.contains(&json!({"component": "dns", "reason": "blocked", "member": "dns@prod", "blockedBy": "app@prod"})));
 
-    example.branch("garbage", "change", &[("infra/dns/.garbage-plan", Some(""))]);
+    example.branch(
+        "garbage",
+        "change",
+        &[("infra/dns/.garbage-plan", Some(""))],
+    );
     let run = example.plan("main", "garbage", &[]);
     assert_eq!(run.code, 1);
     let report = run.json();
     let dns = Run::member(&report, "dns@prod");
-    assert!(dns["error"].as_str().unwrap().contains("the plan file is not valid JSON"), "{dns:#}");
-    assert_eq!(Run::member(&report, "app@dev")["status"], "planned", "an independent member goes on");
+    assert!(
+        dns["error"]
+            .as_str()
+            .unwrap()
+            .contains("the plan file is not valid JSON"),
+        "{dns:#}"
+    );
+    assert_eq!(
+        Run::member(&report, "app@dev")["status"],
+        "planned",
+        "an independent member goes on"
+    );
     assert_eq!(Run::member(&report, "app@prod")["status"], "planned");
 }
 
 #[test]
 fn a_broken_config_gets_an_error_that_names_the_field() {
     let example = Example::deployed();
-    let config = example.read("change", "wavegate.toml").replace("depends_on = [\"network\", \"database\"]", "depends_on = [\"netwrk\", \"database\"]");
+    let config = example.read("change", "wavegate.toml").replace(
+        "depends_on = [\"network\", \"database\"]",
+        "depends_on = [\"netwrk\", \"database\"]",
+    );
     example.branch("broken", "change", &[("wavegate.toml", Some(&config))]);
     let run = example.plan("main", "broken", &[]);
     assert_eq!(run.code, 2);
     assert!(run.stdout.is_empty());
     assert!(run.stderr.contains("wavegate.toml: `component[2] (app).depends_on[0]`: unknown component `netwrk`; fix: name one of: network, database, app, dns"), "{}", run.stderr);
 
-    let typo = example.read("change", "wavegate.toml").replace("[[stage]]\nname = \"prod\"", "[[stage]]\nnmae = \"prod\"");
+    let typo = example
+        .read("change", "wavegate.toml")
+        .replace("[[stage]]\nname = \"prod\"", "[[stage]]\nnmae = \"prod\"");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("wavegate.toml"), typo).unwrap();
-    let run = example.wavegate(&["config", "check", "--repo", &dir.path().display().to_string()]);
+    let run = example.wavegate(&[
+        "config",
+        "check",
+        "--repo",
+        &dir.path().display().to_string(),
+    ]);
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("unknown field `nmae`"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("unknown field `nmae`"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
 fn config_check_accepts_the_example() {
     let example = Example::undeployed();
-    let run = example.wavegate(&["config", "check", "--repo", &example.repo.display().to_string()]);
+    let run = example.wavegate(&[
+        "config",
+        "check",
+        "--repo",
+        &example.repo.display().to_string(),
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("ok (2 stages, 4 components)"));
 }
@@ -147,10 +264,20 @@ fn usage_errors_exit_2_with_the_fix() {
     let example = Example::deployed();
     let run = example.plan("main", "no-such-branch", &[]);
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("--head: `no-such-branch` does not name a commit"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--head: `no-such-branch` does not name a commit"),
+        "{}",
+        run.stderr
+    );
     let run = example.plan("main", "change", &["--stage", "qa"]);
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("unknown stage `qa`; the config defines: dev, prod"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("unknown stage `qa`; the config defines: dev, prod"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -158,19 +285,40 @@ fn seeded_outputs_are_used_before_the_deployed_estate_and_listed() {
     let example = Example::deployed();
     let seeds = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(seeds.path(), r#"{"network@dev": {"vpc_id": "vpc-seeded"}}"#).unwrap();
-    let run = example.plan("main", "change", &["--outputs", &seeds.path().display().to_string(), "--stage", "dev"]);
+    let run = example.plan(
+        "main",
+        "change",
+        &[
+            "--outputs",
+            &seeds.path().display().to_string(),
+            "--stage",
+            "dev",
+        ],
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let report = run.json();
     let app = Run::member(&report, "app@dev");
-    assert_eq!(app["inputs"]["vpc_id"], json!({"reference": "network.vpc_id", "upstream": "network@dev", "source": "seeded", "value": "vpc-seeded"}));
+    assert_eq!(
+        app["inputs"]["vpc_id"],
+        json!({"reference": "network.vpc_id", "upstream": "network@dev", "source": "seeded", "value": "vpc-seeded"})
+    );
     assert_eq!(app["inputs"]["db_endpoint"]["source"], "deployed");
     assert_eq!(report["seeded"], json!(["network@dev"]));
     assert_eq!(report["waves"], json!([["app@dev"]]));
 
     std::fs::write(seeds.path(), r#"{"netwrk@dev": {}}"#).unwrap();
-    let run = example.plan("main", "change", &["--outputs", &seeds.path().display().to_string()]);
+    let run = example.plan(
+        "main",
+        "change",
+        &["--outputs", &seeds.path().display().to_string()],
+    );
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("`netwrk@dev` is not a member of this repository"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("`netwrk@dev` is not a member of this repository"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -182,8 +330,14 @@ fn with_nothing_deployed_the_inputs_are_unknown_and_the_report_says_why() {
     let app = Run::member(&report, "app@dev");
     assert_eq!(app["unknownInputs"], json!(["db_endpoint", "vpc_id"]));
     let why = app["inputs"]["vpc_id"]["why"].as_str().unwrap();
-    assert!(why.contains("network@dev is not in this change") && why.contains("vpc_id"), "{why}");
-    assert_eq!(app["counts"]["create"], 3, "nothing is deployed, so everything is created");
+    assert!(
+        why.contains("network@dev is not in this change") && why.contains("vpc_id"),
+        "{why}"
+    );
+    assert_eq!(
+        app["counts"]["create"], 3,
+        "nothing is deployed, so everything is created"
+    );
 }
 
 #[test]
@@ -191,10 +345,17 @@ fn the_json_report_matches_its_schema() {
     let schema: Value = serde_json::from_str(include_str!("../schema/report.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema is valid");
     let example = Example::deployed();
-    example.branch("fail", "change", &[("infra/app/.fail-plan", Some("boom\n"))]);
+    example.branch(
+        "fail",
+        "change",
+        &[("infra/app/.fail-plan", Some("boom\n"))],
+    );
     for head in ["change", "fail"] {
         let report = example.plan("main", head, &[]).json();
-        let errors: Vec<String> = validator.iter_errors(&report).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+        let errors: Vec<String> = validator
+            .iter_errors(&report)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
         assert!(errors.is_empty(), "{head}: {errors:#?}");
     }
     let mut broken = example.plan("main", "change", &[]).json();
@@ -206,7 +367,42 @@ fn the_json_report_matches_its_schema() {
 fn the_markdown_report_is_what_the_bot_would_post() {
     let example = Example::deployed();
     let repo = example.repo.display().to_string();
-    let run = example.wavegate(&["plan", "--repo", &repo, "--base", "main", "--head", "change", "--markdown"]);
+    let run = example.wavegate(&[
+        "plan",
+        "--repo",
+        &repo,
+        "--base",
+        "main",
+        "--head",
+        "change",
+        "--markdown",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     insta::assert_snapshot!(run.stdout);
+}
+
+#[test]
+fn adapt_terraform_turns_show_json_into_a_plan_file_and_refuses_an_errored_plan() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/terraform/show-json");
+    let adapt = |file: &str| {
+        let input = std::fs::File::open(fixtures.join(file)).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
+            .args(["adapt", "terraform"])
+            .stdin(input)
+            .output()
+            .unwrap()
+    };
+    let out = adapt("requires-replace.json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan = wavegate::plan::planfile::MemberPlan::parse("app@dev", &out.stdout).unwrap();
+    assert!(plan.destructive);
+    assert_eq!(plan.counts().replace, 1);
+    let out = adapt("plan-error.json");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("terraform reported the plan as errored"));
 }

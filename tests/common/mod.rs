@@ -24,11 +24,21 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
     }
 
     pub fn member<'a>(report: &'a Value, name: &str) -> &'a Value {
-        report["members"].as_array().unwrap().iter().find(|m| m["member"] == name).unwrap_or_else(|| panic!("no member {name} in {report:#}"))
+        report["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["member"] == name)
+            .unwrap_or_else(|| panic!("no member {name} in {report:#}"))
     }
 }
 
@@ -37,7 +47,12 @@ fn example_dir() -> PathBuf {
 }
 
 fn check(output: Output, what: &str) -> Output {
-    assert!(output.status.success(), "{what} failed:\n{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     output
 }
 
@@ -48,11 +63,21 @@ impl Example {
         let base = example._dir.path().join("base");
         std::fs::create_dir(&base).unwrap();
         let archive = check(example.git(&["archive", "main"]), "git archive");
-        let mut tar = Command::new("tar").args(["-xf", "-", "-C"]).arg(&base).stdin(std::process::Stdio::piped()).spawn().unwrap();
+        let mut tar = Command::new("tar")
+            .args(["-xf", "-", "-C"])
+            .arg(&base)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         std::io::Write::write_all(tar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
         assert!(tar.wait().unwrap().success());
         check(
-            Command::new("python3").arg(example_dir().join("bootstrap.py")).arg(&base).env("ESTATE_DIR", &example.estate).output().unwrap(),
+            Command::new("python3")
+                .arg(example_dir().join("bootstrap.py"))
+                .arg(&base)
+                .env("ESTATE_DIR", &example.estate)
+                .output()
+                .unwrap(),
             "bootstrap.py",
         );
         example
@@ -64,8 +89,19 @@ impl Example {
         let repo = dir.path().join("repo");
         let estate = dir.path().join("estate");
         std::fs::create_dir(&estate).unwrap();
-        check(Command::new("sh").arg(example_dir().join("make-repo.sh")).arg(&repo).output().unwrap(), "make-repo.sh");
-        Self { _dir: dir, repo, estate }
+        check(
+            Command::new("sh")
+                .arg(example_dir().join("make-repo.sh"))
+                .arg(&repo)
+                .output()
+                .unwrap(),
+            "make-repo.sh",
+        );
+        Self {
+            _dir: dir,
+            repo,
+            estate,
+        }
     }
 
     pub fn git(&self, args: &[&str]) -> Output {
@@ -87,7 +123,10 @@ impl Example {
 
     /// Commits `files` (path → content, `None` deletes) on a new branch `name` made from `from`.
     pub fn branch(&self, name: &str, from: &str, files: &[(&str, Option<&str>)]) {
-        check(self.git(&["checkout", "-q", "-B", name, from]), "git checkout");
+        check(
+            self.git(&["checkout", "-q", "-B", name, from]),
+            "git checkout",
+        );
         for (path, content) in files {
             let full = self.repo.join(path);
             match content {
@@ -100,11 +139,15 @@ impl Example {
         }
         check(self.git(&["add", "-A"]), "git add");
         check(self.git(&["commit", "-q", "-m", name]), "git commit");
-        check(self.git(&["checkout", "-q", "--detach", "main"]), "git checkout main");
+        check(
+            self.git(&["checkout", "-q", "--detach", "main"]),
+            "git checkout main",
+        );
     }
 
     pub fn read(&self, rev: &str, path: &str) -> String {
-        String::from_utf8(check(self.git(&["show", &format!("{rev}:{path}")]), "git show").stdout).unwrap()
+        String::from_utf8(check(self.git(&["show", &format!("{rev}:{path}")]), "git show").stdout)
+            .unwrap()
     }
 
     /// Runs `wavegate ARGS` with the estate in the environment.
@@ -125,12 +168,17 @@ impl Example {
     /// `wavegate plan --repo REPO --base BASE --head HEAD --json EXTRA…`.
     pub fn plan(&self, base: &str, head: &str, extra: &[&str]) -> Run {
         let repo = self.repo.display().to_string();
-        let mut args = vec!["plan", "--repo", &repo, "--base", base, "--head", head, "--json"];
+        let mut args = vec![
+            "plan", "--repo", &repo, "--base", base, "--head", head, "--json",
+        ];
         args.extend_from_slice(extra);
         self.wavegate(&args)
     }
 
     pub fn worktrees(&self) -> usize {
-        String::from_utf8(self.git(&["worktree", "list", "--porcelain"]).stdout).unwrap().matches("worktree ").count()
+        String::from_utf8(self.git(&["worktree", "list", "--porcelain"]).stdout)
+            .unwrap()
+            .matches("worktree ")
+            .count()
     }
 }
