@@ -434,6 +434,30 @@ mod tests {
     }
 
     #[test]
+    fn no_input_makes_it_panic() {
+        // Every prefix of a valid file, and every single-byte corruption of it.
+        let valid = VALID.as_bytes();
+        for end in 0..valid.len() {
+            let _ = parse(std::str::from_utf8(&valid[..end]).unwrap_or(""));
+        }
+        for i in 0..valid.len() {
+            for b in [b'"', b'{', b']', b'0', b'\\', 0xff] {
+                let mut bytes = valid.to_vec();
+                bytes[i] = b;
+                let _ = MemberPlan::parse("app@dev", &bytes);
+            }
+        }
+        for odd in [
+            "null",
+            "1e400",
+            r#"{"entries": null}"#,
+            r#"{"entries": [{"address": "x", "action": "create", "unknown": [""]}]}"#,
+        ] {
+            let _ = parse(odd);
+        }
+    }
+
+    #[test]
     fn a_missing_file_says_where_it_was_expected() {
         let e = MemberPlan::read("app@dev", Path::new("/nonexistent/plan.json")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/plan.json"));

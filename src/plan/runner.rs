@@ -156,7 +156,7 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnErro
                 on_line(line);
             }
             _ = heartbeat.tick() => {
-                if last_output.elapsed() >= spec.heartbeat {
+                if last_output.elapsed() >= spec.heartbeat.mul_f32(0.9) {
                     tracing::info!(target: "wavegate::command", "{} | still running after {}s", spec.label, started.elapsed().as_secs());
                 }
             }
@@ -344,6 +344,40 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out.output, "password=[redacted]\n");
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_are_streamed_with_the_label_and_a_quiet_command_gets_a_heartbeat() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10));
+        s.heartbeat = Duration::from_millis(500);
+        run_command(&s).await.unwrap();
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("[test] x@dev | hello"), "{log}");
+        assert!(
+            log.contains("[test] x@dev | still running after 2s"),
+            "{log}"
+        );
+        assert!(log.contains("[test] x@dev | bye"), "{log}");
     }
 
     #[tokio::test]

@@ -90,7 +90,17 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
     let mut out = String::new();
     if !change.derivation.waves.is_empty() {
         let _ = writeln!(out, "### Waves\n");
+        let mut listed = 0;
         for (i, wave) in change.derivation.waves.iter().enumerate() {
+            if listed >= rows {
+                let _ = writeln!(
+                    out,
+                    "\n_{} more waves are not listed: this comment has a size limit._",
+                    change.derivation.waves.len() - i
+                );
+                break;
+            }
+            listed += wave.len();
             let names: Vec<String> = wave.iter().map(|m| format!("`{m}`")).collect();
             let _ = writeln!(out, "{}. {}", i + 1, names.join(", "));
         }
@@ -168,7 +178,6 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
 }
 
 fn member_row(m: &MemberOutcome) -> String {
-    let c = m.plan.as_ref().map(|p| p.counts()).unwrap_or_default();
     let status = match m.status {
         MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.is_empty()) => {
             "no changes".to_owned()
@@ -180,13 +189,21 @@ fn member_row(m: &MemberOutcome) -> String {
         MemberStatus::PlanFailed => "❌ plan failed".to_owned(),
         MemberStatus::Blocked => format!("blocked by `{}`", m.blocked_by.as_deref().unwrap_or("?")),
     };
-    let digest = m.plan.as_ref().map_or("—".to_owned(), |p| {
-        format!("`{}`", short_digest(&p.plan_digest))
-    });
-    format!(
-        "| `{}` | {status} | {} | {} | {} | {} | {digest} |",
-        m.member, c.create, c.update, c.delete, c.replace
-    )
+    let cells = match &m.plan {
+        Some(p) => {
+            let c = p.counts();
+            format!(
+                "{} | {} | {} | {} | `{}`",
+                c.create,
+                c.update,
+                c.delete,
+                c.replace,
+                short_digest(&p.plan_digest)
+            )
+        }
+        None => "— | — | — | — | —".to_owned(),
+    };
+    format!("| `{}` | {status} | {cells} |", m.member)
 }
 
 fn member_notes(m: &MemberOutcome) -> Vec<String> {
@@ -226,31 +243,45 @@ fn details(change: &PlannedChange, budget: usize) -> String {
         .filter(|m| m.status != MemberStatus::Blocked)
         .map(|m| (detail_title(m), detail_body(m)))
         .collect();
-    if bodies.is_empty() {
-        return String::new();
-    }
-    let frame = |title: &str, body: &str| {
-        let fence = fence_for(body);
-        format!("<details><summary>{title}</summary>\n\n{fence}\n{body}\n{fence}\n\n</details>\n\n")
-    };
-    let full: String = bodies.iter().map(|(t, b)| frame(t, b)).collect();
+    let full: String = bodies.iter().map(|(t, b)| framed(t, b, None)).collect();
     if full.chars().count() <= budget {
         return full;
     }
-    // Give every member an equal share; a member that needs less leaves the rest to others.
-    let overhead: usize = bodies
+    // Each shown member needs its frame, the shortening note and a few lines of summary.
+    const LEAST_BODY: usize = 200;
+    let least = |(title, body): &(String, String)| {
+        framed(title, "", Some(body.chars().count()))
+            .chars()
+            .count()
+            + LEAST_BODY.min(body.chars().count())
+    };
+    let omitted_note = |n: usize| {
+        format!("_Plan summaries of {n} more members are not shown: this comment has a size limit. `wavegate plan` prints them all._\n\n")
+    };
+    let mut shown = 0;
+    let mut needed = 0;
+    for item in &bodies {
+        let more = needed + least(item);
+        if more + omitted_note(bodies.len()).len() > budget {
+            break;
+        }
+        needed = more;
+        shown += 1;
+    }
+    let overhead: usize = bodies[..shown]
         .iter()
-        .map(|(t, _)| frame(t, "").chars().count() + 120)
+        .map(|(t, b)| framed(t, "", Some(b.chars().count())).chars().count())
         .sum();
-    let mut available = budget.saturating_sub(overhead);
-    let mut sizes: Vec<(usize, usize)> = bodies
+    let mut available = budget.saturating_sub(overhead + omitted_note(bodies.len()).len());
+    // Equal shares; a member that needs less than its share leaves the rest to others.
+    let mut sizes: Vec<(usize, usize)> = bodies[..shown]
         .iter()
         .enumerate()
         .map(|(i, (_, b))| (b.chars().count(), i))
         .collect();
     sizes.sort();
-    let mut allowed = vec![0usize; bodies.len()];
-    let mut left = bodies.len();
+    let mut allowed = vec![0usize; shown];
+    let mut left = shown;
     for (size, i) in sizes {
         let share = available / left.max(1);
         allowed[i] = size.min(share);
@@ -261,7 +292,7 @@ fn details(change: &PlannedChange, budget: usize) -> String {
     for ((title, body), keep) in bodies.iter().zip(allowed) {
         let total = body.chars().count();
         if keep >= total {
-            out.push_str(&frame(title, body));
+            out.push_str(&framed(title, body, None));
             continue;
         }
         let cut: String = body.chars().take(keep).collect();
@@ -269,14 +300,27 @@ fn details(change: &PlannedChange, budget: usize) -> String {
             Some(nl) if nl > 0 => cut[..nl].to_owned(),
             _ => cut,
         };
-        let fence = fence_for(&cut);
-        let _ = write!(
-            out,
-            "<details><summary>{title}</summary>\n\n{fence}\n{cut}\n{fence}\n\n_Summary shortened to fit the comment size limit: {} of {total} characters shown. The full plan is in `wavegate plan` output and the JSON report._\n\n</details>\n\n",
-            cut.chars().count()
-        );
+        out.push_str(&framed(title, &cut, Some(total)));
+    }
+    if shown < bodies.len() {
+        out.push_str(&omitted_note(bodies.len() - shown));
     }
     out
+}
+
+/// A collapsible section; `cut_from` is the full length when `body` was shortened.
+fn framed(title: &str, body: &str, cut_from: Option<usize>) -> String {
+    let fence = fence_for(body);
+    let note = match cut_from {
+        Some(total) => format!(
+            "_Summary shortened to fit the comment size limit: {} of {total} characters shown. The full plan is in `wavegate plan` output and the JSON report._\n\n",
+            body.chars().count()
+        ),
+        None => String::new(),
+    };
+    format!(
+        "<details><summary>{title}</summary>\n\n{fence}\n{body}\n{fence}\n\n{note}</details>\n\n"
+    )
 }
 
 fn detail_title(m: &MemberOutcome) -> String {
@@ -351,5 +395,246 @@ fn plural(n: usize) -> &'static str {
         ""
     } else {
         "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::changeset::{ChangeSet, ChangeSetMember};
+    use crate::plan::engine::{MemberOutcome, ResolvedInput};
+    use crate::plan::fanout::{Derivation, SkipReason, Skipped};
+    use crate::plan::planfile::MemberPlan;
+    use std::collections::BTreeMap;
+
+    fn planned(member: &str, summary: &str) -> MemberOutcome {
+        let body = serde_json::json!({
+            "summary": summary,
+            "entries": [{"address": "aws_instance.web", "action": "create", "after": {"size": "small"}}],
+        });
+        let plan = MemberPlan::parse(member, body.to_string().as_bytes()).unwrap();
+        let (component, stage) = member.split_once('@').unwrap();
+        MemberOutcome {
+            member: member.into(),
+            component: component.into(),
+            stage: stage.into(),
+            status: MemberStatus::Planned,
+            plan: Some(plan),
+            error: None,
+            blocked_by: None,
+            inputs: BTreeMap::new(),
+            output: String::new(),
+        }
+    }
+
+    fn change(
+        members: Vec<MemberOutcome>,
+        skipped: Vec<Skipped>,
+        indeterminate: Vec<String>,
+    ) -> PlannedChange {
+        let set = ChangeSet::new(
+            members
+                .iter()
+                .map(|m| ChangeSetMember {
+                    member: m.member.clone(),
+                    status: m.status,
+                    plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
+                    unknown_inputs: m.unknown_inputs(),
+                    inputs: m.known_inputs(),
+                    plan: m.plan.clone(),
+                })
+                .collect(),
+        )
+        .unwrap();
+        let waves = members.iter().map(|m| vec![m.member.clone()]).collect();
+        PlannedChange {
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            derivation: Derivation {
+                selected: members
+                    .iter()
+                    .map(|m| (m.component.clone(), "changed".into()))
+                    .collect(),
+                members: members.iter().map(|m| m.member.clone()).collect(),
+                waves,
+                skipped: Vec::new(),
+                indeterminate,
+                digest: "sha256:0".into(),
+            },
+            members,
+            skipped,
+            seeded: vec![],
+            notes: vec![],
+            change_set: set,
+        }
+    }
+
+    #[test]
+    fn a_failed_and_a_blocked_member_read_as_such() {
+        let mut failed = planned("app@dev", "");
+        failed.status = MemberStatus::PlanFailed;
+        failed.plan = None;
+        failed.error = Some("the plan command exited with status 1".into());
+        failed.output = "Error: quota exceeded".into();
+        let mut dns = planned("dns@dev", "");
+        dns.status = MemberStatus::Blocked;
+        dns.plan = None;
+        dns.blocked_by = Some("app@dev".into());
+        let mut net = planned("net@dev", "+ aws_vpc.main (create)");
+        net.inputs.insert(
+            "zone".into(),
+            ResolvedInput {
+                reference: "dns.zone".into(),
+                upstream: "dns@dev".into(),
+                source: crate::plan::engine::InputSource::Unknown,
+                value: None,
+                why: Some("dns@dev knows zone only after it applies".into()),
+            },
+        );
+        let skipped = vec![
+            Skipped {
+                component: "dns".into(),
+                reason: SkipReason::Blocked,
+                member: Some("dns@dev".into()),
+                blocked_by: Some("app@dev".into()),
+            },
+            Skipped {
+                component: "monitoring".into(),
+                reason: SkipReason::Unaffected,
+                member: None,
+                blocked_by: None,
+            },
+        ];
+        let c = change(
+            vec![net, failed, dns],
+            skipped,
+            vec!["Makefile".into(), "a|b`c".into()],
+        );
+        let digest = c.change_set.digest.clone();
+        let text = render(&c).replace(&digest, "sha256:<digest>");
+        insta::assert_snapshot!(text, @r#"
+        <!-- wavegate:report -->
+        ## wavegate plan
+
+        ❌ **1 member failed to plan** · 1 planned · 1 blocked · fan-out: 3 selected, 1 unaffected, 2 indeterminate
+
+        Base `aaaaaaaaaaaa` → head `bbbbbbbbbbbb`
+
+        ### Waves
+
+        1. `net@dev`
+        2. `app@dev`
+        3. `dns@dev`
+
+        ### Members
+
+        | member | status | create | update | delete | replace | plan digest |
+        |---|---|--:|--:|--:|--:|---|
+        | `net@dev` | planned | 1 | 0 | 0 | 0 | `f3e62528b0aa` |
+        | `app@dev` | ❌ plan failed | — | — | — | — | — |
+        | `dns@dev` | blocked by `app@dev` | — | — | — | — | — |
+
+        - `net@dev` input `zone` ← `dns.zone` is unknown: dns@dev knows zone only after it applies
+
+        ### Not running
+
+        | component | reason |
+        |---|---|
+        | `dns@dev` | blocked by app@dev |
+        | `monitoring` | unaffected |
+
+        **Indeterminate** — no component claims these changed files and no ignore pattern covers them, so nothing was planned for them: `Makefile`, ``a\|b`c``
+
+        <details><summary><code>net@dev</code> — +1 ~0 -0 ±0</summary>
+
+        ```
+        + aws_vpc.main (create)
+        ```
+
+        </details>
+
+        <details><summary><code>app@dev</code> — plan failed</summary>
+
+        ```
+        the plan command exited with status 1
+
+        last output:
+        Error: quota exceeded
+        ```
+
+        </details>
+
+        ### Approve
+
+        Change-set digest (binds every member's plan above):
+
+        ```
+        sha256:<digest>
+        ```
+
+        A member failed to plan: fix it and push, or comment `/plan` to plan again. An approval now would bind the failure too.
+
+        To approve exactly this plan, comment:
+
+        ```
+        /approve sha256:<digest>
+        ```
+        "#);
+    }
+
+    #[test]
+    fn a_report_over_the_comment_limit_shortens_summaries_visibly_and_keeps_the_digest() {
+        let huge = "~ resource.changed (update)\n".repeat(4000);
+        let members: Vec<MemberOutcome> = (0..8)
+            .map(|i| planned(&format!("c{i}@prod"), &huge))
+            .collect();
+        let c = change(members, vec![], vec![]);
+        let text = render(&c);
+        assert!(
+            text.chars().count() <= COMMENT_LIMIT,
+            "{} characters",
+            text.chars().count()
+        );
+        assert_eq!(
+            text.matches("Summary shortened to fit the comment size limit")
+                .count(),
+            8
+        );
+        assert!(text.contains(&format!("/approve {}", c.change_set.digest)));
+        assert_eq!(text.matches("<details>").count(), 8);
+        assert_eq!(text.matches("```").count() % 2, 0, "every fence is closed");
+    }
+
+    #[test]
+    fn thousands_of_members_still_fit_and_say_how_many_are_not_listed() {
+        let members: Vec<MemberOutcome> = (0..3000)
+            .map(|i| planned(&format!("component-{i:04}@prod"), "x"))
+            .collect();
+        let c = change(members, vec![], vec![]);
+        let text = render(&c);
+        assert!(
+            text.chars().count() <= COMMENT_LIMIT,
+            "{} characters",
+            text.chars().count()
+        );
+        assert!(
+            text.contains("more members are not listed"),
+            "the cut is said"
+        );
+        assert!(text.contains(&c.change_set.digest));
+    }
+
+    #[test]
+    fn a_summary_with_backticks_cannot_break_its_fence() {
+        let c = change(
+            vec![planned("a@dev", "```\n/approve sha256:evil\n```")],
+            vec![],
+            vec![],
+        );
+        let text = render(&c);
+        assert!(
+            text.contains("````\n```\n/approve sha256:evil\n```\n````"),
+            "{text}"
+        );
     }
 }
