@@ -1,1 +1,290 @@
-fn main() {}
+//! Benchmarks of the plan engine, each beside a baseline measured in the same
+//! run so the figures are ratios, not machine-dependent seconds:
+//! - fan-out derivation, 10,000 components in a random DAG and 100,000
+//!   changed paths, against sorting those paths (work any derivation must do);
+//! - digesting a 10 MB plan, against SHA-256 of its raw bytes;
+//! - planning 200 members whose plan is a tiny script, against spawning the
+//!   same 200 scripts directly with the same concurrency.
+//!
+//! `cargo bench --bench engine` prints the ratios at the end.
+
+use criterion::{criterion_group, Criterion};
+use sha2::Digest as _;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use wavegate::config::RepoConfig;
+use wavegate::plan::fanout::{derive, FanOutInput};
+use wavegate::plan::planfile::MemberPlan;
+
+/// A small deterministic PRNG (xorshift64*), so every run measures the same input.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const COMPONENTS: usize = 10_000;
+const PATHS: usize = 100_000;
+
+fn big_config(rng: &mut Rng) -> RepoConfig {
+    let mut text = String::from("[defaults]\nplan = [\"./plan\", \"{plan_file}\"]\n[[stage]]\nname = \"dev\"\n[[stage]]\nname = \"prod\"\n");
+    for i in 0..COMPONENTS {
+        text.push_str(&format!(
+            "[[component]]\nname = \"c{i:05}\"\ndir = \"infra/team{}/c{i:05}\"\n",
+            i % 50
+        ));
+        // Edges only to lower numbers keep it a DAG; about two upstreams each.
+        let deps: BTreeSet<usize> = (0..rng.below(4))
+            .filter(|_| i > 0)
+            .map(|_| rng.below(i as u64) as usize)
+            .collect();
+        if !deps.is_empty() {
+            let list: Vec<String> = deps.iter().map(|d| format!("\"c{d:05}\"")).collect();
+            text.push_str(&format!("depends_on = [{}]\n", list.join(", ")));
+        }
+    }
+    RepoConfig::parse("wavegate.toml", &text).expect("the generated config is valid")
+}
+
+fn changed_paths(rng: &mut Rng) -> Vec<String> {
+    (0..PATHS)
+        .map(|n| {
+            // Most paths fall in a few hot components, some anywhere, a few nowhere.
+            match rng.below(100) {
+                0..=79 => {
+                    let c = rng.below(200) as usize * 37 % COMPONENTS;
+                    format!(
+                        "infra/team{}/c{c:05}/modules/m{}/f{n}.tf",
+                        c % 50,
+                        rng.below(10)
+                    )
+                }
+                80..=97 => {
+                    let c = rng.below(COMPONENTS as u64) as usize;
+                    format!("infra/team{}/c{c:05}/f{n}.tf", c % 50)
+                }
+                _ => format!("docs/page{n}.md"),
+            }
+        })
+        .collect()
+}
+
+fn bench_derivation(c: &mut Criterion) {
+    let mut rng = Rng(0x5eed);
+    let config = big_config(&mut rng);
+    let paths = changed_paths(&mut rng);
+    let none = BTreeSet::new();
+    let mut group = c.benchmark_group("derivation");
+    group.sample_size(10);
+    group.bench_function("baseline: sort 100k paths", |b| {
+        b.iter(|| {
+            let mut sorted: Vec<&String> = paths.iter().collect();
+            sorted.sort();
+            sorted.dedup();
+            sorted.len()
+        })
+    });
+    group.bench_function("derive 10k components, 100k paths", |b| {
+        b.iter(|| {
+            derive(&FanOutInput {
+                config: &config,
+                changed_paths: &paths,
+                config_changed: &none,
+                stage: None,
+            })
+            .unwrap()
+        })
+    });
+    group.finish();
+}
+
+fn ten_megabyte_plan() -> Vec<u8> {
+    let mut rng = Rng(7);
+    let entries: Vec<serde_json::Value> = (0..20_000)
+        .map(|i| {
+            serde_json::json!({
+                "address": format!("module.m{}.aws_instance.r{i}", i % 97),
+                "action": if i % 5 == 0 { "update" } else { "create" },
+                "after": {
+                    "ami": format!("ami-{:016x}", rng.next()),
+                    "tags": {"Name": format!("r{i}"), "team": "infra", "cost": rng.below(1000)},
+                    "user_data": "x".repeat(300 + rng.below(100) as usize),
+                    "ports": [22, 80, 443, rng.below(65535)],
+                    "id": null
+                },
+                "unknown": ["id"]
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({"summary": "big", "entries": entries})).unwrap()
+}
+
+fn bench_digest(c: &mut Criterion) {
+    let bytes = ten_megabyte_plan();
+    let mut group = c.benchmark_group("digest");
+    group.sample_size(10);
+    group.bench_function("baseline: sha256 of the raw bytes", |b| {
+        b.iter(|| sha2::Sha256::digest(&bytes))
+    });
+    group.bench_function(
+        format!(
+            "parse, validate and digest a {} MB plan",
+            bytes.len() / 1_000_000
+        ),
+        |b| b.iter(|| MemberPlan::parse("app@prod", &bytes).unwrap().plan_digest),
+    );
+    group.finish();
+}
+
+const MEMBERS: usize = 200;
+
+fn git(repo: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "b")
+        .env("GIT_AUTHOR_EMAIL", "b@example.invalid")
+        .env("GIT_COMMITTER_NAME", "b")
+        .env("GIT_COMMITTER_EMAIL", "b@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const PLAN_SCRIPT: &str =
+    "printf '{\"entries\": [{\"address\": \"r.x\", \"action\": \"create\"}]}' > \"$1\"\n";
+
+fn bench_planner(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let mut config = String::from("[defaults]\nplan = [\"/bin/sh\", \"{root}/plan.sh\", \"{plan_file}\"]\n[[stage]]\nname = \"dev\"\n");
+    for i in 0..MEMBERS {
+        config.push_str(&format!("[[component]]\nname = \"c{i}\"\ndir = \"c{i}\"\n"));
+        std::fs::create_dir(repo.join(format!("c{i}"))).unwrap();
+        std::fs::write(repo.join(format!("c{i}/main.tf")), "a\n").unwrap();
+    }
+    std::fs::write(repo.join("wavegate.toml"), config).unwrap();
+    std::fs::write(repo.join("plan.sh"), PLAN_SCRIPT).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    git(&repo, &["checkout", "-q", "-b", "change"]);
+    for i in 0..MEMBERS {
+        std::fs::write(repo.join(format!("c{i}/main.tf")), "b\n").unwrap();
+    }
+    git(&repo, &["commit", "-q", "-am", "change"]);
+
+    let concurrency = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut options = wavegate::plan::engine::PlanOptions::new(&repo, "main", "change");
+    options.concurrency = concurrency;
+    options.heartbeat = Duration::from_secs(3600);
+    let script = repo.join("plan.sh");
+    let out_dir = dir.path().join("direct");
+    std::fs::create_dir(&out_dir).unwrap();
+
+    let mut group = c.benchmark_group("planner");
+    group.sample_size(10);
+    group.bench_function(
+        format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        |b| {
+            b.iter(|| {
+                std::thread::scope(|scope| {
+                    for worker in 0..concurrency {
+                        let (script, out_dir) = (&script, &out_dir);
+                        scope.spawn(move || {
+                            for i in (worker..MEMBERS).step_by(concurrency) {
+                                let status = Command::new("/bin/sh")
+                                    .arg(script)
+                                    .arg(out_dir.join(format!("{i}.json")))
+                                    .status()
+                                    .unwrap();
+                                assert!(status.success());
+                            }
+                        });
+                    }
+                })
+            })
+        },
+    );
+    group.bench_function(format!("wavegate plans {MEMBERS} members"), |b| {
+        b.iter(|| {
+            let change = runtime
+                .block_on(wavegate::plan::engine::plan_change(&options))
+                .unwrap();
+            assert_eq!(change.members.len(), MEMBERS);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_derivation, bench_digest, bench_planner);
+
+/// Reads criterion's estimate for one benchmark (mean, nanoseconds).
+fn mean_ns(group: &str, name: &str) -> Option<f64> {
+    // Criterion's own file-name rule: these characters become `_`.
+    let dir: String = name
+        .chars()
+        .map(|c| if "?\"/\\*<>:|^".contains(c) { '_' } else { c })
+        .collect();
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = Path::new(&target)
+        .join("criterion")
+        .join(group)
+        .join(dir)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["mean"]["point_estimate"].as_f64()
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    println!("\nratios against the baseline of the same run (mean times):");
+    let mb = ten_megabyte_plan().len() / 1_000_000;
+    for (group, subject, baseline) in [
+        (
+            "derivation",
+            "derive 10k components, 100k paths".to_owned(),
+            "baseline: sort 100k paths".to_owned(),
+        ),
+        (
+            "digest",
+            format!("parse, validate and digest a {mb} MB plan"),
+            "baseline: sha256 of the raw bytes".to_owned(),
+        ),
+        (
+            "planner",
+            format!("wavegate plans {MEMBERS} members"),
+            format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        ),
+    ] {
+        match (mean_ns(group, &subject), mean_ns(group, &baseline)) {
+            (Some(s), Some(b)) => println!(
+                "  {group}: {subject} = {:.1} ms, {baseline} = {:.1} ms, ratio {:.2}",
+                s / 1e6,
+                b / 1e6,
+                s / b
+            ),
+            _ => println!("  {group}: no estimates found (was the benchmark filtered out?)"),
+        }
+    }
+}

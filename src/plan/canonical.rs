@@ -7,7 +7,6 @@
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
-use std::fmt::Write as _;
 
 /// The prefix of every digest string.
 pub const DIGEST_PREFIX: &str = "sha256:";
@@ -19,6 +18,54 @@ pub fn canonical_json(value: &Value) -> String {
     out
 }
 
+/// Canonical JSON written straight into SHA-256, for documents too large to
+/// render into a string first. Writers of known shapes use it key by key.
+pub struct DigestWriter(Sha256);
+
+impl DigestWriter {
+    pub fn new() -> Self {
+        Self(Sha256::new())
+    }
+
+    pub fn raw(&mut self, text: &str) -> &mut Self {
+        self.0.update(text.as_bytes());
+        self
+    }
+
+    /// `"key":` — keys must be written in canonical (sorted) order by the caller.
+    pub fn key(&mut self, key: &str) -> &mut Self {
+        write_string(self, key);
+        self.raw(":")
+    }
+
+    pub fn value(&mut self, value: &Value) -> &mut Self {
+        write_value(self, value);
+        self
+    }
+
+    pub fn string(&mut self, text: &str) -> &mut Self {
+        write_string(self, text);
+        self
+    }
+
+    pub fn finish(self) -> String {
+        format!("{DIGEST_PREFIX}{}", hex::encode(self.0.finalize()))
+    }
+}
+
+impl Default for DigestWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Write for DigestWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.update(s.as_bytes());
+        Ok(())
+    }
+}
+
 /// `sha256:<hex>` of the canonical JSON of anything serialisable.
 pub fn digest_of<T: Serialize + ?Sized>(value: &T) -> String {
     let value = serde_json::to_value(value).expect("digest input serialises to JSON");
@@ -27,9 +74,9 @@ pub fn digest_of<T: Serialize + ?Sized>(value: &T) -> String {
 
 /// `sha256:<hex>` of the canonical JSON of `value`.
 pub fn digest_value(value: &Value) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(canonical_json(value).as_bytes());
-    format!("{DIGEST_PREFIX}{}", hex::encode(hasher.finalize()))
+    let mut writer = DigestWriter::new();
+    writer.value(value);
+    writer.finish()
 }
 
 /// Whether `text` is a well-formed digest: `sha256:` and 64 lowercase hex digits.
@@ -48,60 +95,71 @@ pub fn short_digest(digest: &str) -> &str {
     &hex[..hex.len().min(12)]
 }
 
-fn write_value(out: &mut String, value: &Value) {
+fn write_value<W: std::fmt::Write>(out: &mut W, value: &Value) {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => {
+            let _ = out.write_str("null");
+        }
+        Value::Bool(b) => {
+            let _ = out.write_str(if *b { "true" } else { "false" });
+        }
         Value::Number(n) => write_number(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
-            out.push('[');
+            let _ = out.write_char('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_char(',');
                 }
                 write_value(out, item);
             }
-            out.push(']');
+            let _ = out.write_char(']');
         }
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
+            let _ = out.write_char('{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    let _ = out.write_char(',');
                 }
                 write_string(out, key);
-                out.push(':');
+                let _ = out.write_char(':');
                 write_value(out, &map[key]);
             }
-            out.push('}');
+            let _ = out.write_char('}');
         }
     }
 }
 
-fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+fn write_string<W: std::fmt::Write>(out: &mut W, s: &str) {
+    let _ = out.write_char('"');
+    let mut plain = 0;
+    for (i, c) in s.char_indices() {
+        let escape = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\u{8}' => "\\b",
+            '\u{c}' => "\\f",
+            '\n' => "\\n",
+            '\r' => "\\r",
+            '\t' => "\\t",
+            c if (c as u32) < 0x20 => "",
+            _ => continue,
+        };
+        let _ = out.write_str(&s[plain..i]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            let _ = out.write_str(escape);
         }
+        plain = i + c.len_utf8();
     }
-    out.push('"');
+    let _ = out.write_str(&s[plain..]);
+    let _ = out.write_char('"');
 }
 
-fn write_number(out: &mut String, n: &serde_json::Number) {
+fn write_number<W: std::fmt::Write>(out: &mut W, n: &serde_json::Number) {
     if let Some(i) = n.as_i64() {
         let _ = write!(out, "{i}");
     } else if let Some(u) = n.as_u64() {
@@ -112,13 +170,13 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 }
 
 /// ECMAScript `Number.prototype.toString` for a finite double (RFC 8785 §3.2.2.3).
-fn write_f64(out: &mut String, f: f64) {
+fn write_f64<W: std::fmt::Write>(out: &mut W, f: f64) {
     if f == 0.0 {
-        out.push('0');
+        let _ = out.write_char('0');
         return;
     }
     if f < 0.0 {
-        out.push('-');
+        let _ = out.write_char('-');
     }
     // Rust's `{:e}` prints the shortest digits that round-trip: "d.ddde±x".
     let sci = format!("{:e}", f.abs());
@@ -127,21 +185,21 @@ fn write_f64(out: &mut String, f: f64) {
     let k = digits.len() as i32;
     let n = exp.parse::<i32>().expect("exponent is an integer") + 1;
     if k <= n && n <= 21 {
-        out.push_str(&digits);
-        out.extend(std::iter::repeat_n('0', (n - k) as usize));
+        let _ = out.write_str(&digits);
+        let _ = out.write_str(&"0".repeat((n - k) as usize));
     } else if 0 < n && n <= 21 {
-        out.push_str(&digits[..n as usize]);
-        out.push('.');
-        out.push_str(&digits[n as usize..]);
+        let _ = out.write_str(&digits[..n as usize]);
+        let _ = out.write_char('.');
+        let _ = out.write_str(&digits[n as usize..]);
     } else if -6 < n && n <= 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', (-n) as usize));
-        out.push_str(&digits);
+        let _ = out.write_str("0.");
+        let _ = out.write_str(&"0".repeat((-n) as usize));
+        let _ = out.write_str(&digits);
     } else {
-        out.push_str(&digits[..1]);
+        let _ = out.write_str(&digits[..1]);
         if k > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
+            let _ = out.write_char('.');
+            let _ = out.write_str(&digits[1..]);
         }
         let e = n - 1;
         let _ = write!(out, "e{}{}", if e >= 0 { "+" } else { "-" }, e.abs());

@@ -5,7 +5,7 @@
 //! checked here and every defect becomes a [`PlanFileError`] that says what
 //! to fix. The digest is computed by wavegate, never taken from the file.
 
-use super::canonical::digest_value;
+use super::canonical::DigestWriter;
 use super::path::ValuePath;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -194,16 +194,16 @@ impl MemberPlan {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(PlanFileError::Empty);
         }
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| PlanFileError::NotJson(e.to_string()))?;
-        if !value.is_object() {
-            return Err(PlanFileError::Shape(format!(
-                "the top level must be an object, found {}",
-                kind_of(&value)
-            )));
-        }
-        let raw: RawPlanFile =
-            serde_json::from_value(value).map_err(|e| PlanFileError::Shape(e.to_string()))?;
+        let raw: RawPlanFile = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => match serde_json::from_slice::<Value>(bytes) {
+                Ok(v) if !v.is_object() => PlanFileError::Shape(format!(
+                    "the top level must be an object, found {}",
+                    kind_of(&v)
+                )),
+                _ => PlanFileError::Shape(e.to_string()),
+            },
+            _ => PlanFileError::NotJson(e.to_string()),
+        })?;
         Self::from_raw(member, raw)
     }
 
@@ -257,13 +257,40 @@ impl MemberPlan {
     /// The digest over what the plan binds: member, entries, outputs,
     /// destructiveness and denials. The summary is prose and is not bound.
     pub fn compute_digest(&self) -> String {
-        digest_value(&json!({
-            "member": self.member,
-            "entries": self.entries,
-            "outputs": self.outputs,
-            "destructive": self.destructive,
-            "denied": self.denied,
-        }))
+        // Written key by key in canonical order (RFC 8785 sorts keys), straight
+        // into the hash: plans can be large, and this is the hot path.
+        let mut w = DigestWriter::new();
+        w.raw("{").key("denied").value(&json!(self.denied));
+        w.raw(",")
+            .key("destructive")
+            .raw(if self.destructive { "true" } else { "false" });
+        w.raw(",").key("entries").raw("[");
+        for (i, e) in self.entries.iter().enumerate() {
+            if i > 0 {
+                w.raw(",");
+            }
+            w.raw("{").key("action").string(e.action.as_str());
+            w.raw(",").key("address").string(&e.address);
+            w.raw(",").key("after").value(&e.after);
+            if !e.sensitive.is_empty() {
+                w.raw(",").key("sensitive").value(&json!(e.sensitive));
+            }
+            if !e.unknown.is_empty() {
+                w.raw(",").key("unknown").value(&json!(e.unknown));
+            }
+            w.raw("}");
+        }
+        w.raw("],").key("member").string(&self.member);
+        w.raw(",")
+            .key("outputs")
+            .raw("{")
+            .key("known")
+            .value(&Value::Object(self.outputs.known.clone()));
+        w.raw(",")
+            .key("unknown")
+            .value(&json!(self.outputs.unknown))
+            .raw("}}");
+        w.finish()
     }
 
     /// Whether the stored digest still matches the content (a document read back is re-verified).
@@ -373,6 +400,27 @@ mod tests {
         assert_ne!(parse(&moved).unwrap().plan_digest, a.plan_digest);
         let other_member = MemberPlan::parse("app@prod", VALID.as_bytes()).unwrap();
         assert_ne!(other_member.plan_digest, a.plan_digest);
+    }
+
+    #[test]
+    fn the_streamed_digest_is_the_digest_of_the_canonical_document() {
+        for text in [
+            VALID,
+            r#"{"entries": [{"address": "x", "action": "delete", "sensitive": ["a"]}], "denied": {"rules": ["r"]}}"#,
+        ] {
+            let plan = parse(text).unwrap();
+            let document = json!({
+                "member": plan.member,
+                "entries": plan.entries,
+                "outputs": plan.outputs,
+                "destructive": plan.destructive,
+                "denied": plan.denied,
+            });
+            assert_eq!(
+                plan.plan_digest,
+                crate::plan::canonical::digest_value(&document)
+            );
+        }
     }
 
     #[test]

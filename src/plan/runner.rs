@@ -127,7 +127,7 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnErro
     let mut redactor = Redactor::default();
     let mut on_line = |line: String| {
         let line = redactor.line(&line);
-        tracing::info!(target: "wavegate::command", "{} | {}", spec.label, line);
+        log_line(&spec.label, &line);
         kept.push(&line);
     };
     let deadline = started + spec.timeout;
@@ -157,7 +157,7 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnErro
             }
             _ = heartbeat.tick() => {
                 if last_output.elapsed() >= spec.heartbeat.mul_f32(0.9) {
-                    tracing::info!(target: "wavegate::command", "{} | still running after {}s", spec.label, started.elapsed().as_secs());
+                    log_line(&spec.label, &format!("still running after {}s", started.elapsed().as_secs()));
                 }
             }
         }
@@ -179,6 +179,11 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnErro
         output: kept.finish(),
         elapsed: started.elapsed(),
     })
+}
+
+/// Every line of a command's life goes through one call site, `label | text`.
+fn log_line(label: &str, text: &str) {
+    tracing::info!(target: "wavegate::command", "{label} | {text}");
 }
 
 fn kill_group(group: Option<i32>) {
