@@ -43,6 +43,11 @@ impl DigestWriter {
         self
     }
 
+    pub fn object(&mut self, map: &serde_json::Map<String, Value>) -> &mut Self {
+        write_object(self, map);
+        self
+    }
+
     pub fn string(&mut self, text: &str) -> &mut Self {
         write_string(self, text);
         self
@@ -115,21 +120,23 @@ fn write_value<W: std::fmt::Write>(out: &mut W, value: &Value) {
             }
             let _ = out.write_char(']');
         }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            let _ = out.write_char('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    let _ = out.write_char(',');
-                }
-                write_string(out, key);
-                let _ = out.write_char(':');
-                write_value(out, &map[key]);
-            }
-            let _ = out.write_char('}');
-        }
+        Value::Object(map) => write_object(out, map),
     }
+}
+
+fn write_object<W: std::fmt::Write>(out: &mut W, map: &serde_json::Map<String, Value>) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+    let _ = out.write_char('{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            let _ = out.write_char(',');
+        }
+        write_string(out, key);
+        let _ = out.write_char(':');
+        write_value(out, &map[key]);
+    }
+    let _ = out.write_char('}');
 }
 
 fn write_string<W: std::fmt::Write>(out: &mut W, s: &str) {

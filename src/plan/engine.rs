@@ -96,6 +96,9 @@ pub struct ResolvedInput {
     /// For an unknown input: why no value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// The upstream marks this output secret: reports show no value.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sensitive: bool,
 }
 
 /// What became of one member.
@@ -464,6 +467,7 @@ impl Planner<'_> {
             source,
             value,
             why,
+            sensitive: false,
         };
         if let Some(planned) = self.outcomes.get(&upstream) {
             let plan = planned
@@ -471,7 +475,10 @@ impl Planner<'_> {
                 .as_ref()
                 .expect("a planned upstream has a plan");
             return match plan.outputs.fully_known(&input.output) {
-                Some(v) => resolved(InputSource::Planned, Some(v.clone()), None),
+                Some(v) => ResolvedInput {
+                    sensitive: plan.outputs.sensitive.contains(&input.output),
+                    ..resolved(InputSource::Planned, Some(v.clone()), None)
+                },
                 None if plan.outputs.mentions(&input.output) => resolved(
                     InputSource::Unknown,
                     None,

@@ -12,6 +12,9 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
 
+/// Larger plan files are refused rather than read into memory.
+pub const MAX_PLAN_FILE_BYTES: u64 = 256 * 1024 * 1024;
+
 /// What one entry of a plan does to its address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -76,6 +79,9 @@ pub struct Outputs {
     /// Output names (or paths inside one) that are known only after apply.
     #[serde(default)]
     pub unknown: Vec<String>,
+    /// Output names whose values are secret: bound by the digest, never shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive: Vec<String>,
 }
 
 impl Outputs {
@@ -172,6 +178,14 @@ pub struct MemberPlan {
 impl MemberPlan {
     /// Reads and validates the plan file a command wrote for `member`.
     pub fn read(member: &str, path: &Path) -> Result<Self, PlanFileError> {
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.len() > MAX_PLAN_FILE_BYTES {
+                return Err(PlanFileError::Invalid(format!(
+                    "the plan file is {} bytes; wavegate reads plan files of up to {MAX_PLAN_FILE_BYTES} bytes (256 MiB): split the component",
+                    meta.len()
+                )));
+            }
+        }
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -231,9 +245,13 @@ impl MemberPlan {
             });
         }
         entries.sort_by(|a, b| a.address.cmp(&b.address));
+        let mut sensitive = raw.outputs.sensitive;
+        sensitive.sort();
+        sensitive.dedup();
         let outputs = Outputs {
             unknown: normalise_paths(&raw.outputs.unknown, "outputs.unknown")?,
             known: raw.outputs.known,
+            sensitive,
         };
         let destructive = raw
             .destructive
@@ -285,7 +303,12 @@ impl MemberPlan {
             .key("outputs")
             .raw("{")
             .key("known")
-            .value(&Value::Object(self.outputs.known.clone()));
+            .object(&self.outputs.known);
+        if !self.outputs.sensitive.is_empty() {
+            w.raw(",")
+                .key("sensitive")
+                .value(&json!(self.outputs.sensitive));
+        }
         w.raw(",")
             .key("unknown")
             .value(&json!(self.outputs.unknown))
@@ -406,7 +429,8 @@ mod tests {
     fn the_streamed_digest_is_the_digest_of_the_canonical_document() {
         for text in [
             VALID,
-            r#"{"entries": [{"address": "x", "action": "delete", "sensitive": ["a"]}], "denied": {"rules": ["r"]}}"#,
+            r#"{"entries": [{"address": "x", "action": "delete", "sensitive": ["a"]}], "denied": {"rules": ["r"]},
+                "outputs": {"known": {"pw": "s3cret"}, "sensitive": ["pw"]}}"#,
         ] {
             let plan = parse(text).unwrap();
             let document = json!({
@@ -523,6 +547,7 @@ mod tests {
         let outputs = Outputs {
             known: serde_json::from_str(r#"{"a": 1, "b": [1, null]}"#).unwrap(),
             unknown: vec!["b[1]".into(), "c".into()],
+            sensitive: vec![],
         };
         assert_eq!(outputs.fully_known("a"), Some(&serde_json::json!(1)));
         assert_eq!(outputs.fully_known("b"), None);

@@ -338,6 +338,7 @@ fn replace_paths(change: &Change) -> Vec<String> {
 struct OutputsPlan {
     known: Map<String, Value>,
     unknown: Vec<String>,
+    sensitive: Vec<String>,
     summary_lines: Vec<String>,
 }
 
@@ -366,6 +367,9 @@ impl OutputsPlan {
                     .push(format!("output {path} = {shown}"));
             }
             if !deleted {
+                if has_mark(Some(&change.after_sensitive)) {
+                    outputs.sensitive.push(name.clone());
+                }
                 outputs.unknown.extend(unknown);
                 if !wholly_unknown {
                     outputs.known.insert(name, change.after);
@@ -376,7 +380,7 @@ impl OutputsPlan {
     }
 
     fn plan_file_value(&self) -> Value {
-        json!({"known": self.known, "unknown": self.unknown})
+        json!({"known": self.known, "unknown": self.unknown, "sensitive": self.sensitive})
     }
 }
 
@@ -553,6 +557,7 @@ mod tests {
         assert_eq!(entry.after["ami"], "boop");
         assert!(entry.sensitive.contains(&"ami".to_owned()));
         assert_eq!(plan.outputs.known["test"], "boop");
+        assert_eq!(plan.outputs.sensitive, vec!["test"]);
         assert!(!plan.summary.contains("boop"), "{}", plan.summary);
         assert!(
             plan.summary.contains("output test = (sensitive)"),

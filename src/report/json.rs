@@ -39,7 +39,8 @@ pub struct JsonMember<'a> {
     pub destructive: bool,
     pub empty: bool,
     pub unknown_inputs: Vec<String>,
-    pub inputs: &'a BTreeMap<String, ResolvedInput>,
+    /// Values of sensitive inputs are left out.
+    pub inputs: BTreeMap<String, ResolvedInput>,
     pub denied: &'a [String],
     pub error: Option<&'a str>,
     pub blocked_by: Option<&'a str>,
@@ -64,7 +65,17 @@ pub fn report(change: &PlannedChange) -> JsonReport<'_> {
                 .filter(|(_, i)| i.source == InputSource::Unknown)
                 .map(|(n, _)| n.clone())
                 .collect(),
-            inputs: &m.inputs,
+            inputs: m
+                .inputs
+                .iter()
+                .map(|(name, input)| {
+                    let mut shown = input.clone();
+                    if shown.sensitive {
+                        shown.value = None;
+                    }
+                    (name.clone(), shown)
+                })
+                .collect(),
             denied: m.plan.as_ref().map_or(&[][..], |p| &p.denied[..]),
             error: m.error.as_deref(),
             blocked_by: m.blocked_by.as_deref(),
@@ -88,4 +99,69 @@ pub fn report(change: &PlannedChange) -> JsonReport<'_> {
 
 pub fn to_string(change: &PlannedChange) -> String {
     serde_json::to_string_pretty(&report(change)).expect("the report serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::changeset::ChangeSet;
+    use crate::plan::engine::MemberOutcome;
+    use crate::plan::fanout::Derivation;
+
+    #[test]
+    fn a_sensitive_input_is_reported_without_its_value() {
+        let input = |sensitive| ResolvedInput {
+            reference: "db.password".into(),
+            upstream: "db@dev".into(),
+            source: InputSource::Planned,
+            value: Some(serde_json::json!("hunter2")),
+            why: None,
+            sensitive,
+        };
+        let member = MemberOutcome {
+            member: "app@dev".into(),
+            component: "app".into(),
+            stage: "dev".into(),
+            status: MemberStatus::Blocked,
+            plan: None,
+            error: Some("blocked".into()),
+            blocked_by: Some("db@dev".into()),
+            inputs: BTreeMap::from([
+                ("password".into(), input(true)),
+                ("user".into(), input(false)),
+            ]),
+            output: String::new(),
+        };
+        let change = PlannedChange {
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            derivation: Derivation {
+                selected: BTreeMap::new(),
+                members: vec![],
+                waves: vec![],
+                skipped: vec![],
+                indeterminate: vec![],
+                digest: String::new(),
+            },
+            members: vec![member],
+            skipped: vec![],
+            seeded: vec![],
+            notes: vec![],
+            change_set: ChangeSet::new(vec![]).unwrap(),
+        };
+        let text = to_string(&change);
+        assert_eq!(
+            text.matches("hunter2").count(),
+            1,
+            "only the non-sensitive input shows its value: {text}"
+        );
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            report["members"][0]["inputs"]["password"]["sensitive"],
+            true
+        );
+        assert!(report["members"][0]["inputs"]["password"]
+            .get("value")
+            .is_none());
+    }
 }

@@ -489,6 +489,7 @@ mod tests {
                 source: crate::plan::engine::InputSource::Unknown,
                 value: None,
                 why: Some("dns@dev knows zone only after it applies".into()),
+                sensitive: false,
             },
         );
         let skipped = vec![
