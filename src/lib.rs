@@ -5,5 +5,6 @@
 //! the server and worker tie it to git, processes and forges.
 
 pub mod config;
+pub mod forge;
 pub mod plan;
 pub mod report;
