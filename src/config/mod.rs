@@ -1,5 +1,7 @@
-//! Configuration: the repository's `wavegate.toml` (server settings come later).
+//! Configuration: the repository's `wavegate.toml` and the server's settings.
 
 pub mod repo;
+pub mod settings;
 
 pub use repo::{ConfigError, RepoConfig, CONFIG_FILE};
+pub use settings::Settings;

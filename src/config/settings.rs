@@ -1,0 +1,219 @@
+//! Server settings, from `WAVEGATE_*` environment variables. Every variable is
+//! named in its error, and secrets never appear in `Debug` output or logs.
+
+use anyhow::{bail, Context, Result};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A value that must never be printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct GitHubSettings {
+    pub app_id: u64,
+    /// The App's private key, PEM.
+    pub private_key: Secret,
+}
+
+#[derive(Debug, Clone)]
+pub struct ForgejoSettings {
+    /// The instance root, e.g. `https://codeberg.org`; the API is under `/api/v1`.
+    pub url: String,
+    pub token: Secret,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub data_dir: PathBuf,
+    pub github_api_url: String,
+    /// Absent until configured, or until the manifest flow stores credentials.
+    pub github: Option<GitHubSettings>,
+    /// Every accepted secret (rotation: old and new side by side).
+    pub github_webhook_secrets: Vec<Secret>,
+    pub forgejo: Option<ForgejoSettings>,
+    pub forgejo_webhook_secrets: Vec<Secret>,
+    /// Where this server is reached from outside (the manifest flow's URLs).
+    pub public_url: Option<String>,
+    /// Worker tasks claiming jobs.
+    pub workers: usize,
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+const DEFAULT_DATABASE: &str = "sqlite://wavegate.db";
+const DEFAULT_GITHUB_API: &str = "https://api.github.com";
+
+impl Settings {
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `get` (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let listen_text = var("WAVEGATE_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = listen_text
+            .parse()
+            .with_context(|| format!("WAVEGATE_LISTEN=`{listen_text}` is not an address; use host:port, e.g. 127.0.0.1:8080"))?;
+        let data_dir =
+            PathBuf::from(var("WAVEGATE_DATA_DIR").unwrap_or_else(|| "wavegate-data".into()));
+        let github = match (var("WAVEGATE_GITHUB_APP_ID"), get("WAVEGATE_GITHUB_PRIVATE_KEY").filter(|k| !k.trim().is_empty())) {
+            (Some(id), Some(key)) => Some(GitHubSettings {
+                app_id: id.parse().with_context(|| format!("WAVEGATE_GITHUB_APP_ID=`{id}` is not a number; use the App ID from the App's settings page"))?,
+                private_key: Secret::new(read_pem(&key)?),
+            }),
+            (None, None) => None,
+            (Some(_), None) => bail!("WAVEGATE_GITHUB_APP_ID is set but WAVEGATE_GITHUB_PRIVATE_KEY is not; set it to the App's private key (PEM text or a path to the .pem file)"),
+            (None, Some(_)) => bail!("WAVEGATE_GITHUB_PRIVATE_KEY is set but WAVEGATE_GITHUB_APP_ID is not; set it to the App ID from the App's settings page"),
+        };
+        let forgejo = match (var("WAVEGATE_FORGEJO_URL"), var("WAVEGATE_FORGEJO_TOKEN")) {
+            (Some(url), Some(token)) => Some(ForgejoSettings { url: url.trim_end_matches('/').to_owned(), token: Secret::new(token) }),
+            (None, None) => None,
+            (Some(_), None) => bail!("WAVEGATE_FORGEJO_URL is set but WAVEGATE_FORGEJO_TOKEN is not; create an access token for the bot user (scopes: repository, issue) and set it"),
+            (None, Some(_)) => bail!("WAVEGATE_FORGEJO_TOKEN is set but WAVEGATE_FORGEJO_URL is not; set it to the instance root, e.g. https://codeberg.org"),
+        };
+        let secrets = |name: &str| -> Vec<Secret> {
+            var(name)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(Secret::new)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let workers = match var("WAVEGATE_WORKERS") {
+            Some(n) => n
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .with_context(|| format!("WAVEGATE_WORKERS=`{n}` is not a positive number"))?,
+            None => 2,
+        };
+        Ok(Self {
+            listen,
+            database_url: var("WAVEGATE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE.into()),
+            data_dir,
+            github_api_url: var("WAVEGATE_GITHUB_API_URL")
+                .unwrap_or_else(|| DEFAULT_GITHUB_API.into())
+                .trim_end_matches('/')
+                .to_owned(),
+            github,
+            github_webhook_secrets: secrets("WAVEGATE_GITHUB_WEBHOOK_SECRET"),
+            forgejo,
+            forgejo_webhook_secrets: secrets("WAVEGATE_FORGEJO_WEBHOOK_SECRET"),
+            public_url: var("WAVEGATE_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            workers,
+        })
+    }
+}
+
+/// A PEM given inline or as a path to a file.
+fn read_pem(value: &str) -> Result<String> {
+    if value.contains("-----BEGIN") {
+        return Ok(value.replace("\\n", "\n"));
+    }
+    let path = value.trim();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("WAVEGATE_GITHUB_PRIVATE_KEY names `{path}`, which cannot be read; give the PEM text or a readable path"))?;
+    if !text.contains("-----BEGIN") {
+        bail!("WAVEGATE_GITHUB_PRIVATE_KEY: `{path}` is not a PEM file; download the private key from the App's settings page");
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_need_no_variables() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.database_url, "sqlite://wavegate.db");
+        assert_eq!(s.github_api_url, "https://api.github.com");
+        assert!(s.github.is_none() && s.forgejo.is_none());
+    }
+
+    #[test]
+    fn secrets_rotate_and_never_print() {
+        let s = settings(&[
+            ("WAVEGATE_GITHUB_WEBHOOK_SECRET", "old, new"),
+            ("WAVEGATE_FORGEJO_URL", "https://f.example/"),
+            ("WAVEGATE_FORGEJO_TOKEN", "tok123"),
+        ])
+        .unwrap();
+        assert_eq!(s.github_webhook_secrets.len(), 2);
+        let debug = format!("{s:?}");
+        assert!(
+            !debug.contains("tok123") && !debug.contains("old"),
+            "{debug}"
+        );
+        assert_eq!(s.forgejo.unwrap().url, "https://f.example");
+    }
+
+    #[test]
+    fn mistakes_name_the_variable_and_the_fix() {
+        let e = settings(&[("WAVEGATE_GITHUB_APP_ID", "12")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WAVEGATE_GITHUB_PRIVATE_KEY is not"), "{e}");
+        let e = settings(&[("WAVEGATE_LISTEN", "nope")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WAVEGATE_LISTEN=`nope`"), "{e}");
+        let e = settings(&[
+            ("WAVEGATE_GITHUB_APP_ID", "x"),
+            (
+                "WAVEGATE_GITHUB_PRIVATE_KEY",
+                "-----BEGIN RSA PRIVATE KEY-----",
+            ),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("WAVEGATE_GITHUB_APP_ID=`x` is not a number"),
+            "{e}"
+        );
+        let e = settings(&[
+            ("WAVEGATE_GITHUB_APP_ID", "1"),
+            ("WAVEGATE_GITHUB_PRIVATE_KEY", "/no/such.pem"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`/no/such.pem`, which cannot be read"), "{e}");
+    }
+}
