@@ -8,3 +8,4 @@ pub mod config;
 pub mod forge;
 pub mod plan;
 pub mod report;
+pub mod store;

@@ -1,0 +1,219 @@
+//! The durable store: webhook deliveries (deduplicated), the job queue with
+//! leases and retries, what the bot knows of each pull request, and the plans
+//! it made. Everything that must survive a crash lives here; SQLite today,
+//! PostgreSQL behind the same API next.
+
+mod clock;
+mod sqlite;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use sqlite::Store;
+
+use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Errors a caller may want to branch on; everything else is `anyhow`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    #[error(
+        "database schema version {found} is newer than this wavegate (knows {known}): upgrade wavegate"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    /// The job is not running under this worker's lease: it finished, or its
+    /// lease expired and another worker took it over.
+    #[error("job {job} is not running under a lease held by `{worker}`")]
+    LeaseNotHeld { job: JobId, worker: String },
+    #[error("a job needs max_attempts of at least 1")]
+    NoAttemptsAllowed,
+}
+
+/// A webhook delivery as received, before it is turned into work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    pub forge: ForgeKind,
+    /// The hook or installation the delivery came through: the same delivery
+    /// id reaches every hook subscribed to the event.
+    pub target: String,
+    pub delivery_id: String,
+    pub event_type: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    Recorded {
+        delivery: i64,
+        job: Option<JobId>,
+    },
+    /// Seen before (a redelivery): nothing was written.
+    Duplicate,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub kind: String,
+    /// Jobs with the same key (e.g. one pull request) run one at a time, in order.
+    pub queue_key: String,
+    pub payload: serde_json::Value,
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    Done,
+    Skipped,
+    /// Gave up after max_attempts; `last_error` says why.
+    Dead,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Done => "done",
+            JobStatus::Skipped => "skipped",
+            JobStatus::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            JobStatus::Queued,
+            JobStatus::Running,
+            JobStatus::Done,
+            JobStatus::Skipped,
+            JobStatus::Dead,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    pub id: JobId,
+    pub kind: String,
+    pub queue_key: String,
+    pub payload: serde_json::Value,
+    pub status: JobStatus,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub run_after: i64,
+    /// The worker running it, or the last one that did.
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<i64>,
+    pub last_error: Option<String>,
+    /// Why a job was skipped.
+    pub outcome: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    Done,
+    /// Nothing to do, with the reason (e.g. "superseded by <sha>").
+    Skipped(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Queued again, runnable from `at` (unix ms).
+    Retry {
+        at: i64,
+    },
+    Dead,
+}
+
+/// A pull request's head as the latest event describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrHead {
+    pub repo: RepoId,
+    pub pr: PrNumber,
+    pub head_sha: CommitSha,
+    pub base_ref: String,
+    pub open: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrRecord {
+    pub repo: RepoId,
+    pub pr: PrNumber,
+    pub head_sha: CommitSha,
+    pub base_ref: String,
+    pub open: bool,
+    pub report_comment_id: Option<u64>,
+    pub check_id: Option<u64>,
+    /// The head the posted report describes (may lag `head_sha` while re-planning).
+    pub report_head: Option<CommitSha>,
+    pub report_digest: Option<String>,
+    pub report_status: Option<String>,
+}
+
+/// Where the report for a head was posted and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrReport {
+    pub head_sha: CommitSha,
+    pub digest: Option<String>,
+    pub comment_id: Option<u64>,
+    pub check_id: Option<u64>,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPlan {
+    pub repo: RepoId,
+    pub pr: PrNumber,
+    pub head_sha: CommitSha,
+    pub base_sha: CommitSha,
+    pub digest: Option<String>,
+    pub change_set: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanRecord {
+    pub id: i64,
+    pub repo: RepoId,
+    pub pr: PrNumber,
+    pub head_sha: CommitSha,
+    pub base_sha: CommitSha,
+    pub digest: Option<String>,
+    pub change_set: serde_json::Value,
+    pub created_at: i64,
+}
+
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+const LONGEST_RETRY: Duration = Duration::from_secs(10 * 60);
+
+/// How long a job waits before its next try after `attempts` failed ones:
+/// 5 s, doubling each time, never more than 10 minutes.
+pub fn backoff(attempts: u32) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(31);
+    FIRST_RETRY
+        .checked_mul(1 << doublings)
+        .map_or(LONGEST_RETRY, |wait| wait.min(LONGEST_RETRY))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,718 @@
+//! The SQLite store: connection setup (WAL, busy timeout, foreign keys), our
+//! versioned migrations, and the queries behind every `Store` operation.
+//! Writes that must be atomic run in `BEGIN IMMEDIATE` transactions, which
+//! take SQLite's single write lock up front so concurrent claims serialise
+//! instead of failing half-way. SQL sticks to what PostgreSQL also accepts
+//! (`$n` parameters, `ON CONFLICT`, `RETURNING`) where that costs nothing.
+
+use super::{
+    Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
+    PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
+};
+use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+use anyhow::{anyhow, bail, Context, Result};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::Row;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("migrations/sqlite/0001_init.sql"),
+}];
+
+fn newest_known_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+macro_rules! job_columns {
+    () => {
+        "id, kind, queue_key, payload, status, attempts, max_attempts, run_after, \
+         lease_owner, lease_until, last_error, outcome, created_at, updated_at"
+    };
+}
+
+macro_rules! pr_columns {
+    () => {
+        "forge, repo, number, head_sha, base_ref, is_open, report_comment_id, check_id, \
+         report_head, report_digest, report_status"
+    };
+}
+
+macro_rules! plan_columns {
+    () => {
+        "id, forge, repo, number, head_sha, base_sha, digest, change_set, created_at"
+    };
+}
+
+/// The oldest job that may run now: queued and due, or running under a lease
+/// that expired. Never one whose queue key has an earlier unfinished job or
+/// another job under a live lease.
+const NEXT_RUNNABLE_JOB: &str = "\
+SELECT j.id, j.status, j.attempts, j.max_attempts, j.lease_expiries, j.last_error
+FROM jobs j
+WHERE ((j.status = 'queued' AND j.run_after <= $1)
+    OR (j.status = 'running' AND j.lease_until <= $1))
+  AND NOT EXISTS (
+    SELECT 1 FROM jobs other
+    WHERE other.queue_key = j.queue_key
+      AND other.id <> j.id
+      AND ((other.id < j.id AND other.status IN ('queued', 'running'))
+        OR (other.status = 'running' AND other.lease_until > $1)))
+ORDER BY j.id
+LIMIT 1";
+
+/// The handle every part of the bot shares; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("pool", &self.pool).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if missing) `sqlite://path` or `sqlite::memory:` and
+    /// brings its schema up to date.
+    pub async fn open(url: &str) -> Result<Store> {
+        Self::open_with_clock(url, Arc::new(SystemClock)).await
+    }
+
+    pub async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
+        if !url.starts_with("sqlite:") {
+            bail!("`{url}` is not a database wavegate can use yet: give a sqlite:// URL");
+        }
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let mut options = SqliteConnectOptions::from_str(url)
+            .with_context(|| format!("`{url}` is not a SQLite database URL"))?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(BUSY_TIMEOUT)
+            .synchronous(SqliteSynchronous::Normal);
+        let mut pool_options = SqlitePoolOptions::new();
+        if in_memory {
+            // Each connection would otherwise see its own empty database, and
+            // the data would vanish when the last connection closed.
+            pool_options = pool_options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        } else {
+            options = options.journal_mode(SqliteJournalMode::Wal);
+        }
+        let pool = pool_options
+            .connect_with(options)
+            .await
+            .with_context(|| format!("opening the database at `{url}`"))?;
+        let store = Store { pool, clock };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    INTEGER PRIMARY KEY,
+                name       TEXT    NOT NULL,
+                applied_at INTEGER NOT NULL
+            )",
+        )
+        .execute(&self.pool)
+        .await
+        .context("creating the schema_migrations table")?;
+
+        let found = self.schema_version().await?;
+        let known = newest_known_version();
+        if found > known {
+            return Err(StoreError::SchemaTooNew { found, known }.into());
+        }
+        for migration in MIGRATIONS {
+            self.apply(migration).await.with_context(|| {
+                format!(
+                    "applying database migration {} ({})",
+                    migration.version, migration.name
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Applies one migration unless it already is; several processes opening
+    /// the same database at once apply it once between them.
+    async fn apply(&self, migration: &Migration) -> Result<()> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let applied = sqlx::query("SELECT 1 FROM schema_migrations WHERE version = $1")
+            .bind(migration.version)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        if applied {
+            tx.rollback().await?;
+            return Ok(());
+        }
+        sqlx::raw_sql(migration.sql).execute(&mut *tx).await?;
+        sqlx::query(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+        )
+        .bind(migration.version)
+        .bind(migration.name)
+        .bind(self.now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .fetch_one(&self.pool)
+            .await
+            .context("the database does not answer")?;
+        Ok(())
+    }
+
+    /// The newest migration applied to the database (0 when none).
+    pub async fn schema_version(&self) -> Result<i64> {
+        let version: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+            .fetch_one(&self.pool)
+            .await
+            .context("reading the database schema version")?
+            .try_get(0)?;
+        Ok(version)
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction: insert the delivery (unique per
+    /// forge, target and delivery id); when it was seen before, answer
+    /// `Intake::Duplicate` and write nothing else; otherwise enqueue the job
+    /// (if any), upsert the pull request's head (if any) and answer
+    /// `Intake::Recorded`.
+    pub async fn record_delivery(
+        &self,
+        delivery: NewDelivery,
+        job: Option<NewJob>,
+        head: Option<PrHead>,
+    ) -> Result<Intake> {
+        let now = self.now();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let inserted = sqlx::query(
+            "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (forge, target, delivery_id) DO NOTHING
+             RETURNING id",
+        )
+        .bind(delivery.forge.as_str())
+        .bind(&delivery.target)
+        .bind(&delivery.delivery_id)
+        .bind(&delivery.event_type)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .with_context(|| format!("recording delivery {}", delivery.delivery_id))?;
+        let Some(row) = inserted else {
+            tx.rollback().await?;
+            return Ok(Intake::Duplicate);
+        };
+        let delivery_row: i64 = row.try_get("id")?;
+        let job = match job {
+            Some(job) => Some(insert_job(&mut tx, &job, Some(delivery_row), now).await?),
+            None => None,
+        };
+        if let Some(head) = head {
+            upsert_pr_head(&mut tx, &head, now).await?;
+        }
+        tx.commit().await?;
+        Ok(Intake::Recorded {
+            delivery: delivery_row,
+            job,
+        })
+    }
+
+    pub async fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        let mut conn = self.pool.acquire().await?;
+        insert_job(&mut conn, &job, None, self.now()).await
+    }
+
+    /// Claims the oldest runnable job for `worker` for `lease`: one queued
+    /// and due, or one running whose lease expired (its worker died). Jobs of
+    /// one queue key run one at a time, in id order. A job that would exceed
+    /// its max_attempts (its leases kept expiring) is dead-lettered instead,
+    /// and the next one is tried.
+    pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Job>> {
+        let now = self.now();
+        let lease_until = now.saturating_add(millis(lease));
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        loop {
+            let candidate = sqlx::query(NEXT_RUNNABLE_JOB)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await
+                .context("looking for a runnable job")?;
+            let Some(candidate) = candidate else {
+                tx.commit().await?;
+                return Ok(None);
+            };
+            let id: i64 = candidate.try_get("id")?;
+            let was_running = candidate.try_get::<String, _>("status")? == "running";
+            let attempts: i64 = candidate.try_get("attempts")?;
+            let max_attempts: i64 = candidate.try_get("max_attempts")?;
+            let lease_expiries: i64 =
+                candidate.try_get::<i64, _>("lease_expiries")? + i64::from(was_running);
+
+            if attempts >= max_attempts {
+                let earlier_error: Option<String> = candidate.try_get("last_error")?;
+                let error = lease_expired_error(lease_expiries, earlier_error.as_deref());
+                sqlx::query(
+                    "UPDATE jobs SET status = 'dead', lease_until = NULL, lease_expiries = $2,
+                            last_error = $3, updated_at = $4
+                     WHERE id = $1",
+                )
+                .bind(id)
+                .bind(lease_expiries)
+                .bind(error)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                continue;
+            }
+
+            let row = sqlx::query(concat!(
+                "UPDATE jobs SET status = 'running', lease_owner = $2, lease_until = $3,
+                        attempts = attempts + 1, lease_expiries = $4, updated_at = $5
+                 WHERE id = $1
+                 RETURNING ",
+                job_columns!()
+            ))
+            .bind(id)
+            .bind(worker)
+            .bind(lease_until)
+            .bind(lease_expiries)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .with_context(|| format!("claiming job {id}"))?;
+            let job = job_from_row(&row)?;
+            tx.commit().await?;
+            return Ok(Some(job));
+        }
+    }
+
+    /// Pushes the lease out to now + `lease`; false when `worker` no longer
+    /// holds the job.
+    pub async fn extend_lease(&self, id: JobId, worker: &str, lease: Duration) -> Result<bool> {
+        let now = self.now();
+        let extended = sqlx::query(
+            "UPDATE jobs SET lease_until = $3, updated_at = $4
+             WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
+        )
+        .bind(id.0)
+        .bind(worker)
+        .bind(now.saturating_add(millis(lease)))
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("extending the lease on job {id}"))?
+        .rows_affected();
+        Ok(extended == 1)
+    }
+
+    /// Finishes a job `worker` holds; `StoreError::LeaseNotHeld` when it does
+    /// not (another worker took it over, or it already finished).
+    pub async fn complete(&self, id: JobId, worker: &str, outcome: JobOutcome) -> Result<()> {
+        let (status, reason) = match outcome {
+            JobOutcome::Done => (JobStatus::Done, None),
+            JobOutcome::Skipped(reason) => (JobStatus::Skipped, Some(reason)),
+        };
+        let finished = sqlx::query(
+            "UPDATE jobs SET status = $3, outcome = $4, lease_until = NULL, updated_at = $5
+             WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
+        )
+        .bind(id.0)
+        .bind(worker)
+        .bind(status.as_str())
+        .bind(reason)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("completing job {id}"))?
+        .rows_affected();
+        if finished == 0 {
+            return Err(lease_not_held(id, worker));
+        }
+        Ok(())
+    }
+
+    /// Records a failed attempt: the job is queued again after
+    /// `backoff(attempts)`, or dead once it has had max_attempts; the error
+    /// is kept either way. `StoreError::LeaseNotHeld` when `worker` does not
+    /// hold the job.
+    pub async fn fail(&self, id: JobId, worker: &str, error: &str) -> Result<FailOutcome> {
+        let now = self.now();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let held = sqlx::query(
+            "SELECT attempts, max_attempts FROM jobs
+             WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
+        )
+        .bind(id.0)
+        .bind(worker)
+        .fetch_optional(&mut *tx)
+        .await
+        .with_context(|| format!("reading job {id}"))?;
+        let Some(held) = held else {
+            tx.rollback().await?;
+            return Err(lease_not_held(id, worker));
+        };
+        let attempts: i64 = held.try_get("attempts")?;
+        let max_attempts: i64 = held.try_get("max_attempts")?;
+        let outcome = if attempts >= max_attempts {
+            sqlx::query(
+                "UPDATE jobs SET status = 'dead', lease_until = NULL, last_error = $2,
+                        updated_at = $3
+                 WHERE id = $1",
+            )
+            .bind(id.0)
+            .bind(error)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            FailOutcome::Dead
+        } else {
+            let wait = super::backoff(u32::try_from(attempts).unwrap_or(u32::MAX));
+            let at = now.saturating_add(millis(wait));
+            sqlx::query(
+                "UPDATE jobs SET status = 'queued', run_after = $2, lease_owner = NULL,
+                        lease_until = NULL, last_error = $3, updated_at = $4
+                 WHERE id = $1",
+            )
+            .bind(id.0)
+            .bind(at)
+            .bind(error)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            FailOutcome::Retry { at }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    pub async fn job(&self, id: JobId) -> Result<Option<Job>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = $1"
+        ))
+        .bind(id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading job {id}"))?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Every job, in id order.
+    pub async fn jobs(&self) -> Result<Vec<Job>> {
+        sqlx::query(concat!("SELECT ", job_columns!(), " FROM jobs ORDER BY id"))
+            .fetch_all(&self.pool)
+            .await
+            .context("reading the jobs")?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
+    pub async fn delivery_count(&self) -> Result<i64> {
+        let count: i64 = sqlx::query("SELECT COUNT(*) FROM deliveries")
+            .fetch_one(&self.pool)
+            .await
+            .context("counting deliveries")?
+            .try_get(0)?;
+        Ok(count)
+    }
+
+    /// Records a pull request's head outside a delivery (e.g. reconciling
+    /// with the forge after missed webhooks). Report fields are kept.
+    pub async fn upsert_pr_head(&self, head: PrHead) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        upsert_pr_head(&mut conn, &head, self.now()).await
+    }
+
+    pub async fn pr(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<PrRecord>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            pr_columns!(),
+            " FROM pull_requests WHERE forge = $1 AND repo = $2 AND number = $3"
+        ))
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading pull request {repo}{pr}"))?;
+        row.as_ref().map(pr_from_row).transpose()
+    }
+
+    /// Records the report posted for a head. A report without a comment id
+    /// keeps the known comment (there is one report comment, edited in
+    /// place); the check id belongs to the head and is replaced as given.
+    pub async fn set_pr_report(&self, repo: &RepoId, pr: PrNumber, report: PrReport) -> Result<()> {
+        let updated = sqlx::query(
+            "UPDATE pull_requests
+             SET report_head = $4, report_digest = $5,
+                 report_comment_id = COALESCE($6, report_comment_id), check_id = $7,
+                 report_status = $8, updated_at = $9
+             WHERE forge = $1 AND repo = $2 AND number = $3",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .bind(report.head_sha.as_str())
+        .bind(&report.digest)
+        .bind(
+            report
+                .comment_id
+                .map(|id| to_i64(id, "comment id"))
+                .transpose()?,
+        )
+        .bind(
+            report
+                .check_id
+                .map(|id| to_i64(id, "check id"))
+                .transpose()?,
+        )
+        .bind(&report.status)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording the report of {repo}{pr}"))?
+        .rows_affected();
+        if updated == 0 {
+            bail!("no pull request {repo}{pr} is recorded: record its head first");
+        }
+        Ok(())
+    }
+
+    pub async fn save_plan(&self, plan: NewPlan) -> Result<i64> {
+        let id: i64 = sqlx::query(
+            "INSERT INTO plans (forge, repo, number, head_sha, base_sha, digest, change_set,
+                                created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             RETURNING id",
+        )
+        .bind(plan.repo.forge.as_str())
+        .bind(&plan.repo.full_name)
+        .bind(to_i64(plan.pr.0, "pull request number")?)
+        .bind(plan.head_sha.as_str())
+        .bind(plan.base_sha.as_str())
+        .bind(&plan.digest)
+        .bind(plan.change_set.to_string())
+        .bind(self.now())
+        .fetch_one(&self.pool)
+        .await
+        .with_context(|| format!("saving a plan of {}{}", plan.repo, plan.pr))?
+        .try_get("id")?;
+        Ok(id)
+    }
+
+    /// The most recently saved plan of a pull request.
+    pub async fn latest_plan(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<PlanRecord>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            plan_columns!(),
+            " FROM plans WHERE forge = $1 AND repo = $2 AND number = $3
+              ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading the latest plan of {repo}{pr}"))?;
+        row.as_ref().map(plan_from_row).transpose()
+    }
+}
+
+async fn insert_job(
+    conn: &mut SqliteConnection,
+    job: &NewJob,
+    delivery: Option<i64>,
+    now: i64,
+) -> Result<JobId> {
+    if job.max_attempts == 0 {
+        return Err(StoreError::NoAttemptsAllowed.into());
+    }
+    let id: i64 = sqlx::query(
+        "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts,
+                           run_after, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, 'queued', 0, $5, $6, $6, $6)
+         RETURNING id",
+    )
+    .bind(delivery)
+    .bind(&job.kind)
+    .bind(&job.queue_key)
+    .bind(job.payload.to_string())
+    .bind(i64::from(job.max_attempts))
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?
+    .try_get("id")?;
+    Ok(JobId(id))
+}
+
+async fn upsert_pr_head(conn: &mut SqliteConnection, head: &PrHead, now: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (forge, repo, number) DO UPDATE
+         SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
+             is_open = excluded.is_open, updated_at = excluded.updated_at",
+    )
+    .bind(head.repo.forge.as_str())
+    .bind(&head.repo.full_name)
+    .bind(to_i64(head.pr.0, "pull request number")?)
+    .bind(head.head_sha.as_str())
+    .bind(&head.base_ref)
+    .bind(head.open)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .with_context(|| format!("recording the head of {}{}", head.repo, head.pr))?;
+    Ok(())
+}
+
+fn lease_expired_error(times: i64, earlier_error: Option<&str>) -> String {
+    let plural = if times == 1 { "" } else { "s" };
+    match earlier_error {
+        Some(earlier) => format!("lease expired {times} time{plural}; earlier error: {earlier}"),
+        None => format!("lease expired {times} time{plural}"),
+    }
+}
+
+fn lease_not_held(job: JobId, worker: &str) -> anyhow::Error {
+    StoreError::LeaseNotHeld {
+        job,
+        worker: worker.to_owned(),
+    }
+    .into()
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| anyhow!("{what} {value} is too large to store"))
+}
+
+fn to_u64(value: i64, what: &str) -> Result<u64> {
+    u64::try_from(value).map_err(|_| anyhow!("stored {what} {value} is negative"))
+}
+
+fn to_u32(value: i64, what: &str) -> Result<u32> {
+    u32::try_from(value).map_err(|_| anyhow!("stored {what} {value} is out of range"))
+}
+
+fn forge_kind(text: &str) -> Result<ForgeKind> {
+    [ForgeKind::GitHub, ForgeKind::Forgejo]
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+        .ok_or_else(|| anyhow!("stored forge `{text}` is not one wavegate knows"))
+}
+
+fn commit_sha(text: String) -> Result<CommitSha> {
+    CommitSha::parse(&text).map_err(|e| anyhow!("stored {e}"))
+}
+
+fn job_from_row(row: &SqliteRow) -> Result<Job> {
+    let id = JobId(row.try_get("id")?);
+    let status: String = row.try_get("status")?;
+    let payload: String = row.try_get("payload")?;
+    Ok(Job {
+        id,
+        kind: row.try_get("kind")?,
+        queue_key: row.try_get("queue_key")?,
+        payload: serde_json::from_str(&payload)
+            .with_context(|| format!("job {id} has a payload that is not JSON"))?,
+        status: JobStatus::parse(&status)
+            .ok_or_else(|| anyhow!("job {id} has an unknown status `{status}`"))?,
+        attempts: to_u32(row.try_get("attempts")?, "attempts")?,
+        max_attempts: to_u32(row.try_get("max_attempts")?, "max_attempts")?,
+        run_after: row.try_get("run_after")?,
+        lease_owner: row.try_get("lease_owner")?,
+        lease_until: row.try_get("lease_until")?,
+        last_error: row.try_get("last_error")?,
+        outcome: row.try_get("outcome")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+fn repo_from_row(row: &SqliteRow) -> Result<RepoId> {
+    let forge: String = row.try_get("forge")?;
+    Ok(RepoId::new(
+        forge_kind(&forge)?,
+        row.try_get::<String, _>("repo")?,
+    ))
+}
+
+fn pr_from_row(row: &SqliteRow) -> Result<PrRecord> {
+    Ok(PrRecord {
+        repo: repo_from_row(row)?,
+        pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
+        head_sha: commit_sha(row.try_get("head_sha")?)?,
+        base_ref: row.try_get("base_ref")?,
+        open: row.try_get("is_open")?,
+        report_comment_id: row
+            .try_get::<Option<i64>, _>("report_comment_id")?
+            .map(|id| to_u64(id, "comment id"))
+            .transpose()?,
+        check_id: row
+            .try_get::<Option<i64>, _>("check_id")?
+            .map(|id| to_u64(id, "check id"))
+            .transpose()?,
+        report_head: row
+            .try_get::<Option<String>, _>("report_head")?
+            .map(commit_sha)
+            .transpose()?,
+        report_digest: row.try_get("report_digest")?,
+        report_status: row.try_get("report_status")?,
+    })
+}
+
+fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
+    let id: i64 = row.try_get("id")?;
+    let change_set: String = row.try_get("change_set")?;
+    Ok(PlanRecord {
+        id,
+        repo: repo_from_row(row)?,
+        pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
+        head_sha: commit_sha(row.try_get("head_sha")?)?,
+        base_sha: commit_sha(row.try_get("base_sha")?)?,
+        digest: row.try_get("digest")?,
+        change_set: serde_json::from_str(&change_set)
+            .with_context(|| format!("plan {id} has a change set that is not JSON"))?,
+        created_at: row.try_get("created_at")?,
+    })
+}

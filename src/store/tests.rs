@@ -1,0 +1,571 @@
+use super::*;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+const START_MS: i64 = 1_700_000_000_000;
+const LEASE: Duration = Duration::from_secs(30);
+
+struct Fixture {
+    store: Store,
+    clock: Arc<ManualClock>,
+    url: String,
+    _dir: TempDir,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("wavegate.db").display());
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let store = Store::open_with_clock(&url, clock.clone()).await.unwrap();
+    Fixture {
+        store,
+        clock,
+        url,
+        _dir: dir,
+    }
+}
+
+fn delivery(id: &str) -> NewDelivery {
+    NewDelivery {
+        forge: ForgeKind::GitHub,
+        target: "installation:7".into(),
+        delivery_id: id.into(),
+        event_type: "pull_request".into(),
+    }
+}
+
+fn job(queue_key: &str, max_attempts: u32) -> NewJob {
+    NewJob {
+        kind: "plan".into(),
+        queue_key: queue_key.into(),
+        payload: serde_json::json!({ "key": queue_key }),
+        max_attempts,
+    }
+}
+
+fn repo() -> RepoId {
+    RepoId::new(ForgeKind::GitHub, "acme/infra")
+}
+
+fn sha(digit: char) -> CommitSha {
+    CommitSha::parse(&digit.to_string().repeat(40)).unwrap()
+}
+
+fn head(pr: u64, head_sha: CommitSha, open: bool) -> PrHead {
+    PrHead {
+        repo: repo(),
+        pr: PrNumber(pr),
+        head_sha,
+        base_ref: "main".into(),
+        open,
+    }
+}
+
+fn lease_not_held(err: &anyhow::Error) -> bool {
+    matches!(
+        err.downcast_ref::<StoreError>(),
+        Some(StoreError::LeaseNotHeld { .. })
+    )
+}
+
+#[test]
+fn backoff_starts_at_five_seconds_doubles_and_stops_at_ten_minutes() {
+    assert_eq!(backoff(1), Duration::from_secs(5));
+    assert_eq!(backoff(2), Duration::from_secs(10));
+    assert_eq!(backoff(3), Duration::from_secs(20));
+    assert_eq!(backoff(7), Duration::from_secs(320));
+    assert_eq!(backoff(8), Duration::from_secs(600));
+    assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
+}
+
+#[tokio::test]
+async fn redelivery_is_a_duplicate_and_enqueues_no_second_job() {
+    let f = fixture().await;
+    let first = f
+        .store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    assert!(matches!(first, Intake::Recorded { job: Some(_), .. }));
+
+    let again = f
+        .store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+
+    assert_eq!(again, Intake::Duplicate);
+    assert_eq!(f.store.jobs().await.unwrap().len(), 1);
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_writes_nothing_not_even_the_pr_head() {
+    let f = fixture().await;
+    f.store
+        .record_delivery(delivery("d-1"), None, Some(head(1, sha('a'), true)))
+        .await
+        .unwrap();
+
+    let again = f
+        .store
+        .record_delivery(delivery("d-1"), None, Some(head(1, sha('b'), true)))
+        .await
+        .unwrap();
+
+    assert_eq!(again, Intake::Duplicate);
+    let pr = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
+    assert_eq!(pr.head_sha, sha('a'));
+}
+
+#[tokio::test]
+async fn the_same_delivery_id_through_another_hook_is_its_own_delivery() {
+    let f = fixture().await;
+    f.store
+        .record_delivery(delivery("d-1"), None, None)
+        .await
+        .unwrap();
+    let other_hook = NewDelivery {
+        target: "hook:99".into(),
+        ..delivery("d-1")
+    };
+
+    let intake = f
+        .store
+        .record_delivery(other_hook, None, None)
+        .await
+        .unwrap();
+
+    assert!(matches!(intake, Intake::Recorded { job: None, .. }));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn a_ping_with_no_work_is_still_recorded() {
+    let f = fixture().await;
+    let ping = NewDelivery {
+        event_type: "ping".into(),
+        ..delivery("p-1")
+    };
+
+    let intake = f.store.record_delivery(ping, None, None).await.unwrap();
+
+    assert!(matches!(intake, Intake::Recorded { job: None, .. }));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+    assert!(f.store.jobs().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn jobs_of_one_pr_run_one_at_a_time_while_other_prs_go_on() {
+    let f = fixture().await;
+    let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let second = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let other_pr = f.store.enqueue(job("pr-2", 3)).await.unwrap();
+
+    let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(claimed.id, first);
+    assert_eq!(claimed.status, JobStatus::Running);
+    assert_eq!(claimed.attempts, 1);
+    assert_eq!(claimed.lease_owner.as_deref(), Some("w1"));
+    assert_eq!(claimed.lease_until, Some(START_MS + 30_000));
+
+    let meanwhile = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+    assert_eq!(meanwhile.id, other_pr);
+    assert!(f.store.claim("w3", LEASE).await.unwrap().is_none());
+
+    f.store
+        .complete(first, "w1", JobOutcome::Done)
+        .await
+        .unwrap();
+
+    let next = f.store.claim("w3", LEASE).await.unwrap().unwrap();
+    assert_eq!(next.id, second);
+    let done = f.store.job(first).await.unwrap().unwrap();
+    assert_eq!(done.status, JobStatus::Done);
+    assert_eq!(done.outcome, None);
+}
+
+#[tokio::test]
+async fn a_skipped_job_keeps_its_reason() {
+    let f = fixture().await;
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+
+    let reason = format!("superseded by {}", sha('b'));
+    f.store
+        .complete(id, "w1", JobOutcome::Skipped(reason.clone()))
+        .await
+        .unwrap();
+
+    let skipped = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(skipped.status, JobStatus::Skipped);
+    assert_eq!(skipped.outcome, Some(reason));
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn expired_lease_goes_to_a_second_worker_and_the_first_cannot_finish_it() {
+    let f = fixture().await;
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.clock.advance(29_999);
+    assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
+
+    f.clock.advance(1);
+    let taken_over = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+
+    assert_eq!(taken_over.id, id);
+    assert_eq!(taken_over.attempts, 2);
+    assert_eq!(taken_over.lease_owner.as_deref(), Some("w2"));
+    let late = f
+        .store
+        .complete(id, "w1", JobOutcome::Done)
+        .await
+        .unwrap_err();
+    assert!(lease_not_held(&late), "{late:?}");
+    let late_failure = f.store.fail(id, "w1", "boom").await.unwrap_err();
+    assert!(lease_not_held(&late_failure), "{late_failure:?}");
+    assert!(!f.store.extend_lease(id, "w1", LEASE).await.unwrap());
+    let still = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(still.status, JobStatus::Running);
+    assert_eq!(still.lease_owner.as_deref(), Some("w2"));
+    f.store.complete(id, "w2", JobOutcome::Done).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_extended_lease_keeps_the_job_from_being_taken_over() {
+    let f = fixture().await;
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.clock.advance(20_000);
+
+    assert!(f.store.extend_lease(id, "w1", LEASE).await.unwrap());
+    f.clock.advance(20_000);
+
+    assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
+    let job = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(job.lease_until, Some(START_MS + 50_000));
+}
+
+#[tokio::test]
+async fn a_failed_job_retries_after_backoff_and_dies_after_max_attempts() {
+    let f = fixture().await;
+    let id = f.store.enqueue(job("pr-1", 2)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+
+    let outcome = f.store.fail(id, "w1", "forge answered 502").await.unwrap();
+
+    let retry_at = START_MS + backoff(1).as_millis() as i64;
+    assert_eq!(outcome, FailOutcome::Retry { at: retry_at });
+    let waiting = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(waiting.status, JobStatus::Queued);
+    assert_eq!(waiting.run_after, retry_at);
+    assert_eq!(waiting.last_error.as_deref(), Some("forge answered 502"));
+    f.clock.set(retry_at - 1);
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+
+    f.clock.set(retry_at);
+    let second_try = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(second_try.attempts, 2);
+    let outcome = f.store.fail(id, "w1", "forge answered 503").await.unwrap();
+
+    assert_eq!(outcome, FailOutcome::Dead);
+    let dead = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(dead.status, JobStatus::Dead);
+    assert_eq!(dead.last_error.as_deref(), Some("forge answered 503"));
+    f.clock.advance(24 * 3600 * 1000);
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_job_waiting_to_retry_holds_back_later_jobs_of_its_pr() {
+    let f = fixture().await;
+    let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let later = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    let FailOutcome::Retry { at } = f.store.fail(first, "w1", "flaky").await.unwrap() else {
+        panic!("a first failure must be retried");
+    };
+
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+
+    f.clock.set(at);
+    assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, first);
+    f.store
+        .complete(first, "w1", JobOutcome::Done)
+        .await
+        .unwrap();
+    assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, later);
+}
+
+#[tokio::test]
+async fn a_job_whose_worker_keeps_crashing_is_dead_lettered_and_the_next_one_runs() {
+    let f = fixture().await;
+    let crashing = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let next = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    for attempt in 1..=3 {
+        let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+        assert_eq!((claimed.id, claimed.attempts), (crashing, attempt));
+        f.clock.advance(LEASE.as_millis() as i64);
+    }
+
+    let claimed = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+
+    assert_eq!(claimed.id, next);
+    let dead = f.store.job(crashing).await.unwrap().unwrap();
+    assert_eq!(dead.status, JobStatus::Dead);
+    assert_eq!(dead.attempts, 3);
+    assert_eq!(dead.last_error.as_deref(), Some("lease expired 3 times"));
+}
+
+#[tokio::test]
+async fn a_job_needs_at_least_one_attempt() {
+    let f = fixture().await;
+    let err = f.store.enqueue(job("pr-1", 0)).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<StoreError>(),
+        Some(&StoreError::NoAttemptsAllowed)
+    );
+}
+
+#[tokio::test]
+async fn pr_head_is_upserted_and_the_report_survives_a_push() {
+    let f = fixture().await;
+    f.store
+        .record_delivery(delivery("opened"), None, Some(head(42, sha('a'), true)))
+        .await
+        .unwrap();
+    f.store
+        .set_pr_report(
+            &repo(),
+            PrNumber(42),
+            PrReport {
+                head_sha: sha('a'),
+                digest: Some(format!("sha256:{}", "1".repeat(64))),
+                comment_id: Some(9001),
+                check_id: Some(77),
+                status: "awaiting-approval".into(),
+            },
+        )
+        .await
+        .unwrap();
+
+    f.store
+        .record_delivery(delivery("pushed"), None, Some(head(42, sha('b'), true)))
+        .await
+        .unwrap();
+    let pushed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
+    assert_eq!(pushed.head_sha, sha('b'));
+    assert_eq!(pushed.report_head, Some(sha('a')));
+    assert_eq!(pushed.report_comment_id, Some(9001));
+    assert_eq!(pushed.report_status.as_deref(), Some("awaiting-approval"));
+
+    f.store
+        .set_pr_report(
+            &repo(),
+            PrNumber(42),
+            PrReport {
+                head_sha: sha('b'),
+                digest: None,
+                comment_id: None,
+                check_id: Some(78),
+                status: "planning".into(),
+            },
+        )
+        .await
+        .unwrap();
+    f.store
+        .record_delivery(delivery("closed"), None, Some(head(42, sha('b'), false)))
+        .await
+        .unwrap();
+
+    let closed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
+    assert_eq!(
+        closed,
+        PrRecord {
+            repo: repo(),
+            pr: PrNumber(42),
+            head_sha: sha('b'),
+            base_ref: "main".into(),
+            open: false,
+            report_comment_id: Some(9001),
+            check_id: Some(78),
+            report_head: Some(sha('b')),
+            report_digest: None,
+            report_status: Some("planning".into()),
+        }
+    );
+    assert!(f.store.pr(&repo(), PrNumber(43)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_report_for_an_unknown_pr_is_refused() {
+    let f = fixture().await;
+    let report = PrReport {
+        head_sha: sha('a'),
+        digest: None,
+        comment_id: Some(1),
+        check_id: None,
+        status: "planning".into(),
+    };
+    assert!(f
+        .store
+        .set_pr_report(&repo(), PrNumber(5), report)
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn the_latest_plan_of_a_pr_is_the_last_saved() {
+    let f = fixture().await;
+    let plan = |head_sha: CommitSha, n: u64| NewPlan {
+        repo: repo(),
+        pr: PrNumber(n),
+        head_sha,
+        base_sha: sha('0'),
+        digest: Some(format!("sha256:{}", "2".repeat(64))),
+        change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
+    };
+    f.store.save_plan(plan(sha('a'), 1)).await.unwrap();
+    f.clock.advance(1_000);
+    let newest = f.store.save_plan(plan(sha('b'), 1)).await.unwrap();
+    f.store.save_plan(plan(sha('c'), 2)).await.unwrap();
+
+    let latest = f
+        .store
+        .latest_plan(&repo(), PrNumber(1))
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(latest.id, newest);
+    assert_eq!(latest.head_sha, sha('b'));
+    assert_eq!(latest.base_sha, sha('0'));
+    assert_eq!(latest.change_set, plan(sha('b'), 1).change_set);
+    assert_eq!(latest.digest, plan(sha('b'), 1).digest);
+    assert_eq!(latest.created_at, START_MS + 1_000);
+    assert!(f
+        .store
+        .latest_plan(&repo(), PrNumber(3))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_never_hand_out_one_job_twice() {
+    let f = fixture().await;
+    let mut enqueued = BTreeSet::new();
+    for n in 0..50 {
+        enqueued.insert(f.store.enqueue(job(&format!("pr-{n}"), 3)).await.unwrap());
+    }
+
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let store = f.store.clone();
+        workers.push(tokio::spawn(async move {
+            let worker = format!("w{w}");
+            let mut claimed = Vec::new();
+            while let Some(job) = store.claim(&worker, LEASE).await.unwrap() {
+                claimed.push(job.id);
+                store
+                    .complete(job.id, &worker, JobOutcome::Done)
+                    .await
+                    .unwrap();
+            }
+            claimed
+        }));
+    }
+    let mut all_claims = Vec::new();
+    for worker in workers {
+        all_claims.extend(worker.await.unwrap());
+    }
+
+    let distinct: BTreeSet<JobId> = all_claims.iter().copied().collect();
+    assert_eq!(all_claims.len(), distinct.len(), "a job was claimed twice");
+    assert_eq!(distinct, enqueued);
+}
+
+#[tokio::test]
+async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice() {
+    let f = fixture().await;
+    f.store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    let url = f.url.clone();
+    drop(f.store);
+
+    let reopened = Store::open_with_clock(&url, f.clock.clone()).await.unwrap();
+
+    assert_eq!(reopened.schema_version().await.unwrap(), 1);
+    assert_eq!(reopened.delivery_count().await.unwrap(), 1);
+    assert_eq!(reopened.jobs().await.unwrap().len(), 1);
+    let redelivered = reopened
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    assert_eq!(redelivered, Intake::Duplicate);
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schema_migrations")
+        .fetch_one(&raw_pool(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&raw_pool(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(journal, "wal");
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_wavegate_is_refused() {
+    let f = fixture().await;
+    drop(f.store);
+    sqlx::query(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
+    )
+    .execute(&raw_pool(&f.url).await)
+    .await
+    .unwrap();
+
+    let err = Store::open(&f.url).await.unwrap_err();
+
+    assert_eq!(
+        err.downcast_ref::<StoreError>(),
+        Some(&StoreError::SchemaTooNew {
+            found: 99,
+            known: 1
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        "database schema version 99 is newer than this wavegate (knows 1): upgrade wavegate"
+    );
+}
+
+#[tokio::test]
+async fn an_in_memory_store_keeps_its_data_across_calls() {
+    let store = Store::open("sqlite::memory:").await.unwrap();
+    store.ping().await.unwrap();
+    let id = store.enqueue(job("pr-1", 1)).await.unwrap();
+
+    let claimed = store.claim("w1", LEASE).await.unwrap().unwrap();
+
+    assert_eq!(claimed.id, id);
+    assert_eq!(store.schema_version().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_postgres_url_is_refused_with_a_hint_not_taken_as_a_file_name() {
+    let err = Store::open("postgres://wavegate@localhost/wavegate")
+        .await
+        .unwrap_err();
+
+    assert!(err.to_string().contains("give a sqlite:// URL"), "{err}");
+}
+
+async fn raw_pool(url: &str) -> sqlx::SqlitePool {
+    sqlx::SqlitePool::connect(url).await.unwrap()
+}
