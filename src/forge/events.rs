@@ -62,6 +62,25 @@ pub fn parse_forgejo(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError
 }
 
 const COMMENT_ON_ISSUE: &str = "comment on an issue, not a pull request";
+const EDIT_WITHOUT_BASE_CHANGE: &str = "an edit that does not change the base branch needs no plan";
+
+/// `closed`: a merge must name its merge commit (GitHub fills
+/// `merge_commit_sha` with a test merge even when not merged: ignored then).
+fn closed(
+    reader: &Reader,
+    merged: Option<bool>,
+    merge_commit_sha: Option<&str>,
+) -> Result<PrAction, ParseError> {
+    let merged = merged.unwrap_or(false);
+    let merge_sha = if merged {
+        let path = "pull_request.merge_commit_sha";
+        let sha = reader.require(merge_commit_sha.filter(|s| !s.is_empty()), path)?;
+        Some(reader.sha(sha, path)?)
+    } else {
+        None
+    };
+    Ok(PrAction::Closed { merged, merge_sha })
+}
 
 fn event(event: Event) -> Parsed {
     Parsed::Event(Box::new(event))
@@ -209,7 +228,6 @@ mod github {
 
     #[derive(Deserialize)]
     struct PullRequestEvent {
-        action: String,
         pull_request: RawPullRequest,
         repository: RawRepository,
         installation: Option<IdOnly>,
@@ -257,29 +275,13 @@ mod github {
         }
         let payload: PullRequestEvent = reader.read(body)?;
         let pr = payload.pull_request;
-        let action = match payload.action.as_str() {
+        let action = match action.as_str() {
             "opened" => PrAction::Opened,
             "reopened" => PrAction::Reopened,
             "synchronize" => PrAction::Pushed,
             "edited" if payload.changes.is_some_and(|c| c.base.is_some()) => PrAction::BaseChanged,
-            "edited" => {
-                return Ok(Parsed::Ignored(
-                    "an edit that does not change the base branch needs no plan".to_owned(),
-                ))
-            }
-            _ => {
-                let merged = pr.merged.unwrap_or(false);
-                let merge_sha = if merged {
-                    let sha = reader.require(
-                        pr.merge_commit_sha.as_deref(),
-                        "pull_request.merge_commit_sha",
-                    )?;
-                    Some(reader.sha(sha, "pull_request.merge_commit_sha")?)
-                } else {
-                    None
-                };
-                PrAction::Closed { merged, merge_sha }
-            }
+            "edited" => return Ok(Parsed::Ignored(EDIT_WITHOUT_BASE_CHANGE.to_owned())),
+            _ => closed(reader, pr.merged, pr.merge_commit_sha.as_deref())?,
         };
         let base_name = &payload.repository.full_name;
         let head_repo = pr.head.repo;
@@ -563,24 +565,8 @@ mod forgejo {
             "reopened" => PrAction::Reopened,
             "synchronized" => PrAction::Pushed,
             "edited" if payload.changes.is_some_and(|c| c.base.is_some()) => PrAction::BaseChanged,
-            "edited" => {
-                return Ok(Parsed::Ignored(
-                    "an edit that does not change the base branch needs no plan".to_owned(),
-                ))
-            }
-            _ => {
-                let merged = pr.merged.unwrap_or(false);
-                let merge_sha = if merged {
-                    let sha = reader.require(
-                        pr.merge_commit_sha.as_deref().filter(|s| !s.is_empty()),
-                        "pull_request.merge_commit_sha",
-                    )?;
-                    Some(reader.sha(sha, "pull_request.merge_commit_sha")?)
-                } else {
-                    None
-                };
-                PrAction::Closed { merged, merge_sha }
-            }
+            "edited" => return Ok(Parsed::Ignored(EDIT_WITHOUT_BASE_CHANGE.to_owned())),
+            _ => closed(reader, pr.merged, pr.merge_commit_sha.as_deref())?,
         };
         let head_clone_url = if from_fork {
             pr.head.repo.and_then(|head| head.clone_url)
