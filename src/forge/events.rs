@@ -1,7 +1,19 @@
 //! Webhook payloads → [`Event`]: GitHub's and Forgejo/Gitea's JSON, read with
 //! our own minimal serde structs, converted at the boundary.
+//!
+//! Each delivery is read twice: first a tiny probe (the action, whether a
+//! comment is on a pull request) decides whether wavegate acts on it at all,
+//! so a delivery we ignore never fails on a shape we do not care about; then
+//! the full struct, whose errors name the JSON path of the field at fault.
+//! Both passes deserialize straight from the body slice (up to 25 MiB), never
+//! through a `serde_json::Value`.
 
-use super::Event;
+use super::{
+    CommitSha, Event, ForgeKind, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState,
+    User,
+};
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::Deserialize;
 
 /// The outcome of reading a delivery's body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +32,830 @@ pub struct ParseError {
 }
 
 /// Reads a GitHub delivery; `event_type` is the `X-GitHub-Event` header.
-pub fn parse_github(event_type: &str, _body: &[u8]) -> Result<Parsed, ParseError> {
-    Ok(Parsed::Ignored(format!(
-        "`{event_type}` is not handled yet"
-    )))
+pub fn parse_github(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError> {
+    let reader = Reader { event: event_type };
+    match event_type {
+        "pull_request" => github::pull_request(&reader, body),
+        "issue_comment" => github::issue_comment(&reader, body),
+        "pull_request_review" => github::review(&reader, body),
+        "installation" => github::installation(&reader, body),
+        "check_run" => github::check_run(&reader, body),
+        "ping" => Ok(event(Event::Ping)),
+        other => Ok(not_used(other)),
+    }
 }
 
 /// Reads a Forgejo/Gitea delivery; `event_type` is `X-Forgejo-Event-Type` (or `X-Gitea-Event-Type`).
-pub fn parse_forgejo(event_type: &str, _body: &[u8]) -> Result<Parsed, ParseError> {
-    Ok(Parsed::Ignored(format!(
-        "`{event_type}` is not handled yet"
-    )))
+pub fn parse_forgejo(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError> {
+    let reader = Reader { event: event_type };
+    match event_type {
+        "pull_request" | "pull_request_sync" => forgejo::pull_request(&reader, body),
+        "pull_request_comment" => forgejo::pull_request_comment(&reader, body),
+        "pull_request_review_approved" => forgejo::review(&reader, body, ReviewState::Approved),
+        "pull_request_review_rejected" => {
+            forgejo::review(&reader, body, ReviewState::ChangesRequested)
+        }
+        "pull_request_review_comment" => forgejo::review(&reader, body, ReviewState::Commented),
+        "issue_comment" => Ok(Parsed::Ignored(COMMENT_ON_ISSUE.to_owned())),
+        other => Ok(not_used(other)),
+    }
+}
+
+const COMMENT_ON_ISSUE: &str = "comment on an issue, not a pull request";
+const EDIT_WITHOUT_BASE_CHANGE: &str = "an edit that does not change the base branch needs no plan";
+
+/// `closed`: a merge must name its merge commit (GitHub fills
+/// `merge_commit_sha` with a test merge even when not merged: ignored then).
+fn closed(
+    reader: &Reader,
+    merged: Option<bool>,
+    merge_commit_sha: Option<&str>,
+) -> Result<PrAction, ParseError> {
+    let merged = merged.unwrap_or(false);
+    let merge_sha = if merged {
+        let path = "pull_request.merge_commit_sha";
+        let sha = reader.require(merge_commit_sha.filter(|s| !s.is_empty()), path)?;
+        Some(reader.sha(sha, path)?)
+    } else {
+        None
+    };
+    Ok(PrAction::Closed { merged, merge_sha })
+}
+
+fn event(event: Event) -> Parsed {
+    Parsed::Event(Box::new(event))
+}
+
+fn not_used(event_type: &str) -> Parsed {
+    Parsed::Ignored(format!("`{event_type}` events are not used by wavegate"))
+}
+
+fn action_not_used(event_type: &str, action: &str) -> Parsed {
+    Parsed::Ignored(format!(
+        "`{event_type}` with action `{action}` is not used by wavegate"
+    ))
+}
+
+fn comment_action_ignored(action: &str) -> Parsed {
+    let why = match action {
+        "edited" => "an edited comment is never a command".to_owned(),
+        "deleted" => "a deleted comment is never a command".to_owned(),
+        other => format!("a comment `{other}` is never a command"),
+    };
+    Parsed::Ignored(why)
+}
+
+/// Deserializes one delivery's body and words its errors for the event.
+struct Reader<'e> {
+    event: &'e str,
+}
+
+impl Reader<'_> {
+    fn read<T: DeserializeOwned>(&self, body: &[u8]) -> Result<T, ParseError> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            self.malformed(describe(&path, e.inner()))
+        })?;
+        de.end()
+            .map_err(|e| self.malformed(format!("not valid JSON: {}", e)))?;
+        Ok(value)
+    }
+
+    fn malformed(&self, problem: String) -> ParseError {
+        ParseError {
+            event: self.event.to_owned(),
+            problem,
+        }
+    }
+
+    fn missing(&self, path: &str) -> ParseError {
+        self.malformed(format!("{path} is missing"))
+    }
+
+    fn require<T>(&self, value: Option<T>, path: &str) -> Result<T, ParseError> {
+        value.ok_or_else(|| self.missing(path))
+    }
+
+    fn sha(&self, text: &str, path: &str) -> Result<CommitSha, ParseError> {
+        CommitSha::parse(text).map_err(|why| self.malformed(format!("{path}: {why}")))
+    }
+
+    fn action(&self, action: Option<String>) -> Result<String, ParseError> {
+        self.require(action, "action")
+    }
+}
+
+/// Turns serde's error into "`a.b.c` is missing" / "a.b: invalid type …".
+fn describe(path: &str, error: &serde_json::Error) -> String {
+    if error.is_syntax() || error.is_eof() {
+        return format!("not valid JSON: {error}");
+    }
+    let full = error.to_string();
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    let message = full.strip_suffix(&position).unwrap_or(&full);
+    let field = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'));
+    match (field, path) {
+        (Some(field), ".") => format!("{field} is missing"),
+        (Some(field), parent) => format!("{parent}.{field} is missing"),
+        (None, ".") => message.to_owned(),
+        (None, at) => format!("{at}: {message}"),
+    }
+}
+
+/// Either forge's account shape: GitHub has `type`, Forgejo `username`.
+#[derive(Deserialize)]
+struct RawUser {
+    id: i64,
+    login: Option<String>,
+    username: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+impl RawUser {
+    /// Forgejo's system accounts (ghost -1, actions -2) have negative ids:
+    /// they become id 0 and count as bots, so they can never approve.
+    fn into_user(self, reader: &Reader, path: &str) -> Result<User, ParseError> {
+        let login = self
+            .login
+            .filter(|l| !l.is_empty())
+            .or(self.username)
+            .ok_or_else(|| reader.missing(&format!("{path}.login")))?;
+        let system_account = self.id < 0;
+        let is_bot =
+            system_account || self.kind.as_deref() == Some("Bot") || login.ends_with("[bot]");
+        Ok(User {
+            id: u64::try_from(self.id).unwrap_or(0),
+            login,
+            is_bot,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct RawRepository {
+    id: u64,
+    full_name: String,
+    clone_url: String,
+}
+
+impl RawRepository {
+    fn into_ref(self, forge: ForgeKind, installation: Option<u64>) -> RepoRef {
+        RepoRef {
+            id: RepoId::new(forge, self.full_name),
+            forge_id: self.id,
+            clone_url: self.clone_url,
+            installation,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ActionProbe {
+    action: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: u64,
+}
+
+mod github {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct PullRequestEvent {
+        pull_request: RawPullRequest,
+        repository: RawRepository,
+        installation: Option<IdOnly>,
+        changes: Option<PrChanges>,
+    }
+
+    #[derive(Deserialize)]
+    struct PrChanges {
+        base: Option<IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    struct RawPullRequest {
+        number: u64,
+        title: String,
+        user: RawUser,
+        head: Branch,
+        base: Branch,
+        merged: Option<bool>,
+        merge_commit_sha: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    struct Branch {
+        #[serde(rename = "ref")]
+        name: String,
+        sha: CommitSha,
+        repo: Option<BranchRepo>,
+    }
+
+    #[derive(Deserialize)]
+    struct BranchRepo {
+        full_name: String,
+        clone_url: Option<String>,
+    }
+
+    pub(super) fn pull_request(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if !matches!(
+            action.as_str(),
+            "opened" | "reopened" | "synchronize" | "edited" | "closed"
+        ) {
+            return Ok(action_not_used(reader.event, &action));
+        }
+        let payload: PullRequestEvent = reader.read(body)?;
+        let pr = payload.pull_request;
+        let action = match action.as_str() {
+            "opened" => PrAction::Opened,
+            "reopened" => PrAction::Reopened,
+            "synchronize" => PrAction::Pushed,
+            "edited" if payload.changes.is_some_and(|c| c.base.is_some()) => PrAction::BaseChanged,
+            "edited" => return Ok(Parsed::Ignored(EDIT_WITHOUT_BASE_CHANGE.to_owned())),
+            _ => closed(reader, pr.merged, pr.merge_commit_sha.as_deref())?,
+        };
+        let base_name = &payload.repository.full_name;
+        let head_repo = pr.head.repo;
+        let from_fork = head_repo
+            .as_ref()
+            .is_none_or(|head| &head.full_name != base_name);
+        let head_clone_url = if from_fork {
+            head_repo.and_then(|head| head.clone_url)
+        } else {
+            None
+        };
+        let pr = PullRequest {
+            number: PrNumber(pr.number),
+            title: pr.title,
+            author: pr.user.into_user(reader, "pull_request.user")?,
+            head_sha: pr.head.sha,
+            head_ref: pr.head.name,
+            base_ref: pr.base.name,
+            base_sha: pr.base.sha,
+            from_fork,
+            head_clone_url,
+        };
+        let installation = payload.installation.map(|i| i.id);
+        Ok(event(Event::PullRequest {
+            repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
+            pr,
+            action,
+        }))
+    }
+
+    #[derive(Deserialize)]
+    struct CommentProbe {
+        action: Option<String>,
+        issue: Option<IssueProbe>,
+    }
+
+    #[derive(Deserialize)]
+    struct IssueProbe {
+        pull_request: Option<IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    struct IssueCommentEvent {
+        issue: Issue,
+        comment: Comment,
+        repository: RawRepository,
+        installation: Option<IdOnly>,
+    }
+
+    #[derive(Deserialize)]
+    struct Issue {
+        number: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Comment {
+        id: u64,
+        body: String,
+        user: RawUser,
+    }
+
+    pub(super) fn issue_comment(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: CommentProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if action != "created" {
+            return Ok(comment_action_ignored(&action));
+        }
+        if probe
+            .issue
+            .is_some_and(|issue| issue.pull_request.is_none())
+        {
+            return Ok(Parsed::Ignored(COMMENT_ON_ISSUE.to_owned()));
+        }
+        let payload: IssueCommentEvent = reader.read(body)?;
+        let installation = payload.installation.map(|i| i.id);
+        Ok(event(Event::Comment {
+            repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
+            pr: PrNumber(payload.issue.number),
+            comment_id: payload.comment.id,
+            author: payload.comment.user.into_user(reader, "comment.user")?,
+            body: payload.comment.body,
+        }))
+    }
+
+    #[derive(Deserialize)]
+    struct ReviewEvent {
+        review: Review,
+        pull_request: PrNumberOnly,
+        repository: RawRepository,
+        installation: Option<IdOnly>,
+    }
+
+    #[derive(Deserialize)]
+    struct Review {
+        id: u64,
+        state: String,
+        commit_id: Option<CommitSha>,
+        user: RawUser,
+    }
+
+    #[derive(Deserialize)]
+    struct PrNumberOnly {
+        number: u64,
+    }
+
+    pub(super) fn review(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if action != "submitted" {
+            return Ok(action_not_used(reader.event, &action));
+        }
+        let payload: ReviewEvent = reader.read(body)?;
+        let state = match payload.review.state.to_ascii_lowercase().as_str() {
+            "approved" => ReviewState::Approved,
+            "changes_requested" => ReviewState::ChangesRequested,
+            "commented" => ReviewState::Commented,
+            "dismissed" => ReviewState::Dismissed,
+            other => {
+                return Err(reader.malformed(format!(
+                    "review.state `{other}` is not one of approved, changes_requested, commented, dismissed"
+                )))
+            }
+        };
+        let installation = payload.installation.map(|i| i.id);
+        Ok(event(Event::Review {
+            repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
+            pr: PrNumber(payload.pull_request.number),
+            review_id: payload.review.id,
+            author: payload.review.user.into_user(reader, "review.user")?,
+            state,
+            commit: payload.review.commit_id,
+        }))
+    }
+
+    #[derive(Deserialize)]
+    struct InstallationEvent {
+        installation: Installation,
+    }
+
+    #[derive(Deserialize)]
+    struct Installation {
+        id: u64,
+        account: Account,
+    }
+
+    #[derive(Deserialize)]
+    struct Account {
+        login: String,
+    }
+
+    pub(super) fn installation(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        let created = match action.as_str() {
+            "created" => true,
+            "deleted" => false,
+            other => return Ok(action_not_used(reader.event, other)),
+        };
+        let payload: InstallationEvent = reader.read(body)?;
+        Ok(event(Event::Installation {
+            installation: payload.installation.id,
+            account: payload.installation.account.login,
+            created,
+        }))
+    }
+
+    #[derive(Deserialize)]
+    struct CheckRunEvent {
+        check_run: CheckRun,
+        repository: RawRepository,
+        installation: Option<IdOnly>,
+    }
+
+    #[derive(Deserialize)]
+    struct CheckRun {
+        head_sha: CommitSha,
+        #[serde(default)]
+        pull_requests: Vec<PrNumberOnly>,
+    }
+
+    pub(super) fn check_run(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if action != "rerequested" {
+            return Ok(action_not_used(reader.event, &action));
+        }
+        let payload: CheckRunEvent = reader.read(body)?;
+        let installation = payload.installation.map(|i| i.id);
+        Ok(event(Event::CheckRunRerequested {
+            repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
+            head_sha: payload.check_run.head_sha,
+            prs: payload
+                .check_run
+                .pull_requests
+                .into_iter()
+                .map(|pr| PrNumber(pr.number))
+                .collect(),
+        }))
+    }
+}
+
+mod forgejo {
+    use super::*;
+
+    /// Forgejo's `PullRequestPayload`: pull request events and reviews.
+    #[derive(Deserialize)]
+    struct PullRequestEvent {
+        number: Option<u64>,
+        pull_request: RawPullRequest,
+        repository: RawRepository,
+        changes: Option<PrChanges>,
+        sender: Option<RawUser>,
+        commit_id: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    struct PrChanges {
+        #[serde(rename = "ref")]
+        base: Option<IgnoredAny>,
+    }
+
+    #[derive(Deserialize)]
+    struct RawPullRequest {
+        number: Option<u64>,
+        title: String,
+        user: RawUser,
+        head: Branch,
+        base: Branch,
+        merged: Option<bool>,
+        merge_commit_sha: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    struct Branch {
+        #[serde(rename = "ref")]
+        name: String,
+        sha: CommitSha,
+        repo_id: Option<i64>,
+        repo: Option<BranchRepo>,
+    }
+
+    #[derive(Deserialize)]
+    struct BranchRepo {
+        full_name: String,
+        clone_url: Option<String>,
+    }
+
+    impl PullRequestEvent {
+        fn number(&self, reader: &Reader) -> Result<PrNumber, ParseError> {
+            let number = self.number.filter(|n| *n > 0).or(self.pull_request.number);
+            reader.require(number, "number").map(PrNumber)
+        }
+
+        /// A head repository we cannot identify counts as a fork: the
+        /// stricter reading, as for GitHub's deleted forks.
+        fn head_is_fork(&self) -> bool {
+            let head = &self.pull_request.head;
+            match (&head.repo, head.repo_id) {
+                (Some(repo), _) => repo.full_name != self.repository.full_name,
+                (None, Some(id)) if id > 0 => u64::try_from(id).ok() != Some(self.repository.id),
+                (None, _) => true,
+            }
+        }
+    }
+
+    pub(super) fn pull_request(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if !matches!(
+            action.as_str(),
+            "opened" | "reopened" | "synchronized" | "edited" | "closed"
+        ) {
+            return Ok(action_not_used(reader.event, &action));
+        }
+        let payload: PullRequestEvent = reader.read(body)?;
+        let number = payload.number(reader)?;
+        let from_fork = payload.head_is_fork();
+        let pr = payload.pull_request;
+        let action = match action.as_str() {
+            "opened" => PrAction::Opened,
+            "reopened" => PrAction::Reopened,
+            "synchronized" => PrAction::Pushed,
+            "edited" if payload.changes.is_some_and(|c| c.base.is_some()) => PrAction::BaseChanged,
+            "edited" => return Ok(Parsed::Ignored(EDIT_WITHOUT_BASE_CHANGE.to_owned())),
+            _ => closed(reader, pr.merged, pr.merge_commit_sha.as_deref())?,
+        };
+        let head_clone_url = if from_fork {
+            pr.head.repo.and_then(|head| head.clone_url)
+        } else {
+            None
+        };
+        let pr = PullRequest {
+            number,
+            title: pr.title,
+            author: pr.user.into_user(reader, "pull_request.user")?,
+            head_sha: pr.head.sha,
+            head_ref: pr.head.name,
+            base_ref: pr.base.name,
+            base_sha: pr.base.sha,
+            from_fork,
+            head_clone_url,
+        };
+        Ok(event(Event::PullRequest {
+            repo: payload.repository.into_ref(ForgeKind::Forgejo, None),
+            pr,
+            action,
+        }))
+    }
+
+    /// Forgejo's review: the reviewer is the sender; the payload carries no
+    /// review id (→ 0), and the commit is `commit_id` when set, else the head.
+    pub(super) fn review(
+        reader: &Reader,
+        body: &[u8],
+        state: ReviewState,
+    ) -> Result<Parsed, ParseError> {
+        let probe: ActionProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if action != "reviewed" {
+            return Ok(action_not_used(reader.event, &action));
+        }
+        let payload: PullRequestEvent = reader.read(body)?;
+        let pr = payload.number(reader)?;
+        let commit = match payload.commit_id.as_deref().filter(|c| !c.is_empty()) {
+            Some(commit) => reader.sha(commit, "commit_id")?,
+            None => payload.pull_request.head.sha,
+        };
+        let author = reader
+            .require(payload.sender, "sender")?
+            .into_user(reader, "sender")?;
+        Ok(event(Event::Review {
+            repo: payload.repository.into_ref(ForgeKind::Forgejo, None),
+            pr,
+            review_id: 0,
+            author,
+            state,
+            commit: Some(commit),
+        }))
+    }
+
+    #[derive(Deserialize)]
+    struct CommentProbe {
+        action: Option<String>,
+        is_pull: Option<bool>,
+    }
+
+    /// Forgejo's `IssueCommentPayload`; on a pull request `issue.number` is
+    /// the pull request's number.
+    #[derive(Deserialize)]
+    struct IssueCommentEvent {
+        issue: Issue,
+        comment: Comment,
+        repository: RawRepository,
+    }
+
+    #[derive(Deserialize)]
+    struct Issue {
+        number: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Comment {
+        id: u64,
+        body: String,
+        user: RawUser,
+    }
+
+    /// `pull_request_comment` carries a comment on a pull request, or (older
+    /// Gitea) a review of type comment with action `reviewed`.
+    pub(super) fn pull_request_comment(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        let probe: CommentProbe = reader.read(body)?;
+        let action = reader.action(probe.action)?;
+        if action == "reviewed" {
+            return review(reader, body, ReviewState::Commented);
+        }
+        if action != "created" {
+            return Ok(comment_action_ignored(&action));
+        }
+        if probe.is_pull == Some(false) {
+            return Ok(Parsed::Ignored(COMMENT_ON_ISSUE.to_owned()));
+        }
+        let payload: IssueCommentEvent = reader.read(body)?;
+        Ok(event(Event::Comment {
+            repo: payload.repository.into_ref(ForgeKind::Forgejo, None),
+            pr: PrNumber(payload.issue.number),
+            comment_id: payload.comment.id,
+            author: payload.comment.user.into_user(reader, "comment.user")?,
+            body: payload.comment.body,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c";
+    const BASE: &str = "9353195a19e45482665306e466c832c46560532d";
+
+    fn github_pr(action: &str, extra: &str, head_repo: &str) -> String {
+        format!(
+            r#"{{"action":"{action}",{extra}
+            "pull_request":{{"number":7,"title":"t","body":null,
+              "user":{{"id":1,"login":"dependabot[bot]","type":"Bot"}},
+              "head":{{"ref":"f","sha":"{HEAD}","repo":{head_repo}}},
+              "base":{{"ref":"main","sha":"{BASE}","repo":{{"full_name":"o/r"}}}},
+              "merged":false,"merge_commit_sha":null}},
+            "repository":{{"id":9,"full_name":"o/r","clone_url":"https://x/o/r.git"}}}}"#
+        )
+    }
+
+    fn parsed_pr(parsed: Parsed) -> (RepoRef, PullRequest, PrAction) {
+        match parsed {
+            Parsed::Event(e) => match *e {
+                Event::PullRequest { repo, pr, action } => (repo, pr, action),
+                other => panic!("expected a pull request event, got {other:?}"),
+            },
+            Parsed::Ignored(why) => panic!("expected an event, ignored: {why}"),
+        }
+    }
+
+    #[test]
+    fn a_base_change_is_an_edit_that_replans() {
+        let body = github_pr(
+            "edited",
+            r#""changes":{"base":{"ref":{"from":"old"}}},"#,
+            "null",
+        );
+        let (_, _, action) = parsed_pr(parse_github("pull_request", body.as_bytes()).unwrap());
+        assert_eq!(action, PrAction::BaseChanged);
+    }
+
+    #[test]
+    fn a_title_edit_is_ignored() {
+        let body = github_pr("edited", r#""changes":{"title":{"from":"old"}},"#, "null");
+        let parsed = parse_github("pull_request", body.as_bytes()).unwrap();
+        assert!(matches!(parsed, Parsed::Ignored(_)), "{parsed:?}");
+    }
+
+    #[test]
+    fn a_deleted_fork_counts_as_a_fork_without_a_clone_url() {
+        let body = github_pr("opened", "", "null");
+        let (repo, pr, _) = parsed_pr(parse_github("pull_request", body.as_bytes()).unwrap());
+        assert!(pr.from_fork);
+        assert_eq!(pr.head_clone_url, None);
+        assert_eq!(repo.installation, None);
+    }
+
+    #[test]
+    fn a_fork_head_is_fetched_from_the_fork() {
+        let body = github_pr(
+            "opened",
+            "",
+            r#"{"full_name":"someone/r","clone_url":"https://x/someone/r.git"}"#,
+        );
+        let (_, pr, _) = parsed_pr(parse_github("pull_request", body.as_bytes()).unwrap());
+        assert!(pr.from_fork);
+        assert_eq!(
+            pr.head_clone_url.as_deref(),
+            Some("https://x/someone/r.git")
+        );
+    }
+
+    #[test]
+    fn an_app_account_is_a_bot() {
+        let body = github_pr("opened", "", "null");
+        let (_, pr, _) = parsed_pr(parse_github("pull_request", body.as_bytes()).unwrap());
+        assert!(pr.author.is_bot);
+        assert_eq!(pr.author.login, "dependabot[bot]");
+    }
+
+    #[test]
+    fn an_ignored_action_is_not_read_further() {
+        let body = br#"{"action":"labeled","pull_request":"not an object"}"#;
+        let parsed = parse_github("pull_request", body).unwrap();
+        assert!(matches!(parsed, Parsed::Ignored(ref why) if why.contains("labeled")));
+    }
+
+    #[test]
+    fn an_unknown_event_is_ignored_by_name() {
+        let parsed = parse_github("push", b"{").unwrap();
+        assert!(matches!(parsed, Parsed::Ignored(ref why) if why.contains("`push`")));
+    }
+
+    #[test]
+    fn a_review_state_is_read_case_insensitively() {
+        let body = format!(
+            r#"{{"action":"submitted","review":{{"id":3,"state":"APPROVED","commit_id":"{HEAD}",
+              "user":{{"id":2,"login":"alice","type":"User"}}}},
+              "pull_request":{{"number":7}},
+              "repository":{{"id":9,"full_name":"o/r","clone_url":"c"}}}}"#
+        );
+        let parsed = parse_github("pull_request_review", body.as_bytes()).unwrap();
+        let Parsed::Event(e) = parsed else {
+            panic!("ignored")
+        };
+        assert!(matches!(
+            *e,
+            Event::Review {
+                state: ReviewState::Approved,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_forgejo_system_account_becomes_a_bot_with_id_zero() {
+        let body = br#"{"action":"created","is_pull":true,"issue":{"number":4},
+            "comment":{"id":5,"body":"/approve","user":{"id":-2,"login":"forgejo-actions"}},
+            "repository":{"id":9,"full_name":"o/r","clone_url":"c"}}"#;
+        let Parsed::Event(e) = parse_forgejo("pull_request_comment", body).unwrap() else {
+            panic!("ignored")
+        };
+        let Event::Comment { author, .. } = *e else {
+            panic!("not a comment")
+        };
+        assert_eq!(
+            author,
+            User {
+                id: 0,
+                login: "forgejo-actions".into(),
+                is_bot: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_forgejo_review_comment_sent_as_pull_request_comment_is_a_review() {
+        let body = format!(
+            r#"{{"action":"reviewed","number":3,
+              "pull_request":{{"title":"t","user":{{"id":1,"login":"a"}},
+                "head":{{"ref":"f","sha":"{HEAD}"}},"base":{{"ref":"main","sha":"{BASE}"}}}},
+              "repository":{{"id":9,"full_name":"o/r","clone_url":"c"}},
+              "sender":{{"id":2,"login":"bob"}},"review":{{"type":"comment","content":"hm"}}}}"#
+        );
+        let Parsed::Event(e) = parse_forgejo("pull_request_comment", body.as_bytes()).unwrap()
+        else {
+            panic!("ignored")
+        };
+        assert!(matches!(
+            *e,
+            Event::Review {
+                state: ReviewState::Commented,
+                review_id: 0,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_forgejo_target_branch_change_is_a_base_change() {
+        let body = format!(
+            r#"{{"action":"edited","number":3,"changes":{{"ref":{{"from":"old"}}}},
+              "pull_request":{{"title":"t","user":{{"id":1,"login":"a"}},
+                "head":{{"ref":"f","sha":"{HEAD}","repo_id":9}},"base":{{"ref":"main","sha":"{BASE}","repo_id":9}}}},
+              "repository":{{"id":9,"full_name":"o/r","clone_url":"c"}}}}"#
+        );
+        let (_, pr, action) = parsed_pr(parse_forgejo("pull_request", body.as_bytes()).unwrap());
+        assert_eq!(action, PrAction::BaseChanged);
+        assert!(!pr.from_fork);
+    }
+
+    #[test]
+    fn a_missing_field_is_named_by_its_path() {
+        let body = br#"{"action":"opened","pull_request":{"head":{}}}"#;
+        let err = parse_github("pull_request", body).unwrap_err();
+        assert!(err.problem.ends_with(" is missing"), "{err}");
+        assert!(err.problem.starts_with("pull_request."), "{err}");
+    }
+
+    #[test]
+    fn trailing_garbage_after_the_payload_is_refused() {
+        let body = format!("{} x", github_pr("opened", "", "null"));
+        let err = parse_github("pull_request", body.as_bytes()).unwrap_err();
+        assert!(err.problem.contains("not valid JSON"), "{err}");
+    }
 }

@@ -3,6 +3,7 @@
 //! and Forgejo API clients.
 
 pub mod events;
+pub mod webhook;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
