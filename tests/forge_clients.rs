@@ -838,3 +838,54 @@ fn right_requests_are_not_reported() {
     ];
     assert_eq!(conformance_violations(&right), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn webhook_payloads_carry_the_fakes_repository_pull_request_and_installation() {
+    let gh = github().await;
+    let pushed = gh
+        .forge
+        .push(&gh.repo, PR.0, "3333333333333333333333333333333333333333");
+
+    let (event, body) = support::github_pull_request("synchronize", &gh.repo, &pushed);
+    let payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(event, "pull_request");
+    assert_eq!(payload["repository"]["full_name"], "octo-org/infra");
+    assert_eq!(payload["pull_request"]["number"], PR.0);
+    assert_eq!(
+        (payload["before"].as_str(), payload["after"].as_str()),
+        (Some(HEAD), Some(pushed.head_sha.as_str()))
+    );
+    assert_eq!(payload["installation"]["id"], INSTALLATION);
+
+    let (event, body) = support::github_comment(&gh.repo, PR.0, 99, "carol", "/approve");
+    let payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(event, "issue_comment");
+    assert!(
+        payload["issue"]["pull_request"].is_object(),
+        "a comment on a PR, not an issue"
+    );
+    assert_eq!(
+        (
+            payload["comment"]["id"].as_u64(),
+            payload["comment"]["user"]["login"].as_str()
+        ),
+        (Some(99), Some("carol"))
+    );
+
+    let fj = forgejo().await;
+    let pr = fj
+        .forge
+        .merge(&fj.repo, PR.0, "4444444444444444444444444444444444444444");
+    let (event, body) = support::forgejo_pull_request("closed", &fj.repo, &pr);
+    let payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(event, "pull_request");
+    assert_eq!(payload["pull_request"]["merged"], true);
+    assert_eq!(
+        payload["pull_request"]["merge_commit_sha"],
+        "4444444444444444444444444444444444444444"
+    );
+    assert_eq!(payload["repository"]["full_name"], "infra-team/infra");
+    let (event, _) = support::forgejo_comment(&fj.repo, PR.0, 5, "bob", "/approve");
+    assert_eq!(event, "pull_request_comment");
+    assert_eq!(support::sign_forgejo("s", b"x").len(), 64);
+}

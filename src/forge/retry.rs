@@ -159,11 +159,21 @@ impl<T> Answer for Settled<T> {
 }
 
 /// A whole answer, body read, so a slow body counts against the attempt's timeout.
-#[derive(Debug, Clone)]
+/// Its `Debug` leaves the body out (a token response carries a token).
+#[derive(Clone)]
 pub struct Reply {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: String,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("status", &self.status)
+            .field("body_bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Answer for Reply {
