@@ -2,8 +2,12 @@
 //! the boundary and never reach the domain), webhook parsing, and the GitHub
 //! and Forgejo API clients.
 
+pub mod client;
 pub mod events;
 pub mod webhook;
+pub mod forgejo;
+pub mod github;
+pub mod retry;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

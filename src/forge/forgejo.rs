@@ -1,0 +1,279 @@
+//! The Forgejo/Gitea client: token auth against `<url>/api/v1` over reqwest,
+//! with our own serde structs (octocrab's types demand GitHub-only fields).
+//! Every call goes through the shared retry wrapper.
+
+use super::client::{Comment, Permission, Reaction};
+use super::retry::{send_with_retry, Failure, Reply, RetryPolicy};
+use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
+use crate::config::settings::Secret;
+use anyhow::{anyhow, Context, Result};
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+pub struct ForgejoClient {
+    api: String,
+    token: Secret,
+    http: reqwest::Client,
+    policy: RetryPolicy,
+    /// The account the token belongs to: whose comments are ours.
+    me: tokio::sync::OnceCell<User>,
+}
+
+impl std::fmt::Debug for ForgejoClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForgejoClient")
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ForgejoClient {
+    /// `url`: the instance root, e.g. `https://codeberg.org`.
+    pub fn new(url: &str, token: Secret, policy: RetryPolicy) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .user_agent("wavegate")
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            api: format!("{}/api/v1", url.trim_end_matches('/')),
+            token,
+            http,
+            policy,
+            me: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The token, for `git fetch` over http(s).
+    pub fn token(&self) -> &Secret {
+        &self.token
+    }
+
+    async fn call(&self, method: Method, route: &str, body: Option<&Value>) -> Result<Reply> {
+        let call = format!("{method} /api/v1{route}");
+        let url = format!("{}{route}", self.api);
+        send_with_retry(&self.policy, &call, || async {
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .header("authorization", format!("token {}", self.token.expose()))
+                .header("accept", "application/json");
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request.send().await.map_err(transport_failure)?;
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = response.text().await.map_err(transport_failure)?;
+            Ok(Reply {
+                status,
+                headers,
+                body,
+            })
+        })
+        .await
+    }
+
+    async fn me(&self) -> Result<&User> {
+        self.me
+            .get_or_try_init(|| async {
+                let call = "GET /api/v1/user";
+                let reply = self.call(Method::GET, "/user", None).await?.success(call)?;
+                Ok(reply.json::<WireUser>(call)?.into_user())
+            })
+            .await
+    }
+
+    /// Every comment on the pull request (Forgejo lists them in one answer).
+    pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+        let me = self.me().await?.login.clone();
+        let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
+        let comments: Vec<WireComment> = reply.json(&call)?;
+        Ok(comments
+            .into_iter()
+            .map(|c| {
+                let author = c.user.into_user();
+                Comment {
+                    id: c.id,
+                    body: c.body,
+                    ours: author.login == me,
+                    author,
+                }
+            })
+            .collect())
+    }
+
+    pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
+        let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
+        let call = format!("POST /api/v1{route}");
+        let reply = self
+            .call(Method::POST, &route, Some(&json!({ "body": body })))
+            .await?
+            .success(&call)?;
+        Ok(reply.json::<WireComment>(&call)?.id)
+    }
+
+    /// Edits a comment; `Ok(false)` when it is gone.
+    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
+        let route = format!("/repos/{}/issues/comments/{id}", repo.id.full_name);
+        let call = format!("PATCH /api/v1{route}");
+        let reply = self
+            .call(Method::PATCH, &route, Some(&json!({ "body": body })))
+            .await?;
+        if reply.status == 404 {
+            return Ok(false);
+        }
+        reply.success(&call)?;
+        Ok(true)
+    }
+
+    /// Sets the commit status `context` on `sha`.
+    pub async fn set_status(
+        &self,
+        repo: &RepoRef,
+        sha: &CommitSha,
+        context: &str,
+        state: &str,
+        description: &str,
+        target_url: Option<&str>,
+    ) -> Result<()> {
+        let route = format!("/repos/{}/statuses/{sha}", repo.id.full_name);
+        let call = format!("POST /api/v1{route}");
+        let mut body = json!({ "context": context, "state": state, "description": description });
+        if let Some(url) = target_url {
+            body["target_url"] = json!(url);
+        }
+        self.call(Method::POST, &route, Some(&body))
+            .await?
+            .success(&call)?;
+        Ok(())
+    }
+
+    pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
+        let route = format!("/repos/{}/pulls/{}", repo.id.full_name, pr.0);
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
+        reply.json::<WirePull>(&call)?.into_pull_request(&call)
+    }
+
+    /// A user's permission on the repository. Forgejo answers 403 unless the
+    /// bot's account is a repository admin; the error says so.
+    pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
+        #[derive(Deserialize)]
+        struct PermissionBody {
+            permission: String,
+        }
+        let route = format!(
+            "/repos/{}/collaborators/{login}/permission",
+            repo.id.full_name
+        );
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?;
+        if reply.status == 403 {
+            return Err(anyhow!(
+                "{call}: 403: Forgejo only tells repository admins; make the bot's account an admin of {}",
+                repo.id.full_name
+            ));
+        }
+        let reply = reply.success(&call)?;
+        Ok(Permission::from_forge(
+            &reply.json::<PermissionBody>(&call)?.permission,
+        ))
+    }
+
+    pub async fn react(&self, repo: &RepoRef, comment_id: u64, reaction: Reaction) -> Result<()> {
+        let route = format!(
+            "/repos/{}/issues/comments/{comment_id}/reactions",
+            repo.id.full_name
+        );
+        let call = format!("POST /api/v1{route}");
+        self.call(
+            Method::POST,
+            &route,
+            Some(&json!({ "content": reaction.as_str() })),
+        )
+        .await?
+        .success(&call)?;
+        Ok(())
+    }
+}
+
+fn transport_failure(error: reqwest::Error) -> Failure {
+    if error.is_builder() {
+        Failure::permanent(anyhow!("{error:?}"))
+    } else {
+        Failure::transient(anyhow!("{error:?}"))
+    }
+}
+
+#[derive(Deserialize)]
+struct WireUser {
+    id: u64,
+    login: String,
+}
+
+impl WireUser {
+    fn into_user(self) -> User {
+        User {
+            is_bot: self.login.ends_with("[bot]"),
+            id: self.id,
+            login: self.login,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireComment {
+    id: u64,
+    #[serde(default)]
+    body: String,
+    user: WireUser,
+}
+
+#[derive(Deserialize)]
+struct WireRepo {
+    full_name: String,
+    clone_url: String,
+}
+
+#[derive(Deserialize)]
+struct WireBranch {
+    #[serde(rename = "ref")]
+    name: String,
+    sha: String,
+    repo: Option<WireRepo>,
+}
+
+#[derive(Deserialize)]
+struct WirePull {
+    number: u64,
+    title: String,
+    user: WireUser,
+    head: WireBranch,
+    base: WireBranch,
+}
+
+impl WirePull {
+    fn into_pull_request(self, call: &str) -> Result<PullRequest> {
+        let sha = |text: &str| CommitSha::parse(text).map_err(|e| anyhow!("{call}: {e}"));
+        let from_fork = match (&self.head.repo, &self.base.repo) {
+            (Some(head), Some(base)) => head.full_name != base.full_name,
+            _ => true,
+        };
+        Ok(PullRequest {
+            number: PrNumber(self.number),
+            title: self.title,
+            author: self.user.into_user(),
+            head_sha: sha(&self.head.sha)?,
+            base_sha: sha(&self.base.sha)?,
+            head_ref: self.head.name,
+            base_ref: self.base.name,
+            head_clone_url: from_fork
+                .then(|| self.head.repo.map(|r| r.clone_url))
+                .flatten(),
+            from_fork,
+        })
+    }
+}

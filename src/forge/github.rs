@@ -1,0 +1,543 @@
+//! The GitHub App client: App JWT → installation tokens (one cache per
+//! installation, refreshed 30 s before expiry and once after a 401), and the
+//! REST calls wavegate makes on octocrab's raw `_get/_post/_patch`, each
+//! through our retry wrapper with explicit `page`/`per_page` pagination.
+//! The token cache is ours, not octocrab's installation handle's: that handle
+//! re-checks expiry inside every request with its own buffer, cannot be told
+//! a token was refused, and does not share its token with `git fetch`.
+//! GitHub's JSON is read into our own minimal structs and converted here.
+
+use super::client::{Comment, Permission, Reaction};
+use super::retry::{send_with_retry, Failure, Reply, RetryPolicy, Settled};
+use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
+use crate::config::settings::Secret;
+use anyhow::{anyhow, Context, Result};
+use octocrab::models::AppId;
+use octocrab::Octocrab;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const PER_PAGE: usize = 100;
+
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Get,
+    Post,
+    Patch,
+}
+
+impl Verb {
+    fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "GET",
+            Verb::Post => "POST",
+            Verb::Patch => "PATCH",
+        }
+    }
+}
+
+/// How long before its expiry a token is replaced.
+const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(30);
+
+struct CachedToken {
+    value: Secret,
+    expires_at: SystemTime,
+}
+
+/// One installation's token cache, shared by every call for it. The lock is
+/// held while a token is fetched, so concurrent first calls wait for one fetch.
+struct Installation {
+    id: u64,
+    token: tokio::sync::Mutex<Option<CachedToken>>,
+}
+
+pub struct GitHubClient {
+    app: Octocrab,
+    policy: RetryPolicy,
+    installations: Mutex<HashMap<u64, Arc<Installation>>>,
+    /// `owner/name` → installation, learned from `GET /repos/{o}/{r}/installation`.
+    repo_installations: Mutex<HashMap<String, u64>>,
+}
+
+impl std::fmt::Debug for GitHubClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitHubClient").finish_non_exhaustive()
+    }
+}
+
+impl GitHubClient {
+    /// `api_url`: `https://api.github.com`, or a GHES/test forge's API root.
+    pub fn new(
+        api_url: &str,
+        app_id: u64,
+        private_key_pem: &Secret,
+        policy: RetryPolicy,
+    ) -> Result<Self> {
+        let key = octocrab::EncodingKey::from_rsa_pem(private_key_pem.expose().as_bytes())
+            .context("the GitHub App private key is not an RSA key in PEM form")?;
+        let app = Octocrab::builder()
+            .base_uri(api_url.trim_end_matches('/'))
+            .map_err(|e| anyhow!("GitHub API URL `{api_url}` is not a URL: {e:?}"))?
+            .app(AppId(app_id), key)
+            .build()
+            .map_err(|e| anyhow!("building the GitHub client failed: {e:?}"))?;
+        Ok(Self {
+            app,
+            policy,
+            installations: Mutex::new(HashMap::new()),
+            repo_installations: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The installation serving `repo`: the delivery's, or asked of GitHub once.
+    pub async fn installation_id(&self, repo: &RepoRef) -> Result<u64> {
+        if let Some(id) = repo.installation {
+            return Ok(id);
+        }
+        let full_name = &repo.id.full_name;
+        if let Some(id) = self.repo_installations.lock().unwrap().get(full_name) {
+            return Ok(*id);
+        }
+        #[derive(Deserialize)]
+        struct InstallationBody {
+            id: u64,
+        }
+        let route = format!("/repos/{full_name}/installation");
+        let call = format!("GET {route}");
+        let reply = self.send(Verb::Get, &route, None).await?.success(&call)?;
+        let id = reply.json::<InstallationBody>(&call)?.id;
+        self.repo_installations
+            .lock()
+            .unwrap()
+            .insert(full_name.clone(), id);
+        Ok(id)
+    }
+
+    async fn installation(&self, repo: &RepoRef) -> Result<Arc<Installation>> {
+        let id = self.installation_id(repo).await?;
+        let mut installations = self.installations.lock().unwrap();
+        if let Some(handle) = installations.get(&id) {
+            return Ok(handle.clone());
+        }
+        let handle = Arc::new(Installation {
+            id,
+            token: tokio::sync::Mutex::new(None),
+        });
+        installations.insert(id, handle.clone());
+        Ok(handle)
+    }
+
+    /// The installation token for `repo` (cached; refreshed 30 s before expiry).
+    pub async fn installation_token(&self, repo: &RepoRef) -> Result<Secret> {
+        let installation = self.installation(repo).await?;
+        let call = format!("POST /app/installations/{}/access_tokens", installation.id);
+        let token = send_with_retry(&self.policy, &call, || async {
+            self.token(&installation, None).await.map(Settled)
+        })
+        .await?;
+        Ok(token.0)
+    }
+
+    /// A token valid for 30 s more: the cached one unless it is `rejected`
+    /// (answered 401) or close to expiry, else a new one.
+    async fn token(
+        &self,
+        installation: &Installation,
+        rejected: Option<&Secret>,
+    ) -> Result<Secret, Failure> {
+        #[derive(Deserialize)]
+        struct AccessToken {
+            token: String,
+            expires_at: String,
+        }
+        let mut slot = installation.token.lock().await;
+        if let Some(cached) = slot.as_ref() {
+            let fresh = cached.expires_at > SystemTime::now() + REFRESH_BEFORE_EXPIRY;
+            if fresh && rejected != Some(&cached.value) {
+                return Ok(cached.value.clone());
+            }
+        }
+        let route = format!("/app/installations/{}/access_tokens", installation.id);
+        let call = format!("POST {route}");
+        let reply = attempt(&self.app, Verb::Post, &route, None).await?;
+        if reply.status >= 400 {
+            let (status, headers) = (reply.status, reply.headers.clone());
+            let error = reply.success(&call).unwrap_err();
+            return Err(Failure::answered(status, headers, error));
+        }
+        let body: AccessToken = reply.json(&call).map_err(Failure::permanent)?;
+        let expires_at = chrono::DateTime::parse_from_rfc3339(&body.expires_at)
+            .map_err(|e| Failure::permanent(anyhow!("{call}: expires_at: {e}")))?;
+        let expires_at = UNIX_EPOCH
+            + Duration::from_secs(u64::try_from(expires_at.timestamp()).unwrap_or_default());
+        let value = Secret::new(body.token);
+        *slot = Some(CachedToken {
+            value: value.clone(),
+            expires_at,
+        });
+        Ok(value)
+    }
+
+    async fn send(&self, verb: Verb, route: &str, body: Option<&Value>) -> Result<Reply> {
+        let call = format!("{} {route}", verb.as_str());
+        send_with_retry(&self.policy, &call, || {
+            attempt(&self.app, verb, route, body)
+        })
+        .await
+    }
+
+    /// A call as the installation serving `repo`; a 401 replaces the token once.
+    async fn repo_call(
+        &self,
+        repo: &RepoRef,
+        verb: Verb,
+        route: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply> {
+        let installation = self.installation(repo).await?;
+        let call = format!("{} {route}", verb.as_str());
+        let mut rejected: Option<Secret> = None;
+        loop {
+            let used = Mutex::new(None);
+            let reply = send_with_retry(&self.policy, &call, || async {
+                let token = self.token(&installation, rejected.as_ref()).await?;
+                *used.lock().unwrap() = Some(token.clone());
+                let crab = self
+                    .app
+                    .user_access_token(token.expose().to_owned())
+                    .map_err(failure)?;
+                attempt(&crab, verb, route, body).await
+            })
+            .await?;
+            let used = used.into_inner().unwrap();
+            if reply.status == 401 && rejected.is_none() && used.is_some() {
+                rejected = used;
+                continue;
+            }
+            return Ok(reply);
+        }
+    }
+
+    /// Every comment on the pull request, page by page.
+    pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+        let mut all = Vec::new();
+        for page in 1.. {
+            let route = format!(
+                "/repos/{}/issues/{}/comments?page={page}&per_page={PER_PAGE}",
+                repo.id.full_name, pr.0
+            );
+            let call = format!("GET {route}");
+            let reply = self
+                .repo_call(repo, Verb::Get, &route, None)
+                .await?
+                .success(&call)?;
+            let batch: Vec<WireComment> = reply.json(&call)?;
+            let last = batch.len() < PER_PAGE;
+            all.extend(batch.into_iter().map(WireComment::into_comment));
+            if last {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
+        let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
+        let call = format!("POST {route}");
+        let reply = self
+            .repo_call(repo, Verb::Post, &route, Some(&json!({ "body": body })))
+            .await?
+            .success(&call)?;
+        Ok(reply.json::<WireComment>(&call)?.id)
+    }
+
+    /// Edits a comment; `Ok(false)` when it is gone.
+    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
+        let route = format!("/repos/{}/issues/comments/{id}", repo.id.full_name);
+        let call = format!("PATCH {route}");
+        let reply = self
+            .repo_call(repo, Verb::Patch, &route, Some(&json!({ "body": body })))
+            .await?;
+        if reply.status == 404 {
+            return Ok(false);
+        }
+        reply.success(&call)?;
+        Ok(true)
+    }
+
+    /// Creates the check run, or updates `known`; returns its id.
+    pub async fn publish_check_run(
+        &self,
+        repo: &RepoRef,
+        head: &CommitSha,
+        known: Option<u64>,
+        fields: Value,
+    ) -> Result<u64> {
+        #[derive(Deserialize)]
+        struct CheckRunBody {
+            id: u64,
+        }
+        if let Some(id) = known {
+            let route = format!("/repos/{}/check-runs/{id}", repo.id.full_name);
+            let call = format!("PATCH {route}");
+            let reply = self
+                .repo_call(repo, Verb::Patch, &route, Some(&fields))
+                .await?;
+            if reply.status != 404 {
+                return Ok(reply.success(&call)?.json::<CheckRunBody>(&call)?.id);
+            }
+        }
+        let route = format!("/repos/{}/check-runs", repo.id.full_name);
+        let call = format!("POST {route}");
+        let mut create = fields;
+        create["head_sha"] = json!(head.as_str());
+        let reply = self
+            .repo_call(repo, Verb::Post, &route, Some(&create))
+            .await?
+            .success(&call)?;
+        Ok(reply.json::<CheckRunBody>(&call)?.id)
+    }
+
+    pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
+        let route = format!("/repos/{}/pulls/{}", repo.id.full_name, pr.0);
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call(repo, Verb::Get, &route, None)
+            .await?
+            .success(&call)?;
+        reply.json::<WirePull>(&call)?.into_pull_request(&call)
+    }
+
+    pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
+        #[derive(Deserialize)]
+        struct PermissionBody {
+            permission: String,
+        }
+        let route = format!(
+            "/repos/{}/collaborators/{login}/permission",
+            repo.id.full_name
+        );
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call(repo, Verb::Get, &route, None)
+            .await?
+            .success(&call)?;
+        Ok(Permission::from_forge(
+            &reply.json::<PermissionBody>(&call)?.permission,
+        ))
+    }
+
+    pub async fn react(&self, repo: &RepoRef, comment_id: u64, reaction: Reaction) -> Result<()> {
+        let route = format!(
+            "/repos/{}/issues/comments/{comment_id}/reactions",
+            repo.id.full_name
+        );
+        let call = format!("POST {route}");
+        self.repo_call(
+            repo,
+            Verb::Post,
+            &route,
+            Some(&json!({ "content": reaction.as_str() })),
+        )
+        .await?
+        .success(&call)?;
+        Ok(())
+    }
+}
+
+async fn attempt(
+    crab: &Octocrab,
+    verb: Verb,
+    route: &str,
+    body: Option<&Value>,
+) -> Result<Reply, Failure> {
+    let response = match verb {
+        Verb::Get => crab._get(route).await,
+        Verb::Post => crab._post(route, body).await,
+        Verb::Patch => crab._patch(route, body).await,
+    }
+    .map_err(failure)?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = crab.body_to_string(response).await.map_err(failure)?;
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Classifies an octocrab error; its `Display` is only "GitHub", so the
+/// error carries the `Debug` form.
+fn failure(error: octocrab::Error) -> Failure {
+    match error {
+        octocrab::Error::GitHub { source, .. } => Failure::answered(
+            source.status_code.as_u16(),
+            source.headers.clone().unwrap_or_default(),
+            anyhow!("{} {}", source.status_code.as_u16(), source.message),
+        ),
+        octocrab::Error::Service { .. } | octocrab::Error::Hyper { .. } => {
+            Failure::transient(anyhow!("{error:?}"))
+        }
+        other => Failure::permanent(anyhow!("{other:?}")),
+    }
+}
+
+/// The App's credentials from the manifest flow.
+#[derive(Debug, Clone)]
+pub struct AppCredentials {
+    pub id: u64,
+    pub slug: String,
+    pub pem: Secret,
+    pub webhook_secret: Option<Secret>,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub html_url: String,
+}
+
+/// Exchanges a manifest-flow `code` for the new App's credentials
+/// (`POST /app-manifests/{code}/conversions`, unauthenticated).
+pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredentials> {
+    #[derive(Deserialize)]
+    struct Conversion {
+        id: u64,
+        slug: String,
+        pem: String,
+        webhook_secret: Option<String>,
+        client_id: String,
+        client_secret: String,
+        html_url: String,
+    }
+    let http = reqwest::Client::builder()
+        .user_agent("wavegate")
+        .build()
+        .context("building the HTTP client")?;
+    let url = format!(
+        "{}/app-manifests/{code}/conversions",
+        api_url.trim_end_matches('/')
+    );
+    let call = "POST /app-manifests/{code}/conversions";
+    let reply = send_with_retry(&RetryPolicy::default(), call, || async {
+        let response = http
+            .post(&url)
+            .header("accept", "application/vnd.github+json")
+            .send()
+            .await
+            .map_err(|e| Failure::transient(anyhow!("{e:?}")))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .text()
+            .await
+            .map_err(|e| Failure::transient(anyhow!("{e:?}")))?;
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    })
+    .await?
+    .success(call)?;
+    let c: Conversion = reply.json(call)?;
+    Ok(AppCredentials {
+        id: c.id,
+        slug: c.slug,
+        pem: Secret::new(c.pem),
+        webhook_secret: c.webhook_secret.map(Secret::new),
+        client_id: c.client_id,
+        client_secret: Secret::new(c.client_secret),
+        html_url: c.html_url,
+    })
+}
+
+#[derive(Deserialize)]
+struct WireUser {
+    id: u64,
+    login: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+impl WireUser {
+    fn into_user(self) -> User {
+        let is_bot = self.kind.as_deref() == Some("Bot") || self.login.ends_with("[bot]");
+        User {
+            id: self.id,
+            login: self.login,
+            is_bot,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireComment {
+    id: u64,
+    #[serde(default)]
+    body: Option<String>,
+    user: Option<WireUser>,
+}
+
+impl WireComment {
+    fn into_comment(self) -> Comment {
+        let author = self.user.map(WireUser::into_user).unwrap_or(User {
+            id: 0,
+            login: "ghost".into(),
+            is_bot: false,
+        });
+        Comment {
+            id: self.id,
+            body: self.body.unwrap_or_default(),
+            ours: author.is_bot,
+            author,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WireRepo {
+    full_name: String,
+    clone_url: String,
+}
+
+#[derive(Deserialize)]
+struct WireBranch {
+    #[serde(rename = "ref")]
+    name: String,
+    sha: String,
+    repo: Option<WireRepo>,
+}
+
+#[derive(Deserialize)]
+struct WirePull {
+    number: u64,
+    title: String,
+    user: WireUser,
+    head: WireBranch,
+    base: WireBranch,
+}
+
+impl WirePull {
+    fn into_pull_request(self, call: &str) -> Result<PullRequest> {
+        let sha = |text: &str| CommitSha::parse(text).map_err(|e| anyhow!("{call}: {e}"));
+        let from_fork = match (&self.head.repo, &self.base.repo) {
+            (Some(head), Some(base)) => head.full_name != base.full_name,
+            _ => true,
+        };
+        Ok(PullRequest {
+            number: PrNumber(self.number),
+            title: self.title,
+            author: self.user.into_user(),
+            head_sha: sha(&self.head.sha)?,
+            base_sha: sha(&self.base.sha)?,
+            head_ref: self.head.name,
+            base_ref: self.base.name,
+            head_clone_url: from_fork
+                .then(|| self.head.repo.map(|r| r.clone_url))
+                .flatten(),
+            from_fork,
+        })
+    }
+}

@@ -1,0 +1,1368 @@
+//! A stateful fake of the GitHub and Forgejo REST subsets wavegate calls,
+//! served over real HTTP on 127.0.0.1: GitHub at `/`, Forgejo at `/api/v1`.
+//! It checks auth the way the forges do (App JWTs, expiring installation
+//! tokens, Forgejo tokens), keeps what the bot wrote, logs every request for
+//! assertions and the conformance check, and fails on demand.
+
+// Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
+#![allow(clippy::result_large_err)]
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State as AxumState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use octocrab::jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wavegate::config::settings::Secret;
+use wavegate::forge::{ForgeKind, RepoId, RepoRef};
+
+pub const APP_ID: u64 = 4242;
+pub const APP_SLUG: &str = "wavegate";
+/// The login GitHub gives the App's comments.
+pub const GITHUB_BOT_LOGIN: &str = "wavegate[bot]";
+pub const FORGEJO_BOT_LOGIN: &str = "wavegate-bot";
+pub const FORGEJO_BOT_TOKEN: &str = "forgejo-bot-token-0123456789";
+pub const MANIFEST_WEBHOOK_SECRET: &str = "manifest-webhook-secret";
+
+const APP_PRIVATE_KEY: &str = include_str!("test-app-key.pem");
+const APP_PUBLIC_KEY: &str = include_str!("test-app-key.pub.pem");
+
+/// The fake App's private key (what `convert_manifest` hands out).
+pub fn app_private_key() -> Secret {
+    Secret::new(APP_PRIVATE_KEY)
+}
+
+/// One request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// As sent, `/api/v1` included for Forgejo.
+    pub path: String,
+    pub query: Option<String>,
+    /// Lower-case name → value for `authorization`, `accept`, `content-type`, `user-agent`.
+    pub headers: HashMap<String, String>,
+    pub body: Option<Value>,
+}
+
+impl RecordedRequest {
+    pub fn is_forgejo(&self) -> bool {
+        self.path.starts_with("/api/v1/")
+    }
+}
+
+/// A repository registered with the fake, and how a client refers to it.
+#[derive(Debug, Clone)]
+pub struct RepoHandle {
+    pub forge: ForgeKind,
+    pub full_name: String,
+    pub id: u64,
+    pub clone_url: String,
+    pub installation: Option<u64>,
+}
+
+impl RepoHandle {
+    pub fn repo_ref(&self) -> RepoRef {
+        RepoRef {
+            id: RepoId::new(self.forge, self.full_name.clone()),
+            forge_id: self.id,
+            clone_url: self.clone_url.clone(),
+            installation: self.installation,
+        }
+    }
+
+    /// The same repository as a delivery without `installation` names it.
+    pub fn without_installation(&self) -> RepoRef {
+        RepoRef {
+            installation: None,
+            ..self.repo_ref()
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct FakePr {
+    pub number: u64,
+    pub id: u64,
+    pub title: String,
+    pub head_sha: String,
+    /// The head before the latest `push` (a `synchronize` payload's `before`).
+    pub previous_head_sha: Option<String>,
+    pub base_sha: String,
+    pub head_ref: String,
+    pub base_ref: String,
+    pub author: String,
+    pub author_id: u64,
+    pub open: bool,
+    pub merged: bool,
+    pub merge_sha: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeComment {
+    pub id: u64,
+    pub pr: u64,
+    pub body: String,
+    pub author: String,
+    pub author_is_bot: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeCheckRun {
+    pub id: u64,
+    pub head_sha: String,
+    pub name: String,
+    pub status: String,
+    pub conclusion: Option<String>,
+    pub output: Value,
+    pub details_url: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeStatus {
+    pub id: u64,
+    pub sha: String,
+    pub state: String,
+    pub context: String,
+    pub description: String,
+    pub target_url: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeReaction {
+    pub comment_id: u64,
+    pub content: String,
+    pub user: String,
+}
+
+struct Repo {
+    handle: RepoHandle,
+    permissions: HashMap<String, String>,
+    prs: Vec<FakePr>,
+    comments: Vec<FakeComment>,
+    check_runs: Vec<FakeCheckRun>,
+    statuses: Vec<FakeStatus>,
+    reactions: Vec<FakeReaction>,
+}
+
+struct IssuedToken {
+    token: String,
+    installation: u64,
+    expires_at: SystemTime,
+    revoked: bool,
+}
+
+struct FailRule {
+    method: String,
+    path_prefix: String,
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+struct State {
+    next_id: u64,
+    users: HashMap<String, u64>,
+    repos: Vec<Repo>,
+    installations: HashMap<u64, String>,
+    tokens: Vec<IssuedToken>,
+    token_lifetime: Duration,
+    forgejo_tokens: HashMap<String, String>,
+    forgejo_bot_admin: bool,
+    manifest_codes: HashSet<String>,
+    fail_rules: Vec<FailRule>,
+    requests: Vec<RecordedRequest>,
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn user_id(&mut self, login: &str) -> u64 {
+        if let Some(id) = self.users.get(login) {
+            return *id;
+        }
+        let id = self.id();
+        self.users.insert(login.to_owned(), id);
+        id
+    }
+
+    fn repo_mut(&mut self, forge: ForgeKind, full_name: &str) -> Option<&mut Repo> {
+        self.repos
+            .iter_mut()
+            .find(|r| r.handle.forge == forge && r.handle.full_name == full_name)
+    }
+
+    fn repo_of(&mut self, handle: &RepoHandle) -> &mut Repo {
+        self.repo_mut(handle.forge, &handle.full_name)
+            .unwrap_or_else(|| panic!("{} is not registered with the fake", handle.full_name))
+    }
+}
+
+pub struct FakeForge {
+    url: String,
+    state: Arc<Mutex<State>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeForge {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FakeForge {
+    pub async fn start() -> Self {
+        let mut forgejo_tokens = HashMap::new();
+        forgejo_tokens.insert(FORGEJO_BOT_TOKEN.to_owned(), FORGEJO_BOT_LOGIN.to_owned());
+        let state = Arc::new(Mutex::new(State {
+            next_id: 1000,
+            users: HashMap::new(),
+            repos: Vec::new(),
+            installations: HashMap::new(),
+            tokens: Vec::new(),
+            token_lifetime: Duration::from_secs(3600),
+            forgejo_tokens,
+            forgejo_bot_admin: true,
+            manifest_codes: HashSet::new(),
+            fail_rules: Vec::new(),
+            requests: Vec::new(),
+        }));
+        let app = Router::new()
+            .fallback(handle)
+            .layer(DefaultBodyLimit::max(32 * 1024 * 1024))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake forge");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("fake forge server");
+        });
+        Self { url, state, server }
+    }
+
+    /// The GitHub API root and the Forgejo instance root (API under `/api/v1`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        f(&mut self.state.lock().unwrap())
+    }
+
+    pub fn add_github_repo(
+        &self,
+        full_name: &str,
+        clone_url: &str,
+        installation: u64,
+    ) -> RepoHandle {
+        self.with(|s| {
+            let owner = full_name.split('/').next().unwrap_or_default().to_owned();
+            s.installations.entry(installation).or_insert(owner);
+            let handle = RepoHandle {
+                forge: ForgeKind::GitHub,
+                full_name: full_name.to_owned(),
+                id: s.id(),
+                clone_url: clone_url.to_owned(),
+                installation: Some(installation),
+            };
+            s.repos.push(Repo::new(handle.clone()));
+            handle
+        })
+    }
+
+    pub fn add_forgejo_repo(&self, full_name: &str, clone_url: &str) -> RepoHandle {
+        self.with(|s| {
+            let handle = RepoHandle {
+                forge: ForgeKind::Forgejo,
+                full_name: full_name.to_owned(),
+                id: s.id(),
+                clone_url: clone_url.to_owned(),
+                installation: None,
+            };
+            s.repos.push(Repo::new(handle.clone()));
+            handle
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_pr(
+        &self,
+        repo: &RepoHandle,
+        number: u64,
+        head_sha: &str,
+        base_sha: &str,
+        head_ref: &str,
+        base_ref: &str,
+        author: &str,
+    ) -> FakePr {
+        self.with(|s| {
+            let author_id = s.user_id(author);
+            let id = s.id();
+            let pr = FakePr {
+                number,
+                id,
+                title: format!("Change #{number}"),
+                head_sha: head_sha.to_owned(),
+                previous_head_sha: None,
+                base_sha: base_sha.to_owned(),
+                head_ref: head_ref.to_owned(),
+                base_ref: base_ref.to_owned(),
+                author: author.to_owned(),
+                author_id,
+                open: true,
+                merged: false,
+                merge_sha: None,
+            };
+            s.repo_of(repo).prs.push(pr.clone());
+            pr
+        })
+    }
+
+    /// New commits on the PR's head branch.
+    pub fn push(&self, repo: &RepoHandle, pr: u64, new_head: &str) -> FakePr {
+        self.update_pr(repo, pr, |p| {
+            p.previous_head_sha = Some(std::mem::replace(&mut p.head_sha, new_head.to_owned()));
+        })
+    }
+
+    pub fn merge(&self, repo: &RepoHandle, pr: u64, merge_sha: &str) -> FakePr {
+        self.update_pr(repo, pr, |p| {
+            p.open = false;
+            p.merged = true;
+            p.merge_sha = Some(merge_sha.to_owned());
+        })
+    }
+
+    pub fn close(&self, repo: &RepoHandle, pr: u64) -> FakePr {
+        self.update_pr(repo, pr, |p| p.open = false)
+    }
+
+    fn update_pr(&self, repo: &RepoHandle, pr: u64, change: impl FnOnce(&mut FakePr)) -> FakePr {
+        self.with(|s| {
+            let found = s
+                .repo_of(repo)
+                .prs
+                .iter_mut()
+                .find(|p| p.number == pr)
+                .unwrap_or_else(|| panic!("no PR #{pr} in {}", repo.full_name));
+            change(found);
+            found.clone()
+        })
+    }
+
+    pub fn pr(&self, repo: &RepoHandle, pr: u64) -> FakePr {
+        self.update_pr(repo, pr, |_| {})
+    }
+
+    /// `permission`: `admin`, `write`, `read` (Forgejo also `owner`).
+    pub fn set_permission(&self, repo: &RepoHandle, login: &str, permission: &str) {
+        self.with(|s| {
+            s.user_id(login);
+            s.repo_of(repo)
+                .permissions
+                .insert(login.to_owned(), permission.to_owned());
+        })
+    }
+
+    pub fn set_forgejo_bot_admin(&self, admin: bool) {
+        self.with(|s| s.forgejo_bot_admin = admin)
+    }
+
+    /// A comment written by someone (not through the API); returns its id.
+    pub fn add_comment(&self, repo: &RepoHandle, pr: u64, author: &str, body: &str) -> u64 {
+        self.with(|s| {
+            s.user_id(author);
+            let id = s.id();
+            s.repo_of(repo).comments.push(FakeComment {
+                id,
+                pr,
+                body: body.to_owned(),
+                author: author.to_owned(),
+                author_is_bot: author.ends_with("[bot]"),
+            });
+            id
+        })
+    }
+
+    pub fn delete_comment(&self, repo: &RepoHandle, id: u64) {
+        self.with(|s| s.repo_of(repo).comments.retain(|c| c.id != id))
+    }
+
+    /// The next request whose method and path start match answers `status`
+    /// with `headers` (and a JSON message) instead of being served.
+    pub fn fail_next(
+        &self,
+        method: &str,
+        path_prefix: &str,
+        status: u16,
+        headers: &[(&str, &str)],
+    ) {
+        self.with(|s| {
+            s.fail_rules.push(FailRule {
+                method: method.to_ascii_uppercase(),
+                path_prefix: path_prefix.to_owned(),
+                status,
+                headers: headers
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                    .collect(),
+            })
+        })
+    }
+
+    /// How long installation tokens issued from now on live.
+    pub fn set_token_lifetime(&self, lifetime: Duration) {
+        self.with(|s| s.token_lifetime = lifetime)
+    }
+
+    /// Every installation token issued so far stops working (GitHub answers 401).
+    pub fn revoke_tokens(&self) {
+        self.with(|s| s.tokens.iter_mut().for_each(|t| t.revoked = true))
+    }
+
+    /// A one-time manifest-flow code `POST /app-manifests/{code}/conversions` accepts.
+    pub fn manifest_code(&self) -> String {
+        self.with(|s| {
+            let code = format!("manifest-code-{}", s.id());
+            s.manifest_codes.insert(code.clone());
+            code
+        })
+    }
+
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.with(|s| s.requests.clone())
+    }
+
+    pub fn token_requests(&self) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/access_tokens"))
+            .count()
+    }
+
+    pub fn comments(&self, repo: &RepoHandle, pr: u64) -> Vec<FakeComment> {
+        self.with(|s| {
+            s.repo_of(repo)
+                .comments
+                .iter()
+                .filter(|c| c.pr == pr)
+                .cloned()
+                .collect()
+        })
+    }
+
+    pub fn check_runs(&self, repo: &RepoHandle, sha: &str) -> Vec<FakeCheckRun> {
+        self.with(|s| {
+            s.repo_of(repo)
+                .check_runs
+                .iter()
+                .filter(|c| c.head_sha == sha)
+                .cloned()
+                .collect()
+        })
+    }
+
+    pub fn statuses(&self, repo: &RepoHandle, sha: &str) -> Vec<FakeStatus> {
+        self.with(|s| {
+            s.repo_of(repo)
+                .statuses
+                .iter()
+                .filter(|c| c.sha == sha)
+                .cloned()
+                .collect()
+        })
+    }
+
+    pub fn reactions(&self, repo: &RepoHandle, comment_id: u64) -> Vec<FakeReaction> {
+        self.with(|s| {
+            s.repo_of(repo)
+                .reactions
+                .iter()
+                .filter(|r| r.comment_id == comment_id)
+                .cloned()
+                .collect()
+        })
+    }
+}
+
+impl Repo {
+    fn new(handle: RepoHandle) -> Self {
+        Self {
+            handle,
+            permissions: HashMap::new(),
+            prs: Vec::new(),
+            comments: Vec::new(),
+            check_runs: Vec::new(),
+            statuses: Vec::new(),
+            reactions: Vec::new(),
+        }
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+async fn handle(
+    AxumState(shared): AxumState<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut state = shared.lock().unwrap();
+    let path = uri.path().to_owned();
+    let json_body: Option<Value> = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                record(
+                    &mut state,
+                    &method,
+                    &uri,
+                    &headers,
+                    Some(json!({ "unparsable": e.to_string() })),
+                );
+                return answer(
+                    400,
+                    json!({ "message": format!("Problems parsing JSON: {e}") }),
+                );
+            }
+        }
+    };
+    record(&mut state, &method, &uri, &headers, json_body.clone());
+    if let Some(failure) = take_failure(&mut state, method.as_str(), &path) {
+        return failure;
+    }
+    let query = parse_query(uri.query());
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let request = Request {
+        method: method.as_str(),
+        query: &query,
+        headers: &headers,
+        body: json_body.as_ref(),
+    };
+    match segments.as_slice() {
+        ["api", "v1", rest @ ..] => forgejo(&mut state, &request, rest),
+        rest => github(&mut state, &request, rest),
+    }
+    .unwrap_or_else(|refusal| refusal)
+}
+
+struct Request<'a> {
+    method: &'a str,
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+    body: Option<&'a Value>,
+}
+
+impl Request<'_> {
+    fn body_str(&self, field: &str) -> Option<&str> {
+        self.body?.get(field)?.as_str()
+    }
+
+    fn authorization(&self) -> Option<(&str, &str)> {
+        let value = self.headers.get("authorization")?.to_str().ok()?;
+        let (scheme, credential) = value.split_once(' ')?;
+        Some((scheme, credential.trim()))
+    }
+}
+
+type Answer = Result<Response, Response>;
+
+fn record(state: &mut State, method: &Method, uri: &Uri, headers: &HeaderMap, body: Option<Value>) {
+    let interesting = ["authorization", "accept", "content-type", "user-agent"];
+    state.requests.push(RecordedRequest {
+        method: method.as_str().to_owned(),
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        headers: interesting
+            .iter()
+            .filter_map(|name| {
+                let value = headers.get(*name)?.to_str().ok()?;
+                Some(((*name).to_owned(), value.to_owned()))
+            })
+            .collect(),
+        body,
+    });
+}
+
+fn take_failure(state: &mut State, method: &str, path: &str) -> Option<Response> {
+    let index = state
+        .fail_rules
+        .iter()
+        .position(|r| r.method == method && path.starts_with(&r.path_prefix))?;
+    let rule = state.fail_rules.remove(index);
+    let mut response = answer(rule.status, json!({ "message": "injected failure" }));
+    for (name, value) in rule.headers {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    Some(response)
+}
+
+fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn answer(status: u16, body: Value) -> Response {
+    (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response()
+}
+
+fn not_found() -> Response {
+    answer(404, json!({ "message": "Not Found" }))
+}
+
+fn unauthorized(why: &str) -> Response {
+    answer(401, json!({ "message": why }))
+}
+
+fn unprocessable(why: String) -> Response {
+    answer(
+        422,
+        json!({ "message": "Validation Failed", "errors": [why] }),
+    )
+}
+
+fn number(segment: &str) -> Result<u64, Response> {
+    segment.parse().map_err(|_| not_found())
+}
+
+// ---------------------------------------------------------------- GitHub
+
+fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
+    match (req.method, path) {
+        ("POST", ["app", "installations", id, "access_tokens"]) => {
+            verify_app_jwt(req)?;
+            let installation = number(id)?;
+            if !state.installations.contains_key(&installation) {
+                return Err(not_found());
+            }
+            let token = format!("ghs_fake{}", state.id());
+            let expires_at = SystemTime::now() + state.token_lifetime;
+            state.tokens.push(IssuedToken {
+                token: token.clone(),
+                installation,
+                expires_at,
+                revoked: false,
+            });
+            Ok(answer(
+                201,
+                json!({
+                    "token": token,
+                    "expires_at": rfc3339(expires_at),
+                    "permissions": { "checks": "write", "issues": "write", "pull_requests": "write", "contents": "read" },
+                    "repository_selection": "all",
+                }),
+            ))
+        }
+        ("GET", ["repos", owner, name, "installation"]) => {
+            verify_app_jwt(req)?;
+            let full_name = format!("{owner}/{name}");
+            let repo = state
+                .repo_mut(ForgeKind::GitHub, &full_name)
+                .ok_or_else(not_found)?;
+            let id = repo.handle.installation.ok_or_else(not_found)?;
+            let account = state.installations.get(&id).cloned().unwrap_or_default();
+            let account_id = state.user_id(&account);
+            Ok(answer(
+                200,
+                json!({
+                    "id": id,
+                    "app_id": APP_ID,
+                    "app_slug": APP_SLUG,
+                    "target_type": "Organization",
+                    "account": github_user(&account, account_id, false),
+                    "permissions": {},
+                    "events": ["pull_request", "issue_comment"],
+                }),
+            ))
+        }
+        ("POST", ["app-manifests", code, "conversions"]) => {
+            if !state.manifest_codes.remove(*code) {
+                return Err(not_found());
+            }
+            Ok(answer(
+                201,
+                json!({
+                    "id": APP_ID,
+                    "slug": APP_SLUG,
+                    "node_id": "A_fake",
+                    "name": "wavegate",
+                    "owner": github_user("octo-org", 1, false),
+                    "html_url": format!("https://github.com/apps/{APP_SLUG}"),
+                    "pem": APP_PRIVATE_KEY,
+                    "webhook_secret": MANIFEST_WEBHOOK_SECRET,
+                    "client_id": "Iv1.fakeclientid",
+                    "client_secret": "fake-client-secret",
+                    "permissions": {},
+                    "events": [],
+                    "created_at": rfc3339(SystemTime::now()),
+                    "updated_at": rfc3339(SystemTime::now()),
+                }),
+            ))
+        }
+        (_, ["repos", owner, name, rest @ ..]) => {
+            let full_name = format!("{owner}/{name}");
+            let installation = installation_of_token(state, req)?;
+            state
+                .repo_mut(ForgeKind::GitHub, &full_name)
+                .filter(|r| r.handle.installation == Some(installation))
+                .ok_or_else(not_found)?;
+            github_repo(state, req, &full_name, rest)
+        }
+        _ => Err(not_found()),
+    }
+}
+
+#[derive(Deserialize)]
+struct AppClaims {
+    iss: Value,
+    iat: u64,
+    exp: u64,
+}
+
+fn verify_app_jwt(req: &Request) -> Result<(), Response> {
+    let Some(("Bearer", jwt)) = req.authorization() else {
+        return Err(unauthorized("A JSON web token could not be decoded"));
+    };
+    let key = DecodingKey::from_rsa_pem(APP_PUBLIC_KEY.as_bytes()).expect("test public key");
+    let mut validation = Validation::new(Algorithm::RS256);
+    validation.set_required_spec_claims(&["exp"]);
+    validation.leeway = 0;
+    let claims = decode::<AppClaims>(jwt, &key, &validation)
+        .map_err(|e| unauthorized(&format!("A JSON web token could not be decoded: {e}")))?
+        .claims;
+    let issuer_ok = claims.iss == json!(APP_ID) || claims.iss == json!(APP_ID.to_string());
+    if !issuer_ok {
+        return Err(unauthorized("'Issuer' claim ('iss') must be the App's id"));
+    }
+    if claims.exp.saturating_sub(claims.iat) > 600 {
+        return Err(unauthorized(
+            "'Expiration time' claim ('exp') is too far in the future",
+        ));
+    }
+    Ok(())
+}
+
+fn installation_of_token(state: &State, req: &Request) -> Result<u64, Response> {
+    let Some((scheme, token)) = req.authorization() else {
+        return Err(unauthorized("Requires authentication"));
+    };
+    if scheme != "token" && scheme != "Bearer" {
+        return Err(unauthorized("Bad credentials"));
+    }
+    let issued = state
+        .tokens
+        .iter()
+        .find(|t| t.token == token)
+        .ok_or_else(|| unauthorized("Bad credentials"))?;
+    if issued.revoked || issued.expires_at <= SystemTime::now() {
+        return Err(unauthorized("Bad credentials"));
+    }
+    Ok(issued.installation)
+}
+
+fn github_user(login: &str, id: u64, bot: bool) -> Value {
+    json!({
+        "login": login,
+        "id": id,
+        "node_id": format!("U_{id}"),
+        "type": if bot { "Bot" } else { "User" },
+        "site_admin": false,
+        "html_url": format!("https://github.com/{login}"),
+    })
+}
+
+fn github_comment(state: &mut State, full_name: &str, c: &FakeComment) -> Value {
+    let user_id = state.user_id(&c.author);
+    json!({
+        "id": c.id,
+        "node_id": format!("IC_{}", c.id),
+        "url": format!("https://api.github.com/repos/{full_name}/issues/comments/{}", c.id),
+        "html_url": format!("https://github.com/{full_name}/pull/{}#issuecomment-{}", c.pr, c.id),
+        "issue_url": format!("https://api.github.com/repos/{full_name}/issues/{}", c.pr),
+        "body": c.body,
+        "user": github_user(&c.author, user_id, c.author_is_bot),
+        "author_association": if c.author_is_bot { "NONE" } else { "MEMBER" },
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    })
+}
+
+fn check_run_json(full_name: &str, run: &FakeCheckRun) -> Value {
+    json!({
+        "id": run.id,
+        "head_sha": run.head_sha,
+        "node_id": format!("CR_{}", run.id),
+        "external_id": "",
+        "url": format!("https://api.github.com/repos/{full_name}/check-runs/{}", run.id),
+        "html_url": format!("https://github.com/{full_name}/runs/{}", run.id),
+        "details_url": run.details_url,
+        "status": run.status,
+        "conclusion": run.conclusion,
+        "started_at": "2026-01-01T00:00:00Z",
+        "completed_at": if run.conclusion.is_some() { json!("2026-01-01T00:00:00Z") } else { Value::Null },
+        "output": run.output,
+        "name": run.name,
+        "check_suite": { "id": 1 },
+        "app": { "id": APP_ID, "slug": APP_SLUG },
+        "pull_requests": [],
+    })
+}
+
+const CONCLUSIONS: [&str; 8] = [
+    "action_required",
+    "cancelled",
+    "failure",
+    "neutral",
+    "success",
+    "skipped",
+    "stale",
+    "timed_out",
+];
+
+/// Applies status/conclusion/output/details_url from a check-run body, as GitHub validates them.
+fn apply_check_fields(run: &mut FakeCheckRun, body: &Value) -> Result<(), Response> {
+    if let Some(name) = body.get("name").and_then(Value::as_str) {
+        run.name = name.to_owned();
+    }
+    if let Some(url) = body.get("details_url").and_then(Value::as_str) {
+        run.details_url = Some(url.to_owned());
+    }
+    if let Some(status) = body.get("status").and_then(Value::as_str) {
+        if !["queued", "in_progress", "completed"].contains(&status) {
+            return Err(unprocessable(format!("status `{status}` is not allowed")));
+        }
+        run.status = status.to_owned();
+        if status != "completed" {
+            run.conclusion = None;
+        }
+    }
+    if let Some(conclusion) = body.get("conclusion").and_then(Value::as_str) {
+        if !CONCLUSIONS.contains(&conclusion) {
+            return Err(unprocessable(format!(
+                "conclusion `{conclusion}` is not allowed"
+            )));
+        }
+        run.status = "completed".into();
+        run.conclusion = Some(conclusion.to_owned());
+    } else if run.status == "completed" && run.conclusion.is_none() {
+        return Err(unprocessable(
+            "conclusion is required when status is completed".into(),
+        ));
+    }
+    if let Some(output) = body.get("output") {
+        for field in ["title", "summary"] {
+            if output.get(field).and_then(Value::as_str).is_none() {
+                return Err(unprocessable(format!("output.{field} is required")));
+            }
+        }
+        for field in ["summary", "text"] {
+            let length = output
+                .get(field)
+                .and_then(Value::as_str)
+                .map_or(0, |t| t.chars().count());
+            if length > 65_535 {
+                return Err(unprocessable(format!(
+                    "output.{field} is too long ({length} characters; maximum 65535)"
+                )));
+            }
+        }
+        run.output = output.clone();
+    }
+    Ok(())
+}
+
+fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str]) -> Answer {
+    match (req.method, path) {
+        ("GET", ["issues", pr, "comments"]) => {
+            let pr = number(pr)?;
+            let page: usize = req
+                .query
+                .get("page")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(1)
+                .max(1);
+            let per_page: usize = req
+                .query
+                .get("per_page")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(30)
+                .clamp(1, 100);
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            if !repo.prs.iter().any(|p| p.number == pr) {
+                return Err(not_found());
+            }
+            let page_items: Vec<FakeComment> = repo
+                .comments
+                .iter()
+                .filter(|c| c.pr == pr)
+                .skip((page - 1) * per_page)
+                .take(per_page)
+                .cloned()
+                .collect();
+            let items: Vec<Value> = page_items
+                .iter()
+                .map(|c| github_comment(state, full_name, c))
+                .collect();
+            Ok(answer(200, Value::Array(items)))
+        }
+        ("POST", ["issues", pr, "comments"]) => {
+            let pr = number(pr)?;
+            let body = req
+                .body_str("body")
+                .ok_or_else(|| unprocessable("body is required".into()))?
+                .to_owned();
+            if body.chars().count() > 65_536 {
+                return Err(unprocessable(
+                    "body is too long (maximum is 65536 characters)".into(),
+                ));
+            }
+            let id = state.id();
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            if !repo.prs.iter().any(|p| p.number == pr) {
+                return Err(not_found());
+            }
+            let comment = FakeComment {
+                id,
+                pr,
+                body,
+                author: GITHUB_BOT_LOGIN.into(),
+                author_is_bot: true,
+            };
+            repo.comments.push(comment.clone());
+            Ok(answer(201, github_comment(state, full_name, &comment)))
+        }
+        ("PATCH", ["issues", "comments", id]) => {
+            let id = number(id)?;
+            let body = req
+                .body_str("body")
+                .ok_or_else(|| unprocessable("body is required".into()))?
+                .to_owned();
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let comment = repo
+                .comments
+                .iter_mut()
+                .find(|c| c.id == id)
+                .ok_or_else(not_found)?;
+            if comment.author != GITHUB_BOT_LOGIN {
+                return Err(answer(
+                    403,
+                    json!({ "message": "Resource not accessible by integration" }),
+                ));
+            }
+            comment.body = body;
+            let comment = comment.clone();
+            Ok(answer(200, github_comment(state, full_name, &comment)))
+        }
+        ("POST", ["issues", "comments", id, "reactions"]) => {
+            let id = number(id)?;
+            let content = req
+                .body_str("content")
+                .ok_or_else(|| unprocessable("content is required".into()))?
+                .to_owned();
+            if ![
+                "+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes",
+            ]
+            .contains(&content.as_str())
+            {
+                return Err(unprocessable(format!(
+                    "content `{content}` is not a reaction"
+                )));
+            }
+            let reaction_id = state.id();
+            let bot_id = state.user_id(GITHUB_BOT_LOGIN);
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            if !repo.comments.iter().any(|c| c.id == id) {
+                return Err(not_found());
+            }
+            let exists = repo
+                .reactions
+                .iter()
+                .any(|r| r.comment_id == id && r.content == content && r.user == GITHUB_BOT_LOGIN);
+            if !exists {
+                repo.reactions.push(FakeReaction {
+                    comment_id: id,
+                    content: content.clone(),
+                    user: GITHUB_BOT_LOGIN.into(),
+                });
+            }
+            Ok(answer(
+                if exists { 200 } else { 201 },
+                json!({ "id": reaction_id, "node_id": format!("R_{reaction_id}"), "content": content, "user": github_user(GITHUB_BOT_LOGIN, bot_id, true), "created_at": rfc3339(SystemTime::now()) }),
+            ))
+        }
+        ("POST", ["check-runs"]) => {
+            let body = req
+                .body
+                .ok_or_else(|| unprocessable("a body is required".into()))?;
+            let (Some(name), Some(head_sha)) = (req.body_str("name"), req.body_str("head_sha"))
+            else {
+                return Err(unprocessable("name and head_sha are required".into()));
+            };
+            let mut run = FakeCheckRun {
+                id: state.id(),
+                head_sha: head_sha.to_owned(),
+                name: name.to_owned(),
+                status: "queued".into(),
+                conclusion: None,
+                output: json!({ "title": null, "summary": null, "text": null }),
+                details_url: None,
+            };
+            apply_check_fields(&mut run, body)?;
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            repo.check_runs.push(run.clone());
+            Ok(answer(201, check_run_json(full_name, &run)))
+        }
+        ("PATCH", ["check-runs", id]) => {
+            let id = number(id)?;
+            let body = req
+                .body
+                .ok_or_else(|| unprocessable("a body is required".into()))?;
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let run = repo
+                .check_runs
+                .iter_mut()
+                .find(|r| r.id == id)
+                .ok_or_else(not_found)?;
+            let mut updated = run.clone();
+            apply_check_fields(&mut updated, body)?;
+            *run = updated.clone();
+            Ok(answer(200, check_run_json(full_name, &updated)))
+        }
+        ("GET", ["pulls", pr]) => {
+            let pr = number(pr)?;
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let handle = repo.handle.clone();
+            let pr = repo
+                .prs
+                .iter()
+                .find(|p| p.number == pr)
+                .cloned()
+                .ok_or_else(not_found)?;
+            Ok(answer(200, pull_json(&handle, &pr, true)))
+        }
+        ("GET", ["collaborators", user, "permission"]) => {
+            let user_id = state.user_id(user);
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let role = repo
+                .permissions
+                .get(*user)
+                .cloned()
+                .unwrap_or_else(|| "none".into());
+            let permission = match role.as_str() {
+                "maintain" => "write",
+                "triage" => "read",
+                other => other,
+            }
+            .to_owned();
+            Ok(answer(
+                200,
+                json!({ "permission": permission, "role_name": role, "user": github_user(user, user_id, user.ends_with("[bot]")) }),
+            ))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+/// A pull request as both forges answer `GET …/pulls/{n}` (the fields clients read, and then some).
+fn pull_json(repo: &RepoHandle, pr: &FakePr, github: bool) -> Value {
+    let owner = repo.full_name.split('/').next().unwrap_or_default();
+    let name = repo.full_name.split('/').nth(1).unwrap_or_default();
+    let repo_json = json!({
+        "id": repo.id,
+        "name": name,
+        "full_name": repo.full_name,
+        "owner": { "login": owner, "id": 1 },
+        "clone_url": repo.clone_url,
+        "private": false,
+        "fork": false,
+    });
+    let branch = |r: &str, sha: &str| json!({ "label": format!("{owner}:{r}"), "ref": r, "sha": sha, "repo": repo_json, "repo_id": repo.id });
+    let user = if github {
+        github_user(&pr.author, pr.author_id, pr.author.ends_with("[bot]"))
+    } else {
+        forgejo_user(&pr.author, pr.author_id)
+    };
+    json!({
+        "id": pr.id,
+        "number": pr.number,
+        "title": pr.title,
+        "body": null,
+        "state": if pr.open { "open" } else { "closed" },
+        "user": user,
+        "head": branch(&pr.head_ref, &pr.head_sha),
+        "base": branch(&pr.base_ref, &pr.base_sha),
+        "merged": pr.merged,
+        "merge_commit_sha": pr.merge_sha,
+        "draft": false,
+        "html_url": format!("https://forge.example/{}/pull/{}", repo.full_name, pr.number),
+    })
+}
+
+// ---------------------------------------------------------------- Forgejo
+
+fn forgejo_user(login: &str, id: u64) -> Value {
+    json!({ "id": id, "login": login, "login_name": "", "full_name": "", "email": format!("{login}@noreply.forge.example"), "username": login, "is_admin": false })
+}
+
+fn forgejo_comment(state: &mut State, full_name: &str, c: &FakeComment) -> Value {
+    let user_id = state.user_id(&c.author);
+    json!({
+        "id": c.id,
+        "body": c.body,
+        "user": forgejo_user(&c.author, user_id),
+        "html_url": format!("https://forge.example/{full_name}/pulls/{}#issuecomment-{}", c.pr, c.id),
+        "pull_request_url": format!("https://forge.example/{full_name}/pulls/{}", c.pr),
+        "issue_url": "",
+        "original_author": "",
+        "original_author_id": 0,
+        "assets": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    })
+}
+
+fn forgejo(state: &mut State, req: &Request, path: &[&str]) -> Answer {
+    let login = match req.authorization() {
+        Some(("token", token)) => state
+            .forgejo_tokens
+            .get(token)
+            .cloned()
+            .ok_or_else(|| unauthorized("user does not exist"))?,
+        _ => return Err(unauthorized("token is required")),
+    };
+    let user_id = state.user_id(&login);
+    match (req.method, path) {
+        ("GET", ["user"]) => Ok(answer(200, forgejo_user(&login, user_id))),
+        (_, ["repos", owner, name, rest @ ..]) => {
+            let full_name = format!("{owner}/{name}");
+            state
+                .repo_mut(ForgeKind::Forgejo, &full_name)
+                .ok_or_else(not_found)?;
+            forgejo_repo(state, req, &full_name, &login, rest)
+        }
+        _ => Err(not_found()),
+    }
+}
+
+fn forgejo_repo(
+    state: &mut State,
+    req: &Request,
+    full_name: &str,
+    login: &str,
+    path: &[&str],
+) -> Answer {
+    let user_id = state.user_id(login);
+    match (req.method, path) {
+        ("GET", ["issues", pr, "comments"]) => {
+            let pr = number(pr)?;
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let items: Vec<FakeComment> = repo
+                .comments
+                .iter()
+                .filter(|c| c.pr == pr)
+                .cloned()
+                .collect();
+            let items: Vec<Value> = items
+                .iter()
+                .map(|c| forgejo_comment(state, full_name, c))
+                .collect();
+            Ok(answer(200, Value::Array(items)))
+        }
+        ("POST", ["issues", pr, "comments"]) => {
+            let pr = number(pr)?;
+            let body = req
+                .body_str("body")
+                .ok_or_else(|| unprocessable("body is required".into()))?
+                .to_owned();
+            let id = state.id();
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            if !repo.prs.iter().any(|p| p.number == pr) {
+                return Err(not_found());
+            }
+            let comment = FakeComment {
+                id,
+                pr,
+                body,
+                author: login.to_owned(),
+                author_is_bot: false,
+            };
+            repo.comments.push(comment.clone());
+            Ok(answer(201, forgejo_comment(state, full_name, &comment)))
+        }
+        ("PATCH", ["issues", "comments", id]) => {
+            let id = number(id)?;
+            let body = req
+                .body_str("body")
+                .ok_or_else(|| unprocessable("body is required".into()))?
+                .to_owned();
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let comment = repo
+                .comments
+                .iter_mut()
+                .find(|c| c.id == id)
+                .ok_or_else(not_found)?;
+            if comment.author != login {
+                return Err(answer(
+                    403,
+                    json!({ "message": "user should be the comment poster" }),
+                ));
+            }
+            comment.body = body;
+            let comment = comment.clone();
+            Ok(answer(200, forgejo_comment(state, full_name, &comment)))
+        }
+        ("POST", ["issues", "comments", id, "reactions"]) => {
+            let id = number(id)?;
+            let content = req
+                .body_str("content")
+                .ok_or_else(|| unprocessable("content is required".into()))?
+                .to_owned();
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            if !repo.comments.iter().any(|c| c.id == id) {
+                return Err(not_found());
+            }
+            let exists = repo
+                .reactions
+                .iter()
+                .any(|r| r.comment_id == id && r.content == content && r.user == login);
+            if !exists {
+                repo.reactions.push(FakeReaction {
+                    comment_id: id,
+                    content: content.clone(),
+                    user: login.to_owned(),
+                });
+            }
+            Ok(answer(
+                if exists { 200 } else { 201 },
+                json!({ "content": content, "user": forgejo_user(login, user_id), "created_at": rfc3339(SystemTime::now()) }),
+            ))
+        }
+        ("POST", ["statuses", sha]) => {
+            let state_word = req.body_str("state").unwrap_or_default().to_owned();
+            if ![
+                "pending", "success", "error", "failure", "warning", "skipped",
+            ]
+            .contains(&state_word.as_str())
+            {
+                return Err(unprocessable(format!(
+                    "state `{state_word}` is not a commit status state"
+                )));
+            }
+            let description = req.body_str("description").unwrap_or_default().to_owned();
+            if description.chars().count() > 140 {
+                return Err(unprocessable(format!(
+                    "description is {} characters; the maximum is 140",
+                    description.chars().count()
+                )));
+            }
+            let status = FakeStatus {
+                id: state.id(),
+                sha: (*sha).to_owned(),
+                state: state_word,
+                context: req.body_str("context").unwrap_or_default().to_owned(),
+                description,
+                target_url: req.body_str("target_url").map(str::to_owned),
+            };
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            repo.statuses.push(status.clone());
+            Ok(answer(
+                201,
+                json!({
+                    "id": status.id,
+                    "status": status.state,
+                    "context": status.context,
+                    "description": status.description,
+                    "target_url": status.target_url.clone().unwrap_or_default(),
+                    "url": "",
+                    "creator": forgejo_user(login, user_id),
+                    "created_at": rfc3339(SystemTime::now()),
+                    "updated_at": rfc3339(SystemTime::now()),
+                }),
+            ))
+        }
+        ("GET", ["pulls", pr]) => {
+            let pr = number(pr)?;
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let handle = repo.handle.clone();
+            let pr = repo
+                .prs
+                .iter()
+                .find(|p| p.number == pr)
+                .cloned()
+                .ok_or_else(not_found)?;
+            Ok(answer(200, pull_json(&handle, &pr, false)))
+        }
+        ("GET", ["collaborators", user, "permission"]) => {
+            if !state.forgejo_bot_admin {
+                return Err(answer(
+                    403,
+                    json!({ "message": "user is not an admin of this repository" }),
+                ));
+            }
+            let asked_id = state.user_id(user);
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let permission = repo
+                .permissions
+                .get(*user)
+                .cloned()
+                .unwrap_or_else(|| "none".into());
+            Ok(answer(
+                200,
+                json!({ "permission": permission, "role_name": permission, "user": forgejo_user(user, asked_id) }),
+            ))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a time (UTC; days-to-civil after H. Hinnant).
+pub fn rfc3339(time: SystemTime) -> String {
+    let secs = time.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_calendar_dates() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_251_199)),
+            "2024-02-29T23:59:59Z"
+        );
+    }
+}
