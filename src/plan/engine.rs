@@ -169,7 +169,7 @@ pub struct Prepared {
 
 pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     let repo = &options.repo;
-    if !repo.join(".git").exists() && git::resolve(repo, "HEAD").is_err() {
+    if !git::is_repository(repo) {
         return Err(PlanError::Usage(format!(
             "{} is not a git repository; pass --repo DIR of a checkout",
             repo.display()

@@ -33,6 +33,13 @@ fn run(mut command: Command, what: &str) -> Result<Output> {
     Ok(output)
 }
 
+/// Whether `repo` is a git repository (a checkout or a bare mirror).
+pub fn is_repository(repo: &Path) -> bool {
+    let mut command = git(repo);
+    command.args(["rev-parse", "--git-dir"]);
+    command.output().is_ok_and(|o| o.status.success()) && repo.exists()
+}
+
 /// The commit a revision names, as a full sha.
 pub fn resolve(repo: &Path, rev: &str) -> Result<String> {
     if rev.starts_with('-') {

@@ -1,0 +1,362 @@
+//! Git content for jobs: one bare mirror per repository under the data dir,
+//! fetched by commit sha with the `git` CLI. The plan engine checks out its
+//! own throw-away worktrees from the mirror and removes them after the job.
+//!
+//! The forge credential travels as an `Authorization` header in git's own
+//! configuration environment (`GIT_CONFIG_COUNT`), never in a URL, an argument
+//! or a log line; plan commands run with a cleared environment and never see it.
+
+use crate::config::settings::Secret;
+use crate::forge::{CommitSha, RepoId};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::process::Command;
+
+/// Where the mirrors live; fetches into one mirror are serialised.
+#[derive(Clone)]
+pub struct Workspace {
+    root: PathBuf,
+    locks: Arc<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// What to fetch and how to authenticate.
+pub struct FetchRequest<'a> {
+    pub repo: &'a RepoId,
+    /// Where each commit can be fetched from (a fork's head comes from the fork).
+    pub sources: Vec<(&'a str, &'a CommitSha)>,
+    /// The value of an `Authorization` header for http(s) remotes.
+    pub auth: Option<&'a Secret>,
+}
+
+impl Workspace {
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            root: data_dir.join("mirrors"),
+            locks: Arc::default(),
+        }
+    }
+
+    /// `mirrors/<forge>/<owner>/<name>.git`, with anything odd in the names replaced.
+    pub fn mirror_path(&self, repo: &RepoId) -> PathBuf {
+        let clean = |part: &str| -> String {
+            let cleaned: String = part
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            cleaned.trim_start_matches('.').to_owned()
+        };
+        self.root
+            .join(repo.forge.as_str())
+            .join(clean(repo.owner()))
+            .join(format!("{}.git", clean(repo.name())))
+    }
+
+    /// Makes sure every requested commit is in the repository's mirror and
+    /// returns the mirror's path.
+    pub async fn fetch(&self, request: &FetchRequest<'_>) -> Result<PathBuf> {
+        let mirror = self.mirror_path(request.repo);
+        let lock = self
+            .locks
+            .lock()
+            .expect("workspace lock poisoned")
+            .entry(mirror.clone())
+            .or_default()
+            .clone();
+        let _guard = lock.lock().await;
+
+        if !mirror.join("HEAD").exists() {
+            tokio::fs::create_dir_all(&mirror)
+                .await
+                .with_context(|| format!("cannot create the mirror {}", mirror.display()))?;
+            git(&mirror, None)
+                .args(["init", "--bare", "--quiet"])
+                .status_ok("create the mirror")
+                .await?;
+        }
+        // Worktrees of a job whose server died are gone from disk; forget them.
+        git(&mirror, None)
+            .args(["worktree", "prune"])
+            .status_ok("prune stale worktrees")
+            .await?;
+        for (url, sha) in &request.sources {
+            if has_commit(&mirror, sha).await {
+                continue;
+            }
+            fetch_commit(&mirror, url, sha, request.auth).await?;
+        }
+        Ok(mirror)
+    }
+}
+
+async fn has_commit(mirror: &Path, sha: &CommitSha) -> bool {
+    git(mirror, None)
+        .args(["cat-file", "-e", &format!("{sha}^{{commit}}")])
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Fetches one commit by sha; servers that refuse unadvertised shas get the
+/// branches and pull-request refs fetched instead.
+async fn fetch_commit(
+    mirror: &Path,
+    url: &str,
+    sha: &CommitSha,
+    auth: Option<&Secret>,
+) -> Result<()> {
+    let by_sha = git(mirror, auth)
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--end-of-options",
+            url,
+        ])
+        .arg(format!("+{sha}:refs/wavegate/{sha}"))
+        .output()
+        .await
+        .context("cannot run git fetch; is git installed?")?;
+    if by_sha.status.success() && has_commit(mirror, sha).await {
+        return Ok(());
+    }
+    let refs = git(mirror, auth)
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            "--end-of-options",
+            url,
+        ])
+        .args([
+            "+refs/heads/*:refs/heads/*",
+            "+refs/pull/*/head:refs/pull/*/head",
+        ])
+        .output()
+        .await
+        .context("cannot run git fetch; is git installed?")?;
+    if has_commit(mirror, sha).await {
+        return Ok(());
+    }
+    let why = if refs.status.success() {
+        String::from_utf8_lossy(&by_sha.stderr).trim().to_owned()
+    } else {
+        String::from_utf8_lossy(&refs.stderr).trim().to_owned()
+    };
+    bail!(
+        "commit {sha} could not be fetched from {}: {}",
+        redact_url(url),
+        if why.is_empty() {
+            "the remote does not have it"
+        } else {
+            &why
+        }
+    )
+}
+
+/// A URL as it may appear in a message: without any user or password part.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
+fn git(mirror: &Path, auth: Option<&Secret>) -> Command {
+    let mut command = Command::new("git");
+    command
+        .arg("-C")
+        .arg(mirror)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_ASKPASS", "true")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_TRACE")
+        .env_remove("GIT_TRACE_CURL")
+        .env_remove("GIT_TRACE_PACKET")
+        .env_remove("GIT_CURL_VERBOSE")
+        .env_remove("GIT_CONFIG_PARAMETERS")
+        .kill_on_drop(true);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WAVEGATE_") {
+            command.env_remove(name);
+        }
+    }
+    match auth {
+        Some(header) => command
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
+            .env(
+                "GIT_CONFIG_VALUE_0",
+                format!("Authorization: {}", header.expose()),
+            ),
+        None => command.env_remove("GIT_CONFIG_COUNT"),
+    };
+    command
+}
+
+trait StatusOk {
+    async fn status_ok(&mut self, what: &str) -> Result<()>;
+}
+
+impl StatusOk for Command {
+    async fn status_ok(&mut self, what: &str) -> Result<()> {
+        let output = self
+            .output()
+            .await
+            .context("cannot run git; is git installed?")?;
+        if !output.status.success() {
+            bail!(
+                "git could not {what}: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::ForgeKind;
+    use std::process::Command as StdCommand;
+
+    fn sh(dir: &Path, script: &str) -> String {
+        let out = StdCommand::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    fn sha(text: &str) -> CommitSha {
+        CommitSha::parse(text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_remote_is_mirrored_by_sha_including_unadvertised_commits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        std::fs::create_dir(&origin).unwrap();
+        sh(
+            &origin,
+            "git init -q -b main && echo a > a && git add a && git commit -qm one",
+        );
+        let first = sh(&origin, "git rev-parse HEAD");
+        // A commit only a pull-request ref points at: not a branch.
+        sh(&origin, "echo b > b && git add b && git commit -qm two && git update-ref refs/pull/7/head HEAD && git reset -q --hard HEAD~1");
+        let pr_head = sh(&origin, "git rev-parse refs/pull/7/head");
+
+        let workspace = Workspace::new(&tmp.path().join("data"));
+        let repo = RepoId::new(ForgeKind::GitHub, "acme/infra");
+        let url = format!("file://{}", origin.display());
+        let (first, pr_head) = (sha(&first), sha(&pr_head));
+        let mirror = workspace
+            .fetch(&FetchRequest {
+                repo: &repo,
+                sources: vec![(&url, &first), (&url, &pr_head)],
+                auth: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            mirror,
+            tmp.path().join("data/mirrors/github/acme/infra.git")
+        );
+        assert!(has_commit(&mirror, &first).await);
+        assert!(has_commit(&mirror, &pr_head).await);
+        assert!(crate::plan::git::is_repository(&mirror));
+
+        // Fetching again is a no-op, and a commit nobody has is a clear error.
+        let missing = sha(&"0".repeat(40));
+        let err = workspace
+            .fetch(&FetchRequest {
+                repo: &repo,
+                sources: vec![(&url, &first), (&url, &missing)],
+                auth: None,
+            })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("commit {missing} could not be fetched")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn odd_names_cannot_escape_the_mirror_root() {
+        let workspace = Workspace::new(Path::new("/data"));
+        let path = workspace.mirror_path(&RepoId::new(ForgeKind::Forgejo, "../../etc/passwd"));
+        assert!(
+            path.starts_with("/data/mirrors/forgejo"),
+            "{}",
+            path.display()
+        );
+        assert!(!path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir));
+    }
+
+    #[test]
+    fn the_token_travels_in_gits_config_environment_never_in_arguments() {
+        let secret = Secret::new("Basic c2VjcmV0LXRva2Vu");
+        let command = git(Path::new("/m"), Some(&secret));
+        let std = command.as_std();
+        assert!(std
+            .get_args()
+            .all(|a| !a.to_string_lossy().contains("c2VjcmV0")));
+        let envs: Vec<_> = std.get_envs().collect();
+        let value = envs
+            .iter()
+            .find(|(k, _)| *k == "GIT_CONFIG_VALUE_0")
+            .and_then(|(_, v)| *v)
+            .unwrap();
+        assert_eq!(value, "Authorization: Basic c2VjcmV0LXRva2Vu");
+        assert!(
+            envs.iter().any(|(k, v)| *k == "GIT_TRACE" && v.is_none()),
+            "tracing that could print the header is off"
+        );
+        let anonymous = git(Path::new("/m"), None);
+        assert!(anonymous
+            .as_std()
+            .get_envs()
+            .all(|(k, v)| k != "GIT_CONFIG_VALUE_0" || v.is_none()));
+    }
+
+    #[test]
+    fn urls_in_messages_lose_their_credentials() {
+        assert_eq!(
+            redact_url("https://x:tok@host/o/r.git"),
+            "https://host/o/r.git"
+        );
+        assert_eq!(redact_url("https://host/o/r.git"), "https://host/o/r.git");
+        assert_eq!(redact_url("file:///tmp/r"), "file:///tmp/r");
+    }
+}
