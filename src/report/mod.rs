@@ -5,6 +5,7 @@
 
 pub mod json;
 pub mod markdown;
+pub mod reply;
 pub mod text;
 
 use crate::plan::fanout::{SkipReason, Skipped};
