@@ -1,11 +1,13 @@
 //! wavegate: plan every component a pull request touches, bind the plans into
 //! one digest a reviewer approves, and apply in waves behind gates.
 //!
-//! The domain (`plan`, `report`) never imports the edges; `main.rs` and later
-//! the server and worker tie it to git, processes and forges.
+//! The domain (`plan`, `report`) never imports the edges (`forge`, `store`,
+//! `server`, `worker`); the worker is the one place that ties them together.
 
 pub mod config;
 pub mod forge;
 pub mod plan;
 pub mod report;
+pub mod server;
 pub mod store;
+pub mod worker;

@@ -1,5 +1,5 @@
-//! The `wavegate` command line: `plan` (a local dry run of what the bot would
-//! post), `config check`, and `adapt terraform`.
+//! The `wavegate` command line: `serve` (the bot), `plan` (a local dry run of
+//! what the bot would post), `config check`, and `adapt terraform`.
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -23,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the bot: webhooks in, reports out. Settings come from WAVEGATE_* variables (see README).
+    Serve,
     /// Plan a change between two revisions of a local repository, as the bot would.
     Plan {
         /// The repository checkout.
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     match cli.command {
+        Command::Serve => serve(),
         Command::Plan {
             repo,
             base,
@@ -113,6 +116,45 @@ fn main() -> ExitCode {
         Command::Adapt {
             tool: AdaptTool::Terraform,
         } => adapt_terraform(),
+    }
+}
+
+fn serve() -> ExitCode {
+    let settings = match wavegate::config::Settings::from_env() {
+        Ok(settings) => settings,
+        Err(e) => return usage_error(&format!("{e:#}")),
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let served = runtime.block_on(async {
+        let options = wavegate::worker::WorkerOptions {
+            lease: settings.job_lease,
+            ..Default::default()
+        };
+        let running = wavegate::server::start(&settings, options).await?;
+        let stop = running.stopper();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing the jobs in hand");
+            stop.stop();
+        });
+        running.wait().await;
+        anyhow::Ok(())
+    });
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler installs");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// Worker tasks claiming jobs.
     pub workers: usize,
+    /// How long a claimed job is held without renewal; a crashed server's
+    /// jobs are picked up again after this.
+    pub job_lease: std::time::Duration,
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -114,6 +117,13 @@ impl Settings {
                 .with_context(|| format!("WAVEGATE_WORKERS=`{n}` is not a positive number"))?,
             None => 2,
         };
+        let job_lease = match var("WAVEGATE_JOB_LEASE") {
+            Some(text) => crate::config::repo::parse_duration(&text)
+                .ok()
+                .filter(|d| d.as_secs() >= 1)
+                .with_context(|| format!("WAVEGATE_JOB_LEASE=`{text}` is not a duration of a second or more; write it like `90s` or `5m`"))?,
+            None => std::time::Duration::from_secs(300),
+        };
         Ok(Self {
             listen,
             database_url: var("WAVEGATE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE.into()),
@@ -128,6 +138,7 @@ impl Settings {
             forgejo_webhook_secrets: secrets("WAVEGATE_FORGEJO_WEBHOOK_SECRET"),
             public_url: var("WAVEGATE_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned()),
             workers,
+            job_lease,
         })
     }
 }

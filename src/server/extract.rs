@@ -1,0 +1,77 @@
+//! The webhook extractors: read the raw body (within the size limit), read the
+//! delivery headers, and check the signature against every configured
+//! secret, all before any byte of the payload is parsed.
+
+use super::AppState;
+use crate::forge::webhook::{self, DeliveryHeaders};
+use crate::forge::ForgeKind;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+/// A delivery whose signature checked out.
+pub struct VerifiedDelivery {
+    pub headers: DeliveryHeaders,
+    pub body: Bytes,
+}
+
+/// A delivery to `/webhooks/github`.
+pub struct GitHubDelivery(pub VerifiedDelivery);
+
+/// A delivery to `/webhooks/forgejo`.
+pub struct ForgejoDelivery(pub VerifiedDelivery);
+
+/// Why a delivery was refused before parsing.
+pub struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({"status": "refused", "error": self.1}))).into_response()
+    }
+}
+
+async fn verify(
+    req: Request,
+    state: &AppState,
+    endpoint: ForgeKind,
+) -> Result<VerifiedDelivery, Refusal> {
+    let headers = webhook::read_headers(endpoint, req.headers())
+        .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let body = Bytes::from_request(req, state).await.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!(
+                "the delivery is larger than {} MiB, the most a forge sends",
+                super::BODY_LIMIT / (1024 * 1024)
+            )
+        } else {
+            rejection.body_text()
+        };
+        Refusal(status, message)
+    })?;
+    let secrets = state.forges.webhook_secrets(endpoint);
+    webhook::verify_signature(endpoint, headers.signature.as_deref(), &body, &secrets).map_err(|e| {
+        tracing::warn!(delivery = %headers.delivery_id, event = %headers.event_type, "refused a delivery: {e}");
+        Refusal(StatusCode::UNAUTHORIZED, e.to_string())
+    })?;
+    Ok(VerifiedDelivery { headers, body })
+}
+
+impl FromRequest<AppState> for GitHubDelivery {
+    type Rejection = Refusal;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        verify(req, state, ForgeKind::GitHub).await.map(Self)
+    }
+}
+
+impl FromRequest<AppState> for ForgejoDelivery {
+    type Rejection = Refusal;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        verify(req, state, ForgeKind::Forgejo).await.map(Self)
+    }
+}

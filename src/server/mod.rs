@@ -1,0 +1,251 @@
+//! The HTTP server: webhook intake, health, and the GitHub App set-up pages.
+//!
+//! A delivery is verified in an extractor before any parsing, converted to
+//! our own event, and recorded with the job it causes in one transaction;
+//! the answer is 202 before anything slow happens. A delivery the store could
+//! not record is answered 500 so the forge keeps it for redelivery.
+
+mod extract;
+pub mod setup;
+
+use crate::config::Settings;
+use crate::forge::events::{self, Parsed};
+use crate::forge::registry::Forges;
+use crate::forge::webhook;
+use crate::forge::ForgeKind;
+use crate::store::{Intake, NewDelivery, Store};
+use crate::worker::workspace::Workspace;
+use crate::worker::{task, Worker, WorkerOptions};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use extract::{ForgejoDelivery, GitHubDelivery, VerifiedDelivery};
+use serde_json::json;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// GitHub sends deliveries of up to 25 MiB.
+pub const BODY_LIMIT: usize = 25 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub forges: Arc<Forges>,
+    /// Wakes a worker when a job was enqueued.
+    pub wake: Arc<Notify>,
+    /// Where this server is reached from outside (the manifest's URLs).
+    pub public_url: Option<String>,
+    pub setup: Arc<setup::SetupState>,
+}
+
+/// A running server and its workers.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub store: Store,
+    shutdown: Arc<tokio::sync::watch::Sender<bool>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Stops a running server from another task.
+#[derive(Clone)]
+pub struct Stopper(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Stopper {
+    pub fn stop(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Running {
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.shutdown.clone())
+    }
+
+    /// Stops taking requests, lets workers finish the job in hand, and waits.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// Waits until the server stops (a signal, or `stop` from elsewhere).
+    pub async fn wait(self) {
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Opens the store (running migrations), binds the listener and starts the
+/// HTTP server and the workers.
+pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow::Result<Running> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+        format!(
+            "WAVEGATE_DATA_DIR={}: cannot create it; point it at a writable directory",
+            settings.data_dir.display()
+        )
+    })?;
+    let store = Store::open(&settings.database_url)
+        .await
+        .with_context(|| format!("WAVEGATE_DATABASE_URL={}", settings.database_url))?;
+    let forges = Arc::new(Forges::from_settings(settings)?);
+    let wake = Arc::new(Notify::new());
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("WAVEGATE_LISTEN={}: cannot listen there", settings.listen))?;
+    let addr = listener.local_addr()?;
+    let (shutdown, stopping) = tokio::sync::watch::channel(false);
+
+    let state = AppState {
+        store: store.clone(),
+        forges: forges.clone(),
+        wake: wake.clone(),
+        public_url: settings.public_url.clone(),
+        setup: Arc::default(),
+    };
+    let mut tasks = Vec::new();
+    let mut http_stopping = stopping.clone();
+    tasks.push(tokio::spawn(async move {
+        let served = axum::serve(listener, router(state))
+            .with_graceful_shutdown(async move {
+                let _ = http_stopping.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(error) = served {
+            tracing::error!("the HTTP server stopped: {error}");
+        }
+    }));
+    let workspace = Workspace::new(&settings.data_dir);
+    for n in 0..settings.workers {
+        let worker = Worker {
+            id: format!("{}-{}-{n}", hostname(), std::process::id()),
+            store: store.clone(),
+            forges: forges.clone(),
+            workspace: workspace.clone(),
+            wake: wake.clone(),
+            options: worker_options.clone(),
+        };
+        tasks.push(tokio::spawn(worker.run(stopping.clone())));
+    }
+    tracing::info!(%addr, workers = settings.workers, "wavegate is listening");
+    Ok(Running {
+        addr,
+        store,
+        shutdown: Arc::new(shutdown),
+        tasks,
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "wavegate".into())
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/webhooks/github", post(github_webhook))
+        .route("/webhooks/forgejo", post(forgejo_webhook))
+        .route("/setup", get(setup::page_handler))
+        .route("/setup/callback", get(setup::callback))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(error) => {
+            tracing::warn!("not ready: {error:#}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the database is not reachable: {error:#}"),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn github_webhook(
+    State(state): State<AppState>,
+    GitHubDelivery(delivery): GitHubDelivery,
+) -> Response {
+    intake(&state, delivery).await
+}
+
+async fn forgejo_webhook(
+    State(state): State<AppState>,
+    ForgejoDelivery(delivery): ForgejoDelivery,
+) -> Response {
+    intake(&state, delivery).await
+}
+
+async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
+    let headers = &delivery.headers;
+    let parsed = match headers.sender {
+        ForgeKind::GitHub => events::parse_github(&headers.event_type, &delivery.body),
+        ForgeKind::Forgejo => events::parse_forgejo(&headers.event_type, &delivery.body),
+    };
+    let event = match parsed {
+        Ok(Parsed::Event(event)) => event,
+        Ok(Parsed::Ignored(reason)) => {
+            tracing::debug!(delivery = %headers.delivery_id, event = %headers.event_type, "ignored: {reason}");
+            return accepted(json!({"status": "ignored", "reason": reason}));
+        }
+        Err(error) => {
+            tracing::warn!(delivery = %headers.delivery_id, "refused a malformed delivery: {error}");
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({"status": "malformed", "error": error.to_string()})),
+            )
+                .into_response();
+        }
+    };
+    let consequence = task::consequence(&event);
+    let record = NewDelivery {
+        forge: headers.sender,
+        target: webhook::dedupe_target(headers.sender, &delivery.body),
+        delivery_id: headers.delivery_id.clone(),
+        event_type: headers.event_type.clone(),
+    };
+    let queued = consequence.task.map(task::Task::into_job);
+    match state
+        .store
+        .record_delivery(record, queued, consequence.head)
+        .await
+    {
+        Ok(Intake::Recorded { job: Some(job), .. }) => {
+            state.wake.notify_one();
+            tracing::info!(delivery = %headers.delivery_id, %job, "delivery recorded; job queued");
+            accepted(json!({"status": "queued", "job": job.0}))
+        }
+        Ok(Intake::Recorded { job: None, .. }) => {
+            tracing::info!(delivery = %headers.delivery_id, event = %headers.event_type, "delivery recorded; nothing to do");
+            accepted(json!({"status": "recorded"}))
+        }
+        Ok(Intake::Duplicate) => {
+            tracing::info!(delivery = %headers.delivery_id, "duplicate delivery ignored");
+            accepted(json!({"status": "duplicate"}))
+        }
+        Err(error) => {
+            tracing::error!(delivery = %headers.delivery_id, "could not record a delivery: {error:?}");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"status": "error", "error": "the delivery could not be stored; redeliver it"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn accepted(body: serde_json::Value) -> Response {
+    (StatusCode::ACCEPTED, Json(body)).into_response()
+}

@@ -1,0 +1,508 @@
+//! The job loop: claims a job with a lease, runs it, and records the outcome.
+//! This is the one place that ties the forge, the store and the domain
+//! together; the webhook handler only records and enqueues.
+//!
+//! A repository-side problem (a broken config, a refused fork, a failed plan)
+//! becomes a PR reply and a failed check, and the job is done. An error on
+//! our side (the forge, the network, the disk) fails the attempt: the job is
+//! retried with backoff and dead-lettered with its error after
+//! [`task::MAX_ATTEMPTS`].
+
+pub mod task;
+pub mod workspace;
+
+use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::forge::client::{CheckReport, CheckState, ForgeClient};
+use crate::forge::registry::Forges;
+use crate::forge::{PullRequest, RepoRef};
+use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
+use crate::plan::git;
+use crate::report::{self, reply, reply::Reply};
+use crate::store::{FailOutcome, Job, JobOutcome, NewPlan, PrHead, PrReport, Store};
+use anyhow::{Context, Result};
+use std::sync::Arc;
+use std::time::Duration;
+use task::Task;
+use tokio::sync::{watch, Notify};
+use workspace::{FetchRequest, Workspace};
+
+/// How a worker behaves; the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// How long a claim lasts without renewal; a dead process's jobs are
+    /// claimed again after this.
+    pub lease: Duration,
+    /// How often to look for work when nothing wakes the worker.
+    pub poll: Duration,
+    /// Plans running at once within a wave.
+    pub plan_concurrency: usize,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(300),
+            poll: Duration::from_secs(2),
+            plan_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// Everything a worker needs; cheap to clone, one per worker task.
+#[derive(Clone)]
+pub struct Worker {
+    pub id: String,
+    pub store: Store,
+    pub forges: Arc<Forges>,
+    pub workspace: Workspace,
+    /// Notified by the intake when a job was enqueued.
+    pub wake: Arc<Notify>,
+    pub options: WorkerOptions,
+}
+
+impl Worker {
+    /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(worker = %self.id, "worker started");
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            match self.run_next().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::error!(worker = %self.id, "claiming a job failed: {error:#}")
+                }
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.options.poll) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+        tracing::info!(worker = %self.id, "worker stopped");
+    }
+
+    /// Claims and runs one job; false when there was none.
+    pub async fn run_next(&self) -> Result<bool> {
+        let Some(job) = self.store.claim(&self.id, self.options.lease).await? else {
+            return Ok(false);
+        };
+        let span = tracing::info_span!("job", id = %job.id, kind = %job.kind, key = %job.queue_key, attempt = job.attempts);
+        let _entered = span.enter();
+        tracing::info!("job claimed");
+        drop(_entered);
+
+        let keep_alive = self.keep_lease(&job);
+        let result = self.execute(&job).await;
+        keep_alive.abort();
+
+        let _entered = span.enter();
+        match result {
+            Ok(outcome) => {
+                tracing::info!(?outcome, "job finished");
+                drop(_entered);
+                self.store.complete(job.id, &self.id, outcome).await?;
+            }
+            Err(error) => {
+                let text = format!("{error:#}");
+                tracing::warn!(error = ?error, "job attempt failed");
+                drop(_entered);
+                match self.store.fail(job.id, &self.id, &text).await? {
+                    FailOutcome::Retry { at } => {
+                        tracing::info!(job = %job.id, retry_at_ms = at, "job will be retried")
+                    }
+                    FailOutcome::Dead => {
+                        tracing::error!(job = %job.id, "job dead-lettered after {} attempts: {text}", job.attempts);
+                        self.tell_gave_up(&job, &text).await;
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn keep_lease(&self, job: &Job) -> tokio::task::JoinHandle<()> {
+        let (store, id, worker, lease) = (
+            self.store.clone(),
+            job.id,
+            self.id.clone(),
+            self.options.lease,
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                match store.extend_lease(id, &worker, lease).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(job = %id, "lease lost to another worker");
+                        break;
+                    }
+                    Err(error) => tracing::warn!(job = %id, "lease renewal failed: {error:#}"),
+                }
+            }
+        })
+    }
+
+    async fn execute(&self, job: &Job) -> Result<JobOutcome> {
+        let task: Task = serde_json::from_value(job.payload.clone())
+            .with_context(|| format!("job {} has a payload this wavegate cannot read", job.id))?;
+        let client = self.forges.client(task.repo().id.forge)?;
+        match task {
+            Task::Plan { repo, pr } => self.plan(&client, &repo, &pr).await,
+            Task::Replan { repo, pr } => {
+                let current = client
+                    .pull_request(&repo, pr)
+                    .await
+                    .with_context(|| format!("reading pull request {pr} of {}", repo.id))?;
+                self.store
+                    .upsert_pr_head(PrHead {
+                        repo: repo.id.clone(),
+                        pr,
+                        head_sha: current.head_sha.clone(),
+                        base_ref: current.base_ref.clone(),
+                        open: true,
+                    })
+                    .await?;
+                self.plan(&client, &repo, &current).await
+            }
+        }
+    }
+
+    /// The head this job was made for is no longer the pull request's head.
+    /// The forge is asked (deliveries can arrive out of order, so the head
+    /// the store last heard of may be older), and the store learns its answer.
+    async fn superseded(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+    ) -> Result<Option<JobOutcome>> {
+        let current = client
+            .pull_request(repo, pr.number)
+            .await
+            .with_context(|| format!("reading pull request {} of {}", pr.number, repo.id))?;
+        if current.head_sha == pr.head_sha {
+            return Ok(None);
+        }
+        self.store
+            .upsert_pr_head(PrHead {
+                repo: repo.id.clone(),
+                pr: pr.number,
+                head_sha: current.head_sha.clone(),
+                base_ref: current.base_ref.clone(),
+                open: true,
+            })
+            .await?;
+        Ok(Some(JobOutcome::Skipped(format!(
+            "superseded: the head moved from {} to {}",
+            pr.head_sha.short(),
+            current.head_sha.short()
+        ))))
+    }
+
+    /// Whether a newer delivery moved the head while this job ran.
+    async fn moved_meanwhile(
+        &self,
+        repo: &RepoRef,
+        pr: &PullRequest,
+    ) -> Result<Option<JobOutcome>> {
+        let known = self.store.pr(&repo.id, pr.number).await?;
+        Ok(match known {
+            Some(record) if record.head_sha != pr.head_sha => Some(JobOutcome::Skipped(format!(
+                "superseded while planning: the head moved from {} to {}",
+                pr.head_sha.short(),
+                record.head_sha.short()
+            ))),
+            _ => None,
+        })
+    }
+
+    async fn plan(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+    ) -> Result<JobOutcome> {
+        if let Some(skip) = self.superseded(client, repo, pr).await? {
+            return Ok(skip);
+        }
+        let auth = client.git_auth_header(repo).await?;
+        let base_only = FetchRequest {
+            repo: &repo.id,
+            sources: vec![(&repo.clone_url, &pr.base_sha)],
+            auth: auth.as_ref(),
+        };
+        let mirror = self.workspace.fetch(&base_only).await?;
+
+        if pr.from_fork && !forks_allowed(&mirror, pr)? {
+            let fork = pr.head_clone_url.as_deref().unwrap_or("a fork");
+            return self
+                .publish_problem(client, repo, pr, reply::fork_refused(fork, &pr.base_ref))
+                .await;
+        }
+
+        let head_url = match (&pr.head_clone_url, pr.from_fork) {
+            (Some(url), true) => url.as_str(),
+            _ => repo.clone_url.as_str(),
+        };
+        // A fork's head is public: the installation token is not sent to it.
+        let head_auth = if pr.from_fork { None } else { auth.as_ref() };
+        self.workspace
+            .fetch(&FetchRequest {
+                repo: &repo.id,
+                sources: vec![(head_url, &pr.head_sha)],
+                auth: head_auth,
+            })
+            .await?;
+
+        let known = self.store.pr(&repo.id, pr.number).await?;
+        let known_check = known
+            .as_ref()
+            .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
+            .and_then(|r| r.check_id);
+        let check_id = client
+            .publish_check(
+                repo,
+                &pr.head_sha,
+                known_check,
+                &CheckReport {
+                    state: CheckState::InProgress,
+                    title: format!("Planning {}…", pr.head_sha.short()),
+                    summary: "wavegate is planning this change; the report follows.".into(),
+                    details_url: None,
+                },
+            )
+            .await?;
+
+        let mut options = PlanOptions::new(&mirror, pr.base_sha.as_str(), pr.head_sha.as_str());
+        options.concurrency = self.options.plan_concurrency;
+        let change = match engine::plan_change(&options).await {
+            Ok(change) => change,
+            Err(PlanError::Config(error)) => {
+                return self
+                    .publish_problem(
+                        client,
+                        repo,
+                        pr,
+                        reply::config_error(&error, pr.head_sha.as_str()),
+                    )
+                    .await
+            }
+            Err(PlanError::Usage(problem)) => {
+                return self
+                    .publish_problem(
+                        client,
+                        repo,
+                        pr,
+                        reply::plan_refused(&problem, pr.head_sha.as_str()),
+                    )
+                    .await
+            }
+            Err(PlanError::Internal(error)) => return Err(error.context("planning failed")),
+        };
+        if let Some(skip) = self.moved_meanwhile(repo, pr).await? {
+            return Ok(skip);
+        }
+        self.publish_plan(client, repo, pr, &change, check_id.or(known_check))
+            .await?;
+        Ok(JobOutcome::Done)
+    }
+
+    async fn publish_plan(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+        change: &PlannedChange,
+        check_id: Option<u64>,
+    ) -> Result<()> {
+        let body = report::markdown::render(change);
+        let known = self.store.pr(&repo.id, pr.number).await?;
+        let comment_id = client
+            .upsert_report(
+                repo,
+                pr.number,
+                known.as_ref().and_then(|r| r.report_comment_id),
+                &body,
+            )
+            .await?;
+        let (state, title, status) = check_verdict(change);
+        let check_id = client
+            .publish_check(
+                repo,
+                &pr.head_sha,
+                check_id,
+                &CheckReport {
+                    state,
+                    title,
+                    summary: body,
+                    details_url: None,
+                },
+            )
+            .await?;
+        let digest = (!change.members.is_empty()).then(|| change.change_set.digest.clone());
+        self.store
+            .save_plan(NewPlan {
+                repo: repo.id.clone(),
+                pr: pr.number,
+                head_sha: pr.head_sha.clone(),
+                base_sha: pr.base_sha.clone(),
+                digest: digest.clone(),
+                change_set: serde_json::to_value(&change.change_set)?,
+            })
+            .await?;
+        self.store
+            .set_pr_report(
+                &repo.id,
+                pr.number,
+                PrReport {
+                    head_sha: pr.head_sha.clone(),
+                    digest,
+                    comment_id: Some(comment_id),
+                    check_id,
+                    status: status.into(),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Writes a repository-side problem into the report comment and fails
+    /// the check; the job is done (retrying cannot fix the repository).
+    async fn publish_problem(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+        problem: Reply,
+    ) -> Result<JobOutcome> {
+        let known = self.store.pr(&repo.id, pr.number).await?;
+        let comment_id = client
+            .upsert_report(
+                repo,
+                pr.number,
+                known.as_ref().and_then(|r| r.report_comment_id),
+                &problem.body,
+            )
+            .await?;
+        let known_check = known
+            .as_ref()
+            .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
+            .and_then(|r| r.check_id);
+        let check_id = client
+            .publish_check(
+                repo,
+                &pr.head_sha,
+                known_check,
+                &CheckReport {
+                    state: CheckState::Failure,
+                    title: problem.title.clone(),
+                    summary: problem.body,
+                    details_url: None,
+                },
+            )
+            .await?;
+        self.store
+            .set_pr_report(
+                &repo.id,
+                pr.number,
+                PrReport {
+                    head_sha: pr.head_sha.clone(),
+                    digest: None,
+                    comment_id: Some(comment_id),
+                    check_id,
+                    status: "refused".into(),
+                },
+            )
+            .await?;
+        Ok(JobOutcome::Done)
+    }
+
+    /// Best effort: a dead-lettered plan job leaves a word on the PR.
+    async fn tell_gave_up(&self, job: &Job, error: &str) {
+        let Ok(task) = serde_json::from_value::<Task>(job.payload.clone()) else {
+            return;
+        };
+        let Ok(client) = self.forges.client(task.repo().id.forge) else {
+            return;
+        };
+        let problem = reply::gave_up(job.attempts, error);
+        let known = self
+            .store
+            .pr(&task.repo().id, task.pr_number())
+            .await
+            .ok()
+            .flatten();
+        let result = client
+            .upsert_report(
+                task.repo(),
+                task.pr_number(),
+                known.as_ref().and_then(|r| r.report_comment_id),
+                &problem.body,
+            )
+            .await;
+        if let (Ok(_), Some(record)) = (&result, known) {
+            let _ = client
+                .publish_check(
+                    task.repo(),
+                    &record.head_sha,
+                    None,
+                    &CheckReport {
+                        state: CheckState::Failure,
+                        title: problem.title,
+                        summary: problem.body,
+                        details_url: None,
+                    },
+                )
+                .await;
+        }
+        if let Err(e) = result {
+            tracing::warn!(job = %job.id, "could not tell the pull request that its job gave up: {e:#}");
+        }
+    }
+}
+
+/// Whether the base branch's policy lets a fork's code be planned. A base
+/// without a readable config allows nothing.
+fn forks_allowed(mirror: &std::path::Path, pr: &PullRequest) -> Result<bool> {
+    let text = git::read_file(mirror, pr.base_sha.as_str(), CONFIG_FILE)?;
+    Ok(text
+        .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())
+        .is_some_and(|config| config.policy.allow_forks))
+}
+
+/// The check for a fresh plan: failed members fail it; a plan with members
+/// waits for approval; an empty one passes.
+fn check_verdict(change: &PlannedChange) -> (CheckState, String, &'static str) {
+    let members = change.members.len();
+    let failed = change
+        .members
+        .iter()
+        .filter(|m| m.status == crate::plan::changeset::MemberStatus::PlanFailed)
+        .count();
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    if failed > 0 {
+        (
+            CheckState::Failure,
+            format!(
+                "{failed} of {members} member{} failed to plan",
+                plural(members)
+            ),
+            "failed",
+        )
+    } else if members == 0 {
+        (CheckState::Success, "Nothing to plan".into(), "empty")
+    } else {
+        (
+            CheckState::ActionRequired,
+            format!(
+                "{members} member{} planned; approval required ({})",
+                plural(members),
+                crate::plan::canonical::short_digest(&change.change_set.digest)
+            ),
+            "awaiting-approval",
+        )
+    }
+}

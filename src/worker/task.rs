@@ -1,0 +1,203 @@
+//! What work an event causes: the pure decision the webhook intake records
+//! together with the delivery, and the job payload the worker reads back.
+
+use crate::forge::{Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef};
+use crate::store::{NewJob, PrHead};
+use serde::{Deserialize, Serialize};
+
+/// Attempts before a job is dead-lettered with its last error.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// A job's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "kebab-case")]
+pub enum Task {
+    /// Plan the pull request at the head the event named.
+    Plan { repo: RepoRef, pr: PullRequest },
+    /// Plan the pull request at whatever its head is now (a re-run was asked for).
+    Replan { repo: RepoRef, pr: PrNumber },
+}
+
+impl Task {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Task::Plan { .. } => "plan",
+            Task::Replan { .. } => "replan",
+        }
+    }
+
+    pub fn repo(&self) -> &RepoRef {
+        match self {
+            Task::Plan { repo, .. } | Task::Replan { repo, .. } => repo,
+        }
+    }
+
+    pub fn pr_number(&self) -> PrNumber {
+        match self {
+            Task::Plan { pr, .. } => pr.number,
+            Task::Replan { pr, .. } => *pr,
+        }
+    }
+
+    pub fn into_job(self) -> NewJob {
+        NewJob {
+            kind: self.kind().to_owned(),
+            queue_key: queue_key(&self.repo().id, self.pr_number()),
+            payload: serde_json::to_value(&self).expect("a task always serialises"),
+            max_attempts: MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// Jobs with one key run one at a time: one pull request's jobs, in order.
+pub fn queue_key(repo: &RepoId, pr: PrNumber) -> String {
+    format!("{}:{}#{}", repo.forge, repo.full_name, pr.0)
+}
+
+/// What an event means for the store: the job it causes, if any, and the
+/// pull request's new head, if it names one.
+#[derive(Debug, Default, PartialEq)]
+pub struct Consequence {
+    pub task: Option<Task>,
+    pub head: Option<PrHead>,
+}
+
+pub fn consequence(event: &Event) -> Consequence {
+    match event {
+        Event::PullRequest { repo, pr, action } => {
+            let open = !matches!(action, PrAction::Closed { .. });
+            let head = Some(PrHead {
+                repo: repo.id.clone(),
+                pr: pr.number,
+                head_sha: pr.head_sha.clone(),
+                base_ref: pr.base_ref.clone(),
+                open,
+            });
+            let task = match action {
+                PrAction::Opened
+                | PrAction::Reopened
+                | PrAction::Pushed
+                | PrAction::BaseChanged => Some(Task::Plan {
+                    repo: repo.clone(),
+                    pr: pr.clone(),
+                }),
+                PrAction::Closed { .. } => None,
+            };
+            Consequence { task, head }
+        }
+        Event::CheckRunRerequested { repo, prs, .. } => Consequence {
+            task: prs.first().map(|pr| Task::Replan {
+                repo: repo.clone(),
+                pr: *pr,
+            }),
+            head: None,
+        },
+        Event::Comment { .. } | Event::Review { .. } | Event::Installation { .. } | Event::Ping => {
+            Consequence::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::{CommitSha, ForgeKind, User};
+
+    fn repo() -> RepoRef {
+        RepoRef {
+            id: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+            forge_id: 1,
+            clone_url: "file:///tmp/infra".into(),
+            installation: Some(9),
+        }
+    }
+
+    fn pr(head: char) -> PullRequest {
+        PullRequest {
+            number: PrNumber(42),
+            title: "t".into(),
+            author: User {
+                id: 1,
+                login: "dev".into(),
+                is_bot: false,
+            },
+            head_sha: CommitSha::parse(&head.to_string().repeat(40)).unwrap(),
+            head_ref: "feature".into(),
+            base_ref: "main".into(),
+            base_sha: CommitSha::parse(&"b".repeat(40)).unwrap(),
+            from_fork: false,
+            head_clone_url: None,
+        }
+    }
+
+    #[test]
+    fn opening_and_pushing_plan_and_move_the_head() {
+        for action in [
+            PrAction::Opened,
+            PrAction::Reopened,
+            PrAction::Pushed,
+            PrAction::BaseChanged,
+        ] {
+            let c = consequence(&Event::PullRequest {
+                repo: repo(),
+                pr: pr('a'),
+                action: action.clone(),
+            });
+            let job = c.task.expect("a plan").into_job();
+            assert_eq!(
+                (job.kind.as_str(), job.queue_key.as_str()),
+                ("plan", "github:acme/infra#42")
+            );
+            let head = c.head.expect("a head");
+            assert!(head.open, "{action:?}");
+            assert_eq!(head.head_sha.as_str(), "a".repeat(40));
+        }
+    }
+
+    #[test]
+    fn closing_plans_nothing_and_marks_the_pr_closed() {
+        let c = consequence(&Event::PullRequest {
+            repo: repo(),
+            pr: pr('a'),
+            action: PrAction::Closed {
+                merged: false,
+                merge_sha: None,
+            },
+        });
+        assert_eq!(c.task, None);
+        assert!(!c.head.unwrap().open);
+    }
+
+    #[test]
+    fn a_rerequested_check_replans_the_pr_at_its_current_head() {
+        let c = consequence(&Event::CheckRunRerequested {
+            repo: repo(),
+            head_sha: CommitSha::parse(&"c".repeat(40)).unwrap(),
+            prs: vec![PrNumber(42)],
+        });
+        assert_eq!(
+            c.task,
+            Some(Task::Replan {
+                repo: repo(),
+                pr: PrNumber(42)
+            })
+        );
+        assert_eq!(c.head, None);
+    }
+
+    #[test]
+    fn pings_and_installations_cause_no_work() {
+        assert_eq!(consequence(&Event::Ping), Consequence::default());
+    }
+
+    #[test]
+    fn a_task_survives_the_round_trip_through_the_queue() {
+        let task = Task::Plan {
+            repo: repo(),
+            pr: pr('d'),
+        };
+        let job = task.clone().into_job();
+        let back: Task = serde_json::from_value(job.payload).unwrap();
+        assert_eq!(back, task);
+    }
+}
