@@ -12,6 +12,11 @@ Test hooks, files in the component directory:
                  (only killing the whole process group ends it)
   .fail-plan     print its contents to stderr and exit 1
   .garbage-plan  write "not json" as the plan file and exit 0
+  .hang-once     sleep (10 minutes at most) if $ESTATE_DIR/hang-once exists,
+                 removing it first and writing the sleeper's pid to
+                 $ESTATE_DIR/hang-once.pid, so only the first plan hangs
+
+Every run appends {"member": ...} to $ESTATE_DIR/plan-log.jsonl.
 """
 
 import sys
@@ -34,6 +39,14 @@ def run_hooks(plan_file):
         subprocess.run([sys.executable, "-c", "import time; time.sleep(3600)"])
         while True:
             time.sleep(3600)
+    if os.path.exists(".hang-once"):
+        marker = os.path.join(estate.estate_dir(), "hang-once")
+        if os.path.exists(marker):
+            with open(marker + ".pid", "w", encoding="utf-8") as f:
+                f.write(str(os.getpid()))
+            os.remove(marker)
+            estate.say(".hang-once: sleeping until killed")
+            time.sleep(600)
     estate.fail_hook(".fail-plan")
     if os.path.exists(".garbage-plan"):
         with open(plan_file, "w", encoding="utf-8") as f:
@@ -159,8 +172,9 @@ def main(argv):
     component, stage, plan_file = argv[1:4]
     inputs_file = argv[4] if len(argv) == 5 else None
     run_hooks(plan_file)
-    estate.estate_dir()
     who = estate.member(component, stage)
+    with open(os.path.join(estate.estate_dir(), "plan-log.jsonl"), "a", encoding="utf-8") as log:
+        log.write(json.dumps({"member": who}) + "\n")
 
     inputs = read_inputs(inputs_file)
     resources = estate.load_resources(stage)
