@@ -4,10 +4,11 @@
 
 pub mod client;
 pub mod events;
-pub mod webhook;
 pub mod forgejo;
 pub mod github;
+pub mod registry;
 pub mod retry;
+pub mod webhook;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
