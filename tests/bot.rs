@@ -942,3 +942,43 @@ async fn oversized_or_malformed_deliveries_are_refused_with_the_reason() {
     );
     assert_eq!(bot.store().await.delivery_count().await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_plan_is_reported_with_a_failed_check_and_not_retried() {
+    let mut bot = Bot::start().await;
+    let repo = bot.github_repo();
+    bot.example.branch(
+        "failing",
+        "change",
+        &[(
+            "infra/app/.fail-plan",
+            Some("provider credentials expired\n"),
+        )],
+    );
+    let pr = bot.open_pr(&repo, 11, "failing");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    let jobs = bot.settle().await;
+    assert_eq!(
+        (jobs[0].status, jobs[0].attempts),
+        (JobStatus::Done, 1),
+        "{jobs:#?}"
+    );
+
+    let report = bot.report(&repo, 11);
+    assert!(report.body.contains("failed to plan"), "{}", report.body);
+    assert!(
+        report.body.contains("provider credentials expired"),
+        "the command's own words: {}",
+        report.body
+    );
+    let check = bot.forge.check_runs(&repo, &pr.head_sha).pop().unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("failure"));
+    assert!(
+        check.output["title"]
+            .as_str()
+            .unwrap()
+            .contains("failed to plan"),
+        "{check:?}"
+    );
+}
