@@ -370,16 +370,49 @@ async fn a_revoked_token_is_replaced_once_and_the_call_succeeds() {
 }
 
 #[tokio::test]
-async fn a_bad_gateway_is_retried_and_the_comment_posted_once() {
+async fn a_bad_gateway_on_an_edit_is_retried() {
+    let gh = github().await;
+    let repo = gh.repo.repo_ref();
+    let id = gh
+        .client
+        .upsert_report(&repo, PR, None, &report("one"))
+        .await
+        .unwrap();
+    gh.forge.fail_next(
+        "PATCH",
+        &format!("/repos/octo-org/infra/issues/comments/{id}"),
+        502,
+        &[],
+    );
+
+    gh.client
+        .upsert_report(&repo, PR, Some(id), &report("two"))
+        .await
+        .unwrap();
+
+    let comments = gh.forge.comments(&gh.repo, PR.0);
+    assert_eq!(comments.len(), 1);
+    assert!(comments[0].body.contains("two"));
+    assert_eq!(*gh.sleeps.lock().unwrap(), vec![Duration::from_millis(500)]);
+}
+
+#[tokio::test]
+async fn a_create_that_may_have_happened_is_not_sent_twice() {
     let gh = github().await;
     let repo = gh.repo.repo_ref();
     gh.forge
         .fail_next("POST", "/repos/octo-org/infra/issues/7/comments", 502, &[]);
 
-    gh.client.reply(&repo, PR, "hello").await.unwrap();
+    let error = gh.client.reply(&repo, PR, "hello").await.unwrap_err();
+    assert!(format!("{error:#}").contains("502"), "{error:#}");
+    assert!(gh.sleeps.lock().unwrap().is_empty(), "no second POST");
 
+    // The job's retry looks for the report before creating one.
+    gh.client
+        .upsert_report(&repo, PR, None, &report("again"))
+        .await
+        .unwrap();
     assert_eq!(gh.forge.comments(&gh.repo, PR.0).len(), 1);
-    assert_eq!(*gh.sleeps.lock().unwrap(), vec![Duration::from_millis(500)]);
 }
 
 #[tokio::test]

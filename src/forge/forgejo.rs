@@ -52,7 +52,18 @@ impl ForgejoClient {
     async fn call(&self, method: Method, route: &str, body: Option<&Value>) -> Result<Reply> {
         let call = format!("{method} /api/v1{route}");
         let url = format!("{}{route}", self.api);
-        send_with_retry(&self.policy, &call, || async {
+        // A create that timed out may have happened: sending it again could
+        // make a second comment. The job's own retry looks first. A status
+        // set twice is the same status.
+        let policy = if method == Method::POST && !route.contains("/statuses/") {
+            RetryPolicy {
+                max_attempts: 1,
+                ..self.policy.clone()
+            }
+        } else {
+            self.policy.clone()
+        };
+        send_with_retry(&policy, &call, || async {
             let mut request = self
                 .http
                 .request(method.clone(), &url)
@@ -210,15 +221,17 @@ fn transport_failure(error: reqwest::Error) -> Failure {
 
 #[derive(Deserialize)]
 struct WireUser {
-    id: u64,
+    /// Forgejo's system accounts have negative ids (ghost -1, actions -2).
+    id: i64,
     login: String,
 }
 
 impl WireUser {
     fn into_user(self) -> User {
+        let system = self.id < 0;
         User {
-            is_bot: self.login.ends_with("[bot]"),
-            id: self.id,
+            is_bot: system || self.login.ends_with("[bot]"),
+            id: u64::try_from(self.id).unwrap_or(0),
             login: self.login,
         }
     }

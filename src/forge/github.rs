@@ -60,6 +60,7 @@ pub struct GitHubClient {
     installations: Mutex<HashMap<u64, Arc<Installation>>>,
     /// `owner/name` → installation, learned from `GET /repos/{o}/{r}/installation`.
     repo_installations: Mutex<HashMap<String, u64>>,
+    bot_login: tokio::sync::OnceCell<String>,
 }
 
 impl std::fmt::Debug for GitHubClient {
@@ -89,7 +90,27 @@ impl GitHubClient {
             policy,
             installations: Mutex::new(HashMap::new()),
             repo_installations: Mutex::new(HashMap::new()),
+            bot_login: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The login the App's comments carry, `<slug>[bot]` (`GET /app`, asked once).
+    pub async fn bot_login(&self) -> Result<String> {
+        #[derive(Deserialize)]
+        struct AppBody {
+            slug: String,
+        }
+        let login = self
+            .bot_login
+            .get_or_try_init(|| async {
+                let reply = self
+                    .send(Verb::Get, "/app", None)
+                    .await?
+                    .success("GET /app")?;
+                anyhow::Ok(format!("{}[bot]", reply.json::<AppBody>("GET /app")?.slug))
+            })
+            .await?;
+        Ok(login.clone())
     }
 
     /// The installation serving `repo`: the delivery's, or asked of GitHub once.
@@ -199,10 +220,19 @@ impl GitHubClient {
     ) -> Result<Reply> {
         let installation = self.installation(repo).await?;
         let call = format!("{} {route}", verb.as_str());
+        // A create that timed out may have happened: sending it again could
+        // make a second comment or check. The job's own retry looks first.
+        let policy = match verb {
+            Verb::Post => RetryPolicy {
+                max_attempts: 1,
+                ..self.policy.clone()
+            },
+            _ => self.policy.clone(),
+        };
         let mut rejected: Option<Secret> = None;
         loop {
             let used = Mutex::new(None);
-            let reply = send_with_retry(&self.policy, &call, || async {
+            let reply = send_with_retry(&policy, &call, || async {
                 let token = self.token(&installation, rejected.as_ref()).await?;
                 *used.lock().unwrap() = Some(token.clone());
                 let crab = self
@@ -236,7 +266,12 @@ impl GitHubClient {
                 .success(&call)?;
             let batch: Vec<WireComment> = reply.json(&call)?;
             let last = batch.len() < PER_PAGE;
-            all.extend(batch.into_iter().map(WireComment::into_comment));
+            let bot = self.bot_login().await?;
+            all.extend(batch.into_iter().map(|c| {
+                let mut comment = c.into_comment();
+                comment.ours = comment.author.login == bot;
+                comment
+            }));
             if last {
                 break;
             }
@@ -420,19 +455,24 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredential
         api_url.trim_end_matches('/')
     );
     let call = "POST /app-manifests/{code}/conversions";
-    let reply = send_with_retry(&RetryPolicy::default(), call, || async {
+    // The code works once: a retry after a lost answer could only fail.
+    let once = RetryPolicy {
+        max_attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let reply = send_with_retry(&once, call, || async {
         let response = http
             .post(&url)
             .header("accept", "application/vnd.github+json")
             .send()
             .await
-            .map_err(|e| Failure::transient(anyhow!("{e:?}")))?;
+            .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response
             .text()
             .await
-            .map_err(|e| Failure::transient(anyhow!("{e:?}")))?;
+            .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
         Ok(Reply {
             status,
             headers,

@@ -158,6 +158,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().expect("a file in the data dir");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let temp = path.with_extension("tmp");
+    // A leftover temp file would keep its own (wider) mode through `open`.
+    let _ = std::fs::remove_file(&temp);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

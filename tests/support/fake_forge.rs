@@ -670,6 +670,21 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
                 }),
             ))
         }
+        ("GET", ["app"]) => {
+            verify_app_jwt(req)?;
+            Ok(answer(
+                200,
+                json!({
+                    "id": APP_ID,
+                    "slug": APP_SLUG,
+                    "name": APP_SLUG,
+                    "owner": github_user("acme", 1, false),
+                    "html_url": format!("https://github.com/apps/{APP_SLUG}"),
+                    "permissions": {},
+                    "events": [],
+                }),
+            ))
+        }
         ("GET", ["repos", owner, name, "installation"]) => {
             verify_app_jwt(req)?;
             let full_name = format!("{owner}/{name}");
