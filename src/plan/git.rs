@@ -17,6 +17,13 @@ fn git(repo: &Path) -> Command {
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE");
+    // Checkout filters and hooks run as git's children: the server's own
+    // settings (its secrets among them) stay out of their environment.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WAVEGATE_") {
+            command.env_remove(name);
+        }
+    }
     command
 }
 

@@ -70,6 +70,13 @@ pub fn plan_refused(problem: &str, head: &str) -> Reply {
 
 /// The job gave up after retries on an error on wavegate's side.
 pub fn gave_up(attempts: u32, error: &str) -> Reply {
+    const SHOWN: usize = 2000;
+    let shown: String = error.chars().take(SHOWN).collect();
+    let error = if shown.len() < error.len() {
+        format!("{shown} … (cut; the whole error is in wavegate's log)")
+    } else {
+        shown
+    };
     compose(
         "wavegate could not plan this pull request",
         &format!(

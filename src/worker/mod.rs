@@ -94,9 +94,24 @@ impl Worker {
         tracing::info!("job claimed");
         drop(_entered);
 
-        let keep_alive = self.keep_lease(&job);
-        let result = self.execute(&job).await;
-        keep_alive.abort();
+        // The job runs in its own task: a panic becomes a failed attempt, and
+        // a lost lease (another worker took the job over) abandons it.
+        let (lost_tx, lost) = tokio::sync::oneshot::channel();
+        let _keep_alive = AbortOnDrop(self.keep_lease(&job, lost_tx));
+        let running = {
+            let (worker, job) = (self.clone(), job.clone());
+            AbortOnDrop(tokio::spawn(async move { worker.execute(&job).await }))
+        };
+        let result = tokio::select! {
+            joined = running.join() => match joined {
+                Ok(result) => result,
+                Err(panic) => Err(anyhow::anyhow!("the job panicked: {panic}")),
+            },
+            _ = lost => {
+                tracing::warn!(job = %job.id, "lease lost to another worker; this attempt is abandoned");
+                return Ok(true);
+            }
+        };
 
         let _entered = span.enter();
         match result {
@@ -123,7 +138,13 @@ impl Worker {
         Ok(true)
     }
 
-    fn keep_lease(&self, job: &Job) -> tokio::task::JoinHandle<()> {
+    /// Renews the lease while the job runs; says so on `lost` if another
+    /// worker holds it now.
+    fn keep_lease(
+        &self,
+        job: &Job,
+        lost: tokio::sync::oneshot::Sender<()>,
+    ) -> tokio::task::JoinHandle<()> {
         let (store, id, worker, lease) = (
             self.store.clone(),
             job.id,
@@ -136,7 +157,7 @@ impl Worker {
                 match store.extend_lease(id, &worker, lease).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        tracing::warn!(job = %id, "lease lost to another worker");
+                        let _ = lost.send(());
                         break;
                     }
                     Err(error) => tracing::warn!(job = %id, "lease renewal failed: {error:#}"),
@@ -183,9 +204,6 @@ impl Worker {
             .pull_request(repo, pr.number)
             .await
             .with_context(|| format!("reading pull request {} of {}", pr.number, repo.id))?;
-        if current.head_sha == pr.head_sha {
-            return Ok(None);
-        }
         self.store
             .upsert_pr_head(PrHead {
                 repo: repo.id.clone(),
@@ -195,28 +213,14 @@ impl Worker {
                 open: true,
             })
             .await?;
+        if current.head_sha == pr.head_sha {
+            return Ok(None);
+        }
         Ok(Some(JobOutcome::Skipped(format!(
             "superseded: the head moved from {} to {}",
             pr.head_sha.short(),
             current.head_sha.short()
         ))))
-    }
-
-    /// Whether a newer delivery moved the head while this job ran.
-    async fn moved_meanwhile(
-        &self,
-        repo: &RepoRef,
-        pr: &PullRequest,
-    ) -> Result<Option<JobOutcome>> {
-        let known = self.store.pr(&repo.id, pr.number).await?;
-        Ok(match known {
-            Some(record) if record.head_sha != pr.head_sha => Some(JobOutcome::Skipped(format!(
-                "superseded while planning: the head moved from {} to {}",
-                pr.head_sha.short(),
-                record.head_sha.short()
-            ))),
-            _ => None,
-        })
     }
 
     async fn plan(
@@ -236,24 +240,25 @@ impl Worker {
         };
         let mirror = self.workspace.fetch(&base_only).await?;
 
-        if pr.from_fork && !forks_allowed(&mirror, pr)? {
+        let allowed = {
+            let (mirror, base) = (mirror.clone(), pr.base_sha.clone());
+            tokio::task::spawn_blocking(move || forks_allowed(&mirror, &base)).await??
+        };
+        if pr.from_fork && !allowed {
             let fork = pr.head_clone_url.as_deref().unwrap_or("a fork");
             return self
                 .publish_problem(client, repo, pr, reply::fork_refused(fork, &pr.base_ref))
                 .await;
         }
 
-        let head_url = match (&pr.head_clone_url, pr.from_fork) {
-            (Some(url), true) => url.as_str(),
-            _ => repo.clone_url.as_str(),
-        };
-        // A fork's head is public: the installation token is not sent to it.
-        let head_auth = if pr.from_fork { None } else { auth.as_ref() };
+        // Both forges keep every pull request's head, a fork's too, under
+        // `refs/pull/N/head` of the base repository: the head is fetched from
+        // there, and the token only ever goes to the base repository's host.
         self.workspace
             .fetch(&FetchRequest {
                 repo: &repo.id,
-                sources: vec![(head_url, &pr.head_sha)],
-                auth: head_auth,
+                sources: vec![(&repo.clone_url, &pr.head_sha)],
+                auth: auth.as_ref(),
             })
             .await?;
 
@@ -278,7 +283,17 @@ impl Worker {
 
         let mut options = PlanOptions::new(&mirror, pr.base_sha.as_str(), pr.head_sha.as_str());
         options.concurrency = self.options.plan_concurrency;
-        let change = match engine::plan_change(&options).await {
+        // Planning calls git synchronously here and there: it runs on a
+        // runtime of its own so webhook intake never waits behind it.
+        let planned = tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the planner's runtime")?;
+            anyhow::Ok(runtime.block_on(engine::plan_change(&options)))
+        })
+        .await??;
+        let change = match planned {
             Ok(change) => change,
             Err(PlanError::Config(error)) => {
                 return self
@@ -302,7 +317,8 @@ impl Worker {
             }
             Err(PlanError::Internal(error)) => return Err(error.context("planning failed")),
         };
-        if let Some(skip) = self.moved_meanwhile(repo, pr).await? {
+        // The head may have moved while the plan ran.
+        if let Some(skip) = self.superseded(client, repo, pr).await? {
             return Ok(skip);
         }
         self.publish_plan(client, repo, pr, &change, check_id.or(known_check))
@@ -464,10 +480,25 @@ impl Worker {
     }
 }
 
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Whether the base branch's policy lets a fork's code be planned. A base
 /// without a readable config allows nothing.
-fn forks_allowed(mirror: &std::path::Path, pr: &PullRequest) -> Result<bool> {
-    let text = git::read_file(mirror, pr.base_sha.as_str(), CONFIG_FILE)?;
+fn forks_allowed(mirror: &std::path::Path, base: &crate::forge::CommitSha) -> Result<bool> {
+    let text = git::read_file(mirror, base.as_str(), CONFIG_FILE)?;
     Ok(text
         .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())
         .is_some_and(|config| config.policy.allow_forks))

@@ -112,39 +112,41 @@ async fn fetch_commit(
     sha: &CommitSha,
     auth: Option<&Secret>,
 ) -> Result<()> {
-    let by_sha = git(mirror, auth)
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--end-of-options",
-            url,
-        ])
-        .arg(format!("+{sha}:refs/wavegate/{sha}"))
-        .output()
-        .await
-        .context("cannot run git fetch; is git installed?")?;
+    let by_sha = fetching(
+        git(mirror, auth.map(|a| (url, a)))
+            .args([
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+            ])
+            .arg(format!("+{sha}:refs/wavegate/{sha}")),
+    )
+    .await?;
     if by_sha.status.success() && has_commit(mirror, sha).await {
         return Ok(());
     }
-    let refs = git(mirror, auth)
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--prune",
-            "--no-write-fetch-head",
-            "--end-of-options",
-            url,
-        ])
-        .args([
-            "+refs/heads/*:refs/heads/*",
-            "+refs/pull/*/head:refs/pull/*/head",
-        ])
-        .output()
-        .await
-        .context("cannot run git fetch; is git installed?")?;
+    let refs = fetching(
+        git(mirror, auth.map(|a| (url, a)))
+            .args([
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--prune",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+            ])
+            // Into wavegate's own namespace: nothing of another remote's
+            // branches ever lands in the mirror's.
+            .args([
+                "+refs/heads/*:refs/wavegate/heads/*",
+                "+refs/pull/*/head:refs/wavegate/pull/*",
+            ]),
+    )
+    .await?;
     if has_commit(mirror, sha).await {
         return Ok(());
     }
@@ -164,6 +166,27 @@ async fn fetch_commit(
     )
 }
 
+/// A fetch that stalls is killed: a fetch holds its mirror's lock.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+async fn fetching(command: &mut Command) -> Result<std::process::Output> {
+    match tokio::time::timeout(FETCH_TIMEOUT, command.output()).await {
+        Ok(output) => output.context("cannot run git fetch; is git installed?"),
+        Err(_) => bail!(
+            "git fetch took longer than {} minutes and was stopped",
+            FETCH_TIMEOUT.as_secs() / 60
+        ),
+    }
+}
+
+/// `scheme://host/` of a URL: what git scopes per-host settings by.
+fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some(format!("{scheme}://{host}/"))
+}
+
 /// A URL as it may appear in a message: without any user or password part.
 fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -176,7 +199,9 @@ fn redact_url(url: &str) -> String {
     format!("{scheme}://{host}{path}")
 }
 
-fn git(mirror: &Path, auth: Option<&Secret>) -> Command {
+/// A git command on the mirror; `auth` is the remote's URL and the
+/// `Authorization` value git sends to that host only.
+fn git(mirror: &Path, auth: Option<(&str, &Secret)>) -> Command {
     let mut command = Command::new("git");
     command
         .arg("-C")
@@ -197,16 +222,25 @@ fn git(mirror: &Path, auth: Option<&Secret>) -> Command {
             command.env_remove(name);
         }
     }
-    match auth {
-        Some(header) => command
-            .env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-            .env(
-                "GIT_CONFIG_VALUE_0",
+    // A transfer slower than 1 KB/s for a minute is given up on.
+    let mut config = vec![
+        ("http.lowSpeedLimit".to_owned(), "1000".to_owned()),
+        ("http.lowSpeedTime".to_owned(), "60".to_owned()),
+    ];
+    if let Some((url, header)) = auth {
+        if let Some(origin) = origin(url) {
+            config.push((
+                format!("http.{origin}.extraHeader"),
                 format!("Authorization: {}", header.expose()),
-            ),
-        None => command.env_remove("GIT_CONFIG_COUNT"),
-    };
+            ));
+        }
+    }
+    command.env("GIT_CONFIG_COUNT", config.len().to_string());
+    for (n, (key, value)) in config.into_iter().enumerate() {
+        command
+            .env(format!("GIT_CONFIG_KEY_{n}"), key)
+            .env(format!("GIT_CONFIG_VALUE_{n}"), value);
+    }
     command
 }
 
@@ -327,18 +361,31 @@ mod tests {
     #[test]
     fn the_token_travels_in_gits_config_environment_never_in_arguments() {
         let secret = Secret::new("Basic c2VjcmV0LXRva2Vu");
-        let command = git(Path::new("/m"), Some(&secret));
+        let command = git(
+            Path::new("/m"),
+            Some(("https://git.example/o/r.git", &secret)),
+        );
         let std = command.as_std();
         assert!(std
             .get_args()
             .all(|a| !a.to_string_lossy().contains("c2VjcmV0")));
         let envs: Vec<_> = std.get_envs().collect();
-        let value = envs
-            .iter()
-            .find(|(k, _)| *k == "GIT_CONFIG_VALUE_0")
-            .and_then(|(_, v)| *v)
-            .unwrap();
-        assert_eq!(value, "Authorization: Basic c2VjcmV0LXRva2Vu");
+        let env = |name: &str| {
+            envs.iter()
+                .find(|(k, _)| *k == name)
+                .and_then(|(_, v)| *v)
+                .map(|v| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(env("GIT_CONFIG_COUNT").as_deref(), Some("3"));
+        assert_eq!(
+            env("GIT_CONFIG_KEY_2").as_deref(),
+            Some("http.https://git.example/.extraHeader"),
+            "the header goes to the remote's host only"
+        );
+        assert_eq!(
+            env("GIT_CONFIG_VALUE_2").as_deref(),
+            Some("Authorization: Basic c2VjcmV0LXRva2Vu")
+        );
         assert!(
             envs.iter().any(|(k, v)| *k == "GIT_TRACE" && v.is_none()),
             "tracing that could print the header is off"
@@ -347,7 +394,7 @@ mod tests {
         assert!(anonymous
             .as_std()
             .get_envs()
-            .all(|(k, v)| k != "GIT_CONFIG_VALUE_0" || v.is_none()));
+            .all(|(_, v)| !v.is_some_and(|v| v.to_string_lossy().contains("Authorization"))));
     }
 
     #[test]
