@@ -274,6 +274,19 @@ impl Bot {
         reports.remove(0)
     }
 
+    /// A branch on top of `change` whose app asks for a bigger instance.
+    fn branch_bigger_app(&self, name: &str) {
+        let resources = self
+            .example
+            .read("change", "infra/app/resources.json")
+            .replace("t3.medium", "t3.large");
+        self.example.branch(
+            name,
+            "change",
+            &[("infra/app/resources.json", Some(&resources))],
+        );
+    }
+
     /// The members the plan script ran for, in order.
     fn plans_run(&self) -> Vec<String> {
         std::fs::read_to_string(self.example.estate.join("plan-log.jsonl"))
@@ -352,14 +365,7 @@ async fn open_pr_gets_report_and_check_then_push_edits_the_same_comment() {
         .contains(&first_digest));
 
     // Push: one more commit changes the app's resources; the same comment is edited.
-    bot.example.branch(
-        "change-2",
-        "change",
-        &[(
-            "infra/app/resources.json",
-            Some(r#"{"app_server": {"type": "server", "size": "xlarge"}}"#),
-        )],
-    );
+    bot.branch_bigger_app("change-2");
     let pushed = bot.forge.push(&repo, 1, &bot.rev("change-2"));
     bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
         .await;
@@ -374,6 +380,7 @@ async fn open_pr_gets_report_and_check_then_push_edits_the_same_comment() {
     );
     let checks = bot.forge.check_runs(&repo, &pushed.head_sha);
     assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].conclusion.as_deref(), Some("action_required"));
     assert!(checks[0].output["summary"]
         .as_str()
         .unwrap()
@@ -605,14 +612,7 @@ async fn a_server_killed_while_a_job_is_leased_runs_it_once_after_restart() {
 async fn a_plan_for_a_head_that_moved_on_is_skipped_as_superseded() {
     let mut bot = Bot::start().await;
     let repo = bot.github_repo();
-    bot.example.branch(
-        "change-2",
-        "change",
-        &[(
-            "infra/app/resources.json",
-            Some(r#"{"app_server": {"type": "server", "size": "xlarge"}}"#),
-        )],
-    );
+    bot.branch_bigger_app("change-2");
     let opened = bot.open_pr(&repo, 8, "change");
     // The push lands on the forge before wavegate gets to the first job.
     let pushed = bot.forge.push(&repo, 8, &bot.rev("change-2"));
@@ -680,9 +680,20 @@ async fn the_manifest_flow_creates_the_app_and_the_bot_uses_it_without_a_restart
         .await;
     assert_eq!(early.0, 401, "{early:?}");
 
+    // Only the operator, who reads the server's log, can start the flow.
+    let refused = bot.http.get(bot.url("/setup")).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let log = bot.log();
+    let at = log
+        .find("/setup?token=")
+        .expect("the log names the set-up link");
+    let token: String = log[at + 13..]
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect();
     let page = bot
         .http
-        .get(bot.url("/setup"))
+        .get(bot.url(&format!("/setup?token={token}")))
         .send()
         .await
         .unwrap()
@@ -980,5 +991,45 @@ async fn a_failing_plan_is_reported_with_a_failed_check_and_not_retried() {
             .unwrap()
             .contains("failed to plan"),
         "{check:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_delivery_for_an_old_head_does_not_displace_the_new_one() {
+    let mut bot = Bot::start().await;
+    let repo = bot.github_repo();
+    bot.branch_bigger_app("change-2");
+    let opened = bot.open_pr(&repo, 12, "change");
+    let pushed = bot.forge.push(&repo, 12, &bot.rev("change-2"));
+    // The push's delivery arrives first; the opening's arrives late.
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.deliver_github(support::github_pull_request("opened", &repo, &opened))
+        .await;
+    let jobs = bot.settle().await;
+
+    assert_eq!(
+        (jobs[0].status, jobs[1].status),
+        (JobStatus::Done, JobStatus::Skipped),
+        "{jobs:#?}"
+    );
+    assert!(bot.forge.check_runs(&repo, &opened.head_sha).is_empty());
+    let check = bot.forge.check_runs(&repo, &pushed.head_sha).pop().unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("action_required"));
+    let record = bot
+        .store()
+        .await
+        .pr(&repo.repo_ref().id, wavegate::forge::PrNumber(12))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.head_sha.as_str(),
+        pushed.head_sha,
+        "the store follows the forge, not the late delivery"
+    );
+    assert_eq!(
+        record.report_head.as_ref().map(|s| s.as_str()),
+        Some(pushed.head_sha.as_str())
     );
 }

@@ -23,6 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use extract::{ForgejoDelivery, GitHubDelivery, VerifiedDelivery};
 use serde_json::json;
+use std::os::unix::fs::DirBuilderExt as _;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -83,12 +84,17 @@ impl Running {
 /// HTTP server and the workers.
 pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow::Result<Running> {
     use anyhow::Context as _;
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
-        format!(
-            "WAVEGATE_DATA_DIR={}: cannot create it; point it at a writable directory",
-            settings.data_dir.display()
-        )
-    })?;
+    // Mirrors of private repositories and the App's key live here.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&settings.data_dir)
+        .with_context(|| {
+            format!(
+                "WAVEGATE_DATA_DIR={}: cannot create it; point it at a writable directory",
+                settings.data_dir.display()
+            )
+        })?;
     let store = Store::open(&settings.database_url)
         .await
         .with_context(|| format!("WAVEGATE_DATABASE_URL={}", settings.database_url))?;
@@ -100,12 +106,23 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     let addr = listener.local_addr()?;
     let (shutdown, stopping) = tokio::sync::watch::channel(false);
 
+    let setup = Arc::new(setup::SetupState::new());
+    if !forges.github_configured() {
+        let base = settings
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+        tracing::warn!(
+            "no GitHub App is configured: to create one, open {base}/setup?token={} (this link works until an App exists)",
+            setup.token()
+        );
+    }
     let state = AppState {
         store: store.clone(),
         forges: forges.clone(),
         wake: wake.clone(),
         public_url: settings.public_url.clone(),
-        setup: Arc::default(),
+        setup,
     };
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
@@ -122,7 +139,13 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     let workspace = Workspace::new(&settings.data_dir);
     for n in 0..settings.workers {
         let worker = Worker {
-            id: format!("{}-{}-{n}", hostname(), std::process::id()),
+            // Unique per start: a restarted container keeps its hostname and pid.
+            id: format!(
+                "{}-{}-{}-{n}",
+                hostname(),
+                std::process::id(),
+                random_hex(4)
+            ),
             store: store.clone(),
             forges: forges.clone(),
             workspace: workspace.clone(),
@@ -138,6 +161,16 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         shutdown: Arc::new(shutdown),
         tasks,
     })
+}
+
+/// `bytes` random bytes as hex, from the kernel.
+pub fn random_hex(bytes: usize) -> String {
+    use std::io::Read as _;
+    let mut buffer = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buffer))
+        .expect("/dev/urandom is readable");
+    hex::encode(buffer)
 }
 
 fn hostname() -> String {

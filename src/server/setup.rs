@@ -4,8 +4,9 @@
 //! where the code is exchanged for the App's credentials. They are stored in
 //! the data dir (mode 0600) and used at once, without a restart.
 //!
-//! Once an App is configured both pages refuse, so a server exposed before
-//! an operator ran the flow cannot be handed someone else's App later.
+//! Only the operator can start the flow: `/setup` wants the one-time token
+//! the server prints in its log at start. Once an App is configured both
+//! pages refuse, so nobody can hand the server another App later.
 
 use super::AppState;
 use crate::forge::client::convert_manifest;
@@ -19,10 +20,39 @@ use std::sync::Mutex;
 /// The manifest as committed; URLs are replaced with this server's.
 pub const MANIFEST: &str = include_str!("../../app-manifest.json");
 
-/// `state` values handed out by `/setup` and not yet used.
-#[derive(Default)]
+/// The operator's token and the `state` values handed out by `/setup` and
+/// not yet used.
 pub struct SetupState {
+    token: String,
     pending: Mutex<HashSet<String>>,
+}
+
+/// Flows started and not finished that are remembered at once.
+const MAX_PENDING: usize = 16;
+
+impl SetupState {
+    pub fn new() -> Self {
+        Self {
+            token: super::random_hex(16),
+            pending: Mutex::default(),
+        }
+    }
+
+    /// The one-time token `/setup` wants; printed in the log at start.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Default for SetupState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SetupQuery {
+    token: Option<String>,
 }
 
 /// The manifest with this server's URLs.
@@ -63,15 +93,6 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-fn random_state() -> String {
-    use std::io::Read as _;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("/dev/urandom is readable");
-    hex::encode(bytes)
-}
-
 fn already_configured() -> Response {
     (
         StatusCode::CONFLICT,
@@ -85,9 +106,23 @@ fn already_configured() -> Response {
 }
 
 /// `GET /setup`: the page with the button.
-pub async fn page_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub async fn page_handler(
+    State(state): State<AppState>,
+    Query(query): Query<SetupQuery>,
+    headers: HeaderMap,
+) -> Response {
     if state.forges.github_configured() {
         return already_configured();
+    }
+    if query.token.as_deref() != Some(state.setup.token()) {
+        return (
+            StatusCode::FORBIDDEN,
+            Html(page(
+                "Open the set-up link from wavegate's log",
+                "<p>Only the operator starts the set-up: wavegate printed a link with a one-time token in its log when it started (\"open …/setup?token=…\"). Open that link.</p>",
+            )),
+        )
+            .into_response();
     }
     let base_url = match &state.public_url {
         Some(url) => url.clone(),
@@ -103,13 +138,14 @@ pub async fn page_handler(State(state): State<AppState>, headers: HeaderMap) -> 
         },
     };
     let manifest = manifest_for(&base_url).to_string();
-    let nonce = random_state();
-    state
-        .setup
-        .pending
-        .lock()
-        .expect("setup lock")
-        .insert(nonce.clone());
+    let nonce = super::random_hex(16);
+    {
+        let mut pending = state.setup.pending.lock().expect("setup lock");
+        if pending.len() >= MAX_PENDING {
+            pending.clear();
+        }
+        pending.insert(nonce.clone());
+    }
     let action = format!(
         "{}/settings/apps/new?state={nonce}",
         web_url(state.forges.github_api_url())

@@ -81,6 +81,9 @@ LIMIT 1";
 pub struct Store {
     pool: SqlitePool,
     clock: Arc<dyn Clock>,
+    /// Writers in this process queue here instead of in SQLite's busy
+    /// handler, which sleeps and retries and wastes most of the time it waits.
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl fmt::Debug for Store {
@@ -123,7 +126,11 @@ impl Store {
             .connect_with(options)
             .await
             .with_context(|| format!("opening the database at `{url}`"))?;
-        let store = Store { pool, clock };
+        let store = Store {
+            pool,
+            clock,
+            writer: Arc::default(),
+        };
         store.migrate().await?;
         Ok(store)
     }
@@ -215,6 +222,7 @@ impl Store {
         job: Option<NewJob>,
         head: Option<PrHead>,
     ) -> Result<Intake> {
+        let _writer = self.writer.lock().await;
         let now = self.now();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let inserted = sqlx::query(
@@ -251,6 +259,7 @@ impl Store {
     }
 
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        let _writer = self.writer.lock().await;
         let mut conn = self.pool.acquire().await?;
         insert_job(&mut conn, &job, None, self.now()).await
     }
@@ -261,6 +270,7 @@ impl Store {
     /// its max_attempts (its leases kept expiring) is dead-lettered instead,
     /// and the next one is tried.
     pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Job>> {
+        let _writer = self.writer.lock().await;
         let now = self.now();
         let lease_until = now.saturating_add(millis(lease));
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -322,6 +332,7 @@ impl Store {
     /// Pushes the lease out to now + `lease`; false when `worker` no longer
     /// holds the job.
     pub async fn extend_lease(&self, id: JobId, worker: &str, lease: Duration) -> Result<bool> {
+        let _writer = self.writer.lock().await;
         let now = self.now();
         let extended = sqlx::query(
             "UPDATE jobs SET lease_until = $3, updated_at = $4
@@ -341,6 +352,7 @@ impl Store {
     /// Finishes a job `worker` holds; `StoreError::LeaseNotHeld` when it does
     /// not (another worker took it over, or it already finished).
     pub async fn complete(&self, id: JobId, worker: &str, outcome: JobOutcome) -> Result<()> {
+        let _writer = self.writer.lock().await;
         let (status, reason) = match outcome {
             JobOutcome::Done => (JobStatus::Done, None),
             JobOutcome::Skipped(reason) => (JobStatus::Skipped, Some(reason)),
@@ -369,6 +381,7 @@ impl Store {
     /// is kept either way. `StoreError::LeaseNotHeld` when `worker` does not
     /// hold the job.
     pub async fn fail(&self, id: JobId, worker: &str, error: &str) -> Result<FailOutcome> {
+        let _writer = self.writer.lock().await;
         let now = self.now();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let held = sqlx::query(
@@ -454,6 +467,7 @@ impl Store {
     /// Records a pull request's head outside a delivery (e.g. reconciling
     /// with the forge after missed webhooks). Report fields are kept.
     pub async fn upsert_pr_head(&self, head: PrHead) -> Result<()> {
+        let _writer = self.writer.lock().await;
         let mut conn = self.pool.acquire().await?;
         upsert_pr_head(&mut conn, &head, self.now()).await
     }
@@ -477,6 +491,7 @@ impl Store {
     /// keeps the known comment (there is one report comment, edited in
     /// place); the check id belongs to the head and is replaced as given.
     pub async fn set_pr_report(&self, repo: &RepoId, pr: PrNumber, report: PrReport) -> Result<()> {
+        let _writer = self.writer.lock().await;
         let updated = sqlx::query(
             "UPDATE pull_requests
              SET report_head = $4, report_digest = $5,
@@ -514,6 +529,7 @@ impl Store {
     }
 
     pub async fn save_plan(&self, plan: NewPlan) -> Result<i64> {
+        let _writer = self.writer.lock().await;
         let id: i64 = sqlx::query(
             "INSERT INTO plans (forge, repo, number, head_sha, base_sha, digest, change_set,
                                 created_at)
