@@ -152,6 +152,58 @@ async fn phase(port: u16, load: Load, seconds: u64, connections: usize) -> Figur
     }
 }
 
+/// The store alone, in this process: what recording costs without HTTP,
+/// signature or parsing, from the same number of concurrent tasks.
+async fn store_only(seconds: u64, connections: usize) {
+    use wavegate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+    use wavegate::store::{NewDelivery, PrHead, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("store.db").display()
+    ))
+    .await
+    .unwrap();
+    let counter = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (store, counter) = (store.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let delivery = NewDelivery {
+                    forge: ForgeKind::GitHub,
+                    target: "installation:1".into(),
+                    delivery_id: format!("store-{n}"),
+                    event_type: "pull_request".into(),
+                };
+                let head = PrHead {
+                    repo: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+                    pr: PrNumber(n % 50),
+                    head_sha: CommitSha::parse(&"a".repeat(40)).unwrap(),
+                    base_ref: "main".into(),
+                    open: true,
+                };
+                store
+                    .record_delivery(delivery, None, Some(head))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let done = counter.load(Ordering::Relaxed);
+    println!(
+        "{:<55} {:>9.0} req/s  ({done:>5} records)",
+        "store.record_delivery in-process (no HTTP)",
+        done as f64 / started.elapsed().as_secs_f64()
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -212,6 +264,7 @@ fn main() {
             );
         }
     });
+    runtime.block_on(store_only(seconds, connections));
     if let Some(kib) = server.peak_rss_kib() {
         println!(
             "server peak resident memory: {:.1} MiB",

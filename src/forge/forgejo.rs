@@ -4,6 +4,7 @@
 
 use super::client::{Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Failure, Reply, RetryPolicy};
+use super::wire::WirePull;
 use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
@@ -166,7 +167,9 @@ impl ForgejoClient {
         let route = format!("/repos/{}/pulls/{}", repo.id.full_name, pr.0);
         let call = format!("GET /api/v1{route}");
         let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
-        reply.json::<WirePull>(&call)?.into_pull_request(&call)
+        reply
+            .json::<WirePull<WireUser>>(&call)?
+            .into_pull_request(&call)
     }
 
     /// A user's permission on the repository. Forgejo answers 403 unless the
@@ -245,48 +248,8 @@ struct WireComment {
     user: WireUser,
 }
 
-#[derive(Deserialize)]
-struct WireRepo {
-    full_name: String,
-    clone_url: String,
-}
-
-#[derive(Deserialize)]
-struct WireBranch {
-    #[serde(rename = "ref")]
-    name: String,
-    sha: String,
-    repo: Option<WireRepo>,
-}
-
-#[derive(Deserialize)]
-struct WirePull {
-    number: u64,
-    title: String,
-    user: WireUser,
-    head: WireBranch,
-    base: WireBranch,
-}
-
-impl WirePull {
-    fn into_pull_request(self, call: &str) -> Result<PullRequest> {
-        let sha = |text: &str| CommitSha::parse(text).map_err(|e| anyhow!("{call}: {e}"));
-        let from_fork = match (&self.head.repo, &self.base.repo) {
-            (Some(head), Some(base)) => head.full_name != base.full_name,
-            _ => true,
-        };
-        Ok(PullRequest {
-            number: PrNumber(self.number),
-            title: self.title,
-            author: self.user.into_user(),
-            head_sha: sha(&self.head.sha)?,
-            base_sha: sha(&self.base.sha)?,
-            head_ref: self.head.name,
-            base_ref: self.base.name,
-            head_clone_url: from_fork
-                .then(|| self.head.repo.map(|r| r.clone_url))
-                .flatten(),
-            from_fork,
-        })
+impl From<WireUser> for User {
+    fn from(user: WireUser) -> Self {
+        user.into_user()
     }
 }

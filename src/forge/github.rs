@@ -9,6 +9,7 @@
 
 use super::client::{Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Failure, Reply, RetryPolicy, Settled};
+use super::wire::WirePull;
 use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
@@ -343,7 +344,9 @@ impl GitHubClient {
             .repo_call(repo, Verb::Get, &route, None)
             .await?
             .success(&call)?;
-        reply.json::<WirePull>(&call)?.into_pull_request(&call)
+        reply
+            .json::<WirePull<WireUser>>(&call)?
+            .into_pull_request(&call)
     }
 
     pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
@@ -536,48 +539,8 @@ impl WireComment {
     }
 }
 
-#[derive(Deserialize)]
-struct WireRepo {
-    full_name: String,
-    clone_url: String,
-}
-
-#[derive(Deserialize)]
-struct WireBranch {
-    #[serde(rename = "ref")]
-    name: String,
-    sha: String,
-    repo: Option<WireRepo>,
-}
-
-#[derive(Deserialize)]
-struct WirePull {
-    number: u64,
-    title: String,
-    user: WireUser,
-    head: WireBranch,
-    base: WireBranch,
-}
-
-impl WirePull {
-    fn into_pull_request(self, call: &str) -> Result<PullRequest> {
-        let sha = |text: &str| CommitSha::parse(text).map_err(|e| anyhow!("{call}: {e}"));
-        let from_fork = match (&self.head.repo, &self.base.repo) {
-            (Some(head), Some(base)) => head.full_name != base.full_name,
-            _ => true,
-        };
-        Ok(PullRequest {
-            number: PrNumber(self.number),
-            title: self.title,
-            author: self.user.into_user(),
-            head_sha: sha(&self.head.sha)?,
-            base_sha: sha(&self.base.sha)?,
-            head_ref: self.head.name,
-            base_ref: self.base.name,
-            head_clone_url: from_fork
-                .then(|| self.head.repo.map(|r| r.clone_url))
-                .flatten(),
-            from_fork,
-        })
+impl From<WireUser> for User {
+    fn from(user: WireUser) -> Self {
+        user.into_user()
     }
 }

@@ -9,6 +9,7 @@ pub mod github;
 pub mod registry;
 pub mod retry;
 pub mod webhook;
+mod wire;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

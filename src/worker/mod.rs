@@ -263,10 +263,7 @@ impl Worker {
             .await?;
 
         let known = self.store.pr(&repo.id, pr.number).await?;
-        let known_check = known
-            .as_ref()
-            .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
-            .and_then(|r| r.check_id);
+        let known_check = known_check(known.as_ref(), pr);
         let check_id = client
             .publish_check(
                 repo,
@@ -334,30 +331,7 @@ impl Worker {
         change: &PlannedChange,
         check_id: Option<u64>,
     ) -> Result<()> {
-        let body = report::markdown::render(change);
-        let known = self.store.pr(&repo.id, pr.number).await?;
-        let comment_id = client
-            .upsert_report(
-                repo,
-                pr.number,
-                known.as_ref().and_then(|r| r.report_comment_id),
-                &body,
-            )
-            .await?;
         let (state, title, status) = check_verdict(change);
-        let check_id = client
-            .publish_check(
-                repo,
-                &pr.head_sha,
-                check_id,
-                &CheckReport {
-                    state,
-                    title,
-                    summary: body,
-                    details_url: None,
-                },
-            )
-            .await?;
         let digest = (!change.members.is_empty()).then(|| change.change_set.digest.clone());
         self.store
             .save_plan(NewPlan {
@@ -368,6 +342,62 @@ impl Worker {
                 digest: digest.clone(),
                 change_set: serde_json::to_value(&change.change_set)?,
             })
+            .await?;
+        let report = CheckReport {
+            state,
+            title,
+            summary: report::markdown::render(change),
+            details_url: None,
+        };
+        self.publish(client, repo, pr, check_id, report, digest, status)
+            .await
+    }
+
+    /// Writes a repository-side problem into the report comment and fails
+    /// the check; the job is done (retrying cannot fix the repository).
+    async fn publish_problem(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+        problem: Reply,
+    ) -> Result<JobOutcome> {
+        let report = CheckReport {
+            state: CheckState::Failure,
+            title: problem.title,
+            summary: problem.body,
+            details_url: None,
+        };
+        self.publish(client, repo, pr, None, report, None, "refused")
+            .await?;
+        Ok(JobOutcome::Done)
+    }
+
+    /// The report comment (its body is the check's summary), the check on
+    /// the head, and what the store remembers of both.
+    #[allow(clippy::too_many_arguments)]
+    async fn publish(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+        check_id: Option<u64>,
+        report: CheckReport,
+        digest: Option<String>,
+        status: &str,
+    ) -> Result<()> {
+        let known = self.store.pr(&repo.id, pr.number).await?;
+        let comment_id = client
+            .upsert_report(
+                repo,
+                pr.number,
+                known.as_ref().and_then(|r| r.report_comment_id),
+                &report.summary,
+            )
+            .await?;
+        let check_id = check_id.or_else(|| known_check(known.as_ref(), pr));
+        let check_id = client
+            .publish_check(repo, &pr.head_sha, check_id, &report)
             .await?;
         self.store
             .set_pr_report(
@@ -381,59 +411,7 @@ impl Worker {
                     status: status.into(),
                 },
             )
-            .await?;
-        Ok(())
-    }
-
-    /// Writes a repository-side problem into the report comment and fails
-    /// the check; the job is done (retrying cannot fix the repository).
-    async fn publish_problem(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: &PullRequest,
-        problem: Reply,
-    ) -> Result<JobOutcome> {
-        let known = self.store.pr(&repo.id, pr.number).await?;
-        let comment_id = client
-            .upsert_report(
-                repo,
-                pr.number,
-                known.as_ref().and_then(|r| r.report_comment_id),
-                &problem.body,
-            )
-            .await?;
-        let known_check = known
-            .as_ref()
-            .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
-            .and_then(|r| r.check_id);
-        let check_id = client
-            .publish_check(
-                repo,
-                &pr.head_sha,
-                known_check,
-                &CheckReport {
-                    state: CheckState::Failure,
-                    title: problem.title.clone(),
-                    summary: problem.body,
-                    details_url: None,
-                },
-            )
-            .await?;
-        self.store
-            .set_pr_report(
-                &repo.id,
-                pr.number,
-                PrReport {
-                    head_sha: pr.head_sha.clone(),
-                    digest: None,
-                    comment_id: Some(comment_id),
-                    check_id,
-                    status: "refused".into(),
-                },
-            )
-            .await?;
-        Ok(JobOutcome::Done)
+            .await
     }
 
     /// Best effort: a dead-lettered plan job leaves a word on the PR.
@@ -478,6 +456,13 @@ impl Worker {
             tracing::warn!(job = %job.id, "could not tell the pull request that its job gave up: {e:#}");
         }
     }
+}
+
+/// The check already posted on this head, to be updated rather than repeated.
+fn known_check(known: Option<&crate::store::PrRecord>, pr: &PullRequest) -> Option<u64> {
+    known
+        .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
+        .and_then(|r| r.check_id)
 }
 
 /// A task that ends when its handle is dropped.
