@@ -4,6 +4,7 @@
 //! PostgreSQL behind the same API next.
 
 mod clock;
+mod intake;
 mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};

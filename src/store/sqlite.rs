@@ -84,6 +84,8 @@ pub struct Store {
     /// Writers in this process queue here instead of in SQLite's busy
     /// handler, which sleeps and retries and wastes most of the time it waits.
     writer: Arc<tokio::sync::Mutex<()>>,
+    /// Deliveries go through one writer that commits them in groups.
+    intake: tokio::sync::mpsc::Sender<super::intake::Request>,
 }
 
 impl fmt::Debug for Store {
@@ -109,7 +111,9 @@ impl Store {
             .create_if_missing(true)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
-            .synchronous(SqliteSynchronous::Normal);
+            // A delivery answered 202 survives a power cut too; intake
+            // commits in groups, so the sync is paid once per group.
+            .synchronous(SqliteSynchronous::Full);
         let mut pool_options = SqlitePoolOptions::new();
         if in_memory {
             // Each connection would otherwise see its own empty database, and
@@ -126,10 +130,12 @@ impl Store {
             .connect_with(options)
             .await
             .with_context(|| format!("opening the database at `{url}`"))?;
+        let writer: Arc<tokio::sync::Mutex<()>> = Arc::default();
         let store = Store {
+            intake: super::intake::spawn_writer(pool.clone(), writer.clone(), clock.clone()),
             pool,
             clock,
-            writer: Arc::default(),
+            writer,
         };
         store.migrate().await?;
         Ok(store)
@@ -222,40 +228,19 @@ impl Store {
         job: Option<NewJob>,
         head: Option<PrHead>,
     ) -> Result<Intake> {
-        let _writer = self.writer.lock().await;
-        let now = self.now();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let inserted = sqlx::query(
-            "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (forge, target, delivery_id) DO NOTHING
-             RETURNING id",
-        )
-        .bind(delivery.forge.as_str())
-        .bind(&delivery.target)
-        .bind(&delivery.delivery_id)
-        .bind(&delivery.event_type)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await
-        .with_context(|| format!("recording delivery {}", delivery.delivery_id))?;
-        let Some(row) = inserted else {
-            tx.rollback().await?;
-            return Ok(Intake::Duplicate);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let id = delivery.delivery_id.clone();
+        let request = super::intake::Request {
+            item: super::intake::Item {
+                delivery,
+                job,
+                head,
+            },
+            reply,
         };
-        let delivery_row: i64 = row.try_get("id")?;
-        let job = match job {
-            Some(job) => Some(insert_job(&mut tx, &job, Some(delivery_row), now).await?),
-            None => None,
-        };
-        if let Some(head) = head {
-            upsert_pr_head(&mut tx, &head, now).await?;
-        }
-        tx.commit().await?;
-        Ok(Intake::Recorded {
-            delivery: delivery_row,
-            job,
-        })
+        let gone = || anyhow!("the intake writer has stopped; delivery {id} was not recorded");
+        self.intake.send(request).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
     }
 
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId> {
@@ -569,7 +554,7 @@ impl Store {
     }
 }
 
-async fn insert_job(
+pub(super) async fn insert_job(
     conn: &mut SqliteConnection,
     job: &NewJob,
     delivery: Option<i64>,
@@ -597,7 +582,11 @@ async fn insert_job(
     Ok(JobId(id))
 }
 
-async fn upsert_pr_head(conn: &mut SqliteConnection, head: &PrHead, now: i64) -> Result<()> {
+pub(super) async fn upsert_pr_head(
+    conn: &mut SqliteConnection,
+    head: &PrHead,
+    now: i64,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -638,7 +627,7 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn to_i64(value: u64, what: &str) -> Result<i64> {
+pub(super) fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value).map_err(|_| anyhow!("{what} {value} is too large to store"))
 }
 

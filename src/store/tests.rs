@@ -569,3 +569,84 @@ async fn a_postgres_url_is_refused_with_a_hint_not_taken_as_a_file_name() {
 async fn raw_pool(url: &str) -> sqlx::SqlitePool {
     sqlx::SqlitePool::connect(url).await.unwrap()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deliveries_arriving_together_are_committed_together_and_each_answered_right() {
+    let f = fixture().await;
+    // Fifty deliveries, each sent twice, all at once: one of each pair is a duplicate.
+    let mut tasks = Vec::new();
+    for copy in 0..2 {
+        for n in 0..50u64 {
+            let store = f.store.clone();
+            tasks.push(tokio::spawn(async move {
+                let digit = char::from_digit((n % 10) as u32, 10).unwrap();
+                let intake = store
+                    .record_delivery(
+                        delivery(&format!("d-{n}")),
+                        Some(job(&format!("pr-{n}"), 3)),
+                        Some(head(n % 5, sha(digit), true)),
+                    )
+                    .await
+                    .unwrap();
+                (n, copy, intake)
+            }));
+        }
+    }
+    let mut recorded = BTreeSet::new();
+    let mut duplicates = 0;
+    let mut job_of = std::collections::BTreeMap::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (n, _, Intake::Recorded { job: Some(job), .. }) => {
+                assert!(recorded.insert(n), "d-{n} recorded twice");
+                job_of.insert(n, job);
+            }
+            (_, _, Intake::Duplicate) => duplicates += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((recorded.len(), duplicates), (50, 50));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 50);
+    let jobs = f.store.jobs().await.unwrap();
+    assert_eq!(jobs.len(), 50);
+    for (n, id) in job_of {
+        let job = f.store.job(id).await.unwrap().unwrap();
+        assert_eq!(
+            job.queue_key,
+            format!("pr-{n}"),
+            "each answer names its own job"
+        );
+    }
+    for pr in 0..5u64 {
+        let record = f.store.pr(&repo(), PrNumber(pr)).await.unwrap().unwrap();
+        let sent: Vec<CommitSha> = (0..50u64)
+            .filter(|n| n % 5 == pr)
+            .map(|n| sha(char::from_digit((n % 10) as u32, 10).unwrap()))
+            .collect();
+        assert!(
+            sent.contains(&record.head_sha),
+            "PR {pr}: {:?}",
+            record.head_sha
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_bad_job_in_a_batch_fails_alone() {
+    let f = fixture().await;
+    let (good, bad) = tokio::join!(
+        f.store
+            .record_delivery(delivery("good"), Some(job("pr-1", 3)), None),
+        f.store
+            .record_delivery(delivery("bad"), Some(job("pr-2", 0)), None),
+    );
+    assert!(matches!(
+        good.unwrap(),
+        Intake::Recorded { job: Some(_), .. }
+    ));
+    assert!(matches!(
+        bad.unwrap_err().downcast_ref::<StoreError>(),
+        Some(StoreError::NoAttemptsAllowed)
+    ));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+}

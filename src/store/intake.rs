@@ -1,0 +1,239 @@
+//! Group commit for webhook intake. Deliveries that arrive together are
+//! written by one task in one transaction — one multi-row statement each for
+//! deliveries, jobs and pull-request heads — and every sender is answered
+//! only after the commit. Alone, a delivery is a batch of one; under load a
+//! batch costs about what one delivery did. If a batch fails as a whole, each
+//! of its deliveries is written on its own, so one bad request fails alone.
+
+use super::sqlite::{insert_job, to_i64, upsert_pr_head};
+use super::{Clock, Intake, JobId, NewDelivery, NewJob, PrHead, StoreError};
+use anyhow::{Context, Result};
+use sqlx::sqlite::SqlitePool;
+use sqlx::{QueryBuilder, Row, Sqlite};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// Most deliveries in one transaction (SQLite's bound-parameter limit is far).
+const MAX_BATCH: usize = 128;
+
+pub(super) struct Item {
+    pub delivery: NewDelivery,
+    pub job: Option<NewJob>,
+    pub head: Option<PrHead>,
+}
+
+pub(super) struct Request {
+    pub item: Item,
+    pub reply: oneshot::Sender<Result<Intake>>,
+}
+
+/// Starts the writer; it ends when the last sender (every `Store` clone) is gone.
+pub(super) fn spawn_writer(
+    pool: SqlitePool,
+    writer: Arc<Mutex<()>>,
+    clock: Arc<dyn Clock>,
+) -> mpsc::Sender<Request> {
+    let (sender, mut receiver) = mpsc::channel::<Request>(4 * MAX_BATCH);
+    tokio::spawn(async move {
+        while let Some(first) = receiver.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let (items, replies): (Vec<Item>, Vec<_>) =
+                batch.into_iter().map(|r| (r.item, r.reply)).unzip();
+            let _writer = writer.lock().await;
+            let now = clock.now_ms();
+            match record_batch(&pool, &items, now).await {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(error) if items.len() > 1 => {
+                    tracing::warn!(
+                        "a batch of {} deliveries failed ({error:#}); writing them one by one",
+                        items.len()
+                    );
+                    for (reply, item) in replies.into_iter().zip(&items) {
+                        let _ = reply.send(
+                            record_batch(&pool, std::slice::from_ref(item), now)
+                                .await
+                                .map(|mut o| o.remove(0)),
+                        );
+                    }
+                }
+                Err(error) => {
+                    let _ = replies
+                        .into_iter()
+                        .next()
+                        .map(|reply| reply.send(Err(error)));
+                }
+            }
+        }
+    });
+    sender
+}
+
+type DeliveryKey = (String, String, String);
+
+fn key(delivery: &NewDelivery) -> DeliveryKey {
+    (
+        delivery.forge.as_str().to_owned(),
+        delivery.target.clone(),
+        delivery.delivery_id.clone(),
+    )
+}
+
+/// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
+/// the batch's order. A delivery seen before, or earlier in the same batch,
+/// is a duplicate and writes nothing.
+async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec<Intake>> {
+    let mut seen = HashSet::new();
+    let first_in_batch: Vec<bool> = items
+        .iter()
+        .map(|i| seen.insert(key(&i.delivery)))
+        .collect();
+    let candidates: Vec<&Item> = items
+        .iter()
+        .zip(&first_in_batch)
+        .filter_map(|(item, first)| first.then_some(item))
+        .collect();
+    if candidates
+        .iter()
+        .filter_map(|i| i.job.as_ref())
+        .any(|j| j.max_attempts == 0)
+    {
+        return Err(StoreError::NoAttemptsAllowed.into());
+    }
+
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut deliveries = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) ",
+    );
+    deliveries.push_values(&candidates, |mut row, item| {
+        let d = &item.delivery;
+        row.push_bind(d.forge.as_str())
+            .push_bind(d.target.clone())
+            .push_bind(d.delivery_id.clone())
+            .push_bind(d.event_type.clone())
+            .push_bind(now);
+    });
+    deliveries.push(
+        " ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",
+    );
+    let mut recorded: HashMap<DeliveryKey, i64> = HashMap::new();
+    for row in deliveries
+        .build()
+        .fetch_all(&mut *tx)
+        .await
+        .context("recording deliveries")?
+    {
+        recorded.insert(
+            (
+                row.try_get("forge")?,
+                row.try_get("target")?,
+                row.try_get("delivery_id")?,
+            ),
+            row.try_get("id")?,
+        );
+    }
+
+    let fresh: Vec<(i64, &Item)> = candidates
+        .iter()
+        .filter_map(|item| recorded.get(&key(&item.delivery)).map(|row| (*row, *item)))
+        .collect();
+    let mut jobs: HashMap<i64, JobId> = HashMap::new();
+    let with_jobs: Vec<(i64, &NewJob)> = fresh
+        .iter()
+        .filter_map(|(row, item)| item.job.as_ref().map(|job| (*row, job)))
+        .collect();
+    if with_jobs.len() == 1 {
+        let (row, job) = with_jobs[0];
+        jobs.insert(row, insert_job(&mut tx, job, Some(row), now).await?);
+    } else if !with_jobs.is_empty() {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) ",
+        );
+        insert.push_values(&with_jobs, |mut row, (delivery, job)| {
+            row.push_bind(*delivery)
+                .push_bind(job.kind.clone())
+                .push_bind(job.queue_key.clone())
+                .push_bind(job.payload.to_string())
+                .push_bind("queued")
+                .push_bind(0_i64)
+                .push_bind(i64::from(job.max_attempts))
+                .push_bind(now)
+                .push_bind(now)
+                .push_bind(now);
+        });
+        insert.push(" RETURNING id, delivery_id");
+        for row in insert
+            .build()
+            .fetch_all(&mut *tx)
+            .await
+            .context("enqueueing jobs")?
+        {
+            jobs.insert(row.try_get("delivery_id")?, JobId(row.try_get("id")?));
+        }
+    }
+
+    // One row per pull request: the batch's last word on its head.
+    let mut heads: Vec<&PrHead> = Vec::new();
+    for head in fresh.iter().filter_map(|(_, item)| item.head.as_ref()) {
+        heads.retain(|h| !(h.repo == head.repo && h.pr == head.pr));
+        heads.push(head);
+    }
+    if heads.len() == 1 {
+        upsert_pr_head(&mut tx, heads[0], now).await?;
+    } else if !heads.is_empty() {
+        let numbers = heads
+            .iter()
+            .map(|h| to_i64(h.pr.0, "pull request number"))
+            .collect::<Result<Vec<_>>>()?;
+        let mut upsert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at) ",
+        );
+        upsert.push_values(heads.iter().zip(numbers), |mut row, (head, number)| {
+            row.push_bind(head.repo.forge.as_str())
+                .push_bind(head.repo.full_name.clone())
+                .push_bind(number)
+                .push_bind(head.head_sha.as_str().to_owned())
+                .push_bind(head.base_ref.clone())
+                .push_bind(head.open)
+                .push_bind(now);
+        });
+        upsert.push(
+            " ON CONFLICT (forge, repo, number) DO UPDATE
+              SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
+                  is_open = excluded.is_open, updated_at = excluded.updated_at",
+        );
+        upsert
+            .build()
+            .execute(&mut *tx)
+            .await
+            .context("recording pull request heads")?;
+    }
+    tx.commit().await?;
+
+    Ok(items
+        .iter()
+        .zip(first_in_batch)
+        .map(|(item, first)| {
+            let row = first
+                .then(|| recorded.get(&key(&item.delivery)).copied())
+                .flatten();
+            match row {
+                Some(delivery) => Intake::Recorded {
+                    delivery,
+                    job: jobs.get(&delivery).copied(),
+                },
+                None => Intake::Duplicate,
+            }
+        })
+        .collect())
+}
