@@ -386,6 +386,14 @@ async fn open_pr_gets_report_and_check_then_push_edits_the_same_comment() {
         .unwrap()
         .contains(&second_digest));
     bot.assert_conformant();
+
+    // Nothing secret reached the log: webhook secret, Forgejo token, installation tokens.
+    let log = bot.log();
+    for secret in [GITHUB_SECRET, FORGEJO_SECRET, FORGEJO_BOT_TOKEN, "ghs_fake"] {
+        assert!(!log.contains(secret), "`{secret}` is in the server log");
+    }
+    let health = bot.http.get(bot.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -379,10 +379,7 @@ mod tests {
         let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         assert!(log.contains("[test] x@dev | hello"), "{log}");
         // How many heartbeats fit depends on the machine's load; one must.
-        assert!(
-            log.contains("[test] x@dev | still running after "),
-            "{log}"
-        );
+        assert!(log.contains("[test] x@dev | still running after "), "{log}");
         assert!(log.contains("[test] x@dev | bye"), "{log}");
     }
 

@@ -232,3 +232,66 @@ pub async fn callback(State(state): State<AppState>, Query(query): Query<Callbac
     ))
     .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manifest_carries_this_servers_urls_and_the_permissions_wavegate_needs() {
+        let manifest = manifest_for("https://wavegate.acme.example/");
+        assert_eq!(manifest["url"], "https://wavegate.acme.example");
+        assert_eq!(
+            manifest["hook_attributes"]["url"],
+            "https://wavegate.acme.example/webhooks/github"
+        );
+        assert_eq!(
+            manifest["redirect_url"],
+            "https://wavegate.acme.example/setup/callback"
+        );
+        let permissions = &manifest["default_permissions"];
+        for (name, access) in [
+            ("checks", "write"),
+            ("contents", "read"),
+            ("issues", "write"),
+            ("pull_requests", "write"),
+            ("metadata", "read"),
+        ] {
+            assert_eq!(permissions[name], access, "{name}");
+        }
+        // `installation` reaches every App without a subscription.
+        let events: Vec<&str> = manifest["default_events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            events,
+            [
+                "pull_request",
+                "issue_comment",
+                "pull_request_review",
+                "check_run"
+            ]
+        );
+    }
+
+    #[test]
+    fn apps_are_created_on_the_forges_web_host() {
+        assert_eq!(web_url("https://api.github.com"), "https://github.com");
+        assert_eq!(
+            web_url("https://ghe.acme.example/api/v3/"),
+            "https://ghe.acme.example"
+        );
+        assert_eq!(web_url("http://127.0.0.1:9999"), "http://127.0.0.1:9999");
+    }
+
+    #[test]
+    fn text_in_pages_is_escaped() {
+        assert_eq!(
+            escape(r#"<a href="x">&"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;"
+        );
+    }
+}
