@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod forge;
+pub mod gate;
 pub mod plan;
 pub mod report;
 pub mod server;

@@ -1,0 +1,1 @@
+//! Comment commands (DESIGN §8): parsed from a comment's markdown.
