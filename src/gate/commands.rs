@@ -1,1 +1,1133 @@
-//! Comment commands (DESIGN §8): parsed from a comment's markdown.
+//! The comment-command grammar (DESIGN §8): which lines of a comment are
+//! commands and what they say. Only a line a reader sees as a command counts
+//! — text in code blocks, quotes and HTML comments never does — so quoting
+//! someone's `/approve` approves nothing. Every command is declared once in
+//! [`COMMANDS`], and `/help` is written from that table. Pure, and one pass
+//! over the body.
+
+use crate::plan::canonical::DIGEST_PREFIX;
+
+const DIGEST_HEX_DIGITS: usize = 64;
+const MIN_PREFIX_HEX_DIGITS: usize = 12;
+/// Damerau–Levenshtein distance within which an unknown `/word` is taken for a typo of ours.
+const TYPO_DISTANCE: usize = 2;
+/// Any `/word` starting with this is addressed to us, known or not.
+const BOT_WORD: &str = "wavegate";
+
+/// What `/approve` names: nothing (the newest report's digest), a full digest, or a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DigestRef {
+    /// `sha256:<64 hex>`, lowercase.
+    Full(String),
+    /// Lowercase hex, 12..=63 digits, without `sha256:`.
+    Prefix(String),
+}
+
+impl DigestRef {
+    /// Whether `digest` (`sha256:<64 hex>`) is the one this reference names.
+    pub fn matches(&self, digest: &str) -> bool {
+        let hex = strip_digest_prefix(digest);
+        if hex.len() != DIGEST_HEX_DIGITS {
+            return false;
+        }
+        match self {
+            Self::Full(full) => strip_digest_prefix(full).eq_ignore_ascii_case(hex),
+            Self::Prefix(prefix) => hex
+                .get(..prefix.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(prefix)),
+        }
+    }
+
+    /// The reference as a reviewer would write it: always with `sha256:`.
+    pub fn as_text(&self) -> String {
+        match self {
+            Self::Full(full) => full.clone(),
+            Self::Prefix(prefix) => format!("{DIGEST_PREFIX}{prefix}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Approve {
+        stage: Option<String>,
+        digest: Option<DigestRef>,
+    },
+    Plan,
+    Retry,
+    Revoke,
+    Override {
+        member: String,
+        reason: String,
+    },
+    Help,
+}
+
+impl Command {
+    /// The command's name as declared in [`COMMANDS`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Approve { .. } => "approve",
+            Self::Plan => "plan",
+            Self::Retry => "retry",
+            Self::Revoke => "revoke",
+            Self::Override { .. } => "override",
+            Self::Help => "help",
+        }
+    }
+}
+
+/// A line that looked like a command but could not be read, with what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandError {
+    /// 1-based.
+    pub line: usize,
+    /// The line as written, without surrounding whitespace.
+    pub text: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Commands {
+    /// In the order they were written.
+    pub commands: Vec<Command>,
+    /// `/words` that look meant for us but are not commands, as written (e.g. `/aprove`).
+    pub unknown: Vec<String>,
+    pub errors: Vec<CommandError>,
+}
+
+/// The table every command is declared in once: name, usage, one-line description.
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub usage: &'static str,
+    pub summary: &'static str,
+}
+
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "approve",
+        usage: "/approve [stage] [digest]",
+        summary:
+            "approve the newest plan, for every stage or only the one named; give the report's \
+                  digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly \
+                  the plan you read",
+    },
+    CommandSpec {
+        name: "plan",
+        usage: "/plan",
+        summary: "plan this pull request again now",
+    },
+    CommandSpec {
+        name: "retry",
+        usage: "/retry",
+        summary: "resume an apply that failed or was stopped",
+    },
+    CommandSpec {
+        name: "revoke",
+        usage: "/revoke",
+        summary: "withdraw your approval of this pull request",
+    },
+    CommandSpec {
+        name: "override",
+        usage: "/override <member> <reason>",
+        summary: "let a plan the policy denied through for one member (`component@stage`), \
+                  saying why; for the policy's overriders only",
+    },
+    CommandSpec {
+        name: "help",
+        usage: "/help",
+        summary: "show this list",
+    },
+];
+
+/// The reply to `/help` and to an unknown command: generated from [`COMMANDS`].
+pub fn help_text() -> String {
+    let mut text = String::from(
+        "wavegate commands: write each at the start of its own line, \
+         outside code blocks and quotes.\n\n",
+    );
+    for spec in COMMANDS {
+        text.push_str(&format!("- `{}` — {}\n", spec.usage, spec.summary));
+    }
+    text
+}
+
+/// Every command, unknown `/word` and unreadable command line in `body`, in order.
+pub fn parse(body: &str) -> Commands {
+    let mut found = Commands::default();
+    let mut blocks = BlockTracker::default();
+    for (index, raw_line) in body.split('\n').enumerate() {
+        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+        if let Some(command_text) = blocks.command_text(line) {
+            read_command_line(index + 1, line, command_text, &mut found);
+        }
+    }
+    found
+}
+
+fn read_command_line(line_number: usize, line: &str, command_text: &str, found: &mut Commands) {
+    let after_slash = &command_text[1..];
+    let word_end = after_slash
+        .find(char::is_whitespace)
+        .unwrap_or(after_slash.len());
+    let word = &after_slash[..word_end];
+    if word.is_empty() {
+        return;
+    }
+    let arguments = after_slash[word_end..].trim();
+    match COMMANDS
+        .iter()
+        .find(|spec| spec.name.eq_ignore_ascii_case(word))
+    {
+        Some(spec) => match read_arguments(spec, arguments) {
+            Ok(command) => found.commands.push(command),
+            Err(Unreadable { problem, fix }) => found.errors.push(CommandError {
+                line: line_number,
+                text: line.trim().to_owned(),
+                problem,
+                fix,
+            }),
+        },
+        None if looks_meant_for_us(word) => found.unknown.push(format!("/{word}")),
+        None => {}
+    }
+}
+
+struct Unreadable {
+    problem: String,
+    fix: String,
+}
+
+fn unreadable(problem: impl Into<String>, fix: impl Into<String>) -> Unreadable {
+    Unreadable {
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+fn read_arguments(spec: &CommandSpec, arguments: &str) -> Result<Command, Unreadable> {
+    match spec.name {
+        "approve" => read_approve(arguments),
+        "plan" => without_arguments(spec, arguments, Command::Plan),
+        "retry" => without_arguments(spec, arguments, Command::Retry),
+        "revoke" => without_arguments(spec, arguments, Command::Revoke),
+        "override" => read_override(arguments),
+        "help" => without_arguments(spec, arguments, Command::Help),
+        other => Err(unreadable(
+            format!("`/{other}` is declared but wavegate cannot read it yet"),
+            "write `/help` for the commands that work",
+        )),
+    }
+}
+
+fn without_arguments(
+    spec: &CommandSpec,
+    arguments: &str,
+    command: Command,
+) -> Result<Command, Unreadable> {
+    if arguments.is_empty() {
+        Ok(command)
+    } else {
+        Err(unreadable(
+            format!("`/{}` takes nothing after it", spec.name),
+            format!("write `{}` alone on its line", spec.usage),
+        ))
+    }
+}
+
+fn read_approve(arguments: &str) -> Result<Command, Unreadable> {
+    let words: Vec<&str> = arguments.split_whitespace().take(3).collect();
+    match words[..] {
+        [] => Ok(Command::Approve {
+            stage: None,
+            digest: None,
+        }),
+        [only] if is_digest_like(only) => Ok(Command::Approve {
+            stage: None,
+            digest: Some(read_digest(only, None)?),
+        }),
+        [only] => Ok(Command::Approve {
+            stage: Some(read_stage(only)?),
+            digest: None,
+        }),
+        [first, _] if is_digest_like(first) => Err(unreadable(
+            format!("nothing may follow the digest `{first}`"),
+            "put the stage first: `/approve <stage> <digest>`, or write `/approve <digest>` alone",
+        )),
+        [first, second] => {
+            let stage = read_stage(first)?;
+            if !is_digest_like(second) && read_digest_after_trimming(second).is_none() {
+                return Err(unreadable(
+                    format!("`{second}` is not a digest"),
+                    format!(
+                        "after the stage give the report's digest: \
+                         `/approve {stage} sha256:<64 hex digits, or the first 12 or more>`"
+                    ),
+                ));
+            }
+            Ok(Command::Approve {
+                digest: Some(read_digest(second, Some(&stage))?),
+                stage: Some(stage),
+            })
+        }
+        _ => Err(unreadable(
+            "`/approve` takes at most a stage and a digest",
+            "write `/approve`, `/approve <digest>`, `/approve <stage>` or `/approve <stage> <digest>`",
+        )),
+    }
+}
+
+/// `sha256:` anything, or 12 or more hex digits: the reviewer meant a digest.
+fn is_digest_like(word: &str) -> bool {
+    starts_with_digest_prefix(word)
+        || (word.len() >= MIN_PREFIX_HEX_DIGITS && word.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn read_digest(word: &str, stage: Option<&str>) -> Result<DigestRef, Unreadable> {
+    let approve = match stage {
+        Some(stage) => format!("/approve {stage}"),
+        None => "/approve".to_owned(),
+    };
+    let hex = strip_digest_prefix(word);
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(match read_digest_after_trimming(word) {
+            Some(digest) => unreadable(
+                format!("`{word}` has something after the digest"),
+                format!("write the digest alone: `{approve} {}`", digest.as_text()),
+            ),
+            None => unreadable(
+                format!("`{word}` is not a digest: only hex digits 0-9 and a-f follow `sha256:`"),
+                format!("copy the digest from the plan report: `{approve} sha256:<64 hex digits>`"),
+            ),
+        });
+    }
+    digest_from_hex(hex).map_err(|problem| {
+        unreadable(
+            problem,
+            format!(
+                "copy the digest from the plan report, whole or its first 12 or more hex digits: \
+                 `{approve} sha256:<hex digits>`"
+            ),
+        )
+    })
+}
+
+/// The digest a word would be without trailing punctuation (`sha256:abc….` → `sha256:abc…`).
+fn read_digest_after_trimming(word: &str) -> Option<DigestRef> {
+    let trimmed = word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    if trimmed.len() == word.len() || !is_digest_like(trimmed) {
+        return None;
+    }
+    let hex = strip_digest_prefix(trimmed);
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    digest_from_hex(hex).ok()
+}
+
+fn digest_from_hex(hex: &str) -> Result<DigestRef, String> {
+    let hex = hex.to_ascii_lowercase();
+    match hex.len() {
+        DIGEST_HEX_DIGITS => Ok(DigestRef::Full(format!("{DIGEST_PREFIX}{hex}"))),
+        n if n < MIN_PREFIX_HEX_DIGITS => Err(format!(
+            "a digest prefix needs at least {MIN_PREFIX_HEX_DIGITS} hex digits; `{hex}` has {n}"
+        )),
+        n if n > DIGEST_HEX_DIGITS => Err(format!(
+            "a sha256 digest has {DIGEST_HEX_DIGITS} hex digits; this one has {n}"
+        )),
+        _ => Ok(DigestRef::Prefix(hex)),
+    }
+}
+
+fn starts_with_digest_prefix(word: &str) -> bool {
+    word.get(..DIGEST_PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(DIGEST_PREFIX))
+}
+
+fn strip_digest_prefix(word: &str) -> &str {
+    if starts_with_digest_prefix(word) {
+        &word[DIGEST_PREFIX.len()..]
+    } else {
+        word
+    }
+}
+
+/// A stage as `/approve` accepts it: `[a-z0-9][a-z0-9_-]*`.
+fn read_stage(word: &str) -> Result<String, Unreadable> {
+    let mut bytes = word.bytes();
+    let well_formed = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if well_formed {
+        return Ok(word.to_owned());
+    }
+    Err(match read_digest_after_trimming(word) {
+        Some(digest) => unreadable(
+            format!("`{word}` has something after the digest"),
+            format!("write the digest alone: `/approve {}`", digest.as_text()),
+        ),
+        None => unreadable(
+            format!("`{word}` is neither a stage nor a digest"),
+            "a stage is lowercase letters, digits, `-` and `_` (e.g. `/approve prod`); \
+             a digest is `sha256:` and its hex digits (e.g. `/approve sha256:<hex digits>`)",
+        ),
+    })
+}
+
+fn read_override(arguments: &str) -> Result<Command, Unreadable> {
+    let (member, reason) = arguments
+        .split_once(char::is_whitespace)
+        .unwrap_or((arguments, ""));
+    let reason = reason.trim();
+    if member.is_empty() {
+        return Err(unreadable(
+            "`/override` needs a member and a reason",
+            "write `/override <component@stage> <reason>`, e.g. `/override app@prod the outage fix`",
+        ));
+    }
+    if !is_member_name(member) {
+        return Err(unreadable(
+            format!("`{member}` is not a member: members are written `component@stage`"),
+            format!(
+                "write `/override <component@stage> {}`",
+                if reason.is_empty() {
+                    "<reason>"
+                } else {
+                    reason
+                }
+            ),
+        ));
+    }
+    if reason.is_empty() {
+        return Err(unreadable(
+            "an override needs a reason",
+            format!("say why after the member: `/override {member} <reason>`"),
+        ));
+    }
+    Ok(Command::Override {
+        member: member.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
+
+/// `component@stage`, each part a name as the repo config allows it.
+fn is_member_name(word: &str) -> bool {
+    let is_name = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    word.split_once('@')
+        .is_some_and(|(component, stage)| is_name(component) && is_name(stage))
+}
+
+fn looks_meant_for_us(word: &str) -> bool {
+    let word = word.to_lowercase();
+    word.starts_with(BOT_WORD)
+        || COMMANDS
+            .iter()
+            .any(|spec| within_typo_distance(&word, spec.name))
+}
+
+/// Optimal-string-alignment distance (Damerau–Levenshtein with adjacent
+/// transpositions) of at most [`TYPO_DISTANCE`]; long words are rejected by length.
+fn within_typo_distance(word: &str, name: &str) -> bool {
+    let word: Vec<char> = word.chars().take(name.len() + TYPO_DISTANCE + 1).collect();
+    let name: Vec<char> = name.chars().collect();
+    if word.len().abs_diff(name.len()) > TYPO_DISTANCE {
+        return false;
+    }
+    let width = name.len() + 1;
+    let mut rows = vec![vec![0usize; width]; word.len() + 1];
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=word.len() {
+        rows[i][0] = i;
+        for j in 1..width {
+            let substitution = usize::from(word[i - 1] != name[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + substitution);
+            if i > 1 && j > 1 && word[i - 1] == name[j - 2] && word[i - 2] == name[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[word.len()][name.len()] <= TYPO_DISTANCE
+}
+
+/// Where the line-by-line walk is: in text, in a fenced code block, or in an HTML comment.
+#[derive(Default)]
+enum BlockTracker {
+    #[default]
+    Text,
+    Fence(Fence),
+    HtmlComment,
+}
+
+struct Fence {
+    marker: u8,
+    length: usize,
+    /// Column the enclosing list item's content starts at (0 outside lists);
+    /// a less indented line ends the item and the fence with it.
+    content_column: usize,
+}
+
+impl BlockTracker {
+    /// The line from its `/` on when it is a command line, else `None`;
+    /// updates which block the next line is in.
+    fn command_text<'a>(&mut self, line: &'a str) -> Option<&'a str> {
+        match self {
+            Self::HtmlComment => {
+                if let Some(end) = line.find("-->") {
+                    *self = Self::Text;
+                    self.note_html_comments(&line[end + 3..]);
+                }
+                return None;
+            }
+            Self::Fence(fence) => {
+                let (column, rest) = indentation(0, line);
+                if rest.is_empty() {
+                    return None;
+                }
+                if column >= fence.content_column {
+                    if column - fence.content_column <= 3 && fence.is_closed_by(rest) {
+                        *self = Self::Text;
+                    }
+                    return None;
+                }
+                *self = Self::Text;
+            }
+            Self::Text => {}
+        }
+        let (column, rest) = indentation(0, line);
+        if column >= 4 || rest.starts_with('>') {
+            return None;
+        }
+        if let Some(fence) = opening_fence(line) {
+            *self = Self::Fence(fence);
+            return None;
+        }
+        self.note_html_comments(rest);
+        if rest.starts_with('/') {
+            Some(rest.find("<!--").map_or(rest, |start| &rest[..start]))
+        } else {
+            None
+        }
+    }
+
+    fn note_html_comments(&mut self, text: &str) {
+        let mut rest = text;
+        while let Some(start) = rest.find("<!--") {
+            // `<!-->` and `<!--->` are complete comments, so the end may overlap the start.
+            let body = &rest[start + 2..];
+            match body.find("-->") {
+                Some(end) => rest = &body[end + 3..],
+                None => {
+                    *self = Self::HtmlComment;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Fence {
+    fn is_closed_by(&self, rest: &str) -> bool {
+        let run = rest.bytes().take_while(|&b| b == self.marker).count();
+        run >= self.length && rest[run..].trim().is_empty()
+    }
+}
+
+/// A ``` or ~~~ fence opening on this line, also as the first thing in a list item.
+fn opening_fence(line: &str) -> Option<Fence> {
+    let (mut column, mut rest) = indentation(0, line);
+    let mut content_column = 0;
+    loop {
+        if column - content_column > 3 {
+            return None;
+        }
+        if let Some(fence) = fence_run(rest, content_column) {
+            return Some(fence);
+        }
+        let marker_width = list_marker_width(rest)?;
+        let marker_end = column + marker_width;
+        let (item_column, item_text) = indentation(marker_end, &rest[marker_width..]);
+        if item_text.is_empty() || item_column - marker_end > 4 {
+            return None;
+        }
+        content_column = item_column;
+        column = item_column;
+        rest = item_text;
+    }
+}
+
+fn fence_run(text: &str, content_column: usize) -> Option<Fence> {
+    let marker = *text.as_bytes().first()?;
+    if marker != b'`' && marker != b'~' {
+        return None;
+    }
+    let length = text.bytes().take_while(|&b| b == marker).count();
+    let info = &text[length..];
+    if length < 3 || (marker == b'`' && info.contains('`')) {
+        return None;
+    }
+    Some(Fence {
+        marker,
+        length,
+        content_column,
+    })
+}
+
+/// Width of a list marker (`-`, `*`, `+`, `1.`, `1)`) followed by a space or tab.
+fn list_marker_width(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+    let width = match bytes.first()? {
+        b'-' | b'*' | b'+' => 1,
+        _ if (1..=9).contains(&digits) && matches!(bytes.get(digits), Some(b'.' | b')')) => {
+            digits + 1
+        }
+        _ => return None,
+    };
+    matches!(bytes.get(width), Some(b' ' | b'\t')).then_some(width)
+}
+
+/// The column after leading spaces and tabs (tab stops every 4), starting at
+/// `start_column`, and the text after them.
+fn indentation(start_column: usize, text: &str) -> (usize, &str) {
+    let mut column = start_column;
+    for (offset, byte) in text.bytes().enumerate() {
+        match byte {
+            b' ' => column += 1,
+            b'\t' => column += 4 - column % 4,
+            _ => return (column, &text[offset..]),
+        }
+    }
+    (column, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX64: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn only_command(body: &str) -> Command {
+        let found = parse(body);
+        assert!(found.errors.is_empty(), "errors: {:?}", found.errors);
+        assert!(found.unknown.is_empty(), "unknown: {:?}", found.unknown);
+        assert_eq!(found.commands.len(), 1, "commands: {:?}", found.commands);
+        found.commands.into_iter().next().unwrap()
+    }
+
+    fn only_error(body: &str) -> CommandError {
+        let found = parse(body);
+        assert!(found.commands.is_empty(), "commands: {:?}", found.commands);
+        assert_eq!(found.errors.len(), 1, "errors: {:?}", found.errors);
+        found.errors.into_iter().next().unwrap()
+    }
+
+    fn approve(stage: Option<&str>, digest: Option<DigestRef>) -> Command {
+        Command::Approve {
+            stage: stage.map(str::to_owned),
+            digest,
+        }
+    }
+
+    fn full() -> DigestRef {
+        DigestRef::Full(format!("sha256:{HEX64}"))
+    }
+
+    fn nothing_in(body: &str) {
+        assert_eq!(parse(body), Commands::default(), "body: {body:?}");
+    }
+
+    #[test]
+    fn bare_approve_names_the_newest_report() {
+        assert_eq!(only_command("/approve"), approve(None, None));
+    }
+
+    #[test]
+    fn approve_with_a_full_digest() {
+        assert_eq!(
+            only_command(&format!("/approve sha256:{HEX64}")),
+            approve(None, Some(full()))
+        );
+        assert_eq!(
+            only_command(&format!("/approve {HEX64}")),
+            approve(None, Some(full()))
+        );
+    }
+
+    #[test]
+    fn an_uppercase_digest_is_normalised_to_lowercase() {
+        let shouted = format!("/approve SHA256:{}", HEX64.to_uppercase());
+        assert_eq!(only_command(&shouted), approve(None, Some(full())));
+    }
+
+    #[test]
+    fn approve_with_a_digest_prefix() {
+        let prefix = DigestRef::Prefix("0123456789ab".into());
+        assert_eq!(
+            only_command("/approve sha256:0123456789ab"),
+            approve(None, Some(prefix.clone()))
+        );
+        assert_eq!(
+            only_command("/approve 0123456789AB"),
+            approve(None, Some(prefix))
+        );
+        let longest = &HEX64[..63];
+        assert_eq!(
+            only_command(&format!("/approve {longest}")),
+            approve(None, Some(DigestRef::Prefix(longest.into())))
+        );
+    }
+
+    #[test]
+    fn approve_one_stage() {
+        assert_eq!(only_command("/approve prod"), approve(Some("prod"), None));
+        assert_eq!(
+            only_command("/approve eu-west_2"),
+            approve(Some("eu-west_2"), None)
+        );
+    }
+
+    #[test]
+    fn approve_one_stage_at_a_digest() {
+        assert_eq!(
+            only_command(&format!("/approve prod sha256:{HEX64}")),
+            approve(Some("prod"), Some(full()))
+        );
+        assert_eq!(
+            only_command("/approve prod 0123456789abcdef"),
+            approve(
+                Some("prod"),
+                Some(DigestRef::Prefix("0123456789abcdef".into()))
+            )
+        );
+    }
+
+    #[test]
+    fn a_digest_prefix_of_eleven_digits_is_refused_with_the_form_to_use() {
+        for body in [
+            "/approve sha256:0123456789a",
+            "/approve prod sha256:0123456789a",
+        ] {
+            let error = only_error(body);
+            assert!(
+                error
+                    .problem
+                    .contains("a digest prefix needs at least 12 hex digits"),
+                "{error:?}"
+            );
+            assert!(error.fix.contains("sha256:<hex digits>"), "{error:?}");
+        }
+        assert!(only_error("/approve prod sha256:0123456789a")
+            .fix
+            .contains("/approve prod "));
+    }
+
+    #[test]
+    fn eleven_bare_hex_digits_read_as_a_stage_name() {
+        assert_eq!(
+            only_command("/approve 0123456789a"),
+            approve(Some("0123456789a"), None)
+        );
+    }
+
+    #[test]
+    fn a_digest_longer_than_sha256_is_refused() {
+        let error = only_error(&format!("/approve sha256:{HEX64}0"));
+        assert!(error.problem.contains("64 hex digits"), "{error:?}");
+        let error = only_error(&format!("/approve {HEX64}0"));
+        assert!(error.problem.contains("64 hex digits"), "{error:?}");
+    }
+
+    #[test]
+    fn a_digest_with_letters_beyond_f_is_refused() {
+        let error = only_error("/approve sha256:0123456789xyz");
+        assert!(error.problem.contains("not a digest"), "{error:?}");
+    }
+
+    #[test]
+    fn a_period_after_the_digest_is_refused_and_the_fix_is_the_exact_command() {
+        let error = only_error(&format!("/approve sha256:{HEX64}."));
+        assert!(error.problem.contains("after the digest"), "{error:?}");
+        assert!(
+            error.fix.contains(&format!("`/approve sha256:{HEX64}`")),
+            "{error:?}"
+        );
+
+        let error = only_error("/approve 0123456789abcdef.");
+        assert!(
+            error.fix.contains("`/approve sha256:0123456789abcdef`"),
+            "{error:?}"
+        );
+
+        let error = only_error("/approve prod 0123456789abcdef!");
+        assert!(
+            error
+                .fix
+                .contains("`/approve prod sha256:0123456789abcdef`"),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_stage_outside_the_name_rule_is_refused() {
+        for stage in ["Prod", "-prod", "prod!", "eu.west", "_x"] {
+            let error = only_error(&format!("/approve {stage}"));
+            assert!(error.problem.contains(stage), "{error:?}");
+            assert!(error.fix.contains("/approve prod"), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn the_second_approve_argument_must_be_a_digest() {
+        let error = only_error("/approve prod staging");
+        assert_eq!(error.problem, "`staging` is not a digest");
+        assert!(error.fix.contains("/approve prod sha256:"), "{error:?}");
+    }
+
+    #[test]
+    fn the_digest_comes_after_the_stage() {
+        let error = only_error(&format!("/approve sha256:{HEX64} prod"));
+        assert!(error.fix.contains("/approve <stage> <digest>"), "{error:?}");
+    }
+
+    #[test]
+    fn approve_takes_at_most_two_arguments() {
+        let error = only_error(&format!("/approve prod sha256:{HEX64} please"));
+        assert!(error.problem.contains("at most"), "{error:?}");
+    }
+
+    #[test]
+    fn an_error_names_the_line_and_its_text() {
+        let error = only_error("thanks!\n\n  /approve Prod  \n");
+        assert_eq!(error.line, 3);
+        assert_eq!(error.text, "/approve Prod");
+    }
+
+    #[test]
+    fn commands_without_arguments() {
+        assert_eq!(only_command("/plan"), Command::Plan);
+        assert_eq!(only_command("/retry"), Command::Retry);
+        assert_eq!(only_command("/revoke"), Command::Revoke);
+        assert_eq!(only_command("/help"), Command::Help);
+    }
+
+    #[test]
+    fn text_after_a_command_without_arguments_is_refused_naming_the_form() {
+        for (body, form) in [
+            ("/plan now please", "`/plan`"),
+            ("/retry prod", "`/retry`"),
+            ("/revoke all", "`/revoke`"),
+            ("/help me", "`/help`"),
+        ] {
+            let error = only_error(body);
+            assert!(error.fix.contains(form), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn override_names_a_member_and_the_reason_is_the_rest_of_the_line() {
+        assert_eq!(
+            only_command("/override app@prod   the outage fix, approved by  ops  "),
+            Command::Override {
+                member: "app@prod".into(),
+                reason: "the outage fix, approved by  ops".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn override_without_a_reason_is_refused() {
+        let error = only_error("/override app@prod");
+        assert_eq!(error.problem, "an override needs a reason");
+        assert!(
+            error.fix.contains("`/override app@prod <reason>`"),
+            "{error:?}"
+        );
+        assert_eq!(
+            only_error("/override app@prod   ").problem,
+            "an override needs a reason"
+        );
+    }
+
+    #[test]
+    fn override_needs_a_component_at_stage_member() {
+        for body in [
+            "/override app because",
+            "/override @prod because",
+            "/override app@ because",
+        ] {
+            let error = only_error(body);
+            assert!(error.problem.contains("component@stage"), "{error:?}");
+        }
+        assert!(only_error("/override")
+            .problem
+            .contains("needs a member and a reason"));
+    }
+
+    #[test]
+    fn the_command_word_is_case_insensitive() {
+        assert_eq!(only_command("/Approve"), approve(None, None));
+        assert_eq!(only_command("/PLAN"), Command::Plan);
+    }
+
+    #[test]
+    fn several_commands_in_one_comment_keep_their_order() {
+        let body = "Looks good.\n/approve dev\nand then\n/plan\n/approve prod\n";
+        assert_eq!(
+            parse(body).commands,
+            vec![
+                approve(Some("dev"), None),
+                Command::Plan,
+                approve(Some("prod"), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_near_miss_of_a_command_is_unknown_and_other_bots_commands_are_ignored() {
+        let found = parse("/approved\n/aprove\n/Pln\n/wavegate-status\n/cc @x\n/assign @y\n/lgtm");
+        assert_eq!(
+            found.unknown,
+            vec!["/approved", "/aprove", "/Pln", "/wavegate-status"]
+        );
+        assert!(found.commands.is_empty() && found.errors.is_empty());
+    }
+
+    #[test]
+    fn a_transposition_counts_as_one_edit() {
+        assert_eq!(parse("/rtery").unknown, vec!["/rtery"]);
+        assert!(within_typo_distance("aprpvoe", "approve"));
+        assert!(!within_typo_distance("rerun", "retry"));
+    }
+
+    #[test]
+    fn only_the_start_of_a_line_holds_a_command() {
+        nothing_in("please `/approve` this");
+        nothing_in("please /approve");
+        nothing_in("- /approve");
+        nothing_in("/");
+    }
+
+    #[test]
+    fn up_to_three_spaces_of_indentation_are_allowed() {
+        assert_eq!(only_command("   /approve"), approve(None, None));
+        nothing_in("    /approve");
+        nothing_in("\t/approve");
+        nothing_in("text\n    /approve");
+    }
+
+    #[test]
+    fn fenced_code_is_not_commands() {
+        nothing_in("```\n/approve\n```");
+        nothing_in("~~~text\n/approve\n~~~");
+        nothing_in("  ```sh\n  /approve\n  ```");
+        assert_eq!(
+            parse("```\n/approve\n```\n/plan").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn a_fence_closes_only_with_its_own_marker_at_least_as_long() {
+        nothing_in("````\n```\n/approve\n````");
+        nothing_in("~~~\n```\n/approve\n~~~");
+        nothing_in("```\n``` not a close\n/approve\n```");
+        assert_eq!(
+            parse("~~~~\n/plan\n~~~~~\n/retry").commands,
+            vec![Command::Retry]
+        );
+    }
+
+    #[test]
+    fn an_unclosed_fence_runs_to_the_end() {
+        nothing_in("Try:\n```\n/approve\n\n/plan\n");
+    }
+
+    #[test]
+    fn backticks_with_a_backtick_in_the_info_are_inline_code_not_a_fence() {
+        assert_eq!(
+            parse("```inline``` text\n/plan").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn a_fence_in_a_list_item_ends_with_the_item() {
+        nothing_in("- ```\n  /approve\n\n  ```");
+        nothing_in("1. ```\n   /approve\n   ```");
+        assert_eq!(
+            parse("- ```\n  /approve\n/plan").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn quoted_lines_are_not_commands() {
+        nothing_in("> /approve");
+        nothing_in(">/approve");
+        nothing_in("> > /approve");
+        nothing_in("   > /approve");
+        assert_eq!(parse("> /approve\n\n/plan").commands, vec![Command::Plan]);
+    }
+
+    #[test]
+    fn a_fence_opened_in_a_quote_does_not_hide_the_lines_after_the_quote() {
+        assert_eq!(
+            parse("> ```\n> /approve\n/plan").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn text_inside_an_html_comment_is_not_a_command() {
+        nothing_in("<!-- wavegate:report\n/approve\n-->");
+        nothing_in("Hello <!--\n/approve\n--> bye");
+        assert_eq!(
+            parse("<!--\n/approve\n-->\n/plan").commands,
+            vec![Command::Plan]
+        );
+        assert_eq!(
+            parse("<!-- marker -->\n/plan").commands,
+            vec![Command::Plan]
+        );
+        assert_eq!(parse("<!-->\n/plan").commands, vec![Command::Plan]);
+    }
+
+    #[test]
+    fn a_comment_after_a_command_is_not_its_argument() {
+        assert_eq!(
+            only_command("/approve <!-- from the phone -->"),
+            approve(None, None)
+        );
+        assert_eq!(
+            parse("/plan <!--\n/approve\n-->").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn a_fence_marker_inside_an_html_comment_opens_nothing() {
+        assert_eq!(parse("<!--\n```\n-->\n/plan").commands, vec![Command::Plan]);
+    }
+
+    #[test]
+    fn windows_line_endings() {
+        let found = parse("Ship it\r\n/approve prod\r\n/override app@prod hotfix\r\n");
+        assert_eq!(
+            found.commands,
+            vec![
+                approve(Some("prod"), None),
+                Command::Override {
+                    member: "app@prod".into(),
+                    reason: "hotfix".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_full_digest_matches_only_itself() {
+        let reference = full();
+        assert!(reference.matches(&format!("sha256:{HEX64}")));
+        let other = format!("sha256:{}0", &HEX64[..63]);
+        assert!(!reference.matches(&other));
+    }
+
+    #[test]
+    fn a_prefix_matches_the_digests_that_start_with_it() {
+        let reference = DigestRef::Prefix("0123456789ab".into());
+        assert!(reference.matches(&format!("sha256:{HEX64}")));
+        assert!(!reference.matches(&format!("sha256:f{}", &HEX64[1..])));
+        assert!(!reference.matches("sha256:0123456789ab"));
+    }
+
+    #[test]
+    fn a_reference_as_text_reads_back_as_itself() {
+        for reference in [full(), DigestRef::Prefix("0123456789ab".into())] {
+            let body = format!("/approve {}", reference.as_text());
+            assert_eq!(only_command(&body), approve(None, Some(reference)));
+        }
+    }
+
+    #[test]
+    fn help_lists_every_command() {
+        insta::assert_snapshot!(help_text(), @r"
+        wavegate commands: write each at the start of its own line, outside code blocks and quotes.
+
+        - `/approve [stage] [digest]` — approve the newest plan, for every stage or only the one named; give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
+        - `/plan` — plan this pull request again now
+        - `/retry` — resume an apply that failed or was stopped
+        - `/revoke` — withdraw your approval of this pull request
+        - `/override <member> <reason>` — let a plan the policy denied through for one member (`component@stage`), saying why; for the policy's overriders only
+        - `/help` — show this list
+        ");
+    }
+
+    #[test]
+    fn help_names_every_declared_command_with_its_summary() {
+        let help = help_text();
+        for spec in COMMANDS {
+            assert!(
+                help.contains(&format!("`/{}", spec.name)),
+                "{} is missing",
+                spec.name
+            );
+        }
+    }
+
+    /// Every usage, with its placeholders filled in and with its optional parts
+    /// left out, reads as the command it declares.
+    #[test]
+    fn every_declared_usage_parses_into_its_command() {
+        let samples = [
+            ("[stage]", "prod".to_owned()),
+            ("[digest]", format!("sha256:{HEX64}")),
+            ("<member>", "app@prod".to_owned()),
+            ("<reason>", "the outage fix".to_owned()),
+        ];
+        let fill = |usage: &str| {
+            samples
+                .iter()
+                .fold(usage.to_owned(), |text, (placeholder, sample)| {
+                    text.replace(placeholder, sample)
+                })
+        };
+        for spec in COMMANDS {
+            let without_optionals = samples
+                .iter()
+                .filter(|(placeholder, _)| placeholder.starts_with('['))
+                .fold(spec.usage.to_owned(), |text, (placeholder, _)| {
+                    text.replace(&format!(" {placeholder}"), "")
+                });
+            let filled = fill(spec.usage);
+            let bare = fill(&without_optionals);
+            for body in [filled, bare] {
+                assert!(
+                    !body.contains(['<', '[']),
+                    "`{}`: the test has no sample for a placeholder in `{body}`",
+                    spec.name
+                );
+                assert_eq!(only_command(&body).name(), spec.name, "`{body}`");
+            }
+        }
+    }
+
+    #[test]
+    fn in_a_long_body_each_fence_hides_the_command_after_it() {
+        let unit = "/approve prod\n```\n";
+        let units = 65536 / unit.len();
+        let found = parse(&unit.repeat(units));
+        assert_eq!(found.commands.len(), units.div_ceil(2));
+    }
+}
