@@ -1,14 +1,20 @@
 //! The `wavegate` command line: `serve` (the bot), `plan` (a local dry run of
-//! what the bot would post), `config check`, and `adapt terraform`.
+//! what the bot would post), `config check`, `adapt terraform`, and `ledger
+//! verify|export` (audit the gate ledger).
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wavegate::config::{RepoConfig, CONFIG_FILE};
+use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
 use wavegate::report;
+use wavegate::store::Store;
+
+/// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
+const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
 
 #[derive(Parser)]
 #[command(
@@ -61,6 +67,30 @@ enum Command {
     Adapt {
         #[command(subcommand)]
         tool: AdaptTool,
+    },
+    /// Audit the gate ledger: check its hash chains or export its facts.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Recompute every repository's hash chain; exit 1 naming the first broken link.
+    Verify {
+        /// The database (default: WAVEGATE_DATABASE_URL, else sqlite://wavegate.db).
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
+    /// Write the facts as JSON lines, one fact per line, to standard output.
+    Export {
+        /// Only this repository's facts, e.g. github:acme/infra.
+        #[arg(long)]
+        repo: Option<String>,
+        /// The database (default: WAVEGATE_DATABASE_URL, else sqlite://wavegate.db).
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
     },
 }
 
@@ -116,6 +146,95 @@ fn main() -> ExitCode {
         Command::Adapt {
             tool: AdaptTool::Terraform,
         } => adapt_terraform(),
+        Command::Ledger { command } => ledger_command(command),
+    }
+}
+
+fn ledger_command(command: LedgerCommand) -> ExitCode {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let done = runtime.block_on(async {
+        match command {
+            LedgerCommand::Verify { database } => {
+                let store = open_ledger(database).await?;
+                verify_ledger(&store).await
+            }
+            LedgerCommand::Export { repo, database } => {
+                let store = open_ledger(database).await?;
+                export_ledger(&store, repo).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    });
+    done.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
+async fn open_ledger(database: Option<String>) -> anyhow::Result<Store> {
+    let url = database
+        .or_else(|| std::env::var("WAVEGATE_DATABASE_URL").ok())
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    Store::open_existing(&url).await
+}
+
+/// One line per repository; exit 1 when any chain is broken or unreadable.
+async fn verify_ledger(store: &Store) -> anyhow::Result<ExitCode> {
+    let repos = store.ledger_repos().await?;
+    if repos.is_empty() {
+        println!("the ledger holds no facts yet");
+    }
+    let mut all_intact = true;
+    for repo in repos {
+        let facts = match store.repo_facts(&repo).await {
+            Ok(facts) => facts,
+            Err(e) => {
+                all_intact = false;
+                println!("{repo}: the ledger cannot be read: {e:#}");
+                continue;
+            }
+        };
+        match ledger::verify_chain(&facts) {
+            Ok(()) => {
+                let plural = if facts.len() == 1 { "" } else { "s" };
+                println!("{repo}: {} fact{plural}, chain intact", facts.len());
+            }
+            Err(broken) => {
+                all_intact = false;
+                println!("{broken}");
+            }
+        }
+    }
+    Ok(if all_intact {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn export_ledger(store: &Store, repo: Option<String>) -> anyhow::Result<()> {
+    let repos = match repo {
+        Some(repo) => vec![repo],
+        None => store.ledger_repos().await?,
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for repo in repos {
+        for fact in store.repo_facts(&repo).await? {
+            let line = serde_json::to_string(&fact)?;
+            if let Err(e) = writeln!(out, "{line}") {
+                return quiet_when_reader_left(e);
+            }
+        }
+    }
+    out.flush().or_else(quiet_when_reader_left)
+}
+
+/// A reader that stops early (`| head`) is not an export failure.
+fn quiet_when_reader_left(e: std::io::Error) -> anyhow::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(anyhow::Error::new(e).context("writing the export"))
     }
 }
 

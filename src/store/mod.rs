@@ -1,10 +1,11 @@
 //! The durable store: webhook deliveries (deduplicated), the job queue with
-//! leases and retries, what the bot knows of each pull request, and the plans
-//! it made. Everything that must survive a crash lives here; SQLite today,
-//! PostgreSQL behind the same API next.
+//! leases and retries, what the bot knows of each pull request, the plans it
+//! made, and the gate ledger's facts. Everything that must survive a crash
+//! lives here; SQLite today, PostgreSQL behind the same API next.
 
 mod clock;
 mod intake;
+mod ledger;
 mod sqlite;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -29,13 +29,20 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("migrations/sqlite/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("migrations/sqlite/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "ledger",
+        sql: include_str!("migrations/sqlite/0002_ledger.sql"),
+    },
+];
 
-fn newest_known_version() -> i64 {
+pub(super) fn newest_known_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
@@ -79,11 +86,11 @@ LIMIT 1";
 /// The handle every part of the bot shares; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
     clock: Arc<dyn Clock>,
     /// Writers in this process queue here instead of in SQLite's busy
     /// handler, which sleeps and retries and wastes most of the time it waits.
-    writer: Arc<tokio::sync::Mutex<()>>,
+    pub(super) writer: Arc<tokio::sync::Mutex<()>>,
     /// Deliveries go through one writer that commits them in groups.
     intake: tokio::sync::mpsc::Sender<super::intake::Request>,
 }
@@ -102,13 +109,34 @@ impl Store {
     }
 
     pub async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
+        Self::connect(url, clock, true).await
+    }
+
+    /// Opens a database that must already exist (for commands that inspect
+    /// one: a mistyped path is an error, never a new empty database), and
+    /// brings its schema up to date.
+    pub async fn open_existing(url: &str) -> Result<Store> {
+        let options = SqliteConnectOptions::from_str(url)
+            .with_context(|| format!("`{url}` is not a SQLite database URL"))?;
+        let path = options.get_filename();
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        if !in_memory && !path.is_file() {
+            bail!(
+                "there is no database at `{}` (from `{url}`): give the URL of wavegate's database",
+                path.display()
+            );
+        }
+        Self::connect(url, Arc::new(SystemClock), false).await
+    }
+
+    async fn connect(url: &str, clock: Arc<dyn Clock>, create_if_missing: bool) -> Result<Store> {
         if !url.starts_with("sqlite:") {
             bail!("`{url}` is not a database wavegate can use yet: give a sqlite:// URL");
         }
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let mut options = SqliteConnectOptions::from_str(url)
             .with_context(|| format!("`{url}` is not a SQLite database URL"))?
-            .create_if_missing(true)
+            .create_if_missing(create_if_missing)
             .foreign_keys(true)
             .busy_timeout(BUSY_TIMEOUT)
             // A delivery answered 202 survives a power cut too; intake
@@ -631,7 +659,7 @@ pub(super) fn to_i64(value: u64, what: &str) -> Result<i64> {
     i64::try_from(value).map_err(|_| anyhow!("{what} {value} is too large to store"))
 }
 
-fn to_u64(value: i64, what: &str) -> Result<u64> {
+pub(super) fn to_u64(value: i64, what: &str) -> Result<u64> {
     u64::try_from(value).map_err(|_| anyhow!("stored {what} {value} is negative"))
 }
 

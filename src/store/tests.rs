@@ -1,3 +1,4 @@
+use super::sqlite::newest_known_version;
 use super::*;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -499,7 +500,10 @@ async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice() 
 
     let reopened = Store::open_with_clock(&url, f.clock.clone()).await.unwrap();
 
-    assert_eq!(reopened.schema_version().await.unwrap(), 1);
+    assert_eq!(
+        reopened.schema_version().await.unwrap(),
+        newest_known_version()
+    );
     assert_eq!(reopened.delivery_count().await.unwrap(), 1);
     assert_eq!(reopened.jobs().await.unwrap().len(), 1);
     let redelivered = reopened
@@ -511,7 +515,7 @@ async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice() 
         .fetch_one(&raw_pool(&url).await)
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, newest_known_version());
     let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&raw_pool(&url).await)
         .await
@@ -536,12 +540,15 @@ async fn a_database_from_a_newer_wavegate_is_refused() {
         err.downcast_ref::<StoreError>(),
         Some(&StoreError::SchemaTooNew {
             found: 99,
-            known: 1
+            known: newest_known_version()
         })
     );
     assert_eq!(
         err.to_string(),
-        "database schema version 99 is newer than this wavegate (knows 1): upgrade wavegate"
+        format!(
+            "database schema version 99 is newer than this wavegate (knows {}): upgrade wavegate",
+            newest_known_version()
+        )
     );
 }
 
@@ -554,7 +561,10 @@ async fn an_in_memory_store_keeps_its_data_across_calls() {
     let claimed = store.claim("w1", LEASE).await.unwrap().unwrap();
 
     assert_eq!(claimed.id, id);
-    assert_eq!(store.schema_version().await.unwrap(), 1);
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        newest_known_version()
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,293 @@
+//! The gate ledger's table: facts are appended (chained to their repository's
+//! last fact inside one write transaction, so concurrent appends still form
+//! one gapless chain) and read back; no query here updates or deletes one.
+//! What a fact means is `gate::ledger`'s business.
+
+use super::sqlite::{to_i64, to_u64};
+use super::Store;
+use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact};
+use anyhow::{anyhow, Context, Result};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+macro_rules! fact_columns {
+    () => {
+        "repo, seq, gate, kind, digest, actor_id, actor_login, at, source, data, prev, hash"
+    };
+}
+
+impl Store {
+    /// Chains `new` after its repository's last fact and stores it, in one
+    /// `BEGIN IMMEDIATE` transaction under the writer lock.
+    pub async fn append_fact(&self, new: NewFact) -> Result<Fact> {
+        let _writer = self.writer.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let last = sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts WHERE repo = $1 ORDER BY seq DESC LIMIT 1"
+        ))
+        .bind(&new.repo)
+        .fetch_optional(&mut *tx)
+        .await
+        .with_context(|| format!("reading the last ledger fact of {}", new.repo))?
+        .as_ref()
+        .map(fact_from_row)
+        .transpose()?;
+        let fact = ledger::chain(last.as_ref(), new);
+        sqlx::query(concat!(
+            "INSERT INTO facts (",
+            fact_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        ))
+        .bind(&fact.fact.repo)
+        .bind(fact.seq)
+        .bind(&fact.fact.gate)
+        .bind(fact.fact.kind.as_str())
+        .bind(&fact.fact.digest)
+        .bind(to_i64(fact.fact.actor.id, "actor id")?)
+        .bind(&fact.fact.actor.login)
+        .bind(fact.fact.at)
+        .bind(serde_json::to_string(&fact.fact.source)?)
+        .bind(serde_json::to_string(&fact.fact.data)?)
+        .bind(&fact.prev)
+        .bind(&fact.hash)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| {
+            format!(
+                "appending {} fact {} to the ledger of {}",
+                fact.fact.kind, fact.seq, fact.fact.repo
+            )
+        })?;
+        tx.commit().await?;
+        Ok(fact)
+    }
+
+    /// Every fact of one gate, in seq order.
+    pub async fn gate_facts(&self, repo: &str, gate: &str) -> Result<Vec<Fact>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts WHERE repo = $1 AND gate = $2 ORDER BY seq"
+        ))
+        .bind(repo)
+        .bind(gate)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the ledger facts of {repo} gate {gate}"))?
+        .iter()
+        .map(fact_from_row)
+        .collect()
+    }
+
+    /// A repository's whole chain, in seq order.
+    pub async fn repo_facts(&self, repo: &str) -> Result<Vec<Fact>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts WHERE repo = $1 ORDER BY seq"
+        ))
+        .bind(repo)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the ledger of {repo}"))?
+        .iter()
+        .map(fact_from_row)
+        .collect()
+    }
+
+    /// Every repository with a fact in the ledger, sorted.
+    pub async fn ledger_repos(&self) -> Result<Vec<String>> {
+        sqlx::query("SELECT DISTINCT repo FROM facts ORDER BY repo")
+            .fetch_all(&self.pool)
+            .await
+            .context("listing the repositories in the ledger")?
+            .iter()
+            .map(|row| Ok(row.try_get("repo")?))
+            .collect()
+    }
+}
+
+fn fact_from_row(row: &SqliteRow) -> Result<Fact> {
+    let repo: String = row.try_get("repo")?;
+    let seq: i64 = row.try_get("seq")?;
+    let at_fact = || format!("ledger fact {seq} of {repo}");
+    let kind: String = row.try_get("kind")?;
+    let source: String = row.try_get("source")?;
+    let data: String = row.try_get("data")?;
+    Ok(Fact {
+        seq,
+        fact: NewFact {
+            gate: row.try_get("gate")?,
+            kind: FactKind::parse(&kind)
+                .ok_or_else(|| anyhow!("{} has an unknown kind `{kind}`", at_fact()))?,
+            digest: row.try_get("digest")?,
+            actor: Actor {
+                id: to_u64(row.try_get("actor_id")?, "actor id")?,
+                login: row.try_get("actor_login")?,
+            },
+            at: row.try_get("at")?,
+            source: serde_json::from_str(&source)
+                .with_context(|| format!("{} has a source that is not one", at_fact()))?,
+            data: serde_json::from_str(&data)
+                .with_context(|| format!("{} has data that is not JSON", at_fact()))?,
+            repo: repo.clone(),
+        },
+        prev: row.try_get("prev")?,
+        hash: row.try_get("hash")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::ledger::{verify_chain, Evaluation, Source};
+    use std::collections::BTreeMap;
+    use tempfile::TempDir;
+
+    const INFRA: &str = "github:acme/infra";
+    const SITE: &str = "forgejo:acme/site";
+
+    async fn store() -> (Store, TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("wavegate.db").display());
+        (Store::open(&url).await.unwrap(), dir)
+    }
+
+    fn approval(repo: &str, gate: &str, actor_id: u64, comment: u64) -> NewFact {
+        NewFact {
+            repo: repo.into(),
+            gate: gate.into(),
+            kind: FactKind::Approved,
+            digest: format!("sha256:{}", "a".repeat(64)),
+            actor: Actor {
+                id: actor_id,
+                login: format!("user{actor_id}"),
+            },
+            at: 1_700_000_000_000 + i64::try_from(comment).unwrap(),
+            source: Source::Comment { id: comment },
+            data: serde_json::Value::Null,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_repository_has_its_own_chain_and_facts_read_back_as_appended() {
+        let (store, _dir) = store().await;
+        let mut appended = Vec::new();
+        for (n, (repo, gate)) in [
+            (INFRA, "pr-1"),
+            (SITE, "pr-1"),
+            (INFRA, "pr-2"),
+            (INFRA, "pr-1"),
+            (SITE, "pr-7"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut new = approval(repo, gate, 10 + n as u64, n as u64);
+            new.data = serde_json::json!({ "note": format!("fact {n}") });
+            appended.push(store.append_fact(new).await.unwrap());
+        }
+        let seqs: Vec<(&str, i64)> = appended
+            .iter()
+            .map(|f| (f.fact.repo.as_str(), f.seq))
+            .collect();
+        assert_eq!(
+            seqs,
+            [(INFRA, 1), (SITE, 1), (INFRA, 2), (INFRA, 3), (SITE, 2)]
+        );
+        assert_eq!(store.ledger_repos().await.unwrap(), [SITE, INFRA]);
+
+        let infra = store.repo_facts(INFRA).await.unwrap();
+        assert_eq!(
+            infra,
+            [
+                appended[0].clone(),
+                appended[2].clone(),
+                appended[3].clone()
+            ]
+        );
+        let site = store.repo_facts(SITE).await.unwrap();
+        assert_eq!(site, [appended[1].clone(), appended[4].clone()]);
+        assert_eq!(verify_chain(&infra), Ok(()));
+        assert_eq!(verify_chain(&site), Ok(()));
+
+        let gate = store.gate_facts(INFRA, "pr-1").await.unwrap();
+        assert_eq!(gate, [appended[0].clone(), appended[3].clone()]);
+        assert!(matches!(
+            ledger::evaluate(&gate, &appended[0].fact.digest, 2),
+            Evaluation::Satisfied { count: 2, .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_database_refuses_to_change_or_remove_a_fact() {
+        let (store, _dir) = store().await;
+        store
+            .append_fact(approval(INFRA, "pr-1", 1, 1))
+            .await
+            .unwrap();
+        let update = sqlx::query("UPDATE facts SET actor_login = 'mallory'")
+            .execute(&store.pool)
+            .await;
+        assert!(update.unwrap_err().to_string().contains("append-only"));
+        let delete = sqlx::query("DELETE FROM facts").execute(&store.pool).await;
+        assert!(delete.unwrap_err().to_string().contains("append-only"));
+        assert_eq!(
+            store.repo_facts(INFRA).await.unwrap()[0].fact.actor.login,
+            "user1"
+        );
+    }
+
+    #[tokio::test]
+    async fn opening_a_database_that_does_not_exist_creates_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mistyped.db");
+        let error = Store::open_existing(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("no database"), "{error:#}");
+        assert!(!path.exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_form_one_gapless_chain_per_repository() {
+        const TASKS: u64 = 8;
+        const EACH: u64 = 20;
+        let (store, _dir) = store().await;
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for n in 0..EACH {
+                        let repo = if (task + n) % 2 == 0 { INFRA } else { SITE };
+                        let gate = format!("pr-{task}");
+                        store
+                            .append_fact(approval(repo, &gate, task, task * EACH + n))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+
+        let mut per_repo = BTreeMap::new();
+        for repo in store.ledger_repos().await.unwrap() {
+            let facts = store.repo_facts(&repo).await.unwrap();
+            assert_eq!(verify_chain(&facts), Ok(()), "{repo}");
+            let seqs: Vec<i64> = facts.iter().map(|f| f.seq).collect();
+            let expected: Vec<i64> = (1..=facts.len() as i64).collect();
+            assert_eq!(seqs, expected, "{repo}");
+            per_repo.insert(repo, facts.len());
+        }
+        let half = usize::try_from(TASKS * EACH / 2).unwrap();
+        assert_eq!(
+            per_repo,
+            BTreeMap::from([(SITE.to_owned(), half), (INFRA.to_owned(), half)])
+        );
+    }
+}
