@@ -336,6 +336,8 @@ fn github_comment_on_a_pull_request_is_a_command_candidate() {
             comment_id: 492700400,
             author: human(21031067, "Codertocat"),
             body: "You are totally right! I'll get this fixed right away.".into(),
+            // 2019-05-15T15:20:21Z
+            written_at: Some(1_557_933_621_000),
         }
     );
 }
@@ -472,6 +474,8 @@ fn gitea_comment_on_a_pull_request_is_a_command_candidate() {
             comment_id: 6,
             author: human(1, "example"),
             body: "example".into(),
+            // 2022-03-09T16:31:34+09:00
+            written_at: Some(1_646_811_094_000),
         }
     );
 }

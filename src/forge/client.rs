@@ -227,6 +227,23 @@ impl ForgeClient {
         }
     }
 
+    /// The login this bot's comments carry.
+    pub async fn bot_login(&self) -> Result<String> {
+        match self {
+            ForgeClient::GitHub(c) => c.bot_login().await,
+            ForgeClient::Forgejo(c) => c.login().await,
+        }
+    }
+
+    /// Whether `login` is an active member of the team `slug` of the
+    /// repository's owner (GitHub). Forgejo teams are not consulted: false.
+    pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
+        match self {
+            ForgeClient::GitHub(c) => c.in_team(repo, slug, login).await,
+            ForgeClient::Forgejo(_) => Ok(false),
+        }
+    }
+
     pub async fn react(&self, repo: &RepoRef, comment_id: u64, reaction: Reaction) -> Result<()> {
         match self {
             ForgeClient::GitHub(c) => c.react(repo, comment_id, reaction).await,

@@ -31,6 +31,13 @@ pub struct ParseError {
     pub problem: String,
 }
 
+/// An RFC 3339 time as unix milliseconds; `None` when it does not read.
+fn unix_ms(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
 /// Reads a GitHub delivery; `event_type` is the `X-GitHub-Event` header.
 pub fn parse_github(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError> {
     let reader = Reader { event: event_type };
@@ -341,6 +348,7 @@ mod github {
         id: u64,
         body: String,
         user: RawUser,
+        created_at: Option<String>,
     }
 
     pub(super) fn issue_comment(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
@@ -363,6 +371,7 @@ mod github {
             comment_id: payload.comment.id,
             author: payload.comment.user.into_user(reader, "comment.user")?,
             body: payload.comment.body,
+            written_at: payload.comment.created_at.as_deref().and_then(unix_ms),
         }))
     }
 
@@ -390,11 +399,17 @@ mod github {
     pub(super) fn review(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
         let probe: ActionProbe = reader.read(body)?;
         let action = reader.action(probe.action)?;
-        if action != "submitted" {
+        if action != "submitted" && action != "dismissed" {
             return Ok(action_not_used(reader.event, &action));
         }
         let payload: ReviewEvent = reader.read(body)?;
-        let state = match payload.review.state.to_ascii_lowercase().as_str() {
+        // A dismissed review keeps the state it had; the action is what counts.
+        let state = if action == "dismissed" {
+            "dismissed".to_owned()
+        } else {
+            payload.review.state.to_ascii_lowercase()
+        };
+        let state = match state.as_str() {
             "approved" => ReviewState::Approved,
             "changes_requested" => ReviewState::ChangesRequested,
             "commented" => ReviewState::Commented,
@@ -647,6 +662,7 @@ mod forgejo {
         id: u64,
         body: String,
         user: RawUser,
+        created_at: Option<String>,
     }
 
     /// `pull_request_comment` carries a comment on a pull request, or (older
@@ -670,6 +686,7 @@ mod forgejo {
             comment_id: payload.comment.id,
             author: payload.comment.user.into_user(reader, "comment.user")?,
             body: payload.comment.body,
+            written_at: payload.comment.created_at.as_deref().and_then(unix_ms),
         }))
     }
 }

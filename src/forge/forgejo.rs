@@ -97,6 +97,11 @@ impl ForgejoClient {
     }
 
     /// Every comment on the pull request (Forgejo lists them in one answer).
+    /// The bot user's login (`GET /user`, asked once).
+    pub async fn login(&self) -> Result<String> {
+        Ok(self.me().await?.login.clone())
+    }
+
     pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
         let me = self.me().await?.login.clone();
         let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);

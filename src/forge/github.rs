@@ -349,6 +349,22 @@ impl GitHubClient {
             .into_pull_request(&call)
     }
 
+    /// `GET /orgs/{org}/teams/{team}/memberships/{user}`: an active membership.
+    pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
+        #[derive(Deserialize)]
+        struct Membership {
+            state: String,
+        }
+        let route = format!("/orgs/{}/teams/{slug}/memberships/{login}", repo.id.owner());
+        let call = format!("GET {route}");
+        let reply = self.repo_call(repo, Verb::Get, &route, None).await?;
+        if reply.status == 404 {
+            return Ok(false);
+        }
+        let membership: Membership = reply.success(&call)?.json(&call)?;
+        Ok(membership.state == "active")
+    }
+
     pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
         #[derive(Deserialize)]
         struct PermissionBody {

@@ -245,6 +245,8 @@ pub enum Event {
         comment_id: u64,
         author: User,
         body: String,
+        /// When the comment was written (unix ms), as the forge says.
+        written_at: Option<i64>,
     },
     Review {
         repo: RepoRef,

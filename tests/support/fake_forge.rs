@@ -175,6 +175,8 @@ struct State {
     manifest_codes: HashSet<String>,
     fail_rules: Vec<FailRule>,
     requests: Vec<RecordedRequest>,
+    /// (org, team slug) → member logins.
+    teams: HashMap<(String, String), Vec<String>>,
 }
 
 impl State {
@@ -229,6 +231,7 @@ impl FakeForge {
             token_lifetime: Duration::from_secs(3600),
             forgejo_tokens,
             forgejo_bot_admin: true,
+            teams: HashMap::new(),
             manifest_codes: HashSet::new(),
             fail_rules: Vec::new(),
             requests: Vec::new(),
@@ -368,6 +371,17 @@ impl FakeForge {
             s.repo_of(repo)
                 .permissions
                 .insert(login.to_owned(), permission.to_owned());
+        })
+    }
+
+    /// `login` joins the team `slug` of the organisation `org`.
+    pub fn add_team_member(&self, org: &str, slug: &str, login: &str) {
+        self.with(|s| {
+            s.user_id(login);
+            s.teams
+                .entry((org.to_owned(), slug.to_owned()))
+                .or_default()
+                .push(login.to_owned());
         })
     }
 
@@ -668,6 +682,20 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
                     "permissions": { "checks": "write", "issues": "write", "pull_requests": "write", "contents": "read" },
                     "repository_selection": "all",
                 }),
+            ))
+        }
+        ("GET", ["orgs", org, "teams", team, "memberships", user]) => {
+            installation_of_token(state, req)?;
+            let members = state
+                .teams
+                .get(&((*org).to_owned(), (*team).to_owned()))
+                .ok_or_else(not_found)?;
+            if !members.iter().any(|m| m == user) {
+                return Err(not_found());
+            }
+            Ok(answer(
+                200,
+                json!({ "state": "active", "role": "member", "url": format!("https://api.github.com/orgs/{org}/teams/{team}/memberships/{user}") }),
             ))
         }
         ("GET", ["app"]) => {

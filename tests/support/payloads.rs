@@ -166,6 +166,7 @@ pub fn github_comment(
     );
     put(&mut d, "/comment/id", json!(comment_id));
     put(&mut d, "/comment/body", json!(body));
+    put(&mut d, "/comment/created_at", json!(now()));
     patch_github_user(&mut d, "/comment/user", author);
     patch_github_repo(&mut d, "/repository", repo);
     patch_github_user(&mut d, "/sender", author);
@@ -265,11 +266,45 @@ pub fn forgejo_comment(
     put(&mut d, "/issue/number", json!(pr));
     put(&mut d, "/comment/id", json!(comment_id));
     put(&mut d, "/comment/body", json!(body));
+    put(&mut d, "/comment/created_at", json!(now()));
     patch_forgejo_user(&mut d, "/comment/user", author);
     patch_forgejo_repo(&mut d, "/repository", repo);
     patch_forgejo_user(&mut d, "/sender", author);
     (
         "pull_request_comment".into(),
+        serde_json::to_vec(&d).unwrap(),
+    )
+}
+
+fn now() -> String {
+    super::fake_forge::rfc3339(std::time::SystemTime::now())
+}
+
+/// A `pull_request_review` delivery: `action` submitted (with `state`
+/// approved, commented, changes_requested) or dismissed, on `commit`.
+pub fn github_review(
+    action: &str,
+    state: &str,
+    repo: &RepoHandle,
+    pr: &FakePr,
+    review_id: u64,
+    author: &str,
+    commit: &str,
+) -> (String, Vec<u8>) {
+    let mut d = fixture("github/webhooks/pull_request_review/submitted.payload.json");
+    put(&mut d, "/action", json!(action));
+    put(&mut d, "/review/id", json!(review_id));
+    put(&mut d, "/review/state", json!(state));
+    put(&mut d, "/review/commit_id", json!(commit));
+    patch_github_user(&mut d, "/review/user", author);
+    put(&mut d, "/pull_request/number", json!(pr.number));
+    put(&mut d, "/pull_request/head/sha", json!(pr.head_sha));
+    put(&mut d, "/pull_request/base/sha", json!(pr.base_sha));
+    patch_github_repo(&mut d, "/repository", repo);
+    patch_github_user(&mut d, "/sender", author);
+    patch_github_installation(&mut d, repo);
+    (
+        "pull_request_review".into(),
         serde_json::to_vec(&d).unwrap(),
     )
 }
