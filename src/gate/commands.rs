@@ -9,8 +9,11 @@ use crate::plan::canonical::DIGEST_PREFIX;
 
 const DIGEST_HEX_DIGITS: usize = 64;
 const MIN_PREFIX_HEX_DIGITS: usize = 12;
-/// Damerau–Levenshtein distance within which an unknown `/word` is taken for a typo of ours.
+/// Damerau–Levenshtein distance within which an unknown `/word` is taken for
+/// a typo of ours; names of four letters or fewer allow one edit only, so
+/// other bots' short words (`/hold`, `/lgtm`) are left alone.
 const TYPO_DISTANCE: usize = 2;
+const SHORT_NAME: usize = 4;
 /// Any `/word` starting with this is addressed to us, known or not.
 const BOT_WORD: &str = "wavegate";
 
@@ -353,13 +356,18 @@ fn strip_digest_prefix(word: &str) -> &str {
     }
 }
 
-/// A stage as `/approve` accepts it: `[a-z0-9][a-z0-9_-]*`.
+/// A stage as `/approve` accepts it: a name as `wavegate.toml` allows one
+/// (letters, digits, `-`, `_`, `.`), starting with a letter or digit.
 fn read_stage(word: &str) -> Result<String, Unreadable> {
+    if let Some(digest) = read_digest_after_trimming(word) {
+        return Err(unreadable(
+            format!("`{word}` has something after the digest"),
+            format!("write the digest alone: `/approve {}`", digest.as_text()),
+        ));
+    }
     let mut bytes = word.bytes();
-    let well_formed = bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    let well_formed = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if well_formed {
         return Ok(word.to_owned());
     }
@@ -370,7 +378,7 @@ fn read_stage(word: &str) -> Result<String, Unreadable> {
         ),
         None => unreadable(
             format!("`{word}` is neither a stage nor a digest"),
-            "a stage is lowercase letters, digits, `-` and `_` (e.g. `/approve prod`); \
+            "a stage is letters, digits, `-`, `_` and `.` (e.g. `/approve prod`); \
              a digest is `sha256:` and its hex digits (e.g. `/approve sha256:<hex digits>`)",
         ),
     })
@@ -458,7 +466,12 @@ fn within_typo_distance(word: &str, name: &str) -> bool {
             rows[i][j] = best;
         }
     }
-    rows[word.len()][name.len()] <= TYPO_DISTANCE
+    let allowed = if name.len() <= SHORT_NAME {
+        1
+    } else {
+        TYPO_DISTANCE
+    };
+    rows[word.len()][name.len()] <= allowed
 }
 
 /// Where the line-by-line walk is: in text, in a fenced code block, or in an HTML comment.
@@ -781,10 +794,20 @@ mod tests {
 
     #[test]
     fn a_stage_outside_the_name_rule_is_refused() {
-        for stage in ["Prod", "-prod", "prod!", "eu.west", "_x"] {
+        for stage in ["-prod", "prod!", "_x", "pr*d"] {
             let error = only_error(&format!("/approve {stage}"));
             assert!(error.problem.contains(stage), "{error:?}");
             assert!(error.fix.contains("/approve prod"), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_stage_is_named_as_wavegate_toml_names_it() {
+        for stage in ["Prod", "eu.west", "prod-2"] {
+            assert_eq!(
+                only_command(&format!("/approve {stage}")),
+                approve(Some(stage), None)
+            );
         }
     }
 
@@ -809,9 +832,9 @@ mod tests {
 
     #[test]
     fn an_error_names_the_line_and_its_text() {
-        let error = only_error("thanks!\n\n  /approve Prod  \n");
+        let error = only_error("thanks!\n\n  /approve Pr*d  \n");
         assert_eq!(error.line, 3);
-        assert_eq!(error.text, "/approve Prod");
+        assert_eq!(error.text, "/approve Pr*d");
     }
 
     #[test]

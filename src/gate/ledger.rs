@@ -247,8 +247,10 @@ fn standing_approvals(facts: &[Fact]) -> impl Iterator<Item = &NewFact> {
             let later = &later.fact;
             match later.kind {
                 FactKind::Revoked => {
-                    later.actor.id == approval.actor.id
-                        && (later.digest == approval.digest || later.digest == ANY_DIGEST)
+                    let same_digest = later.digest == approval.digest || later.digest == ANY_DIGEST;
+                    // A repository admin's revoke (`data.all`) withdraws everyone's.
+                    let everyone = later.data.get("all") == Some(&serde_json::Value::Bool(true));
+                    same_digest && (everyone || later.actor.id == approval.actor.id)
                 }
                 FactKind::Spent => later.digest == approval.digest,
                 _ => false,
@@ -616,6 +618,26 @@ mod tests {
             evaluate(&facts, &digest('a'), 1),
             Evaluation::Satisfied { count: 1, .. }
         ));
+    }
+
+    #[test]
+    fn an_admins_revoke_withdraws_every_approval_of_its_digest() {
+        let mut revoke = new_fact(FactKind::Revoked, &digest('a'), bob());
+        revoke.data = json!({ "all": true });
+        let facts = ledger(vec![
+            new_fact(FactKind::Approved, &digest('a'), alice()),
+            new_fact(FactKind::Approved, &digest('b'), alice()),
+            revoke,
+        ]);
+        assert!(matches!(
+            evaluate(&facts, &digest('a'), 1),
+            Evaluation::Mismatch { .. }
+        ));
+        assert_eq!(
+            stale_approvals(&facts, &digest('a')).len(),
+            1,
+            "digest b's stands"
+        );
     }
 
     #[test]

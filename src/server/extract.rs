@@ -53,19 +53,31 @@ async fn verify(
     state: &AppState,
     endpoint: ForgeKind,
 ) -> Result<VerifiedDelivery, Refusal> {
-    let signature = signature(endpoint, req.headers());
-    let headers = webhook::read_headers(endpoint, req.headers());
-    let body = Bytes::from_request(req, state).await.map_err(|rejection| {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+    let too_large = || {
+        Refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
             format!(
                 "the delivery is larger than {} MiB, the most a forge sends",
                 super::BODY_LIMIT / (1024 * 1024)
-            )
+            ),
+        )
+    };
+    // A body announced as too large is refused before a byte of it is read.
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > super::BODY_LIMIT as u64) {
+        return Err(too_large());
+    }
+    let signature = signature(endpoint, req.headers());
+    let headers = webhook::read_headers(endpoint, req.headers());
+    let body = Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
         } else {
-            rejection.body_text()
-        };
-        Refusal(status, message)
+            Refusal(rejection.status(), rejection.body_text())
+        }
     })?;
     let secrets = state.forges.webhook_secrets(endpoint);
     webhook::verify_signature(endpoint, signature.as_deref(), &body, &secrets).map_err(|e| {

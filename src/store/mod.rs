@@ -191,6 +191,8 @@ pub struct NewPlan {
     pub base_sha: CommitSha,
     pub digest: Option<String>,
     pub change_set: serde_json::Value,
+    /// The report as posted, without its approvals section.
+    pub report: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -203,6 +205,7 @@ pub struct PlanRecord {
     pub digest: Option<String>,
     pub change_set: serde_json::Value,
     pub created_at: i64,
+    pub report: String,
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(5);

@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "ledger",
         sql: include_str!("migrations/sqlite/0002_ledger.sql"),
     },
+    Migration {
+        version: 3,
+        name: "plan report",
+        sql: include_str!("migrations/sqlite/0003_plan_report.sql"),
+    },
 ];
 
 pub(super) fn newest_known_version() -> i64 {
@@ -62,7 +67,7 @@ macro_rules! pr_columns {
 
 macro_rules! plan_columns {
     () => {
-        "id, forge, repo, number, head_sha, base_sha, digest, change_set, created_at"
+        "id, forge, repo, number, head_sha, base_sha, digest, change_set, created_at, report"
     };
 }
 
@@ -545,8 +550,8 @@ impl Store {
         let _writer = self.writer.lock().await;
         let id: i64 = sqlx::query(
             "INSERT INTO plans (forge, repo, number, head_sha, base_sha, digest, change_set,
-                                created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                created_at, report)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              RETURNING id",
         )
         .bind(plan.repo.forge.as_str())
@@ -557,6 +562,7 @@ impl Store {
         .bind(&plan.digest)
         .bind(plan.change_set.to_string())
         .bind(self.now())
+        .bind(&plan.report)
         .fetch_one(&self.pool)
         .await
         .with_context(|| format!("saving a plan of {}{}", plan.repo, plan.pr))?
@@ -747,5 +753,6 @@ fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
         change_set: serde_json::from_str(&change_set)
             .with_context(|| format!("plan {id} has a change set that is not JSON"))?,
         created_at: row.try_get("created_at")?,
+        report: row.try_get("report")?,
     })
 }

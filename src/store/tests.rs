@@ -427,6 +427,7 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved() {
         base_sha: sha('0'),
         digest: Some(format!("sha256:{}", "2".repeat(64))),
         change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
+        report: format!("report of PR {n}"),
     };
     f.store.save_plan(plan(sha('a'), 1)).await.unwrap();
     f.clock.advance(1_000);
@@ -444,6 +445,7 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved() {
     assert_eq!(latest.head_sha, sha('b'));
     assert_eq!(latest.base_sha, sha('0'));
     assert_eq!(latest.change_set, plan(sha('b'), 1).change_set);
+    assert_eq!(latest.report, "report of PR 1");
     assert_eq!(latest.digest, plan(sha('b'), 1).digest);
     assert_eq!(latest.created_at, START_MS + 1_000);
     assert!(f

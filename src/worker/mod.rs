@@ -8,8 +8,12 @@
 //! retried with backoff and dead-lettered with its error after
 //! [`task::MAX_ATTEMPTS`].
 
+mod gate;
 pub mod task;
 pub mod workspace;
+
+/// Characters of the report kept for the approvals section.
+const APPROVALS_ROOM: usize = 4_000;
 
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient};
@@ -172,6 +176,38 @@ impl Worker {
         let client = self.forges.client(task.repo().id.forge)?;
         match task {
             Task::Plan { repo, pr } => self.plan(&client, &repo, &pr).await,
+            Task::Comment {
+                repo,
+                pr,
+                comment_id,
+                author,
+                body,
+                written_at,
+            } => {
+                let comment = gate::CommentIn {
+                    id: comment_id,
+                    author: &author,
+                    body: &body,
+                    written_at,
+                };
+                self.handle_comment(&client, &repo, pr, comment).await
+            }
+            Task::Review {
+                repo,
+                pr,
+                review_id,
+                author,
+                state,
+                commit,
+            } => {
+                let review = gate::ReviewIn {
+                    id: review_id,
+                    author: &author,
+                    state,
+                    commit: commit.as_ref(),
+                };
+                self.handle_review(&client, &repo, pr, review).await
+            }
             Task::Replan { repo, pr } => {
                 let current = client
                     .pull_request(&repo, pr)
@@ -333,6 +369,7 @@ impl Worker {
     ) -> Result<()> {
         let (state, title, status) = check_verdict(change);
         let digest = (!change.members.is_empty()).then(|| change.change_set.digest.clone());
+        let body = report::markdown::render_within(change, report::COMMENT_LIMIT - APPROVALS_ROOM);
         self.store
             .save_plan(NewPlan {
                 repo: repo.id.clone(),
@@ -341,12 +378,32 @@ impl Worker {
                 base_sha: pr.base_sha.clone(),
                 digest: digest.clone(),
                 change_set: serde_json::to_value(&change.change_set)?,
+                report: body.clone(),
             })
             .await?;
+        if digest.is_some() {
+            // A plan with a digest waits at its gate: the report carries the
+            // approvals (earlier ones listed as for an earlier plan).
+            let plan = self
+                .store
+                .latest_plan(&repo.id, pr.number)
+                .await?
+                .context("the plan just saved is not in the store")?;
+            return self
+                .publish_gate(
+                    client,
+                    repo,
+                    pr.number,
+                    &plan,
+                    change.any_failed(),
+                    check_id,
+                )
+                .await;
+        }
         let report = CheckReport {
             state,
             title,
-            summary: report::markdown::render(change),
+            summary: body,
             details_url: None,
         };
         self.publish(client, repo, pr, check_id, report, digest, status)

@@ -1,7 +1,9 @@
 //! What work an event causes: the pure decision the webhook intake records
 //! together with the delivery, and the job payload the worker reads back.
 
-use crate::forge::{Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef};
+use crate::forge::{
+    CommitSha, Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState, User,
+};
 use crate::store::{NewJob, PrHead};
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +18,24 @@ pub enum Task {
     Plan { repo: RepoRef, pr: PullRequest },
     /// Plan the pull request at whatever its head is now (a re-run was asked for).
     Replan { repo: RepoRef, pr: PrNumber },
+    /// Read a new comment for commands.
+    Comment {
+        repo: RepoRef,
+        pr: PrNumber,
+        comment_id: u64,
+        author: User,
+        body: String,
+        written_at: Option<i64>,
+    },
+    /// A review that may approve or revoke (`policy.review_approvals`).
+    Review {
+        repo: RepoRef,
+        pr: PrNumber,
+        review_id: u64,
+        author: User,
+        state: ReviewState,
+        commit: Option<CommitSha>,
+    },
 }
 
 impl Task {
@@ -23,19 +43,24 @@ impl Task {
         match self {
             Task::Plan { .. } => "plan",
             Task::Replan { .. } => "replan",
+            Task::Comment { .. } => "comment",
+            Task::Review { .. } => "review",
         }
     }
 
     pub fn repo(&self) -> &RepoRef {
         match self {
-            Task::Plan { repo, .. } | Task::Replan { repo, .. } => repo,
+            Task::Plan { repo, .. }
+            | Task::Replan { repo, .. }
+            | Task::Comment { repo, .. }
+            | Task::Review { repo, .. } => repo,
         }
     }
 
     pub fn pr_number(&self) -> PrNumber {
         match self {
             Task::Plan { pr, .. } => pr.number,
-            Task::Replan { pr, .. } => *pr,
+            Task::Replan { pr, .. } | Task::Comment { pr, .. } | Task::Review { pr, .. } => *pr,
         }
     }
 
@@ -92,9 +117,45 @@ pub fn consequence(event: &Event) -> Consequence {
             }),
             head: None,
         },
-        Event::Comment { .. } | Event::Review { .. } | Event::Installation { .. } | Event::Ping => {
-            Consequence::default()
-        }
+        // A bot's comment is never a command (its own reports included).
+        Event::Comment { author, .. } if author.is_bot => Consequence::default(),
+        Event::Comment {
+            repo,
+            pr,
+            comment_id,
+            author,
+            body,
+            written_at,
+        } => Consequence {
+            task: Some(Task::Comment {
+                repo: repo.clone(),
+                pr: *pr,
+                comment_id: *comment_id,
+                author: author.clone(),
+                body: body.clone(),
+                written_at: *written_at,
+            }),
+            head: None,
+        },
+        Event::Review {
+            repo,
+            pr,
+            review_id,
+            author,
+            state: state @ (ReviewState::Approved | ReviewState::Dismissed),
+            commit,
+        } => Consequence {
+            task: Some(Task::Review {
+                repo: repo.clone(),
+                pr: *pr,
+                review_id: *review_id,
+                author: author.clone(),
+                state: *state,
+                commit: commit.clone(),
+            }),
+            head: None,
+        },
+        Event::Review { .. } | Event::Installation { .. } | Event::Ping => Consequence::default(),
     }
 }
 

@@ -1,0 +1,294 @@
+//! Who may approve, and which digest a `/approve` binds. Both decisions are
+//! pure: the worker asks the forge for permissions and team memberships and
+//! the store for the current report, then asks here.
+//!
+//! The policy always comes from the base branch, so a pull request cannot
+//! loosen the rules it is judged by.
+
+use super::commands::DigestRef;
+use crate::config::repo::Policy;
+use std::fmt;
+
+/// The person behind a command or review, as far as the policy cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate<'a> {
+    pub login: &'a str,
+    pub is_bot: bool,
+    /// Forge permission on the repository is at least `write`.
+    pub can_write: bool,
+    /// `approvers` entries of the form `team:<slug>` this person belongs to.
+    pub teams: &'a [String],
+}
+
+/// Why someone may not approve, said so they know what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAllowed {
+    Bot,
+    NoWriteAccess,
+    NotAnApprover { approvers: Vec<String> },
+    OwnPullRequest,
+}
+
+impl fmt::Display for NotAllowed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotAllowed::Bot => f.write_str("bot accounts never approve"),
+            NotAllowed::NoWriteAccess => f.write_str(
+                "approving needs write access to this repository; ask a maintainer to approve, or to give you write access",
+            ),
+            NotAllowed::NotAnApprover { approvers } => write!(
+                f,
+                "`[policy] approvers` on the base branch lists {}, and you are not among them; ask one of them to approve",
+                approvers
+                    .iter()
+                    .map(|a| format!("`{a}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            NotAllowed::OwnPullRequest => f.write_str(
+                "the author of a pull request cannot approve it (`[policy] allow_self_approval` is not `true` on the base branch); ask a reviewer",
+            ),
+        }
+    }
+}
+
+/// The `team:<slug>` entries of `approvers`: the teams the worker must ask about.
+pub fn approver_teams(policy: &Policy) -> Vec<String> {
+    policy
+        .approvers
+        .iter()
+        .filter_map(|a| a.strip_prefix("team:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether `who` may approve a pull request written by `author`.
+pub fn may_approve(policy: &Policy, author: &str, who: &Candidate<'_>) -> Result<(), NotAllowed> {
+    if who.is_bot {
+        return Err(NotAllowed::Bot);
+    }
+    if !who.can_write {
+        return Err(NotAllowed::NoWriteAccess);
+    }
+    if !policy.approvers.is_empty() {
+        let listed = policy
+            .approvers
+            .iter()
+            .any(|entry| match entry.strip_prefix("team:") {
+                Some(team) => who.teams.iter().any(|t| t.eq_ignore_ascii_case(team)),
+                None => entry.eq_ignore_ascii_case(who.login),
+            });
+        if !listed {
+            return Err(NotAllowed::NotAnApprover {
+                approvers: policy.approvers.clone(),
+            });
+        }
+    }
+    if !policy.allow_self_approval && author.eq_ignore_ascii_case(who.login) {
+        return Err(NotAllowed::OwnPullRequest);
+    }
+    Ok(())
+}
+
+/// What the bot last reported on the pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportSeen<'a> {
+    /// The head the report is for.
+    pub head: &'a str,
+    /// Its change-set digest; `None` when nothing could be planned.
+    pub digest: Option<&'a str>,
+    /// When it was posted (unix ms, wavegate's clock).
+    pub posted_at: i64,
+}
+
+/// Why an `/approve` binds nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unbound {
+    NoReport,
+    NothingToApprove,
+    Replanning { head: String },
+    ReportNewerThanComment { head: String, digest: String },
+    NotCurrent { named: String, current: String },
+}
+
+impl fmt::Display for Unbound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unbound::NoReport => f.write_str(
+                "there is no plan to approve yet; wait for wavegate's report on this pull request",
+            ),
+            Unbound::NothingToApprove => f.write_str(
+                "the last report has no digest (nothing was planned, or planning failed); fix what it says and approve the next report",
+            ),
+            Unbound::Replanning { head } => write!(
+                f,
+                "a new plan is being made for `{}`; approve it once it is posted",
+                &head[..head.len().min(12)]
+            ),
+            Unbound::ReportNewerThanComment { head, digest } => write!(
+                f,
+                "a new plan for `{}` was being made when you wrote your comment, so it is not clear which plan you meant; it is posted now with the digest `{digest}`: review it and approve with `/approve {digest}`",
+                &head[..head.len().min(12)]
+            ),
+            Unbound::NotCurrent { named, current } => write!(
+                f,
+                "`{named}` is not the current plan; the current digest is `{current}`: review the report and approve it with `/approve {current}`"
+            ),
+        }
+    }
+}
+
+/// The digest an `/approve` binds: the one named (which must be the current
+/// report's), or for a plain `/approve` the current report's — provided it
+/// was posted before the comment was written and no newer head is being
+/// planned. `head_now` is the pull request's head as wavegate last heard it.
+pub fn bind<'a>(
+    named: Option<&DigestRef>,
+    report: Option<&ReportSeen<'a>>,
+    head_now: &str,
+    comment_written_at: Option<i64>,
+) -> Result<&'a str, Unbound> {
+    let report = report.ok_or(Unbound::NoReport)?;
+    if report.head != head_now {
+        return Err(Unbound::Replanning {
+            head: head_now.to_owned(),
+        });
+    }
+    let current = report.digest.ok_or(Unbound::NothingToApprove)?;
+    match named {
+        Some(named) if named.matches(current) => Ok(current),
+        Some(named) => Err(Unbound::NotCurrent {
+            named: named.as_text(),
+            current: current.to_owned(),
+        }),
+        // Forges date comments to the second: a comment from the second the
+        // report was posted in is taken to have seen it.
+        None => match comment_written_at {
+            Some(written) if written + 1000 <= report.posted_at => {
+                Err(Unbound::ReportNewerThanComment {
+                    head: report.head.to_owned(),
+                    digest: current.to_owned(),
+                })
+            }
+            _ => Ok(current),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(approvers: &[&str], self_ok: bool) -> Policy {
+        Policy {
+            approvers: approvers.iter().map(|s| s.to_string()).collect(),
+            allow_self_approval: self_ok,
+            ..Policy::default()
+        }
+    }
+
+    fn writer<'a>(login: &'a str, teams: &'a [String]) -> Candidate<'a> {
+        Candidate {
+            login,
+            is_bot: false,
+            can_write: true,
+            teams,
+        }
+    }
+
+    #[test]
+    fn an_outsider_a_bot_and_the_author_are_refused_with_the_reason() {
+        let open = policy(&[], false);
+        let outsider = Candidate {
+            can_write: false,
+            ..writer("mallory", &[])
+        };
+        assert_eq!(
+            may_approve(&open, "alice", &outsider),
+            Err(NotAllowed::NoWriteAccess)
+        );
+        let bot = Candidate {
+            is_bot: true,
+            ..writer("renovate[bot]", &[])
+        };
+        assert_eq!(may_approve(&open, "alice", &bot), Err(NotAllowed::Bot));
+        assert_eq!(
+            may_approve(&open, "alice", &writer("Alice", &[])),
+            Err(NotAllowed::OwnPullRequest)
+        );
+        assert_eq!(
+            may_approve(&policy(&[], true), "alice", &writer("alice", &[])),
+            Ok(())
+        );
+        assert_eq!(may_approve(&open, "alice", &writer("bob", &[])), Ok(()));
+    }
+
+    #[test]
+    fn approvers_are_listed_by_login_or_team() {
+        let listed = policy(&["carol", "team:platform"], false);
+        let platform = vec!["platform".to_owned()];
+        assert_eq!(may_approve(&listed, "alice", &writer("Carol", &[])), Ok(()));
+        assert_eq!(
+            may_approve(&listed, "alice", &writer("dave", &platform)),
+            Ok(())
+        );
+        let refused = may_approve(&listed, "alice", &writer("bob", &[])).unwrap_err();
+        assert!(refused.to_string().contains("`team:platform`"), "{refused}");
+        assert_eq!(approver_teams(&listed), vec!["platform".to_owned()]);
+    }
+
+    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn report(head: &'static str, digest: Option<&'static str>, at: i64) -> ReportSeen<'static> {
+        ReportSeen {
+            head,
+            digest,
+            posted_at: at,
+        }
+    }
+
+    #[test]
+    fn a_plain_approve_binds_the_report_posted_before_the_comment() {
+        let seen = report("h1", Some(D1), 100);
+        assert_eq!(bind(None, Some(&seen), "h1", Some(150)), Ok(D1));
+        assert_eq!(
+            bind(None, Some(&seen), "h1", Some(0)),
+            Ok(D1),
+            "the same second"
+        );
+        assert_eq!(
+            bind(None, Some(&seen), "h1", Some(-1000)),
+            Err(Unbound::ReportNewerThanComment {
+                head: "h1".into(),
+                digest: D1.into()
+            })
+        );
+        assert_eq!(
+            bind(None, Some(&seen), "h2", Some(150)),
+            Err(Unbound::Replanning { head: "h2".into() })
+        );
+        assert_eq!(bind(None, None, "h1", Some(150)), Err(Unbound::NoReport));
+        assert_eq!(
+            bind(None, Some(&report("h1", None, 100)), "h1", None),
+            Err(Unbound::NothingToApprove)
+        );
+    }
+
+    #[test]
+    fn a_named_digest_must_be_the_current_one() {
+        let seen = report("h1", Some(D1), 100);
+        let prefix = DigestRef::Prefix("111111111111".into());
+        assert_eq!(bind(Some(&prefix), Some(&seen), "h1", Some(50)), Ok(D1));
+        let stale = DigestRef::Full(D2.into());
+        let refused = bind(Some(&stale), Some(&seen), "h1", Some(150)).unwrap_err();
+        assert_eq!(
+            refused,
+            Unbound::NotCurrent {
+                named: D2.into(),
+                current: D1.into()
+            }
+        );
+        assert!(refused.to_string().contains(&format!("/approve {D1}")));
+    }
+}

@@ -1,0 +1,210 @@
+//! The approvals part of the report: who approved which digest and when,
+//! what is still required, and approvals that stand for an earlier plan.
+//! It sits between markers so it can be replaced without re-planning.
+
+use crate::gate::ledger::{Actor, Evaluation};
+use std::fmt::Write as _;
+
+pub const START: &str = "<!-- wavegate:approvals -->";
+pub const END: &str = "<!-- /wavegate:approvals -->";
+
+/// One approval that no longer counts because the plan moved on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    pub by: Actor,
+    pub digest: String,
+    pub at: i64,
+}
+
+/// Where the gate stands for the report's digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub evaluation: Evaluation,
+    /// When each counted approver approved (unix ms), by login.
+    pub approved_at: Vec<(String, i64)>,
+    pub stale: Vec<Stale>,
+    /// The pull request edits `[policy]`: say it counts only after merge.
+    pub policy_changed: bool,
+}
+
+impl Standing {
+    pub fn satisfied(&self) -> bool {
+        matches!(self.evaluation, Evaluation::Satisfied { .. })
+    }
+
+    /// The check's one-line title.
+    pub fn title(&self, digest: &str) -> String {
+        let short = crate::plan::canonical::short_digest(digest);
+        match &self.evaluation {
+            Evaluation::Satisfied { by, .. } => format!(
+                "Approved by {} ({short})",
+                by.iter()
+                    .map(|a| a.login.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Evaluation::Waiting {
+                count, required, ..
+            } => {
+                format!("{count} of {required} approvals ({short})")
+            }
+            Evaluation::Mismatch { .. } => {
+                format!("Approval is for an earlier plan; approve {short}")
+            }
+        }
+    }
+}
+
+fn when(at: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(at)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|| at.to_string())
+}
+
+/// The section, markers included.
+pub fn render(standing: &Standing, digest: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{START}");
+    let _ = writeln!(out, "### Approvals\n");
+    let (by, count, required) = match &standing.evaluation {
+        Evaluation::Satisfied {
+            by,
+            count,
+            required,
+        }
+        | Evaluation::Waiting {
+            have: by,
+            count,
+            required,
+        } => (by.clone(), *count, *required),
+        Evaluation::Mismatch { .. } => (Vec::new(), 0, 0),
+    };
+    for actor in &by {
+        let at = standing
+            .approved_at
+            .iter()
+            .find(|(login, _)| *login == actor.login)
+            .map(|(_, at)| when(*at))
+            .unwrap_or_default();
+        let _ = writeln!(out, "- ✅ @{} approved `{digest}` ({at})", actor.login);
+    }
+    match &standing.evaluation {
+        Evaluation::Satisfied { .. } => {
+            let _ = writeln!(out, "\n**Approved** ({count} of {required} required).");
+        }
+        Evaluation::Waiting { .. } => {
+            let missing = required - count;
+            let _ = writeln!(
+                out,
+                "\n**Waiting for {missing} more approval{}** ({count} of {required}).",
+                if missing == 1 { "" } else { "s" }
+            );
+        }
+        Evaluation::Mismatch { approved, by } => {
+            let _ = writeln!(
+                out,
+                "**Waiting for approval of this plan.** @{} approved `{approved}`, an earlier plan; an approval binds one digest, so this one needs its own.",
+                by.login
+            );
+        }
+    }
+    if standing.policy_changed {
+        let _ = writeln!(
+            out,
+            "\nThis pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge."
+        );
+    }
+    if !standing.stale.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nFor an earlier plan (kept in the ledger, no longer counting):"
+        );
+        for stale in &standing.stale {
+            let _ = writeln!(
+                out,
+                "- @{} approved `{}` ({})",
+                stale.by.login,
+                stale.digest,
+                when(stale.at)
+            );
+        }
+    }
+    let _ = writeln!(out, "{END}");
+    out
+}
+
+/// `report` with its approvals section replaced by (or, when it has none,
+/// followed by) `section`.
+pub fn splice(report: &str, section: &str) -> String {
+    match (report.find(START), report.find(END)) {
+        (Some(start), Some(end)) if end > start => {
+            let after = &report[end + END.len()..];
+            let after = after.strip_prefix('\n').unwrap_or(after);
+            format!("{}{section}{after}", &report[..start])
+        }
+        _ => format!("{}\n\n{section}", report.trim_end()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn actor(login: &str) -> Actor {
+        Actor {
+            id: 7,
+            login: login.into(),
+        }
+    }
+
+    #[test]
+    fn the_section_says_who_approved_what_is_missing_and_what_is_stale() {
+        let standing = Standing {
+            evaluation: Evaluation::Waiting {
+                have: vec![actor("bob")],
+                count: 1,
+                required: 2,
+            },
+            approved_at: vec![("bob".into(), 1_764_460_800_000)],
+            stale: vec![Stale {
+                by: actor("carol"),
+                digest: D0.into(),
+                at: 1_764_457_200_000,
+            }],
+            policy_changed: false,
+        };
+        insta::assert_snapshot!(render(&standing, D1), @r"
+        <!-- wavegate:approvals -->
+        ### Approvals
+
+        - ✅ @bob approved `sha256:1111111111111111111111111111111111111111111111111111111111111111` (2025-11-30 00:00 UTC)
+
+        **Waiting for 1 more approval** (1 of 2).
+
+        For an earlier plan (kept in the ledger, no longer counting):
+        - @carol approved `sha256:0000000000000000000000000000000000000000000000000000000000000000` (2025-11-29 23:00 UTC)
+        <!-- /wavegate:approvals -->
+        ");
+        assert!(!standing.satisfied());
+        assert!(standing.title(D1).starts_with("1 of 2 approvals"));
+    }
+
+    #[test]
+    fn splicing_replaces_the_old_section_and_keeps_the_rest() {
+        let first = splice(
+            "report body\n",
+            "<!-- wavegate:approvals -->\nA\n<!-- /wavegate:approvals -->\n",
+        );
+        let second = splice(
+            &first,
+            "<!-- wavegate:approvals -->\nB\n<!-- /wavegate:approvals -->\n",
+        );
+        assert_eq!(
+            second,
+            "report body\n\n<!-- wavegate:approvals -->\nB\n<!-- /wavegate:approvals -->\n"
+        );
+    }
+}
