@@ -1,0 +1,435 @@
+//! Approvals end to end: `/approve` and reviews against the real binary and
+//! the fake forge; every approval binds the digest the report showed, and
+//! every fact lands in a ledger that verifies.
+
+mod common;
+#[path = "harness/bot.rs"]
+mod harness;
+mod support;
+
+use harness::*;
+use support::fake_forge::{FakePr, FORGEJO_BOT_LOGIN};
+use support::RepoHandle;
+use wavegate::forge::PrNumber;
+use wavegate::store::JobStatus;
+
+/// A PR from `change` onto main, planned, with `reviewer` allowed to write.
+async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String) {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.forge.set_permission(&repo, "dev-alice", "write");
+    bot.forge.set_permission(&repo, "outsider-mallory", "read");
+    let pr = bot.open_pr(&repo, number, "change");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    let digest = digest_in(&bot.report(&repo, number).body);
+    (repo, pr, digest)
+}
+
+impl Bot {
+    /// `who` comments `body` on PR `pr`; returns the comment's id.
+    async fn comment(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
+        let id = self.forge.add_comment(repo, pr, who, body);
+        let delivery = if repo.installation.is_some() {
+            support::github_comment(repo, pr, id, who, body)
+        } else {
+            support::forgejo_comment(repo, pr, id, who, body)
+        };
+        let (status, answer) = if repo.installation.is_some() {
+            self.deliver_github(delivery).await
+        } else {
+            self.deliver_forgejo(delivery).await
+        };
+        assert_eq!(status, 202, "{answer}");
+        self.settle().await;
+        id
+    }
+
+    fn reactions(&self, repo: &RepoHandle, comment: u64) -> Vec<String> {
+        self.forge
+            .reactions(repo, comment)
+            .into_iter()
+            .map(|r| r.content)
+            .collect()
+    }
+
+    /// The bot's replies (comments that are not the report).
+    fn replies(&self, repo: &RepoHandle, pr: u64) -> Vec<String> {
+        self.forge
+            .comments(repo, pr)
+            .into_iter()
+            .filter(|c| c.author_is_bot || c.author == FORGEJO_BOT_LOGIN)
+            .filter(|c| !c.body.contains("<!-- wavegate:report -->"))
+            .map(|c| c.body)
+            .collect()
+    }
+
+    fn conclusion(&self, repo: &RepoHandle, sha: &str) -> Option<String> {
+        self.forge.check_runs(repo, sha).pop()?.conclusion
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outsider_and_the_author_are_refused_and_an_approver_turns_the_check_green() {
+    let mut bot = Bot::start().await;
+    let (repo, pr, digest) = planned(&mut bot, 21).await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+
+    let outsider = bot.comment(&repo, 21, "outsider-mallory", "/approve").await;
+    assert_eq!(bot.reactions(&repo, outsider), ["eyes", "confused"]);
+    assert!(
+        bot.replies(&repo, 21)
+            .last()
+            .unwrap()
+            .contains("write access"),
+        "{:?}",
+        bot.replies(&repo, 21)
+    );
+
+    let own = bot.comment(&repo, 21, "dev-alice", "/approve").await;
+    assert_eq!(bot.reactions(&repo, own), ["eyes", "confused"]);
+    assert!(bot
+        .replies(&repo, 21)
+        .last()
+        .unwrap()
+        .contains("author of a pull request cannot approve it"));
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+
+    let approval = bot
+        .comment(&repo, 21, "rev-bob", "Looks right.\n\n/approve")
+        .await;
+    assert_eq!(bot.reactions(&repo, approval), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+    let report = bot.report(&repo, 21).body;
+    assert!(
+        report.contains(&format!("@rev-bob approved `{digest}`")),
+        "{report}"
+    );
+    assert!(report.contains("**Approved**"), "{report}");
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_makes_a_new_digest_and_the_old_approval_stops_counting() {
+    let mut bot = Bot::start().await;
+    let (repo, _, first) = planned(&mut bot, 22).await;
+    bot.comment(&repo, 22, "rev-bob", "/approve").await;
+
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.forge.push(&repo, 22, &bot.rev("change-2"));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("action_required")
+    );
+    let report = bot.report(&repo, 22).body;
+    assert_ne!(digest_in(&report), first);
+    assert!(report.contains("For an earlier plan"), "{report}");
+    assert!(
+        report.contains(&format!("@rev-bob approved `{first}`")),
+        "{report}"
+    );
+    assert!(
+        report.contains("Waiting for approval of this plan"),
+        "{report}"
+    );
+
+    // Naming the old digest is refused with the current one named.
+    let stale = bot
+        .comment(&repo, 22, "rev-bob", &format!("/approve {first}"))
+        .await;
+    assert_eq!(bot.reactions(&repo, stale), ["eyes", "confused"]);
+    let current = digest_in(&bot.report(&repo, 22).body);
+    let reply = bot.replies(&repo, 22).pop().unwrap();
+    assert!(reply.contains(&format!("/approve {current}")), "{reply}");
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approve_written_before_the_new_plan_was_posted_is_refused() {
+    let mut bot = Bot::start().await;
+    let (repo, _, _) = planned(&mut bot, 23).await;
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.forge.push(&repo, 23, &bot.rev("change-2"));
+    // The reviewer's comment is written while the push is being planned:
+    // its delivery is built (and dated) before the plan is posted.
+    let id = bot.forge.add_comment(&repo, 23, "rev-bob", "/approve");
+    let (event, body) = support::github_comment(&repo, 23, id, "rev-bob", "/approve");
+    let mut comment: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    comment["comment"]["created_at"] =
+        support::fake_forge::rfc3339(std::time::SystemTime::now()).into();
+    let comment = (event, serde_json::to_vec(&comment).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+    bot.deliver_github(comment).await;
+    bot.settle().await;
+
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
+    let reply = bot.replies(&repo, 23).pop().unwrap();
+    assert!(reply.contains("a new plan for"), "{reply}");
+    assert!(
+        reply.contains("was being made when you wrote your comment"),
+        "{reply}"
+    );
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("action_required")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_required_approvers_and_a_pr_that_loosens_the_policy_is_judged_by_the_base() {
+    let mut bot = Bot::start().await;
+    // main now requires two approvers; the PR's branch still says one.
+    let strict = bot
+        .example
+        .read("main", "wavegate.toml")
+        .replace("required = 1", "required = 2");
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&strict))]);
+    let repo = bot.github_repo();
+    for who in ["rev-bob", "rev-carol"] {
+        bot.forge.set_permission(&repo, who, "write");
+    }
+    let pr = bot.open_pr(&repo, 24, "change");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    assert!(
+        bot.report(&repo, 24)
+            .body
+            .contains("the new policy takes effect after merge"),
+        "{}",
+        bot.report(&repo, 24).body
+    );
+
+    bot.comment(&repo, 24, "rev-bob", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    assert!(bot.report(&repo, 24).body.contains("(1 of 2)"));
+    // The same approver again does not count twice.
+    bot.comment(&repo, 24, "rev-bob", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.comment(&repo, 24, "rev-carol", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edits_code_blocks_and_quotes_never_approve() {
+    let mut bot = Bot::start().await;
+    let (repo, pr, _) = planned(&mut bot, 25).await;
+
+    // An edited comment that now says /approve.
+    let id = bot.forge.add_comment(&repo, 25, "rev-bob", "/approve");
+    let (event, body) = support::github_comment(&repo, 25, id, "rev-bob", "/approve");
+    let mut edited: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    edited["action"] = "edited".into();
+    let (status, answer) = bot
+        .deliver_github((event, serde_json::to_vec(&edited).unwrap()))
+        .await;
+    assert_eq!((status, answer["status"].as_str()), (202, Some("ignored")));
+
+    let fenced = bot
+        .comment(&repo, 25, "rev-bob", "Try:\n```\n/approve\n```\n")
+        .await;
+    let quoted = bot
+        .comment(&repo, 25, "rev-bob", "> /approve\n\nnot yet")
+        .await;
+    assert!(bot.reactions(&repo, fenced).is_empty());
+    assert!(bot.reactions(&repo, quoted).is_empty());
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    let jobs = bot.settle().await;
+    assert!(
+        jobs.iter().all(|j| j.status != JobStatus::Dead),
+        "{jobs:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_and_help_and_an_unknown_command() {
+    let mut bot = Bot::start().await;
+    let (repo, pr, _) = planned(&mut bot, 26).await;
+    bot.comment(&repo, 26, "rev-bob", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+    let revoke = bot.comment(&repo, 26, "rev-bob", "/revoke").await;
+    assert_eq!(bot.reactions(&repo, revoke), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+
+    let typo = bot.comment(&repo, 26, "rev-bob", "/aprove").await;
+    assert_eq!(bot.reactions(&repo, typo), ["eyes", "confused"]);
+    let reply = bot.replies(&repo, 26).pop().unwrap();
+    assert!(
+        reply.contains("`/aprove` is not a wavegate command"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains("/approve") && reply.contains("/revoke"),
+        "help is included: {reply}"
+    );
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approving_review_counts_when_the_base_says_so() {
+    let mut bot = Bot::start().await;
+    let on = bot
+        .example
+        .read("main", "wavegate.toml")
+        .replace("required = 1", "required = 1\nreview_approvals = true");
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&on))]);
+    let (repo, pr, _) = planned(&mut bot, 27).await;
+
+    bot.deliver_github(support::github_review(
+        "submitted",
+        "approved",
+        &repo,
+        &pr,
+        501,
+        "rev-bob",
+        &pr.head_sha,
+    ))
+    .await;
+    bot.settle().await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+
+    bot.deliver_github(support::github_review(
+        "dismissed",
+        "dismissed",
+        &repo,
+        &pr,
+        501,
+        "rev-bob",
+        &pr.head_sha,
+    ))
+    .await;
+    bot.settle().await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgejo_approve_flow_end_to_end() {
+    let mut bot = Bot::start().await;
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.open_pr(&repo, 28, "change");
+    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
+    assert_eq!(state(&bot), "pending");
+
+    let id = bot.comment(&repo, 28, "rev-bob", "/approve").await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(state(&bot), "success");
+    let record = bot
+        .store()
+        .await
+        .pr(&repo.repo_ref().id, PrNumber(28))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.report_status.as_deref(), Some("approved"));
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn team_approvers_and_an_admins_revoke() {
+    let mut bot = Bot::start().await;
+    let teams = bot
+        .example
+        .read("main", "wavegate.toml")
+        .replace("approvers = []", "approvers = [\"team:platform\"]");
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&teams))]);
+    let (repo, pr, _) = planned(&mut bot, 29).await;
+    bot.forge.add_team_member("acme", "platform", "rev-carol");
+    bot.forge.set_permission(&repo, "ops-admin", "admin");
+
+    let bob = bot.comment(&repo, 29, "rev-bob", "/approve").await;
+    assert_eq!(bot.reactions(&repo, bob), ["eyes", "confused"]);
+    let reply = bot.replies(&repo, 29).pop().unwrap();
+    assert!(reply.contains("`team:platform`"), "{reply}");
+
+    bot.comment(&repo, 29, "rev-carol", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+
+    // An admin may withdraw someone else's approval.
+    let revoke = bot.comment(&repo, 29, "ops-admin", "/revoke").await;
+    assert_eq!(bot.reactions(&repo, revoke), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_an_approval_needs_the_bot_to_be_a_repository_admin() {
+    let mut bot = Bot::start().await;
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_forgejo_bot_admin(false);
+    let pr = bot.open_pr(&repo, 30, "change");
+    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+
+    let id = bot.comment(&repo, 30, "rev-bob", "/approve").await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
+    let reply = bot.replies(&repo, 30).pop().unwrap();
+    assert!(
+        reply.contains("admin"),
+        "the reply says what to fix: {reply}"
+    );
+    let state = bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
+    assert_eq!(state, "pending");
+}
