@@ -433,3 +433,34 @@ async fn on_forgejo_an_approval_needs_the_bot_to_be_a_repository_admin() {
     let state = bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
     assert_eq!(state, "pending");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
+    let mut bot = Bot::start().await;
+    let on = bot
+        .example
+        .read("main", "wavegate.toml")
+        .replace("required = 1", "required = 1\nreview_approvals = true");
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&on))]);
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.open_pr(&repo, 31, "change");
+    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
+        .await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (202, Some("queued")),
+        "{answer}"
+    );
+    bot.settle().await;
+    let state = bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
+    assert_eq!(state, "success");
+    assert!(bot.report(&repo, 31).body.contains("@rev-bob approved"));
+}

@@ -309,6 +309,24 @@ pub fn github_review(
     )
 }
 
+/// A Forgejo approving review: `(X-Forgejo-Event-Type, body)`, by `author`
+/// (Forgejo names the reviewer as the sender) on the PR's current head.
+pub fn forgejo_review_approved(repo: &RepoHandle, pr: &FakePr, author: &str) -> (String, Vec<u8>) {
+    let mut d = fixture("forgejo/webhooks/gitea-pull_request_review_approved.json");
+    put(&mut d, "/action", json!("reviewed"));
+    put(&mut d, "/number", json!(pr.number));
+    put(&mut d, "/pull_request/number", json!(pr.number));
+    put(&mut d, "/pull_request/head/sha", json!(pr.head_sha));
+    put(&mut d, "/pull_request/base/sha", json!(pr.base_sha));
+    put(&mut d, "/commit_id", json!(pr.head_sha));
+    patch_forgejo_repo(&mut d, "/repository", repo);
+    patch_forgejo_user(&mut d, "/sender", author);
+    (
+        "pull_request_review_approved".into(),
+        serde_json::to_vec(&d).unwrap(),
+    )
+}
+
 fn hmac_hex(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
     mac.update(body);
