@@ -464,3 +464,36 @@ async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
     assert_eq!(state, "success");
     assert!(bot.report(&repo, 31).body.contains("@rev-bob approved"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_that_leaves_the_digest_unchanged_still_needs_a_new_approval() {
+    let mut bot = Bot::start().await;
+    let (repo, _, digest) = planned(&mut bot, 32).await;
+    bot.comment(&repo, 32, "rev-bob", "/approve").await;
+
+    // Only documentation changes: every plan, and so the digest, stays the
+    // same, but the commit the change would be applied from is another.
+    bot.example.branch(
+        "docs-too",
+        "change",
+        &[("docs/notes.md", Some("more words\n"))],
+    );
+    let pushed = bot.forge.push(&repo, 32, &bot.rev("docs-too"));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+
+    let report = bot.report(&repo, 32).body;
+    assert_eq!(digest_in(&report), digest, "the plans did not change");
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("action_required")
+    );
+    assert!(report.contains("For an earlier plan"), "{report}");
+
+    bot.comment(&repo, 32, "rev-bob", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("success")
+    );
+}

@@ -160,10 +160,18 @@ pub fn help_text() -> String {
 pub fn parse(body: &str) -> Commands {
     let mut found = Commands::default();
     let mut blocks = BlockTracker::default();
+    // A line right after a quoted line continues the quote (markdown's lazy
+    // continuation) until a blank line ends it.
+    let mut in_quote = false;
     for (index, raw_line) in body.split('\n').enumerate() {
         let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
+        let quoted = line.trim_start().starts_with('>');
+        let continues_quote = in_quote && !quoted && !line.trim().is_empty();
+        in_quote = (quoted || continues_quote) && !line.trim().is_empty();
         if let Some(command_text) = blocks.command_text(line) {
-            read_command_line(index + 1, line, command_text, &mut found);
+            if !continues_quote {
+                read_command_line(index + 1, line, command_text, &mut found);
+            }
         }
     }
     found
@@ -996,6 +1004,15 @@ mod tests {
     }
 
     #[test]
+    fn a_line_continuing_a_quote_is_part_of_the_quote() {
+        assert!(parse("> I would say\n/approve\n").commands.is_empty());
+        assert_eq!(
+            parse("> I would say\n\n/approve\n").commands,
+            vec![approve(None, None)]
+        );
+    }
+
+    #[test]
     fn quoted_lines_are_not_commands() {
         nothing_in("> /approve");
         nothing_in(">/approve");
@@ -1006,8 +1023,12 @@ mod tests {
 
     #[test]
     fn a_fence_opened_in_a_quote_does_not_hide_the_lines_after_the_quote() {
+        // Right after the quote, a line is read as part of it (markdown would
+        // end the quote here, but refusing a command is the safe mistake);
+        // after a blank line it is a command again.
+        assert!(parse("> ```\n> /approve\n/plan").commands.is_empty());
         assert_eq!(
-            parse("> ```\n> /approve\n/plan").commands,
+            parse("> ```\n> /approve\n\n/plan").commands,
             vec![Command::Plan]
         );
     }

@@ -106,9 +106,21 @@ pub struct ReportSeen<'a> {
 pub enum Unbound {
     NoReport,
     NothingToApprove,
-    Replanning { head: String },
-    ReportNewerThanComment { head: String, digest: String },
-    NotCurrent { named: String, current: String },
+    Replanning {
+        head: String,
+    },
+    ReportNewerThanComment {
+        head: String,
+        digest: String,
+    },
+    NotCurrent {
+        named: String,
+        current: String,
+    },
+    /// The comment carries no time, so which report it saw is unknown.
+    Undated {
+        digest: String,
+    },
 }
 
 impl fmt::Display for Unbound {
@@ -129,6 +141,10 @@ impl fmt::Display for Unbound {
                 f,
                 "a new plan for `{}` was being made when you wrote your comment, so it is not clear which plan you meant; it is posted now with the digest `{digest}`: review it and approve with `/approve {digest}`",
                 &head[..head.len().min(12)]
+            ),
+            Unbound::Undated { digest } => write!(
+                f,
+                "the forge did not say when your comment was written, so it is not clear which report you saw; name the plan: `/approve {digest}`"
             ),
             Unbound::NotCurrent { named, current } => write!(
                 f,
@@ -170,7 +186,10 @@ pub fn bind<'a>(
                     digest: current.to_owned(),
                 })
             }
-            _ => Ok(current),
+            Some(_) => Ok(current),
+            None => Err(Unbound::Undated {
+                digest: current.to_owned(),
+            }),
         },
     }
 }
@@ -272,6 +291,11 @@ mod tests {
         assert_eq!(
             bind(None, Some(&report("h1", None, 100)), "h1", None),
             Err(Unbound::NothingToApprove)
+        );
+        assert_eq!(
+            bind(None, Some(&seen), "h1", None),
+            Err(Unbound::Undated { digest: D1.into() }),
+            "an undated comment must name the digest"
         );
     }
 

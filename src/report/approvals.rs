@@ -1,6 +1,7 @@
 //! The approvals part of the report: who approved which digest and when,
 //! what is still required, and approvals that stand for an earlier plan.
-//! It sits between markers so it can be replaced without re-planning.
+//! It follows the report as planned, between markers, and is rendered anew
+//! whenever the ledger moves, without planning again.
 
 use crate::gate::ledger::{Actor, Evaluation};
 use std::fmt::Write as _;
@@ -55,6 +56,15 @@ impl Standing {
     }
 }
 
+/// A digest as the gate read it: `sha256:…`, or `sha256:… (at <head>)` for
+/// an approval given at another head; shown as the digest and where.
+fn shown(digest: &str) -> String {
+    match digest.split_once(" (at ") {
+        Some((digest, head)) => format!("`{digest}` at `{}`", head.trim_end_matches(')')),
+        None => format!("`{digest}`"),
+    }
+}
+
 fn when(at: i64) -> String {
     chrono::DateTime::from_timestamp_millis(at)
         .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
@@ -103,8 +113,9 @@ pub fn render(standing: &Standing, digest: &str) -> String {
         Evaluation::Mismatch { approved, by } => {
             let _ = writeln!(
                 out,
-                "**Waiting for approval of this plan.** @{} approved `{approved}`, an earlier plan; an approval binds one digest, so this one needs its own.",
-                by.login
+                "**Waiting for approval of this plan.** @{} approved {}, an earlier plan; an approval binds one plan, so this one needs its own.",
+                by.login,
+                shown(approved)
             );
         }
     }
@@ -122,28 +133,15 @@ pub fn render(standing: &Standing, digest: &str) -> String {
         for stale in &standing.stale {
             let _ = writeln!(
                 out,
-                "- @{} approved `{}` ({})",
+                "- @{} approved {} ({})",
                 stale.by.login,
-                stale.digest,
+                shown(&stale.digest),
                 when(stale.at)
             );
         }
     }
     let _ = writeln!(out, "{END}");
     out
-}
-
-/// `report` with its approvals section replaced by (or, when it has none,
-/// followed by) `section`.
-pub fn splice(report: &str, section: &str) -> String {
-    match (report.find(START), report.find(END)) {
-        (Some(start), Some(end)) if end > start => {
-            let after = &report[end + END.len()..];
-            let after = after.strip_prefix('\n').unwrap_or(after);
-            format!("{}{section}{after}", &report[..start])
-        }
-        _ => format!("{}\n\n{section}", report.trim_end()),
-    }
 }
 
 #[cfg(test)]
@@ -190,21 +188,5 @@ mod tests {
         ");
         assert!(!standing.satisfied());
         assert!(standing.title(D1).starts_with("1 of 2 approvals"));
-    }
-
-    #[test]
-    fn splicing_replaces_the_old_section_and_keeps_the_rest() {
-        let first = splice(
-            "report body\n",
-            "<!-- wavegate:approvals -->\nA\n<!-- /wavegate:approvals -->\n",
-        );
-        let second = splice(
-            &first,
-            "<!-- wavegate:approvals -->\nB\n<!-- /wavegate:approvals -->\n",
-        );
-        assert_eq!(
-            second,
-            "report body\n\n<!-- wavegate:approvals -->\nB\n<!-- /wavegate:approvals -->\n"
-        );
     }
 }

@@ -2,8 +2,11 @@
 //! they may, which digest it binds, the fact it leaves in the ledger, the
 //! reactions and replies, and the report and check brought up to date.
 //!
-//! Every approval is of the digest the report showed: `policy::bind` is the
-//! only way to a digest here, and it only hands out the current report's.
+//! Every approval is of the digest the report showed, at the head and base it
+//! was planned for: `policy::bind` is the only way to a digest here, and an
+//! approval counts only while the plan it saw is the current one — a push or
+//! a retarget that leaves the digest unchanged still needs a new approval,
+//! because the commands that will apply it may have changed.
 
 use super::task::Task;
 use super::Worker;
@@ -12,12 +15,13 @@ use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, Permission, Reaction};
 use crate::forge::{CommitSha, PrNumber, RepoRef, ReviewState, User};
 use crate::gate::commands::{self, Command};
-use crate::gate::ledger::{self, Actor, FactKind, NewFact, Source};
+use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};
-use crate::store::{JobOutcome, PrReport};
+use crate::store::{JobOutcome, PlanRecord, PrRecord, PrReport};
 use anyhow::{Context, Result};
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// The gate a pull request's change set waits at (`pr-42`), or a stage's (`pr-42-prod`).
@@ -50,6 +54,40 @@ enum Said {
     Refused(String),
 }
 
+/// What an approval was given for: the digest, and the commits it was planned at.
+fn binding(plan: &PlanRecord) -> Value {
+    json!({ "head": plan.head_sha.as_str(), "base": plan.base_sha.as_str() })
+}
+
+/// The gate's facts as they count for `plan`: an approval (or revoke) given
+/// for another head or base stands for a different plan, whatever its digest,
+/// so it is read as one of "another digest" (shown as for an earlier plan);
+/// review approvals count only while the base allows them.
+fn as_counted(facts: &[Fact], plan: &PlanRecord, reviews_count: bool) -> Vec<Fact> {
+    let here = binding(plan);
+    facts
+        .iter()
+        .filter(|fact| {
+            reviews_count
+                || !(fact.fact.kind == FactKind::Approved
+                    && matches!(fact.fact.source, Source::Review { .. }))
+        })
+        .cloned()
+        .map(|mut fact| {
+            let bound = matches!(fact.fact.kind, FactKind::Approved | FactKind::Revoked)
+                && fact.fact.digest != ANY_DIGEST;
+            let elsewhere = fact.fact.data.get("head") != here.get("head")
+                || fact.fact.data.get("base") != here.get("base");
+            if bound && elsewhere {
+                let head = fact.fact.data["head"].as_str().unwrap_or("?");
+                fact.fact.digest =
+                    format!("{} (at {})", fact.fact.digest, &head[..head.len().min(12)]);
+            }
+            fact
+        })
+        .collect()
+}
+
 impl Worker {
     pub(super) async fn handle_comment(
         &self,
@@ -65,7 +103,7 @@ impl Worker {
         if parsed.commands.is_empty() && parsed.unknown.is_empty() && parsed.errors.is_empty() {
             return Ok(JobOutcome::Skipped("no commands".into()));
         }
-        client.react(repo, comment.id, Reaction::Eyes).await?;
+        self.react(client, repo, comment.id, Reaction::Eyes).await;
 
         let mut refusals = Vec::new();
         let mut done = 0;
@@ -91,15 +129,11 @@ impl Worker {
                     Said::Done
                 }
                 Command::Plan => {
-                    self.store
-                        .enqueue(
-                            Task::Replan {
-                                repo: repo.clone(),
-                                pr,
-                            }
-                            .into_job(),
-                        )
-                        .await?;
+                    let replan = Task::Replan {
+                        repo: repo.clone(),
+                        pr,
+                    };
+                    self.store.enqueue(replan.into_job()).await?;
                     self.wake.notify_one();
                     Said::Done
                 }
@@ -131,19 +165,31 @@ impl Worker {
             self.refresh_gate(client, repo, pr).await?;
         }
         if done > 0 {
-            client.react(repo, comment.id, Reaction::Rocket).await?;
+            self.react(client, repo, comment.id, Reaction::Rocket).await;
         }
         if !refusals.is_empty() {
-            client.react(repo, comment.id, Reaction::Confused).await?;
+            self.react(client, repo, comment.id, Reaction::Confused)
+                .await;
             let body = format!("@{}: {}", comment.author.login, refusals.join("\n\n"));
             client.reply(repo, pr, &body).await?;
         }
         Ok(JobOutcome::Done)
     }
 
-    /// A review: with `review_approvals` on the base, an approving review
-    /// approves the digest planned for its commit (if that plan is current),
-    /// and a dismissed review revokes what its author approved.
+    /// Reactions are a courtesy: a deleted comment must not fail the job.
+    async fn react(&self, client: &ForgeClient, repo: &RepoRef, comment: u64, reaction: Reaction) {
+        if let Err(error) = client.react(repo, comment, reaction).await {
+            tracing::warn!(
+                comment,
+                "could not react with {}: {error:#}",
+                reaction.as_str()
+            );
+        }
+    }
+
+    /// A review: an approving review (when the base's policy counts reviews)
+    /// approves the digest reported for its commit; a dismissed review
+    /// withdraws whatever that review approved.
     pub(super) async fn handle_review(
         &self,
         client: &ForgeClient,
@@ -151,73 +197,78 @@ impl Worker {
         pr: PrNumber,
         review: ReviewIn<'_>,
     ) -> Result<JobOutcome> {
-        let ReviewIn {
-            id: review_id,
-            author,
-            state,
-            commit,
-        } = review;
-        let Some((record, plan)) = self.current(repo, pr).await? else {
-            return Ok(JobOutcome::Skipped("nothing planned yet".into()));
-        };
-        let policy = self.base_policy(repo, &plan.base_sha);
-        if !policy.review_approvals {
-            return Ok(JobOutcome::Skipped("review approvals are off".into()));
-        }
-        let Some(digest) = plan.digest.clone() else {
-            return Ok(JobOutcome::Skipped("the plan has no digest".into()));
-        };
-        let actor = Actor {
-            id: author.id,
-            login: author.login.clone(),
-        };
         let gate = gate_name(pr, None);
-        match state {
-            ReviewState::Approved => {
-                if commit != Some(&record.head_sha) || plan.head_sha != record.head_sha {
-                    return Ok(JobOutcome::Skipped(
-                        "the review is of an earlier commit".into(),
-                    ));
-                }
-                let who = self.candidate(client, repo, author, &policy).await?;
-                let pr_author = client.pull_request(repo, pr).await?.author.login;
-                let (kind, data) =
-                    match policy::may_approve(&policy, &pr_author, &who.as_candidate()) {
-                        Ok(()) => (FactKind::Approved, serde_json::Value::Null),
-                        Err(why) => (
-                            FactKind::Refused,
-                            serde_json::json!({ "reason": why.to_string() }),
-                        ),
-                    };
-                self.record(
-                    repo,
-                    &gate,
-                    kind,
-                    &digest,
-                    actor,
-                    Source::Review { id: review_id },
-                    data,
-                )
-                .await?;
-            }
-            ReviewState::Dismissed => {
-                self.record(
-                    repo,
-                    &gate,
-                    FactKind::Revoked,
-                    &digest,
-                    actor,
-                    Source::Review { id: review_id },
-                    serde_json::json!({ "reason": "review dismissed" }),
-                )
-                .await?;
-            }
-            _ => {
+        let actor = Actor {
+            id: review.author.id,
+            login: review.author.login.clone(),
+        };
+        if review.state == ReviewState::Dismissed {
+            let facts = self.store.gate_facts(&repo.id.to_string(), &gate).await?;
+            let approved = facts.iter().rev().find(|f| {
+                f.fact.kind == FactKind::Approved
+                    && f.fact.source == Source::Review { id: review.id }
+                    && f.fact.actor.id == review.author.id
+            });
+            let Some(approved) = approved.cloned() else {
                 return Ok(JobOutcome::Skipped(
-                    "a review that neither approves nor dismisses".into(),
-                ))
-            }
+                    "the dismissed review approved nothing".into(),
+                ));
+            };
+            let mut data = approved.fact.data.clone();
+            data["reason"] = "review dismissed".into();
+            let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
+            self.record(repo, &gate, revoke, actor, Source::Review { id: review.id })
+                .await?;
+            self.refresh_gate(client, repo, pr).await?;
+            return Ok(JobOutcome::Done);
         }
+        if review.state != ReviewState::Approved {
+            return Ok(JobOutcome::Skipped(
+                "a review that neither approves nor dismisses".into(),
+            ));
+        }
+        let Some((record, plan)) = self.current(repo, pr).await? else {
+            return Ok(JobOutcome::Skipped("no current plan to approve".into()));
+        };
+        let policy = match self.base_policy(repo, &plan.base_sha) {
+            Ok(policy) if policy.review_approvals => policy,
+            Ok(_) => return Ok(JobOutcome::Skipped("review approvals are off".into())),
+            Err(why) => return Ok(JobOutcome::Skipped(why)),
+        };
+        let Some(digest) = record.report_digest.clone() else {
+            return Ok(JobOutcome::Skipped("the report has no digest".into()));
+        };
+        if review.commit != Some(&record.head_sha) {
+            return Ok(JobOutcome::Skipped(
+                "the review is of an earlier commit".into(),
+            ));
+        }
+        let verdict = match self.candidate(client, repo, review.author, &policy).await {
+            Ok(who) => {
+                let pr_author = client.pull_request(repo, pr).await?.author.login;
+                policy::may_approve(&policy, &pr_author, &who.as_candidate())
+                    .map_err(|w| w.to_string())
+            }
+            Err(error) => Err(format!(
+                "wavegate could not check the reviewer's permission: {error:#}"
+            )),
+        };
+        let mut data = binding(&plan);
+        let kind = match verdict {
+            Ok(()) => FactKind::Approved,
+            Err(reason) => {
+                data["reason"] = reason.into();
+                FactKind::Refused
+            }
+        };
+        self.record(
+            repo,
+            &gate,
+            (kind, &digest, data),
+            actor,
+            Source::Review { id: review.id },
+        )
+        .await?;
         self.refresh_gate(client, repo, pr).await?;
         Ok(JobOutcome::Done)
     }
@@ -240,7 +291,7 @@ impl Worker {
                 posted_at: plan
                     .as_ref()
                     .filter(|p| Some(&p.head_sha) == r.report_head.as_ref())
-                    .map_or(i64::MIN, |p| p.created_at),
+                    .map_or(i64::MAX, |p| p.created_at),
             })
         });
         let head_now = record.as_ref().map_or("", |r| r.head_sha.as_str());
@@ -248,10 +299,13 @@ impl Worker {
             Ok(digest) => digest.to_owned(),
             Err(why) => return Ok(Said::Refused(why.to_string())),
         };
-        let Some(plan) = plan else {
+        let Some(plan) = plan.filter(|p| p.digest.as_deref() == Some(digest.as_str())) else {
             return Ok(Said::Refused(policy::Unbound::NoReport.to_string()));
         };
-        let policy = self.base_policy(repo, &plan.base_sha);
+        let policy = match self.base_policy(repo, &plan.base_sha) {
+            Ok(policy) => policy,
+            Err(why) => return Ok(Said::Refused(why)),
+        };
         if let Some(stage) = stage {
             let stages = self.base_stages(repo, &plan.base_sha);
             if !stages.iter().any(|s| s == stage) {
@@ -266,6 +320,7 @@ impl Worker {
             login: comment.author.login.clone(),
         };
         let gate = gate_name(pr, stage);
+        let source = Source::Comment { id: comment.id };
         let who = match self.candidate(client, repo, comment.author, &policy).await {
             Ok(who) => who,
             Err(error) => {
@@ -275,16 +330,16 @@ impl Worker {
             }
         };
         let pr_author = client.pull_request(repo, pr).await?.author.login;
+        let mut data = binding(&plan);
         if let Err(why) = policy::may_approve(&policy, &pr_author, &who.as_candidate()) {
             let reason = why.to_string();
+            data["reason"] = reason.clone().into();
             self.record(
                 repo,
                 &gate,
-                FactKind::Refused,
-                &digest,
+                (FactKind::Refused, &digest, data),
                 actor,
-                Source::Comment { id: comment.id },
-                serde_json::json!({ "reason": reason }),
+                source,
             )
             .await?;
             return Ok(Said::Refused(reason));
@@ -292,16 +347,17 @@ impl Worker {
         self.record(
             repo,
             &gate,
-            FactKind::Approved,
-            &digest,
+            (FactKind::Approved, &digest, data),
             actor,
-            Source::Comment { id: comment.id },
-            serde_json::Value::Null,
+            source,
         )
         .await?;
         Ok(Said::Done)
     }
 
+    /// `/revoke`: the commenter's own approvals, of any plan, at the change's
+    /// gate and every stage gate; a repository admin's withdraws everyone's
+    /// approval of the current plan as well.
     async fn revoke(
         &self,
         client: &ForgeClient,
@@ -309,72 +365,80 @@ impl Worker {
         pr: PrNumber,
         comment: &CommentIn<'_>,
     ) -> Result<Said> {
-        let Some((_, plan)) = self.current(repo, pr).await? else {
-            return Ok(Said::Refused(
-                "there is nothing to revoke: no plan was approved".into(),
-            ));
-        };
-        let Some(digest) = plan.digest.clone() else {
-            return Ok(Said::Refused(
-                "there is nothing to revoke: the plan has no digest".into(),
-            ));
-        };
-        let gate = gate_name(pr, None);
-        let facts = self.store.gate_facts(&repo.id.to_string(), &gate).await?;
-        let policy = self.base_policy(repo, &plan.base_sha);
-        let standing = ledger::evaluate(&facts, &digest, policy.required.max(1) as usize);
-        let approvers = match &standing {
-            ledger::Evaluation::Satisfied { by, .. }
-            | ledger::Evaluation::Waiting { have: by, .. } => by.clone(),
-            ledger::Evaluation::Mismatch { .. } => Vec::new(),
-        };
-        let own = approvers.iter().any(|a| a.id == comment.author.id);
-        let admin = !own
-            && client
-                .permission(repo, &comment.author.login)
-                .await
-                .is_ok_and(|p| p == Permission::Admin);
-        if !own && !admin {
-            return Ok(Said::Refused(
-                "you have no standing approval of the current plan to revoke; an approval can be revoked by whoever gave it, or by a repository admin".into(),
-            ));
+        let repo_key = repo.id.to_string();
+        let plan = self.store.latest_plan(&repo.id, pr).await?;
+        let mut gates = vec![gate_name(pr, None)];
+        if let Some(plan) = &plan {
+            gates.extend(
+                self.base_stages(repo, &plan.base_sha)
+                    .iter()
+                    .map(|stage| gate_name(pr, Some(stage))),
+            );
         }
-        if approvers.is_empty() {
-            return Ok(Said::Refused(
-                "no approval of the current plan stands".into(),
-            ));
+        let admin = client
+            .permission(repo, &comment.author.login)
+            .await
+            .is_ok_and(|p| p == Permission::Admin);
+        let actor = Actor {
+            id: comment.author.id,
+            login: comment.author.login.clone(),
+        };
+        let source = Source::Comment { id: comment.id };
+        let mut revoked = false;
+        for gate in &gates {
+            let facts = self.store.gate_facts(&repo_key, gate).await?;
+            let own = ledger::stale_approvals(&facts, "")
+                .iter()
+                .any(|(by, _, _)| by.id == comment.author.id);
+            if own {
+                let data = json!({ "reason": "revoked by the approver" });
+                self.record(
+                    repo,
+                    gate,
+                    (FactKind::Revoked, ANY_DIGEST, data),
+                    actor.clone(),
+                    source.clone(),
+                )
+                .await?;
+                revoked = true;
+            }
+            let current = plan.as_ref().and_then(|p| Some((p, p.digest.as_deref()?)));
+            if let (true, Some((plan, digest))) = (admin, current) {
+                let others = ledger::stale_approvals(&facts, "")
+                    .iter()
+                    .any(|(by, d, _)| by.id != comment.author.id && d == digest);
+                if others {
+                    let mut data = binding(plan);
+                    data["all"] = true.into();
+                    data["reason"] = "revoked by a repository admin".into();
+                    self.record(
+                        repo,
+                        gate,
+                        (FactKind::Revoked, digest, data),
+                        actor.clone(),
+                        source.clone(),
+                    )
+                    .await?;
+                    revoked = true;
+                }
+            }
         }
-        let data = if own {
-            serde_json::Value::Null
+        Ok(if revoked {
+            Said::Done
         } else {
-            serde_json::json!({ "all": true })
-        };
-        self.record(
-            repo,
-            &gate,
-            FactKind::Revoked,
-            &digest,
-            Actor {
-                id: comment.author.id,
-                login: comment.author.login.clone(),
-            },
-            Source::Comment { id: comment.id },
-            data,
-        )
-        .await?;
-        Ok(Said::Done)
+            Said::Refused(
+                "there is no standing approval for you to revoke; an approval can be revoked by whoever gave it, or by a repository admin".into(),
+            )
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn record(
         &self,
         repo: &RepoRef,
         gate: &str,
-        kind: FactKind,
-        digest: &str,
+        (kind, digest, data): (FactKind, &str, Value),
         actor: Actor,
         source: Source,
-        data: serde_json::Value,
     ) -> Result<()> {
         self.store
             .append_fact(NewFact {
@@ -392,17 +456,25 @@ impl Worker {
         Ok(())
     }
 
-    /// The pull request's record and its latest plan, when the plan is for the
-    /// head the report shows.
+    /// The pull request's record and the plan its report shows, when that
+    /// report is for the current head and waits at its gate.
     async fn current(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
-    ) -> Result<Option<(crate::store::PrRecord, crate::store::PlanRecord)>> {
+    ) -> Result<Option<(PrRecord, PlanRecord)>> {
         let record = self.store.pr(&repo.id, pr).await?;
         let plan = self.store.latest_plan(&repo.id, pr).await?;
         Ok(match (record, plan) {
-            (Some(record), Some(plan)) if record.head_sha == plan.head_sha => Some((record, plan)),
+            (Some(record), Some(plan))
+                if record.head_sha == plan.head_sha
+                    && record.report_head.as_ref() == Some(&plan.head_sha)
+                    && record.report_digest.is_some()
+                    && record.report_digest == plan.digest
+                    && record.report_status.as_deref() != Some("refused") =>
+            {
+                Some((record, plan))
+            }
             _ => None,
         })
     }
@@ -429,28 +501,34 @@ impl Worker {
         })
     }
 
-    /// The base branch's `[policy]`; the strict default when the base has no
-    /// readable config.
-    pub(super) fn base_policy(&self, repo: &RepoRef, base: &CommitSha) -> Policy {
-        self.base_config(repo, base)
-            .map(|c| c.policy)
-            .unwrap_or_default()
+    /// The base branch's `[policy]`: the default when the base has no
+    /// `wavegate.toml`, and no approvals at all when it has one that cannot
+    /// be read (a broken file must not mean the loosest policy).
+    pub(super) fn base_policy(&self, repo: &RepoRef, base: &CommitSha) -> Result<Policy, String> {
+        let mirror = self.workspace.mirror_path(&repo.id);
+        match git::read_file(&mirror, base.as_str(), CONFIG_FILE) {
+            Ok(None) => Ok(Policy::default()),
+            Ok(Some(text)) => RepoConfig::parse(CONFIG_FILE, &text)
+                .map(|config| config.policy)
+                .map_err(|e| format!("approvals are refused until the base branch's {CONFIG_FILE} reads again: {e}")),
+            Err(e) => Err(format!("the base branch's {CONFIG_FILE} could not be read ({e:#}); approvals are refused until it can")),
+        }
     }
 
     fn base_stages(&self, repo: &RepoRef, base: &CommitSha) -> Vec<String> {
-        self.base_config(repo, base)
+        self.config_at(repo, base)
             .map(|c| c.stages.into_iter().map(|s| s.name).collect())
             .unwrap_or_default()
     }
 
-    fn base_config(&self, repo: &RepoRef, base: &CommitSha) -> Option<RepoConfig> {
+    fn config_at(&self, repo: &RepoRef, commit: &CommitSha) -> Option<RepoConfig> {
         let mirror = self.workspace.mirror_path(&repo.id);
-        let text = git::read_file(&mirror, base.as_str(), CONFIG_FILE).ok()??;
+        let text = git::read_file(&mirror, commit.as_str(), CONFIG_FILE).ok()??;
         RepoConfig::parse(CONFIG_FILE, &text).ok()
     }
 
     /// Brings the report's approvals section and the check up to date with
-    /// the ledger, for the current plan.
+    /// the ledger, for the plan the report shows.
     pub(super) async fn refresh_gate(
         &self,
         client: &ForgeClient,
@@ -472,7 +550,7 @@ impl Worker {
         client: &ForgeClient,
         repo: &RepoRef,
         pr: PrNumber,
-        plan: &crate::store::PlanRecord,
+        plan: &PlanRecord,
         failed: bool,
         check_id: Option<u64>,
     ) -> Result<()> {
@@ -484,10 +562,16 @@ impl Worker {
             .store
             .gate_facts(&repo.id.to_string(), &gate_name(pr, None))
             .await?;
-        let required = policy.required.max(1) as usize;
-        let evaluation = ledger::evaluate(&facts, &digest, required);
+        let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
+        let counted = as_counted(&facts, plan, reviews_count);
+        let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
+        let evaluation = match &policy {
+            Ok(_) => ledger::evaluate(&counted, &digest, required),
+            // A base policy that cannot be read approves nothing.
+            Err(_) => ledger::evaluate(&[], &digest, required),
+        };
         let mut approved_at = BTreeMap::new();
-        for fact in facts
+        for fact in counted
             .iter()
             .filter(|f| f.fact.kind == FactKind::Approved && f.fact.digest == digest)
         {
@@ -496,15 +580,25 @@ impl Worker {
         let standing = Standing {
             evaluation,
             approved_at: approved_at.into_iter().collect(),
-            stale: ledger::stale_approvals(&facts, &digest)
+            stale: ledger::stale_approvals(&counted, &digest)
                 .into_iter()
                 .map(|(by, digest, at)| Stale { by, digest, at })
                 .collect(),
-            policy_changed: self
-                .base_config(repo, &plan.head_sha)
-                .is_some_and(|head| head.policy != policy),
+            policy_changed: policy.as_ref().is_ok_and(|base| {
+                self.config_at(repo, &plan.head_sha)
+                    .is_some_and(|head| head.policy != *base)
+            }),
         };
-        let body = approvals::splice(&plan.report, &approvals::render(&standing, &digest));
+        // The section is appended after the report as planned (which never
+        // contains one), so nothing a plan prints can stand in for it.
+        let mut body = format!(
+            "{}\n\n{}",
+            plan.report.trim_end(),
+            approvals::render(&standing, &digest)
+        );
+        if let Err(why) = &policy {
+            body.push_str(&format!("\n**Approvals are refused:** {why}\n"));
+        }
         let known = self.store.pr(&repo.id, pr).await?;
         let comment_id = client
             .upsert_report(
@@ -569,5 +663,84 @@ impl Who {
             can_write: self.can_write,
             teams: &self.teams,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::{ForgeKind, RepoId};
+
+    fn sha(c: char) -> CommitSha {
+        CommitSha::parse(&c.to_string().repeat(40)).unwrap()
+    }
+
+    fn plan(head: char) -> PlanRecord {
+        PlanRecord {
+            id: 1,
+            repo: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+            pr: PrNumber(1),
+            head_sha: sha(head),
+            base_sha: sha('b'),
+            digest: Some(D.into()),
+            change_set: Value::Null,
+            created_at: 0,
+            report: String::new(),
+        }
+    }
+
+    const D: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+    fn fact(kind: FactKind, plan: &PlanRecord, source: Source) -> Fact {
+        ledger::chain(
+            None,
+            NewFact {
+                repo: "github:acme/infra".into(),
+                gate: "pr-1".into(),
+                kind,
+                digest: D.into(),
+                actor: Actor {
+                    id: 7,
+                    login: "bob".into(),
+                },
+                at: 0,
+                source,
+                data: binding(plan),
+            },
+        )
+    }
+
+    #[test]
+    fn an_approval_counts_only_for_the_head_and_base_it_was_given_at() {
+        let old = plan('a');
+        let facts = vec![fact(FactKind::Approved, &old, Source::Comment { id: 1 })];
+        assert!(matches!(
+            ledger::evaluate(&as_counted(&facts, &old, false), D, 1),
+            ledger::Evaluation::Satisfied { .. }
+        ));
+        // A push that leaves the digest unchanged: the approval is for an earlier plan.
+        let pushed = plan('c');
+        let counted = as_counted(&facts, &pushed, false);
+        assert!(matches!(
+            ledger::evaluate(&counted, D, 1),
+            ledger::Evaluation::Mismatch { .. }
+        ));
+        assert!(ledger::stale_approvals(&counted, D)[0]
+            .1
+            .contains("(at aaaaaaaaaaaa)"));
+    }
+
+    #[test]
+    fn review_approvals_count_only_while_the_base_allows_them() {
+        let current = plan('a');
+        let facts = vec![fact(FactKind::Approved, &current, Source::Review { id: 9 })];
+        assert!(matches!(
+            ledger::evaluate(&as_counted(&facts, &current, true), D, 1),
+            ledger::Evaluation::Satisfied { .. }
+        ));
+        assert!(matches!(
+            ledger::evaluate(&as_counted(&facts, &current, false), D, 1),
+            ledger::Evaluation::Waiting { count: 0, .. }
+        ));
     }
 }

@@ -22,7 +22,7 @@ use crate::forge::{PullRequest, RepoRef};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
 use crate::report::{self, reply, reply::Reply};
-use crate::store::{FailOutcome, Job, JobOutcome, NewPlan, PrHead, PrReport, Store};
+use crate::store::{FailOutcome, Job, JobOutcome, NewPlan, PlanRecord, PrHead, PrReport, Store};
 use anyhow::{Context, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -370,36 +370,43 @@ impl Worker {
         let (state, title, status) = check_verdict(change);
         let digest = (!change.members.is_empty()).then(|| change.change_set.digest.clone());
         let body = report::markdown::render_within(change, report::COMMENT_LIMIT - APPROVALS_ROOM);
-        self.store
-            .save_plan(NewPlan {
-                repo: repo.id.clone(),
-                pr: pr.number,
-                head_sha: pr.head_sha.clone(),
-                base_sha: pr.base_sha.clone(),
-                digest: digest.clone(),
-                change_set: serde_json::to_value(&change.change_set)?,
-                report: body.clone(),
-            })
-            .await?;
+        let plan = NewPlan {
+            repo: repo.id.clone(),
+            pr: pr.number,
+            head_sha: pr.head_sha.clone(),
+            base_sha: pr.base_sha.clone(),
+            digest: digest.clone(),
+            change_set: serde_json::to_value(&change.change_set)?,
+            report: body.clone(),
+        };
         if digest.is_some() {
             // A plan with a digest waits at its gate: the report carries the
-            // approvals (earlier ones listed as for an earlier plan).
-            let plan = self
-                .store
-                .latest_plan(&repo.id, pr.number)
-                .await?
-                .context("the plan just saved is not in the store")?;
-            return self
-                .publish_gate(
-                    client,
-                    repo,
-                    pr.number,
-                    &plan,
-                    change.any_failed(),
-                    check_id,
-                )
-                .await;
+            // approvals (earlier ones listed as for an earlier plan). The plan
+            // is saved once posted: its time is when reviewers could see it.
+            let posted = PlanRecord {
+                id: 0,
+                repo: plan.repo.clone(),
+                pr: plan.pr,
+                head_sha: plan.head_sha.clone(),
+                base_sha: plan.base_sha.clone(),
+                digest: plan.digest.clone(),
+                change_set: plan.change_set.clone(),
+                created_at: 0,
+                report: body,
+            };
+            self.publish_gate(
+                client,
+                repo,
+                pr.number,
+                &posted,
+                change.any_failed(),
+                check_id,
+            )
+            .await?;
+            self.store.save_plan(plan).await?;
+            return Ok(());
         }
+        self.store.save_plan(plan).await?;
         let report = CheckReport {
             state,
             title,
@@ -476,6 +483,10 @@ impl Worker {
         let Ok(task) = serde_json::from_value::<Task>(job.payload.clone()) else {
             return;
         };
+        // A command or review that gave up leaves the report as it is.
+        if !matches!(task, Task::Plan { .. } | Task::Replan { .. }) {
+            return;
+        }
         let Ok(client) = self.forges.client(task.repo().id.forge) else {
             return;
         };
