@@ -28,6 +28,18 @@ async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String) {
     (repo, pr, digest)
 }
 
+/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to write.
+async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr) {
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.open_pr(&repo, number, "change");
+    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    (repo, pr)
+}
+
 impl Bot {
     /// `who` comments `body` on PR `pr`; returns the comment's id.
     async fn comment(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
@@ -352,13 +364,7 @@ async fn an_approving_review_counts_when_the_base_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgejo_approve_flow_end_to_end() {
     let mut bot = Bot::start().await;
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, 28, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
+    let (repo, pr) = planned_on_forgejo(&mut bot, 28).await;
     let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
     assert_eq!(state(&bot), "pending");
 
@@ -414,14 +420,8 @@ async fn team_approvers_and_an_admins_revoke() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approval_needs_the_bot_to_be_a_repository_admin() {
     let mut bot = Bot::start().await;
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let (repo, pr) = planned_on_forgejo(&mut bot, 30).await;
     bot.forge.set_forgejo_bot_admin(false);
-    let pr = bot.open_pr(&repo, 30, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
 
     let id = bot.comment(&repo, 30, "rev-bob", "/approve").await;
     assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
@@ -443,13 +443,7 @@ async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
         .replace("required = 1", "required = 1\nreview_approvals = true");
     bot.example
         .branch("main", "main", &[("wavegate.toml", Some(&on))]);
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, 31, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
+    let (repo, pr) = planned_on_forgejo(&mut bot, 31).await;
 
     let (status, answer) = bot
         .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
