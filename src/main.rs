@@ -7,14 +7,12 @@ use clap::{Parser, Subcommand};
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use wavegate::config::settings::DEFAULT_DATABASE_URL;
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
 use wavegate::report;
 use wavegate::store::Store;
-
-/// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
-const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
 
 #[derive(Parser)]
 #[command(

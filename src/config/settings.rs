@@ -62,7 +62,8 @@ pub struct Settings {
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-const DEFAULT_DATABASE: &str = "sqlite://wavegate.db";
+/// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
 const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
 impl Settings {
@@ -126,7 +127,8 @@ impl Settings {
         };
         Ok(Self {
             listen,
-            database_url: var("WAVEGATE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE.into()),
+            database_url: var("WAVEGATE_DATABASE_URL")
+                .unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
             data_dir,
             github_api_url: var("WAVEGATE_GITHUB_API_URL")
                 .unwrap_or_else(|| DEFAULT_GITHUB_API.into())

@@ -120,7 +120,7 @@ pub fn read_headers(
             sender: ForgeKind::GitHub,
             event_type: required(&["X-GitHub-Event"])?,
             delivery_id: required(&["X-GitHub-Delivery"])?,
-            signature: first_present(headers, &["X-Hub-Signature-256"])?,
+            signature: signature_header(ForgeKind::GitHub, headers),
         }),
         ForgeKind::Forgejo => Ok(DeliveryHeaders {
             sender: ForgeKind::Forgejo,
@@ -131,9 +131,23 @@ pub fn read_headers(
                 "X-Gitea-Event",
             ])?,
             delivery_id: required(&["X-Forgejo-Delivery", "X-Gitea-Delivery"])?,
-            signature: first_present(headers, &["X-Forgejo-Signature", "X-Gitea-Signature"])?,
+            signature: signature_header(ForgeKind::Forgejo, headers),
         }),
     }
+}
+
+/// The signature a forge puts on its deliveries to `endpoint`, if any (an
+/// empty or unreadable header counts as none). Read on its own so the
+/// signature can be checked before any other header is looked at.
+pub fn signature_header(endpoint: ForgeKind, headers: &HeaderMap) -> Option<String> {
+    let names: &[&'static str] = match endpoint {
+        ForgeKind::GitHub => &["X-Hub-Signature-256"],
+        ForgeKind::Forgejo => &["X-Forgejo-Signature", "X-Gitea-Signature"],
+    };
+    names.iter().find_map(|name| {
+        let text = headers.get(*name)?.to_str().ok()?.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    })
 }
 
 /// The first of `names` with a non-empty value; an empty header counts as absent.

@@ -19,12 +19,18 @@ fn git(repo: &Path) -> Command {
         .env_remove("GIT_WORK_TREE");
     // Checkout filters and hooks run as git's children: the server's own
     // settings (its secrets among them) stay out of their environment.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("WAVEGATE_") {
-            command.env_remove(name);
-        }
+    for name in server_settings_in_env() {
+        command.env_remove(name);
     }
     command
+}
+
+/// The names of wavegate's own `WAVEGATE_*` variables in this process's
+/// environment: what a git child must not inherit.
+pub fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| name.to_string_lossy().starts_with("WAVEGATE_"))
 }
 
 fn run(mut command: Command, what: &str) -> Result<Output> {

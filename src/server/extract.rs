@@ -33,20 +33,6 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// The signature header the endpoint's forge signs with (empty = none).
-fn signature(endpoint: ForgeKind, headers: &axum::http::HeaderMap) -> Option<String> {
-    let names: &[&str] = match endpoint {
-        ForgeKind::GitHub => &["x-hub-signature-256"],
-        ForgeKind::Forgejo => &["x-forgejo-signature", "x-gitea-signature"],
-    };
-    names
-        .iter()
-        .filter_map(|name| headers.get(*name)?.to_str().ok())
-        .map(str::trim)
-        .find(|value| !value.is_empty())
-        .map(str::to_owned)
-}
-
 /// The signature is checked first: an unsigned request learns nothing but 401.
 async fn verify(
     req: Request,
@@ -70,7 +56,7 @@ async fn verify(
     if announced.is_some_and(|length| length > super::BODY_LIMIT as u64) {
         return Err(too_large());
     }
-    let signature = signature(endpoint, req.headers());
+    let signature = webhook::signature_header(endpoint, req.headers());
     let headers = webhook::read_headers(endpoint, req.headers());
     let body = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -64,15 +64,8 @@ impl Running {
         Stopper(self.shutdown.clone())
     }
 
-    /// Stops taking requests, lets workers finish the job in hand, and waits.
-    pub async fn stop(self) {
-        let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let _ = task.await;
-        }
-    }
-
-    /// Waits until the server stops (a signal, or `stop` from elsewhere).
+    /// Waits until the server stops (its [`Stopper`] was used): requests
+    /// stop being taken and workers finish the job in hand.
     pub async fn wait(self) {
         for task in self.tasks {
             let _ = task.await;

@@ -5,7 +5,7 @@
 //! batch costs about what one delivery did. If a batch fails as a whole, each
 //! of its deliveries is written on its own, so one bad request fails alone.
 
-use super::sqlite::{insert_job, to_i64, upsert_pr_head};
+use super::sqlite::to_i64;
 use super::{Clock, Intake, JobId, NewDelivery, NewJob, PrHead, StoreError};
 use anyhow::{Context, Result};
 use sqlx::sqlite::SqlitePool;
@@ -152,10 +152,7 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
         .iter()
         .filter_map(|(row, item)| item.job.as_ref().map(|job| (*row, job)))
         .collect();
-    if with_jobs.len() == 1 {
-        let (row, job) = with_jobs[0];
-        jobs.insert(row, insert_job(&mut tx, job, Some(row), now).await?);
-    } else if !with_jobs.is_empty() {
+    if !with_jobs.is_empty() {
         let mut insert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) ",
         );
@@ -188,9 +185,7 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
         heads.retain(|h| !(h.repo == head.repo && h.pr == head.pr));
         heads.push(head);
     }
-    if heads.len() == 1 {
-        upsert_pr_head(&mut tx, heads[0], now).await?;
-    } else if !heads.is_empty() {
+    if !heads.is_empty() {
         let numbers = heads
             .iter()
             .map(|h| to_i64(h.pr.0, "pull request number"))

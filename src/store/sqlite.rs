@@ -250,11 +250,11 @@ impl Store {
         Ok(version)
     }
 
-    /// One `BEGIN IMMEDIATE` transaction: insert the delivery (unique per
-    /// forge, target and delivery id); when it was seen before, answer
-    /// `Intake::Duplicate` and write nothing else; otherwise enqueue the job
-    /// (if any), upsert the pull request's head (if any) and answer
-    /// `Intake::Recorded`.
+    /// Records a delivery (unique per forge, target and delivery id): when it
+    /// was seen before, answers `Intake::Duplicate` and writes nothing else;
+    /// otherwise enqueues the job (if any), upserts the pull request's head
+    /// (if any) and answers `Intake::Recorded` — all in one transaction,
+    /// shared with the deliveries arriving at the same time (`intake.rs`).
     pub async fn record_delivery(
         &self,
         delivery: NewDelivery,
@@ -588,7 +588,7 @@ impl Store {
     }
 }
 
-pub(super) async fn insert_job(
+async fn insert_job(
     conn: &mut SqliteConnection,
     job: &NewJob,
     delivery: Option<i64>,
@@ -616,11 +616,7 @@ pub(super) async fn insert_job(
     Ok(JobId(id))
 }
 
-pub(super) async fn upsert_pr_head(
-    conn: &mut SqliteConnection,
-    head: &PrHead,
-    now: i64,
-) -> Result<()> {
+async fn upsert_pr_head(conn: &mut SqliteConnection, head: &PrHead, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -19,7 +19,7 @@ use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGE
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};
-use crate::store::{JobOutcome, PlanRecord, PrRecord, PrReport};
+use crate::store::{JobOutcome, PlanRecord, PrRecord};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -599,15 +599,6 @@ impl Worker {
         if let Err(why) = &policy {
             body.push_str(&format!("\n**Approvals are refused:** {why}\n"));
         }
-        let known = self.store.pr(&repo.id, pr).await?;
-        let comment_id = client
-            .upsert_report(
-                repo,
-                pr,
-                known.as_ref().and_then(|r| r.report_comment_id),
-                &body,
-            )
-            .await?;
         let (state, status) = match (failed, standing.satisfied()) {
             (true, _) => (CheckState::Failure, "failed"),
             (false, true) => (CheckState::Success, "approved"),
@@ -618,31 +609,14 @@ impl Worker {
         } else {
             standing.title(&digest)
         };
-        let check_id = client
-            .publish_check(
-                repo,
-                &plan.head_sha,
-                check_id,
-                &CheckReport {
-                    state,
-                    title,
-                    summary: body,
-                    details_url: None,
-                },
-            )
-            .await?;
-        self.store
-            .set_pr_report(
-                &repo.id,
-                pr,
-                PrReport {
-                    head_sha: plan.head_sha.clone(),
-                    digest: Some(digest),
-                    comment_id: Some(comment_id),
-                    check_id,
-                    status: status.into(),
-                },
-            )
+        let report = CheckReport {
+            state,
+            title,
+            summary: body,
+            details_url: None,
+        };
+        let commit = (pr, &plan.head_sha);
+        self.publish(client, repo, commit, check_id, report, Some(digest), status)
             .await
     }
 }

@@ -18,7 +18,7 @@ const APPROVALS_ROOM: usize = 4_000;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient};
 use crate::forge::registry::Forges;
-use crate::forge::{PullRequest, RepoRef};
+use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
 use crate::report::{self, reply, reply::Reply};
@@ -299,7 +299,7 @@ impl Worker {
             .await?;
 
         let known = self.store.pr(&repo.id, pr.number).await?;
-        let known_check = known_check(known.as_ref(), pr);
+        let known_check = known_check(known.as_ref(), &pr.head_sha);
         let check_id = client
             .publish_check(
                 repo,
@@ -367,54 +367,49 @@ impl Worker {
         change: &PlannedChange,
         check_id: Option<u64>,
     ) -> Result<()> {
-        let (state, title, status) = check_verdict(change);
-        let digest = (!change.members.is_empty()).then(|| change.change_set.digest.clone());
         let body = report::markdown::render_within(change, report::COMMENT_LIMIT - APPROVALS_ROOM);
+        let nothing = change.members.is_empty();
         let plan = NewPlan {
             repo: repo.id.clone(),
             pr: pr.number,
             head_sha: pr.head_sha.clone(),
             base_sha: pr.base_sha.clone(),
-            digest: digest.clone(),
+            digest: (!nothing).then(|| change.change_set.digest.clone()),
             change_set: serde_json::to_value(&change.change_set)?,
             report: body.clone(),
         };
-        if digest.is_some() {
-            // A plan with a digest waits at its gate: the report carries the
-            // approvals (earlier ones listed as for an earlier plan). The plan
-            // is saved once posted: its time is when reviewers could see it.
-            let posted = PlanRecord {
-                id: 0,
-                repo: plan.repo.clone(),
-                pr: plan.pr,
-                head_sha: plan.head_sha.clone(),
-                base_sha: plan.base_sha.clone(),
-                digest: plan.digest.clone(),
-                change_set: plan.change_set.clone(),
-                created_at: 0,
-                report: body,
-            };
-            self.publish_gate(
-                client,
-                repo,
-                pr.number,
-                &posted,
-                change.any_failed(),
-                check_id,
-            )
-            .await?;
+        if nothing {
             self.store.save_plan(plan).await?;
-            return Ok(());
+            let report = CheckReport {
+                state: CheckState::Success,
+                title: "Nothing to plan".into(),
+                summary: body,
+                details_url: None,
+            };
+            let commit = (pr.number, &pr.head_sha);
+            return self
+                .publish(client, repo, commit, check_id, report, None, "empty")
+                .await;
         }
-        self.store.save_plan(plan).await?;
-        let report = CheckReport {
-            state,
-            title,
-            summary: body,
-            details_url: None,
+        // A plan with a digest waits at its gate: the report carries the
+        // approvals (earlier ones listed as for an earlier plan). The plan is
+        // saved once posted: its time is when reviewers could see it.
+        let posted = PlanRecord {
+            id: 0,
+            repo: plan.repo.clone(),
+            pr: plan.pr,
+            head_sha: plan.head_sha.clone(),
+            base_sha: plan.base_sha.clone(),
+            digest: plan.digest.clone(),
+            change_set: plan.change_set.clone(),
+            created_at: 0,
+            report: body,
         };
-        self.publish(client, repo, pr, check_id, report, digest, status)
-            .await
+        let failed = change.any_failed();
+        self.publish_gate(client, repo, pr.number, &posted, failed, check_id)
+            .await?;
+        self.store.save_plan(plan).await?;
+        Ok(())
     }
 
     /// Writes a repository-side problem into the report comment and fails
@@ -432,43 +427,49 @@ impl Worker {
             summary: problem.body,
             details_url: None,
         };
-        self.publish(client, repo, pr, None, report, None, "refused")
-            .await?;
+        self.publish(
+            client,
+            repo,
+            (pr.number, &pr.head_sha),
+            None,
+            report,
+            None,
+            "refused",
+        )
+        .await?;
         Ok(JobOutcome::Done)
     }
 
     /// The report comment (its body is the check's summary), the check on
     /// the head, and what the store remembers of both.
     #[allow(clippy::too_many_arguments)]
-    async fn publish(
+    pub(super) async fn publish(
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
-        pr: &PullRequest,
+        (pr, head): (PrNumber, &CommitSha),
         check_id: Option<u64>,
         report: CheckReport,
         digest: Option<String>,
         status: &str,
     ) -> Result<()> {
-        let known = self.store.pr(&repo.id, pr.number).await?;
+        let known = self.store.pr(&repo.id, pr).await?;
         let comment_id = client
             .upsert_report(
                 repo,
-                pr.number,
+                pr,
                 known.as_ref().and_then(|r| r.report_comment_id),
                 &report.summary,
             )
             .await?;
-        let check_id = check_id.or_else(|| known_check(known.as_ref(), pr));
-        let check_id = client
-            .publish_check(repo, &pr.head_sha, check_id, &report)
-            .await?;
+        let check_id = check_id.or_else(|| known_check(known.as_ref(), head));
+        let check_id = client.publish_check(repo, head, check_id, &report).await?;
         self.store
             .set_pr_report(
                 &repo.id,
-                pr.number,
+                pr,
                 PrReport {
-                    head_sha: pr.head_sha.clone(),
+                    head_sha: head.clone(),
                     digest,
                     comment_id: Some(comment_id),
                     check_id,
@@ -527,9 +528,9 @@ impl Worker {
 }
 
 /// The check already posted on this head, to be updated rather than repeated.
-fn known_check(known: Option<&crate::store::PrRecord>, pr: &PullRequest) -> Option<u64> {
+fn known_check(known: Option<&crate::store::PrRecord>, head: &CommitSha) -> Option<u64> {
     known
-        .filter(|r| r.report_head.as_ref() == Some(&pr.head_sha))
+        .filter(|r| r.report_head.as_ref() == Some(head))
         .and_then(|r| r.check_id)
 }
 
@@ -555,38 +556,4 @@ fn forks_allowed(mirror: &std::path::Path, base: &crate::forge::CommitSha) -> Re
     Ok(text
         .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())
         .is_some_and(|config| config.policy.allow_forks))
-}
-
-/// The check for a fresh plan: failed members fail it; a plan with members
-/// waits for approval; an empty one passes.
-fn check_verdict(change: &PlannedChange) -> (CheckState, String, &'static str) {
-    let members = change.members.len();
-    let failed = change
-        .members
-        .iter()
-        .filter(|m| m.status == crate::plan::changeset::MemberStatus::PlanFailed)
-        .count();
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
-    if failed > 0 {
-        (
-            CheckState::Failure,
-            format!(
-                "{failed} of {members} member{} failed to plan",
-                plural(members)
-            ),
-            "failed",
-        )
-    } else if members == 0 {
-        (CheckState::Success, "Nothing to plan".into(), "empty")
-    } else {
-        (
-            CheckState::ActionRequired,
-            format!(
-                "{members} member{} planned; approval required ({})",
-                plural(members),
-                crate::plan::canonical::short_digest(&change.change_set.digest)
-            ),
-            "awaiting-approval",
-        )
-    }
 }

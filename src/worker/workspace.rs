@@ -179,24 +179,27 @@ async fn fetching(command: &mut Command) -> Result<std::process::Output> {
     }
 }
 
-/// `scheme://host/` of a URL: what git scopes per-host settings by.
-fn origin(url: &str) -> Option<String> {
+/// A URL's scheme, host (without any user or password) and path.
+fn url_parts(url: &str) -> Option<(&str, &str, &str)> {
     let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split('/').next()?;
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    Some(format!("{scheme}://{host}/"))
-}
-
-/// A URL as it may appear in a message: without any user or password part.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let host = authority
         .rsplit_once('@')
         .map_or(authority, |(_, host)| host);
-    format!("{scheme}://{host}{path}")
+    Some((scheme, host, path))
+}
+
+/// `scheme://host/` of a URL: what git scopes per-host settings by.
+fn origin(url: &str) -> Option<String> {
+    url_parts(url).map(|(scheme, host, _)| format!("{scheme}://{host}/"))
+}
+
+/// A URL as it may appear in a message: without any user or password part.
+fn redact_url(url: &str) -> String {
+    url_parts(url).map_or_else(
+        || url.to_owned(),
+        |(scheme, host, path)| format!("{scheme}://{host}{path}"),
+    )
 }
 
 /// A git command on the mirror; `auth` is the remote's URL and the
@@ -217,10 +220,8 @@ fn git(mirror: &Path, auth: Option<(&str, &Secret)>) -> Command {
         .env_remove("GIT_CURL_VERBOSE")
         .env_remove("GIT_CONFIG_PARAMETERS")
         .kill_on_drop(true);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("WAVEGATE_") {
-            command.env_remove(name);
-        }
+    for name in crate::plan::git::server_settings_in_env() {
+        command.env_remove(name);
     }
     // A transfer slower than 1 KB/s for a minute is given up on.
     let mut config = vec![
