@@ -1,9 +1,10 @@
 //! wavegate: plan every component a pull request touches, bind the plans into
 //! one digest a reviewer approves, and apply in waves behind gates.
 //!
-//! The domain (`plan`, `report`) never imports the edges (`forge`, `store`,
+//! The domain (`plan`, `gate`, `apply`, `report`) never imports the edges (`forge`, `store`,
 //! `server`, `worker`); the worker is the one place that ties them together.
 
+pub mod apply;
 pub mod config;
 pub mod forge;
 pub mod gate;

@@ -109,6 +109,7 @@ fn head() -> CommitSha {
 
 fn check(state: CheckState, title: &str) -> CheckReport {
     CheckReport {
+        name: wavegate::forge::client::CHECK_NAME,
         state,
         title: title.into(),
         summary: format!("summary for {title}"),

@@ -15,8 +15,10 @@ use std::sync::Arc;
 
 pub use super::github::{convert_manifest, AppCredentials};
 
-/// The check's name (GitHub) or status context (Forgejo).
+/// The plan check's name (GitHub) or status context (Forgejo), on a head.
 pub const CHECK_NAME: &str = "wavegate/plan";
+/// The apply run's check or status, on the merge commit.
+pub const APPLY_CHECK_NAME: &str = "wavegate/apply";
 /// GitHub's limit on a check run's output summary, in characters.
 pub const CHECK_SUMMARY_LIMIT: usize = 65_535;
 /// Forgejo's (and GitHub's) limit on a commit status description, in characters.
@@ -33,6 +35,8 @@ pub enum CheckState {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckReport {
+    /// [`CHECK_NAME`] or [`APPLY_CHECK_NAME`].
+    pub name: &'static str,
     pub state: CheckState,
     pub title: String,
     /// Markdown.
@@ -177,7 +181,7 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => {
                 let mut fields = json!({
-                    "name": CHECK_NAME,
+                    "name": report.name,
                     "output": {
                         "title": report.title,
                         "summary": fit_summary(&report.summary, CHECK_SUMMARY_LIMIT),
@@ -202,7 +206,7 @@ impl ForgeClient {
                 c.set_status(
                     repo,
                     head,
-                    CHECK_NAME,
+                    report.name,
                     forgejo_state(report.state),
                     &description,
                     report.details_url.as_deref(),

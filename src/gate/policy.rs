@@ -62,6 +62,41 @@ pub fn approver_teams(policy: &Policy) -> Vec<String> {
         .collect()
 }
 
+/// The `team:<slug>` entries of `policy.overriders`.
+pub fn overrider_teams(policy: &Policy) -> Vec<String> {
+    policy
+        .overriders
+        .iter()
+        .filter_map(|a| a.strip_prefix("team:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether `who` (with `who.teams` the overrider teams they are in) may let
+/// a plan the policy denied through. Nobody may when the list is empty.
+pub fn may_override(policy: &Policy, who: &Candidate<'_>) -> Result<(), String> {
+    if who.is_bot || !who.can_write {
+        return Err(
+            "an override needs write access to the repository, and never comes from a bot".into(),
+        );
+    }
+    let listed = policy
+        .overriders
+        .iter()
+        .any(|entry| match entry.strip_prefix("team:") {
+            Some(team) => who.teams.iter().any(|t| t.eq_ignore_ascii_case(team)),
+            None => entry.eq_ignore_ascii_case(who.login),
+        });
+    match (policy.overriders.is_empty(), listed) {
+        (true, _) => Err("nobody may override a policy denial here: the base branch's `policy.overriders` is empty".into()),
+        (false, false) => Err(format!(
+            "only those in the base branch's `policy.overriders` ({}) may override a policy denial",
+            policy.overriders.join(", ")
+        )),
+        (false, true) => Ok(()),
+    }
+}
+
 /// Whether `who` may approve a pull request written by `author`.
 pub fn may_approve(policy: &Policy, author: &str, who: &Candidate<'_>) -> Result<(), NotAllowed> {
     if who.is_bot {
@@ -213,6 +248,22 @@ mod tests {
             can_write: true,
             teams,
         }
+    }
+
+    #[test]
+    fn only_listed_overriders_may_let_a_denied_plan_through() {
+        let mut policy = Policy::default();
+        let teams = vec!["security".to_owned()];
+        assert!(may_override(&policy, &writer("carol", &[]))
+            .unwrap_err()
+            .contains("is empty"));
+        policy.overriders = vec!["carol".into(), "team:security".into()];
+        assert_eq!(may_override(&policy, &writer("Carol", &[])), Ok(()));
+        assert_eq!(may_override(&policy, &writer("dave", &teams)), Ok(()));
+        assert!(may_override(&policy, &writer("erin", &[]))
+            .unwrap_err()
+            .contains("carol, team:security"));
+        assert_eq!(overrider_teams(&policy), ["security"]);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub trait RecordedOutputs: Send + Sync {
 /// Outputs given by the caller, by member, taken on trust (`--outputs FILE`).
 pub type SeededOutputs = BTreeMap<String, Map<String, Value>>;
 
+#[derive(Clone)]
 pub struct PlanOptions {
     pub repo: PathBuf,
     pub base: String,
@@ -72,6 +73,8 @@ pub enum PlanError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InputSource {
+    /// What the upstream applied earlier in this apply run.
+    Applied,
     /// The upstream's plan in this change.
     Planned,
     /// The caller's `--outputs`, taken on trust.
@@ -216,36 +219,16 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
 pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanError> {
     let prepared = prepare(options)?;
     check_seeded(&options.seeded, &prepared.config)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("wavegate-plan-")
-        .tempdir()
-        .map_err(anyhow::Error::from)?;
-    let worktree = Worktree::add(
-        &options.repo,
-        &prepared.head,
-        &scratch.path().join("worktree"),
-    )?;
-    let mut planner = Planner {
-        options,
-        config: &prepared.config,
-        root: worktree.path().to_owned(),
-        scratch: scratch.path().to_owned(),
-        outcomes: HashMap::new(),
-        deployed: HashMap::new(),
-        seeded_used: Default::default(),
-        notes: Vec::new(),
-    };
+    let mut bench = Workbench::open(options.clone(), prepared.config, &prepared.head)?;
     for wave in &prepared.derivation.waves {
-        planner.plan_wave(wave).await?;
+        bench.plan_wave(wave).await?;
     }
-    drop(worktree);
-
-    let Planner {
+    let Workbench {
         mut outcomes,
         seeded_used,
         notes,
         ..
-    } = planner;
+    } = bench;
     let members: Vec<MemberOutcome> = prepared
         .derivation
         .members
@@ -261,7 +244,24 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             blocked_by: m.blocked_by.clone(),
         });
     }
-    let change_set = ChangeSet::new(
+    let change_set = change_set_of(&members).map_err(anyhow::Error::from)?;
+    Ok(PlannedChange {
+        base: prepared.base,
+        head: prepared.head,
+        derivation: prepared.derivation,
+        members,
+        skipped,
+        seeded: seeded_used.into_iter().collect(),
+        notes,
+        change_set,
+    })
+}
+
+/// The change set binding these members' outcomes.
+pub fn change_set_of(
+    members: &[MemberOutcome],
+) -> Result<ChangeSet, super::changeset::ChangeSetError> {
+    ChangeSet::new(
         members
             .iter()
             .map(|m| ChangeSetMember {
@@ -274,17 +274,6 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             })
             .collect(),
     )
-    .map_err(anyhow::Error::from)?;
-    Ok(PlannedChange {
-        base: prepared.base,
-        head: prepared.head,
-        derivation: prepared.derivation,
-        members,
-        skipped,
-        seeded: seeded_used.into_iter().collect(),
-        notes,
-        change_set,
-    })
 }
 
 fn check_seeded(seeded: &SeededOutputs, config: &RepoConfig) -> Result<(), PlanError> {
@@ -321,12 +310,21 @@ pub fn parse_seeded(text: &str) -> Result<SeededOutputs, String> {
         .collect()
 }
 
-struct Planner<'a> {
-    options: &'a PlanOptions,
-    config: &'a RepoConfig,
+/// A worktree of one commit with scratch space for its members' files. It
+/// plans members wave by wave, each reading its upstreams' outputs from
+/// (in order) what they applied in this run, their plans made here, the
+/// caller's seeded outputs, the deployed estate and the recorded outputs;
+/// and it applies a member with the plan file its latest plan wrote.
+pub struct Workbench {
+    options: PlanOptions,
+    config: RepoConfig,
     root: PathBuf,
+    // Declared before `scratch`: the worktree inside it is removed first.
+    _worktree: Worktree,
+    _scratch_dir: tempfile::TempDir,
     scratch: PathBuf,
     outcomes: HashMap<String, MemberOutcome>,
+    applied: HashMap<String, Map<String, Value>>,
     /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
     deployed: HashMap<String, Result<Map<String, Value>, String>>,
     seeded_used: std::collections::BTreeSet<String>,
@@ -340,8 +338,124 @@ struct Ready {
     timeout: Duration,
 }
 
-impl Planner<'_> {
-    async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
+/// What an apply command said.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApplyOutcome {
+    /// Exit 0 with the member's outputs.
+    Applied(Map<String, Value>),
+    /// `{"outcome": "replan"}`: plan again and apply that plan.
+    Replan(Option<String>),
+    /// `{"outcome": "held", "holder": ...}`: another run holds the target.
+    Held(String),
+    /// `{"outcome": "stood-down", "reason": ...}`.
+    StoodDown(String),
+    /// Anything else, with what the operator needs to know.
+    Failed(String),
+}
+
+/// An apply command's outcome and its (redacted, capped) output.
+#[derive(Debug, Clone)]
+pub struct ApplyRun {
+    pub outcome: ApplyOutcome,
+    pub output: String,
+}
+
+impl Workbench {
+    /// Checks out `commit` of `options.repo` into a fresh scratch directory.
+    pub fn open(options: PlanOptions, config: RepoConfig, commit: &str) -> Result<Self, PlanError> {
+        let scratch_dir = tempfile::Builder::new()
+            .prefix("wavegate-plan-")
+            .tempdir()
+            .map_err(anyhow::Error::from)?;
+        let scratch = scratch_dir.path().to_owned();
+        let worktree = Worktree::add(&options.repo, commit, &scratch.join("worktree"))?;
+        Ok(Self {
+            root: worktree.path().to_owned(),
+            options,
+            config,
+            _worktree: worktree,
+            _scratch_dir: scratch_dir,
+            scratch,
+            outcomes: HashMap::new(),
+            applied: HashMap::new(),
+            deployed: HashMap::new(),
+            seeded_used: Default::default(),
+            notes: Vec::new(),
+        })
+    }
+
+    pub fn config(&self) -> &RepoConfig {
+        &self.config
+    }
+
+    /// The latest outcome of a member planned here.
+    pub fn outcome(&self, member: &str) -> Option<&MemberOutcome> {
+        self.outcomes.get(member)
+    }
+
+    /// Notes gathered while planning (outputs that could not be read).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Outputs a member applied in this run: what its downstreams read from now on.
+    pub fn record_applied(&mut self, member: &str, outputs: Map<String, Value>) {
+        self.applied.insert(member.to_owned(), outputs);
+    }
+
+    /// Runs `member`'s apply command with the plan file its latest plan here wrote.
+    pub async fn apply(&self, member: &str) -> ApplyRun {
+        let failed = |why: String| ApplyRun {
+            outcome: ApplyOutcome::Failed(why),
+            output: String::new(),
+        };
+        let Some((component, stage)) = member
+            .split_once('@')
+            .and_then(|(c, s)| Some((self.config.component(c)?, s)))
+        else {
+            return failed(format!(
+                "{member} is not a member of this repository's {CONFIG_FILE}"
+            ));
+        };
+        let Some(template) = &component.apply else {
+            return failed(format!(
+                "component {} has no apply command; set `apply` in [defaults] or on the component in {CONFIG_FILE}",
+                component.name
+            ));
+        };
+        let files = MemberFiles::new(&self.scratch.join("members").join(member));
+        if !files.plan.is_file() {
+            return failed(format!(
+                "{member} has no plan file to apply; it must be planned first"
+            ));
+        }
+        let _ = std::fs::remove_file(&files.outputs);
+        let spec = match self.command_spec("apply", component, stage, template, &files) {
+            Ok(spec) => spec,
+            Err(why) => return failed(why),
+        };
+        let run = match runner::run_command(&spec).await {
+            Ok(run) => run,
+            Err(e) => return failed(e.to_string()),
+        };
+        let outcome = if run.succeeded() {
+            read_apply_outcome(&files.outputs)
+        } else {
+            let mut error = run.describe("the apply command", component.timeout);
+            let tail = run.tail(5);
+            if !tail.is_empty() {
+                error.push_str(&format!("; last output:\n{tail}"));
+            }
+            ApplyOutcome::Failed(error)
+        };
+        ApplyRun {
+            outcome,
+            output: run.output,
+        }
+    }
+
+    /// Plans `wave`'s members (their upstreams planned or applied already).
+    pub async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
         let mut ready = Vec::new();
         for member in wave {
             let (component, stage) = member
@@ -350,7 +464,8 @@ impl Planner<'_> {
             let component = self
                 .config
                 .component(component)
-                .expect("derived members name configured components");
+                .expect("derived members name configured components")
+                .clone();
             let mut outcome = MemberOutcome {
                 member: member.clone(),
                 component: component.name.clone(),
@@ -362,7 +477,7 @@ impl Planner<'_> {
                 inputs: BTreeMap::new(),
                 output: String::new(),
             };
-            if let Some(root) = self.failed_upstream(component, stage) {
+            if let Some(root) = self.failed_upstream(&component, stage) {
                 outcome.status = MemberStatus::Blocked;
                 outcome.error = Some(format!("blocked: upstream {root} failed to plan"));
                 outcome.blocked_by = Some(root);
@@ -373,7 +488,7 @@ impl Planner<'_> {
                 let resolved = self.resolve_input(input, stage).await;
                 outcome.inputs.insert(input.name.clone(), resolved);
             }
-            match self.prepare_member(component, stage, &outcome) {
+            match self.prepare_member(&component, stage, &outcome) {
                 Ok((spec, plan_file)) => ready.push(Ready {
                     outcome,
                     spec,
@@ -469,7 +584,20 @@ impl Planner<'_> {
             why,
             sensitive: false,
         };
-        if let Some(planned) = self.outcomes.get(&upstream) {
+        if let Some(applied) = self.applied.get(&upstream) {
+            return match applied.get(&input.output) {
+                Some(v) => resolved(InputSource::Applied, Some(v.clone()), None),
+                None => resolved(
+                    InputSource::Unknown,
+                    None,
+                    Some(format!(
+                        "{upstream} applied without an output {}",
+                        input.output
+                    )),
+                ),
+            };
+        }
+        if let Some(planned) = self.outcomes.get(&upstream).filter(|o| o.plan.is_some()) {
             let plan = planned
                 .plan
                 .as_ref()
@@ -552,10 +680,9 @@ impl Planner<'_> {
         component: &str,
         stage: &str,
     ) -> Result<Map<String, Value>, String> {
-        let component = self
-            .config
-            .component(component)
-            .expect("inputs name configured components");
+        let Some(component) = self.config.component(component) else {
+            return Err(format!("{component} is not a component"));
+        };
         let Some(template) = &component.outputs else {
             return Err("it has no outputs command".into());
         };
@@ -660,6 +787,42 @@ impl Planner<'_> {
             heartbeat: self.options.heartbeat,
             output_cap: self.options.output_cap,
         })
+    }
+}
+
+/// Reads what an apply command that exited 0 wrote to `{outputs_file}`.
+fn read_apply_outcome(path: &Path) -> ApplyOutcome {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => return ApplyOutcome::Failed(format!(
+            "the apply command exited 0 but wrote no outputs file ({e}); it must write a JSON object to {{outputs_file}} (`{{}}` when there are no outputs)"
+        )),
+    };
+    let map = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => map,
+        Ok(other) => return ApplyOutcome::Failed(format!(
+            "the apply command wrote {} to its outputs file; it must be a JSON object of outputs or an outcome",
+            super::planfile::kind_of(&other)
+        )),
+        Err(e) => return ApplyOutcome::Failed(format!(
+            "the apply command wrote an outputs file that is not JSON ({e})"
+        )),
+    };
+    let text_of = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_owned);
+    match map.get("outcome").and_then(Value::as_str) {
+        None => ApplyOutcome::Applied(map),
+        Some("replan") => ApplyOutcome::Replan(text_of("reason")),
+        Some("held") => ApplyOutcome::Held(
+            map.get("holder")
+                .map(|h| h.as_str().map_or_else(|| h.to_string(), str::to_owned))
+                .unwrap_or_else(|| "another run".into()),
+        ),
+        Some("stood-down") => {
+            ApplyOutcome::StoodDown(text_of("reason").unwrap_or_else(|| "no reason given".into()))
+        }
+        Some(other) => ApplyOutcome::Failed(format!(
+            "the apply command wrote outcome `{other}`; the outcomes are `replan`, `held` and `stood-down`"
+        )),
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Renderers only format what the engine computed; none derives anything.
 
+pub mod apply;
 pub mod approvals;
 pub mod json;
 pub mod markdown;

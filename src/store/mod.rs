@@ -3,11 +3,13 @@
 //! made, and the gate ledger's facts. Everything that must survive a crash
 //! lives here; SQLite today, PostgreSQL behind the same API next.
 
+mod apply;
 mod clock;
 mod intake;
 mod ledger;
 mod sqlite;
 
+pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use sqlite::Store;
 

@@ -45,6 +45,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "plan report",
         sql: include_str!("migrations/sqlite/0003_plan_report.sql"),
     },
+    Migration {
+        version: 4,
+        name: "apply runs",
+        sql: include_str!("migrations/sqlite/0004_apply.sql"),
+    },
 ];
 
 pub(super) fn newest_known_version() -> i64 {
@@ -70,6 +75,7 @@ macro_rules! plan_columns {
         "id, forge, repo, number, head_sha, base_sha, digest, change_set, created_at, report"
     };
 }
+pub(super) use plan_columns;
 
 /// The oldest job that may run now: queued and due, or running under a lease
 /// that expired. Never one whose queue key has an earlier unfinished job or
@@ -174,7 +180,7 @@ impl Store {
         Ok(store)
     }
 
-    fn now(&self) -> i64 {
+    pub(super) fn now(&self) -> i64 {
         self.clock.now_ms()
     }
 
@@ -676,7 +682,7 @@ fn forge_kind(text: &str) -> Result<ForgeKind> {
         .ok_or_else(|| anyhow!("stored forge `{text}` is not one wavegate knows"))
 }
 
-fn commit_sha(text: String) -> Result<CommitSha> {
+pub(super) fn commit_sha(text: String) -> Result<CommitSha> {
     CommitSha::parse(&text).map_err(|e| anyhow!("stored {e}"))
 }
 
@@ -736,7 +742,7 @@ fn pr_from_row(row: &SqliteRow) -> Result<PrRecord> {
     })
 }
 
-fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
+pub(super) fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
     let id: i64 = row.try_get("id")?;
     let change_set: String = row.try_get("change_set")?;
     Ok(PlanRecord {

@@ -10,6 +10,7 @@
 
 use super::task::Task;
 use super::Worker;
+use crate::apply::{RunStatus, Wait};
 use crate::config::repo::Policy;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, Permission, Reaction};
@@ -19,13 +20,13 @@ use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGE
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};
-use crate::store::{JobOutcome, PlanRecord, PrRecord};
+use crate::store::{ApplyRunRecord, JobOutcome, PlanRecord, PrRecord};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// The gate a pull request's change set waits at (`pr-42`), or a stage's (`pr-42-prod`).
-pub fn gate_name(pr: PrNumber, stage: Option<&str>) -> String {
+pub(super) fn gate_name(pr: PrNumber, stage: Option<&str>) -> String {
     match stage {
         Some(stage) => format!("pr-{}-{stage}", pr.0),
         None => format!("pr-{}", pr.0),
@@ -63,7 +64,7 @@ fn binding(plan: &PlanRecord) -> Value {
 /// for another head or base stands for a different plan, whatever its digest,
 /// so it is read as one of "another digest" (shown as for an earlier plan);
 /// review approvals count only while the base allows them.
-fn as_counted(facts: &[Fact], plan: &PlanRecord, reviews_count: bool) -> Vec<Fact> {
+pub(super) fn as_counted(facts: &[Fact], plan: &PlanRecord, reviews_count: bool) -> Vec<Fact> {
     let here = binding(plan);
     facts
         .iter()
@@ -122,6 +123,7 @@ impl Worker {
             ));
         }
         let mut gate_moved = false;
+        let mut run_moved = false;
         for command in &parsed.commands {
             let said = match command {
                 Command::Help => {
@@ -138,10 +140,36 @@ impl Worker {
                     Said::Done
                 }
                 Command::Approve { stage, digest } => {
-                    let said = self
-                        .approve(client, repo, pr, &comment, stage.as_deref(), digest.as_ref())
-                        .await?;
-                    gate_moved |= matches!(said, Said::Done);
+                    let run = self.store.apply_run(&repo.id, pr).await?;
+                    let at_run_gate = run.as_ref().is_some_and(|r| {
+                        matches!(r.record.wait, Some(Wait::Stage { .. } | Wait::Round { .. }))
+                    });
+                    let said = match run {
+                        Some(run) if at_run_gate => {
+                            self.approve_run(
+                                client,
+                                repo,
+                                &comment,
+                                stage.as_deref(),
+                                digest.as_ref(),
+                                &run,
+                            )
+                            .await?
+                        }
+                        _ => {
+                            self.approve(
+                                client,
+                                repo,
+                                pr,
+                                &comment,
+                                stage.as_deref(),
+                                digest.as_ref(),
+                            )
+                            .await?
+                        }
+                    };
+                    gate_moved |= matches!(said, Said::Done) && !at_run_gate;
+                    run_moved |= matches!(said, Said::Done);
                     said
                 }
                 Command::Revoke => {
@@ -149,12 +177,18 @@ impl Worker {
                     gate_moved |= matches!(said, Said::Done);
                     said
                 }
-                Command::Retry => Said::Refused(
-                    "there is no apply run to retry: applies start after the pull request is merged".into(),
-                ),
-                Command::Override { member, .. } => Said::Refused(format!(
-                    "`/override {member}` lets a plan the policy denied through an apply run; there is no apply run for this pull request yet"
-                )),
+                Command::Retry => {
+                    let said = self.retry(client, repo, pr, &comment).await?;
+                    run_moved |= matches!(said, Said::Done);
+                    said
+                }
+                Command::Override { member, reason } => {
+                    let said = self
+                        .override_denial(client, repo, pr, &comment, member, reason)
+                        .await?;
+                    run_moved |= matches!(said, Said::Done);
+                    said
+                }
             };
             match said {
                 Said::Done => done += 1,
@@ -163,6 +197,15 @@ impl Worker {
         }
         if gate_moved {
             self.refresh_gate(client, repo, pr).await?;
+        }
+        if run_moved
+            && self
+                .store
+                .apply_run(&repo.id, pr)
+                .await?
+                .is_some_and(|r| r.status == RunStatus::Waiting || r.status == RunStatus::Running)
+        {
+            self.enqueue_resume(repo, pr).await?;
         }
         if done > 0 {
             self.react(client, repo, comment.id, Reaction::Rocket).await;
@@ -432,6 +475,210 @@ impl Worker {
         })
     }
 
+    /// `/approve` while the apply run waits at a stage gate or a round: binds
+    /// the digest the run posted (the same rules as the report's), checks the
+    /// approver against the base policy the run reads, and records the fact
+    /// at the run's gate.
+    async fn approve_run(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        comment: &CommentIn<'_>,
+        stage: Option<&str>,
+        named: Option<&commands::DigestRef>,
+        run: &ApplyRunRecord,
+    ) -> Result<Said> {
+        let (gate, digest, waiting_stage) = match &run.record.wait {
+            Some(Wait::Stage {
+                stage,
+                gate,
+                digest,
+            }) => (gate, digest, Some(stage.as_str())),
+            Some(Wait::Round {
+                gate,
+                digest,
+                round,
+            }) => (
+                gate,
+                digest,
+                run.record
+                    .rounds
+                    .iter()
+                    .find(|r| r.number == *round)
+                    .map(|r| r.stage.as_str()),
+            ),
+            _ => return Ok(Said::Refused("the apply run waits for no approval".into())),
+        };
+        if let Some(stage) = stage.filter(|s| Some(*s) != waiting_stage) {
+            return Ok(Said::Refused(format!(
+                "the apply run waits at `{gate}` (stage {}), not at stage `{stage}`; write `/approve {} {digest}`",
+                waiting_stage.unwrap_or("?"),
+                waiting_stage.unwrap_or("")
+            )));
+        }
+        let seen = ReportSeen {
+            head: run.merge_sha.as_str(),
+            digest: Some(digest),
+            posted_at: run.record.wait_posted_at,
+        };
+        let bound = match policy::bind(
+            named,
+            Some(&seen),
+            run.merge_sha.as_str(),
+            comment.written_at,
+        ) {
+            Ok(bound) => bound.to_owned(),
+            Err(why) => return Ok(Said::Refused(why.to_string())),
+        };
+        let policy = match self.base_policy(repo, &run.base_sha) {
+            Ok(policy) => policy,
+            Err(why) => return Ok(Said::Refused(why)),
+        };
+        let who = match self.candidate(client, repo, comment.author, &policy).await {
+            Ok(who) => who,
+            Err(error) => {
+                return Ok(Said::Refused(format!(
+                    "wavegate could not check your permission: {error:#}"
+                )))
+            }
+        };
+        let pr_author = client.pull_request(repo, run.pr).await?.author.login;
+        let mut data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
+        let actor = Actor {
+            id: comment.author.id,
+            login: comment.author.login.clone(),
+        };
+        let source = Source::Comment { id: comment.id };
+        if let Err(why) = policy::may_approve(&policy, &pr_author, &who.as_candidate()) {
+            let reason = why.to_string();
+            data["reason"] = reason.clone().into();
+            self.record(repo, gate, (FactKind::Refused, &bound, data), actor, source)
+                .await?;
+            return Ok(Said::Refused(reason));
+        }
+        self.record(
+            repo,
+            gate,
+            (FactKind::Approved, &bound, data),
+            actor,
+            source,
+        )
+        .await?;
+        Ok(Said::Done)
+    }
+
+    /// `/retry`: a failed run starts over what stopped (planned again and
+    /// checked for coverage first); what applied stays applied.
+    async fn retry(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: PrNumber,
+        comment: &CommentIn<'_>,
+    ) -> Result<Said> {
+        let Some(mut run) = self.store.apply_run(&repo.id, pr).await? else {
+            return Ok(Said::Refused(
+                "there is no apply run to retry: applies start after the pull request is merged"
+                    .into(),
+            ));
+        };
+        let can_write = client
+            .permission(repo, &comment.author.login)
+            .await
+            .is_ok_and(|p| p.can_write());
+        if !can_write || comment.author.is_bot {
+            return Ok(Said::Refused(
+                "`/retry` needs write access to the repository".into(),
+            ));
+        }
+        match run.status {
+            RunStatus::Failed => {
+                run.record.reset_for_retry();
+                run.status = RunStatus::Running;
+                self.store.save_apply_run(&run).await?;
+                Ok(Said::Done)
+            }
+            RunStatus::Applied => Ok(Said::Refused(
+                "the apply run already applied every member; there is nothing to retry".into(),
+            )),
+            RunStatus::Waiting | RunStatus::Running => Ok(Said::Refused(
+                "the apply run has not failed: it is running or waiting, and goes on by itself (the report says for what)".into(),
+            )),
+        }
+    }
+
+    /// `/override <member> <reason>`: lets the denied plan the run waits on
+    /// through, when the commenter is in the base policy's `overriders`.
+    async fn override_denial(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: PrNumber,
+        comment: &CommentIn<'_>,
+        member: &str,
+        reason: &str,
+    ) -> Result<Said> {
+        let Some(run) = self.store.apply_run(&repo.id, pr).await? else {
+            return Ok(Said::Refused(format!(
+                "`/override {member}` lets a plan the policy denied through an apply run; there is no apply run for this pull request yet"
+            )));
+        };
+        let Some(Wait::Override {
+            member: denied,
+            gate,
+            digest,
+            rules,
+        }) = &run.record.wait
+        else {
+            return Ok(Said::Refused(format!(
+                "the apply run is not waiting on a policy denial of `{member}`"
+            )));
+        };
+        if denied != member {
+            return Ok(Said::Refused(format!(
+                "the apply run waits on a policy denial of `{denied}`, not `{member}`"
+            )));
+        }
+        let policy = match self.base_policy(repo, &run.base_sha) {
+            Ok(policy) => policy,
+            Err(why) => return Ok(Said::Refused(why)),
+        };
+        let permission = client.permission(repo, &comment.author.login).await;
+        let mut teams = Vec::new();
+        for team in policy::overrider_teams(&policy) {
+            if client.in_team(repo, &team, &comment.author.login).await? {
+                teams.push(team);
+            }
+        }
+        let who = Candidate {
+            login: &comment.author.login,
+            is_bot: comment.author.is_bot,
+            can_write: permission.is_ok_and(|p| p.can_write()),
+            teams: &teams,
+        };
+        let mut data = json!({ "run": run.id, "member": member, "reason": reason, "rules": rules });
+        let actor = Actor {
+            id: comment.author.id,
+            login: comment.author.login.clone(),
+        };
+        let source = Source::Comment { id: comment.id };
+        if let Err(why) = policy::may_override(&policy, &who) {
+            data["refused"] = why.clone().into();
+            self.record(repo, gate, (FactKind::Refused, digest, data), actor, source)
+                .await?;
+            return Ok(Said::Refused(why));
+        }
+        self.record(
+            repo,
+            gate,
+            (FactKind::Approved, digest, data),
+            actor,
+            source,
+        )
+        .await?;
+        Ok(Said::Done)
+    }
+
     async fn record(
         &self,
         repo: &RepoRef,
@@ -610,6 +857,7 @@ impl Worker {
             standing.title(&digest)
         };
         let report = CheckReport {
+            name: crate::forge::client::CHECK_NAME,
             state,
             title,
             summary: body,

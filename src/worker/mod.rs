@@ -8,6 +8,7 @@
 //! retried with backoff and dead-lettered with its error after
 //! [`task::MAX_ATTEMPTS`].
 
+mod apply;
 mod gate;
 pub mod task;
 pub mod workspace;
@@ -208,6 +209,12 @@ impl Worker {
                 };
                 self.handle_review(&client, &repo, pr, review).await
             }
+            Task::Merged {
+                repo,
+                pr,
+                merge_sha,
+            } => self.merged(&client, &repo, &pr, &merge_sha).await,
+            Task::Apply { repo, pr } => self.resume(&client, &repo, pr).await,
             Task::Replan { repo, pr } => {
                 let current = client
                     .pull_request(&repo, pr)
@@ -306,6 +313,7 @@ impl Worker {
                 &pr.head_sha,
                 known_check,
                 &CheckReport {
+                    name: crate::forge::client::CHECK_NAME,
                     state: CheckState::InProgress,
                     title: format!("Planning {}…", pr.head_sha.short()),
                     summary: "wavegate is planning this change; the report follows.".into(),
@@ -316,6 +324,7 @@ impl Worker {
 
         let mut options = PlanOptions::new(&mirror, pr.base_sha.as_str(), pr.head_sha.as_str());
         options.concurrency = self.options.plan_concurrency;
+        options.recorded = Some(self.deployed_estate(repo).await?);
         // Planning calls git synchronously here and there: it runs on a
         // runtime of its own so webhook intake never waits behind it.
         let planned = tokio::task::spawn_blocking(move || {
@@ -381,6 +390,7 @@ impl Worker {
         if nothing {
             self.store.save_plan(plan).await?;
             let report = CheckReport {
+                name: crate::forge::client::CHECK_NAME,
                 state: CheckState::Success,
                 title: "Nothing to plan".into(),
                 summary: body,
@@ -422,6 +432,7 @@ impl Worker {
         problem: Reply,
     ) -> Result<JobOutcome> {
         let report = CheckReport {
+            name: crate::forge::client::CHECK_NAME,
             state: CheckState::Failure,
             title: problem.title,
             summary: problem.body,
@@ -513,6 +524,7 @@ impl Worker {
                     &record.head_sha,
                     None,
                     &CheckReport {
+                        name: crate::forge::client::CHECK_NAME,
                         state: CheckState::Failure,
                         title: problem.title,
                         summary: problem.body,

@@ -27,6 +27,15 @@ pub enum Task {
         body: String,
         written_at: Option<i64>,
     },
+    /// A merged pull request: start its apply run (once) and drive it.
+    Merged {
+        repo: RepoRef,
+        pr: PullRequest,
+        merge_sha: CommitSha,
+    },
+    /// Drive the pull request's apply run on (an approval, an override, a
+    /// released lock or `/retry` let it go further).
+    Apply { repo: RepoRef, pr: PrNumber },
     /// A review that may approve or revoke (`policy.review_approvals`).
     Review {
         repo: RepoRef,
@@ -45,6 +54,8 @@ impl Task {
             Task::Replan { .. } => "replan",
             Task::Comment { .. } => "comment",
             Task::Review { .. } => "review",
+            Task::Merged { .. } => "merged",
+            Task::Apply { .. } => "apply",
         }
     }
 
@@ -53,14 +64,19 @@ impl Task {
             Task::Plan { repo, .. }
             | Task::Replan { repo, .. }
             | Task::Comment { repo, .. }
-            | Task::Review { repo, .. } => repo,
+            | Task::Review { repo, .. }
+            | Task::Merged { repo, .. }
+            | Task::Apply { repo, .. } => repo,
         }
     }
 
     pub fn pr_number(&self) -> PrNumber {
         match self {
-            Task::Plan { pr, .. } => pr.number,
-            Task::Replan { pr, .. } | Task::Comment { pr, .. } | Task::Review { pr, .. } => *pr,
+            Task::Plan { pr, .. } | Task::Merged { pr, .. } => pr.number,
+            Task::Replan { pr, .. }
+            | Task::Comment { pr, .. }
+            | Task::Review { pr, .. }
+            | Task::Apply { pr, .. } => *pr,
         }
     }
 
@@ -105,6 +121,14 @@ pub fn consequence(event: &Event) -> Consequence {
                 | PrAction::BaseChanged => Some(Task::Plan {
                     repo: repo.clone(),
                     pr: pr.clone(),
+                }),
+                PrAction::Closed {
+                    merged: true,
+                    merge_sha: Some(merge_sha),
+                } => Some(Task::Merged {
+                    repo: repo.clone(),
+                    pr: pr.clone(),
+                    merge_sha: merge_sha.clone(),
                 }),
                 PrAction::Closed { .. } => None,
             };
@@ -226,6 +250,34 @@ mod tests {
             },
         });
         assert_eq!(c.task, None);
+        assert!(!c.head.unwrap().open);
+    }
+
+    #[test]
+    fn a_merge_starts_an_apply_run_in_the_pull_requests_queue() {
+        let merge = CommitSha::parse(&"d".repeat(40)).unwrap();
+        let c = consequence(&Event::PullRequest {
+            repo: repo(),
+            pr: pr('a'),
+            action: PrAction::Closed {
+                merged: true,
+                merge_sha: Some(merge.clone()),
+            },
+        });
+        let task = c.task.expect("an apply run");
+        assert_eq!(
+            task,
+            Task::Merged {
+                repo: repo(),
+                pr: pr('a'),
+                merge_sha: merge
+            }
+        );
+        let job = task.into_job();
+        assert_eq!(
+            (job.kind.as_str(), job.queue_key.as_str()),
+            ("merged", "github:acme/infra#42")
+        );
         assert!(!c.head.unwrap().open);
     }
 

@@ -1,0 +1,563 @@
+//! Apply runs (DESIGN §1 steps 3–5): the attempt record a run keeps in the
+//! store, and the pure decisions that drive it — where each member stands,
+//! what a failure blocks, whether a stage waits at its gate, and whether a
+//! fresh plan is covered by something a person approved. The worker runs
+//! the commands and writes the record before and after each one.
+
+use crate::config::repo::{Component, GatePolicy};
+use crate::plan::changeset::ChangeSet;
+use crate::plan::coverage::{coverage, Coverage, FreshPlan};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How often an apply command may answer `replan` for one member in a row.
+pub const MAX_REPLANS: u32 = 10;
+
+/// Where one member of a run stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum MemberState {
+    NotStarted,
+    /// Its apply command started and was not seen to finish: after a crash
+    /// it is planned again before anything else happens to it.
+    Applying {
+        plan_digest: String,
+    },
+    Applied {
+        plan_digest: String,
+        outputs: Map<String, Value>,
+        /// How it came to count as applied when no command ran for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+    Failed {
+        error: String,
+    },
+    Blocked {
+        by: String,
+    },
+    /// Its wave stopped before applying (a gate, a lock, a denial).
+    Waiting {
+        reason: String,
+    },
+    Held {
+        holder: String,
+    },
+    StoodDown {
+        reason: String,
+    },
+    /// In the approved change set, but the merge commit does not touch it.
+    Unaffected,
+}
+
+impl MemberState {
+    pub fn is_applied(&self) -> bool {
+        matches!(self, MemberState::Applied { .. })
+    }
+
+    /// Stopped for good in this attempt: its downstream cannot go on.
+    pub fn stops_downstream(&self) -> bool {
+        matches!(
+            self,
+            MemberState::Failed { .. }
+                | MemberState::Blocked { .. }
+                | MemberState::Held { .. }
+                | MemberState::StoodDown { .. }
+        )
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            MemberState::NotStarted => "not started".into(),
+            MemberState::Applying { .. } => "applying".into(),
+            MemberState::Applied { note: None, .. } => "applied".into(),
+            MemberState::Applied { note: Some(n), .. } => format!("applied ({n})"),
+            MemberState::Failed { error } => format!("failed: {}", first_line(error)),
+            MemberState::Blocked { by } => format!("blocked by {by}"),
+            MemberState::Waiting { reason } => format!("waiting: {reason}"),
+            MemberState::Held { holder } => format!("held by {holder}"),
+            MemberState::StoodDown { reason } => format!("stood down: {reason}"),
+            MemberState::Unaffected => "not touched by the merge commit".into(),
+        }
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
+
+/// The run as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Running,
+    /// Stopped at a gate, a lock or a denial; resumes by itself.
+    Waiting,
+    /// A member failed, was held or stood down; `/retry` resumes.
+    Failed,
+    Applied,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Failed => "failed",
+            RunStatus::Applied => "applied",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            RunStatus::Running,
+            RunStatus::Waiting,
+            RunStatus::Failed,
+            RunStatus::Applied,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// What a waiting run waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "for", rename_all = "kebab-case")]
+pub enum Wait {
+    /// Merged without a standing approval of the pull request's digest.
+    PrApproval { gate: String, digest: String },
+    /// A stage whose gate asks for its own approval of its set digest.
+    Stage {
+        stage: String,
+        gate: String,
+        digest: String,
+    },
+    /// Fresh plans the approvals in hand do not cover.
+    Round {
+        round: u32,
+        gate: String,
+        digest: String,
+    },
+    /// A plan the policy denied, until an overrider lets it through.
+    Override {
+        member: String,
+        gate: String,
+        digest: String,
+        rules: Vec<String>,
+    },
+    /// Another run is applying some of this wave's members.
+    Lock { member: String, pr: u64 },
+}
+
+impl Wait {
+    /// The gate and digest an `/approve` in the pull request answers, if any.
+    pub fn approval(&self) -> Option<(&str, &str)> {
+        match self {
+            Wait::PrApproval { gate, digest }
+            | Wait::Stage { gate, digest, .. }
+            | Wait::Round { gate, digest, .. } => Some((gate, digest)),
+            Wait::Override { .. } | Wait::Lock { .. } => None,
+        }
+    }
+}
+
+/// A stage that asked for its own approval: the set it showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageGate {
+    pub gate: String,
+    pub change_set: ChangeSet,
+    /// Who approved it; empty while it waits.
+    #[serde(default)]
+    pub approved_by: Vec<String>,
+}
+
+/// A re-plan checked against the approvals: covered (it only filled in what
+/// was unknown) or waiting for its own approval at `gate`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    pub number: u32,
+    pub gate: String,
+    pub stage: String,
+    pub change_set: ChangeSet,
+    /// Why each member was not covered; empty for a covered round.
+    pub reasons: Vec<String>,
+    /// Inputs that were unknown when approved and are known now.
+    #[serde(default)]
+    pub filled: Vec<String>,
+    #[serde(default)]
+    pub approved_by: Vec<String>,
+}
+
+impl Round {
+    pub fn covered(&self) -> bool {
+        self.reasons.is_empty()
+    }
+}
+
+/// Everything a run completed, and where it stopped: the resume point,
+/// written before and after every apply command.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// Who approved the pull request's digest; empty until someone did.
+    #[serde(default)]
+    pub pr_approved_by: Vec<String>,
+    #[serde(default)]
+    pub members: BTreeMap<String, MemberState>,
+    #[serde(default)]
+    pub stages: BTreeMap<String, StageGate>,
+    #[serde(default)]
+    pub rounds: Vec<Round>,
+    /// Overrides that counted, by member: the plan digest they let through.
+    #[serde(default)]
+    pub overrides: BTreeMap<String, String>,
+    /// How many times in a row each member's apply asked to plan again.
+    #[serde(default)]
+    pub replans: BTreeMap<String, u32>,
+    #[serde(default)]
+    pub wait: Option<Wait>,
+    /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
+    #[serde(default)]
+    pub wait_posted_at: i64,
+    /// Where the run is (stage, 1-based wave), for the report.
+    #[serde(default)]
+    pub at: Option<(String, usize)>,
+}
+
+impl AttemptRecord {
+    pub fn state(&self, member: &str) -> MemberState {
+        self.members
+            .get(member)
+            .cloned()
+            .unwrap_or(MemberState::NotStarted)
+    }
+
+    pub fn set(&mut self, member: &str, state: MemberState) {
+        self.members.insert(member.to_owned(), state);
+    }
+
+    /// The outputs every applied member left, for its downstreams to read.
+    pub fn applied_outputs(&self) -> impl Iterator<Item = (&String, &Map<String, Value>)> {
+        self.members.iter().filter_map(|(m, s)| match s {
+            MemberState::Applied { outputs, .. } => Some((m, outputs)),
+            _ => None,
+        })
+    }
+
+    /// The next round's number: round 1 is the pull request's own plan.
+    pub fn next_round(&self) -> u32 {
+        self.rounds.iter().map(|r| r.number).max().unwrap_or(1) + 1
+    }
+
+    /// `/retry`: members that failed, were held, stood down or were blocked
+    /// start over (planned again and checked for coverage first); applied
+    /// ones stay applied. Returns whether anything was reset.
+    pub fn reset_for_retry(&mut self) -> bool {
+        let mut reset = false;
+        for state in self.members.values_mut() {
+            if state.stops_downstream() || matches!(state, MemberState::Waiting { .. }) {
+                *state = MemberState::NotStarted;
+                reset = true;
+            }
+        }
+        self.replans.clear();
+        reset
+    }
+
+    /// The change sets a fresh plan may be covered by: the pull request's
+    /// (once approved), each approved stage's, and each approved round's.
+    pub fn approved_sets<'a>(&'a self, pr_set: &'a ChangeSet) -> Vec<&'a ChangeSet> {
+        let mut sets = Vec::new();
+        if !self.pr_approved_by.is_empty() {
+            sets.push(pr_set);
+        }
+        sets.extend(
+            self.stages
+                .values()
+                .filter(|s| !s.approved_by.is_empty())
+                .map(|s| &s.change_set),
+        );
+        sets.extend(
+            self.rounds
+                .iter()
+                .filter(|r| !r.approved_by.is_empty())
+                .map(|r| &r.change_set),
+        );
+        sets
+    }
+}
+
+/// Whether a fresh plan is covered by any of `approved`; otherwise the
+/// reason the first of them (the pull request's) gives.
+pub fn covered_by_any(approved: &[&ChangeSet], fresh: &FreshPlan<'_>) -> Coverage {
+    let mut first = None;
+    for set in approved {
+        match coverage(set, fresh) {
+            Coverage::Covered => return Coverage::Covered,
+            not => {
+                first.get_or_insert(not);
+            }
+        }
+    }
+    first.unwrap_or_else(|| {
+        Coverage::NotCovered(format!(
+            "{}: nothing approved covers it yet",
+            fresh.plan.member
+        ))
+    })
+}
+
+/// Whether a stage waits for its own approval before applying anything.
+pub fn stage_needs_approval(gate: GatePolicy, any_destructive: bool) -> bool {
+    match gate {
+        GatePolicy::Always => true,
+        GatePolicy::OnDestructive => any_destructive,
+        GatePolicy::Never => false,
+    }
+}
+
+/// The member, among `member`'s upstreams in its stage, that stopped it:
+/// the failed (held, stood-down) member itself, or what blocked the upstream.
+pub fn stopped_upstream(
+    component: &Component,
+    stage: &str,
+    record: &AttemptRecord,
+) -> Option<String> {
+    component.depends_on.iter().find_map(|d| {
+        let upstream = crate::plan::fanout::member_name(d, stage);
+        match record.members.get(&upstream)? {
+            MemberState::Blocked { by } => Some(by.clone()),
+            s if s.stops_downstream() => Some(upstream),
+            _ => None,
+        }
+    })
+}
+
+/// The derivation's waves of one stage, in order.
+pub fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String]> {
+    let suffix = format!("@{stage}");
+    waves
+        .iter()
+        .filter(|w| w.first().is_some_and(|m| m.ends_with(&suffix)))
+        .map(Vec::as_slice)
+        .collect()
+}
+
+/// How a run ends once nothing more can happen without a person.
+pub fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> RunStatus {
+    if record.wait.is_some() {
+        return RunStatus::Waiting;
+    }
+    let states: Vec<MemberState> = members.iter().map(|m| record.state(m)).collect();
+    if states
+        .iter()
+        .all(|s| s.is_applied() || *s == MemberState::Unaffected)
+    {
+        RunStatus::Applied
+    } else {
+        RunStatus::Failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::changeset::{ChangeSetMember, MemberStatus};
+    use crate::plan::planfile::MemberPlan;
+    use std::time::Duration;
+
+    fn plan(member: &str, cidr: &str) -> MemberPlan {
+        let text = format!(
+            r#"{{"summary": "", "entries": [{{"address": "aws_vpc.main", "action": "update", "after": {{"cidr": "{cidr}", "id": null}}, "unknown": ["id"]}}]}}"#
+        );
+        MemberPlan::parse(member, text.as_bytes()).unwrap()
+    }
+
+    fn set_of(plans: &[&MemberPlan]) -> ChangeSet {
+        ChangeSet::new(
+            plans
+                .iter()
+                .map(|p| ChangeSetMember {
+                    member: p.member.clone(),
+                    status: MemberStatus::Planned,
+                    plan_digest: Some(p.plan_digest.clone()),
+                    unknown_inputs: vec![],
+                    inputs: Map::new(),
+                    plan: Some((*p).clone()),
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    fn component(name: &str, depends_on: &[&str]) -> Component {
+        Component {
+            name: name.into(),
+            dir: name.into(),
+            paths: vec![],
+            depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
+            inputs: vec![],
+            stages: vec!["dev".into()],
+            plan: vec!["plan".into()],
+            apply: None,
+            outputs: None,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_fresh_plan_is_covered_by_any_approved_set_and_otherwise_names_what_moved() {
+        let approved = plan("net@dev", "10.0.0.0/16");
+        let drifted = plan("net@dev", "10.9.0.0/16");
+        let pr = set_of(&[&approved]);
+        let inputs = Map::new();
+        let fresh = FreshPlan {
+            plan: &drifted,
+            inputs: &inputs,
+        };
+        match covered_by_any(&[&pr], &fresh) {
+            Coverage::NotCovered(why) => {
+                assert!(why.contains("net@dev") && why.contains("cidr"), "{why}")
+            }
+            Coverage::Covered => panic!("a moved cidr is not covered"),
+        }
+        let round = set_of(&[&drifted]);
+        assert_eq!(covered_by_any(&[&pr, &round], &fresh), Coverage::Covered);
+        assert!(matches!(
+            covered_by_any(&[], &fresh),
+            Coverage::NotCovered(why) if why.contains("nothing approved")
+        ));
+    }
+
+    #[test]
+    fn the_approved_sets_are_only_those_someone_approved() {
+        let pr = set_of(&[&plan("net@dev", "10.0.0.0/16")]);
+        let mut record = AttemptRecord::default();
+        assert!(record.approved_sets(&pr).is_empty());
+        record.pr_approved_by = vec!["bob".into()];
+        record.rounds.push(Round {
+            number: 2,
+            gate: "pr-1-round-2".into(),
+            stage: "dev".into(),
+            change_set: set_of(&[&plan("net@dev", "10.9.0.0/16")]),
+            reasons: vec!["moved".into()],
+            filled: vec![],
+            approved_by: vec![],
+        });
+        assert_eq!(record.approved_sets(&pr).len(), 1);
+        record.rounds[0].approved_by = vec!["carol".into()];
+        assert_eq!(record.approved_sets(&pr).len(), 2);
+        assert_eq!(record.next_round(), 3);
+    }
+
+    #[test]
+    fn stage_gates_follow_the_base_policy() {
+        assert!(stage_needs_approval(GatePolicy::Always, false));
+        assert!(stage_needs_approval(GatePolicy::OnDestructive, true));
+        assert!(!stage_needs_approval(GatePolicy::OnDestructive, false));
+        assert!(!stage_needs_approval(GatePolicy::Never, true));
+    }
+
+    #[test]
+    fn a_failure_blocks_only_its_own_subtree_and_names_the_root() {
+        let mut record = AttemptRecord::default();
+        record.set(
+            "network@dev",
+            MemberState::Failed {
+                error: "exit 1".into(),
+            },
+        );
+        record.set(
+            "database@dev",
+            MemberState::Blocked {
+                by: "network@dev".into(),
+            },
+        );
+        let app = component("app", &["database"]);
+        assert_eq!(
+            stopped_upstream(&app, "dev", &record).as_deref(),
+            Some("network@dev")
+        );
+        let dns = component("dns", &["network"]);
+        assert_eq!(
+            stopped_upstream(&dns, "dev", &record).as_deref(),
+            Some("network@dev")
+        );
+        let lone = component("lone", &["other"]);
+        record.set(
+            "other@dev",
+            MemberState::Applied {
+                plan_digest: "d".into(),
+                outputs: Map::new(),
+                note: None,
+            },
+        );
+        assert_eq!(stopped_upstream(&lone, "dev", &record), None);
+    }
+
+    #[test]
+    fn retry_starts_over_what_stopped_and_keeps_what_applied() {
+        let mut record = AttemptRecord::default();
+        let applied = MemberState::Applied {
+            plan_digest: "d".into(),
+            outputs: Map::new(),
+            note: None,
+        };
+        record.set("a@dev", applied.clone());
+        record.set("b@dev", MemberState::Failed { error: "x".into() });
+        record.set("c@dev", MemberState::Blocked { by: "b@dev".into() });
+        record.replans.insert("b@dev".into(), 3);
+        assert!(record.reset_for_retry());
+        assert_eq!(record.state("a@dev"), applied);
+        assert_eq!(record.state("b@dev"), MemberState::NotStarted);
+        assert_eq!(record.state("c@dev"), MemberState::NotStarted);
+        assert!(record.replans.is_empty());
+        assert!(!record.reset_for_retry());
+    }
+
+    #[test]
+    fn a_run_settles_applied_only_when_every_member_applied() {
+        let members: BTreeSet<String> = ["a@dev".to_owned(), "b@dev".to_owned()].into();
+        let mut record = AttemptRecord::default();
+        let applied = MemberState::Applied {
+            plan_digest: "d".into(),
+            outputs: Map::new(),
+            note: None,
+        };
+        record.set("a@dev", applied.clone());
+        record.set("b@dev", MemberState::Unaffected);
+        assert_eq!(settled_status(&record, &members), RunStatus::Applied);
+        record.set("b@dev", MemberState::Failed { error: "x".into() });
+        assert_eq!(settled_status(&record, &members), RunStatus::Failed);
+        record.wait = Some(Wait::Lock {
+            member: "b@dev".into(),
+            pr: 2,
+        });
+        assert_eq!(settled_status(&record, &members), RunStatus::Waiting);
+    }
+
+    #[test]
+    fn the_record_reads_back_what_it_wrote() {
+        let mut record = AttemptRecord::default();
+        record.set(
+            "a@dev",
+            MemberState::Applying {
+                plan_digest: "sha256:x".into(),
+            },
+        );
+        record.wait = Some(Wait::Stage {
+            stage: "prod".into(),
+            gate: "pr-1-prod".into(),
+            digest: "sha256:y".into(),
+        });
+        let text = serde_json::to_string(&record).unwrap();
+        assert_eq!(
+            serde_json::from_str::<AttemptRecord>(&text).unwrap(),
+            record
+        );
+        assert_eq!(
+            stage_waves(&[vec!["a@dev".into()], vec!["a@prod".into()]], "prod").len(),
+            1
+        );
+    }
+}

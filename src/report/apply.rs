@@ -1,0 +1,278 @@
+//! The apply run's section of the report: stage, wave and state of every
+//! member, what the run waits for with the line to copy, the rounds and
+//! their coverage; and the check's title. Edited in place as the run moves.
+
+use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
+use crate::plan::changeset::ChangeSet;
+
+/// Where the run stands, as the report shows it.
+pub struct RunView<'a> {
+    pub merge_sha: &'a str,
+    pub status: RunStatus,
+    pub record: &'a AttemptRecord,
+    /// Each stage's waves on the merge commit, in order (empty before derived).
+    pub layout: &'a [(String, Vec<Vec<String>>)],
+}
+
+/// The check's title.
+pub fn title(view: &RunView<'_>) -> String {
+    let count = |f: fn(&MemberState) -> bool| view.record.members.values().filter(|s| f(s)).count();
+    match (view.status, &view.record.wait) {
+        (RunStatus::Applied, _) => format!("Applied {} members", count(MemberState::is_applied)),
+        (RunStatus::Failed, _) => format!(
+            "Apply failed: {} applied, {} stopped; /retry resumes",
+            count(MemberState::is_applied),
+            count(MemberState::stops_downstream)
+        ),
+        (_, Some(wait)) => format!("Waiting: {}", waiting_for(wait)),
+        (_, None) => match &view.record.at {
+            Some((stage, wave)) => format!("Applying {stage}, wave {wave}…"),
+            None => "Applying…".into(),
+        },
+    }
+}
+
+fn waiting_for(wait: &Wait) -> String {
+    match wait {
+        Wait::PrApproval { .. } => "an approval of the merged plan".into(),
+        Wait::Stage { stage, .. } => format!("/approve {stage}"),
+        Wait::Round { round, .. } => format!("an approval of round {round}"),
+        Wait::Override { member, .. } => format!("/override {member}"),
+        Wait::Lock { member, pr } => format!("{member}, which pull request #{pr} is applying"),
+    }
+}
+
+/// What a person can do about the wait, with the line to copy.
+pub fn wait_help(wait: &Wait) -> String {
+    match wait {
+        Wait::PrApproval { digest, .. } => format!(
+            "Merged without a standing approval: nothing was applied. An approval of the merged plan starts the run:\n\n```\n/approve {digest}\n```\n"
+        ),
+        Wait::Stage { stage, digest, .. } => format!(
+            "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n/approve {stage} {digest}\n```\n"
+        ),
+        Wait::Round { round, digest, .. } => format!(
+            "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n/approve {digest}\n```\n"
+        ),
+        Wait::Override { member, digest, rules, .. } => format!(
+            "The plan of **{member}** (`{digest}`) is denied by the policy ({}). Nothing of its stage's wave was applied. Someone in `policy.overriders` may let it through:\n\n```\n/override {member} <reason>\n```\n",
+            rules.join(", ")
+        ),
+        Wait::Lock { member, pr } => format!(
+            "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
+        ),
+    }
+}
+
+/// The report's apply section.
+pub fn render(view: &RunView<'_>) -> String {
+    let short = &view.merge_sha[..view.merge_sha.len().min(12)];
+    let mut out = format!(
+        "## Apply on merge commit `{short}`: {}\n\n",
+        view.status.as_str()
+    );
+    if !view.record.pr_approved_by.is_empty() {
+        out.push_str(&format!(
+            "Approved by {}.\n\n",
+            view.record
+                .pr_approved_by
+                .iter()
+                .map(|l| format!("@{l}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(wait) = &view.record.wait {
+        out.push_str(&wait_help(wait));
+        out.push('\n');
+    }
+    let mut rows = Vec::new();
+    for (stage, waves) in view.layout {
+        for (i, wave) in waves.iter().enumerate() {
+            for member in wave {
+                rows.push((stage.as_str(), i + 1, member.as_str()));
+            }
+        }
+    }
+    let placed: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.2).collect();
+    if !rows.is_empty() || !view.record.members.is_empty() {
+        out.push_str("| stage | wave | member | state |\n| --- | --- | --- | --- |\n");
+        for (stage, wave, member) in &rows {
+            let state = view.record.state(member).label();
+            out.push_str(&format!(
+                "| {stage} | {wave} | `{member}` | {} |\n",
+                cell(&state)
+            ));
+        }
+        for (member, state) in &view.record.members {
+            if !placed.contains(member.as_str()) {
+                out.push_str(&format!("| | | `{member}` | {} |\n", cell(&state.label())));
+            }
+        }
+        out.push('\n');
+    }
+    for (stage, gate) in &view.record.stages {
+        let who = if gate.approved_by.is_empty() {
+            "waiting".to_owned()
+        } else {
+            format!("approved by {}", gate.approved_by.join(", "))
+        };
+        out.push_str(&format!(
+            "- Stage **{stage}** gate `{}`: set `{}`, {who}\n",
+            gate.gate, gate.change_set.digest
+        ));
+        out.push_str(&set_lines(&gate.change_set));
+    }
+    for round in &view.record.rounds {
+        let how = if round.covered() {
+            let filled = if round.filled.is_empty() {
+                String::new()
+            } else {
+                format!(" (filled in {})", round.filled.join(", "))
+            };
+            format!("covered by the approval: only what was unknown moved{filled}")
+        } else if round.approved_by.is_empty() {
+            format!("not covered, waiting: {}", round.reasons.join("; "))
+        } else {
+            format!(
+                "not covered ({}), approved by {}",
+                round.reasons.join("; "),
+                round.approved_by.join(", ")
+            )
+        };
+        out.push_str(&format!(
+            "- Round {} ({}, gate `{}`): digest `{}`, {how}\n",
+            round.number, round.stage, round.gate, round.change_set.digest
+        ));
+        out.push_str(&set_lines(&round.change_set));
+    }
+    for (member, digest) in &view.record.overrides {
+        out.push_str(&format!(
+            "- `{member}`: the policy denial of `{digest}` was overridden\n"
+        ));
+    }
+    out
+}
+
+fn set_lines(set: &ChangeSet) -> String {
+    set.members
+        .iter()
+        .map(|m| {
+            let c = m.counts();
+            format!(
+                "  - `{}`: `{}` ({} to create, {} to update, {} to replace, {} to delete)\n",
+                m.member,
+                m.plan_digest.as_deref().unwrap_or("no plan"),
+                c.create,
+                c.update,
+                c.replace,
+                c.delete
+            )
+        })
+        .collect()
+}
+
+/// A table cell: one line, no pipes.
+fn cell(text: &str) -> String {
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .replace('|', "\\|")
+        .chars()
+        .take(200)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Map;
+
+    fn record() -> AttemptRecord {
+        let mut record = AttemptRecord {
+            pr_approved_by: vec!["rev-bob".into()],
+            ..Default::default()
+        };
+        record.set(
+            "app@dev",
+            MemberState::Applied {
+                plan_digest: "sha256:aa".into(),
+                outputs: Map::new(),
+                note: None,
+            },
+        );
+        record.set(
+            "app@prod",
+            MemberState::Waiting {
+                reason: "stage prod waits for its approval".into(),
+            },
+        );
+        record.wait = Some(Wait::Stage {
+            stage: "prod".into(),
+            gate: "pr-7-prod".into(),
+            digest: "sha256:bb".into(),
+        });
+        record
+    }
+
+    #[test]
+    fn a_run_waiting_at_a_stage_shows_every_member_and_the_line_to_copy() {
+        let record = record();
+        let layout = vec![
+            ("dev".to_owned(), vec![vec!["app@dev".to_owned()]]),
+            (
+                "prod".to_owned(),
+                vec![vec!["app@prod".to_owned()], vec!["dns@prod".to_owned()]],
+            ),
+        ];
+        let view = RunView {
+            merge_sha: "0123456789abcdef0123",
+            status: RunStatus::Waiting,
+            record: &record,
+            layout: &layout,
+        };
+        insta::assert_snapshot!(render(&view), @r"
+        ## Apply on merge commit `0123456789ab`: waiting
+
+        Approved by @rev-bob.
+
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bb`):
+
+        ```
+        /approve prod sha256:bb
+        ```
+
+        | stage | wave | member | state |
+        | --- | --- | --- | --- |
+        | dev | 1 | `app@dev` | applied |
+        | prod | 1 | `app@prod` | waiting: stage prod waits for its approval |
+        | prod | 2 | `dns@prod` | not started |
+        ");
+        assert_eq!(title(&view), "Waiting: /approve prod");
+    }
+
+    #[test]
+    fn a_failed_run_says_how_many_stopped_and_that_retry_resumes() {
+        let mut record = record();
+        record.wait = None;
+        record.set(
+            "app@prod",
+            MemberState::Failed {
+                error: "the apply command exited with 1\nmore".into(),
+            },
+        );
+        let view = RunView {
+            merge_sha: "0123456789abcdef0123",
+            status: RunStatus::Failed,
+            record: &record,
+            layout: &[],
+        };
+        assert_eq!(
+            title(&view),
+            "Apply failed: 1 applied, 1 stopped; /retry resumes"
+        );
+        assert!(
+            render(&view).contains("| | | `app@prod` | failed: the apply command exited with 1 |")
+        );
+    }
+}

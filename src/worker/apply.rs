@@ -1,0 +1,1059 @@
+//! Apply runs after merge: one run per merged pull request, driven stage by
+//! stage and wave by wave on the merge commit. `crate::apply` decides; this
+//! plans and applies through a `Workbench`, writes the attempt record before
+//! and after every apply command, holds the member locks, and reports the
+//! run in the pull request and on the merge commit.
+//!
+//! A job drives the run as far as it can go without a person and ends; an
+//! approval, an override, a released lock or `/retry` enqueues the next job,
+//! and a crash leaves the job's lease to expire and the job to run again.
+
+use super::gate::{as_counted, gate_name};
+use super::task::Task;
+use super::Worker;
+use crate::apply::{
+    covered_by_any, settled_status, stage_needs_approval, stage_waves, stopped_upstream,
+    AttemptRecord, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
+};
+use crate::config::repo::{gate_of, Policy, RawRepoConfig};
+use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
+use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
+use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
+use crate::plan::changeset::ChangeSet;
+use crate::plan::coverage::{Coverage, FreshPlan};
+use crate::plan::engine::{
+    self, ApplyOutcome, MemberOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench,
+};
+use crate::plan::git;
+use crate::report::apply::{self as apply_report, RunView};
+use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
+use anyhow::{anyhow, Context, Result};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Each stage's waves on the merge commit, in order.
+type Layout = Vec<(String, Vec<Vec<String>>)>;
+
+/// Whether a run goes on after a step or stops here (waiting or failed).
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Continue,
+    Stop,
+}
+
+/// The deployed estate as later plans read it.
+struct Deployed(HashMap<String, Map<String, Value>>);
+
+impl RecordedOutputs for Deployed {
+    fn outputs(&self, member: &str) -> Option<Map<String, Value>> {
+        self.0.get(member).cloned()
+    }
+}
+
+/// The gate an override of a denied plan is recorded at.
+pub fn override_gate(pr: PrNumber) -> String {
+    format!("pr-{}-override", pr.0)
+}
+
+/// What a run needs while it is driven, read once per job.
+struct Drive<'a> {
+    client: &'a ForgeClient,
+    run: ApplyRunRecord,
+    plan: PlanRecord,
+    approved: ChangeSet,
+    policy: Policy,
+    config: RepoConfig,
+    layout: Layout,
+}
+
+impl Worker {
+    /// The recorded outputs of the repository's deployed estate, for plans.
+    pub(super) async fn deployed_estate(&self, repo: &RepoRef) -> Result<Arc<dyn RecordedOutputs>> {
+        Ok(Arc::new(Deployed(
+            self.store.deployed_outputs(&repo.id).await?,
+        )))
+    }
+
+    /// A merged pull request: starts its run once (a redelivered merge
+    /// starts nothing new) and drives it.
+    pub(super) async fn merged(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: &PullRequest,
+        merge_sha: &CommitSha,
+    ) -> Result<JobOutcome> {
+        if self.store.apply_run(&repo.id, pr.number).await?.is_some() {
+            return self.resume(client, repo, pr.number).await;
+        }
+        let plan = self.store.latest_plan(&repo.id, pr.number).await?;
+        let Some(plan) = plan.filter(|p| p.head_sha == pr.head_sha) else {
+            client
+                .reply(
+                    repo,
+                    pr.number,
+                    &format!(
+                        "Merged as {}, but wavegate has no plan of the merged head {}: nothing is applied. Apply it by hand, or open a pull request that changes it again.",
+                        merge_sha.short(),
+                        pr.head_sha.short()
+                    ),
+                )
+                .await?;
+            return Ok(JobOutcome::Skipped(
+                "the merged head was never planned".into(),
+            ));
+        };
+        let Some(digest) = plan.digest.clone() else {
+            return Ok(JobOutcome::Skipped(
+                "the merged plan changes nothing".into(),
+            ));
+        };
+        self.fetch_commit(client, repo, merge_sha).await?;
+        let mirror = self.workspace.mirror_path(&repo.id);
+        let parent = format!("{}^1", merge_sha.as_str());
+        let base = tokio::task::block_in_place(|| git::resolve(&mirror, &parent))
+            .with_context(|| format!("reading the first parent of {merge_sha}"))?;
+        let (run, created) = self
+            .store
+            .create_apply_run(NewApplyRun {
+                repo: repo.clone(),
+                pr: pr.number,
+                merge_sha: merge_sha.clone(),
+                base_sha: CommitSha::parse(&base).map_err(|e| anyhow!(e))?,
+                plan_id: plan.id,
+                digest,
+            })
+            .await?;
+        if created {
+            tracing::info!(run = run.id, pr = %pr.number, merge = %merge_sha.short(), "apply run started");
+        }
+        self.drive(client, run).await
+    }
+
+    /// Drives the pull request's run on from where its record stands.
+    pub(super) async fn resume(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: PrNumber,
+    ) -> Result<JobOutcome> {
+        let Some(run) = self.store.apply_run(&repo.id, pr).await? else {
+            return Ok(JobOutcome::Skipped("no apply run".into()));
+        };
+        if matches!(run.status, RunStatus::Applied | RunStatus::Failed) {
+            return Ok(JobOutcome::Skipped(format!(
+                "the run is {}",
+                run.status.as_str()
+            )));
+        }
+        self.fetch_commit(client, repo, &run.merge_sha).await?;
+        self.drive(client, run).await
+    }
+
+    async fn fetch_commit(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        commit: &CommitSha,
+    ) -> Result<()> {
+        let auth = client.git_auth_header(repo).await?;
+        self.workspace
+            .fetch(&super::workspace::FetchRequest {
+                repo: &repo.id,
+                sources: vec![(&repo.clone_url, commit)],
+                auth: auth.as_ref(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Enqueues the next job of a run (after an approval, an override, a
+    /// released lock or `/retry`).
+    pub(super) async fn enqueue_resume(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
+        let task = Task::Apply {
+            repo: repo.clone(),
+            pr,
+        };
+        self.store.enqueue(task.into_job()).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    async fn drive(&self, client: &ForgeClient, run: ApplyRunRecord) -> Result<JobOutcome> {
+        let plan = self.store.plan(run.plan_id).await?.ok_or_else(|| {
+            anyhow!(
+                "apply run {} names plan {}, which is gone",
+                run.id,
+                run.plan_id
+            )
+        })?;
+        let mirror = self.workspace.mirror_path(&run.repo.id);
+        let base_raw = tokio::task::block_in_place(|| raw_config_at(&mirror, &run.base_sha));
+        let policy = self.base_policy(&run.repo, &run.base_sha);
+        let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()));
+        let mut options = PlanOptions::new(&mirror, run.base_sha.as_str(), run.merge_sha.as_str());
+        options.concurrency = self.options.plan_concurrency;
+        options.recorded = Some(self.deployed_estate(&run.repo).await?);
+        let prepared = tokio::task::block_in_place(|| engine::prepare(&options));
+
+        let (approved, policy, prepared) = match (approved, policy, prepared) {
+            (Ok(a), Ok(p), Ok(prepared)) => (a, p, prepared),
+            (approved, policy, prepared) => {
+                let why = match (approved, policy, prepared) {
+                    (Err(e), _, _) => format!("the approved change set cannot be trusted: {e}"),
+                    (_, Err(e), _) => e,
+                    (_, _, Err(PlanError::Internal(e))) => {
+                        return Err(e.context("reading the merge commit"))
+                    }
+                    (_, _, Err(e)) => format!("the merge commit cannot be planned: {e}"),
+                    _ => unreachable!("one of them failed"),
+                };
+                return self.refuse_run(client, run, &plan, &why).await;
+            }
+        };
+        let layout: Layout = prepared
+            .config
+            .stages
+            .iter()
+            .map(|s| {
+                let waves = stage_waves(&prepared.derivation.waves, &s.name);
+                (
+                    s.name.clone(),
+                    waves.into_iter().map(<[String]>::to_vec).collect(),
+                )
+            })
+            .filter(|(_, waves): &(String, Vec<Vec<String>>)| !waves.is_empty())
+            .collect();
+        let mut drive = Drive {
+            client,
+            run,
+            plan,
+            approved,
+            policy,
+            config: prepared.config.clone(),
+            layout,
+        };
+        drive.run.status = RunStatus::Running;
+        let previous_wait = drive.run.record.wait.take();
+
+        let step = self.pr_approval(&mut drive).await?;
+        let mut members: BTreeSet<String> = drive
+            .approved
+            .members
+            .iter()
+            .map(|m| m.member.clone())
+            .collect();
+        if step == Step::Continue {
+            let derived: BTreeSet<&String> = prepared.derivation.members.iter().collect();
+            for member in &members {
+                if !derived.contains(member) && !drive.run.record.state(member).is_applied() {
+                    drive.run.record.set(member, MemberState::Unaffected);
+                }
+            }
+            members.extend(prepared.derivation.members.iter().cloned());
+            self.refresh_approvals(&mut drive).await?;
+            let bench = tokio::task::block_in_place(|| {
+                Workbench::open(
+                    options,
+                    prepared.config.clone(),
+                    drive.run.merge_sha.as_str(),
+                )
+            });
+            let mut bench = match bench {
+                Ok(bench) => bench,
+                Err(PlanError::Internal(e)) => {
+                    return Err(e.context("checking out the merge commit"))
+                }
+                Err(e) => {
+                    let why = format!("the merge commit cannot be planned: {e}");
+                    return self.refuse_run(client, drive.run, &drive.plan, &why).await;
+                }
+            };
+            for (member, outputs) in drive.run.record.applied_outputs() {
+                bench.record_applied(member, outputs.clone());
+            }
+            self.stages(&mut drive, &mut bench, &base_raw).await?;
+        }
+
+        drive.run.status = settled_status(&drive.run.record, &members);
+        if drive.run.status != RunStatus::Waiting {
+            drive.run.record.at = None;
+        }
+        if drive.run.record.wait != previous_wait {
+            drive.run.record.wait_posted_at = chrono::Utc::now().timestamp_millis();
+        }
+        if drive.run.status == RunStatus::Applied {
+            self.spend_approvals(&drive).await?;
+        }
+        self.publish_run(client, &mut drive.run, &drive.plan, &drive.layout)
+            .await?;
+        let said = match (&drive.run.record.wait, drive.run.status) {
+            (Some(wait), _) if Some(wait) != previous_wait.as_ref() => {
+                Some(apply_report::wait_help(wait))
+            }
+            (_, RunStatus::Applied) => Some(format!(
+                "Applied on {}: every member of the approved change is deployed.",
+                drive.run.merge_sha.short()
+            )),
+            (_, RunStatus::Failed) => Some(format!(
+                "The apply on {} stopped: {}. Members that applied stay applied; `/retry` plans the rest again and applies what the approvals cover.",
+                drive.run.merge_sha.short(),
+                stopped_members(&drive.run.record)
+            )),
+            _ => None,
+        };
+        if let Some(said) = said {
+            let repo = drive.run.repo.clone();
+            client.reply(&repo, drive.run.pr, &said).await?;
+        }
+        Ok(JobOutcome::Done)
+    }
+
+    /// The run cannot go on for a reason in the repository (a broken config
+    /// at the merge commit, a policy that cannot be read, a tampered record).
+    async fn refuse_run(
+        &self,
+        client: &ForgeClient,
+        mut run: ApplyRunRecord,
+        plan: &PlanRecord,
+        why: &str,
+    ) -> Result<JobOutcome> {
+        run.status = RunStatus::Failed;
+        self.publish_run(client, &mut run, plan, &[]).await?;
+        client
+            .reply(
+                &run.repo,
+                run.pr,
+                &format!(
+                    "The apply on {} cannot go on: {why}. Fix it on the base branch, then `/retry`.",
+                    run.merge_sha.short()
+                ),
+            )
+            .await?;
+        Ok(JobOutcome::Done)
+    }
+
+    /// The pull request's own approval, read from the ledger as the report
+    /// counted it (for the head and base it was given at).
+    async fn pr_approval(&self, drive: &mut Drive<'_>) -> Result<Step> {
+        if !drive.run.record.pr_approved_by.is_empty() {
+            return Ok(Step::Continue);
+        }
+        let gate = gate_name(drive.run.pr, None);
+        let facts = self
+            .store
+            .gate_facts(&drive.run.repo.id.to_string(), &gate)
+            .await?;
+        let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
+        let required = drive.policy.required.max(1) as usize;
+        match ledger::evaluate(&counted, &drive.run.digest, required) {
+            Evaluation::Satisfied { by, .. } => {
+                drive.run.record.pr_approved_by = by.into_iter().map(|a| a.login).collect();
+                Ok(Step::Continue)
+            }
+            _ => {
+                drive.run.record.wait = Some(Wait::PrApproval {
+                    gate,
+                    digest: drive.run.digest.clone(),
+                });
+                Ok(Step::Stop)
+            }
+        }
+    }
+
+    /// Reads from the ledger whether the stage gates and rounds that wait
+    /// have been approved since the last job.
+    async fn refresh_approvals(&self, drive: &mut Drive<'_>) -> Result<()> {
+        let required = drive.policy.required.max(1) as usize;
+        let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
+        for stage in stages {
+            let gate = &drive.run.record.stages[&stage];
+            if gate.approved_by.is_empty() {
+                let by = self
+                    .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
+                    .await?;
+                drive
+                    .run
+                    .record
+                    .stages
+                    .get_mut(&stage)
+                    .expect("listed")
+                    .approved_by = by;
+            }
+        }
+        for i in 0..drive.run.record.rounds.len() {
+            let round = &drive.run.record.rounds[i];
+            if !round.covered() && round.approved_by.is_empty() {
+                let by = self
+                    .run_gate_approvers(&drive.run, &round.gate, &round.change_set.digest, required)
+                    .await?;
+                drive.run.record.rounds[i].approved_by = by;
+            }
+        }
+        Ok(())
+    }
+
+    /// Who approved `digest` at one of this run's gates, when enough did.
+    async fn run_gate_approvers(
+        &self,
+        run: &ApplyRunRecord,
+        gate: &str,
+        digest: &str,
+        required: usize,
+    ) -> Result<Vec<String>> {
+        let facts = self
+            .store
+            .gate_facts(&run.repo.id.to_string(), gate)
+            .await?;
+        let here: Vec<Fact> = facts
+            .into_iter()
+            .filter(|f| f.fact.data.get("run") == Some(&json!(run.id)))
+            .collect();
+        Ok(match ledger::evaluate(&here, digest, required) {
+            Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    async fn stages(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        base_raw: &Option<RawRepoConfig>,
+    ) -> Result<()> {
+        for (stage, waves) in drive.layout.clone() {
+            let all: Vec<&String> = waves.iter().flatten().collect();
+            let done = |r: &AttemptRecord| {
+                all.iter()
+                    .all(|m| r.state(m).is_applied() || r.state(m) == MemberState::Unaffected)
+            };
+            if done(&drive.run.record) {
+                continue;
+            }
+            let gate = gate_of(base_raw.as_ref(), &stage);
+            if self.stage_gate(drive, bench, &stage, &waves, gate).await? == Step::Stop {
+                return Ok(());
+            }
+            for (i, wave) in waves.iter().enumerate() {
+                drive.run.record.at = Some((stage.clone(), i + 1));
+                if self.wave(drive, bench, &stage, wave).await? == Step::Stop {
+                    return Ok(());
+                }
+            }
+            // A later stage applies only after every member of this one did.
+            if !done(&drive.run.record) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// A stage whose gate asks for its own approval waits for `/approve
+    /// <stage>` of its set digest: its plans on the merge commit, made when
+    /// the run reaches it. `on-destructive` asks only when one of them is.
+    async fn stage_gate(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        stage: &str,
+        waves: &[Vec<String>],
+        gate: crate::config::repo::GatePolicy,
+    ) -> Result<Step> {
+        use crate::config::repo::GatePolicy;
+        if gate == GatePolicy::Never
+            || drive
+                .run
+                .record
+                .stages
+                .get(stage)
+                .is_some_and(|g| !g.approved_by.is_empty())
+        {
+            return Ok(Step::Continue);
+        }
+        let mut previewed: Vec<MemberOutcome> = Vec::new();
+        for wave in waves {
+            let pending: Vec<String> = wave
+                .iter()
+                .filter(|m| !drive.run.record.state(m).is_applied())
+                .filter(|m| drive.run.record.state(m) != MemberState::Unaffected)
+                .cloned()
+                .collect();
+            bench.plan_wave(&pending).await?;
+            previewed.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
+        }
+        if let Some(failed) = previewed.iter().find(|o| o.plan.is_none()) {
+            let error = failed.error.clone().unwrap_or_else(|| "no plan".into());
+            drive.run.record.set(
+                &failed.member,
+                MemberState::Failed {
+                    error: format!("planning on the merge commit failed: {error}"),
+                },
+            );
+            return Ok(Step::Stop);
+        }
+        let destructive = previewed
+            .iter()
+            .any(|o| o.plan.as_ref().is_some_and(|p| p.destructive));
+        if !stage_needs_approval(gate, destructive) {
+            return Ok(Step::Continue);
+        }
+        let set = engine::change_set_of(&previewed)?;
+        let gate_id = gate_name(drive.run.pr, Some(stage));
+        let known = drive.run.record.stages.get(stage);
+        if known.is_none_or(|g| g.change_set.digest != set.digest) {
+            drive.run.record.stages.insert(
+                stage.to_owned(),
+                StageGate {
+                    gate: gate_id.clone(),
+                    change_set: set.clone(),
+                    approved_by: Vec::new(),
+                },
+            );
+        }
+        let required = drive.policy.required.max(1) as usize;
+        let by = self
+            .run_gate_approvers(&drive.run, &gate_id, &set.digest, required)
+            .await?;
+        if !by.is_empty() {
+            drive
+                .run
+                .record
+                .stages
+                .get_mut(stage)
+                .expect("inserted")
+                .approved_by = by;
+            return Ok(Step::Continue);
+        }
+        for outcome in &previewed {
+            drive.run.record.set(
+                &outcome.member,
+                MemberState::Waiting {
+                    reason: format!("stage {stage} waits for `/approve {stage}`"),
+                },
+            );
+        }
+        drive.run.record.wait = Some(Wait::Stage {
+            stage: stage.to_owned(),
+            gate: gate_id,
+            digest: set.digest,
+        });
+        Ok(Step::Stop)
+    }
+
+    /// One wave: what is left of it is locked, planned again on the merge
+    /// commit, checked against the approvals and applied; the locks are
+    /// let go whatever happens, and runs queued behind them resume.
+    async fn wave(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        stage: &str,
+        wave: &[String],
+    ) -> Result<Step> {
+        let mut pending = Vec::new();
+        for member in wave {
+            let state = drive.run.record.state(member);
+            if state.is_applied() || state == MemberState::Unaffected || state.stops_downstream() {
+                continue;
+            }
+            let component = member
+                .split_once('@')
+                .and_then(|(c, _)| drive.config.component(c))
+                .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
+            if let Some(root) = stopped_upstream(component, stage, &drive.run.record) {
+                drive
+                    .run
+                    .record
+                    .set(member, MemberState::Blocked { by: root });
+                continue;
+            }
+            pending.push(member.clone());
+        }
+        if pending.is_empty() {
+            return Ok(Step::Continue);
+        }
+        let repo = drive.run.repo.clone();
+        if let Some((member, holder)) = self
+            .store
+            .lock_members(&repo.id, drive.run.id, &pending)
+            .await?
+        {
+            for m in &pending {
+                drive.run.record.set(
+                    m,
+                    MemberState::Waiting {
+                        reason: format!("queued behind pull request #{}", holder.0),
+                    },
+                );
+            }
+            drive.run.record.wait = Some(Wait::Lock {
+                member,
+                pr: holder.0,
+            });
+            return Ok(Step::Stop);
+        }
+        let step = self.locked_wave(drive, bench, stage, &pending).await;
+        let queued = self.store.unlock_members(&repo.id, drive.run.id).await?;
+        for run in queued {
+            self.enqueue_resume(&run.repo, run.pr).await?;
+        }
+        step
+    }
+
+    async fn locked_wave(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        stage: &str,
+        pending: &[String],
+    ) -> Result<Step> {
+        self.publish_run(drive.client, &mut drive.run, &drive.plan, &drive.layout)
+            .await?;
+        bench.plan_wave(pending).await?;
+        let mut ready = Vec::new();
+        let mut uncovered = Vec::new();
+        let mut filled = Vec::new();
+        for member in pending {
+            let outcome = bench.outcome(member).expect("planned above").clone();
+            let Some(plan) = &outcome.plan else {
+                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
+                drive.run.record.set(
+                    member,
+                    MemberState::Failed {
+                        error: format!("planning on the merge commit failed: {error}"),
+                    },
+                );
+                continue;
+            };
+            if let MemberState::Applying { .. } = drive.run.record.state(member) {
+                if plan.is_empty() {
+                    // Its apply finished before a crash: nothing is left to do.
+                    let outputs = plan.outputs.known.clone();
+                    self.applied(drive, bench, member, &plan.plan_digest, outputs, Some("its apply had finished before a restart; planned again, nothing was left to change")).await?;
+                    continue;
+                }
+            }
+            match self.coverage(drive, &outcome) {
+                Coverage::Covered => {
+                    if let Some(was) = drive.approved.member(member) {
+                        filled.extend(
+                            was.unknown_inputs
+                                .iter()
+                                .filter(|i| outcome.known_inputs().contains_key(*i))
+                                .map(|i| format!("{member}.{i}")),
+                        );
+                    }
+                    ready.push(outcome);
+                }
+                Coverage::NotCovered(reason) => uncovered.push((outcome, reason)),
+            }
+        }
+        if !uncovered.is_empty() {
+            self.open_round(drive, stage, &uncovered, Vec::new())?;
+            for (outcome, reason) in &uncovered {
+                drive.run.record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: format!("not covered: {reason}"),
+                    },
+                );
+            }
+            for outcome in &ready {
+                drive.run.record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: "its wave waits for the plans that moved".into(),
+                    },
+                );
+            }
+            return Ok(Step::Stop);
+        }
+        if !filled.is_empty() {
+            let covered: Vec<(MemberOutcome, String)> =
+                ready.iter().map(|o| (o.clone(), String::new())).collect();
+            self.open_round(drive, stage, &covered, filled)?;
+        }
+        if let Some(step) = self.denied(drive, &ready).await? {
+            return Ok(step);
+        }
+        for outcome in ready {
+            if self
+                .apply_member(drive, bench, stage, &outcome.member)
+                .await?
+                == Step::Stop
+            {
+                return Ok(Step::Stop);
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    fn coverage(&self, drive: &Drive<'_>, outcome: &MemberOutcome) -> Coverage {
+        let plan = outcome
+            .plan
+            .as_ref()
+            .expect("only planned members are checked");
+        let inputs = outcome.known_inputs();
+        let fresh = FreshPlan {
+            plan,
+            inputs: &inputs,
+        };
+        covered_by_any(&drive.run.record.approved_sets(&drive.approved), &fresh)
+    }
+
+    /// Records a round: covered (`reasons` empty, `filled` says what became
+    /// known), or waiting at its own gate for an approval of its digest. A
+    /// round with the same digest as one recorded is that round again.
+    fn open_round(
+        &self,
+        drive: &mut Drive<'_>,
+        stage: &str,
+        members: &[(MemberOutcome, String)],
+        filled: Vec<String>,
+    ) -> Result<()> {
+        let outcomes: Vec<MemberOutcome> = members.iter().map(|(o, _)| o.clone()).collect();
+        let set = engine::change_set_of(&outcomes)?;
+        let reasons: Vec<String> = members
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(_, r)| r.clone())
+            .collect();
+        let record = &mut drive.run.record;
+        let number = match record
+            .rounds
+            .iter()
+            .find(|r| r.change_set.digest == set.digest)
+        {
+            Some(known) => known.number,
+            None => {
+                let number = record.next_round();
+                record.rounds.push(Round {
+                    number,
+                    gate: format!("pr-{}-round-{number}", drive.run.pr.0),
+                    stage: stage.to_owned(),
+                    change_set: set.clone(),
+                    reasons: reasons.clone(),
+                    filled,
+                    approved_by: Vec::new(),
+                });
+                number
+            }
+        };
+        if !reasons.is_empty() {
+            record.wait = Some(Wait::Round {
+                round: number,
+                gate: format!("pr-{}-round-{number}", drive.run.pr.0),
+                digest: set.digest,
+            });
+        }
+        Ok(())
+    }
+
+    /// A plan the policy denied stops its wave unless an override by an
+    /// overrider counts for exactly that plan.
+    async fn denied(&self, drive: &mut Drive<'_>, ready: &[MemberOutcome]) -> Result<Option<Step>> {
+        let gate = override_gate(drive.run.pr);
+        for outcome in ready {
+            let plan = outcome.plan.as_ref().expect("ready members are planned");
+            if plan.denied.is_empty()
+                || drive.run.record.overrides.get(&outcome.member) == Some(&plan.plan_digest)
+            {
+                continue;
+            }
+            let facts = self
+                .store
+                .gate_facts(&drive.run.repo.id.to_string(), &gate)
+                .await?;
+            let overridden = facts.iter().any(|f| {
+                f.fact.kind == FactKind::Approved
+                    && f.fact.digest == plan.plan_digest
+                    && f.fact.data.get("member") == Some(&json!(outcome.member))
+                    && f.fact.data.get("run") == Some(&json!(drive.run.id))
+            });
+            if overridden {
+                drive
+                    .run
+                    .record
+                    .overrides
+                    .insert(outcome.member.clone(), plan.plan_digest.clone());
+                continue;
+            }
+            for o in ready {
+                drive.run.record.set(
+                    &o.member,
+                    MemberState::Waiting {
+                        reason: format!("the policy denied the plan of {}", outcome.member),
+                    },
+                );
+            }
+            drive.run.record.wait = Some(Wait::Override {
+                member: outcome.member.clone(),
+                gate,
+                digest: plan.plan_digest.clone(),
+                rules: plan.denied.clone(),
+            });
+            return Ok(Some(Step::Stop));
+        }
+        Ok(None)
+    }
+
+    /// Applies one member: the record says `applying` before the command
+    /// starts and what became of it after; `replan` plans again (checked
+    /// for coverage again) at most [`MAX_REPLANS`] times.
+    async fn apply_member(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        stage: &str,
+        member: &str,
+    ) -> Result<Step> {
+        loop {
+            let plan = bench
+                .outcome(member)
+                .and_then(|o| o.plan.clone())
+                .expect("a member is planned before it applies");
+            if plan.is_empty() {
+                let outputs = plan.outputs.known.clone();
+                self.applied(
+                    drive,
+                    bench,
+                    member,
+                    &plan.plan_digest,
+                    outputs,
+                    Some("nothing to change"),
+                )
+                .await?;
+                return Ok(Step::Continue);
+            }
+            drive.run.record.set(
+                member,
+                MemberState::Applying {
+                    plan_digest: plan.plan_digest.clone(),
+                },
+            );
+            self.store.save_apply_run(&drive.run).await?;
+            self.publish_run(drive.client, &mut drive.run, &drive.plan, &drive.layout)
+                .await?;
+            let run = bench.apply(member).await;
+            let state = match run.outcome {
+                ApplyOutcome::Applied(outputs) => {
+                    drive.run.record.replans.remove(member);
+                    self.applied(drive, bench, member, &plan.plan_digest, outputs, None)
+                        .await?;
+                    return Ok(Step::Continue);
+                }
+                ApplyOutcome::Replan(reason) => {
+                    let count = drive
+                        .run
+                        .record
+                        .replans
+                        .entry(member.to_owned())
+                        .or_default();
+                    *count += 1;
+                    if *count > MAX_REPLANS {
+                        MemberState::Failed {
+                            error: format!(
+                                "its apply command asked to plan again {MAX_REPLANS} times in a row{}",
+                                reason.map(|r| format!(" (last: {r})")).unwrap_or_default()
+                            ),
+                        }
+                    } else {
+                        drive.run.record.set(member, MemberState::NotStarted);
+                        self.store.save_apply_run(&drive.run).await?;
+                        bench.plan_wave(&[member.to_owned()]).await?;
+                        let outcome = bench.outcome(member).expect("planned").clone();
+                        if outcome.plan.is_none() {
+                            MemberState::Failed {
+                                error: format!(
+                                    "planning again after `replan` failed: {}",
+                                    outcome.error.unwrap_or_default()
+                                ),
+                            }
+                        } else if let Coverage::NotCovered(reason) = self.coverage(drive, &outcome)
+                        {
+                            self.open_round(
+                                drive,
+                                stage,
+                                &[(outcome, reason.clone())],
+                                Vec::new(),
+                            )?;
+                            drive.run.record.set(
+                                member,
+                                MemberState::Waiting {
+                                    reason: format!("not covered after `replan`: {reason}"),
+                                },
+                            );
+                            return Ok(Step::Stop);
+                        } else {
+                            continue;
+                        }
+                    }
+                }
+                ApplyOutcome::Held(holder) => MemberState::Held { holder },
+                ApplyOutcome::StoodDown(reason) => MemberState::StoodDown { reason },
+                ApplyOutcome::Failed(error) => MemberState::Failed { error },
+            };
+            tracing::warn!(member, state = %state.label(), "apply did not complete");
+            drive.run.record.set(member, state);
+            self.store.save_apply_run(&drive.run).await?;
+            return Ok(Step::Continue);
+        }
+    }
+
+    /// Records a member as applied: the attempt record, the deployed estate,
+    /// and the outputs its downstreams read from now on.
+    async fn applied(
+        &self,
+        drive: &mut Drive<'_>,
+        bench: &mut Workbench,
+        member: &str,
+        plan_digest: &str,
+        outputs: Map<String, Value>,
+        note: Option<&str>,
+    ) -> Result<()> {
+        drive.run.record.set(
+            member,
+            MemberState::Applied {
+                plan_digest: plan_digest.to_owned(),
+                outputs: outputs.clone(),
+                note: note.map(str::to_owned),
+            },
+        );
+        self.store.save_apply_run(&drive.run).await?;
+        self.store
+            .record_deployed(&drive.run.repo.id, member, &outputs, drive.run.id)
+            .await?;
+        bench.record_applied(member, outputs);
+        Ok(())
+    }
+
+    /// An applied run spends the approvals it used: none of them lets
+    /// anything through again.
+    async fn spend_approvals(&self, drive: &Drive<'_>) -> Result<()> {
+        let record = &drive.run.record;
+        let mut spent = vec![(gate_name(drive.run.pr, None), drive.run.digest.clone())];
+        spent.extend(
+            record
+                .stages
+                .values()
+                .filter(|g| !g.approved_by.is_empty())
+                .map(|g| (g.gate.clone(), g.change_set.digest.clone())),
+        );
+        spent.extend(
+            record
+                .rounds
+                .iter()
+                .filter(|r| !r.approved_by.is_empty())
+                .map(|r| (r.gate.clone(), r.change_set.digest.clone())),
+        );
+        let actor = Actor {
+            id: 0,
+            login: drive.client.bot_login().await?,
+        };
+        for (gate, digest) in spent {
+            self.store
+                .append_fact(NewFact {
+                    repo: drive.run.repo.id.to_string(),
+                    gate,
+                    kind: FactKind::Spent,
+                    digest,
+                    actor: actor.clone(),
+                    at: chrono::Utc::now().timestamp_millis(),
+                    source: Source::Wavegate,
+                    data: json!({ "run": drive.run.id, "merge": drive.run.merge_sha.as_str() }),
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The report with the run's section, and the `wavegate/apply` check on
+    /// the merge commit; the run is saved with its check.
+    async fn publish_run(
+        &self,
+        client: &ForgeClient,
+        run: &mut ApplyRunRecord,
+        plan: &PlanRecord,
+        layout: &[(String, Vec<Vec<String>>)],
+    ) -> Result<()> {
+        let view = RunView {
+            merge_sha: run.merge_sha.as_str(),
+            status: run.status,
+            record: &run.record,
+            layout,
+        };
+        let section = apply_report::render(&view);
+        let title = apply_report::title(&view);
+        let body = format!("{}\n\n{}", plan.report.trim_end(), section);
+        let known = self.store.pr(&run.repo.id, run.pr).await?;
+        let comment_id = client
+            .upsert_report(
+                &run.repo,
+                run.pr,
+                known.as_ref().and_then(|r| r.report_comment_id),
+                &body,
+            )
+            .await?;
+        if let Some(known) = known.filter(|k| k.report_comment_id != Some(comment_id)) {
+            if let Some(head) = known.report_head.clone() {
+                self.store
+                    .set_pr_report(
+                        &run.repo.id,
+                        run.pr,
+                        crate::store::PrReport {
+                            head_sha: head,
+                            digest: known.report_digest.clone(),
+                            comment_id: Some(comment_id),
+                            check_id: known.check_id,
+                            status: known.report_status.clone().unwrap_or_default(),
+                        },
+                    )
+                    .await?;
+            }
+        }
+        let state = match run.status {
+            RunStatus::Running => CheckState::InProgress,
+            RunStatus::Waiting => CheckState::ActionRequired,
+            RunStatus::Failed => CheckState::Failure,
+            RunStatus::Applied => CheckState::Success,
+        };
+        let report = CheckReport {
+            name: APPLY_CHECK_NAME,
+            state,
+            title,
+            summary: body,
+            details_url: None,
+        };
+        let check_id = client
+            .publish_check(&run.repo, &run.merge_sha, run.check_id, &report)
+            .await?;
+        run.check_id = check_id.or(run.check_id);
+        self.store.save_apply_run(run).await
+    }
+}
+
+/// The stopped members, named, for the summary.
+fn stopped_members(record: &AttemptRecord) -> String {
+    let stopped: Vec<String> = record
+        .members
+        .iter()
+        .filter(|(_, s)| s.stops_downstream())
+        .map(|(m, s)| format!("`{m}` {}", s.label()))
+        .collect();
+    if stopped.is_empty() {
+        "a member could not be planned".into()
+    } else {
+        stopped.join("; ")
+    }
+}
+
+/// The base's raw config (for stage gates): None when missing or unreadable,
+/// which reads as the strictest gates.
+fn raw_config_at(mirror: &std::path::Path, commit: &CommitSha) -> Option<RawRepoConfig> {
+    let text = git::read_file(mirror, commit.as_str(), CONFIG_FILE).ok()??;
+    RepoConfig::parse_raw(CONFIG_FILE, &text).ok()
+}
