@@ -662,3 +662,130 @@ async fn a_bad_job_in_a_batch_fails_alone() {
     ));
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
+
+async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
+    let plan_id = f
+        .store
+        .save_plan(NewPlan {
+            repo: repo(),
+            pr: PrNumber(pr),
+            head_sha: sha('a'),
+            base_sha: sha('0'),
+            digest: Some(format!("sha256:{}", "2".repeat(64))),
+            change_set: serde_json::json!({}),
+            report: String::new(),
+        })
+        .await
+        .unwrap();
+    f.store
+        .create_apply_run(NewApplyRun {
+            repo: crate::forge::RepoRef {
+                id: repo(),
+                forge_id: 1,
+                clone_url: "file:///nowhere".into(),
+                installation: None,
+            },
+            pr: PrNumber(pr),
+            merge_sha: sha('e'),
+            base_sha: sha('0'),
+            plan_id,
+            digest: format!("sha256:{}", "2".repeat(64)),
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back() {
+    let f = fixture().await;
+    let (mut run, created) = merged_run(&f, 1).await;
+    assert!(created);
+    assert_eq!(run.status, crate::apply::RunStatus::Running);
+    assert_eq!(run.record, crate::apply::AttemptRecord::default());
+
+    run.record.set(
+        "app@dev",
+        crate::apply::MemberState::Applying {
+            plan_digest: "sha256:x".into(),
+        },
+    );
+    run.status = crate::apply::RunStatus::Waiting;
+    run.check_id = Some(9);
+    f.store.save_apply_run(&run).await.unwrap();
+    let (again, created) = merged_run(&f, 1).await;
+    assert!(!created, "a redelivered merge starts no second run");
+    assert_eq!(again.id, run.id);
+    assert_eq!(again.record, run.record);
+    assert_eq!(again.status, crate::apply::RunStatus::Waiting);
+    assert_eq!(again.check_id, Some(9));
+}
+
+#[tokio::test]
+async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behind() {
+    let f = fixture().await;
+    let (first, _) = merged_run(&f, 1).await;
+    let (mut second, _) = merged_run(&f, 2).await;
+    let members = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["app@dev"]))
+            .await
+            .unwrap(),
+        None
+    );
+    // The same run may take its own lock again (a resume after a crash).
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["app@dev"]))
+            .await
+            .unwrap(),
+        None
+    );
+    let refused = f
+        .store
+        .lock_members(&repo(), second.id, &members(&["dns@dev", "app@dev"]))
+        .await
+        .unwrap();
+    assert_eq!(refused, Some(("app@dev".to_owned(), PrNumber(1))));
+    second.status = crate::apply::RunStatus::Waiting;
+    second.record.wait = Some(crate::apply::Wait::Lock {
+        member: "app@dev".into(),
+        pr: 1,
+    });
+    f.store.save_apply_run(&second).await.unwrap();
+
+    let queued = f.store.unlock_members(&repo(), first.id).await.unwrap();
+    assert_eq!(queued.iter().map(|r| r.id).collect::<Vec<_>>(), [second.id]);
+    // None of the refused all-or-none attempt was kept: dns@dev is free.
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["dns@dev", "app@dev"]))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn the_deployed_estate_keeps_each_members_last_outputs() {
+    let f = fixture().await;
+    let (run, _) = merged_run(&f, 1).await;
+    let outputs = |v: &str| {
+        serde_json::json!({ "vpc_id": v })
+            .as_object()
+            .unwrap()
+            .clone()
+    };
+    f.store
+        .record_deployed(&repo(), "network@dev", &outputs("vpc-1"), run.id)
+        .await
+        .unwrap();
+    f.store
+        .record_deployed(&repo(), "network@dev", &outputs("vpc-2"), run.id)
+        .await
+        .unwrap();
+    let estate = f.store.deployed_outputs(&repo()).await.unwrap();
+    assert_eq!(estate.len(), 1);
+    assert_eq!(estate["network@dev"]["vpc_id"], "vpc-2");
+}
