@@ -8,80 +8,8 @@ mod harness;
 mod support;
 
 use harness::*;
-use support::fake_forge::{FakePr, FORGEJO_BOT_LOGIN};
-use support::RepoHandle;
 use wavegate::forge::PrNumber;
 use wavegate::store::JobStatus;
-
-/// A PR from `change` onto main, planned, with `reviewer` allowed to write.
-async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String) {
-    let repo = bot.github_repo();
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    bot.forge.set_permission(&repo, "rev-carol", "write");
-    bot.forge.set_permission(&repo, "dev-alice", "write");
-    bot.forge.set_permission(&repo, "outsider-mallory", "read");
-    let pr = bot.open_pr(&repo, number, "change");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    let digest = digest_in(&bot.report(&repo, number).body);
-    (repo, pr, digest)
-}
-
-/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to write.
-async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr) {
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, number, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    (repo, pr)
-}
-
-impl Bot {
-    /// `who` comments `body` on PR `pr`; returns the comment's id.
-    async fn comment(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
-        let id = self.forge.add_comment(repo, pr, who, body);
-        let delivery = if repo.installation.is_some() {
-            support::github_comment(repo, pr, id, who, body)
-        } else {
-            support::forgejo_comment(repo, pr, id, who, body)
-        };
-        let (status, answer) = if repo.installation.is_some() {
-            self.deliver_github(delivery).await
-        } else {
-            self.deliver_forgejo(delivery).await
-        };
-        assert_eq!(status, 202, "{answer}");
-        self.settle().await;
-        id
-    }
-
-    fn reactions(&self, repo: &RepoHandle, comment: u64) -> Vec<String> {
-        self.forge
-            .reactions(repo, comment)
-            .into_iter()
-            .map(|r| r.content)
-            .collect()
-    }
-
-    /// The bot's replies (comments that are not the report).
-    fn replies(&self, repo: &RepoHandle, pr: u64) -> Vec<String> {
-        self.forge
-            .comments(repo, pr)
-            .into_iter()
-            .filter(|c| c.author_is_bot || c.author == FORGEJO_BOT_LOGIN)
-            .filter(|c| !c.body.contains("<!-- wavegate:report -->"))
-            .map(|c| c.body)
-            .collect()
-    }
-
-    fn conclusion(&self, repo: &RepoHandle, sha: &str) -> Option<String> {
-        self.forge.check_runs(repo, sha).pop()?.conclusion
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outsider_and_the_author_are_refused_and_an_approver_turns_the_check_green() {

@@ -145,6 +145,27 @@ impl Example {
         );
     }
 
+    /// Merges `branch` into `main` with a merge commit (`--no-ff`); returns its sha.
+    pub fn merge(&self, branch: &str, message: &str) -> String {
+        check(self.git(&["checkout", "-q", "main"]), "git checkout main");
+        let merged = self.git(&["merge", "-q", "--no-ff", "-m", message, branch]);
+        if !merged.status.success() {
+            self.git(&["merge", "--abort"]);
+            self.git(&["checkout", "-q", "--detach", "main"]);
+            panic!(
+                "merging {branch} into main failed:\n{}{}",
+                String::from_utf8_lossy(&merged.stdout),
+                String::from_utf8_lossy(&merged.stderr)
+            );
+        }
+        check(
+            self.git(&["checkout", "-q", "--detach", "main"]),
+            "git checkout --detach main",
+        );
+        let sha = check(self.git(&["rev-parse", "main"]), "git rev-parse").stdout;
+        String::from_utf8(sha).unwrap().trim().to_owned()
+    }
+
     pub fn read(&self, rev: &str, path: &str) -> String {
         String::from_utf8(check(self.git(&["show", &format!("{rev}:{path}")]), "git show").stdout)
             .unwrap()

@@ -10,7 +10,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::fake_forge::{FakePr, FORGEJO_BOT_TOKEN};
+use support::fake_forge::{
+    FakeCheckRun, FakeComment, FakePr, FakeStatus, FORGEJO_BOT_LOGIN, FORGEJO_BOT_TOKEN,
+};
 use support::{FakeForge, RepoHandle};
 use wavegate::store::{Job, JobStatus, Store};
 
@@ -31,6 +33,8 @@ pub struct Bot {
     pub deliveries: u64,
     /// Plan-log lines written while deploying the example's `main`.
     pub bootstrap_plans: usize,
+    /// Apply-log lines written while deploying the example's `main`.
+    pub bootstrap_applies: usize,
 }
 
 impl Bot {
@@ -69,8 +73,10 @@ impl Bot {
             github_app,
             deliveries: 0,
             bootstrap_plans: 0,
+            bootstrap_applies: 0,
         };
         bot.bootstrap_plans = bot.plans_run().len();
+        bot.bootstrap_applies = bot.applies_run().len();
         bot.start_server().await;
         bot
     }
@@ -270,7 +276,7 @@ impl Bot {
     }
 
     /// The report comment on `pr` (there must be exactly one).
-    pub fn report(&self, repo: &RepoHandle, pr: u64) -> support::fake_forge::FakeComment {
+    pub fn report(&self, repo: &RepoHandle, pr: u64) -> FakeComment {
         let mut reports: Vec<_> = self
             .forge
             .comments(repo, pr)
@@ -294,12 +300,28 @@ impl Bot {
         );
     }
 
+    /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
+    pub fn merge(&self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
+        let message = format!("Merge pull request #{pr} from {branch}");
+        let sha = self.example.merge(branch, &message);
+        self.forge.merge(repo, pr, &sha)
+    }
+
     /// The members the plan script ran for, in order.
     pub fn plans_run(&self) -> Vec<String> {
-        std::fs::read_to_string(self.example.estate.join("plan-log.jsonl"))
+        self.members_logged("plan-log.jsonl", self.bootstrap_plans)
+    }
+
+    /// The members the apply script applied, in order.
+    pub fn applies_run(&self) -> Vec<String> {
+        self.members_logged("apply-log.jsonl", self.bootstrap_applies)
+    }
+
+    fn members_logged(&self, log: &str, skip: usize) -> Vec<String> {
+        std::fs::read_to_string(self.example.estate.join(log))
             .unwrap_or_default()
             .lines()
-            .skip(self.bootstrap_plans)
+            .skip(skip)
             .map(|l| {
                 serde_json::from_str::<Value>(l).unwrap()["member"]
                     .as_str()
@@ -307,6 +329,116 @@ impl Bot {
                     .to_owned()
             })
             .collect()
+    }
+
+    /// `$ESTATE_DIR/<stage>/<component><suffix>`, where the estate's test hooks live.
+    pub fn estate_file(&self, stage: &str, component: &str, suffix: &str) -> PathBuf {
+        self.example
+            .estate
+            .join(stage)
+            .join(format!("{component}{suffix}"))
+    }
+
+    /// Changes a deployed attribute by hand, so a fresh plan of the member differs.
+    pub fn drift(&self, stage: &str, component: &str, address: &str, attr: &str, value: Value) {
+        let path = self.estate_file(stage, component, ".json");
+        let mut state: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let resource = state
+            .get_mut(address)
+            .and_then(Value::as_object_mut)
+            .unwrap_or_else(|| panic!("{address} is not deployed in {}", path.display()));
+        resource.insert(attr.to_owned(), value);
+        std::fs::write(&path, serde_json::to_string_pretty(&state).unwrap()).unwrap();
+    }
+
+    /// Makes the member's next applies pause at `mode` (`before` or `after`) until `resume_apply`.
+    pub fn pause_apply(&self, stage: &str, component: &str, mode: &str) {
+        let _ = std::fs::remove_file(self.estate_file(stage, component, ".paused"));
+        std::fs::write(self.estate_file(stage, component, ".pause-apply"), mode).unwrap();
+    }
+
+    /// Lets a paused apply of the member go on (and later ones run through).
+    pub fn resume_apply(&self, stage: &str, component: &str) {
+        std::fs::remove_file(self.estate_file(stage, component, ".pause-apply")).unwrap();
+    }
+
+    /// Waits until an apply of the member is paused; returns the apply process's pid.
+    pub async fn until_apply_paused(&self, stage: &str, component: &str) -> u32 {
+        let paused = self.estate_file(stage, component, ".paused");
+        self.until(&format!("{component}@{stage} pauses applying"), || async {
+            std::fs::read_to_string(&paused).ok()?.trim().parse().ok()
+        })
+        .await
+    }
+
+    /// Makes the member's plans break the policy `rules` (`"denied": {"rules": …}`).
+    pub fn deny(&self, stage: &str, component: &str, rules: &[&str]) {
+        let lines: String = rules.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(self.estate_file(stage, component, ".deny"), lines).unwrap();
+    }
+
+    /// Makes the member's next apply answer `outcome` (an object, or a list used one per apply) and change nothing.
+    pub fn apply_outcome(&self, stage: &str, component: &str, outcome: Value) {
+        let path = self.estate_file(stage, component, ".apply-outcome");
+        std::fs::write(path, outcome.to_string()).unwrap();
+    }
+
+    /// `who` comments `body` on PR `pr`, the bot is told and settles; returns the comment's id.
+    pub async fn comment(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
+        let id = self.forge.add_comment(repo, pr, who, body);
+        let delivery = if repo.installation.is_some() {
+            support::github_comment(repo, pr, id, who, body)
+        } else {
+            support::forgejo_comment(repo, pr, id, who, body)
+        };
+        let (status, answer) = if repo.installation.is_some() {
+            self.deliver_github(delivery).await
+        } else {
+            self.deliver_forgejo(delivery).await
+        };
+        assert_eq!(status, 202, "{answer}");
+        self.settle().await;
+        id
+    }
+
+    /// The reactions on comment `comment`, in the order they were made.
+    pub fn reactions(&self, repo: &RepoHandle, comment: u64) -> Vec<String> {
+        self.forge
+            .reactions(repo, comment)
+            .into_iter()
+            .map(|r| r.content)
+            .collect()
+    }
+
+    /// The bot's replies (comments that are not the report).
+    pub fn replies(&self, repo: &RepoHandle, pr: u64) -> Vec<String> {
+        self.forge
+            .comments(repo, pr)
+            .into_iter()
+            .filter(|c| c.author_is_bot || c.author == FORGEJO_BOT_LOGIN)
+            .filter(|c| !c.body.contains("<!-- wavegate:report -->"))
+            .map(|c| c.body)
+            .collect()
+    }
+
+    /// The conclusion of the newest check run on `sha`, whatever its name.
+    pub fn conclusion(&self, repo: &RepoHandle, sha: &str) -> Option<String> {
+        self.forge.check_runs(repo, sha).pop()?.conclusion
+    }
+
+    /// The check runs named `name` on `sha` (GitHub), oldest first.
+    pub fn check_runs_named(&self, repo: &RepoHandle, sha: &str, name: &str) -> Vec<FakeCheckRun> {
+        let mut runs = self.forge.check_runs(repo, sha);
+        runs.retain(|r| r.name == name);
+        runs
+    }
+
+    /// The commit statuses with context `context` on `sha` (Forgejo), oldest first.
+    pub fn statuses_named(&self, repo: &RepoHandle, sha: &str, context: &str) -> Vec<FakeStatus> {
+        let mut statuses = self.forge.statuses(repo, sha);
+        statuses.retain(|s| s.context == context);
+        statuses
     }
 
     pub fn assert_conformant(&self) {
@@ -322,6 +454,34 @@ impl Drop for Bot {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A PR from `change` onto main, planned, with `rev-bob`, `rev-carol` and
+/// the author allowed to write and `outsider-mallory` to read.
+pub async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String) {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.forge.set_permission(&repo, "dev-alice", "write");
+    bot.forge.set_permission(&repo, "outsider-mallory", "read");
+    let pr = bot.open_pr(&repo, number, "change");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    let digest = digest_in(&bot.report(&repo, number).body);
+    (repo, pr, digest)
+}
+
+/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to write.
+pub async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr) {
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.open_pr(&repo, number, "change");
+    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    (repo, pr)
 }
 
 pub async fn answer(response: reqwest::Response) -> (u16, Value) {

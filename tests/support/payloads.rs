@@ -114,6 +114,11 @@ pub fn github_pull_request(action: &str, repo: &RepoHandle, pr: &FakePr) -> (Str
         "/pull_request/merge_commit_sha",
         json!(pr.merge_sha),
     );
+    put(
+        &mut d,
+        "/pull_request/merged_at",
+        json!(pr.merged.then(now)),
+    );
     patch_github_user(&mut d, "/pull_request/user", &pr.author);
     for (side, r, sha) in [
         ("head", &pr.head_ref, &pr.head_sha),
@@ -231,6 +236,11 @@ pub fn forgejo_pull_request(action: &str, repo: &RepoHandle, pr: &FakePr) -> (St
         &mut d,
         "/pull_request/merge_commit_sha",
         json!(pr.merge_sha),
+    );
+    put(
+        &mut d,
+        "/pull_request/merged_at",
+        json!(pr.merged.then(now)),
     );
     patch_forgejo_user(&mut d, "/pull_request/user", &pr.author);
     for (side, r, sha) in [

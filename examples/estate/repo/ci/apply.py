@@ -15,6 +15,18 @@ OUTPUTS_FILE gets {"outcome": "replan"} and the exit code is 0.
 Test hooks: `.fail-apply` in the component directory or
 $ESTATE_DIR/<stage>/<component>.fail-apply makes it print that file to stderr
 and exit 1 before anything changes (delete the second one, then /retry).
+Files in $ESTATE_DIR/<stage>/ for one member, without a commit:
+  <component>.pause-apply    while it exists, pause: `before` (or empty) before
+                             anything changes, `after` once the state, the
+                             apply-log line and OUTPUTS_FILE are written. The
+                             paused process writes its pid to
+                             <component>.paused (removed when it goes on);
+                             remove the pause file to go on, or kill the pid.
+                             Gives up after 10 minutes (exit 1).
+  <component>.apply-outcome  a JSON object, or a list of them used one per
+                             apply: written to OUTPUTS_FILE as the outcome
+                             (e.g. {"outcome": "held", "holder": "run 7"}),
+                             nothing changes, exit 0. Consumed when used.
 """
 
 import sys
@@ -23,6 +35,7 @@ sys.dont_write_bytecode = True  # keep the worktree clean of __pycache__
 
 import json
 import os
+import time
 
 import estate
 
@@ -71,13 +84,62 @@ def apply_entries(entries, state, resources, component, stage):
     return (None, problems) if problems else (new, [])
 
 
+def pause(root, stage, component, point):
+    """Waits while the member's .pause-apply file asks to pause at `point`."""
+    hook = os.path.join(root, stage, f"{component}.pause-apply")
+    try:
+        with open(hook, encoding="utf-8") as f:
+            wanted = f.read().strip() or "before"
+    except FileNotFoundError:
+        return
+    if wanted not in ("before", "after"):
+        estate.die(f"{hook} says {wanted!r}; write `before`, `after` or nothing")
+    if wanted != point:
+        return
+    paused = os.path.join(root, stage, f"{component}.paused")
+    tmp = f"{paused}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(str(os.getpid()))
+    os.replace(tmp, paused)
+    estate.say(f"paused {point} applying until {hook} is removed")
+    deadline = time.monotonic() + 600
+    try:
+        while os.path.exists(hook):
+            if time.monotonic() > deadline:
+                estate.die(f"still paused after 10 minutes; giving up (remove {hook})")
+            time.sleep(0.05)
+    finally:
+        os.remove(paused)
+    estate.say("going on")
+
+
+def outcome_hook(root, stage, component, outputs_file):
+    """Answers with the member's .apply-outcome (consumed) instead of applying."""
+    hook = os.path.join(root, stage, f"{component}.apply-outcome")
+    if not os.path.exists(hook):
+        return
+    outcomes = estate.read_json(hook, "apply outcome")
+    queue = outcomes if isinstance(outcomes, list) else [outcomes]
+    if not queue or not all(isinstance(o, dict) for o in queue):
+        estate.die(f"{hook} must hold a JSON object or a non-empty list of them")
+    if len(queue) > 1:
+        estate.write_json(hook, queue[1:])
+    else:
+        os.remove(hook)
+    estate.say(f"answering with {json.dumps(queue[0], sort_keys=True)} from {hook}; "
+               "nothing applied")
+    estate.write_json(outputs_file, queue[0])
+    sys.exit(0)
+
+
 def main(argv):
     if len(argv) != 5:
         estate.die("usage: apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE", code=2)
     component, stage, plan_file, outputs_file = argv[1:5]
-    estate.fail_hook(".fail-apply")
     root = estate.estate_dir()
-    estate.fail_hook(os.path.join(root, stage, f"{component}.fail-apply"))
+    pause(root, stage, component, "before")
+    estate.fail_hook(".fail-apply", os.path.join(root, stage, f"{component}.fail-apply"))
+    outcome_hook(root, stage, component, outputs_file)
     who = estate.member(component, stage)
 
     entries = read_plan(plan_file)
@@ -110,6 +172,7 @@ def main(argv):
     estate.write_json(outputs_file, values)
     with open(os.path.join(root, "apply-log.jsonl"), "a", encoding="utf-8") as log:
         log.write(json.dumps({"member": who, **counts}, sort_keys=True) + "\n")
+    pause(root, stage, component, "after")
     estate.say(f"applied {who}: {counts['create']} created, {counts['update']} updated, "
                f"{counts['replace']} replaced, {counts['delete']} deleted")
 

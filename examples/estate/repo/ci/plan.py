@@ -16,6 +16,10 @@ Test hooks, files in the component directory:
                  removing it first and writing the sleeper's pid to
                  $ESTATE_DIR/hang-once.pid, so only the first plan hangs
 
+Test hook for one member, without a commit: $ESTATE_DIR/<stage>/<component>.deny,
+each non-empty line the name of a policy rule the plan breaks; the plan file
+then carries "denied": {"rules": [...]}.
+
 Every run appends {"member": ...} to $ESTATE_DIR/plan-log.jsonl.
 """
 
@@ -52,6 +56,15 @@ def run_hooks(plan_file):
         with open(plan_file, "w", encoding="utf-8") as f:
             f.write("not json")
         sys.exit(0)
+
+
+def denied_rules(stage, component):
+    """The policy rules $ESTATE_DIR/<stage>/<component>.deny names, one a line."""
+    path = os.path.join(estate.estate_dir(), stage, f"{component}.deny")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def read_inputs(path):
@@ -195,12 +208,17 @@ def main(argv):
     planned_outputs = plan_outputs(outputs, entries, unknown_attrs)
     summary, headline = summarise(f"Estate plan for {who}", ordered, diffs,
                                   planned_outputs, missing)
-    estate.write_json(plan_file, {
+    plan = {
         "summary": summary,
         "entries": ordered,
         "outputs": planned_outputs,
         "destructive": any(e["action"] in ("delete", "replace") for e in ordered),
-    })
+    }
+    rules = denied_rules(stage, component)
+    if rules:
+        estate.say("denied by policy: " + ", ".join(rules))
+        plan["denied"] = {"rules": rules}
+    estate.write_json(plan_file, plan)
     estate.say(headline)
 
 
