@@ -551,7 +551,8 @@ async fn every_published_fixture_is_accepted_or_ignored_as_documented() {
             "x-forgejo",
             "pull_request",
             "pull_request",
-            "recorded",
+            // A merge starts an apply run.
+            "queued",
         ),
         (
             "gitea-pull_request_comment.json",

@@ -847,6 +847,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_apply_answers_outputs_or_one_of_the_outcomes_and_anything_else_fails_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outputs.json");
+        let read = |text: Option<&str>| {
+            let _ = std::fs::remove_file(&path);
+            if let Some(text) = text {
+                std::fs::write(&path, text).unwrap();
+            }
+            read_apply_outcome(&path)
+        };
+        let outputs = serde_json::json!({"vpc_id": "vpc-1"});
+        assert_eq!(
+            read(Some(&outputs.to_string())),
+            ApplyOutcome::Applied(outputs.as_object().unwrap().clone())
+        );
+        assert_eq!(
+            read(Some(r#"{"outcome": "replan", "reason": "lock let go"}"#)),
+            ApplyOutcome::Replan(Some("lock let go".into()))
+        );
+        assert_eq!(
+            read(Some(
+                r#"{"outcome": "held", "holder": {"run": "github:123"}}"#
+            )),
+            ApplyOutcome::Held(r#"{"run":"github:123"}"#.into())
+        );
+        assert_eq!(
+            read(Some(
+                r#"{"outcome": "stood-down", "reason": "a newer push"}"#
+            )),
+            ApplyOutcome::StoodDown("a newer push".into())
+        );
+        let failed = |outcome: ApplyOutcome| match outcome {
+            ApplyOutcome::Failed(why) => why,
+            other => panic!("expected a failure, got {other:?}"),
+        };
+        assert!(failed(read(None)).contains("wrote no outputs file"));
+        assert!(failed(read(Some("[1]"))).contains("must be a JSON object"));
+        assert!(failed(read(Some("{"))).contains("not JSON"));
+        assert!(failed(read(Some(r#"{"outcome": "later"}"#)))
+            .contains("`later`; the outcomes are `replan`, `held` and `stood-down`"));
+    }
+
+    #[test]
     fn seeded_outputs_are_parsed_with_clear_errors() {
         let ok = parse_seeded(r#"{"net@dev": {"vpc_id": "vpc-1"}}"#).unwrap();
         assert_eq!(ok["net@dev"]["vpc_id"], "vpc-1");

@@ -159,6 +159,20 @@ impl Store {
         Ok(None)
     }
 
+    /// The run holding `member`'s lock, if any.
+    pub async fn member_lock_holder(&self, repo: &RepoId, member: &str) -> Result<Option<i64>> {
+        let row = sqlx::query(
+            "SELECT run_id FROM member_locks WHERE forge = $1 AND repo = $2 AND member = $3",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(member)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading the lock of {member} in {repo}"))?;
+        row.map(|r| r.try_get(0)).transpose().map_err(Into::into)
+    }
+
     /// Lets go of every lock `run_id` holds; answers the runs of the same
     /// repository that wait for a lock, to be resumed.
     pub async fn unlock_members(&self, repo: &RepoId, run_id: i64) -> Result<Vec<ApplyRunRecord>> {

@@ -152,6 +152,38 @@ impl Worker {
         self.drive(client, run).await
     }
 
+    /// A run whose job was dead-lettered stops as `failed`, so `/retry`
+    /// resumes it from its record (a member caught applying is planned
+    /// again first), and the pull request is told why.
+    pub(super) async fn apply_gave_up(
+        &self,
+        task: &Task,
+        attempts: u32,
+        error: &str,
+    ) -> Result<()> {
+        let repo = task.repo();
+        let Some(mut run) = self.store.apply_run(&repo.id, task.pr_number()).await? else {
+            return Ok(());
+        };
+        if run.status == RunStatus::Applied {
+            return Ok(());
+        }
+        run.status = RunStatus::Failed;
+        self.store.save_apply_run(&run).await?;
+        let client = self.forges.client(repo.id.forge)?;
+        client
+            .reply(
+                repo,
+                run.pr,
+                &format!(
+                    "The apply on {} stopped: its job failed {attempts} times, the last with: {error}\n\nWhat applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record.",
+                    run.merge_sha.short()
+                ),
+            )
+            .await?;
+        Ok(())
+    }
+
     async fn fetch_commit(
         &self,
         client: &ForgeClient,
@@ -291,6 +323,18 @@ impl Worker {
         }
         self.publish_run(client, &mut drive.run, &drive.plan, &drive.layout)
             .await?;
+        // The holder may have let go between our refusal and our saying we
+        // wait: it wakes the runs it finds waiting, and we look again after
+        // saving, so one of the two always sees the other.
+        if let Some(Wait::Lock { member, .. }) = &drive.run.record.wait {
+            let holder = self
+                .store
+                .member_lock_holder(&drive.run.repo.id, member)
+                .await?;
+            if holder.is_none_or(|h| h == drive.run.id) {
+                self.enqueue_resume(&drive.run.repo, drive.run.pr).await?;
+            }
+        }
         let said = match (&drive.run.record.wait, drive.run.status) {
             (Some(wait), _) if Some(wait) != previous_wait.as_ref() => {
                 Some(apply_report::wait_help(wait))

@@ -357,12 +357,17 @@ impl Worker {
                     stages.join(", ")
                 )));
             }
+            // A stage's set is planned on the merge commit when the apply run
+            // reaches it; there is nothing of it to approve before that.
+            return Ok(Said::Refused(format!(
+                "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
+            )));
         }
         let actor = Actor {
             id: comment.author.id,
             login: comment.author.login.clone(),
         };
-        let gate = gate_name(pr, stage);
+        let gate = gate_name(pr, None);
         let source = Source::Comment { id: comment.id };
         let who = match self.candidate(client, repo, comment.author, &policy).await {
             Ok(who) => who,

@@ -490,11 +490,17 @@ impl Worker {
             .await
     }
 
-    /// Best effort: a dead-lettered plan job leaves a word on the PR.
+    /// Best effort: a dead-lettered plan or apply job leaves a word on the PR.
     async fn tell_gave_up(&self, job: &Job, error: &str) {
         let Ok(task) = serde_json::from_value::<Task>(job.payload.clone()) else {
             return;
         };
+        if matches!(task, Task::Merged { .. } | Task::Apply { .. }) {
+            if let Err(e) = self.apply_gave_up(&task, job.attempts, error).await {
+                tracing::warn!(job = %job.id, "could not stop the apply run whose job gave up: {e:#}");
+            }
+            return;
+        }
         // A command or review that gave up leaves the report as it is.
         if !matches!(task, Task::Plan { .. } | Task::Replan { .. }) {
             return;
