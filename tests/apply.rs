@@ -143,7 +143,7 @@ async fn merged_without_approval_applies_nothing_until_the_merged_digest_is_appr
     assert!(bot.applies_run().is_empty());
     let told = bot.last_reply(&repo, 2);
     assert!(
-        told.contains("Merged without a standing approval") && told.contains(&digest),
+        told.contains("No approval of the merged plan stands") && told.contains(&digest),
         "{told}"
     );
     assert_eq!(
@@ -158,6 +158,34 @@ async fn merged_without_approval_applies_nothing_until_the_merged_digest_is_appr
         ["app@dev"],
         "the approval started the run"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_approval_stops_the_run_before_anything_more_applies() {
+    let mut bot = Bot::start().await;
+    let (repo, _pr, digest) = planned(&mut bot, 13).await;
+    bot.comment(&repo, 13, "rev-bob", "/approve").await;
+    let merged = bot.merge_and_tell(&repo, 13, "change").await;
+    let stage = asked_digest(&bot.last_reply(&repo, 13));
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+
+    // The approver withdraws; prod's approval alone lets nothing through.
+    bot.comment(&repo, 13, "rev-bob", "/revoke").await;
+    bot.comment(&repo, 13, "rev-carol", &format!("/approve prod {stage}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    assert!(bot
+        .last_reply(&repo, 13)
+        .contains("No approval of the merged plan stands"));
+    assert_eq!(
+        bot.apply_check(&repo, &merged).1,
+        "Waiting: an approval of the merged plan"
+    );
+
+    // Approved again: the run goes on, and prod's approval still counts.
+    bot.comment(&repo, 13, "rev-bob", &format!("/approve {digest}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,6 +222,9 @@ pub struct AttemptRecord {
     /// Where the run is (stage, 1-based wave), for the report.
     #[serde(default)]
     pub at: Option<(String, usize)>,
+    /// Each stage's waves on the merge commit, in order, for the report.
+    #[serde(default)]
+    pub layout: Vec<(String, Vec<Vec<String>>)>,
 }
 
 impl AttemptRecord {
@@ -264,26 +267,29 @@ impl AttemptRecord {
         reset
     }
 
-    /// The change sets a fresh plan may be covered by: the pull request's
-    /// (once approved), each approved stage's, and each approved round's.
-    pub fn approved_sets<'a>(&'a self, pr_set: &'a ChangeSet) -> Vec<&'a ChangeSet> {
-        let mut sets = Vec::new();
-        if !self.pr_approved_by.is_empty() {
-            sets.push(pr_set);
+    /// What a person approved that may cover a fresh plan in `stage`: that
+    /// stage's own set when its gate asked for one (the pull request's set
+    /// does not stand in for it), else the pull request's set; and the
+    /// rounds approved in that stage. Each list is empty until approved.
+    pub fn approved_sets<'a>(
+        &'a self,
+        pr_set: &'a ChangeSet,
+        stage: &str,
+    ) -> (Vec<&'a ChangeSet>, Vec<&'a ChangeSet>) {
+        let mut base = Vec::new();
+        match self.stages.get(stage) {
+            Some(gate) if !gate.approved_by.is_empty() => base.push(&gate.change_set),
+            Some(_) => {}
+            None if !self.pr_approved_by.is_empty() => base.push(pr_set),
+            None => {}
         }
-        sets.extend(
-            self.stages
-                .values()
-                .filter(|s| !s.approved_by.is_empty())
-                .map(|s| &s.change_set),
-        );
-        sets.extend(
-            self.rounds
-                .iter()
-                .filter(|r| !r.approved_by.is_empty())
-                .map(|r| &r.change_set),
-        );
-        sets
+        let rounds = self
+            .rounds
+            .iter()
+            .filter(|r| r.stage == stage && !r.approved_by.is_empty())
+            .map(|r| &r.change_set)
+            .collect();
+        (base, rounds)
     }
 }
 
@@ -430,10 +436,14 @@ mod tests {
     }
 
     #[test]
-    fn the_approved_sets_are_only_those_someone_approved() {
+    fn the_approved_sets_are_only_those_someone_approved_for_that_stage() {
         let pr = set_of(&[&plan("net@dev", "10.0.0.0/16")]);
         let mut record = AttemptRecord::default();
-        assert!(record.approved_sets(&pr).is_empty());
+        let count = |r: &AttemptRecord, stage: &str| {
+            let (base, rounds) = r.approved_sets(&pr, stage);
+            (base.len(), rounds.len())
+        };
+        assert_eq!(count(&record, "dev"), (0, 0));
         record.pr_approved_by = vec!["bob".into()];
         record.rounds.push(Round {
             number: 2,
@@ -444,10 +454,27 @@ mod tests {
             filled: vec![],
             approved_by: vec![],
         });
-        assert_eq!(record.approved_sets(&pr).len(), 1);
+        assert_eq!(count(&record, "dev"), (1, 0));
         record.rounds[0].approved_by = vec!["carol".into()];
-        assert_eq!(record.approved_sets(&pr).len(), 2);
+        assert_eq!(count(&record, "dev"), (1, 1));
+        assert_eq!(
+            count(&record, "prod"),
+            (1, 0),
+            "a round counts in its own stage"
+        );
         assert_eq!(record.next_round(), 3);
+        // A gated stage is covered by its own set, never by the pull request's.
+        record.stages.insert(
+            "prod".into(),
+            StageGate {
+                gate: "pr-1-prod".into(),
+                change_set: pr.clone(),
+                approved_by: vec![],
+            },
+        );
+        assert_eq!(count(&record, "prod"), (0, 0));
+        record.stages.get_mut("prod").unwrap().approved_by = vec!["carol".into()];
+        assert_eq!(count(&record, "prod"), (1, 0));
     }
 
     #[test]

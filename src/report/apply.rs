@@ -10,8 +10,6 @@ pub struct RunView<'a> {
     pub merge_sha: &'a str,
     pub status: RunStatus,
     pub record: &'a AttemptRecord,
-    /// Each stage's waves on the merge commit, in order (empty before derived).
-    pub layout: &'a [(String, Vec<Vec<String>>)],
 }
 
 /// The check's title.
@@ -46,7 +44,7 @@ fn waiting_for(wait: &Wait) -> String {
 pub fn wait_help(wait: &Wait) -> String {
     match wait {
         Wait::PrApproval { digest, .. } => format!(
-            "Merged without a standing approval: nothing was applied. An approval of the merged plan starts the run:\n\n```\n/approve {digest}\n```\n"
+            "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n"
         ),
         Wait::Stage { stage, digest, .. } => format!(
             "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n/approve {stage} {digest}\n```\n"
@@ -87,7 +85,7 @@ pub fn render(view: &RunView<'_>) -> String {
         out.push('\n');
     }
     let mut rows = Vec::new();
-    for (stage, waves) in view.layout {
+    for (stage, waves) in &view.record.layout {
         for (i, wave) in waves.iter().enumerate() {
             for member in wave {
                 rows.push((stage.as_str(), i + 1, member.as_str()));
@@ -217,8 +215,8 @@ mod tests {
 
     #[test]
     fn a_run_waiting_at_a_stage_shows_every_member_and_the_line_to_copy() {
-        let record = record();
-        let layout = vec![
+        let mut record = record();
+        record.layout = vec![
             ("dev".to_owned(), vec![vec!["app@dev".to_owned()]]),
             (
                 "prod".to_owned(),
@@ -229,7 +227,6 @@ mod tests {
             merge_sha: "0123456789abcdef0123",
             status: RunStatus::Waiting,
             record: &record,
-            layout: &layout,
         };
         insta::assert_snapshot!(render(&view), @r"
         ## Apply on merge commit `0123456789ab`: waiting
@@ -265,7 +262,6 @@ mod tests {
             merge_sha: "0123456789abcdef0123",
             status: RunStatus::Failed,
             record: &record,
-            layout: &[],
         };
         assert_eq!(
             title(&view),

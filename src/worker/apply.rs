@@ -15,7 +15,7 @@ use crate::apply::{
     covered_by_any, settled_status, stage_needs_approval, stage_waves, stopped_upstream,
     AttemptRecord, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
 };
-use crate::config::repo::{gate_of, Policy, RawRepoConfig};
+use crate::config::repo::{gate_of, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
 use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
@@ -32,9 +32,6 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-
-/// Each stage's waves on the merge commit, in order.
-type Layout = Vec<(String, Vec<Vec<String>>)>;
 
 /// Whether a run goes on after a step or stops here (waiting or failed).
 #[derive(Debug, PartialEq, Eq)]
@@ -65,7 +62,8 @@ struct Drive<'a> {
     approved: ChangeSet,
     policy: Policy,
     config: RepoConfig,
-    layout: Layout,
+    /// The gate of the stage being applied, from the base config.
+    gate: GatePolicy,
 }
 
 impl Worker {
@@ -170,6 +168,7 @@ impl Worker {
         }
         run.status = RunStatus::Failed;
         self.store.save_apply_run(&run).await?;
+        self.release_locks(&run).await?;
         let client = self.forges.client(repo.id.forge)?;
         client
             .reply(
@@ -201,6 +200,19 @@ impl Worker {
         Ok(())
     }
 
+    /// Resumes the pull request's run if it waits (after an approval).
+    pub(super) async fn resume_if_waiting(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
+        let waiting = self
+            .store
+            .apply_run(&repo.id, pr)
+            .await?
+            .is_some_and(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Running));
+        if waiting {
+            self.enqueue_resume(repo, pr).await?;
+        }
+        Ok(())
+    }
+
     /// Enqueues the next job of a run (after an approval, an override, a
     /// released lock or `/retry`).
     pub(super) async fn enqueue_resume(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
@@ -226,7 +238,17 @@ impl Worker {
         let policy = self.base_policy(&run.repo, &run.base_sha);
         let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
             .map_err(|e| e.to_string())
-            .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()));
+            .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()))
+            .and_then(|set| {
+                if set.digest == run.digest {
+                    Ok(set)
+                } else {
+                    Err(format!(
+                        "plan {} digests to {}, not the approved {}",
+                        run.plan_id, set.digest, run.digest
+                    ))
+                }
+            });
         let mut options = PlanOptions::new(&mirror, run.base_sha.as_str(), run.merge_sha.as_str());
         options.concurrency = self.options.plan_concurrency;
         options.recorded = Some(self.deployed_estate(&run.repo).await?);
@@ -247,7 +269,7 @@ impl Worker {
                 return self.refuse_run(client, run, &plan, &why).await;
             }
         };
-        let layout: Layout = prepared
+        let layout: Vec<(String, Vec<Vec<String>>)> = prepared
             .config
             .stages
             .iter()
@@ -267,8 +289,9 @@ impl Worker {
             approved,
             policy,
             config: prepared.config.clone(),
-            layout,
+            gate: GatePolicy::Always,
         };
+        drive.run.record.layout = layout;
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
 
@@ -321,7 +344,10 @@ impl Worker {
         if drive.run.status == RunStatus::Applied {
             self.spend_approvals(&drive).await?;
         }
-        self.publish_run(client, &mut drive.run, &drive.plan, &drive.layout)
+        if matches!(drive.run.status, RunStatus::Applied | RunStatus::Failed) {
+            self.release_locks(&drive.run).await?;
+        }
+        self.publish_run(client, &mut drive.run, &drive.plan)
             .await?;
         // The holder may have let go between our refusal and our saying we
         // wait: it wakes the runs it finds waiting, and we look again after
@@ -367,7 +393,7 @@ impl Worker {
         why: &str,
     ) -> Result<JobOutcome> {
         run.status = RunStatus::Failed;
-        self.publish_run(client, &mut run, plan, &[]).await?;
+        self.publish_run(client, &mut run, plan).await?;
         client
             .reply(
                 &run.repo,
@@ -382,11 +408,9 @@ impl Worker {
     }
 
     /// The pull request's own approval, read from the ledger as the report
-    /// counted it (for the head and base it was given at).
+    /// counted it (for the head and base it was given at), on every job: a
+    /// revoke stops the run before anything more applies.
     async fn pr_approval(&self, drive: &mut Drive<'_>) -> Result<Step> {
-        if !drive.run.record.pr_approved_by.is_empty() {
-            return Ok(Step::Continue);
-        }
         let gate = gate_name(drive.run.pr, None);
         let facts = self
             .store
@@ -400,6 +424,7 @@ impl Worker {
                 Ok(Step::Continue)
             }
             _ => {
+                drive.run.record.pr_approved_by.clear();
                 drive.run.record.wait = Some(Wait::PrApproval {
                     gate,
                     digest: drive.run.digest.clone(),
@@ -409,29 +434,35 @@ impl Worker {
         }
     }
 
-    /// Reads from the ledger whether the stage gates and rounds that wait
-    /// have been approved since the last job.
+    /// Reads every stage gate and round from the ledger again: approvals
+    /// given since the last job count, revoked ones stop counting. The sets
+    /// read back from the record are verified against their digests first.
     async fn refresh_approvals(&self, drive: &mut Drive<'_>) -> Result<()> {
         let required = drive.policy.required.max(1) as usize;
         let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
         for stage in stages {
             let gate = &drive.run.record.stages[&stage];
-            if gate.approved_by.is_empty() {
-                let by = self
-                    .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
-                    .await?;
-                drive
-                    .run
-                    .record
-                    .stages
-                    .get_mut(&stage)
-                    .expect("listed")
-                    .approved_by = by;
-            }
+            gate.change_set
+                .verify()
+                .with_context(|| format!("the recorded set of stage {stage}"))?;
+            let by = self
+                .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
+                .await?;
+            drive
+                .run
+                .record
+                .stages
+                .get_mut(&stage)
+                .expect("listed")
+                .approved_by = by;
         }
         for i in 0..drive.run.record.rounds.len() {
             let round = &drive.run.record.rounds[i];
-            if !round.covered() && round.approved_by.is_empty() {
+            round
+                .change_set
+                .verify()
+                .with_context(|| format!("the recorded set of round {}", round.number))?;
+            if !round.covered() {
                 let by = self
                     .run_gate_approvers(&drive.run, &round.gate, &round.change_set.digest, required)
                     .await?;
@@ -455,7 +486,10 @@ impl Worker {
             .await?;
         let here: Vec<Fact> = facts
             .into_iter()
-            .filter(|f| f.fact.data.get("run") == Some(&json!(run.id)))
+            .filter(|f| {
+                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
+                    || f.fact.data.get("run") == Some(&json!(run.id))
+            })
             .collect();
         Ok(match ledger::evaluate(&here, digest, required) {
             Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
@@ -469,7 +503,7 @@ impl Worker {
         bench: &mut Workbench,
         base_raw: &Option<RawRepoConfig>,
     ) -> Result<()> {
-        for (stage, waves) in drive.layout.clone() {
+        for (stage, waves) in drive.run.record.layout.clone() {
             let all: Vec<&String> = waves.iter().flatten().collect();
             let done = |r: &AttemptRecord| {
                 all.iter()
@@ -479,6 +513,7 @@ impl Worker {
                 continue;
             }
             let gate = gate_of(base_raw.as_ref(), &stage);
+            drive.gate = gate;
             if self.stage_gate(drive, bench, &stage, &waves, gate).await? == Step::Stop {
                 return Ok(());
             }
@@ -505,9 +540,8 @@ impl Worker {
         bench: &mut Workbench,
         stage: &str,
         waves: &[Vec<String>],
-        gate: crate::config::repo::GatePolicy,
+        gate: GatePolicy,
     ) -> Result<Step> {
-        use crate::config::repo::GatePolicy;
         if gate == GatePolicy::Never
             || drive
                 .run
@@ -529,14 +563,18 @@ impl Worker {
             bench.plan_wave(&pending).await?;
             previewed.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
         }
-        if let Some(failed) = previewed.iter().find(|o| o.plan.is_none()) {
-            let error = failed.error.clone().unwrap_or_else(|| "no plan".into());
-            drive.run.record.set(
-                &failed.member,
-                MemberState::Failed {
-                    error: format!("planning on the merge commit failed: {error}"),
-                },
-            );
+        let failed: Vec<&MemberOutcome> = previewed.iter().filter(|o| o.plan.is_none()).collect();
+        if !failed.is_empty() {
+            // The stage's set cannot be shown whole: nothing of it applies.
+            for outcome in failed {
+                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
+                drive.run.record.set(
+                    &outcome.member,
+                    MemberState::Failed {
+                        error: format!("planning on the merge commit failed: {error}"),
+                    },
+                );
+            }
             return Ok(Step::Stop);
         }
         let destructive = previewed
@@ -641,11 +679,17 @@ impl Worker {
             return Ok(Step::Stop);
         }
         let step = self.locked_wave(drive, bench, stage, &pending).await;
-        let queued = self.store.unlock_members(&repo.id, drive.run.id).await?;
-        for run in queued {
-            self.enqueue_resume(&run.repo, run.pr).await?;
-        }
+        self.release_locks(&drive.run).await?;
         step
+    }
+
+    /// Lets go of a run's member locks and resumes the runs queued behind them.
+    async fn release_locks(&self, run: &ApplyRunRecord) -> Result<()> {
+        let queued = self.store.unlock_members(&run.repo.id, run.id).await?;
+        for waiting in queued {
+            self.enqueue_resume(&waiting.repo, waiting.pr).await?;
+        }
+        Ok(())
     }
 
     async fn locked_wave(
@@ -655,7 +699,7 @@ impl Worker {
         stage: &str,
         pending: &[String],
     ) -> Result<Step> {
-        self.publish_run(drive.client, &mut drive.run, &drive.plan, &drive.layout)
+        self.publish_run(drive.client, &mut drive.run, &drive.plan)
             .await?;
         bench.plan_wave(pending).await?;
         let mut ready = Vec::new();
@@ -681,7 +725,7 @@ impl Worker {
                     continue;
                 }
             }
-            match self.coverage(drive, &outcome) {
+            match self.coverage(drive, stage, &outcome) {
                 Coverage::Covered => {
                     if let Some(was) = drive.approved.member(member) {
                         filled.extend(
@@ -736,7 +780,11 @@ impl Worker {
         Ok(Step::Continue)
     }
 
-    fn coverage(&self, drive: &Drive<'_>, outcome: &MemberOutcome) -> Coverage {
+    /// Whether a fresh plan in `stage` is covered by what a person approved
+    /// for that stage: an approved round, else the stage's own set (gated
+    /// stages) or the pull request's. Under `on-destructive`, a plan that
+    /// deletes or replaces is covered only by an approval given in the stage.
+    fn coverage(&self, drive: &Drive<'_>, stage: &str, outcome: &MemberOutcome) -> Coverage {
         let plan = outcome
             .plan
             .as_ref()
@@ -746,7 +794,22 @@ impl Worker {
             plan,
             inputs: &inputs,
         };
-        covered_by_any(&drive.run.record.approved_sets(&drive.approved), &fresh)
+        let (base, rounds) = drive.run.record.approved_sets(&drive.approved, stage);
+        if covered_by_any(&rounds, &fresh) == Coverage::Covered {
+            return Coverage::Covered;
+        }
+        let gated = drive.run.record.stages.contains_key(stage);
+        match covered_by_any(&base, &fresh) {
+            Coverage::Covered
+                if drive.gate == GatePolicy::OnDestructive && !gated && plan.destructive =>
+            {
+                Coverage::NotCovered(format!(
+                    "{}: it now deletes or replaces, and stage {stage}'s gate is on-destructive",
+                    plan.member
+                ))
+            }
+            other => other,
+        }
     }
 
     /// Records a round: covered (`reasons` empty, `filled` says what became
@@ -798,27 +861,31 @@ impl Worker {
     }
 
     /// A plan the policy denied stops its wave unless an override by an
-    /// overrider counts for exactly that plan.
+    /// overrider stands (read from the ledger on every job: a revoke counts)
+    /// for exactly that plan digest.
     async fn denied(&self, drive: &mut Drive<'_>, ready: &[MemberOutcome]) -> Result<Option<Step>> {
         let gate = override_gate(drive.run.pr);
         for outcome in ready {
             let plan = outcome.plan.as_ref().expect("ready members are planned");
-            if plan.denied.is_empty()
-                || drive.run.record.overrides.get(&outcome.member) == Some(&plan.plan_digest)
-            {
+            drive.run.record.overrides.remove(&outcome.member);
+            if plan.denied.is_empty() {
                 continue;
             }
             let facts = self
                 .store
                 .gate_facts(&drive.run.repo.id.to_string(), &gate)
                 .await?;
-            let overridden = facts.iter().any(|f| {
-                f.fact.kind == FactKind::Approved
-                    && f.fact.digest == plan.plan_digest
-                    && f.fact.data.get("member") == Some(&json!(outcome.member))
-                    && f.fact.data.get("run") == Some(&json!(drive.run.id))
-            });
-            if overridden {
+            let for_member: Vec<Fact> = facts
+                .into_iter()
+                .filter(|f| {
+                    matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
+                        || (f.fact.data.get("member") == Some(&json!(outcome.member))
+                            && f.fact.data.get("run") == Some(&json!(drive.run.id)))
+                })
+                .collect();
+            if let Evaluation::Satisfied { .. } =
+                ledger::evaluate(&for_member, &plan.plan_digest, 1)
+            {
                 drive
                     .run
                     .record
@@ -880,7 +947,7 @@ impl Worker {
                 },
             );
             self.store.save_apply_run(&drive.run).await?;
-            self.publish_run(drive.client, &mut drive.run, &drive.plan, &drive.layout)
+            self.publish_run(drive.client, &mut drive.run, &drive.plan)
                 .await?;
             let run = bench.apply(member).await;
             let state = match run.outcome {
@@ -917,7 +984,8 @@ impl Worker {
                                     outcome.error.unwrap_or_default()
                                 ),
                             }
-                        } else if let Coverage::NotCovered(reason) = self.coverage(drive, &outcome)
+                        } else if let Coverage::NotCovered(reason) =
+                            self.coverage(drive, stage, &outcome)
                         {
                             self.open_round(
                                 drive,
@@ -932,6 +1000,8 @@ impl Worker {
                                 },
                             );
                             return Ok(Step::Stop);
+                        } else if let Some(step) = self.denied(drive, &[outcome]).await? {
+                            return Ok(step);
                         } else {
                             continue;
                         }
@@ -959,6 +1029,15 @@ impl Worker {
         outputs: Map<String, Value>,
         note: Option<&str>,
     ) -> Result<()> {
+        // The estate first: a crash before the record is saved leaves the
+        // member `applying`, planned again (empty) and recorded once more.
+        // When no command ran and the plan knows no outputs, what was
+        // recorded before still stands.
+        if note.is_none() || !outputs.is_empty() {
+            self.store
+                .record_deployed(&drive.run.repo.id, member, &outputs, drive.run.id)
+                .await?;
+        }
         drive.run.record.set(
             member,
             MemberState::Applied {
@@ -968,9 +1047,6 @@ impl Worker {
             },
         );
         self.store.save_apply_run(&drive.run).await?;
-        self.store
-            .record_deployed(&drive.run.repo.id, member, &outputs, drive.run.id)
-            .await?;
         bench.record_applied(member, outputs);
         Ok(())
     }
@@ -1017,18 +1093,16 @@ impl Worker {
 
     /// The report with the run's section, and the `wavegate/apply` check on
     /// the merge commit; the run is saved with its check.
-    async fn publish_run(
+    pub(super) async fn publish_run(
         &self,
         client: &ForgeClient,
         run: &mut ApplyRunRecord,
         plan: &PlanRecord,
-        layout: &[(String, Vec<Vec<String>>)],
     ) -> Result<()> {
         let view = RunView {
             merge_sha: run.merge_sha.as_str(),
             status: run.status,
             record: &run.record,
-            layout,
         };
         let section = apply_report::render(&view);
         let title = apply_report::title(&view);

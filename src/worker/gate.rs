@@ -131,13 +131,20 @@ impl Worker {
                     Said::Done
                 }
                 Command::Plan => {
-                    let replan = Task::Replan {
-                        repo: repo.clone(),
-                        pr,
-                    };
-                    self.store.enqueue(replan.into_job()).await?;
-                    self.wake.notify_one();
-                    Said::Done
+                    let closed = self.store.pr(&repo.id, pr).await?.is_some_and(|r| !r.open);
+                    if closed {
+                        Said::Refused(
+                            "the pull request is closed: there is nothing to plan. After a merge, the apply run plans on the merge commit by itself".into(),
+                        )
+                    } else {
+                        let replan = Task::Replan {
+                            repo: repo.clone(),
+                            pr,
+                        };
+                        self.store.enqueue(replan.into_job()).await?;
+                        self.wake.notify_one();
+                        Said::Done
+                    }
                 }
                 Command::Approve { stage, digest } => {
                     let run = self.store.apply_run(&repo.id, pr).await?;
@@ -177,11 +184,7 @@ impl Worker {
                     gate_moved |= matches!(said, Said::Done);
                     said
                 }
-                Command::Retry => {
-                    let said = self.retry(client, repo, pr, &comment).await?;
-                    run_moved |= matches!(said, Said::Done);
-                    said
-                }
+                Command::Retry => self.retry(client, repo, pr, &comment).await?,
                 Command::Override { member, reason } => {
                     let said = self
                         .override_denial(client, repo, pr, &comment, member, reason)
@@ -198,14 +201,8 @@ impl Worker {
         if gate_moved {
             self.refresh_gate(client, repo, pr).await?;
         }
-        if run_moved
-            && self
-                .store
-                .apply_run(&repo.id, pr)
-                .await?
-                .is_some_and(|r| r.status == RunStatus::Waiting || r.status == RunStatus::Running)
-        {
-            self.enqueue_resume(repo, pr).await?;
+        if run_moved {
+            self.resume_if_waiting(repo, pr).await?;
         }
         if done > 0 {
             self.react(client, repo, comment.id, Reaction::Rocket).await;
@@ -313,6 +310,9 @@ impl Worker {
         )
         .await?;
         self.refresh_gate(client, repo, pr).await?;
+        if kind == FactKind::Approved {
+            self.resume_if_waiting(repo, pr).await?;
+        }
         Ok(JobOutcome::Done)
     }
 
@@ -422,6 +422,10 @@ impl Worker {
                     .iter()
                     .map(|stage| gate_name(pr, Some(stage))),
             );
+        }
+        if let Some(run) = self.store.apply_run(&repo.id, pr).await? {
+            gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
+            gates.push(super::apply::override_gate(pr));
         }
         let admin = client
             .permission(repo, &comment.author.login)
@@ -573,7 +577,8 @@ impl Worker {
     }
 
     /// `/retry`: a failed run starts over what stopped (planned again and
-    /// checked for coverage first); what applied stays applied.
+    /// checked for coverage first); what applied stays applied. A running or
+    /// waiting run is nudged to look again.
     async fn retry(
         &self,
         client: &ForgeClient,
@@ -597,19 +602,22 @@ impl Worker {
             ));
         }
         match run.status {
+            RunStatus::Applied => {
+                return Ok(Said::Refused(
+                    "the apply run already applied every member; there is nothing to retry".into(),
+                ))
+            }
             RunStatus::Failed => {
                 run.record.reset_for_retry();
                 run.status = RunStatus::Running;
                 self.store.save_apply_run(&run).await?;
-                Ok(Said::Done)
             }
-            RunStatus::Applied => Ok(Said::Refused(
-                "the apply run already applied every member; there is nothing to retry".into(),
-            )),
-            RunStatus::Waiting | RunStatus::Running => Ok(Said::Refused(
-                "the apply run has not failed: it is running or waiting, and goes on by itself (the report says for what)".into(),
-            )),
+            // Goes on by itself; a nudge is harmless (its job re-reads the
+            // record) and resumes a run whose job was lost.
+            RunStatus::Waiting | RunStatus::Running => {}
         }
+        self.enqueue_resume(repo, pr).await?;
+        Ok(Said::Done)
     }
 
     /// `/override <member> <reason>`: lets the denied plan the run waits on
@@ -787,6 +795,12 @@ impl Worker {
         repo: &RepoRef,
         pr: PrNumber,
     ) -> Result<()> {
+        if let Some(mut run) = self.store.apply_run(&repo.id, pr).await? {
+            // After merge the report follows the run.
+            if let Some(plan) = self.store.plan(run.plan_id).await? {
+                return self.publish_run(client, &mut run, &plan).await;
+            }
+        }
         let Some((record, plan)) = self.current(repo, pr).await? else {
             return Ok(());
         };
