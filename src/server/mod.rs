@@ -88,9 +88,12 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
                 settings.data_dir.display()
             )
         })?;
-    let store = Store::open(&settings.database_url)
-        .await
-        .with_context(|| format!("WAVEGATE_DATABASE_URL={}", settings.database_url))?;
+    let store = Store::open(&settings.database_url).await.with_context(|| {
+        format!(
+            "WAVEGATE_DATABASE_URL={}",
+            crate::store::redact_url(&settings.database_url)
+        )
+    })?;
     let forges = Arc::new(Forges::from_settings(settings)?);
     let wake = Arc::new(Notify::new());
     let listener = tokio::net::TcpListener::bind(settings.listen)

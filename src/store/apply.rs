@@ -2,13 +2,13 @@
 //! is one JSON document rewritten whole in one statement, so a crash leaves
 //! either the record before a step or the one after it, never half of each.
 
-use super::sqlite::{commit_sha, plan_columns, plan_from_row, to_i64, to_u64};
+use super::sql::{commit_sha, plan_columns, plan_from_row, to_i64, to_u64};
 use super::{PlanRecord, Store};
 use crate::apply::{AttemptRecord, RunStatus, Wait};
 use crate::forge::{CommitSha, PrNumber, RepoId, RepoRef};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -124,23 +124,11 @@ impl Store {
         members: &[String],
     ) -> Result<Option<(String, PrNumber)>> {
         let _writer = self.writer.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         for member in members {
-            let holder = sqlx::query(
-                "SELECT r.number FROM member_locks l JOIN apply_runs r ON r.id = l.run_id
-                 WHERE l.forge = $1 AND l.repo = $2 AND l.member = $3 AND l.run_id != $4",
-            )
-            .bind(repo.forge.as_str())
-            .bind(&repo.full_name)
-            .bind(member)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = holder {
-                let pr = PrNumber(to_u64(row.try_get(0)?, "pull request number")?);
-                tx.rollback().await?;
-                return Ok(Some((member.clone(), pr)));
-            }
+            // Insert first, then read who holds it: on PostgreSQL a second
+            // replica's insert waits for the first one's commit and then does
+            // nothing, so both never think they hold the lock.
             sqlx::query(
                 "INSERT INTO member_locks (forge, repo, member, run_id, acquired_at)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
@@ -152,6 +140,20 @@ impl Store {
             .bind(self.now())
             .execute(&mut *tx)
             .await?;
+            let holder = sqlx::query(
+                "SELECT l.run_id, r.number FROM member_locks l JOIN apply_runs r ON r.id = l.run_id
+                 WHERE l.forge = $1 AND l.repo = $2 AND l.member = $3",
+            )
+            .bind(repo.forge.as_str())
+            .bind(&repo.full_name)
+            .bind(member)
+            .fetch_one(&mut *tx)
+            .await?;
+            if holder.try_get::<i64, _>("run_id")? != run_id {
+                let pr = PrNumber(to_u64(holder.try_get("number")?, "pull request number")?);
+                tx.rollback().await?;
+                return Ok(Some((member.clone(), pr)));
+            }
         }
         tx.commit()
             .await
@@ -269,7 +271,7 @@ impl Store {
     }
 }
 
-fn run_from_row(row: &SqliteRow) -> Result<ApplyRunRecord> {
+fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
     let id: i64 = row.try_get("id")?;
     let text = |column: &str| -> Result<String> { Ok(row.try_get::<String, _>(column)?) };
     let status = text("status")?;

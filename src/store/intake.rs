@@ -5,11 +5,11 @@
 //! batch costs about what one delivery did. If a batch fails as a whole, each
 //! of its deliveries is written on its own, so one bad request fails alone.
 
-use super::sqlite::to_i64;
+use super::sql::{begin_write, to_i64};
+use super::Backend;
 use super::{Clock, Intake, JobId, NewDelivery, NewJob, PrHead, StoreError};
 use anyhow::{Context, Result};
-use sqlx::sqlite::SqlitePool;
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{AnyPool, AssertSqlSafe, Row};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -30,7 +30,8 @@ pub(super) struct Request {
 
 /// Starts the writer; it ends when the last sender (every `Store` clone) is gone.
 pub(super) fn spawn_writer(
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
     writer: Arc<Mutex<()>>,
     clock: Arc<dyn Clock>,
 ) -> mpsc::Sender<Request> {
@@ -48,7 +49,7 @@ pub(super) fn spawn_writer(
                 batch.into_iter().map(|r| (r.item, r.reply)).unzip();
             let _writer = writer.lock().await;
             let now = clock.now_ms();
-            match record_batch(&pool, &items, now).await {
+            match record_batch(&pool, backend, &items, now).await {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _ = reply.send(Ok(outcome));
@@ -61,7 +62,7 @@ pub(super) fn spawn_writer(
                     );
                     for (reply, item) in replies.into_iter().zip(&items) {
                         let _ = reply.send(
-                            record_batch(&pool, std::slice::from_ref(item), now)
+                            record_batch(&pool, backend, std::slice::from_ref(item), now)
                                 .await
                                 .map(|mut o| o.remove(0)),
                         );
@@ -92,7 +93,12 @@ fn key(delivery: &NewDelivery) -> DeliveryKey {
 /// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
 /// the batch's order. A delivery seen before, or earlier in the same batch,
 /// is a duplicate and writes nothing.
-async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec<Intake>> {
+async fn record_batch(
+    pool: &AnyPool,
+    backend: Backend,
+    items: &[Item],
+    now: i64,
+) -> Result<Vec<Intake>> {
     let mut seen = HashSet::new();
     let first_in_batch: Vec<bool> = items
         .iter()
@@ -111,24 +117,24 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
         return Err(StoreError::NoAttemptsAllowed.into());
     }
 
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let mut deliveries = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) ",
+    let mut tx = begin_write(pool, backend).await?;
+    let sql = format!(
+        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) VALUES {}
+         ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",
+        values(candidates.len(), 5)
     );
-    deliveries.push_values(&candidates, |mut row, item| {
+    let mut deliveries = sqlx::query(AssertSqlSafe(sql));
+    for item in &candidates {
         let d = &item.delivery;
-        row.push_bind(d.forge.as_str())
-            .push_bind(d.target.clone())
-            .push_bind(d.delivery_id.clone())
-            .push_bind(d.event_type.clone())
-            .push_bind(now);
-    });
-    deliveries.push(
-        " ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",
-    );
+        deliveries = deliveries
+            .bind(d.forge.as_str())
+            .bind(d.target.clone())
+            .bind(d.delivery_id.clone())
+            .bind(d.event_type.clone())
+            .bind(now);
+    }
     let mut recorded: HashMap<DeliveryKey, i64> = HashMap::new();
     for row in deliveries
-        .build()
         .fetch_all(&mut *tx)
         .await
         .context("recording deliveries")?
@@ -153,24 +159,26 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
         .filter_map(|(row, item)| item.job.as_ref().map(|job| (*row, job)))
         .collect();
     if !with_jobs.is_empty() {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) ",
+        let sql = format!(
+            "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) VALUES {}
+             RETURNING id, delivery_id",
+            values(with_jobs.len(), 10)
         );
-        insert.push_values(&with_jobs, |mut row, (delivery, job)| {
-            row.push_bind(*delivery)
-                .push_bind(job.kind.clone())
-                .push_bind(job.queue_key.clone())
-                .push_bind(job.payload.to_string())
-                .push_bind("queued")
-                .push_bind(0_i64)
-                .push_bind(i64::from(job.max_attempts))
-                .push_bind(now)
-                .push_bind(now)
-                .push_bind(now);
-        });
-        insert.push(" RETURNING id, delivery_id");
+        let mut insert = sqlx::query(AssertSqlSafe(sql));
+        for (delivery, job) in &with_jobs {
+            insert = insert
+                .bind(*delivery)
+                .bind(job.kind.clone())
+                .bind(job.queue_key.clone())
+                .bind(job.payload.to_string())
+                .bind("queued")
+                .bind(0_i64)
+                .bind(i64::from(job.max_attempts))
+                .bind(now)
+                .bind(now)
+                .bind(now);
+        }
         for row in insert
-            .build()
             .fetch_all(&mut *tx)
             .await
             .context("enqueueing jobs")?
@@ -190,25 +198,25 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
             .iter()
             .map(|h| to_i64(h.pr.0, "pull request number"))
             .collect::<Result<Vec<_>>>()?;
-        let mut upsert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at) ",
+        let sql = format!(
+            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at) VALUES {}
+             ON CONFLICT (forge, repo, number) DO UPDATE
+             SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
+                 is_open = excluded.is_open, updated_at = excluded.updated_at",
+            values(heads.len(), 7)
         );
-        upsert.push_values(heads.iter().zip(numbers), |mut row, (head, number)| {
-            row.push_bind(head.repo.forge.as_str())
-                .push_bind(head.repo.full_name.clone())
-                .push_bind(number)
-                .push_bind(head.head_sha.as_str().to_owned())
-                .push_bind(head.base_ref.clone())
-                .push_bind(head.open)
-                .push_bind(now);
-        });
-        upsert.push(
-            " ON CONFLICT (forge, repo, number) DO UPDATE
-              SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
-                  is_open = excluded.is_open, updated_at = excluded.updated_at",
-        );
+        let mut upsert = sqlx::query(AssertSqlSafe(sql));
+        for (head, number) in heads.iter().zip(numbers) {
+            upsert = upsert
+                .bind(head.repo.forge.as_str())
+                .bind(head.repo.full_name.clone())
+                .bind(number)
+                .bind(head.head_sha.as_str().to_owned())
+                .bind(head.base_ref.clone())
+                .bind(i64::from(head.open))
+                .bind(now);
+        }
         upsert
-            .build()
             .execute(&mut *tx)
             .await
             .context("recording pull request heads")?;
@@ -231,4 +239,18 @@ async fn record_batch(pool: &SqlitePool, items: &[Item], now: i64) -> Result<Vec
             }
         })
         .collect())
+}
+
+/// `($1, $2), ($3, $4)` for `rows` rows of `columns` parameters: numbered
+/// placeholders, which both SQLite and PostgreSQL read.
+fn values(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let params: Vec<String> = (1..=columns)
+                .map(|c| format!("${}", row * columns + c))
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

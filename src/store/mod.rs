@@ -1,17 +1,17 @@
 //! The durable store: webhook deliveries (deduplicated), the job queue with
 //! leases and retries, what the bot knows of each pull request, the plans it
-//! made, and the gate ledger's facts. Everything that must survive a crash
-//! lives here; SQLite today, PostgreSQL behind the same API next.
+//! made, the gate ledger's facts and the apply runs. Everything that must
+//! survive a crash lives here, in SQLite or PostgreSQL behind one API.
 
 mod apply;
 mod clock;
 mod intake;
 mod ledger;
-mod sqlite;
+mod sql;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use sqlite::Store;
+pub use sql::{backend_of, redact_url, Backend, Store};
 
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
 use serde::{Deserialize, Serialize};
@@ -222,5 +222,7 @@ pub fn backoff(attempts: u32) -> Duration {
         .map_or(LONGEST_RETRY, |wait| wait.min(LONGEST_RETRY))
 }
 
+#[cfg(test)]
+mod test_db;
 #[cfg(test)]
 mod tests;

@@ -1,9 +1,12 @@
-//! The SQLite store: connection setup (WAL, busy timeout, foreign keys), our
-//! versioned migrations, and the queries behind every `Store` operation.
-//! Writes that must be atomic run in `BEGIN IMMEDIATE` transactions, which
-//! take SQLite's single write lock up front so concurrent claims serialise
-//! instead of failing half-way. SQL sticks to what PostgreSQL also accepts
-//! (`$n` parameters, `ON CONFLICT`, `RETURNING`) where that costs nothing.
+//! The SQL store on SQLite (the embedded default) or PostgreSQL (several
+//! replicas): connection setup, our versioned migrations per backend, and
+//! the queries behind every `Store` operation, written once in the SQL both
+//! accept (`$n` parameters, `ON CONFLICT`, `RETURNING`) through sqlx's `Any`
+//! driver. Where they differ it is said here: SQLite writes take its single
+//! write lock up front (`BEGIN IMMEDIATE`) and WAL, busy timeout and foreign
+//! keys are set per connection; PostgreSQL claims jobs with `FOR UPDATE
+//! SKIP LOCKED` and serialises each repository's ledger appends with a
+//! transaction-scoped advisory lock, so replicas never fork a chain.
 
 use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
@@ -11,17 +14,24 @@ use super::{
 };
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
-};
-use sqlx::Row;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AnyConnection, AnyPool, Executor, Row};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// What SQLite waits for a lock another process holds before giving up.
+const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
+     PRAGMA synchronous = FULL;";
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
 
 struct Migration {
     version: i64,
@@ -29,7 +39,7 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[
+const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "init",
@@ -52,8 +62,31 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+const POSTGRES_MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("migrations/postgres/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "ledger",
+        sql: include_str!("migrations/postgres/0002_ledger.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "plan report",
+        sql: include_str!("migrations/postgres/0003_plan_report.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "apply runs",
+        sql: include_str!("migrations/postgres/0004_apply.sql"),
+    },
+];
+
 pub(super) fn newest_known_version() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.version)
+    SQLITE_MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
 macro_rules! job_columns {
@@ -65,8 +98,8 @@ macro_rules! job_columns {
 
 macro_rules! pr_columns {
     () => {
-        "forge, repo, number, head_sha, base_ref, is_open, report_comment_id, check_id, \
-         report_head, report_digest, report_status"
+        "forge, repo, number, head_sha, base_ref, CAST(is_open AS INTEGER) AS is_open, \
+         report_comment_id, check_id, report_head, report_digest, report_status"
     };
 }
 
@@ -97,7 +130,8 @@ LIMIT 1";
 /// The handle every part of the bot shares; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    pub(super) pool: SqlitePool,
+    pub(super) pool: AnyPool,
+    pub(super) backend: Backend,
     clock: Arc<dyn Clock>,
     /// Writers in this process queue here instead of in SQLite's busy
     /// handler, which sleeps and retries and wastes most of the time it waits.
@@ -127,57 +161,81 @@ impl Store {
     /// one: a mistyped path is an error, never a new empty database), and
     /// brings its schema up to date.
     pub async fn open_existing(url: &str) -> Result<Store> {
-        let options = SqliteConnectOptions::from_str(url)
-            .with_context(|| format!("`{url}` is not a SQLite database URL"))?;
-        let path = options.get_filename();
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        if !in_memory && !path.is_file() {
-            bail!(
-                "there is no database at `{}` (from `{url}`): give the URL of wavegate's database",
-                path.display()
-            );
+        if backend_of(url)? == Backend::Sqlite {
+            let options = SqliteConnectOptions::from_str(url)
+                .with_context(|| format!("`{url}` is not a SQLite database URL"))?;
+            let path = options.get_filename();
+            if !in_memory(url) && !path.is_file() {
+                bail!(
+                    "there is no database at `{}` (from `{url}`): give the URL of wavegate's database",
+                    path.display()
+                );
+            }
         }
         Self::connect(url, Arc::new(SystemClock), false).await
     }
 
     async fn connect(url: &str, clock: Arc<dyn Clock>, create_if_missing: bool) -> Result<Store> {
-        if !url.starts_with("sqlite:") {
-            bail!("`{url}` is not a database wavegate can use yet: give a sqlite:// URL");
+        sqlx::any::install_default_drivers();
+        let backend = backend_of(url)?;
+        let mut pool_options = AnyPoolOptions::new();
+        let mut url = url.to_owned();
+        if backend == Backend::Sqlite {
+            if create_if_missing && !in_memory(&url) && !url.contains("mode=") {
+                url.push(if url.contains('?') { '&' } else { '?' });
+                url.push_str("mode=rwc");
+            }
+            let wal = !in_memory(&url);
+            pool_options = pool_options.after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(SQLITE_PRAGMAS).await?;
+                    if wal {
+                        conn.execute("PRAGMA journal_mode = WAL;").await?;
+                    }
+                    Ok(())
+                })
+            });
+            if in_memory(&url) {
+                // Each connection would otherwise see its own empty database,
+                // and the data would vanish when the last connection closed.
+                pool_options = pool_options
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None);
+            }
         }
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let mut options = SqliteConnectOptions::from_str(url)
-            .with_context(|| format!("`{url}` is not a SQLite database URL"))?
-            .create_if_missing(create_if_missing)
-            .foreign_keys(true)
-            .busy_timeout(BUSY_TIMEOUT)
-            // A delivery answered 202 survives a power cut too; intake
-            // commits in groups, so the sync is paid once per group.
-            .synchronous(SqliteSynchronous::Full);
-        let mut pool_options = SqlitePoolOptions::new();
-        if in_memory {
-            // Each connection would otherwise see its own empty database, and
-            // the data would vanish when the last connection closed.
-            pool_options = pool_options
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
-        } else {
-            options = options.journal_mode(SqliteJournalMode::Wal);
-        }
+        let options = AnyConnectOptions::from_str(&url)
+            .with_context(|| format!("`{url}` is not a database URL wavegate understands"))?;
         let pool = pool_options
             .connect_with(options)
             .await
-            .with_context(|| format!("opening the database at `{url}`"))?;
+            .with_context(|| format!("opening the database at `{}`", redact_url(&url)))?;
         let writer: Arc<tokio::sync::Mutex<()>> = Arc::default();
         let store = Store {
-            intake: super::intake::spawn_writer(pool.clone(), writer.clone(), clock.clone()),
+            intake: super::intake::spawn_writer(
+                pool.clone(),
+                backend,
+                writer.clone(),
+                clock.clone(),
+            ),
             pool,
+            backend,
             clock,
             writer,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// A transaction that writes: SQLite takes its write lock up front, so
+    /// two writers queue instead of failing half-way.
+    pub(super) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        begin_write(&self.pool, self.backend).await
     }
 
     pub(super) fn now(&self) -> i64 {
@@ -187,9 +245,9 @@ impl Store {
     async fn migrate(&self) -> Result<()> {
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS schema_migrations (
-                version    INTEGER PRIMARY KEY,
-                name       TEXT    NOT NULL,
-                applied_at INTEGER NOT NULL
+                version    BIGINT PRIMARY KEY,
+                name       TEXT   NOT NULL,
+                applied_at BIGINT NOT NULL
             )",
         )
         .execute(&self.pool)
@@ -198,10 +256,14 @@ impl Store {
 
         let found = self.schema_version().await?;
         let known = newest_known_version();
+        let migrations = match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => POSTGRES_MIGRATIONS,
+        };
         if found > known {
             return Err(StoreError::SchemaTooNew { found, known }.into());
         }
-        for migration in MIGRATIONS {
+        for migration in migrations {
             self.apply(migration).await.with_context(|| {
                 format!(
                     "applying database migration {} ({})",
@@ -215,7 +277,13 @@ impl Store {
     /// Applies one migration unless it already is; several processes opening
     /// the same database at once apply it once between them.
     async fn apply(&self, migration: &Migration) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
+        if self.backend == Backend::Postgres {
+            // Replicas starting together migrate one at a time.
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(7420001)) AS locked")
+                .execute(&mut *tx)
+                .await?;
+        }
         let applied = sqlx::query("SELECT 1 FROM schema_migrations WHERE version = $1")
             .bind(migration.version)
             .fetch_optional(&mut *tx)
@@ -297,9 +365,14 @@ impl Store {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let lease_until = now.saturating_add(millis(lease));
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         loop {
-            let candidate = sqlx::query(NEXT_RUNNABLE_JOB)
+            let next = match self.backend {
+                Backend::Sqlite => NEXT_RUNNABLE_JOB.to_owned(),
+                // Replicas claiming at once each skip the row another locked.
+                Backend::Postgres => format!("{NEXT_RUNNABLE_JOB} FOR UPDATE OF j SKIP LOCKED"),
+            };
+            let candidate = sqlx::query(sqlx::AssertSqlSafe(next))
                 .bind(now)
                 .fetch_optional(&mut *tx)
                 .await
@@ -407,7 +480,7 @@ impl Store {
     pub async fn fail(&self, id: JobId, worker: &str, error: &str) -> Result<FailOutcome> {
         let _writer = self.writer.lock().await;
         let now = self.now();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_write().await?;
         let held = sqlx::query(
             "SELECT attempts, max_attempts FROM jobs
              WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
@@ -595,7 +668,7 @@ impl Store {
 }
 
 async fn insert_job(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     job: &NewJob,
     delivery: Option<i64>,
     now: i64,
@@ -622,7 +695,7 @@ async fn insert_job(
     Ok(JobId(id))
 }
 
-async fn upsert_pr_head(conn: &mut SqliteConnection, head: &PrHead, now: i64) -> Result<()> {
+async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -635,7 +708,7 @@ async fn upsert_pr_head(conn: &mut SqliteConnection, head: &PrHead, now: i64) ->
     .bind(to_i64(head.pr.0, "pull request number")?)
     .bind(head.head_sha.as_str())
     .bind(&head.base_ref)
-    .bind(head.open)
+    .bind(i64::from(head.open))
     .bind(now)
     .execute(&mut *conn)
     .await
@@ -686,7 +759,7 @@ pub(super) fn commit_sha(text: String) -> Result<CommitSha> {
     CommitSha::parse(&text).map_err(|e| anyhow!("stored {e}"))
 }
 
-fn job_from_row(row: &SqliteRow) -> Result<Job> {
+fn job_from_row(row: &AnyRow) -> Result<Job> {
     let id = JobId(row.try_get("id")?);
     let status: String = row.try_get("status")?;
     let payload: String = row.try_get("payload")?;
@@ -710,7 +783,7 @@ fn job_from_row(row: &SqliteRow) -> Result<Job> {
     })
 }
 
-fn repo_from_row(row: &SqliteRow) -> Result<RepoId> {
+fn repo_from_row(row: &AnyRow) -> Result<RepoId> {
     let forge: String = row.try_get("forge")?;
     Ok(RepoId::new(
         forge_kind(&forge)?,
@@ -718,13 +791,13 @@ fn repo_from_row(row: &SqliteRow) -> Result<RepoId> {
     ))
 }
 
-fn pr_from_row(row: &SqliteRow) -> Result<PrRecord> {
+fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
     Ok(PrRecord {
         repo: repo_from_row(row)?,
         pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
         head_sha: commit_sha(row.try_get("head_sha")?)?,
         base_ref: row.try_get("base_ref")?,
-        open: row.try_get("is_open")?,
+        open: row.try_get::<i64, _>("is_open")? != 0,
         report_comment_id: row
             .try_get::<Option<i64>, _>("report_comment_id")?
             .map(|id| to_u64(id, "comment id"))
@@ -742,7 +815,7 @@ fn pr_from_row(row: &SqliteRow) -> Result<PrRecord> {
     })
 }
 
-pub(super) fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
+pub(super) fn plan_from_row(row: &AnyRow) -> Result<PlanRecord> {
     let id: i64 = row.try_get("id")?;
     let change_set: String = row.try_get("change_set")?;
     Ok(PlanRecord {
@@ -756,5 +829,47 @@ pub(super) fn plan_from_row(row: &SqliteRow) -> Result<PlanRecord> {
             .with_context(|| format!("plan {id} has a change set that is not JSON"))?,
         created_at: row.try_get("created_at")?,
         report: row.try_get("report")?,
+    })
+}
+
+fn in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+/// Which backend a `WAVEGATE_DATABASE_URL` names.
+pub fn backend_of(url: &str) -> Result<Backend> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        bail!(
+            "`{}` is not a database wavegate can use: give sqlite://PATH (one replica) or postgres://USER@HOST/DB (several)",
+            redact_url(url)
+        )
+    }
+}
+
+/// A database URL fit for a log line: any password replaced.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+pub(super) async fn begin_write(
+    pool: &AnyPool,
+    backend: Backend,
+) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+    Ok(match backend {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => pool.begin().await?,
     })
 }
