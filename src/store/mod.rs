@@ -7,10 +7,12 @@ mod apply;
 mod clock;
 mod intake;
 mod ledger;
+mod metrics;
 mod sqlite;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use metrics::StoreFigures;
 pub use sqlite::Store;
 
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
