@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use wavegate::config::settings::DEFAULT_DATABASE_URL;
+use wavegate::config::settings::{LogFormat, DEFAULT_DATABASE_URL};
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
@@ -109,7 +109,13 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // Logging starts before the other settings are read, so that their
+    // errors are logged as asked; this one variable is read first.
+    let log_format = std::env::var("WAVEGATE_LOG_FORMAT").ok();
+    match wavegate::config::settings::log_format(log_format.as_deref()) {
+        Ok(format) => init_logging(format),
+        Err(e) => return usage_error(&format!("{e:#}")),
+    }
     match cli.command {
         Command::Serve => serve(),
         Command::Plan {
@@ -331,16 +337,26 @@ fn usage_error(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WAVEGATE_LOG")
         .unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
+    let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logger
+            .without_time()
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line: timestamp, level, target, the event's fields,
+        // and the spans it ran in (a job's repo, pr, delivery and id).
+        LogFormat::Json => logger
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 fn adapt_terraform() -> ExitCode {

@@ -59,6 +59,31 @@ pub struct Settings {
     /// How long a claimed job is held without renewal; a crashed server's
     /// jobs are picked up again after this.
     pub job_lease: std::time::Duration,
+    /// How log lines are written (`WAVEGATE_LOG_FORMAT`).
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written on standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of the spans it ran in.
+    Json,
+}
+
+/// Reads `WAVEGATE_LOG_FORMAT` (unset or empty: text). `main` calls this
+/// before anything else is read, since logging starts first.
+pub fn log_format(value: Option<&str>) -> Result<LogFormat> {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(LogFormat::Text),
+        Some(v) if v.eq_ignore_ascii_case("text") => Ok(LogFormat::Text),
+        Some(v) if v.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
+        Some(other) => bail!(
+            "WAVEGATE_LOG_FORMAT=`{other}` is not a log format; use `text` (the default) or `json`"
+        ),
+    }
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -125,6 +150,7 @@ impl Settings {
                 .with_context(|| format!("WAVEGATE_JOB_LEASE=`{text}` is not a duration of a second or more; write it like `90s` or `5m`"))?,
             None => std::time::Duration::from_secs(300),
         };
+        let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
         Ok(Self {
             listen,
             database_url: var("WAVEGATE_DATABASE_URL")
@@ -141,6 +167,7 @@ impl Settings {
             public_url: var("WAVEGATE_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned()),
             workers,
             job_lease,
+            log_format,
         })
     }
 }
@@ -228,5 +255,22 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`/no/such.pem`, which cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn the_log_format_is_text_unless_json_is_asked_for() {
+        assert_eq!(settings(&[]).unwrap().log_format, LogFormat::Text);
+        let json = settings(&[("WAVEGATE_LOG_FORMAT", " JSON ")]).unwrap();
+        assert_eq!(json.log_format, LogFormat::Json);
+        assert_eq!(log_format(Some("text")).unwrap(), LogFormat::Text);
+        assert_eq!(log_format(Some("")).unwrap(), LogFormat::Text);
+        assert_eq!(log_format(None).unwrap(), LogFormat::Text);
+        let e = settings(&[("WAVEGATE_LOG_FORMAT", "logfmt")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "WAVEGATE_LOG_FORMAT=`logfmt` is not a log format; use `text` (the default) or `json`"
+        );
     }
 }

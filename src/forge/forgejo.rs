@@ -3,9 +3,9 @@
 //! Every call goes through the shared retry wrapper.
 
 use super::client::{Comment, Permission, Reaction};
-use super::retry::{send_with_retry, Failure, Reply, RetryPolicy};
+use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::wire::WirePull;
-use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
+use super::{CommitSha, ForgeKind, PrNumber, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
 use reqwest::Method;
@@ -65,23 +65,29 @@ impl ForgejoClient {
             self.policy.clone()
         };
         send_with_retry(&policy, &call, || async {
-            let mut request = self
-                .http
-                .request(method.clone(), &url)
-                .header("authorization", format!("token {}", self.token.expose()))
-                .header("accept", "application/json");
-            if let Some(body) = body {
-                request = request.json(body);
+            let exchange = Exchange::start(ForgeKind::Forgejo);
+            let outcome = async {
+                let mut request = self
+                    .http
+                    .request(method.clone(), &url)
+                    .header("authorization", format!("token {}", self.token.expose()))
+                    .header("accept", "application/json");
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                let response = request.send().await.map_err(transport_failure)?;
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let body = response.text().await.map_err(transport_failure)?;
+                Ok(Reply {
+                    status,
+                    headers,
+                    body,
+                })
             }
-            let response = request.send().await.map_err(transport_failure)?;
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let body = response.text().await.map_err(transport_failure)?;
-            Ok(Reply {
-                status,
-                headers,
-                body,
-            })
+            .await;
+            exchange.finish(&outcome);
+            outcome
         })
         .await
     }

@@ -8,9 +8,9 @@
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
 use super::client::{Comment, Permission, Reaction};
-use super::retry::{send_with_retry, Failure, Reply, RetryPolicy, Settled};
+use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::wire::WirePull;
-use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
+use super::{CommitSha, ForgeKind, PrNumber, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
 use octocrab::models::AppId;
@@ -402,7 +402,21 @@ impl GitHubClient {
     }
 }
 
+/// Every request to GitHub goes through here (octocrab's raw calls), and
+/// is counted here.
 async fn attempt(
+    crab: &Octocrab,
+    verb: Verb,
+    route: &str,
+    body: Option<&Value>,
+) -> Result<Reply, Failure> {
+    let exchange = Exchange::start(ForgeKind::GitHub);
+    let outcome = send_once(crab, verb, route, body).await;
+    exchange.finish(&outcome);
+    outcome
+}
+
+async fn send_once(
     crab: &Octocrab,
     verb: Verb,
     route: &str,
@@ -480,23 +494,29 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredential
         ..RetryPolicy::default()
     };
     let reply = send_with_retry(&once, call, || async {
-        let response = http
-            .post(&url)
-            .header("accept", "application/vnd.github+json")
-            .send()
-            .await
-            .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .text()
-            .await
-            .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
-        Ok(Reply {
-            status,
-            headers,
-            body,
-        })
+        let exchange = Exchange::start(ForgeKind::GitHub);
+        let outcome = async {
+            let response = http
+                .post(&url)
+                .header("accept", "application/vnd.github+json")
+                .send()
+                .await
+                .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = response
+                .text()
+                .await
+                .map_err(|e| Failure::transient(anyhow!("{:?}", e.without_url())))?;
+            Ok(Reply {
+                status,
+                headers,
+                body,
+            })
+        }
+        .await;
+        exchange.finish(&outcome);
+        outcome
     })
     .await?
     .success(call)?;

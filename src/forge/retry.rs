@@ -3,6 +3,7 @@
 //! rate-limit resets), and when to give up with a reason a person can act on.
 //! The decision is a pure function; the sleep is injectable so tests never wait.
 
+use super::ForgeKind;
 use anyhow::anyhow;
 use reqwest::header::HeaderMap;
 use std::future::Future;
@@ -252,6 +253,50 @@ impl Failure {
     }
 }
 
+/// One HTTP request to a forge's API, counted in
+/// `wavegate_forge_requests_total` by the status it got (`error`: no answer,
+/// including an attempt dropped at its timeout). Every client starts one
+/// per request it sends, retries included, and finishes it where the answer
+/// is first seen; the rate-limit remaining the answer reports is kept.
+pub struct Exchange {
+    forge: ForgeKind,
+    finished: bool,
+}
+
+impl Exchange {
+    pub fn start(forge: ForgeKind) -> Self {
+        Self {
+            forge,
+            finished: false,
+        }
+    }
+
+    pub fn finish(mut self, outcome: &Result<Reply, Failure>) {
+        self.finished = true;
+        let (status, headers) = match outcome {
+            Ok(reply) => (Some(reply.status), &reply.headers),
+            Err(failure) => (failure.status, &failure.headers),
+        };
+        self.count(&status.map_or_else(|| "error".to_owned(), |s| s.to_string()));
+        if let Some(remaining) = header_number(headers, "x-ratelimit-remaining") {
+            crate::metrics::FORGE_RATE_LIMIT_REMAINING
+                .set(&[("forge", self.forge.as_str())], remaining as f64);
+        }
+    }
+
+    fn count(&self, status: &str) {
+        crate::metrics::FORGE_REQUESTS.inc(&[("forge", self.forge.as_str()), ("status", status)]);
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.count("error");
+        }
+    }
+}
+
 /// Runs `attempt` until it answers with a status the policy does not retry,
 /// each attempt bounded by the policy's timeout. Returns the last answer —
 /// success or a status the caller judges (e.g. 404) — or an error naming `call`
@@ -331,6 +376,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The value of one series in the global registry (0 when absent).
+    fn sample(series: &str) -> f64 {
+        crate::metrics::global()
+            .render()
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[test]
+    fn every_exchange_is_counted_by_status_and_keeps_the_rate_limit() {
+        let counted = |status: &str| {
+            sample(&format!(
+                "wavegate_forge_requests_total{{forge=\"forgejo\",status=\"{status}\"}}"
+            ))
+        };
+        let (ok, error) = (counted("202"), counted("error"));
+        let reply = Reply {
+            status: 202,
+            headers: headers(&[("x-ratelimit-remaining", "4321")]),
+            body: String::new(),
+        };
+        Exchange::start(ForgeKind::Forgejo).finish(&Ok(reply));
+        Exchange::start(ForgeKind::Forgejo).finish(&Err(Failure::transient(anyhow!("reset"))));
+        // An attempt dropped at its timeout got no answer either.
+        drop(Exchange::start(ForgeKind::Forgejo));
+        assert!(counted("202") > ok);
+        assert!(counted("error") >= error + 2.0);
+        assert_eq!(
+            sample("wavegate_forge_rate_limit_remaining{forge=\"forgejo\"}"),
+            4321.0
+        );
+    }
     use std::sync::Mutex;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

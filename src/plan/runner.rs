@@ -95,7 +95,37 @@ pub fn humanize(d: Duration) -> String {
     }
 }
 
+impl CommandSpec {
+    /// What the command is for, from its label's `[kind]`: `plan`, `apply`
+    /// or `outputs` (`other` for a label without one).
+    pub fn kind(&self) -> &str {
+        self.label
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once(']'))
+            .map(|(kind, _)| kind)
+            .filter(|kind| ["plan", "apply", "outputs"].contains(kind))
+            .unwrap_or("other")
+    }
+}
+
+/// Runs `spec` and counts it in `wavegate_command_duration_seconds` by kind
+/// and result (`ok`, `failed`, `timeout`; a command that cannot start failed).
 pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
+    let started = Instant::now();
+    let run = run(spec).await;
+    let result = match &run {
+        Ok(outcome) if outcome.succeeded() => "ok",
+        Ok(outcome) if outcome.termination == Termination::TimedOut => "timeout",
+        _ => "failed",
+    };
+    crate::metrics::COMMAND_DURATION.observe(
+        &[("kind", spec.kind()), ("result", result)],
+        started.elapsed().as_secs_f64(),
+    );
+    run
+}
+
+async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     let started = Instant::now();
     let mut command = tokio::process::Command::new(&spec.argv[0]);
     command
@@ -279,6 +309,35 @@ mod tests {
             heartbeat: Duration::from_millis(100),
             output_cap: 200,
         }
+    }
+
+    #[test]
+    fn the_kind_comes_from_the_label() {
+        let mut s = spec("true", Duration::from_secs(1));
+        for (label, kind) in [
+            ("[plan] app@dev", "plan"),
+            ("[apply] app@prod", "apply"),
+            ("[outputs] net@dev", "outputs"),
+            ("[test] x@dev", "other"),
+            ("no brackets", "other"),
+        ] {
+            s.label = label.into();
+            assert_eq!(s.kind(), kind, "{label}");
+        }
+    }
+
+    #[tokio::test]
+    async fn every_run_is_timed_by_kind_and_result() {
+        let mut timed_out = spec("sleep 5", Duration::from_millis(200));
+        timed_out.label = "[apply] metrics@dev".into();
+        run_command(&timed_out).await.unwrap();
+        let text = crate::metrics::global().render();
+        assert!(
+            text.contains(
+                "wavegate_command_duration_seconds_count{kind=\"apply\",result=\"timeout\"}"
+            ),
+            "{text}"
+        );
     }
 
     #[tokio::test]

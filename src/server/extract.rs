@@ -11,11 +11,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+use std::time::Instant;
 
 /// A delivery whose signature checked out.
 pub struct VerifiedDelivery {
     pub headers: DeliveryHeaders,
     pub body: Bytes,
+    /// When its intake began (the intake duration is measured from here).
+    pub started: Instant,
 }
 
 /// A delivery to `/webhooks/github`.
@@ -27,18 +30,50 @@ pub struct ForgejoDelivery(pub VerifiedDelivery);
 /// Why a delivery was refused before parsing.
 pub struct Refusal(StatusCode, String);
 
+impl Refusal {
+    /// The outcome it is counted under in `wavegate_deliveries_total`.
+    fn outcome(&self) -> &'static str {
+        match self.0 {
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            _ => "malformed",
+        }
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         (self.0, Json(json!({"status": "refused", "error": self.1}))).into_response()
     }
 }
 
-/// The signature is checked first: an unsigned request learns nothing but 401.
+/// Verifies a delivery; a refusal is counted here, an accepted delivery
+/// once the intake answers it.
 async fn verify(
     req: Request,
     state: &AppState,
     endpoint: ForgeKind,
 ) -> Result<VerifiedDelivery, Refusal> {
+    let started = Instant::now();
+    match check(req, state, endpoint).await {
+        Ok((headers, body)) => Ok(VerifiedDelivery {
+            headers,
+            body,
+            started,
+        }),
+        Err(refusal) => {
+            super::metrics::delivery(endpoint, "unknown", refusal.outcome(), started);
+            Err(refusal)
+        }
+    }
+}
+
+/// The signature is checked first: an unsigned request learns nothing but 401.
+async fn check(
+    req: Request,
+    state: &AppState,
+    endpoint: ForgeKind,
+) -> Result<(DeliveryHeaders, Bytes), Refusal> {
     let too_large = || {
         Refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -71,7 +106,7 @@ async fn verify(
         Refusal(StatusCode::UNAUTHORIZED, e.to_string())
     })?;
     let headers = headers.map_err(|e| Refusal(StatusCode::BAD_REQUEST, e.to_string()))?;
-    Ok(VerifiedDelivery { headers, body })
+    Ok((headers, body))
 }
 
 impl FromRequest<AppState> for GitHubDelivery {

@@ -4,8 +4,10 @@
 //! our own event, and recorded with the job it causes in one transaction;
 //! the answer is 202 before anything slow happens. A delivery the store could
 //! not record is answered 500 so the forge keeps it for redelivery.
+//! `/metrics` serves Prometheus metrics (`metrics.rs`).
 
 mod extract;
+mod metrics;
 pub mod setup;
 
 use crate::config::Settings;
@@ -181,6 +183,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::handler))
         .route("/webhooks/github", post(github_webhook))
         .route("/webhooks/forgejo", post(forgejo_webhook))
         .route("/setup", get(setup::page_handler))
@@ -219,6 +222,14 @@ async fn forgejo_webhook(
 
 async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
     let headers = &delivery.headers;
+    let answered = |outcome: &'static str| {
+        metrics::delivery(
+            headers.sender,
+            &headers.event_type,
+            outcome,
+            delivery.started,
+        )
+    };
     let parsed = match headers.sender {
         ForgeKind::GitHub => events::parse_github(&headers.event_type, &delivery.body),
         ForgeKind::Forgejo => events::parse_forgejo(&headers.event_type, &delivery.body),
@@ -227,10 +238,12 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         Ok(Parsed::Event(event)) => event,
         Ok(Parsed::Ignored(reason)) => {
             tracing::debug!(delivery = %headers.delivery_id, event = %headers.event_type, "ignored: {reason}");
+            answered("ignored");
             return accepted(json!({"status": "ignored", "reason": reason}));
         }
         Err(error) => {
             tracing::warn!(delivery = %headers.delivery_id, "refused a malformed delivery: {error}");
+            answered("malformed");
             return (
                 StatusCode::BAD_REQUEST,
                 Json(json!({"status": "malformed", "error": error.to_string()})),
@@ -254,18 +267,22 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         Ok(Intake::Recorded { job: Some(job), .. }) => {
             state.wake.notify_one();
             tracing::info!(delivery = %headers.delivery_id, %job, "delivery recorded; job queued");
+            answered("queued");
             accepted(json!({"status": "queued", "job": job.0}))
         }
         Ok(Intake::Recorded { job: None, .. }) => {
             tracing::info!(delivery = %headers.delivery_id, event = %headers.event_type, "delivery recorded; nothing to do");
+            answered("recorded");
             accepted(json!({"status": "recorded"}))
         }
         Ok(Intake::Duplicate) => {
             tracing::info!(delivery = %headers.delivery_id, "duplicate delivery ignored");
+            answered("duplicate");
             accepted(json!({"status": "duplicate"}))
         }
         Err(error) => {
             tracing::error!(delivery = %headers.delivery_id, "could not record a delivery: {error:?}");
+            answered("error");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 Json(json!({"status": "error", "error": "the delivery could not be stored; redeliver it"})),

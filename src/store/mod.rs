@@ -7,10 +7,12 @@ mod apply;
 mod clock;
 mod intake;
 mod ledger;
+mod metrics;
 mod sql;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use metrics::StoreFigures;
 pub use sql::{backend_of, redact_url, Backend, Store};
 
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use task::Task;
 use tokio::sync::{watch, Notify};
+use tracing::Instrument as _;
 use workspace::{FetchRequest, Workspace};
 
 /// How a worker behaves; the defaults suit production.
@@ -94,18 +95,59 @@ impl Worker {
         let Some(job) = self.store.claim(&self.id, self.options.lease).await? else {
             return Ok(false);
         };
-        let span = tracing::info_span!("job", id = %job.id, kind = %job.kind, key = %job.queue_key, attempt = job.attempts);
-        let _entered = span.enter();
-        tracing::info!("job claimed");
-        drop(_entered);
+        let started = std::time::Instant::now();
+        let span = self.job_span(&job).await;
+        let outcome = self.run_claimed(job.clone()).instrument(span).await;
+        let outcome_label = match &outcome {
+            Ok(label) => label,
+            Err(_) => "failed",
+        };
+        crate::metrics::JOB_DURATION.observe(
+            &[("kind", &job.kind), ("outcome", outcome_label)],
+            started.elapsed().as_secs_f64(),
+        );
+        outcome.map(|_| true)
+    }
 
+    /// The span every line a job logs carries: the job, and the repository,
+    /// pull request and delivery it is for.
+    async fn job_span(&self, job: &Job) -> tracing::Span {
+        let span = tracing::info_span!(
+            "job",
+            id = %job.id,
+            kind = %job.kind,
+            key = %job.queue_key,
+            attempt = job.attempts,
+            repo = tracing::field::Empty,
+            pr = tracing::field::Empty,
+            delivery = tracing::field::Empty,
+        );
+        if let Ok(task) = serde_json::from_value::<Task>(job.payload.clone()) {
+            span.record("repo", tracing::field::display(&task.repo().id));
+            span.record("pr", task.pr_number().0);
+        }
+        match self.store.job_delivery(job.id).await {
+            Ok(Some(delivery)) => {
+                span.record("delivery", delivery.as_str());
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(job = %job.id, "{error:#}"),
+        }
+        span
+    }
+
+    /// Runs a claimed job and records how it ended; answers the outcome it
+    /// is counted under (done, skipped, failed, dead or abandoned).
+    async fn run_claimed(&self, job: Job) -> Result<&'static str> {
+        tracing::info!("job claimed");
         // The job runs in its own task: a panic becomes a failed attempt, and
         // a lost lease (another worker took the job over) abandons it.
         let (lost_tx, lost) = tokio::sync::oneshot::channel();
         let _keep_alive = AbortOnDrop(self.keep_lease(&job, lost_tx));
         let running = {
             let (worker, job) = (self.clone(), job.clone());
-            AbortOnDrop(tokio::spawn(async move { worker.execute(&job).await }))
+            let execution = async move { worker.execute(&job).await };
+            AbortOnDrop(tokio::spawn(execution.in_current_span()))
         };
         let result = tokio::select! {
             joined = running.join() => match joined {
@@ -114,33 +156,36 @@ impl Worker {
             },
             _ = lost => {
                 tracing::warn!(job = %job.id, "lease lost to another worker; this attempt is abandoned");
-                return Ok(true);
+                return Ok("abandoned");
             }
         };
 
-        let _entered = span.enter();
         match result {
             Ok(outcome) => {
                 tracing::info!(?outcome, "job finished");
-                drop(_entered);
+                let label = match outcome {
+                    JobOutcome::Done => "done",
+                    JobOutcome::Skipped(_) => "skipped",
+                };
                 self.store.complete(job.id, &self.id, outcome).await?;
+                Ok(label)
             }
             Err(error) => {
                 let text = format!("{error:#}");
                 tracing::warn!(error = ?error, "job attempt failed");
-                drop(_entered);
                 match self.store.fail(job.id, &self.id, &text).await? {
                     FailOutcome::Retry { at } => {
-                        tracing::info!(job = %job.id, retry_at_ms = at, "job will be retried")
+                        tracing::info!(job = %job.id, retry_at_ms = at, "job will be retried");
+                        Ok("failed")
                     }
                     FailOutcome::Dead => {
                         tracing::error!(job = %job.id, "job dead-lettered after {} attempts: {text}", job.attempts);
                         self.tell_gave_up(&job, &text).await;
+                        Ok("dead")
                     }
                 }
             }
         }
-        Ok(true)
     }
 
     /// Renews the lease while the job runs; says so on `lost` if another
@@ -156,7 +201,7 @@ impl Worker {
             self.id.clone(),
             self.options.lease,
         );
-        tokio::spawn(async move {
+        let renewing = async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
                 match store.extend_lease(id, &worker, lease).await {
@@ -168,7 +213,8 @@ impl Worker {
                     Err(error) => tracing::warn!(job = %id, "lease renewal failed: {error:#}"),
                 }
             }
-        })
+        };
+        tokio::spawn(renewing.in_current_span())
     }
 
     async fn execute(&self, job: &Job) -> Result<JobOutcome> {
@@ -326,13 +372,15 @@ impl Worker {
         options.concurrency = self.options.plan_concurrency;
         options.recorded = Some(self.deployed_estate(repo).await?);
         // Planning calls git synchronously here and there: it runs on a
-        // runtime of its own so webhook intake never waits behind it.
+        // runtime of its own so webhook intake never waits behind it, in
+        // the job's span.
+        let span = tracing::Span::current();
         let planned = tokio::task::spawn_blocking(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("starting the planner's runtime")?;
-            anyhow::Ok(runtime.block_on(engine::plan_change(&options)))
+            anyhow::Ok(span.in_scope(|| runtime.block_on(engine::plan_change(&options))))
         })
         .await??;
         let change = match planned {

@@ -564,10 +564,17 @@ async fn handle(
         body: json_body.as_ref(),
     };
     match segments.as_slice() {
-        ["api", "v1", rest @ ..] => forgejo(&mut state, &request, rest),
-        rest => github(&mut state, &request, rest),
+        ["api", "v1", rest @ ..] => forgejo(&mut state, &request, rest).unwrap_or_else(|r| r),
+        rest => {
+            let mut response = github(&mut state, &request, rest).unwrap_or_else(|r| r);
+            // Like GitHub, every answer says how much of the hour's budget is left.
+            let remaining = 5000usize.saturating_sub(state.requests.len()).max(1);
+            response
+                .headers_mut()
+                .insert("x-ratelimit-remaining", remaining.into());
+            response
+        }
     }
-    .unwrap_or_else(|refusal| refusal)
 }
 
 struct Request<'a> {
