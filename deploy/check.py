@@ -56,12 +56,8 @@ except ImportError:
 
 # Named by deploy/ ahead of the code: a warning until they land, then checked
 # like every other name. Remove an entry once its feature is merged.
-PENDING_VARS = {
-    "WAVEGATE_LOG_FORMAT": "structured logs (issue 6, item 5)",
-}
-PENDING_ROUTES = {
-    "/metrics": "Prometheus metrics (issue 6, item 5)",
-}
+PENDING_VARS: dict[str, str] = {}
+PENDING_ROUTES: dict[str, str] = {}
 # Set by wavegate for its plan and apply commands: never server settings.
 COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}
 # Variables whose values are secrets: from a Secret (chart), never a literal.
@@ -143,7 +139,7 @@ class Source:
         }
         self.subcommands = self._subcommands((ROOT / "src/main.rs").read_text())
         store = " ".join(t for p, t in rust.items() if "store" in p.parts)
-        self.postgres_backend = bool(re.search(r"PgPool|sqlx::postgres|PgConnectOptions", store))
+        self.postgres_backend = bool(re.search(r"Backend::Postgres", store))
 
     @staticmethod
     def _subcommands(main: str) -> set[str]:
