@@ -35,6 +35,10 @@ pub struct Bot {
     pub bootstrap_plans: usize,
     /// Apply-log lines written while deploying the example's `main`.
     pub bootstrap_applies: usize,
+    /// A second replica on the same (PostgreSQL) database: port and process.
+    pub second: Option<(u16, Option<Child>)>,
+    /// The PostgreSQL database the replicas share, dropped with the bot.
+    pub postgres: Option<PostgresDatabase>,
 }
 
 impl Bot {
@@ -54,11 +58,7 @@ impl Bot {
     pub async fn launch(env: &[(&str, &str)], github_app: bool) -> Self {
         let forge = FakeForge::start().await;
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let mut bot = Self {
             forge,
             example: Example::deployed(),
@@ -74,6 +74,8 @@ impl Bot {
             deliveries: 0,
             bootstrap_plans: 0,
             bootstrap_applies: 0,
+            second: None,
+            postgres: None,
         };
         bot.bootstrap_plans = bot.plans_run().len();
         bot.bootstrap_applies = bot.applies_run().len();
@@ -90,14 +92,113 @@ impl Bot {
     }
 
     pub fn database_url(&self) -> String {
-        format!("sqlite://{}", self.dir.path().join("wavegate.db").display())
+        match &self.postgres {
+            Some(database) => database.url.clone(),
+            None => format!("sqlite://{}", self.dir.path().join("wavegate.db").display()),
+        }
+    }
+
+    /// Two replicas of `wavegate serve` on one fresh PostgreSQL database,
+    /// each with its own port, data dir and log, sharing the fake forge.
+    pub async fn start_replicated(env: &[(&str, &str)]) -> Self {
+        let database = PostgresDatabase::create().await;
+        let mut env: Vec<(&str, &str)> = env.to_vec();
+        env.push(("WAVEGATE_DATABASE_URL", &database.url));
+        let mut bot = Self::launch(&env, true).await;
+        bot.postgres = Some(database);
+        bot.second = Some((free_port(), None));
+        bot.start_second().await;
+        bot
+    }
+
+    /// Starts (again) the second replica.
+    pub async fn start_second(&mut self) {
+        let (port, _) = self.second.take().expect("a replicated bot");
+        let child = self.spawn(port, "second");
+        self.second = Some((port, Some(child)));
+        self.until_ready(port).await;
+    }
+
+    /// The port of replica 0 (the first) or 1 (the second).
+    pub fn port_of(&self, replica: usize) -> u16 {
+        match replica {
+            0 => self.port,
+            _ => self.second.as_ref().expect("a replicated bot").0,
+        }
+    }
+
+    /// The process id of a running replica.
+    pub fn pid_of(&self, replica: usize) -> Option<u32> {
+        match replica {
+            0 => self.server.as_ref().map(Child::id),
+            _ => self.second.as_ref()?.1.as_ref().map(Child::id),
+        }
+    }
+
+    /// Kills a replica the hard way (SIGKILL): no shutdown, leases left held.
+    pub fn kill_replica(&mut self, replica: usize) {
+        let child = match replica {
+            0 => self.server.take(),
+            _ => self.second.as_mut().and_then(|(_, c)| c.take()),
+        };
+        if let Some(mut child) = child {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Signs and posts a GitHub delivery with id `id` to one replica.
+    pub async fn post_github_to(
+        &self,
+        replica: usize,
+        (event, body): &(String, Vec<u8>),
+        id: &str,
+    ) -> (u16, Value) {
+        let signature = support::sign_github(GITHUB_SECRET, body);
+        let request = self
+            .http
+            .post(format!(
+                "http://127.0.0.1:{}/webhooks/github",
+                self.port_of(replica)
+            ))
+            .header("content-type", "application/json")
+            .header("x-github-event", event.as_str())
+            .header("x-github-delivery", id)
+            .header("x-hub-signature-256", signature);
+        answer(request.body(body.clone()).send().await.unwrap()).await
+    }
+
+    async fn until_ready(&self, port: u16) {
+        self.until("the server is ready", || async {
+            match self
+                .http
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == 200 => Some(()),
+                _ => None,
+            }
+        })
+        .await;
     }
 
     pub async fn start_server(&mut self) {
+        self.server = Some(self.spawn(self.port, "data"));
+        self.until_ready(self.port).await;
+    }
+
+    /// A `wavegate serve` on `port` with data dir `data` (and `data.log` for
+    /// a replica other than the first).
+    fn spawn(&self, port: u16, data: &str) -> Child {
+        let log_path = match data {
+            "data" => self.log_path(),
+            other => self.dir.path().join(format!("{other}.log")),
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.log_path())
+            .open(log_path)
             .unwrap();
         let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem");
         let mut command = Command::new(env!("CARGO_BIN_EXE_wavegate"));
@@ -106,9 +207,9 @@ impl Bot {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap())
             .env("HOME", self.dir.path())
-            .env("WAVEGATE_LISTEN", format!("127.0.0.1:{}", self.port))
+            .env("WAVEGATE_LISTEN", format!("127.0.0.1:{port}"))
             .env("WAVEGATE_DATABASE_URL", self.database_url())
-            .env("WAVEGATE_DATA_DIR", self.dir.path().join("data"))
+            .env("WAVEGATE_DATA_DIR", self.dir.path().join(data))
             .env("WAVEGATE_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
             .env("WAVEGATE_GITHUB_API_URL", self.forge.url())
             .env("WAVEGATE_FORGEJO_URL", self.forge.url())
@@ -127,19 +228,13 @@ impl Bot {
                 )
                 .env("WAVEGATE_GITHUB_PRIVATE_KEY", key);
         }
-        self.server = Some(command.spawn().expect("wavegate serve starts"));
-        self.until("the server is ready", || async {
-            match self.http.get(self.url("/readyz")).send().await {
-                Ok(r) if r.status() == 200 => Some(()),
-                _ => None,
-            }
-        })
-        .await;
+        command.spawn().expect("wavegate serve starts")
     }
 
     /// Kills the server the hard way: no shutdown, leases left held.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.server.take() {
+        self.kill_replica(0);
+        if let Some(mut child) = self.second.as_mut().and_then(|(_, c)| c.take()) {
             child.kill().unwrap();
             child.wait().unwrap();
         }
@@ -482,6 +577,73 @@ pub async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, Fake
         .await;
     bot.settle().await;
     (repo, pr)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh PostgreSQL database on the server `.ci/run` starts
+/// (`WAVEGATE_TEST_POSTGRES_URL`, default the local `test` database's
+/// server), dropped when the bot is.
+pub struct PostgresDatabase {
+    pub url: String,
+    name: String,
+}
+
+static NEXT_DATABASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn postgres_admin_url() -> String {
+    std::env::var("WAVEGATE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+impl PostgresDatabase {
+    pub async fn create() -> Self {
+        sqlx::any::install_default_drivers();
+        let name = format!(
+            "wavegate_bot_{}_{}",
+            std::process::id(),
+            NEXT_DATABASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let admin = postgres_admin_url();
+        let pool = sqlx::AnyPool::connect(&admin).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL at {admin} (start it, or set WAVEGATE_TEST_POSTGRES_URL): {e}")
+        });
+        let create = format!("CREATE DATABASE {name}");
+        sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        Self {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for PostgresDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(pool) = sqlx::AnyPool::connect(&postgres_admin_url()).await {
+                    let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&pool).await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 pub async fn answer(response: reqwest::Response) -> (u16, Value) {

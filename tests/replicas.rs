@@ -1,0 +1,186 @@
+//! Two replicas of the real binary on one PostgreSQL database, behind no load
+//! balancer but a coin: every webhook goes to a random replica and its
+//! redelivery to the other; one replica is killed (SIGKILL) mid-plan and the
+//! other mid-apply. Every delivery is handled once, no job runs twice at
+//! once, nothing applies twice, no approval is lost, the ledger verifies.
+
+mod common;
+#[path = "harness/bot.rs"]
+mod harness;
+mod support;
+
+use harness::*;
+use std::collections::BTreeSet;
+use support::RepoHandle;
+use wavegate::store::JobStatus;
+
+impl Bot {
+    /// Sends a delivery to a random replica, then redelivers it (same id)
+    /// to the other; exactly one of the two is recorded.
+    async fn deliver_twice(&mut self, delivery: (String, Vec<u8>)) -> usize {
+        self.deliveries += 1;
+        let id = format!("delivery-{}", self.deliveries);
+        let first = coin();
+        let (status, body) = self.post_github_to(first, &delivery, &id).await;
+        assert_eq!(status, 202, "{body}");
+        assert_ne!(body["status"], "duplicate", "{body}");
+        let (status, again) = self.post_github_to(1 - first, &delivery, &id).await;
+        assert_eq!((status, again["status"].as_str()), (202, Some("duplicate")));
+        first
+    }
+
+    /// `who` comments `body`, delivered to a random replica and redelivered.
+    async fn comment_twice(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) {
+        let id = self.forge.add_comment(repo, pr, who, body);
+        self.deliver_twice(support::github_comment(repo, pr, id, who, body))
+            .await;
+        self.settle().await;
+    }
+
+    /// Starts a killed replica again (the load balancer sends it work again).
+    async fn restart(&mut self, replica: usize) {
+        if replica == 0 {
+            self.start_server().await;
+        } else {
+            self.start_second().await;
+        }
+    }
+
+    /// Which replica holds the running job, by the pid in its worker id.
+    async fn replica_running_a_job(&self) -> usize {
+        self.until("a job is running", || async {
+            let jobs = self.jobs().await;
+            let owner = jobs
+                .iter()
+                .find(|j| j.status == JobStatus::Running)?
+                .lease_owner
+                .clone()?;
+            (0..2).find(|&r| {
+                self.pid_of(r)
+                    .is_some_and(|pid| owner.contains(&format!("-{pid}-")))
+            })
+        })
+        .await
+    }
+}
+
+/// Replica 0 or 1, from the clock's low bits.
+fn coin() -> usize {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    usize::from((nanos >> 10) & 1 == 1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happens_twice() {
+    let mut bot = Bot::start_replicated(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
+    let repo = open_slow_pr(&mut bot).await;
+
+    // Mid-plan: the replica planning is killed; the other plans the PR.
+    let planner = bot.replica_running_a_job().await;
+    bot.until("the plan hangs", || async {
+        (!bot.example.estate.join("hang-once").exists()).then_some(())
+    })
+    .await;
+    bot.kill_replica(planner);
+    let orphan = std::fs::read_to_string(bot.example.estate.join("hang-once.pid")).unwrap();
+    let _ = std::process::Command::new("kill")
+        .arg(orphan.trim())
+        .status();
+    bot.settle().await;
+    let digest = digest_in(&bot.report(&repo, 31).body);
+    let plan_job = bot
+        .jobs()
+        .await
+        .into_iter()
+        .find(|j| j.kind == "plan")
+        .unwrap();
+    assert_eq!((plan_job.status, plan_job.attempts), (JobStatus::Done, 2));
+    bot.restart(planner).await;
+
+    bot.comment_twice(&repo, 31, "rev-bob", &format!("/approve {digest}"))
+        .await;
+
+    // Mid-apply: app@dev changed the estate; its replica dies before saying so.
+    bot.pause_apply("dev", "app", "after");
+    let merged = bot.merge(&repo, 31, "slow");
+    bot.deliver_twice(support::github_pull_request("closed", &repo, &merged))
+        .await;
+    let pid = bot.until_apply_paused("dev", "app").await;
+    let applier = bot.replica_running_a_job().await;
+    bot.kill_replica(applier);
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    bot.resume_apply("dev", "app");
+    bot.settle().await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
+    bot.restart(applier).await;
+    let stage = digest_in(&bot.replies(&repo, 31).pop().unwrap());
+
+    bot.comment_twice(&repo, 31, "rev-carol", &format!("/approve prod {stage}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    let check = bot
+        .check_runs_named(
+            &repo,
+            merged.merge_sha.as_deref().unwrap(),
+            "wavegate/apply",
+        )
+        .pop()
+        .unwrap();
+    assert_eq!(check.conclusion.as_deref(), Some("success"));
+
+    // Every delivery once: one row each, and one job per delivery that asks for one.
+    let store = bot.store().await;
+    assert_eq!(
+        store.delivery_count().await.unwrap(),
+        i64::try_from(bot.deliveries).unwrap()
+    );
+    let jobs = bot.jobs().await;
+    assert!(jobs
+        .iter()
+        .all(|j| matches!(j.status, JobStatus::Done | JobStatus::Skipped)));
+    let merged_jobs: Vec<_> = jobs.iter().filter(|j| j.kind == "merged").collect();
+    assert_eq!(merged_jobs.len(), 1, "{jobs:#?}");
+    // No approval lost: both are in the ledger, spent by the run.
+    let facts = store.repo_facts("github:acme/infra").await.unwrap();
+    let kinds: BTreeSet<(String, String)> = facts
+        .iter()
+        .map(|f| (f.fact.gate.clone(), f.fact.kind.as_str().to_owned()))
+        .collect();
+    for expected in [
+        ("pr-31", "approved"),
+        ("pr-31", "spent"),
+        ("pr-31-prod", "approved"),
+        ("pr-31-prod", "spent"),
+    ] {
+        assert!(
+            kinds.contains(&(expected.0.to_owned(), expected.1.to_owned())),
+            "{expected:?} in {kinds:?}"
+        );
+    }
+    bot.assert_ledger_verifies();
+}
+
+/// PR 31 from a branch whose first plan of app@dev hangs.
+async fn open_slow_pr(bot: &mut Bot) -> RepoHandle {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    std::fs::write(bot.example.estate.join("hang-once"), "").unwrap();
+    bot.example.branch(
+        "slow",
+        "change",
+        &[(
+            "infra/app/.hang-once",
+            Some("hangs the first plan while $ESTATE_DIR/hang-once exists\n"),
+        )],
+    );
+    let pr = bot.open_pr(&repo, 31, "slow");
+    bot.deliver_twice(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    repo
+}
