@@ -61,6 +61,9 @@ pub struct Settings {
     pub job_lease: std::time::Duration,
     /// How log lines are written (`WAVEGATE_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// How often open pull requests and unfinished apply runs are
+    /// reconciled with the forges (also once at start); None: never.
+    pub reconcile_every: Option<std::time::Duration>,
 }
 
 /// How log lines are written on standard error.
@@ -83,6 +86,24 @@ pub fn log_format(value: Option<&str>) -> Result<LogFormat> {
         Some(other) => bail!(
             "WAVEGATE_LOG_FORMAT=`{other}` is not a log format; use `text` (the default) or `json`"
         ),
+    }
+}
+
+/// How often reconciliation sweeps unless `WAVEGATE_RECONCILE_EVERY` says otherwise.
+const DEFAULT_RECONCILE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Reads `WAVEGATE_RECONCILE_EVERY` (trimmed; unset: every 5 minutes): a
+/// duration of a second or more, or `off` (or `0`) for no reconciliation at
+/// all, at start included.
+fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
+    match value {
+        None => Ok(Some(DEFAULT_RECONCILE_EVERY)),
+        Some(v) if v.eq_ignore_ascii_case("off") || v == "0" => Ok(None),
+        Some(text) => crate::config::repo::parse_duration(text)
+            .ok()
+            .filter(|d| d.as_secs() >= 1)
+            .map(Some)
+            .with_context(|| format!("WAVEGATE_RECONCILE_EVERY=`{text}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile")),
     }
 }
 
@@ -150,6 +171,7 @@ impl Settings {
                 .with_context(|| format!("WAVEGATE_JOB_LEASE=`{text}` is not a duration of a second or more; write it like `90s` or `5m`"))?,
             None => std::time::Duration::from_secs(300),
         };
+        let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
         let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
         Ok(Self {
             listen,
@@ -168,6 +190,7 @@ impl Settings {
             workers,
             job_lease,
             log_format,
+            reconcile_every,
         })
     }
 }
@@ -255,6 +278,24 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("`/no/such.pem`, which cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn reconciliation_runs_every_five_minutes_unless_told_otherwise() {
+        let every = |v: &str| settings(&[("WAVEGATE_RECONCILE_EVERY", v)]);
+        let minutes = |m: u64| Some(std::time::Duration::from_secs(60 * m));
+        assert_eq!(settings(&[]).unwrap().reconcile_every, minutes(5));
+        assert_eq!(every(" ").unwrap().reconcile_every, minutes(5));
+        assert_eq!(every("2m").unwrap().reconcile_every, minutes(2));
+        assert_eq!(every("OFF").unwrap().reconcile_every, None);
+        assert_eq!(every("0").unwrap().reconcile_every, None);
+        for bad in ["5", "500ms", "soon", "-1m"] {
+            let e = every(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("WAVEGATE_RECONCILE_EVERY=`{bad}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile")
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
-use super::{CommitSha, PrNumber, PullRequest, RepoRef, User};
+use super::{CommitSha, PrNumber, PrState, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use crate::report::REPORT_MARKER;
 use anyhow::Result;
@@ -218,6 +218,15 @@ impl ForgeClient {
     }
 
     pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
+        Ok(self.pull_request_state(repo, pr).await?.0)
+    }
+
+    /// The pull request and whether it is open, closed or merged (and as what).
+    pub async fn pull_request_state(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+    ) -> Result<(PullRequest, PrState)> {
         match self {
             ForgeClient::GitHub(c) => c.pull_request(repo, pr).await,
             ForgeClient::Forgejo(c) => c.pull_request(repo, pr).await,

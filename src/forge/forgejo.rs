@@ -5,7 +5,7 @@
 use super::client::{Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::wire::WirePull;
-use super::{CommitSha, ForgeKind, PrNumber, PullRequest, RepoRef, User};
+use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
 use reqwest::Method;
@@ -174,7 +174,12 @@ impl ForgejoClient {
         Ok(())
     }
 
-    pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
+    /// The pull request as the forge has it now, and where it stands.
+    pub async fn pull_request(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+    ) -> Result<(PullRequest, PrState)> {
         let route = format!("/repos/{}/pulls/{}", repo.id.full_name, pr.0);
         let call = format!("GET /api/v1{route}");
         let reply = self.call(Method::GET, &route, None).await?.success(&call)?;

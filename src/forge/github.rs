@@ -10,7 +10,7 @@
 use super::client::{Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::wire::WirePull;
-use super::{CommitSha, ForgeKind, PrNumber, PullRequest, RepoRef, User};
+use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use anyhow::{anyhow, Context, Result};
 use octocrab::models::AppId;
@@ -337,7 +337,12 @@ impl GitHubClient {
         Ok(reply.json::<CheckRunBody>(&call)?.id)
     }
 
-    pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
+    /// The pull request as the forge has it now, and where it stands.
+    pub async fn pull_request(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+    ) -> Result<(PullRequest, PrState)> {
         let route = format!("/repos/{}/pulls/{}", repo.id.full_name, pr.0);
         let call = format!("GET {route}");
         let reply = self

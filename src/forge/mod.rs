@@ -203,6 +203,17 @@ pub struct PullRequest {
     pub head_clone_url: Option<String>,
 }
 
+/// Where a pull request stands, as the forge answers now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrState {
+    Open,
+    /// Closed without merging.
+    Closed,
+    Merged {
+        merge_sha: CommitSha,
+    },
+}
+
 /// What happened to a pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]

@@ -1,7 +1,7 @@
 //! The pull-request shape GitHub's and Forgejo's REST APIs share, read with
 //! our own serde structs; each forge says how it reads a user.
 
-use super::{CommitSha, PrNumber, PullRequest, User};
+use super::{CommitSha, PrNumber, PrState, PullRequest, User};
 use anyhow::{anyhow, Result};
 use serde::Deserialize;
 
@@ -27,18 +27,32 @@ pub(super) struct WirePull<U> {
     user: U,
     head: WireBranch,
     base: WireBranch,
+    /// `open` or `closed`.
+    state: String,
+    #[serde(default)]
+    merged: bool,
+    merge_commit_sha: Option<String>,
 }
 
 impl<U: Into<User>> WirePull<U> {
-    /// `call` names the request in errors.
-    pub(super) fn into_pull_request(self, call: &str) -> Result<PullRequest> {
+    /// The pull request and where it stands; `call` names the request in
+    /// errors. A merged pull request without a merge commit counts as closed
+    /// (as its `closed` webhook would: nothing to apply).
+    pub(super) fn into_pull_request(self, call: &str) -> Result<(PullRequest, PrState)> {
         let sha = |text: &str| CommitSha::parse(text).map_err(|e| anyhow!("{call}: {e}"));
+        let state = match (self.state.as_str(), self.merged, &self.merge_commit_sha) {
+            ("open", _, _) => PrState::Open,
+            (_, true, Some(merge)) => PrState::Merged {
+                merge_sha: sha(merge)?,
+            },
+            _ => PrState::Closed,
+        };
         // A head repository that is gone (a deleted fork) counts as a fork.
         let from_fork = match (&self.head.repo, &self.base.repo) {
             (Some(head), Some(base)) => head.full_name != base.full_name,
             _ => true,
         };
-        Ok(PullRequest {
+        let pr = PullRequest {
             number: PrNumber(self.number),
             title: self.title,
             author: self.user.into(),
@@ -50,6 +64,59 @@ impl<U: Into<User>> WirePull<U> {
                 .then(|| self.head.repo.map(|r| r.clone_url))
                 .flatten(),
             from_fork,
-        })
+        };
+        Ok((pr, state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Deserialize)]
+    struct Login {
+        login: String,
+    }
+
+    impl From<Login> for User {
+        fn from(user: Login) -> Self {
+            User {
+                id: 1,
+                login: user.login,
+                is_bot: false,
+            }
+        }
+    }
+
+    fn read(state: &str, merged: bool, merge: Option<&str>) -> PrState {
+        let branch = |name: &str, sha: char| {
+            json!({ "ref": name, "sha": sha.to_string().repeat(40),
+                    "repo": { "full_name": "acme/infra", "clone_url": "https://x/acme/infra.git" } })
+        };
+        let body = json!({
+            "number": 4, "title": "t", "user": { "login": "dev" },
+            "head": branch("feature", 'a'), "base": branch("main", 'b'),
+            "state": state, "merged": merged, "merge_commit_sha": merge,
+        });
+        let wire: WirePull<Login> = serde_json::from_value(body).unwrap();
+        let (pr, state) = wire.into_pull_request("GET /pulls/4").unwrap();
+        assert_eq!(pr.head_sha.as_str(), "a".repeat(40));
+        state
+    }
+
+    #[test]
+    fn the_state_says_open_closed_or_merged_as_what() {
+        let merge = "d".repeat(40);
+        // GitHub names the test merge commit of an open pull request too.
+        assert_eq!(read("open", false, Some(&merge)), PrState::Open);
+        assert_eq!(read("closed", false, None), PrState::Closed);
+        assert_eq!(
+            read("closed", true, Some(&merge)),
+            PrState::Merged {
+                merge_sha: CommitSha::parse(&merge).unwrap()
+            }
+        );
+        assert_eq!(read("closed", true, None), PrState::Closed);
     }
 }

@@ -16,6 +16,7 @@ use crate::forge::registry::Forges;
 use crate::forge::webhook;
 use crate::forge::ForgeKind;
 use crate::store::{Intake, NewDelivery, Store};
+use crate::worker::reconcile::Reconciler;
 use crate::worker::workspace::Workspace;
 use crate::worker::{task, Worker, WorkerOptions};
 use axum::extract::{DefaultBodyLimit, State};
@@ -151,6 +152,17 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             options: worker_options.clone(),
         };
         tasks.push(tokio::spawn(worker.run(stopping.clone())));
+    }
+    match settings.reconcile_every {
+        Some(every) => {
+            let reconciler = Reconciler {
+                store: store.clone(),
+                forges: forges.clone(),
+                wake: wake.clone(),
+            };
+            tasks.push(tokio::spawn(reconciler.run(every, stopping.clone())));
+        }
+        None => tracing::info!("reconciliation is off (WAVEGATE_RECONCILE_EVERY=off)"),
     }
     tracing::info!(%addr, workers = settings.workers, "wavegate is listening");
     Ok(Running {

@@ -46,6 +46,7 @@ macro_rules! run_columns {
          updated_at"
     };
 }
+pub(super) use run_columns;
 
 impl Store {
     /// Starts the pull request's run unless it has one; answers the run and
@@ -271,7 +272,7 @@ impl Store {
     }
 }
 
-fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
+pub(super) fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
     let id: i64 = row.try_get("id")?;
     let text = |column: &str| -> Result<String> { Ok(row.try_get::<String, _>(column)?) };
     let status = text("status")?;

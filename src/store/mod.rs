@@ -8,11 +8,13 @@ mod clock;
 mod intake;
 mod ledger;
 mod metrics;
+mod reconcile;
 mod sql;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use metrics::StoreFigures;
+pub use reconcile::Still;
 pub use sql::{backend_of, redact_url, Backend, Store};
 
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};

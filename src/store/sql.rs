@@ -60,6 +60,11 @@ const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "apply runs",
         sql: include_str!("migrations/sqlite/0004_apply.sql"),
     },
+    Migration {
+        version: 5,
+        name: "repositories",
+        sql: include_str!("migrations/sqlite/0005_repositories.sql"),
+    },
 ];
 
 const POSTGRES_MIGRATIONS: &[Migration] = &[
@@ -83,6 +88,11 @@ const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "apply runs",
         sql: include_str!("migrations/postgres/0004_apply.sql"),
     },
+    Migration {
+        version: 5,
+        name: "repositories",
+        sql: include_str!("migrations/postgres/0005_repositories.sql"),
+    },
 ];
 
 pub(super) fn newest_known_version() -> i64 {
@@ -102,6 +112,7 @@ macro_rules! pr_columns {
          report_comment_id, check_id, report_head, report_digest, report_status"
     };
 }
+pub(super) use pr_columns;
 
 macro_rules! plan_columns {
     () => {
@@ -667,7 +678,7 @@ impl Store {
     }
 }
 
-async fn insert_job(
+pub(super) async fn insert_job(
     conn: &mut AnyConnection,
     job: &NewJob,
     delivery: Option<i64>,
@@ -732,7 +743,7 @@ fn lease_not_held(job: JobId, worker: &str) -> anyhow::Error {
     .into()
 }
 
-fn millis(duration: Duration) -> i64 {
+pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -783,7 +794,7 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
     })
 }
 
-fn repo_from_row(row: &AnyRow) -> Result<RepoId> {
+pub(super) fn repo_from_row(row: &AnyRow) -> Result<RepoId> {
     let forge: String = row.try_get("forge")?;
     Ok(RepoId::new(
         forge_kind(&forge)?,
@@ -791,7 +802,7 @@ fn repo_from_row(row: &AnyRow) -> Result<RepoId> {
     ))
 }
 
-fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
+pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
     Ok(PrRecord {
         repo: repo_from_row(row)?,
         pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),

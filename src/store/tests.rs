@@ -855,3 +855,179 @@ on_both! {
         assert_eq!(estate["network@dev"]["vpc_id"], "vpc-2");
     }
 }
+
+fn repo_ref(installation: Option<u64>) -> crate::forge::RepoRef {
+    crate::forge::RepoRef {
+        id: repo(),
+        forge_id: 1,
+        clone_url: "https://forge.example/acme/infra.git".into(),
+        installation,
+    }
+}
+
+/// Claims the next job and marks it done.
+async fn finish_next(store: &Store) {
+    let job = store.claim("w", LEASE).await.unwrap().expect("a job");
+    store.complete(job.id, "w", JobOutcome::Done).await.unwrap();
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test]
+    async fn reconciliation_reads_the_open_prs_and_the_repositories_to_reach_them(f) {
+        f.store.upsert_repository(&repo_ref(Some(7))).await.unwrap();
+        f.store.upsert_repository(&repo_ref(Some(8))).await.unwrap();
+        let repos = f.store.repositories().await.unwrap();
+        assert_eq!(repos.len(), 1);
+        assert_eq!(repos[&repo()], repo_ref(Some(8)), "the latest ref wins");
+
+        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
+        f.store.upsert_pr_head(head(2, sha('b'), false)).await.unwrap();
+        f.store.upsert_pr_head(head(3, sha('c'), true)).await.unwrap();
+        let open: Vec<u64> = f.store.open_prs().await.unwrap().iter().map(|p| p.pr.0).collect();
+        assert_eq!(open, [1, 3]);
+
+        assert!(f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap());
+        assert!(!f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap(), "closed already");
+        let open: Vec<u64> = f.store.open_prs().await.unwrap().iter().map(|p| p.pr.0).collect();
+        assert_eq!(open, [3]);
+    }
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test]
+    async fn a_reconciled_job_is_enqueued_only_into_an_idle_queue(f) {
+        let key = "github:acme/infra#1";
+        f.store.enqueue(job(key, 3)).await.unwrap();
+        assert!(f.store.busy_queue_keys().await.unwrap().contains(key));
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
+
+        // Running counts as busy too.
+        let running = f.store.claim("w", LEASE).await.unwrap().unwrap();
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
+        f.store.complete(running.id, "w", JobOutcome::Done).await.unwrap();
+        assert!(f.store.busy_queue_keys().await.unwrap().is_empty());
+
+        let id = f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap();
+        let queued = f.store.job(id.expect("enqueued")).await.unwrap().unwrap();
+        assert_eq!((queued.queue_key.as_str(), queued.status), (key, JobStatus::Queued));
+        assert_eq!(f.store.job_delivery(queued.id).await.unwrap(), None);
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
+    }
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test]
+    async fn a_reconciled_plan_is_enqueued_while_the_report_is_not_of_that_head_and_base(f) {
+        let key = "github:acme/infra#1";
+        let (id, a, c) = (repo(), sha('a'), sha('c'));
+        let unplanned = |head, base_ref| Still::Unplanned { repo: &id, pr: PrNumber(1), head, base_ref };
+        let (a, c) = (&a, &c);
+        // Unknown pull requests are never planned by reconciliation.
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap(), None);
+
+        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
+        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap().is_some(),
+            "never reported");
+        finish_next(&f.store).await;
+        f.store
+            .set_pr_report(&repo(), PrNumber(1), PrReport {
+                head_sha: sha('a'),
+                digest: None,
+                comment_id: Some(1),
+                check_id: None,
+                status: "empty".into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap(), None,
+            "reported at that head by now");
+        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "release")).await.unwrap().is_some(),
+            "the base moved");
+        finish_next(&f.store).await;
+        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(c, "main")).await.unwrap().is_some(),
+            "the head moved");
+        finish_next(&f.store).await;
+
+        f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap();
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(c, "main")).await.unwrap(), None,
+            "closed pull requests are not planned");
+    }
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test]
+    async fn a_missed_merge_closes_the_pr_and_enqueues_its_apply_once(f) {
+        let key = "github:acme/infra#1";
+        let id = repo();
+        let merged = || Still::OpenThenClose { repo: &id, pr: PrNumber(1) };
+        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
+        assert!(f.store.enqueue_reconciled(job(key, 3), merged()).await.unwrap().is_some());
+        assert!(!f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap().open);
+        finish_next(&f.store).await;
+        assert_eq!(f.store.enqueue_reconciled(job(key, 3), merged()).await.unwrap(), None,
+            "closed by the first one");
+        assert_eq!(f.store.jobs().await.unwrap().len(), 1);
+    }
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_replicas_sweeping_at_once_enqueue_one_job_per_pull_request(f) {
+        let other = Store::open_with_clock(&f.url, f.clock.clone()).await.unwrap();
+        for pr in 1..=10u64 {
+            f.store.upsert_pr_head(head(pr, sha('a'), true)).await.unwrap();
+        }
+        let sweep = |store: Store| async move {
+            let id = repo();
+            let mut enqueued = 0;
+            for pr in 1..=10u64 {
+                let key = format!("github:acme/infra#{pr}");
+                let still = Still::OpenThenClose { repo: &id, pr: PrNumber(pr) };
+                enqueued += usize::from(store.enqueue_reconciled(job(&key, 3), still).await.unwrap().is_some());
+                let idle = store.enqueue_reconciled(job(&format!("{key}/idle"), 3), Still::Idle);
+                enqueued += usize::from(idle.await.unwrap().is_some());
+            }
+            enqueued
+        };
+        let (one, two) = tokio::join!(
+            tokio::spawn(sweep(f.store.clone())),
+            tokio::spawn(sweep(other))
+        );
+        assert_eq!(one.unwrap() + two.unwrap(), 20, "one of each, between them");
+        let jobs = f.store.jobs().await.unwrap();
+        let keys: BTreeSet<&str> = jobs.iter().map(|j| j.queue_key.as_str()).collect();
+        assert_eq!((jobs.len(), keys.len()), (20, 20));
+    }
+}
+
+on_both! {
+    fixture_on;
+    #[tokio::test]
+    async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f) {
+        let (_running, _) = merged_run(&f, 1).await;
+        let (mut waiting, _) = merged_run(&f, 2).await;
+        waiting.status = crate::apply::RunStatus::Waiting;
+        f.store.save_apply_run(&waiting).await.unwrap();
+        let (mut applied, _) = merged_run(&f, 3).await;
+        applied.status = crate::apply::RunStatus::Applied;
+        f.store.save_apply_run(&applied).await.unwrap();
+        let (mut failed, _) = merged_run(&f, 4).await;
+        failed.status = crate::apply::RunStatus::Failed;
+        f.store.save_apply_run(&failed).await.unwrap();
+
+        let unfinished: Vec<u64> = f
+            .store
+            .unfinished_apply_runs()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.pr.0)
+            .collect();
+        assert_eq!(unfinished, [1, 2]);
+    }
+}

@@ -10,6 +10,7 @@
 
 mod apply;
 mod gate;
+pub mod reconcile;
 pub mod task;
 pub mod workspace;
 
@@ -221,6 +222,8 @@ impl Worker {
         let task: Task = serde_json::from_value(job.payload.clone())
             .with_context(|| format!("job {} has a payload this wavegate cannot read", job.id))?;
         let client = self.forges.client(task.repo().id.forge)?;
+        // Reconciliation reaches the repository's pull requests through this.
+        self.store.upsert_repository(task.repo()).await?;
         match task {
             Task::Plan { repo, pr } => self.plan(&client, &repo, &pr).await,
             Task::Comment {

@@ -1,0 +1,464 @@
+//! Reconciliation: webhooks get lost (GitHub does not redeliver on its own),
+//! so at start and then periodically every open pull request the store
+//! knows is compared with the forge, and every unfinished apply run with the
+//! queue. A head or base that moved without a webhook is planned, a merge
+//! whose webhook was lost starts its apply run, a pull request closed
+//! without merging is marked closed, and a run that nothing drives any more
+//! (running with no job, or waiting for a lock nobody holds) is resumed.
+//!
+//! The sweep only enqueues jobs; workers run them. Several replicas may
+//! sweep at once: each enqueue is made only if the pull request's queue is
+//! idle and what the sweep saw still holds, checked in the transaction that
+//! inserts the job ([`Store::enqueue_reconciled`]), so a second replica finds
+//! the first one's job (or its outcome) and enqueues nothing.
+
+use super::task::{queue_key, Task};
+use crate::apply::{RunStatus, Wait};
+use crate::forge::registry::Forges;
+use crate::forge::{CommitSha, PrNumber, PrState, PullRequest, RepoId, RepoRef};
+use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
+use anyhow::{Context, Result};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Notify};
+
+/// What reconciling one open pull request calls for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Its head or base moved since the report: plan it as the forge has it.
+    Plan,
+    /// Merged, and no apply run exists: start one on the merge commit.
+    StartApply { merge_sha: CommitSha },
+    /// Closed (or merged with its run started): the store learns it.
+    MarkClosed,
+}
+
+/// The pure decision for a pull request the store knows as open, given the
+/// forge's answer and whether it has an apply run. None: nothing to do.
+pub fn reconcile_decision(
+    known: &PrRecord,
+    forge: &PullRequest,
+    state: &PrState,
+    has_run: bool,
+) -> Option<Action> {
+    match state {
+        PrState::Open => {
+            let reported = known.report_head.as_ref() == Some(&forge.head_sha);
+            let same_base = known.base_ref == forge.base_ref;
+            (!reported || !same_base).then_some(Action::Plan)
+        }
+        PrState::Merged { merge_sha } if !has_run => Some(Action::StartApply {
+            merge_sha: merge_sha.clone(),
+        }),
+        PrState::Merged { .. } | PrState::Closed => Some(Action::MarkClosed),
+    }
+}
+
+/// Whether an unfinished run needs a job to drive it on (its queue being
+/// idle): a running one always; one waiting for a lock when the lock is not
+/// held by another run any more (`lock_holder`: the run holding the member
+/// it waits for). Runs waiting for a person are left to that person.
+pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>) -> bool {
+    match (run.status, &run.record.wait) {
+        (RunStatus::Running, _) => true,
+        (RunStatus::Waiting, Some(Wait::Lock { .. })) => {
+            lock_holder.is_none_or(|holder| holder == run.id)
+        }
+        _ => false,
+    }
+}
+
+/// What one sweep did, for its log line (one field each).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    /// Open pull requests asked about.
+    pub checked: usize,
+    pub planned: usize,
+    pub applies_started: usize,
+    pub closed: usize,
+    pub runs_resumed: usize,
+    /// Left alone: a job of theirs is queued or running.
+    pub busy: usize,
+    /// Open pull requests of repositories the bot has no way to reach yet
+    /// (no job of theirs ran since the upgrade that records them).
+    pub unreachable: usize,
+    pub errors: usize,
+}
+
+/// Sweeps the store against the forges; one per server.
+#[derive(Clone)]
+pub struct Reconciler {
+    pub store: Store,
+    pub forges: Arc<Forges>,
+    /// Notified when a job was enqueued.
+    pub wake: Arc<Notify>,
+}
+
+impl Reconciler {
+    /// Sweeps now and then every `every` until `shutdown` turns true (a
+    /// sweep in progress is dropped: it only reads and enqueues).
+    pub async fn run(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(every = ?every, "reconciliation started");
+        loop {
+            tokio::select! {
+                () = self.sweep_and_log() => {}
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            }
+        }
+        tracing::info!("reconciliation stopped");
+    }
+
+    async fn sweep_and_log(&self) {
+        let started = Instant::now();
+        match self.sweep().await {
+            Ok(sweep) => tracing::info!(
+                checked = sweep.checked,
+                planned = sweep.planned,
+                applies_started = sweep.applies_started,
+                closed = sweep.closed,
+                runs_resumed = sweep.runs_resumed,
+                busy = sweep.busy,
+                unreachable = sweep.unreachable,
+                errors = sweep.errors,
+                elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "reconciliation sweep finished"
+            ),
+            Err(error) => tracing::error!("reconciliation sweep failed: {error:#}"),
+        }
+    }
+
+    /// One sweep. An error about one pull request or run is logged and
+    /// counted, and the sweep goes on; only failing to read the store ends it.
+    pub async fn sweep(&self) -> Result<Sweep> {
+        let mut sweep = Sweep::default();
+        let mut busy = self.store.busy_queue_keys().await?;
+        let repos = self.store.repositories().await?;
+        for known in self.store.open_prs().await? {
+            let key = queue_key(&known.repo, known.pr);
+            if busy.contains(&key) {
+                sweep.busy += 1;
+                continue;
+            }
+            let Some(repo) = repos.get(&known.repo) else {
+                sweep.unreachable += 1;
+                continue;
+            };
+            sweep.checked += 1;
+            if let Err(error) = self.reconcile_pr(repo, &known, &mut sweep, &mut busy).await {
+                sweep.errors += 1;
+                tracing::warn!(
+                    repo = %known.repo,
+                    pr = known.pr.0,
+                    "reconciling pull request {}{} failed: {error:#}",
+                    known.repo,
+                    known.pr
+                );
+            }
+        }
+        for run in self.store.unfinished_apply_runs().await? {
+            if busy.contains(&queue_key(&run.repo.id, run.pr)) {
+                sweep.busy += 1;
+                continue;
+            }
+            if let Err(error) = self.reconcile_run(&run, &mut sweep).await {
+                sweep.errors += 1;
+                tracing::warn!(
+                    repo = %run.repo.id,
+                    pr = run.pr.0,
+                    "reconciling apply run {} of {}{} failed: {error:#}",
+                    run.id,
+                    run.repo.id,
+                    run.pr
+                );
+            }
+        }
+        Ok(sweep)
+    }
+
+    async fn reconcile_pr(
+        &self,
+        repo: &RepoRef,
+        known: &PrRecord,
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
+        let client = self.forges.client(repo.id.forge)?;
+        let (pr, state) = client
+            .pull_request_state(repo, known.pr)
+            .await
+            .context("asking the forge")?;
+        let has_run = matches!(state, PrState::Merged { .. })
+            && self.store.apply_run(&repo.id, known.pr).await?.is_some();
+        let Some(action) = reconcile_decision(known, &pr, &state, has_run) else {
+            return Ok(());
+        };
+        let (repo_id, number) = (&repo.id, known.pr);
+        match action {
+            Action::Plan => {
+                let task = Task::Plan {
+                    repo: repo.clone(),
+                    pr: pr.clone(),
+                };
+                let still = Still::Unplanned {
+                    repo: repo_id,
+                    pr: number,
+                    head: &pr.head_sha,
+                    base_ref: &pr.base_ref,
+                };
+                if let Some(job) = self
+                    .store
+                    .enqueue_reconciled(task.into_job(), still)
+                    .await?
+                {
+                    tracing::info!(repo = %repo_id, pr = number.0, %job,
+                        "{repo_id}{number} is at {} on {}, not what was last planned: planning it",
+                        pr.head_sha.short(), pr.base_ref);
+                    sweep.planned += 1;
+                    self.enqueued(busy, repo_id, number);
+                }
+            }
+            Action::StartApply { merge_sha } => {
+                let task = Task::Merged {
+                    repo: repo.clone(),
+                    pr: pr.clone(),
+                    merge_sha: merge_sha.clone(),
+                };
+                let still = Still::OpenThenClose {
+                    repo: repo_id,
+                    pr: number,
+                };
+                if let Some(job) = self
+                    .store
+                    .enqueue_reconciled(task.into_job(), still)
+                    .await?
+                {
+                    tracing::info!(repo = %repo_id, pr = number.0, %job,
+                        "{repo_id}{number} was merged as {} without a webhook: starting its apply run",
+                        merge_sha.short());
+                    sweep.applies_started += 1;
+                    self.enqueued(busy, repo_id, number);
+                }
+            }
+            Action::MarkClosed => {
+                if self.store.mark_pr_closed(repo_id, number).await? {
+                    tracing::info!(repo = %repo_id, pr = number.0,
+                        "{repo_id}{number} was closed without a webhook");
+                    sweep.closed += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconcile_run(&self, run: &ApplyRunRecord, sweep: &mut Sweep) -> Result<()> {
+        let holder = match &run.record.wait {
+            Some(Wait::Lock { member, .. }) if run.status == RunStatus::Waiting => {
+                self.store.member_lock_holder(&run.repo.id, member).await?
+            }
+            _ => None,
+        };
+        if !run_needs_resume(run, holder) {
+            return Ok(());
+        }
+        let task = Task::Apply {
+            repo: run.repo.clone(),
+            pr: run.pr,
+        };
+        if let Some(job) = self
+            .store
+            .enqueue_reconciled(task.into_job(), Still::Idle)
+            .await?
+        {
+            tracing::info!(repo = %run.repo.id, pr = run.pr.0, %job,
+                "apply run {} of {}{} is {} with nothing driving it: resuming it",
+                run.id, run.repo.id, run.pr, run.status.as_str());
+            sweep.runs_resumed += 1;
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// A job is queued for the pull request: the rest of the sweep leaves it be.
+    fn enqueued(&self, busy: &mut HashSet<String>, repo: &RepoId, pr: PrNumber) {
+        busy.insert(queue_key(repo, pr));
+        self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::AttemptRecord;
+    use crate::forge::{ForgeKind, User};
+
+    fn sha(c: char) -> CommitSha {
+        CommitSha::parse(&c.to_string().repeat(40)).unwrap()
+    }
+
+    fn known(head: char, report: Option<char>) -> PrRecord {
+        PrRecord {
+            repo: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+            pr: PrNumber(3),
+            head_sha: sha(head),
+            base_ref: "main".into(),
+            open: true,
+            report_comment_id: report.map(|_| 11),
+            check_id: None,
+            report_head: report.map(sha),
+            report_digest: None,
+            report_status: report.map(|_| "pending".into()),
+        }
+    }
+
+    fn forge(head: char, base: &str) -> PullRequest {
+        PullRequest {
+            number: PrNumber(3),
+            title: "t".into(),
+            author: User {
+                id: 1,
+                login: "dev".into(),
+                is_bot: false,
+            },
+            head_sha: sha(head),
+            head_ref: "feature".into(),
+            base_ref: base.into(),
+            base_sha: sha('b'),
+            from_fork: false,
+            head_clone_url: None,
+        }
+    }
+
+    #[test]
+    fn an_open_pr_reported_at_its_head_is_left_alone() {
+        let decision = reconcile_decision(
+            &known('a', Some('a')),
+            &forge('a', "main"),
+            &PrState::Open,
+            false,
+        );
+        assert_eq!(decision, None);
+    }
+
+    #[test]
+    fn a_head_that_moved_without_a_webhook_is_planned() {
+        // The push's webhook was lost: the store still says `a`.
+        let decision = reconcile_decision(
+            &known('a', Some('a')),
+            &forge('c', "main"),
+            &PrState::Open,
+            false,
+        );
+        assert_eq!(decision, Some(Action::Plan));
+    }
+
+    #[test]
+    fn a_head_never_reported_is_planned_and_so_is_a_moved_base() {
+        let never = reconcile_decision(
+            &known('a', None),
+            &forge('a', "main"),
+            &PrState::Open,
+            false,
+        );
+        assert_eq!(never, Some(Action::Plan));
+        let rebased = reconcile_decision(
+            &known('a', Some('a')),
+            &forge('a', "release"),
+            &PrState::Open,
+            false,
+        );
+        assert_eq!(rebased, Some(Action::Plan));
+    }
+
+    #[test]
+    fn a_merge_without_a_run_starts_one_and_with_a_run_only_closes() {
+        let merged = PrState::Merged {
+            merge_sha: sha('d'),
+        };
+        let known = known('a', Some('a'));
+        assert_eq!(
+            reconcile_decision(&known, &forge('a', "main"), &merged, false),
+            Some(Action::StartApply {
+                merge_sha: sha('d')
+            })
+        );
+        assert_eq!(
+            reconcile_decision(&known, &forge('a', "main"), &merged, true),
+            Some(Action::MarkClosed)
+        );
+    }
+
+    #[test]
+    fn a_pr_closed_unmerged_is_marked_closed_whatever_its_head() {
+        assert_eq!(
+            reconcile_decision(
+                &known('a', Some('a')),
+                &forge('c', "main"),
+                &PrState::Closed,
+                false
+            ),
+            Some(Action::MarkClosed)
+        );
+    }
+
+    fn run(status: RunStatus, wait: Option<Wait>) -> ApplyRunRecord {
+        ApplyRunRecord {
+            id: 5,
+            repo: RepoRef {
+                id: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+                forge_id: 1,
+                clone_url: "file:///tmp/infra".into(),
+                installation: Some(9),
+            },
+            pr: PrNumber(3),
+            merge_sha: sha('d'),
+            base_sha: sha('b'),
+            plan_id: 1,
+            digest: "sha256:x".into(),
+            status,
+            record: AttemptRecord {
+                wait,
+                ..AttemptRecord::default()
+            },
+            check_id: None,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_running_run_with_nothing_driving_it_resumes() {
+        assert!(run_needs_resume(&run(RunStatus::Running, None), None));
+    }
+
+    #[test]
+    fn a_run_waiting_for_a_lock_resumes_once_nobody_else_holds_it() {
+        let waiting = run(
+            RunStatus::Waiting,
+            Some(Wait::Lock {
+                member: "app@dev".into(),
+                pr: 2,
+            }),
+        );
+        assert!(!run_needs_resume(&waiting, Some(4)), "run 4 holds it");
+        assert!(run_needs_resume(&waiting, None));
+        assert!(run_needs_resume(&waiting, Some(5)), "it holds it itself");
+    }
+
+    #[test]
+    fn runs_waiting_for_a_person_or_finished_are_left_alone() {
+        let approval = Wait::PrApproval {
+            gate: "pr-3".into(),
+            digest: "sha256:x".into(),
+        };
+        assert!(!run_needs_resume(
+            &run(RunStatus::Waiting, Some(approval)),
+            None
+        ));
+        assert!(!run_needs_resume(&run(RunStatus::Applied, None), None));
+        assert!(!run_needs_resume(&run(RunStatus::Failed, None), None));
+    }
+}
