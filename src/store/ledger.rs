@@ -186,79 +186,73 @@ mod tests {
         }
     }
 
-    on_both! {
-        fixture_on;
-        #[tokio::test]
-        async fn each_repository_has_its_own_chain_and_facts_read_back_as_appended(f) {
-            let store = f.store.clone();
-            let mut appended = Vec::new();
-            for (n, (repo, gate)) in [
-                (INFRA, "pr-1"),
-                (SITE, "pr-1"),
-                (INFRA, "pr-2"),
-                (INFRA, "pr-1"),
-                (SITE, "pr-7"),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                let mut new = approval(repo, gate, 10 + n as u64, n as u64);
-                new.data = serde_json::json!({ "note": format!("fact {n}") });
-                appended.push(store.append_fact(new).await.unwrap());
-            }
-            let seqs: Vec<(&str, i64)> = appended
-                .iter()
-                .map(|f| (f.fact.repo.as_str(), f.seq))
-                .collect();
-            assert_eq!(
-                seqs,
-                [(INFRA, 1), (SITE, 1), (INFRA, 2), (INFRA, 3), (SITE, 2)]
-            );
-            assert_eq!(store.ledger_repos().await.unwrap(), [SITE, INFRA]);
-
-            let infra = store.repo_facts(INFRA).await.unwrap();
-            assert_eq!(
-                infra,
-                [
-                    appended[0].clone(),
-                    appended[2].clone(),
-                    appended[3].clone()
-                ]
-            );
-            let site = store.repo_facts(SITE).await.unwrap();
-            assert_eq!(site, [appended[1].clone(), appended[4].clone()]);
-            assert_eq!(verify_chain(&infra), Ok(()));
-            assert_eq!(verify_chain(&site), Ok(()));
-
-            let gate = store.gate_facts(INFRA, "pr-1").await.unwrap();
-            assert_eq!(gate, [appended[0].clone(), appended[3].clone()]);
-            assert!(matches!(
-                ledger::evaluate(&gate, &appended[0].fact.digest, 2),
-                Evaluation::Satisfied { count: 2, .. }
-            ));
+    on_both!(fixture_on, each_repository_has_its_own_chain_and_facts_read_back_as_appended, #[tokio::test]);
+    async fn each_repository_has_its_own_chain_and_facts_read_back_as_appended(f: Fixture) {
+        let store = f.store.clone();
+        let mut appended = Vec::new();
+        for (n, (repo, gate)) in [
+            (INFRA, "pr-1"),
+            (SITE, "pr-1"),
+            (INFRA, "pr-2"),
+            (INFRA, "pr-1"),
+            (SITE, "pr-7"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut new = approval(repo, gate, 10 + n as u64, n as u64);
+            new.data = serde_json::json!({ "note": format!("fact {n}") });
+            appended.push(store.append_fact(new).await.unwrap());
         }
+        let seqs: Vec<(&str, i64)> = appended
+            .iter()
+            .map(|f| (f.fact.repo.as_str(), f.seq))
+            .collect();
+        assert_eq!(
+            seqs,
+            [(INFRA, 1), (SITE, 1), (INFRA, 2), (INFRA, 3), (SITE, 2)]
+        );
+        assert_eq!(store.ledger_repos().await.unwrap(), [SITE, INFRA]);
+
+        let infra = store.repo_facts(INFRA).await.unwrap();
+        assert_eq!(
+            infra,
+            [
+                appended[0].clone(),
+                appended[2].clone(),
+                appended[3].clone()
+            ]
+        );
+        let site = store.repo_facts(SITE).await.unwrap();
+        assert_eq!(site, [appended[1].clone(), appended[4].clone()]);
+        assert_eq!(verify_chain(&infra), Ok(()));
+        assert_eq!(verify_chain(&site), Ok(()));
+
+        let gate = store.gate_facts(INFRA, "pr-1").await.unwrap();
+        assert_eq!(gate, [appended[0].clone(), appended[3].clone()]);
+        assert!(matches!(
+            ledger::evaluate(&gate, &appended[0].fact.digest, 2),
+            Evaluation::Satisfied { count: 2, .. }
+        ));
     }
 
-    on_both! {
-        fixture_on;
-        #[tokio::test]
-        async fn the_database_refuses_to_change_or_remove_a_fact(f) {
-            let store = f.store.clone();
-            store
-                .append_fact(approval(INFRA, "pr-1", 1, 1))
-                .await
-                .unwrap();
-            let update = sqlx::query("UPDATE facts SET actor_login = 'mallory'")
-                .execute(&store.pool)
-                .await;
-            assert!(update.unwrap_err().to_string().contains("append-only"));
-            let delete = sqlx::query("DELETE FROM facts").execute(&store.pool).await;
-            assert!(delete.unwrap_err().to_string().contains("append-only"));
-            assert_eq!(
-                store.repo_facts(INFRA).await.unwrap()[0].fact.actor.login,
-                "user1"
-            );
-        }
+    on_both!(fixture_on, the_database_refuses_to_change_or_remove_a_fact, #[tokio::test]);
+    async fn the_database_refuses_to_change_or_remove_a_fact(f: Fixture) {
+        let store = f.store.clone();
+        store
+            .append_fact(approval(INFRA, "pr-1", 1, 1))
+            .await
+            .unwrap();
+        let update = sqlx::query("UPDATE facts SET actor_login = 'mallory'")
+            .execute(&store.pool)
+            .await;
+        assert!(update.unwrap_err().to_string().contains("append-only"));
+        let delete = sqlx::query("DELETE FROM facts").execute(&store.pool).await;
+        assert!(delete.unwrap_err().to_string().contains("append-only"));
+        assert_eq!(
+            store.repo_facts(INFRA).await.unwrap()[0].fact.actor.login,
+            "user1"
+        );
     }
 
     #[tokio::test]
@@ -272,53 +266,50 @@ mod tests {
         assert!(!path.exists());
     }
 
-    on_both! {
-        fixture_on;
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_appends_form_one_gapless_chain_per_repository(f) {
-            const TASKS: u64 = 8;
-            const EACH: u64 = 20;
-            let store = f.store.clone();
-            let other = Store::open(&f.database.url).await.unwrap();
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|task| {
-                    // Half the tasks append through a second store on the same
-                    // database: another replica.
-                    let store = if task % 2 == 0 {
-                        store.clone()
-                    } else {
-                        other.clone()
-                    };
-                    tokio::spawn(async move {
-                        for n in 0..EACH {
-                            let repo = if (task + n) % 2 == 0 { INFRA } else { SITE };
-                            let gate = format!("pr-{task}");
-                            store
-                                .append_fact(approval(repo, &gate, task, task * EACH + n))
-                                .await
-                                .unwrap();
-                        }
-                    })
+    on_both!(fixture_on, concurrent_appends_form_one_gapless_chain_per_repository, #[tokio::test(flavor = "multi_thread", worker_threads = 2)]);
+    async fn concurrent_appends_form_one_gapless_chain_per_repository(f: Fixture) {
+        const TASKS: u64 = 8;
+        const EACH: u64 = 20;
+        let store = f.store.clone();
+        let other = Store::open(&f.database.url).await.unwrap();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                // Half the tasks append through a second store on the same
+                // database: another replica.
+                let store = if task % 2 == 0 {
+                    store.clone()
+                } else {
+                    other.clone()
+                };
+                tokio::spawn(async move {
+                    for n in 0..EACH {
+                        let repo = if (task + n) % 2 == 0 { INFRA } else { SITE };
+                        let gate = format!("pr-{task}");
+                        store
+                            .append_fact(approval(repo, &gate, task, task * EACH + n))
+                            .await
+                            .unwrap();
+                    }
                 })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
-            }
-
-            let mut per_repo = BTreeMap::new();
-            for repo in store.ledger_repos().await.unwrap() {
-                let facts = store.repo_facts(&repo).await.unwrap();
-                assert_eq!(verify_chain(&facts), Ok(()), "{repo}");
-                let seqs: Vec<i64> = facts.iter().map(|f| f.seq).collect();
-                let expected: Vec<i64> = (1..=facts.len() as i64).collect();
-                assert_eq!(seqs, expected, "{repo}");
-                per_repo.insert(repo, facts.len());
-            }
-            let half = usize::try_from(TASKS * EACH / 2).unwrap();
-            assert_eq!(
-                per_repo,
-                BTreeMap::from([(SITE.to_owned(), half), (INFRA.to_owned(), half)])
-            );
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
         }
+
+        let mut per_repo = BTreeMap::new();
+        for repo in store.ledger_repos().await.unwrap() {
+            let facts = store.repo_facts(&repo).await.unwrap();
+            assert_eq!(verify_chain(&facts), Ok(()), "{repo}");
+            let seqs: Vec<i64> = facts.iter().map(|f| f.seq).collect();
+            let expected: Vec<i64> = (1..=facts.len() as i64).collect();
+            assert_eq!(seqs, expected, "{repo}");
+            per_repo.insert(repo, facts.len());
+        }
+        let half = usize::try_from(TASKS * EACH / 2).unwrap();
+        assert_eq!(
+            per_repo,
+            BTreeMap::from([(SITE.to_owned(), half), (INFRA.to_owned(), half)])
+        );
     }
 }

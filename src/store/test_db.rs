@@ -95,23 +95,20 @@ impl Drop for PostgresDatabase {
     }
 }
 
-/// One store test, run on SQLite and on PostgreSQL: `$fixture(backend)`
-/// makes what the story gets.
+/// Runs the store test `$name(fixture)` on SQLite and on PostgreSQL, as
+/// `$name::sqlite` and `$name::postgres`; `$fixture(backend)` makes what the
+/// test gets.
 macro_rules! on_both {
-    ($fixture:ident; $(#[$meta:meta])* async fn $name:ident($f:ident) $body:block) => {
+    ($fixture:ident, $name:ident, #[$test:meta]) => {
         mod $name {
-            use super::*;
-
-            async fn story($f: Fixture) $body
-
-            $(#[$meta])*
+            #[$test]
             async fn sqlite() {
-                story($fixture($crate::store::Backend::Sqlite).await).await
+                super::$name(super::$fixture($crate::store::Backend::Sqlite).await).await
             }
 
-            $(#[$meta])*
+            #[$test]
             async fn postgres() {
-                story($fixture($crate::store::Backend::Postgres).await).await
+                super::$name(super::$fixture($crate::store::Backend::Postgres).await).await
             }
         }
     };

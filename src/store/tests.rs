@@ -83,523 +83,471 @@ fn backoff_starts_at_five_seconds_doubles_and_stops_at_ten_minutes() {
     assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f) {
-        let first = f
-            .store
-            .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
-            .await
-            .unwrap();
-        assert!(matches!(first, Intake::Recorded { job: Some(_), .. }));
+on_both!(fixture_on, redelivery_is_a_duplicate_and_enqueues_no_second_job, #[tokio::test]);
+async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f: Fixture) {
+    let first = f
+        .store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    assert!(matches!(first, Intake::Recorded { job: Some(_), .. }));
 
-        let again = f
-            .store
-            .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
-            .await
-            .unwrap();
-
-        assert_eq!(again, Intake::Duplicate);
-        assert_eq!(f.store.jobs().await.unwrap().len(), 1);
-        assert_eq!(f.store.delivery_count().await.unwrap(), 1);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_duplicate_writes_nothing_not_even_the_pr_head(f) {
-        f.store
-            .record_delivery(delivery("d-1"), None, Some(head(1, sha('a'), true)))
-            .await
-            .unwrap();
-
-        let again = f
-            .store
-            .record_delivery(delivery("d-1"), None, Some(head(1, sha('b'), true)))
-            .await
-            .unwrap();
-
-        assert_eq!(again, Intake::Duplicate);
-        let pr = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
-        assert_eq!(pr.head_sha, sha('a'));
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f) {
-        f.store
-            .record_delivery(delivery("d-1"), None, None)
-            .await
-            .unwrap();
-        let other_hook = NewDelivery {
-            target: "hook:99".into(),
-            ..delivery("d-1")
-        };
-
-        let intake = f
-            .store
-            .record_delivery(other_hook, None, None)
-            .await
-            .unwrap();
-
-        assert!(matches!(intake, Intake::Recorded { job: None, .. }));
-        assert_eq!(f.store.delivery_count().await.unwrap(), 2);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_ping_with_no_work_is_still_recorded(f) {
-        let ping = NewDelivery {
-            event_type: "ping".into(),
-            ..delivery("p-1")
-        };
-
-        let intake = f.store.record_delivery(ping, None, None).await.unwrap();
-
-        assert!(matches!(intake, Intake::Recorded { job: None, .. }));
-        assert_eq!(f.store.delivery_count().await.unwrap(), 1);
-        assert!(f.store.jobs().await.unwrap().is_empty());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn jobs_of_one_pr_run_one_at_a_time_while_other_prs_go_on(f) {
-        let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        let second = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        let other_pr = f.store.enqueue(job("pr-2", 3)).await.unwrap();
-
-        let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
-        assert_eq!(claimed.id, first);
-        assert_eq!(claimed.status, JobStatus::Running);
-        assert_eq!(claimed.attempts, 1);
-        assert_eq!(claimed.lease_owner.as_deref(), Some("w1"));
-        assert_eq!(claimed.lease_until, Some(START_MS + 30_000));
-
-        let meanwhile = f.store.claim("w2", LEASE).await.unwrap().unwrap();
-        assert_eq!(meanwhile.id, other_pr);
-        assert!(f.store.claim("w3", LEASE).await.unwrap().is_none());
-
-        f.store
-            .complete(first, "w1", JobOutcome::Done)
-            .await
-            .unwrap();
-
-        let next = f.store.claim("w3", LEASE).await.unwrap().unwrap();
-        assert_eq!(next.id, second);
-        let done = f.store.job(first).await.unwrap().unwrap();
-        assert_eq!(done.status, JobStatus::Done);
-        assert_eq!(done.outcome, None);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_skipped_job_keeps_its_reason(f) {
-        let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        f.store.claim("w1", LEASE).await.unwrap().unwrap();
-
-        let reason = format!("superseded by {}", sha('b'));
-        f.store
-            .complete(id, "w1", JobOutcome::Skipped(reason.clone()))
-            .await
-            .unwrap();
-
-        let skipped = f.store.job(id).await.unwrap().unwrap();
-        assert_eq!(skipped.status, JobStatus::Skipped);
-        assert_eq!(skipped.outcome, Some(reason));
-        assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn expired_lease_goes_to_a_second_worker_and_the_first_cannot_finish_it(f) {
-        let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        f.store.claim("w1", LEASE).await.unwrap().unwrap();
-        f.clock.advance(29_999);
-        assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
-
-        f.clock.advance(1);
-        let taken_over = f.store.claim("w2", LEASE).await.unwrap().unwrap();
-
-        assert_eq!(taken_over.id, id);
-        assert_eq!(taken_over.attempts, 2);
-        assert_eq!(taken_over.lease_owner.as_deref(), Some("w2"));
-        let late = f
-            .store
-            .complete(id, "w1", JobOutcome::Done)
-            .await
-            .unwrap_err();
-        assert!(lease_not_held(&late), "{late:?}");
-        let late_failure = f.store.fail(id, "w1", "boom").await.unwrap_err();
-        assert!(lease_not_held(&late_failure), "{late_failure:?}");
-        assert!(!f.store.extend_lease(id, "w1", LEASE).await.unwrap());
-        let still = f.store.job(id).await.unwrap().unwrap();
-        assert_eq!(still.status, JobStatus::Running);
-        assert_eq!(still.lease_owner.as_deref(), Some("w2"));
-        f.store.complete(id, "w2", JobOutcome::Done).await.unwrap();
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn an_extended_lease_keeps_the_job_from_being_taken_over(f) {
-        let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        f.store.claim("w1", LEASE).await.unwrap().unwrap();
-        f.clock.advance(20_000);
-
-        assert!(f.store.extend_lease(id, "w1", LEASE).await.unwrap());
-        f.clock.advance(20_000);
-
-        assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
-        let job = f.store.job(id).await.unwrap().unwrap();
-        assert_eq!(job.lease_until, Some(START_MS + 50_000));
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_failed_job_retries_after_backoff_and_dies_after_max_attempts(f) {
-        let id = f.store.enqueue(job("pr-1", 2)).await.unwrap();
-        f.store.claim("w1", LEASE).await.unwrap().unwrap();
-
-        let outcome = f.store.fail(id, "w1", "forge answered 502").await.unwrap();
-
-        let retry_at = START_MS + backoff(1).as_millis() as i64;
-        assert_eq!(outcome, FailOutcome::Retry { at: retry_at });
-        let waiting = f.store.job(id).await.unwrap().unwrap();
-        assert_eq!(waiting.status, JobStatus::Queued);
-        assert_eq!(waiting.run_after, retry_at);
-        assert_eq!(waiting.last_error.as_deref(), Some("forge answered 502"));
-        f.clock.set(retry_at - 1);
-        assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
-
-        f.clock.set(retry_at);
-        let second_try = f.store.claim("w1", LEASE).await.unwrap().unwrap();
-        assert_eq!(second_try.attempts, 2);
-        let outcome = f.store.fail(id, "w1", "forge answered 503").await.unwrap();
-
-        assert_eq!(outcome, FailOutcome::Dead);
-        let dead = f.store.job(id).await.unwrap().unwrap();
-        assert_eq!(dead.status, JobStatus::Dead);
-        assert_eq!(dead.last_error.as_deref(), Some("forge answered 503"));
-        f.clock.advance(24 * 3600 * 1000);
-        assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_job_waiting_to_retry_holds_back_later_jobs_of_its_pr(f) {
-        let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        let later = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        f.store.claim("w1", LEASE).await.unwrap().unwrap();
-        let FailOutcome::Retry { at } = f.store.fail(first, "w1", "flaky").await.unwrap() else {
-            panic!("a first failure must be retried");
-        };
-
-        assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
-
-        f.clock.set(at);
-        assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, first);
-        f.store
-            .complete(first, "w1", JobOutcome::Done)
-            .await
-            .unwrap();
-        assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, later);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_job_whose_worker_keeps_crashing_is_dead_lettered_and_the_next_one_runs(f) {
-        let crashing = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        let next = f.store.enqueue(job("pr-1", 3)).await.unwrap();
-        for attempt in 1..=3 {
-            let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
-            assert_eq!((claimed.id, claimed.attempts), (crashing, attempt));
-            f.clock.advance(LEASE.as_millis() as i64);
-        }
-
-        let claimed = f.store.claim("w2", LEASE).await.unwrap().unwrap();
-
-        assert_eq!(claimed.id, next);
-        let dead = f.store.job(crashing).await.unwrap().unwrap();
-        assert_eq!(dead.status, JobStatus::Dead);
-        assert_eq!(dead.attempts, 3);
-        assert_eq!(dead.last_error.as_deref(), Some("lease expired 3 times"));
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_job_needs_at_least_one_attempt(f) {
-        let err = f.store.enqueue(job("pr-1", 0)).await.unwrap_err();
-        assert_eq!(
-            err.downcast_ref::<StoreError>(),
-            Some(&StoreError::NoAttemptsAllowed)
-        );
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn pr_head_is_upserted_and_the_report_survives_a_push(f) {
-        f.store
-            .record_delivery(delivery("opened"), None, Some(head(42, sha('a'), true)))
-            .await
-            .unwrap();
-        f.store
-            .set_pr_report(
-                &repo(),
-                PrNumber(42),
-                PrReport {
-                    head_sha: sha('a'),
-                    digest: Some(format!("sha256:{}", "1".repeat(64))),
-                    comment_id: Some(9001),
-                    check_id: Some(77),
-                    status: "awaiting-approval".into(),
-                },
-            )
-            .await
-            .unwrap();
-
-        f.store
-            .record_delivery(delivery("pushed"), None, Some(head(42, sha('b'), true)))
-            .await
-            .unwrap();
-        let pushed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
-        assert_eq!(pushed.head_sha, sha('b'));
-        assert_eq!(pushed.report_head, Some(sha('a')));
-        assert_eq!(pushed.report_comment_id, Some(9001));
-        assert_eq!(pushed.report_status.as_deref(), Some("awaiting-approval"));
-
-        f.store
-            .set_pr_report(
-                &repo(),
-                PrNumber(42),
-                PrReport {
-                    head_sha: sha('b'),
-                    digest: None,
-                    comment_id: None,
-                    check_id: Some(78),
-                    status: "planning".into(),
-                },
-            )
-            .await
-            .unwrap();
-        f.store
-            .record_delivery(delivery("closed"), None, Some(head(42, sha('b'), false)))
-            .await
-            .unwrap();
-
-        let closed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
-        assert_eq!(
-            closed,
-            PrRecord {
-                repo: repo(),
-                pr: PrNumber(42),
-                head_sha: sha('b'),
-                base_ref: "main".into(),
-                open: false,
-                report_comment_id: Some(9001),
-                check_id: Some(78),
-                report_head: Some(sha('b')),
-                report_digest: None,
-                report_status: Some("planning".into()),
-            }
-        );
-        assert!(f.store.pr(&repo(), PrNumber(43)).await.unwrap().is_none());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_report_for_an_unknown_pr_is_refused(f) {
-        let report = PrReport {
-            head_sha: sha('a'),
-            digest: None,
-            comment_id: Some(1),
-            check_id: None,
-            status: "planning".into(),
-        };
-        assert!(f
-            .store
-            .set_pr_report(&repo(), PrNumber(5), report)
-            .await
-            .is_err());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn the_latest_plan_of_a_pr_is_the_last_saved(f) {
-        let plan = |head_sha: CommitSha, n: u64| NewPlan {
-            repo: repo(),
-            pr: PrNumber(n),
-            head_sha,
-            base_sha: sha('0'),
-            digest: Some(format!("sha256:{}", "2".repeat(64))),
-            change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
-            report: format!("report of PR {n}"),
-        };
-        f.store.save_plan(plan(sha('a'), 1)).await.unwrap();
-        f.clock.advance(1_000);
-        let newest = f.store.save_plan(plan(sha('b'), 1)).await.unwrap();
-        f.store.save_plan(plan(sha('c'), 2)).await.unwrap();
-
-        let latest = f
-            .store
-            .latest_plan(&repo(), PrNumber(1))
-            .await
-            .unwrap()
-            .unwrap();
-
-        assert_eq!(latest.id, newest);
-        assert_eq!(latest.head_sha, sha('b'));
-        assert_eq!(latest.base_sha, sha('0'));
-        assert_eq!(latest.change_set, plan(sha('b'), 1).change_set);
-        assert_eq!(latest.report, "report of PR 1");
-        assert_eq!(latest.digest, plan(sha('b'), 1).digest);
-        assert_eq!(latest.created_at, START_MS + 1_000);
-        assert!(f
-            .store
-            .latest_plan(&repo(), PrNumber(3))
-            .await
-            .unwrap()
-            .is_none());
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_claims_never_hand_out_one_job_twice_even_across_replicas(f) {
-        let mut enqueued = BTreeSet::new();
-        for n in 0..50 {
-            enqueued.insert(f.store.enqueue(job(&format!("pr-{n}"), 3)).await.unwrap());
-        }
-
-        // Half the workers claim through a second store on the same
-        // database: another replica, with no lock in common but the database's.
-        let other = Store::open_with_clock(&f.url, f.clock.clone()).await.unwrap();
-        let mut workers = Vec::new();
-        for w in 0..8 {
-            let store = if w % 2 == 0 {
-                f.store.clone()
-            } else {
-                other.clone()
-            };
-            workers.push(tokio::spawn(async move {
-                let worker = format!("w{w}");
-                let mut claimed = Vec::new();
-                while let Some(job) = store.claim(&worker, LEASE).await.unwrap() {
-                    claimed.push(job.id);
-                    store
-                        .complete(job.id, &worker, JobOutcome::Done)
-                        .await
-                        .unwrap();
-                }
-                claimed
-            }));
-        }
-        let mut all_claims = Vec::new();
-        for worker in workers {
-            all_claims.extend(worker.await.unwrap());
-        }
-
-        let distinct: BTreeSet<JobId> = all_claims.iter().copied().collect();
-        assert_eq!(all_claims.len(), distinct.len(), "a job was claimed twice");
-        assert_eq!(distinct, enqueued);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice(f) {
-        f.store
-            .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
-            .await
-            .unwrap();
-        let url = f.url.clone();
-        drop(f.store);
-
-        let reopened = Store::open_with_clock(&url, f.clock.clone()).await.unwrap();
-
-        assert_eq!(
-            reopened.schema_version().await.unwrap(),
-            newest_known_version()
-        );
-        assert_eq!(reopened.delivery_count().await.unwrap(), 1);
-        assert_eq!(reopened.jobs().await.unwrap().len(), 1);
-        let redelivered = reopened
-            .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
-            .await
-            .unwrap();
-        assert_eq!(redelivered, Intake::Duplicate);
-        let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schema_migrations")
-            .fetch_one(&raw_pool(&url).await)
-            .await
-            .unwrap();
-        assert_eq!(applied, newest_known_version());
-        if f.backend == Backend::Sqlite {
-            let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
-                .fetch_one(&raw_pool(&url).await)
-                .await
-                .unwrap();
-            assert_eq!(journal, "wal");
-        }
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_database_from_a_newer_wavegate_is_refused(f) {
-        drop(f.store);
-        sqlx::query(
-            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
-        )
-        .execute(&raw_pool(&f.url).await)
+    let again = f
+        .store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
         .await
         .unwrap();
 
-        let err = Store::open(&f.url).await.unwrap_err();
+    assert_eq!(again, Intake::Duplicate);
+    assert_eq!(f.store.jobs().await.unwrap().len(), 1);
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+}
 
-        assert_eq!(
-            err.downcast_ref::<StoreError>(),
-            Some(&StoreError::SchemaTooNew {
-                found: 99,
-                known: newest_known_version()
-            })
-        );
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "database schema version 99 is newer than this wavegate (knows {}): upgrade wavegate",
-                newest_known_version()
-            )
-        );
+on_both!(fixture_on, a_duplicate_writes_nothing_not_even_the_pr_head, #[tokio::test]);
+async fn a_duplicate_writes_nothing_not_even_the_pr_head(f: Fixture) {
+    f.store
+        .record_delivery(delivery("d-1"), None, Some(head(1, sha('a'), true)))
+        .await
+        .unwrap();
+
+    let again = f
+        .store
+        .record_delivery(delivery("d-1"), None, Some(head(1, sha('b'), true)))
+        .await
+        .unwrap();
+
+    assert_eq!(again, Intake::Duplicate);
+    let pr = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
+    assert_eq!(pr.head_sha, sha('a'));
+}
+
+on_both!(fixture_on, the_same_delivery_id_through_another_hook_is_its_own_delivery, #[tokio::test]);
+async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f: Fixture) {
+    f.store
+        .record_delivery(delivery("d-1"), None, None)
+        .await
+        .unwrap();
+    let other_hook = NewDelivery {
+        target: "hook:99".into(),
+        ..delivery("d-1")
+    };
+
+    let intake = f
+        .store
+        .record_delivery(other_hook, None, None)
+        .await
+        .unwrap();
+
+    assert!(matches!(intake, Intake::Recorded { job: None, .. }));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 2);
+}
+
+on_both!(fixture_on, a_ping_with_no_work_is_still_recorded, #[tokio::test]);
+async fn a_ping_with_no_work_is_still_recorded(f: Fixture) {
+    let ping = NewDelivery {
+        event_type: "ping".into(),
+        ..delivery("p-1")
+    };
+
+    let intake = f.store.record_delivery(ping, None, None).await.unwrap();
+
+    assert!(matches!(intake, Intake::Recorded { job: None, .. }));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+    assert!(f.store.jobs().await.unwrap().is_empty());
+}
+
+on_both!(fixture_on, jobs_of_one_pr_run_one_at_a_time_while_other_prs_go_on, #[tokio::test]);
+async fn jobs_of_one_pr_run_one_at_a_time_while_other_prs_go_on(f: Fixture) {
+    let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let second = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let other_pr = f.store.enqueue(job("pr-2", 3)).await.unwrap();
+
+    let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(claimed.id, first);
+    assert_eq!(claimed.status, JobStatus::Running);
+    assert_eq!(claimed.attempts, 1);
+    assert_eq!(claimed.lease_owner.as_deref(), Some("w1"));
+    assert_eq!(claimed.lease_until, Some(START_MS + 30_000));
+
+    let meanwhile = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+    assert_eq!(meanwhile.id, other_pr);
+    assert!(f.store.claim("w3", LEASE).await.unwrap().is_none());
+
+    f.store
+        .complete(first, "w1", JobOutcome::Done)
+        .await
+        .unwrap();
+
+    let next = f.store.claim("w3", LEASE).await.unwrap().unwrap();
+    assert_eq!(next.id, second);
+    let done = f.store.job(first).await.unwrap().unwrap();
+    assert_eq!(done.status, JobStatus::Done);
+    assert_eq!(done.outcome, None);
+}
+
+on_both!(fixture_on, a_skipped_job_keeps_its_reason, #[tokio::test]);
+async fn a_skipped_job_keeps_its_reason(f: Fixture) {
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+
+    let reason = format!("superseded by {}", sha('b'));
+    f.store
+        .complete(id, "w1", JobOutcome::Skipped(reason.clone()))
+        .await
+        .unwrap();
+
+    let skipped = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(skipped.status, JobStatus::Skipped);
+    assert_eq!(skipped.outcome, Some(reason));
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+}
+
+on_both!(fixture_on, expired_lease_goes_to_a_second_worker_and_the_first_cannot_finish_it, #[tokio::test]);
+async fn expired_lease_goes_to_a_second_worker_and_the_first_cannot_finish_it(f: Fixture) {
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.clock.advance(29_999);
+    assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
+
+    f.clock.advance(1);
+    let taken_over = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+
+    assert_eq!(taken_over.id, id);
+    assert_eq!(taken_over.attempts, 2);
+    assert_eq!(taken_over.lease_owner.as_deref(), Some("w2"));
+    let late = f
+        .store
+        .complete(id, "w1", JobOutcome::Done)
+        .await
+        .unwrap_err();
+    assert!(lease_not_held(&late), "{late:?}");
+    let late_failure = f.store.fail(id, "w1", "boom").await.unwrap_err();
+    assert!(lease_not_held(&late_failure), "{late_failure:?}");
+    assert!(!f.store.extend_lease(id, "w1", LEASE).await.unwrap());
+    let still = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(still.status, JobStatus::Running);
+    assert_eq!(still.lease_owner.as_deref(), Some("w2"));
+    f.store.complete(id, "w2", JobOutcome::Done).await.unwrap();
+}
+
+on_both!(fixture_on, an_extended_lease_keeps_the_job_from_being_taken_over, #[tokio::test]);
+async fn an_extended_lease_keeps_the_job_from_being_taken_over(f: Fixture) {
+    let id = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.clock.advance(20_000);
+
+    assert!(f.store.extend_lease(id, "w1", LEASE).await.unwrap());
+    f.clock.advance(20_000);
+
+    assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
+    let job = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(job.lease_until, Some(START_MS + 50_000));
+}
+
+on_both!(fixture_on, a_failed_job_retries_after_backoff_and_dies_after_max_attempts, #[tokio::test]);
+async fn a_failed_job_retries_after_backoff_and_dies_after_max_attempts(f: Fixture) {
+    let id = f.store.enqueue(job("pr-1", 2)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+
+    let outcome = f.store.fail(id, "w1", "forge answered 502").await.unwrap();
+
+    let retry_at = START_MS + backoff(1).as_millis() as i64;
+    assert_eq!(outcome, FailOutcome::Retry { at: retry_at });
+    let waiting = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(waiting.status, JobStatus::Queued);
+    assert_eq!(waiting.run_after, retry_at);
+    assert_eq!(waiting.last_error.as_deref(), Some("forge answered 502"));
+    f.clock.set(retry_at - 1);
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+
+    f.clock.set(retry_at);
+    let second_try = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    assert_eq!(second_try.attempts, 2);
+    let outcome = f.store.fail(id, "w1", "forge answered 503").await.unwrap();
+
+    assert_eq!(outcome, FailOutcome::Dead);
+    let dead = f.store.job(id).await.unwrap().unwrap();
+    assert_eq!(dead.status, JobStatus::Dead);
+    assert_eq!(dead.last_error.as_deref(), Some("forge answered 503"));
+    f.clock.advance(24 * 3600 * 1000);
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+}
+
+on_both!(fixture_on, a_job_waiting_to_retry_holds_back_later_jobs_of_its_pr, #[tokio::test]);
+async fn a_job_waiting_to_retry_holds_back_later_jobs_of_its_pr(f: Fixture) {
+    let first = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let later = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    let FailOutcome::Retry { at } = f.store.fail(first, "w1", "flaky").await.unwrap() else {
+        panic!("a first failure must be retried");
+    };
+
+    assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
+
+    f.clock.set(at);
+    assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, first);
+    f.store
+        .complete(first, "w1", JobOutcome::Done)
+        .await
+        .unwrap();
+    assert_eq!(f.store.claim("w1", LEASE).await.unwrap().unwrap().id, later);
+}
+
+on_both!(fixture_on, a_job_whose_worker_keeps_crashing_is_dead_lettered_and_the_next_one_runs, #[tokio::test]);
+async fn a_job_whose_worker_keeps_crashing_is_dead_lettered_and_the_next_one_runs(f: Fixture) {
+    let crashing = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let next = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    for attempt in 1..=3 {
+        let claimed = f.store.claim("w1", LEASE).await.unwrap().unwrap();
+        assert_eq!((claimed.id, claimed.attempts), (crashing, attempt));
+        f.clock.advance(LEASE.as_millis() as i64);
     }
+
+    let claimed = f.store.claim("w2", LEASE).await.unwrap().unwrap();
+
+    assert_eq!(claimed.id, next);
+    let dead = f.store.job(crashing).await.unwrap().unwrap();
+    assert_eq!(dead.status, JobStatus::Dead);
+    assert_eq!(dead.attempts, 3);
+    assert_eq!(dead.last_error.as_deref(), Some("lease expired 3 times"));
+}
+
+on_both!(fixture_on, a_job_needs_at_least_one_attempt, #[tokio::test]);
+async fn a_job_needs_at_least_one_attempt(f: Fixture) {
+    let err = f.store.enqueue(job("pr-1", 0)).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<StoreError>(),
+        Some(&StoreError::NoAttemptsAllowed)
+    );
+}
+
+on_both!(fixture_on, pr_head_is_upserted_and_the_report_survives_a_push, #[tokio::test]);
+async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
+    f.store
+        .record_delivery(delivery("opened"), None, Some(head(42, sha('a'), true)))
+        .await
+        .unwrap();
+    f.store
+        .set_pr_report(
+            &repo(),
+            PrNumber(42),
+            PrReport {
+                head_sha: sha('a'),
+                digest: Some(format!("sha256:{}", "1".repeat(64))),
+                comment_id: Some(9001),
+                check_id: Some(77),
+                status: "awaiting-approval".into(),
+            },
+        )
+        .await
+        .unwrap();
+
+    f.store
+        .record_delivery(delivery("pushed"), None, Some(head(42, sha('b'), true)))
+        .await
+        .unwrap();
+    let pushed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
+    assert_eq!(pushed.head_sha, sha('b'));
+    assert_eq!(pushed.report_head, Some(sha('a')));
+    assert_eq!(pushed.report_comment_id, Some(9001));
+    assert_eq!(pushed.report_status.as_deref(), Some("awaiting-approval"));
+
+    f.store
+        .set_pr_report(
+            &repo(),
+            PrNumber(42),
+            PrReport {
+                head_sha: sha('b'),
+                digest: None,
+                comment_id: None,
+                check_id: Some(78),
+                status: "planning".into(),
+            },
+        )
+        .await
+        .unwrap();
+    f.store
+        .record_delivery(delivery("closed"), None, Some(head(42, sha('b'), false)))
+        .await
+        .unwrap();
+
+    let closed = f.store.pr(&repo(), PrNumber(42)).await.unwrap().unwrap();
+    assert_eq!(
+        closed,
+        PrRecord {
+            repo: repo(),
+            pr: PrNumber(42),
+            head_sha: sha('b'),
+            base_ref: "main".into(),
+            open: false,
+            report_comment_id: Some(9001),
+            check_id: Some(78),
+            report_head: Some(sha('b')),
+            report_digest: None,
+            report_status: Some("planning".into()),
+        }
+    );
+    assert!(f.store.pr(&repo(), PrNumber(43)).await.unwrap().is_none());
+}
+
+on_both!(fixture_on, a_report_for_an_unknown_pr_is_refused, #[tokio::test]);
+async fn a_report_for_an_unknown_pr_is_refused(f: Fixture) {
+    let report = PrReport {
+        head_sha: sha('a'),
+        digest: None,
+        comment_id: Some(1),
+        check_id: None,
+        status: "planning".into(),
+    };
+    assert!(f
+        .store
+        .set_pr_report(&repo(), PrNumber(5), report)
+        .await
+        .is_err());
+}
+
+on_both!(fixture_on, the_latest_plan_of_a_pr_is_the_last_saved, #[tokio::test]);
+async fn the_latest_plan_of_a_pr_is_the_last_saved(f: Fixture) {
+    let plan = |head_sha: CommitSha, n: u64| NewPlan {
+        repo: repo(),
+        pr: PrNumber(n),
+        head_sha,
+        base_sha: sha('0'),
+        digest: Some(format!("sha256:{}", "2".repeat(64))),
+        change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
+        report: format!("report of PR {n}"),
+    };
+    f.store.save_plan(plan(sha('a'), 1)).await.unwrap();
+    f.clock.advance(1_000);
+    let newest = f.store.save_plan(plan(sha('b'), 1)).await.unwrap();
+    f.store.save_plan(plan(sha('c'), 2)).await.unwrap();
+
+    let latest = f
+        .store
+        .latest_plan(&repo(), PrNumber(1))
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(latest.id, newest);
+    assert_eq!(latest.head_sha, sha('b'));
+    assert_eq!(latest.base_sha, sha('0'));
+    assert_eq!(latest.change_set, plan(sha('b'), 1).change_set);
+    assert_eq!(latest.report, "report of PR 1");
+    assert_eq!(latest.digest, plan(sha('b'), 1).digest);
+    assert_eq!(latest.created_at, START_MS + 1_000);
+    assert!(f
+        .store
+        .latest_plan(&repo(), PrNumber(3))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+on_both!(fixture_on, concurrent_claims_never_hand_out_one_job_twice_even_across_replicas, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+async fn concurrent_claims_never_hand_out_one_job_twice_even_across_replicas(f: Fixture) {
+    let mut enqueued = BTreeSet::new();
+    for n in 0..50 {
+        enqueued.insert(f.store.enqueue(job(&format!("pr-{n}"), 3)).await.unwrap());
+    }
+
+    // Half the workers claim through a second store on the same
+    // database: another replica, with no lock in common but the database's.
+    let other = Store::open_with_clock(&f.url, f.clock.clone())
+        .await
+        .unwrap();
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let store = if w % 2 == 0 {
+            f.store.clone()
+        } else {
+            other.clone()
+        };
+        workers.push(tokio::spawn(async move {
+            let worker = format!("w{w}");
+            let mut claimed = Vec::new();
+            while let Some(job) = store.claim(&worker, LEASE).await.unwrap() {
+                claimed.push(job.id);
+                store
+                    .complete(job.id, &worker, JobOutcome::Done)
+                    .await
+                    .unwrap();
+            }
+            claimed
+        }));
+    }
+    let mut all_claims = Vec::new();
+    for worker in workers {
+        all_claims.extend(worker.await.unwrap());
+    }
+
+    let distinct: BTreeSet<JobId> = all_claims.iter().copied().collect();
+    assert_eq!(all_claims.len(), distinct.len(), "a job was claimed twice");
+    assert_eq!(distinct, enqueued);
+}
+
+on_both!(fixture_on, reopening_the_database_keeps_the_data_and_applies_no_migration_twice, #[tokio::test]);
+async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice(f: Fixture) {
+    f.store
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    let url = f.url.clone();
+    drop(f.store);
+
+    let reopened = Store::open_with_clock(&url, f.clock.clone()).await.unwrap();
+
+    assert_eq!(
+        reopened.schema_version().await.unwrap(),
+        newest_known_version()
+    );
+    assert_eq!(reopened.delivery_count().await.unwrap(), 1);
+    assert_eq!(reopened.jobs().await.unwrap().len(), 1);
+    let redelivered = reopened
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap();
+    assert_eq!(redelivered, Intake::Duplicate);
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schema_migrations")
+        .fetch_one(&raw_pool(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(applied, newest_known_version());
+    if f.backend == Backend::Sqlite {
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&raw_pool(&url).await)
+            .await
+            .unwrap();
+        assert_eq!(journal, "wal");
+    }
+}
+
+on_both!(fixture_on, a_database_from_a_newer_wavegate_is_refused, #[tokio::test]);
+async fn a_database_from_a_newer_wavegate_is_refused(f: Fixture) {
+    drop(f.store);
+    sqlx::query(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
+    )
+    .execute(&raw_pool(&f.url).await)
+    .await
+    .unwrap();
+
+    let err = Store::open(&f.url).await.unwrap_err();
+
+    assert_eq!(
+        err.downcast_ref::<StoreError>(),
+        Some(&StoreError::SchemaTooNew {
+            found: 99,
+            known: newest_known_version()
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "database schema version 99 is newer than this wavegate (knows {}): upgrade wavegate",
+            newest_known_version()
+        )
+    );
 }
 
 #[tokio::test]
@@ -638,89 +586,83 @@ async fn raw_pool(url: &str) -> sqlx::AnyPool {
     sqlx::AnyPool::connect(url).await.unwrap()
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn deliveries_arriving_together_are_committed_together_and_each_answered_right(f) {
-        // Fifty deliveries, each sent twice, all at once: one of each pair is a duplicate.
-        let mut tasks = Vec::new();
-        for copy in 0..2 {
-            for n in 0..50u64 {
-                let store = f.store.clone();
-                tasks.push(tokio::spawn(async move {
-                    let digit = char::from_digit((n % 10) as u32, 10).unwrap();
-                    let intake = store
-                        .record_delivery(
-                            delivery(&format!("d-{n}")),
-                            Some(job(&format!("pr-{n}"), 3)),
-                            Some(head(n % 5, sha(digit), true)),
-                        )
-                        .await
-                        .unwrap();
-                    (n, copy, intake)
-                }));
+on_both!(fixture_on, deliveries_arriving_together_are_committed_together_and_each_answered_right, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+async fn deliveries_arriving_together_are_committed_together_and_each_answered_right(f: Fixture) {
+    // Fifty deliveries, each sent twice, all at once: one of each pair is a duplicate.
+    let mut tasks = Vec::new();
+    for copy in 0..2 {
+        for n in 0..50u64 {
+            let store = f.store.clone();
+            tasks.push(tokio::spawn(async move {
+                let digit = char::from_digit((n % 10) as u32, 10).unwrap();
+                let intake = store
+                    .record_delivery(
+                        delivery(&format!("d-{n}")),
+                        Some(job(&format!("pr-{n}"), 3)),
+                        Some(head(n % 5, sha(digit), true)),
+                    )
+                    .await
+                    .unwrap();
+                (n, copy, intake)
+            }));
+        }
+    }
+    let mut recorded = BTreeSet::new();
+    let mut duplicates = 0;
+    let mut job_of = std::collections::BTreeMap::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (n, _, Intake::Recorded { job: Some(job), .. }) => {
+                assert!(recorded.insert(n), "d-{n} recorded twice");
+                job_of.insert(n, job);
             }
+            (_, _, Intake::Duplicate) => duplicates += 1,
+            other => panic!("unexpected {other:?}"),
         }
-        let mut recorded = BTreeSet::new();
-        let mut duplicates = 0;
-        let mut job_of = std::collections::BTreeMap::new();
-        for task in tasks {
-            match task.await.unwrap() {
-                (n, _, Intake::Recorded { job: Some(job), .. }) => {
-                    assert!(recorded.insert(n), "d-{n} recorded twice");
-                    job_of.insert(n, job);
-                }
-                (_, _, Intake::Duplicate) => duplicates += 1,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert_eq!((recorded.len(), duplicates), (50, 50));
-        assert_eq!(f.store.delivery_count().await.unwrap(), 50);
-        let jobs = f.store.jobs().await.unwrap();
-        assert_eq!(jobs.len(), 50);
-        for (n, id) in job_of {
-            let job = f.store.job(id).await.unwrap().unwrap();
-            assert_eq!(
-                job.queue_key,
-                format!("pr-{n}"),
-                "each answer names its own job"
-            );
-        }
-        for pr in 0..5u64 {
-            let record = f.store.pr(&repo(), PrNumber(pr)).await.unwrap().unwrap();
-            let sent: Vec<CommitSha> = (0..50u64)
-                .filter(|n| n % 5 == pr)
-                .map(|n| sha(char::from_digit((n % 10) as u32, 10).unwrap()))
-                .collect();
-            assert!(
-                sent.contains(&record.head_sha),
-                "PR {pr}: {:?}",
-                record.head_sha
-            );
-        }
+    }
+    assert_eq!((recorded.len(), duplicates), (50, 50));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 50);
+    let jobs = f.store.jobs().await.unwrap();
+    assert_eq!(jobs.len(), 50);
+    for (n, id) in job_of {
+        let job = f.store.job(id).await.unwrap().unwrap();
+        assert_eq!(
+            job.queue_key,
+            format!("pr-{n}"),
+            "each answer names its own job"
+        );
+    }
+    for pr in 0..5u64 {
+        let record = f.store.pr(&repo(), PrNumber(pr)).await.unwrap().unwrap();
+        let sent: Vec<CommitSha> = (0..50u64)
+            .filter(|n| n % 5 == pr)
+            .map(|n| sha(char::from_digit((n % 10) as u32, 10).unwrap()))
+            .collect();
+        assert!(
+            sent.contains(&record.head_sha),
+            "PR {pr}: {:?}",
+            record.head_sha
+        );
     }
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_bad_job_in_a_batch_fails_alone(f) {
-        let (good, bad) = tokio::join!(
-            f.store
-                .record_delivery(delivery("good"), Some(job("pr-1", 3)), None),
-            f.store
-                .record_delivery(delivery("bad"), Some(job("pr-2", 0)), None),
-        );
-        assert!(matches!(
-            good.unwrap(),
-            Intake::Recorded { job: Some(_), .. }
-        ));
-        assert!(matches!(
-            bad.unwrap_err().downcast_ref::<StoreError>(),
-            Some(StoreError::NoAttemptsAllowed)
-        ));
-        assert_eq!(f.store.delivery_count().await.unwrap(), 1);
-    }
+on_both!(fixture_on, a_bad_job_in_a_batch_fails_alone, #[tokio::test]);
+async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
+    let (good, bad) = tokio::join!(
+        f.store
+            .record_delivery(delivery("good"), Some(job("pr-1", 3)), None),
+        f.store
+            .record_delivery(delivery("bad"), Some(job("pr-2", 0)), None),
+    );
+    assert!(matches!(
+        good.unwrap(),
+        Intake::Recorded { job: Some(_), .. }
+    ));
+    assert!(matches!(
+        bad.unwrap_err().downcast_ref::<StoreError>(),
+        Some(StoreError::NoAttemptsAllowed)
+    ));
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
 async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
@@ -755,105 +697,96 @@ async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
         .unwrap()
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back(f) {
-        let (mut run, created) = merged_run(&f, 1).await;
-        assert!(created);
-        assert_eq!(run.status, crate::apply::RunStatus::Running);
-        assert_eq!(run.record, crate::apply::AttemptRecord::default());
+on_both!(fixture_on, a_merged_pr_gets_one_apply_run_whose_record_reads_back, #[tokio::test]);
+async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back(f: Fixture) {
+    let (mut run, created) = merged_run(&f, 1).await;
+    assert!(created);
+    assert_eq!(run.status, crate::apply::RunStatus::Running);
+    assert_eq!(run.record, crate::apply::AttemptRecord::default());
 
-        run.record.set(
-            "app@dev",
-            crate::apply::MemberState::Applying {
-                plan_digest: "sha256:x".into(),
-            },
-        );
-        run.status = crate::apply::RunStatus::Waiting;
-        run.check_id = Some(9);
-        f.store.save_apply_run(&run).await.unwrap();
-        let (again, created) = merged_run(&f, 1).await;
-        assert!(!created, "a redelivered merge starts no second run");
-        assert_eq!(again.id, run.id);
-        assert_eq!(again.record, run.record);
-        assert_eq!(again.status, crate::apply::RunStatus::Waiting);
-        assert_eq!(again.check_id, Some(9));
-    }
+    run.record.set(
+        "app@dev",
+        crate::apply::MemberState::Applying {
+            plan_digest: "sha256:x".into(),
+        },
+    );
+    run.status = crate::apply::RunStatus::Waiting;
+    run.check_id = Some(9);
+    f.store.save_apply_run(&run).await.unwrap();
+    let (again, created) = merged_run(&f, 1).await;
+    assert!(!created, "a redelivered merge starts no second run");
+    assert_eq!(again.id, run.id);
+    assert_eq!(again.record, run.record);
+    assert_eq!(again.status, crate::apply::RunStatus::Waiting);
+    assert_eq!(again.check_id, Some(9));
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behind(f) {
-        let (first, _) = merged_run(&f, 1).await;
-        let (mut second, _) = merged_run(&f, 2).await;
-        let members = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+on_both!(fixture_on, member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behind, #[tokio::test]);
+async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behind(f: Fixture) {
+    let (first, _) = merged_run(&f, 1).await;
+    let (mut second, _) = merged_run(&f, 2).await;
+    let members = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
 
-        assert_eq!(
-            f.store
-                .lock_members(&repo(), first.id, &members(&["app@dev"]))
-                .await
-                .unwrap(),
-            None
-        );
-        // The same run may take its own lock again (a resume after a crash).
-        assert_eq!(
-            f.store
-                .lock_members(&repo(), first.id, &members(&["app@dev"]))
-                .await
-                .unwrap(),
-            None
-        );
-        let refused = f
-            .store
-            .lock_members(&repo(), second.id, &members(&["dns@dev", "app@dev"]))
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["app@dev"]))
             .await
-            .unwrap();
-        assert_eq!(refused, Some(("app@dev".to_owned(), PrNumber(1))));
-        second.status = crate::apply::RunStatus::Waiting;
-        second.record.wait = Some(crate::apply::Wait::Lock {
-            member: "app@dev".into(),
-            pr: 1,
-        });
-        f.store.save_apply_run(&second).await.unwrap();
+            .unwrap(),
+        None
+    );
+    // The same run may take its own lock again (a resume after a crash).
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["app@dev"]))
+            .await
+            .unwrap(),
+        None
+    );
+    let refused = f
+        .store
+        .lock_members(&repo(), second.id, &members(&["dns@dev", "app@dev"]))
+        .await
+        .unwrap();
+    assert_eq!(refused, Some(("app@dev".to_owned(), PrNumber(1))));
+    second.status = crate::apply::RunStatus::Waiting;
+    second.record.wait = Some(crate::apply::Wait::Lock {
+        member: "app@dev".into(),
+        pr: 1,
+    });
+    f.store.save_apply_run(&second).await.unwrap();
 
-        let queued = f.store.unlock_members(&repo(), first.id).await.unwrap();
-        assert_eq!(queued.iter().map(|r| r.id).collect::<Vec<_>>(), [second.id]);
-        // None of the refused all-or-none attempt was kept: dns@dev is free.
-        assert_eq!(
-            f.store
-                .lock_members(&repo(), first.id, &members(&["dns@dev", "app@dev"]))
-                .await
-                .unwrap(),
-            None
-        );
-    }
+    let queued = f.store.unlock_members(&repo(), first.id).await.unwrap();
+    assert_eq!(queued.iter().map(|r| r.id).collect::<Vec<_>>(), [second.id]);
+    // None of the refused all-or-none attempt was kept: dns@dev is free.
+    assert_eq!(
+        f.store
+            .lock_members(&repo(), first.id, &members(&["dns@dev", "app@dev"]))
+            .await
+            .unwrap(),
+        None
+    );
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn the_deployed_estate_keeps_each_members_last_outputs(f) {
-        let (run, _) = merged_run(&f, 1).await;
-        let outputs = |v: &str| {
-            serde_json::json!({ "vpc_id": v })
-                .as_object()
-                .unwrap()
-                .clone()
-        };
-        f.store
-            .record_deployed(&repo(), "network@dev", &outputs("vpc-1"), run.id)
-            .await
-            .unwrap();
-        f.store
-            .record_deployed(&repo(), "network@dev", &outputs("vpc-2"), run.id)
-            .await
-            .unwrap();
-        let estate = f.store.deployed_outputs(&repo()).await.unwrap();
-        assert_eq!(estate.len(), 1);
-        assert_eq!(estate["network@dev"]["vpc_id"], "vpc-2");
-    }
+on_both!(fixture_on, the_deployed_estate_keeps_each_members_last_outputs, #[tokio::test]);
+async fn the_deployed_estate_keeps_each_members_last_outputs(f: Fixture) {
+    let (run, _) = merged_run(&f, 1).await;
+    let outputs = |v: &str| {
+        serde_json::json!({ "vpc_id": v })
+            .as_object()
+            .unwrap()
+            .clone()
+    };
+    f.store
+        .record_deployed(&repo(), "network@dev", &outputs("vpc-1"), run.id)
+        .await
+        .unwrap();
+    f.store
+        .record_deployed(&repo(), "network@dev", &outputs("vpc-2"), run.id)
+        .await
+        .unwrap();
+    let estate = f.store.deployed_outputs(&repo()).await.unwrap();
+    assert_eq!(estate.len(), 1);
+    assert_eq!(estate["network@dev"]["vpc_id"], "vpc-2");
 }
 
 fn repo_ref(installation: Option<u64>) -> crate::forge::RepoRef {
@@ -871,163 +804,298 @@ async fn finish_next(store: &Store) {
     store.complete(job.id, "w", JobOutcome::Done).await.unwrap();
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn reconciliation_reads_the_open_prs_and_the_repositories_to_reach_them(f) {
-        f.store.upsert_repository(&repo_ref(Some(7))).await.unwrap();
-        f.store.upsert_repository(&repo_ref(Some(8))).await.unwrap();
-        let repos = f.store.repositories().await.unwrap();
-        assert_eq!(repos.len(), 1);
-        assert_eq!(repos[&repo()], repo_ref(Some(8)), "the latest ref wins");
+on_both!(fixture_on, reconciliation_reads_the_open_prs_and_the_repositories_to_reach_them, #[tokio::test]);
+async fn reconciliation_reads_the_open_prs_and_the_repositories_to_reach_them(f: Fixture) {
+    f.store.upsert_repository(&repo_ref(Some(7))).await.unwrap();
+    f.store.upsert_repository(&repo_ref(Some(8))).await.unwrap();
+    let repos = f.store.repositories().await.unwrap();
+    assert_eq!(repos.len(), 1);
+    assert_eq!(repos[&repo()], repo_ref(Some(8)), "the latest ref wins");
 
-        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
-        f.store.upsert_pr_head(head(2, sha('b'), false)).await.unwrap();
-        f.store.upsert_pr_head(head(3, sha('c'), true)).await.unwrap();
-        let open: Vec<u64> = f.store.open_prs().await.unwrap().iter().map(|p| p.pr.0).collect();
-        assert_eq!(open, [1, 3]);
+    f.store
+        .upsert_pr_head(head(1, sha('a'), true))
+        .await
+        .unwrap();
+    f.store
+        .upsert_pr_head(head(2, sha('b'), false))
+        .await
+        .unwrap();
+    f.store
+        .upsert_pr_head(head(3, sha('c'), true))
+        .await
+        .unwrap();
+    let open: Vec<u64> = f
+        .store
+        .open_prs()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.pr.0)
+        .collect();
+    assert_eq!(open, [1, 3]);
 
-        assert!(f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap());
-        assert!(!f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap(), "closed already");
-        let open: Vec<u64> = f.store.open_prs().await.unwrap().iter().map(|p| p.pr.0).collect();
-        assert_eq!(open, [3]);
-    }
+    assert!(f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap());
+    assert!(
+        !f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap(),
+        "closed already"
+    );
+    let open: Vec<u64> = f
+        .store
+        .open_prs()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.pr.0)
+        .collect();
+    assert_eq!(open, [3]);
 }
 
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_reconciled_job_is_enqueued_only_into_an_idle_queue(f) {
-        let key = "github:acme/infra#1";
-        f.store.enqueue(job(key, 3)).await.unwrap();
-        assert!(f.store.busy_queue_keys().await.unwrap().contains(key));
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
-
-        // Running counts as busy too.
-        let running = f.store.claim("w", LEASE).await.unwrap().unwrap();
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
-        f.store.complete(running.id, "w", JobOutcome::Done).await.unwrap();
-        assert!(f.store.busy_queue_keys().await.unwrap().is_empty());
-
-        let id = f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap();
-        let queued = f.store.job(id.expect("enqueued")).await.unwrap().unwrap();
-        assert_eq!((queued.queue_key.as_str(), queued.status), (key, JobStatus::Queued));
-        assert_eq!(f.store.job_delivery(queued.id).await.unwrap(), None);
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), Still::Idle).await.unwrap(), None);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_reconciled_plan_is_enqueued_while_the_report_is_not_of_that_head_and_base(f) {
-        let key = "github:acme/infra#1";
-        let (id, a, c) = (repo(), sha('a'), sha('c'));
-        let unplanned = |head, base_ref| Still::Unplanned { repo: &id, pr: PrNumber(1), head, base_ref };
-        let (a, c) = (&a, &c);
-        // Unknown pull requests are never planned by reconciliation.
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap(), None);
-
-        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
-        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap().is_some(),
-            "never reported");
-        finish_next(&f.store).await;
+on_both!(fixture_on, a_reconciled_job_is_enqueued_only_into_an_idle_queue, #[tokio::test]);
+async fn a_reconciled_job_is_enqueued_only_into_an_idle_queue(f: Fixture) {
+    let key = "github:acme/infra#1";
+    f.store.enqueue(job(key, 3)).await.unwrap();
+    assert!(f.store.busy_queue_keys().await.unwrap().contains(key));
+    assert_eq!(
         f.store
-            .set_pr_report(&repo(), PrNumber(1), PrReport {
+            .enqueue_reconciled(job(key, 3), Still::Idle)
+            .await
+            .unwrap(),
+        None
+    );
+
+    // Running counts as busy too.
+    let running = f.store.claim("w", LEASE).await.unwrap().unwrap();
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), Still::Idle)
+            .await
+            .unwrap(),
+        None
+    );
+    f.store
+        .complete(running.id, "w", JobOutcome::Done)
+        .await
+        .unwrap();
+    assert!(f.store.busy_queue_keys().await.unwrap().is_empty());
+
+    let id = f
+        .store
+        .enqueue_reconciled(job(key, 3), Still::Idle)
+        .await
+        .unwrap();
+    let queued = f.store.job(id.expect("enqueued")).await.unwrap().unwrap();
+    assert_eq!(
+        (queued.queue_key.as_str(), queued.status),
+        (key, JobStatus::Queued)
+    );
+    assert_eq!(f.store.job_delivery(queued.id).await.unwrap(), None);
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), Still::Idle)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+on_both!(fixture_on, a_reconciled_plan_is_enqueued_while_the_report_is_not_of_that_head_and_base, #[tokio::test]);
+async fn a_reconciled_plan_is_enqueued_while_the_report_is_not_of_that_head_and_base(f: Fixture) {
+    let key = "github:acme/infra#1";
+    let (id, a, c) = (repo(), sha('a'), sha('c'));
+    let unplanned = |head, base_ref| Still::Unplanned {
+        repo: &id,
+        pr: PrNumber(1),
+        head,
+        base_ref,
+    };
+    let (a, c) = (&a, &c);
+    // Unknown pull requests are never planned by reconciliation.
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(a, "main"))
+            .await
+            .unwrap(),
+        None
+    );
+
+    f.store
+        .upsert_pr_head(head(1, sha('a'), true))
+        .await
+        .unwrap();
+    assert!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(a, "main"))
+            .await
+            .unwrap()
+            .is_some(),
+        "never reported"
+    );
+    finish_next(&f.store).await;
+    f.store
+        .set_pr_report(
+            &repo(),
+            PrNumber(1),
+            PrReport {
                 head_sha: sha('a'),
                 digest: None,
                 comment_id: Some(1),
                 check_id: None,
                 status: "empty".into(),
-            })
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(a, "main"))
             .await
-            .unwrap();
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "main")).await.unwrap(), None,
-            "reported at that head by now");
-        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(a, "release")).await.unwrap().is_some(),
-            "the base moved");
-        finish_next(&f.store).await;
-        assert!(f.store.enqueue_reconciled(job(key, 3), unplanned(c, "main")).await.unwrap().is_some(),
-            "the head moved");
-        finish_next(&f.store).await;
-
-        f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap();
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), unplanned(c, "main")).await.unwrap(), None,
-            "closed pull requests are not planned");
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn a_missed_merge_closes_the_pr_and_enqueues_its_apply_once(f) {
-        let key = "github:acme/infra#1";
-        let id = repo();
-        let merged = || Still::OpenThenClose { repo: &id, pr: PrNumber(1) };
-        f.store.upsert_pr_head(head(1, sha('a'), true)).await.unwrap();
-        assert!(f.store.enqueue_reconciled(job(key, 3), merged()).await.unwrap().is_some());
-        assert!(!f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap().open);
-        finish_next(&f.store).await;
-        assert_eq!(f.store.enqueue_reconciled(job(key, 3), merged()).await.unwrap(), None,
-            "closed by the first one");
-        assert_eq!(f.store.jobs().await.unwrap().len(), 1);
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn two_replicas_sweeping_at_once_enqueue_one_job_per_pull_request(f) {
-        let other = Store::open_with_clock(&f.url, f.clock.clone()).await.unwrap();
-        for pr in 1..=10u64 {
-            f.store.upsert_pr_head(head(pr, sha('a'), true)).await.unwrap();
-        }
-        let sweep = |store: Store| async move {
-            let id = repo();
-            let mut enqueued = 0;
-            for pr in 1..=10u64 {
-                let key = format!("github:acme/infra#{pr}");
-                let still = Still::OpenThenClose { repo: &id, pr: PrNumber(pr) };
-                enqueued += usize::from(store.enqueue_reconciled(job(&key, 3), still).await.unwrap().is_some());
-                let idle = store.enqueue_reconciled(job(&format!("{key}/idle"), 3), Still::Idle);
-                enqueued += usize::from(idle.await.unwrap().is_some());
-            }
-            enqueued
-        };
-        let (one, two) = tokio::join!(
-            tokio::spawn(sweep(f.store.clone())),
-            tokio::spawn(sweep(other))
-        );
-        assert_eq!(one.unwrap() + two.unwrap(), 20, "one of each, between them");
-        let jobs = f.store.jobs().await.unwrap();
-        let keys: BTreeSet<&str> = jobs.iter().map(|j| j.queue_key.as_str()).collect();
-        assert_eq!((jobs.len(), keys.len()), (20, 20));
-    }
-}
-
-on_both! {
-    fixture_on;
-    #[tokio::test]
-    async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f) {
-        let (_running, _) = merged_run(&f, 1).await;
-        let (mut waiting, _) = merged_run(&f, 2).await;
-        waiting.status = crate::apply::RunStatus::Waiting;
-        f.store.save_apply_run(&waiting).await.unwrap();
-        let (mut applied, _) = merged_run(&f, 3).await;
-        applied.status = crate::apply::RunStatus::Applied;
-        f.store.save_apply_run(&applied).await.unwrap();
-        let (mut failed, _) = merged_run(&f, 4).await;
-        failed.status = crate::apply::RunStatus::Failed;
-        f.store.save_apply_run(&failed).await.unwrap();
-
-        let unfinished: Vec<u64> = f
-            .store
-            .unfinished_apply_runs()
+            .unwrap(),
+        None,
+        "reported at that head by now"
+    );
+    assert!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(a, "release"))
             .await
             .unwrap()
-            .iter()
-            .map(|r| r.pr.0)
-            .collect();
-        assert_eq!(unfinished, [1, 2]);
+            .is_some(),
+        "the base moved"
+    );
+    finish_next(&f.store).await;
+    assert!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(c, "main"))
+            .await
+            .unwrap()
+            .is_some(),
+        "the head moved"
+    );
+    finish_next(&f.store).await;
+
+    f.store.mark_pr_closed(&repo(), PrNumber(1)).await.unwrap();
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), unplanned(c, "main"))
+            .await
+            .unwrap(),
+        None,
+        "closed pull requests are not planned"
+    );
+}
+
+on_both!(fixture_on, a_missed_merge_closes_the_pr_and_enqueues_its_apply_once, #[tokio::test]);
+async fn a_missed_merge_closes_the_pr_and_enqueues_its_apply_once(f: Fixture) {
+    let key = "github:acme/infra#1";
+    let id = repo();
+    let merged = || Still::OpenThenClose {
+        repo: &id,
+        pr: PrNumber(1),
+    };
+    f.store
+        .upsert_pr_head(head(1, sha('a'), true))
+        .await
+        .unwrap();
+    assert!(f
+        .store
+        .enqueue_reconciled(job(key, 3), merged())
+        .await
+        .unwrap()
+        .is_some());
+    assert!(
+        !f.store
+            .pr(&repo(), PrNumber(1))
+            .await
+            .unwrap()
+            .unwrap()
+            .open
+    );
+    finish_next(&f.store).await;
+    assert_eq!(
+        f.store
+            .enqueue_reconciled(job(key, 3), merged())
+            .await
+            .unwrap(),
+        None,
+        "closed by the first one"
+    );
+    assert_eq!(f.store.jobs().await.unwrap().len(), 1);
+}
+
+on_both!(fixture_on, two_replicas_sweeping_at_once_enqueue_one_job_per_pull_request, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+async fn two_replicas_sweeping_at_once_enqueue_one_job_per_pull_request(f: Fixture) {
+    let other = Store::open_with_clock(&f.url, f.clock.clone())
+        .await
+        .unwrap();
+    for pr in 1..=10u64 {
+        f.store
+            .upsert_pr_head(head(pr, sha('a'), true))
+            .await
+            .unwrap();
     }
+    let sweep = |store: Store| async move {
+        let id = repo();
+        let mut enqueued = 0;
+        for pr in 1..=10u64 {
+            let key = format!("github:acme/infra#{pr}");
+            let still = Still::OpenThenClose {
+                repo: &id,
+                pr: PrNumber(pr),
+            };
+            enqueued += usize::from(
+                store
+                    .enqueue_reconciled(job(&key, 3), still)
+                    .await
+                    .unwrap()
+                    .is_some(),
+            );
+            let idle = store.enqueue_reconciled(job(&format!("{key}/idle"), 3), Still::Idle);
+            enqueued += usize::from(idle.await.unwrap().is_some());
+        }
+        enqueued
+    };
+    let (one, two) = tokio::join!(
+        tokio::spawn(sweep(f.store.clone())),
+        tokio::spawn(sweep(other))
+    );
+    assert_eq!(one.unwrap() + two.unwrap(), 20, "one of each, between them");
+    let jobs = f.store.jobs().await.unwrap();
+    let keys: BTreeSet<&str> = jobs.iter().map(|j| j.queue_key.as_str()).collect();
+    assert_eq!((jobs.len(), keys.len()), (20, 20));
+}
+
+on_both!(fixture_on, the_unfinished_apply_runs_are_the_running_and_waiting_ones, #[tokio::test]);
+async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f: Fixture) {
+    let (_running, _) = merged_run(&f, 1).await;
+    let (mut waiting, _) = merged_run(&f, 2).await;
+    waiting.status = crate::apply::RunStatus::Waiting;
+    f.store.save_apply_run(&waiting).await.unwrap();
+    let (mut applied, _) = merged_run(&f, 3).await;
+    applied.status = crate::apply::RunStatus::Applied;
+    f.store.save_apply_run(&applied).await.unwrap();
+    let (mut failed, _) = merged_run(&f, 4).await;
+    failed.status = crate::apply::RunStatus::Failed;
+    f.store.save_apply_run(&failed).await.unwrap();
+
+    let unfinished: Vec<u64> = f
+        .store
+        .unfinished_apply_runs()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.pr.0)
+        .collect();
+    assert_eq!(unfinished, [1, 2]);
+}
+
+on_both!(fixture_on, the_figures_metrics_read_count_queue_ledger_and_runs, #[tokio::test]);
+async fn the_figures_metrics_read_count_queue_ledger_and_runs(f: Fixture) {
+    f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    f.clock.advance(4_000);
+    f.store.enqueue(job("pr-2", 3)).await.unwrap();
+    merged_run(&f, 3).await;
+    let figures = f.store.figures().await.unwrap();
+    assert_eq!(figures.jobs, [("queued".to_owned(), 2)]);
+    assert_eq!(figures.oldest_queued_ms, 4_000);
+    assert!(figures.facts.is_empty());
+    assert_eq!(figures.apply_runs, [("running".to_owned(), 1)]);
 }
