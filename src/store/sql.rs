@@ -39,61 +39,42 @@ struct Migration {
     sql: &'static str,
 }
 
-const SQLITE_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "init",
-        sql: include_str!("migrations/sqlite/0001_init.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "ledger",
-        sql: include_str!("migrations/sqlite/0002_ledger.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "plan report",
-        sql: include_str!("migrations/sqlite/0003_plan_report.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "apply runs",
-        sql: include_str!("migrations/sqlite/0004_apply.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "repositories",
-        sql: include_str!("migrations/sqlite/0005_repositories.sql"),
-    },
-];
+/// The migrations in order, the same for both backends, each from
+/// `migrations/<backend>/`.
+macro_rules! migrations {
+    ($backend:literal) => {
+        &[
+            Migration {
+                version: 1,
+                name: "init",
+                sql: include_str!(concat!("migrations/", $backend, "/0001_init.sql")),
+            },
+            Migration {
+                version: 2,
+                name: "ledger",
+                sql: include_str!(concat!("migrations/", $backend, "/0002_ledger.sql")),
+            },
+            Migration {
+                version: 3,
+                name: "plan report",
+                sql: include_str!(concat!("migrations/", $backend, "/0003_plan_report.sql")),
+            },
+            Migration {
+                version: 4,
+                name: "apply runs",
+                sql: include_str!(concat!("migrations/", $backend, "/0004_apply.sql")),
+            },
+            Migration {
+                version: 5,
+                name: "repositories",
+                sql: include_str!(concat!("migrations/", $backend, "/0005_repositories.sql")),
+            },
+        ]
+    };
+}
 
-const POSTGRES_MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "init",
-        sql: include_str!("migrations/postgres/0001_init.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "ledger",
-        sql: include_str!("migrations/postgres/0002_ledger.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "plan report",
-        sql: include_str!("migrations/postgres/0003_plan_report.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "apply runs",
-        sql: include_str!("migrations/postgres/0004_apply.sql"),
-    },
-    Migration {
-        version: 5,
-        name: "repositories",
-        sql: include_str!("migrations/postgres/0005_repositories.sql"),
-    },
-];
+const SQLITE_MIGRATIONS: &[Migration] = migrations!("sqlite");
+const POSTGRES_MIGRATIONS: &[Migration] = migrations!("postgres");
 
 pub(super) fn newest_known_version() -> i64 {
     SQLITE_MIGRATIONS.last().map_or(0, |m| m.version)

@@ -363,13 +363,22 @@ impl Worker {
                 "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
             )));
         }
-        let actor = Actor {
-            id: comment.author.id,
-            login: comment.author.login.clone(),
-        };
-        let gate = gate_name(pr, None);
-        let source = Source::Comment { id: comment.id };
-        let who = match self.candidate(client, repo, comment.author, &policy).await {
+        let at = (gate_name(pr, None), digest, binding(&plan));
+        self.judge_approval(client, repo, (pr, comment), &policy, at)
+            .await
+    }
+
+    /// Checks the commenter against the base `policy` and records their
+    /// approval of `digest` at `gate` with `data`, or the refusal and why.
+    async fn judge_approval(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        (pr, comment): (PrNumber, &CommentIn<'_>),
+        policy: &Policy,
+        (gate, digest, mut data): (String, String, Value),
+    ) -> Result<Said> {
+        let who = match self.candidate(client, repo, comment.author, policy).await {
             Ok(who) => who,
             Err(error) => {
                 return Ok(Said::Refused(format!(
@@ -378,29 +387,22 @@ impl Worker {
             }
         };
         let pr_author = client.pull_request(repo, pr).await?.author.login;
-        let mut data = binding(&plan);
-        if let Err(why) = policy::may_approve(&policy, &pr_author, &who.as_candidate()) {
-            let reason = why.to_string();
-            data["reason"] = reason.clone().into();
-            self.record(
-                repo,
-                &gate,
-                (FactKind::Refused, &digest, data),
-                actor,
-                source,
-            )
+        let actor = Actor {
+            id: comment.author.id,
+            login: comment.author.login.clone(),
+        };
+        let source = Source::Comment { id: comment.id };
+        let (kind, said) = match policy::may_approve(policy, &pr_author, &who.as_candidate()) {
+            Ok(()) => (FactKind::Approved, Said::Done),
+            Err(why) => {
+                let reason = why.to_string();
+                data["reason"] = reason.clone().into();
+                (FactKind::Refused, Said::Refused(reason))
+            }
+        };
+        self.record(repo, &gate, (kind, &digest, data), actor, source)
             .await?;
-            return Ok(Said::Refused(reason));
-        }
-        self.record(
-            repo,
-            &gate,
-            (FactKind::Approved, &digest, data),
-            actor,
-            source,
-        )
-        .await?;
-        Ok(Said::Done)
+        Ok(said)
     }
 
     /// `/revoke`: the commenter's own approvals, of any plan, at the change's
@@ -543,37 +545,10 @@ impl Worker {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
-        let who = match self.candidate(client, repo, comment.author, &policy).await {
-            Ok(who) => who,
-            Err(error) => {
-                return Ok(Said::Refused(format!(
-                    "wavegate could not check your permission: {error:#}"
-                )))
-            }
-        };
-        let pr_author = client.pull_request(repo, run.pr).await?.author.login;
-        let mut data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
-        let actor = Actor {
-            id: comment.author.id,
-            login: comment.author.login.clone(),
-        };
-        let source = Source::Comment { id: comment.id };
-        if let Err(why) = policy::may_approve(&policy, &pr_author, &who.as_candidate()) {
-            let reason = why.to_string();
-            data["reason"] = reason.clone().into();
-            self.record(repo, gate, (FactKind::Refused, &bound, data), actor, source)
-                .await?;
-            return Ok(Said::Refused(reason));
-        }
-        self.record(
-            repo,
-            gate,
-            (FactKind::Approved, &bound, data),
-            actor,
-            source,
-        )
-        .await?;
-        Ok(Said::Done)
+        let data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
+        let at = (gate.clone(), bound, data);
+        self.judge_approval(client, repo, (run.pr, comment), &policy, at)
+            .await
     }
 
     /// `/retry`: a failed run starts over what stopped (planned again and
