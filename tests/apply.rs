@@ -404,12 +404,7 @@ async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() 
 async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
     let mut bot = Bot::start().await;
     // The base branch names an overrider before the pull request is opened.
-    let policy = bot
-        .example
-        .read("main", "wavegate.toml")
-        .replace("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
-    bot.example
-        .branch("main", "main", &[("wavegate.toml", Some(&policy))]);
+    bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
     bot.deny("dev", "app", &["no-public-ingress"]);
     let (repo, _pr, _digest) = planned(&mut bot, 9).await;
     bot.forge.set_permission(&repo, "sec-sam", "write");

@@ -138,12 +138,7 @@ async fn an_approve_written_before_the_new_plan_was_posted_is_refused() {
 async fn two_required_approvers_and_a_pr_that_loosens_the_policy_is_judged_by_the_base() {
     let mut bot = Bot::start().await;
     // main now requires two approvers; the PR's branch still says one.
-    let strict = bot
-        .example
-        .read("main", "wavegate.toml")
-        .replace("required = 1", "required = 2");
-    bot.example
-        .branch("main", "main", &[("wavegate.toml", Some(&strict))]);
+    bot.edit_base_config("required = 1", "required = 2");
     let repo = bot.github_repo();
     for who in ["rev-bob", "rev-carol"] {
         bot.forge.set_permission(&repo, who, "write");
@@ -247,12 +242,7 @@ async fn revoke_and_help_and_an_unknown_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approving_review_counts_when_the_base_says_so() {
     let mut bot = Bot::start().await;
-    let on = bot
-        .example
-        .read("main", "wavegate.toml")
-        .replace("required = 1", "required = 1\nreview_approvals = true");
-    bot.example
-        .branch("main", "main", &[("wavegate.toml", Some(&on))]);
+    bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
     let (repo, pr, _) = planned(&mut bot, 27).await;
 
     bot.deliver_github(support::github_review(
@@ -314,12 +304,7 @@ async fn forgejo_approve_flow_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn team_approvers_and_an_admins_revoke() {
     let mut bot = Bot::start().await;
-    let teams = bot
-        .example
-        .read("main", "wavegate.toml")
-        .replace("approvers = []", "approvers = [\"team:platform\"]");
-    bot.example
-        .branch("main", "main", &[("wavegate.toml", Some(&teams))]);
+    bot.edit_base_config("approvers = []", "approvers = [\"team:platform\"]");
     let (repo, pr, _) = planned(&mut bot, 29).await;
     bot.forge.add_team_member("acme", "platform", "rev-carol");
     bot.forge.set_permission(&repo, "ops-admin", "admin");
@@ -365,12 +350,7 @@ async fn on_forgejo_an_approval_needs_the_bot_to_be_a_repository_admin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
     let mut bot = Bot::start().await;
-    let on = bot
-        .example
-        .read("main", "wavegate.toml")
-        .replace("required = 1", "required = 1\nreview_approvals = true");
-    bot.example
-        .branch("main", "main", &[("wavegate.toml", Some(&on))]);
+    bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
     let (repo, pr) = planned_on_forgejo(&mut bot, 31).await;
 
     let (status, answer) = bot

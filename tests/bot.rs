@@ -253,16 +253,8 @@ async fn a_server_killed_while_a_job_is_leased_runs_it_once_after_restart() {
     let mut bot = Bot::start_with(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
     let repo = bot.github_repo();
     // The first plan of app@dev hangs (until the server is killed); later ones go through.
+    bot.branch_hanging_first_plan("slow");
     let hang_once = bot.example.estate.join("hang-once");
-    std::fs::write(&hang_once, "").unwrap();
-    bot.example.branch(
-        "slow",
-        "change",
-        &[(
-            "infra/app/.hang-once",
-            Some("hangs the first plan while $ESTATE_DIR/hang-once exists\n"),
-        )],
-    );
     let pr = bot.open_pr(&repo, 7, "slow");
     bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
         .await;
@@ -604,26 +596,8 @@ async fn every_published_fixture_is_accepted_or_ignored_as_documented() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_or_malformed_deliveries_are_refused_with_the_reason() {
     let bot = Bot::start().await;
-    // A delivery announcing 26 MiB is refused before its body is read (the
-    // server may close the connection mid-upload, so the request is written
-    // by hand and only its head is sent).
-    let head = format!(
-        "POST /webhooks/github HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
-         x-github-event: pull_request\r\nx-github-delivery: too-big\r\n\
-         x-hub-signature-256: sha256=00\r\ncontent-length: {}\r\n\r\n",
-        26 * 1024 * 1024
-    );
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", bot.port))
-        .await
-        .unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
-        .await
-        .unwrap();
-    let mut answer_head = vec![0u8; 12];
-    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut answer_head)
-        .await
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&answer_head), "HTTP/1.1 413");
+    // A delivery announcing 26 MiB is refused before its body is read.
+    assert_eq!(bot.announce_too_large().await, "HTTP/1.1 413");
 
     let garbage = br#"{"action": "opened", "pull_request": {"number": "two"}}"#.to_vec();
     let signature = support::sign_github(GITHUB_SECRET, &garbage);

@@ -95,7 +95,7 @@ async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
         .post_github("pull_request", "garbage", Some(&signature), garbage)
         .await;
     assert_eq!(status, 400);
-    assert_eq!(announce_too_large(&bot).await, "HTTP/1.1 413");
+    assert_eq!(bot.announce_too_large().await, "HTTP/1.1 413");
     let (_, body) = support::github_pull_request("opened", &repo, &pr);
     let signature = support::sign_github(GITHUB_SECRET, &body);
     let (status, reply) = bot
@@ -286,25 +286,4 @@ fn an_unknown_log_format_is_refused_naming_the_variable() {
         ),
         "{stderr}"
     );
-}
-
-/// Sends only the head of a delivery announcing 26 MiB; answers the status line.
-async fn announce_too_large(bot: &Bot) -> String {
-    let head = format!(
-        "POST /webhooks/github HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
-         x-github-event: pull_request\r\nx-github-delivery: too-big\r\n\
-         x-hub-signature-256: sha256=00\r\ncontent-length: {}\r\n\r\n",
-        26 * 1024 * 1024
-    );
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", bot.port))
-        .await
-        .unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
-        .await
-        .unwrap();
-    let mut answer_head = vec![0u8; 12];
-    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut answer_head)
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&answer_head).into_owned()
 }

@@ -170,15 +170,7 @@ async fn open_slow_pr(bot: &mut Bot) -> RepoHandle {
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.forge.set_permission(&repo, "rev-carol", "write");
-    std::fs::write(bot.example.estate.join("hang-once"), "").unwrap();
-    bot.example.branch(
-        "slow",
-        "change",
-        &[(
-            "infra/app/.hang-once",
-            Some("hangs the first plan while $ESTATE_DIR/hang-once exists\n"),
-        )],
-    );
+    bot.branch_hanging_first_plan("slow");
     let pr = bot.open_pr(&repo, 31, "slow");
     bot.deliver_twice(support::github_pull_request("opened", &repo, &pr))
         .await;

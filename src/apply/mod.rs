@@ -198,32 +198,23 @@ impl Round {
 /// Everything a run completed, and where it stopped: the resume point,
 /// written before and after every apply command.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AttemptRecord {
     /// Who approved the pull request's digest; empty until someone did.
-    #[serde(default)]
     pub pr_approved_by: Vec<String>,
-    #[serde(default)]
     pub members: BTreeMap<String, MemberState>,
-    #[serde(default)]
     pub stages: BTreeMap<String, StageGate>,
-    #[serde(default)]
     pub rounds: Vec<Round>,
     /// Overrides that counted, by member: the plan digest they let through.
-    #[serde(default)]
     pub overrides: BTreeMap<String, String>,
     /// How many times in a row each member's apply asked to plan again.
-    #[serde(default)]
     pub replans: BTreeMap<String, u32>,
-    #[serde(default)]
     pub wait: Option<Wait>,
     /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
-    #[serde(default)]
     pub wait_posted_at: i64,
     /// Where the run is (stage, 1-based wave), for the report.
-    #[serde(default)]
     pub at: Option<(String, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
-    #[serde(default)]
     pub layout: Vec<(String, Vec<Vec<String>>)>,
 }
 

@@ -318,11 +318,9 @@ pub fn parse_seeded(text: &str) -> Result<SeededOutputs, String> {
 pub struct Workbench {
     options: PlanOptions,
     config: RepoConfig,
-    root: PathBuf,
     // Declared before `scratch`: the worktree inside it is removed first.
-    _worktree: Worktree,
-    _scratch_dir: tempfile::TempDir,
-    scratch: PathBuf,
+    worktree: Worktree,
+    scratch: tempfile::TempDir,
     outcomes: HashMap<String, MemberOutcome>,
     applied: HashMap<String, Map<String, Value>>,
     /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
@@ -363,18 +361,15 @@ pub struct ApplyRun {
 impl Workbench {
     /// Checks out `commit` of `options.repo` into a fresh scratch directory.
     pub fn open(options: PlanOptions, config: RepoConfig, commit: &str) -> Result<Self, PlanError> {
-        let scratch_dir = tempfile::Builder::new()
+        let scratch = tempfile::Builder::new()
             .prefix("wavegate-plan-")
             .tempdir()
             .map_err(anyhow::Error::from)?;
-        let scratch = scratch_dir.path().to_owned();
-        let worktree = Worktree::add(&options.repo, commit, &scratch.join("worktree"))?;
+        let worktree = Worktree::add(&options.repo, commit, &scratch.path().join("worktree"))?;
         Ok(Self {
-            root: worktree.path().to_owned(),
             options,
             config,
-            _worktree: worktree,
-            _scratch_dir: scratch_dir,
+            worktree,
             scratch,
             outcomes: HashMap::new(),
             applied: HashMap::new(),
@@ -386,6 +381,20 @@ impl Workbench {
 
     pub fn config(&self) -> &RepoConfig {
         &self.config
+    }
+
+    /// The checkout of the commit.
+    fn root(&self) -> &Path {
+        self.worktree.path()
+    }
+
+    /// Where a member's plan, inputs and outputs files live (`suffix`
+    /// separates the files of its `outputs` command).
+    fn member_dir(&self, member: &str, suffix: &str) -> PathBuf {
+        self.scratch
+            .path()
+            .join("members")
+            .join(format!("{member}{suffix}"))
     }
 
     /// The latest outcome of a member planned here.
@@ -423,7 +432,7 @@ impl Workbench {
                 component.name
             ));
         };
-        let files = MemberFiles::new(&self.scratch.join("members").join(member));
+        let files = MemberFiles::new(&self.member_dir(member, ""));
         if !files.plan.is_file() {
             return failed(format!(
                 "{member} has no plan file to apply; it must be planned first"
@@ -687,10 +696,7 @@ impl Workbench {
             return Err("it has no outputs command".into());
         };
         let member = member_name(&component.name, stage);
-        let dir = self
-            .scratch
-            .join("members")
-            .join(format!("{member}.outputs"));
+        let dir = self.member_dir(&member, ".outputs");
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let files = MemberFiles::new(&dir);
@@ -718,7 +724,7 @@ impl Workbench {
         stage: &str,
         outcome: &MemberOutcome,
     ) -> Result<(CommandSpec, PathBuf), String> {
-        let dir = self.scratch.join("members").join(&outcome.member);
+        let dir = self.member_dir(&outcome.member, "");
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let files = MemberFiles::new(&dir);
@@ -740,12 +746,12 @@ impl Workbench {
         template: &[String],
         files: &MemberFiles,
     ) -> Result<CommandSpec, String> {
-        let cwd = self.root.join(&component.dir);
+        let cwd = self.root().join(&component.dir);
         if !cwd.is_dir() {
             return Err(format!("directory `{}` of component {} does not exist at the head commit; fix `dir` in {CONFIG_FILE}", component.dir, component.name));
         }
         let member = member_name(&component.name, stage);
-        let root = self.root.display().to_string();
+        let root = self.root().display().to_string();
         let fill = |arg: &str| {
             arg.replace("{component}", &component.name)
                 .replace("{stage}", stage)
@@ -758,7 +764,7 @@ impl Workbench {
         let mut argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
         // A relative program path with a slash is relative to the repository root.
         if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
-            argv[0] = self.root.join(&argv[0]).display().to_string();
+            argv[0] = self.root().join(&argv[0]).display().to_string();
         }
         let mut env = vec![
             (
@@ -767,7 +773,7 @@ impl Workbench {
             ),
             (
                 "HOME".to_owned(),
-                std::env::var("HOME").unwrap_or_else(|_| self.scratch.display().to_string()),
+                std::env::var("HOME").unwrap_or_else(|_| self.scratch.path().display().to_string()),
             ),
             ("WAVEGATE_COMPONENT".to_owned(), component.name.clone()),
             ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),

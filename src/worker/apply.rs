@@ -61,9 +61,8 @@ struct Drive<'a> {
     plan: PlanRecord,
     approved: ChangeSet,
     policy: Policy,
-    config: RepoConfig,
-    /// The gate of the stage being applied, from the base config.
-    gate: GatePolicy,
+    /// The base's config (the merge's first parent), for stage gates.
+    base: Option<RawRepoConfig>,
 }
 
 impl Worker {
@@ -288,8 +287,7 @@ impl Worker {
             plan,
             approved,
             policy,
-            config: prepared.config.clone(),
-            gate: GatePolicy::Always,
+            base: base_raw,
         };
         drive.run.record.layout = layout;
         drive.run.status = RunStatus::Running;
@@ -331,7 +329,7 @@ impl Worker {
             for (member, outputs) in drive.run.record.applied_outputs() {
                 bench.record_applied(member, outputs.clone());
             }
-            self.stages(&mut drive, &mut bench, &base_raw).await?;
+            self.stages(&mut drive, &mut bench).await?;
         }
 
         drive.run.status = settled_status(&drive.run.record, &members);
@@ -497,12 +495,7 @@ impl Worker {
         })
     }
 
-    async fn stages(
-        &self,
-        drive: &mut Drive<'_>,
-        bench: &mut Workbench,
-        base_raw: &Option<RawRepoConfig>,
-    ) -> Result<()> {
+    async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
         for (stage, waves) in drive.run.record.layout.clone() {
             let all: Vec<&String> = waves.iter().flatten().collect();
             let done = |r: &AttemptRecord| {
@@ -512,8 +505,7 @@ impl Worker {
             if done(&drive.run.record) {
                 continue;
             }
-            let gate = gate_of(base_raw.as_ref(), &stage);
-            drive.gate = gate;
+            let gate = gate_of(drive.base.as_ref(), &stage);
             if self.stage_gate(drive, bench, &stage, &waves, gate).await? == Step::Stop {
                 return Ok(());
             }
@@ -644,7 +636,7 @@ impl Worker {
             }
             let component = member
                 .split_once('@')
-                .and_then(|(c, _)| drive.config.component(c))
+                .and_then(|(c, _)| bench.config().component(c))
                 .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
             if let Some(root) = stopped_upstream(component, stage, &drive.run.record) {
                 drive
@@ -801,7 +793,9 @@ impl Worker {
         let gated = drive.run.record.stages.contains_key(stage);
         match covered_by_any(&base, &fresh) {
             Coverage::Covered
-                if drive.gate == GatePolicy::OnDestructive && !gated && plan.destructive =>
+                if gate_of(drive.base.as_ref(), stage) == GatePolicy::OnDestructive
+                    && !gated
+                    && plan.destructive =>
             {
                 Coverage::NotCovered(format!(
                     "{}: it now deletes or replaces, and stage {stage}'s gate is on-destructive",

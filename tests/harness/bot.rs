@@ -231,13 +231,10 @@ impl Bot {
         command.spawn().expect("wavegate serve starts")
     }
 
-    /// Kills the server the hard way: no shutdown, leases left held.
+    /// Kills the server (every replica) the hard way: no shutdown, leases left held.
     pub fn kill(&mut self) {
         self.kill_replica(0);
-        if let Some(mut child) = self.second.as_mut().and_then(|(_, c)| c.take()) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        self.kill_replica(1);
     }
 
     pub fn log(&self) -> String {
@@ -380,6 +377,52 @@ impl Bot {
             .collect();
         assert_eq!(reports.len(), 1, "one report comment, found {reports:#?}");
         reports.remove(0)
+    }
+
+    /// Commits on main a `wavegate.toml` with `from` replaced by `to`: the
+    /// base branch's policy as a pull request opened afterwards reads it.
+    pub fn edit_base_config(&self, from: &str, to: &str) {
+        let config = self.example.read("main", "wavegate.toml");
+        assert!(config.contains(from), "`{from}` is not in wavegate.toml");
+        let edited = config.replace(from, to);
+        self.example
+            .branch("main", "main", &[("wavegate.toml", Some(&edited))]);
+    }
+
+    /// A branch `name` on top of `change` whose first plan of app@dev hangs
+    /// (until killed); later plans go through.
+    pub fn branch_hanging_first_plan(&self, name: &str) {
+        std::fs::write(self.example.estate.join("hang-once"), "").unwrap();
+        self.example.branch(
+            name,
+            "change",
+            &[(
+                "infra/app/.hang-once",
+                Some("hangs the first plan while $ESTATE_DIR/hang-once exists\n"),
+            )],
+        );
+    }
+
+    /// Sends only the head of a delivery announcing 26 MiB (the server may
+    /// close the connection mid-upload); answers the status line.
+    pub async fn announce_too_large(&self) -> String {
+        let head = format!(
+            "POST /webhooks/github HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+             x-github-event: pull_request\r\nx-github-delivery: too-big\r\n\
+             x-hub-signature-256: sha256=00\r\ncontent-length: {}\r\n\r\n",
+            26 * 1024 * 1024
+        );
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
+            .await
+            .unwrap();
+        let mut answer_head = vec![0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut stream, &mut answer_head)
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&answer_head).into_owned()
     }
 
     /// A branch on top of `change` whose app asks for a bigger instance.
