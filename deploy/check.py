@@ -67,7 +67,10 @@ SECRET_VARS = {
     "WAVEGATE_FORGEJO_TOKEN",
     "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
 }
-RUNTIME_PACKAGES = {"git", "ca-certificates"}
+# git for the repositories; bubblewrap, passt (pasta) and iproute2 (ip) for
+# the sandbox every plan/apply/outputs command runs in (DESIGN.md section 13).
+RUNTIME_PACKAGES = {"git", "ca-certificates", "bubblewrap", "passt", "iproute2"}
+SANDBOX_PACKAGES = {"bubblewrap", "passt", "iproute2"}
 RUNTIME_BASE = "debian:bookworm-slim"
 
 
@@ -259,12 +262,17 @@ def check_dockerfile(r: Report, src: Source) -> dict:
     base = runtime[0][1].split()[0]
     r.check(base == RUNTIME_BASE, f"{where}: runtime base is {base}", f"{where}: runtime base is {base}, expected {RUNTIME_BASE}")
 
-    # Only git and ca-certificates in the runtime stage.
+    # git, the CA certificates and the sandbox's tools in the runtime stage, nothing else.
     installed: set[str] = set()
     for w, rest in runtime:
         if w == "RUN":
             for m in re.finditer(r"apt-get install ([^&;|]*)", rest):
                 installed |= {t for t in m.group(1).split() if not t.startswith("-")}
+    r.check(
+        SANDBOX_PACKAGES <= installed,
+        f"{where}: runtime installs the sandbox's tools ({', '.join(sorted(SANDBOX_PACKAGES))}: bwrap, pasta, ip)",
+        f"{where}: runtime must install {sorted(SANDBOX_PACKAGES - installed)}: WAVEGATE_SANDBOX=bwrap (the default) runs every command under bubblewrap",
+    )
     r.check(
         installed == RUNTIME_PACKAGES,
         f"{where}: runtime installs only {', '.join(sorted(installed))}",
