@@ -14,7 +14,15 @@ network:
   not excluded by .dockerignore, every cargo target file inside the context;
 * compose.yaml, Chart.yaml, values.yaml parse; every template has balanced
   `{{ }}` and blocks, and every `.Values.…` it uses exists in values.yaml;
-  secrets reach the pod only through secretKeyRef;
+  secrets reach the pod only through secretKeyRef, and the App's private key
+  only as a read-only file that WAVEGATE_GITHUB_PRIVATE_KEY names;
+* the sandbox (DESIGN.md section 13): every WAVEGATE_SANDBOX* setting is in
+  the env example, the chart and compose; the image installs bubblewrap,
+  passt and iproute2; the chart's pod and compose's container allow user
+  namespaces, mounts and a fresh /proc exactly as deploy/README.md says
+  (hostUsers: false, procMount: Unmasked, the seccomp profile in
+  deploy/security/, AppArmor) and nothing more: non-root, read-only root, no
+  capability, no privilege escalation;
 * with the tools at hand (PATH, or deploy/get-tools.sh's directory):
   `helm lint` and `helm template` in both database modes with assertions on
   the output, `kubernetes-validate --strict` on what helm renders, `hadolint`
@@ -56,7 +64,10 @@ except ImportError:
 
 # Named by deploy/ ahead of the code: a warning until they land, then checked
 # like every other name. Remove an entry once its feature is merged.
-PENDING_VARS: dict[str, str] = {}
+PENDING_VARS: dict[str, str] = {
+    name: "the sandbox's settings, src/config/settings.rs and src/sandbox/ (in progress)"
+    for name in ("WAVEGATE_SANDBOX", "WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK")
+}
 PENDING_ROUTES: dict[str, str] = {}
 # Set by wavegate for its plan and apply commands: never server settings.
 COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}
@@ -66,6 +77,28 @@ SECRET_VARS = {
     "WAVEGATE_GITHUB_WEBHOOK_SECRET",
     "WAVEGATE_FORGEJO_TOKEN",
     "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
+}
+# Secrets that reach the bot as a read-only file whose path the variable
+# holds, never as text in the environment (where `docker inspect`, /proc/PID/
+# environ and crash reports would show it).
+FILE_SECRET_VARS = {"WAVEGATE_GITHUB_PRIVATE_KEY"}
+ENV_SECRET_VARS = SECRET_VARS - FILE_SECRET_VARS
+# The sandbox's settings: each must be in the env example, the chart and compose.
+SANDBOX_VARS = {"WAVEGATE_SANDBOX", "WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK"}
+SANDBOX_MODES = {"bwrap", "none"}
+SANDBOX_NETWORKS = {"none", "egress", "host"}
+SECURITY = DEPLOY / "security"
+SECCOMP_PROFILE = SECURITY / "wavegate-sandbox.json"
+APPARMOR_PROFILE = SECURITY / "wavegate-sandbox.apparmor"
+# What bubblewrap and pasta call that the engines' default seccomp profile
+# refuses without CAP_SYS_ADMIN (security/make-seccomp-profile.py).
+SANDBOX_SYSCALLS = {"clone", "unshare", "mount", "umount2", "pivot_root", "setns"}
+# What the sandbox's seccomp profile must still refuse, as the default does.
+REFUSED_SYSCALLS = {
+    "bpf", "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load",
+    "kexec_file_load", "open_by_handle_at", "fsopen", "fsmount", "fsconfig", "move_mount",
+    "open_tree", "mount_setattr", "reboot", "swapon", "swapoff", "syslog", "acct",
+    "iopl", "ioperm", "settimeofday", "clock_settime", "quotactl", "lookup_dcookie",
 }
 # git for the repositories; bubblewrap, passt (pasta) and iproute2 (ip) for
 # the sandbox every plan/apply/outputs command runs in (DESIGN.md section 13).
@@ -475,6 +508,60 @@ def check_compose(r: Report, src: Source, docker: dict) -> None:
     port = docker.get("port")
     ports = [str(p).rsplit(":", 1)[-1].split("/")[0] for p in bot.get("ports", [])]
     r.check(port in ports, f"{where}: publishes the container port {port}", f"{where}: publishes {ports}, the image listens on {port}")
+    check_compose_sandbox(r, where, doc, bot, env)
+
+
+def compose_default(value: str) -> str:
+    """The value of `${NAME:-default}` when NAME is unset (or the literal)."""
+    m = re.fullmatch(r"\$\{\w+(?::?-([^}]*))?\}", str(value))
+    return (m.group(1) or "") if m else str(value)
+
+
+def check_compose_sandbox(r: Report, where: str, doc: dict, bot: dict, env: dict) -> None:
+    """compose: the sandbox's settings, what Docker must allow for bubblewrap,
+    and the App key as a read-only file."""
+    mode = compose_default(env.get("WAVEGATE_SANDBOX", "bwrap"))
+    network = compose_default(env.get("WAVEGATE_SANDBOX_NETWORK", "none"))
+    r.check(mode in SANDBOX_MODES, f"{where}: WAVEGATE_SANDBOX defaults to {mode}", f"{where}: WAVEGATE_SANDBOX defaults to `{mode}`, not one of {sorted(SANDBOX_MODES)}")
+    r.check(network in SANDBOX_NETWORKS, f"{where}: WAVEGATE_SANDBOX_NETWORK defaults to {network}", f"{where}: WAVEGATE_SANDBOX_NETWORK defaults to `{network}`, not one of {sorted(SANDBOX_NETWORKS)}")
+    opts: dict[str, str] = {}
+    for o in bot.get("security_opt", []):
+        key, value = re.match(r"([^=:]+)[=:]?(.*)", str(o)).groups()
+        opts[key] = value
+    r.check(opts.get("no-new-privileges") == "true", f"{where}: no-new-privileges", f"{where}: security_opt should hold no-new-privileges:true (bubblewrap is not setuid)")
+    r.check(bot.get("cap_drop") == ["ALL"] and not bot.get("cap_add") and not bot.get("privileged"), f"{where}: drops every capability, adds none, not privileged", f"{where}: cap_drop [ALL], no cap_add, no privileged: bubblewrap needs none")
+    if mode == "bwrap":
+        seccomp = opts.get("seccomp", "")
+        ok = seccomp == "unconfined" or (seccomp and (DEPLOY / seccomp).resolve() == SECCOMP_PROFILE)
+        r.check(ok, f"{where}: seccomp={seccomp} (Docker's default refuses unshare/clone of a user namespace and mount)", f"{where}: security_opt seccomp={seccomp or '(default)'}: bubblewrap needs ./security/wavegate-sandbox.json (or unconfined)")
+        apparmor = opts.get("apparmor", "")
+        r.check(apparmor in ("unconfined", "wavegate-sandbox"), f"{where}: apparmor={apparmor} (docker-default denies mount)", f"{where}: security_opt apparmor={apparmor or '(docker-default)'}: docker-default denies every mount; use unconfined or wavegate-sandbox")
+        r.check(opts.get("systempaths") == "unconfined", f"{where}: systempaths=unconfined (bubblewrap mounts a fresh /proc)", f"{where}: security_opt systempaths=unconfined is needed: the kernel refuses a fresh /proc over Docker's masked one")
+    # The App key: a read-only file, its path in WAVEGATE_GITHUB_PRIVATE_KEY.
+    secrets = {s.get("target", s.get("source")) if isinstance(s, dict) else s: s for s in bot.get("secrets", [])}
+    top = doc.get("secrets") or {}
+    for target, s in secrets.items():
+        source = s.get("source") if isinstance(s, dict) else s
+        r.check(
+            "file" in top.get(source, {}),
+            f"{where}: secret {source} is a file mounted read-only at /run/secrets/{target}",
+            f"{where}: secret {source} has no `file:` at the top level",
+        )
+    key_bind = [v for v in bot.get("volumes", []) if isinstance(v, str) and ".pem" in v]
+    for v in key_bind:
+        r.check(v.endswith(":ro"), f"{where}: {v} is read-only", f"{where}: {v} should end in :ro")
+    example = (DEPLOY / "wavegate.env.example").read_text()
+    m = re.search(r"^#?WAVEGATE_GITHUB_PRIVATE_KEY=(/run/secrets/(\S+))$", example, re.M)
+    r.check(
+        bool(m) and (m.group(2) in secrets or any(v.split(":")[1] == m.group(1) for v in key_bind)),
+        f"{where}: the env example's WAVEGATE_GITHUB_PRIVATE_KEY={m.group(1) if m else '?'} is the mounted key file",
+        f"{where}: WAVEGATE_GITHUB_PRIVATE_KEY in the env example should name the file compose mounts (/run/secrets/<target>)",
+    )
+    r.check(
+        "BEGIN" not in example and not re.search(r"PEM text on one line|\\\\n", example),
+        "deploy/wavegate.env.example: offers the key as a path only, never PEM text",
+        "deploy/wavegate.env.example: still offers the App key as PEM text in the environment",
+    )
 
 
 # ---- the chart -------------------------------------------------------------------
@@ -638,6 +725,7 @@ def check_chart_static(r: Report, src: Source, docker: dict) -> dict | None:
         )
     sc = values.get("securityContext", {})
     r.check(sc.get("readOnlyRootFilesystem") is True, "values.yaml: readOnlyRootFilesystem", "values.yaml: securityContext.readOnlyRootFilesystem should be true")
+    check_sandbox_values(r, values)
     for p in values.get("ingress", {}).get("hosts", [{}])[0].get("paths", []):
         check_route(r, src, p["path"], "values.yaml ingress", prefix=True)
 
@@ -667,11 +755,17 @@ def check_templates(r: Report, src: Source, docker: dict, values: dict | None) -
             if not m:
                 continue
             nxt = next((l.strip() for l in lines[i + 1 :] if l.strip() and not l.strip().startswith("{{")), "")
-            if m.group(1) in SECRET_VARS:
+            if m.group(1) in ENV_SECRET_VARS:
                 r.check(
                     nxt.startswith("valueFrom:"),
                     f"{rel(t)}: {m.group(1)} comes from a Secret",
                     f"{rel(t)}: {m.group(1)} must come from a Secret (valueFrom.secretKeyRef), not a value",
+                )
+            if m.group(1) in FILE_SECRET_VARS:
+                r.check(
+                    nxt.startswith("value:"),
+                    f"{rel(t)}: {m.group(1)} is a path (the secret itself is a mounted file)",
+                    f"{rel(t)}: {m.group(1)} must hold the path of a read-only mounted file, not the secret through valueFrom",
                 )
         if t.name == "deployment.yaml":
             port = docker.get("port")
@@ -687,6 +781,236 @@ def check_templates(r: Report, src: Source, docker: dict, values: dict | None) -
                 f"{rel(t)}: nothing is mounted at the data dir {data_dir} (the root filesystem is read-only)",
             )
             r.check("mountPath: /tmp" in text, f"{rel(t)}: mounts a volume at /tmp (plan worktrees)", f"{rel(t)}: nothing is mounted at /tmp")
+
+
+# ---- the sandbox ---------------------------------------------------------------
+
+
+def check_sandbox_names(r: Report, src: Source) -> None:
+    """(a) Every WAVEGATE_SANDBOX* setting is set or documented in the env
+    example, the chart and compose: the three ways to run the bot."""
+    names = SANDBOX_VARS | {n for n in src.settings if n.startswith("WAVEGATE_SANDBOX")}
+    files = {
+        "deploy/wavegate.env.example": (DEPLOY / "wavegate.env.example").read_text(),
+        "deploy/helm/wavegate/templates/deployment.yaml": (CHART / "templates" / "deployment.yaml").read_text(),
+        "deploy/compose.yaml": (DEPLOY / "compose.yaml").read_text(),
+    }
+    for where, text in files.items():
+        found = set(re.findall(r"\b(WAVEGATE_SANDBOX[A-Z0-9_]*)\b", text))
+        missing = sorted(names - found)
+        r.check(
+            not missing,
+            f"{where}: names every sandbox setting ({', '.join(sorted(names))})",
+            f"{where}: does not name {', '.join(missing)}: every WAVEGATE_SANDBOX* setting belongs in the env example, the chart and compose",
+        )
+    pending = sorted(n for n in SANDBOX_VARS if n not in src.known_vars)
+    if pending:
+        r.warn(
+            "src/ does not mention " + ", ".join(pending) + " yet: deploy/ sets them ahead of the sandbox's code "
+            "(PENDING_VARS in deploy/check.py), so each use below is a warning, not a failure, until "
+            "src/config/settings.rs reads them"
+        )
+    for n in sorted(PENDING_VARS):
+        if n in src.settings:
+            r.warn(f"src/config/settings.rs reads {n} now: remove it from PENDING_VARS in deploy/check.py")
+
+
+def check_security_profiles(r: Report) -> None:
+    """The seccomp and AppArmor profiles deploy/ hands to the runtime."""
+    where = rel(SECCOMP_PROFILE)
+    try:
+        profile = json.loads(SECCOMP_PROFILE.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        r.fail(f"{where}: {e}")
+        return
+    r.check(
+        profile.get("defaultAction") == "SCMP_ACT_ERRNO",
+        f"{where}: refuses every system call it does not list (defaultAction SCMP_ACT_ERRNO)",
+        f"{where}: defaultAction is {profile.get('defaultAction')}, expected SCMP_ACT_ERRNO (an allow-list)",
+    )
+    allowed: set[str] = set()
+    conditional: set[str] = set()
+    for rule in profile.get("syscalls", []):
+        if "includes" in rule or "excludes" in rule:
+            r.fail(f"{where}: a rule with includes/excludes ({rule.get('names')}): containerd and runc ignore them, so the rule would apply unconditionally; flatten it (make-seccomp-profile.py)")
+        if rule.get("action") == "SCMP_ACT_ALLOW":
+            (conditional if rule.get("args") else allowed).update(rule.get("names", []))
+    missing = sorted(SANDBOX_SYSCALLS - allowed)
+    r.check(
+        not missing,
+        f"{where}: allows what bubblewrap and pasta need ({', '.join(sorted(SANDBOX_SYSCALLS))})",
+        f"{where}: does not allow {', '.join(missing)} unconditionally: bubblewrap cannot build its sandbox",
+    )
+    opened = sorted(REFUSED_SYSCALLS & (allowed | conditional))
+    r.check(
+        not opened,
+        f"{where}: still refuses what the runtime's default refuses ({len(REFUSED_SYSCALLS)} checked: bpf, perf_event_open, module loading, the new mount API, …)",
+        f"{where}: allows {', '.join(opened)}, which the runtime's default refuses and the sandbox does not need",
+    )
+    arches = set(profile.get("architectures", []))
+    r.check(
+        {"SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"} <= arches,
+        f"{where}: covers x86-64 and arm64",
+        f"{where}: architectures {sorted(arches)} should include SCMP_ARCH_X86_64 and SCMP_ARCH_AARCH64",
+    )
+    where = rel(APPARMOR_PROFILE)
+    if r.check(APPARMOR_PROFILE.exists(), f"{where} exists", f"{where} is missing"):
+        text = APPARMOR_PROFILE.read_text()
+        r.check(
+            re.search(r"^profile wavegate-sandbox\b", text, re.M) is not None and re.search(r"^\s*userns,", text, re.M) is not None,
+            f"{where}: profile wavegate-sandbox allows user namespaces",
+            f"{where}: should define `profile wavegate-sandbox` with a `userns,` rule",
+        )
+
+
+def check_sandbox_values(r: Report, values: dict) -> None:
+    """values.yaml: the sandbox's settings and the security contexts."""
+    sb = values.get("sandbox") or {}
+    r.check(sb.get("mode") in SANDBOX_MODES, f"values.yaml: sandbox.mode is {sb.get('mode')}", f"values.yaml: sandbox.mode must be one of {sorted(SANDBOX_MODES)}")
+    r.check(sb.get("network") in SANDBOX_NETWORKS, f"values.yaml: sandbox.network is {sb.get('network')}", f"values.yaml: sandbox.network must be one of {sorted(SANDBOX_NETWORKS)}")
+    for key in ("read", "applyWrite"):
+        r.check(isinstance(sb.get(key), list), f"values.yaml: sandbox.{key} is a list of paths", f"values.yaml: sandbox.{key} should be a list (joined with ':')")
+    seccomp = sb.get("seccompProfile") or {}
+    if seccomp.get("type") == "Localhost":
+        r.check(
+            (SECURITY / str(seccomp.get("localhostProfile", ""))).is_file(),
+            f"values.yaml: sandbox.seccompProfile is Localhost {seccomp.get('localhostProfile')}, shipped in deploy/security/",
+            f"values.yaml: sandbox.seccompProfile.localhostProfile {seccomp.get('localhostProfile')} is not a file in deploy/security/",
+        )
+    else:
+        r.check(
+            seccomp.get("type") == "Unconfined",
+            "values.yaml: sandbox.seccompProfile is Unconfined",
+            f"values.yaml: sandbox.seccompProfile.type {seccomp.get('type')}: RuntimeDefault refuses what bubblewrap needs; use Localhost (deploy/security/) or Unconfined",
+        )
+    apparmor = (sb.get("appArmorProfile") or {}).get("type")
+    r.check(
+        apparmor in ("Unconfined", "Localhost"),
+        f"values.yaml: sandbox.appArmorProfile is {apparmor}",
+        f"values.yaml: sandbox.appArmorProfile.type {apparmor}: the runtime's default AppArmor profile denies every mount; use Unconfined or Localhost (wavegate-sandbox)",
+    )
+    sc = values.get("securityContext", {})
+    psc = values.get("podSecurityContext", {})
+    r.check(sc.get("allowPrivilegeEscalation") is False, "values.yaml: allowPrivilegeEscalation false", "values.yaml: securityContext.allowPrivilegeEscalation must be false (bubblewrap needs no setuid)")
+    r.check("ALL" in (sc.get("capabilities") or {}).get("drop", []), "values.yaml: drops ALL capabilities", "values.yaml: securityContext.capabilities.drop should be [ALL]")
+    r.check(not (sc.get("capabilities") or {}).get("add"), "values.yaml: adds no capability", "values.yaml: securityContext.capabilities.add: bubblewrap needs none")
+    r.check(not sc.get("privileged"), "values.yaml: not privileged", "values.yaml: securityContext.privileged must stay off")
+    r.check(
+        (psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault",
+        "values.yaml: the pod's default seccomp profile is RuntimeDefault (the sandbox's profile is the wavegate container's alone)",
+        "values.yaml: podSecurityContext.seccompProfile should stay RuntimeDefault",
+    )
+
+
+def check_pod_security(r: Report, label: str, pod: dict, sandbox: str, values: dict) -> None:
+    """(d) The rendered pod: what the sandbox mode needs, and nothing more."""
+    c = pod.get("containers", [{}])[0]
+    sc = c.get("securityContext", {})
+    psc = pod.get("securityContext", {})
+    where = f"helm template {label}"
+    r.check(
+        psc.get("runAsNonRoot") is True or sc.get("runAsNonRoot") is True,
+        f"{where}: runAsNonRoot",
+        f"{where}: runAsNonRoot missing",
+    )
+    r.check(sc.get("readOnlyRootFilesystem") is True, f"{where}: readOnlyRootFilesystem", f"{where}: readOnlyRootFilesystem missing")
+    r.check(sc.get("allowPrivilegeEscalation") is False, f"{where}: allowPrivilegeEscalation false", f"{where}: allowPrivilegeEscalation must be false")
+    caps = sc.get("capabilities", {})
+    r.check(
+        "ALL" in caps.get("drop", []) and not caps.get("add") and not sc.get("privileged"),
+        f"{where}: no capability, not privileged",
+        f"{where}: capabilities {caps}, privileged {sc.get('privileged')}: bubblewrap needs neither",
+    )
+    for k in ("hostPID", "hostIPC", "hostNetwork"):
+        r.check(not pod.get(k), f"{where}: no {k}", f"{where}: {k} is set")
+    seccomp = sc.get("seccompProfile") or psc.get("seccompProfile") or {}
+    apparmor = (sc.get("appArmorProfile") or psc.get("appArmorProfile") or {}).get("type")
+    if sandbox == "bwrap":
+        r.check(
+            pod.get("hostUsers") is False,
+            f"{where}: hostUsers false (a user namespace of its own, which procMount Unmasked requires)",
+            f"{where}: bwrap needs hostUsers: false, got {pod.get('hostUsers')}",
+        )
+        r.check(
+            sc.get("procMount") == "Unmasked",
+            f"{where}: procMount Unmasked (bubblewrap mounts a fresh /proc)",
+            f"{where}: bwrap needs procMount: Unmasked (the kernel refuses a new /proc over a masked one), got {sc.get('procMount')}",
+        )
+        ok = seccomp.get("type") == "Unconfined" or (
+            seccomp.get("type") == "Localhost" and (SECURITY / str(seccomp.get("localhostProfile", ""))).is_file()
+        )
+        chosen = values.get("sandbox", {}).get("seccompProfile", {})
+        r.check(
+            ok and seccomp.get("type") == chosen.get("type") and seccomp.get("localhostProfile") == (chosen.get("localhostProfile") if chosen.get("type") == "Localhost" else None),
+            f"{where}: seccomp {seccomp.get('type')} {seccomp.get('localhostProfile', '')} as sandbox.seccompProfile says",
+            f"{where}: seccomp {seccomp}: bwrap needs sandbox.seccompProfile (Localhost from deploy/security/, or Unconfined), not the runtime's default",
+        )
+        r.check(
+            apparmor in ("Unconfined", "Localhost"),
+            f"{where}: AppArmor {apparmor} (the runtime's default denies mount)",
+            f"{where}: AppArmor {apparmor}: bwrap needs Unconfined or Localhost",
+        )
+    else:
+        r.check(
+            pod.get("hostUsers") in (None, True) and sc.get("procMount") in (None, "Default"),
+            f"{where}: sandbox none keeps the host's users and a masked /proc",
+            f"{where}: sandbox none should not unmask /proc or ask for a user namespace",
+        )
+        r.check(
+            seccomp.get("type") == "RuntimeDefault" and apparmor in (None, "RuntimeDefault"),
+            f"{where}: sandbox none keeps the runtime's default seccomp and AppArmor profiles",
+            f"{where}: sandbox none should keep RuntimeDefault seccomp/AppArmor, got {seccomp}, {apparmor}",
+        )
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+    r.check(
+        "emptyDir" in volumes.get(mounts.get("/tmp", {}).get("name", ""), {}) and not mounts.get("/tmp", {}).get("readOnly"),
+        f"{where}: /tmp (each job's copy of the commit) is a writable emptyDir",
+        f"{where}: /tmp must be a writable emptyDir",
+    )
+
+
+def check_key_file(r: Report, label: str, pod: dict, values: dict, secret_name: str) -> None:
+    """(c) The App's private key: a read-only file, never text in the environment."""
+    c = pod.get("containers", [{}])[0]
+    where = f"helm template {label}"
+    env = env_of(c)
+    for e in c.get("env", []):
+        if "-----BEGIN" in str(e.get("value", "")):
+            r.fail(f"{where}: {e['name']} holds PEM text")
+        ref = e.get("valueFrom", {}).get("secretKeyRef", {})
+        if ref.get("name") == secret_name and ref.get("key") == values["github"]["privateKeySecret"]["key"]:
+            r.fail(f"{where}: {e['name']} takes the App's private key from the Secret as text; mount it as a file")
+    for ef in c.get("envFrom", []):
+        if ef.get("secretRef", {}).get("name") == secret_name:
+            r.fail(f"{where}: envFrom takes every key of {secret_name}, the App's private key among them, into the environment")
+    key = env.get("WAVEGATE_GITHUB_PRIVATE_KEY", {})
+    path = key.get("value", "")
+    if not r.check(
+        path.startswith("/") and "valueFrom" not in key,
+        f"{where}: WAVEGATE_GITHUB_PRIVATE_KEY is the path {path}",
+        f"{where}: WAVEGATE_GITHUB_PRIVATE_KEY should be the path of the mounted key file, got {key}",
+    ):
+        return
+    directory, name = path.rsplit("/", 1)
+    mount = next((m for m in c.get("volumeMounts", []) if m["mountPath"] == directory), {})
+    volume = next((v for v in pod.get("volumes", []) if v["name"] == mount.get("name")), {})
+    secret = volume.get("secret", {})
+    items = {i["path"]: i["key"] for i in secret.get("items", [])}
+    r.check(
+        mount.get("readOnly") is True and secret.get("secretName") == secret_name
+        and items.get(name) == values["github"]["privateKeySecret"]["key"],
+        f"{where}: the key is {secret_name}/{items.get(name)} mounted read-only at {path}",
+        f"{where}: {path} should be key {values['github']['privateKeySecret']['key']} of Secret {secret_name}, mounted readOnly (mount {mount}, volume {volume})",
+    )
+    mode = secret.get("defaultMode", 0o644)
+    r.check(
+        mode & 0o337 == 0,
+        f"{where}: the key file's mode is {mode:04o} (no write bit, nothing for others; fsGroup adds group read)",
+        f"{where}: the key's defaultMode {mode:04o} should be 0400 or 0440",
+    )
+    shared = [p for p in env.get("WAVEGATE_SANDBOX_READ", {}).get("value", "").split(":") if p and (path + "/").startswith(p.rstrip("/") + "/")]
+    r.check(not shared, f"{where}: the key is outside every WAVEGATE_SANDBOX_READ path", f"{where}: WAVEGATE_SANDBOX_READ binds {shared}, which holds the App key, into every command")
 
 
 # ---- helm, kubernetes-validate, hadolint, compose ----------------------------------
@@ -723,21 +1047,29 @@ POSTGRES_FULL = [
     "forgejo.webhookSecret.name=wavegate-forgejo",
     "ingress.enabled=true",
     "publicUrl=https://wavegate.example.com",
+    "sandbox.read={/opt/tools,/var/cache/terraform-plugins}",
+    "sandbox.applyWrite={/srv/state}",
+    "sandbox.network=egress",
 ]
+GITHUB = ["github.appId=12345", "github.privateKeySecret.name=wavegate-github", "github.webhookSecret.name=wavegate-github"]
 
 
-def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path]:
+def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_dir: Path) -> list[tuple[Path, str]]:
+    """Renders the chart; returns (manifest, sandbox mode) for each render."""
     helm = find_tool("helm", "helm/helm")
     if helm is None:
         r.skip("helm lint/template: helm is not installed (deploy/get-tools.sh fetches it)")
         return []
+    if values is None:
+        r.skip("helm: values.yaml did not parse, nothing rendered")
+        return []
     version = run([helm, "version", "--short"]).stdout.strip()
-    rendered: list[Path] = []
+    rendered: list[tuple[Path, str]] = []
 
     def sets(pairs: list[str]) -> list[str]:
         return [a for p in pairs for a in ("--set", p)]
 
-    for label, pairs in (("sqlite (defaults)", []), ("postgres", POSTGRES_FULL)):
+    for label, pairs in (("sqlite (defaults)", []), ("postgres", POSTGRES_FULL), ("sandbox none", ["sandbox.mode=none", *GITHUB])):
         res = run([helm, "lint", "--strict", str(CHART), *sets(pairs)])
         r.check(res.returncode == 0, f"helm {version} lint --strict, {label}", f"helm lint --strict, {label}:\n{res.stdout}{res.stderr}")
 
@@ -748,7 +1080,7 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
             return None
         path = out_dir / f"{name}.yaml"
         path.write_text(res.stdout)
-        rendered.append(path)
+        rendered.append((path, "none" if "sandbox.mode=none" in pairs else "bwrap"))
         docs = [d for d in yaml.safe_load_all(res.stdout) if d]
         return {(d["kind"]): d for d in docs}
 
@@ -779,6 +1111,17 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
             f"helm template {name}: the SQLite file is on the PVC",
             f"helm template {name}: WAVEGATE_DATABASE_URL should be sqlite://{data_dir}/…",
         )
+        check_pod_security(r, name, pod, "bwrap", values)
+        r.check(
+            env.get("WAVEGATE_SANDBOX", {}).get("value") == "bwrap" and env.get("WAVEGATE_SANDBOX_NETWORK", {}).get("value") == "none",
+            f"helm template {name}: WAVEGATE_SANDBOX=bwrap, WAVEGATE_SANDBOX_NETWORK=none by default",
+            f"helm template {name}: expected WAVEGATE_SANDBOX=bwrap and WAVEGATE_SANDBOX_NETWORK=none, got {env.get('WAVEGATE_SANDBOX')}, {env.get('WAVEGATE_SANDBOX_NETWORK')}",
+        )
+        r.check(
+            "WAVEGATE_SANDBOX_READ" not in env and "WAVEGATE_SANDBOX_APPLY_WRITE" not in env,
+            f"helm template {name}: no sandbox paths unless listed",
+            f"helm template {name}: WAVEGATE_SANDBOX_READ/APPLY_WRITE set with empty sandbox.read/applyWrite",
+        )
 
     # PostgreSQL: replicas, rolling, PDB, emptyDir, everything secret by reference.
     docs = template("postgres", POSTGRES_FULL)
@@ -796,7 +1139,7 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
             "helm template postgres: data dir and /tmp are emptyDirs",
             "helm template postgres: unexpected volume kinds",
         )
-        for name in sorted(SECRET_VARS | {"WAVEGATE_DATABASE_URL"}):
+        for name in sorted(ENV_SECRET_VARS | {"WAVEGATE_DATABASE_URL"}):
             e = env.get(name, {})
             r.check(
                 "secretKeyRef" in e.get("valueFrom", {}) and "value" not in e,
@@ -810,10 +1153,45 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
             r.check(path == expect, f"helm template postgres: {probe} on {path}", f"helm template postgres: {probe} should be on {expect}, is on {path}")
             if path:
                 check_route(r, src, path, f"helm template postgres {probe}")
-        r.check(pod.get("securityContext", {}).get("runAsNonRoot") is True, "helm template postgres: runAsNonRoot", "helm template postgres: runAsNonRoot missing")
-        r.check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True, "helm template postgres: readOnlyRootFilesystem", "helm template postgres: readOnlyRootFilesystem missing")
+        check_pod_security(r, "postgres", pod, "bwrap", values)
+        check_key_file(r, "postgres", pod, values, "wavegate-github")
+        expect = {
+            "WAVEGATE_SANDBOX": "bwrap",
+            "WAVEGATE_SANDBOX_NETWORK": "egress",
+            "WAVEGATE_SANDBOX_READ": "/opt/tools:/var/cache/terraform-plugins",
+            "WAVEGATE_SANDBOX_APPLY_WRITE": "/srv/state",
+        }
+        got = {k: env.get(k, {}).get("value") for k in expect}
+        r.check(got == expect, "helm template postgres: sandbox.* rendered into WAVEGATE_SANDBOX* (lists joined with ':')", f"helm template postgres: sandbox settings {got}, expected {expect}")
         r.check(bool(c.get("resources", {}).get("requests")), "helm template postgres: resource requests", "helm template postgres: no resource requests")
         r.check(c.get("args") == ["serve"], "helm template postgres: args [serve]", f"helm template postgres: args {c.get('args')}")
+
+    # No sandbox: the pod keeps the stricter defaults, the key is still a file.
+    docs = template("sandbox-none", ["sandbox.mode=none", *GITHUB])
+    if docs is not None:
+        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+        env = env_of(pod.get("containers", [{}])[0])
+        check_pod_security(r, "sandbox-none", pod, "none", values)
+        check_key_file(r, "sandbox-none", pod, values, "wavegate-github")
+        r.check(env.get("WAVEGATE_SANDBOX", {}).get("value") == "none", "helm template sandbox-none: WAVEGATE_SANDBOX=none", f"helm template sandbox-none: WAVEGATE_SANDBOX is {env.get('WAVEGATE_SANDBOX')}")
+
+    # Unconfined profiles carry no localhostProfile (the API refuses one).
+    docs = template("sandbox-unconfined", ["sandbox.seccompProfile.type=Unconfined"])
+    if docs is not None:
+        sc = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0].get("securityContext", {})
+        r.check(
+            sc.get("seccompProfile") == {"type": "Unconfined"} and sc.get("appArmorProfile") == {"type": "Unconfined"},
+            "helm template sandbox.seccompProfile.type=Unconfined: seccompProfile {type: Unconfined}, no localhostProfile",
+            f"helm template sandbox.seccompProfile.type=Unconfined: got {sc.get('seccompProfile')}, {sc.get('appArmorProfile')}",
+        )
+
+    # bwrap needs the pod fields of Kubernetes >= 1.30: an older cluster is refused.
+    res = run([helm, "template", "wg", str(CHART), "--kube-version", "1.29.0"])
+    r.check(
+        res.returncode != 0 and "sandbox.mode=none" in res.stderr,
+        "helm template --kube-version 1.29.0: refused, naming sandbox.mode=none",
+        f"helm template --kube-version 1.29.0: expected a refusal naming sandbox.mode=none, got rc={res.returncode} {res.stderr.strip()[:200]}",
+    )
 
     # Mistakes fail the render with a message naming the value to set.
     for pairs, expect in (
@@ -822,6 +1200,10 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
         (["github.appId=1"], "github.privateKeySecret.name"),
         (["github.appId=1", "github.privateKeySecret.name=k"], "github.webhookSecret.name"),
         (["forgejo.url=https://f.example"], "forgejo.tokenSecret.name"),
+        (["sandbox.mode=docker"], "sandbox.mode"),
+        (["sandbox.network=open"], "sandbox.network"),
+        (["sandbox.read={opt/tools}"], "sandbox.read"),
+        (["sandbox.applyWrite={/srv:/state}"], "sandbox.applyWrite"),
     ):
         res = run([helm, "template", "wg", str(CHART), *sets(pairs)])
         r.check(
@@ -832,7 +1214,7 @@ def check_helm(r: Report, src: Source, docker: dict, out_dir: Path) -> list[Path
     return rendered
 
 
-def check_kubernetes_validate(r: Report, rendered: list[Path]) -> None:
+def check_kubernetes_validate(r: Report, rendered: list[tuple[Path, str]]) -> None:
     tool = find_tool("kubernetes-validate", "venv/bin/kubernetes-validate")
     if tool is None:
         r.skip("kubernetes-validate: not installed (pip install kubernetes-validate), rendered manifests not checked against the API schemas")
@@ -840,8 +1222,12 @@ def check_kubernetes_validate(r: Report, rendered: list[Path]) -> None:
     if not rendered:
         r.skip("kubernetes-validate: nothing rendered (helm missing)")
         return
+    # With bwrap the pod uses fields of 1.30+ (appArmorProfile; hostUsers and
+    # procMount on by default from 1.33); without it the chart runs on 1.28.
     for version in ("1.28.0", "1.33.0"):
-        for path in rendered:
+        for path, sandbox in rendered:
+            if sandbox == "bwrap" and version == "1.28.0":
+                continue
             res = run([tool, "--strict", "--quiet", "-k", version, str(path)])
             r.check(
                 res.returncode == 0,
@@ -872,6 +1258,8 @@ def check_compose_tool(r: Report) -> None:
         doc = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
         doc["services"]["wavegate"]["build"]["context"] = str(ROOT)
         shutil.copy(DEPLOY / "wavegate.env.example", Path(tmp) / "wavegate.env")
+        # security_opt seccomp=./security/… is read relative to the compose file.
+        shutil.copytree(SECURITY, Path(tmp) / "security")
         if v2:
             argv = [docker, "compose", "-f", "compose.yaml", "config", "--quiet"]
             label = "docker compose config"
@@ -902,18 +1290,20 @@ def main() -> int:
     docker = check_dockerfile(r, src)
     check_env_example(r, src)
     check_compose(r, src, docker)
-    check_chart_static(r, src, docker)
+    values = check_chart_static(r, src, docker)
+    check_sandbox_names(r, src)
+    check_security_profiles(r)
     check_hadolint(r)
     check_compose_tool(r)
     if yaml is not None:
         if args.keep:
             out = Path(args.keep)
             out.mkdir(parents=True, exist_ok=True)
-            rendered = check_helm(r, src, docker, out)
+            rendered = check_helm(r, src, docker, values, out)
             check_kubernetes_validate(r, rendered)
         else:
             with tempfile.TemporaryDirectory() as tmp:
-                rendered = check_helm(r, src, docker, Path(tmp))
+                rendered = check_helm(r, src, docker, values, Path(tmp))
                 check_kubernetes_validate(r, rendered)
 
     print(f"\n{r.passed} passed, {r.failures} failed, {r.skipped} skipped")

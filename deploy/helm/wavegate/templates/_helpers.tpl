@@ -62,3 +62,32 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "wavegate.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+
+{{/* The sandbox mode, checked: bwrap or none. With bwrap, also the network
+mode, the paths and the cluster's version. */}}
+{{- define "wavegate.sandboxMode" -}}
+{{- $s := .Values.sandbox }}
+{{- $mode := $s.mode | default "bwrap" }}
+{{- if not (has $mode (list "bwrap" "none")) }}
+{{- fail (printf "sandbox.mode is %q: use bwrap (every command in a bubblewrap sandbox) or none (no sandbox; commands see the bot's files and secrets)" $mode) }}
+{{- end }}
+{{- if not (has ($s.network | default "none") (list "none" "egress" "host")) }}
+{{- fail (printf "sandbox.network is %q: use none (loopback only), egress (outbound through pasta) or host (the pod's network)" $s.network) }}
+{{- end }}
+{{- range $key := list "read" "applyWrite" }}
+{{- range $path := (get $s $key | default list) }}
+{{- if or (not (hasPrefix "/" (toString $path))) (contains ":" (toString $path)) }}
+{{- fail (printf "sandbox.%s: %q must be an absolute path without ':'" $key (toString $path)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (eq $mode "bwrap") (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sandbox.mode bwrap needs Kubernetes >= 1.30 (hostUsers: false, procMount: Unmasked, appArmorProfile; on by default from 1.33), this cluster is %s: upgrade, or set sandbox.mode=none" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
+{{/* Where the App's private key is mounted, as a file. */}}
+{{- define "wavegate.githubKeyDir" -}}
+/run/secrets/wavegate/github
+{{- end }}
