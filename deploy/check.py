@@ -1277,6 +1277,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--require-tools", action="store_true", help="fail, not skip, when helm, kubernetes-validate, hadolint or compose is missing")
     parser.add_argument("--keep", metavar="DIR", help="write the rendered manifests to DIR")
+    parser.add_argument(
+        "--sandbox-runtime",
+        nargs="?",
+        const="",
+        metavar="MOBY_DEFAULT_JSON",
+        help="also run deploy/security/try-sandbox.py (root, runc, bwrap, pasta, ip): bubblewrap under the shipped seccomp profile in a runc container",
+    )
     args = parser.parse_args()
     r = Report(args.require_tools)
     print(f"wavegate deploy/ check (repository: {ROOT})")
@@ -1305,6 +1312,16 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 rendered = check_helm(r, src, docker, values, Path(tmp))
                 check_kubernetes_validate(r, rendered)
+
+    if args.sandbox_runtime is not None:
+        argv = [sys.executable, str(SECURITY / "try-sandbox.py")] + ([args.sandbox_runtime] if args.sandbox_runtime else [])
+        res = run(argv)
+        if res.stdout.startswith("skip"):
+            r.skip(f"try-sandbox.py: {res.stdout.strip()}")
+        else:
+            for line in res.stdout.splitlines():
+                print(f"      {line}")
+            r.check(res.returncode == 0, "try-sandbox.py: bubblewrap behaves as deploy/README.md says under runc", f"try-sandbox.py failed:\n{res.stderr}")
 
     print(f"\n{r.passed} passed, {r.failures} failed, {r.skipped} skipped")
     if r.warnings:

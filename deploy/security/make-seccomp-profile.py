@@ -38,7 +38,9 @@ ARCHES = ("SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64")
 ARCH_NAMES = {"amd64", "x32", "x86", "arm64", "arm"}
 
 
-def flatten(default: dict) -> dict:
+def flatten(default: dict, sandbox: bool = True) -> dict:
+    """The default for a container without capabilities; with `sandbox`,
+    plus SANDBOX_SYSCALLS."""
     architectures = []
     for a in default["archMap"]:
         if a["architecture"] in ARCHES:
@@ -52,7 +54,7 @@ def flatten(default: dict) -> dict:
             continue  # another architecture's rule
         if excludes.get("arches") and set(excludes["arches"]) >= ARCH_NAMES:
             continue
-        names = [n for n in rule["names"] if not (n == "clone" and rule.get("args"))]
+        names = [n for n in rule["names"] if not (sandbox and n == "clone" and rule.get("args"))]
         if not names:
             continue  # clone, flags filtered: replaced by the plain rule below
         out = {"names": names, "action": rule["action"]}
@@ -61,7 +63,8 @@ def flatten(default: dict) -> dict:
         if "errnoRet" in rule:
             out["errnoRet"] = rule["errnoRet"]
         rules.append(out)
-    rules.append({"names": SANDBOX_SYSCALLS, "action": "SCMP_ACT_ALLOW"})
+    if sandbox:
+        rules.append({"names": SANDBOX_SYSCALLS, "action": "SCMP_ACT_ALLOW"})
     return {
         "defaultAction": default["defaultAction"],
         "defaultErrnoRet": default.get("defaultErrnoRet", 1),
