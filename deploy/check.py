@@ -28,6 +28,10 @@ network:
   the output, `kubernetes-validate --strict` on what helm renders, `hadolint`
   on the Dockerfile, and `docker compose config` (or docker-compose 1.x).
 
+With --sandbox-runtime (root, runc, bwrap, pasta, ip) it also runs
+deploy/security/try-sandbox.py: bubblewrap in a runc container under the
+shipped seccomp profile.
+
 Exit status: 0 when nothing failed (checks whose tool is missing are listed
 as skipped; --require-tools makes them failures), 1 on any mismatch.
 Needs python3 >= 3.11 and PyYAML; without PyYAML the YAML checks are skipped,
