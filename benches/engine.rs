@@ -13,10 +13,12 @@ use sha2::Digest as _;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 use wavegate::config::RepoConfig;
 use wavegate::plan::fanout::{derive, FanOutInput};
 use wavegate::plan::planfile::MemberPlan;
+use wavegate::sandbox::{Sandbox, SandboxSettings};
 
 /// A small deterministic PRNG (xorshift64*), so every run measures the same input.
 struct Rng(u64);
@@ -193,9 +195,19 @@ fn bench_planner(c: &mut Criterion) {
 
     let concurrency = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let mut options = wavegate::plan::engine::PlanOptions::new(&repo, "main", "change");
-    options.concurrency = concurrency;
-    options.heartbeat = Duration::from_secs(3600);
+    let options_in = |sandbox| {
+        let mut options =
+            wavegate::plan::engine::PlanOptions::new(&repo, "main", "change", Arc::new(sandbox));
+        options.concurrency = concurrency;
+        options.heartbeat = Duration::from_secs(3600);
+        options
+    };
+    let unsandboxed = options_in(Sandbox::off());
+    let sandbox = runtime.block_on(Sandbox::probe(SandboxSettings::default()));
+    if let Some(problem) = sandbox.problem() {
+        panic!("the sandboxed planner needs bubblewrap: {problem}");
+    }
+    let sandboxed = options_in(sandbox);
     let script = repo.join("plan.sh");
     let out_dir = dir.path().join("direct");
     std::fs::create_dir(&out_dir).unwrap();
@@ -224,14 +236,23 @@ fn bench_planner(c: &mut Criterion) {
             })
         },
     );
-    group.bench_function(format!("wavegate plans {MEMBERS} members"), |b| {
-        b.iter(|| {
-            let change = runtime
-                .block_on(wavegate::plan::engine::plan_change(&options))
-                .unwrap();
-            assert_eq!(change.members.len(), MEMBERS);
-        })
-    });
+    for (name, options) in [
+        (format!("wavegate plans {MEMBERS} members"), &unsandboxed),
+        (
+            format!("wavegate plans {MEMBERS} members in the sandbox"),
+            &sandboxed,
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let change = runtime
+                    .block_on(wavegate::plan::engine::plan_change(options))
+                    .unwrap();
+                assert_eq!(change.members.len(), MEMBERS);
+                assert!(!change.any_failed());
+            })
+        });
+    }
     group.finish();
 }
 
@@ -275,6 +296,16 @@ fn main() {
             "planner",
             format!("wavegate plans {MEMBERS} members"),
             format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        ),
+        (
+            "planner",
+            format!("wavegate plans {MEMBERS} members in the sandbox"),
+            format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        ),
+        (
+            "planner",
+            format!("wavegate plans {MEMBERS} members in the sandbox"),
+            format!("wavegate plans {MEMBERS} members"),
         ),
     ] {
         match (mean_ns(group, &subject), mean_ns(group, &baseline)) {

@@ -68,10 +68,7 @@ except ImportError:
 
 # Named by deploy/ ahead of the code: a warning until they land, then checked
 # like every other name. Remove an entry once its feature is merged.
-PENDING_VARS: dict[str, str] = {
-    name: "the sandbox's settings, src/config/settings.rs and src/sandbox/ (in progress)"
-    for name in ("WAVEGATE_SANDBOX", "WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK")
-}
+PENDING_VARS: dict[str, str] = {}
 PENDING_ROUTES: dict[str, str] = {}
 # Set by wavegate for its plan and apply commands: never server settings.
 COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}

@@ -12,6 +12,7 @@ pub mod gate;
 pub mod metrics;
 pub mod plan;
 pub mod report;
+pub mod sandbox;
 pub mod server;
 pub mod store;
 pub mod worker;

@@ -12,6 +12,7 @@ use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
 use wavegate::report;
+use wavegate::sandbox::{Sandbox, SandboxSettings};
 use wavegate::store::Store;
 
 #[derive(Parser)]
@@ -55,6 +56,10 @@ enum Command {
         /// Plans run at once within a wave (default: number of cores).
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Run the plan commands without the sandbox the bot runs them in
+        /// (they can then read and change whatever you can).
+        #[arg(long)]
+        no_sandbox: bool,
     },
     /// Check a repository's wavegate.toml.
     Config {
@@ -127,8 +132,13 @@ fn main() -> ExitCode {
             json,
             markdown,
             concurrency,
+            no_sandbox,
         } => {
-            let mut options = PlanOptions::new(repo, base, head);
+            let sandbox = match local_sandbox(no_sandbox) {
+                Ok(sandbox) => sandbox,
+                Err(e) => return usage_error(&e),
+            };
+            let mut options = PlanOptions::new(repo, base, head, sandbox);
             options.stage = stage;
             if let Some(n) = concurrency {
                 options.concurrency = n.max(1);
@@ -278,6 +288,24 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
+    }
+}
+
+/// The sandbox `wavegate plan` runs commands in: the bot's, with the same
+/// `WAVEGATE_SANDBOX*` settings, unless `--no-sandbox`.
+fn local_sandbox(no_sandbox: bool) -> Result<std::sync::Arc<Sandbox>, String> {
+    if no_sandbox {
+        return Ok(std::sync::Arc::new(Sandbox::off()));
+    }
+    let settings = SandboxSettings::from_lookup(|name| std::env::var(name).ok())
+        .map_err(|e| format!("{e:#}"))?;
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let sandbox = runtime.block_on(Sandbox::probe(settings));
+    match sandbox.problem() {
+        Some(problem) => Err(format!(
+            "plan commands run in the sandbox, as the bot runs them, and {problem}; or pass --no-sandbox to run them as yourself"
+        )),
+        None => Ok(std::sync::Arc::new(sandbox)),
     }
 }
 

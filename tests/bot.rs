@@ -10,7 +10,6 @@ mod support;
 use harness::*;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
 use support::fake_forge::FORGEJO_BOT_TOKEN;
 use wavegate::store::JobStatus;
 
@@ -254,16 +253,14 @@ async fn a_server_killed_while_a_job_is_leased_runs_it_once_after_restart() {
     let repo = bot.github_repo();
     // The first plan of app@dev hangs (until the server is killed); later ones go through.
     bot.branch_hanging_first_plan("slow");
-    let hang_once = bot.example.estate.join("hang-once");
     let pr = bot.open_pr(&repo, 7, "slow");
     bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
         .await;
-    bot.until("the plan is running", || async {
-        (!hang_once.exists()).then_some(())
-    })
-    .await;
+    bot.until_plan_hangs().await;
 
+    // The hanging plan dies with its server: nothing it started is left.
     bot.kill();
+    bot.until_no_command_survives().await;
     let held = bot.jobs().await;
     assert_eq!((held.len(), held[0].status), (1, JobStatus::Running));
     assert!(
@@ -285,10 +282,6 @@ async fn a_server_killed_while_a_job_is_leased_runs_it_once_after_restart() {
         checks.last().unwrap().conclusion.as_deref(),
         Some("action_required")
     );
-
-    // The plan the first server started is an orphan now; end it.
-    let pid = std::fs::read_to_string(bot.example.estate.join("hang-once.pid")).unwrap();
-    let _ = Command::new("kill").arg(pid.trim()).status();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,7 +75,11 @@ fn plan_on_the_example_prints_the_expected_waves() {
         dns["inputs"]["hostname"]["why"],
         "app@prod knows hostname only after it applies"
     );
-    assert_eq!(example.worktrees(), 1, "the plan worktree is removed");
+    assert_eq!(
+        example.worktrees(),
+        1,
+        "the plan ran in a copy of the commit, not a worktree of the repository"
+    );
 }
 
 #[test]
@@ -140,7 +144,7 @@ fn a_hanging_plan_is_killed_at_its_timeout_and_reported() {
     let error = app["error"].as_str().unwrap();
     assert!(
         error.contains(
-            "did not finish within its timeout of 2s and was killed with its process group"
+            "did not finish within its timeout of 2s and was killed with everything it started"
         ),
         "{error}"
     );
@@ -153,7 +157,7 @@ fn a_hanging_plan_is_killed_at_its_timeout_and_reported() {
     assert_eq!(
         example.worktrees(),
         1,
-        "the worktree is removed on failure too"
+        "planning adds no worktree to the repository, on failure neither"
     );
 }
 

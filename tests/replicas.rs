@@ -80,15 +80,9 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
 
     // Mid-plan: the replica planning is killed; the other plans the PR.
     let planner = bot.replica_running_a_job().await;
-    bot.until("the plan hangs", || async {
-        (!bot.example.estate.join("hang-once").exists()).then_some(())
-    })
-    .await;
+    bot.until_plan_hangs().await;
     bot.kill_replica(planner);
-    let orphan = std::fs::read_to_string(bot.example.estate.join("hang-once.pid")).unwrap();
-    let _ = std::process::Command::new("kill")
-        .arg(orphan.trim())
-        .status();
+    bot.until_no_command_survives().await;
     bot.settle().await;
     let digest = digest_in(&bot.report(&repo, 31).body);
     let plan_job = bot
@@ -108,12 +102,10 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     let merged = bot.merge(&repo, 31, "slow");
     bot.deliver_twice(support::github_pull_request("closed", &repo, &merged))
         .await;
-    let pid = bot.until_apply_paused("dev", "app").await;
+    bot.until_apply_paused("dev", "app").await;
     let applier = bot.replica_running_a_job().await;
     bot.kill_replica(applier);
-    let _ = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status();
+    bot.until_no_command_survives().await;
     bot.resume_apply("dev", "app");
     bot.settle().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");

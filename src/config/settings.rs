@@ -31,6 +31,9 @@ pub struct GitHubSettings {
     pub app_id: u64,
     /// The App's private key, PEM.
     pub private_key: Secret,
+    /// The file it was read from, when given as a path (no sandboxed
+    /// command may see it).
+    pub private_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +67,8 @@ pub struct Settings {
     /// How often open pull requests and unfinished apply runs are
     /// reconciled with the forges (also once at start); None: never.
     pub reconcile_every: Option<std::time::Duration>,
+    /// How plan, apply and outputs commands are isolated (`WAVEGATE_SANDBOX*`).
+    pub sandbox: crate::sandbox::SandboxSettings,
 }
 
 /// How log lines are written on standard error.
@@ -134,6 +139,7 @@ impl Settings {
             (Some(id), Some(key)) => Some(GitHubSettings {
                 app_id: id.parse().with_context(|| format!("WAVEGATE_GITHUB_APP_ID=`{id}` is not a number; use the App ID from the App's settings page"))?,
                 private_key: Secret::new(read_pem(&key)?),
+                private_key_file: (!key.contains("-----BEGIN")).then(|| PathBuf::from(key.trim())),
             }),
             (None, None) => None,
             (Some(_), None) => bail!("WAVEGATE_GITHUB_APP_ID is set but WAVEGATE_GITHUB_PRIVATE_KEY is not; set it to the App's private key (PEM text or a path to the .pem file)"),
@@ -173,6 +179,7 @@ impl Settings {
         };
         let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
         let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
+        let sandbox = crate::sandbox::SandboxSettings::from_lookup(&get)?;
         Ok(Self {
             listen,
             database_url: var("WAVEGATE_DATABASE_URL")
@@ -191,6 +198,7 @@ impl Settings {
             job_lease,
             log_format,
             reconcile_every,
+            sandbox,
         })
     }
 }

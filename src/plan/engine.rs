@@ -7,11 +7,12 @@
 
 use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
-use super::git::{self, Worktree};
-use super::planfile::MemberPlan;
-use super::runner::{self, CommandOutcome, CommandSpec};
+use super::git;
+use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
+use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
+use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -40,10 +41,19 @@ pub struct PlanOptions {
     pub concurrency: usize,
     pub output_cap: usize,
     pub heartbeat: Duration,
+    /// Where every command runs.
+    pub sandbox: Arc<Sandbox>,
+    /// Stops the commands when the job is given up.
+    pub cancel: Cancel,
 }
 
 impl PlanOptions {
-    pub fn new(repo: impl Into<PathBuf>, base: impl Into<String>, head: impl Into<String>) -> Self {
+    pub fn new(
+        repo: impl Into<PathBuf>,
+        base: impl Into<String>,
+        head: impl Into<String>,
+        sandbox: Arc<Sandbox>,
+    ) -> Self {
         Self {
             repo: repo.into(),
             base: base.into(),
@@ -54,9 +64,14 @@ impl PlanOptions {
             concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             output_cap: runner::DEFAULT_OUTPUT_CAP,
             heartbeat: Duration::from_secs(30),
+            sandbox,
+            cancel: Cancel::default(),
         }
     }
 }
+
+/// Outputs files are small: a map of names to values.
+const MAX_OUTPUTS_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Why a change could not be planned at all (as opposed to a member failing).
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +167,8 @@ pub struct PlannedChange {
     /// Things worth telling the reader that are not a member's own status.
     pub notes: Vec<String>,
     pub change_set: ChangeSet,
+    /// The commands ran without a sandbox (`WAVEGATE_SANDBOX=none`).
+    pub unsandboxed: bool,
 }
 
 impl PlannedChange {
@@ -168,6 +185,22 @@ pub struct Prepared {
     pub head: String,
     pub config: RepoConfig,
     pub derivation: Derivation,
+    /// The environment variables commands get passed on: the base branch's
+    /// `env` list (a pull request cannot widen its own), none when the base
+    /// has no readable config.
+    pub base_env: Vec<String>,
+}
+
+impl Prepared {
+    /// Names the head's `env` adds to the base's: passed on only once merged.
+    pub fn env_added_by_head(&self) -> Vec<String> {
+        self.config
+            .env
+            .iter()
+            .filter(|name| !self.base_env.contains(name))
+            .cloned()
+            .collect()
+    }
 }
 
 pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
@@ -193,13 +226,20 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     })?;
     let config = RepoConfig::parse(CONFIG_FILE, &head_text)?;
     let changed = git::changed_paths(repo, &base, &head)?;
+    let base_text = git::read_file(repo, &base, CONFIG_FILE)?;
     let config_changed = if changed.iter().any(|p| p == CONFIG_FILE) {
-        let base_raw = git::read_file(repo, &base, CONFIG_FILE)?
-            .and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, &t).ok());
+        let base_raw = base_text
+            .as_deref()
+            .and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
         config_changed_components(base_raw.as_ref(), &config)
     } else {
         Default::default()
     };
+    let base_env = base_text
+        .as_deref()
+        .and_then(|t| RepoConfig::parse(CONFIG_FILE, t).ok())
+        .map(|c| c.env)
+        .unwrap_or_default();
     let derivation = fanout::derive(&FanOutInput {
         config: &config,
         changed_paths: &changed,
@@ -212,6 +252,7 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         head,
         config,
         derivation,
+        base_env,
     })
 }
 
@@ -219,7 +260,20 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
 pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanError> {
     let prepared = prepare(options)?;
     check_seeded(&options.seeded, &prepared.config)?;
-    let mut bench = Workbench::open(options.clone(), prepared.config, &prepared.head)?;
+    let added = prepared.env_added_by_head();
+    let mut bench = Workbench::open(
+        options.clone(),
+        prepared.config,
+        prepared.base_env,
+        &prepared.head,
+    )?;
+    if !added.is_empty() {
+        bench.notes.push(format!(
+            "{CONFIG_FILE} here passes on {} to commands; the list is read from the base branch, so commands get {} only once this is merged",
+            quoted(&added),
+            if added.len() == 1 { "it" } else { "them" }
+        ));
+    }
     for wave in &prepared.derivation.waves {
         bench.plan_wave(wave).await?;
     }
@@ -254,7 +308,16 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
         seeded: seeded_used.into_iter().collect(),
         notes,
         change_set,
+        unsandboxed: options.sandbox.is_off(),
     })
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The change set binding these members' outcomes.
@@ -318,8 +381,10 @@ pub fn parse_seeded(text: &str) -> Result<SeededOutputs, String> {
 pub struct Workbench {
     options: PlanOptions,
     config: RepoConfig,
-    // Declared before `scratch`: the worktree inside it is removed first.
-    worktree: Worktree,
+    /// What commands get passed on from the server's environment.
+    base_env: Vec<String>,
+    /// The job's directory: `tree/` (a fresh copy of the commit, no `.git`),
+    /// and per member `files/` and `home/`.
     scratch: tempfile::TempDir,
     outcomes: HashMap<String, MemberOutcome>,
     applied: HashMap<String, Map<String, Value>>,
@@ -332,7 +397,7 @@ pub struct Workbench {
 struct Ready {
     outcome: MemberOutcome,
     spec: CommandSpec,
-    plan_file: PathBuf,
+    files: MemberFiles,
     timeout: Duration,
 }
 
@@ -359,17 +424,24 @@ pub struct ApplyRun {
 }
 
 impl Workbench {
-    /// Checks out `commit` of `options.repo` into a fresh scratch directory.
-    pub fn open(options: PlanOptions, config: RepoConfig, commit: &str) -> Result<Self, PlanError> {
+    /// Writes the files of `commit` of `options.repo` into a fresh job
+    /// directory; `base_env` names what commands get passed on.
+    pub fn open(
+        options: PlanOptions,
+        config: RepoConfig,
+        base_env: Vec<String>,
+        commit: &str,
+    ) -> Result<Self, PlanError> {
         let scratch = tempfile::Builder::new()
-            .prefix("wavegate-plan-")
+            .prefix("wavegate-job-")
             .tempdir()
             .map_err(anyhow::Error::from)?;
-        let worktree = Worktree::add(&options.repo, commit, &scratch.path().join("worktree"))?;
+        let tree = scratch.path().join("tree");
+        git::export_tree(&options.repo, commit, &tree, &scratch.path().join("index"))?;
         Ok(Self {
             options,
             config,
-            worktree,
+            base_env,
             scratch,
             outcomes: HashMap::new(),
             applied: HashMap::new(),
@@ -383,18 +455,24 @@ impl Workbench {
         &self.config
     }
 
-    /// The checkout of the commit.
-    fn root(&self) -> &Path {
-        self.worktree.path()
+    /// The copy of the commit.
+    fn root(&self) -> PathBuf {
+        self.scratch.path().join("tree")
     }
 
-    /// Where a member's plan, inputs and outputs files live (`suffix`
-    /// separates the files of its `outputs` command).
-    fn member_dir(&self, member: &str, suffix: &str) -> PathBuf {
-        self.scratch
-            .path()
-            .join("members")
-            .join(format!("{member}{suffix}"))
+    /// A member's plan, inputs and outputs files and its private HOME
+    /// (`suffix` separates those of its `outputs` command), created empty.
+    fn member_files(&self, member: &str, suffix: &str) -> Result<MemberFiles, String> {
+        let name = format!("{member}{suffix}");
+        let files = MemberFiles {
+            dir: self.scratch.path().join("members").join(&name),
+            home: self.scratch.path().join("home").join(&name),
+        };
+        for dir in [&files.dir, &files.home] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        Ok(files)
     }
 
     /// The latest outcome of a member planned here.
@@ -432,14 +510,19 @@ impl Workbench {
                 component.name
             ));
         };
-        let files = MemberFiles::new(&self.member_dir(member, ""));
-        if !files.plan.is_file() {
+        let files = match self.member_files(member, "") {
+            Ok(files) => files,
+            Err(why) => return failed(why),
+        };
+        if !files.dir.join(PLAN_FILE).is_file() {
             return failed(format!(
                 "{member} has no plan file to apply; it must be planned first"
             ));
         }
-        let _ = std::fs::remove_file(&files.outputs);
-        let spec = match self.command_spec("apply", component, stage, template, &files) {
+        if let Err(e) = files::remove_file(&files.dir, OUTPUTS_FILE) {
+            return failed(format!("cannot clear the outputs file of {member}: {e}"));
+        }
+        let spec = match self.command_spec(CommandKind::Apply, component, stage, template, &files) {
             Ok(spec) => spec,
             Err(why) => return failed(why),
         };
@@ -448,7 +531,7 @@ impl Workbench {
             Err(e) => return failed(e.to_string()),
         };
         let outcome = if run.succeeded() {
-            read_apply_outcome(&files.outputs)
+            read_apply_outcome(&files.dir)
         } else {
             let mut error = run.describe("the apply command", component.timeout);
             let tail = run.tail(5);
@@ -498,10 +581,10 @@ impl Workbench {
                 outcome.inputs.insert(input.name.clone(), resolved);
             }
             match self.prepare_member(&component, stage, &outcome) {
-                Ok((spec, plan_file)) => ready.push(Ready {
+                Ok((spec, files)) => ready.push(Ready {
                     outcome,
                     spec,
-                    plan_file,
+                    files,
                     timeout: component.timeout,
                 }),
                 Err(e) => {
@@ -549,7 +632,7 @@ impl Workbench {
                         }
                         outcome.error = Some(error);
                     } else {
-                        match MemberPlan::read(&outcome.member, &r.plan_file) {
+                        match read_plan_file(&outcome.member, &r.files) {
                             Ok(plan) => outcome.plan = Some(plan),
                             Err(e) => {
                                 outcome.status = MemberStatus::PlanFailed;
@@ -696,20 +779,17 @@ impl Workbench {
             return Err("it has no outputs command".into());
         };
         let member = member_name(&component.name, stage);
-        let dir = self.member_dir(&member, ".outputs");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let files = MemberFiles::new(&dir);
-        let spec = self.command_spec("outputs", component, stage, template, &files)?;
+        let files = self.member_files(&member, ".outputs")?;
+        let spec = self.command_spec(CommandKind::Outputs, component, stage, template, &files)?;
         let run = runner::run_command(&spec)
             .await
             .map_err(|e| e.to_string())?;
         if !run.succeeded() {
             return Err(run.describe("its outputs command", component.timeout));
         }
-        let text = std::fs::read_to_string(&files.outputs)
-            .map_err(|e| format!("its outputs command wrote no outputs file ({e})"))?;
-        match serde_json::from_str::<Value>(&text) {
+        let bytes = files::read_file(&files.dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES)
+            .map_err(|e| format!("its outputs file cannot be read: {e}"))?;
+        match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(map),
             Ok(_) => Err("its outputs command wrote JSON that is not an object".into()),
             Err(e) => Err(format!(
@@ -723,88 +803,145 @@ impl Workbench {
         component: &Component,
         stage: &str,
         outcome: &MemberOutcome,
-    ) -> Result<(CommandSpec, PathBuf), String> {
-        let dir = self.member_dir(&outcome.member, "");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let files = MemberFiles::new(&dir);
+    ) -> Result<(CommandSpec, MemberFiles), String> {
+        let files = self.member_files(&outcome.member, "")?;
         let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_inputs()});
-        std::fs::write(
-            &files.inputs,
-            serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+        files::write_file(
+            &files.dir,
+            INPUTS_FILE,
+            &serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
         )
-        .map_err(|e| format!("cannot write {}: {e}", files.inputs.display()))?;
-        let spec = self.command_spec("plan", component, stage, &component.plan, &files)?;
-        Ok((spec, files.plan))
+        .map_err(|e| format!("cannot write the inputs file of {}: {e}", outcome.member))?;
+        // A plan file left by an earlier plan never passes for this one's.
+        files::remove_file(&files.dir, PLAN_FILE)
+            .map_err(|e| format!("cannot clear the plan file of {}: {e}", outcome.member))?;
+        let spec =
+            self.command_spec(CommandKind::Plan, component, stage, &component.plan, &files)?;
+        Ok((spec, files))
     }
 
     fn command_spec(
         &self,
-        kind: &str,
+        kind: CommandKind,
         component: &Component,
         stage: &str,
         template: &[String],
         files: &MemberFiles,
     ) -> Result<CommandSpec, String> {
-        let cwd = self.root().join(&component.dir);
-        if !cwd.is_dir() {
-            return Err(format!("directory `{}` of component {} does not exist at the head commit; fix `dir` in {CONFIG_FILE}", component.dir, component.name));
-        }
+        let root = self.root();
+        let cwd = resolve_dir(&root, component)?;
         let member = member_name(&component.name, stage);
-        let root = self.root().display().to_string();
+        let root_text = root.display().to_string();
+        let file = |name: &str| files.dir.join(name).display().to_string();
         let fill = |arg: &str| {
             arg.replace("{component}", &component.name)
                 .replace("{stage}", stage)
                 .replace("{dir}", &component.dir)
-                .replace("{root}", &root)
-                .replace("{plan_file}", &files.plan.display().to_string())
-                .replace("{outputs_file}", &files.outputs.display().to_string())
-                .replace("{inputs_file}", &files.inputs.display().to_string())
+                .replace("{root}", &root_text)
+                .replace("{plan_file}", &file(PLAN_FILE))
+                .replace("{outputs_file}", &file(OUTPUTS_FILE))
+                .replace("{inputs_file}", &file(INPUTS_FILE))
         };
         let mut argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
         // A relative program path with a slash is relative to the repository root.
         if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
-            argv[0] = self.root().join(&argv[0]).display().to_string();
+            argv[0] = root.join(&argv[0]).display().to_string();
         }
         let mut env = vec![
-            (
-                "PATH".to_owned(),
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-            ),
-            (
-                "HOME".to_owned(),
-                std::env::var("HOME").unwrap_or_else(|_| self.scratch.path().display().to_string()),
-            ),
+            ("PATH".to_owned(), sandbox::default_path()),
+            ("HOME".to_owned(), files.home.display().to_string()),
             ("WAVEGATE_COMPONENT".to_owned(), component.name.clone()),
             ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
             ("WAVEGATE_MEMBER".to_owned(), member.clone()),
         ];
-        for name in &self.config.env {
+        // The base branch's list: a pull request cannot ask for more.
+        for name in &self.base_env {
             if let Ok(value) = std::env::var(name) {
                 env.push((name.clone(), value));
             }
         }
         Ok(CommandSpec {
-            label: format!("[{kind}] {member}"),
+            label: format!("[{}] {member}", kind.as_str()),
+            kind,
             argv,
             cwd,
             env,
             timeout: component.timeout,
             heartbeat: self.options.heartbeat,
             output_cap: self.options.output_cap,
+            sandbox: Arc::clone(&self.options.sandbox),
+            confinement: Confinement {
+                kind,
+                tree: root,
+                files: files.dir.clone(),
+                home: files.home.clone(),
+            },
+            cancel: self.options.cancel.clone(),
         })
     }
 }
 
+/// A component's `dir` in the tree, which it must not leave (through `..`
+/// or a link committed in the repository).
+fn resolve_dir(root: &Path, component: &Component) -> Result<PathBuf, String> {
+    let leaves = || {
+        format!(
+        "directory `{}` of component {} leaves the repository (through a symbolic link); point `dir` in {CONFIG_FILE} at a directory inside it",
+        component.dir, component.name
+    )
+    };
+    let joined = root.join(&component.dir);
+    if Path::new(&component.dir).components().any(|c| {
+        !matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) {
+        return Err(leaves());
+    }
+    let resolved = match std::fs::canonicalize(&joined) {
+        Ok(resolved) => resolved,
+        Err(_) => return Err(format!("directory `{}` of component {} does not exist at this commit; fix `dir` in {CONFIG_FILE}", component.dir, component.name)),
+    };
+    let root = std::fs::canonicalize(root).map_err(|e| format!("cannot read the checkout: {e}"))?;
+    if !resolved.starts_with(&root) {
+        return Err(leaves());
+    }
+    if !resolved.is_dir() {
+        return Err(format!(
+            "`{}` of component {} is not a directory; fix `dir` in {CONFIG_FILE}",
+            component.dir, component.name
+        ));
+    }
+    Ok(joined)
+}
+
+/// The plan file a plan command wrote: a regular file, not a link, within the cap.
+fn read_plan_file(member: &str, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
+    match files::read_file(&files.dir, PLAN_FILE, MAX_PLAN_FILE_BYTES) {
+        Ok(bytes) => MemberPlan::parse(member, &bytes),
+        Err(files::FileError::Missing) => Err(PlanFileError::Missing {
+            path: files.dir.join(PLAN_FILE).display().to_string(),
+        }),
+        Err(files::FileError::TooLarge { .. }) => Err(PlanFileError::Invalid(format!(
+            "the plan file is larger than {MAX_PLAN_FILE_BYTES} bytes (256 MiB), as much as wavegate reads: split the component"
+        ))),
+        Err(e) => Err(PlanFileError::Invalid(format!("the plan file cannot be read: {e}"))),
+    }
+}
+
 /// Reads what an apply command that exited 0 wrote to `{outputs_file}`.
-fn read_apply_outcome(path: &Path) -> ApplyOutcome {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
+    let bytes = match files::read_file(dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(files::FileError::Missing) => return ApplyOutcome::Failed(
+            "the apply command exited 0 but wrote no outputs file; it must write a JSON object to {outputs_file} (`{}` when there are no outputs)".into()
+        ),
         Err(e) => return ApplyOutcome::Failed(format!(
-            "the apply command exited 0 but wrote no outputs file ({e}); it must write a JSON object to {{outputs_file}} (`{{}}` when there are no outputs)"
+            "the apply command's outputs file cannot be read: {e}"
         )),
     };
-    let map = match serde_json::from_str::<Value>(&text) {
+    let map = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => map,
         Ok(other) => return ApplyOutcome::Failed(format!(
             "the apply command wrote {} to its outputs file; it must be a JSON object of outputs or an outcome",
@@ -832,20 +969,14 @@ fn read_apply_outcome(path: &Path) -> ApplyOutcome {
     }
 }
 
-struct MemberFiles {
-    plan: PathBuf,
-    outputs: PathBuf,
-    inputs: PathBuf,
-}
+const PLAN_FILE: &str = "plan.json";
+const OUTPUTS_FILE: &str = "outputs.json";
+const INPUTS_FILE: &str = "inputs.json";
 
-impl MemberFiles {
-    fn new(dir: &Path) -> Self {
-        Self {
-            plan: dir.join("plan.json"),
-            outputs: dir.join("outputs.json"),
-            inputs: dir.join("inputs.json"),
-        }
-    }
+/// A member's own directories: its files and its HOME.
+struct MemberFiles {
+    dir: PathBuf,
+    home: PathBuf,
 }
 
 #[cfg(test)]
@@ -861,7 +992,7 @@ mod tests {
             if let Some(text) = text {
                 std::fs::write(&path, text).unwrap();
             }
-            read_apply_outcome(&path)
+            read_apply_outcome(dir.path())
         };
         let outputs = serde_json::json!({"vpc_id": "vpc-1"});
         assert_eq!(

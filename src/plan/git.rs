@@ -1,11 +1,12 @@
 //! The git a plan needs, through the `git` CLI: resolve revisions, read a file
-//! at a revision, list changed paths, and check out a throw-away worktree.
+//! at a revision, list changed paths, and write a commit's files into a
+//! fresh directory. Hooks never run (`core.hooksPath=/dev/null`).
 //!
 //! Changed paths come from `git diff`, never a forge API, so there is no cap
 //! on how many files a change may touch.
 
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn git(repo: &Path) -> Command {
@@ -13,6 +14,7 @@ fn git(repo: &Path) -> Command {
     command
         .arg("-C")
         .arg(repo)
+        .args(NO_HOOKS)
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env_remove("GIT_DIR")
@@ -24,6 +26,15 @@ fn git(repo: &Path) -> Command {
     }
     command
 }
+
+/// Settings every git wavegate runs gets: nothing in a repository (a hook,
+/// an fsmonitor program) ever runs inside the server's own git.
+pub const NO_HOOKS: [&str; 4] = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+];
 
 /// The names of wavegate's own `WAVEGATE_*` variables in this process's
 /// environment: what a git child must not inherit.
@@ -105,43 +116,28 @@ pub fn changed_paths(repo: &Path, base: &str, head: &str) -> Result<Vec<String>>
     Ok(paths)
 }
 
-/// A detached worktree, removed when dropped (also when planning failed).
-#[derive(Debug)]
-pub struct Worktree {
-    repo: PathBuf,
-    path: PathBuf,
-}
-
-impl Worktree {
-    pub fn add(repo: &Path, commit: &str, path: &Path) -> Result<Self> {
-        let mut command = git(repo);
-        command
-            .args(["worktree", "add", "--detach", "--quiet"])
-            .arg(path)
-            .arg(commit);
-        run(command, &format!("check out {commit} into a worktree"))?;
-        Ok(Self {
-            repo: repo.to_owned(),
-            path: path.to_owned(),
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for Worktree {
-    fn drop(&mut self) {
-        let mut remove = git(&self.repo);
-        remove
-            .args(["worktree", "remove", "--force"])
-            .arg(&self.path);
-        if remove.output().map(|o| !o.status.success()).unwrap_or(true) {
-            let _ = std::fs::remove_dir_all(&self.path);
-            let mut prune = git(&self.repo);
-            prune.args(["worktree", "prune"]);
-            let _ = prune.output();
-        }
-    }
+/// Writes the files of `commit` into `dest`, a new directory: a plain copy
+/// with no `.git` that leads back to the repository. `index` is a scratch
+/// file for git's index (the repository's own is never touched).
+pub fn export_tree(repo: &Path, commit: &str, dest: &Path, index: &Path) -> Result<()> {
+    std::fs::create_dir(dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    let mut read = git(repo);
+    read.env("GIT_INDEX_FILE", index)
+        .args(["read-tree", "--end-of-options", commit]);
+    run(read, &format!("read the tree of {commit}"))?;
+    let mut checkout = git(repo);
+    checkout
+        .env("GIT_INDEX_FILE", index)
+        .arg("--work-tree")
+        .arg(dest)
+        .args([
+            "-c",
+            "core.bare=false",
+            "checkout-index",
+            "--all",
+            "--force",
+        ]);
+    run(checkout, &format!("write the files of {commit}"))?;
+    let _ = std::fs::remove_file(index);
+    Ok(())
 }

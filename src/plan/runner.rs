@@ -1,14 +1,16 @@
-//! Runs one plan/apply/outputs command: argv (never a shell string), a
-//! scrubbed environment, its own process group killed at the timeout, output
-//! streamed line by line to the log with a heartbeat when quiet, and kept for
-//! the report (size-capped, secrets redacted).
+//! Runs one plan/apply/outputs command: argv (never a shell string) through
+//! the sandbox, a scrubbed environment, killed at its timeout (or when its
+//! job is given up) with everything it started, output streamed line by
+//! line to the log with a heartbeat when quiet, and kept for the report
+//! (size-capped, secrets redacted).
 
 use super::redact::Redactor;
+use crate::sandbox::{self, CommandKind, Confinement, Launch, LaunchError, Sandbox};
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Output kept per command unless configured otherwise.
@@ -22,6 +24,7 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 pub struct CommandSpec {
     /// Prefix of every log line, e.g. `[plan] app@dev`.
     pub label: String,
+    pub kind: CommandKind,
     pub argv: Vec<String>,
     pub cwd: PathBuf,
     /// The whole environment the command sees.
@@ -29,14 +32,58 @@ pub struct CommandSpec {
     pub timeout: Duration,
     pub heartbeat: Duration,
     pub output_cap: usize,
+    pub sandbox: Arc<Sandbox>,
+    /// What the command may write.
+    pub confinement: Confinement,
+    pub cancel: Cancel,
+}
+
+/// Stops a job's commands when the job is given up (its lease went to
+/// another worker): nothing a command started outlives its job.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Option<watch::Receiver<bool>>);
+
+/// The side that gives a job up.
+#[derive(Debug)]
+pub struct Canceller(watch::Sender<bool>);
+
+impl Canceller {
+    pub fn cancel(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Cancel {
+    pub fn new() -> (Canceller, Cancel) {
+        let (tx, rx) = watch::channel(false);
+        (Canceller(tx), Cancel(Some(rx)))
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.as_ref().is_some_and(|rx| *rx.borrow())
+    }
+
+    /// Resolves once cancelled; never, for a command nobody can cancel.
+    async fn cancelled(&mut self) {
+        match &mut self.0 {
+            Some(rx) => {
+                if rx.wait_for(|stop| *stop).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Termination {
     Exited(i32),
     Signalled(i32),
-    /// Killed, with its process group, at the timeout.
+    /// Killed, with everything it started, at the timeout.
     TimedOut,
+    /// Killed, with everything it started, because its job was given up.
+    Cancelled,
 }
 
 #[derive(Debug, Clone)]
@@ -59,8 +106,11 @@ impl CommandOutcome {
             Termination::Exited(code) => format!("{what} exited with status {code}"),
             Termination::Signalled(sig) => format!("{what} was killed by signal {sig}"),
             Termination::TimedOut => format!(
-                "{what} did not finish within its timeout of {} and was killed with its process group; raise `timeout` in wavegate.toml if it needs longer",
+                "{what} did not finish within its timeout of {} and was killed with everything it started; raise `timeout` in wavegate.toml if it needs longer",
                 humanize(timeout)
+            ),
+            Termination::Cancelled => format!(
+                "{what} was stopped because its job was given up (another worker took it over); it runs again there"
             ),
         }
     }
@@ -76,14 +126,23 @@ impl CommandOutcome {
     }
 }
 
+/// A command that never started.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot start `{program}` (cwd {cwd}): {source}; check the command in wavegate.toml and that the program exists and is executable")]
-pub struct SpawnError {
-    pub program: String,
-    pub cwd: String,
-    #[source]
-    pub source: std::io::Error,
+pub enum SpawnError {
+    #[error("{0}")]
+    Sandbox(String),
+    #[error("cannot start `{program}` (cwd {cwd}): {why}; check the command in wavegate.toml and that the program exists and is executable{where_}")]
+    Start {
+        program: String,
+        cwd: String,
+        why: String,
+        /// Where a sandboxed command's programs must be.
+        where_: &'static str,
+    },
 }
+
+const IN_THE_SANDBOX: &str =
+    " inside the sandbox (under /usr, in the repository, or on a WAVEGATE_SANDBOX_READ path)";
 
 pub fn humanize(d: Duration) -> String {
     let secs = d.as_secs();
@@ -96,15 +155,22 @@ pub fn humanize(d: Duration) -> String {
 }
 
 impl CommandSpec {
-    /// What the command is for, from its label's `[kind]`: `plan`, `apply`
-    /// or `outputs` (`other` for a label without one).
-    pub fn kind(&self) -> &str {
-        self.label
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once(']'))
-            .map(|(kind, _)| kind)
-            .filter(|kind| ["plan", "apply", "outputs"].contains(kind))
-            .unwrap_or("other")
+    /// What the command is for: `plan`, `apply` or `outputs`.
+    pub fn kind(&self) -> &'static str {
+        self.kind.as_str()
+    }
+
+    fn start_error(&self, why: String) -> SpawnError {
+        SpawnError::Start {
+            program: self.argv[0].clone(),
+            cwd: self.cwd.display().to_string(),
+            why,
+            where_: if self.sandbox.is_off() {
+                ""
+            } else {
+                IN_THE_SANDBOX
+            },
+        }
     }
 }
 
@@ -127,23 +193,27 @@ pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnErro
 
 async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     let started = Instant::now();
-    let mut command = tokio::process::Command::new(&spec.argv[0]);
-    command
-        .args(&spec.argv[1..])
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|source| SpawnError {
-        program: spec.argv[0].clone(),
-        cwd: spec.cwd.display().to_string(),
-        source,
+    let mut cancel = spec.cancel.clone();
+    if cancel.is_cancelled() {
+        return Err(SpawnError::Sandbox(
+            "its job was given up before it started".into(),
+        ));
+    }
+    let launch = Launch {
+        argv: &spec.argv,
+        cwd: &spec.cwd,
+        env: &spec.env,
+        timeout: spec.timeout,
+        confinement: &spec.confinement,
+    };
+    let mut launched = spec.sandbox.launch(&launch).await.map_err(|e| match e {
+        LaunchError::Spawn { source, .. } => spec.start_error(source.to_string()),
+        other => SpawnError::Sandbox(other.to_string()),
     })?;
+    let child = &mut launched.child;
+    // The process group of what was started (bwrap, or the command itself).
     let group = child.id().map(|id| id as i32);
+    let mut killer = GroupKiller(group);
     let (tx, mut lines) = mpsc::channel::<String>(256);
     if let Some(out) = child.stdout.take() {
         tokio::spawn(forward_lines(out, tx.clone()));
@@ -178,8 +248,14 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
             _ = tokio::time::sleep_until(deadline) => {
                 kill_group(group);
                 let _ = child.wait().await;
-                tracing::warn!(target: "wavegate::command", "{} | timed out after {}; killed its process group", spec.label, humanize(spec.timeout));
+                tracing::warn!(target: "wavegate::command", "{} | timed out after {}; killed with everything it started", spec.label, humanize(spec.timeout));
                 break Termination::TimedOut;
+            }
+            _ = cancel.cancelled() => {
+                kill_group(group);
+                let _ = child.wait().await;
+                tracing::warn!(target: "wavegate::command", "{} | stopped: its job was given up", spec.label);
+                break Termination::Cancelled;
             }
             Some(line) = lines.recv() => {
                 last_output = Instant::now();
@@ -192,8 +268,11 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
             }
         }
     };
-    // Anything the command left running in its group goes with it.
+    // Anything the command left running in its group goes with it (in the
+    // sandbox, its pid namespace ended with it).
     kill_group(group);
+    killer.0 = None;
+    launched.finish();
     let drain_until = Instant::now() + DRAIN_GRACE;
     loop {
         tokio::select! {
@@ -204,11 +283,27 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
             _ = tokio::time::sleep_until(drain_until) => break,
         }
     }
+    let output = kept.finish();
+    if let (Termination::Exited(code), false) = (termination, spec.sandbox.is_off()) {
+        if let Some(why) = sandbox::launch_failure(code, &output) {
+            return Err(spec.start_error(why));
+        }
+    }
     Ok(CommandOutcome {
         termination,
-        output: kept.finish(),
+        output,
         elapsed: started.elapsed(),
     })
+}
+
+/// Kills the group when the run is dropped half-way (its job was aborted);
+/// disarmed once the command was reaped and its group killed.
+struct GroupKiller(Option<i32>);
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
 }
 
 /// Every line of a command's life goes through one call site, `label | text`.
@@ -299,30 +394,38 @@ impl KeptOutput {
 mod tests {
     use super::*;
 
+    use crate::sandbox::testing::{bwrap, Job};
+
+    /// A command in a job of its own, unsandboxed: what the runner itself
+    /// does (the sandboxed runs are below and in `sandbox`).
     fn spec(script: &str, timeout: Duration) -> CommandSpec {
+        let tmp = std::env::temp_dir();
+        let unconfined = Confinement {
+            kind: CommandKind::Plan,
+            tree: tmp.clone(),
+            files: tmp.clone(),
+            home: tmp,
+        };
+        let job = Job {
+            dir: tempfile::tempdir().unwrap(),
+            confinement: unconfined,
+        };
+        spec_in(&job, Arc::new(Sandbox::off()), script, timeout)
+    }
+
+    fn spec_in(job: &Job, sandbox: Arc<Sandbox>, script: &str, timeout: Duration) -> CommandSpec {
         CommandSpec {
-            label: "[test] x@dev".into(),
+            label: "[plan] x@dev".into(),
+            kind: CommandKind::Plan,
             argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-            cwd: std::env::temp_dir(),
+            cwd: job.confinement.tree.clone(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             timeout,
             heartbeat: Duration::from_millis(100),
             output_cap: 200,
-        }
-    }
-
-    #[test]
-    fn the_kind_comes_from_the_label() {
-        let mut s = spec("true", Duration::from_secs(1));
-        for (label, kind) in [
-            ("[plan] app@dev", "plan"),
-            ("[apply] app@prod", "apply"),
-            ("[outputs] net@dev", "outputs"),
-            ("[test] x@dev", "other"),
-            ("no brackets", "other"),
-        ] {
-            s.label = label.into();
-            assert_eq!(s.kind(), kind, "{label}");
+            sandbox,
+            confinement: job.confinement.clone(),
+            cancel: Cancel::default(),
         }
     }
 
@@ -330,6 +433,7 @@ mod tests {
     async fn every_run_is_timed_by_kind_and_result() {
         let mut timed_out = spec("sleep 5", Duration::from_millis(200));
         timed_out.label = "[apply] metrics@dev".into();
+        timed_out.kind = CommandKind::Apply;
         run_command(&timed_out).await.unwrap();
         let text = crate::metrics::global().render();
         assert!(
@@ -363,26 +467,77 @@ mod tests {
         assert!(out.output.contains("PATH=/usr/bin:/bin"));
     }
 
+    /// A hanging command whose background child would write `survived` into
+    /// the job's tree after 2s if it outlived the kill.
+    fn hanging(job: &Job) -> (String, PathBuf) {
+        let marker = job.confinement.tree.join("marker");
+        std::fs::write(&marker, "").unwrap();
+        let script = format!(
+            "(sleep 2; echo survived > {}) & echo started; sleep 60",
+            marker.display()
+        );
+        (script, marker)
+    }
+
     #[tokio::test]
     async fn a_hanging_command_and_its_children_are_killed_at_the_timeout() {
-        let marker = tempfile::NamedTempFile::new().unwrap();
-        let path = marker.path().display().to_string();
-        // The child in the background would write the marker after 2s if it survived.
-        let script = format!("(sleep 2; echo survived > {path}) & echo started; sleep 60");
-        let out = run_command(&spec(&script, Duration::from_millis(300)))
-            .await
-            .unwrap();
-        assert_eq!(out.termination, Termination::TimedOut);
-        assert!(out.elapsed < Duration::from_secs(10));
-        assert!(out
-            .describe("the plan command", Duration::from_millis(300))
-            .contains("timeout of 300ms"));
+        for sandbox in [Arc::new(Sandbox::off()), bwrap().await] {
+            let job = Job::new();
+            let (script, marker) = hanging(&job);
+            let sandboxed = !sandbox.is_off();
+            let out = run_command(&spec_in(&job, sandbox, &script, Duration::from_millis(500)))
+                .await
+                .unwrap();
+            assert_eq!(
+                out.termination,
+                Termination::TimedOut,
+                "sandboxed: {sandboxed}"
+            );
+            assert!(out.elapsed < Duration::from_secs(10));
+            assert!(out
+                .describe("the plan command", Duration::from_millis(500))
+                .contains("timeout of 500ms"));
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            assert_eq!(
+                std::fs::read_to_string(&marker).unwrap(),
+                "",
+                "the background child was killed too (sandboxed: {sandboxed})"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_given_up_job_stops_its_command_and_everything_it_started() {
+        for sandbox in [Arc::new(Sandbox::off()), bwrap().await] {
+            let job = Job::new();
+            let (script, marker) = hanging(&job);
+            let (canceller, cancel) = Cancel::new();
+            let mut spec = spec_in(&job, sandbox, &script, Duration::from_secs(60));
+            spec.cancel = cancel;
+            let running = tokio::spawn(async move { run_command(&spec).await });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            canceller.cancel();
+            let out = running.await.unwrap().unwrap();
+            assert_eq!(out.termination, Termination::Cancelled);
+            assert!(out
+                .describe("the apply command", Duration::ZERO)
+                .contains("given up"));
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            assert_eq!(std::fs::read_to_string(&marker).unwrap(), "");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_aborted_run_takes_its_command_with_it() {
+        let job = Job::new();
+        let (script, marker) = hanging(&job);
+        let spec = spec_in(&job, bwrap().await, &script, Duration::from_secs(60));
+        let running = tokio::spawn(async move { run_command(&spec).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        running.abort();
+        let _ = running.await;
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            "",
-            "the background child was killed too"
-        );
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "");
     }
 
     #[tokio::test]
@@ -436,10 +591,10 @@ mod tests {
         s.heartbeat = Duration::from_millis(500);
         run_command(&s).await.unwrap();
         let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        assert!(log.contains("[test] x@dev | hello"), "{log}");
+        assert!(log.contains("[plan] x@dev | hello"), "{log}");
         // How many heartbeats fit depends on the machine's load; one must.
-        assert!(log.contains("[test] x@dev | still running after "), "{log}");
-        assert!(log.contains("[test] x@dev | bye"), "{log}");
+        assert!(log.contains("[plan] x@dev | still running after "), "{log}");
+        assert!(log.contains("[plan] x@dev | bye"), "{log}");
     }
 
     #[tokio::test]
@@ -449,6 +604,16 @@ mod tests {
         let e = run_command(&s).await.unwrap_err().to_string();
         assert!(
             e.contains("cannot start `./no-such-plan.sh`") && e.contains("No such file"),
+            "{e}"
+        );
+        let job = Job::new();
+        let mut s = spec_in(&job, bwrap().await, "", Duration::from_secs(10));
+        s.argv = vec!["no-such-tool".into()];
+        let e = run_command(&s).await.unwrap_err().to_string();
+        assert!(
+            e.contains("cannot start `no-such-tool`")
+                && e.contains("No such file")
+                && e.ends_with("inside the sandbox (under /usr, in the repository, or on a WAVEGATE_SANDBOX_READ path)"),
             "{e}"
         );
     }

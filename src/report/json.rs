@@ -147,6 +147,7 @@ mod tests {
             skipped: vec![],
             seeded: vec![],
             notes: vec![],
+            unsandboxed: false,
             change_set: ChangeSet::new(vec![]).unwrap(),
         };
         let text = to_string(&change);

@@ -368,8 +368,14 @@ fn approve_block(change: &PlannedChange) -> String {
     }
     let _ = writeln!(out, "To approve exactly this plan, comment:\n");
     let _ = writeln!(out, "```\n/approve {digest}\n```");
+    if change.unsandboxed {
+        let _ = writeln!(out, "\n{UNSANDBOXED}");
+    }
     out
 }
+
+/// The footer of every report whose commands ran without a sandbox.
+pub const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
 
 /// A backtick fence longer than any run of backticks in `body`.
 fn fence_for(body: &str) -> String {
@@ -465,6 +471,7 @@ mod tests {
             skipped,
             seeded: vec![],
             notes: vec![],
+            unsandboxed: false,
             change_set: set,
         }
     }

@@ -58,6 +58,17 @@ pub fn fork_refused(fork: &str, base_ref: &str) -> Reply {
     )
 }
 
+/// The server's sandbox cannot run commands, so nothing was planned.
+pub fn sandbox_unavailable(problem: &str) -> Reply {
+    compose(
+        "wavegate's sandbox is unavailable on its server",
+        &format!(
+            "Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: {problem}. Nothing was run."
+        ),
+        "the server's operator fixes the sandbox (or sets `WAVEGATE_SANDBOX=none` knowingly) and restarts wavegate; then comment `/plan`.",
+    )
+}
+
 /// The plan could not be computed from the repository as it is (a revision
 /// that does not resolve, a stage that does not exist).
 pub fn plan_refused(problem: &str, head: &str) -> Reply {

@@ -58,6 +58,12 @@ pub fn render(change: &PlannedChange) -> String {
     for note in &change.notes {
         let _ = writeln!(out, "  note: {note}");
     }
+    if change.unsandboxed {
+        let _ = writeln!(
+            out,
+            "  note: commands ran without a sandbox (--no-sandbox or WAVEGATE_SANDBOX=none)"
+        );
+    }
     if !change.members.is_empty() {
         let _ = writeln!(out, "members:");
     }

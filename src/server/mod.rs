@@ -15,6 +15,7 @@ use crate::forge::events::{self, Parsed};
 use crate::forge::registry::Forges;
 use crate::forge::webhook;
 use crate::forge::ForgeKind;
+use crate::sandbox::Sandbox;
 use crate::store::{Intake, NewDelivery, Store};
 use crate::worker::reconcile::Reconciler;
 use crate::worker::workspace::Workspace;
@@ -42,6 +43,8 @@ pub struct AppState {
     /// Where this server is reached from outside (the manifest's URLs).
     pub public_url: Option<String>,
     pub setup: Arc<setup::SetupState>,
+    /// Where commands run; `/readyz` fails while it cannot.
+    pub sandbox: Arc<Sandbox>,
 }
 
 /// A running server and its workers.
@@ -98,6 +101,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         )
     })?;
     let forges = Arc::new(Forges::from_settings(settings)?);
+    let sandbox = Arc::new(start_sandbox(settings).await?);
     let wake = Arc::new(Notify::new());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -122,6 +126,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         wake: wake.clone(),
         public_url: settings.public_url.clone(),
         setup,
+        sandbox: sandbox.clone(),
     };
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
@@ -150,6 +155,8 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             workspace: workspace.clone(),
             wake: wake.clone(),
             options: worker_options.clone(),
+            sandbox: sandbox.clone(),
+            cancel: Default::default(),
         };
         tasks.push(tokio::spawn(worker.run(stopping.clone())));
     }
@@ -171,6 +178,38 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         shutdown: Arc::new(shutdown),
         tasks,
     })
+}
+
+/// Checks the operator's sandbox paths against what commands must never see,
+/// then tries the sandbox. One that cannot run here leaves the server up (it
+/// takes webhooks and says what is wrong) with every command refused.
+async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
+    let database = crate::store::sqlite_file(&settings.database_url);
+    let key = settings
+        .github
+        .as_ref()
+        .and_then(|g| g.private_key_file.clone());
+    let mut secrets: Vec<(&str, &std::path::Path)> = vec![("the data dir", &settings.data_dir)];
+    if let Some(database) = &database {
+        secrets.push(("the database", database));
+    }
+    if let Some(key) = &key {
+        secrets.push(("the App's private key", key));
+    }
+    settings
+        .sandbox
+        .check_exposure(&secrets, &std::env::temp_dir())?;
+    let sandbox = Sandbox::probe(settings.sandbox.clone()).await;
+    match sandbox.problem() {
+        Some(problem) => tracing::error!(
+            "the sandbox is unavailable, so no plan or apply command will run until it is fixed: {problem}"
+        ),
+        None if sandbox.is_off() => tracing::warn!(
+            "WAVEGATE_SANDBOX=none: plan and apply commands run without a sandbox, as this server's user, and every report says so"
+        ),
+        None => tracing::info!("commands run in the sandbox: {}", sandbox.describe()),
+    }
+    Ok(sandbox)
 }
 
 /// `bytes` random bytes as hex, from the kernel.
@@ -205,6 +244,13 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
+    if let Some(problem) = state.sandbox.problem() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the sandbox is unavailable, so no plan or apply command can run: {problem}"),
+        )
+            .into_response();
+    }
     match state.store.ping().await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(error) => {

@@ -15,7 +15,7 @@ pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use metrics::StoreFigures;
 pub use reconcile::Still;
-pub use sql::{backend_of, redact_url, Backend, Store};
+pub use sql::{backend_of, redact_url, sqlite_file, Backend, Store};
 
 use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
 use serde::{Deserialize, Serialize};

@@ -173,6 +173,11 @@ impl Store {
         let mut pool_options = AnyPoolOptions::new();
         let mut url = url.to_owned();
         if backend == Backend::Sqlite {
+            if create_if_missing {
+                if let Some(path) = sqlite_file(&url) {
+                    create_private(&path)?;
+                }
+            }
             if create_if_missing && !in_memory(&url) && !url.contains("mode=") {
                 url.push(if url.contains('?') { '&' } else { '?' });
                 url.push_str("mode=rwc");
@@ -829,6 +834,48 @@ fn in_memory(url: &str) -> bool {
 }
 
 /// Which backend a `WAVEGATE_DATABASE_URL` names.
+/// The file of a `sqlite://` URL (none for an in-memory database).
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    if backend_of(url).ok()? != Backend::Sqlite || in_memory(url) {
+        return None;
+    }
+    let options = SqliteConnectOptions::from_str(url).ok()?;
+    Some(options.get_filename().to_owned())
+}
+
+/// Creates the database file readable by the server's user alone (SQLite
+/// gives its -wal and -shm files the same mode); an existing one is made so.
+fn create_private(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                    .with_context(|| {
+                        format!("cannot make {} readable by its owner alone", path.display())
+                    })?;
+                tracing::warn!(
+                    "the database {} was readable by others (mode {:o}); it is 0600 now",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!(
+            "cannot create the database file {}",
+            path.display()
+        ))),
+    }
+}
+
 pub fn backend_of(url: &str) -> Result<Backend> {
     if url.starts_with("sqlite:") {
         Ok(Backend::Sqlite)

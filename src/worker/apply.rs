@@ -248,7 +248,13 @@ impl Worker {
                     ))
                 }
             });
-        let mut options = PlanOptions::new(&mirror, run.base_sha.as_str(), run.merge_sha.as_str());
+        let mut options = PlanOptions::new(
+            &mirror,
+            run.base_sha.as_str(),
+            run.merge_sha.as_str(),
+            Arc::clone(&self.sandbox),
+        );
+        options.cancel = self.cancel.clone();
         options.concurrency = self.options.plan_concurrency;
         options.recorded = Some(self.deployed_estate(&run.repo).await?);
         let prepared = tokio::task::block_in_place(|| engine::prepare(&options));
@@ -309,10 +315,15 @@ impl Worker {
             }
             members.extend(prepared.derivation.members.iter().cloned());
             self.refresh_approvals(&mut drive).await?;
+            if let Some(problem) = self.sandbox.problem() {
+                let why = format!("{problem}. Once the server is fixed, `/retry`");
+                return self.stop_run(client, drive.run, &drive.plan, &why).await;
+            }
             let bench = tokio::task::block_in_place(|| {
                 Workbench::open(
                     options,
                     prepared.config.clone(),
+                    prepared.base_env.clone(),
                     drive.run.merge_sha.as_str(),
                 )
             });
@@ -386,9 +397,21 @@ impl Worker {
     async fn refuse_run(
         &self,
         client: &ForgeClient,
-        mut run: ApplyRunRecord,
+        run: ApplyRunRecord,
         plan: &PlanRecord,
         why: &str,
+    ) -> Result<JobOutcome> {
+        let why = format!("{why}. Fix it on the base branch, then `/retry`");
+        self.stop_run(client, run, plan, &why).await
+    }
+
+    /// Stops the run as failed and says why (and what to do) on the pull request.
+    async fn stop_run(
+        &self,
+        client: &ForgeClient,
+        mut run: ApplyRunRecord,
+        plan: &PlanRecord,
+        why_and_fix: &str,
     ) -> Result<JobOutcome> {
         run.status = RunStatus::Failed;
         self.publish_run(client, &mut run, plan).await?;
@@ -397,7 +420,7 @@ impl Worker {
                 &run.repo,
                 run.pr,
                 &format!(
-                    "The apply on {} cannot go on: {why}. Fix it on the base branch, then `/retry`.",
+                    "The apply on {} cannot go on: {why_and_fix}.",
                     run.merge_sha.short()
                 ),
             )

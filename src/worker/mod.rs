@@ -23,7 +23,9 @@ use crate::forge::registry::Forges;
 use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
+use crate::plan::runner::Cancel;
 use crate::report::{self, reply, reply::Reply};
+use crate::sandbox::Sandbox;
 use crate::store::{FailOutcome, Job, JobOutcome, NewPlan, PlanRecord, PrHead, PrReport, Store};
 use anyhow::{Context, Result};
 use std::sync::Arc;
@@ -65,6 +67,10 @@ pub struct Worker {
     /// Notified by the intake when a job was enqueued.
     pub wake: Arc<Notify>,
     pub options: WorkerOptions,
+    /// Where every plan, apply and outputs command runs.
+    pub sandbox: Arc<Sandbox>,
+    /// Stops the commands of the job in hand when it is given up.
+    pub cancel: Cancel,
 }
 
 impl Worker {
@@ -145,8 +151,10 @@ impl Worker {
         // a lost lease (another worker took the job over) abandons it.
         let (lost_tx, lost) = tokio::sync::oneshot::channel();
         let _keep_alive = AbortOnDrop(self.keep_lease(&job, lost_tx));
+        let (canceller, cancel) = Cancel::new();
         let running = {
-            let (worker, job) = (self.clone(), job.clone());
+            let (mut worker, job) = (self.clone(), job.clone());
+            worker.cancel = cancel;
             let execution = async move { worker.execute(&job).await };
             AbortOnDrop(tokio::spawn(execution.in_current_span()))
         };
@@ -156,7 +164,10 @@ impl Worker {
                 Err(panic) => Err(anyhow::anyhow!("the job panicked: {panic}")),
             },
             _ = lost => {
-                tracing::warn!(job = %job.id, "lease lost to another worker; this attempt is abandoned");
+                // Its commands stop now, wherever they run (a plan runs on a
+                // thread of its own that aborting this task cannot reach).
+                canceller.cancel();
+                tracing::warn!(job = %job.id, "lease lost to another worker; this attempt is abandoned and its commands stopped");
                 return Ok("abandoned");
             }
         };
@@ -342,6 +353,12 @@ impl Worker {
                 .publish_problem(client, repo, pr, reply::fork_refused(fork, &pr.base_ref))
                 .await;
         }
+        // Nothing runs unsandboxed because the sandbox is missing.
+        if let Some(problem) = self.sandbox.problem() {
+            return self
+                .publish_problem(client, repo, pr, reply::sandbox_unavailable(problem))
+                .await;
+        }
 
         // Both forges keep every pull request's head, a fork's too, under
         // `refs/pull/N/head` of the base repository: the head is fetched from
@@ -371,7 +388,13 @@ impl Worker {
             )
             .await?;
 
-        let mut options = PlanOptions::new(&mirror, pr.base_sha.as_str(), pr.head_sha.as_str());
+        let mut options = PlanOptions::new(
+            &mirror,
+            pr.base_sha.as_str(),
+            pr.head_sha.as_str(),
+            Arc::clone(&self.sandbox),
+        );
+        options.cancel = self.cancel.clone();
         options.concurrency = self.options.plan_concurrency;
         options.recorded = Some(self.deployed_estate(repo).await?);
         // Planning calls git synchronously here and there: it runs on a

@@ -2,9 +2,11 @@
 //! fetched by commit sha with the `git` CLI. The plan engine checks out its
 //! own throw-away worktrees from the mirror and removes them after the job.
 //!
-//! The forge credential travels as an `Authorization` header in git's own
-//! configuration environment (`GIT_CONFIG_COUNT`), never in a URL, an argument
-//! or a log line; plan commands run with a cleared environment and never see it.
+//! The forge credential travels as an `Authorization` header scoped to the
+//! remote's host, in a sealed in-memory file that only the fetching git
+//! inherits (`include.path=/proc/self/fd/N`): never in a URL, an argument, an
+//! environment variable or a log line. No hook in a mirror ever runs, and no
+//! sandboxed command ever sees a mirror.
 
 use crate::config::settings::Secret;
 use crate::forge::{CommitSha, RepoId};
@@ -112,8 +114,12 @@ async fn fetch_commit(
     sha: &CommitSha,
     auth: Option<&Secret>,
 ) -> Result<()> {
+    let credential = match auth {
+        Some(header) => Credential::new(url, header)?,
+        None => None,
+    };
     let by_sha = fetching(
-        git(mirror, auth.map(|a| (url, a)))
+        git(mirror, credential.as_ref())
             .args([
                 "fetch",
                 "--quiet",
@@ -129,7 +135,7 @@ async fn fetch_commit(
         return Ok(());
     }
     let refs = fetching(
-        git(mirror, auth.map(|a| (url, a)))
+        git(mirror, credential.as_ref())
             .args([
                 "fetch",
                 "--quiet",
@@ -202,13 +208,66 @@ fn redact_url(url: &str) -> String {
     )
 }
 
-/// A git command on the mirror; `auth` is the remote's URL and the
-/// `Authorization` value git sends to that host only.
-fn git(mirror: &Path, auth: Option<(&str, &Secret)>) -> Command {
+/// The `Authorization` header for one remote, as git configuration in a
+/// sealed in-memory file. Only the git given it inherits the descriptor
+/// (it is close-on-exec everywhere else), and git reads it through
+/// `/proc/self/fd`, so the token is in no argument and no environment.
+struct Credential {
+    file: std::os::fd::OwnedFd,
+}
+
+impl Credential {
+    fn new(url: &str, header: &Secret) -> Result<Option<Self>> {
+        use std::io::Write as _;
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        let Some(origin) = origin(url) else {
+            return Ok(None);
+        };
+        let value = header.expose();
+        if value.contains(['\n', '\r', '"', '\\']) || origin.contains(['"', '\\', '\n']) {
+            bail!(
+                "the credential for {} cannot be handed to git",
+                redact_url(url)
+            );
+        }
+        let config = format!("[http \"{origin}\"]\n\textraHeader = Authorization: {value}\n");
+        let name = c"wavegate-git-credential";
+        // SAFETY: a valid C string; the descriptor is owned below.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("cannot hold the git credential in memory");
+        }
+        // SAFETY: just created, owned by nothing else.
+        let file = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        std::fs::File::from(file.try_clone()?)
+            .write_all(config.as_bytes())
+            .context("cannot hold the git credential in memory")?;
+        let seals =
+            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        Ok(Some(Self { file }))
+    }
+}
+
+/// A git command on the mirror, with hooks off; `credential` (a remote's
+/// `Authorization` header) is inherited by this git alone.
+fn git(mirror: &Path, credential: Option<&Credential>) -> Command {
     let mut command = Command::new("git");
     command
         .arg("-C")
         .arg(mirror)
+        .args(crate::plan::git::NO_HOOKS)
+        // A transfer slower than 1 KB/s for a minute is given up on.
+        .args([
+            "-c",
+            "http.lowSpeedLimit=1000",
+            "-c",
+            "http.lowSpeedTime=60",
+        ])
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_ASKPASS", "true")
@@ -219,28 +278,27 @@ fn git(mirror: &Path, auth: Option<(&str, &Secret)>) -> Command {
         .env_remove("GIT_TRACE_PACKET")
         .env_remove("GIT_CURL_VERBOSE")
         .env_remove("GIT_CONFIG_PARAMETERS")
+        .env_remove("GIT_CONFIG_COUNT")
         .kill_on_drop(true);
     for name in crate::plan::git::server_settings_in_env() {
         command.env_remove(name);
     }
-    // A transfer slower than 1 KB/s for a minute is given up on.
-    let mut config = vec![
-        ("http.lowSpeedLimit".to_owned(), "1000".to_owned()),
-        ("http.lowSpeedTime".to_owned(), "60".to_owned()),
-    ];
-    if let Some((url, header)) = auth {
-        if let Some(origin) = origin(url) {
-            config.push((
-                format!("http.{origin}.extraHeader"),
-                format!("Authorization: {}", header.expose()),
-            ));
-        }
-    }
-    command.env("GIT_CONFIG_COUNT", config.len().to_string());
-    for (n, (key, value)) in config.into_iter().enumerate() {
+    if let Some(credential) = credential {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&credential.file);
         command
-            .env(format!("GIT_CONFIG_KEY_{n}"), key)
-            .env(format!("GIT_CONFIG_VALUE_{n}"), value);
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "include.path")
+            .env("GIT_CONFIG_VALUE_0", format!("/proc/self/fd/{fd}"));
+        // SAFETY: fcntl is async-signal-safe; it lets this child (and the
+        // remote helper it starts) keep the descriptor across exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     command
 }
@@ -359,43 +417,82 @@ mod tests {
             .any(|c| c == std::path::Component::ParentDir));
     }
 
-    #[test]
-    fn the_token_travels_in_gits_config_environment_never_in_arguments() {
+    /// What one HTTP request to a listener carried, answered 404.
+    async fn first_request_to(listener: tokio::net::TcpListener) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buffer[..n]);
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    #[tokio::test]
+    async fn the_token_reaches_the_remote_and_no_argument_or_environment_holds_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/o/r.git", listener.local_addr().unwrap());
+        let served = tokio::spawn(first_request_to(listener));
+        let mirror = tempfile::tempdir().unwrap();
+        sh(mirror.path(), "git init -q --bare");
         let secret = Secret::new("Basic c2VjcmV0LXRva2Vu");
-        let command = git(
-            Path::new("/m"),
-            Some(("https://git.example/o/r.git", &secret)),
-        );
+        let credential = Credential::new(&url, &secret).unwrap().unwrap();
+
+        let command = git(mirror.path(), Some(&credential));
         let std = command.as_std();
-        assert!(std
+        let everything: Vec<String> = std
             .get_args()
-            .all(|a| !a.to_string_lossy().contains("c2VjcmV0")));
-        let envs: Vec<_> = std.get_envs().collect();
-        let env = |name: &str| {
-            envs.iter()
-                .find(|(k, _)| *k == name)
-                .and_then(|(_, v)| *v)
-                .map(|v| v.to_string_lossy().into_owned())
-        };
-        assert_eq!(env("GIT_CONFIG_COUNT").as_deref(), Some("3"));
-        assert_eq!(
-            env("GIT_CONFIG_KEY_2").as_deref(),
-            Some("http.https://git.example/.extraHeader"),
-            "the header goes to the remote's host only"
-        );
-        assert_eq!(
-            env("GIT_CONFIG_VALUE_2").as_deref(),
-            Some("Authorization: Basic c2VjcmV0LXRva2Vu")
-        );
+            .map(|a| a.to_string_lossy().into_owned())
+            .chain(
+                std.get_envs()
+                    .filter_map(|(_, v)| v.map(|v| v.to_string_lossy().into_owned())),
+            )
+            .collect();
         assert!(
-            envs.iter().any(|(k, v)| *k == "GIT_TRACE" && v.is_none()),
-            "tracing that could print the header is off"
+            everything.iter().all(|a| !a.contains("c2VjcmV0")),
+            "{everything:?}"
         );
-        let anonymous = git(Path::new("/m"), None);
-        assert!(anonymous
-            .as_std()
-            .get_envs()
-            .all(|(_, v)| !v.is_some_and(|v| v.to_string_lossy().contains("Authorization"))));
+        assert!(std.get_args().any(|a| a == "core.hooksPath=/dev/null"));
+
+        let sha = sha(&"1".repeat(40));
+        let _ = fetch_commit(mirror.path(), &url, &sha, Some(&secret)).await;
+        let request = served.await.unwrap();
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("authorization: basic c2vjcmv0lxrva2vu"),
+            "the remote got the header: {request}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_token_goes_to_the_remotes_host_only() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/o/r.git", listener.local_addr().unwrap());
+        let served = tokio::spawn(first_request_to(listener));
+        let mirror = tempfile::tempdir().unwrap();
+        sh(mirror.path(), "git init -q --bare");
+        // A credential scoped to another host.
+        let credential = Credential::new("https://git.example/o/r.git", &Secret::new("Basic abc"))
+            .unwrap()
+            .unwrap();
+        let _ = git(mirror.path(), Some(&credential))
+            .args(["fetch", "--quiet", &url, "main"])
+            .output()
+            .await;
+        let request = served.await.unwrap();
+        assert!(
+            !request.to_ascii_lowercase().contains("authorization"),
+            "{request}"
+        );
     }
 
     #[test]

@@ -177,6 +177,9 @@ impl Example {
             .args(args)
             .env("ESTATE_DIR", &self.estate)
             .env("WAVEGATE_LOG", "info")
+            // As the bot runs them: sandboxed, the estate read-only to plans.
+            .env("WAVEGATE_SANDBOX", "bwrap")
+            .env("WAVEGATE_SANDBOX_APPLY_WRITE", &self.estate)
             .output()
             .unwrap();
         Run {

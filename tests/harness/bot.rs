@@ -31,8 +31,6 @@ pub struct Bot {
     pub extra_env: Vec<(String, String)>,
     pub github_app: bool,
     pub deliveries: u64,
-    /// Plan-log lines written while deploying the example's `main`.
-    pub bootstrap_plans: usize,
     /// Apply-log lines written while deploying the example's `main`.
     pub bootstrap_applies: usize,
     /// A second replica on the same (PostgreSQL) database: port and process.
@@ -72,12 +70,10 @@ impl Bot {
                 .collect(),
             github_app,
             deliveries: 0,
-            bootstrap_plans: 0,
             bootstrap_applies: 0,
             second: None,
             postgres: None,
         };
-        bot.bootstrap_plans = bot.plans_run().len();
         bot.bootstrap_applies = bot.applies_run().len();
         bot.start_server().await;
         bot
@@ -217,6 +213,10 @@ impl Bot {
             .env("WAVEGATE_FORGEJO_WEBHOOK_SECRET", FORGEJO_SECRET)
             .env("WAVEGATE_LOG", "info,wavegate=debug")
             .env("ESTATE_DIR", &self.example.estate)
+            // As in production: the estate (the infrastructure's state) is
+            // writable by apply commands alone; every command runs sandboxed.
+            .env("WAVEGATE_SANDBOX", "bwrap")
+            .env("WAVEGATE_SANDBOX_APPLY_WRITE", &self.example.estate)
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -390,7 +390,7 @@ impl Bot {
     }
 
     /// A branch `name` on top of `change` whose first plan of app@dev hangs
-    /// (until killed); later plans go through.
+    /// (until killed); later plans go through once `until_plan_hangs` saw it.
     pub fn branch_hanging_first_plan(&self, name: &str) {
         std::fs::write(self.example.estate.join("hang-once"), "").unwrap();
         self.example.branch(
@@ -445,9 +445,79 @@ impl Bot {
         self.forge.merge(repo, pr, &sha)
     }
 
-    /// The members the plan script ran for, in order.
+    /// The members the plan script ran for, in order, as the server logs
+    /// of every replica tell it (a plan cannot write the estate).
     pub fn plans_run(&self) -> Vec<String> {
-        self.members_logged("plan-log.jsonl", self.bootstrap_plans)
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        logs.iter()
+            .flat_map(|log| {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                text.lines()
+                    .filter_map(|l| l.split_once("| estate: planning "))
+                    .filter_map(|(_, rest)| rest.split_whitespace().next())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Waits until the first plan of a `branch_hanging_first_plan` branch
+    /// hangs, then lets later plans through.
+    pub async fn until_plan_hangs(&self) {
+        self.until("the plan hangs", || async {
+            let logs = std::fs::read_dir(self.dir.path()).ok()?;
+            logs.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+                .any(|e| {
+                    std::fs::read_to_string(e.path())
+                        .is_ok_and(|t| t.contains(".hang-once: sleeping until killed"))
+                })
+                .then_some(())
+        })
+        .await;
+        std::fs::remove_file(self.example.estate.join("hang-once")).unwrap();
+    }
+
+    /// Processes that carry this test's estate in their environment other
+    /// than the running replicas: plan or apply commands (or their sandboxes)
+    /// that outlived the server that started them.
+    pub fn survivors(&self) -> Vec<String> {
+        let marker = format!("ESTATE_DIR={}", self.example.estate.display());
+        let replicas: Vec<u32> = (0..2).filter_map(|r| self.pid_of(r)).collect();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != std::process::id())
+            .filter(|pid| !descends_from(*pid, &replicas))
+            .filter_map(|pid| {
+                let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+                let carries = environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == marker.as_bytes());
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                carries.then(|| {
+                    format!(
+                        "{pid}: {}",
+                        String::from_utf8_lossy(&cmdline).replace('\0', " ")
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Waits until nothing a killed server started is left running.
+    pub async fn until_no_command_survives(&self) {
+        self.until("no command of a killed server survives", || async {
+            self.survivors().is_empty().then_some(())
+        })
+        .await;
     }
 
     /// The members the apply script applied, in order.
@@ -501,11 +571,11 @@ impl Bot {
         std::fs::remove_file(self.estate_file(stage, component, ".pause-apply")).unwrap();
     }
 
-    /// Waits until an apply of the member is paused; returns the apply process's pid.
-    pub async fn until_apply_paused(&self, stage: &str, component: &str) -> u32 {
+    /// Waits until an apply of the member is paused.
+    pub async fn until_apply_paused(&self, stage: &str, component: &str) {
         let paused = self.estate_file(stage, component, ".paused");
         self.until(&format!("{component}@{stage} pauses applying"), || async {
-            std::fs::read_to_string(&paused).ok()?.trim().parse().ok()
+            paused.exists().then_some(())
         })
         .await
     }
@@ -620,6 +690,31 @@ pub async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, Fake
         .await;
     bot.settle().await;
     (repo, pr)
+}
+
+/// Whether `pid` is one of `ancestors` or started by one of them.
+fn descends_from(mut pid: u32, ancestors: &[u32]) -> bool {
+    for _ in 0..64 {
+        if ancestors.contains(&pid) {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // The parent is the second field after the parenthesised name.
+        let Some(parent) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            return false;
+        };
+        if parent <= 1 {
+            return false;
+        }
+        pid = parent;
+    }
+    false
 }
 
 fn free_port() -> u16 {

@@ -12,15 +12,17 @@ Test hooks, files in the component directory:
                  (only killing the whole process group ends it)
   .fail-plan     print its contents to stderr and exit 1
   .garbage-plan  write "not json" as the plan file and exit 0
-  .hang-once     sleep (10 minutes at most) if $ESTATE_DIR/hang-once exists,
-                 removing it first and writing the sleeper's pid to
-                 $ESTATE_DIR/hang-once.pid, so only the first plan hangs
+  .hang-once     sleep (10 minutes at most) while $ESTATE_DIR/hang-once exists
+                 when the plan starts (a test removes it once the first plan
+                 hangs, so later plans go through)
 
 Test hook for one member, without a commit: $ESTATE_DIR/<stage>/<component>.deny,
 each non-empty line the name of a policy rule the plan breaks; the plan file
 then carries "denied": {"rules": [...]}.
 
-Every run appends {"member": ...} to $ESTATE_DIR/plan-log.jsonl.
+A plan only reads the estate: wavegate runs it in a sandbox where
+$ESTATE_DIR is read-only (WAVEGATE_SANDBOX_APPLY_WRITE), so every line it
+has to say goes to its output, "estate: planning <member> (...)" first.
 """
 
 import sys
@@ -46,9 +48,6 @@ def run_hooks(plan_file):
     if os.path.exists(".hang-once"):
         marker = os.path.join(estate.estate_dir(), "hang-once")
         if os.path.exists(marker):
-            with open(marker + ".pid", "w", encoding="utf-8") as f:
-                f.write(str(os.getpid()))
-            os.remove(marker)
             estate.say(".hang-once: sleeping until killed")
             time.sleep(600)
     estate.fail_hook(".fail-plan")
@@ -186,8 +185,6 @@ def main(argv):
     inputs_file = argv[4] if len(argv) == 5 else None
     run_hooks(plan_file)
     who = estate.member(component, stage)
-    with open(os.path.join(estate.estate_dir(), "plan-log.jsonl"), "a", encoding="utf-8") as log:
-        log.write(json.dumps({"member": who}) + "\n")
 
     inputs = read_inputs(inputs_file)
     resources = estate.load_resources(stage)

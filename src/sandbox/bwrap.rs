@@ -1,0 +1,386 @@
+//! The bubblewrap command line for one command: what the sandbox is made of,
+//! as a pure function of the settings, the host's layout and the command's
+//! confinement, so every rule is checked by a unit test.
+
+use super::{CommandKind, Confinement, Network, SandboxSettings};
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The uid and gid a command runs as inside its user namespace.
+pub const SANDBOX_UID: u32 = 1000;
+
+/// System files every command may read: certificates, name resolution, the
+/// dynamic linker's cache, time zones. Nothing here is a secret.
+const ETC_FILES: &[&str] = &[
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "gai.conf",
+    "host.conf",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "pki",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "ssl",
+];
+
+/// Top-level system directories that may be links into `/usr` (a merged
+/// `/usr`) or directories of their own.
+const ROOT_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootEntry {
+    Link(PathBuf),
+    Dir,
+}
+
+/// What of the host's system a sandbox is built from, read once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLayout {
+    pub root: Vec<(&'static str, RootEntry)>,
+    /// `/etc` entries that exist.
+    pub etc: Vec<&'static str>,
+}
+
+impl HostLayout {
+    pub fn read() -> Self {
+        let root = ROOT_DIRS
+            .iter()
+            .filter_map(|name| {
+                let path = Path::new("/").join(name);
+                let meta = std::fs::symlink_metadata(&path).ok()?;
+                if meta.file_type().is_symlink() {
+                    Some((*name, RootEntry::Link(std::fs::read_link(&path).ok()?)))
+                } else if meta.is_dir() {
+                    Some((*name, RootEntry::Dir))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let etc = ETC_FILES
+            .iter()
+            .copied()
+            .filter(|name| Path::new("/etc").join(name).exists())
+            .collect();
+        Self { root, etc }
+    }
+}
+
+/// Descriptors bwrap reads from (their numbers are the same in bwrap).
+#[derive(Debug, Clone, Copy)]
+pub struct DataFds {
+    pub passwd: RawFd,
+    pub group: RawFd,
+    /// A resolv.conf of the sandbox's own (egress with a loopback resolver).
+    pub resolv: Option<RawFd>,
+    /// `--info-fd` and `--block-fd`: the network is attached before the
+    /// command starts.
+    pub sync: Option<(RawFd, RawFd)>,
+}
+
+/// One command to confine.
+pub struct Invocation<'a> {
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    pub confinement: &'a Confinement,
+    /// `timeout` inside the sandbox, as a backstop: the command is killed at
+    /// this deadline even if the server that started it cannot kill it.
+    pub backstop: Option<(&'a Path, Duration)>,
+}
+
+/// bwrap's arguments for `invocation`.
+pub fn arguments(
+    settings: &SandboxSettings,
+    layout: &HostLayout,
+    fds: &DataFds,
+    invocation: &Invocation<'_>,
+) -> Vec<OsString> {
+    let mut args = Args::default();
+    args.flags(&[
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]);
+    if settings.network != Network::Host {
+        args.flag("--unshare-net");
+    }
+    args.flags(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
+    let id = SANDBOX_UID.to_string();
+    args.flags(&["--uid", &id, "--gid", &id, "--hostname", "wavegate-sandbox"]);
+
+    args.bind("--ro-bind", Path::new("/usr"), Path::new("/usr"));
+    for (name, entry) in &layout.root {
+        let path = Path::new("/").join(name);
+        match entry {
+            RootEntry::Link(target) => {
+                args.flag("--symlink");
+                args.path(target);
+                args.path(&path);
+            }
+            RootEntry::Dir => args.bind("--ro-bind", &path, &path),
+        }
+    }
+    for name in &layout.etc {
+        if *name == "resolv.conf" && fds.resolv.is_some() {
+            continue;
+        }
+        let path = Path::new("/etc").join(name);
+        args.bind("--ro-bind", &path, &path);
+    }
+    args.data("/etc/passwd", fds.passwd);
+    args.data("/etc/group", fds.group);
+    if let Some(fd) = fds.resolv {
+        args.data("/etc/resolv.conf", fd);
+    }
+    args.flags(&["--proc", "/proc", "--dev", "/dev"]);
+    args.flags(&["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]);
+
+    // The operator's paths, before the job's own: a job's tree is never
+    // hidden under one of them.
+    for path in &settings.read {
+        args.bind("--ro-bind", path, path);
+    }
+    for path in &settings.apply_write {
+        let how = match invocation.confinement.kind {
+            CommandKind::Apply => "--bind",
+            CommandKind::Plan | CommandKind::Outputs => "--ro-bind",
+        };
+        args.bind(how, path, path);
+    }
+    let confinement = invocation.confinement;
+    for path in [&confinement.tree, &confinement.files, &confinement.home] {
+        args.bind("--bind", path, path);
+    }
+    args.flag("--chdir");
+    args.path(invocation.cwd);
+    if let Some((info, block)) = fds.sync {
+        args.flags(&[
+            "--info-fd",
+            &info.to_string(),
+            "--block-fd",
+            &block.to_string(),
+        ]);
+    }
+    args.flag("--");
+    if let Some((timeout, after)) = invocation.backstop {
+        args.path(timeout);
+        args.flags(&["--signal=KILL", &format!("{}s", after.as_secs().max(1))]);
+    }
+    for arg in invocation.argv {
+        args.flag(arg);
+    }
+    args.0
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn flag(&mut self, flag: &str) {
+        self.0.push(flag.into());
+    }
+
+    fn flags(&mut self, flags: &[&str]) {
+        self.0.extend(flags.iter().map(OsString::from));
+    }
+
+    fn path(&mut self, path: &Path) {
+        self.0.push(path.as_os_str().to_owned());
+    }
+
+    fn bind(&mut self, how: &str, source: &Path, target: &Path) {
+        self.flag(how);
+        self.path(source);
+        self.path(target);
+    }
+
+    fn data(&mut self, target: &str, fd: RawFd) {
+        self.flags(&["--ro-bind-data", &fd.to_string(), target]);
+    }
+}
+
+/// The passwd and group files of the sandbox: its one user and `nobody`.
+pub fn passwd() -> String {
+    format!(
+        "root:x:0:0:root:/root:/bin/sh\nwavegate:x:{SANDBOX_UID}:{SANDBOX_UID}:wavegate sandbox:/nonexistent:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+}
+
+pub fn group() -> String {
+    format!("root:x:0:\nwavegate:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> HostLayout {
+        HostLayout {
+            root: vec![
+                ("bin", RootEntry::Link("usr/bin".into())),
+                ("lib", RootEntry::Link("usr/lib".into())),
+                ("lib64", RootEntry::Dir),
+            ],
+            etc: vec!["resolv.conf", "ssl"],
+        }
+    }
+
+    fn confinement(kind: CommandKind) -> Confinement {
+        Confinement {
+            kind,
+            tree: "/tmp/wavegate-job-1/tree".into(),
+            files: "/tmp/wavegate-job-1/members/app@dev".into(),
+            home: "/tmp/wavegate-job-1/home/app@dev".into(),
+        }
+    }
+
+    fn settings(network: Network) -> SandboxSettings {
+        SandboxSettings {
+            mode: super::super::Mode::Bwrap,
+            read: vec!["/opt/tools".into()],
+            apply_write: vec!["/srv/state".into()],
+            network,
+        }
+    }
+
+    fn fds() -> DataFds {
+        DataFds {
+            passwd: 5,
+            group: 6,
+            resolv: None,
+            sync: None,
+        }
+    }
+
+    fn args_of(kind: CommandKind, network: Network) -> Vec<String> {
+        let confinement = confinement(kind);
+        let argv = vec!["python3".to_owned(), "plan.py".to_owned()];
+        let cwd = confinement.tree.join("infra/app");
+        arguments(
+            &settings(network),
+            &layout(),
+            &fds(),
+            &Invocation {
+                argv: &argv,
+                cwd: &cwd,
+                confinement: &confinement,
+                backstop: Some((Path::new("/usr/bin/timeout"), Duration::from_secs(130))),
+            },
+        )
+        .into_iter()
+        .map(|a| a.into_string().unwrap())
+        .collect()
+    }
+
+    /// The arguments as one line, for matching runs of them.
+    fn line(args: &[String]) -> String {
+        args.join(" ")
+    }
+
+    #[test]
+    fn every_namespace_is_new_and_every_capability_dropped() {
+        let args = line(&args_of(CommandKind::Plan, Network::None));
+        for flag in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-net",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop ALL",
+            "--uid 1000 --gid 1000",
+            "--proc /proc --dev /dev",
+            "--tmpfs /tmp",
+        ] {
+            assert!(args.contains(flag), "{flag} in {args}");
+        }
+    }
+
+    #[test]
+    fn the_system_is_read_only_and_the_job_writable() {
+        let args = line(&args_of(CommandKind::Plan, Network::None));
+        assert!(args.contains("--ro-bind /usr /usr"), "{args}");
+        assert!(args.contains("--symlink usr/bin /bin"), "{args}");
+        assert!(args.contains("--ro-bind /lib64 /lib64"), "{args}");
+        assert!(args.contains("--ro-bind /etc/ssl /etc/ssl"), "{args}");
+        assert!(args.contains("--ro-bind-data 5 /etc/passwd --ro-bind-data 6 /etc/group"));
+        assert!(!args.contains("--bind / "), "never the whole host: {args}");
+        for own in ["tree", "members/app@dev", "home/app@dev"] {
+            let path = format!("/tmp/wavegate-job-1/{own}");
+            assert!(
+                args.contains(&format!("--bind {path} {path}")),
+                "{own}: {args}"
+            );
+        }
+        assert!(
+            args.find("--tmpfs /tmp").unwrap()
+                < args.find("--bind /tmp/wavegate-job-1/tree").unwrap(),
+            "the private /tmp comes first, the job's tree is bound onto it"
+        );
+        assert!(args.ends_with(
+            "--chdir /tmp/wavegate-job-1/tree/infra/app -- /usr/bin/timeout --signal=KILL 130s python3 plan.py"
+        ), "{args}");
+    }
+
+    #[test]
+    fn the_apply_only_paths_are_writable_in_apply_commands_alone() {
+        let plan = line(&args_of(CommandKind::Plan, Network::None));
+        let outputs = line(&args_of(CommandKind::Outputs, Network::None));
+        let apply = line(&args_of(CommandKind::Apply, Network::None));
+        assert!(plan.contains("--ro-bind /srv/state /srv/state"), "{plan}");
+        assert!(
+            outputs.contains("--ro-bind /srv/state /srv/state"),
+            "{outputs}"
+        );
+        assert!(apply.contains(" --bind /srv/state /srv/state"), "{apply}");
+        for args in [&plan, &outputs, &apply] {
+            assert!(args.contains("--ro-bind /opt/tools /opt/tools"), "{args}");
+        }
+    }
+
+    #[test]
+    fn only_host_networking_shares_the_hosts_network() {
+        assert!(line(&args_of(CommandKind::Plan, Network::Egress)).contains("--unshare-net"));
+        assert!(!line(&args_of(CommandKind::Plan, Network::Host)).contains("--unshare-net"));
+    }
+
+    #[test]
+    fn an_own_resolver_file_replaces_the_hosts() {
+        let confinement = confinement(CommandKind::Plan);
+        let mut fds = fds();
+        fds.resolv = Some(7);
+        fds.sync = Some((8, 9));
+        let args = arguments(
+            &settings(Network::Egress),
+            &layout(),
+            &fds,
+            &Invocation {
+                argv: &["true".into()],
+                cwd: &confinement.tree,
+                confinement: &confinement,
+                backstop: None,
+            },
+        );
+        let args = line(
+            &args
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>(),
+        );
+        assert!(args.contains("--ro-bind-data 7 /etc/resolv.conf"), "{args}");
+        assert!(!args.contains("--ro-bind /etc/resolv.conf"), "{args}");
+        assert!(args.contains("--info-fd 8 --block-fd 9 -- true"), "{args}");
+    }
+}

@@ -1,0 +1,243 @@
+//! The files a command shares with the bot: its plan, outputs and inputs
+//! files, in a directory the command may change as it likes. The bot never
+//! follows a symbolic link there (a plan file linked to a host file would be
+//! read into the report; an inputs file linked to one would be overwritten),
+//! reads only regular files, and reads no more than a cap.
+
+use std::ffi::CString;
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::{FromRawFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+
+/// Why a file a command wrote cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("it was not written")]
+    Missing,
+    #[error("it is {0}, not a regular file; write the file itself (wavegate never follows a link there)")]
+    NotRegular(&'static str),
+    #[error("it is larger than {cap} bytes, as much as wavegate reads")]
+    TooLarge { cap: u64 },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+fn c_name(name: &str) -> io::Result<CString> {
+    if name.contains('/') || name == ".." || name == "." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{name}` is not a file name"),
+        ));
+    }
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a name"))
+}
+
+/// Opens `dir` itself without following a link to it.
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let path = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))?;
+    // SAFETY: a valid C string; the returned descriptor is owned below.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn kind_of(mode: libc::mode_t) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => "a directory",
+        libc::S_IFLNK => "a symbolic link",
+        libc::S_IFIFO => "a named pipe",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR | libc::S_IFBLK => "a device",
+        _ => "not a regular file",
+    }
+}
+
+/// Reads `dir/name`, a file a command wrote: a regular file, not a link, of
+/// at most `cap` bytes.
+pub fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+    let dir = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(FileError::Missing),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            return Err(FileError::NotRegular(
+                "in a directory that was replaced by a link",
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let name = c_name(name)?;
+    // SAFETY: valid descriptor and C string; the result is owned below.
+    let fd = unsafe {
+        libc::openat(
+            std::os::fd::AsRawFd::as_raw_fd(&dir),
+            name.as_ptr(),
+            // Non-blocking: a named pipe put there must not hang the bot.
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => FileError::Missing,
+            Some(libc::ELOOP) => FileError::NotRegular("a symbolic link"),
+            _ => e.into(),
+        });
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let meta = file.metadata()?;
+    let mode = std::os::unix::fs::MetadataExt::mode(&meta) as libc::mode_t;
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(FileError::NotRegular(kind_of(mode)));
+    }
+    if meta.len() > cap {
+        return Err(FileError::TooLarge { cap });
+    }
+    // It may still grow while being read: read one byte past the cap to tell.
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(FileError::TooLarge { cap });
+    }
+    Ok(bytes)
+}
+
+/// Writes `dir/name` afresh: whatever the command left at that name (a file,
+/// a link) is removed first, and the new file is created, never opened
+/// through a link.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let dir = open_dir(dir)?;
+    let name = c_name(name)?;
+    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    // SAFETY: valid descriptor and C string.
+    if unsafe { libc::unlinkat(dirfd, name.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+    }
+    // SAFETY: valid descriptor and C string; the result is owned below.
+    let fd = unsafe {
+        libc::openat(
+            dirfd,
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(bytes)
+}
+
+/// Removes `dir/name` if it is there (a link is removed, not followed).
+pub fn remove_file(dir: &Path, name: &str) -> io::Result<()> {
+    let dir = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let name = c_name(name)?;
+    // SAFETY: valid descriptor and C string.
+    if unsafe { libc::unlinkat(std::os::fd::AsRawFd::as_raw_fd(&dir), name.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_under_the_cap_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plan.json"), "{}").unwrap();
+        assert_eq!(read_file(dir.path(), "plan.json", 10).unwrap(), b"{}");
+        assert!(matches!(
+            read_file(dir.path(), "absent.json", 10),
+            Err(FileError::Missing)
+        ));
+    }
+
+    #[test]
+    fn a_link_a_pipe_a_directory_or_an_oversized_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "host secret").unwrap();
+        let files = dir.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        std::os::unix::fs::symlink(&secret, files.join("plan.json")).unwrap();
+        let e = read_file(&files, "plan.json", 1000).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular("a symbolic link")), "{e}");
+
+        let fifo = CString::new(files.join("pipe.json").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = read_file(&files, "pipe.json", 1000).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular("a named pipe")), "{e}");
+
+        std::fs::create_dir(files.join("dir.json")).unwrap();
+        let e = read_file(&files, "dir.json", 1000).unwrap_err();
+        assert!(matches!(e, FileError::NotRegular("a directory")), "{e}");
+
+        std::fs::write(files.join("big.json"), vec![b' '; 11]).unwrap();
+        let e = read_file(&files, "big.json", 10).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "it is larger than 10 bytes, as much as wavegate reads"
+        );
+
+        // The directory itself swapped for a link to elsewhere.
+        let swapped = dir.path().join("swapped");
+        std::os::unix::fs::symlink(dir.path(), &swapped).unwrap();
+        assert!(matches!(
+            read_file(&swapped, "secret", 1000),
+            Err(FileError::NotRegular(_))
+        ));
+    }
+
+    #[test]
+    fn writing_replaces_a_planted_link_instead_of_writing_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let files = dir.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        std::os::unix::fs::symlink(&victim, files.join("inputs.json")).unwrap();
+        write_file(&files, "inputs.json", b"{\"known\": {}}").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(
+            std::fs::read_to_string(files.join("inputs.json")).unwrap(),
+            "{\"known\": {}}"
+        );
+        assert!(!std::fs::symlink_metadata(files.join("inputs.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+
+        std::os::unix::fs::symlink(&victim, files.join("outputs.json")).unwrap();
+        remove_file(&files, "outputs.json").unwrap();
+        remove_file(&files, "outputs.json").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(write_file(&files, "../escape", b"x").is_err());
+    }
+}

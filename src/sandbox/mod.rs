@@ -1,0 +1,633 @@
+//! Every command wavegate runs on a repository's behalf (plan, apply,
+//! outputs) is code from that repository, so it runs in a sandbox the
+//! operator controls and the repository cannot loosen (DESIGN §13):
+//! bubblewrap in an unprivileged user namespace with its own pid, mount, ipc,
+//! uts and network namespaces, a fresh `/proc`, a private `/tmp` and `HOME`,
+//! no capabilities, dying with the server. It sees a fresh copy of the
+//! commit, its own files, the system's read-only directories and the paths
+//! the operator lists: never the data dir, the mirrors, the database, the
+//! keys, the server's environment or memory, another job, or host loopback
+//! services.
+//!
+//! `WAVEGATE_SANDBOX=none` is the explicit opt-out. With `bwrap` and no
+//! working bubblewrap nothing runs: every launch fails, saying why.
+
+mod bwrap;
+pub mod files;
+mod net;
+pub mod spawn;
+
+use anyhow::{bail, Result};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// How commands are isolated (`WAVEGATE_SANDBOX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Bwrap,
+    /// No sandbox: commands run as the server's own user.
+    None,
+}
+
+/// What network a sandboxed command has (`WAVEGATE_SANDBOX_NETWORK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// Its own loopback only.
+    None,
+    /// Outbound connections, never to the host or metadata addresses.
+    Egress,
+    /// The host's network, loopback services included.
+    Host,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Egress => "egress",
+            Network::Host => "host",
+        }
+    }
+}
+
+/// The operator's sandbox settings; the repository has no say in them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub mode: Mode,
+    /// Host paths bound read-only into every command.
+    pub read: Vec<PathBuf>,
+    /// Host paths bound read-write into apply commands, read-only into the rest.
+    pub apply_write: Vec<PathBuf>,
+    pub network: Network,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Bwrap,
+            read: Vec::new(),
+            apply_write: Vec::new(),
+            network: Network::None,
+        }
+    }
+}
+
+impl SandboxSettings {
+    /// Reads the `WAVEGATE_SANDBOX*` variables through `get`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let mode = match var("WAVEGATE_SANDBOX").map(|v| v.to_ascii_lowercase()).as_deref() {
+            None | Some("bwrap") => Mode::Bwrap,
+            Some("none") => Mode::None,
+            Some(other) => bail!(
+                "WAVEGATE_SANDBOX=`{other}` is not a sandbox; use `bwrap` (the default: bubblewrap) or `none` (commands run unsandboxed, as the server's user)"
+            ),
+        };
+        let network = match var("WAVEGATE_SANDBOX_NETWORK").map(|v| v.to_ascii_lowercase()).as_deref() {
+            None | Some("none") => Network::None,
+            Some("egress") => Network::Egress,
+            Some("host") => Network::Host,
+            Some(other) => bail!(
+                "WAVEGATE_SANDBOX_NETWORK=`{other}` is not a network; use `none` (the default: no network), `egress` (outbound only, e.g. for Terraform providers) or `host` (the host's network, its loopback services included)"
+            ),
+        };
+        let paths = |name: &str| -> Result<Vec<PathBuf>> {
+            let Some(list) = var(name) else {
+                return Ok(Vec::new());
+            };
+            list.split(':')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let path = PathBuf::from(p);
+                    if !path.is_absolute() {
+                        bail!("{name}: `{p}` is not an absolute path; list absolute host paths separated by `:`");
+                    }
+                    if !path.exists() {
+                        bail!("{name}: `{p}` does not exist on this host; create it or take it off the list");
+                    }
+                    Ok(path)
+                })
+                .collect()
+        };
+        Ok(Self {
+            mode,
+            read: paths("WAVEGATE_SANDBOX_READ")?,
+            apply_write: paths("WAVEGATE_SANDBOX_APPLY_WRITE")?,
+            network,
+        })
+    }
+
+    /// Refuses operator paths that would show commands what they must never
+    /// see: `secrets` are (what, path) pairs such as the data dir, the
+    /// database file, the App key; `jobs` is where each job's tree lives (a
+    /// path above it would show every job).
+    pub fn check_exposure(&self, secrets: &[(&str, &Path)], jobs: &Path) -> Result<()> {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+        let lists = [
+            ("WAVEGATE_SANDBOX_READ", &self.read),
+            ("WAVEGATE_SANDBOX_APPLY_WRITE", &self.apply_write),
+        ];
+        for (name, list) in lists {
+            for path in list {
+                let bound = canonical(path);
+                for (what, secret) in secrets {
+                    let secret = canonical(secret);
+                    if secret.starts_with(&bound) || bound.starts_with(&secret) {
+                        bail!(
+                            "{name}: `{}` would let every command see {what} ({}); list narrower paths that hold only tools or state",
+                            path.display(),
+                            secret.display()
+                        );
+                    }
+                }
+                if canonical(jobs).starts_with(&bound) {
+                    bail!(
+                        "{name}: `{}` holds every job's checkout ({}), so one job's command would see another's; list narrower paths",
+                        path.display(),
+                        jobs.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a command is for; apply commands alone may write the apply paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Plan,
+    Apply,
+    Outputs,
+}
+
+impl CommandKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandKind::Plan => "plan",
+            CommandKind::Apply => "apply",
+            CommandKind::Outputs => "outputs",
+        }
+    }
+}
+
+/// What one command may write besides its private `/tmp`, each bound at the
+/// same path inside as outside (so `{plan_file}` means the same to both).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    pub kind: CommandKind,
+    /// The fresh copy of the commit.
+    pub tree: PathBuf,
+    /// The member's plan, inputs and outputs files.
+    pub files: PathBuf,
+    /// Its private `HOME`, empty at first.
+    pub home: PathBuf,
+}
+
+/// One command to start.
+pub struct Launch<'a> {
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    /// The whole environment the command sees.
+    pub env: &'a [(String, String)],
+    /// When the runner kills it; the sandbox kills it a little later
+    /// itself, should the server be unable to.
+    pub timeout: Duration,
+    pub confinement: &'a Confinement,
+}
+
+/// A started command, and what keeps its network up.
+pub struct Launched {
+    pub child: Child,
+    network: Option<net::Attached>,
+}
+
+impl Launched {
+    /// Ends the helpers once the command has ended.
+    pub fn finish(&mut self) {
+        if let Some(network) = &mut self.network {
+            network.stop();
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The sandbox cannot run here; nothing runs unsandboxed instead.
+    #[error("the sandbox is unavailable, so no command runs: {0}")]
+    Unavailable(String),
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot connect the sandbox's network: {0}")]
+    Network(String),
+}
+
+/// How far past the runner's own timeout the sandbox kills a command itself.
+const BACKSTOP_GRACE: Duration = Duration::from_secs(15);
+
+/// The sandbox as probed at start: ready, off, or unavailable (and why).
+pub struct Sandbox {
+    settings: SandboxSettings,
+    state: State,
+}
+
+enum State {
+    Off,
+    Ready(Box<Ready>),
+    Unavailable(String),
+}
+
+struct Ready {
+    bwrap: PathBuf,
+    /// coreutils' `timeout`, for the backstop.
+    timeout: Option<PathBuf>,
+    layout: bwrap::HostLayout,
+    egress: Option<net::EgressTools>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Sandbox {
+    /// No sandbox: commands run as the server's user (an explicit opt-out).
+    pub fn off() -> Self {
+        Self {
+            settings: SandboxSettings {
+                mode: Mode::None,
+                ..SandboxSettings::default()
+            },
+            state: State::Off,
+        }
+    }
+
+    /// Finds bubblewrap (and the egress tools) and starts one sandbox to
+    /// see that this host lets it: what fails is kept as the reason.
+    pub async fn probe(settings: SandboxSettings) -> Self {
+        if settings.mode == Mode::None {
+            return Self {
+                settings,
+                state: State::Off,
+            };
+        }
+        let state = match Self::locate(&settings) {
+            Err(problem) => State::Unavailable(problem),
+            Ok(ready) => {
+                let mut sandbox = Self {
+                    settings,
+                    state: State::Ready(Box::new(ready)),
+                };
+                if let Err(problem) = sandbox.try_once().await {
+                    sandbox.state = State::Unavailable(problem);
+                }
+                return sandbox;
+            }
+        };
+        Self { settings, state }
+    }
+
+    fn locate(settings: &SandboxSettings) -> Result<Ready, String> {
+        let bwrap = find_program("bwrap").ok_or(
+            "bubblewrap (`bwrap`) is not installed; install it (`apt-get install bubblewrap`), or set WAVEGATE_SANDBOX=none to run commands unsandboxed",
+        )?;
+        let egress = match settings.network {
+            Network::Egress => Some(net::EgressTools::locate()?),
+            Network::None | Network::Host => None,
+        };
+        Ok(Ready {
+            bwrap,
+            timeout: find_program("timeout"),
+            layout: bwrap::HostLayout::read(),
+            egress,
+        })
+    }
+
+    /// Runs `true` in a sandbox such as every command gets.
+    async fn try_once(&self) -> Result<(), String> {
+        let dir = tempfile::Builder::new()
+            .prefix("wavegate-probe-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a directory to try the sandbox in: {e}"))?;
+        let confinement = Confinement {
+            kind: CommandKind::Plan,
+            tree: dir.path().join("tree"),
+            files: dir.path().join("files"),
+            home: dir.path().join("home"),
+        };
+        for path in [&confinement.tree, &confinement.files, &confinement.home] {
+            std::fs::create_dir(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        }
+        let env = [("PATH".to_owned(), default_path())];
+        let launched = self
+            .launch(&Launch {
+                argv: &["true".to_owned()],
+                cwd: &confinement.tree,
+                env: &env,
+                timeout: Duration::from_secs(30),
+                confinement: &confinement,
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut launched = launched;
+        let output = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut stderr = Vec::new();
+            if let Some(mut pipe) = launched.child.stderr.take() {
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut pipe, &mut stderr).await;
+            }
+            (launched.child.wait().await, stderr)
+        })
+        .await;
+        launched.finish();
+        match output {
+            Ok((Ok(status), _)) if status.success() => Ok(()),
+            Ok((status, stderr)) => Err(format!(
+                "bubblewrap cannot create its sandbox on this host ({}: {}); allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where the kernel has it; in a container, a seccomp profile that permits unshare: deploy/README.md says what a cluster must allow), or set WAVEGATE_SANDBOX=none to run commands unsandboxed",
+                status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                String::from_utf8_lossy(&stderr).trim()
+            )),
+            Err(_) => Err("bubblewrap did not finish a trial run within 30s".into()),
+        }
+    }
+
+    pub fn settings(&self) -> &SandboxSettings {
+        &self.settings
+    }
+
+    /// Why no command can run, when the sandbox is on but unavailable.
+    pub fn problem(&self) -> Option<&str> {
+        match &self.state {
+            State::Unavailable(problem) => Some(problem),
+            State::Off | State::Ready(_) => None,
+        }
+    }
+
+    /// Commands run unsandboxed (`WAVEGATE_SANDBOX=none`).
+    pub fn is_off(&self) -> bool {
+        matches!(self.state, State::Off)
+    }
+
+    /// Whether a command this sandbox started dies at its deadline even if
+    /// the server that started it cannot kill it.
+    pub fn enforces_deadlines(&self) -> bool {
+        matches!(&self.state, State::Ready(ready) if ready.timeout.is_some())
+    }
+
+    /// How far past its timeout a command may still be alive at most.
+    pub fn deadline_grace(&self) -> Duration {
+        BACKSTOP_GRACE + Duration::from_secs(5)
+    }
+
+    /// One line for the start-up log and `/readyz`.
+    pub fn describe(&self) -> String {
+        match &self.state {
+            State::Off => {
+                "off (WAVEGATE_SANDBOX=none): commands run unsandboxed, as the server's user".into()
+            }
+            State::Ready(_) => format!(
+                "bubblewrap, network {}{}{}",
+                self.settings.network.as_str(),
+                list(" read-only", &self.settings.read),
+                list(" apply-writable", &self.settings.apply_write),
+            ),
+            State::Unavailable(problem) => format!("unavailable: {problem}"),
+        }
+    }
+
+    /// Starts a command as this sandbox allows.
+    pub async fn launch(&self, launch: &Launch<'_>) -> Result<Launched, LaunchError> {
+        let ready = match &self.state {
+            State::Unavailable(problem) => return Err(LaunchError::Unavailable(problem.clone())),
+            State::Off => return self.launch_unsandboxed(launch),
+            State::Ready(ready) => ready,
+        };
+        let passwd = data_fd(&bwrap::passwd())?;
+        let group = data_fd(&bwrap::group())?;
+        let dns = ready.egress.as_ref().and_then(|e| e.dns.as_ref());
+        let resolv = dns.map(|d| data_fd(&d.resolv_conf)).transpose()?;
+        let sync = match ready.egress {
+            Some(_) => Some((
+                pipe().map_err(spawn_error("bwrap"))?,
+                pipe().map_err(spawn_error("bwrap"))?,
+            )),
+            None => None,
+        };
+        let fds = bwrap::DataFds {
+            passwd: passwd.as_raw_fd(),
+            group: group.as_raw_fd(),
+            resolv: resolv.as_ref().map(OwnedFd::as_raw_fd),
+            // bwrap writes its info to the first pipe and waits on the second.
+            sync: sync
+                .as_ref()
+                .map(|((_, info_w), (block_r, _))| (info_w.as_raw_fd(), block_r.as_raw_fd())),
+        };
+        let backstop = ready
+            .timeout
+            .as_deref()
+            .map(|t| (t, launch.timeout + BACKSTOP_GRACE));
+        let args: Vec<OsString> = bwrap::arguments(
+            &self.settings,
+            &ready.layout,
+            &fds,
+            &bwrap::Invocation {
+                argv: launch.argv,
+                cwd: launch.cwd,
+                confinement: launch.confinement,
+                backstop,
+            },
+        );
+        let mut inherit: Vec<RawFd> = vec![fds.passwd, fds.group];
+        inherit.extend(fds.resolv);
+        if let Some((info_w, block_r)) = fds.sync {
+            inherit.extend([info_w, block_r]);
+        }
+        let mut command = Command::new(&ready.bwrap);
+        command
+            .args(args)
+            .current_dir("/")
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)));
+        piped(&mut command);
+        let child = spawn::spawn(command, &inherit).map_err(spawn_error("bwrap"))?;
+        drop((passwd, group, resolv));
+        let network = match (sync, &ready.egress) {
+            (Some(((info_r, info_w), (block_r, block_w))), Some(tools)) => {
+                drop((info_w, block_r));
+                Some(net::attach(tools, info_r, block_w).await?)
+            }
+            _ => None,
+        };
+        Ok(Launched { child, network })
+    }
+
+    fn launch_unsandboxed(&self, launch: &Launch<'_>) -> Result<Launched, LaunchError> {
+        let mut command = Command::new(&launch.argv[0]);
+        command
+            .args(&launch.argv[1..])
+            .current_dir(launch.cwd)
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)));
+        piped(&mut command);
+        let child = spawn::spawn(command, &[]).map_err(|source| LaunchError::Spawn {
+            program: launch.argv[0].clone(),
+            source,
+        })?;
+        Ok(Launched {
+            child,
+            network: None,
+        })
+    }
+}
+
+/// stdin closed, stdout and stderr piped, its own process group (killed
+/// whole at the timeout), and killed if the runner lets go of it.
+fn piped(command: &mut Command) {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+}
+
+fn spawn_error(program: &str) -> impl Fn(std::io::Error) -> LaunchError + '_ {
+    move |source| LaunchError::Spawn {
+        program: program.to_owned(),
+        source,
+    }
+}
+
+/// Why a sandboxed command never started, from how it ended: bwrap's own
+/// complaint (exit 1, "bwrap: …"), or the deadline backstop's (exit 126 or
+/// 127, "timeout: failed to run command '…': No such file or directory").
+pub fn launch_failure(code: i32, output: &str) -> Option<String> {
+    let line = |needle: &str| output.lines().find(|l| l.contains(needle));
+    match code {
+        1 => output
+            .lines()
+            .find(|l| l.starts_with("bwrap: "))
+            .map(str::to_owned),
+        126 | 127 => line("timeout: failed to run command '")
+            .map(|l| l.rsplit_once("': ").map_or(l, |(_, why)| why).to_owned()),
+        _ => None,
+    }
+}
+
+fn list(what: &str, paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return String::new();
+    }
+    let joined: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    format!(",{what} {}", joined.join(":"))
+}
+
+/// The PATH commands get when the server has none.
+pub fn default_path() -> String {
+    std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
+}
+
+/// A program on PATH, or in the system directories PATH may lack (`ip`
+/// lives in `/usr/sbin`).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+}
+
+/// A pipe whose ends are both close-on-exec: (read, write).
+pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills the two descriptors, owned below.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A descriptor bwrap reads `content` from (`--ro-bind-data`).
+fn data_fd(content: &str) -> Result<OwnedFd, LaunchError> {
+    use std::io::Write as _;
+    let (read, write) = pipe().map_err(spawn_error("bwrap"))?;
+    // Small enough for the pipe's buffer: written whole before bwrap starts.
+    std::fs::File::from(write)
+        .write_all(content.as_bytes())
+        .map_err(spawn_error("bwrap"))?;
+    Ok(read)
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+pub mod testing {
+    //! A job directory and a working sandbox for the crate's own tests.
+    use super::*;
+    use std::sync::Arc;
+
+    /// A job's directories: its tree, its files and its HOME.
+    pub struct Job {
+        pub dir: tempfile::TempDir,
+        pub confinement: Confinement,
+    }
+
+    impl Default for Job {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Job {
+        pub fn new() -> Self {
+            let dir = tempfile::Builder::new()
+                .prefix("wavegate-test-job-")
+                .tempdir()
+                .unwrap();
+            let confinement = Confinement {
+                kind: CommandKind::Plan,
+                tree: dir.path().join("tree"),
+                files: dir.path().join("files"),
+                home: dir.path().join("home"),
+            };
+            for path in [&confinement.tree, &confinement.files, &confinement.home] {
+                std::fs::create_dir(path).unwrap();
+            }
+            Self { dir, confinement }
+        }
+    }
+
+    /// bubblewrap as production runs it; the tests need it installed.
+    pub async fn bwrap() -> Arc<Sandbox> {
+        bwrap_with(SandboxSettings::default()).await
+    }
+
+    pub async fn bwrap_with(settings: SandboxSettings) -> Arc<Sandbox> {
+        let sandbox = Sandbox::probe(settings).await;
+        if let Some(problem) = sandbox.problem() {
+            panic!("the tests run commands in the sandbox, as production does: {problem} (scripts/test.sh installs bubblewrap)");
+        }
+        Arc::new(sandbox)
+    }
+}

@@ -1,0 +1,131 @@
+//! Starts child processes from one thread that lives as long as the process.
+//!
+//! Every child asks the kernel to kill it when its parent goes
+//! (`PR_SET_PDEATHSIG`), so nothing wavegate starts outlives a server that
+//! was killed. Linux ties that signal to the *thread* that forked, not the
+//! process: a child forked on a pool thread would be killed the moment the
+//! pool retired that thread. So every child is forked on this one thread.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use tokio::process::{Child, Command};
+
+struct Request {
+    command: Command,
+    runtime: tokio::runtime::Handle,
+    answer: mpsc::SyncSender<io::Result<Child>>,
+}
+
+static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+
+fn spawner() -> &'static mpsc::Sender<Request> {
+    SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("wavegate-spawner".into())
+            .spawn(move || {
+                for mut request in incoming {
+                    // The child is reaped by the runtime that waits for it.
+                    let _entered = request.runtime.enter();
+                    let _ = request.answer.send(request.command.spawn());
+                }
+            })
+            .expect("the spawner thread starts");
+        requests
+    })
+}
+
+/// Starts `command` (in the calling runtime) so that it is killed when this
+/// process dies. `inherit` are descriptors the child keeps, at the same
+/// numbers (they must be open and close-on-exec in this process until the
+/// call returns); every other descriptor wavegate opens is close-on-exec.
+pub fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
+    let parent = std::process::id() as libc::pid_t;
+    let inherit = inherit.to_vec();
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (fcntl, prctl, getppid); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            for fd in &inherit {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) == -1
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The server died between the fork and the prctl: go with it.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let (answer, answered) = mpsc::sync_channel(1);
+    let request = Request {
+        command,
+        runtime: tokio::runtime::Handle::current(),
+        answer,
+    };
+    let stopped = || io::Error::other("wavegate's process spawner thread has stopped");
+    spawner().send(request).map_err(|_| stopped())?;
+    answered.recv().map_err(|_| stopped())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_child_outlives_the_thread_that_asked_for_it() {
+        let runtime = tokio::runtime::Handle::current();
+        // The asking thread ends right after the spawn; with a parent-death
+        // signal tied to it, the child would be killed then.
+        let child = std::thread::spawn(move || {
+            let _entered = runtime.enter();
+            let mut command = Command::new("sleep");
+            command.arg("1");
+            spawn(command, &[]).unwrap()
+        })
+        .join()
+        .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let pid = child.id().expect("not reaped yet") as libc::pid_t;
+        // SAFETY: signal 0 only checks that the process exists.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "the child is alive");
+        let status = child.wait_with_output().await.unwrap().status;
+        assert!(status.success(), "it ran to its end: {status:?}");
+    }
+
+    #[tokio::test]
+    async fn descriptors_are_inherited_only_when_asked_for() {
+        use std::os::fd::AsRawFd;
+        let (read, write) = crate::sandbox::pipe().unwrap();
+        let fd = write.as_raw_fd();
+        let probe = |inherit: Vec<RawFd>| {
+            let mut command = Command::new("sh");
+            command
+                .arg("-c")
+                .arg(format!(
+                    "[ -e /proc/self/fd/{fd} ] && echo open || echo closed"
+                ))
+                .stdout(std::process::Stdio::piped());
+            async move {
+                let child = spawn(command, &inherit).unwrap();
+                String::from_utf8(child.wait_with_output().await.unwrap().stdout).unwrap()
+            }
+        };
+        assert_eq!(probe(vec![]).await.trim(), "closed");
+        assert_eq!(probe(vec![fd]).await.trim(), "open");
+        drop((read, write));
+    }
+}
