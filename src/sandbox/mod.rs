@@ -541,12 +541,12 @@ pub fn default_path() -> String {
     std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
 }
 
-/// A program on PATH, or in the system directories PATH may lack (`ip`
-/// lives in `/usr/sbin`).
+/// A program on the server's PATH, or in the administrator's directories
+/// PATH may lack (`ip` lives in `/usr/sbin`).
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(name))
         .find(|candidate| {
             std::fs::metadata(candidate).is_ok_and(|m| {
