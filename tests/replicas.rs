@@ -168,3 +168,79 @@ async fn open_slow_pr(bot: &mut Bot) -> RepoHandle {
         .await;
     repo
 }
+
+/// A replica stops answering mid-apply (SIGSTOP: its lease runs out while
+/// its apply command runs on). The other replica takes the run over but
+/// plans app@dev again only once that apply has ended: it waits, says so,
+/// then finds app@dev applied and applies nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice() {
+    let mut bot = Bot::start_replicated(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.open_pr(&repo, 32, "change");
+    bot.deliver_twice(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    let digest = digest_in(&bot.report(&repo, 32).body);
+    bot.comment_twice(&repo, 32, "rev-bob", &format!("/approve {digest}"))
+        .await;
+
+    bot.pause_apply("dev", "app", "before");
+    let merged = bot.merge(&repo, 32, "change");
+    bot.deliver_twice(support::github_pull_request("closed", &repo, &merged))
+        .await;
+    bot.until_apply_paused("dev", "app").await;
+    let applier = bot.replica_running_a_job().await;
+    let stopped = bot.pid_of(applier).unwrap();
+    signal(stopped, "STOP");
+
+    bot.until(
+        "the other replica waits for the apply still running (or applies)",
+        || async {
+            let waits = bot
+                .replies(&repo, 32)
+                .iter()
+                .any(|r| r.contains("was applying when the server running it stopped"));
+            (waits || !bot.applies_run().is_empty()).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        bot.applies_run().is_empty(),
+        "app@dev was applied again while its first apply still ran"
+    );
+
+    // The stopped replica's apply goes on and applies; only then is app@dev
+    // planned again, found applied, and the run goes on to prod's gate.
+    bot.resume_apply("dev", "app");
+    bot.until("the run reaches prod's gate", || async {
+        bot.replies(&repo, 32)
+            .iter()
+            .any(|r| r.contains("Stage **prod** waits for its own approval"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "applied exactly once");
+    let report = bot.report(&repo, 32).body;
+    assert!(
+        report.contains("`app@dev` | applied (its apply had finished before a restart"),
+        "{report}"
+    );
+    let waits = bot
+        .replies(&repo, 32)
+        .iter()
+        .filter(|r| r.contains("was applying when the server running it stopped"))
+        .count();
+    assert_eq!(waits, 1, "looking again is not news");
+    bot.kill_replica(applier);
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

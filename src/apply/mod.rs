@@ -20,9 +20,14 @@ pub const MAX_REPLANS: u32 = 10;
 pub enum MemberState {
     NotStarted,
     /// Its apply command started and was not seen to finish: after a crash
-    /// it is planned again before anything else happens to it.
+    /// it is planned again before anything else happens to it, once that
+    /// command cannot be running any more.
     Applying {
         plan_digest: String,
+        /// Where and until when the command may run (absent in records of
+        /// wavegate before 0.2: such a command is taken as gone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<CommandAttempt>,
     },
     Applied {
         plan_digest: String,
@@ -49,6 +54,62 @@ pub enum MemberState {
     },
     /// In the approved change set, but the merge commit does not touch it.
     Unaffected,
+}
+
+/// Where an apply command was started, and by when it is dead for sure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandAttempt {
+    /// The host that started it (`sandbox::process::host_id`).
+    pub host: String,
+    /// Milliseconds since the epoch.
+    pub started_at: i64,
+    /// Past this (ms) the command is gone whatever became of its server: the
+    /// sandbox kills it itself at its timeout plus a grace.
+    pub deadline: i64,
+    /// The started process, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<crate::sandbox::process::ProcessId>,
+}
+
+/// Whether an earlier apply command of a member caught `applying` can still
+/// be running: only once it cannot is the member planned (and maybe applied)
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EarlierAttempt {
+    Gone,
+    /// Look again at `until` (ms).
+    MayRun {
+        until: i64,
+    },
+}
+
+/// How often a process seen alive on this host is looked at again (ms).
+pub const RECHECK_ALIVE_MS: i64 = 2_000;
+
+/// Decides about an earlier attempt. On the host that started it, the
+/// process itself is looked at (`alive`: whether it is still there); from
+/// anywhere else, or without a process to look at, only its deadline tells.
+pub fn earlier_attempt(
+    attempt: Option<&CommandAttempt>,
+    here: &str,
+    now: i64,
+    alive: Option<bool>,
+) -> EarlierAttempt {
+    let Some(attempt) = attempt else {
+        return EarlierAttempt::Gone;
+    };
+    if now >= attempt.deadline {
+        return EarlierAttempt::Gone;
+    }
+    match (attempt.host == here, &attempt.process, alive) {
+        (true, Some(_), Some(false)) => EarlierAttempt::Gone,
+        (true, Some(_), Some(true)) => EarlierAttempt::MayRun {
+            until: (now + RECHECK_ALIVE_MS).min(attempt.deadline),
+        },
+        _ => EarlierAttempt::MayRun {
+            until: attempt.deadline,
+        },
+    }
 }
 
 impl MemberState {
@@ -148,16 +209,31 @@ pub enum Wait {
     },
     /// Another run is applying some of this wave's members.
     Lock { member: String, pr: u64 },
+    /// An apply of `member` whose server stopped may still be running; the
+    /// run looks again at `until` (ms) and never applies it twice.
+    EarlierAttempt { member: String, until: i64 },
 }
 
 impl Wait {
+    /// Whether this wait is news after `previous` (and said so on the pull
+    /// request): looking again for the same earlier apply is the same wait.
+    pub fn is_new_since(&self, previous: Option<&Wait>) -> bool {
+        match (self, previous) {
+            (
+                Wait::EarlierAttempt { member, .. },
+                Some(Wait::EarlierAttempt { member: before, .. }),
+            ) => member != before,
+            (wait, previous) => Some(wait) != previous,
+        }
+    }
+
     /// The gate and digest an `/approve` in the pull request answers, if any.
     pub fn approval(&self) -> Option<(&str, &str)> {
         match self {
             Wait::PrApproval { gate, digest }
             | Wait::Stage { gate, digest, .. }
             | Wait::Round { gate, digest, .. } => Some((gate, digest)),
-            Wait::Override { .. } | Wait::Lock { .. } => None,
+            Wait::Override { .. } | Wait::Lock { .. } | Wait::EarlierAttempt { .. } => None,
         }
     }
 }
@@ -561,6 +637,12 @@ mod tests {
             "a@dev",
             MemberState::Applying {
                 plan_digest: "sha256:x".into(),
+                attempt: Some(CommandAttempt {
+                    host: "boot/pid:[1]".into(),
+                    started_at: 1,
+                    deadline: 2,
+                    process: Some(crate::sandbox::process::ProcessId { pid: 7, start: 9 }),
+                }),
             },
         );
         record.wait = Some(Wait::Stage {
@@ -576,6 +658,66 @@ mod tests {
         assert_eq!(
             stage_waves(&[vec!["a@dev".into()], vec!["a@prod".into()]], "prod").len(),
             1
+        );
+    }
+
+    fn attempt(host: &str, deadline: i64, process: bool) -> CommandAttempt {
+        CommandAttempt {
+            host: host.into(),
+            started_at: 0,
+            deadline,
+            process: process.then_some(crate::sandbox::process::ProcessId { pid: 42, start: 7 }),
+        }
+    }
+
+    #[test]
+    fn an_earlier_apply_on_this_host_is_gone_once_its_process_is() {
+        let here = "boot-a/pid:[1]";
+        let started = attempt(here, 100_000, true);
+        assert_eq!(
+            earlier_attempt(Some(&started), here, 1_000, Some(false)),
+            EarlierAttempt::Gone
+        );
+        assert_eq!(
+            earlier_attempt(Some(&started), here, 1_000, Some(true)),
+            EarlierAttempt::MayRun {
+                until: 1_000 + RECHECK_ALIVE_MS
+            },
+            "alive: looked at again soon"
+        );
+        assert_eq!(
+            earlier_attempt(Some(&started), here, 99_000, Some(true)),
+            EarlierAttempt::MayRun { until: 100_000 },
+            "never later than its deadline"
+        );
+    }
+
+    #[test]
+    fn an_earlier_apply_elsewhere_or_without_a_known_process_waits_for_its_deadline() {
+        let here = "boot-a/pid:[1]";
+        for (what, earlier) in [
+            ("another host", attempt("boot-b/pid:[1]", 100_000, true)),
+            (
+                "another pid namespace",
+                attempt("boot-a/pid:[2]", 100_000, true),
+            ),
+            ("no process recorded yet", attempt(here, 100_000, false)),
+        ] {
+            assert_eq!(
+                earlier_attempt(Some(&earlier), here, 1_000, Some(false)),
+                EarlierAttempt::MayRun { until: 100_000 },
+                "{what}"
+            );
+            assert_eq!(
+                earlier_attempt(Some(&earlier), here, 100_000, None),
+                EarlierAttempt::Gone,
+                "{what}: past its deadline"
+            );
+        }
+        assert_eq!(
+            earlier_attempt(None, here, 0, None),
+            EarlierAttempt::Gone,
+            "a record from before attempts were kept"
         );
     }
 }

@@ -490,8 +490,23 @@ impl Workbench {
         self.applied.insert(member.to_owned(), outputs);
     }
 
-    /// Runs `member`'s apply command with the plan file its latest plan here wrote.
-    pub async fn apply(&self, member: &str) -> ApplyRun {
+    /// The longest an apply command of `member` may live: its timeout, and
+    /// the grace after which the sandbox ends it itself.
+    pub fn apply_lifetime(&self, member: &str) -> Duration {
+        let timeout = member
+            .split_once('@')
+            .and_then(|(c, _)| self.config.component(c))
+            .map_or(Duration::ZERO, |c| c.timeout);
+        timeout + self.options.sandbox.deadline_grace()
+    }
+
+    /// Runs `member`'s apply command with the plan file its latest plan here
+    /// wrote; `started` hears which process it is once it started.
+    pub async fn apply(
+        &self,
+        member: &str,
+        started: Option<tokio::sync::mpsc::UnboundedSender<crate::sandbox::process::ProcessId>>,
+    ) -> ApplyRun {
         let failed = |why: String| ApplyRun {
             outcome: ApplyOutcome::Failed(why),
             output: String::new(),
@@ -523,7 +538,7 @@ impl Workbench {
             return failed(format!("cannot clear the outputs file of {member}: {e}"));
         }
         let spec = match self.command_spec(CommandKind::Apply, component, stage, template, &files) {
-            Ok(spec) => spec,
+            Ok(spec) => CommandSpec { started, ..spec },
             Err(why) => return failed(why),
         };
         let run = match runner::run_command(&spec).await {
@@ -877,6 +892,7 @@ impl Workbench {
                 home: files.home.clone(),
             },
             cancel: self.options.cancel.clone(),
+            started: None,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! (size-capped, secrets redacted).
 
 use super::redact::Redactor;
+use crate::sandbox::process::{self, ProcessId};
 use crate::sandbox::{self, CommandKind, Confinement, Launch, LaunchError, Sandbox};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +37,10 @@ pub struct CommandSpec {
     /// What the command may write.
     pub confinement: Confinement,
     pub cancel: Cancel,
+    /// Told which process the command is once it started (an apply's
+    /// attempt record keeps it, so a restarted server can tell whether it
+    /// still runs).
+    pub started: Option<mpsc::UnboundedSender<ProcessId>>,
 }
 
 /// Stops a job's commands when the job is given up (its lease went to
@@ -214,6 +219,11 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     // The process group of what was started (bwrap, or the command itself).
     let group = child.id().map(|id| id as i32);
     let mut killer = GroupKiller(group);
+    if let (Some(started), Some(pid)) = (&spec.started, child.id()) {
+        if let Some(process) = process::identify(pid) {
+            let _ = started.send(process);
+        }
+    }
     let (tx, mut lines) = mpsc::channel::<String>(256);
     if let Some(out) = child.stdout.take() {
         tokio::spawn(forward_lines(out, tx.clone()));
@@ -426,6 +436,7 @@ mod tests {
             sandbox,
             confinement: job.confinement.clone(),
             cancel: Cancel::default(),
+            started: None,
         }
     }
 

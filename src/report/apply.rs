@@ -37,6 +37,10 @@ fn waiting_for(wait: &Wait) -> String {
         Wait::Round { round, .. } => format!("an approval of round {round}"),
         Wait::Override { member, .. } => format!("/override {member}"),
         Wait::Lock { member, pr } => format!("{member}, which pull request #{pr} is applying"),
+        Wait::EarlierAttempt { member, until } => format!(
+            "an earlier apply of {member} to end (until {} at the latest)",
+            utc(*until)
+        ),
     }
 }
 
@@ -59,7 +63,18 @@ pub fn wait_help(wait: &Wait) -> String {
         Wait::Lock { member, pr } => format!(
             "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
         ),
+        Wait::EarlierAttempt { member, until } => format!(
+            "**{member}** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by {} at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.\n",
+            utc(*until)
+        ),
     }
+}
+
+/// Milliseconds since the epoch as a UTC time a person reads.
+fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|| format!("{ms} ms"))
 }
 
 /// The report's apply section.

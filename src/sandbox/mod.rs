@@ -15,6 +15,7 @@
 mod bwrap;
 pub mod files;
 mod net;
+pub mod process;
 pub mod spawn;
 
 use anyhow::{bail, Result};

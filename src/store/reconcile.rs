@@ -201,7 +201,7 @@ impl Store {
             tx.rollback().await?;
             return Ok(None);
         }
-        let id = insert_job(&mut tx, &job, None, now).await?;
+        let id = insert_job(&mut tx, &job, None, now, now).await?;
         tx.commit()
             .await
             .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?;

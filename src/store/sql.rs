@@ -348,9 +348,17 @@ impl Store {
     }
 
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId> {
+        let now = self.now();
+        self.enqueue_at(job, now).await
+    }
+
+    /// Enqueues a job that is not claimed before `run_after` (ms since the
+    /// epoch). Later jobs of its queue wait behind it.
+    pub async fn enqueue_at(&self, job: NewJob, run_after: i64) -> Result<JobId> {
         let _writer = self.writer.lock().await;
         let mut conn = self.pool.acquire().await?;
-        insert_job(&mut conn, &job, None, self.now()).await
+        let now = self.now();
+        insert_job(&mut conn, &job, None, now, run_after.max(now)).await
     }
 
     /// Claims the oldest runnable job for `worker` for `lease`: one queued
@@ -669,6 +677,7 @@ pub(super) async fn insert_job(
     job: &NewJob,
     delivery: Option<i64>,
     now: i64,
+    run_after: i64,
 ) -> Result<JobId> {
     if job.max_attempts == 0 {
         return Err(StoreError::NoAttemptsAllowed.into());
@@ -676,7 +685,7 @@ pub(super) async fn insert_job(
     let id: i64 = sqlx::query(
         "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts,
                            run_after, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, 'queued', 0, $5, $6, $6, $6)
+         VALUES ($1, $2, $3, $4, 'queued', 0, $5, $7, $6, $6)
          RETURNING id",
     )
     .bind(delivery)
@@ -685,6 +694,7 @@ pub(super) async fn insert_job(
     .bind(job.payload.to_string())
     .bind(i64::from(job.max_attempts))
     .bind(now)
+    .bind(run_after)
     .fetch_one(&mut *conn)
     .await
     .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?

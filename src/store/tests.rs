@@ -708,6 +708,7 @@ async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back(f: Fixture) {
         "app@dev",
         crate::apply::MemberState::Applying {
             plan_digest: "sha256:x".into(),
+            attempt: None,
         },
     );
     run.status = crate::apply::RunStatus::Waiting;

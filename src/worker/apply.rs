@@ -12,8 +12,9 @@ use super::gate::{as_counted, gate_name};
 use super::task::Task;
 use super::Worker;
 use crate::apply::{
-    covered_by_any, settled_status, stage_needs_approval, stage_waves, stopped_upstream,
-    AttemptRecord, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
+    covered_by_any, earlier_attempt, settled_status, stage_needs_approval, stage_waves,
+    stopped_upstream, AttemptRecord, CommandAttempt, EarlierAttempt, MemberState, Round, RunStatus,
+    StageGate, Wait, MAX_REPLANS,
 };
 use crate::config::repo::{gate_of, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
@@ -27,6 +28,7 @@ use crate::plan::engine::{
 };
 use crate::plan::git;
 use crate::report::apply::{self as apply_report, RunView};
+use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Map, Value};
@@ -347,7 +349,13 @@ impl Worker {
         if drive.run.status != RunStatus::Waiting {
             drive.run.record.at = None;
         }
-        if drive.run.record.wait != previous_wait {
+        let new_wait = drive
+            .run
+            .record
+            .wait
+            .as_ref()
+            .is_some_and(|w| w.is_new_since(previous_wait.as_ref()));
+        if new_wait || (drive.run.record.wait.is_none() && previous_wait.is_some()) {
             drive.run.record.wait_posted_at = chrono::Utc::now().timestamp_millis();
         }
         if drive.run.status == RunStatus::Applied {
@@ -371,7 +379,7 @@ impl Worker {
             }
         }
         let said = match (&drive.run.record.wait, drive.run.status) {
-            (Some(wait), _) if Some(wait) != previous_wait.as_ref() => {
+            (Some(wait), _) if new_wait => {
                 Some(apply_report::wait_help(wait))
             }
             (_, RunStatus::Applied) => Some(format!(
@@ -716,6 +724,9 @@ impl Worker {
     ) -> Result<Step> {
         self.publish_run(drive.client, &mut drive.run, &drive.plan)
             .await?;
+        if self.earlier_applies_may_run(drive, pending).await? {
+            return Ok(Step::Stop);
+        }
         bench.plan_wave(pending).await?;
         let mut ready = Vec::new();
         let mut uncovered = Vec::new();
@@ -793,6 +804,53 @@ impl Worker {
             }
         }
         Ok(Step::Continue)
+    }
+
+    /// Whether an apply of one of `pending` that a stopped server left
+    /// `applying` may still be running (on this host its process is looked
+    /// at; elsewhere its deadline tells). Then the run waits, and a job to
+    /// look again is queued for when it may be gone: a member is never
+    /// planned, let alone applied, while an earlier apply of it may run.
+    async fn earlier_applies_may_run(
+        &self,
+        drive: &mut Drive<'_>,
+        pending: &[String],
+    ) -> Result<bool> {
+        let here = process::host_id();
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut first_look: Option<(String, i64)> = None;
+        for member in pending {
+            let MemberState::Applying { attempt, .. } = drive.run.record.state(member) else {
+                continue;
+            };
+            let alive = attempt
+                .as_ref()
+                .filter(|a| a.host == here)
+                .and_then(|a| a.process.as_ref())
+                .map(process::is_alive);
+            if let EarlierAttempt::MayRun { until } =
+                earlier_attempt(attempt.as_ref(), &here, now, alive)
+            {
+                tracing::warn!(
+                    member,
+                    until,
+                    "an earlier apply may still be running; waiting for it to end"
+                );
+                if first_look.as_ref().is_none_or(|(_, at)| until < *at) {
+                    first_look = Some((member.clone(), until));
+                }
+            }
+        }
+        let Some((member, until)) = first_look else {
+            return Ok(false);
+        };
+        drive.run.record.wait = Some(Wait::EarlierAttempt { member, until });
+        let task = Task::Apply {
+            repo: drive.run.repo.clone(),
+            pr: drive.run.pr,
+        };
+        self.store.enqueue_at(task.into_job(), until).await?;
+        Ok(true)
     }
 
     /// Whether a fresh plan in `stage` is covered by what a person approved
@@ -957,16 +1015,49 @@ impl Worker {
                 .await?;
                 return Ok(Step::Continue);
             }
+            // Where and until when the command may run, saved before it
+            // starts and again once its process is known: a server that
+            // resumes this run waits for it to be gone before planning again.
+            let started_at = chrono::Utc::now().timestamp_millis();
+            let lifetime =
+                i64::try_from(bench.apply_lifetime(member).as_millis()).unwrap_or(i64::MAX);
+            let mut attempt = CommandAttempt {
+                host: process::host_id(),
+                started_at,
+                deadline: started_at.saturating_add(lifetime),
+                process: None,
+            };
             drive.run.record.set(
                 member,
                 MemberState::Applying {
                     plan_digest: plan.plan_digest.clone(),
+                    attempt: Some(attempt.clone()),
                 },
             );
             self.store.save_apply_run(&drive.run).await?;
             self.publish_run(drive.client, &mut drive.run, &drive.plan)
                 .await?;
-            let run = bench.apply(member).await;
+            let (started, mut started_process) = tokio::sync::mpsc::unbounded_channel();
+            let run = {
+                let applying = bench.apply(member, Some(started));
+                tokio::pin!(applying);
+                loop {
+                    tokio::select! {
+                        run = &mut applying => break run,
+                        Some(process) = started_process.recv() => {
+                            attempt.process = Some(process);
+                            drive.run.record.set(
+                                member,
+                                MemberState::Applying {
+                                    plan_digest: plan.plan_digest.clone(),
+                                    attempt: Some(attempt.clone()),
+                                },
+                            );
+                            self.store.save_apply_run(&drive.run).await?;
+                        }
+                    }
+                }
+            };
             let state = match run.outcome {
                 ApplyOutcome::Applied(outputs) => {
                     drive.run.record.replans.remove(member);

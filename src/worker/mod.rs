@@ -214,11 +214,20 @@ impl Worker {
             self.options.lease,
         );
         let renewing = async move {
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(lease / 3).await;
                 match store.extend_lease(id, &worker, lease).await {
-                    Ok(true) => {}
+                    Ok(true) => renewed = tokio::time::Instant::now(),
                     Ok(false) => {
+                        let _ = lost.send(());
+                        break;
+                    }
+                    // Unrenewed for a whole lease, it may be another worker's
+                    // now: this one stops (and its commands with it) rather
+                    // than run on beside it.
+                    Err(error) if renewed.elapsed() >= lease => {
+                        tracing::warn!(job = %id, "the lease could not be renewed for {}s ({error:#}); giving the job up", lease.as_secs());
                         let _ = lost.send(());
                         break;
                     }

@@ -58,13 +58,16 @@ pub fn reconcile_decision(
 /// Whether an unfinished run needs a job to drive it on (its queue being
 /// idle): a running one always; one waiting for a lock when the lock is not
 /// held by another run any more (`lock_holder`: the run holding the member
-/// it waits for). Runs waiting for a person are left to that person.
-pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>) -> bool {
+/// it waits for); one waiting for an earlier apply to end once the time to
+/// look again (`until`) has come (`now`, ms). Runs waiting for a person are
+/// left to that person.
+pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64) -> bool {
     match (run.status, &run.record.wait) {
         (RunStatus::Running, _) => true,
         (RunStatus::Waiting, Some(Wait::Lock { .. })) => {
             lock_holder.is_none_or(|holder| holder == run.id)
         }
+        (RunStatus::Waiting, Some(Wait::EarlierAttempt { until, .. })) => now >= *until,
         _ => false,
     }
 }
@@ -262,7 +265,7 @@ impl Reconciler {
             }
             _ => None,
         };
-        if !run_needs_resume(run, holder) {
+        if !run_needs_resume(run, holder, chrono::Utc::now().timestamp_millis()) {
             return Ok(());
         }
         let task = Task::Apply {
@@ -431,7 +434,7 @@ mod tests {
 
     #[test]
     fn a_running_run_with_nothing_driving_it_resumes() {
-        assert!(run_needs_resume(&run(RunStatus::Running, None), None));
+        assert!(run_needs_resume(&run(RunStatus::Running, None), None, 0));
     }
 
     #[test]
@@ -443,9 +446,9 @@ mod tests {
                 pr: 2,
             }),
         );
-        assert!(!run_needs_resume(&waiting, Some(4)), "run 4 holds it");
-        assert!(run_needs_resume(&waiting, None));
-        assert!(run_needs_resume(&waiting, Some(5)), "it holds it itself");
+        assert!(!run_needs_resume(&waiting, Some(4), 0), "run 4 holds it");
+        assert!(run_needs_resume(&waiting, None, 0));
+        assert!(run_needs_resume(&waiting, Some(5), 0), "it holds it itself");
     }
 
     #[test]
@@ -456,9 +459,23 @@ mod tests {
         };
         assert!(!run_needs_resume(
             &run(RunStatus::Waiting, Some(approval)),
-            None
+            None,
+            0
         ));
-        assert!(!run_needs_resume(&run(RunStatus::Applied, None), None));
-        assert!(!run_needs_resume(&run(RunStatus::Failed, None), None));
+        assert!(!run_needs_resume(&run(RunStatus::Applied, None), None, 0));
+        assert!(!run_needs_resume(&run(RunStatus::Failed, None), None, 0));
+    }
+
+    #[test]
+    fn a_run_waiting_for_an_earlier_apply_resumes_when_it_is_time_to_look_again() {
+        let waiting = run(
+            RunStatus::Waiting,
+            Some(Wait::EarlierAttempt {
+                member: "app@dev".into(),
+                until: 5_000,
+            }),
+        );
+        assert!(!run_needs_resume(&waiting, None, 4_999));
+        assert!(run_needs_resume(&waiting, None, 5_000));
     }
 }
