@@ -30,7 +30,8 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct EgressTools {
     pub pasta: PathBuf,
     pub ip: PathBuf,
-    /// Destinations made unreachable, as `address/prefix`.
+    /// Destinations made unreachable besides the host's own addresses
+    /// (read at each launch: the host may gain one), as `address/prefix`.
     pub blocked: Vec<String>,
     /// Set when the host resolves names through a loopback address, which
     /// the sandbox cannot reach: pasta forwards DNS sent to this address,
@@ -53,11 +54,7 @@ impl EgressTools {
         let ip = super::find_program("ip").ok_or(
             "WAVEGATE_SANDBOX_NETWORK=egress needs ip, which is not installed: `apt-get install iproute2` (or set WAVEGATE_SANDBOX_NETWORK=none)",
         )?;
-        let mut blocked: Vec<String> = ALWAYS_BLOCKED.iter().map(|s| (*s).to_owned()).collect();
-        blocked.extend(host_addresses().into_iter().map(|a| match a {
-            IpAddr::V4(v4) => format!("{v4}/32"),
-            IpAddr::V6(v6) => format!("{v6}/128"),
-        }));
+        let blocked: Vec<String> = ALWAYS_BLOCKED.iter().map(|s| (*s).to_owned()).collect();
         let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         let dns = default_gateway().and_then(|gateway| dns_forward(&resolv, gateway));
         Ok(Self {
@@ -176,9 +173,15 @@ pub async fn attach(
         let mut pasta = start_pasta(tools, &net, &userns)?;
         wait_for_default_route(pid, &mut pasta).await?;
         let v6 = has_ipv6(pid);
-        let routes: Vec<&String> = tools
+        let host = host_addresses().into_iter().map(|a| match a {
+            IpAddr::V4(v4) => format!("{v4}/32"),
+            IpAddr::V6(v6) => format!("{v6}/128"),
+        });
+        let routes: Vec<String> = tools
             .blocked
             .iter()
+            .cloned()
+            .chain(host)
             .filter(|r| v6 || !r.contains(':'))
             .collect();
         add_unreachable_routes(&tools.ip, &net, &userns, &routes).await?;
@@ -304,7 +307,7 @@ async fn add_unreachable_routes(
     ip: &Path,
     net: &OwnedFd,
     userns: &OwnedFd,
-    routes: &[&String],
+    routes: &[String],
 ) -> Result<(), String> {
     let (net, userns): (RawFd, RawFd) = (net.as_raw_fd(), userns.as_raw_fd());
     let mut command = Command::new(ip);

@@ -90,3 +90,282 @@ fn operator_paths_that_would_show_a_secret_or_another_job_are_refused() {
         "{jobs_too}"
     );
 }
+
+/// Runs `script` with /bin/sh in a sandbox for `job`, as `kind`; answers
+/// (exit code, output).
+async fn run_in(
+    sandbox: &Sandbox,
+    job: &testing::Job,
+    kind: CommandKind,
+    script: &str,
+) -> (i32, String) {
+    let confinement = Confinement {
+        kind,
+        ..job.confinement.clone()
+    };
+    let argv = ["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    let env = [
+        ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+        ("HOME".to_owned(), confinement.home.display().to_string()),
+    ];
+    let mut launched = sandbox
+        .launch(&Launch {
+            argv: &argv,
+            cwd: &confinement.tree,
+            env: &env,
+            timeout: Duration::from_secs(60),
+            confinement: &confinement,
+        })
+        .await
+        .unwrap();
+    let mut output = Vec::new();
+    let mut stdout = launched.child.stdout.take().unwrap();
+    let mut stderr = launched.child.stderr.take().unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let _ = tokio::join!(
+        tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out),
+        tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err),
+    );
+    let status = launched.child.wait().await.unwrap();
+    launched.finish();
+    output.extend(out);
+    output.extend(err);
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    std::fs::write(job.confinement.tree.join("main.tf"), "resource").unwrap();
+    let me = std::process::id();
+    let script = format!(
+        "echo uid=$(id -u); echo tree=$(cat main.tf); echo home=$(ls -A \"$HOME\" | wc -l); \
+         echo env=$(env | cut -d= -f1 | sort | tr '\\n' ,); echo root=$(ls / | tr '\\n' ,); \
+         test -e /proc/{me}/environ && echo server=visible || echo server=hidden; \
+         echo written > out; echo host=$(hostname)"
+    );
+    let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
+    assert_eq!(code, 0, "{out}");
+    let said = |key: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in {out}"))
+            .to_owned()
+    };
+    assert_eq!(said("uid"), "1000", "an unprivileged uid inside");
+    assert_eq!(said("tree"), "resource", "the tree is there");
+    assert_eq!(said("home"), "0", "HOME is private and empty");
+    let env = said("env");
+    for name in env.split(',').filter(|n| !n.is_empty()) {
+        assert!(
+            ["HOME", "PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name),
+            "only the environment it was given: {env}"
+        );
+    }
+    let root = said("root");
+    for absent in [
+        "root", "home", "work", "srv", "opt", "mnt", "run", "sys", "boot",
+    ] {
+        assert!(
+            !root.split(',').any(|entry| entry == absent),
+            "/{absent} is not in the sandbox: {root}"
+        );
+    }
+    assert_eq!(
+        said("server"),
+        "hidden",
+        "the server's process is not in its /proc"
+    );
+    assert_eq!(said("host"), "wavegate-sandbox");
+    assert_eq!(
+        std::fs::read_to_string(job.confinement.tree.join("out")).unwrap(),
+        "written\n",
+        "the tree is writable"
+    );
+}
+
+#[tokio::test]
+async fn the_apply_only_path_is_read_only_to_plans_and_writable_to_applies() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(state.path().join("app.json"), "{}").unwrap();
+    let settings = SandboxSettings {
+        apply_write: vec![state.path().to_owned()],
+        ..SandboxSettings::default()
+    };
+    let sandbox = testing::bwrap_with(settings).await;
+    let job = testing::Job::new();
+    let write = format!(
+        "cat {0}/app.json && echo changed > {0}/app.json",
+        state.path().display()
+    );
+    for kind in [CommandKind::Plan, CommandKind::Outputs] {
+        let (code, out) = run_in(&sandbox, &job, kind, &write).await;
+        assert_ne!(code, 0, "{kind:?} cannot write the state: {out}");
+        assert!(out.contains("Read-only file system"), "{out}");
+        assert_eq!(
+            std::fs::read_to_string(state.path().join("app.json")).unwrap(),
+            "{}"
+        );
+    }
+    let (code, out) = run_in(&sandbox, &job, CommandKind::Apply, &write).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(state.path().join("app.json")).unwrap(),
+        "changed\n"
+    );
+}
+
+#[tokio::test]
+async fn a_daemon_a_command_leaves_behind_ends_with_it() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let marker = job.confinement.tree.join("daemon");
+    // setsid and a double fork: out of the command's process group and session.
+    let script = format!(
+        "setsid sh -c '(sleep 2; echo survived > {}) &' < /dev/null > /dev/null 2>&1; echo left",
+        marker.display()
+    );
+    let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
+    assert_eq!((code, out.trim()), (0, "left"));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!marker.exists(), "the daemon ended with the command");
+}
+
+#[tokio::test]
+async fn without_network_only_the_sandboxes_own_loopback_answers() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host.local_addr().unwrap().port();
+    host.set_nonblocking(true).unwrap();
+    let script = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\" 2>&1 | tail -1"
+    );
+    let (_, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
+    assert!(out.contains("Connection refused"), "{out}");
+    assert!(
+        host.accept().is_err(),
+        "nothing reached the host's listener"
+    );
+}
+
+/// A network the test builds: a namespace standing for the internet behind
+/// a veth pair, with a listener in it. Needs CAP_NET_ADMIN (CI runs as root).
+struct FakeInternet {
+    name: String,
+    listener: std::process::Child,
+}
+
+const INTERNET_HOST: &str = "10.213.7.2";
+const INTERNET_GATEWAY: &str = "10.213.7.1";
+
+impl FakeInternet {
+    fn start() -> Option<Self> {
+        let name = format!("wgnet{}", std::process::id() % 100_000);
+        let ip = |args: &str| {
+            std::process::Command::new("ip")
+                .args(args.split_whitespace())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let built = ip(&format!("netns add {name}"))
+            && ip(&format!("link add {name}a type veth peer name {name}b"))
+            && ip(&format!("link set {name}b netns {name}"))
+            && ip(&format!("addr add {INTERNET_GATEWAY}/30 dev {name}a"))
+            && ip(&format!("link set {name}a up"))
+            && ip(&format!(
+                "-n {name} addr add {INTERNET_HOST}/30 dev {name}b"
+            ))
+            && ip(&format!("-n {name} link set {name}b up"))
+            && ip(&format!("-n {name} link set lo up"));
+        if !built {
+            let _ = ip(&format!("netns del {name}"));
+            let _ = ip(&format!("link del {name}a"));
+            return None;
+        }
+        let listener = std::process::Command::new("ip")
+            .args(["netns", "exec", &name, "python3", "-c"])
+            .arg(format!(
+                "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('{INTERNET_HOST}', 8443)); s.listen()\nwhile True:\n  c,_=s.accept(); c.sendall(b'hello from the internet\\n'); c.close()"
+            ))
+            .spawn()
+            .ok()?;
+        std::thread::sleep(Duration::from_millis(300));
+        Some(Self { name, listener })
+    }
+}
+
+impl Drop for FakeInternet {
+    fn drop(&mut self) {
+        let _ = self.listener.kill();
+        let _ = self.listener.wait();
+        for args in [
+            vec!["netns", "del", self.name.as_str()],
+            vec!["link", "del", &format!("{}a", self.name)],
+        ] {
+            let _ = std::process::Command::new("ip").args(args).status();
+        }
+    }
+}
+
+#[tokio::test]
+async fn egress_reaches_out_but_never_the_host_or_metadata_addresses() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: building a test network needs root (CI runs as root)");
+        return;
+    }
+    let internet =
+        FakeInternet::start().expect("a test network (ip netns, veth) can be built as root");
+    // A service the host offers on an address of its own (not loopback).
+    let host_service = std::net::TcpListener::bind(format!("{INTERNET_GATEWAY}:0")).unwrap();
+    let host_port = host_service.local_addr().unwrap().port();
+    host_service.set_nonblocking(true).unwrap();
+    let loopback = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let loopback_port = loopback.local_addr().unwrap().port();
+    loopback.set_nonblocking(true).unwrap();
+
+    let sandbox = testing::bwrap_with(SandboxSettings {
+        network: Network::Egress,
+        ..SandboxSettings::default()
+    })
+    .await;
+    let job = testing::Job::new();
+    let script = format!(
+        r#"python3 - <<'PY'
+import socket
+for name, address in [("internet", ("{INTERNET_HOST}", 8443)),
+                      ("host loopback", ("127.0.0.1", {loopback_port})),
+                      ("host address", ("{INTERNET_GATEWAY}", {host_port})),
+                      ("metadata", ("169.254.169.254", 80))]:
+    try:
+        c = socket.create_connection(address, timeout=3)
+        print(name, "reached:", c.recv(100).decode().strip() or "connected")
+    except OSError as e:
+        print(name, "blocked:", e)
+PY"#
+    );
+    let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
+    drop(internet);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("internet reached: hello from the internet"),
+        "{out}"
+    );
+    assert!(out.contains("host loopback blocked"), "{out}");
+    assert!(out.contains("host address blocked"), "{out}");
+    assert!(out.contains("metadata blocked"), "{out}");
+    assert!(
+        loopback.accept().is_err() && host_service.accept().is_err(),
+        "no host service was reached"
+    );
+
+    // Without egress the internet is out of reach too.
+    let none = testing::bwrap().await;
+    let (_, out) = run_in(&none, &job, CommandKind::Plan, &script).await;
+    assert!(out.contains("internet blocked"), "{out}");
+}

@@ -566,6 +566,35 @@ async fn an_in_memory_store_keeps_its_data_across_calls() {
 }
 
 #[tokio::test]
+async fn the_sqlite_file_and_its_journal_are_the_servers_alone() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |name: &str| {
+        std::fs::metadata(dir.path().join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let url = format!("sqlite://{}/wavegate.db", dir.path().display());
+    let store = Store::open(&url).await.unwrap();
+    store.enqueue(job("pr-1", 1)).await.unwrap();
+    for name in ["wavegate.db", "wavegate.db-wal", "wavegate.db-shm"] {
+        assert_eq!(mode(name), 0o600, "{name}");
+    }
+    drop(store);
+
+    // One that others could read is made private when opened.
+    let loose = dir.path().join("loose.db");
+    std::fs::write(&loose, "").unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    Store::open(&format!("sqlite://{}", loose.display()))
+        .await
+        .unwrap();
+    assert_eq!(mode("loose.db"), 0o600);
+}
+
+#[tokio::test]
 async fn a_url_of_another_database_is_refused_with_a_hint_not_taken_as_a_file_name() {
     let err = Store::open("mysql://wavegate@localhost/wavegate")
         .await

@@ -54,6 +54,25 @@ impl Bot {
     }
 
     pub async fn launch(env: &[(&str, &str)], github_app: bool) -> Self {
+        let mut bot = Self::unstarted(env, github_app).await;
+        bot.start_server().await;
+        bot
+    }
+
+    /// A server that is up (`/healthz`) but may not be ready (`/readyz`).
+    pub async fn start_unready(env: &[(&str, &str)]) -> Self {
+        let mut bot = Self::unstarted(env, true).await;
+        bot.server = Some(bot.spawn(bot.port, "data"));
+        let port = bot.port;
+        bot.until("the server is up", || async {
+            let url = format!("http://127.0.0.1:{port}/healthz");
+            matches!(bot.http.get(url).send().await, Ok(r) if r.status() == 200).then_some(())
+        })
+        .await;
+        bot
+    }
+
+    async fn unstarted(env: &[(&str, &str)], github_app: bool) -> Self {
         let forge = FakeForge::start().await;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -75,7 +94,6 @@ impl Bot {
             postgres: None,
         };
         bot.bootstrap_applies = bot.applies_run().len();
-        bot.start_server().await;
         bot
     }
 
