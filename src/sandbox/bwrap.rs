@@ -12,7 +12,8 @@ use std::time::Duration;
 pub const SANDBOX_UID: u32 = 1000;
 
 /// System files every command may read: certificates, name resolution, the
-/// dynamic linker's cache, time zones. Nothing here is a secret.
+/// dynamic linker's cache, time zones. Nothing here is a secret: of `ssl` and
+/// `pki` only the public parts (`/etc/ssl/private` holds the host's keys).
 const ETC_FILES: &[&str] = &[
     "alternatives",
     "ca-certificates",
@@ -25,11 +26,14 @@ const ETC_FILES: &[&str] = &[
     "ld.so.conf.d",
     "localtime",
     "nsswitch.conf",
-    "pki",
+    "pki/ca-trust",
+    "pki/tls/certs",
+    "pki/tls/openssl.cnf",
     "protocols",
     "resolv.conf",
     "services",
-    "ssl",
+    "ssl/certs",
+    "ssl/openssl.cnf",
 ];
 
 /// Top-level system directories that may be links into `/usr` (a merged
@@ -232,7 +236,7 @@ mod tests {
                 ("lib", RootEntry::Link("usr/lib".into())),
                 ("lib64", RootEntry::Dir),
             ],
-            etc: vec!["resolv.conf", "ssl"],
+            etc: vec!["resolv.conf", "ssl/certs"],
         }
     }
 
@@ -314,7 +318,10 @@ mod tests {
         assert!(args.contains("--ro-bind /usr /usr"), "{args}");
         assert!(args.contains("--symlink usr/bin /bin"), "{args}");
         assert!(args.contains("--ro-bind /lib64 /lib64"), "{args}");
-        assert!(args.contains("--ro-bind /etc/ssl /etc/ssl"), "{args}");
+        assert!(
+            args.contains("--ro-bind /etc/ssl/certs /etc/ssl/certs"),
+            "{args}"
+        );
         assert!(args.contains("--ro-bind-data 5 /etc/passwd --ro-bind-data 6 /etc/group"));
         assert!(!args.contains("--bind / "), "never the whole host: {args}");
         for own in ["tree", "members/app@dev", "home/app@dev"] {

@@ -146,6 +146,7 @@ async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
         "echo uid=$(id -u); echo tree=$(cat main.tf); echo home=$(ls -A \"$HOME\" | wc -l); \
          echo env=$(env | cut -d= -f1 | sort | tr '\\n' ,); echo root=$(ls / | tr '\\n' ,); \
          test -e /proc/{me}/environ && echo server=visible || echo server=hidden; \
+         echo private=$(ls /etc/ssl/private 2>&1 | head -1); \
          echo written > out; echo host=$(hostname)"
     );
     let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;

@@ -1,0 +1,104 @@
+//! Time from webhook to report on the bundled example (`cargo bench --bench
+//! report`): a `wavegate serve` (release binary, fake forge, the example's
+//! real plan subprocesses) gets a signed `pull_request` opened delivery, and
+//! the clock stops when the report comment is on the fake forge. Measured
+//! with every command in the sandbox and, as the baseline in the same run,
+//! with `WAVEGATE_SANDBOX=none`; the two servers take turns, one pull request
+//! each per round, so whatever else the machine does lands on both alike.
+//!
+//! Both servers get the system's PATH (`/usr/local/bin:/usr/bin:/bin`).
+//! Knob: `REPORT_ROUNDS` (default 15).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "../tests/harness/bot.rs"]
+mod harness;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+/// Opens PR `number` (its own head: `change` plus a note the fan-out
+/// ignores) and answers how long until its report was posted.
+async fn webhook_to_report(
+    bot: &mut harness::Bot,
+    repo: &support::RepoHandle,
+    number: u64,
+) -> Duration {
+    let branch = format!("bench-{number}");
+    let note = format!("docs/bench-{number}.md");
+    bot.example
+        .branch(&branch, "change", &[(note.as_str(), Some("bench\n"))]);
+    let pr = bot.open_pr(repo, number, &branch);
+    let started = Instant::now();
+    let (status, answer) = bot
+        .deliver_github(support::github_pull_request("opened", repo, &pr))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    loop {
+        let posted = bot
+            .forge
+            .comments(repo, number)
+            .iter()
+            .any(|c| c.body.contains("<!-- wavegate:report -->") && c.body.contains("sha256:"));
+        if posted {
+            let took = started.elapsed();
+            bot.settle().await;
+            return took;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no report; server log:\n{}",
+            bot.log()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: u64 = std::env::var("REPORT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(15);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // One PATH for both, the system's: inside the sandbox a version
+        // manager's shims under HOME are out of sight, and outside they
+        // would make the baseline slower than it is.
+        let path = ("PATH", "/usr/local/bin:/usr/bin:/bin");
+        let mut sandboxed = harness::Bot::start_with(&[("WAVEGATE_LOG", "warn"), path]).await;
+        let mut unsandboxed = harness::Bot::start_with(&[
+            ("WAVEGATE_LOG", "warn"),
+            ("WAVEGATE_SANDBOX", "none"),
+            path,
+        ])
+        .await;
+        let repos = [sandboxed.github_repo(), unsandboxed.github_repo()];
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        // One warm-up each (the first fetch fills the mirror).
+        for n in 0..=rounds {
+            let a = webhook_to_report(&mut sandboxed, &repos[0], n + 1).await;
+            let b = webhook_to_report(&mut unsandboxed, &repos[1], n + 1).await;
+            if n > 0 {
+                with.push(a);
+                without.push(b);
+            }
+        }
+        let (with, without) = (median(with), median(without));
+        println!("webhook → report on the example estate (the `change` branch: its plan and outputs commands), median of {rounds} pull requests each:");
+        println!("  without a sandbox (baseline): {:>7.1} ms", without.as_secs_f64() * 1e3);
+        println!("  every command in the sandbox: {:>7.1} ms", with.as_secs_f64() * 1e3);
+        println!("  ratio {:.2}", with.as_secs_f64() / without.as_secs_f64());
+    });
+}
