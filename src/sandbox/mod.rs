@@ -194,6 +194,23 @@ pub struct Confinement {
     pub home: PathBuf,
 }
 
+impl Confinement {
+    /// A plan command's confinement in `dir`: `tree`, `files` and `home`
+    /// created empty there.
+    pub fn create_in(dir: &Path) -> std::io::Result<Self> {
+        let confinement = Self {
+            kind: CommandKind::Plan,
+            tree: dir.join("tree"),
+            files: dir.join("files"),
+            home: dir.join("home"),
+        };
+        for path in [&confinement.tree, &confinement.files, &confinement.home] {
+            std::fs::create_dir(path)?;
+        }
+        Ok(confinement)
+    }
+}
+
 /// One command to start.
 pub struct Launch<'a> {
     pub argv: &'a [String],
@@ -324,16 +341,8 @@ impl Sandbox {
             .prefix("wavegate-probe-")
             .tempdir()
             .map_err(|e| format!("cannot create a directory to try the sandbox in: {e}"))?;
-        let confinement = Confinement {
-            kind: CommandKind::Plan,
-            tree: dir.path().join("tree"),
-            files: dir.path().join("files"),
-            home: dir.path().join("home"),
-        };
-        for path in [&confinement.tree, &confinement.files, &confinement.home] {
-            std::fs::create_dir(path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        }
+        let confinement = Confinement::create_in(dir.path())
+            .map_err(|e| format!("cannot create a directory to try the sandbox in: {e}"))?;
         let env = [("PATH".to_owned(), default_path())];
         let launched = self
             .launch(&Launch {
@@ -606,15 +615,7 @@ pub mod testing {
                 .prefix("wavegate-test-job-")
                 .tempdir()
                 .unwrap();
-            let confinement = Confinement {
-                kind: CommandKind::Plan,
-                tree: dir.path().join("tree"),
-                files: dir.path().join("files"),
-                home: dir.path().join("home"),
-            };
-            for path in [&confinement.tree, &confinement.files, &confinement.home] {
-                std::fs::create_dir(path).unwrap();
-            }
+            let confinement = Confinement::create_in(dir.path()).unwrap();
             Self { dir, confinement }
         }
     }

@@ -1027,32 +1027,24 @@ impl Worker {
                 deadline: started_at.saturating_add(lifetime),
                 process: None,
             };
-            drive.run.record.set(
-                member,
-                MemberState::Applying {
-                    plan_digest: plan.plan_digest.clone(),
-                    attempt: Some(attempt.clone()),
-                },
-            );
+            let applying = |attempt: &CommandAttempt| MemberState::Applying {
+                plan_digest: plan.plan_digest.clone(),
+                attempt: Some(attempt.clone()),
+            };
+            drive.run.record.set(member, applying(&attempt));
             self.store.save_apply_run(&drive.run).await?;
             self.publish_run(drive.client, &mut drive.run, &drive.plan)
                 .await?;
             let (started, mut started_process) = tokio::sync::mpsc::unbounded_channel();
             let run = {
-                let applying = bench.apply(member, Some(started));
-                tokio::pin!(applying);
+                let running = bench.apply(member, Some(started));
+                tokio::pin!(running);
                 loop {
                     tokio::select! {
-                        run = &mut applying => break run,
+                        run = &mut running => break run,
                         Some(process) = started_process.recv() => {
                             attempt.process = Some(process);
-                            drive.run.record.set(
-                                member,
-                                MemberState::Applying {
-                                    plan_digest: plan.plan_digest.clone(),
-                                    attempt: Some(attempt.clone()),
-                                },
-                            );
+                            drive.run.record.set(member, applying(&attempt));
                             self.store.save_apply_run(&drive.run).await?;
                         }
                     }
