@@ -32,6 +32,12 @@ const ETC_FILES: &[&str] = &[
     "ssl",
 ];
 
+/// Directories under those `/etc` entries where distributions keep private
+/// keys: an empty tmpfs in their place. (A server running as root runs its
+/// commands as root outside their user namespace, whom file modes do not
+/// stop from reading these.)
+const ETC_PRIVATE: &[&str] = &["ssl/private", "pki/tls/private", "pki/CA/private"];
+
 /// Top-level system directories that may be links into `/usr` (a merged
 /// `/usr`) or directories of their own.
 const ROOT_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
@@ -48,6 +54,8 @@ pub struct HostLayout {
     pub root: Vec<(&'static str, RootEntry)>,
     /// `/etc` entries that exist.
     pub etc: Vec<&'static str>,
+    /// Private-key directories under them that exist, hidden.
+    pub etc_private: Vec<&'static str>,
 }
 
 impl HostLayout {
@@ -71,7 +79,16 @@ impl HostLayout {
             .copied()
             .filter(|name| Path::new("/etc").join(name).exists())
             .collect();
-        Self { root, etc }
+        let etc_private = ETC_PRIVATE
+            .iter()
+            .copied()
+            .filter(|name| Path::new("/etc").join(name).is_dir())
+            .collect();
+        Self {
+            root,
+            etc,
+            etc_private,
+        }
     }
 }
 
@@ -138,12 +155,20 @@ pub fn arguments(
         let path = Path::new("/etc").join(name);
         args.bind("--ro-bind", &path, &path);
     }
+    for name in &layout.etc_private {
+        args.flag("--tmpfs");
+        args.path(&Path::new("/etc").join(name));
+    }
     args.data("/etc/passwd", fds.passwd);
     args.data("/etc/group", fds.group);
     if let Some(fd) = fds.resolv {
         args.data("/etc/resolv.conf", fd);
     }
     args.flags(&["--proc", "/proc", "--dev", "/dev"]);
+    // The kernel's settings, read-only: bubblewrap leaves the new /proc's
+    // sys writable to whoever owns it, and a server running as root runs
+    // its commands as root outside their user namespace (core_pattern!).
+    args.bind("--ro-bind", Path::new("/proc/sys"), Path::new("/proc/sys"));
     args.flags(&["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]);
 
     // The operator's paths, before the job's own: a job's tree is never
@@ -233,6 +258,7 @@ mod tests {
                 ("lib64", RootEntry::Dir),
             ],
             etc: vec!["resolv.conf", "ssl"],
+            etc_private: vec!["ssl/private"],
         }
     }
 
@@ -301,11 +327,25 @@ mod tests {
             "--new-session",
             "--cap-drop ALL",
             "--uid 1000 --gid 1000",
-            "--proc /proc --dev /dev",
+            "--proc /proc --dev /dev --ro-bind /proc/sys /proc/sys",
             "--tmpfs /tmp",
         ] {
             assert!(args.contains(flag), "{flag} in {args}");
         }
+    }
+
+    #[test]
+    fn private_keys_and_the_kernels_settings_are_out_of_reach() {
+        let args = line(&args_of(CommandKind::Apply, Network::None));
+        assert!(
+            args.contains("--ro-bind /etc/ssl /etc/ssl")
+                && args.find("--ro-bind /etc/ssl /etc/ssl") < args.find("--tmpfs /etc/ssl/private"),
+            "an empty directory over /etc/ssl/private: {args}"
+        );
+        assert!(
+            args.find("--proc /proc") < args.find("--ro-bind /proc/sys /proc/sys"),
+            "/proc/sys read-only over the new /proc: {args}"
+        );
     }
 
     #[test]
