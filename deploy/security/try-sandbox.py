@@ -40,7 +40,8 @@ PROBE = textwrap.dedent('''
         "--unshare-uts", "--hostname", "sandbox", "--die-with-parent", "--cap-drop", "ALL",
         "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
         "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--ro-bind", "/etc", "/etc",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--info-fd", str(w),
+        "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--info-fd", str(w),
         "--", "sh", "-c", "sleep 1; echo pids=$(ls /proc | grep -c '^[0-9]'); ip route"],
         pass_fds=[w], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.close(w)

@@ -432,8 +432,12 @@ impl Workbench {
         base_env: Vec<String>,
         commit: &str,
     ) -> Result<Self, PlanError> {
+        // The server's own: its commands leave there what no other user of
+        // the host may read or run (plans, inputs; under a server running as
+        // root, set-user-id programs owned by root).
         let scratch = tempfile::Builder::new()
             .prefix("wavegate-job-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(anyhow::Error::from)?;
         let tree = scratch.path().join("tree");

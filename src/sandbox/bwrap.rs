@@ -148,6 +148,10 @@ pub fn arguments(
         args.data("/etc/resolv.conf", fd);
     }
     args.flags(&["--proc", "/proc", "--dev", "/dev"]);
+    // The kernel's settings, read-only: bubblewrap leaves the new /proc's
+    // sys writable to whoever owns it, and a server running as root runs
+    // its commands as root outside their user namespace (core_pattern!).
+    args.bind("--ro-bind", Path::new("/proc/sys"), Path::new("/proc/sys"));
     args.flags(&["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]);
 
     // The operator's paths, before the job's own: a job's tree is never
@@ -305,11 +309,25 @@ mod tests {
             "--new-session",
             "--cap-drop ALL",
             "--uid 1000 --gid 1000",
-            "--proc /proc --dev /dev",
+            "--proc /proc --dev /dev --ro-bind /proc/sys /proc/sys",
             "--tmpfs /tmp",
         ] {
             assert!(args.contains(flag), "{flag} in {args}");
         }
+    }
+
+    #[test]
+    fn private_keys_and_the_kernels_settings_are_out_of_reach() {
+        let args = line(&args_of(CommandKind::Apply, Network::None));
+        assert!(
+            args.contains("--ro-bind /etc/ssl/certs /etc/ssl/certs")
+                && !args.contains("--ro-bind /etc/ssl /etc/ssl"),
+            "the certificates, never /etc/ssl whole with its private/: {args}"
+        );
+        assert!(
+            args.find("--proc /proc") < args.find("--ro-bind /proc/sys /proc/sys"),
+            "/proc/sys read-only over the new /proc: {args}"
+        );
     }
 
     #[test]

@@ -30,9 +30,6 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct EgressTools {
     pub pasta: PathBuf,
     pub ip: PathBuf,
-    /// Destinations made unreachable besides the host's own addresses
-    /// (read at each launch: the host may gain one), as `address/prefix`.
-    pub blocked: Vec<String>,
     /// Set when the host resolves names through a loopback address, which
     /// the sandbox cannot reach: pasta forwards DNS sent to this address,
     /// and the sandbox gets a resolv.conf naming it.
@@ -54,20 +51,33 @@ impl EgressTools {
         let ip = super::find_program("ip").ok_or(
             "WAVEGATE_SANDBOX_NETWORK=egress needs ip, which is not installed: `apt-get install iproute2` (or set WAVEGATE_SANDBOX_NETWORK=none)",
         )?;
-        let blocked: Vec<String> = ALWAYS_BLOCKED.iter().map(|s| (*s).to_owned()).collect();
         let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         let dns = default_gateway().and_then(|gateway| dns_forward(&resolv, gateway));
-        Ok(Self {
-            pasta,
-            ip,
-            blocked,
-            dns,
-        })
+        Ok(Self { pasta, ip, dns })
     }
 }
 
-/// The host's own addresses other than loopback and link-local ones: a
-/// sandbox must not reach services the host listens on.
+/// What a sandbox may not reach, given the host's own addresses: the
+/// destinations blocked by routes, and the host's IPv6 link-local addresses,
+/// refused by policy rules.
+fn unreachable(host: &[IpAddr]) -> (Vec<String>, Vec<String>) {
+    let mut blocked: Vec<String> = ALWAYS_BLOCKED.iter().map(|s| (*s).to_owned()).collect();
+    let mut prohibited = Vec::new();
+    for address in host {
+        match address {
+            IpAddr::V4(v4) => blocked.push(format!("{v4}/32")),
+            IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => {
+                prohibited.push(format!("{v6}/128"))
+            }
+            IpAddr::V6(v6) => blocked.push(format!("{v6}/128")),
+        }
+    }
+    (blocked, prohibited)
+}
+
+/// The host's own addresses other than loopback (and IPv4 link-local ones,
+/// all blocked anyway): a sandbox must not reach services the host listens
+/// on, IPv6 link-local ones included.
 fn host_addresses() -> Vec<IpAddr> {
     let mut found = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
@@ -98,7 +108,7 @@ fn host_addresses() -> Vec<IpAddr> {
     }
     found.retain(|a| match a {
         IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local(),
-        IpAddr::V6(v6) => !v6.is_loopback() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+        IpAddr::V6(v6) => !v6.is_loopback(),
     });
     found.sort();
     found.dedup();
@@ -173,18 +183,21 @@ pub async fn attach(
         let mut pasta = start_pasta(tools, &net, &userns)?;
         wait_for_default_route(pid, &mut pasta).await?;
         let v6 = has_ipv6(pid);
-        let host = host_addresses().into_iter().map(|a| match a {
-            IpAddr::V4(v4) => format!("{v4}/32"),
-            IpAddr::V6(v6) => format!("{v6}/128"),
-        });
-        let routes: Vec<String> = tools
-            .blocked
+        // The host's addresses as they are now: it may have gained one.
+        let (mut routes, prohibited) = unreachable(&host_addresses());
+        routes.retain(|r| v6 || !r.contains(':'));
+        let batch: String = routes
             .iter()
-            .cloned()
-            .chain(host)
-            .filter(|r| v6 || !r.contains(':'))
+            .map(|r| format!("route add unreachable {r}\n"))
             .collect();
-        add_unreachable_routes(&tools.ip, &net, &userns, &routes).await?;
+        ip_batch(&tools.ip, &net, &userns, &[], &batch).await?;
+        if v6 && !prohibited.is_empty() {
+            let batch: String = prohibited
+                .iter()
+                .map(|a| format!("rule add to {a} prohibit\n"))
+                .collect();
+            ip_batch(&tools.ip, &net, &userns, &["-6"], &batch).await?;
+        }
         let mut block = std::fs::File::from(block);
         block
             .write_all(b"1")
@@ -303,15 +316,18 @@ fn has_ipv6(pid: i32) -> bool {
         .is_ok_and(|t| t.lines().any(|l| !l.trim_end().ends_with(" lo")))
 }
 
-async fn add_unreachable_routes(
+/// Runs `ip OPTIONS -batch -` on `batch` in the sandbox's network namespace.
+async fn ip_batch(
     ip: &Path,
     net: &OwnedFd,
     userns: &OwnedFd,
-    routes: &[String],
+    options: &[&str],
+    batch: &str,
 ) -> Result<(), String> {
     let (net, userns): (RawFd, RawFd) = (net.as_raw_fd(), userns.as_raw_fd());
     let mut command = Command::new(ip);
     command
+        .args(options)
         .args(["-batch", "-"])
         .env_clear()
         .stdin(Stdio::piped())
@@ -332,10 +348,6 @@ async fn add_unreachable_routes(
     }
     let mut child = spawn::spawn(command, &[])
         .map_err(|e| format!("cannot run ip in the sandbox's network namespace: {e}"))?;
-    let batch: String = routes
-        .iter()
-        .map(|r| format!("route add unreachable {r}\n"))
-        .collect();
     if let Some(mut stdin) = child.stdin.take() {
         tokio::io::AsyncWriteExt::write_all(&mut stdin, batch.as_bytes())
             .await
@@ -376,6 +388,18 @@ mod tests {
             None,
             "a reachable resolver is enough"
         );
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_blocked_its_link_local_ones_by_a_rule() {
+        let host: Vec<IpAddr> = ["192.0.2.2", "fd00::2", "fe80::fc:ff:fe00:1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let (blocked, prohibited) = unreachable(&host);
+        assert!(blocked.contains(&"192.0.2.2/32".to_owned()), "{blocked:?}");
+        assert!(blocked.contains(&"fd00::2/128".to_owned()), "{blocked:?}");
+        assert_eq!(prohibited, ["fe80::fc:ff:fe00:1/128"]);
     }
 
     #[test]

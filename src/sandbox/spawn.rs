@@ -45,9 +45,13 @@ pub fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let inherit = inherit.to_vec();
     // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (fcntl, prctl, getppid); it allocates nothing.
+    // async-signal-safe functions (close_range, getrlimit, fcntl, prctl,
+    // getppid); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            // Not even what the server itself inherited open (its
+            // supervisor's pipes, sockets, files) reaches the child.
+            close_on_exec_from(3);
             for fd in &inherit {
                 if libc::fcntl(*fd, libc::F_SETFD, 0) == -1 {
                     return Err(io::Error::last_os_error());
@@ -79,6 +83,40 @@ pub fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
     let stopped = || io::Error::other("wavegate's process spawner thread has stopped");
     spawner().send(request).map_err(|_| stopped())?;
     answered.recv().map_err(|_| stopped())?
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Called in a
+/// forked child between its stdio set-up and exec; what it must keep is
+/// cleared again afterwards.
+fn close_on_exec_from(first: libc::c_uint) {
+    // SAFETY: close_range only changes descriptor flags (Linux 5.11).
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    } == 0;
+    if done {
+        return;
+    }
+    // An older kernel: one by one, up to the descriptor limit.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills `limit`; fcntl on a closed descriptor fails harmlessly.
+    unsafe {
+        let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1 << 16
+        };
+        for fd in first as libc::c_int..last {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -124,6 +162,13 @@ mod tests {
                 String::from_utf8(child.wait_with_output().await.unwrap().stdout).unwrap()
             }
         };
+        assert_eq!(probe(vec![]).await.trim(), "closed");
+        assert_eq!(probe(vec![fd]).await.trim(), "open");
+
+        // One open without close-on-exec, as the server may have inherited
+        // it from whatever started it, is not passed on either.
+        // SAFETY: fcntl on a descriptor this test owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
         assert_eq!(probe(vec![]).await.trim(), "closed");
         assert_eq!(probe(vec![fd]).await.trim(), "open");
         drop((read, write));
