@@ -399,3 +399,72 @@ async fn a_push_that_leaves_the_digest_unchanged_still_needs_a_new_approval() {
         Some("success")
     );
 }
+
+/// The base says only frank approves. While the bot cannot read its mirror,
+/// erin's `/approve` is neither judged by a default policy (which would let
+/// anyone with write access in) nor refused with a "fix your config" reply:
+/// the attempt fails and is retried, and once the mirror reads again the
+/// base's policy decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("approvers = []", "approvers = [\"frank\"]");
+    let (repo, pr, _digest) = planned(&mut bot, 29).await;
+    for who in ["erin", "frank"] {
+        bot.forge.set_permission(&repo, who, "write");
+    }
+    let mirror = bot.dir.path().join("data/mirrors/github/acme/infra.git");
+    let away = bot.dir.path().join("objects-away");
+    std::fs::rename(mirror.join("objects"), &away).unwrap();
+
+    let id = bot.forge.add_comment(&repo, 29, "erin", "/approve");
+    let (status, _) = bot
+        .deliver_github(support::github_comment(&repo, 29, id, "erin", "/approve"))
+        .await;
+    assert_eq!(status, 202);
+    let failed = bot
+        .until("the approval's attempt fails", || async {
+            bot.jobs()
+                .await
+                .into_iter()
+                .find(|j| j.kind == "comment" && j.last_error.is_some())
+        })
+        .await;
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("reading the base branch's wavegate.toml"),
+        "{failed:#?}"
+    );
+    assert!(bot.replies(&repo, 29).is_empty(), "no verdict was said");
+    let facts = bot
+        .store()
+        .await
+        .repo_facts("github:acme/infra")
+        .await
+        .unwrap();
+    assert!(
+        facts.iter().all(|f| f.fact.actor.login != "erin"),
+        "no fact about erin's approval: {facts:#?}"
+    );
+
+    // The mirror reads again: the retry judges by the base's policy.
+    std::fs::rename(&away, mirror.join("objects")).unwrap();
+    bot.settle().await;
+    let refused = bot.replies(&repo, 29).join("\n");
+    assert!(
+        refused.contains("frank"),
+        "erin is not an approver: {refused}"
+    );
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.comment(&repo, 29, "frank", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+}

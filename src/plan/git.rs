@@ -82,16 +82,38 @@ pub fn resolve(repo: &Path, rev: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-/// The text of `path` at `commit`, or `None` when the file is not there.
+/// The text of `path` at `commit`: `None` only when git says `commit` has
+/// no such file. Anything else that goes wrong (no such commit, a broken or
+/// missing repository, git failing) is an error, never an absent file: a
+/// base config nobody could read must not pass for one that is not there.
 pub fn read_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>> {
-    let spec = format!("{commit}:{path}");
-    let mut exists = git(repo);
-    exists.args(["cat-file", "-e", &spec]);
-    if !exists.output().context("cannot run git")?.status.success() {
-        return Ok(None);
+    if commit.starts_with('-') {
+        bail!("`{commit}` is not a revision");
     }
+    let mut list = git(repo);
+    list.args([
+        "ls-tree",
+        "-z",
+        "--full-tree",
+        "--end-of-options",
+        commit,
+        "--",
+        path,
+    ]);
+    let listed = run(list, &format!("look for {path} at {commit}"))?;
+    let entry = listed.stdout.split(|b| *b == 0).find(|e| !e.is_empty());
+    let Some(entry) = entry else {
+        return Ok(None);
+    };
+    // `<mode> <type> <object>\t<path>`
+    let entry = String::from_utf8_lossy(entry);
+    let mut fields = entry.split(['\t', ' ']);
+    let (_mode, kind, object) = (fields.next(), fields.next(), fields.next());
+    let (Some("blob"), Some(object)) = (kind, object) else {
+        bail!("{path} at {commit} is not a file ({entry})");
+    };
     let mut show = git(repo);
-    show.args(["cat-file", "-p", &spec]);
+    show.args(["cat-file", "blob", object]);
     let output = run(show, &format!("read {path} at {commit}"))?;
     let text = String::from_utf8(output.stdout)
         .with_context(|| format!("{path} at {commit} is not UTF-8"))?;

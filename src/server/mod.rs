@@ -210,7 +210,7 @@ async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
         None => tracing::info!("commands run in the sandbox: {}", sandbox.describe()),
     }
     // SAFETY: geteuid cannot fail.
-    if !sandbox.is_off() && unsafe { libc::geteuid() } == 0 {
+    if !sandbox.is_off() && sandbox.problem().is_none() && unsafe { libc::geteuid() } == 0 {
         tracing::warn!(
             "wavegate runs as root: its sandboxed commands are root outside their namespaces, so what the sandbox shows them (the system read-only, their job, the WAVEGATE_SANDBOX_* paths) is no longer guarded by file modes; run wavegate as a user of its own (the container image uses uid 10001)"
         );

@@ -235,8 +235,8 @@ impl Worker {
             )
         })?;
         let mirror = self.workspace.mirror_path(&run.repo.id);
-        let base_raw = tokio::task::block_in_place(|| raw_config_at(&mirror, &run.base_sha));
-        let policy = self.base_policy(&run.repo, &run.base_sha);
+        let base_raw = tokio::task::block_in_place(|| raw_config_at(&mirror, &run.base_sha))?;
+        let policy = self.base_policy(&run.repo, &run.base_sha)?;
         let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
             .map_err(|e| e.to_string())
             .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()))
@@ -1271,7 +1271,11 @@ fn stopped_members(record: &AttemptRecord) -> String {
 
 /// The base's raw config (for stage gates): None when missing or unreadable,
 /// which reads as the strictest gates.
-fn raw_config_at(mirror: &std::path::Path, commit: &CommitSha) -> Option<RawRepoConfig> {
-    let text = git::read_file(mirror, commit.as_str(), CONFIG_FILE).ok()??;
-    RepoConfig::parse_raw(CONFIG_FILE, &text).ok()
+/// The config at `commit` as written (`None`: none there, or it does not
+/// parse, which gates read as their strictest); an error when git could
+/// not read it, so the job is retried instead of deciding on a guess.
+fn raw_config_at(mirror: &std::path::Path, commit: &CommitSha) -> Result<Option<RawRepoConfig>> {
+    let text = git::read_file(mirror, commit.as_str(), CONFIG_FILE)
+        .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
+    Ok(text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, &t).ok()))
 }

@@ -270,7 +270,7 @@ impl Worker {
         let Some((record, plan)) = self.current(repo, pr).await? else {
             return Ok(JobOutcome::Skipped("no current plan to approve".into()));
         };
-        let policy = match self.base_policy(repo, &plan.base_sha) {
+        let policy = match self.base_policy(repo, &plan.base_sha)? {
             Ok(policy) if policy.review_approvals => policy,
             Ok(_) => return Ok(JobOutcome::Skipped("review approvals are off".into())),
             Err(why) => return Ok(JobOutcome::Skipped(why)),
@@ -345,12 +345,12 @@ impl Worker {
         let Some(plan) = plan.filter(|p| p.digest.as_deref() == Some(digest.as_str())) else {
             return Ok(Said::Refused(policy::Unbound::NoReport.to_string()));
         };
-        let policy = match self.base_policy(repo, &plan.base_sha) {
+        let policy = match self.base_policy(repo, &plan.base_sha)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
         if let Some(stage) = stage {
-            let stages = self.base_stages(repo, &plan.base_sha);
+            let stages = self.base_stages(repo, &plan.base_sha)?;
             if !stages.iter().any(|s| s == stage) {
                 return Ok(Said::Refused(format!(
                     "`{stage}` is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
@@ -420,7 +420,7 @@ impl Worker {
         let mut gates = vec![gate_name(pr, None)];
         if let Some(plan) = &plan {
             gates.extend(
-                self.base_stages(repo, &plan.base_sha)
+                self.base_stages(repo, &plan.base_sha)?
                     .iter()
                     .map(|stage| gate_name(pr, Some(stage))),
             );
@@ -541,7 +541,7 @@ impl Worker {
             Ok(bound) => bound.to_owned(),
             Err(why) => return Ok(Said::Refused(why.to_string())),
         };
-        let policy = match self.base_policy(repo, &run.base_sha) {
+        let policy = match self.base_policy(repo, &run.base_sha)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -627,7 +627,7 @@ impl Worker {
                 "the apply run waits on a policy denial of `{denied}`, not `{member}`"
             )));
         }
-        let policy = match self.base_policy(repo, &run.base_sha) {
+        let policy = match self.base_policy(repo, &run.base_sha)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -739,27 +739,47 @@ impl Worker {
     /// The base branch's `[policy]`: the default when the base has no
     /// `wavegate.toml`, and no approvals at all when it has one that cannot
     /// be read (a broken file must not mean the loosest policy).
-    pub(super) fn base_policy(&self, repo: &RepoRef, base: &CommitSha) -> Result<Policy, String> {
+    /// The base branch's policy, the default when it has no config. Two
+    /// kinds of failure: the repository's (a config that does not parse:
+    /// `Ok(Err(why))`, said on the pull request) and ours (git could not
+    /// read it: `Err`, the job's attempt fails and is retried). Neither
+    /// ever approves by a default.
+    pub(super) fn base_policy(
+        &self,
+        repo: &RepoRef,
+        base: &CommitSha,
+    ) -> Result<Result<Policy, String>> {
         let mirror = self.workspace.mirror_path(&repo.id);
-        match git::read_file(&mirror, base.as_str(), CONFIG_FILE) {
-            Ok(None) => Ok(Policy::default()),
-            Ok(Some(text)) => RepoConfig::parse(CONFIG_FILE, &text)
+        let text = git::read_file(&mirror, base.as_str(), CONFIG_FILE).with_context(|| {
+            format!(
+                "reading the base branch's {CONFIG_FILE} at {}",
+                base.short()
+            )
+        })?;
+        Ok(match text {
+            None => Ok(Policy::default()),
+            Some(text) => RepoConfig::parse(CONFIG_FILE, &text)
                 .map(|config| config.policy)
                 .map_err(|e| format!("approvals are refused until the base branch's {CONFIG_FILE} reads again: {e}")),
-            Err(e) => Err(format!("the base branch's {CONFIG_FILE} could not be read ({e:#}); approvals are refused until it can")),
-        }
+        })
     }
 
-    fn base_stages(&self, repo: &RepoRef, base: &CommitSha) -> Vec<String> {
-        self.config_at(repo, base)
+    /// The stages of the base branch's config (none when it has no readable
+    /// one); an error when git could not read it.
+    fn base_stages(&self, repo: &RepoRef, base: &CommitSha) -> Result<Vec<String>> {
+        Ok(self
+            .config_at(repo, base)?
             .map(|c| c.stages.into_iter().map(|s| s.name).collect())
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
-    fn config_at(&self, repo: &RepoRef, commit: &CommitSha) -> Option<RepoConfig> {
+    /// The config at `commit`: `None` when it has none or it does not parse;
+    /// an error when git could not read it.
+    fn config_at(&self, repo: &RepoRef, commit: &CommitSha) -> Result<Option<RepoConfig>> {
         let mirror = self.workspace.mirror_path(&repo.id);
-        let text = git::read_file(&mirror, commit.as_str(), CONFIG_FILE).ok()??;
-        RepoConfig::parse(CONFIG_FILE, &text).ok()
+        let text = git::read_file(&mirror, commit.as_str(), CONFIG_FILE)
+            .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
+        Ok(text.and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok()))
     }
 
     /// Brings the report's approvals section and the check up to date with
@@ -798,7 +818,7 @@ impl Worker {
         let Some(digest) = plan.digest.clone() else {
             return Ok(());
         };
-        let policy = self.base_policy(repo, &plan.base_sha);
+        let policy = self.base_policy(repo, &plan.base_sha)?;
         let facts = self
             .store
             .gate_facts(&repo.id.to_string(), &gate_name(pr, None))
@@ -825,10 +845,12 @@ impl Worker {
                 .into_iter()
                 .map(|(by, digest, at)| Stale { by, digest, at })
                 .collect(),
-            policy_changed: policy.as_ref().is_ok_and(|base| {
-                self.config_at(repo, &plan.head_sha)
-                    .is_some_and(|head| head.policy != *base)
-            }),
+            policy_changed: match &policy {
+                Ok(base) => self
+                    .config_at(repo, &plan.head_sha)?
+                    .is_some_and(|head| head.policy != *base),
+                Err(_) => false,
+            },
         };
         // The section is appended after the report as planned (which never
         // contains one), so nothing a plan prints can stand in for it.
