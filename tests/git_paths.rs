@@ -100,3 +100,85 @@ fn an_absent_file_and_an_unreadable_one_are_different_answers() {
     );
     assert!(read_file(Path::new("/nonexistent/repo"), "main", "wavegate.toml").is_err());
 }
+
+fn rev(dir: &Path, rev: &str) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", rev])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A repository whose `main` moved on after `pr` (two commits) branched off;
+/// answers (dir, the planned base, the PR's head, main before the merge).
+fn two_commit_pr() -> (tempfile::TempDir, String, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    git(repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("wavegate.toml"), "gate = \"always\"\n").unwrap();
+    std::fs::write(repo.join("app.tf"), "small\n").unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "base"]);
+    let base = rev(repo, "HEAD");
+    git(repo, &["checkout", "-q", "-b", "pr"]);
+    std::fs::write(repo.join("wavegate.toml"), "gate = \"never\"\n").unwrap();
+    git(repo, &["commit", "-q", "-am", "loosen the gate"]);
+    std::fs::write(repo.join("app.tf"), "large\n").unwrap();
+    git(repo, &["commit", "-q", "-am", "grow the app"]);
+    let head = rev(repo, "HEAD");
+    git(repo, &["checkout", "-q", "main"]);
+    std::fs::write(repo.join("notes.md"), "main moved on\n").unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "main moves on"]);
+    let before = rev(repo, "HEAD");
+    (dir, base, head, before)
+}
+
+#[test]
+fn the_target_before_a_merge_is_found_whatever_the_merge_method() {
+    use wavegate::plan::git::target_before_merge;
+    for method in ["merge commit", "squash", "rebase"] {
+        let (dir, base, head, before) = two_commit_pr();
+        let repo = dir.path();
+        match method {
+            "merge commit" => git(repo, &["merge", "-q", "--no-ff", "-m", "merge", "pr"]),
+            "squash" => {
+                git(repo, &["merge", "-q", "--squash", "pr"]);
+                git(repo, &["commit", "-q", "-m", "squashed"]);
+            }
+            _ => {
+                git(repo, &["checkout", "-q", "pr"]);
+                git(repo, &["rebase", "-q", "main"]);
+                git(repo, &["checkout", "-q", "main"]);
+                git(repo, &["merge", "-q", "--ff-only", "pr"]);
+            }
+        }
+        let merge = rev(repo, "main");
+        assert_eq!(
+            target_before_merge(repo, &merge, &head, &base).unwrap(),
+            before,
+            "{method}"
+        );
+        if method == "rebase" {
+            assert_ne!(
+                rev(repo, "main^1"),
+                before,
+                "a rebase's first parent is the PR's own commit"
+            );
+        }
+    }
+
+    // Fast-forward: the PR's head itself lands on main.
+    let (dir, base, _, _) = two_commit_pr();
+    let repo = dir.path();
+    git(repo, &["reset", "-q", "--hard", &base]);
+    git(repo, &["merge", "-q", "--ff-only", "pr"]);
+    let head = rev(repo, "pr");
+    assert_eq!(rev(repo, "main"), head);
+    assert_eq!(
+        target_before_merge(repo, &head, &head, &base).unwrap(),
+        base
+    );
+}

@@ -139,7 +139,9 @@ impl MemberState {
             MemberState::Waiting { reason } => format!("waiting: {reason}"),
             MemberState::Held { holder } => format!("held by {holder}"),
             MemberState::StoodDown { reason } => format!("stood down: {reason}"),
-            MemberState::Unaffected => "not touched by the merge commit".into(),
+            MemberState::Unaffected => {
+                "not applied: approved, but the merge does not change it against the target before it".into()
+            }
         }
     }
 }

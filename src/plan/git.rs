@@ -138,6 +138,125 @@ pub fn changed_paths(repo: &Path, base: &str, head: &str) -> Result<Vec<String>>
     Ok(paths)
 }
 
+/// The target branch as it was just before `merge` landed the pull request
+/// whose head is `head` and that was planned against `base`, whatever the
+/// merge method:
+/// - a merge commit: its first parent;
+/// - fast-forward (`merge` is `head`): the newest commit on `head`'s first
+///   parent line that is not one of the pull request's;
+/// - squash or rebase (`merge` is a new commit made of the pull request's):
+///   walking back from `merge`'s first parent past every commit whose patch
+///   is one of the pull request's (a rebase re-creates each), the first that
+///   is not. A squash stops at once.
+///
+/// The run's base is this commit: the gates and policy it reads, and the
+/// fan-out against it, are the target's before the merge, never a state an
+/// earlier commit of the pull request made.
+pub fn target_before_merge(repo: &Path, merge: &str, head: &str, base: &str) -> Result<String> {
+    let merge = resolve(repo, merge)?;
+    let head = resolve(repo, head)?;
+    let base = resolve(repo, base)?;
+    let parents = parents_of(repo, &merge)?;
+    if merge == head {
+        let own = rev_list(repo, &[&head, &format!("^{base}")])?;
+        let mut at = head.clone();
+        while own.contains(&at) {
+            at = parents_of(repo, &at)?
+                .into_iter()
+                .next()
+                .with_context(|| format!("{at} has no parent before the pull request's commits"))?;
+        }
+        return Ok(at);
+    }
+    if parents.len() >= 2 {
+        return Ok(parents[0].clone());
+    }
+    let own: std::collections::HashSet<String> =
+        patch_ids(repo, &["--no-merges", &head, &format!("^{base}")])?
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+    let mut at = parents
+        .into_iter()
+        .next()
+        .with_context(|| format!("the merge {merge} has no parent"))?;
+    loop {
+        let patch = patch_ids(repo, &["-n1", &at])?;
+        match patch.first() {
+            Some((_, id)) if own.contains(id) => {
+                at = parents_of(repo, &at)?
+                    .into_iter()
+                    .next()
+                    .with_context(|| format!("{at} has no parent"))?;
+            }
+            _ => return Ok(at),
+        }
+    }
+}
+
+fn parents_of(repo: &Path, commit: &str) -> Result<Vec<String>> {
+    let mut command = git(repo);
+    command.args(["rev-list", "--parents", "-n1", "--end-of-options", commit]);
+    let output = run(command, &format!("read the parents of {commit}"))?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect())
+}
+
+fn rev_list(repo: &Path, args: &[&str]) -> Result<std::collections::HashSet<String>> {
+    let mut command = git(repo);
+    command.arg("rev-list").args(args);
+    let output = run(command, "list commits")?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `(commit, stable patch id)` of the commits `git log ARGS` lists (a
+/// commit without changes has none and is left out).
+fn patch_ids(repo: &Path, args: &[&str]) -> Result<Vec<(String, String)>> {
+    let mut log = git(repo);
+    log.args([
+        "log",
+        "-p",
+        "--no-color",
+        "--no-ext-diff",
+        "--format=commit %H",
+    ])
+    .args(args);
+    let patches = run(log, "read the pull request's patches")?;
+    let mut id = git(repo);
+    id.args(["patch-id", "--stable"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = id
+        .spawn()
+        .context("cannot run git patch-id; is git installed?")?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let feeding = std::thread::spawn(move || {
+        let _ = std::io::Write::write_all(&mut stdin, &patches.stdout);
+    });
+    let output = child
+        .wait_with_output()
+        .context("git patch-id did not finish")?;
+    let _ = feeding.join();
+    if !output.status.success() {
+        bail!(
+            "git could not compute patch ids: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(id, commit)| (commit.to_owned(), id.to_owned()))
+        .collect())
+}
+
 /// Writes the files of `commit` into `dest`, a new directory: a plain copy
 /// with no `.git` that leads back to the repository. `index` is a scratch
 /// file for git's index (the repository's own is never touched).

@@ -111,9 +111,18 @@ impl Worker {
         };
         self.fetch_commit(client, repo, merge_sha).await?;
         let mirror = self.workspace.mirror_path(&repo.id);
-        let parent = format!("{}^1", merge_sha.as_str());
-        let base = tokio::task::block_in_place(|| git::resolve(&mirror, &parent))
-            .with_context(|| format!("reading the first parent of {merge_sha}"))?;
+        // The target as it was before the merge, whatever the method: the
+        // gates and policy it reads, and the fan-out against it, are never
+        // a state an earlier commit of the pull request made.
+        let base = tokio::task::block_in_place(|| {
+            git::target_before_merge(
+                &mirror,
+                merge_sha.as_str(),
+                plan.head_sha.as_str(),
+                plan.base_sha.as_str(),
+            )
+        })
+        .with_context(|| format!("finding the target branch before the merge {merge_sha}"))?;
         let (run, created) = self
             .store
             .create_apply_run(NewApplyRun {
@@ -382,10 +391,7 @@ impl Worker {
             (Some(wait), _) if new_wait => {
                 Some(apply_report::wait_help(wait))
             }
-            (_, RunStatus::Applied) => Some(format!(
-                "Applied on {}: every member of the approved change is deployed.",
-                drive.run.merge_sha.short()
-            )),
+            (_, RunStatus::Applied) => Some(applied_summary(&drive.run)),
             (_, RunStatus::Failed) => Some(format!(
                 "The apply on {} stopped: {}. Members that applied stay applied; `/retry` plans the rest again and applies what the approvals cover.",
                 drive.run.merge_sha.short(),
@@ -1255,6 +1261,30 @@ impl Worker {
 }
 
 /// The stopped members, named, for the summary.
+/// The last word of a run that applied: everything, or everything the
+/// merge changes, naming the approved members it does not.
+fn applied_summary(run: &ApplyRunRecord) -> String {
+    let untouched: Vec<String> = run
+        .record
+        .members
+        .iter()
+        .filter(|(_, state)| **state == MemberState::Unaffected)
+        .map(|(member, _)| format!("`{member}`"))
+        .collect();
+    if untouched.is_empty() {
+        return format!(
+            "Applied on {}: every member of the approved change is deployed.",
+            run.merge_sha.short()
+        );
+    }
+    format!(
+        "Applied on {}: every member the merge changes is deployed. Not applied: {}, approved when planned but unchanged by the merge against {} (the target before it), so there was nothing to apply.",
+        run.merge_sha.short(),
+        untouched.join(", "),
+        run.base_sha.short()
+    )
+}
+
 fn stopped_members(record: &AttemptRecord) -> String {
     let stopped: Vec<String> = record
         .members

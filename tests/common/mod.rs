@@ -9,6 +9,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use tempfile::TempDir;
 
+/// How a forge lands a pull request on its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeMethod {
+    MergeCommit,
+    Squash,
+    /// Every commit re-created on the target ("rebase and merge").
+    Rebase,
+    /// The head itself becomes the target's head (Forgejo's fast-forward only).
+    FastForward,
+}
+
 pub struct Example {
     _dir: TempDir,
     pub repo: PathBuf,
@@ -147,13 +158,47 @@ impl Example {
 
     /// Merges `branch` into `main` with a merge commit (`--no-ff`); returns its sha.
     pub fn merge(&self, branch: &str, message: &str) -> String {
+        self.merge_as(MergeMethod::MergeCommit, branch, message)
+    }
+
+    /// Lands `branch` on `main` as a forge's merge button would; returns
+    /// `main`'s new head (for a rebase, the last re-created commit).
+    pub fn merge_as(&self, method: MergeMethod, branch: &str, message: &str) -> String {
         check(self.git(&["checkout", "-q", "main"]), "git checkout main");
-        let merged = self.git(&["merge", "-q", "--no-ff", "-m", message, branch]);
+        let merged = match method {
+            MergeMethod::MergeCommit => {
+                self.git(&["merge", "-q", "--no-ff", "-m", message, branch])
+            }
+            MergeMethod::Squash => {
+                let squashed = self.git(&["merge", "-q", "--squash", branch]);
+                if squashed.status.success() {
+                    self.git(&["commit", "-q", "-m", message])
+                } else {
+                    squashed
+                }
+            }
+            MergeMethod::Rebase => {
+                let landed = format!("{branch}-rebased");
+                check(
+                    self.git(&["checkout", "-q", "-B", &landed, branch]),
+                    "git checkout",
+                );
+                let rebased = self.git(&["rebase", "-q", "main"]);
+                check(self.git(&["checkout", "-q", "main"]), "git checkout main");
+                if rebased.status.success() {
+                    self.git(&["merge", "-q", "--ff-only", &landed])
+                } else {
+                    self.git(&["rebase", "--abort"]);
+                    rebased
+                }
+            }
+            MergeMethod::FastForward => self.git(&["merge", "-q", "--ff-only", branch]),
+        };
         if !merged.status.success() {
             self.git(&["merge", "--abort"]);
             self.git(&["checkout", "-q", "--detach", "main"]);
             panic!(
-                "merging {branch} into main failed:\n{}{}",
+                "landing {branch} on main ({method:?}) failed:\n{}{}",
                 String::from_utf8_lossy(&merged.stdout),
                 String::from_utf8_lossy(&merged.stderr)
             );

@@ -458,8 +458,20 @@ impl Bot {
 
     /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
     pub fn merge(&self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
+        self.merge_as(crate::common::MergeMethod::MergeCommit, repo, pr, branch)
+    }
+
+    /// Lands PR `pr` (from `branch`) on main by `method` and marks it merged
+    /// in the forge with main's new head as its merge commit.
+    pub fn merge_as(
+        &self,
+        method: crate::common::MergeMethod,
+        repo: &RepoHandle,
+        pr: u64,
+        branch: &str,
+    ) -> FakePr {
         let message = format!("Merge pull request #{pr} from {branch}");
-        let sha = self.example.merge(branch, &message);
+        let sha = self.example.merge_as(method, branch, &message);
         self.forge.merge(repo, pr, &sha)
     }
 

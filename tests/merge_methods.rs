@@ -1,0 +1,266 @@
+//! Every way a forge lands a pull request — a merge commit, a squash, a
+//! rebase of each commit, a fast-forward — on both forges: the apply run's
+//! base is the target as it was just before the merge, so every approved
+//! member is applied and no gate an earlier commit of the pull request
+//! loosened governs its own apply.
+
+mod common;
+#[path = "harness/bot.rs"]
+mod harness;
+mod support;
+
+use common::MergeMethod;
+use harness::*;
+use support::RepoHandle;
+
+const METHODS: [MergeMethod; 4] = [
+    MergeMethod::MergeCommit,
+    MergeMethod::Squash,
+    MergeMethod::Rebase,
+    MergeMethod::FastForward,
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Forge {
+    GitHub,
+    Forgejo,
+}
+
+impl Bot {
+    /// The `change` branch's files at `paths`, to commit elsewhere.
+    fn change_files(&self, paths: &[&str]) -> Vec<(String, String)> {
+        paths
+            .iter()
+            .map(|p| ((*p).to_owned(), self.example.read("change", p)))
+            .collect()
+    }
+
+    /// A branch of two commits on main: `first` (files), then the rest of
+    /// the `change` branch's infrastructure.
+    fn two_commit_branch(&self, name: &str, first: &[(String, String)]) {
+        let step = format!("{name}-first");
+        let files = |list: &[(String, String)]| -> Vec<(String, Option<String>)> {
+            list.iter()
+                .map(|(p, t)| (p.clone(), Some(t.clone())))
+                .collect()
+        };
+        let first = files(first);
+        let first: Vec<(&str, Option<&str>)> = first
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_deref()))
+            .collect();
+        self.example.branch(&step, "main", &first);
+        let rest = files(&self.change_files(&[
+            "infra/app/resources.json",
+            "infra/app/outputs.json",
+            "infra/dns/resources.json",
+            "infra/dns/outputs.json",
+        ]));
+        let rest: Vec<(&str, Option<&str>)> = rest
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_deref()))
+            .collect();
+        self.example.branch(name, &step, &rest);
+    }
+
+    /// PR `number` from `branch`, opened and planned on `forge`, approved by rev-bob.
+    async fn approved_pr(&mut self, forge: Forge, number: u64, branch: &str) -> RepoHandle {
+        let repo = match forge {
+            Forge::GitHub => self.github_repo(),
+            Forge::Forgejo => {
+                let url = format!("file://{}", self.example.repo.display());
+                self.forge.add_forgejo_repo("acme/infra", &url)
+            }
+        };
+        self.forge.set_permission(&repo, "rev-bob", "write");
+        let pr = self.open_pr(&repo, number, branch);
+        match forge {
+            Forge::GitHub => {
+                self.deliver_github(support::github_pull_request("opened", &repo, &pr))
+                    .await
+            }
+            Forge::Forgejo => {
+                self.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
+                    .await
+            }
+        };
+        self.settle().await;
+        self.comment(&repo, number, "rev-bob", "/approve").await;
+        repo
+    }
+
+    /// Lands PR `number` by `method` and tells the bot.
+    async fn land(
+        &mut self,
+        forge: Forge,
+        repo: &RepoHandle,
+        number: u64,
+        branch: &str,
+        method: MergeMethod,
+    ) {
+        if method == MergeMethod::Rebase {
+            // The target moved on meanwhile: the rebase re-creates every commit.
+            self.example.branch(
+                "main",
+                "main",
+                &[("docs/meanwhile.md", Some("main moved on\n"))],
+            );
+        }
+        let merged = self.merge_as(method, repo, number, branch);
+        let (status, _) = match forge {
+            Forge::GitHub => {
+                self.deliver_github(support::github_pull_request("closed", repo, &merged))
+                    .await
+            }
+            Forge::Forgejo => {
+                self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
+                    .await
+            }
+        };
+        assert_eq!(status, 202);
+        self.settle().await;
+    }
+}
+
+/// Each method on `forge`: a pull request of two commits (the network's
+/// subnet renamed first, then the app's change) is applied whole — dev,
+/// then prod behind its gate — the first commit's network members too.
+async fn every_approved_member_applies(forge: Forge) {
+    for (n, method) in METHODS.into_iter().enumerate() {
+        let mut bot = Bot::start().await;
+        let number = 60 + n as u64;
+        let network = bot
+            .example
+            .read("main", "infra/network/resources.json")
+            .replace("estate-${stage}-private", "estate-${stage}-private-a");
+        bot.two_commit_branch(
+            "two-steps",
+            &[("infra/network/resources.json".into(), network)],
+        );
+        let repo = bot.approved_pr(forge, number, "two-steps").await;
+        bot.land(forge, &repo, number, "two-steps", method).await;
+        let mut dev = bot.applies_run();
+        dev.sort();
+        assert_eq!(
+            dev,
+            ["app@dev", "network@dev"],
+            "{method:?}: dev first, the first commit's network too"
+        );
+        let asked = bot.replies(&repo, number).pop().unwrap_or_default();
+        assert!(
+            asked.contains("Stage **prod** waits for its own approval"),
+            "{method:?}: prod waits for its gate: {asked}"
+        );
+        bot.comment(
+            &repo,
+            number,
+            "rev-bob",
+            &format!("/approve prod {}", digest_in(&asked)),
+        )
+        .await;
+        let mut applied = bot.applies_run();
+        applied.sort();
+        assert_eq!(
+            applied,
+            [
+                "app@dev",
+                "app@prod",
+                "dns@prod",
+                "network@dev",
+                "network@prod"
+            ],
+            "{method:?}: every approved member applied"
+        );
+        let last = bot.replies(&repo, number).pop().unwrap_or_default();
+        assert!(
+            last.contains("every member of the approved change is deployed"),
+            "{method:?}: {last}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_github_every_merge_method_applies_every_approved_member() {
+    every_approved_member_applies(Forge::GitHub).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_every_merge_method_applies_every_approved_member() {
+    every_approved_member_applies(Forge::Forgejo).await;
+}
+
+/// The pull request's first commit loosens prod's gate to `never`, its second
+/// changes the app. Landed by rebase (or any method), the run reads the gate
+/// from the target before the merge: prod still waits for `/approve prod`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_apply() {
+    for (forge, method) in [
+        (Forge::GitHub, MergeMethod::Rebase),
+        (Forge::Forgejo, MergeMethod::Rebase),
+        (Forge::GitHub, MergeMethod::FastForward),
+    ] {
+        let mut bot = Bot::start().await;
+        let config = bot.example.read("main", "wavegate.toml");
+        let loosened = config.replace(
+            "name = \"prod\"\ngate = \"always\"",
+            "name = \"prod\"\ngate = \"never\"",
+        );
+        assert_ne!(config, loosened, "the example's prod gate is `always`");
+        bot.two_commit_branch("loosen", &[("wavegate.toml".into(), loosened)]);
+        let repo = bot.approved_pr(forge, 70, "loosen").await;
+        bot.land(forge, &repo, 70, "loosen", method).await;
+        assert_eq!(
+            bot.applies_run(),
+            ["app@dev"],
+            "{method:?}: nothing of prod applied without its own approval"
+        );
+        let asked = bot.replies(&repo, 70).pop().unwrap_or_default();
+        assert!(
+            asked.contains("Stage **prod** waits for its own approval"),
+            "{method:?}: {asked}"
+        );
+    }
+}
+
+/// Two pull requests carry the same change; the first lands and applies.
+/// The second's merge changes nothing of it against the target before it:
+/// its approved members are not applied, and the run says which and why
+/// instead of calling them deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approved_members_the_merge_does_not_change_are_named_not_passed_off_as_deployed() {
+    let mut bot = Bot::start().await;
+    bot.example.branch(
+        "change-again",
+        "change",
+        &[("docs/again.md", Some("the same change\n"))],
+    );
+    let repo = bot.approved_pr(Forge::GitHub, 80, "change").await;
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    let second = bot.open_pr(&repo, 81, "change-again");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &second))
+        .await;
+    bot.settle().await;
+    bot.comment(&repo, 81, "rev-carol", "/approve").await;
+
+    bot.land(Forge::GitHub, &repo, 80, "change", MergeMethod::MergeCommit)
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    bot.land(
+        Forge::GitHub,
+        &repo,
+        81,
+        "change-again",
+        MergeMethod::MergeCommit,
+    )
+    .await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "nothing applied twice");
+    let last = bot.replies(&repo, 81).pop().unwrap_or_default();
+    assert!(
+        last.contains("Not applied: `app@dev`, `app@prod`, `dns@prod`, approved when planned but unchanged by the merge"),
+        "{last}"
+    );
+    assert!(
+        !last.contains("every member of the approved change is deployed"),
+        "{last}"
+    );
+}
