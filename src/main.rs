@@ -261,6 +261,7 @@ fn serve() -> ExitCode {
     let served = runtime.block_on(async {
         let options = wavegate::worker::WorkerOptions {
             lease: settings.job_lease,
+            held_retry: settings.held_retry,
             ..Default::default()
         };
         let running = wavegate::server::start(&settings, options).await?;

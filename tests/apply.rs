@@ -474,41 +474,6 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_apply_fails_the_run_until_retry_and_a_replan_is_planned_and_checked_again() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 11).await;
-    bot.comment(&repo, 11, "rev-bob", "/approve").await;
-    bot.apply_outcome(
-        "dev",
-        "app",
-        json!([{"outcome": "held", "holder": "deploy 7"}, {"outcome": "replan"}]),
-    );
-
-    let merged = bot.merge_and_tell(&repo, 11, "change").await;
-    assert!(bot.applies_run().is_empty());
-    assert!(bot
-        .report(&repo, 11)
-        .body
-        .contains("`app@dev` | held by deploy 7"));
-    assert_eq!(
-        bot.apply_check(&repo, &merged).0.as_deref(),
-        Some("failure")
-    );
-
-    let plans_before = bot.plans_run().len();
-    bot.comment(&repo, 11, "rev-bob", "/retry").await;
-    assert_eq!(bot.applies_run(), ["app@dev"]);
-    let planned_again = bot.plans_run()[plans_before..]
-        .iter()
-        .filter(|m| *m == "app@dev")
-        .count();
-    assert_eq!(
-        planned_again, 2,
-        "planned on retry, and again after `replan`"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgejo_merge_applies_and_reports_a_status_on_the_merge_commit() {
     let mut bot = Bot::start().await;
     let (repo, _pr) = planned_on_forgejo(&mut bot, 12).await;

@@ -46,9 +46,17 @@ pub enum MemberState {
     Waiting {
         reason: String,
     },
+    /// Another run or tool holds its target: a wait on that holder, tried
+    /// again at `retry_at` (ms), later each time it is still held.
     Held {
         holder: String,
+        /// How many applies in a row were answered `held`.
+        #[serde(default)]
+        tries: u32,
+        #[serde(default)]
+        retry_at: i64,
     },
+    /// Its apply ended it without applying, on purpose: not a failure.
     StoodDown {
         reason: String,
     },
@@ -137,7 +145,7 @@ impl MemberState {
             MemberState::Failed { error } => format!("failed: {}", first_line(error)),
             MemberState::Blocked { by } => format!("blocked by {by}"),
             MemberState::Waiting { reason } => format!("waiting: {reason}"),
-            MemberState::Held { holder } => format!("held by {holder}"),
+            MemberState::Held { holder, .. } => format!("held by {holder}; tried again by itself"),
             MemberState::StoodDown { reason } => format!("stood down: {reason}"),
             MemberState::Unaffected => {
                 "not applied: approved, but the merge does not change it against the target before it".into()
@@ -155,11 +163,14 @@ fn first_line(text: &str) -> &str {
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
     Running,
-    /// Stopped at a gate, a lock or a denial; resumes by itself.
+    /// Stopped at a gate, a lock, a denial or a holder; resumes by itself.
     Waiting,
-    /// A member failed, was held or stood down; `/retry` resumes.
+    /// A member failed (whatever else waits); `/retry` resumes.
     Failed,
     Applied,
+    /// Nothing failed and nothing waits, but a member stood down: the run
+    /// applied what it could and ends there.
+    Ended,
 }
 
 impl RunStatus {
@@ -169,7 +180,13 @@ impl RunStatus {
             RunStatus::Waiting => "waiting",
             RunStatus::Failed => "failed",
             RunStatus::Applied => "applied",
+            RunStatus::Ended => "ended",
         }
+    }
+
+    /// Nothing more happens to the run by itself or by an approval.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Applied | RunStatus::Ended)
     }
 
     pub fn parse(text: &str) -> Option<Self> {
@@ -178,6 +195,7 @@ impl RunStatus {
             RunStatus::Waiting,
             RunStatus::Failed,
             RunStatus::Applied,
+            RunStatus::Ended,
         ]
         .into_iter()
         .find(|s| s.as_str() == text)
@@ -211,6 +229,13 @@ pub enum Wait {
     },
     /// Another run is applying some of this wave's members.
     Lock { member: String, pr: u64 },
+    /// Another run or tool holds `member`'s target (its apply said `held`);
+    /// tried again at `until` (ms).
+    Holder {
+        member: String,
+        holder: String,
+        until: i64,
+    },
     /// An apply of `member` whose server stopped may still be running; the
     /// run looks again at `until` (ms) and never applies it twice.
     EarlierAttempt { member: String, until: i64 },
@@ -224,9 +249,24 @@ impl Wait {
             (
                 Wait::EarlierAttempt { member, .. },
                 Some(Wait::EarlierAttempt { member: before, .. }),
-            ) => member != before,
+            )
+            | (Wait::Holder { member, .. }, Some(Wait::Holder { member: before, .. })) => {
+                member != before
+            }
             (wait, previous) => Some(wait) != previous,
         }
+    }
+
+    /// Whether a person has to act (approve, override); the others end by
+    /// themselves (a lock let go, a holder let go, an earlier apply ended).
+    pub fn needs_a_person(&self) -> bool {
+        matches!(
+            self,
+            Wait::PrApproval { .. }
+                | Wait::Stage { .. }
+                | Wait::Round { .. }
+                | Wait::Override { .. }
+        )
     }
 
     /// The gate and digest an `/approve` in the pull request answers, if any.
@@ -235,7 +275,10 @@ impl Wait {
             Wait::PrApproval { gate, digest }
             | Wait::Stage { gate, digest, .. }
             | Wait::Round { gate, digest, .. } => Some((gate, digest)),
-            Wait::Override { .. } | Wait::Lock { .. } | Wait::EarlierAttempt { .. } => None,
+            Wait::Override { .. }
+            | Wait::Lock { .. }
+            | Wait::EarlierAttempt { .. }
+            | Wait::Holder { .. } => None,
         }
     }
 }
@@ -294,6 +337,9 @@ pub struct AttemptRecord {
     pub at: Option<(String, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
     pub layout: Vec<(String, Vec<Vec<String>>)>,
+    /// Stages whose `always` gate was skipped: their plans change nothing.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub gates_skipped: BTreeSet<String>,
 }
 
 impl AttemptRecord {
@@ -314,6 +360,18 @@ impl AttemptRecord {
             MemberState::Applied { outputs, .. } => Some((m, outputs)),
             _ => None,
         })
+    }
+
+    /// A member's state, or for a blocked one the state of what blocked it.
+    pub fn root_state(&self, member: &str) -> MemberState {
+        let mut state = self.state(member);
+        for _ in 0..self.members.len() {
+            match &state {
+                MemberState::Blocked { by } if by != member => state = self.state(by),
+                _ => break,
+            }
+        }
+        state
     }
 
     /// The next round's number: round 1 is the pull request's own plan.
@@ -382,8 +440,17 @@ pub fn covered_by_any(approved: &[&ChangeSet], fresh: &FreshPlan<'_>) -> Coverag
     })
 }
 
-/// Whether a stage waits for its own approval before applying anything.
-pub fn stage_needs_approval(gate: GatePolicy, any_destructive: bool) -> bool {
+/// Whether a stage waits for its own approval before applying anything:
+/// never when every one of its plans changes nothing (there is nothing to
+/// approve), and under `on-destructive` only when one deletes or replaces.
+pub fn stage_needs_approval(
+    gate: GatePolicy,
+    any_destructive: bool,
+    nothing_changes: bool,
+) -> bool {
+    if nothing_changes {
+        return false;
+    }
     match gate {
         GatePolicy::Always => true,
         GatePolicy::OnDestructive => any_destructive,
@@ -418,20 +485,58 @@ pub fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String
         .collect()
 }
 
-/// How a run ends once nothing more can happen without a person.
+/// How a run stands once nothing more can happen in this job. A failure
+/// outranks a wait (the wait is still shown and still resumes the rest);
+/// a held member is a wait on its holder; a member that stood down ends
+/// the run neither applied nor failed.
 pub fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> RunStatus {
-    if record.wait.is_some() {
+    let roots: Vec<MemberState> = members.iter().map(|m| record.root_state(m)).collect();
+    if roots
+        .iter()
+        .any(|s| matches!(s, MemberState::Failed { .. }))
+    {
+        return RunStatus::Failed;
+    }
+    if record.wait.is_some() || roots.iter().any(|s| matches!(s, MemberState::Held { .. })) {
         return RunStatus::Waiting;
     }
-    let states: Vec<MemberState> = members.iter().map(|m| record.state(m)).collect();
-    if states
+    if roots
         .iter()
         .all(|s| s.is_applied() || *s == MemberState::Unaffected)
     {
-        RunStatus::Applied
-    } else {
-        RunStatus::Failed
+        return RunStatus::Applied;
     }
+    if roots.iter().all(|s| {
+        s.is_applied() || matches!(s, MemberState::Unaffected | MemberState::StoodDown { .. })
+    }) {
+        return RunStatus::Ended;
+    }
+    RunStatus::Failed
+}
+
+/// Whether a run has anything left to drive: a running or waiting one, or a
+/// failed one whose other part still waits (an approval there goes on with
+/// it, while what failed waits for `/retry`).
+pub fn run_goes_on(status: RunStatus, record: &AttemptRecord) -> bool {
+    match status {
+        RunStatus::Running | RunStatus::Waiting => true,
+        RunStatus::Failed => record.wait.is_some(),
+        RunStatus::Applied | RunStatus::Ended => false,
+    }
+}
+
+/// How soon a held member's apply is tried again the first time, unless
+/// `WAVEGATE_HELD_RETRY` says otherwise.
+pub const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a held member waits before its apply is tried again (ms):
+/// `first`, doubling with every `held` in a row, at most 15 minutes.
+pub fn held_backoff(first: std::time::Duration, tries: u32) -> i64 {
+    const MOST_MS: i64 = 15 * 60_000;
+    i64::try_from(first.as_millis())
+        .unwrap_or(MOST_MS)
+        .saturating_mul(1_i64 << tries.saturating_sub(1).min(20))
+        .min(MOST_MS)
 }
 
 #[cfg(test)]
@@ -547,14 +652,6 @@ mod tests {
     }
 
     #[test]
-    fn stage_gates_follow_the_base_policy() {
-        assert!(stage_needs_approval(GatePolicy::Always, false));
-        assert!(stage_needs_approval(GatePolicy::OnDestructive, true));
-        assert!(!stage_needs_approval(GatePolicy::OnDestructive, false));
-        assert!(!stage_needs_approval(GatePolicy::Never, true));
-    }
-
-    #[test]
     fn a_failure_blocks_only_its_own_subtree_and_names_the_root() {
         let mut record = AttemptRecord::default();
         record.set(
@@ -626,10 +723,95 @@ mod tests {
         record.set("b@dev", MemberState::Failed { error: "x".into() });
         assert_eq!(settled_status(&record, &members), RunStatus::Failed);
         record.wait = Some(Wait::Lock {
-            member: "b@dev".into(),
+            member: "c@dev".into(),
             pr: 2,
         });
+        assert_eq!(
+            settled_status(&record, &members),
+            RunStatus::Failed,
+            "a failure outranks a wait (which stays in the record, shown)"
+        );
+        record.set("b@dev", MemberState::NotStarted);
         assert_eq!(settled_status(&record, &members), RunStatus::Waiting);
+    }
+
+    #[test]
+    fn a_held_member_is_a_wait_and_a_stood_down_one_ends_the_run_without_failing() {
+        let members: BTreeSet<String> =
+            ["a@dev".to_owned(), "b@dev".to_owned(), "c@dev".to_owned()].into();
+        let mut record = AttemptRecord::default();
+        record.set(
+            "a@dev",
+            MemberState::Applied {
+                plan_digest: "d".into(),
+                outputs: Map::new(),
+                note: None,
+            },
+        );
+        record.set(
+            "b@dev",
+            MemberState::Held {
+                holder: "run 7".into(),
+                tries: 1,
+                retry_at: 5,
+            },
+        );
+        record.set("c@dev", MemberState::Blocked { by: "b@dev".into() });
+        assert_eq!(settled_status(&record, &members), RunStatus::Waiting);
+        assert_eq!(
+            record.root_state("c@dev"),
+            record.state("b@dev"),
+            "blocked by what holds its upstream"
+        );
+
+        record.set(
+            "b@dev",
+            MemberState::StoodDown {
+                reason: "a newer push".into(),
+            },
+        );
+        assert_eq!(settled_status(&record, &members), RunStatus::Ended);
+        assert!(RunStatus::Ended.is_final());
+        assert!(!run_goes_on(RunStatus::Ended, &record));
+
+        record.set("c@dev", MemberState::Failed { error: "x".into() });
+        assert_eq!(settled_status(&record, &members), RunStatus::Failed);
+        assert!(
+            !run_goes_on(RunStatus::Failed, &record),
+            "nothing else waits"
+        );
+        record.wait = Some(Wait::Round {
+            round: 2,
+            gate: "pr-1-round-2".into(),
+            digest: "sha256:x".into(),
+        });
+        assert!(
+            run_goes_on(RunStatus::Failed, &record),
+            "an approval of the other part goes on with it"
+        );
+    }
+
+    #[test]
+    fn a_held_apply_is_tried_again_later_each_time_it_stays_held() {
+        let first = std::time::Duration::from_secs(30);
+        assert_eq!(held_backoff(first, 1), 30_000);
+        assert_eq!(held_backoff(first, 2), 60_000);
+        assert_eq!(held_backoff(first, 3), 120_000);
+        assert_eq!(held_backoff(first, 10), 15 * 60_000, "at most 15 minutes");
+        assert_eq!(held_backoff(first, 200), 15 * 60_000);
+    }
+
+    #[test]
+    fn stage_gates_follow_the_base_policy_and_skip_when_nothing_changes() {
+        use GatePolicy::*;
+        assert!(stage_needs_approval(Always, false, false));
+        assert!(
+            !stage_needs_approval(Always, false, true),
+            "nothing to approve"
+        );
+        assert!(stage_needs_approval(OnDestructive, true, false));
+        assert!(!stage_needs_approval(OnDestructive, false, false));
+        assert!(!stage_needs_approval(Never, true, false));
     }
 
     #[test]

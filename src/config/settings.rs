@@ -69,6 +69,8 @@ pub struct Settings {
     pub reconcile_every: Option<std::time::Duration>,
     /// How plan, apply and outputs commands are isolated (`WAVEGATE_SANDBOX*`).
     pub sandbox: crate::sandbox::SandboxSettings,
+    /// How soon an apply answered `held` is tried again (`WAVEGATE_HELD_RETRY`).
+    pub held_retry: std::time::Duration,
 }
 
 /// How log lines are written on standard error.
@@ -180,6 +182,13 @@ impl Settings {
         let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
         let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
         let sandbox = crate::sandbox::SandboxSettings::from_lookup(&get)?;
+        let held_retry = match var("WAVEGATE_HELD_RETRY") {
+            Some(text) => crate::config::repo::parse_duration(&text)
+                .ok()
+                .filter(|d| d.as_secs() >= 1)
+                .with_context(|| format!("WAVEGATE_HELD_RETRY=`{text}` is not a duration of a second or more; write it like `30s` or `2m`"))?,
+            None => crate::apply::HELD_RETRY,
+        };
         Ok(Self {
             listen,
             database_url: var("WAVEGATE_DATABASE_URL")
@@ -199,6 +208,7 @@ impl Settings {
             log_format,
             reconcile_every,
             sandbox,
+            held_retry,
         })
     }
 }

@@ -977,7 +977,7 @@ fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
         Some("replan") => ApplyOutcome::Replan(text_of("reason")),
         Some("held") => ApplyOutcome::Held(
             map.get("holder")
-                .map(|h| h.as_str().map_or_else(|| h.to_string(), str::to_owned))
+                .map(readable)
                 .unwrap_or_else(|| "another run".into()),
         ),
         Some("stood-down") => {
@@ -986,6 +986,24 @@ fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
         Some(other) => ApplyOutcome::Failed(format!(
             "the apply command wrote outcome `{other}`; the outcomes are `replan`, `held` and `stood-down`"
         )),
+    }
+}
+
+/// A value an apply command wrote, as a person reads it: a string as it
+/// is, an object as `key value` pairs (`{"run": "github:123"}` is `run
+/// github:123`), anything else as JSON.
+fn readable(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Object(map) if !map.is_empty() => map
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => format!("{key} {text}"),
+                other => format!("{key} {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
     }
 }
 
@@ -1027,7 +1045,7 @@ mod tests {
             read(Some(
                 r#"{"outcome": "held", "holder": {"run": "github:123"}}"#
             )),
-            ApplyOutcome::Held(r#"{"run":"github:123"}"#.into())
+            ApplyOutcome::Held("run github:123".into())
         );
         assert_eq!(
             read(Some(

@@ -17,10 +17,18 @@ pub fn title(view: &RunView<'_>) -> String {
     let count = |f: fn(&MemberState) -> bool| view.record.members.values().filter(|s| f(s)).count();
     match (view.status, &view.record.wait) {
         (RunStatus::Applied, _) => format!("Applied {} members", count(MemberState::is_applied)),
-        (RunStatus::Failed, _) => format!(
-            "Apply failed: {} applied, {} stopped; /retry resumes",
+        (RunStatus::Ended, _) => format!(
+            "Ended: {} applied, {} stood down",
             count(MemberState::is_applied),
-            count(MemberState::stops_downstream)
+            count(|s| matches!(s, MemberState::StoodDown { .. }))
+        ),
+        (RunStatus::Failed, wait) => format!(
+            "Apply failed: {} applied, {} failed; /retry resumes{}",
+            count(MemberState::is_applied),
+            count(|s| matches!(s, MemberState::Failed { .. })),
+            wait.as_ref()
+                .map(|w| format!(" (also waiting: {})", waiting_for(w)))
+                .unwrap_or_default()
         ),
         (_, Some(wait)) => format!("Waiting: {}", waiting_for(wait)),
         (_, None) => match &view.record.at {
@@ -41,6 +49,7 @@ fn waiting_for(wait: &Wait) -> String {
             "an earlier apply of {member} to end (until {} at the latest)",
             utc(*until)
         ),
+        Wait::Holder { member, holder, .. } => format!("{holder}, which holds {member}"),
     }
 }
 
@@ -62,6 +71,10 @@ pub fn wait_help(wait: &Wait) -> String {
         ),
         Wait::Lock { member, pr } => format!(
             "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
+        ),
+        Wait::Holder { member, holder, until } => format!(
+            "**{member}** is held by {holder}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
+            utc(*until)
         ),
         Wait::EarlierAttempt { member, until } => format!(
             "**{member}** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by {} at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.\n",
@@ -123,6 +136,11 @@ pub fn render(view: &RunView<'_>) -> String {
             }
         }
         out.push('\n');
+    }
+    for stage in &view.record.gates_skipped {
+        out.push_str(&format!(
+            "- Stage **{stage}**: its gate was skipped, because its plans on the merge commit change nothing\n"
+        ));
     }
     for (stage, gate) in &view.record.stages {
         let who = if gate.approved_by.is_empty() {
@@ -264,9 +282,9 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_run_says_how_many_stopped_and_that_retry_resumes() {
+    fn a_failed_run_says_how_many_failed_and_that_retry_resumes_and_still_shows_its_wait() {
         let mut record = record();
-        record.wait = None;
+        let wait = record.wait.take();
         record.set(
             "app@prod",
             MemberState::Failed {
@@ -280,8 +298,19 @@ mod tests {
         };
         assert_eq!(
             title(&view),
-            "Apply failed: 1 applied, 1 stopped; /retry resumes"
+            "Apply failed: 1 applied, 1 failed; /retry resumes"
         );
+        let mut waiting = record.clone();
+        waiting.wait = wait;
+        let failed_and_waiting = RunView {
+            record: &waiting,
+            ..view
+        };
+        assert_eq!(
+            title(&failed_and_waiting),
+            "Apply failed: 1 applied, 1 failed; /retry resumes (also waiting: /approve prod)"
+        );
+        assert!(render(&failed_and_waiting).contains("/approve prod sha256:bb"));
         assert!(
             render(&view).contains("| | | `app@prod` | failed: the apply command exited with 1 |")
         );

@@ -12,9 +12,9 @@ use super::gate::{as_counted, gate_name};
 use super::task::Task;
 use super::Worker;
 use crate::apply::{
-    covered_by_any, earlier_attempt, settled_status, stage_needs_approval, stage_waves,
-    stopped_upstream, AttemptRecord, CommandAttempt, EarlierAttempt, MemberState, Round, RunStatus,
-    StageGate, Wait, MAX_REPLANS,
+    covered_by_any, earlier_attempt, held_backoff, run_goes_on, settled_status,
+    stage_needs_approval, stage_waves, stopped_upstream, AttemptRecord, CommandAttempt,
+    EarlierAttempt, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
 };
 use crate::config::repo::{gate_of, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
@@ -150,7 +150,7 @@ impl Worker {
         let Some(run) = self.store.apply_run(&repo.id, pr).await? else {
             return Ok(JobOutcome::Skipped("no apply run".into()));
         };
-        if matches!(run.status, RunStatus::Applied | RunStatus::Failed) {
+        if !run_goes_on(run.status, &run.record) {
             return Ok(JobOutcome::Skipped(format!(
                 "the run is {}",
                 run.status.as_str()
@@ -173,7 +173,7 @@ impl Worker {
         let Some(mut run) = self.store.apply_run(&repo.id, task.pr_number()).await? else {
             return Ok(());
         };
-        if run.status == RunStatus::Applied {
+        if run.status.is_final() {
             return Ok(());
         }
         run.status = RunStatus::Failed;
@@ -216,7 +216,7 @@ impl Worker {
             .store
             .apply_run(&repo.id, pr)
             .await?
-            .is_some_and(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Running));
+            .is_some_and(|r| run_goes_on(r.status, &r.record));
         if waiting {
             self.enqueue_resume(repo, pr).await?;
         }
@@ -307,6 +307,7 @@ impl Worker {
             base: base_raw,
         };
         drive.run.record.layout = layout;
+        let failed_before = failed_members(&drive.run.record);
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
 
@@ -367,10 +368,10 @@ impl Worker {
         if new_wait || (drive.run.record.wait.is_none() && previous_wait.is_some()) {
             drive.run.record.wait_posted_at = chrono::Utc::now().timestamp_millis();
         }
-        if drive.run.status == RunStatus::Applied {
+        if drive.run.status.is_final() {
             self.spend_approvals(&drive).await?;
         }
-        if matches!(drive.run.status, RunStatus::Applied | RunStatus::Failed) {
+        if drive.run.status.is_final() || drive.run.status == RunStatus::Failed {
             self.release_locks(&drive.run).await?;
         }
         self.publish_run(client, &mut drive.run, &drive.plan)
@@ -387,17 +388,31 @@ impl Worker {
                 self.enqueue_resume(&drive.run.repo, drive.run.pr).await?;
             }
         }
-        let said = match (&drive.run.record.wait, drive.run.status) {
-            (Some(wait), _) if new_wait => {
-                Some(apply_report::wait_help(wait))
+        // A failure outranks a wait: said first, with the wait after it.
+        let newly_failed = drive.run.status == RunStatus::Failed
+            && failed_members(&drive.run.record) != failed_before;
+        let wait_help = drive
+            .run
+            .record
+            .wait
+            .as_ref()
+            .filter(|_| new_wait)
+            .map(apply_report::wait_help);
+        let said = match drive.run.status {
+            RunStatus::Failed if newly_failed => {
+                let mut said = format!(
+                    "The apply on {} failed: {}. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.",
+                    drive.run.merge_sha.short(),
+                    stopped_members(&drive.run.record)
+                );
+                if let Some(help) = wait_help {
+                    said.push_str(&format!("\n\nMeanwhile, elsewhere in the run: {help}"));
+                }
+                Some(said)
             }
-            (_, RunStatus::Applied) => Some(applied_summary(&drive.run)),
-            (_, RunStatus::Failed) => Some(format!(
-                "The apply on {} stopped: {}. Members that applied stay applied; `/retry` plans the rest again and applies what the approvals cover.",
-                drive.run.merge_sha.short(),
-                stopped_members(&drive.run.record)
-            )),
-            _ => None,
+            RunStatus::Applied => Some(applied_summary(&drive.run)),
+            RunStatus::Ended => Some(ended_summary(&drive.run)),
+            _ => wait_help,
         };
         if let Some(said) = said {
             let repo = drive.run.repo.clone();
@@ -535,9 +550,16 @@ impl Worker {
     async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
         for (stage, waves) in drive.run.record.layout.clone() {
             let all: Vec<&String> = waves.iter().flatten().collect();
+            // A member that stood down ended on purpose: its stage is done.
             let done = |r: &AttemptRecord| {
-                all.iter()
-                    .all(|m| r.state(m).is_applied() || r.state(m) == MemberState::Unaffected)
+                all.iter().all(|m| {
+                    let state = r.root_state(m);
+                    state.is_applied()
+                        || matches!(
+                            state,
+                            MemberState::Unaffected | MemberState::StoodDown { .. }
+                        )
+                })
             };
             if done(&drive.run.record) {
                 continue;
@@ -609,7 +631,13 @@ impl Worker {
         let destructive = previewed
             .iter()
             .any(|o| o.plan.as_ref().is_some_and(|p| p.destructive));
-        if !stage_needs_approval(gate, destructive) {
+        let nothing_changes = previewed
+            .iter()
+            .all(|o| o.plan.as_ref().is_some_and(|p| p.is_empty()));
+        if !stage_needs_approval(gate, destructive, nothing_changes) {
+            if nothing_changes && gate != GatePolicy::Never {
+                drive.run.record.gates_skipped.insert(stage.to_owned());
+            }
             return Ok(Step::Continue);
         }
         let set = engine::change_set_of(&previewed)?;
@@ -666,9 +694,20 @@ impl Worker {
         wave: &[String],
     ) -> Result<Step> {
         let mut pending = Vec::new();
+        let now = chrono::Utc::now().timestamp_millis();
         for member in wave {
             let state = drive.run.record.state(member);
-            if state.is_applied() || state == MemberState::Unaffected || state.stops_downstream() {
+            let goes_on = match &state {
+                // Held: tried again once its time came.
+                MemberState::Held { retry_at, .. } => now >= *retry_at,
+                // Blocked: goes on once what blocked it has (a holder let go).
+                MemberState::Blocked { by } => {
+                    drive.run.record.state(by).is_applied()
+                        || drive.run.record.state(by) == MemberState::Unaffected
+                }
+                _ => !state.stops_downstream(),
+            };
+            if state.is_applied() || state == MemberState::Unaffected || !goes_on {
                 continue;
             }
             let component = member
@@ -1113,7 +1152,31 @@ impl Worker {
                         }
                     }
                 }
-                ApplyOutcome::Held(holder) => MemberState::Held { holder },
+                ApplyOutcome::Held(holder) => {
+                    let tries = match drive.run.record.state(member) {
+                        MemberState::Held { tries, .. } => tries + 1,
+                        _ => 1,
+                    };
+                    let retry_at = chrono::Utc::now().timestamp_millis()
+                        + held_backoff(self.options.held_retry, tries);
+                    if drive.run.record.wait.is_none() {
+                        drive.run.record.wait = Some(Wait::Holder {
+                            member: member.to_owned(),
+                            holder: holder.clone(),
+                            until: retry_at,
+                        });
+                    }
+                    let task = Task::Apply {
+                        repo: drive.run.repo.clone(),
+                        pr: drive.run.pr,
+                    };
+                    self.store.enqueue_at(task.into_job(), retry_at).await?;
+                    MemberState::Held {
+                        holder,
+                        tries,
+                        retry_at,
+                    }
+                }
                 ApplyOutcome::StoodDown(reason) => MemberState::StoodDown { reason },
                 ApplyOutcome::Failed(error) => MemberState::Failed { error },
             };
@@ -1241,9 +1304,14 @@ impl Worker {
         }
         let state = match run.status {
             RunStatus::Running => CheckState::InProgress,
-            RunStatus::Waiting => CheckState::ActionRequired,
+            RunStatus::Waiting if run.record.wait.as_ref().is_some_and(Wait::needs_a_person) => {
+                CheckState::ActionRequired
+            }
+            // A lock, a holder or an earlier apply: it goes on by itself.
+            RunStatus::Waiting => CheckState::InProgress,
             RunStatus::Failed => CheckState::Failure,
             RunStatus::Applied => CheckState::Success,
+            RunStatus::Ended => CheckState::Neutral,
         };
         let report = CheckReport {
             name: APPLY_CHECK_NAME,
@@ -1285,11 +1353,40 @@ fn applied_summary(run: &ApplyRunRecord) -> String {
     )
 }
 
+/// The members that failed, for telling a new failure from one said before.
+fn failed_members(record: &AttemptRecord) -> BTreeSet<String> {
+    record
+        .members
+        .iter()
+        .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+/// The last word of a run a member of which stood down: neither applied
+/// whole nor failed.
+fn ended_summary(run: &ApplyRunRecord) -> String {
+    let stood: Vec<String> = run
+        .record
+        .members
+        .iter()
+        .filter_map(|(m, s)| match s {
+            MemberState::StoodDown { reason } => Some(format!("`{m}` stood down ({reason})")),
+            _ => None,
+        })
+        .collect();
+    format!(
+        "The apply on {} ended: {}, so it and what depends on it were not applied. Everything else the merge changes is deployed.",
+        run.merge_sha.short(),
+        stood.join("; ")
+    )
+}
+
 fn stopped_members(record: &AttemptRecord) -> String {
     let stopped: Vec<String> = record
         .members
         .iter()
-        .filter(|(_, s)| s.stops_downstream())
+        .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
         .map(|(m, s)| format!("`{m}` {}", s.label()))
         .collect();
     if stopped.is_empty() {

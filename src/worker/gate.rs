@@ -582,7 +582,7 @@ impl Worker {
                     "the apply run already applied every member; there is nothing to retry".into(),
                 ))
             }
-            RunStatus::Failed => {
+            RunStatus::Failed | RunStatus::Ended => {
                 run.record.reset_for_retry();
                 run.status = RunStatus::Running;
                 self.store.save_apply_run(&run).await?;

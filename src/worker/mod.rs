@@ -45,6 +45,9 @@ pub struct WorkerOptions {
     pub poll: Duration,
     /// Plans running at once within a wave.
     pub plan_concurrency: usize,
+    /// How soon a member whose apply answered `held` is tried again (then
+    /// twice as late each time it is still held, at most 15 minutes).
+    pub held_retry: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -53,6 +56,7 @@ impl Default for WorkerOptions {
             lease: Duration::from_secs(300),
             poll: Duration::from_secs(2),
             plan_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            held_retry: crate::apply::HELD_RETRY,
         }
     }
 }

@@ -67,7 +67,10 @@ pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64
         (RunStatus::Waiting, Some(Wait::Lock { .. })) => {
             lock_holder.is_none_or(|holder| holder == run.id)
         }
-        (RunStatus::Waiting, Some(Wait::EarlierAttempt { until, .. })) => now >= *until,
+        (
+            RunStatus::Waiting | RunStatus::Failed,
+            Some(Wait::EarlierAttempt { until, .. } | Wait::Holder { until, .. }),
+        ) => now >= *until,
         _ => false,
     }
 }
