@@ -15,7 +15,9 @@ network:
 * compose.yaml, Chart.yaml, values.yaml parse; every template has balanced
   `{{ }}` and blocks, and every `.Values.…` it uses exists in values.yaml;
   secrets reach the pod only through secretKeyRef, and the App's private key
-  only as a read-only file that WAVEGATE_GITHUB_PRIVATE_KEY names;
+  and the ledger key only as read-only files that WAVEGATE_GITHUB_PRIVATE_KEY
+  and WAVEGATE_LEDGER_KEY_FILE name (the ledger key required in postgres
+  mode, where replicas must share it);
 * the sandbox (DESIGN.md section 13): every WAVEGATE_SANDBOX* setting is in
   the env example, the chart and compose; the image installs bubblewrap,
   passt and iproute2; the chart's pod and compose's container allow user
@@ -75,6 +77,7 @@ COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}
 # Variables whose values are secrets: from a Secret (chart), never a literal.
 SECRET_VARS = {
     "WAVEGATE_GITHUB_PRIVATE_KEY",
+    "WAVEGATE_LEDGER_KEY_FILE",
     "WAVEGATE_GITHUB_WEBHOOK_SECRET",
     "WAVEGATE_FORGEJO_TOKEN",
     "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
@@ -82,7 +85,7 @@ SECRET_VARS = {
 # Secrets that reach the bot as a read-only file whose path the variable
 # holds, never as text in the environment (where `docker inspect`, /proc/PID/
 # environ and crash reports would show it).
-FILE_SECRET_VARS = {"WAVEGATE_GITHUB_PRIVATE_KEY"}
+FILE_SECRET_VARS = {"WAVEGATE_GITHUB_PRIVATE_KEY", "WAVEGATE_LEDGER_KEY_FILE"}
 ENV_SECRET_VARS = SECRET_VARS - FILE_SECRET_VARS
 # The sandbox's settings: each must be in the env example, the chart and compose.
 SANDBOX_VARS = {"WAVEGATE_SANDBOX", "WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK"}
@@ -971,8 +974,18 @@ def check_pod_security(r: Report, label: str, pod: dict, sandbox: str, values: d
     )
 
 
-def check_key_file(r: Report, label: str, pod: dict, values: dict, secret_name: str) -> None:
-    """(c) The App's private key: a read-only file, never text in the environment."""
+# The keys that reach the bot as files: (variable, values path of the Secret
+# reference, what it is).
+KEY_FILES = {
+    "app": ("WAVEGATE_GITHUB_PRIVATE_KEY", ("github", "privateKeySecret"), "the App's private key"),
+    "ledger": ("WAVEGATE_LEDGER_KEY_FILE", ("ledger", "keySecret"), "the ledger key"),
+}
+
+
+def check_key_file(r: Report, label: str, pod: dict, values: dict, secret_name: str, which: str = "app") -> None:
+    """(c) The App's private key, the ledger key: a read-only file, never text in the environment."""
+    var, (section, field), what = KEY_FILES[which]
+    secret_key = values[section][field]["key"]
     c = pod.get("containers", [{}])[0]
     where = f"helm template {label}"
     env = env_of(c)
@@ -980,17 +993,17 @@ def check_key_file(r: Report, label: str, pod: dict, values: dict, secret_name: 
         if "-----BEGIN" in str(e.get("value", "")):
             r.fail(f"{where}: {e['name']} holds PEM text")
         ref = e.get("valueFrom", {}).get("secretKeyRef", {})
-        if ref.get("name") == secret_name and ref.get("key") == values["github"]["privateKeySecret"]["key"]:
-            r.fail(f"{where}: {e['name']} takes the App's private key from the Secret as text; mount it as a file")
+        if ref.get("name") == secret_name and ref.get("key") == secret_key:
+            r.fail(f"{where}: {e['name']} takes {what} from the Secret as text; mount it as a file")
     for ef in c.get("envFrom", []):
         if ef.get("secretRef", {}).get("name") == secret_name:
-            r.fail(f"{where}: envFrom takes every key of {secret_name}, the App's private key among them, into the environment")
-    key = env.get("WAVEGATE_GITHUB_PRIVATE_KEY", {})
+            r.fail(f"{where}: envFrom takes every key of {secret_name}, {what} among them, into the environment")
+    key = env.get(var, {})
     path = key.get("value", "")
     if not r.check(
         path.startswith("/") and "valueFrom" not in key,
-        f"{where}: WAVEGATE_GITHUB_PRIVATE_KEY is the path {path}",
-        f"{where}: WAVEGATE_GITHUB_PRIVATE_KEY should be the path of the mounted key file, got {key}",
+        f"{where}: {var} is the path {path}",
+        f"{where}: {var} should be the path of the mounted key file, got {key}",
     ):
         return
     directory, name = path.rsplit("/", 1)
@@ -1000,18 +1013,18 @@ def check_key_file(r: Report, label: str, pod: dict, values: dict, secret_name: 
     items = {i["path"]: i["key"] for i in secret.get("items", [])}
     r.check(
         mount.get("readOnly") is True and secret.get("secretName") == secret_name
-        and items.get(name) == values["github"]["privateKeySecret"]["key"],
-        f"{where}: the key is {secret_name}/{items.get(name)} mounted read-only at {path}",
-        f"{where}: {path} should be key {values['github']['privateKeySecret']['key']} of Secret {secret_name}, mounted readOnly (mount {mount}, volume {volume})",
+        and items.get(name) == secret_key,
+        f"{where}: {what} is {secret_name}/{items.get(name)} mounted read-only at {path}",
+        f"{where}: {path} should be key {secret_key} of Secret {secret_name}, mounted readOnly (mount {mount}, volume {volume})",
     )
     mode = secret.get("defaultMode", 0o644)
     r.check(
         mode & 0o337 == 0,
-        f"{where}: the key file's mode is {mode:04o} (no write bit, nothing for others; fsGroup adds group read)",
-        f"{where}: the key's defaultMode {mode:04o} should be 0400 or 0440",
+        f"{where}: {what}'s file mode is {mode:04o} (no write bit, nothing for others; fsGroup adds group read)",
+        f"{where}: {what}'s defaultMode {mode:04o} should be 0400 or 0440",
     )
     shared = [p for p in env.get("WAVEGATE_SANDBOX_READ", {}).get("value", "").split(":") if p and (path + "/").startswith(p.rstrip("/") + "/")]
-    r.check(not shared, f"{where}: the key is outside every WAVEGATE_SANDBOX_READ path", f"{where}: WAVEGATE_SANDBOX_READ binds {shared}, which holds the App key, into every command")
+    r.check(not shared, f"{where}: {what} is outside every WAVEGATE_SANDBOX_READ path", f"{where}: WAVEGATE_SANDBOX_READ binds {shared}, which holds {what}, into every command")
 
 
 # ---- helm, kubernetes-validate, hadolint, compose ----------------------------------
@@ -1039,6 +1052,7 @@ def env_of(container: dict) -> dict[str, dict]:
 POSTGRES_FULL = [
     "database.mode=postgres",
     "database.postgres.urlSecret.name=wavegate-db",
+    "ledger.keySecret.name=wavegate-ledger",
     "replicaCount=3",
     "github.appId=12345",
     "github.privateKeySecret.name=wavegate-github",
@@ -1123,6 +1137,17 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
             f"helm template {name}: no sandbox paths unless listed",
             f"helm template {name}: WAVEGATE_SANDBOX_READ/APPLY_WRITE set with empty sandbox.read/applyWrite",
         )
+        r.check(
+            "WAVEGATE_LEDGER_KEY_FILE" not in env,
+            f"helm template {name}: no ledger key Secret: the bot generates its key on the PVC",
+            f"helm template {name}: WAVEGATE_LEDGER_KEY_FILE set with an empty ledger.keySecret.name",
+        )
+
+    # SQLite with a ledger key of the operator's: mounted like the App key.
+    docs = template("sqlite-ledger-key", ["ledger.keySecret.name=wavegate-ledger"])
+    if docs is not None:
+        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+        check_key_file(r, "sqlite-ledger-key", pod, values, "wavegate-ledger", "ledger")
 
     # PostgreSQL: replicas, rolling, PDB, emptyDir, everything secret by reference.
     docs = template("postgres", POSTGRES_FULL)
@@ -1156,6 +1181,7 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
                 check_route(r, src, path, f"helm template postgres {probe}")
         check_pod_security(r, "postgres", pod, "bwrap", values)
         check_key_file(r, "postgres", pod, values, "wavegate-github")
+        check_key_file(r, "postgres", pod, values, "wavegate-ledger", "ledger")
         expect = {
             "WAVEGATE_SANDBOX": "bwrap",
             "WAVEGATE_SANDBOX_NETWORK": "egress",
@@ -1197,6 +1223,7 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
     # Mistakes fail the render with a message naming the value to set.
     for pairs, expect in (
         (["database.mode=postgres"], "database.postgres.urlSecret.name"),
+        (["database.mode=postgres", "database.postgres.urlSecret.name=db"], "ledger.keySecret.name"),
         (["database.mode=mysql"], "database.mode"),
         (["github.appId=1"], "github.privateKeySecret.name"),
         (["github.appId=1", "github.privateKeySecret.name=k"], "github.webhookSecret.name"),

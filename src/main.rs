@@ -1,12 +1,13 @@
 //! The `wavegate` command line: `serve` (the bot), `plan` (a local dry run of
 //! what the bot would post), `config check`, `adapt terraform`, and `ledger
-//! verify|export` (audit the gate ledger).
+//! verify|export|key` (audit the gate ledger).
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use wavegate::config::ledger_key;
 use wavegate::config::settings::{LogFormat, DEFAULT_DATABASE_URL};
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
@@ -71,7 +72,7 @@ enum Command {
         #[command(subcommand)]
         tool: AdaptTool,
     },
-    /// Audit the gate ledger: check its hash chains or export its facts.
+    /// Audit the gate ledger: check its hash chains and signatures, export its facts, print its public key.
     Ledger {
         #[command(subcommand)]
         command: LedgerCommand,
@@ -80,11 +81,19 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LedgerCommand {
-    /// Recompute every repository's hash chain; exit 1 naming the first broken link.
+    /// Recompute every repository's hash chain and check every fact's
+    /// signature; exit 1 naming the first bad fact.
     Verify {
         /// The database (default: WAVEGATE_DATABASE_URL, else sqlite://wavegate.db).
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+        /// The ledger's public key, `ed25519:…` as `wavegate ledger key`
+        /// prints it, or a file holding that line. Default: the server's key
+        /// file if readable here (WAVEGATE_LEDGER_KEY_FILE, else
+        /// ledger/key.pem in WAVEGATE_DATA_DIR); without one only the chains
+        /// are checked.
+        #[arg(long, value_name = "PUBLIC")]
+        key: Option<String>,
     },
     /// Write the facts as JSON lines, one fact per line, to standard output.
     Export {
@@ -94,6 +103,16 @@ enum LedgerCommand {
         /// The database (default: WAVEGATE_DATABASE_URL, else sqlite://wavegate.db).
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+    },
+    /// Print the public key the ledger's facts are signed with, for `ledger verify --key`.
+    Key {
+        /// The server's data dir, holding ledger/key.pem (default:
+        /// WAVEGATE_LEDGER_KEY_FILE, else WAVEGATE_DATA_DIR, else wavegate-data).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// The key file itself, as WAVEGATE_LEDGER_KEY_FILE names it.
+        #[arg(long, value_name = "FILE", conflicts_with = "data_dir")]
+        key: Option<PathBuf>,
     },
 }
 
@@ -168,9 +187,31 @@ fn ledger_command(command: LedgerCommand) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
     let done = runtime.block_on(async {
         match command {
-            LedgerCommand::Verify { database } => {
+            LedgerCommand::Verify { database, key } => {
+                let key = match key {
+                    Some(given) => match public_key_given(&given) {
+                        Ok(key) => Ok((key, "--key".to_owned())),
+                        Err(e) => return Ok(usage_error(&e)),
+                    },
+                    None => server_public_key(),
+                };
                 let store = open_ledger(database).await?;
-                verify_ledger(&store).await
+                verify_ledger(&store, key).await
+            }
+            LedgerCommand::Key { data_dir, key } => {
+                let path = match (key, data_dir) {
+                    (Some(file), _) => file,
+                    (None, Some(dir)) => ledger_key::in_data_dir(&dir),
+                    (None, None) => ledger_key::server_key_path(|name| std::env::var(name).ok()),
+                };
+                if !path.exists() {
+                    return Ok(usage_error(&format!(
+                        "there is no ledger key at {}: the server creates it in its data dir at first start; give the data dir with --data-dir DIR or the key file with --key FILE",
+                        path.display()
+                    )));
+                }
+                println!("{}", ledger_key::public_of(&path)?);
+                Ok(ExitCode::SUCCESS)
             }
             LedgerCommand::Export { repo, database } => {
                 let store = open_ledger(database).await?;
@@ -192,15 +233,71 @@ async fn open_ledger(database: Option<String>) -> anyhow::Result<Store> {
     Store::open_existing(&url).await
 }
 
-/// One line per repository; exit 1 when any chain is broken or unreadable.
-async fn verify_ledger(store: &Store) -> anyhow::Result<ExitCode> {
+/// `--key`: the public key's text, or a file holding it.
+fn public_key_given(given: &str) -> Result<ledger::PublicKey, String> {
+    if let Ok(key) = given.parse() {
+        return Ok(key);
+    }
+    match std::fs::read_to_string(given) {
+        Ok(text) => text
+            .parse()
+            .map_err(|e| format!("--key: the file {given} does not hold a public key: {e}")),
+        Err(_) => given.parse().map_err(|e| format!("--key: {e}")),
+    }
+}
+
+/// The server's public key, when its key file is readable here, and where
+/// it came from; else why signatures cannot be checked.
+fn server_public_key() -> Result<(ledger::PublicKey, String), String> {
+    let path = ledger_key::server_key_path(|name| std::env::var(name).ok());
+    match ledger_key::public_of(&path) {
+        Ok(key) => Ok((key, path.display().to_string())),
+        Err(_) if !path.exists() => Err(format!("no ledger key at {}", path.display())),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
+/// One line per repository (with its head, to compare with the one the
+/// forge shows); exit 1 when any chain or signature is bad, a chain cannot
+/// be read, or the record of when signing began is missing or changed.
+async fn verify_ledger(
+    store: &Store,
+    key: Result<(ledger::PublicKey, String), String>,
+) -> anyhow::Result<ExitCode> {
+    let mut all_intact = true;
+    let start = match &key {
+        Ok((key, from)) => {
+            println!("checking signatures with {key} (from {from})");
+            match store.signing_start(key).await? {
+                Some(start) if start.verifies(key) => Some(start),
+                Some(_) => {
+                    all_intact = false;
+                    println!(
+                        "the record of when signing with {key} began is not signed by it: it was changed in the database; restore it from a backup"
+                    );
+                    None
+                }
+                None => {
+                    all_intact = false;
+                    println!(
+                        "there is no record that this ledger was ever signed with {key}: it is not this ledger's key (`wavegate ledger key` on the server prints it), or the record was removed from the database"
+                    );
+                    None
+                }
+            }
+        }
+        Err(_) => None,
+    };
+    let check = match (&key, &start) {
+        (Ok((key, _)), Some(start)) => Some(ledger::SignatureCheck { key, start }),
+        _ => None,
+    };
     let repos = store.ledger_repos().await?;
     if repos.is_empty() {
         println!("the ledger holds no facts yet");
     }
-    let mut all_intact = true;
-    for repo in repos {
-        let facts = match store.repo_facts(&repo).await {
+    for repo in &repos {
+        let facts = match store.repo_facts(repo).await {
             Ok(facts) => facts,
             Err(e) => {
                 all_intact = false;
@@ -208,22 +305,69 @@ async fn verify_ledger(store: &Store) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        match ledger::verify_chain(&facts) {
-            Ok(()) => {
-                let plural = if facts.len() == 1 { "" } else { "s" };
-                println!("{repo}: {} fact{plural}, chain intact", facts.len());
-            }
+        match ledger::verify(&facts, check) {
+            Ok(verified) => println!("{repo}: {}", describe_verified(&verified)),
             Err(broken) => {
                 all_intact = false;
                 println!("{broken}");
+                if let Some(fact) = facts.iter().find(|f| f.seq == broken.seq) {
+                    println!("  seq {}: {}", fact.seq, describe_fact(fact));
+                }
             }
         }
+    }
+    if let Some(start) = &start {
+        for (repo, head) in &start.heads {
+            if !repos.contains(repo) {
+                all_intact = false;
+                println!(
+                    "the ledger of {repo} is gone: it reached seq {} when signing started, and has no fact now; restore it from a backup or an export",
+                    head.seq
+                );
+            }
+        }
+    }
+    if let Err(why) = &key {
+        println!(
+            "signatures not checked: {why}; give the ledger's public key with --key (`wavegate ledger key` on the server prints it)"
+        );
     }
     Ok(if all_intact {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `3 facts, chain intact, all signed; head seq 3 sha256:…`.
+fn describe_verified(verified: &ledger::Verified) -> String {
+    let plural = if verified.facts == 1 { "" } else { "s" };
+    let mut line = format!("{} fact{plural}, chain intact", verified.facts);
+    if let Some(signatures) = verified.signatures {
+        match (signatures.signed, signatures.unsigned) {
+            (_, 0) => line.push_str(", all signed"),
+            (0, unsigned) => {
+                line.push_str(&format!(", {unsigned} unsigned (written before signing)"))
+            }
+            (signed, unsigned) => line.push_str(&format!(
+                ", {signed} signed, {unsigned} unsigned (written before signing)"
+            )),
+        }
+    }
+    if let Some(head) = &verified.head {
+        line.push_str(&format!("; head seq {} {}", head.seq, head.hash));
+    }
+    line
+}
+
+/// What a fact says, to name it: `approved sha256:… by alice (id 7) at …`.
+fn describe_fact(fact: &ledger::Fact) -> String {
+    let at = chrono::DateTime::from_timestamp_millis(fact.fact.at)
+        .map_or_else(|| fact.fact.at.to_string(), |t| t.to_rfc3339());
+    format!(
+        "{} {} at gate {} by {} (id {}) at {at}",
+        fact.fact.kind, fact.fact.digest, fact.fact.gate, fact.fact.actor.login, fact.fact.actor.id
+    )
 }
 
 async fn export_ledger(store: &Store, repo: Option<String>) -> anyhow::Result<()> {

@@ -1219,8 +1219,11 @@ async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
 /// The control: the same attacks with the sandbox off
 /// (`WAVEGATE_SANDBOX=none`, the operator's explicit opt-out) get through,
 /// seen by the same outside checks. The key's sha256 is in the report (2), a
-/// forged approval chained into the ledger verifies and turns the check
-/// green (3), the test's listener and the bot's own port are reached (5), a
+/// forged approval chained into the ledger turns the check green (3) — and
+/// `wavegate ledger verify` names it, since the plan could write the
+/// database but not sign a fact: the sandbox is what stops the write, the
+/// signature is what catches one made some other way — the test's listener
+/// and the bot's own port are reached (5), a
 /// daemon outlives the plan (6), a hook lands in the mirror (7) and the
 /// estate is overwritten during a plan (10). So the attacks are real and
 /// the checks above can fail. (Even here the server's own git runs with
@@ -1231,6 +1234,10 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
     let (repo, _, digest) = planned(&mut bot, 35).await;
+    bot.assert_ledger_verifies();
+    // From here on the plan writes to the ledger: `settle` no longer
+    // asserts that it verifies; this test says what verify finds instead.
+    bot.ledger_forged = true;
     let estate_before = snapshot(&host.estate);
     let attacks = [
         "files",
@@ -1266,13 +1273,31 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
         .repo_facts("github:acme/infra")
         .await
         .unwrap();
+    let forged = facts
+        .iter()
+        .find(|f| f.fact.kind == FactKind::Approved && f.fact.actor.id == FORGED_APPROVER)
+        .unwrap_or_else(|| panic!("3 the forged approval is in the ledger: {facts:#?}"));
     assert!(
-        facts
-            .iter()
-            .any(|f| f.fact.kind == FactKind::Approved && f.fact.actor.id == FORGED_APPROVER),
-        "3 the forged approval is in the ledger: {facts:#?}"
+        forged.sig.is_none(),
+        "3 the plan could not sign it: {forged:#?}"
     );
-    bot.assert_ledger_verifies();
+    let verify = bot.ledger_verify();
+    let verdict = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(
+        verify.status.code(),
+        Some(1),
+        "3 ledger verify fails: {verdict}"
+    );
+    assert!(
+        verdict.contains(&format!(
+            "the ledger of github:acme/infra is broken at seq {}: fact is not signed",
+            forged.seq
+        )) && verdict.contains(&format!(
+            "  seq {}: approved {digest} at gate pr-35 by rev-bob (id {FORGED_APPROVER})",
+            forged.seq
+        )),
+        "3 ledger verify names the forged approval: {verdict}"
+    );
     assert_eq!(
         plan_check(&bot, &repo, &pushed.head_sha).as_deref(),
         Some("success"),

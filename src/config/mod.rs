@@ -1,5 +1,7 @@
-//! Configuration: the repository's `wavegate.toml` and the server's settings.
+//! Configuration: the repository's `wavegate.toml`, the server's settings
+//! and its ledger key.
 
+pub mod ledger_key;
 pub mod repo;
 pub mod settings;
 

@@ -71,6 +71,13 @@ pub struct Settings {
     pub sandbox: crate::sandbox::SandboxSettings,
     /// How soon an apply answered `held` is tried again (`WAVEGATE_HELD_RETRY`).
     pub held_retry: std::time::Duration,
+    /// The ledger key `WAVEGATE_LEDGER_KEY_FILE` names, read and checked,
+    /// with its path (no sandboxed command may see it); `None`: the server
+    /// keeps its own in the data dir (`config::ledger_key`).
+    pub ledger_key: Option<(
+        std::path::PathBuf,
+        std::sync::Arc<crate::gate::ledger::LedgerKey>,
+    )>,
 }
 
 /// How log lines are written on standard error.
@@ -115,6 +122,8 @@ fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Where the bot keeps its mirrors and its ledger key unless `WAVEGATE_DATA_DIR` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "wavegate-data";
 /// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
 const DEFAULT_GITHUB_API: &str = "https://api.github.com";
@@ -136,7 +145,7 @@ impl Settings {
             .parse()
             .with_context(|| format!("WAVEGATE_LISTEN=`{listen_text}` is not an address; use host:port, e.g. 127.0.0.1:8080"))?;
         let data_dir =
-            PathBuf::from(var("WAVEGATE_DATA_DIR").unwrap_or_else(|| "wavegate-data".into()));
+            PathBuf::from(var("WAVEGATE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
         let github = match (var("WAVEGATE_GITHUB_APP_ID"), get("WAVEGATE_GITHUB_PRIVATE_KEY").filter(|k| !k.trim().is_empty())) {
             (Some(id), Some(key)) => Some(GitHubSettings {
                 app_id: id.parse().with_context(|| format!("WAVEGATE_GITHUB_APP_ID=`{id}` is not a number; use the App ID from the App's settings page"))?,
@@ -189,6 +198,14 @@ impl Settings {
                 .with_context(|| format!("WAVEGATE_HELD_RETRY=`{text}` is not a duration of a second or more; write it like `30s` or `2m`"))?,
             None => crate::apply::HELD_RETRY,
         };
+        let ledger_key = match var("WAVEGATE_LEDGER_KEY_FILE") {
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let key = super::ledger_key::read_named(&path)?;
+                Some((path, std::sync::Arc::new(key)))
+            }
+            None => None,
+        };
         Ok(Self {
             listen,
             database_url: var("WAVEGATE_DATABASE_URL")
@@ -209,6 +226,7 @@ impl Settings {
             reconcile_every,
             sandbox,
             held_retry,
+            ledger_key,
         })
     }
 }
@@ -247,6 +265,28 @@ mod tests {
         assert_eq!(s.database_url, "sqlite://wavegate.db");
         assert_eq!(s.github_api_url, "https://api.github.com");
         assert!(s.github.is_none() && s.forgejo.is_none());
+        assert!(s.ledger_key.is_none());
+    }
+
+    #[test]
+    fn a_ledger_key_file_is_read_and_checked_at_start() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.pem");
+        let key = crate::gate::ledger::LedgerKey::from_seed(&[3; 32]);
+        std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let named = path.display().to_string();
+        let s = settings(&[("WAVEGATE_LEDGER_KEY_FILE", &named)]).unwrap();
+        let (file, read) = s.ledger_key.unwrap();
+        assert_eq!((file, read.public()), (path.clone(), key.public()));
+        let e = settings(&[("WAVEGATE_LEDGER_KEY_FILE", "/no/such/ledger.pem")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("WAVEGATE_LEDGER_KEY_FILE names `/no/such/ledger.pem`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,13 +1,18 @@
 //! The gate ledger (DESIGN §7): append-only facts about gates (`pending`,
 //! `approved`, `refused`, `revoked`, `spent`), each chained to the fact before
-//! it in the same repository by a SHA-256 hash over its canonical JSON, and
-//! the evaluation that decides whether a gate is satisfied for a digest.
-//! Pure: the store persists facts, the worker decides when to append them.
+//! it in the same repository by a SHA-256 hash over its canonical JSON and
+//! signed (Ed25519, over that hash) by the server's ledger key, and the
+//! evaluation that decides whether a gate is satisfied for a digest.
+//! Pure: the store persists facts, the worker decides when to append them,
+//! `config::ledger_key` keeps the key.
 
 use crate::plan::canonical::DigestWriter;
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
+use std::str::FromStr;
 
 /// The `prev` of the first fact of every repository.
 pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -99,6 +104,180 @@ pub struct Fact {
     /// The hash of fact `seq - 1`, or [`GENESIS`] for the first.
     pub prev: String,
     pub hash: String,
+    /// `ed25519:` + base64 of the ledger key's signature of `hash`; `None`
+    /// for a fact written before wavegate signed its facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+/// A repository's newest fact, as published in the report so that a
+/// ledger rewritten or cut short since can be told from the one the forge saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerHead {
+    pub seq: i64,
+    pub hash: String,
+}
+
+/// The server's signed record of when it began signing with a key, made at
+/// its first start with that key: where each repository's chain stood then.
+/// Facts up to those heads were written before signing (with this key);
+/// every later fact, and every fact of a repository not listed, must carry
+/// the key's signature. Signed, so whoever holds the database can neither
+/// move the heads nor forge a record; a record removed is itself caught.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningStart {
+    /// The public key, as [`PublicKey`] prints it.
+    pub key: String,
+    /// Unix ms.
+    pub since: i64,
+    pub heads: std::collections::BTreeMap<String, LedgerHead>,
+    pub sig: String,
+}
+
+impl SigningStart {
+    pub fn new(
+        key: &LedgerKey,
+        since: i64,
+        heads: std::collections::BTreeMap<String, LedgerHead>,
+    ) -> Self {
+        let public = key.public().to_string();
+        let sig = key.sign(&Self::message(&public, since, &heads));
+        Self {
+            key: public,
+            since,
+            heads,
+            sig,
+        }
+    }
+
+    /// What is signed: a fixed prefix (so no fact hash can be mistaken for
+    /// it), then the key, the time and the heads as JSON (sorted by repository).
+    fn message(
+        key: &str,
+        since: i64,
+        heads: &std::collections::BTreeMap<String, LedgerHead>,
+    ) -> String {
+        let heads = serde_json::to_string(heads).expect("heads serialise");
+        format!("wavegate ledger signing start\nkey {key}\nsince {since}\nheads {heads}")
+    }
+
+    /// Whether `key` made this record, unchanged.
+    pub fn verifies(&self, key: &PublicKey) -> bool {
+        self.key == key.to_string()
+            && key.verifies(
+                &Self::message(&self.key, self.since, &self.heads),
+                &self.sig,
+            )
+    }
+}
+
+const KEY_PREFIX: &str = "ed25519:";
+const BASE64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A key that is not one, or a signature that cannot be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("`{0}` is not a ledger public key; give it as `wavegate ledger key` prints it: ed25519:<base64 of 32 bytes>")]
+    NotAPublicKey(String),
+    #[error("not an Ed25519 private key in PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`): {0}")]
+    NotAPrivateKey(String),
+}
+
+/// The server's ledger signing key. Nothing but the server holds it; its
+/// `Debug` shows the public half only.
+pub struct LedgerKey(SigningKey);
+
+impl LedgerKey {
+    /// The key of a 32-byte secret seed (from the system's random source).
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        Self(SigningKey::from_bytes(seed))
+    }
+
+    /// Reads PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it.
+    pub fn from_pkcs8_pem(text: &str) -> Result<Self, KeyError> {
+        use pkcs8::DecodePrivateKey as _;
+        SigningKey::from_pkcs8_pem(text.trim())
+            .map(Self)
+            .map_err(|e| KeyError::NotAPrivateKey(e.to_string()))
+    }
+
+    /// The key as PKCS#8 PEM (wiped from memory when dropped).
+    pub fn to_pkcs8_pem(&self) -> pkcs8::der::zeroize::Zeroizing<String> {
+        use pkcs8::EncodePrivateKey as _;
+        self.0
+            .to_pkcs8_pem(pkcs8::LineEnding::LF)
+            .expect("an Ed25519 key encodes as PKCS#8")
+    }
+
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    /// `ed25519:` + base64 of the signature of `hash` (its UTF-8 text, e.g.
+    /// `sha256:…`).
+    pub fn sign(&self, hash: &str) -> String {
+        let signature = self.0.sign(hash.as_bytes());
+        format!("{KEY_PREFIX}{}", BASE64.encode(signature.to_bytes()))
+    }
+
+    /// `fact`, signed.
+    pub fn signed(&self, mut fact: Fact) -> Fact {
+        fact.sig = Some(self.sign(&fact.hash));
+        fact
+    }
+}
+
+impl fmt::Debug for LedgerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LedgerKey({})", self.public())
+    }
+}
+
+/// The public half of a ledger key: what `wavegate ledger verify --key`
+/// checks signatures with. Shown as `ed25519:<base64 of its 32 bytes>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+impl PublicKey {
+    /// Whether `sig` is this key's signature of `message` (a fact's hash).
+    /// Strict: a malleated signature or a weak key does not verify.
+    pub fn verifies(&self, message: &str, sig: &str) -> bool {
+        let Some(bytes) = sig
+            .strip_prefix(KEY_PREFIX)
+            .and_then(|b64| BASE64.decode(b64).ok())
+        else {
+            return false;
+        };
+        let Ok(signature) = ed25519_dalek::Signature::from_slice(&bytes) else {
+            return false;
+        };
+        self.0.verify_strict(message.as_bytes(), &signature).is_ok()
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{KEY_PREFIX}{}", BASE64.encode(self.0.as_bytes()))
+    }
+}
+
+impl FromStr for PublicKey {
+    type Err = KeyError;
+
+    fn from_str(text: &str) -> Result<Self, KeyError> {
+        let text = text.trim();
+        let not_one = || KeyError::NotAPublicKey(text.to_owned());
+        let bytes: [u8; 32] = text
+            .strip_prefix(KEY_PREFIX)
+            .and_then(|b64| BASE64.decode(b64).ok())
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(not_one)?;
+        VerifyingKey::from_bytes(&bytes)
+            .ok()
+            .filter(|key| !key.is_weak())
+            .map(Self)
+            .ok_or_else(not_one)
+    }
 }
 
 /// What a fact's hash covers: everything but `prev` and `hash`.
@@ -135,6 +314,7 @@ pub fn chain(last: Option<&Fact>, new: NewFact) -> Fact {
         fact: new,
         prev,
         hash,
+        sig: None,
     }
 }
 
@@ -150,6 +330,15 @@ pub enum LinkProblem {
     OutOfOrder { expected: i64 },
     /// A fact of another repository sits in this chain.
     ForeignRepo { repo: String },
+    /// The signature is not the ledger key's signature of the hash.
+    BadSignature,
+    /// No signature, on a fact after the head the repository had when
+    /// signing started (`None`: it had no fact then).
+    Unsigned { signed_after: Option<i64> },
+    /// The fact at the head recorded when signing started is another one.
+    NotTheSignedHead,
+    /// The chain ends before the head recorded when signing started.
+    CutShort { had: i64 },
 }
 
 /// The first place a repository's chain does not hold together.
@@ -175,15 +364,74 @@ fn describe(seq: &i64, problem: &LinkProblem) -> String {
             format!("seq {seq} found where seq {expected} was expected")
         }
         LinkProblem::ForeignRepo { repo } => format!("fact belongs to {repo}"),
+        LinkProblem::BadSignature => {
+            "fact's signature is not the ledger key's (it was not written by wavegate)".into()
+        }
+        LinkProblem::Unsigned {
+            signed_after: Some(head),
+        } => format!(
+            "fact is not signed, though every fact after seq {head} (where the chain stood when signing started) is (it was not written by wavegate)"
+        ),
+        LinkProblem::Unsigned { signed_after: None } => "fact is not signed, though every fact of this repository is (it had none when signing started; it was not written by wavegate)".into(),
+        LinkProblem::NotTheSignedHead => {
+            "fact is not the one recorded as the chain's head when signing started".into()
+        }
+        LinkProblem::CutShort { had } => {
+            format!("the chain ends here, but it reached seq {had} when signing started")
+        }
     }
 }
 
 /// Checks one repository's facts, given in seq order: seqs run 1, 2, 3…
 /// without gaps, each `prev` names the hash before, each hash matches its
 /// content. A fact removed from the end leaves no trace in the chain itself.
+/// Signatures are not looked at: [`verify`] does.
 pub fn verify_chain(facts: &[Fact]) -> Result<(), BrokenLink> {
+    verify(facts, None).map(|_| ())
+}
+
+/// What verifying one repository's chain found, when it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub facts: usize,
+    /// The newest fact; `None` for an empty chain.
+    pub head: Option<LedgerHead>,
+    /// `None` when signatures were not checked (no key).
+    pub signatures: Option<Signatures>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Signatures {
+    /// Facts whose signature verifies.
+    pub signed: usize,
+    /// Facts written before wavegate signed its facts with this key (up to
+    /// the head recorded when signing started).
+    pub unsigned: usize,
+}
+
+/// The key facts are checked with and its [`SigningStart`] (verified by
+/// the caller: [`SigningStart::verifies`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SignatureCheck<'a> {
+    pub key: &'a PublicKey,
+    pub start: &'a SigningStart,
+}
+
+/// [`verify_chain`], and with `signatures` each fact's signature too: facts
+/// up to the head the repository had when signing started (pinned by the
+/// signed [`SigningStart`]) are counted as written before signing; every
+/// later fact must carry the key's signature of its hash. The first broken
+/// fact is named.
+pub fn verify(
+    facts: &[Fact],
+    signatures: Option<SignatureCheck<'_>>,
+) -> Result<Verified, BrokenLink> {
     let Some(first) = facts.first() else {
-        return Ok(());
+        return Ok(Verified {
+            facts: 0,
+            head: None,
+            signatures: signatures.map(|_| Signatures::default()),
+        });
     };
     let repo = &first.fact.repo;
     let broken = |seq, problem| BrokenLink {
@@ -192,6 +440,7 @@ pub fn verify_chain(facts: &[Fact]) -> Result<(), BrokenLink> {
         problem,
     };
     let mut expected_prev = GENESIS;
+    let mut counted = Signatures::default();
     for (expected_seq, fact) in (1..).zip(facts) {
         if fact.fact.repo != *repo {
             let problem = LinkProblem::ForeignRepo {
@@ -214,9 +463,42 @@ pub fn verify_chain(facts: &[Fact]) -> Result<(), BrokenLink> {
         if fact_hash(&fact.prev, fact.seq, &fact.fact) != fact.hash {
             return Err(broken(fact.seq, LinkProblem::HashMismatch));
         }
+        if let Some(check) = &signatures {
+            let pinned = check.start.heads.get(repo.as_str());
+            match pinned.filter(|head| fact.seq <= head.seq) {
+                Some(head) => {
+                    if fact.seq == head.seq && fact.hash != head.hash {
+                        return Err(broken(fact.seq, LinkProblem::NotTheSignedHead));
+                    }
+                    counted.unsigned += 1;
+                }
+                None => match &fact.sig {
+                    Some(sig) if check.key.verifies(&fact.hash, sig) => counted.signed += 1,
+                    Some(_) => return Err(broken(fact.seq, LinkProblem::BadSignature)),
+                    None => {
+                        let signed_after = pinned.map(|head| head.seq);
+                        return Err(broken(fact.seq, LinkProblem::Unsigned { signed_after }));
+                    }
+                },
+            }
+        }
         expected_prev = &fact.hash;
     }
-    Ok(())
+    let last = facts.last().expect("a chain with a first fact");
+    if let Some(head) = signatures.and_then(|check| check.start.heads.get(repo.as_str())) {
+        if head.seq > last.seq {
+            let problem = LinkProblem::CutShort { had: head.seq };
+            return Err(broken(last.seq + 1, problem));
+        }
+    }
+    Ok(Verified {
+        facts: facts.len(),
+        head: Some(LedgerHead {
+            seq: last.seq,
+            hash: last.hash.clone(),
+        }),
+        signatures: signatures.map(|_| counted),
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -769,5 +1051,322 @@ mod tests {
                 (alice(), digest('a'), facts[2].fact.at),
             ]
         );
+    }
+
+    /// Written by `openssl genpkey -algorithm ed25519` (PKCS#8 v1, no
+    /// public key inside); `openssl pkey -pubout` gives OPENSSL_PUBLIC.
+    const OPENSSL_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
+-----END PRIVATE KEY-----
+";
+    const OPENSSL_PUBLIC: &str = "ed25519:RgelajyHbdQEgbbUZ1gJTrdMGRQRb+aBYCMIZcaJwSs=";
+
+    fn key(byte: u8) -> LedgerKey {
+        LedgerKey::from_seed(&[byte; 32])
+    }
+
+    /// `sample_chain`, every fact signed by `key`.
+    fn signed_chain(key: &LedgerKey) -> Vec<Fact> {
+        sample_chain().into_iter().map(|f| key.signed(f)).collect()
+    }
+
+    /// The record a server starting with `key` makes of `chains`' heads.
+    fn start_over(key: &LedgerKey, chains: &[&[Fact]]) -> SigningStart {
+        let heads = chains
+            .iter()
+            .filter_map(|facts| facts.last())
+            .map(|last| {
+                let head = LedgerHead {
+                    seq: last.seq,
+                    hash: last.hash.clone(),
+                };
+                (last.fact.repo.clone(), head)
+            })
+            .collect();
+        SigningStart::new(key, 1_700_000_000_000, heads)
+    }
+
+    fn checked<'a>(key: &'a PublicKey, start: &'a SigningStart) -> Option<SignatureCheck<'a>> {
+        Some(SignatureCheck { key, start })
+    }
+
+    #[test]
+    fn a_signature_verifies_with_its_public_key_only_and_for_its_hash_only() {
+        let key = key(1);
+        let hash = fact_hash(
+            GENESIS,
+            1,
+            &new_fact(FactKind::Approved, &digest('a'), alice()),
+        );
+        let sig = key.sign(&hash);
+        assert!(sig.starts_with("ed25519:"), "{sig}");
+        assert!(key.public().verifies(&hash, &sig));
+        assert!(!key.public().verifies(&digest('b'), &sig));
+        assert!(!self::key(2).public().verifies(&hash, &sig));
+        for garbage in [
+            "",
+            "ed25519:",
+            "ed25519:AAAA",
+            &sig[8..],
+            &sig.replace("ed25519:", "rsa:"),
+        ] {
+            assert!(!key.public().verifies(&hash, garbage), "{garbage}");
+        }
+    }
+
+    #[test]
+    fn a_public_key_reads_back_from_what_it_prints() {
+        let public = key(1).public();
+        let text = public.to_string();
+        assert!(
+            text.starts_with("ed25519:") && text.len() == 8 + 44,
+            "{text}"
+        );
+        assert_eq!(text.parse::<PublicKey>(), Ok(public));
+        assert_eq!(format!(" {text}\n").parse::<PublicKey>(), Ok(public));
+        for bad in [
+            "",
+            "ed25519:",
+            "ed25519:AAAA",
+            &text[8..],
+            "ssh-ed25519 AAAAC3Nza",
+        ] {
+            let error = bad.parse::<PublicKey>().unwrap_err();
+            assert!(error.to_string().contains("wavegate ledger key"), "{error}");
+        }
+        // The identity point is a weak key: anything would verify under it.
+        let weak = format!(
+            "ed25519:{}",
+            BASE64.encode({
+                let mut bytes = [0u8; 32];
+                bytes[0] = 1;
+                bytes
+            })
+        );
+        assert!(weak.parse::<PublicKey>().is_err());
+    }
+
+    #[test]
+    fn a_key_reads_back_from_its_pem_and_from_openssls() {
+        let key = key(3);
+        let pem = key.to_pkcs8_pem();
+        assert!(
+            pem.starts_with("-----BEGIN PRIVATE KEY-----"),
+            "{}",
+            pem.as_str()
+        );
+        let back = LedgerKey::from_pkcs8_pem(&pem).unwrap();
+        assert_eq!(back.public(), key.public());
+        let openssl = LedgerKey::from_pkcs8_pem(OPENSSL_PEM).unwrap();
+        assert_eq!(openssl.public().to_string(), OPENSSL_PUBLIC);
+        let error = LedgerKey::from_pkcs8_pem(
+            "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("PKCS#8"), "{error}");
+    }
+
+    #[test]
+    fn a_keys_debug_shows_its_public_half_only() {
+        let key = key(4);
+        let shown = format!("{key:?}");
+        assert_eq!(shown, format!("LedgerKey({})", key.public()));
+        assert!(!shown.contains(&BASE64.encode([4u8; 32])), "{shown}");
+    }
+
+    #[test]
+    fn a_signed_chain_verifies_and_says_how_many_facts_are_signed() {
+        let key = key(1);
+        let start = start_over(&key, &[]);
+        assert!(start.verifies(&key.public()));
+        let facts = signed_chain(&key);
+        let verified = verify(&facts, checked(&key.public(), &start)).unwrap();
+        assert_eq!(
+            verified,
+            Verified {
+                facts: 4,
+                head: Some(LedgerHead {
+                    seq: 4,
+                    hash: facts[3].hash.clone()
+                }),
+                signatures: Some(Signatures {
+                    signed: 4,
+                    unsigned: 0
+                }),
+            }
+        );
+        assert_eq!(verify(&facts, None).unwrap().signatures, None);
+        assert_eq!(verify_chain(&facts), Ok(()));
+    }
+
+    #[test]
+    fn facts_up_to_the_head_pinned_when_signing_started_are_counted_unsigned_not_broken() {
+        let key = key(1);
+        let mut facts = sample_chain();
+        let start = start_over(&key, &[&facts[..2]]);
+        for fact in &mut facts[2..] {
+            fact.sig = Some(key.sign(&fact.hash));
+        }
+        assert_eq!(
+            verify(&facts, checked(&key.public(), &start))
+                .unwrap()
+                .signatures,
+            Some(Signatures {
+                signed: 2,
+                unsigned: 2
+            })
+        );
+    }
+
+    #[test]
+    fn an_unsigned_fact_after_the_pinned_head_is_broken_and_named() {
+        let key = key(1);
+        let mut facts = sample_chain();
+        let start = start_over(&key, &[&facts[..1]]);
+        for fact in &mut facts[1..] {
+            fact.sig = Some(key.sign(&fact.hash));
+        }
+        facts[2].sig = None;
+        let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(
+            (broken.seq, &broken.problem),
+            (
+                3,
+                &LinkProblem::Unsigned {
+                    signed_after: Some(1)
+                }
+            )
+        );
+        let message = broken.to_string();
+        assert!(message.contains("broken at seq 3"), "{message}");
+        assert!(message.contains("every fact after seq 1"), "{message}");
+        assert!(message.contains("not written by wavegate"), "{message}");
+        assert_eq!(verify_chain(&facts), Ok(()), "the chain itself holds");
+    }
+
+    #[test]
+    fn a_forged_fact_chained_correctly_after_signed_ones_is_caught() {
+        let key = key(1);
+        let start = start_over(&key, &[]);
+        let mut facts = signed_chain(&key);
+        let forged = chain(
+            facts.last(),
+            new_fact(FactKind::Approved, &digest('a'), bob()),
+        );
+        facts.push(forged.clone());
+        assert_eq!(verify_chain(&facts), Ok(()), "its hash is right");
+        let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(broken.seq, 5);
+
+        // Signed with another key, or with a signature lifted from another fact.
+        for sig in [
+            self::key(9).sign(&forged.hash),
+            facts[1].sig.clone().unwrap(),
+        ] {
+            facts[4].sig = Some(sig);
+            let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
+            assert_eq!((broken.seq, broken.problem), (5, LinkProblem::BadSignature));
+        }
+    }
+
+    #[test]
+    fn a_repository_forged_whole_after_signing_started_is_caught_at_its_first_fact() {
+        let key = key(1);
+        // The ledger was empty when the server started signing.
+        let start = start_over(&key, &[]);
+        let forged = sample_chain();
+        let broken = verify(&forged, checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(
+            (broken.seq, &broken.problem),
+            (1, &LinkProblem::Unsigned { signed_after: None })
+        );
+        assert!(broken.to_string().contains("had none when signing started"));
+    }
+
+    #[test]
+    fn a_bad_signature_is_broken_even_on_the_first_fact() {
+        let key = key(1);
+        let start = start_over(&key, &[]);
+        let mut facts = signed_chain(&key);
+        facts[0].sig = Some(self::key(2).sign(&facts[0].hash));
+        let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(
+            (broken.seq, &broken.problem),
+            (1, &LinkProblem::BadSignature)
+        );
+        assert!(broken
+            .to_string()
+            .contains("signature is not the ledger key's"));
+    }
+
+    #[test]
+    fn the_facts_before_signing_are_pinned_a_rewrite_or_a_cut_is_named() {
+        let key = key(1);
+        let facts = sample_chain();
+        let start = start_over(&key, &[&facts]);
+        // Rewritten from seq 2 on, rechained: the pinned head is another fact.
+        let rewritten = ledger(
+            facts
+                .iter()
+                .map(|f| NewFact {
+                    at: f.fact.at - 5_000,
+                    ..f.fact.clone()
+                })
+                .take(4)
+                .collect(),
+        );
+        let broken = verify(&rewritten, checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(
+            (broken.seq, &broken.problem),
+            (4, &LinkProblem::NotTheSignedHead)
+        );
+        // Cut short below the pinned head.
+        let broken = verify(&facts[..2], checked(&key.public(), &start)).unwrap_err();
+        assert_eq!(
+            (broken.seq, &broken.problem),
+            (3, &LinkProblem::CutShort { had: 4 })
+        );
+        assert!(broken
+            .to_string()
+            .contains("reached seq 4 when signing started"));
+    }
+
+    #[test]
+    fn a_signing_start_verifies_only_unchanged_and_with_its_own_key() {
+        let key = key(1);
+        let facts = sample_chain();
+        let start = start_over(&key, &[&facts]);
+        assert!(start.verifies(&key.public()));
+        assert!(!start.verifies(&self::key(2).public()));
+        let mut moved = start.clone();
+        moved.heads.get_mut(REPO).unwrap().seq = 2;
+        assert!(!moved.verifies(&key.public()));
+        let mut later = start.clone();
+        later.since += 1;
+        assert!(!later.verifies(&key.public()));
+        let mut more = start.clone();
+        more.heads.insert(
+            "github:acme/other".into(),
+            LedgerHead {
+                seq: 9,
+                hash: digest('e'),
+            },
+        );
+        assert!(!more.verifies(&key.public()));
+        // Its signature is of no use as a fact's.
+        let mut fact = facts[0].clone();
+        fact.sig = Some(start.sig.clone());
+        let empty = start_over(&key, &[]);
+        assert!(verify(&[fact], checked(&key.public(), &empty)).is_err());
+    }
+
+    #[test]
+    fn a_signed_fact_reads_back_from_its_json_and_an_unsigned_one_has_no_sig_field() {
+        let key = key(1);
+        let signed = key.signed(sample_chain().remove(0));
+        let line = serde_json::to_string(&signed).unwrap();
+        assert_eq!(serde_json::from_str::<Fact>(&line).unwrap(), signed);
+        let unsigned = serde_json::to_value(&sample_chain()[0]).unwrap();
+        assert!(unsigned.get("sig").is_none(), "{unsigned}");
     }
 }

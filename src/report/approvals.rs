@@ -1,9 +1,11 @@
 //! The approvals part of the report: who approved which digest and when,
-//! what is still required, and approvals that stand for an earlier plan.
+//! what is still required, approvals that stand for an earlier plan, and
+//! the repository's ledger head as it was (published where the database
+//! cannot rewrite it, so a ledger rewritten or cut short since is caught).
 //! It follows the report as planned, between markers, and is rendered anew
 //! whenever the ledger moves, without planning again.
 
-use crate::gate::ledger::{Actor, Evaluation};
+use crate::gate::ledger::{Actor, Evaluation, LedgerHead};
 use std::fmt::Write as _;
 
 pub const START: &str = "<!-- wavegate:approvals -->";
@@ -26,6 +28,8 @@ pub struct Standing {
     pub stale: Vec<Stale>,
     /// The pull request edits `[policy]`: say it counts only after merge.
     pub policy_changed: bool,
+    /// The repository's newest ledger fact when the section was written.
+    pub ledger_head: Option<LedgerHead>,
 }
 
 impl Standing {
@@ -140,6 +144,13 @@ pub fn render(standing: &Standing, digest: &str) -> String {
             );
         }
     }
+    if let Some(head) = &standing.ledger_head {
+        let _ = writeln!(
+            out,
+            "\nGate ledger head when this was written: seq {}, `{}`.",
+            head.seq, head.hash
+        );
+    }
     let _ = writeln!(out, "{END}");
     out
 }
@@ -150,6 +161,7 @@ mod tests {
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
     fn actor(login: &str) -> Actor {
         Actor {
@@ -173,6 +185,10 @@ mod tests {
                 at: 1_764_457_200_000,
             }],
             policy_changed: false,
+            ledger_head: Some(LedgerHead {
+                seq: 12,
+                hash: D2.into(),
+            }),
         };
         insta::assert_snapshot!(render(&standing, D1), @r"
         <!-- wavegate:approvals -->
@@ -184,6 +200,8 @@ mod tests {
 
         For an earlier plan (kept in the ledger, no longer counting):
         - @carol approved `sha256:0000000000000000000000000000000000000000000000000000000000000000` (2025-11-29 23:00 UTC)
+
+        Gate ledger head when this was written: seq 12, `sha256:2222222222222222222222222222222222222222222222222222222222222222`.
         <!-- /wavegate:approvals -->
         ");
         assert!(!standing.satisfied());

@@ -100,6 +100,15 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             crate::store::redact_url(&settings.database_url)
         )
     })?;
+    let key = ledger_key(settings, &store).await?;
+    let store = store.signing_with(key.clone()).await?;
+    match store.signing_start(&key.public()).await? {
+        Some(start) if start.verifies(&key.public()) => {}
+        _ => tracing::error!(
+            "the record of when this ledger began to be signed with {} does not verify: it was changed in the database; `wavegate ledger verify` fails until it is restored from a backup",
+            key.public()
+        ),
+    }
     let forges = Arc::new(Forges::from_settings(settings)?);
     let sandbox = Arc::new(start_sandbox(settings).await?);
     let wake = Arc::new(Notify::new());
@@ -180,6 +189,67 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     })
 }
 
+/// The key every fact is signed with: `WAVEGATE_LEDGER_KEY_FILE`'s, else the
+/// data dir's (generated at first start). Says which, and warns when the
+/// ledger's newest signed facts were signed by another key (a lost key, or
+/// replicas that do not share one) or one replica among several keeps its own.
+async fn ledger_key(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<Arc<crate::gate::ledger::LedgerKey>> {
+    use crate::config::ledger_key;
+    let (key, origin) = match &settings.ledger_key {
+        Some((path, key)) => (
+            key.clone(),
+            format!("{} ({})", path.display(), ledger_key::VAR),
+        ),
+        None => {
+            let (key, generated) = ledger_key::load_or_generate(&settings.data_dir)?;
+            let path = ledger_key::in_data_dir(&settings.data_dir);
+            if generated {
+                tracing::info!(
+                    "generated the ledger key {}: back it up with the database (facts it signed verify with no other key)",
+                    path.display()
+                );
+            }
+            if store.backend() == crate::store::Backend::Postgres {
+                tracing::warn!(
+                    "the ledger key is this server's own ({}): every replica on this database must sign with the same key, kept where it outlives the container; give each the same file with {}",
+                    path.display(),
+                    ledger_key::VAR
+                );
+            }
+            (Arc::new(key), path.display().to_string())
+        }
+    };
+    let public = key.public();
+    tracing::info!(key = %public, "ledger facts are signed with {origin}");
+    let newest = store.newest_signed_facts().await?;
+    let foreign: Vec<String> = newest
+        .iter()
+        .filter(|fact| {
+            !fact
+                .sig
+                .as_deref()
+                .is_some_and(|sig| public.verifies(&fact.hash, sig))
+        })
+        .map(|fact| format!("{} seq {}", fact.fact.repo, fact.seq))
+        .collect();
+    if !foreign.is_empty() && foreign.len() == newest.len() {
+        tracing::error!(
+            "no repository's newest signed fact verifies with this server's ledger key {public} ({}): the key changed (a lost data dir, replicas with keys of their own); give the server the key its facts were signed with ({}), or `wavegate ledger verify` fails for every fact signed from now on",
+            foreign.join(", "),
+            ledger_key::VAR
+        );
+    } else if !foreign.is_empty() {
+        tracing::error!(
+            "signed facts that do not verify with this server's ledger key {public}: {}; they were not written by wavegate: run `wavegate ledger verify`",
+            foreign.join(", ")
+        );
+    }
+    Ok(key)
+}
+
 /// Checks the operator's sandbox paths against what commands must never see,
 /// then tries the sandbox. One that cannot run here leaves the server up (it
 /// takes webhooks and says what is wrong) with every command refused.
@@ -195,6 +265,9 @@ async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
     }
     if let Some(key) = &key {
         secrets.push(("the App's private key", key));
+    }
+    if let Some((ledger_key, _)) = &settings.ledger_key {
+        secrets.push(("the ledger key", ledger_key));
     }
     settings
         .sandbox
@@ -358,4 +431,83 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
 
 fn accepted(body: serde_json::Value) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, String)]) -> Settings {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        Settings::from_lookup(|name| map.get(name).cloned()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_path_that_would_show_commands_the_ledger_key_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let host = tempfile::tempdir().unwrap();
+        let secrets = host.path().join("secrets");
+        std::fs::create_dir(&secrets).unwrap();
+        let key_file = secrets.join("ledger.pem");
+        let key = crate::gate::ledger::LedgerKey::from_seed(&[1; 32]);
+        std::fs::write(&key_file, key.to_pkcs8_pem().as_bytes()).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let base = [
+            (
+                "WAVEGATE_DATA_DIR",
+                host.path().join("data").display().to_string(),
+            ),
+            ("WAVEGATE_LEDGER_KEY_FILE", key_file.display().to_string()),
+            ("WAVEGATE_SANDBOX", "none".to_owned()),
+        ];
+        for read in [&secrets, &key_file] {
+            let mut vars = base.to_vec();
+            vars.push(("WAVEGATE_SANDBOX_READ", read.display().to_string()));
+            let error = start_sandbox(&settings(&vars))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with("WAVEGATE_SANDBOX_READ:")
+                    && error.contains("would let every command see the ledger key"),
+                "{error}"
+            );
+        }
+        let mut vars = base.to_vec();
+        vars.push((
+            "WAVEGATE_SANDBOX_READ",
+            host.path().join("tools").display().to_string(),
+        ));
+        std::fs::create_dir(host.path().join("tools")).unwrap();
+        start_sandbox(&settings(&vars)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_server_keeps_its_ledger_key_and_signs_with_it_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("wavegate.db").display());
+        let vars = [
+            (
+                "WAVEGATE_DATA_DIR",
+                dir.path().join("data").display().to_string(),
+            ),
+            ("WAVEGATE_DATABASE_URL", url.clone()),
+        ];
+        let settings = settings(&vars);
+        let store = Store::open(&url).await.unwrap();
+        let first = ledger_key(&settings, &store).await.unwrap();
+        let again = ledger_key(&settings, &store).await.unwrap();
+        assert_eq!(first.public(), again.public());
+        assert_eq!(
+            crate::config::ledger_key::public_of(&crate::config::ledger_key::in_data_dir(
+                &settings.data_dir
+            ))
+            .unwrap(),
+            first.public()
+        );
+    }
 }

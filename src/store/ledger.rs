@@ -1,23 +1,27 @@
 //! The gate ledger's table: facts are appended (chained to their repository's
 //! last fact inside one write transaction, so concurrent appends still form
-//! one gapless chain) and read back; no query here updates or deletes one.
-//! What a fact means is `gate::ledger`'s business.
+//! one gapless chain, and signed with the server's ledger key when the store
+//! has one) and read back; no query here updates or deletes one. What a fact
+//! means is `gate::ledger`'s business.
 
 use super::sql::{to_i64, to_u64};
 use super::Store;
-use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact};
+use crate::gate::ledger::{
+    self, Actor, Fact, FactKind, LedgerHead, LedgerKey, NewFact, PublicKey, SigningStart,
+};
 use anyhow::{anyhow, Context, Result};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
 macro_rules! fact_columns {
     () => {
-        "repo, seq, gate, kind, digest, actor_id, actor_login, at, source, data, prev, hash"
+        "repo, seq, gate, kind, digest, actor_id, actor_login, at, source, data, prev, hash, sig"
     };
 }
 
 impl Store {
-    /// Chains `new` after its repository's last fact and stores it, in one
+    /// Chains `new` after its repository's last fact, signs it (with the
+    /// key of [`Store::signing_with`], if any) and stores it, in one
     /// `BEGIN IMMEDIATE` transaction under the writer lock.
     pub async fn append_fact(&self, new: NewFact) -> Result<Fact> {
         let _writer = self.writer.lock().await;
@@ -42,11 +46,14 @@ impl Store {
         .as_ref()
         .map(fact_from_row)
         .transpose()?;
-        let fact = ledger::chain(last.as_ref(), new);
+        let mut fact = ledger::chain(last.as_ref(), new);
+        if let Some(key) = &self.ledger_key {
+            fact = key.signed(fact);
+        }
         sqlx::query(concat!(
             "INSERT INTO facts (",
             fact_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
         ))
         .bind(&fact.fact.repo)
         .bind(fact.seq)
@@ -60,6 +67,7 @@ impl Store {
         .bind(serde_json::to_string(&fact.fact.data)?)
         .bind(&fact.prev)
         .bind(&fact.hash)
+        .bind(&fact.sig)
         .execute(&mut *tx)
         .await
         .with_context(|| {
@@ -105,6 +113,109 @@ impl Store {
         .collect()
     }
 
+    /// A repository's newest fact's seq and hash; `None` before its first.
+    pub async fn ledger_head(&self, repo: &str) -> Result<Option<LedgerHead>> {
+        let row =
+            sqlx::query("SELECT seq, hash FROM facts WHERE repo = $1 ORDER BY seq DESC LIMIT 1")
+                .bind(repo)
+                .fetch_optional(&self.pool)
+                .await
+                .with_context(|| format!("reading the ledger head of {repo}"))?;
+        row.map(|row| {
+            Ok(LedgerHead {
+                seq: row.try_get("seq")?,
+                hash: row.try_get("hash")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Each repository's newest signed fact (by seq), sorted by repository.
+    pub async fn newest_signed_facts(&self) -> Result<Vec<Fact>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts f WHERE sig IS NOT NULL AND seq = \
+             (SELECT MAX(seq) FROM facts g WHERE g.repo = f.repo AND g.sig IS NOT NULL) \
+             ORDER BY repo"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .context("reading the newest signed fact of each repository")?
+        .iter()
+        .map(fact_from_row)
+        .collect()
+    }
+
+    /// The record of when signing with `key` began, made now (with every
+    /// repository's head) unless there is one: in one write transaction,
+    /// so replicas starting together make one between them.
+    pub async fn start_signing(&self, key: &LedgerKey) -> Result<SigningStart> {
+        let _writer = self.writer.lock().await;
+        let mut tx = self.begin_write().await?;
+        if self.backend == super::Backend::Postgres {
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(7420002)) AS locked")
+                .execute(&mut *tx)
+                .await
+                .context("waiting for the ledger signing lock")?;
+        }
+        let public = key.public().to_string();
+        let existing = sqlx::query(
+            "SELECT public_key, since, heads, sig FROM ledger_signing WHERE public_key = $1",
+        )
+        .bind(&public)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("reading when ledger signing began")?;
+        if let Some(row) = existing {
+            tx.rollback().await?;
+            return signing_start_from_row(&row);
+        }
+        let heads = sqlx::query(
+            "SELECT f.repo, f.seq, f.hash FROM facts f \
+             WHERE f.seq = (SELECT MAX(g.seq) FROM facts g WHERE g.repo = f.repo)",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .context("reading every repository's ledger head")?
+        .iter()
+        .map(|row| {
+            let head = LedgerHead {
+                seq: row.try_get("seq")?,
+                hash: row.try_get("hash")?,
+            };
+            Ok((row.try_get::<String, _>("repo")?, head))
+        })
+        .collect::<Result<_>>()?;
+        let start = SigningStart::new(key, self.now(), heads);
+        sqlx::query(
+            "INSERT INTO ledger_signing (public_key, since, heads, sig) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&start.key)
+        .bind(start.since)
+        .bind(serde_json::to_string(&start.heads)?)
+        .bind(&start.sig)
+        .execute(&mut *tx)
+        .await
+        .context("recording when ledger signing began")?;
+        tx.commit().await?;
+        Ok(start)
+    }
+
+    /// The record of when signing with `key` began, as stored (unverified).
+    pub async fn signing_start(&self, key: &PublicKey) -> Result<Option<SigningStart>> {
+        sqlx::query(
+            "SELECT public_key, since, heads, sig FROM ledger_signing WHERE public_key = $1",
+        )
+        .bind(key.to_string())
+        .fetch_optional(&self.pool)
+        .await
+        .context("reading when ledger signing began")?
+        .as_ref()
+        .map(signing_start_from_row)
+        .transpose()
+    }
+
     /// Every repository with a fact in the ledger, sorted.
     pub async fn ledger_repos(&self) -> Result<Vec<String>> {
         sqlx::query("SELECT DISTINCT repo FROM facts ORDER BY repo")
@@ -115,6 +226,17 @@ impl Store {
             .map(|row| Ok(row.try_get("repo")?))
             .collect()
     }
+}
+
+fn signing_start_from_row(row: &AnyRow) -> Result<SigningStart> {
+    let heads: String = row.try_get("heads")?;
+    Ok(SigningStart {
+        key: row.try_get("public_key")?,
+        since: row.try_get("since")?,
+        heads: serde_json::from_str(&heads)
+            .context("the record of when ledger signing began has heads that are not JSON")?,
+        sig: row.try_get("sig")?,
+    })
 }
 
 fn fact_from_row(row: &AnyRow) -> Result<Fact> {
@@ -144,15 +266,19 @@ fn fact_from_row(row: &AnyRow) -> Result<Fact> {
         },
         prev: row.try_get("prev")?,
         hash: row.try_get("hash")?,
+        sig: row.try_get("sig")?,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::ledger::{verify_chain, Evaluation, Source};
+    use crate::gate::ledger::{
+        verify_chain, Evaluation, LedgerKey, LinkProblem, SignatureCheck, Signatures, Source,
+    };
     use crate::store::test_db::{on_both, TestDatabase};
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     const INFRA: &str = "github:acme/infra";
     const SITE: &str = "forgejo:acme/site";
@@ -310,6 +436,137 @@ mod tests {
         assert_eq!(
             per_repo,
             BTreeMap::from([(SITE.to_owned(), half), (INFRA.to_owned(), half)])
+        );
+    }
+
+    fn signing_key() -> Arc<LedgerKey> {
+        Arc::new(LedgerKey::from_seed(&[7; 32]))
+    }
+
+    /// What whoever holds the database can do: append a fact chained
+    /// correctly after the last one, with no signature or one of their own.
+    async fn forge_fact(store: &Store, new: NewFact, sig: Option<String>) -> Fact {
+        let last = store.repo_facts(&new.repo).await.unwrap().pop();
+        let mut fact = ledger::chain(last.as_ref(), new);
+        fact.sig = sig;
+        sqlx::query(concat!(
+            "INSERT INTO facts (",
+            fact_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+        ))
+        .bind(&fact.fact.repo)
+        .bind(fact.seq)
+        .bind(&fact.fact.gate)
+        .bind(fact.fact.kind.as_str())
+        .bind(&fact.fact.digest)
+        .bind(to_i64(fact.fact.actor.id, "actor id").unwrap())
+        .bind(&fact.fact.actor.login)
+        .bind(fact.fact.at)
+        .bind(serde_json::to_string(&fact.fact.source).unwrap())
+        .bind(serde_json::to_string(&fact.fact.data).unwrap())
+        .bind(&fact.prev)
+        .bind(&fact.hash)
+        .bind(&fact.sig)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        fact
+    }
+
+    on_both!(fixture_on, a_signing_store_signs_every_fact_and_a_forged_one_is_named, #[tokio::test]);
+    async fn a_signing_store_signs_every_fact_and_a_forged_one_is_named(f: Fixture) {
+        let key = signing_key();
+        let public = key.public();
+        // A fact written before signing, then a server that signs.
+        let unsigned = f.store.clone();
+        unsigned
+            .append_fact(approval(INFRA, "pr-1", 1, 1))
+            .await
+            .unwrap();
+        assert_eq!(unsigned.signing_start(&public).await.unwrap(), None);
+        let store = f.store.clone().signing_with(key.clone()).await.unwrap();
+        let start = store.signing_start(&public).await.unwrap().unwrap();
+        assert!(start.verifies(&public));
+        let first = store.repo_facts(INFRA).await.unwrap();
+        assert_eq!(
+            start.heads,
+            BTreeMap::from([(
+                INFRA.to_owned(),
+                LedgerHead {
+                    seq: 1,
+                    hash: first[0].hash.clone()
+                }
+            )])
+        );
+        // Starting again (a restart, another replica) keeps the first record.
+        let again = f.store.clone().signing_with(key.clone()).await.unwrap();
+        assert_eq!(again.start_signing(&key).await.unwrap(), start);
+        for n in 2..=3 {
+            store
+                .append_fact(approval(INFRA, "pr-1", n, n))
+                .await
+                .unwrap();
+        }
+        let facts = store.repo_facts(INFRA).await.unwrap();
+        assert_eq!(facts[0].sig, None);
+        assert!(facts[1..].iter().all(|f| f.sig.is_some()));
+        let check = Some(SignatureCheck {
+            key: &public,
+            start: &start,
+        });
+        assert_eq!(
+            ledger::verify(&facts, check).unwrap().signatures,
+            Some(Signatures {
+                signed: 2,
+                unsigned: 1
+            })
+        );
+        assert_eq!(
+            store.ledger_head(INFRA).await.unwrap(),
+            Some(LedgerHead {
+                seq: 3,
+                hash: facts[2].hash.clone()
+            })
+        );
+        assert_eq!(store.ledger_head(SITE).await.unwrap(), None);
+
+        // Someone with the database appends an approval chained like the
+        // server's: the chain holds, the signature does not.
+        forge_fact(&store, approval(INFRA, "pr-1", 666, 4), None).await;
+        let other_key = LedgerKey::from_seed(&[8; 32]);
+        let mut forged = approval(INFRA, "pr-1", 667, 5);
+        forged.at += 1;
+        let last = store.repo_facts(INFRA).await.unwrap().pop();
+        let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
+        forge_fact(&store, forged, Some(other_key.sign(&hash))).await;
+        let facts = store.repo_facts(INFRA).await.unwrap();
+        assert_eq!(verify_chain(&facts), Ok(()));
+        let broken = ledger::verify(&facts, check).unwrap_err();
+        assert_eq!(
+            (broken.seq, broken.problem),
+            (
+                4,
+                LinkProblem::Unsigned {
+                    signed_after: Some(1)
+                }
+            )
+        );
+        let newest: Vec<i64> = store
+            .newest_signed_facts()
+            .await
+            .unwrap()
+            .iter()
+            .map(|f| f.seq)
+            .collect();
+        assert_eq!(newest, [5], "the newest fact with a signature, good or not");
+
+        // A repository no server has written to yet, forged whole.
+        forge_fact(&store, approval(SITE, "pr-9", 668, 6), None).await;
+        let site = store.repo_facts(SITE).await.unwrap();
+        let broken = ledger::verify(&site, check).unwrap_err();
+        assert_eq!(
+            (broken.seq, broken.problem),
+            (1, LinkProblem::Unsigned { signed_after: None })
         );
     }
 }

@@ -69,6 +69,15 @@ macro_rules! migrations {
                 name: "repositories",
                 sql: include_str!(concat!("migrations/", $backend, "/0005_repositories.sql")),
             },
+            Migration {
+                version: 6,
+                name: "fact signatures",
+                sql: include_str!(concat!(
+                    "migrations/",
+                    $backend,
+                    "/0006_fact_signatures.sql"
+                )),
+            },
         ]
     };
 }
@@ -130,6 +139,9 @@ pub struct Store {
     pub(super) writer: Arc<tokio::sync::Mutex<()>>,
     /// Deliveries go through one writer that commits them in groups.
     intake: tokio::sync::mpsc::Sender<super::intake::Request>,
+    /// Signs every fact appended ([`Store::signing_with`]); the server's
+    /// alone, never in the database.
+    pub(super) ledger_key: Option<Arc<crate::gate::ledger::LedgerKey>>,
 }
 
 impl fmt::Debug for Store {
@@ -220,9 +232,19 @@ impl Store {
             backend,
             clock,
             writer,
+            ledger_key: None,
         };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// This store, signing every fact it appends with `key` from now on;
+    /// the first time for this key, after recording where each chain stands
+    /// ([`Store::start_signing`]).
+    pub async fn signing_with(mut self, key: Arc<crate::gate::ledger::LedgerKey>) -> Result<Self> {
+        self.start_signing(&key).await?;
+        self.ledger_key = Some(key);
+        Ok(self)
     }
 
     pub fn backend(&self) -> Backend {

@@ -838,8 +838,10 @@ impl Worker {
         {
             approved_at.insert(fact.fact.actor.login.clone(), fact.fact.at);
         }
+        let ledger_head = self.store.ledger_head(&repo.id.to_string()).await?;
         let standing = Standing {
             evaluation,
+            ledger_head,
             approved_at: approved_at.into_iter().collect(),
             stale: ledger::stale_approvals(&counted, &digest)
                 .into_iter()

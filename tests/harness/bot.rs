@@ -37,6 +37,9 @@ pub struct Bot {
     pub second: Option<(u16, Option<Child>)>,
     /// The PostgreSQL database the replicas share, dropped with the bot.
     pub postgres: Option<PostgresDatabase>,
+    /// Someone else wrote to the ledger (the sandbox-off control): `settle`
+    /// no longer asserts that it verifies.
+    pub ledger_forged: bool,
 }
 
 impl Bot {
@@ -92,6 +95,7 @@ impl Bot {
             bootstrap_applies: 0,
             second: None,
             postgres: None,
+            ledger_forged: false,
         };
         bot.bootstrap_applies = bot.applies_run().len();
         bot
@@ -113,12 +117,21 @@ impl Bot {
     }
 
     /// Two replicas of `wavegate serve` on one fresh PostgreSQL database,
-    /// each with its own port, data dir and log, sharing the fake forge.
+    /// each with its own port, data dir and log, sharing the fake forge and
+    /// the ledger key (WAVEGATE_LEDGER_KEY_FILE), as replicas must.
     pub async fn start_replicated(env: &[(&str, &str)]) -> Self {
         let database = PostgresDatabase::create().await;
         let mut env: Vec<(&str, &str)> = env.to_vec();
         env.push(("WAVEGATE_DATABASE_URL", &database.url));
-        let mut bot = Self::launch(&env, true).await;
+        let mut bot = Self::unstarted(&env, true).await;
+        let keys = bot.dir.path().join("ledger-key");
+        wavegate::config::ledger_key::load_or_generate(&keys).unwrap();
+        let key_file = wavegate::config::ledger_key::in_data_dir(&keys);
+        bot.extra_env.push((
+            "WAVEGATE_LEDGER_KEY_FILE".into(),
+            key_file.display().to_string(),
+        ));
+        bot.start_server().await;
         bot.postgres = Some(database);
         bot.second = Some((free_port(), None));
         bot.start_second().await;
@@ -290,7 +303,9 @@ impl Bot {
     /// ledger must verify at every such point.
     pub async fn settle(&self) -> Vec<Job> {
         let jobs = self.settled().await;
-        self.assert_ledger_verifies();
+        if !self.ledger_forged {
+            self.assert_ledger_verifies();
+        }
         jobs
     }
 
@@ -829,17 +844,53 @@ pub fn digest_in(text: &str) -> String {
 }
 
 impl Bot {
-    /// `wavegate ledger verify` on this server's database.
-    pub fn assert_ledger_verifies(&self) {
+    /// The public key the server signs its ledger facts with, as
+    /// `wavegate ledger key` prints it from the server's key file.
+    pub fn ledger_public_key(&self) -> String {
+        let from = match self
+            .extra_env
+            .iter()
+            .find(|(name, _)| name == "WAVEGATE_LEDGER_KEY_FILE")
+        {
+            Some((_, file)) => ["--key".to_owned(), file.clone()],
+            None => [
+                "--data-dir".to_owned(),
+                self.dir.path().join("data").display().to_string(),
+            ],
+        };
         let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
-            .args(["ledger", "verify", "--database", &self.database_url()])
+            .args(["ledger", "key"])
+            .args(from)
             .output()
             .unwrap();
+        assert!(output.status.success(), "ledger key failed: {output:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    }
+
+    /// `wavegate ledger verify --key <the server's public key>` on this
+    /// server's database, offline, as an auditor runs it.
+    pub fn ledger_verify(&self) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_wavegate"))
+            .args(["ledger", "verify", "--database", &self.database_url()])
+            .args(["--key", &self.ledger_public_key()])
+            .env_remove("WAVEGATE_LEDGER_KEY_FILE")
+            .env_remove("WAVEGATE_DATA_DIR")
+            .output()
+            .unwrap()
+    }
+
+    /// Every chain intact and every fact signed by the server's key.
+    pub fn assert_ledger_verifies(&self) {
+        let output = self.ledger_verify();
+        let report = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
-            "ledger verify failed:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
+            "ledger verify failed:\n{report}{}",
             String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            report.starts_with("checking signatures with ed25519:") && !report.contains("unsigned"),
+            "every fact is signed:\n{report}"
         );
     }
 }

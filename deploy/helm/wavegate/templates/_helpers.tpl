@@ -91,3 +91,19 @@ mode, the paths and the cluster's version. */}}
 {{- define "wavegate.githubKeyDir" -}}
 /run/secrets/wavegate/github
 {{- end }}
+
+{{/* Where the ledger key is mounted, as a file. */}}
+{{- define "wavegate.ledgerKeyDir" -}}
+/run/secrets/wavegate/ledger
+{{- end }}
+
+{{/* The Secret holding the ledger key: required in postgres mode (every
+replica signs with the same key, and the data dir is an emptyDir); "" in
+sqlite mode lets the bot generate one on the volume. */}}
+{{- define "wavegate.ledgerKeySecret" -}}
+{{- if eq (include "wavegate.databaseMode" .) "sqlite" -}}
+{{- .Values.ledger.keySecret.name -}}
+{{- else -}}
+{{- required "ledger.keySecret.name: name the Secret holding the ledger key (database.mode is postgres: every replica must sign with the same key, and the data dir does not outlive a pod); create it with `openssl genpkey -algorithm ed25519 -out ledger-key.pem` and `kubectl create secret generic wavegate-ledger --from-file=ledger-key.pem`" .Values.ledger.keySecret.name -}}
+{{- end -}}
+{{- end }}
