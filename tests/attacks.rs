@@ -1298,10 +1298,18 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
         )),
         "3 ledger verify names the forged approval: {verdict}"
     );
+    // Unsigned, it counts for nothing even here: the server evaluates only
+    // facts it signed (an attacker who can also read the ledger key, as an
+    // unsandboxed plan could, is what the sandbox stops).
     assert_eq!(
         plan_check(&bot, &repo, &pushed.head_sha).as_deref(),
-        Some("success"),
-        "3 the forged approval turned the check green"
+        Some("action_required"),
+        "3 the forged approval did not turn the check green"
+    );
+    assert!(
+        bot.log()
+            .contains("a ledger fact is not signed by this server's key, so it counts for nothing"),
+        "3 the server says it ignored the forged fact"
     );
     assert!(
         listeners.loopback().hits() > 0,

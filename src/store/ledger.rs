@@ -80,9 +80,12 @@ impl Store {
         Ok(fact)
     }
 
-    /// Every fact of one gate, in seq order.
+    /// Every fact of one gate that counts, in seq order. On a store that
+    /// signs, a fact written after signing began counts only when its
+    /// signature is this server's: one appended by anything else (whoever
+    /// could write the database) approves nothing, and is logged.
     pub async fn gate_facts(&self, repo: &str, gate: &str) -> Result<Vec<Fact>> {
-        sqlx::query(concat!(
+        let facts: Vec<Fact> = sqlx::query(concat!(
             "SELECT ",
             fact_columns!(),
             " FROM facts WHERE repo = $1 AND gate = $2 ORDER BY seq"
@@ -94,7 +97,31 @@ impl Store {
         .with_context(|| format!("reading the ledger facts of {repo} gate {gate}"))?
         .iter()
         .map(fact_from_row)
-        .collect()
+        .collect::<Result<_>>()?;
+        let (Some(key), Some(start)) = (&self.ledger_key, &self.signing) else {
+            return Ok(facts);
+        };
+        let public = key.public();
+        let signed_from = start.heads.get(repo).map_or(0, |head| head.seq);
+        Ok(facts
+            .into_iter()
+            .filter(|fact| {
+                let counts = fact.seq <= signed_from
+                    || fact
+                        .sig
+                        .as_deref()
+                        .is_some_and(|sig| public.verifies(&fact.hash, sig));
+                if !counts {
+                    tracing::error!(
+                        repo,
+                        gate,
+                        seq = fact.seq,
+                        "a ledger fact is not signed by this server's key, so it counts for nothing: it was written outside wavegate; `wavegate ledger verify` names it"
+                    );
+                }
+                counts
+            })
+            .collect())
     }
 
     /// A repository's whole chain, in seq order.
@@ -567,6 +594,45 @@ mod tests {
         assert_eq!(
             (broken.seq, broken.problem),
             (1, LinkProblem::Unsigned { signed_after: None })
+        );
+    }
+
+    on_both!(fixture_on, a_fact_not_signed_by_the_server_counts_for_nothing, #[tokio::test]);
+    async fn a_fact_not_signed_by_the_server_counts_for_nothing(f: Fixture) {
+        let key = signing_key();
+        // One fact from before signing: it still counts.
+        f.store
+            .append_fact(approval(INFRA, "pr-1", 1, 1))
+            .await
+            .unwrap();
+        let store = f.store.clone().signing_with(key).await.unwrap();
+        store
+            .append_fact(approval(INFRA, "pr-1", 2, 2))
+            .await
+            .unwrap();
+        // Then forged ones: unsigned, and signed by some other key.
+        forge_fact(&store, approval(INFRA, "pr-1", 666, 3), None).await;
+        let mut forged = approval(INFRA, "pr-1", 667, 4);
+        forged.at += 1;
+        let last = store.repo_facts(INFRA).await.unwrap().pop();
+        let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
+        let other = LedgerKey::from_seed(&[8; 32]);
+        forge_fact(&store, forged, Some(other.sign(&hash))).await;
+        forge_fact(&store, approval(SITE, "pr-9", 668, 5), None).await;
+
+        let counted: Vec<u64> = store
+            .gate_facts(INFRA, "pr-1")
+            .await
+            .unwrap()
+            .iter()
+            .map(|f| f.fact.actor.id)
+            .collect();
+        assert_eq!(counted, [1, 2], "only the server's own facts count");
+        assert!(store.gate_facts(SITE, "pr-9").await.unwrap().is_empty());
+        assert_eq!(
+            f.store.gate_facts(INFRA, "pr-1").await.unwrap().len(),
+            4,
+            "a store that does not sign (the CLI's) reads every fact"
         );
     }
 }

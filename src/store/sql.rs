@@ -142,6 +142,9 @@ pub struct Store {
     /// Signs every fact appended ([`Store::signing_with`]); the server's
     /// alone, never in the database.
     pub(super) ledger_key: Option<Arc<crate::gate::ledger::LedgerKey>>,
+    /// Where each chain stood when signing with `ledger_key` began (its own
+    /// signature checked): facts after that count only when signed by it.
+    pub(super) signing: Option<Arc<crate::gate::ledger::SigningStart>>,
 }
 
 impl fmt::Debug for Store {
@@ -233,6 +236,7 @@ impl Store {
             clock,
             writer,
             ledger_key: None,
+            signing: None,
         };
         store.migrate().await?;
         Ok(store)
@@ -242,7 +246,14 @@ impl Store {
     /// the first time for this key, after recording where each chain stands
     /// ([`Store::start_signing`]).
     pub async fn signing_with(mut self, key: Arc<crate::gate::ledger::LedgerKey>) -> Result<Self> {
-        self.start_signing(&key).await?;
+        let start = self.start_signing(&key).await?;
+        if !start.verifies(&key.public()) {
+            bail!(
+                "the record of when ledger signing began (key {}) is not signed by that key: the database was changed outside wavegate; restore it from a backup, and run `wavegate ledger verify`",
+                start.key
+            );
+        }
+        self.signing = Some(Arc::new(start));
         self.ledger_key = Some(key);
         Ok(self)
     }
