@@ -468,3 +468,81 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
         Some("success")
     );
 }
+
+/// Every gate that starts waiting appends one `pending` fact — what is
+/// asked (the digest and its members) and since when — once per gate and
+/// digest, however often the report is written again; a push that moves the
+/// digest asks anew; after merge, prod's gate asks for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
+    let mut bot = Bot::start().await;
+    let (repo, _pr, digest) = planned(&mut bot, 28).await;
+    bot.comment(&repo, 28, "outsider-mallory", "/approve").await;
+    let pending = |facts: Vec<wavegate::gate::ledger::Fact>| -> Vec<(String, serde_json::Value)> {
+        facts
+            .into_iter()
+            .filter(|f| f.fact.kind == wavegate::gate::ledger::FactKind::Pending)
+            .map(|f| (f.fact.digest, f.fact.data))
+            .collect()
+    };
+    let store = bot.store().await;
+    let asked = pending(
+        store
+            .gate_facts("github:acme/infra", "pr-28")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        asked.len(),
+        1,
+        "once, though the report was written again: {asked:#?}"
+    );
+    assert_eq!(asked[0].0, digest);
+    assert_eq!(
+        asked[0].1["members"],
+        serde_json::json!(["app@dev", "app@prod", "dns@prod"])
+    );
+    assert!(
+        asked[0].1["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("pull request #28 waits for an approval of its change set"),
+        "{asked:#?}"
+    );
+
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.forge.push(&repo, 28, &bot.rev("change-2"));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+    let moved = digest_in(&bot.report(&repo, 28).body);
+    let asked = pending(
+        store
+            .gate_facts("github:acme/infra", "pr-28")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        asked.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+        [digest, moved],
+        "the moved digest is asked for anew"
+    );
+
+    bot.comment(&repo, 28, "rev-bob", "/approve").await;
+    let merged = bot.merge(&repo, 28, "change-2");
+    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
+        .await;
+    bot.settle().await;
+    let prod = pending(
+        store
+            .gate_facts("github:acme/infra", "pr-28-prod")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(prod.len(), 1, "{prod:#?}");
+    assert_eq!(
+        prod[0].1["members"],
+        serde_json::json!(["app@prod", "dns@prod"])
+    );
+    bot.assert_ledger_verifies();
+}

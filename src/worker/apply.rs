@@ -368,6 +368,21 @@ impl Worker {
         if new_wait || (drive.run.record.wait.is_none() && previous_wait.is_some()) {
             drive.run.record.wait_posted_at = chrono::Utc::now().timestamp_millis();
         }
+        if new_wait {
+            if let Some((gate, digest, members, description)) =
+                pending_of(&drive.run, &drive.approved)
+            {
+                self.record_pending(
+                    drive.client,
+                    &drive.run.repo,
+                    &gate,
+                    &digest,
+                    &members,
+                    description,
+                )
+                .await?;
+            }
+        }
         if drive.run.status.is_final() {
             self.spend_approvals(&drive).await?;
         }
@@ -1329,6 +1344,55 @@ impl Worker {
 }
 
 /// The stopped members, named, for the summary.
+/// What the run's wait asks of a person, for its `pending` fact: the gate,
+/// the digest, the members it covers and a description. None for waits that
+/// end by themselves.
+fn pending_of(
+    run: &ApplyRunRecord,
+    approved: &ChangeSet,
+) -> Option<(String, String, Vec<String>, String)> {
+    let names =
+        |set: &ChangeSet| -> Vec<String> { set.members.iter().map(|m| m.member.clone()).collect() };
+    let pr = run.pr;
+    match run.record.wait.as_ref()? {
+        Wait::PrApproval { gate, digest } => Some((
+            gate.clone(),
+            digest.clone(),
+            names(approved),
+            format!("merged pull request {pr} waits for an approval of its change set"),
+        )),
+        Wait::Stage { stage, gate, digest } => Some((
+            gate.clone(),
+            digest.clone(),
+            run.record.stages.get(stage).map(|g| names(&g.change_set)).unwrap_or_default(),
+            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
+        )),
+        Wait::Round { round, gate, digest } => Some((
+            gate.clone(),
+            digest.clone(),
+            run.record
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| names(&r.change_set))
+                .unwrap_or_default(),
+            format!("round {round} of pull request {pr}: plans that moved since they were approved"),
+        )),
+        Wait::Override {
+            member,
+            gate,
+            digest,
+            rules,
+        } => Some((
+            gate.clone(),
+            digest.clone(),
+            vec![member.clone()],
+            format!("the policy denied {member}'s plan ({}); an overrider may let it through", rules.join(", ")),
+        )),
+        Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => None,
+    }
+}
+
 /// The last word of a run that applied: everything, or everything the
 /// merge changes, naming the approved members it does not.
 fn applied_summary(run: &ApplyRunRecord) -> String {

@@ -838,6 +838,29 @@ impl Worker {
         {
             approved_at.insert(fact.fact.actor.login.clone(), fact.fact.at);
         }
+        if !failed && !matches!(evaluation, ledger::Evaluation::Satisfied { .. }) {
+            let members: Vec<String> = plan.change_set["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                .collect();
+            let description = format!(
+                "pull request {pr} waits for an approval of its change set at {} ({} member{})",
+                plan.head_sha.short(),
+                members.len(),
+                if members.len() == 1 { "" } else { "s" }
+            );
+            self.record_pending(
+                client,
+                repo,
+                &gate_name(pr, None),
+                &digest,
+                &members,
+                description,
+            )
+            .await?;
+        }
         let ledger_head = self.store.ledger_head(&repo.id.to_string()).await?;
         let standing = Standing {
             evaluation,
@@ -884,6 +907,46 @@ impl Worker {
         let commit = (pr, &plan.head_sha);
         self.publish(client, repo, commit, check_id, report, Some(digest), status)
             .await
+    }
+}
+
+impl Worker {
+    /// Appends one `pending` fact when `gate` starts waiting for `digest`
+    /// (what is asked, of whom: the members, and since when), once per gate
+    /// and digest however often the wait is looked at again.
+    pub(super) async fn record_pending(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        gate: &str,
+        digest: &str,
+        members: &[String],
+        description: String,
+    ) -> Result<()> {
+        let repo_key = repo.id.to_string();
+        let facts = self.store.gate_facts(&repo_key, gate).await?;
+        if facts
+            .iter()
+            .any(|f| f.fact.kind == FactKind::Pending && f.fact.digest == digest)
+        {
+            return Ok(());
+        }
+        self.store
+            .append_fact(NewFact {
+                repo: repo_key,
+                gate: gate.to_owned(),
+                kind: FactKind::Pending,
+                digest: digest.to_owned(),
+                actor: Actor {
+                    id: 0,
+                    login: client.bot_login().await?,
+                },
+                at: chrono::Utc::now().timestamp_millis(),
+                source: Source::Wavegate,
+                data: json!({ "members": members, "description": description }),
+            })
+            .await?;
+        Ok(())
     }
 }
 
