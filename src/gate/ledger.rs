@@ -4,7 +4,7 @@
 //! the evaluation that decides whether a gate is satisfied for a digest.
 //! Pure: the store persists facts, the worker decides when to append them.
 
-use crate::plan::canonical::DigestWriter;
+use crate::plan::canonical::{DigestWriter, NumberForm};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
@@ -110,10 +110,15 @@ struct HashedContent<'a> {
 }
 
 /// `sha256:` + hex(sha256(`prev` || canonical JSON of the fact with its seq)).
+///
+/// Integers are written exactly, as when the chain was started: facts carry
+/// no format version, so the hash of a fact written before must not change.
+/// Facts hold ids, times and sequence numbers, below 2^53, where this is also
+/// RFC 8785's form.
 pub fn fact_hash(prev: &str, seq: i64, fact: &NewFact) -> String {
     let content = serde_json::to_value(HashedContent { seq, fact })
         .expect("a ledger fact serialises to JSON");
-    let mut writer = DigestWriter::new();
+    let mut writer = DigestWriter::with_numbers(NumberForm::Version1);
     writer.raw(prev).value(&content);
     writer.finish()
 }
