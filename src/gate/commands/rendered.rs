@@ -230,26 +230,25 @@ impl<'a> Reader<'a> {
         self.line_start_slash(offset) == Some(offset)
     }
 
-    /// The offset of the `/` that starts the line of `offset`, if one does.
+    /// The offset of the `/` that starts the line of `offset`, if one does
+    /// (after at most three columns of spaces and tabs, tab stops every 4).
+    /// Reads at most four bytes of the line, however long its indentation.
     fn line_start_slash(&self, offset: usize) -> Option<usize> {
         let line = self.lines.range(self.body, self.lines.line_of(offset));
-        let text = &self.body[line.clone()];
-        let (column, rest) = indentation(text);
-        (column <= 3 && rest.starts_with('/')).then(|| line.end - rest.len())
-    }
-}
-
-/// The column after leading spaces and tabs (tab stops every 4), and the text after them.
-fn indentation(text: &str) -> (usize, &str) {
-    let mut column = 0;
-    for (offset, byte) in text.bytes().enumerate() {
-        match byte {
-            b' ' => column += 1,
-            b'\t' => column += 4 - column % 4,
-            _ => return (column, &text[offset..]),
+        let mut column = 0;
+        for (i, byte) in self.body.as_bytes()[line.clone()].iter().enumerate() {
+            match byte {
+                b'/' => return Some(line.start + i),
+                b' ' => column += 1,
+                b'\t' => column += 4 - column % 4,
+                _ => return None,
+            }
+            if column > 3 {
+                return None;
+            }
         }
+        None
     }
-    (column, "")
 }
 
 /// Elements whose text a reader does not see as text said to them: shown as
@@ -504,5 +503,36 @@ mod tests {
             lines("x <CODE>\n\n/approve\n\n</Code>\n\n/plan"),
             vec![(7, "/plan".to_owned())]
         );
+    }
+
+    /// Bodies built to make a careless reader slow: each must be read in
+    /// linear time (a quadratic reader takes minutes on 64 KB).
+    #[test]
+    fn pathological_bodies_are_read_quickly() {
+        let n = 64 * 1024;
+        let bodies = [
+            format!("x\n{}{}", " ".repeat(n / 2), "/a*".repeat(n / 6)),
+            "<code>".repeat(n / 6),
+            "</code>".repeat(n / 7),
+            format!("<textarea>{}", "</x".repeat(n / 3)),
+            "<!--".repeat(n / 4),
+            "> ".repeat(n / 2),
+            "- ".repeat(n / 2),
+            "*a ".repeat(n / 3),
+            "[a](".repeat(n / 4),
+            "`".repeat(n),
+            "<a title=\"".repeat(n / 10),
+            "/approve\n".repeat(n / 9),
+        ];
+        for body in &bodies {
+            let started = std::time::Instant::now();
+            let _ = command_lines(body);
+            let took = started.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "{took:?} for {:?}…",
+                &body[..40]
+            );
+        }
     }
 }
