@@ -201,7 +201,11 @@ impl<'a> Reader<'a> {
             Event::InlineHtml(html) => self.html.scan(html, range.start),
             Event::Html(html) => {
                 // One line of an HTML block (or several): each line is checked
-                // before the HTML on it is read.
+                // before the HTML on it is read. At the top level the event's
+                // text is the source from `range.start`; inside a quote or a
+                // list (where no line counts) the container's markers are
+                // left out, so the offsets recorded there only approximate,
+                // staying within the container's own lines.
                 let mut at = range.start;
                 for piece in html.split_inclusive('\n') {
                     let slash = self
