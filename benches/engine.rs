@@ -3,6 +3,9 @@
 //! - fan-out derivation, 10,000 components in a random DAG and 100,000
 //!   changed paths, against sorting those paths (work any derivation must do);
 //! - digesting a 10 MB plan, against SHA-256 of its raw bytes;
+//! - writing numbers: digesting 100,000 doubles and 100,000 integers beyond
+//!   2^53 as RFC 8785 writes them, against the same with change-set version
+//!   1's number rule (the writer before RFC 8785 numbers);
 //! - planning 200 members whose plan is a tiny script, against spawning the
 //!   same 200 scripts directly with the same concurrency.
 //!
@@ -16,6 +19,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use wavegate::config::RepoConfig;
+use wavegate::plan::canonical::{digest_value_with, NumberForm};
 use wavegate::plan::fanout::{derive, FanOutInput};
 use wavegate::plan::planfile::MemberPlan;
 use wavegate::sandbox::{Sandbox, SandboxSettings};
@@ -148,6 +152,28 @@ fn bench_digest(c: &mut Criterion) {
     group.finish();
 }
 
+fn numbers_document() -> serde_json::Value {
+    let mut rng = Rng(0x6e75);
+    let doubles: Vec<f64> = (0..100_000)
+        .map(|_| (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * 1e6)
+        .collect();
+    let big: Vec<u64> = (0..100_000).map(|_| rng.next() | (1 << 60)).collect();
+    serde_json::json!({"doubles": doubles, "big": big})
+}
+
+fn bench_numbers(c: &mut Criterion) {
+    let document = numbers_document();
+    let mut group = c.benchmark_group("numbers");
+    group.sample_size(20);
+    group.bench_function("baseline: version 1's number rule", |b| {
+        b.iter(|| digest_value_with(&document, NumberForm::Version1))
+    });
+    group.bench_function("RFC 8785 numbers", |b| {
+        b.iter(|| digest_value_with(&document, NumberForm::Ecmascript))
+    });
+    group.finish();
+}
+
 const MEMBERS: usize = 200;
 
 fn git(repo: &Path, args: &[&str]) {
@@ -256,7 +282,13 @@ fn bench_planner(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_derivation, bench_digest, bench_planner);
+criterion_group!(
+    benches,
+    bench_derivation,
+    bench_digest,
+    bench_numbers,
+    bench_planner
+);
 
 /// Reads criterion's estimate for one benchmark (mean, nanoseconds).
 fn mean_ns(group: &str, name: &str) -> Option<f64> {
@@ -291,6 +323,11 @@ fn main() {
             "digest",
             format!("parse, validate and digest a {mb} MB plan"),
             "baseline: sha256 of the raw bytes".to_owned(),
+        ),
+        (
+            "numbers",
+            "RFC 8785 numbers".to_owned(),
+            "baseline: version 1's number rule".to_owned(),
         ),
         (
             "planner",

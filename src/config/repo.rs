@@ -4,7 +4,7 @@
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
 //! fix, because the person reading it is a reviewer in a PR comment.
 
-use crate::plan::canonical::canonical_json;
+use crate::plan::canonical::{canonical_json_with, NumberForm};
 use crate::plan::glob::Pattern;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -569,13 +569,18 @@ pub fn config_changed_components(
 }
 
 mod erased {
-    //! Lets `config_changed_components` compare fields of different types by their canonical JSON.
+    //! Lets `config_changed_components` compare fields of different types by
+    //! their canonical JSON, integers written exactly: a comparison must tell
+    //! every two values apart, which RFC 8785's doubles do not beyond 2^53.
     pub trait Ser {
         fn canonical(&self) -> String;
     }
     impl<T: serde::Serialize> Ser for T {
         fn canonical(&self) -> String {
-            super::canonical_json(&serde_json::to_value(self).unwrap_or_default())
+            super::canonical_json_with(
+                &serde_json::to_value(self).unwrap_or_default(),
+                super::NumberForm::Version1,
+            )
         }
     }
 }

@@ -1,9 +1,13 @@
 //! The comment-command grammar (DESIGN §8): which lines of a comment are
 //! commands and what they say. Only a line a reader sees as a command counts
-//! — text in code blocks, quotes and HTML comments never does — so quoting
-//! someone's `/approve` approves nothing. Every command is declared once in
-//! [`COMMANDS`], and `/help` is written from that table. Pure, and one pass
-//! over the body.
+//! — text in code, quotes, list items, HTML comments and HTML quote or code
+//! elements never does — so quoting someone's `/approve` approves nothing.
+//! The comment is read as CommonMark, as the forge renders it
+//! ([`rendered`] says exactly which lines count). Every command is declared
+//! once in [`COMMANDS`], and `/help` is written from that table. Pure, and
+//! one pass over the body.
+
+mod rendered;
 
 use crate::plan::canonical::DIGEST_PREFIX;
 
@@ -159,20 +163,8 @@ pub fn help_text() -> String {
 /// Every command, unknown `/word` and unreadable command line in `body`, in order.
 pub fn parse(body: &str) -> Commands {
     let mut found = Commands::default();
-    let mut blocks = BlockTracker::default();
-    // A line right after a quoted line continues the quote (markdown's lazy
-    // continuation) until a blank line ends it.
-    let mut in_quote = false;
-    for (index, raw_line) in body.split('\n').enumerate() {
-        let line = raw_line.strip_suffix('\r').unwrap_or(raw_line);
-        let quoted = line.trim_start().starts_with('>');
-        let continues_quote = in_quote && !quoted && !line.trim().is_empty();
-        in_quote = (quoted || continues_quote) && !line.trim().is_empty();
-        if let Some(command_text) = blocks.command_text(line) {
-            if !continues_quote {
-                read_command_line(index + 1, line, command_text, &mut found);
-            }
-        }
+    for line in rendered::command_lines(body) {
+        read_command_line(line.line, line.source, &line.text, &mut found);
     }
     found
 }
@@ -480,157 +472,6 @@ fn within_typo_distance(word: &str, name: &str) -> bool {
         TYPO_DISTANCE
     };
     rows[word.len()][name.len()] <= allowed
-}
-
-/// Where the line-by-line walk is: in text, in a fenced code block, or in an HTML comment.
-#[derive(Default)]
-enum BlockTracker {
-    #[default]
-    Text,
-    Fence(Fence),
-    HtmlComment,
-}
-
-struct Fence {
-    marker: u8,
-    length: usize,
-    /// Column the enclosing list item's content starts at (0 outside lists);
-    /// a less indented line ends the item and the fence with it.
-    content_column: usize,
-}
-
-impl BlockTracker {
-    /// The line from its `/` on when it is a command line, else `None`;
-    /// updates which block the next line is in.
-    fn command_text<'a>(&mut self, line: &'a str) -> Option<&'a str> {
-        match self {
-            Self::HtmlComment => {
-                if let Some(end) = line.find("-->") {
-                    *self = Self::Text;
-                    self.note_html_comments(&line[end + 3..]);
-                }
-                return None;
-            }
-            Self::Fence(fence) => {
-                let (column, rest) = indentation(0, line);
-                if rest.is_empty() {
-                    return None;
-                }
-                if column >= fence.content_column {
-                    if column - fence.content_column <= 3 && fence.is_closed_by(rest) {
-                        *self = Self::Text;
-                    }
-                    return None;
-                }
-                *self = Self::Text;
-            }
-            Self::Text => {}
-        }
-        let (column, rest) = indentation(0, line);
-        if column >= 4 || rest.starts_with('>') {
-            return None;
-        }
-        if let Some(fence) = opening_fence(line) {
-            *self = Self::Fence(fence);
-            return None;
-        }
-        self.note_html_comments(rest);
-        if rest.starts_with('/') {
-            Some(rest.find("<!--").map_or(rest, |start| &rest[..start]))
-        } else {
-            None
-        }
-    }
-
-    fn note_html_comments(&mut self, text: &str) {
-        let mut rest = text;
-        while let Some(start) = rest.find("<!--") {
-            // `<!-->` and `<!--->` are complete comments, so the end may overlap the start.
-            let body = &rest[start + 2..];
-            match body.find("-->") {
-                Some(end) => rest = &body[end + 3..],
-                None => {
-                    *self = Self::HtmlComment;
-                    return;
-                }
-            }
-        }
-    }
-}
-
-impl Fence {
-    fn is_closed_by(&self, rest: &str) -> bool {
-        let run = rest.bytes().take_while(|&b| b == self.marker).count();
-        run >= self.length && rest[run..].trim().is_empty()
-    }
-}
-
-/// A ``` or ~~~ fence opening on this line, also as the first thing in a list item.
-fn opening_fence(line: &str) -> Option<Fence> {
-    let (mut column, mut rest) = indentation(0, line);
-    let mut content_column = 0;
-    loop {
-        if column - content_column > 3 {
-            return None;
-        }
-        if let Some(fence) = fence_run(rest, content_column) {
-            return Some(fence);
-        }
-        let marker_width = list_marker_width(rest)?;
-        let marker_end = column + marker_width;
-        let (item_column, item_text) = indentation(marker_end, &rest[marker_width..]);
-        if item_text.is_empty() || item_column - marker_end > 4 {
-            return None;
-        }
-        content_column = item_column;
-        column = item_column;
-        rest = item_text;
-    }
-}
-
-fn fence_run(text: &str, content_column: usize) -> Option<Fence> {
-    let marker = *text.as_bytes().first()?;
-    if marker != b'`' && marker != b'~' {
-        return None;
-    }
-    let length = text.bytes().take_while(|&b| b == marker).count();
-    let info = &text[length..];
-    if length < 3 || (marker == b'`' && info.contains('`')) {
-        return None;
-    }
-    Some(Fence {
-        marker,
-        length,
-        content_column,
-    })
-}
-
-/// Width of a list marker (`-`, `*`, `+`, `1.`, `1)`) followed by a space or tab.
-fn list_marker_width(text: &str) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
-    let width = match bytes.first()? {
-        b'-' | b'*' | b'+' => 1,
-        _ if (1..=9).contains(&digits) && matches!(bytes.get(digits), Some(b'.' | b')')) => {
-            digits + 1
-        }
-        _ => return None,
-    };
-    matches!(bytes.get(width), Some(b' ' | b'\t')).then_some(width)
-}
-
-/// The column after leading spaces and tabs (tab stops every 4), starting at
-/// `start_column`, and the text after them.
-fn indentation(start_column: usize, text: &str) -> (usize, &str) {
-    let mut column = start_column;
-    for (offset, byte) in text.bytes().enumerate() {
-        match byte {
-            b' ' => column += 1,
-            b'\t' => column += 4 - column % 4,
-            _ => return (column, &text[offset..]),
-        }
-    }
-    (column, "")
 }
 
 #[cfg(test)]
@@ -1173,5 +1014,151 @@ mod tests {
         let units = 65536 / unit.len();
         let found = parse(&unit.repeat(units));
         assert_eq!(found.commands.len(), units.div_ceil(2));
+    }
+
+    // Read as CommonMark: HTML elements, CommonMark's own subtleties, and
+    // what a reader sees.
+
+    #[test]
+    fn an_html_blockquote_is_a_quote() {
+        nothing_in("<blockquote>\n/approve\n</blockquote>");
+        nothing_in("<blockquote>\n\n/approve\n\n</blockquote>");
+        nothing_in("<blockquote><p>\n/approve\n</p></blockquote>");
+        nothing_in("Earlier:\n<blockquote>\n\n> /approve\n\n/approve prod\n\n</blockquote>");
+        assert_eq!(
+            parse("<blockquote>\n\n/approve\n\n</blockquote>\n\n/plan").commands,
+            vec![Command::Plan]
+        );
+        assert_eq!(
+            parse("<BlockQuote cite=\"x\">\n\n/approve\n\n</blockquote>\n/plan").commands,
+            vec![Command::Plan],
+            "after the closing tag's line, the HTML block's own lines count"
+        );
+    }
+
+    #[test]
+    fn html_pre_and_code_are_code() {
+        nothing_in("<pre>\n/approve\n</pre>");
+        nothing_in("<pre>\n\n/approve\n\n</pre>");
+        nothing_in("<code>/approve</code>");
+        nothing_in("<code>\n/approve\n</code>");
+        nothing_in("<code>\n\n/approve\n\n</code>");
+        nothing_in("See <code>\n/approve\n</code> for how.");
+        nothing_in("<pre><code>\n\n/approve\n\n</code></pre>");
+        assert_eq!(
+            parse("<pre>\n/approve\n</pre>\n\n/plan").commands,
+            vec![Command::Plan]
+        );
+    }
+
+    #[test]
+    fn other_html_that_shows_code_quotes_or_strikes_out_hides_too() {
+        for tag in ["q", "kbd", "samp", "tt", "del", "s", "strike"] {
+            nothing_in(&format!("x <{tag}>\n/approve\n</{tag}>"));
+        }
+        nothing_in("<script>\n\n/approve\n\n</script>");
+        nothing_in("<textarea>\n\n/approve\n\n</textarea>");
+    }
+
+    #[test]
+    fn an_element_left_open_hides_everything_after_it() {
+        nothing_in("Here is how: <code>\n\n/approve\n\nand more\n\n/plan");
+    }
+
+    #[test]
+    fn text_in_details_counts_like_any_text() {
+        // A reader sees it once the block is expanded.
+        let prod = approve(Some("prod"), None);
+        assert_eq!(
+            only_command("<details>\n<summary>Notes</summary>\n\n/approve prod\n\n</details>"),
+            prod
+        );
+        assert_eq!(
+            only_command("<details>\n<summary>Notes</summary>\n/approve prod\n</details>"),
+            prod
+        );
+        assert_eq!(
+            only_command("<details><summary>Plan notes</summary>\n\n<div>\n/approve prod\n</div>\n</details>"),
+            prod
+        );
+        assert_eq!(
+            only_command("<div>\nLooks good.\n</div>\n/approve prod"),
+            prod
+        );
+        nothing_in("<details>\n<summary>/approve</summary>\n</details>");
+    }
+
+    #[test]
+    fn in_an_html_block_more_than_three_spaces_of_indentation_is_not_a_command() {
+        nothing_in("<div>\n    /approve\n</div>");
+    }
+
+    #[test]
+    fn a_comment_in_the_middle_of_a_command_is_left_out() {
+        assert_eq!(
+            only_command("/approve <!-- no: --> prod"),
+            approve(Some("prod"), None)
+        );
+        assert_eq!(
+            only_command("<div>\n/approve <!-- x --> prod\n</div>"),
+            approve(Some("prod"), None)
+        );
+    }
+
+    #[test]
+    fn lazy_continuation_lines_belong_to_their_quote() {
+        nothing_in("> I'd say\nsomething like\n/approve");
+        nothing_in("> > nested\n/approve");
+        nothing_in("> a\n>\n/approve");
+        nothing_in("> a\n<div>\n/approve\n</div>");
+        assert_eq!(
+            parse("> a\n>\n\n/approve").commands,
+            vec![approve(None, None)]
+        );
+    }
+
+    #[test]
+    fn list_items_are_not_commands() {
+        // A list item reads as an entry of a list (a checklist, steps to
+        // take), not as something said to the bot: none of its lines counts,
+        // the lines markdown folds into it included.
+        nothing_in("- /approve");
+        nothing_in("* /approve prod");
+        nothing_in("1. /approve");
+        nothing_in("- [x] /approve");
+        nothing_in("- checked dns\n/approve");
+        nothing_in("- checked dns\n\n  /approve");
+        assert_eq!(
+            parse("- checked dns\n\n/approve").commands,
+            vec![approve(None, None)]
+        );
+    }
+
+    #[test]
+    fn code_spans_escapes_and_markup_are_not_a_command_word() {
+        nothing_in("`/approve`");
+        nothing_in("``\n/approve\n``");
+        nothing_in("\\/approve");
+        nothing_in("&#47;approve");
+        nothing_in("**/approve**");
+        nothing_in("[/approve](https://example.invalid)");
+        nothing_in("![a picture of\n/approve](https://example.invalid/x.png)");
+        nothing_in("# /approve");
+    }
+
+    #[test]
+    fn a_command_underlined_as_a_heading_still_counts() {
+        // As it did before markdown was read: `/approve` then a `---` rule.
+        assert_eq!(only_command("/approve\n---\nnotes"), approve(None, None));
+    }
+
+    #[test]
+    fn arguments_are_read_as_written() {
+        // The reader sees `prod` in bold; the bot refuses with a reason
+        // rather than guess at markup.
+        let error = only_error("/approve **prod**");
+        assert!(error.problem.contains("`**prod**`"), "{error:?}");
+        let error = only_error("/approve <b>prod</b>");
+        assert!(error.problem.contains("<b>prod</b>"), "{error:?}");
     }
 }

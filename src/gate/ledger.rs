@@ -6,7 +6,7 @@
 //! Pure: the store persists facts, the worker decides when to append them,
 //! `config::ledger_key` keeps the key.
 
-use crate::plan::canonical::DigestWriter;
+use crate::plan::canonical::{DigestWriter, NumberForm};
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -289,10 +289,15 @@ struct HashedContent<'a> {
 }
 
 /// `sha256:` + hex(sha256(`prev` || canonical JSON of the fact with its seq)).
+///
+/// Integers are written exactly, as when the chain was started: facts carry
+/// no format version, so the hash of a fact written before must not change.
+/// Facts hold ids, times and sequence numbers, below 2^53, where this is also
+/// RFC 8785's form.
 pub fn fact_hash(prev: &str, seq: i64, fact: &NewFact) -> String {
     let content = serde_json::to_value(HashedContent { seq, fact })
         .expect("a ledger fact serialises to JSON");
-    let mut writer = DigestWriter::new();
+    let mut writer = DigestWriter::with_numbers(NumberForm::Version1);
     writer.raw(prev).value(&content);
     writer.finish()
 }

@@ -1,13 +1,33 @@
 //! The change set: every member's outcome and plan digest, bound into the one
 //! digest a pull-request approval names; and set digests over member lists.
+//!
+//! A change set carries the version it was written with, and the version
+//! names how its digests (its own and its member plans') spell numbers
+//! ([`number_form`]): version 1 wrote integers exactly, version 2 writes every
+//! number as RFC 8785 does. New sets are version 2; a stored set is verified
+//! with the rule of its own version, so records written before keep
+//! verifying. The canonical module's doc says why plan digests need no
+//! version of their own.
 
-use super::canonical::{digest_value, is_digest};
+use super::canonical::{digest_value_with, is_digest, NumberForm};
 use super::planfile::{Counts, MemberPlan};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
-pub const CHANGE_SET_VERSION: u32 = 1;
+/// The version new change sets are written with.
+pub const CHANGE_SET_VERSION: u32 = 2;
+
+/// How the digests of a change set of `version` spell numbers: version 1
+/// wrote integers that fit 64 bits exactly, version 2 writes every number as
+/// RFC 8785 (ECMAScript) does.
+pub fn number_form(version: u32) -> Result<NumberForm, ChangeSetError> {
+    match version {
+        1 => Ok(NumberForm::Version1),
+        2 => Ok(NumberForm::Ecmascript),
+        other => Err(ChangeSetError::UnknownVersion(other)),
+    }
+}
 
 /// What became of one member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +82,8 @@ pub enum ChangeSetError {
     DigestMismatch { carried: String, actual: String },
     #[error("{0}")]
     MemberPlan(String),
+    #[error("change set record has version {0}, which this wavegate cannot verify (it reads versions 1 and {CHANGE_SET_VERSION}); run the wavegate release that wrote it, or a newer one")]
+    UnknownVersion(u32),
 }
 
 impl ChangeSet {
@@ -75,13 +97,15 @@ impl ChangeSet {
             members,
             digest: String::new(),
         };
-        set.digest = set.compute_digest();
+        set.digest = set.compute_digest()?;
         Ok(set)
     }
 
     /// The digest covers each member's name, status, plan digest, unknown and
-    /// known inputs: what was planned, not the prose around it.
-    pub fn compute_digest(&self) -> String {
+    /// known inputs: what was planned, not the prose around it. Numbers are
+    /// written as the set's version says.
+    pub fn compute_digest(&self) -> Result<String, ChangeSetError> {
+        let numbers = number_form(self.version)?;
         let members: Vec<Value> = self
             .members
             .iter()
@@ -95,13 +119,18 @@ impl ChangeSet {
                 })
             })
             .collect();
-        digest_value(&json!({"version": self.version, "members": members}))
+        Ok(digest_value_with(
+            &json!({"version": self.version, "members": members}),
+            numbers,
+        ))
     }
 
     /// Re-verifies a record read back: its digest, every member plan's digest,
-    /// and that each member's plan digest is its plan's.
+    /// and that each member's plan digest is its plan's, each with the number
+    /// rule of the set's version.
     pub fn verify(&self) -> Result<(), ChangeSetError> {
-        let actual = self.compute_digest();
+        let numbers = number_form(self.version)?;
+        let actual = self.compute_digest()?;
         if actual != self.digest {
             return Err(ChangeSetError::DigestMismatch {
                 carried: self.digest.clone(),
@@ -114,7 +143,8 @@ impl ChangeSet {
                 return Err(ChangeSetError::DuplicateMember(m.member.clone()));
             }
             if let Some(plan) = &m.plan {
-                plan.verify().map_err(ChangeSetError::MemberPlan)?;
+                plan.verify_with(numbers)
+                    .map_err(ChangeSetError::MemberPlan)?;
                 if m.plan_digest.as_deref() != Some(plan.plan_digest.as_str())
                     || plan.member != m.member
                 {
@@ -163,8 +193,9 @@ pub fn set_digest(items: &[SetItem]) -> Result<String, ChangeSetError> {
             bad.member, bad.plan_digest
         )));
     }
-    Ok(digest_value(
+    Ok(digest_value_with(
         &serde_json::to_value(sorted).expect("set items serialise"),
+        NumberForm::Ecmascript,
     ))
 }
 
@@ -246,5 +277,88 @@ mod tests {
             ChangeSet::from_json(b"{}"),
             Err(ChangeSetError::Malformed(_))
         ));
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/changeset")
+            .join(name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// `v1-record.json` was written by `make_v1_record.py`, independently of
+    /// this code, as version 1 stored a set: integers beyond 2^53 exact.
+    #[test]
+    fn a_version_1_record_written_before_still_verifies() {
+        let bytes = fixture("v1-record.json");
+        let set = ChangeSet::from_json(&bytes).unwrap();
+        assert_eq!(set.version, 1);
+        // Version 1 told 2^53 + 1 from 2^53, and still does for its records.
+        let text = String::from_utf8(bytes).unwrap();
+        let moved = text.replace("9007199254740993", "9007199254740992");
+        assert_ne!(moved, text);
+        assert!(matches!(
+            ChangeSet::from_json(moved.as_bytes()),
+            Err(ChangeSetError::MemberPlan(_))
+        ));
+        // The same content read as version 2 is not what was digested.
+        let relabelled = text.replacen("\"version\": 1", "\"version\": 2", 1);
+        assert!(matches!(
+            ChangeSet::from_json(relabelled.as_bytes()),
+            Err(ChangeSetError::DigestMismatch { .. })
+        ));
+    }
+
+    /// A new set of the same plan is version 2, and its digests are the ones
+    /// an independent JCS computes (`make_v2_expected.js`: JavaScript's own
+    /// JSON with sorted keys).
+    #[test]
+    fn a_new_set_is_version_2_and_any_jcs_derives_its_digests() {
+        let stored: Value = serde_json::from_slice(&fixture("v1-record.json")).unwrap();
+        let expected: Value = serde_json::from_slice(&fixture("v2-expected.json")).unwrap();
+        let member = &stored["members"][0];
+        let plan_file = json!({
+            "summary": member["plan"]["summary"],
+            "entries": member["plan"]["entries"],
+            "outputs": member["plan"]["outputs"],
+        });
+        let plan = MemberPlan::parse("app@prod", plan_file.to_string().as_bytes()).unwrap();
+        assert_eq!(plan.plan_digest, expected["planDigest"]);
+        assert_ne!(
+            plan.plan_digest, member["planDigest"],
+            "the big integers move the plan digest between the rules"
+        );
+        let set = ChangeSet::new(vec![ChangeSetMember {
+            inputs: member["inputs"].as_object().unwrap().clone(),
+            ..planned("app@prod", &plan_file.to_string())
+        }])
+        .unwrap();
+        assert_eq!(set.version, CHANGE_SET_VERSION);
+        assert_eq!(CHANGE_SET_VERSION, 2);
+        assert_eq!(set.digest, expected["setDigest"]);
+        let text = serde_json::to_string(&set).unwrap();
+        assert_eq!(ChangeSet::from_json(text.as_bytes()).unwrap(), set);
+    }
+
+    #[test]
+    fn plans_without_big_integers_digest_alike_under_both_versions() {
+        let plan = planned("a@dev", CREATE).plan.unwrap();
+        assert_eq!(
+            plan.compute_digest_with(NumberForm::Version1),
+            plan.plan_digest
+        );
+    }
+
+    #[test]
+    fn a_version_this_release_does_not_know_is_refused_by_name() {
+        let mut set = ChangeSet::new(vec![planned("a@dev", CREATE)]).unwrap();
+        set.version = 3;
+        let error = set.verify().unwrap_err();
+        assert_eq!(error, ChangeSetError::UnknownVersion(3));
+        let text = error.to_string();
+        assert!(
+            text.contains("version 3") && text.contains("reads versions 1 and 2"),
+            "{text}"
+        );
     }
 }

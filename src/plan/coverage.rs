@@ -39,9 +39,9 @@ pub fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
     else {
         return not("the approved change set has no plan for it".into());
     };
-    if was_plan.plan_digest == fresh.plan.plan_digest && was.inputs == *fresh.inputs {
-        return Coverage::Covered;
-    }
+    // The plans themselves are compared, not their digests: equal digests do
+    // not prove equal plans (RFC 8785 binds integers beyond 2^53 as doubles),
+    // and an approved set of version 1 digested numbers with another rule.
     match first_difference(was, was_plan, fresh) {
         Some(reason) => not(reason),
         None => Coverage::Covered,
@@ -325,6 +325,61 @@ mod tests {
         assert_eq!(
             r,
             format!("dns@prod: not in the approved change set {}", set.digest)
+        );
+    }
+
+    #[test]
+    fn equal_digests_are_not_taken_for_equal_plans() {
+        // RFC 8785 binds 2^53 + 1 as 2^53: the digests agree, the values do not.
+        let big = |n: &str| {
+            APPROVED.replace(
+                r#""tags": {"a": "1"}"#,
+                &format!(r#""tags": {{"a": "1"}}, "limit": {n}"#),
+            )
+        };
+        let approved = MemberPlan::parse("net@dev", big("9007199254740993").as_bytes()).unwrap();
+        let fresh = MemberPlan::parse("net@dev", big("9007199254740992").as_bytes()).unwrap();
+        assert_eq!(approved.plan_digest, fresh.plan_digest);
+        let set = ChangeSet::new(vec![ChangeSetMember {
+            member: "net@dev".into(),
+            status: MemberStatus::Planned,
+            plan_digest: Some(approved.plan_digest.clone()),
+            unknown_inputs: vec![],
+            inputs: Map::new(),
+            plan: Some(approved),
+        }])
+        .unwrap();
+        assert_eq!(
+            reason(check_against(&set, &big("9007199254740992"), json!({}))),
+            "net@dev: address aws_vpc.main path limit moved"
+        );
+        assert_eq!(
+            check_against(&set, &big("9007199254740993"), json!({})),
+            Coverage::Covered
+        );
+    }
+
+    #[test]
+    fn a_set_approved_at_version_1_covers_the_same_plan_digested_at_version_2() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/changeset/v1-record.json");
+        let set = ChangeSet::from_json(&std::fs::read(path).unwrap()).unwrap();
+        let stored = set.members[0].plan.as_ref().unwrap();
+        let plan_file = json!({"entries": stored.entries, "outputs": stored.outputs});
+        let fresh = MemberPlan::parse("app@prod", plan_file.to_string().as_bytes()).unwrap();
+        assert_ne!(
+            fresh.plan_digest, stored.plan_digest,
+            "the rules differ here"
+        );
+        assert_eq!(
+            coverage(
+                &set,
+                &FreshPlan {
+                    plan: &fresh,
+                    inputs: &set.members[0].inputs,
+                },
+            ),
+            Coverage::Covered
         );
     }
 }

@@ -5,7 +5,7 @@
 //! checked here and every defect becomes a [`PlanFileError`] that says what
 //! to fix. The digest is computed by wavegate, never taken from the file.
 
-use super::canonical::DigestWriter;
+use super::canonical::{DigestWriter, NumberForm};
 use super::path::ValuePath;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -274,10 +274,17 @@ impl MemberPlan {
 
     /// The digest over what the plan binds: member, entries, outputs,
     /// destructiveness and denials. The summary is prose and is not bound.
+    /// Numbers as RFC 8785 writes them (what new change sets use).
     pub fn compute_digest(&self) -> String {
+        self.compute_digest_with(NumberForm::Ecmascript)
+    }
+
+    /// The digest with numbers written as `numbers` says: a plan stored in a
+    /// change set is verified with the rule of that set's version.
+    pub fn compute_digest_with(&self, numbers: NumberForm) -> String {
         // Written key by key in canonical order (RFC 8785 sorts keys), straight
         // into the hash: plans can be large, and this is the hot path.
-        let mut w = DigestWriter::new();
+        let mut w = DigestWriter::with_numbers(numbers);
         w.raw("{").key("denied").value(&json!(self.denied));
         w.raw(",")
             .key("destructive")
@@ -316,9 +323,16 @@ impl MemberPlan {
         w.finish()
     }
 
-    /// Whether the stored digest still matches the content (a document read back is re-verified).
+    /// Whether the stored digest still matches the content (a document read
+    /// back is re-verified), for a plan digested with RFC 8785 numbers.
     pub fn verify(&self) -> Result<(), String> {
-        let actual = self.compute_digest();
+        self.verify_with(NumberForm::Ecmascript)
+    }
+
+    /// [`Self::verify`] for a plan digested with `numbers` (the rule of the
+    /// change set it is stored in).
+    pub fn verify_with(&self, numbers: NumberForm) -> Result<(), String> {
+        let actual = self.compute_digest_with(numbers);
         if actual == self.plan_digest {
             Ok(())
         } else {
@@ -431,6 +445,8 @@ mod tests {
             VALID,
             r#"{"entries": [{"address": "x", "action": "delete", "sensitive": ["a"]}], "denied": {"rules": ["r"]},
                 "outputs": {"known": {"pw": "s3cret"}, "sensitive": ["pw"]}}"#,
+            r#"{"entries": [{"address": "x", "action": "create", "after": {"big": 9007199254740993, "f": 1e21}}],
+                "outputs": {"known": {"id": -9223372036854775808}}}"#,
         ] {
             let plan = parse(text).unwrap();
             let document = json!({
@@ -443,6 +459,10 @@ mod tests {
             assert_eq!(
                 plan.plan_digest,
                 crate::plan::canonical::digest_value(&document)
+            );
+            assert_eq!(
+                plan.compute_digest_with(NumberForm::Version1),
+                crate::plan::canonical::digest_value_with(&document, NumberForm::Version1)
             );
         }
     }
