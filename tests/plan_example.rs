@@ -288,7 +288,11 @@ fn usage_errors_exit_2_with_the_fix() {
 fn seeded_outputs_are_used_before_the_deployed_estate_and_listed() {
     let example = Example::deployed();
     let seeds = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(seeds.path(), r#"{"network@dev": {"vpc_id": "vpc-seeded"}}"#).unwrap();
+    std::fs::write(
+        seeds.path(),
+        r#"{"network@dev": {"vpc_id": "vpc-seeded", "vpcid": "typo"}, "network@prod": {"vpc_id": "x"}}"#,
+    )
+    .unwrap();
     let run = example.plan(
         "main",
         "change",
@@ -309,6 +313,11 @@ fn seeded_outputs_are_used_before_the_deployed_estate_and_listed() {
     assert_eq!(app["inputs"]["db_endpoint"]["source"], "deployed");
     assert_eq!(report["seeded"], json!(["network@dev"]));
     assert_eq!(report["waves"], json!([["app@dev"]]));
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("seeded outputs no plan read: `network@dev.vpcid`, `network@prod.vpc_id`"),
+        "what nobody read is said, not dropped: {notes}"
+    );
 
     std::fs::write(seeds.path(), r#"{"netwrk@dev": {}}"#).unwrap();
     let run = example.plan(

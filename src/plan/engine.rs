@@ -280,9 +280,25 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
     let Workbench {
         mut outcomes,
         seeded_used,
-        notes,
+        seeded_outputs_read,
+        mut notes,
         ..
     } = bench;
+    let unread: Vec<String> = options
+        .seeded
+        .iter()
+        .flat_map(|(member, outputs)| outputs.keys().map(move |name| (member, name)))
+        .filter(|(member, name)| {
+            !seeded_outputs_read.contains(&((*member).clone(), (*name).clone()))
+        })
+        .map(|(member, name)| format!("`{member}.{name}`"))
+        .collect();
+    if !unread.is_empty() {
+        notes.push(format!(
+            "⚠️ seeded outputs no plan read: {}; no member planned here reads them (a misspelt name, or a member outside this change or stage?)",
+            unread.join(", ")
+        ));
+    }
     let members: Vec<MemberOutcome> = prepared
         .derivation
         .members
@@ -391,6 +407,8 @@ pub struct Workbench {
     /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
     deployed: HashMap<String, Result<Map<String, Value>, String>>,
     seeded_used: std::collections::BTreeSet<String>,
+    /// (member, output) of every seeded output a plan read.
+    seeded_outputs_read: std::collections::BTreeSet<(String, String)>,
     notes: Vec<String>,
 }
 
@@ -451,6 +469,7 @@ impl Workbench {
             applied: HashMap::new(),
             deployed: HashMap::new(),
             seeded_used: Default::default(),
+            seeded_outputs_read: Default::default(),
             notes: Vec::new(),
         })
     }
@@ -743,6 +762,8 @@ impl Workbench {
             .and_then(|o| o.get(&input.output))
         {
             self.seeded_used.insert(upstream.clone());
+            self.seeded_outputs_read
+                .insert((upstream.clone(), input.output.clone()));
             return resolved(InputSource::Seeded, Some(v.clone()), None);
         }
         let deployed = self.deployed_outputs(&input.upstream, stage).await;
