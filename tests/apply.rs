@@ -382,7 +382,8 @@ async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() 
     assert!(bot.applies_run().is_empty());
     let asked = bot.last_reply(&repo, 8);
     assert!(
-        asked.contains("denied by the policy (no-public-ingress)"),
+        asked.contains("The policy denied the plan of **app@dev**")
+            && asked.contains("no-public-ingress"),
         "{asked}"
     );
     assert_eq!(

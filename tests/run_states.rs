@@ -296,3 +296,40 @@ async fn a_stage_whose_plans_change_nothing_skips_its_gate_and_says_so() {
         .iter()
         .all(|r| !r.contains("/approve prod")));
 }
+
+/// prod needs two approvals. rev-bob approves prod's set, then prod's
+/// estate drifts and the stage is planned again: the gate now waits for
+/// the new set, and says that rev-bob approved an earlier set of this stage,
+/// as the pull request's gate does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_gate_says_who_approved_an_earlier_set_of_it() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 2");
+    let (repo, _pr, _digest) = planned(&mut bot, 17).await;
+    bot.comment(&repo, 17, "rev-bob", "/approve").await;
+    bot.comment(&repo, 17, "rev-carol", "/approve").await;
+    bot.merge_and_deliver(&repo, 17, "change").await;
+    bot.settle().await;
+    let asked = bot.replies(&repo, 17).pop().unwrap();
+    let first = digest_in(&asked);
+    bot.comment(&repo, 17, "rev-bob", &format!("/approve prod {first}"))
+        .await;
+    assert!(bot.report(&repo, 17).body.contains("Stage **prod**"));
+
+    bot.drift(
+        "prod",
+        "app",
+        "aws_security_group.app",
+        "name",
+        json!("hand-made"),
+    );
+    bot.comment(&repo, 17, "rev-carol", "/retry").await;
+    let report = bot.report(&repo, 17).body;
+    assert!(
+        report.contains(&format!(
+            "@rev-bob approved `{first}`, an earlier set of this stage, which no longer counts"
+        )),
+        "{report}"
+    );
+    assert_eq!(bot.applies_run(), ["app@dev"], "nothing of prod applied");
+}

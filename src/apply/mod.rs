@@ -220,12 +220,15 @@ pub enum Wait {
         gate: String,
         digest: String,
     },
-    /// A plan the policy denied, until an overrider lets it through.
+    /// A plan the policy denied, until an overrider lets it through; `also`
+    /// lists the other denied plans of the same wave (one wait for all).
     Override {
         member: String,
         gate: String,
         digest: String,
         rules: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        also: Vec<Denial>,
     },
     /// Another run is applying some of this wave's members.
     Lock { member: String, pr: u64 },
@@ -241,7 +244,35 @@ pub enum Wait {
     EarlierAttempt { member: String, until: i64 },
 }
 
+/// One plan the policy denied: which member, its plan digest, the rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    pub member: String,
+    pub digest: String,
+    pub rules: Vec<String>,
+}
+
 impl Wait {
+    /// Every denial an `Override` wait waits on, the first one first.
+    pub fn denials(&self) -> Vec<Denial> {
+        match self {
+            Wait::Override {
+                member,
+                digest,
+                rules,
+                also,
+                ..
+            } => std::iter::once(Denial {
+                member: member.clone(),
+                digest: digest.clone(),
+                rules: rules.clone(),
+            })
+            .chain(also.iter().cloned())
+            .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether this wait is news after `previous` (and said so on the pull
     /// request): looking again for the same earlier apply is the same wait.
     pub fn is_new_since(&self, previous: Option<&Wait>) -> bool {
@@ -252,6 +283,11 @@ impl Wait {
             )
             | (Wait::Holder { member, .. }, Some(Wait::Holder { member: before, .. })) => {
                 member != before
+            }
+            // Fewer of the same denials (one was overridden) is not news.
+            (Wait::Override { .. }, Some(before @ Wait::Override { .. })) => {
+                let said = before.denials();
+                self.denials().iter().any(|d| !said.contains(d))
             }
             (wait, previous) => Some(wait) != previous,
         }
@@ -291,6 +327,17 @@ pub struct StageGate {
     /// Who approved it; empty while it waits.
     #[serde(default)]
     pub approved_by: Vec<String>,
+    /// While it waits: the newest approval of another digest at its gate
+    /// (an earlier set of this stage), shown like the pull request's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<Mismatch>,
+}
+
+/// An approval that stands for another digest than the one a gate waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mismatch {
+    pub by: String,
+    pub digest: String,
 }
 
 /// A re-plan checked against the approvals: covered (it only filled in what
@@ -308,6 +355,9 @@ pub struct Round {
     pub filled: Vec<String>,
     #[serde(default)]
     pub approved_by: Vec<String>,
+    /// While it waits: the newest approval of another digest at its gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<Mismatch>,
 }
 
 impl Round {
@@ -627,6 +677,7 @@ mod tests {
             reasons: vec!["moved".into()],
             filled: vec![],
             approved_by: vec![],
+            mismatch: None,
         });
         assert_eq!(count(&record, "dev"), (1, 0));
         record.rounds[0].approved_by = vec!["carol".into()];
@@ -644,6 +695,7 @@ mod tests {
                 gate: "pr-1-prod".into(),
                 change_set: pr.clone(),
                 approved_by: vec![],
+                mismatch: None,
             },
         );
         assert_eq!(count(&record, "prod"), (0, 0));

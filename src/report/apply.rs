@@ -43,7 +43,15 @@ fn waiting_for(wait: &Wait) -> String {
         Wait::PrApproval { .. } => "an approval of the merged plan".into(),
         Wait::Stage { stage, .. } => format!("/approve {stage}"),
         Wait::Round { round, .. } => format!("an approval of round {round}"),
-        Wait::Override { member, .. } => format!("/override {member}"),
+        Wait::Override { member, also, .. } if also.is_empty() => format!("/override {member}"),
+        Wait::Override { .. } => format!(
+            "/override of {}",
+            wait.denials()
+                .iter()
+                .map(|d| d.member.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Wait::Lock { member, pr } => format!("{member}, which pull request #{pr} is applying"),
         Wait::EarlierAttempt { member, until } => format!(
             "an earlier apply of {member} to end (until {} at the latest)",
@@ -65,10 +73,24 @@ pub fn wait_help(wait: &Wait) -> String {
         Wait::Round { round, digest, .. } => format!(
             "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n/approve {digest}\n```\n"
         ),
-        Wait::Override { member, digest, rules, .. } => format!(
-            "The plan of **{member}** (`{digest}`) is denied by the policy ({}). Nothing of its stage's wave was applied. Someone in `policy.overriders` may let it through:\n\n```\n/override {member} <reason>\n```\n",
-            rules.join(", ")
-        ),
+        Wait::Override { .. } => {
+            let denials = wait.denials();
+            let plans: Vec<String> = denials
+                .iter()
+                .map(|d| format!("**{}** (`{}`; {})", d.member, d.digest, d.rules.join(", ")))
+                .collect();
+            let lines: Vec<String> = denials
+                .iter()
+                .map(|d| format!("/override {} <reason>", d.member))
+                .collect();
+            format!(
+                "The policy denied the plan{} of {}. Nothing of that wave was applied. Someone in `policy.overriders` may let {} through, each for exactly that plan:\n\n```\n{}\n```\n",
+                if denials.len() == 1 { "" } else { "s" },
+                plans.join(", "),
+                if denials.len() == 1 { "it" } else { "them" },
+                lines.join("\n")
+            )
+        }
         Wait::Lock { member, pr } => format!(
             "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
         ),
@@ -143,7 +165,16 @@ pub fn render(view: &RunView<'_>) -> String {
         ));
     }
     for (stage, gate) in &view.record.stages {
-        let who = if gate.approved_by.is_empty() {
+        let who = if let Some(m) = gate
+            .mismatch
+            .as_ref()
+            .filter(|_| gate.approved_by.is_empty())
+        {
+            format!(
+                "waiting; @{} approved `{}`, an earlier set of this stage, which no longer counts",
+                m.by, m.digest
+            )
+        } else if gate.approved_by.is_empty() {
             "waiting".to_owned()
         } else {
             format!("approved by {}", gate.approved_by.join(", "))
@@ -162,6 +193,17 @@ pub fn render(view: &RunView<'_>) -> String {
                 format!(" (filled in {})", round.filled.join(", "))
             };
             format!("covered by the approval: only what was unknown moved{filled}")
+        } else if let Some(m) = round
+            .mismatch
+            .as_ref()
+            .filter(|_| round.approved_by.is_empty())
+        {
+            format!(
+                "not covered, waiting: {}; @{} approved `{}`, an earlier set of this round, which no longer counts",
+                round.reasons.join("; "),
+                m.by,
+                m.digest
+            )
         } else if round.approved_by.is_empty() {
             format!("not covered, waiting: {}", round.reasons.join("; "))
         } else {

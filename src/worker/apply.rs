@@ -513,13 +513,13 @@ impl Worker {
             let by = self
                 .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
                 .await?;
-            drive
-                .run
-                .record
-                .stages
-                .get_mut(&stage)
-                .expect("listed")
-                .approved_by = by;
+            let mismatch = self
+                .gate_mismatch(&drive.run, &gate.gate, &gate.change_set.digest)
+                .await?
+                .filter(|_| by.is_empty());
+            let gate = drive.run.record.stages.get_mut(&stage).expect("listed");
+            gate.approved_by = by;
+            gate.mismatch = mismatch;
         }
         for i in 0..drive.run.record.rounds.len() {
             let round = &drive.run.record.rounds[i];
@@ -528,16 +528,50 @@ impl Worker {
                 .verify()
                 .with_context(|| format!("the recorded set of round {}", round.number))?;
             if !round.covered() {
+                let (gate, digest) = (round.gate.clone(), round.change_set.digest.clone());
                 let by = self
-                    .run_gate_approvers(&drive.run, &round.gate, &round.change_set.digest, required)
+                    .run_gate_approvers(&drive.run, &gate, &digest, required)
                     .await?;
+                let mismatch = self
+                    .gate_mismatch(&drive.run, &gate, &digest)
+                    .await?
+                    .filter(|_| by.is_empty());
                 drive.run.record.rounds[i].approved_by = by;
+                drive.run.record.rounds[i].mismatch = mismatch;
             }
         }
         Ok(())
     }
 
     /// Who approved `digest` at one of this run's gates, when enough did.
+    /// The newest standing approval at a run's gate of another digest than
+    /// `digest` (an earlier set), when none of `digest` stands.
+    async fn gate_mismatch(
+        &self,
+        run: &ApplyRunRecord,
+        gate: &str,
+        digest: &str,
+    ) -> Result<Option<crate::apply::Mismatch>> {
+        let facts = self
+            .store
+            .gate_facts(&run.repo.id.to_string(), gate)
+            .await?;
+        let here: Vec<Fact> = facts
+            .into_iter()
+            .filter(|f| {
+                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
+                    || f.fact.data.get("run") == Some(&json!(run.id))
+            })
+            .collect();
+        Ok(match ledger::evaluate(&here, digest, 1) {
+            Evaluation::Mismatch { approved, by } => Some(crate::apply::Mismatch {
+                by: by.login,
+                digest: approved,
+            }),
+            _ => None,
+        })
+    }
+
     async fn run_gate_approvers(
         &self,
         run: &ApplyRunRecord,
@@ -665,6 +699,7 @@ impl Worker {
                     gate: gate_id.clone(),
                     change_set: set.clone(),
                     approved_by: Vec::new(),
+                    mismatch: None,
                 },
             );
         }
@@ -672,6 +707,16 @@ impl Worker {
         let by = self
             .run_gate_approvers(&drive.run, &gate_id, &set.digest, required)
             .await?;
+        let mismatch = self
+            .gate_mismatch(&drive.run, &gate_id, &set.digest)
+            .await?;
+        drive
+            .run
+            .record
+            .stages
+            .get_mut(stage)
+            .expect("inserted")
+            .mismatch = mismatch.filter(|_| by.is_empty());
         if !by.is_empty() {
             drive
                 .run
@@ -981,6 +1026,7 @@ impl Worker {
                     reasons: reasons.clone(),
                     filled,
                     approved_by: Vec::new(),
+                    mismatch: None,
                 });
                 number
             }
@@ -1000,23 +1046,31 @@ impl Worker {
     /// for exactly that plan digest.
     async fn denied(&self, drive: &mut Drive<'_>, ready: &[MemberOutcome]) -> Result<Option<Step>> {
         let gate = override_gate(drive.run.pr);
+        let facts = self
+            .store
+            .gate_facts(&drive.run.repo.id.to_string(), &gate)
+            .await?;
+        let mut denials = Vec::new();
         for outcome in ready {
             let plan = outcome.plan.as_ref().expect("ready members are planned");
             drive.run.record.overrides.remove(&outcome.member);
             if plan.denied.is_empty() {
                 continue;
             }
-            let facts = self
-                .store
-                .gate_facts(&drive.run.repo.id.to_string(), &gate)
-                .await?;
+            // An override given in this run, or during review (bound to the
+            // plan the pull request showed: it counts only when the fresh
+            // plan has exactly that digest).
             let for_member: Vec<Fact> = facts
-                .into_iter()
+                .iter()
                 .filter(|f| {
                     matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
                         || (f.fact.data.get("member") == Some(&json!(outcome.member))
-                            && f.fact.data.get("run") == Some(&json!(drive.run.id)))
+                            && f.fact
+                                .data
+                                .get("run")
+                                .is_none_or(|run| *run == json!(drive.run.id)))
                 })
+                .cloned()
                 .collect();
             if let Evaluation::Satisfied { .. } =
                 ledger::evaluate(&for_member, &plan.plan_digest, 1)
@@ -1028,23 +1082,33 @@ impl Worker {
                     .insert(outcome.member.clone(), plan.plan_digest.clone());
                 continue;
             }
-            for o in ready {
-                drive.run.record.set(
-                    &o.member,
-                    MemberState::Waiting {
-                        reason: format!("the policy denied the plan of {}", outcome.member),
-                    },
-                );
-            }
-            drive.run.record.wait = Some(Wait::Override {
+            denials.push(crate::apply::Denial {
                 member: outcome.member.clone(),
-                gate,
                 digest: plan.plan_digest.clone(),
                 rules: plan.denied.clone(),
             });
-            return Ok(Some(Step::Stop));
         }
-        Ok(None)
+        if denials.is_empty() {
+            return Ok(None);
+        }
+        let named: Vec<&str> = denials.iter().map(|d| d.member.as_str()).collect();
+        for o in ready {
+            drive.run.record.set(
+                &o.member,
+                MemberState::Waiting {
+                    reason: format!("the policy denied the plan of {}", named.join(", ")),
+                },
+            );
+        }
+        let first = denials.remove(0);
+        drive.run.record.wait = Some(Wait::Override {
+            member: first.member,
+            gate,
+            digest: first.digest,
+            rules: first.rules,
+            also: denials,
+        });
+        Ok(Some(Step::Stop))
     }
 
     /// Applies one member: the record says `applying` before the command
@@ -1232,6 +1296,24 @@ impl Worker {
         );
         self.store.save_apply_run(&drive.run).await?;
         bench.record_applied(member, outputs);
+        // The override that let it through lets nothing through again.
+        if let Some(digest) = drive.run.record.overrides.get(member).cloned() {
+            self.store
+                .append_fact(NewFact {
+                    repo: drive.run.repo.id.to_string(),
+                    gate: override_gate(drive.run.pr),
+                    kind: FactKind::Spent,
+                    digest,
+                    actor: Actor {
+                        id: 0,
+                        login: drive.client.bot_login().await?,
+                    },
+                    at: chrono::Utc::now().timestamp_millis(),
+                    source: Source::Wavegate,
+                    data: json!({ "run": drive.run.id, "member": member }),
+                })
+                .await?;
+        }
         Ok(())
     }
 
@@ -1378,17 +1460,22 @@ fn pending_of(
                 .unwrap_or_default(),
             format!("round {round} of pull request {pr}: plans that moved since they were approved"),
         )),
-        Wait::Override {
-            member,
-            gate,
-            digest,
-            rules,
-        } => Some((
-            gate.clone(),
-            digest.clone(),
-            vec![member.clone()],
-            format!("the policy denied {member}'s plan ({}); an overrider may let it through", rules.join(", ")),
-        )),
+        wait @ Wait::Override { gate, digest, .. } => {
+            let denials = wait.denials();
+            Some((
+                gate.clone(),
+                digest.clone(),
+                denials.iter().map(|d| d.member.clone()).collect(),
+                format!(
+                    "the policy denied {}; an overrider may let each through",
+                    denials
+                        .iter()
+                        .map(|d| format!("{}'s plan {} ({})", d.member, d.digest, d.rules.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ))
+        }
         Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => None,
     }
 }

@@ -606,28 +606,52 @@ impl Worker {
         member: &str,
         reason: &str,
     ) -> Result<Said> {
-        let Some(run) = self.store.apply_run(&repo.id, pr).await? else {
-            return Ok(Said::Refused(format!(
-                "`/override {member}` lets a plan the policy denied through an apply run; there is no apply run for this pull request yet"
-            )));
+        let gate = super::apply::override_gate(pr);
+        let run = self.store.apply_run(&repo.id, pr).await?;
+        let waited_on = run
+            .as_ref()
+            .and_then(|r| r.record.wait.as_ref())
+            .map(Wait::denials)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|d| d.member == member);
+        // What it lets through: the fresh plan a run waits on, or (during
+        // review, or before the run reaches it) the plan the pull request
+        // shows — which then counts at apply only if the fresh plan is it.
+        let (digest, rules, base, for_run) = match (&run, waited_on) {
+            (Some(run), Some(denial)) => (
+                denial.digest,
+                denial.rules,
+                run.base_sha.clone(),
+                Some(run.id),
+            ),
+            _ => {
+                let Some((_, plan)) = self.current(repo, pr).await? else {
+                    return Ok(Said::Refused(
+                        "there is no current plan of this pull request to override a denial of; comment `/plan` first".into(),
+                    ));
+                };
+                let set: crate::plan::changeset::ChangeSet =
+                    serde_json::from_value(plan.change_set.clone())
+                        .context("reading the current plan's change set")?;
+                let denied = set
+                    .member(member)
+                    .and_then(|m| m.plan.as_ref())
+                    .filter(|p| !p.denied.is_empty());
+                let Some(denied) = denied else {
+                    return Ok(Said::Refused(format!(
+                        "the policy did not deny a plan of `{member}` in this pull request's current plan; `/override` lets exactly such a plan through"
+                    )));
+                };
+                (
+                    denied.plan_digest.clone(),
+                    denied.denied.clone(),
+                    plan.base_sha.clone(),
+                    None,
+                )
+            }
         };
-        let Some(Wait::Override {
-            member: denied,
-            gate,
-            digest,
-            rules,
-        }) = &run.record.wait
-        else {
-            return Ok(Said::Refused(format!(
-                "the apply run is not waiting on a policy denial of `{member}`"
-            )));
-        };
-        if denied != member {
-            return Ok(Said::Refused(format!(
-                "the apply run waits on a policy denial of `{denied}`, not `{member}`"
-            )));
-        }
-        let policy = match self.base_policy(repo, &run.base_sha)? {
+        let policy = match self.base_policy(repo, &base)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -644,7 +668,10 @@ impl Worker {
             can_write: permission.is_ok_and(|p| p.can_write()),
             teams: &teams,
         };
-        let mut data = json!({ "run": run.id, "member": member, "reason": reason, "rules": rules });
+        let mut data = json!({ "member": member, "reason": reason, "rules": rules });
+        if let Some(run) = for_run {
+            data["run"] = json!(run);
+        }
         let actor = Actor {
             id: comment.author.id,
             login: comment.author.login.clone(),
@@ -652,14 +679,20 @@ impl Worker {
         let source = Source::Comment { id: comment.id };
         if let Err(why) = policy::may_override(&policy, &who) {
             data["refused"] = why.clone().into();
-            self.record(repo, gate, (FactKind::Refused, digest, data), actor, source)
-                .await?;
+            self.record(
+                repo,
+                &gate,
+                (FactKind::Refused, &digest, data),
+                actor,
+                source,
+            )
+            .await?;
             return Ok(Said::Refused(why));
         }
         self.record(
             repo,
-            gate,
-            (FactKind::Approved, digest, data),
+            &gate,
+            (FactKind::Approved, &digest, data),
             actor,
             source,
         )

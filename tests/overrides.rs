@@ -1,0 +1,199 @@
+//! `/override` as the ledger keeps it: given during review it is bound to
+//! the plan the pull request showed and lets exactly that plan through at
+//! apply; a wave with several denied plans waits once, listing them all; an
+//! override is spent once its member applied.
+
+mod common;
+#[path = "harness/bot.rs"]
+mod harness;
+mod support;
+
+use harness::*;
+use support::RepoHandle;
+use wavegate::gate::ledger::FactKind;
+
+impl Bot {
+    /// The kinds of the facts at PR `pr`'s override gate, in order.
+    async fn override_facts(&self, pr: u64) -> Vec<(FactKind, String)> {
+        self.store()
+            .await
+            .gate_facts("github:acme/infra", &format!("pr-{pr}-override"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.fact.kind, f.fact.digest))
+            .collect()
+    }
+
+    async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) {
+        let merged = self.merge(repo, pr, branch);
+        self.deliver_github(support::github_pull_request("closed", repo, &merged))
+            .await;
+        self.settle().await;
+    }
+}
+
+/// The plan of app@dev breaks a policy rule. sec-sam, an overrider on the
+/// base, lets it through while the pull request is in review; after merge
+/// the fresh plan is the same plan, so it applies without waiting, and the
+/// override is spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_given_in_review_lets_exactly_that_plan_through_and_is_spent() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
+    bot.deny("dev", "app", &["no-public-ingress"]);
+    let (repo, _pr, _digest) = planned(&mut bot, 50).await;
+    bot.forge.set_permission(&repo, "sec-sam", "write");
+    bot.comment(&repo, 50, "rev-bob", "/approve").await;
+
+    let given = bot
+        .comment(
+            &repo,
+            50,
+            "sec-sam",
+            "/override app@dev the port is internal",
+        )
+        .await;
+    assert_eq!(bot.reactions(&repo, given), ["eyes", "rocket"]);
+    let facts = bot.override_facts(50).await;
+    assert_eq!(facts.len(), 1, "{facts:?}");
+    assert_eq!(facts[0].0, FactKind::Approved);
+    let overridden = facts[0].1.clone();
+
+    bot.merge_and_settle(&repo, 50, "change").await;
+    assert_eq!(
+        bot.applies_run(),
+        ["app@dev"],
+        "applied without waiting for an override"
+    );
+    assert!(bot
+        .replies(&repo, 50)
+        .iter()
+        .all(|r| !r.contains("/override app@dev <reason>")));
+    assert_eq!(
+        bot.override_facts(50).await,
+        [
+            (FactKind::Approved, overridden.clone()),
+            (FactKind::Spent, overridden)
+        ],
+        "spent once app@dev applied"
+    );
+}
+
+/// An override in review binds the plan shown then: the estate drifts, the
+/// fresh plan at merge is another plan, and the run waits for an override
+/// of that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_in_review_does_not_cover_a_different_fresh_plan() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
+    bot.deny("dev", "app", &["no-public-ingress"]);
+    let (repo, _pr, _digest) = planned(&mut bot, 51).await;
+    bot.forge.set_permission(&repo, "sec-sam", "write");
+    bot.comment(&repo, 51, "rev-bob", "/approve").await;
+    bot.comment(
+        &repo,
+        51,
+        "sec-sam",
+        "/override app@dev the port is internal",
+    )
+    .await;
+    bot.drift(
+        "dev",
+        "app",
+        "aws_security_group.app",
+        "name",
+        serde_json::json!("hand-made"),
+    );
+    bot.merge_and_settle(&repo, 51, "change").await;
+    assert!(bot.applies_run().is_empty());
+    let asked = bot.replies(&repo, 51).pop().unwrap();
+    assert!(
+        asked.contains("round 2") || asked.contains("/override app@dev"),
+        "the moved plan waits again: {asked}"
+    );
+}
+
+/// Two members of one wave (a new `cache` component and the network) break
+/// policy rules: the run waits once, naming both, each with the line to
+/// copy; overriding both lets the wave apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
+    // Declared before [policy], away from the base's edit of it.
+    let config = bot.example.read("change", "wavegate.toml").replace(
+        "[policy]",
+        "[[component]]\nname = \"cache\"\ndir = \"infra/cache\"\n\n[policy]",
+    );
+    let network = bot
+        .example
+        .read("change", "infra/network/resources.json")
+        .replace("estate-${stage}-private", "estate-${stage}-private-a");
+    bot.example.branch(
+        "two-denied",
+        "change",
+        &[
+            ("wavegate.toml", Some(&config)),
+            ("infra/network/resources.json", Some(&network)),
+            (
+                "infra/cache/resources.json",
+                Some(r#"{"aws_elasticache_cluster.main": {"name": "cache-${stage}"}}"#),
+            ),
+            ("infra/cache/outputs.json", Some("{}")),
+        ],
+    );
+    bot.deny("dev", "network", &["tagged-subnets"]);
+    bot.deny("dev", "cache", &["encrypted-at-rest"]);
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "sec-sam", "write");
+    let pr = bot.open_pr(&repo, 52, "two-denied");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    bot.comment(&repo, 52, "rev-bob", "/approve").await;
+    bot.merge_and_settle(&repo, 52, "two-denied").await;
+
+    assert!(bot.applies_run().is_empty());
+    let asked = bot.replies(&repo, 52).pop().unwrap();
+    assert!(
+        asked.contains("The policy denied the plans of **cache@dev**")
+            && asked.contains("**network@dev**")
+            && asked.contains("encrypted-at-rest")
+            && asked.contains("tagged-subnets"),
+        "one wait names both: {asked}"
+    );
+    assert!(
+        asked.contains("/override cache@dev <reason>\n/override network@dev <reason>"),
+        "{asked}"
+    );
+
+    bot.comment(
+        &repo,
+        52,
+        "sec-sam",
+        "/override cache@dev it is encrypted by the platform",
+    )
+    .await;
+    assert!(
+        bot.applies_run().is_empty(),
+        "one override of two lets nothing through"
+    );
+    bot.comment(
+        &repo,
+        52,
+        "sec-sam",
+        "/override network@dev tags come from the module",
+    )
+    .await;
+    let mut applied = bot.applies_run();
+    applied.sort();
+    assert_eq!(applied, ["app@dev", "cache@dev", "network@dev"]);
+    let waits = bot
+        .replies(&repo, 52)
+        .iter()
+        .filter(|r| r.contains("The policy denied"))
+        .count();
+    assert_eq!(waits, 1, "said once");
+}
