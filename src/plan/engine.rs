@@ -454,7 +454,7 @@ impl Workbench {
         // the host may read or run (plans, inputs; under a server running as
         // root, set-user-id programs owned by root).
         let scratch = tempfile::Builder::new()
-            .prefix("wavegate-job-")
+            .prefix(&job_dir_prefix(std::process::id()))
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(anyhow::Error::from)?;
@@ -957,6 +957,45 @@ fn resolve_dir(root: &Path, component: &Component) -> Result<PathBuf, String> {
     Ok(joined)
 }
 
+/// How the job directories of process `pid` are named in the temp dir.
+fn job_dir_prefix(pid: u32) -> String {
+    format!("{JOB_DIR_PREFIX}{pid}-")
+}
+
+const JOB_DIR_PREFIX: &str = "wavegate-job-";
+
+/// Removes the job directories in `temp` that processes no longer running
+/// left behind (a server killed mid-job cannot remove its own); answers how
+/// many. Directories of a running process (another replica's) are left.
+pub fn sweep_stale_job_dirs(temp: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(JOB_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let own = entry.metadata().is_ok_and(|m| {
+            // SAFETY: geteuid cannot fail.
+            std::os::unix::fs::MetadataExt::uid(&m) == unsafe { libc::geteuid() } && m.is_dir()
+        });
+        if own
+            && crate::sandbox::process::identify(pid).is_none()
+            && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
 fn read_plan_file(member: &str, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
     match files::read_file(&files.dir, PLAN_FILE, MAX_PLAN_FILE_BYTES) {
@@ -1096,5 +1135,25 @@ mod tests {
             .unwrap_err()
             .contains("`net@dev` must map to an object of outputs, found a number"));
         assert!(parse_seeded("{").unwrap_err().contains("not valid JSON"));
+    }
+
+    #[test]
+    fn job_dirs_of_processes_gone_are_swept_and_running_ones_kept() {
+        let temp = tempfile::tempdir().unwrap();
+        let mine = temp
+            .path()
+            .join(format!("{}abc", job_dir_prefix(std::process::id())));
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = gone.id();
+        gone.wait().unwrap();
+        let stale = temp.path().join(format!("{}xyz", job_dir_prefix(dead_pid)));
+        let unrelated = temp.path().join("wavegate-jobless");
+        for dir in [&mine, &stale, &unrelated] {
+            std::fs::create_dir_all(dir.join("tree")).unwrap();
+        }
+        assert_eq!(sweep_stale_job_dirs(temp.path()), 1);
+        assert!(mine.exists(), "a running process's job stays");
+        assert!(!stale.exists(), "a dead process's job is removed");
+        assert!(unrelated.exists());
     }
 }

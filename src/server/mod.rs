@@ -111,6 +111,13 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     }
     let forges = Arc::new(Forges::from_settings(settings)?);
     let sandbox = Arc::new(start_sandbox(settings).await?);
+    let swept = crate::plan::engine::sweep_stale_job_dirs(&std::env::temp_dir());
+    if swept > 0 {
+        tracing::info!(
+            swept,
+            "removed job directories that stopped servers left behind"
+        );
+    }
     let wake = Arc::new(Notify::new());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
