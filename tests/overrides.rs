@@ -121,28 +121,7 @@ async fn an_override_in_review_does_not_cover_a_different_fresh_plan() {
 async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
     let mut bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
-    // Declared before [policy], away from the base's edit of it.
-    let config = bot.example.read("change", "wavegate.toml").replace(
-        "[policy]",
-        "[[component]]\nname = \"cache\"\ndir = \"infra/cache\"\n\n[policy]",
-    );
-    let network = bot
-        .example
-        .read("change", "infra/network/resources.json")
-        .replace("estate-${stage}-private", "estate-${stage}-private-a");
-    bot.example.branch(
-        "two-denied",
-        "change",
-        &[
-            ("wavegate.toml", Some(&config)),
-            ("infra/network/resources.json", Some(&network)),
-            (
-                "infra/cache/resources.json",
-                Some(r#"{"aws_elasticache_cluster.main": {"name": "cache-${stage}"}}"#),
-            ),
-            ("infra/cache/outputs.json", Some("{}")),
-        ],
-    );
+    bot.branch_with_cache("two-denied");
     bot.deny("dev", "network", &["tagged-subnets"]);
     bot.deny("dev", "cache", &["encrypted-at-rest"]);
     let repo = bot.github_repo();

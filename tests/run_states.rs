@@ -146,25 +146,7 @@ async fn a_stood_down_member_ends_the_run_neither_applied_nor_failed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
     let mut bot = Bot::start().await;
-    let config = bot.example.read("change", "wavegate.toml")
-        + "\n[[component]]\nname = \"cache\"\ndir = \"infra/cache\"\n";
-    let network = bot
-        .example
-        .read("change", "infra/network/resources.json")
-        .replace("estate-${stage}-private", "estate-${stage}-private-a");
-    bot.example.branch(
-        "cache",
-        "change",
-        &[
-            ("wavegate.toml", Some(&config)),
-            ("infra/network/resources.json", Some(&network)),
-            (
-                "infra/cache/resources.json",
-                Some(r#"{"aws_elasticache_cluster.main": {"name": "cache-${stage}"}}"#),
-            ),
-            ("infra/cache/outputs.json", Some("{}")),
-        ],
-    );
+    bot.branch_with_cache("cache");
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     let pr = bot.open_pr(&repo, 14, "cache");

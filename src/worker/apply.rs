@@ -543,7 +543,22 @@ impl Worker {
         Ok(())
     }
 
-    /// Who approved `digest` at one of this run's gates, when enough did.
+    /// The facts of one of this run's gates that bear on it: given in this
+    /// run, and every revoke and spend.
+    async fn run_gate_facts(&self, run: &ApplyRunRecord, gate: &str) -> Result<Vec<Fact>> {
+        let facts = self
+            .store
+            .gate_facts(&run.repo.id.to_string(), gate)
+            .await?;
+        Ok(facts
+            .into_iter()
+            .filter(|f| {
+                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
+                    || f.fact.data.get("run") == Some(&json!(run.id))
+            })
+            .collect())
+    }
+
     /// The newest standing approval at a run's gate of another digest than
     /// `digest` (an earlier set), when none of `digest` stands.
     async fn gate_mismatch(
@@ -552,17 +567,7 @@ impl Worker {
         gate: &str,
         digest: &str,
     ) -> Result<Option<crate::apply::Mismatch>> {
-        let facts = self
-            .store
-            .gate_facts(&run.repo.id.to_string(), gate)
-            .await?;
-        let here: Vec<Fact> = facts
-            .into_iter()
-            .filter(|f| {
-                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
-                    || f.fact.data.get("run") == Some(&json!(run.id))
-            })
-            .collect();
+        let here = self.run_gate_facts(run, gate).await?;
         Ok(match ledger::evaluate(&here, digest, 1) {
             Evaluation::Mismatch { approved, by } => Some(crate::apply::Mismatch {
                 by: by.login,
@@ -572,6 +577,7 @@ impl Worker {
         })
     }
 
+    /// Who approved `digest` at one of this run's gates, when enough did.
     async fn run_gate_approvers(
         &self,
         run: &ApplyRunRecord,
@@ -579,17 +585,7 @@ impl Worker {
         digest: &str,
         required: usize,
     ) -> Result<Vec<String>> {
-        let facts = self
-            .store
-            .gate_facts(&run.repo.id.to_string(), gate)
-            .await?;
-        let here: Vec<Fact> = facts
-            .into_iter()
-            .filter(|f| {
-                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
-                    || f.fact.data.get("run") == Some(&json!(run.id))
-            })
-            .collect();
+        let here = self.run_gate_facts(run, gate).await?;
         Ok(match ledger::evaluate(&here, digest, required) {
             Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
             _ => Vec::new(),

@@ -458,6 +458,34 @@ impl Bot {
         String::from_utf8_lossy(&answer_head).into_owned()
     }
 
+    /// A branch `name` on top of `change` that also adds a `cache` component
+    /// (no upstream: in dev's first wave beside the network) and renames the
+    /// network's subnet, so network@dev, cache@dev and database@dev plan too.
+    pub fn branch_with_cache(&self, name: &str) {
+        // Declared before [policy], away from any edit of the base's policy.
+        let config = self.example.read("change", "wavegate.toml").replace(
+            "[policy]",
+            "[[component]]\nname = \"cache\"\ndir = \"infra/cache\"\n\n[policy]",
+        );
+        let network = self
+            .example
+            .read("change", "infra/network/resources.json")
+            .replace("estate-${stage}-private", "estate-${stage}-private-a");
+        self.example.branch(
+            name,
+            "change",
+            &[
+                ("wavegate.toml", Some(&config)),
+                ("infra/network/resources.json", Some(&network)),
+                (
+                    "infra/cache/resources.json",
+                    Some(r#"{"aws_elasticache_cluster.main": {"name": "cache-${stage}"}}"#),
+                ),
+                ("infra/cache/outputs.json", Some("{}")),
+            ],
+        );
+    }
+
     /// A branch on top of `change` whose app asks for a bigger instance.
     pub fn branch_bigger_app(&self, name: &str) {
         let resources = self
