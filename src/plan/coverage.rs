@@ -72,6 +72,9 @@ fn first_difference(
             was_plan.denied, now.denied
         ));
     }
+    if was_plan.opaque || now.opaque {
+        return opaque_difference(was_plan, now);
+    }
     let before: BTreeMap<&str, _> = was_plan
         .entries
         .iter()
@@ -95,6 +98,21 @@ fn first_difference(
                 "address {address} changed action from {} to {}",
                 a.action.as_str(),
                 e.action.as_str()
+            ));
+        }
+        if a.forced_by != e.forced_by {
+            return Some(format!(
+                "address {address} is replaced because of {} where the approved plan said {}",
+                listed(&e.forced_by),
+                listed(&a.forced_by)
+            ));
+        }
+        // What the address is now was shown to the reviewer as the other side
+        // of every change; if it moved, the approved change is not this one.
+        if let Some(p) = moved_path(&a.before, &e.before, &ValuePath::root(), &[]) {
+            return Some(format!(
+                "address {address} path {} moved before the change (drift since the approved plan)",
+                show(&p)
             ));
         }
         let unknown = a.unknown_paths();
@@ -123,7 +141,52 @@ fn first_difference(
     ) {
         return Some(format!("output {} moved", show(&p)));
     }
+    if was_plan.destructive != now.destructive {
+        return Some(format!(
+            "the plan now says destructive: {} (the approved plan said {})",
+            now.destructive, was_plan.destructive
+        ));
+    }
     None
+}
+
+/// An opaque plan lists nothing to compare, so only the exact plan covers it.
+fn opaque_difference(was: &MemberPlan, now: &MemberPlan) -> Option<String> {
+    let what = |p: &MemberPlan| {
+        if p.opaque {
+            "lists no resources"
+        } else {
+            "lists its resources"
+        }
+    };
+    if was.opaque != now.opaque {
+        return Some(format!(
+            "the approved plan {} and the fresh plan {}",
+            what(was),
+            what(now)
+        ));
+    }
+    if was.summary != now.summary {
+        return Some(
+            "the summary of this opaque plan (it lists no resources) moved; only its exact plan is covered"
+                .into(),
+        );
+    }
+    if was.outputs != now.outputs || was.destructive != now.destructive {
+        return Some(
+            "the outputs of this opaque plan (it lists no resources) moved; only its exact plan is covered"
+                .into(),
+        );
+    }
+    None
+}
+
+fn listed(paths: &[String]) -> String {
+    if paths.is_empty() {
+        "nothing named".into()
+    } else {
+        paths.join(", ")
+    }
 }
 
 fn within(path: &ValuePath, unknown: &[ValuePath]) -> bool {
@@ -199,6 +262,19 @@ mod tests {
             ),
             member(other, vec![], Map::new()),
         ])
+        .unwrap()
+    }
+
+    /// A change set of one plan that read no inputs.
+    fn set_of(plan: MemberPlan) -> ChangeSet {
+        ChangeSet::new(vec![ChangeSetMember {
+            member: plan.member.clone(),
+            status: MemberStatus::Planned,
+            plan_digest: Some(plan.plan_digest.clone()),
+            unknown_inputs: vec![],
+            inputs: Map::new(),
+            plan: Some(plan),
+        }])
         .unwrap()
     }
 
@@ -312,6 +388,83 @@ mod tests {
     }
 
     #[test]
+    fn drift_before_the_change_is_not_covered() {
+        let with_before = |cidr: &str| {
+            APPROVED.replace(
+                r#""action": "update", "after""#,
+                &format!(r#""action": "update", "before": {{"cidr": "{cidr}"}}, "after""#),
+            )
+        };
+        let plan = MemberPlan::parse("net@dev", with_before("10.9.0.0/16").as_bytes()).unwrap();
+        let set = set_of(plan);
+        assert_eq!(
+            check_against(&set, &with_before("10.9.0.0/16"), json!({})),
+            Coverage::Covered
+        );
+        assert_eq!(
+            reason(check_against(&set, &with_before("10.8.0.0/16"), json!({}))),
+            "net@dev: address aws_vpc.main path cidr moved before the change (drift since the approved plan)"
+        );
+    }
+
+    #[test]
+    fn an_opaque_plan_is_covered_only_by_itself() {
+        let approved = |summary: &str| {
+            let plan = MemberPlan::parse(
+                "net@dev",
+                json!({"summary": summary, "outputs": {"unknown": ["v"]}})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .unwrap();
+            set_of(plan)
+        };
+        let set = approved("run 0042_add_index");
+        let same = r#"{"summary": "run 0042_add_index", "outputs": {"unknown": ["v"]}}"#;
+        assert_eq!(check_against(&set, same, json!({})), Coverage::Covered);
+        assert_eq!(
+            reason(check_against(
+                &set,
+                r#"{"summary": "run 0042_add_index and 0043_drop_users", "outputs": {"unknown": ["v"]}}"#,
+                json!({})
+            )),
+            "net@dev: the summary of this opaque plan (it lists no resources) moved; only its exact plan is covered"
+        );
+        assert_eq!(
+            reason(check_against(
+                &set,
+                r#"{"summary": "run 0042_add_index", "outputs": {"known": {"v": 1}}}"#,
+                json!({})
+            )),
+            "net@dev: the outputs of this opaque plan (it lists no resources) moved; only its exact plan is covered",
+            "an unknown output of an opaque plan is not a place where it may move"
+        );
+        assert_eq!(
+            reason(check_against(
+                &set,
+                r#"{"summary": "run 0042_add_index", "empty": true}"#,
+                json!({})
+            )),
+            "net@dev: the approved plan lists no resources and the fresh plan lists its resources"
+        );
+    }
+
+    #[test]
+    fn what_forces_a_replacement_is_compared() {
+        let replace = |forced: &str| {
+            format!(
+                r#"{{"entries": [{{"address": "db", "action": "replace", "after": {{"v": "15"}}, "forced_by": [{forced}]}}]}}"#
+            )
+        };
+        let plan = MemberPlan::parse("net@dev", replace(r#""v""#).as_bytes()).unwrap();
+        let set = set_of(plan);
+        assert_eq!(
+            reason(check_against(&set, &replace(r#""v", "zone""#), json!({}))),
+            "net@dev: address db is replaced because of v, zone where the approved plan said v"
+        );
+    }
+
+    #[test]
     fn a_member_not_in_the_approved_set_is_not_covered() {
         let set = approved_set(&[], json!({}));
         let plan = MemberPlan::parse("dns@prod", br#"{"entries": []}"#).unwrap();
@@ -340,15 +493,7 @@ mod tests {
         let approved = MemberPlan::parse("net@dev", big("9007199254740993").as_bytes()).unwrap();
         let fresh = MemberPlan::parse("net@dev", big("9007199254740992").as_bytes()).unwrap();
         assert_eq!(approved.plan_digest, fresh.plan_digest);
-        let set = ChangeSet::new(vec![ChangeSetMember {
-            member: "net@dev".into(),
-            status: MemberStatus::Planned,
-            plan_digest: Some(approved.plan_digest.clone()),
-            unknown_inputs: vec![],
-            inputs: Map::new(),
-            plan: Some(approved),
-        }])
-        .unwrap();
+        let set = set_of(approved);
         assert_eq!(
             reason(check_against(&set, &big("9007199254740992"), json!({}))),
             "net@dev: address aws_vpc.main path limit moved"

@@ -42,6 +42,11 @@ impl Action {
     pub fn is_destructive(self) -> bool {
         matches!(self, Action::Delete | Action::Replace)
     }
+
+    /// Whether applying it changes the address (a `no-op` or `read` does not).
+    pub fn changes(self) -> bool {
+        !matches!(self, Action::NoOp | Action::Read)
+    }
 }
 
 /// One resource change, normalised: paths parsed and sorted.
@@ -55,11 +60,21 @@ pub struct Entry {
     pub unknown: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sensitive: Vec<String>,
+    /// The address as it is now, when the plan command says (to show what moves).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub before: Value,
+    /// For a `replace`: the paths whose change forces it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forced_by: Vec<String>,
 }
 
 impl Entry {
     pub fn unknown_paths(&self) -> Vec<ValuePath> {
         parse_paths(&self.unknown)
+    }
+
+    pub fn sensitive_paths(&self) -> Vec<ValuePath> {
+        parse_paths(&self.sensitive)
     }
 }
 
@@ -124,6 +139,8 @@ struct RawPlanFile {
     outputs: Outputs,
     destructive: Option<bool>,
     denied: Option<Denied>,
+    /// Whether the plan changes nothing. Absent with no entries: the plan is opaque.
+    empty: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +154,10 @@ struct RawEntry {
     unknown: Vec<String>,
     #[serde(default)]
     sensitive: Vec<String>,
+    #[serde(default)]
+    before: Value,
+    #[serde(default)]
+    forced_by: Vec<String>,
 }
 
 /// Policy rules a plan reports as broken; the plan cannot apply unless overridden.
@@ -172,6 +193,11 @@ pub struct MemberPlan {
     pub destructive: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<String>,
+    /// The plan lists no resources and does not say it is empty (a migration
+    /// tool, a script): its summary is bound, its apply always runs, and only
+    /// its exact digest covers it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opaque: bool,
     pub plan_digest: String,
 }
 
@@ -236,14 +262,40 @@ impl MemberPlan {
                     e.address
                 )));
             }
+            if !e.forced_by.is_empty() && e.action != Action::Replace {
+                return Err(PlanFileError::Invalid(format!(
+                    "entries[{i}].forced_by: `{}` is a {}, and only a `replace` is forced; remove forced_by or make the action `replace`",
+                    e.address,
+                    e.action.as_str()
+                )));
+            }
             entries.push(Entry {
                 unknown: normalise_paths(&e.unknown, &format!("entries[{i}].unknown"))?,
                 sensitive: normalise_paths(&e.sensitive, &format!("entries[{i}].sensitive"))?,
+                forced_by: normalise_paths(&e.forced_by, &format!("entries[{i}].forced_by"))?,
                 address: e.address,
                 action: e.action,
                 after: e.after,
+                before: e.before,
             });
         }
+        let lists_no_change = !entries.iter().any(|e| e.action.changes());
+        if raw.empty == Some(true) {
+            if let Some(e) = entries.iter().find(|e| e.action.changes()) {
+                return Err(PlanFileError::Invalid(format!(
+                    "`empty` is true but `{}` is a {}; an empty plan lists only `no-op` and `read` entries: remove `empty` or that entry",
+                    e.address,
+                    e.action.as_str()
+                )));
+            }
+        }
+        // Entries that change nothing describe the plan only when the file
+        // says it is empty, or when there is at least one of them to show.
+        let opaque = lists_no_change
+            && match raw.empty {
+                Some(empty) => !empty,
+                None => entries.is_empty(),
+            };
         entries.sort_by(|a, b| a.address.cmp(&b.address));
         let mut sensitive = raw.outputs.sensitive;
         sensitive.sort();
@@ -253,9 +305,11 @@ impl MemberPlan {
             known: raw.outputs.known,
             sensitive,
         };
+        // What an opaque plan does cannot be seen, so it is destructive
+        // unless its file says otherwise.
         let destructive = raw
             .destructive
-            .unwrap_or_else(|| entries.iter().any(|e| e.action.is_destructive()));
+            .unwrap_or_else(|| opaque || entries.iter().any(|e| e.action.is_destructive()));
         let mut denied = raw.denied.map(|d| d.rules).unwrap_or_default();
         denied.sort();
         denied.dedup();
@@ -266,6 +320,7 @@ impl MemberPlan {
             outputs,
             destructive,
             denied,
+            opaque,
             plan_digest: String::new(),
         };
         plan.plan_digest = plan.compute_digest();
@@ -273,7 +328,8 @@ impl MemberPlan {
     }
 
     /// The digest over what the plan binds: member, entries, outputs,
-    /// destructiveness and denials. The summary is prose and is not bound.
+    /// destructiveness and denials. The summary is prose and is bound only
+    /// when the plan is opaque (then it is all a reviewer has to go by).
     /// Numbers as RFC 8785 writes them (what new change sets use).
     pub fn compute_digest(&self) -> String {
         self.compute_digest_with(NumberForm::Ecmascript)
@@ -297,6 +353,12 @@ impl MemberPlan {
             w.raw("{").key("action").string(e.action.as_str());
             w.raw(",").key("address").string(&e.address);
             w.raw(",").key("after").value(&e.after);
+            if !e.before.is_null() {
+                w.raw(",").key("before").value(&e.before);
+            }
+            if !e.forced_by.is_empty() {
+                w.raw(",").key("forced_by").value(&json!(e.forced_by));
+            }
             if !e.sensitive.is_empty() {
                 w.raw(",").key("sensitive").value(&json!(e.sensitive));
             }
@@ -306,6 +368,9 @@ impl MemberPlan {
             w.raw("}");
         }
         w.raw("],").key("member").string(&self.member);
+        if self.opaque {
+            w.raw(",").key("opaque").raw("true");
+        }
         w.raw(",")
             .key("outputs")
             .raw("{")
@@ -319,7 +384,11 @@ impl MemberPlan {
         w.raw(",")
             .key("unknown")
             .value(&json!(self.outputs.unknown))
-            .raw("}}");
+            .raw("}");
+        if self.opaque {
+            w.raw(",").key("summary").string(&self.summary);
+        }
+        w.raw("}");
         w.finish()
     }
 
@@ -357,11 +426,15 @@ impl MemberPlan {
         counts
     }
 
-    /// A plan is empty when nothing in it but `no-op`s and reads.
+    /// A plan is empty when it is not opaque and lists nothing but `no-op`s
+    /// and reads: its apply has nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.entries
-            .iter()
-            .all(|e| matches!(e.action, Action::NoOp | Action::Read))
+        !self.opaque && !self.entries.iter().any(|e| e.action.changes())
+    }
+
+    /// Every address the plan deletes or replaces, in address order.
+    pub fn destructive_entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| e.action.is_destructive())
     }
 }
 
@@ -447,15 +520,22 @@ mod tests {
                 "outputs": {"known": {"pw": "s3cret"}, "sensitive": ["pw"]}}"#,
             r#"{"entries": [{"address": "x", "action": "create", "after": {"big": 9007199254740993, "f": 1e21}}],
                 "outputs": {"known": {"id": -9223372036854775808}}}"#,
+            r#"{"entries": [{"address": "db", "action": "replace", "before": {"v": "13"}, "after": {"v": "15"},
+                "forced_by": ["v"]}]}"#,
+            r#"{"summary": "3 migrations to run", "outputs": {"known": {"schema": 42}}}"#,
         ] {
             let plan = parse(text).unwrap();
-            let document = json!({
+            let mut document = json!({
                 "member": plan.member,
                 "entries": plan.entries,
                 "outputs": plan.outputs,
                 "destructive": plan.destructive,
                 "denied": plan.denied,
             });
+            if plan.opaque {
+                document["opaque"] = json!(true);
+                document["summary"] = json!(plan.summary);
+            }
             assert_eq!(
                 plan.plan_digest,
                 crate::plan::canonical::digest_value(&document)
@@ -523,6 +603,67 @@ mod tests {
             e.contains("entries[0].unknown") && e.contains("never closed"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_plan_that_lists_nothing_and_does_not_say_it_is_empty_is_opaque() {
+        let opaque = parse(r#"{"summary": "3 migrations to run"}"#).unwrap();
+        assert!(opaque.opaque && !opaque.is_empty(), "its apply must run");
+        assert!(opaque.destructive, "what it does cannot be seen");
+        let other = parse(r#"{"summary": "4 migrations to run"}"#).unwrap();
+        assert_ne!(
+            opaque.plan_digest, other.plan_digest,
+            "an opaque plan's summary is all there is to approve, so it is bound"
+        );
+        let said_safe =
+            parse(r#"{"summary": "3 migrations to run", "destructive": false}"#).unwrap();
+        assert!(said_safe.opaque && !said_safe.destructive);
+
+        let empty = parse(r#"{"summary": "nothing to do", "empty": true}"#).unwrap();
+        assert!(!empty.opaque && empty.is_empty() && !empty.destructive);
+        let reworded = parse(r#"{"summary": "all in sync", "empty": true}"#).unwrap();
+        assert_eq!(
+            empty.plan_digest, reworded.plan_digest,
+            "the prose of a plan that lists its entries is not bound"
+        );
+
+        let listed_no_ops = parse(r#"{"entries": [{"address": "x", "action": "no-op"}]}"#).unwrap();
+        assert!(!listed_no_ops.opaque && listed_no_ops.is_empty());
+        let not_empty_after_all =
+            parse(r#"{"entries": [{"address": "x", "action": "no-op"}], "empty": false}"#).unwrap();
+        assert!(
+            not_empty_after_all.opaque,
+            "entries that change nothing do not describe a plan that says it changes something"
+        );
+        let e = parse(r#"{"entries": [{"address": "x", "action": "delete"}], "empty": true}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`empty` is true but `x` is a delete"), "{e}");
+    }
+
+    #[test]
+    fn before_and_what_forces_a_replacement_are_bound() {
+        let text = r#"{"entries": [{"address": "db", "action": "replace", "before": {"v": "13"},
+            "after": {"v": "15"}, "forced_by": ["v"]}]}"#;
+        let plan = parse(text).unwrap();
+        assert_eq!(plan.entries[0].forced_by, vec!["v".to_owned()]);
+        let other_before = parse(&text.replace(r#""13""#, r#""14""#)).unwrap();
+        assert_ne!(plan.plan_digest, other_before.plan_digest);
+        let not_forced = parse(&text.replace(r#", "forced_by": ["v"]"#, "")).unwrap();
+        assert_ne!(plan.plan_digest, not_forced.plan_digest);
+        let without_before =
+            parse(r#"{"entries": [{"address": "x", "action": "create"}]}"#).unwrap();
+        let with_null_before =
+            parse(r#"{"entries": [{"address": "x", "action": "create", "before": null}]}"#)
+                .unwrap();
+        assert_eq!(
+            without_before.plan_digest, with_null_before.plan_digest,
+            "plans written before `before` existed keep their digests"
+        );
+        let e = parse(r#"{"entries": [{"address": "x", "action": "update", "forced_by": ["a"]}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only a `replace` is forced"), "{e}");
     }
 
     #[test]

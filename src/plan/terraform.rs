@@ -170,13 +170,30 @@ impl ResourcePlan {
             Value::Bool(true) => Value::Null,
             _ => change.after.clone(),
         };
-        let entry = json!({
+        let action = planned.action();
+        // What the address is now, so the report can show `old → new`; a
+        // no-op would only repeat its `after`.
+        let before = match action {
+            Action::Update | Action::Replace | Action::Delete => change.before.clone(),
+            _ => Value::Null,
+        };
+        let mut sensitive = sensitive_paths(&change.after_sensitive, &after);
+        if !before.is_null() {
+            sensitive.extend(sensitive_paths(&change.before_sensitive, &before));
+        }
+        let mut entry = json!({
             "address": address,
-            "action": planned.action().as_str(),
+            "action": action.as_str(),
             "unknown": path_texts(marked_paths(&change.after_unknown, &ValuePath::root())),
-            "sensitive": path_texts(sensitive_paths(&change.after_sensitive, &after)),
+            "sensitive": path_texts(sensitive),
             "after": after,
         });
+        if !before.is_null() {
+            entry["before"] = before;
+        }
+        if action == Action::Replace {
+            entry["forced_by"] = json!(replace_paths(change));
+        }
         let summary_line = summary_line(
             &address,
             planned,
@@ -456,7 +473,7 @@ fn read_show_json(show_json: &[u8]) -> Result<ShowJson, AdaptError> {
 }
 
 /// Turns `terraform show -json PLANFILE` output into a plan-file object
-/// (`summary`, `entries`, `outputs`) for [`MemberPlan::parse`](super::planfile::MemberPlan::parse).
+/// (`summary`, `empty`, `entries` with `before` and `forced_by`, `outputs`) for [`MemberPlan::parse`](super::planfile::MemberPlan::parse).
 pub fn adapt_terraform(show_json: &[u8]) -> Result<Value, AdaptError> {
     let document = read_show_json(show_json)?;
     let mut resources = document
@@ -474,7 +491,9 @@ pub fn adapt_terraform(show_json: &[u8]) -> Result<Value, AdaptError> {
         .filter(|d| d.change.actions != ["no-op"])
         .map(ResourceChange::unique_address)
         .collect();
+    let empty = !resources.iter().any(|r| r.planned.action().changes());
     Ok(json!({
+        "empty": empty,
         "summary": summarise(&resources, &outputs, &drifted),
         "entries": resources.into_iter().map(|r| r.entry).collect::<Vec<_>>(),
         "outputs": outputs.plan_file_value(),
@@ -541,6 +560,8 @@ mod tests {
         assert_eq!(entry.action, Action::Replace);
         assert_eq!(entry.unknown, vec!["id"]);
         assert_eq!(entry.after, json!({"ami": "force-replace"}));
+        assert_eq!(entry.before, json!({"ami": "bar", "id": "placeholder"}));
+        assert_eq!(entry.forced_by, vec!["ami"]);
         assert!(plan.destructive);
         assert!(
             plan.summary
@@ -548,6 +569,37 @@ mod tests {
             "{}",
             plan.summary
         );
+    }
+
+    #[test]
+    fn an_update_and_a_delete_carry_what_the_address_is_now() {
+        let plan = plan("basic-delete.json");
+        let by_address = |a: &str| plan.entries.iter().find(|e| e.address == a).unwrap();
+        assert_eq!(by_address("test_instance.test").before["ami"], "foo");
+        assert_eq!(by_address("test_instance.test").after["ami"], "bar");
+        assert_eq!(by_address("test_instance.test-delete").before["ami"], "foo");
+        assert!(!plan.is_empty() && !plan.opaque);
+        let unchanged = self::plan("basic-update.json");
+        assert!(
+            unchanged.entries.iter().all(|e| e.before.is_null()),
+            "a no-op would only repeat its after"
+        );
+        assert!(unchanged.is_empty() && !unchanged.opaque);
+    }
+
+    #[test]
+    fn a_plan_without_resources_says_it_is_empty_rather_than_opaque() {
+        let document =
+            json!({"format_version": "1.2", "resource_changes": [], "output_changes": {}});
+        let plan = MemberPlan::parse(
+            "app@dev",
+            adapt_terraform(document.to_string().as_bytes())
+                .unwrap()
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        assert!(plan.is_empty() && !plan.opaque);
     }
 
     #[test]

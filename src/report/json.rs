@@ -37,7 +37,11 @@ pub struct JsonMember<'a> {
     pub plan_digest: Option<&'a str>,
     pub counts: Counts,
     pub destructive: bool,
+    /// Every address the plan deletes or replaces, as `address (action)`.
+    pub destructive_addresses: Vec<String>,
     pub empty: bool,
+    /// The plan lists no resources: its summary is bound and its apply always runs.
+    pub opaque: bool,
     pub unknown_inputs: Vec<String>,
     /// Values of sensitive inputs are left out.
     pub inputs: BTreeMap<String, ResolvedInput>,
@@ -58,7 +62,13 @@ pub fn report(change: &PlannedChange) -> JsonReport<'_> {
             plan_digest: m.plan.as_ref().map(|p| p.plan_digest.as_str()),
             counts: m.plan.as_ref().map(|p| p.counts()).unwrap_or_default(),
             destructive: m.plan.as_ref().is_some_and(|p| p.destructive),
+            destructive_addresses: m
+                .plan
+                .as_ref()
+                .map(super::entries::destructive_addresses)
+                .unwrap_or_default(),
             empty: m.plan.as_ref().is_some_and(|p| p.is_empty()),
+            opaque: m.plan.as_ref().is_some_and(|p| p.opaque),
             unknown_inputs: m
                 .inputs
                 .iter()

@@ -1,14 +1,19 @@
-//! The PR comment: waves, every member with its counts and short digest,
-//! every component not running with its reason, indeterminate files, the full
-//! digest with the `/approve` line to copy, and per-member plan summaries.
+//! The PR comment: a warning naming every address deleted or replaced, waves,
+//! every member with its counts and short digest, every component not running
+//! with its reason, indeterminate files, per member the entries its digest
+//! binds (with the plan command's own summary under its own label), and the
+//! full digest with the `/approve` line to copy.
 //!
-//! It always fits a forge comment: summaries are shortened (with a note
-//! saying so) before anything else, and the digest is never cut.
+//! It always fits a forge comment: the plan commands' summaries are shortened
+//! first, then the entries of members that destroy nothing, and the entries
+//! of destructive members last; every cut is said, and the digest never cut.
 
-use super::{counts_text, reason_text, COMMENT_LIMIT, REPORT_MARKER};
+use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::plan::canonical::short_digest;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
+use crate::plan::planfile::MemberPlan;
+use serde_json::Value;
 use std::fmt::Write as _;
 
 /// Renders the report within `COMMENT_LIMIT` characters.
@@ -79,6 +84,64 @@ fn header(change: &PlannedChange) -> String {
         &change.base[..12.min(change.base.len())],
         &change.head[..12.min(change.head.len())]
     );
+    out.push_str(&destructive_warning(change));
+    out
+}
+
+/// Addresses listed in the destructive warning before it says how many more.
+const MOST_LISTED_DESTRUCTIVE: usize = 100;
+
+/// A warning naming every address the change deletes or replaces, and every
+/// destructive plan that cannot say which, before anything else.
+fn destructive_warning(change: &PlannedChange) -> String {
+    let plans = change
+        .members
+        .iter()
+        .filter(|m| m.status == MemberStatus::Planned)
+        .filter_map(|m| m.plan.as_ref().filter(|p| p.destructive).map(|p| (m, p)));
+    let mut lines = Vec::new();
+    let (mut addresses, mut listed) = (0, 0);
+    for (m, plan) in plans {
+        let all: Vec<String> = plan
+            .destructive_entries()
+            .map(|e| format!("{} ({})", code(&e.address), e.action.as_str()))
+            .collect();
+        addresses += all.len();
+        let line = if all.is_empty() && plan.opaque {
+            "its plan lists no resources (opaque), so what it deletes cannot be shown".to_owned()
+        } else if all.is_empty() {
+            "its plan command marks it destructive".to_owned()
+        } else {
+            let room = MOST_LISTED_DESTRUCTIVE.saturating_sub(listed);
+            listed += all.len().min(room);
+            let mut named: Vec<String> = all.iter().take(room).cloned().collect();
+            if all.len() > room {
+                named.push(format!("and {} more", all.len() - room));
+            }
+            named.join(", ")
+        };
+        lines.push(format!("> - `{}`: {line}", m.member));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "> ⚠️ **Destructive changes in {} member{}** ({addresses} address{} deleted or replaced); their plans are open below.\n>\n",
+        lines.len(),
+        plural(lines.len()),
+        if addresses == 1 { "" } else { "es" },
+    );
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    if listed < addresses {
+        let _ = writeln!(
+            out,
+            ">\n> _{} of {addresses} addresses listed: this comment has a size limit; the JSON report (`wavegate plan --json`) lists them all._",
+            listed
+        );
+    }
+    out.push('\n');
     out
 }
 
@@ -182,8 +245,14 @@ fn member_row(m: &MemberOutcome) -> String {
         MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.is_empty()) => {
             "no changes".to_owned()
         }
+        MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.opaque && p.destructive) => {
+            "planned (opaque) ⚠️ destructive".to_owned()
+        }
         MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.destructive) => {
             "planned ⚠️ destructive".to_owned()
+        }
+        MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.opaque) => {
+            "planned (opaque)".to_owned()
         }
         MemberStatus::Planned => "planned".to_owned(),
         MemberStatus::PlanFailed => "❌ plan failed".to_owned(),
@@ -235,123 +304,300 @@ fn member_notes(m: &MemberOutcome) -> Vec<String> {
     notes
 }
 
-/// Per-member collapsible sections, shortened to fit `budget` characters.
-fn details(change: &PlannedChange, budget: usize) -> String {
-    let bodies: Vec<(String, String)> = change
-        .members
-        .iter()
-        .filter(|m| m.status != MemberStatus::Blocked)
-        .map(|m| (detail_title(m), detail_body(m)))
-        .collect();
-    let full: String = bodies.iter().map(|(t, b)| framed(t, b, None)).collect();
-    if full.chars().count() <= budget {
-        return full;
-    }
-    // Each shown member needs its frame, the shortening note and a few lines of summary.
-    const LEAST_BODY: usize = 200;
-    let least = |(title, body): &(String, String)| {
-        framed(title, "", Some(body.chars().count()))
-            .chars()
-            .count()
-            + LEAST_BODY.min(body.chars().count())
-    };
-    let omitted_note = |n: usize| {
-        format!("_Plan summaries of {n} more members are not shown: this comment has a size limit. `wavegate plan` prints them all._\n\n")
-    };
-    let mut shown = 0;
-    let mut needed = 0;
-    for item in &bodies {
-        let more = needed + least(item);
-        if more + omitted_note(bodies.len()).len() > budget {
-            break;
-        }
-        needed = more;
-        shown += 1;
-    }
-    let overhead: usize = bodies[..shown]
-        .iter()
-        .map(|(t, b)| framed(t, "", Some(b.chars().count())).chars().count())
-        .sum();
-    let mut available = budget.saturating_sub(overhead + omitted_note(bodies.len()).len());
-    // Equal shares; a member that needs less than its share leaves the rest to others.
-    let mut sizes: Vec<(usize, usize)> = bodies[..shown]
-        .iter()
-        .enumerate()
-        .map(|(i, (_, b))| (b.chars().count(), i))
-        .collect();
-    sizes.sort();
-    let mut allowed = vec![0usize; shown];
-    let mut left = shown;
-    for (size, i) in sizes {
-        let share = available / left.max(1);
-        allowed[i] = size.min(share);
-        available -= allowed[i];
-        left -= 1;
-    }
-    let mut out = String::new();
-    for ((title, body), keep) in bodies.iter().zip(allowed) {
-        let total = body.chars().count();
-        if keep >= total {
-            out.push_str(&framed(title, body, None));
-            continue;
-        }
-        let cut: String = body.chars().take(keep).collect();
-        let cut = match cut.rfind('\n') {
-            Some(nl) if nl > 0 => cut[..nl].to_owned(),
-            _ => cut,
+/// One member's collapsible section, in parts that shorten separately.
+struct Detail {
+    title: String,
+    /// Destructive members are open by default and keep their entries first.
+    destructive: bool,
+    /// What the digest binds: one line per entry line (see [`entries`]).
+    bound: Vec<String>,
+    /// Inputs, outputs and what kind of plan it is: short, never cut.
+    facts: String,
+    /// The plan command's own text, or a failure with its output.
+    text: String,
+    text_label: &'static str,
+}
+
+const SUMMARY_NOT_BOUND: &str =
+    "Summary written by the plan command (**not bound by the digest**):";
+const SUMMARY_BOUND: &str =
+    "Summary written by the plan command (**bound by the digest**: this plan lists no resources):";
+const FAILURE: &str = "Why it failed:";
+
+impl Detail {
+    fn of(m: &MemberOutcome) -> Self {
+        let Some(plan) = m
+            .plan
+            .as_ref()
+            .filter(|_| m.status == MemberStatus::Planned)
+        else {
+            return Self {
+                title: format!("<code>{}</code> — plan failed", m.member),
+                destructive: false,
+                bound: Vec::new(),
+                facts: String::new(),
+                text: failure_text(m),
+                text_label: FAILURE,
+            };
         };
-        out.push_str(&framed(title, &cut, Some(total)));
+        let title = format!(
+            "<code>{}</code> — {}",
+            m.member,
+            entries::plan_headline(plan)
+        );
+        let summary = plan.summary.trim_end();
+        Self {
+            title,
+            destructive: plan.destructive,
+            bound: entries::diff_lines(plan),
+            facts: member_facts(m, plan),
+            text: if summary.trim().is_empty() {
+                "(the plan command wrote no summary)".to_owned()
+            } else {
+                summary.to_owned()
+            },
+            text_label: if plan.opaque {
+                SUMMARY_BOUND
+            } else {
+                SUMMARY_NOT_BOUND
+            },
+        }
     }
-    if shown < bodies.len() {
-        out.push_str(&omitted_note(bodies.len() - shown));
+
+    fn bound_len(&self) -> usize {
+        self.bound.iter().map(|l| l.chars().count() + 1).sum()
+    }
+
+    /// The section with the first `keep_lines` bound lines and `keep_chars`
+    /// characters of text; whatever is cut is said.
+    fn render(&self, keep_lines: usize, keep_chars: usize) -> String {
+        let mut out = format!(
+            "<details{}><summary>{}</summary>\n\n",
+            if self.destructive { " open" } else { "" },
+            self.title
+        );
+        if !self.bound.is_empty() {
+            let shown = &self.bound[..keep_lines.min(self.bound.len())];
+            let body = shown.join("\n");
+            let fence = fence_for(&body);
+            let _ = writeln!(out, "{fence}diff\n{body}\n{fence}\n");
+            if shown.len() < self.bound.len() {
+                let _ = writeln!(
+                    out,
+                    "_✂️ Entries shortened to fit the comment size limit: {} of {} lines shown. The digest binds them all; `wavegate plan` and the JSON report show them._\n",
+                    shown.len(),
+                    self.bound.len()
+                );
+            }
+        }
+        out.push_str(&self.facts);
+        let total = self.text.chars().count();
+        if keep_chars >= total {
+            let fence = fence_for(&self.text);
+            let _ = writeln!(
+                out,
+                "{}\n\n{fence}\n{}\n{fence}\n",
+                self.text_label, self.text
+            );
+        } else if keep_chars > 0 {
+            let cut: String = self.text.chars().take(keep_chars).collect();
+            let cut = match cut.rfind('\n') {
+                Some(nl) if nl > 0 => cut[..nl].to_owned(),
+                _ => cut,
+            };
+            let fence = fence_for(&cut);
+            let _ = writeln!(
+                out,
+                "{}\n\n{fence}\n{cut}\n{fence}\n\n_✂️ Shortened to fit the comment size limit: {} of {total} characters shown. `wavegate plan` prints it all._\n",
+                self.text_label,
+                cut.chars().count()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "_✂️ {} not shown ({total} characters): this comment has a size limit. `wavegate plan` prints it._\n",
+                self.text_label.trim_end_matches(':')
+            );
+        }
+        out.push_str("</details>\n\n");
+        out
+    }
+}
+
+fn failure_text(m: &MemberOutcome) -> String {
+    let mut body = m.error.clone().unwrap_or_else(|| "failed".into());
+    let tail: Vec<&str> = m.output.lines().rev().take(20).collect();
+    if !tail.is_empty() && !body.contains("last output") {
+        body.push_str("\n\nlast output:\n");
+        body.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    body
+}
+
+/// The bound facts of a plan besides its entries: what kind of plan it is,
+/// the inputs it read and the outputs it promises.
+fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
+    let mut out = String::new();
+    if plan.opaque {
+        let _ = writeln!(
+            out,
+            "**Opaque plan:** it lists no resources, so wavegate cannot show what it changes. Its summary below is bound by the digest, its apply always runs, and an approval covers only this exact plan{}.\n",
+            if plan.destructive {
+                "; it counts as destructive unless its plan file says `\"destructive\": false`"
+            } else {
+                ""
+            }
+        );
+    } else if plan.is_empty() {
+        let _ = writeln!(out, "No changes: nothing to apply.\n");
+    }
+    let inputs: Vec<String> = m
+        .inputs
+        .iter()
+        .map(|(name, input)| {
+            let value = match (&input.source, &input.value) {
+                (InputSource::Unknown, _) | (_, None) => "(unknown)".to_owned(),
+                _ if input.sensitive => "(sensitive)".to_owned(),
+                (_, Some(v)) => code(&short_value(v)),
+            };
+            format!("`{name}` ← `{}` = {value}", input.reference)
+        })
+        .collect();
+    if !inputs.is_empty() {
+        let _ = writeln!(out, "Inputs: {}\n", inputs.join(", "));
+    }
+    let outputs = &plan.outputs;
+    let mut shown: Vec<String> = outputs
+        .known
+        .iter()
+        .map(|(name, v)| {
+            let value = if outputs.sensitive.contains(name) {
+                "(sensitive)".to_owned()
+            } else if outputs.fully_known(name).is_none() {
+                "(partly known after apply)".to_owned()
+            } else {
+                code(&short_value(v))
+            };
+            format!("`{name}` = {value}")
+        })
+        .collect();
+    shown.extend(
+        outputs
+            .unknown
+            .iter()
+            .filter(|u| !outputs.known.contains_key(u.as_str()))
+            .map(|u| format!("`{u}` = (known after apply)")),
+    );
+    if !shown.is_empty() {
+        let _ = writeln!(out, "Outputs: {}\n", shown.join(", "));
     }
     out
 }
 
-/// A collapsible section; `cut_from` is the full length when `body` was shortened.
-fn framed(title: &str, body: &str, cut_from: Option<usize>) -> String {
-    let fence = fence_for(body);
-    let note = match cut_from {
-        Some(total) => format!(
-            "_Summary shortened to fit the comment size limit: {} of {total} characters shown. The full plan is in `wavegate plan` output and the JSON report._\n\n",
-            body.chars().count()
-        ),
-        None => String::new(),
+fn short_value(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Per-member collapsible sections within `budget` characters. What is cut
+/// first is the plan command's own text, then the entries of members that
+/// destroy nothing, and last the entries of destructive members; every cut
+/// is said where it happens.
+fn details(change: &PlannedChange, budget: usize) -> String {
+    let details: Vec<Detail> = change
+        .members
+        .iter()
+        .filter(|m| m.status != MemberStatus::Blocked)
+        .map(Detail::of)
+        .collect();
+    let full: String = details
+        .iter()
+        .map(|d| d.render(usize::MAX, usize::MAX))
+        .collect();
+    if full.chars().count() <= budget {
+        return full;
+    }
+    let omitted_note = |n: usize| {
+        format!("_✂️ Plans of {n} more members are not shown: this comment has a size limit. `wavegate plan` prints them all; the digest binds them all._\n\n")
     };
-    format!(
-        "<details><summary>{title}</summary>\n\n{fence}\n{body}\n{fence}\n\n{note}</details>\n\n"
-    )
-}
-
-fn detail_title(m: &MemberOutcome) -> String {
-    match (&m.status, &m.plan) {
-        (MemberStatus::Planned, Some(plan)) => {
-            format!(
-                "<code>{}</code> — {}",
-                m.member,
-                counts_text(&plan.counts())
-            )
+    let least = |d: &Detail| d.render(0, 0).chars().count();
+    // Which sections fit at all: destructive members first.
+    let mut order: Vec<usize> = (0..details.len()).collect();
+    order.sort_by_key(|&i| !details[i].destructive);
+    let reserve = omitted_note(details.len()).chars().count();
+    let mut shown = vec![false; details.len()];
+    let mut used = 0;
+    for &i in &order {
+        let more = used + least(&details[i]);
+        if more + reserve > budget {
+            break;
         }
-        _ => format!("<code>{}</code> — plan failed", m.member),
+        used = more;
+        shown[i] = true;
     }
-}
-
-fn detail_body(m: &MemberOutcome) -> String {
-    match (&m.status, &m.plan) {
-        (MemberStatus::Planned, Some(plan)) if plan.summary.trim().is_empty() => {
-            "(the plan command wrote no summary)".into()
-        }
-        (MemberStatus::Planned, Some(plan)) => plan.summary.trim_end().to_owned(),
-        _ => {
-            let mut body = m.error.clone().unwrap_or_else(|| "failed".into());
-            let tail: Vec<&str> = m.output.lines().rev().take(20).collect();
-            if !tail.is_empty() && !body.contains("last output") {
-                body.push_str("\n\nlast output:\n");
-                body.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-            }
-            body
+    let mut available = budget.saturating_sub(used + reserve);
+    let mut lines = vec![0usize; details.len()];
+    for destructive in [true, false] {
+        let wanted: Vec<(usize, usize)> = (0..details.len())
+            .filter(|&i| shown[i] && details[i].destructive == destructive)
+            .map(|i| (i, details[i].bound_len()))
+            .collect();
+        for (i, chars) in shares(&wanted, &mut available) {
+            lines[i] = lines_within(&details[i].bound, chars);
         }
     }
+    let wanted: Vec<(usize, usize)> = (0..details.len())
+        .filter(|&i| shown[i])
+        .map(|i| (i, details[i].text.chars().count()))
+        .collect();
+    let text = shares(&wanted, &mut available);
+    let mut chars = vec![0usize; details.len()];
+    for (i, c) in text {
+        chars[i] = c;
+    }
+    let mut out = String::new();
+    for (i, d) in details.iter().enumerate() {
+        if shown[i] {
+            out.push_str(&d.render(lines[i], chars[i]));
+        }
+    }
+    let hidden = shown.iter().filter(|s| !**s).count();
+    if hidden > 0 {
+        out.push_str(&omitted_note(hidden));
+    }
+    out
+}
+
+/// Splits `available` characters between `wanted` sizes in equal shares; one
+/// that needs less than its share leaves the rest to the others.
+fn shares(wanted: &[(usize, usize)], available: &mut usize) -> Vec<(usize, usize)> {
+    let mut by_size: Vec<(usize, usize)> = wanted.iter().map(|&(i, size)| (size, i)).collect();
+    by_size.sort();
+    let mut left = by_size.len();
+    let mut out = Vec::with_capacity(left);
+    for (size, i) in by_size {
+        let share = *available / left.max(1);
+        let given = size.min(share);
+        *available -= given;
+        left -= 1;
+        out.push((i, given));
+    }
+    out
+}
+
+/// How many of `lines` (each with its newline) fit in `chars` characters.
+fn lines_within(lines: &[String], chars: usize) -> usize {
+    let mut used = 0;
+    lines
+        .iter()
+        .take_while(|l| {
+            used += l.chars().count() + 1;
+            used <= chars
+        })
+        .count()
 }
 
 fn approve_block(change: &PlannedChange) -> String {
@@ -553,7 +799,16 @@ mod tests {
 
         **Indeterminate** — no component claims these changed files and no ignore pattern covers them, so nothing was planned for them: `Makefile`, ``a\|b`c``
 
-        <details><summary><code>net@dev</code> — +1 ~0 -0 ±0</summary>
+        <details><summary><code>net@dev</code> — +1 ~0 -0 -/+0</summary>
+
+        ```diff
+        + aws_instance.web (create)
+              size: "small"
+        ```
+
+        Inputs: `zone` ← `dns.zone` = (unknown)
+
+        Summary written by the plan command (**not bound by the digest**):
 
         ```
         + aws_vpc.main (create)
@@ -562,6 +817,8 @@ mod tests {
         </details>
 
         <details><summary><code>app@dev</code> — plan failed</summary>
+
+        Why it failed:
 
         ```
         the plan command exited with status 1
@@ -604,7 +861,7 @@ mod tests {
             text.chars().count()
         );
         assert_eq!(
-            text.matches("Summary shortened to fit the comment size limit")
+            text.matches("Shortened to fit the comment size limit")
                 .count(),
             8
         );
@@ -630,6 +887,186 @@ mod tests {
             "the cut is said"
         );
         assert!(text.contains(&c.change_set.digest));
+    }
+
+    fn planned_with(member: &str, plan_file: serde_json::Value) -> MemberOutcome {
+        let mut m = planned(member, "");
+        m.plan = Some(MemberPlan::parse(member, plan_file.to_string().as_bytes()).unwrap());
+        m
+    }
+
+    #[test]
+    fn the_reviewer_sees_what_the_digest_binds_and_what_it_does_not() {
+        let lb = planned_with(
+            "web@prod",
+            serde_json::json!({
+                "summary": "1 to add (trust me, it is internal)",
+                "entries": [
+                    {"address": "aws_lb.public", "action": "create",
+                     "after": {"internal": false, "name": "web", "arn": null}, "unknown": ["arn"]},
+                    {"address": "aws_db.main", "action": "replace", "forced_by": ["engine_version"],
+                     "before": {"engine_version": "13", "password": "old"},
+                     "after": {"engine_version": "15", "password": "new"}, "sensitive": ["password"]},
+                ],
+                "outputs": {"known": {"lb_dns": "web.example.com"}, "unknown": ["lb_arn"]},
+            }),
+        );
+        let mut migrate = planned_with(
+            "schema@prod",
+            serde_json::json!({"summary": "run 0042_add_index"}),
+        );
+        migrate.inputs.insert(
+            "db".into(),
+            ResolvedInput {
+                reference: "db.url".into(),
+                upstream: "db@prod".into(),
+                source: crate::plan::engine::InputSource::Recorded,
+                value: Some(serde_json::json!("postgres://db")),
+                why: None,
+                sensitive: false,
+            },
+        );
+        let quiet = planned_with(
+            "dns@prod",
+            serde_json::json!({"summary": "in sync", "empty": true}),
+        );
+        let c = change(vec![lb, migrate, quiet], vec![], vec![]);
+        let digest = c.change_set.digest.clone();
+        let text = render(&c).replace(&digest, "sha256:<digest>");
+        insta::assert_snapshot!(text, @r#"
+        <!-- wavegate:report -->
+        ## wavegate plan
+
+        ✅ **3 members planned** · fan-out: 3 selected, 0 unaffected, 0 indeterminate
+
+        Base `aaaaaaaaaaaa` → head `bbbbbbbbbbbb`
+
+        > ⚠️ **Destructive changes in 2 members** (1 address deleted or replaced); their plans are open below.
+        >
+        > - `web@prod`: `aws_db.main` (replace)
+        > - `schema@prod`: its plan lists no resources (opaque), so what it deletes cannot be shown
+
+        ### Waves
+
+        1. `web@prod`
+        2. `schema@prod`
+        3. `dns@prod`
+
+        ### Members
+
+        | member | status | create | update | delete | replace | plan digest |
+        |---|---|--:|--:|--:|--:|---|
+        | `web@prod` | planned ⚠️ destructive | 1 | 0 | 0 | 1 | `c6b0f9622a3f` |
+        | `schema@prod` | planned (opaque) ⚠️ destructive | 0 | 0 | 0 | 0 | `98d0edfa1dac` |
+        | `dns@prod` | no changes | 0 | 0 | 0 | 0 | `f7e8307b7569` |
+
+        <details open><summary><code>web@prod</code> — +1 ~0 -0 -/+1 ⚠️ destructive</summary>
+
+        ```diff
+        -/+ aws_db.main (replace; forced by engine_version)
+              engine_version: "13" → "15"  # forces replacement
+              password: (sensitive) → (sensitive)
+        + aws_lb.public (create)
+              arn: (known after apply)
+              internal: false
+              name: "web"
+        ```
+
+        Outputs: `lb_dns` = `"web.example.com"`, `lb_arn` = (known after apply)
+
+        Summary written by the plan command (**not bound by the digest**):
+
+        ```
+        1 to add (trust me, it is internal)
+        ```
+
+        </details>
+
+        <details open><summary><code>schema@prod</code> — opaque (lists no resources) ⚠️ destructive</summary>
+
+        **Opaque plan:** it lists no resources, so wavegate cannot show what it changes. Its summary below is bound by the digest, its apply always runs, and an approval covers only this exact plan; it counts as destructive unless its plan file says `"destructive": false`.
+
+        Inputs: `db` ← `db.url` = `"postgres://db"`
+
+        Summary written by the plan command (**bound by the digest**: this plan lists no resources):
+
+        ```
+        run 0042_add_index
+        ```
+
+        </details>
+
+        <details><summary><code>dns@prod</code> — +0 ~0 -0 -/+0 — no changes</summary>
+
+        No changes: nothing to apply.
+
+        Summary written by the plan command (**not bound by the digest**):
+
+        ```
+        in sync
+        ```
+
+        </details>
+
+        ### Approve
+
+        Change-set digest (binds every member's plan above):
+
+        ```
+        sha256:<digest>
+        ```
+
+        To approve exactly this plan, comment:
+
+        ```
+        /approve sha256:<digest>
+        ```
+        "#);
+    }
+
+    #[test]
+    fn shortening_cuts_summaries_then_safe_entries_and_keeps_destructive_entries() {
+        let many = |action: &str, n: usize| -> Vec<serde_json::Value> {
+            (0..n)
+                .map(|i| {
+                    serde_json::json!({"address": format!("r.{action}_{i:05}"), "action": action,
+                    "before": {"v": 1}, "after": {"v": 2}})
+                })
+                .collect()
+        };
+        let destroying = planned_with(
+            "db@prod",
+            serde_json::json!({"summary": "x\n".repeat(5000), "entries": many("delete", 1500)}),
+        );
+        let updating = planned_with(
+            "app@prod",
+            serde_json::json!({"summary": "y\n".repeat(5000), "entries": many("update", 3000)}),
+        );
+        let c = change(vec![updating, destroying], vec![], vec![]);
+        let text = render(&c);
+        assert!(
+            text.chars().count() <= COMMENT_LIMIT,
+            "{} characters",
+            text.chars().count()
+        );
+        for i in 0..1500 {
+            assert!(
+                text.contains(&format!("- r.delete_{i:05} (delete)")),
+                "delete {i} is shown"
+            );
+        }
+        assert!(
+            text.contains("_✂️ Entries shortened to fit the comment size limit:"),
+            "the updates are cut, visibly"
+        );
+        assert_eq!(
+            text.matches("not shown (9999 characters)").count(),
+            2,
+            "summaries go first"
+        );
+        assert!(text.contains("<details open><summary><code>db@prod</code>"));
+        assert!(text.contains("/approve sha256:"));
+        assert_eq!(text.matches("```").count() % 2, 0, "every fence is closed");
     }
 
     #[test]

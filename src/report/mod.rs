@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod approvals;
+pub mod entries;
 pub mod json;
 pub mod markdown;
 pub mod reply;
@@ -29,5 +30,5 @@ pub(crate) fn reason_text(skip: &Skipped) -> String {
 }
 
 pub(crate) fn counts_text(c: &Counts) -> String {
-    format!("+{} ~{} -{} ±{}", c.create, c.update, c.delete, c.replace)
+    entries::counts_text(c)
 }

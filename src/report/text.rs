@@ -1,6 +1,6 @@
 //! The terminal report of `wavegate plan`, written to stderr.
 
-use super::{counts_text, reason_text};
+use super::{counts_text, entries, reason_text};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, PlannedChange};
 use std::fmt::Write as _;
@@ -76,12 +76,12 @@ pub fn render(change: &PlannedChange) -> String {
     for m in &change.members {
         match (&m.status, &m.plan) {
             (MemberStatus::Planned, Some(plan)) => {
-                let flag = if plan.destructive {
-                    "  destructive"
-                } else if plan.is_empty() {
-                    "  no changes"
-                } else {
-                    ""
+                let flag = match (plan.destructive, plan.opaque, plan.is_empty()) {
+                    (true, true, _) => "  destructive, opaque (lists no resources)",
+                    (true, false, _) => "  destructive",
+                    (false, true, _) => "  opaque (lists no resources)",
+                    (false, false, true) => "  no changes",
+                    (false, false, false) => "",
                 };
                 let _ = writeln!(
                     out,
@@ -90,6 +90,9 @@ pub fn render(change: &PlannedChange) -> String {
                     counts_text(&plan.counts()),
                     plan.plan_digest
                 );
+                for line in entries::diff_lines(plan) {
+                    let _ = writeln!(out, "      {line}");
+                }
             }
             (MemberStatus::Blocked, _) => {
                 let _ = writeln!(

@@ -86,7 +86,8 @@ def plan_entry(address, res, current, stage, inputs):
     """Plans one address. Returns (entry, unknown attrs, [(attr, before, after, forces)]).
     res is None when the address is no longer desired; current when not deployed."""
     if res is None:
-        return {"address": address, "action": "delete", "after": None, "unknown": []}, set(), []
+        entry = {"address": address, "action": "delete", "before": current, "after": None, "unknown": []}
+        return entry, set(), []
     desired, unknown, unknown_attrs = {}, [], set()
     for attr, value in res.attrs.items():
         seen = len(unknown)
@@ -115,6 +116,10 @@ def plan_entry(address, res, current, stage, inputs):
              "(known after apply)" if attr in unknown_attrs else show(after.get(attr)),
              attr in res.force_new) for attr in changed]
     entry = {"address": address, "action": action, "after": after, "unknown": sorted(set(unknown))}
+    if current is not None:
+        entry["before"] = current
+    if action == "replace":
+        entry["forced_by"] = sorted(res.force_new & set(changed))
     return entry, unknown_attrs, diff
 
 
@@ -163,12 +168,12 @@ def summarise(title, entries, diffs, outputs, missing_inputs):
         for attr, before, after, forces in diffs[entry["address"]]:
             note = "  # forces replacement" if forces else ""
             lines.append(f"      {attr}: {show(before)} -> {after}{note}")
-    added = counts["create"] + counts["replace"]
-    destroyed = counts["delete"] + counts["replace"]
-    if added + counts["update"] + destroyed == 0:
+    if sum(counts.values()) == 0:
         headline = "No changes. The estate matches the configuration."
     else:
-        headline = f"Plan: {added} to add, {counts['update']} to change, {destroyed} to destroy."
+        # Counted as wavegate counts: a replacement is one replace, not an add and a destroy.
+        headline = (f"Plan: {counts['create']} to add, {counts['update']} to change, "
+                    f"{counts['delete']} to destroy, {counts['replace']} to replace.")
         lines.append("")
     lines.append(headline)
     if outputs["unknown"]:
@@ -210,6 +215,7 @@ def main(argv):
         "entries": ordered,
         "outputs": planned_outputs,
         "destructive": any(e["action"] in ("delete", "replace") for e in ordered),
+        "empty": all(e["action"] == "no-op" for e in ordered),
     }
     rules = denied_rules(stage, component)
     if rules:
