@@ -390,6 +390,18 @@ pub struct AttemptRecord {
     /// Stages whose `always` gate was skipped: their plans change nothing.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub gates_skipped: BTreeSet<String>,
+    /// Approvals the run would have used that no longer count, as the last
+    /// job found them (checked again whenever the run goes on).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lapsed: Vec<Lapsed>,
+}
+
+/// An approval a run found no longer counting: who, at which gate, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lapsed {
+    pub gate: String,
+    pub by: String,
+    pub why: String,
 }
 
 impl AttemptRecord {

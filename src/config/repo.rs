@@ -108,6 +108,10 @@ pub struct Policy {
     pub overriders: Vec<String>,
     #[serde(default)]
     pub review_approvals: bool,
+    /// Whether whoever pushed the pull request's current head may approve
+    /// it. By default they are treated like its author.
+    #[serde(default)]
+    pub allow_pusher_approval: bool,
 }
 
 fn one() -> u32 {
@@ -123,6 +127,7 @@ impl Default for Policy {
             allow_forks: false,
             overriders: Vec::new(),
             review_approvals: false,
+            allow_pusher_approval: false,
         }
     }
 }

@@ -105,6 +105,23 @@ pub fn wait_help(wait: &Wait) -> String {
     }
 }
 
+/// The approvals the run found no longer counting, one line each, and
+/// what to do; empty when there are none.
+pub fn lapsed_lines(record: &AttemptRecord) -> String {
+    if record.lapsed.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    for lapsed in &record.lapsed {
+        out.push_str(&format!(
+            "- @{}'s approval at `{}` no longer counts: {}\n",
+            lapsed.by, lapsed.gate, lapsed.why
+        ));
+    }
+    out.push_str("\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n");
+    out
+}
+
 /// Milliseconds since the epoch as a UTC time a person reads.
 fn utc(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
@@ -134,6 +151,7 @@ pub fn render(view: &RunView<'_>) -> String {
         out.push_str(&wait_help(wait));
         out.push('\n');
     }
+    out.push_str(&lapsed_lines(view.record));
     let mut rows = Vec::new();
     for (stage, waves) in &view.record.layout {
         for (i, wave) in waves.iter().enumerate() {

@@ -65,6 +65,15 @@ struct Drive<'a> {
     policy: Policy,
     /// The base's config (the merge's first parent), for stage gates.
     base: Option<RawRepoConfig>,
+    /// Approvers' permissions as the forge answered them in this job.
+    asked: HashMap<String, super::gate::Who>,
+}
+
+impl Drive<'_> {
+    /// The policy a stage's gate and rounds are judged by.
+    fn stage_policy(&self, _stage: &str) -> Policy {
+        self.policy.clone()
+    }
 }
 
 impl Worker {
@@ -305,8 +314,10 @@ impl Worker {
             approved,
             policy,
             base: base_raw,
+            asked: HashMap::new(),
         };
         drive.run.record.layout = layout;
+        drive.run.record.lapsed.clear();
         let failed_before = failed_members(&drive.run.record);
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
@@ -412,7 +423,13 @@ impl Worker {
             .wait
             .as_ref()
             .filter(|_| new_wait)
-            .map(apply_report::wait_help);
+            .map(|wait| {
+                let lapsed = apply_report::lapsed_lines(&drive.run.record);
+                match lapsed.is_empty() {
+                    true => apply_report::wait_help(wait),
+                    false => format!("{}\n{lapsed}", apply_report::wait_help(wait)),
+                }
+            });
         let said = match drive.run.status {
             RunStatus::Failed if newly_failed => {
                 let mut said = format!(
@@ -482,6 +499,11 @@ impl Worker {
             .gate_facts(&drive.run.repo.id.to_string(), &gate)
             .await?;
         let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
+        let policy = drive.policy.clone();
+        let digest = drive.run.digest.clone();
+        let counted = self
+            .still_counting(drive, &gate, counted, &digest, &policy)
+            .await?;
         let required = drive.policy.required.max(1) as usize;
         match ledger::evaluate(&counted, &drive.run.digest, required) {
             Evaluation::Satisfied { by, .. } => {
@@ -503,16 +525,18 @@ impl Worker {
     /// given since the last job count, revoked ones stop counting. The sets
     /// read back from the record are verified against their digests first.
     async fn refresh_approvals(&self, drive: &mut Drive<'_>) -> Result<()> {
-        let required = drive.policy.required.max(1) as usize;
         let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
         for stage in stages {
             let gate = &drive.run.record.stages[&stage];
             gate.change_set
                 .verify()
                 .with_context(|| format!("the recorded set of stage {stage}"))?;
+            let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
+            let policy = drive.stage_policy(&stage);
             let by = self
-                .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
+                .run_gate_approvers(drive, &gate_id, &digest, &policy)
                 .await?;
+            let gate = &drive.run.record.stages[&stage];
             let mismatch = self
                 .gate_mismatch(&drive.run, &gate.gate, &gate.change_set.digest)
                 .await?
@@ -529,8 +553,9 @@ impl Worker {
                 .with_context(|| format!("the recorded set of round {}", round.number))?;
             if !round.covered() {
                 let (gate, digest) = (round.gate.clone(), round.change_set.digest.clone());
+                let policy = drive.stage_policy(&round.stage.clone());
                 let by = self
-                    .run_gate_approvers(&drive.run, &gate, &digest, required)
+                    .run_gate_approvers(drive, &gate, &digest, &policy)
                     .await?;
                 let mismatch = self
                     .gate_mismatch(&drive.run, &gate, &digest)
@@ -577,19 +602,87 @@ impl Worker {
         })
     }
 
-    /// Who approved `digest` at one of this run's gates, when enough did.
+    /// Who approved `digest` at one of this run's gates, when enough did
+    /// whose approval still counts (asked of the forge again now).
     async fn run_gate_approvers(
         &self,
-        run: &ApplyRunRecord,
+        drive: &mut Drive<'_>,
         gate: &str,
         digest: &str,
-        required: usize,
+        policy: &Policy,
     ) -> Result<Vec<String>> {
-        let here = self.run_gate_facts(run, gate).await?;
+        let here = self.run_gate_facts(&drive.run, gate).await?;
+        let here = self
+            .still_counting(drive, gate, here, digest, policy)
+            .await?;
+        let required = policy.required.max(1) as usize;
         Ok(match ledger::evaluate(&here, digest, required) {
             Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
             _ => Vec::new(),
         })
+    }
+
+    /// `facts` without the approvals of `digest` whose approvers may no
+    /// longer approve under `policy` (write access lost, no longer listed
+    /// or in a listed team): the forge is asked again whenever a run uses
+    /// an approval, and each one dropped is noted in the record, so the
+    /// run says why it waits.
+    async fn still_counting(
+        &self,
+        drive: &mut Drive<'_>,
+        gate: &str,
+        facts: Vec<Fact>,
+        digest: &str,
+        policy: &Policy,
+    ) -> Result<Vec<Fact>> {
+        // Every standing approver of `digest`, however many are required.
+        let standing = match ledger::evaluate(&facts, digest, usize::MAX) {
+            Evaluation::Waiting { have, .. } | Evaluation::Satisfied { by: have, .. } => have,
+            Evaluation::Mismatch { .. } => Vec::new(),
+        };
+        let mut dropped = BTreeSet::new();
+        for actor in standing {
+            let teams = crate::gate::policy::approver_teams(policy).join(",");
+            let key = format!("{}|{teams}", actor.login.to_ascii_lowercase());
+            let who = match drive.asked.get(&key) {
+                Some(who) => who.clone(),
+                None => {
+                    let user = crate::forge::User {
+                        id: actor.id,
+                        login: actor.login.clone(),
+                        is_bot: false,
+                    };
+                    let who = self
+                        .candidate(drive.client, &drive.run.repo, &user, policy)
+                        .await
+                        .with_context(|| {
+                            format!("checking again whether @{} may approve", actor.login)
+                        })?;
+                    drive.asked.insert(key, who.clone());
+                    who
+                }
+            };
+            if let Err(why) = crate::gate::policy::may_still_approve(policy, &who.as_candidate()) {
+                let lapsed = crate::apply::Lapsed {
+                    gate: gate.to_owned(),
+                    by: actor.login.clone(),
+                    why: crate::gate::policy::lapsed_reason(&why),
+                };
+                tracing::info!(gate, by = %actor.login, why = %lapsed.why, "an approval no longer counts");
+                if !drive.run.record.lapsed.contains(&lapsed) {
+                    drive.run.record.lapsed.push(lapsed);
+                }
+                dropped.insert(actor.id);
+            }
+        }
+        Ok(facts
+            .into_iter()
+            .filter(|f| {
+                !(f.fact.kind == FactKind::Approved
+                    && f.fact.digest == digest
+                    && dropped.contains(&f.fact.actor.id))
+            })
+            .collect())
     }
 
     async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
@@ -699,9 +792,9 @@ impl Worker {
                 },
             );
         }
-        let required = drive.policy.required.max(1) as usize;
+        let policy = drive.stage_policy(stage);
         let by = self
-            .run_gate_approvers(&drive.run, &gate_id, &set.digest, required)
+            .run_gate_approvers(drive, &gate_id, &set.digest, &policy)
             .await?;
         let mismatch = self
             .gate_mismatch(&drive.run, &gate_id, &set.digest)

@@ -286,7 +286,11 @@ impl Worker {
         let verdict = match self.candidate(client, repo, review.author, &policy).await {
             Ok(who) => {
                 let pr_author = client.pull_request(repo, pr).await?.author.login;
-                policy::may_approve(&policy, &pr_author, &who.as_candidate())
+                let authors = policy::Authors {
+                    author: &pr_author,
+                    pusher: record.pusher_of(&plan.head_sha),
+                };
+                policy::may_approve(&policy, authors, &who.as_candidate())
                     .map_err(|w| w.to_string())
             }
             Err(error) => Err(format!(
@@ -364,7 +368,7 @@ impl Worker {
             )));
         }
         let at = (gate_name(pr, None), digest, binding(&plan));
-        self.judge_approval(client, repo, (pr, comment), &policy, at)
+        self.judge_approval(client, repo, (pr, &plan.head_sha, comment), &policy, at)
             .await
     }
 
@@ -374,7 +378,7 @@ impl Worker {
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
-        (pr, comment): (PrNumber, &CommentIn<'_>),
+        (pr, head, comment): (PrNumber, &CommitSha, &CommentIn<'_>),
         policy: &Policy,
         (gate, digest, mut data): (String, String, Value),
     ) -> Result<Said> {
@@ -387,12 +391,17 @@ impl Worker {
             }
         };
         let pr_author = client.pull_request(repo, pr).await?.author.login;
+        let record = self.store.pr(&repo.id, pr).await?;
+        let authors = policy::Authors {
+            author: &pr_author,
+            pusher: record.as_ref().and_then(|r| r.pusher_of(head)),
+        };
         let actor = Actor {
             id: comment.author.id,
             login: comment.author.login.clone(),
         };
         let source = Source::Comment { id: comment.id };
-        let (kind, said) = match policy::may_approve(policy, &pr_author, &who.as_candidate()) {
+        let (kind, said) = match policy::may_approve(policy, authors, &who.as_candidate()) {
             Ok(()) => (FactKind::Approved, Said::Done),
             Err(why) => {
                 let reason = why.to_string();
@@ -547,7 +556,12 @@ impl Worker {
         };
         let data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
         let at = (gate.clone(), bound, data);
-        self.judge_approval(client, repo, (run.pr, comment), &policy, at)
+        // The merged head's pusher is held to it at the run's gates too.
+        let merged_head = match self.store.plan(run.plan_id).await? {
+            Some(plan) => plan.head_sha,
+            None => run.merge_sha.clone(),
+        };
+        self.judge_approval(client, repo, (run.pr, &merged_head, comment), &policy, at)
             .await
     }
 
@@ -747,7 +761,7 @@ impl Worker {
         })
     }
 
-    async fn candidate(
+    pub(super) async fn candidate(
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
@@ -984,7 +998,8 @@ impl Worker {
 }
 
 /// A candidate's facts, owned (the policy borrows them).
-struct Who {
+#[derive(Debug, Clone)]
+pub(super) struct Who {
     login: String,
     is_bot: bool,
     can_write: bool,
@@ -992,7 +1007,7 @@ struct Who {
 }
 
 impl Who {
-    fn as_candidate(&self) -> Candidate<'_> {
+    pub(super) fn as_candidate(&self) -> Candidate<'_> {
         Candidate {
             login: &self.login,
             is_bot: self.is_bot,

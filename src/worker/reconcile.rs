@@ -318,6 +318,7 @@ mod tests {
             report_head: report.map(sha),
             report_digest: None,
             report_status: report.map(|_| "pending".into()),
+            pusher: None,
         }
     }
 

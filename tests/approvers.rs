@@ -1,0 +1,202 @@
+//! Who may approve, at the moment it counts: whoever pushed the head is
+//! treated like the author; an apply run checks the approvers it uses again
+//! (write access, the approvers list); approvals and stage waits may expire;
+//! a stage may name its own approvers, count and review rule.
+
+mod common;
+#[path = "harness/bot.rs"]
+mod harness;
+mod support;
+
+use harness::*;
+use support::fake_forge::FakePr;
+use support::RepoHandle;
+
+impl Bot {
+    /// `pusher` pushes `branch` onto PR `pr` (GitHub), and the bot settles.
+    async fn push_as(&mut self, repo: &RepoHandle, pr: u64, branch: &str, pusher: &str) -> FakePr {
+        let pushed = self.forge.push(repo, pr, &self.rev(branch));
+        let delivery = if repo.installation.is_some() {
+            support::github_pushed_by(repo, &pushed, pusher)
+        } else {
+            support::forgejo_pushed_by(repo, &pushed, pusher)
+        };
+        let (status, answer) = if repo.installation.is_some() {
+            self.deliver_github(delivery).await
+        } else {
+            self.deliver_forgejo(delivery).await
+        };
+        assert_eq!(status, 202, "{answer}");
+        self.settle().await;
+        pushed
+    }
+
+    fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
+        self.replies(repo, pr).pop().expect("a reply")
+    }
+}
+
+/// rev-carol pushes a commit onto dev-alice's pull request: she is treated
+/// like its author and cannot approve the head she pushed; rev-bob can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoever_pushed_the_head_cannot_approve_it() {
+    let mut bot = Bot::start().await;
+    let (repo, _, _) = planned(&mut bot, 70).await;
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.push_as(&repo, 70, "change-2", "rev-carol").await;
+
+    let carol = bot.comment(&repo, 70, "rev-carol", "/approve").await;
+    assert_eq!(bot.reactions(&repo, carol), ["eyes", "confused"]);
+    insta::assert_snapshot!(bot.last_reply(&repo, 70), @"@rev-carol: you pushed this pull request's current head, so you are treated like its author and cannot approve it (`[policy] allow_pusher_approval` is not `true` on the base branch); ask a reviewer who did not push to it");
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("action_required")
+    );
+
+    let bob = bot.comment(&repo, 70, "rev-bob", "/approve").await;
+    assert_eq!(bot.reactions(&repo, bob), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("success")
+    );
+
+    // Once someone else pushes, rev-carol is a reviewer again.
+    bot.branch_bigger_app("change-3");
+    let again = bot.push_as(&repo, 70, "change-3", "dev-alice").await;
+    let carol = bot.comment(&repo, 70, "rev-carol", "/approve").await;
+    assert_eq!(bot.reactions(&repo, carol), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &again.head_sha).as_deref(),
+        Some("success")
+    );
+    bot.assert_ledger_verifies();
+}
+
+/// `allow_pusher_approval = true` on the base lets the pusher approve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_may_let_the_pusher_approve() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\nallow_pusher_approval = true");
+    let (repo, _, _) = planned(&mut bot, 71).await;
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.push_as(&repo, 71, "change-2", "rev-carol").await;
+    let carol = bot.comment(&repo, 71, "rev-carol", "/approve").await;
+    assert_eq!(bot.reactions(&repo, carol), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("success")
+    );
+}
+
+/// On Forgejo the `synchronized` event's sender is the pusher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_whoever_pushed_the_head_cannot_approve_it() {
+    let mut bot = Bot::start().await;
+    let (repo, _) = planned_on_forgejo(&mut bot, 72).await;
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.push_as(&repo, 72, "change-2", "rev-carol").await;
+    let state = |bot: &Bot| {
+        bot.forge
+            .statuses(&repo, &pushed.head_sha)
+            .pop()
+            .unwrap()
+            .state
+    };
+
+    let carol = bot.comment(&repo, 72, "rev-carol", "/approve").await;
+    assert_eq!(bot.reactions(&repo, carol), ["eyes", "confused"]);
+    assert!(bot
+        .last_reply(&repo, 72)
+        .contains("you pushed this pull request's current head"));
+    assert_eq!(state(&bot), "pending");
+
+    bot.comment(&repo, 72, "rev-bob", "/approve").await;
+    assert_eq!(state(&bot), "success");
+    bot.assert_ledger_verifies();
+}
+
+impl Bot {
+    /// Merges PR `pr` from `branch`, tells the bot (GitHub or Forgejo) and settles.
+    async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
+        let merged = self.merge(repo, pr, branch);
+        if repo.installation.is_some() {
+            self.deliver_github(support::github_pull_request("closed", repo, &merged))
+                .await;
+        } else {
+            self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
+                .await;
+        }
+        self.settle().await;
+        merged
+    }
+}
+
+/// rev-bob approves, then loses write access before the merge: the run
+/// does not count his approval, says so, and waits; rev-carol's approval
+/// lets it go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
+    let mut bot = Bot::start().await;
+    let (repo, _, digest) = planned(&mut bot, 73).await;
+    bot.comment(&repo, 73, "rev-bob", "/approve").await;
+    bot.forge.set_permission(&repo, "rev-bob", "read");
+
+    bot.merge_and_settle(&repo, 73, "change").await;
+    assert!(
+        bot.applies_run().is_empty(),
+        "nothing applies on a lapsed approval"
+    );
+    let said = bot.last_reply(&repo, 73);
+    assert_eq!(
+        said,
+        format!(
+            "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n\n- @rev-bob's approval at `pr-73` no longer counts: they no longer have write access to the repository\n\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n"
+        )
+    );
+    assert!(bot
+        .report(&repo, 73)
+        .body
+        .contains("- @rev-bob's approval at `pr-73` no longer counts"));
+
+    bot.comment(&repo, 73, "rev-carol", &format!("/approve {digest}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    let report = bot.report(&repo, 73).body;
+    assert!(report.contains("Approved by @rev-carol."), "{report}");
+    bot.assert_ledger_verifies();
+}
+
+/// The base lists `team:platform`; rev-carol approves as a member, then
+/// leaves the team before the merge: at apply her approval no longer counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_who_left_the_approvers_team_no_longer_counts_at_apply() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("approvers = []", "approvers = [\"team:platform\"]");
+    let (repo, _, _) = planned(&mut bot, 74).await;
+    bot.forge.add_team_member("acme", "platform", "rev-carol");
+    bot.comment(&repo, 74, "rev-carol", "/approve").await;
+    bot.forge
+        .remove_team_member("acme", "platform", "rev-carol");
+
+    bot.merge_and_settle(&repo, 74, "change").await;
+    assert!(bot.applies_run().is_empty());
+    assert!(bot.last_reply(&repo, 74).contains(
+        "- @rev-carol's approval at `pr-74` no longer counts: they are no longer among the approvers (team:platform)"
+    ));
+}
+
+/// On Forgejo the permission is asked again the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_an_approver_who_lost_write_access_no_longer_counts_at_apply() {
+    let mut bot = Bot::start().await;
+    let (repo, _) = planned_on_forgejo(&mut bot, 75).await;
+    bot.comment(&repo, 75, "rev-bob", "/approve").await;
+    bot.forge.set_permission(&repo, "rev-bob", "read");
+
+    bot.merge_and_settle(&repo, 75, "change").await;
+    assert!(bot.applies_run().is_empty());
+    assert!(bot.last_reply(&repo, 75).contains(
+        "- @rev-bob's approval at `pr-75` no longer counts: they no longer have write access to the repository"
+    ));
+}
