@@ -200,3 +200,87 @@ async fn on_forgejo_an_approver_who_lost_write_access_no_longer_counts_at_apply(
         "- @rev-bob's approval at `pr-75` no longer counts: they no longer have write access to the repository"
     ));
 }
+
+/// Stage prod names its own approvers and count on the base: the pull
+/// request's approver may not approve prod; two of prod's approvers must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_names_its_own_approvers_and_how_many() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config(
+        "gate = \"always\"",
+        "gate = \"always\"\napprovers = [\"ops-olga\", \"ops-oscar\"]\nrequired = 2",
+    );
+    let (repo, _, _) = planned(&mut bot, 76).await;
+    for who in ["ops-olga", "ops-oscar"] {
+        bot.forge.set_permission(&repo, who, "write");
+    }
+    bot.comment(&repo, 76, "rev-bob", "/approve").await;
+    bot.merge_and_settle(&repo, 76, "change").await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "dev applies, prod waits");
+
+    let bob = bot.comment(&repo, 76, "rev-bob", "/approve prod").await;
+    assert_eq!(bot.reactions(&repo, bob), ["eyes", "confused"]);
+    insta::assert_snapshot!(bot.last_reply(&repo, 76), @"@rev-bob: `approvers` on the base branch (`[policy]`, or this stage's own) lists `ops-olga`, `ops-oscar`, and you are not among them; ask one of them to approve");
+
+    bot.comment(&repo, 76, "ops-olga", "/approve prod").await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "one of two");
+    bot.comment(&repo, 76, "ops-oscar", "/approve prod").await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    let report = bot.report(&repo, 76).body;
+    assert!(
+        report.contains("approved by ops-olga, ops-oscar"),
+        "{report}"
+    );
+    bot.assert_ledger_verifies();
+}
+
+/// Stage prod counts approving reviews (`review_approvals` on its entry):
+/// a review of the merged head approves prod's gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_may_count_approving_reviews() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config(
+        "gate = \"always\"",
+        "gate = \"always\"\nreview_approvals = true",
+    );
+    let (repo, pr, _) = planned(&mut bot, 77).await;
+    bot.comment(&repo, 77, "rev-bob", "/approve").await;
+    let merged = bot.merge_and_settle(&repo, 77, "change").await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+
+    let review = support::github_review(
+        "submitted",
+        "approved",
+        &repo,
+        &merged,
+        9001,
+        "rev-carol",
+        &pr.head_sha,
+    );
+    bot.deliver_github(review).await;
+    bot.settle().await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    assert!(bot.report(&repo, 77).body.contains("approved by rev-carol"));
+    bot.assert_ledger_verifies();
+}
+
+/// Where the stage says nothing, reviews count only as `[policy]` says (off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_does_not_approve_a_stage_that_does_not_count_reviews() {
+    let mut bot = Bot::start().await;
+    let (repo, pr, _) = planned(&mut bot, 78).await;
+    bot.comment(&repo, 78, "rev-bob", "/approve").await;
+    let merged = bot.merge_and_settle(&repo, 78, "change").await;
+    let review = support::github_review(
+        "submitted",
+        "approved",
+        &repo,
+        &merged,
+        9002,
+        "rev-carol",
+        &pr.head_sha,
+    );
+    bot.deliver_github(review).await;
+    bot.settle().await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "prod still waits");
+}

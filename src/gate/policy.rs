@@ -42,7 +42,7 @@ impl fmt::Display for NotAllowed {
             ),
             NotAllowed::NotAnApprover { approvers } => write!(
                 f,
-                "`[policy] approvers` on the base branch lists {}, and you are not among them; ask one of them to approve",
+                "`approvers` on the base branch (`[policy]`, or this stage's own) lists {}, and you are not among them; ask one of them to approve",
                 approvers
                     .iter()
                     .map(|a| format!("`{a}`"))

@@ -71,8 +71,8 @@ struct Drive<'a> {
 
 impl Drive<'_> {
     /// The policy a stage's gate and rounds are judged by.
-    fn stage_policy(&self, _stage: &str) -> Policy {
-        self.policy.clone()
+    fn stage_policy(&self, stage: &str) -> Policy {
+        crate::config::repo::stage_policy(self.base.as_ref(), &self.policy, stage)
     }
 }
 

@@ -242,23 +242,38 @@ impl Worker {
             id: review.author.id,
             login: review.author.login.clone(),
         };
+        let run = self.store.apply_run(&repo.id, pr).await?;
         if review.state == ReviewState::Dismissed {
-            let facts = self.store.gate_facts(&repo.id.to_string(), &gate).await?;
-            let approved = facts.iter().rev().find(|f| {
-                f.fact.kind == FactKind::Approved
-                    && f.fact.source == Source::Review { id: review.id }
-                    && f.fact.actor.id == review.author.id
-            });
-            let Some(approved) = approved.cloned() else {
+            // What the review approved: the pull request, or a run's gate.
+            let mut gates = vec![gate.clone()];
+            if let Some(run) = &run {
+                gates.extend(run.record.stages.values().map(|g| g.gate.clone()));
+                gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
+            }
+            let mut revoked = false;
+            for gate in &gates {
+                let facts = self.store.gate_facts(&repo.id.to_string(), gate).await?;
+                let approved = facts.iter().rev().find(|f| {
+                    f.fact.kind == FactKind::Approved
+                        && f.fact.source == Source::Review { id: review.id }
+                        && f.fact.actor.id == review.author.id
+                });
+                let Some(approved) = approved.cloned() else {
+                    continue;
+                };
+                let mut data = approved.fact.data.clone();
+                data["reason"] = "review dismissed".into();
+                let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
+                let source = Source::Review { id: review.id };
+                self.record(repo, gate, revoke, actor.clone(), source)
+                    .await?;
+                revoked = true;
+            }
+            if !revoked {
                 return Ok(JobOutcome::Skipped(
                     "the dismissed review approved nothing".into(),
                 ));
-            };
-            let mut data = approved.fact.data.clone();
-            data["reason"] = "review dismissed".into();
-            let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
-            self.record(repo, &gate, revoke, actor, Source::Review { id: review.id })
-                .await?;
+            }
             self.refresh_gate(client, repo, pr).await?;
             return Ok(JobOutcome::Done);
         }
@@ -266,6 +281,9 @@ impl Worker {
             return Ok(JobOutcome::Skipped(
                 "a review that neither approves nor dismisses".into(),
             ));
+        }
+        if let Some(run) = run.filter(|r| run_gate(r).is_some()) {
+            return self.review_at_run_gate(client, repo, &review, &run).await;
         }
         let Some((record, plan)) = self.current(repo, pr).await? else {
             return Ok(JobOutcome::Skipped("no current plan to approve".into()));
@@ -318,6 +336,96 @@ impl Worker {
             self.resume_if_waiting(repo, pr).await?;
         }
         Ok(JobOutcome::Done)
+    }
+
+    /// An approving review while the apply run waits at a stage gate or a
+    /// round: it approves the digest the run waits for, when that stage's
+    /// policy on the base counts reviews and the review is of the merged head.
+    async fn review_at_run_gate(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        review: &ReviewIn<'_>,
+        run: &ApplyRunRecord,
+    ) -> Result<JobOutcome> {
+        let Some((gate, digest, stage)) = run_gate(run) else {
+            return Ok(JobOutcome::Skipped("the run waits for no approval".into()));
+        };
+        let Some(merged) = self.store.plan(run.plan_id).await? else {
+            return Ok(JobOutcome::Skipped("the run's plan is gone".into()));
+        };
+        if review.commit != Some(&merged.head_sha) {
+            return Ok(JobOutcome::Skipped(
+                "the review is not of the merged head".into(),
+            ));
+        }
+        let policy = match self.run_gate_policy(repo, run, stage.as_deref())? {
+            Ok(policy) if policy.review_approvals => policy,
+            Ok(_) => {
+                return Ok(JobOutcome::Skipped(
+                    "review approvals are off for this stage".into(),
+                ))
+            }
+            Err(why) => return Ok(JobOutcome::Skipped(why)),
+        };
+        let verdict = match self.candidate(client, repo, review.author, &policy).await {
+            Ok(who) => {
+                let pr_author = client.pull_request(repo, run.pr).await?.author.login;
+                let record = self.store.pr(&repo.id, run.pr).await?;
+                let authors = policy::Authors {
+                    author: &pr_author,
+                    pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
+                };
+                policy::may_approve(&policy, authors, &who.as_candidate())
+                    .map_err(|w| w.to_string())
+            }
+            Err(error) => Err(format!(
+                "wavegate could not check the reviewer's permission: {error:#}"
+            )),
+        };
+        let mut data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
+        let kind = match verdict {
+            Ok(()) => FactKind::Approved,
+            Err(reason) => {
+                data["reason"] = reason.into();
+                FactKind::Refused
+            }
+        };
+        let actor = Actor {
+            id: review.author.id,
+            login: review.author.login.clone(),
+        };
+        let source = Source::Review { id: review.id };
+        self.record(repo, &gate, (kind, &digest, data), actor, source)
+            .await?;
+        if kind == FactKind::Approved {
+            self.resume_if_waiting(repo, run.pr).await?;
+        }
+        Ok(JobOutcome::Done)
+    }
+
+    /// The policy a run's gate is judged by: the base's `[policy]`, with the
+    /// stage's own `approvers`, `required` and `review_approvals` from the
+    /// base's `[[stage]]` entry. The same two kinds of failure as `base_policy`.
+    fn run_gate_policy(
+        &self,
+        repo: &RepoRef,
+        run: &ApplyRunRecord,
+        stage: Option<&str>,
+    ) -> Result<Result<Policy, String>> {
+        let policy = match self.base_policy(repo, &run.base_sha)? {
+            Ok(policy) => policy,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Some(stage) = stage else {
+            return Ok(Ok(policy));
+        };
+        let base = self.config_at(repo, &run.base_sha)?.map(|c| c.raw);
+        Ok(Ok(crate::config::repo::stage_policy(
+            base.as_ref(),
+            &policy,
+            stage,
+        )))
     }
 
     async fn approve(
@@ -550,7 +658,7 @@ impl Worker {
             Ok(bound) => bound.to_owned(),
             Err(why) => return Ok(Said::Refused(why.to_string())),
         };
-        let policy = match self.base_policy(repo, &run.base_sha)? {
+        let policy = match self.run_gate_policy(repo, run, waiting_stage)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -994,6 +1102,32 @@ impl Worker {
             })
             .await?;
         Ok(())
+    }
+}
+
+/// The gate a run waits at for a person's approval: its name, the digest,
+/// and the stage it belongs to (a round's stage).
+fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
+    match run.record.wait.as_ref()? {
+        Wait::Stage {
+            stage,
+            gate,
+            digest,
+        } => Some((gate.clone(), digest.clone(), Some(stage.clone()))),
+        Wait::Round {
+            gate,
+            digest,
+            round,
+        } => Some((
+            gate.clone(),
+            digest.clone(),
+            run.record
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| r.stage.clone()),
+        )),
+        _ => None,
     }
 }
 
