@@ -284,3 +284,115 @@ async fn a_review_does_not_approve_a_stage_that_does_not_count_reviews() {
     bot.settle().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "prod still waits");
 }
+
+/// `[policy] approval_ttl = "2s"`: the report says when the approval
+/// expires; merged after that, the run does not count it, says so, and a
+/// fresh `/approve` lets it go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_expires_after_the_bases_ttl() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\napproval_ttl = \"2s\"");
+    let (repo, pr, digest) = planned(&mut bot, 79).await;
+    bot.comment(&repo, 79, "rev-bob", "/approve").await;
+    let report = bot.report(&repo, 79).body;
+    assert!(report.contains(", expires: "), "{report}");
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success")
+    );
+
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    bot.merge_and_settle(&repo, 79, "change").await;
+    assert!(
+        bot.applies_run().is_empty(),
+        "an expired approval applies nothing"
+    );
+    let said = bot.last_reply(&repo, 79);
+    assert!(
+        said.contains("- @rev-bob's approval at `pr-79` no longer counts: it expired at "),
+        "{said}"
+    );
+    assert!(said.contains("(`[policy] approval_ttl` is 2s)"), "{said}");
+
+    bot.comment(&repo, 79, "rev-carol", &format!("/approve {digest}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+}
+
+/// `[[stage]] timeout = "4s"` on prod: its wait says when it expires; nobody
+/// approves in time, so prod fails with that reason; a late `/approve prod`
+/// is refused; `/retry` opens a fresh gate, which an approval lets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
+    // Reconciliation finds the expired wait.
+    let mut bot = Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", "1s")]).await;
+    bot.edit_base_config("gate = \"always\"", "gate = \"always\"\ntimeout = \"4s\"");
+    let (repo, _, _) = planned(&mut bot, 80).await;
+    bot.comment(&repo, 80, "rev-bob", "/approve").await;
+    bot.merge_and_settle(&repo, 80, "change").await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    let replies = bot
+        .until("prod's wait expires", || async {
+            let replies = bot.replies(&repo, 80);
+            replies
+                .last()
+                .is_some_and(|r| r.contains("gate expired"))
+                .then_some(replies)
+        })
+        .await;
+    let asked = replies
+        .iter()
+        .find(|r| r.contains("/approve prod sha256:"))
+        .expect("prod's wait was posted");
+    assert!(asked.contains("This wait expires: "), "{asked}");
+    let failed = replies.last().unwrap();
+    assert!(failed.contains("stage prod's gate expired at "), "{failed}");
+    assert!(failed.contains("`/retry` opens a fresh gate"), "{failed}");
+    let report = bot.report(&repo, 80).body;
+    assert!(report.contains("expired: "), "{report}");
+
+    let late = bot.comment(&repo, 80, "rev-carol", "/approve prod").await;
+    assert_eq!(bot.reactions(&repo, late), ["eyes", "confused"]);
+    assert!(bot
+        .last_reply(&repo, 80)
+        .contains("stage prod's gate expired at "));
+
+    // /retry opens a fresh gate with a fresh timeout; approved in time, prod applies.
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    let retry = bot.forge.add_comment(&repo, 80, "rev-bob", "/retry");
+    bot.deliver_github(support::github_comment(
+        &repo, 80, retry, "rev-bob", "/retry",
+    ))
+    .await;
+    let fresh = bot
+        .until("prod waits again", || async {
+            bot.replies(&repo, 80)
+                .into_iter()
+                .skip(replies.len())
+                .find(|r| r.contains("/approve prod sha256:"))
+        })
+        .await;
+    let stage_digest = digest_in(&fresh);
+    let id = bot.forge.add_comment(
+        &repo,
+        80,
+        "rev-carol",
+        &format!("/approve prod {stage_digest}"),
+    );
+    bot.deliver_github(support::github_comment(
+        &repo,
+        80,
+        id,
+        "rev-carol",
+        &format!("/approve prod {stage_digest}"),
+    ))
+    .await;
+    bot.settle().await;
+    assert_eq!(
+        bot.reactions(&repo, id),
+        ["eyes", "rocket"],
+        "{:#?}",
+        bot.replies(&repo, 80)
+    );
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+}

@@ -124,6 +124,17 @@ pub struct Policy {
     /// it. By default they are treated like its author.
     #[serde(default)]
     pub allow_pusher_approval: bool,
+    /// How long an approval counts after it was given (`"72h"`); forever when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_ttl: Option<String>,
+}
+
+impl Policy {
+    /// `approval_ttl` in milliseconds (`None`: approvals do not expire).
+    pub fn approval_ttl_ms(&self) -> Option<i64> {
+        let ttl = parse_duration(self.approval_ttl.as_deref()?).ok()?;
+        Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+    }
 }
 
 fn one() -> u32 {
@@ -140,6 +151,7 @@ impl Default for Policy {
             overriders: Vec::new(),
             review_approvals: false,
             allow_pusher_approval: false,
+            approval_ttl: None,
         }
     }
 }
@@ -524,6 +536,15 @@ impl RepoConfig {
         }
 
         let policy = raw.policy.clone().unwrap_or_default();
+        if let Some(ttl) = &policy.approval_ttl {
+            parse_duration(ttl).map_err(|p| {
+                err(
+                    "policy.approval_ttl".into(),
+                    p,
+                    "use a number and a unit, e.g. `72h`, or leave it out so approvals do not expire",
+                )
+            })?;
+        }
         if policy.required == 0 {
             return Err(err(
                 "policy.required".into(),
@@ -971,6 +992,10 @@ approvers = ["alice"]
                     "paths = [\"/abs/**\"]",
                 ),
                 "`component[0] (network).paths[0]`",
+            ),
+            (
+                GOOD.replace("approvers = [\"alice\"]", "approval_ttl = \"a week\""),
+                "`policy.approval_ttl`: `a week` is not a duration",
             ),
             (
                 GOOD.replace("gate = \"never\"", "gate = \"sometimes\""),

@@ -176,6 +176,16 @@ pub fn lapsed_reason(why: &NotAllowed) -> String {
     }
 }
 
+/// When an approval given at `at` (unix ms) expires under a ttl (`None`: never).
+pub fn expires_at(at: i64, ttl_ms: Option<i64>) -> Option<i64> {
+    ttl_ms.map(|ttl| at.saturating_add(ttl))
+}
+
+/// Whether an approval given at `at` has expired by `now`.
+pub fn expired(at: i64, ttl_ms: Option<i64>, now: i64) -> bool {
+    expires_at(at, ttl_ms).is_some_and(|end| now >= end)
+}
+
 /// What the bot last reported on the pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportSeen<'a> {
@@ -421,6 +431,14 @@ mod tests {
         let refused = may_approve(&listed, by("alice"), &writer("bob", &[])).unwrap_err();
         assert!(refused.to_string().contains("`team:platform`"), "{refused}");
         assert_eq!(approver_teams(&listed), vec!["platform".to_owned()]);
+    }
+
+    #[test]
+    fn an_approval_expires_its_ttl_after_it_was_given() {
+        assert_eq!(expires_at(1_000, Some(2_000)), Some(3_000));
+        assert!(!expired(1_000, Some(2_000), 2_999));
+        assert!(expired(1_000, Some(2_000), 3_000));
+        assert!(!expired(1_000, None, i64::MAX), "no ttl: never");
     }
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";

@@ -122,8 +122,22 @@ pub fn lapsed_lines(record: &AttemptRecord) -> String {
     out
 }
 
+/// When the stage wait expires, and what then; empty when it does not.
+pub fn wait_expiry(record: &AttemptRecord) -> String {
+    let Some(Wait::Stage { stage, .. }) = &record.wait else {
+        return String::new();
+    };
+    match record.stages.get(stage).and_then(|g| g.expires_at) {
+        Some(at) => format!(
+            "This wait expires: {}. Unapproved by then, stage {stage} fails, and `/retry` opens a fresh gate.\n\n",
+            utc(at)
+        ),
+        None => String::new(),
+    }
+}
+
 /// Milliseconds since the epoch as a UTC time a person reads.
-fn utc(ms: i64) -> String {
+pub fn utc(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| format!("{ms} ms"))
@@ -192,8 +206,16 @@ pub fn render(view: &RunView<'_>) -> String {
                 "waiting; @{} approved `{}`, an earlier set of this stage, which no longer counts",
                 m.by, m.digest
             )
+        } else if gate.expired {
+            format!(
+                "expired: {}, with no approval; `/retry` opens a fresh gate",
+                gate.expires_at.map(utc).unwrap_or_default()
+            )
         } else if gate.approved_by.is_empty() {
-            "waiting".to_owned()
+            match gate.expires_at {
+                Some(at) => format!("waiting (expires: {})", utc(at)),
+                None => "waiting".to_owned(),
+            }
         } else {
             format!("approved by {}", gate.approved_by.join(", "))
         };

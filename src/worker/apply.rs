@@ -16,7 +16,7 @@ use crate::apply::{
     stage_needs_approval, stage_waves, stopped_upstream, AttemptRecord, CommandAttempt,
     EarlierAttempt, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
 };
-use crate::config::repo::{gate_of, GatePolicy, Policy, RawRepoConfig};
+use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
 use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
@@ -424,7 +424,8 @@ impl Worker {
             .as_ref()
             .filter(|_| new_wait)
             .map(|wait| {
-                let lapsed = apply_report::lapsed_lines(&drive.run.record);
+                let lapsed = apply_report::lapsed_lines(&drive.run.record)
+                    + &apply_report::wait_expiry(&drive.run.record);
                 match lapsed.is_empty() {
                     true => apply_report::wait_help(wait),
                     false => format!("{}\n{lapsed}", apply_report::wait_help(wait)),
@@ -501,8 +502,9 @@ impl Worker {
         let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
         let policy = drive.policy.clone();
         let digest = drive.run.digest.clone();
+        let passed = !drive.run.record.pr_approved_by.is_empty();
         let counted = self
-            .still_counting(drive, &gate, counted, &digest, &policy)
+            .still_counting(drive, (&gate, passed), counted, &digest, &policy)
             .await?;
         let required = drive.policy.required.max(1) as usize;
         match ledger::evaluate(&counted, &drive.run.digest, required) {
@@ -532,9 +534,10 @@ impl Worker {
                 .verify()
                 .with_context(|| format!("the recorded set of stage {stage}"))?;
             let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
+            let (since, passed) = (gate.opened_at, !gate.approved_by.is_empty());
             let policy = drive.stage_policy(&stage);
             let by = self
-                .run_gate_approvers(drive, &gate_id, &digest, &policy)
+                .run_gate_approvers(drive, (&gate_id, since, passed), &digest, &policy)
                 .await?;
             let gate = &drive.run.record.stages[&stage];
             let mismatch = self
@@ -553,9 +556,10 @@ impl Worker {
                 .with_context(|| format!("the recorded set of round {}", round.number))?;
             if !round.covered() {
                 let (gate, digest) = (round.gate.clone(), round.change_set.digest.clone());
+                let passed = !round.approved_by.is_empty();
                 let policy = drive.stage_policy(&round.stage.clone());
                 let by = self
-                    .run_gate_approvers(drive, &gate, &digest, &policy)
+                    .run_gate_approvers(drive, (&gate, 0, passed), &digest, &policy)
                     .await?;
                 let mismatch = self
                     .gate_mismatch(&drive.run, &gate, &digest)
@@ -607,13 +611,19 @@ impl Worker {
     async fn run_gate_approvers(
         &self,
         drive: &mut Drive<'_>,
-        gate: &str,
+        (gate, since, passed): (&str, i64, bool),
         digest: &str,
         policy: &Policy,
     ) -> Result<Vec<String>> {
-        let here = self.run_gate_facts(&drive.run, gate).await?;
+        // A gate opened afresh counts only the approvals given since.
+        let here: Vec<Fact> = self
+            .run_gate_facts(&drive.run, gate)
+            .await?
+            .into_iter()
+            .filter(|f| f.fact.kind != FactKind::Approved || f.fact.at >= since)
+            .collect();
         let here = self
-            .still_counting(drive, gate, here, digest, policy)
+            .still_counting(drive, (gate, passed), here, digest, policy)
             .await?;
         let required = policy.required.max(1) as usize;
         Ok(match ledger::evaluate(&here, digest, required) {
@@ -630,11 +640,41 @@ impl Worker {
     async fn still_counting(
         &self,
         drive: &mut Drive<'_>,
-        gate: &str,
+        (gate, passed): (&str, bool),
         facts: Vec<Fact>,
         digest: &str,
         policy: &Policy,
     ) -> Result<Vec<Fact>> {
+        // An approval expires `approval_ttl` after it was given, unless the
+        // run already went through its gate with it.
+        let ttl = policy.approval_ttl_ms().filter(|_| !passed);
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut expired = BTreeSet::new();
+        for fact in &facts {
+            let approval = &fact.fact;
+            if approval.kind == FactKind::Approved
+                && approval.digest == digest
+                && crate::gate::policy::expired(approval.at, ttl, now)
+            {
+                let lapsed = crate::apply::Lapsed {
+                    gate: gate.to_owned(),
+                    by: approval.actor.login.clone(),
+                    why: format!(
+                        "it expired at {} (`[policy] approval_ttl` is {})",
+                        apply_report::utc(approval.at.saturating_add(ttl.unwrap_or(0))),
+                        policy.approval_ttl.as_deref().unwrap_or("?")
+                    ),
+                };
+                if !drive.run.record.lapsed.contains(&lapsed) {
+                    drive.run.record.lapsed.push(lapsed);
+                }
+                expired.insert(fact.seq);
+            }
+        }
+        let facts: Vec<Fact> = facts
+            .into_iter()
+            .filter(|f| !expired.contains(&f.seq))
+            .collect();
         // Every standing approver of `digest`, however many are required.
         let standing = match ledger::evaluate(&facts, digest, usize::MAX) {
             Evaluation::Waiting { have, .. } | Evaluation::Satisfied { by: have, .. } => have,
@@ -781,7 +821,10 @@ impl Worker {
         let set = engine::change_set_of(&previewed)?;
         let gate_id = gate_name(drive.run.pr, Some(stage));
         let known = drive.run.record.stages.get(stage);
-        if known.is_none_or(|g| g.change_set.digest != set.digest) {
+        let now = chrono::Utc::now().timestamp_millis();
+        if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
+            let expires_at = stage_timeout(drive.base.as_ref(), stage)
+                .map(|t| now.saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX)));
             drive.run.record.stages.insert(
                 stage.to_owned(),
                 StageGate {
@@ -789,12 +832,16 @@ impl Worker {
                     change_set: set.clone(),
                     approved_by: Vec::new(),
                     mismatch: None,
+                    opened_at: now,
+                    expires_at,
+                    expired: false,
                 },
             );
         }
+        let opened_at = drive.run.record.stages[stage].opened_at;
         let policy = drive.stage_policy(stage);
         let by = self
-            .run_gate_approvers(drive, &gate_id, &set.digest, &policy)
+            .run_gate_approvers(drive, (&gate_id, opened_at, false), &set.digest, &policy)
             .await?;
         let mismatch = self
             .gate_mismatch(&drive.run, &gate_id, &set.digest)
@@ -815,6 +862,24 @@ impl Worker {
                 .expect("inserted")
                 .approved_by = by;
             return Ok(Step::Continue);
+        }
+        let gate = drive.run.record.stages.get_mut(stage).expect("inserted");
+        if let Some(at) = gate.expires_at.filter(|at| now >= *at) {
+            // Nobody approved in time: the stage fails, and `/retry` opens
+            // a fresh gate (approvals from before it do not count).
+            gate.expired = true;
+            for outcome in &previewed {
+                drive.run.record.set(
+                    &outcome.member,
+                    MemberState::Failed {
+                        error: format!(
+                            "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
+                            apply_report::utc(at)
+                        ),
+                    },
+                );
+            }
+            return Ok(Step::Stop);
         }
         for outcome in &previewed {
             drive.run.record.set(

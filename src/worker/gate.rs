@@ -469,6 +469,15 @@ impl Worker {
                     stages.join(", ")
                 )));
             }
+            let expired = self
+                .store
+                .apply_run(&repo.id, pr)
+                .await?
+                .and_then(|run| run.record.stages.get(stage).cloned())
+                .filter(|gate| gate.expired);
+            if let Some(gate) = expired {
+                return Ok(Said::Refused(stage_expired(stage, gate.expires_at)));
+            }
             // A stage's set is planned on the merge commit when the apply run
             // reaches it; there is nothing of it to approve before that.
             return Ok(Said::Refused(format!(
@@ -643,6 +652,15 @@ impl Worker {
                 waiting_stage.unwrap_or("?"),
                 waiting_stage.unwrap_or("")
             )));
+        }
+        if let Some(stage) = waiting_stage {
+            let now = chrono::Utc::now().timestamp_millis();
+            let expires_at = run.record.stages.get(stage).and_then(|g| g.expires_at);
+            if expires_at.is_some_and(|at| now >= at) {
+                // The run looks again and fails the stage, if it has not yet.
+                self.enqueue_resume(repo, run.pr).await?;
+                return Ok(Said::Refused(stage_expired(stage, expires_at)));
+            }
         }
         let seen = ReportSeen {
             head: run.merge_sha.as_str(),
@@ -980,6 +998,14 @@ impl Worker {
             .await?;
         let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
         let counted = as_counted(&facts, plan, reviews_count);
+        // Approvals of this digest older than `approval_ttl` no longer count.
+        let ttl_ms = policy.as_ref().ok().and_then(Policy::approval_ttl_ms);
+        let now = chrono::Utc::now().timestamp_millis();
+        let (expired, counted): (Vec<Fact>, Vec<Fact>) = counted.into_iter().partition(|f| {
+            f.fact.kind == FactKind::Approved
+                && f.fact.digest == digest
+                && policy::expired(f.fact.at, ttl_ms, now)
+        });
         let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
         let evaluation = match &policy {
             Ok(_) => ledger::evaluate(&counted, &digest, required),
@@ -1024,6 +1050,15 @@ impl Worker {
             stale: ledger::stale_approvals(&counted, &digest)
                 .into_iter()
                 .map(|(by, digest, at)| Stale { by, digest, at })
+                .collect(),
+            ttl_ms,
+            expired: expired
+                .iter()
+                .map(|f| Stale {
+                    by: f.fact.actor.clone(),
+                    digest: f.fact.digest.clone(),
+                    at: f.fact.at,
+                })
                 .collect(),
             policy_changed: match &policy {
                 Ok(base) => self
@@ -1129,6 +1164,15 @@ fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
         )),
         _ => None,
     }
+}
+
+/// Why `/approve <stage>` comes too late: the stage's gate expired.
+fn stage_expired(stage: &str, at: Option<i64>) -> String {
+    format!(
+        "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
+        at.map(|at| format!(" at {}", crate::report::apply::utc(at)))
+            .unwrap_or_default()
+    )
 }
 
 /// A candidate's facts, owned (the policy borrows them).
