@@ -307,6 +307,7 @@ async fn store_only(name: &str, url: &str, seconds: u64, connections: usize) {
                     head_sha: CommitSha::parse(&"a".repeat(40)).unwrap(),
                     base_ref: "main".into(),
                     open: true,
+                    pusher: None,
                 };
                 store
                     .record_delivery(delivery, None, Some(head))

@@ -167,7 +167,9 @@ fn ignored_reason(relative: &str) -> String {
 
 fn pull_request_of(relative: &str) -> (RepoRef, PullRequest, PrAction) {
     match event_of(relative) {
-        Event::PullRequest { repo, pr, action } => (repo, pr, action),
+        Event::PullRequest {
+            repo, pr, action, ..
+        } => (repo, pr, action),
         other => panic!("{relative} should be a pull request event, became {other:?}"),
     }
 }

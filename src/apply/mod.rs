@@ -331,6 +331,15 @@ pub struct StageGate {
     /// (an earlier set of this stage), shown like the pull request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mismatch: Option<Mismatch>,
+    /// When the gate opened (unix ms): approvals given before it do not count.
+    #[serde(default)]
+    pub opened_at: i64,
+    /// When its wait expires (the base's `[[stage]] timeout`), if ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// Nobody approved it in time: its members failed; `/retry` opens a fresh gate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 /// An approval that stands for another digest than the one a gate waits for.
@@ -390,6 +399,18 @@ pub struct AttemptRecord {
     /// Stages whose `always` gate was skipped: their plans change nothing.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub gates_skipped: BTreeSet<String>,
+    /// Approvals the run would have used that no longer count, as the last
+    /// job found them (checked again whenever the run goes on).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lapsed: Vec<Lapsed>,
+}
+
+/// An approval a run found no longer counting: who, at which gate, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lapsed {
+    pub gate: String,
+    pub by: String,
+    pub why: String,
 }
 
 impl AttemptRecord {
@@ -434,6 +455,8 @@ impl AttemptRecord {
     /// ones stay applied. Returns whether anything was reset.
     pub fn reset_for_retry(&mut self) -> bool {
         let mut reset = false;
+        // An expired stage gate opens afresh when the run reaches it again.
+        self.stages.retain(|_, gate| !gate.expired);
         for state in self.members.values_mut() {
             if state.stops_downstream() || matches!(state, MemberState::Waiting { .. }) {
                 *state = MemberState::NotStarted;
@@ -696,6 +719,9 @@ mod tests {
                 change_set: pr.clone(),
                 approved_by: vec![],
                 mismatch: None,
+                opened_at: 0,
+                expires_at: None,
+                expired: false,
             },
         );
         assert_eq!(count(&record, "prod"), (0, 0));

@@ -64,6 +64,18 @@ pub struct RawStage {
     pub name: String,
     #[serde(default)]
     pub gate: Option<GatePolicy>,
+    /// Who may approve this stage's gate and rounds; `[policy] approvers` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvers: Option<Vec<String>>,
+    /// Distinct approvers this stage's gate and rounds need; `[policy] required` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<u32>,
+    /// Whether approving reviews count at this stage's gate and rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_approvals: Option<bool>,
+    /// How long this stage's gate waits for `/approve <stage>` before it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -108,6 +120,21 @@ pub struct Policy {
     pub overriders: Vec<String>,
     #[serde(default)]
     pub review_approvals: bool,
+    /// Whether whoever pushed the pull request's current head may approve
+    /// it. By default they are treated like its author.
+    #[serde(default)]
+    pub allow_pusher_approval: bool,
+    /// How long an approval counts after it was given (`"72h"`); forever when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_ttl: Option<String>,
+}
+
+impl Policy {
+    /// `approval_ttl` in milliseconds (`None`: approvals do not expire).
+    pub fn approval_ttl_ms(&self) -> Option<i64> {
+        let ttl = parse_duration(self.approval_ttl.as_deref()?).ok()?;
+        Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+    }
 }
 
 fn one() -> u32 {
@@ -123,6 +150,8 @@ impl Default for Policy {
             allow_forks: false,
             overriders: Vec::new(),
             review_approvals: false,
+            allow_pusher_approval: false,
+            approval_ttl: None,
         }
     }
 }
@@ -133,6 +162,8 @@ pub struct Stage {
     pub name: String,
     /// `Always` when the file does not say: the strictest reading.
     pub gate: GatePolicy,
+    /// How long its gate waits for `/approve <stage>`; forever when unset.
+    pub timeout: Option<Duration>,
 }
 
 /// One input: the member's own name for an upstream component's output.
@@ -296,9 +327,24 @@ impl RepoConfig {
                     "give each stage a distinct name",
                 ));
             }
+            let at = |f: &str| format!("stage[{i}] ({}).{f}", s.name);
+            if s.required == Some(0) {
+                return Err(err(
+                    at("required"),
+                    "is 0, so nothing would ever need an approval".into(),
+                    "set it to 1 or more, or leave it out to use `[policy] required`",
+                ));
+            }
+            let timeout = match &s.timeout {
+                Some(t) => Some(parse_duration(t).map_err(|p| {
+                    err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d")
+                })?),
+                None => None,
+            };
             stages.push(Stage {
                 name: s.name.clone(),
                 gate: s.gate.unwrap_or(GatePolicy::Always),
+                timeout,
             });
         }
 
@@ -490,6 +536,15 @@ impl RepoConfig {
         }
 
         let policy = raw.policy.clone().unwrap_or_default();
+        if let Some(ttl) = &policy.approval_ttl {
+            parse_duration(ttl).map_err(|p| {
+                err(
+                    "policy.approval_ttl".into(),
+                    p,
+                    "use a number and a unit, e.g. `72h`, or leave it out so approvals do not expire",
+                )
+            })?;
+        }
         if policy.required == 0 {
             return Err(err(
                 "policy.required".into(),
@@ -522,6 +577,34 @@ pub fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
     base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
         .and_then(|s| s.gate)
         .unwrap_or(GatePolicy::Always)
+}
+
+/// The policy a stage's gate and its rounds are judged by, read from the
+/// BASE config: `[policy]` with the stage's own `approvers`, `required` and
+/// `review_approvals` where its entry sets them.
+pub fn stage_policy(base: Option<&RawRepoConfig>, policy: &Policy, stage: &str) -> Policy {
+    let mut policy = policy.clone();
+    let Some(entry) = base.and_then(|b| b.stages.iter().find(|s| s.name == stage)) else {
+        return policy;
+    };
+    if let Some(approvers) = &entry.approvers {
+        policy.approvers = approvers.clone();
+    }
+    if let Some(required) = entry.required {
+        policy.required = required.max(1);
+    }
+    if let Some(reviews) = entry.review_approvals {
+        policy.review_approvals = reviews;
+    }
+    policy
+}
+
+/// How long a stage's gate waits, read from the BASE config (`None`: it
+/// waits until approved).
+pub fn stage_timeout(base: Option<&RawRepoConfig>, stage: &str) -> Option<Duration> {
+    base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
+        .and_then(|s| s.timeout.as_deref())
+        .and_then(|t| parse_duration(t).ok())
 }
 
 /// Components whose behaviour a change to the config file itself touches:
@@ -911,6 +994,10 @@ approvers = ["alice"]
                 "`component[0] (network).paths[0]`",
             ),
             (
+                GOOD.replace("approvers = [\"alice\"]", "approval_ttl = \"a week\""),
+                "`policy.approval_ttl`: `a week` is not a duration",
+            ),
+            (
                 GOOD.replace("gate = \"never\"", "gate = \"sometimes\""),
                 "unknown variant `sometimes`",
             ),
@@ -960,6 +1047,53 @@ approvers = ["alice"]
         let stage = head_of(&GOOD.replace("gate = \"never\"", "gate = \"on-destructive\""));
         assert_eq!(config_changed_components(Some(&base), &stage).len(), 2);
         assert_eq!(config_changed_components(None, &same).len(), 2);
+    }
+
+    #[test]
+    fn a_stage_may_name_its_own_approvers_count_reviews_and_timeout() {
+        let text = GOOD.replace(
+            "name = \"prod\"\n",
+            "name = \"prod\"\napprovers = [\"team:sre\"]\nrequired = 2\nreview_approvals = true\ntimeout = \"2h\"\n",
+        );
+        let config = RepoConfig::parse("wavegate.toml", &text).unwrap();
+        assert_eq!(
+            config.stage("prod").unwrap().timeout,
+            Some(Duration::from_secs(7200))
+        );
+        let base = RepoConfig::parse_raw("wavegate.toml", &text).unwrap();
+        let prod = stage_policy(Some(&base), &config.policy, "prod");
+        assert_eq!(prod.approvers, ["team:sre"]);
+        assert_eq!(prod.required, 2);
+        assert!(prod.review_approvals);
+        assert_eq!(prod.allow_self_approval, config.policy.allow_self_approval);
+        let dev = stage_policy(Some(&base), &config.policy, "dev");
+        assert_eq!(
+            dev, config.policy,
+            "a stage that says nothing reads [policy]"
+        );
+        assert_eq!(
+            stage_timeout(Some(&base), "prod"),
+            Some(Duration::from_secs(7200))
+        );
+        assert_eq!(stage_timeout(Some(&base), "dev"), None);
+        assert_eq!(stage_policy(None, &config.policy, "prod"), config.policy);
+
+        for (field, bad, expected) in [
+            (
+                "required = 2",
+                "required = 0",
+                "`stage[1] (prod).required`: is 0",
+            ),
+            (
+                "timeout = \"2h\"",
+                "timeout = \"soon\"",
+                "`stage[1] (prod).timeout`: `soon` is not a duration",
+            ),
+        ] {
+            let e = error_of(&text.replace(field, bad));
+            assert!(e.contains(expected), "expected `{expected}` in: {e}");
+            assert!(e.contains("fix: "), "{e}");
+        }
     }
 
     #[test]

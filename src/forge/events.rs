@@ -239,6 +239,7 @@ mod github {
         repository: RawRepository,
         installation: Option<IdOnly>,
         changes: Option<PrChanges>,
+        sender: Option<RawUser>,
     }
 
     #[derive(Deserialize)]
@@ -312,10 +313,16 @@ mod github {
             head_clone_url,
         };
         let installation = payload.installation.map(|i| i.id);
+        // Only who pushed a head is read from it; a sender without a login
+        // leaves that unknown rather than refusing the delivery.
+        let sender = payload
+            .sender
+            .and_then(|u| u.into_user(reader, "sender").ok());
         Ok(event(Event::PullRequest {
             repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
             pr,
             action,
+            sender,
         }))
     }
 
@@ -574,6 +581,9 @@ mod forgejo {
         let payload: PullRequestEvent = reader.read(body)?;
         let number = payload.number(reader)?;
         let from_fork = payload.head_is_fork();
+        let sender = payload
+            .sender
+            .and_then(|u| u.into_user(reader, "sender").ok());
         let pr = payload.pull_request;
         let action = match action.as_str() {
             "opened" => PrAction::Opened,
@@ -603,6 +613,7 @@ mod forgejo {
             repo: payload.repository.into_ref(ForgeKind::Forgejo, None),
             pr,
             action,
+            sender,
         }))
     }
 
@@ -713,7 +724,9 @@ mod tests {
     fn parsed_pr(parsed: Parsed) -> (RepoRef, PullRequest, PrAction) {
         match parsed {
             Parsed::Event(e) => match *e {
-                Event::PullRequest { repo, pr, action } => (repo, pr, action),
+                Event::PullRequest {
+                    repo, pr, action, ..
+                } => (repo, pr, action),
                 other => panic!("expected a pull request event, got {other:?}"),
             },
             Parsed::Ignored(why) => panic!("expected an event, ignored: {why}"),

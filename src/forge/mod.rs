@@ -248,6 +248,9 @@ pub enum Event {
         repo: RepoRef,
         pr: PullRequest,
         action: PrAction,
+        /// Who caused it: for a push, who pushed the new head.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sender: Option<User>,
     },
     /// A comment created on a pull request (edits and deletions are not events).
     Comment {

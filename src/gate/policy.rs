@@ -25,8 +25,12 @@ pub struct Candidate<'a> {
 pub enum NotAllowed {
     Bot,
     NoWriteAccess,
-    NotAnApprover { approvers: Vec<String> },
+    NotAnApprover {
+        approvers: Vec<String>,
+    },
     OwnPullRequest,
+    /// They pushed the head being approved: treated like its author.
+    PushedTheHead,
 }
 
 impl fmt::Display for NotAllowed {
@@ -38,7 +42,7 @@ impl fmt::Display for NotAllowed {
             ),
             NotAllowed::NotAnApprover { approvers } => write!(
                 f,
-                "`[policy] approvers` on the base branch lists {}, and you are not among them; ask one of them to approve",
+                "`approvers` on the base branch (`[policy]`, or this stage's own) lists {}, and you are not among them; ask one of them to approve",
                 approvers
                     .iter()
                     .map(|a| format!("`{a}`"))
@@ -47,6 +51,9 @@ impl fmt::Display for NotAllowed {
             ),
             NotAllowed::OwnPullRequest => f.write_str(
                 "the author of a pull request cannot approve it (`[policy] allow_self_approval` is not `true` on the base branch); ask a reviewer",
+            ),
+            NotAllowed::PushedTheHead => f.write_str(
+                "you pushed this pull request's current head, so you are treated like its author and cannot approve it (`[policy] allow_pusher_approval` is not `true` on the base branch); ask a reviewer who did not push to it",
             ),
         }
     }
@@ -97,8 +104,40 @@ pub fn may_override(policy: &Policy, who: &Candidate<'_>) -> Result<(), String> 
     }
 }
 
-/// Whether `who` may approve a pull request written by `author`.
-pub fn may_approve(policy: &Policy, author: &str, who: &Candidate<'_>) -> Result<(), NotAllowed> {
+/// Who wrote the pull request and who pushed the head being approved (when
+/// wavegate heard it: a push event's sender).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Authors<'a> {
+    pub author: &'a str,
+    pub pusher: Option<&'a str>,
+}
+
+/// Whether `who` may approve a pull request by `authors`. Whoever pushed its
+/// current head is treated like its author (GitHub's "approval of the most
+/// recent push"), unless `allow_pusher_approval`.
+pub fn may_approve(
+    policy: &Policy,
+    authors: Authors<'_>,
+    who: &Candidate<'_>,
+) -> Result<(), NotAllowed> {
+    let author = authors.author;
+    may_still_approve(policy, who)?;
+    if !policy.allow_self_approval && author.eq_ignore_ascii_case(who.login) {
+        return Err(NotAllowed::OwnPullRequest);
+    }
+    let pushed = authors
+        .pusher
+        .is_some_and(|p| p.eq_ignore_ascii_case(who.login));
+    if pushed && !policy.allow_self_approval && !policy.allow_pusher_approval {
+        return Err(NotAllowed::PushedTheHead);
+    }
+    Ok(())
+}
+
+/// What may change between an approval and its use: the approver is no
+/// bot, may write, and is listed in `approvers` (by login or team). An
+/// apply run asks this again of every approval it uses.
+pub fn may_still_approve(policy: &Policy, who: &Candidate<'_>) -> Result<(), NotAllowed> {
     if who.is_bot {
         return Err(NotAllowed::Bot);
     }
@@ -119,10 +158,32 @@ pub fn may_approve(policy: &Policy, author: &str, who: &Candidate<'_>) -> Result
             });
         }
     }
-    if !policy.allow_self_approval && author.eq_ignore_ascii_case(who.login) {
-        return Err(NotAllowed::OwnPullRequest);
-    }
     Ok(())
+}
+
+/// Why an approval given earlier no longer counts when a run uses it, said
+/// to whoever reads the run (not to the approver, as a refusal is).
+pub fn lapsed_reason(why: &NotAllowed) -> String {
+    match why {
+        NotAllowed::Bot => "a bot account never approves".into(),
+        NotAllowed::NoWriteAccess => "they no longer have write access to the repository".into(),
+        NotAllowed::NotAnApprover { approvers } => format!(
+            "they are no longer among the approvers ({})",
+            approvers.join(", ")
+        ),
+        NotAllowed::OwnPullRequest => "they wrote the pull request".into(),
+        NotAllowed::PushedTheHead => "they pushed the merged head".into(),
+    }
+}
+
+/// When an approval given at `at` (unix ms) expires under a ttl (`None`: never).
+pub fn expires_at(at: i64, ttl_ms: Option<i64>) -> Option<i64> {
+    ttl_ms.map(|ttl| at.saturating_add(ttl))
+}
+
+/// Whether an approval given at `at` has expired by `now`.
+pub fn expired(at: i64, ttl_ms: Option<i64>, now: i64) -> bool {
+    expires_at(at, ttl_ms).is_some_and(|end| now >= end)
 }
 
 /// What the bot last reported on the pull request.
@@ -241,6 +302,46 @@ mod tests {
         }
     }
 
+    fn by(author: &str) -> Authors<'_> {
+        Authors {
+            author,
+            pusher: None,
+        }
+    }
+
+    #[test]
+    fn whoever_pushed_the_head_is_treated_like_its_author() {
+        let pushed = Authors {
+            author: "alice",
+            pusher: Some("Bob"),
+        };
+        let strict = policy(&[], false);
+        assert_eq!(
+            may_approve(&strict, pushed, &writer("bob", &[])),
+            Err(NotAllowed::PushedTheHead)
+        );
+        assert!(NotAllowed::PushedTheHead
+            .to_string()
+            .contains("allow_pusher_approval"));
+        assert_eq!(may_approve(&strict, pushed, &writer("carol", &[])), Ok(()));
+        let pusher_ok = Policy {
+            allow_pusher_approval: true,
+            ..strict.clone()
+        };
+        assert_eq!(may_approve(&pusher_ok, pushed, &writer("bob", &[])), Ok(()));
+        // Like the author: whoever may approve their own pull request may
+        // approve what they pushed.
+        assert_eq!(
+            may_approve(&policy(&[], true), pushed, &writer("bob", &[])),
+            Ok(())
+        );
+        // Nobody heard of a push: nobody is held to it.
+        assert_eq!(
+            may_approve(&strict, by("alice"), &writer("bob", &[])),
+            Ok(())
+        );
+    }
+
     fn writer<'a>(login: &'a str, teams: &'a [String]) -> Candidate<'a> {
         Candidate {
             login,
@@ -274,37 +375,70 @@ mod tests {
             ..writer("mallory", &[])
         };
         assert_eq!(
-            may_approve(&open, "alice", &outsider),
+            may_approve(&open, by("alice"), &outsider),
             Err(NotAllowed::NoWriteAccess)
         );
         let bot = Candidate {
             is_bot: true,
             ..writer("renovate[bot]", &[])
         };
-        assert_eq!(may_approve(&open, "alice", &bot), Err(NotAllowed::Bot));
+        assert_eq!(may_approve(&open, by("alice"), &bot), Err(NotAllowed::Bot));
         assert_eq!(
-            may_approve(&open, "alice", &writer("Alice", &[])),
+            may_approve(&open, by("alice"), &writer("Alice", &[])),
             Err(NotAllowed::OwnPullRequest)
         );
         assert_eq!(
-            may_approve(&policy(&[], true), "alice", &writer("alice", &[])),
+            may_approve(&policy(&[], true), by("alice"), &writer("alice", &[])),
             Ok(())
         );
-        assert_eq!(may_approve(&open, "alice", &writer("bob", &[])), Ok(()));
+        assert_eq!(may_approve(&open, by("alice"), &writer("bob", &[])), Ok(()));
+    }
+
+    #[test]
+    fn an_approver_who_lost_write_access_or_left_the_team_no_longer_counts() {
+        let listed = policy(&["team:platform"], false);
+        let platform = vec!["platform".to_owned()];
+        assert_eq!(
+            may_still_approve(&listed, &writer("dave", &platform)),
+            Ok(())
+        );
+        let left = may_still_approve(&listed, &writer("dave", &[])).unwrap_err();
+        assert_eq!(
+            lapsed_reason(&left),
+            "they are no longer among the approvers (team:platform)"
+        );
+        let read_only = Candidate {
+            can_write: false,
+            ..writer("dave", &platform)
+        };
+        let lost = may_still_approve(&listed, &read_only).unwrap_err();
+        assert_eq!(lost, NotAllowed::NoWriteAccess);
+        assert!(lapsed_reason(&lost).contains("no longer have write access"));
     }
 
     #[test]
     fn approvers_are_listed_by_login_or_team() {
         let listed = policy(&["carol", "team:platform"], false);
         let platform = vec!["platform".to_owned()];
-        assert_eq!(may_approve(&listed, "alice", &writer("Carol", &[])), Ok(()));
         assert_eq!(
-            may_approve(&listed, "alice", &writer("dave", &platform)),
+            may_approve(&listed, by("alice"), &writer("Carol", &[])),
             Ok(())
         );
-        let refused = may_approve(&listed, "alice", &writer("bob", &[])).unwrap_err();
+        assert_eq!(
+            may_approve(&listed, by("alice"), &writer("dave", &platform)),
+            Ok(())
+        );
+        let refused = may_approve(&listed, by("alice"), &writer("bob", &[])).unwrap_err();
         assert!(refused.to_string().contains("`team:platform`"), "{refused}");
         assert_eq!(approver_teams(&listed), vec!["platform".to_owned()]);
+    }
+
+    #[test]
+    fn an_approval_expires_its_ttl_after_it_was_given() {
+        assert_eq!(expires_at(1_000, Some(2_000)), Some(3_000));
+        assert!(!expired(1_000, Some(2_000), 2_999));
+        assert!(expired(1_000, Some(2_000), 3_000));
+        assert!(!expired(1_000, None, i64::MAX), "no ttl: never");
     }
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";

@@ -105,8 +105,39 @@ pub fn wait_help(wait: &Wait) -> String {
     }
 }
 
+/// The approvals the run found no longer counting, one line each, and
+/// what to do; empty when there are none.
+pub fn lapsed_lines(record: &AttemptRecord) -> String {
+    if record.lapsed.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    for lapsed in &record.lapsed {
+        out.push_str(&format!(
+            "- @{}'s approval at `{}` no longer counts: {}\n",
+            lapsed.by, lapsed.gate, lapsed.why
+        ));
+    }
+    out.push_str("\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n");
+    out
+}
+
+/// When the stage wait expires, and what then; empty when it does not.
+pub fn wait_expiry(record: &AttemptRecord) -> String {
+    let Some(Wait::Stage { stage, .. }) = &record.wait else {
+        return String::new();
+    };
+    match record.stages.get(stage).and_then(|g| g.expires_at) {
+        Some(at) => format!(
+            "This wait expires: {}. Unapproved by then, stage {stage} fails, and `/retry` opens a fresh gate.\n\n",
+            utc(at)
+        ),
+        None => String::new(),
+    }
+}
+
 /// Milliseconds since the epoch as a UTC time a person reads.
-fn utc(ms: i64) -> String {
+pub fn utc(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
         .unwrap_or_else(|| format!("{ms} ms"))
@@ -134,6 +165,7 @@ pub fn render(view: &RunView<'_>) -> String {
         out.push_str(&wait_help(wait));
         out.push('\n');
     }
+    out.push_str(&lapsed_lines(view.record));
     let mut rows = Vec::new();
     for (stage, waves) in &view.record.layout {
         for (i, wave) in waves.iter().enumerate() {
@@ -174,8 +206,16 @@ pub fn render(view: &RunView<'_>) -> String {
                 "waiting; @{} approved `{}`, an earlier set of this stage, which no longer counts",
                 m.by, m.digest
             )
+        } else if gate.expired {
+            format!(
+                "expired: {}, with no approval; `/retry` opens a fresh gate",
+                gate.expires_at.map(utc).unwrap_or_default()
+            )
         } else if gate.approved_by.is_empty() {
-            "waiting".to_owned()
+            match gate.expires_at {
+                Some(at) => format!("waiting (expires: {})", utc(at)),
+                None => "waiting".to_owned(),
+            }
         } else {
             format!("approved by {}", gate.approved_by.join(", "))
         };

@@ -30,6 +30,10 @@ pub struct Standing {
     pub policy_changed: bool,
     /// The repository's newest ledger fact when the section was written.
     pub ledger_head: Option<LedgerHead>,
+    /// `[policy] approval_ttl` (ms): each approval shows when it expires.
+    pub ttl_ms: Option<i64>,
+    /// Approvals of this digest that expired (`at` is when they were given).
+    pub expired: Vec<Stale>,
 }
 
 impl Standing {
@@ -100,7 +104,18 @@ pub fn render(standing: &Standing, digest: &str) -> String {
             .find(|(login, _)| *login == actor.login)
             .map(|(_, at)| when(*at))
             .unwrap_or_default();
-        let _ = writeln!(out, "- ✅ @{} approved `{digest}` ({at})", actor.login);
+        let expires = standing
+            .approved_at
+            .iter()
+            .find(|(login, _)| *login == actor.login)
+            .and_then(|(_, at)| standing.ttl_ms.map(|ttl| at.saturating_add(ttl)))
+            .map(|end| format!(", expires: {}", when(end)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "- ✅ @{} approved `{digest}` ({at}{expires})",
+            actor.login
+        );
     }
     match &standing.evaluation {
         Evaluation::Satisfied { .. } => {
@@ -141,6 +156,23 @@ pub fn render(standing: &Standing, digest: &str) -> String {
                 stale.by.login,
                 shown(&stale.digest),
                 when(stale.at)
+            );
+        }
+    }
+    if !standing.expired.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nExpired (`[policy] approval_ttl`; kept in the ledger, no longer counting — approve again):"
+        );
+        for expired in &standing.expired {
+            let end = expired.at.saturating_add(standing.ttl_ms.unwrap_or(0));
+            let _ = writeln!(
+                out,
+                "- @{} approved {} ({}; expired: {})",
+                expired.by.login,
+                shown(&expired.digest),
+                when(expired.at),
+                when(end)
             );
         }
     }
@@ -189,6 +221,8 @@ mod tests {
                 seq: 12,
                 hash: D2.into(),
             }),
+            ttl_ms: None,
+            expired: Vec::new(),
         };
         insta::assert_snapshot!(render(&standing, D1), @r"
         <!-- wavegate:approvals -->
@@ -206,5 +240,38 @@ mod tests {
         ");
         assert!(!standing.satisfied());
         assert!(standing.title(D1).starts_with("1 of 2 approvals"));
+    }
+
+    #[test]
+    fn with_a_ttl_each_approval_says_when_it_expires_and_expired_ones_are_listed() {
+        let standing = Standing {
+            evaluation: Evaluation::Waiting {
+                have: vec![actor("bob")],
+                count: 1,
+                required: 2,
+            },
+            approved_at: vec![("bob".into(), 1_764_460_800_000)],
+            stale: Vec::new(),
+            policy_changed: false,
+            ledger_head: None,
+            ttl_ms: Some(3_600_000),
+            expired: vec![Stale {
+                by: actor("carol"),
+                digest: D1.into(),
+                at: 1_764_450_000_000,
+            }],
+        };
+        insta::assert_snapshot!(render(&standing, D1), @r"
+        <!-- wavegate:approvals -->
+        ### Approvals
+
+        - ✅ @bob approved `sha256:1111111111111111111111111111111111111111111111111111111111111111` (2025-11-30 00:00 UTC, expires: 2025-11-30 01:00 UTC)
+
+        **Waiting for 1 more approval** (1 of 2).
+
+        Expired (`[policy] approval_ttl`; kept in the ledger, no longer counting — approve again):
+        - @carol approved `sha256:1111111111111111111111111111111111111111111111111111111111111111` (2025-11-29 21:00 UTC; expired: 2025-11-29 22:00 UTC)
+        <!-- /wavegate:approvals -->
+        ");
     }
 }

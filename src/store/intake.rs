@@ -199,14 +199,15 @@ async fn record_batch(
             .map(|h| to_i64(h.pr.0, "pull request number"))
             .collect::<Result<Vec<_>>>()?;
         let sql = format!(
-            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at) VALUES {}
-             ON CONFLICT (forge, repo, number) DO UPDATE
-             SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
-                 is_open = excluded.is_open, updated_at = excluded.updated_at",
-            values(heads.len(), 7)
+            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
+                                        pusher_head, pusher_id, pusher_login) VALUES {}
+             {}",
+            values(heads.len(), 10),
+            super::sql::UPSERT_PR_HEAD
         );
         let mut upsert = sqlx::query(AssertSqlSafe(sql));
         for (head, number) in heads.iter().zip(numbers) {
+            let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
             upsert = upsert
                 .bind(head.repo.forge.as_str())
                 .bind(head.repo.full_name.clone())
@@ -214,7 +215,10 @@ async fn record_batch(
                 .bind(head.head_sha.as_str().to_owned())
                 .bind(head.base_ref.clone())
                 .bind(i64::from(head.open))
-                .bind(now);
+                .bind(now)
+                .bind(pusher_head)
+                .bind(pusher_id)
+                .bind(pusher_login);
         }
         upsert
             .execute(&mut *tx)

@@ -17,7 +17,7 @@ pub use metrics::StoreFigures;
 pub use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Backend, Store};
 
-use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -162,6 +162,17 @@ pub struct PrHead {
     pub head_sha: CommitSha,
     pub base_ref: String,
     pub open: bool,
+    /// Who pushed `head_sha`, when a push event said so; `None` keeps what
+    /// is known of it.
+    pub pusher: Option<User>,
+}
+
+/// Who pushed a head of a pull request, as its push event said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pusher {
+    pub head_sha: CommitSha,
+    pub id: u64,
+    pub login: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -177,6 +188,19 @@ pub struct PrRecord {
     pub report_head: Option<CommitSha>,
     pub report_digest: Option<String>,
     pub report_status: Option<String>,
+    /// Who pushed the newest head a push event named (it may be an older
+    /// head than `head_sha` when a later one came another way).
+    pub pusher: Option<Pusher>,
+}
+
+impl PrRecord {
+    /// Who pushed `head`, when wavegate heard of its push.
+    pub fn pusher_of(&self, head: &CommitSha) -> Option<&str> {
+        self.pusher
+            .as_ref()
+            .filter(|p| &p.head_sha == head)
+            .map(|p| p.login.as_str())
+    }
 }
 
 /// Where the report for a head was posted and what it said.

@@ -16,7 +16,7 @@ use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyConnection, AnyPool, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Executor, Row};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -78,6 +78,11 @@ macro_rules! migrations {
                     "/0006_fact_signatures.sql"
                 )),
             },
+            Migration {
+                version: 7,
+                name: "head pusher",
+                sql: include_str!(concat!("migrations/", $backend, "/0007_head_pusher.sql")),
+            },
         ]
     };
 }
@@ -99,7 +104,8 @@ macro_rules! job_columns {
 macro_rules! pr_columns {
     () => {
         "forge, repo, number, head_sha, base_ref, CAST(is_open AS INTEGER) AS is_open, \
-         report_comment_id, check_id, report_head, report_digest, report_status"
+         report_comment_id, check_id, report_head, report_digest, report_status, \
+         pusher_head, pusher_id, pusher_login"
     };
 }
 pub(super) use pr_columns;
@@ -735,14 +741,36 @@ pub(super) async fn insert_job(
     Ok(JobId(id))
 }
 
-async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (forge, repo, number) DO UPDATE
+/// What a head's upsert sets, the pusher kept when the head names none.
+pub(super) const UPSERT_PR_HEAD: &str = "ON CONFLICT (forge, repo, number) DO UPDATE
          SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
-             is_open = excluded.is_open, updated_at = excluded.updated_at",
-    )
+             is_open = excluded.is_open, updated_at = excluded.updated_at,
+             pusher_head = COALESCE(excluded.pusher_head, pull_requests.pusher_head),
+             pusher_id = COALESCE(excluded.pusher_id, pull_requests.pusher_id),
+             pusher_login = COALESCE(excluded.pusher_login, pull_requests.pusher_login)";
+
+/// The pusher columns of a head: all three, or none.
+pub(super) fn pusher_columns(
+    head: &PrHead,
+) -> Result<(Option<String>, Option<i64>, Option<String>)> {
+    Ok(match &head.pusher {
+        Some(user) => (
+            Some(head.head_sha.as_str().to_owned()),
+            Some(to_i64(user.id, "pusher id")?),
+            Some(user.login.clone()),
+        ),
+        None => (None, None, None),
+    })
+}
+
+async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Result<()> {
+    let (pusher_head, pusher_id, pusher_login) = pusher_columns(head)?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
+                                    pusher_head, pusher_id, pusher_login)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         {UPSERT_PR_HEAD}"
+    )))
     .bind(head.repo.forge.as_str())
     .bind(&head.repo.full_name)
     .bind(to_i64(head.pr.0, "pull request number")?)
@@ -750,6 +778,9 @@ async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Re
     .bind(&head.base_ref)
     .bind(i64::from(head.open))
     .bind(now)
+    .bind(pusher_head)
+    .bind(pusher_id)
+    .bind(pusher_login)
     .execute(&mut *conn)
     .await
     .with_context(|| format!("recording the head of {}{}", head.repo, head.pr))?;
@@ -852,6 +883,18 @@ pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
             .transpose()?,
         report_digest: row.try_get("report_digest")?,
         report_status: row.try_get("report_status")?,
+        pusher: match (
+            row.try_get::<Option<String>, _>("pusher_head")?,
+            row.try_get::<Option<i64>, _>("pusher_id")?,
+            row.try_get::<Option<String>, _>("pusher_login")?,
+        ) {
+            (Some(head), Some(id), Some(login)) => Some(super::Pusher {
+                head_sha: commit_sha(head)?,
+                id: to_u64(id, "pusher id")?,
+                login,
+            }),
+            _ => None,
+        },
     })
 }
 

@@ -63,6 +63,7 @@ fn head(pr: u64, head_sha: CommitSha, open: bool) -> PrHead {
         head_sha,
         base_ref: "main".into(),
         open,
+        pusher: None,
     }
 }
 
@@ -385,6 +386,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
             report_head: Some(sha('b')),
             report_digest: None,
             report_status: Some("planning".into()),
+            pusher: None,
         }
     );
     assert!(f.store.pr(&repo(), PrNumber(43)).await.unwrap().is_none());

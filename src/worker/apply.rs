@@ -16,7 +16,7 @@ use crate::apply::{
     stage_needs_approval, stage_waves, stopped_upstream, AttemptRecord, CommandAttempt,
     EarlierAttempt, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
 };
-use crate::config::repo::{gate_of, GatePolicy, Policy, RawRepoConfig};
+use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
 use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
@@ -65,6 +65,15 @@ struct Drive<'a> {
     policy: Policy,
     /// The base's config (the merge's first parent), for stage gates.
     base: Option<RawRepoConfig>,
+    /// Approvers' permissions as the forge answered them in this job.
+    asked: HashMap<String, super::gate::Who>,
+}
+
+impl Drive<'_> {
+    /// The policy a stage's gate and rounds are judged by.
+    fn stage_policy(&self, stage: &str) -> Policy {
+        crate::config::repo::stage_policy(self.base.as_ref(), &self.policy, stage)
+    }
 }
 
 impl Worker {
@@ -305,8 +314,10 @@ impl Worker {
             approved,
             policy,
             base: base_raw,
+            asked: HashMap::new(),
         };
         drive.run.record.layout = layout;
+        drive.run.record.lapsed.clear();
         let failed_before = failed_members(&drive.run.record);
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
@@ -412,7 +423,14 @@ impl Worker {
             .wait
             .as_ref()
             .filter(|_| new_wait)
-            .map(apply_report::wait_help);
+            .map(|wait| {
+                let lapsed = apply_report::lapsed_lines(&drive.run.record)
+                    + &apply_report::wait_expiry(&drive.run.record);
+                match lapsed.is_empty() {
+                    true => apply_report::wait_help(wait),
+                    false => format!("{}\n{lapsed}", apply_report::wait_help(wait)),
+                }
+            });
         let said = match drive.run.status {
             RunStatus::Failed if newly_failed => {
                 let mut said = format!(
@@ -482,6 +500,12 @@ impl Worker {
             .gate_facts(&drive.run.repo.id.to_string(), &gate)
             .await?;
         let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
+        let policy = drive.policy.clone();
+        let digest = drive.run.digest.clone();
+        let passed = !drive.run.record.pr_approved_by.is_empty();
+        let counted = self
+            .still_counting(drive, (&gate, passed), counted, &digest, &policy)
+            .await?;
         let required = drive.policy.required.max(1) as usize;
         match ledger::evaluate(&counted, &drive.run.digest, required) {
             Evaluation::Satisfied { by, .. } => {
@@ -503,16 +527,19 @@ impl Worker {
     /// given since the last job count, revoked ones stop counting. The sets
     /// read back from the record are verified against their digests first.
     async fn refresh_approvals(&self, drive: &mut Drive<'_>) -> Result<()> {
-        let required = drive.policy.required.max(1) as usize;
         let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
         for stage in stages {
             let gate = &drive.run.record.stages[&stage];
             gate.change_set
                 .verify()
                 .with_context(|| format!("the recorded set of stage {stage}"))?;
+            let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
+            let (since, passed) = (gate.opened_at, !gate.approved_by.is_empty());
+            let policy = drive.stage_policy(&stage);
             let by = self
-                .run_gate_approvers(&drive.run, &gate.gate, &gate.change_set.digest, required)
+                .run_gate_approvers(drive, (&gate_id, since, passed), &digest, &policy)
                 .await?;
+            let gate = &drive.run.record.stages[&stage];
             let mismatch = self
                 .gate_mismatch(&drive.run, &gate.gate, &gate.change_set.digest)
                 .await?
@@ -529,8 +556,10 @@ impl Worker {
                 .with_context(|| format!("the recorded set of round {}", round.number))?;
             if !round.covered() {
                 let (gate, digest) = (round.gate.clone(), round.change_set.digest.clone());
+                let passed = !round.approved_by.is_empty();
+                let policy = drive.stage_policy(&round.stage.clone());
                 let by = self
-                    .run_gate_approvers(&drive.run, &gate, &digest, required)
+                    .run_gate_approvers(drive, (&gate, 0, passed), &digest, &policy)
                     .await?;
                 let mismatch = self
                     .gate_mismatch(&drive.run, &gate, &digest)
@@ -577,19 +606,123 @@ impl Worker {
         })
     }
 
-    /// Who approved `digest` at one of this run's gates, when enough did.
+    /// Who approved `digest` at one of this run's gates, when enough did
+    /// whose approval still counts (asked of the forge again now).
     async fn run_gate_approvers(
         &self,
-        run: &ApplyRunRecord,
-        gate: &str,
+        drive: &mut Drive<'_>,
+        (gate, since, passed): (&str, i64, bool),
         digest: &str,
-        required: usize,
+        policy: &Policy,
     ) -> Result<Vec<String>> {
-        let here = self.run_gate_facts(run, gate).await?;
+        // A gate opened afresh counts only the approvals given since.
+        let here: Vec<Fact> = self
+            .run_gate_facts(&drive.run, gate)
+            .await?
+            .into_iter()
+            .filter(|f| f.fact.kind != FactKind::Approved || f.fact.at >= since)
+            .collect();
+        let here = self
+            .still_counting(drive, (gate, passed), here, digest, policy)
+            .await?;
+        let required = policy.required.max(1) as usize;
         Ok(match ledger::evaluate(&here, digest, required) {
             Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
             _ => Vec::new(),
         })
+    }
+
+    /// `facts` without the approvals of `digest` whose approvers may no
+    /// longer approve under `policy` (write access lost, no longer listed
+    /// or in a listed team): the forge is asked again whenever a run uses
+    /// an approval, and each one dropped is noted in the record, so the
+    /// run says why it waits.
+    async fn still_counting(
+        &self,
+        drive: &mut Drive<'_>,
+        (gate, passed): (&str, bool),
+        facts: Vec<Fact>,
+        digest: &str,
+        policy: &Policy,
+    ) -> Result<Vec<Fact>> {
+        // An approval expires `approval_ttl` after it was given, unless the
+        // run already went through its gate with it.
+        let ttl = policy.approval_ttl_ms().filter(|_| !passed);
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut expired = BTreeSet::new();
+        for fact in &facts {
+            let approval = &fact.fact;
+            if approval.kind == FactKind::Approved
+                && approval.digest == digest
+                && crate::gate::policy::expired(approval.at, ttl, now)
+            {
+                let lapsed = crate::apply::Lapsed {
+                    gate: gate.to_owned(),
+                    by: approval.actor.login.clone(),
+                    why: format!(
+                        "it expired at {} (`[policy] approval_ttl` is {})",
+                        apply_report::utc(approval.at.saturating_add(ttl.unwrap_or(0))),
+                        policy.approval_ttl.as_deref().unwrap_or("?")
+                    ),
+                };
+                if !drive.run.record.lapsed.contains(&lapsed) {
+                    drive.run.record.lapsed.push(lapsed);
+                }
+                expired.insert(fact.seq);
+            }
+        }
+        let facts: Vec<Fact> = facts
+            .into_iter()
+            .filter(|f| !expired.contains(&f.seq))
+            .collect();
+        // Every standing approver of `digest`, however many are required.
+        let standing = match ledger::evaluate(&facts, digest, usize::MAX) {
+            Evaluation::Waiting { have, .. } | Evaluation::Satisfied { by: have, .. } => have,
+            Evaluation::Mismatch { .. } => Vec::new(),
+        };
+        let mut dropped = BTreeSet::new();
+        for actor in standing {
+            let teams = crate::gate::policy::approver_teams(policy).join(",");
+            let key = format!("{}|{teams}", actor.login.to_ascii_lowercase());
+            let who = match drive.asked.get(&key) {
+                Some(who) => who.clone(),
+                None => {
+                    let user = crate::forge::User {
+                        id: actor.id,
+                        login: actor.login.clone(),
+                        is_bot: false,
+                    };
+                    let who = self
+                        .candidate(drive.client, &drive.run.repo, &user, policy)
+                        .await
+                        .with_context(|| {
+                            format!("checking again whether @{} may approve", actor.login)
+                        })?;
+                    drive.asked.insert(key, who.clone());
+                    who
+                }
+            };
+            if let Err(why) = crate::gate::policy::may_still_approve(policy, &who.as_candidate()) {
+                let lapsed = crate::apply::Lapsed {
+                    gate: gate.to_owned(),
+                    by: actor.login.clone(),
+                    why: crate::gate::policy::lapsed_reason(&why),
+                };
+                tracing::info!(gate, by = %actor.login, why = %lapsed.why, "an approval no longer counts");
+                if !drive.run.record.lapsed.contains(&lapsed) {
+                    drive.run.record.lapsed.push(lapsed);
+                }
+                dropped.insert(actor.id);
+            }
+        }
+        Ok(facts
+            .into_iter()
+            .filter(|f| {
+                !(f.fact.kind == FactKind::Approved
+                    && f.fact.digest == digest
+                    && dropped.contains(&f.fact.actor.id))
+            })
+            .collect())
     }
 
     async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
@@ -688,7 +821,10 @@ impl Worker {
         let set = engine::change_set_of(&previewed)?;
         let gate_id = gate_name(drive.run.pr, Some(stage));
         let known = drive.run.record.stages.get(stage);
-        if known.is_none_or(|g| g.change_set.digest != set.digest) {
+        let now = chrono::Utc::now().timestamp_millis();
+        if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
+            let expires_at = stage_timeout(drive.base.as_ref(), stage)
+                .map(|t| now.saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX)));
             drive.run.record.stages.insert(
                 stage.to_owned(),
                 StageGate {
@@ -696,12 +832,16 @@ impl Worker {
                     change_set: set.clone(),
                     approved_by: Vec::new(),
                     mismatch: None,
+                    opened_at: now,
+                    expires_at,
+                    expired: false,
                 },
             );
         }
-        let required = drive.policy.required.max(1) as usize;
+        let opened_at = drive.run.record.stages[stage].opened_at;
+        let policy = drive.stage_policy(stage);
         let by = self
-            .run_gate_approvers(&drive.run, &gate_id, &set.digest, required)
+            .run_gate_approvers(drive, (&gate_id, opened_at, false), &set.digest, &policy)
             .await?;
         let mismatch = self
             .gate_mismatch(&drive.run, &gate_id, &set.digest)
@@ -722,6 +862,24 @@ impl Worker {
                 .expect("inserted")
                 .approved_by = by;
             return Ok(Step::Continue);
+        }
+        let gate = drive.run.record.stages.get_mut(stage).expect("inserted");
+        if let Some(at) = gate.expires_at.filter(|at| now >= *at) {
+            // Nobody approved in time: the stage fails, and `/retry` opens
+            // a fresh gate (approvals from before it do not count).
+            gate.expired = true;
+            for outcome in &previewed {
+                drive.run.record.set(
+                    &outcome.member,
+                    MemberState::Failed {
+                        error: format!(
+                            "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
+                            apply_report::utc(at)
+                        ),
+                    },
+                );
+            }
+            return Ok(Step::Stop);
         }
         for outcome in &previewed {
             drive.run.record.set(

@@ -242,23 +242,38 @@ impl Worker {
             id: review.author.id,
             login: review.author.login.clone(),
         };
+        let run = self.store.apply_run(&repo.id, pr).await?;
         if review.state == ReviewState::Dismissed {
-            let facts = self.store.gate_facts(&repo.id.to_string(), &gate).await?;
-            let approved = facts.iter().rev().find(|f| {
-                f.fact.kind == FactKind::Approved
-                    && f.fact.source == Source::Review { id: review.id }
-                    && f.fact.actor.id == review.author.id
-            });
-            let Some(approved) = approved.cloned() else {
+            // What the review approved: the pull request, or a run's gate.
+            let mut gates = vec![gate.clone()];
+            if let Some(run) = &run {
+                gates.extend(run.record.stages.values().map(|g| g.gate.clone()));
+                gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
+            }
+            let mut revoked = false;
+            for gate in &gates {
+                let facts = self.store.gate_facts(&repo.id.to_string(), gate).await?;
+                let approved = facts.iter().rev().find(|f| {
+                    f.fact.kind == FactKind::Approved
+                        && f.fact.source == Source::Review { id: review.id }
+                        && f.fact.actor.id == review.author.id
+                });
+                let Some(approved) = approved.cloned() else {
+                    continue;
+                };
+                let mut data = approved.fact.data.clone();
+                data["reason"] = "review dismissed".into();
+                let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
+                let source = Source::Review { id: review.id };
+                self.record(repo, gate, revoke, actor.clone(), source)
+                    .await?;
+                revoked = true;
+            }
+            if !revoked {
                 return Ok(JobOutcome::Skipped(
                     "the dismissed review approved nothing".into(),
                 ));
-            };
-            let mut data = approved.fact.data.clone();
-            data["reason"] = "review dismissed".into();
-            let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
-            self.record(repo, &gate, revoke, actor, Source::Review { id: review.id })
-                .await?;
+            }
             self.refresh_gate(client, repo, pr).await?;
             return Ok(JobOutcome::Done);
         }
@@ -266,6 +281,9 @@ impl Worker {
             return Ok(JobOutcome::Skipped(
                 "a review that neither approves nor dismisses".into(),
             ));
+        }
+        if let Some(run) = run.filter(|r| run_gate(r).is_some()) {
+            return self.review_at_run_gate(client, repo, &review, &run).await;
         }
         let Some((record, plan)) = self.current(repo, pr).await? else {
             return Ok(JobOutcome::Skipped("no current plan to approve".into()));
@@ -286,7 +304,11 @@ impl Worker {
         let verdict = match self.candidate(client, repo, review.author, &policy).await {
             Ok(who) => {
                 let pr_author = client.pull_request(repo, pr).await?.author.login;
-                policy::may_approve(&policy, &pr_author, &who.as_candidate())
+                let authors = policy::Authors {
+                    author: &pr_author,
+                    pusher: record.pusher_of(&plan.head_sha),
+                };
+                policy::may_approve(&policy, authors, &who.as_candidate())
                     .map_err(|w| w.to_string())
             }
             Err(error) => Err(format!(
@@ -314,6 +336,96 @@ impl Worker {
             self.resume_if_waiting(repo, pr).await?;
         }
         Ok(JobOutcome::Done)
+    }
+
+    /// An approving review while the apply run waits at a stage gate or a
+    /// round: it approves the digest the run waits for, when that stage's
+    /// policy on the base counts reviews and the review is of the merged head.
+    async fn review_at_run_gate(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        review: &ReviewIn<'_>,
+        run: &ApplyRunRecord,
+    ) -> Result<JobOutcome> {
+        let Some((gate, digest, stage)) = run_gate(run) else {
+            return Ok(JobOutcome::Skipped("the run waits for no approval".into()));
+        };
+        let Some(merged) = self.store.plan(run.plan_id).await? else {
+            return Ok(JobOutcome::Skipped("the run's plan is gone".into()));
+        };
+        if review.commit != Some(&merged.head_sha) {
+            return Ok(JobOutcome::Skipped(
+                "the review is not of the merged head".into(),
+            ));
+        }
+        let policy = match self.run_gate_policy(repo, run, stage.as_deref())? {
+            Ok(policy) if policy.review_approvals => policy,
+            Ok(_) => {
+                return Ok(JobOutcome::Skipped(
+                    "review approvals are off for this stage".into(),
+                ))
+            }
+            Err(why) => return Ok(JobOutcome::Skipped(why)),
+        };
+        let verdict = match self.candidate(client, repo, review.author, &policy).await {
+            Ok(who) => {
+                let pr_author = client.pull_request(repo, run.pr).await?.author.login;
+                let record = self.store.pr(&repo.id, run.pr).await?;
+                let authors = policy::Authors {
+                    author: &pr_author,
+                    pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
+                };
+                policy::may_approve(&policy, authors, &who.as_candidate())
+                    .map_err(|w| w.to_string())
+            }
+            Err(error) => Err(format!(
+                "wavegate could not check the reviewer's permission: {error:#}"
+            )),
+        };
+        let mut data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
+        let kind = match verdict {
+            Ok(()) => FactKind::Approved,
+            Err(reason) => {
+                data["reason"] = reason.into();
+                FactKind::Refused
+            }
+        };
+        let actor = Actor {
+            id: review.author.id,
+            login: review.author.login.clone(),
+        };
+        let source = Source::Review { id: review.id };
+        self.record(repo, &gate, (kind, &digest, data), actor, source)
+            .await?;
+        if kind == FactKind::Approved {
+            self.resume_if_waiting(repo, run.pr).await?;
+        }
+        Ok(JobOutcome::Done)
+    }
+
+    /// The policy a run's gate is judged by: the base's `[policy]`, with the
+    /// stage's own `approvers`, `required` and `review_approvals` from the
+    /// base's `[[stage]]` entry. The same two kinds of failure as `base_policy`.
+    fn run_gate_policy(
+        &self,
+        repo: &RepoRef,
+        run: &ApplyRunRecord,
+        stage: Option<&str>,
+    ) -> Result<Result<Policy, String>> {
+        let policy = match self.base_policy(repo, &run.base_sha)? {
+            Ok(policy) => policy,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Some(stage) = stage else {
+            return Ok(Ok(policy));
+        };
+        let base = self.config_at(repo, &run.base_sha)?.map(|c| c.raw);
+        Ok(Ok(crate::config::repo::stage_policy(
+            base.as_ref(),
+            &policy,
+            stage,
+        )))
     }
 
     async fn approve(
@@ -357,6 +469,15 @@ impl Worker {
                     stages.join(", ")
                 )));
             }
+            let expired = self
+                .store
+                .apply_run(&repo.id, pr)
+                .await?
+                .and_then(|run| run.record.stages.get(stage).cloned())
+                .filter(|gate| gate.expired);
+            if let Some(gate) = expired {
+                return Ok(Said::Refused(stage_expired(stage, gate.expires_at)));
+            }
             // A stage's set is planned on the merge commit when the apply run
             // reaches it; there is nothing of it to approve before that.
             return Ok(Said::Refused(format!(
@@ -364,7 +485,7 @@ impl Worker {
             )));
         }
         let at = (gate_name(pr, None), digest, binding(&plan));
-        self.judge_approval(client, repo, (pr, comment), &policy, at)
+        self.judge_approval(client, repo, (pr, &plan.head_sha, comment), &policy, at)
             .await
     }
 
@@ -374,7 +495,7 @@ impl Worker {
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
-        (pr, comment): (PrNumber, &CommentIn<'_>),
+        (pr, head, comment): (PrNumber, &CommitSha, &CommentIn<'_>),
         policy: &Policy,
         (gate, digest, mut data): (String, String, Value),
     ) -> Result<Said> {
@@ -387,12 +508,17 @@ impl Worker {
             }
         };
         let pr_author = client.pull_request(repo, pr).await?.author.login;
+        let record = self.store.pr(&repo.id, pr).await?;
+        let authors = policy::Authors {
+            author: &pr_author,
+            pusher: record.as_ref().and_then(|r| r.pusher_of(head)),
+        };
         let actor = Actor {
             id: comment.author.id,
             login: comment.author.login.clone(),
         };
         let source = Source::Comment { id: comment.id };
-        let (kind, said) = match policy::may_approve(policy, &pr_author, &who.as_candidate()) {
+        let (kind, said) = match policy::may_approve(policy, authors, &who.as_candidate()) {
             Ok(()) => (FactKind::Approved, Said::Done),
             Err(why) => {
                 let reason = why.to_string();
@@ -527,6 +653,15 @@ impl Worker {
                 waiting_stage.unwrap_or("")
             )));
         }
+        if let Some(stage) = waiting_stage {
+            let now = chrono::Utc::now().timestamp_millis();
+            let expires_at = run.record.stages.get(stage).and_then(|g| g.expires_at);
+            if expires_at.is_some_and(|at| now >= at) {
+                // The run looks again and fails the stage, if it has not yet.
+                self.enqueue_resume(repo, run.pr).await?;
+                return Ok(Said::Refused(stage_expired(stage, expires_at)));
+            }
+        }
         let seen = ReportSeen {
             head: run.merge_sha.as_str(),
             digest: Some(digest),
@@ -541,13 +676,18 @@ impl Worker {
             Ok(bound) => bound.to_owned(),
             Err(why) => return Ok(Said::Refused(why.to_string())),
         };
-        let policy = match self.base_policy(repo, &run.base_sha)? {
+        let policy = match self.run_gate_policy(repo, run, waiting_stage)? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
         let data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
         let at = (gate.clone(), bound, data);
-        self.judge_approval(client, repo, (run.pr, comment), &policy, at)
+        // The merged head's pusher is held to it at the run's gates too.
+        let merged_head = match self.store.plan(run.plan_id).await? {
+            Some(plan) => plan.head_sha,
+            None => run.merge_sha.clone(),
+        };
+        self.judge_approval(client, repo, (run.pr, &merged_head, comment), &policy, at)
             .await
     }
 
@@ -747,7 +887,7 @@ impl Worker {
         })
     }
 
-    async fn candidate(
+    pub(super) async fn candidate(
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
@@ -858,6 +998,14 @@ impl Worker {
             .await?;
         let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
         let counted = as_counted(&facts, plan, reviews_count);
+        // Approvals of this digest older than `approval_ttl` no longer count.
+        let ttl_ms = policy.as_ref().ok().and_then(Policy::approval_ttl_ms);
+        let now = chrono::Utc::now().timestamp_millis();
+        let (expired, counted): (Vec<Fact>, Vec<Fact>) = counted.into_iter().partition(|f| {
+            f.fact.kind == FactKind::Approved
+                && f.fact.digest == digest
+                && policy::expired(f.fact.at, ttl_ms, now)
+        });
         let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
         let evaluation = match &policy {
             Ok(_) => ledger::evaluate(&counted, &digest, required),
@@ -902,6 +1050,15 @@ impl Worker {
             stale: ledger::stale_approvals(&counted, &digest)
                 .into_iter()
                 .map(|(by, digest, at)| Stale { by, digest, at })
+                .collect(),
+            ttl_ms,
+            expired: expired
+                .iter()
+                .map(|f| Stale {
+                    by: f.fact.actor.clone(),
+                    digest: f.fact.digest.clone(),
+                    at: f.fact.at,
+                })
                 .collect(),
             policy_changed: match &policy {
                 Ok(base) => self
@@ -983,8 +1140,44 @@ impl Worker {
     }
 }
 
+/// The gate a run waits at for a person's approval: its name, the digest,
+/// and the stage it belongs to (a round's stage).
+fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
+    match run.record.wait.as_ref()? {
+        Wait::Stage {
+            stage,
+            gate,
+            digest,
+        } => Some((gate.clone(), digest.clone(), Some(stage.clone()))),
+        Wait::Round {
+            gate,
+            digest,
+            round,
+        } => Some((
+            gate.clone(),
+            digest.clone(),
+            run.record
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| r.stage.clone()),
+        )),
+        _ => None,
+    }
+}
+
+/// Why `/approve <stage>` comes too late: the stage's gate expired.
+fn stage_expired(stage: &str, at: Option<i64>) -> String {
+    format!(
+        "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
+        at.map(|at| format!(" at {}", crate::report::apply::utc(at)))
+            .unwrap_or_default()
+    )
+}
+
 /// A candidate's facts, owned (the policy borrows them).
-struct Who {
+#[derive(Debug, Clone)]
+pub(super) struct Who {
     login: String,
     is_bot: bool,
     can_write: bool,
@@ -992,7 +1185,7 @@ struct Who {
 }
 
 impl Who {
-    fn as_candidate(&self) -> Candidate<'_> {
+    pub(super) fn as_candidate(&self) -> Candidate<'_> {
         Candidate {
             login: &self.login,
             is_bot: self.is_bot,

@@ -300,6 +300,7 @@ impl Worker {
                         head_sha: current.head_sha.clone(),
                         base_ref: current.base_ref.clone(),
                         open: true,
+                        pusher: None,
                     })
                     .await?;
                 self.plan(&client, &repo, &current).await
@@ -327,6 +328,7 @@ impl Worker {
                 head_sha: current.head_sha.clone(),
                 base_ref: current.base_ref.clone(),
                 open: true,
+                pusher: None,
             })
             .await?;
         if current.head_sha == pr.head_sha {

@@ -59,8 +59,9 @@ pub fn reconcile_decision(
 /// idle): a running one always; one waiting for a lock when the lock is not
 /// held by another run any more (`lock_holder`: the run holding the member
 /// it waits for); one waiting for an earlier apply to end once the time to
-/// look again (`until`) has come (`now`, ms). Runs waiting for a person are
-/// left to that person.
+/// look again (`until`) has come (`now`, ms); one waiting at a stage gate
+/// once that wait expired. Runs waiting for a person are otherwise left to
+/// that person.
 pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64) -> bool {
     match (run.status, &run.record.wait) {
         (RunStatus::Running, _) => true,
@@ -71,6 +72,15 @@ pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64
             RunStatus::Waiting | RunStatus::Failed,
             Some(Wait::EarlierAttempt { until, .. } | Wait::Holder { until, .. }),
         ) => now >= *until,
+        // A stage wait whose `timeout` passed: the run fails that stage.
+        // (Not a delayed job: that would hold the pull request's queue,
+        // and every `/approve` in it, until then.)
+        (RunStatus::Waiting, Some(Wait::Stage { stage, .. })) => run
+            .record
+            .stages
+            .get(stage)
+            .and_then(|gate| gate.expires_at)
+            .is_some_and(|at| now >= at),
         _ => false,
     }
 }
@@ -318,6 +328,7 @@ mod tests {
             report_head: report.map(sha),
             report_digest: None,
             report_status: report.map(|_| "pending".into()),
+            pusher: None,
         }
     }
 

@@ -105,14 +105,26 @@ pub struct Consequence {
 
 pub fn consequence(event: &Event) -> Consequence {
     match event {
-        Event::PullRequest { repo, pr, action } => {
+        Event::PullRequest {
+            repo,
+            pr,
+            action,
+            sender,
+        } => {
             let open = !matches!(action, PrAction::Closed { .. });
+            // Who pushed the head is known from a push only (an opened pull
+            // request's head is its author's, whom the policy treats so anyway).
+            let pusher = match action {
+                PrAction::Pushed => sender.clone(),
+                _ => None,
+            };
             let head = Some(PrHead {
                 repo: repo.id.clone(),
                 pr: pr.number,
                 head_sha: pr.head_sha.clone(),
                 base_ref: pr.base_ref.clone(),
                 open,
+                pusher,
             });
             let task = match action {
                 PrAction::Opened
@@ -227,6 +239,7 @@ mod tests {
                 repo: repo(),
                 pr: pr('a'),
                 action: action.clone(),
+                sender: None,
             });
             let job = c.task.expect("a plan").into_job();
             assert_eq!(
@@ -248,6 +261,7 @@ mod tests {
                 merged: false,
                 merge_sha: None,
             },
+            sender: None,
         });
         assert_eq!(c.task, None);
         assert!(!c.head.unwrap().open);
@@ -263,6 +277,7 @@ mod tests {
                 merged: true,
                 merge_sha: Some(merge.clone()),
             },
+            sender: None,
         });
         let task = c.task.expect("an apply run");
         assert_eq!(

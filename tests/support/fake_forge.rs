@@ -385,6 +385,15 @@ impl FakeForge {
         })
     }
 
+    /// `login` leaves the team `slug` of the organisation `org`.
+    pub fn remove_team_member(&self, org: &str, slug: &str, login: &str) {
+        self.with(|s| {
+            if let Some(members) = s.teams.get_mut(&(org.to_owned(), slug.to_owned())) {
+                members.retain(|m| m != login);
+            }
+        })
+    }
+
     pub fn set_forgejo_bot_admin(&self, admin: bool) {
         self.with(|s| s.forgejo_bot_admin = admin)
     }

@@ -12,6 +12,7 @@ pub mod payloads;
 pub use conformance::conformance_violations;
 pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};
 pub use payloads::{
-    forgejo_comment, forgejo_pull_request, forgejo_review_approved, github_comment,
-    github_pull_request, github_review, sign_forgejo, sign_github,
+    forgejo_comment, forgejo_pull_request, forgejo_pushed_by, forgejo_review_approved,
+    github_comment, github_pull_request, github_pushed_by, github_review, sign_forgejo,
+    sign_github,
 };

@@ -148,6 +148,22 @@ pub fn github_pull_request(action: &str, repo: &RepoHandle, pr: &FakePr) -> (Str
     ("pull_request".into(), serde_json::to_vec(&d).unwrap())
 }
 
+/// A `synchronize` delivery whose sender, who pushed the new head, is `pusher`.
+pub fn github_pushed_by(repo: &RepoHandle, pr: &FakePr, pusher: &str) -> (String, Vec<u8>) {
+    let (event, body) = github_pull_request("synchronize", repo, pr);
+    let mut d: Value = serde_json::from_slice(&body).unwrap();
+    patch_github_user(&mut d, "/sender", pusher);
+    (event, serde_json::to_vec(&d).unwrap())
+}
+
+/// A Forgejo `synchronized` delivery whose sender, who pushed, is `pusher`.
+pub fn forgejo_pushed_by(repo: &RepoHandle, pr: &FakePr, pusher: &str) -> (String, Vec<u8>) {
+    let (event, body) = forgejo_pull_request("synchronized", repo, pr);
+    let mut d: Value = serde_json::from_slice(&body).unwrap();
+    patch_forgejo_user(&mut d, "/sender", pusher);
+    (event, serde_json::to_vec(&d).unwrap())
+}
+
 /// An `issue_comment` delivery (`created`) on pull request `pr`.
 pub fn github_comment(
     repo: &RepoHandle,
