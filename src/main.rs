@@ -51,7 +51,8 @@ enum Command {
         /// Print the JSON report on stdout.
         #[arg(long)]
         json: bool,
-        /// Print the markdown PR comment on stdout.
+        /// Print the markdown PR comment on stdout, as the bot posts it for a
+        /// plan nobody approved yet (approvals section included).
         #[arg(long, conflicts_with = "json")]
         markdown: bool,
         /// Plans run at once within a wave (default: number of cores).
@@ -462,7 +463,7 @@ fn run_plan(options: PlanOptions, json: bool, markdown: bool) -> ExitCode {
             if json {
                 println!("{}", report::json::to_string(&change));
             } else if markdown {
-                print!("{}", report::markdown::render(&change));
+                print!("{}", report::markdown::as_posted(&change));
             }
             if change.any_failed() {
                 ExitCode::from(1)

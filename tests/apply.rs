@@ -497,3 +497,101 @@ async fn a_forgejo_merge_applies_and_reports_a_status_on_the_merge_commit() {
         "{statuses:#?}"
     );
 }
+
+/// A component whose plan cannot list resources (a migration tool): its plan
+/// file says only what it will run.
+const MIGRATE_PY: &str = r#"import json, os, sys
+mode, plan_file = sys.argv[1], sys.argv[2]
+pending = sorted(f for f in os.listdir("migrations") if f.endswith(".sql"))
+if mode == "plan":
+    with open(plan_file, "w") as f:
+        json.dump({"summary": "pending migrations: " + ", ".join(pending)}, f)
+else:
+    with open(os.path.join(os.environ["ESTATE_DIR"], "apply-log.jsonl"), "a") as log:
+        log.write(json.dumps({"member": "schema@dev", "ran": pending}) + "\n")
+    with open(sys.argv[3], "w") as f:
+        json.dump({}, f)
+"#;
+
+impl Bot {
+    /// A branch `name` from main adding a `schema` component (dev only)
+    /// whose migration script writes opaque plans, with `migrations` in it.
+    fn branch_with_migrations(&self, name: &str, from: &str, migrations: &[&str]) {
+        let config = self.example.read("main", "wavegate.toml").replace(
+            "[policy]",
+            "[[component]]\nname = \"schema\"\ndir = \"infra/schema\"\nstages = [\"dev\"]\n\
+             plan = [\"python3\", \"migrate.py\", \"plan\", \"{plan_file}\"]\n\
+             apply = [\"python3\", \"migrate.py\", \"apply\", \"{plan_file}\", \"{outputs_file}\"]\n\n[policy]",
+        );
+        let mut files = vec![
+            ("wavegate.toml".to_owned(), Some(config)),
+            (
+                "infra/schema/migrate.py".to_owned(),
+                Some(MIGRATE_PY.to_owned()),
+            ),
+        ];
+        for m in migrations {
+            files.push((
+                format!("infra/schema/migrations/{m}.sql"),
+                Some(format!("-- {m}\n")),
+            ));
+        }
+        let files: Vec<(&str, Option<&str>)> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), c.as_deref()))
+            .collect();
+        self.example.branch(name, from, &files);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opaque_plan_binds_its_summary_and_always_applies() {
+    let mut bot = Bot::start().await;
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.branch_with_migrations("migrations", "main", &["0042_add_index"]);
+    let pr = bot.open_pr(&repo, 5, "migrations");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+    let report = bot.report(&repo, 5).body;
+    assert!(
+        report.contains("| `schema@dev` | planned (opaque) ⚠️ destructive |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("**Opaque plan:** it lists no resources"),
+        "{report}"
+    );
+    assert!(
+        report.contains("Summary written by the plan command (**bound by the digest**: this plan lists no resources):\n\n```\npending migrations: 0042_add_index.sql\n```"),
+        "{report}"
+    );
+    let first = digest_in(&report);
+
+    // Another migration changes nothing a resource list could show, and still moves the digest.
+    bot.branch_with_migrations("migrations-2", "migrations", &["0043_drop_users"]);
+    let pushed = bot.forge.push(&repo, 5, &bot.rev("migrations-2"));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+    let report = bot.report(&repo, 5).body;
+    assert!(
+        report.contains("pending migrations: 0042_add_index.sql, 0043_drop_users.sql"),
+        "{report}"
+    );
+    let second = digest_in(&report);
+    assert_ne!(first, second, "the summary of an opaque plan is bound");
+
+    bot.comment(&repo, 5, "rev-bob", &format!("/approve {second}"))
+        .await;
+    let merged = bot.merge_and_tell(&repo, 5, "migrations-2").await;
+    assert_eq!(
+        bot.applies_run(),
+        ["schema@dev"],
+        "an opaque plan is never taken for an empty one: its apply runs"
+    );
+    let (conclusion, _) = bot.apply_check(&repo, &merged);
+    assert_eq!(conclusion.as_deref(), Some("success"));
+    bot.assert_conformant();
+}

@@ -546,3 +546,69 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
     );
     bot.assert_ledger_verifies();
 }
+
+/// The report's "After merge" section, with the base commit written `<base>`.
+fn after_merge_section(report: &str) -> String {
+    let start = report
+        .find("### After merge")
+        .expect("an After merge section");
+    let end = report[start..]
+        .find("### Members")
+        .expect("a Members section")
+        + start;
+    let section = &report[start..end];
+    let base = section
+        .split("wavegate.toml` at `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_default()
+        .to_owned();
+    section.replace(&base, "<base>").trim_end().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_previews_each_stage_as_the_base_decides_it_and_a_loosened_gate_counts_after_merge(
+) {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config(
+        "name = \"prod\"\ngate = \"always\"",
+        "name = \"prod\"\ngate = \"always\"\napprovers = [\"rev-carol\"]\ntimeout = \"24h\"",
+    );
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let config = bot.example.read("change", "wavegate.toml");
+    let loosened = config.replace(
+        "name = \"prod\"\ngate = \"always\"",
+        "name = \"prod\"\ngate = \"never\"",
+    );
+    assert_ne!(config, loosened);
+    bot.example
+        .branch("loosen", "change", &[("wavegate.toml", Some(&loosened))]);
+    let pr = bot.open_pr(&repo, 26, "loosen");
+    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
+        .await;
+    bot.settle().await;
+
+    insta::assert_snapshot!(after_merge_section(&bot.report(&repo, 26).body), @"
+    ### After merge
+
+    Gates and approvers as the base branch sets them (`wavegate.toml` at `<base>`): a pull request cannot change its own.
+
+    **dev** — gate `never` (read at the base): applies under this pull request's approval
+
+    1. `network@dev`
+    2. `database@dev`
+    3. `app@dev`
+
+    **prod** — gate `always` (read at the base): waits for `/approve prod` after merge; approvers (this stage's own): `rev-carol` · 1 approval needed · not the author, nor whoever pushed the head; the wait expires after 24h
+
+    4. `network@prod`
+    5. `database@prod`
+    6. `app@prod`
+    7. `dns@prod`
+
+    **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
+
+    > ℹ️ This pull request edits `prod`'s gate: `always` at the base, `never` here; `prod`'s approvers, required count, reviews or timeout. That counts only after merge: this pull request and its own apply run are judged by the base's settings shown here.
+    ");
+}

@@ -706,3 +706,29 @@ async fn a_late_delivery_for_an_old_head_does_not_displace_the_new_one() {
         Some(pushed.head_sha.as_str())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wavegate_plan_markdown_prints_the_comment_the_bot_posts() {
+    let mut bot = Bot::start().await;
+    let (repo, pr, _) = planned(&mut bot, 9).await;
+    let posted = bot.report(&repo, 9).body;
+    let repo_dir = bot.example.repo.display().to_string();
+    let cli = bot.example.wavegate(&[
+        "plan",
+        "--repo",
+        &repo_dir,
+        "--base",
+        &pr.base_sha,
+        "--head",
+        &pr.head_sha,
+        "--markdown",
+    ]);
+    assert_eq!(cli.code, 0, "{}", cli.stderr);
+    // Only the server has a ledger: its section also names the ledger head.
+    let ledger_head = posted
+        .lines()
+        .find(|l| l.starts_with("Gate ledger head when this was written"))
+        .expect("the bot names the ledger head");
+    let without_ledger_head = posted.replace(&format!("\n\n{ledger_head}"), "");
+    assert_eq!(without_ledger_head.trim_end(), cli.stdout.trim_end());
+}

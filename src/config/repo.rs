@@ -104,6 +104,23 @@ pub enum GatePolicy {
     Never,
 }
 
+impl GatePolicy {
+    /// As `wavegate.toml` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GatePolicy::Always => "always",
+            GatePolicy::OnDestructive => "on-destructive",
+            GatePolicy::Never => "never",
+        }
+    }
+}
+
+impl fmt::Display for GatePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Who may let a change through. Read from the base branch only.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]

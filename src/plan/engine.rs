@@ -9,6 +9,7 @@ use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
 use super::git;
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
+use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
@@ -169,6 +170,8 @@ pub struct PlannedChange {
     pub change_set: ChangeSet,
     /// The commands ran without a sandbox (`WAVEGATE_SANDBOX=none`).
     pub unsandboxed: bool,
+    /// What happens after merge, as the base decides it.
+    pub preview: Preview,
 }
 
 impl PlannedChange {
@@ -189,6 +192,7 @@ pub struct Prepared {
     /// `env` list (a pull request cannot widen its own), none when the base
     /// has no readable config.
     pub base_env: Vec<String>,
+    pub preview: Preview,
 }
 
 impl Prepared {
@@ -247,12 +251,14 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         stage: options.stage.as_deref(),
     })
     .map_err(|e| PlanError::Usage(format!("--stage: {e}")))?;
+    let preview = preview::preview(&base, base_text.as_deref(), &config, &derivation.waves);
     Ok(Prepared {
         base,
         head,
         config,
         derivation,
         base_env,
+        preview,
     })
 }
 
@@ -325,6 +331,7 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
         notes,
         change_set,
         unsandboxed: options.sandbox.is_off(),
+        preview: prepared.preview,
     })
 }
 

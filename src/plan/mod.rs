@@ -10,6 +10,7 @@ pub mod git;
 pub mod glob;
 pub mod path;
 pub mod planfile;
+pub mod preview;
 pub mod redact;
 pub mod runner;
 pub mod terraform;

@@ -11,6 +11,9 @@ use std::fmt::Write as _;
 pub const START: &str = "<!-- wavegate:approvals -->";
 pub const END: &str = "<!-- /wavegate:approvals -->";
 
+/// Characters kept free for the section below the report as planned.
+pub const ROOM: usize = 4_000;
+
 /// One approval that no longer counts because the plan moved on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stale {
@@ -37,6 +40,23 @@ pub struct Standing {
 }
 
 impl Standing {
+    /// A plan nobody approved yet, needing `required` approvals.
+    pub fn unapproved(required: u32, policy_changed: bool) -> Self {
+        Self {
+            evaluation: Evaluation::Waiting {
+                have: Vec::new(),
+                count: 0,
+                required: required as usize,
+            },
+            approved_at: Vec::new(),
+            stale: Vec::new(),
+            policy_changed,
+            ledger_head: None,
+            ttl_ms: None,
+            expired: Vec::new(),
+        }
+    }
+
     pub fn satisfied(&self) -> bool {
         matches!(self.evaluation, Evaluation::Satisfied { .. })
     }
@@ -79,6 +99,17 @@ fn when(at: i64) -> String {
         .unwrap_or_else(|| at.to_string())
 }
 
+/// The comment as posted: the report as planned, then the approvals section
+/// (appended after it, so nothing a plan prints can stand in for it), then
+/// why approvals are refused, if they are.
+pub fn appended(report: &str, standing: &Standing, digest: &str, refused: Option<&str>) -> String {
+    let mut body = format!("{}\n\n{}", report.trim_end(), render(standing, digest));
+    if let Some(why) = refused {
+        let _ = writeln!(body, "**Approvals are refused:** {why}");
+    }
+    body
+}
+
 /// The section, markers included.
 pub fn render(standing: &Standing, digest: &str) -> String {
     let mut out = String::new();
@@ -117,15 +148,18 @@ pub fn render(standing: &Standing, digest: &str) -> String {
             actor.login
         );
     }
+    if !by.is_empty() {
+        out.push('\n');
+    }
     match &standing.evaluation {
         Evaluation::Satisfied { .. } => {
-            let _ = writeln!(out, "\n**Approved** ({count} of {required} required).");
+            let _ = writeln!(out, "**Approved** ({count} of {required} required).");
         }
         Evaluation::Waiting { .. } => {
             let missing = required - count;
             let _ = writeln!(
                 out,
-                "\n**Waiting for {missing} more approval{}** ({count} of {required}).",
+                "**Waiting for {missing} more approval{}** ({count} of {required}).",
                 if missing == 1 { "" } else { "s" }
             );
         }

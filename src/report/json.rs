@@ -159,6 +159,7 @@ mod tests {
             notes: vec![],
             unsandboxed: false,
             change_set: ChangeSet::new(vec![]).unwrap(),
+            preview: crate::plan::preview::Preview::strictest(&"a".repeat(40), &[]),
         };
         let text = to_string(&change);
         assert_eq!(

@@ -9,16 +9,50 @@
 //! of destructive members last; every cut is said, and the digest never cut.
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
+use crate::config::repo::{GatePolicy, CONFIG_FILE};
 use crate::plan::canonical::short_digest;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
+use crate::plan::preview::{Approvers, BaseConfig, StagePreview};
 use serde_json::Value;
 use std::fmt::Write as _;
 
 /// Renders the report within `COMMENT_LIMIT` characters.
 pub fn render(change: &PlannedChange) -> String {
     render_within(change, COMMENT_LIMIT)
+}
+
+/// Renders the report as planned, leaving room for the approvals section
+/// the bot appends below it ([`super::approvals::appended`]).
+pub fn render_for_comment(change: &PlannedChange) -> String {
+    render_within(change, COMMENT_LIMIT - super::approvals::ROOM)
+}
+
+/// The comment the bot posts for a plan nobody approved yet, approvals
+/// section included: what `wavegate plan --markdown` prints.
+pub fn as_posted(change: &PlannedChange) -> String {
+    let report = render_for_comment(change);
+    if change.members.is_empty() {
+        return report;
+    }
+    let preview = &change.preview;
+    let standing = super::approvals::Standing::unapproved(
+        preview.pull_request.required,
+        preview.edits_policy(),
+    );
+    let refused = match &preview.base_config {
+        BaseConfig::Invalid(problem) => Some(format!(
+            "approvals are refused until the base branch's {CONFIG_FILE} reads again: {problem}"
+        )),
+        _ => None,
+    };
+    super::approvals::appended(
+        &report,
+        &standing,
+        &change.change_set.digest,
+        refused.as_deref(),
+    )
 }
 
 /// Renders within `limit` characters; shortening is visible, never silent.
@@ -125,11 +159,15 @@ fn destructive_warning(change: &PlannedChange) -> String {
     if lines.is_empty() {
         return String::new();
     }
+    let counted = match addresses {
+        0 => String::new(),
+        1 => " (1 address deleted or replaced)".to_owned(),
+        n => format!(" ({n} addresses deleted or replaced)"),
+    };
     let mut out = format!(
-        "> ⚠️ **Destructive changes in {} member{}** ({addresses} address{} deleted or replaced); their plans are open below.\n>\n",
+        "> ⚠️ **Destructive changes in {} member{}**{counted}; their plans are open below.\n>\n",
         lines.len(),
         plural(lines.len()),
-        if addresses == 1 { "" } else { "es" },
     );
     for line in lines {
         let _ = writeln!(out, "{line}");
@@ -150,25 +188,7 @@ fn tables(change: &PlannedChange, _rows: usize) -> String {
 }
 
 fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
-    let mut out = String::new();
-    if !change.derivation.waves.is_empty() {
-        let _ = writeln!(out, "### Waves\n");
-        let mut listed = 0;
-        for (i, wave) in change.derivation.waves.iter().enumerate() {
-            if listed >= rows {
-                let _ = writeln!(
-                    out,
-                    "\n_{} more waves are not listed: this comment has a size limit._",
-                    change.derivation.waves.len() - i
-                );
-                break;
-            }
-            listed += wave.len();
-            let names: Vec<String> = wave.iter().map(|m| format!("`{m}`")).collect();
-            let _ = writeln!(out, "{}. {}", i + 1, names.join(", "));
-        }
-        out.push('\n');
-    }
+    let mut out = after_merge(change, rows);
     if !change.members.is_empty() {
         let _ = writeln!(out, "### Members\n");
         let _ = writeln!(
@@ -238,6 +258,159 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
         let _ = writeln!(out, "> ℹ️ {note}\n");
     }
     out
+}
+
+/// The waves grouped by stage, each stage with its gate as the base reads it
+/// and what that means here, who may approve, and the pull request's own
+/// edits to those settings (which count only after merge).
+fn after_merge(change: &PlannedChange, rows: usize) -> String {
+    let waves = &change.derivation.waves;
+    let p = &change.preview;
+    if waves.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "### After merge\n");
+    let base = &p.base[..12.min(p.base.len())];
+    let _ = match &p.base_config {
+        BaseConfig::Read => writeln!(
+            out,
+            "Gates and approvers as the base branch sets them (`wavegate.toml` at `{base}`): a pull request cannot change its own.\n"
+        ),
+        BaseConfig::Absent => writeln!(
+            out,
+            "The base branch (`{base}`) has no `wavegate.toml`, so every stage's gate reads as `always`, the strictest, and anyone with write access may approve.\n"
+        ),
+        BaseConfig::Invalid(problem) => writeln!(
+            out,
+            "The base branch's `wavegate.toml` (at `{base}`) does not parse, so every stage's gate reads as `always` and approvals are refused until it is fixed there: {problem}\n"
+        ),
+    };
+    let mut listed = 0;
+    'stages: for stage in &p.stages {
+        let _ = writeln!(
+            out,
+            "**{}** — {}\n",
+            stage.name,
+            stage_meaning(change, stage)
+        );
+        for &i in &stage.waves {
+            if listed >= rows {
+                let _ = writeln!(
+                    out,
+                    "\n_{} more waves are not listed: this comment has a size limit._",
+                    waves.len() - i
+                );
+                break 'stages;
+            }
+            listed += waves[i].len();
+            let names: Vec<String> = waves[i].iter().map(|m| format!("`{m}`")).collect();
+            let _ = writeln!(out, "{}. {}", i + 1, names.join(", "));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "**Who may approve this pull request:** {}.\n",
+        approvers_text(&p.pull_request)
+    );
+    if !p.edits.is_empty() {
+        let _ = writeln!(
+            out,
+            "> ℹ️ This pull request edits {}. That counts only after merge: this pull request and its own apply run are judged by the base's settings shown here.\n",
+            p.edits.join("; ")
+        );
+    }
+    out
+}
+
+/// A stage's gate as read at the base and what it does with this change.
+pub(crate) fn stage_meaning(change: &PlannedChange, stage: &StagePreview) -> String {
+    let read = if stage.gate_at_base {
+        "read at the base"
+    } else {
+        "not set at the base, so the strictest"
+    };
+    let plans: Vec<(&str, &MemberPlan)> = change
+        .members
+        .iter()
+        .filter(|m| m.stage == stage.name && m.status == MemberStatus::Planned)
+        .filter_map(|m| m.plan.as_ref().map(|p| (m.member.as_str(), p)))
+        .collect();
+    let all_planned = plans.len()
+        == change
+            .members
+            .iter()
+            .filter(|m| m.stage == stage.name)
+            .count();
+    let approve = format!("waits for `/approve {}` after merge", stage.name);
+    let meaning = match stage.gate {
+        GatePolicy::Never => "applies under this pull request's approval".to_owned(),
+        GatePolicy::Always if all_planned && plans.iter().all(|(_, p)| p.is_empty()) => {
+            "skipped: nothing in this stage changes".to_owned()
+        }
+        GatePolicy::Always => approve,
+        GatePolicy::OnDestructive => {
+            let destructive: Vec<String> = plans
+                .iter()
+                .filter(|(_, p)| p.destructive)
+                .map(|(m, _)| format!("`{m}`"))
+                .collect();
+            if destructive.is_empty() {
+                "applies under this pull request's approval, unless a plan at merge deletes or replaces something (none planned here does)".to_owned()
+            } else {
+                format!("{approve}: {} deletes or replaces", destructive.join(", "))
+            }
+        }
+    };
+    let mut text = format!("gate `{}` ({read}): {meaning}", stage.gate);
+    if stage.gate != GatePolicy::Never {
+        if stage.own_approvers {
+            let _ = write!(
+                text,
+                "; approvers (this stage's own): {}",
+                approvers_text(&stage.approvers)
+            );
+        } else {
+            text.push_str("; approvers as for the pull request");
+        }
+        if let Some(timeout) = &stage.timeout {
+            let _ = write!(text, "; the wait expires after {timeout}");
+        }
+    }
+    text
+}
+
+fn approvers_text(a: &Approvers) -> String {
+    let mut parts = vec![if a.approvers.is_empty() {
+        "anyone with write access".to_owned()
+    } else {
+        a.approvers
+            .iter()
+            .map(|who| code(who))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }];
+    parts.push(format!(
+        "{} approval{} needed",
+        a.required,
+        if a.required == 1 { "" } else { "s" }
+    ));
+    parts.push(
+        match (a.author_may, a.pusher_may) {
+            (true, _) => "the author may approve",
+            (false, true) => "not the author (whoever pushed the head may)",
+            (false, false) => "not the author, nor whoever pushed the head",
+        }
+        .to_owned(),
+    );
+    if a.reviews_count {
+        parts.push("approving reviews count".to_owned());
+    }
+    if let Some(ttl) = &a.ttl {
+        parts.push(format!("approvals expire after {ttl}"));
+    }
+    parts.join(" · ")
 }
 
 fn member_row(m: &MemberOutcome) -> String {
@@ -698,7 +871,8 @@ mod tests {
                 .collect(),
         )
         .unwrap();
-        let waves = members.iter().map(|m| vec![m.member.clone()]).collect();
+        let waves: Vec<Vec<String>> = members.iter().map(|m| vec![m.member.clone()]).collect();
+        let waves_again = waves.clone();
         PlannedChange {
             base: "a".repeat(40),
             head: "b".repeat(40),
@@ -718,6 +892,7 @@ mod tests {
             seeded: vec![],
             notes: vec![],
             unsandboxed: false,
+            preview: crate::plan::preview::Preview::strictest(&"a".repeat(40), &waves_again),
             change_set: set,
         }
     }
@@ -774,11 +949,17 @@ mod tests {
 
         Base `aaaaaaaaaaaa` → head `bbbbbbbbbbbb`
 
-        ### Waves
+        ### After merge
+
+        Gates and approvers as the base branch sets them (`wavegate.toml` at `aaaaaaaaaaaa`): a pull request cannot change its own.
+
+        **dev** — gate `always` (read at the base): waits for `/approve dev` after merge; approvers as for the pull request
 
         1. `net@dev`
         2. `app@dev`
         3. `dns@dev`
+
+        **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
         ### Members
 
@@ -946,11 +1127,17 @@ mod tests {
         > - `web@prod`: `aws_db.main` (replace)
         > - `schema@prod`: its plan lists no resources (opaque), so what it deletes cannot be shown
 
-        ### Waves
+        ### After merge
+
+        Gates and approvers as the base branch sets them (`wavegate.toml` at `aaaaaaaaaaaa`): a pull request cannot change its own.
+
+        **prod** — gate `always` (read at the base): waits for `/approve prod` after merge; approvers as for the pull request
 
         1. `web@prod`
         2. `schema@prod`
         3. `dns@prod`
+
+        **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
         ### Members
 

@@ -25,6 +25,14 @@ pub fn render(change: &PlannedChange) -> String {
     for (i, wave) in d.waves.iter().enumerate() {
         let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
     }
+    for stage in &change.preview.stages {
+        let _ = writeln!(
+            out,
+            "  after merge, {}: {}",
+            stage.name,
+            super::markdown::stage_meaning(change, stage)
+        );
+    }
     for (component, why) in &d.selected {
         let _ = writeln!(out, "  selected {component}: {why}");
     }

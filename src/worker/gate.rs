@@ -1067,16 +1067,12 @@ impl Worker {
                 Err(_) => false,
             },
         };
-        // The section is appended after the report as planned (which never
-        // contains one), so nothing a plan prints can stand in for it.
-        let mut body = format!(
-            "{}\n\n{}",
-            plan.report.trim_end(),
-            approvals::render(&standing, &digest)
+        let body = approvals::appended(
+            &plan.report,
+            &standing,
+            &digest,
+            policy.as_ref().err().map(String::as_str),
         );
-        if let Err(why) = &policy {
-            body.push_str(&format!("\n**Approvals are refused:** {why}\n"));
-        }
         let (state, status) = match (failed, standing.satisfied()) {
             (true, _) => (CheckState::Failure, "failed"),
             (false, true) => (CheckState::Success, "approved"),

@@ -15,8 +15,6 @@ pub mod task;
 pub mod workspace;
 
 /// Characters of the report kept for the approvals section.
-const APPROVALS_ROOM: usize = 4_000;
-
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient};
 use crate::forge::registry::Forges;
@@ -465,7 +463,7 @@ impl Worker {
         change: &PlannedChange,
         check_id: Option<u64>,
     ) -> Result<()> {
-        let body = report::markdown::render_within(change, report::COMMENT_LIMIT - APPROVALS_ROOM);
+        let body = report::markdown::render_for_comment(change);
         let nothing = change.members.is_empty();
         let plan = NewPlan {
             repo: repo.id.clone(),
