@@ -182,3 +182,74 @@ fn the_target_before_a_merge_is_found_whatever_the_merge_method() {
         base
     );
 }
+
+/// A directory per environment is one component with `{stage}` in its `dir`:
+/// a change under `envs/prod/app` plans `app@prod` only, in that directory,
+/// with the real binary and the sandbox on.
+#[test]
+fn a_directory_per_environment_plans_only_the_environment_that_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    git(repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        repo.join("wavegate.toml"),
+        r#"[defaults]
+plan = ["python3", "{root}/plan.py", "{plan_file}", "{dir}"]
+
+[[stage]]
+name = "dev"
+gate = "never"
+
+[[stage]]
+name = "prod"
+
+[[component]]
+name = "app"
+dir = "envs/{stage}/{component}"
+"#,
+    )
+    .unwrap();
+    // Writes one entry naming the directory it ran in, as the report will show it.
+    std::fs::write(
+        repo.join("plan.py"),
+        "import json, os, sys\n\
+         json.dump({'entries': [{'address': 'local_file.size', 'action': 'update',\n\
+         'before': {'size': 'small'}, 'after': {'dir': sys.argv[2], 'size': open('size').read().strip()}}]},\n\
+         open(sys.argv[1], 'w'))\n",
+    )
+    .unwrap();
+    for stage in ["dev", "prod"] {
+        std::fs::create_dir_all(repo.join(format!("envs/{stage}/app"))).unwrap();
+        std::fs::write(repo.join(format!("envs/{stage}/app/size")), "small\n").unwrap();
+    }
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "base"]);
+    git(repo, &["checkout", "-q", "-b", "bigger-prod"]);
+    std::fs::write(repo.join("envs/prod/app/size"), "large\n").unwrap();
+    git(repo, &["commit", "-q", "-am", "prod gets bigger"]);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["plan", "--repo"])
+        .arg(repo)
+        .args(["--base", "main", "--head", "bigger-prod", "--json"])
+        .env("WAVEGATE_SANDBOX", "bwrap")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["waves"],
+        serde_json::json!([["app@prod"]]),
+        "{stderr}"
+    );
+    assert_eq!(report["indeterminate"], serde_json::json!([]));
+    assert!(
+        stderr.contains("size: \"small\" → \"large\""),
+        "the plan ran in envs/prod/app: {stderr}"
+    );
+    assert!(
+        stderr.contains("dir: (none) → \"envs/prod/app\""),
+        "{{dir}} is the stage's directory: {stderr}"
+    );
+}

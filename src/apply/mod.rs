@@ -648,6 +648,7 @@ mod tests {
             name: name.into(),
             dir: name.into(),
             paths: vec![],
+            stage_paths: vec![],
             depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
             inputs: vec![],
             stages: vec!["dev".into()],

@@ -195,8 +195,12 @@ pub struct Input {
 #[derive(Debug, Clone)]
 pub struct Component {
     pub name: String,
+    /// As written, `{component}` filled in; `{stage}` may remain: see [`Component::dir_in`].
     pub dir: String,
+    /// Patterns that select the component in every stage it runs in.
     pub paths: Vec<Pattern>,
+    /// Patterns written with `{stage}`: each selects only its stage's member.
+    pub stage_paths: Vec<(String, Pattern)>,
     pub depends_on: Vec<String>,
     pub inputs: Vec<Input>,
     pub stages: Vec<String>,
@@ -414,26 +418,6 @@ impl RepoConfig {
         let mut components = Vec::with_capacity(raw.components.len());
         for (i, c) in raw.components.iter().enumerate() {
             let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
-            check_dir(&c.dir).map_err(|p| {
-                err(
-                    at("dir"),
-                    p,
-                    "give the directory relative to the repository root, e.g. `infra/app`",
-                )
-            })?;
-            let dir = c.dir.trim_end_matches('/').to_owned();
-            let paths = match &c.paths {
-                Some(p) if p.is_empty() => {
-                    return Err(err(
-                        at("paths"),
-                        "is empty, so no change could ever select this component".into(),
-                        "list at least one pattern, or leave `paths` out to use `<dir>/**`",
-                    ))
-                }
-                Some(p) => compile_patterns(p, &at("paths"), &err)?,
-                None => vec![Pattern::new(&format!("{dir}/**"))
-                    .map_err(|p| err(at("dir"), p, "fix the directory name"))?],
-            };
             for (j, d) in c.depends_on.iter().enumerate() {
                 if !index_of.contains_key(d.as_str()) {
                     return Err(err(
@@ -443,7 +427,7 @@ impl RepoConfig {
                     ));
                 }
             }
-            let stage_names = match &c.stages {
+            let stage_names: Vec<String> = match &c.stages {
                 Some(list) if list.is_empty() => {
                     return Err(err(
                         at("stages"),
@@ -471,6 +455,60 @@ impl RepoConfig {
                 }
                 None => stages.iter().map(|s| s.name.clone()).collect(),
             };
+            let dir = fill_path(&c.dir, &c.name, None)
+                .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?
+                .trim_end_matches('/')
+                .to_owned();
+            for stage in &stage_names {
+                let expanded = fill_path(&dir, &c.name, Some(stage.as_str()))
+                    .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?;
+                check_dir(&expanded).map_err(|p| {
+                    err(
+                        at("dir"),
+                        p,
+                        "give the directory relative to the repository root, e.g. `infra/app`",
+                    )
+                })?;
+            }
+            let written: Vec<String> = match &c.paths {
+                Some(p) if p.is_empty() => {
+                    return Err(err(
+                        at("paths"),
+                        "is empty, so no change could ever select this component".into(),
+                        "list at least one pattern, or leave `paths` out to use `<dir>/**`",
+                    ))
+                }
+                Some(p) => p.clone(),
+                None => vec![format!("{dir}/**")],
+            };
+            let mut paths = Vec::new();
+            let mut stage_paths = Vec::new();
+            for (j, text) in written.iter().enumerate() {
+                let field = if c.paths.is_some() {
+                    at(&format!("paths[{j}]"))
+                } else {
+                    at("dir")
+                };
+                let compile = |text: &str| {
+                    Pattern::new(text).map_err(|p| {
+                        err(
+                            field.clone(),
+                            p,
+                            "write a pattern relative to the repository root, e.g. `infra/app/**`",
+                        )
+                    })
+                };
+                let text = fill_path(text, &c.name, None)
+                    .map_err(|p| err(field.clone(), p, PATH_PLACEHOLDER_FIX))?;
+                if text.contains(STAGE_PLACEHOLDER) {
+                    for stage in &stage_names {
+                        let pattern = compile(&text.replace(STAGE_PLACEHOLDER, stage))?;
+                        stage_paths.push((stage.to_owned(), pattern));
+                    }
+                } else {
+                    paths.push(compile(&text)?);
+                }
+            }
             let plan = match (&c.plan, &defaults.plan) {
                 (Some(argv), _) => {
                     check_argv(argv, &at("plan"), &err)?;
@@ -517,6 +555,7 @@ impl RepoConfig {
                 name: c.name.clone(),
                 dir,
                 paths,
+                stage_paths,
                 depends_on: c.depends_on.clone(),
                 inputs,
                 stages: stage_names,
@@ -710,6 +749,41 @@ fn check_name(
         ));
     }
     Ok(())
+}
+
+const STAGE_PLACEHOLDER: &str = "{stage}";
+const PATH_PLACEHOLDER_FIX: &str =
+    "only `{stage}` and `{component}` may appear in `dir` and `paths`; remove the braces or use one of them";
+
+/// Fills `{component}` (and `{stage}` when given) in a `dir` or `paths`
+/// entry; any other `{…}` is refused, since it would be matched literally.
+fn fill_path(text: &str, component: &str, stage: Option<&str>) -> Result<String, String> {
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            return Err(format!("`{text}` has a `{{` that is never closed"));
+        };
+        let name = &rest[open + 1..open + close];
+        if name != "stage" && name != "component" {
+            return Err(format!("unknown placeholder `{{{name}}}` in `{text}`"));
+        }
+        rest = &rest[open + close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("`{text}` has a `}}` with no `{{`"));
+    }
+    let filled = text.replace("{component}", component);
+    Ok(match stage {
+        Some(stage) => filled.replace(STAGE_PLACEHOLDER, stage),
+        None => filled,
+    })
+}
+
+impl Component {
+    /// The component's directory in `stage`: `dir` with `{stage}` filled in.
+    pub fn dir_in(&self, stage: &str) -> String {
+        self.dir.replace(STAGE_PLACEHOLDER, stage)
+    }
 }
 
 fn check_dir(dir: &str) -> Result<(), String> {
@@ -933,6 +1007,40 @@ approvers = ["alice"]
         );
         assert_eq!(c.ignore.len(), 2);
         assert_eq!(c.policy.required, 1);
+    }
+
+    #[test]
+    fn stage_and_component_placeholders_fill_dir_and_paths() {
+        let c = RepoConfig::parse(
+            "wavegate.toml",
+            &GOOD.replace("dir = \"infra/app/\"", "dir = \"envs/{stage}/{component}\""),
+        )
+        .unwrap();
+        let app = c.component("app").unwrap();
+        assert_eq!(app.dir, "envs/{stage}/app");
+        assert_eq!(app.dir_in("prod"), "envs/prod/app");
+        assert!(app.paths.is_empty());
+        let stage_paths: Vec<(&str, &str)> = app
+            .stage_paths
+            .iter()
+            .map(|(s, p)| (s.as_str(), p.as_str()))
+            .collect();
+        assert_eq!(
+            stage_paths,
+            [("dev", "envs/dev/app/**"), ("prod", "envs/prod/app/**")]
+        );
+    }
+
+    #[test]
+    fn a_brace_that_is_no_placeholder_is_refused_where_it_would_be_taken_literally() {
+        let e = error_of(&GOOD.replace("dir = \"infra/app/\"", "dir = \"envs/{env}/app\""));
+        assert!(
+            e.contains("`component[1] (app).dir`: unknown placeholder `{env}` in `envs/{env}/app`"),
+            "{e}"
+        );
+        assert!(e.contains("only `{stage}` and `{component}`"), "{e}");
+        let e = error_of(&GOOD.replace("\"modules/net/**\"", "\"modules/{net/**\""));
+        assert!(e.contains("never closed"), "{e}");
     }
 
     #[test]

@@ -876,14 +876,15 @@ impl Workbench {
         files: &MemberFiles,
     ) -> Result<CommandSpec, String> {
         let root = self.root();
-        let cwd = resolve_dir(&root, component)?;
+        let dir = component.dir_in(stage);
+        let cwd = resolve_dir(&root, component, &dir)?;
         let member = member_name(&component.name, stage);
         let root_text = root.display().to_string();
         let file = |name: &str| files.dir.join(name).display().to_string();
         let fill = |arg: &str| {
             arg.replace("{component}", &component.name)
                 .replace("{stage}", stage)
-                .replace("{dir}", &component.dir)
+                .replace("{dir}", &dir)
                 .replace("{root}", &root_text)
                 .replace("{plan_file}", &file(PLAN_FILE))
                 .replace("{outputs_file}", &file(OUTPUTS_FILE))
@@ -931,15 +932,15 @@ impl Workbench {
 
 /// A component's `dir` in the tree, which it must not leave (through `..`
 /// or a link committed in the repository).
-fn resolve_dir(root: &Path, component: &Component) -> Result<PathBuf, String> {
+fn resolve_dir(root: &Path, component: &Component, dir: &str) -> Result<PathBuf, String> {
     let leaves = || {
         format!(
         "directory `{}` of component {} leaves the repository (through a symbolic link); point `dir` in {CONFIG_FILE} at a directory inside it",
-        component.dir, component.name
+        dir, component.name
     )
     };
-    let joined = root.join(&component.dir);
-    if Path::new(&component.dir).components().any(|c| {
+    let joined = root.join(dir);
+    if Path::new(dir).components().any(|c| {
         !matches!(
             c,
             std::path::Component::Normal(_) | std::path::Component::CurDir
@@ -949,7 +950,7 @@ fn resolve_dir(root: &Path, component: &Component) -> Result<PathBuf, String> {
     }
     let resolved = match std::fs::canonicalize(&joined) {
         Ok(resolved) => resolved,
-        Err(_) => return Err(format!("directory `{}` of component {} does not exist at this commit; fix `dir` in {CONFIG_FILE}", component.dir, component.name)),
+        Err(_) => return Err(format!("directory `{}` of component {} does not exist at this commit; fix `dir` in {CONFIG_FILE}", dir, component.name)),
     };
     let root = std::fs::canonicalize(root).map_err(|e| format!("cannot read the checkout: {e}"))?;
     if !resolved.starts_with(&root) {
@@ -958,7 +959,7 @@ fn resolve_dir(root: &Path, component: &Component) -> Result<PathBuf, String> {
     if !resolved.is_dir() {
         return Err(format!(
             "`{}` of component {} is not a directory; fix `dir` in {CONFIG_FILE}",
-            component.dir, component.name
+            dir, component.name
         ));
     }
     Ok(joined)

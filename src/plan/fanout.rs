@@ -90,10 +90,15 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         .map(|(i, c)| (c.name.as_str(), i))
         .collect();
 
-    let mut claims = PatternIndex::new();
+    // A claim selects its component in every stage, or (written with
+    // `{stage}`) only in its own.
+    let mut claims: PatternIndex<(usize, Option<&str>)> = PatternIndex::new();
     for (i, c) in config.components.iter().enumerate() {
         for p in &c.paths {
-            claims.insert(p.clone(), i);
+            claims.insert(p.clone(), (i, None));
+        }
+        for (stage, p) in &c.stage_paths {
+            claims.insert(p.clone(), (i, Some(stage.as_str())));
         }
     }
     let mut ignored = PatternIndex::new();
@@ -105,15 +110,26 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     paths.sort();
     paths.dedup();
     let mut reason: Vec<Option<String>> = vec![None; config.components.len()];
+    // Members selected in one stage only, by (component, stage).
+    let mut stage_reason: BTreeMap<(usize, &str), String> = BTreeMap::new();
     let mut indeterminate = Vec::new();
     for path in paths {
         if path == CONFIG_FILE {
             continue;
         }
         let mut claimed = false;
-        claims.for_each_match(path, |&i| {
+        claims.for_each_match(path, |&(i, stage)| {
             claimed = true;
-            reason[i].get_or_insert_with(|| format!("{path} changed"));
+            match stage {
+                None => {
+                    reason[i].get_or_insert_with(|| format!("{path} changed"));
+                }
+                Some(stage) => {
+                    stage_reason
+                        .entry((i, stage))
+                        .or_insert_with(|| format!("{path} changed"));
+                }
+            }
         });
         if !claimed && !ignored.is_match(path) {
             indeterminate.push(path.clone());
@@ -143,6 +159,24 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             }
         }
     }
+    // A member selected in one stage selects its downstream in that stage.
+    let stage_roots: Vec<(usize, &str)> = stage_reason.keys().copied().collect();
+    let mut queue: VecDeque<((usize, &str), usize)> =
+        stage_roots.iter().map(|&(i, s)| ((i, s), i)).collect();
+    while let Some(((i, stage), root)) = queue.pop_front() {
+        for &j in &downstream[i] {
+            if reason[j].is_none() && !stage_reason.contains_key(&(j, stage)) {
+                stage_reason.insert(
+                    (j, stage),
+                    format!(
+                        "downstream of {}",
+                        member_name(&config.components[root].name, stage)
+                    ),
+                );
+                queue.push_back(((j, stage), root));
+            }
+        }
+    }
 
     let order = topological_order(config, &index_of);
     let mut waves = Vec::new();
@@ -152,8 +186,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         if input.stage.is_some_and(|s| s != stage.name) {
             continue;
         }
-        let here =
-            |i: usize| reason[i].is_some() && config.components[i].stages.contains(&stage.name);
+        let here = |i: usize| {
+            (reason[i].is_some() || stage_reason.contains_key(&(i, stage.name.as_str())))
+                && config.components[i].stages.contains(&stage.name)
+        };
         let mut layer_of: HashMap<usize, usize> = HashMap::new();
         for &i in &order {
             if !here(i) {
@@ -184,7 +220,15 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     let mut selected = BTreeMap::new();
     let mut skipped = Vec::new();
     for (i, c) in config.components.iter().enumerate() {
-        match &reason[i] {
+        let why = reason[i].clone().or_else(|| {
+            let by_stage: Vec<String> = stage_reason
+                .iter()
+                .filter(|((j, _), _)| *j == i)
+                .map(|((_, stage), why)| format!("{why} ({stage})"))
+                .collect();
+            (!by_stage.is_empty()).then(|| by_stage.join("; "))
+        });
+        match &why {
             Some(why) if in_some_stage[i] => {
                 selected.insert(c.name.clone(), why.clone());
             }
@@ -296,6 +340,57 @@ dir = "infra/monitoring"
             stage,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_directory_per_environment_selects_only_that_environments_member() {
+        let config = RepoConfig::parse(
+            "wavegate.toml",
+            r#"
+[defaults]
+plan = ["./plan", "{component}", "{stage}", "{plan_file}"]
+[[stage]]
+name = "dev"
+[[stage]]
+name = "prod"
+[[component]]
+name = "app"
+dir = "envs/{stage}/{component}"
+[[component]]
+name = "dns"
+dir = "envs/{stage}/dns"
+paths = ["envs/{stage}/dns/**", "modules/dns/**"]
+depends_on = ["app"]
+"#,
+        )
+        .unwrap();
+        let derive_for = |changed: &[&str]| {
+            let paths: Vec<String> = changed.iter().map(|p| p.to_string()).collect();
+            derive(&FanOutInput {
+                config: &config,
+                changed_paths: &paths,
+                config_changed: &BTreeSet::new(),
+                stage: None,
+            })
+            .unwrap()
+        };
+        let d = derive_for(&["envs/prod/app/main.tf"]);
+        assert_eq!(d.waves, vec![vec!["app@prod"], vec!["dns@prod"]]);
+        assert!(d.indeterminate.is_empty());
+        assert_eq!(d.selected["app"], "envs/prod/app/main.tf changed (prod)");
+        assert_eq!(d.selected["dns"], "downstream of app@prod (prod)");
+        let d = derive_for(&["modules/dns/zone.tf"]);
+        assert_eq!(
+            d.waves,
+            vec![vec!["dns@dev"], vec!["dns@prod"]],
+            "a shared path selects every stage"
+        );
+        let d = derive_for(&["envs/{stage}/app/main.tf"]);
+        assert_eq!(
+            d.indeterminate,
+            ["envs/{stage}/app/main.tf"],
+            "the placeholder is never literal"
+        );
     }
 
     #[test]

@@ -88,6 +88,14 @@ fn header(change: &PlannedChange) -> String {
     let _ = writeln!(out, "## wavegate plan\n");
     let verdict = if failed > 0 {
         format!("❌ **{failed} member{} failed to plan**", plural(failed))
+    } else if change.members.is_empty() && !change.derivation.indeterminate.is_empty() {
+        let n = change.derivation.indeterminate.len();
+        format!(
+            "⚠️ **Nothing planned, but {n} changed file{} no component claims** (listed below): if {} infrastructure, a component's `dir` or `paths` should claim {}",
+            plural(n),
+            if n == 1 { "it is" } else { "they are" },
+            if n == 1 { "it" } else { "them" }
+        )
     } else if change.members.is_empty() {
         "**Nothing to plan**".to_owned()
     } else {

@@ -131,6 +131,18 @@ pub fn render(change: &PlannedChange) -> String {
             }
         }
     }
+    if change.members.is_empty() {
+        let unclaimed = d.indeterminate.len();
+        if unclaimed > 0 {
+            let _ = writeln!(
+                out,
+                "nothing planned, but {unclaimed} changed file(s) no component claims: if they are infrastructure, a component's `dir` or `paths` should claim them"
+            );
+        } else {
+            let _ = writeln!(out, "nothing to plan");
+        }
+        return out;
+    }
     let _ = writeln!(out, "plan: {}", change.change_set.digest);
     let _ = writeln!(out, "approve: /approve {}", change.change_set.digest);
     out

@@ -476,10 +476,21 @@ impl Worker {
         };
         if nothing {
             self.store.save_plan(plan).await?;
+            // Changed files nobody claims may be infrastructure nobody planned:
+            // neither a pass nor a failure, and said in the title.
+            let unclaimed = change.derivation.indeterminate.len();
+            let (state, title) = if unclaimed > 0 {
+                (
+                    CheckState::Neutral,
+                    format!("Nothing planned; {unclaimed} changed files no component claims"),
+                )
+            } else {
+                (CheckState::Success, "Nothing to plan".to_owned())
+            };
             let report = CheckReport {
                 name: crate::forge::client::CHECK_NAME,
-                state: CheckState::Success,
-                title: "Nothing to plan".into(),
+                state,
+                title,
                 summary: body,
                 details_url: None,
             };
