@@ -1088,6 +1088,18 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
         res = run([helm, "lint", "--strict", str(CHART), *sets(pairs)])
         r.check(res.returncode == 0, f"helm {version} lint --strict, {label}", f"helm lint --strict, {label}:\n{res.stdout}{res.stderr}")
 
+    # The released artefact: `helm package` as docs/deployment.md tells it.
+    chart_meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    package_dir = out_dir / "package"
+    package_dir.mkdir(exist_ok=True)
+    res = run([helm, "package", str(CHART), "--destination", str(package_dir)])
+    packaged = package_dir / f"{chart_meta['name']}-{chart_meta['version']}.tgz"
+    r.check(
+        res.returncode == 0 and packaged.is_file(),
+        f"helm package: {packaged.name}",
+        f"helm package {rel(CHART)} failed:\n{res.stdout}{res.stderr}",
+    )
+
     def template(name: str, pairs: list[str]):
         res = run([helm, "template", "wg", str(CHART), "--namespace", "infra", *sets(pairs)])
         if res.returncode != 0:

@@ -732,3 +732,54 @@ async fn wavegate_plan_markdown_prints_the_comment_the_bot_posts() {
     let without_ledger_head = posted.replace(&format!("\n\n{ledger_head}"), "");
     assert_eq!(without_ledger_head.trim_end(), cli.stdout.trim_end());
 }
+
+#[test]
+fn serve_names_an_unreachable_database_with_its_cause_and_warns_about_misspelt_settings() {
+    let data = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("WAVEGATE_LISTEN", "127.0.0.1:0")
+        .env("WAVEGATE_DATA_DIR", data.path())
+        // Nothing listens on port 1.
+        .env(
+            "WAVEGATE_DATABASE_URL",
+            "postgres://wavegate:pw@127.0.0.1:1/wavegate",
+        )
+        .env("WAVEGATE_SANDBOX_NETWROK", "egress")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(9),
+        "a refused connection is reported at once, not after the pool's timeout: {:?}",
+        started.elapsed()
+    );
+    let log = format!("{stdout}{stderr}");
+    assert!(
+        log.contains("opening the database at postgres://wavegate:***@127.0.0.1:1/wavegate"),
+        "progress is said before anything can hang: {log}"
+    );
+    assert!(
+        log.contains(
+            "cannot connect to the database at `postgres://wavegate:***@127.0.0.1:1/wavegate`"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains("Connection refused"),
+        "the cause is named: {log}"
+    );
+    assert!(
+        !log.contains(":pw@"),
+        "the password is never printed: {log}"
+    );
+    assert!(
+        log.contains("WAVEGATE_SANDBOX_NETWROK is not a setting wavegate reads, so it is ignored; did you mean WAVEGATE_SANDBOX_NETWORK?"),
+        "{log}"
+    );
+}

@@ -231,6 +231,68 @@ impl Settings {
     }
 }
 
+/// Every `WAVEGATE_*` variable the server reads; any other is a typo or a leftover.
+pub const KNOWN_VARIABLES: &[&str] = &[
+    "WAVEGATE_DATABASE_URL",
+    "WAVEGATE_DATA_DIR",
+    "WAVEGATE_FORGEJO_TOKEN",
+    "WAVEGATE_FORGEJO_URL",
+    "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
+    "WAVEGATE_GITHUB_API_URL",
+    "WAVEGATE_GITHUB_APP_ID",
+    "WAVEGATE_GITHUB_PRIVATE_KEY",
+    "WAVEGATE_GITHUB_WEBHOOK_SECRET",
+    "WAVEGATE_HELD_RETRY",
+    "WAVEGATE_JOB_LEASE",
+    "WAVEGATE_LEDGER_KEY_FILE",
+    "WAVEGATE_LISTEN",
+    "WAVEGATE_LOG",
+    "WAVEGATE_LOG_FORMAT",
+    "WAVEGATE_PUBLIC_URL",
+    "WAVEGATE_RECONCILE_EVERY",
+    "WAVEGATE_SANDBOX",
+    "WAVEGATE_SANDBOX_APPLY_WRITE",
+    "WAVEGATE_SANDBOX_NETWORK",
+    "WAVEGATE_SANDBOX_READ",
+    "WAVEGATE_WORKERS",
+];
+
+impl Settings {
+    /// What a server starting with these settings warns about before it
+    /// serves, given the names of the variables in its environment:
+    /// `WAVEGATE_*` names it does not read (with the nearest one it does),
+    /// and a configured forge without a webhook secret.
+    pub fn start_warnings(&self, names: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut warnings: Vec<String> = names
+            .into_iter()
+            // The test suite's own variables (`…_TEST_…`) are not the server's.
+            .filter(|n| {
+                n.strip_prefix("WAVEGATE_")
+                    .is_some_and(|rest| !rest.starts_with("TEST_"))
+            })
+            .filter(|n| !KNOWN_VARIABLES.contains(&n.as_str()))
+            .map(|name| {
+                let nearest = KNOWN_VARIABLES
+                    .iter()
+                    .min_by_key(|known| strsim::levenshtein(known, &name))
+                    .filter(|known| strsim::levenshtein(known, &name) <= 4);
+                match nearest {
+                    Some(known) => format!("{name} is not a setting wavegate reads, so it is ignored; did you mean {known}?"),
+                    None => format!("{name} is not a setting wavegate reads, so it is ignored; the settings are listed in docs/configuration.md"),
+                }
+            })
+            .collect();
+        warnings.sort();
+        if self.github.is_some() && self.github_webhook_secrets.is_empty() {
+            warnings.push("a GitHub App is configured but WAVEGATE_GITHUB_WEBHOOK_SECRET is not set: every GitHub delivery will be refused until it is set to the App's webhook secret".into());
+        }
+        if self.forgejo.is_some() && self.forgejo_webhook_secrets.is_empty() {
+            warnings.push("Forgejo is configured but WAVEGATE_FORGEJO_WEBHOOK_SECRET is not set: every Forgejo delivery will be refused until it is set to the secret of the repository's webhook".into());
+        }
+        warnings
+    }
+}
+
 /// A PEM given inline or as a path to a file.
 fn read_pem(value: &str) -> Result<String> {
     if value.contains("-----BEGIN") {
@@ -304,6 +366,28 @@ mod tests {
             "{debug}"
         );
         assert_eq!(s.forgejo.unwrap().url, "https://f.example");
+    }
+
+    #[test]
+    fn a_misspelt_variable_and_a_forge_without_a_webhook_secret_are_warned_about_at_start() {
+        let s = settings(&[
+            ("WAVEGATE_FORGEJO_URL", "https://f.example/"),
+            ("WAVEGATE_FORGEJO_TOKEN", "tok123"),
+        ])
+        .unwrap();
+        let names = [
+            "WAVEGATE_SANDBOX_NETWORKS",
+            "WAVEGATE_SOMETHING_ELSE_ENTIRELY",
+            "WAVEGATE_LISTEN",
+            "WAVEGATE_TEST_POSTGRES_URL",
+            "HOME",
+        ]
+        .map(String::from);
+        insta::assert_snapshot!(s.start_warnings(names).join("\n"), @"
+        WAVEGATE_SANDBOX_NETWORKS is not a setting wavegate reads, so it is ignored; did you mean WAVEGATE_SANDBOX_NETWORK?
+        WAVEGATE_SOMETHING_ELSE_ENTIRELY is not a setting wavegate reads, so it is ignored; the settings are listed in docs/configuration.md
+        Forgejo is configured but WAVEGATE_FORGEJO_WEBHOOK_SECRET is not set: every Forgejo delivery will be refused until it is set to the secret of the repository's webhook
+        ");
     }
 
     #[test]

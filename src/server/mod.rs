@@ -83,6 +83,11 @@ impl Running {
 /// HTTP server and the workers.
 pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow::Result<Running> {
     use anyhow::Context as _;
+    for warning in
+        settings.start_warnings(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+    {
+        tracing::warn!("{warning}");
+    }
     // Mirrors of private repositories and the App's key live here.
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -94,6 +99,10 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
                 settings.data_dir.display()
             )
         })?;
+    tracing::info!(
+        "opening the database at {}",
+        crate::store::redact_url(&settings.database_url)
+    );
     let store = Store::open(&settings.database_url).await.with_context(|| {
         format!(
             "WAVEGATE_DATABASE_URL={}",

@@ -256,6 +256,8 @@ mod tests {
             ("issues", "write"),
             ("pull_requests", "write"),
             ("metadata", "read"),
+            // The organisation's members: `team:` approvers are read through it.
+            ("members", "read"),
         ] {
             assert_eq!(permissions[name], access, "{name}");
         }

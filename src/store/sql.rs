@@ -26,6 +26,31 @@ use std::time::Duration;
 const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
      PRAGMA synchronous = FULL;";
 
+/// How long the first connection may take before the server says the
+/// database does not answer.
+const CONNECT_PROBE: Duration = Duration::from_secs(10);
+
+/// One connection before the pool: a refused, unreachable or misconfigured
+/// server is named with its cause at once, where the pool would retry
+/// silently until its own timeout and then report only that it timed out.
+async fn probe(options: &AnyConnectOptions, url: &str) -> Result<()> {
+    use sqlx::Connection as _;
+    let at = redact_url(url);
+    match tokio::time::timeout(CONNECT_PROBE, AnyConnection::connect_with(options)).await {
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context(format!(
+            "cannot connect to the database at `{at}`; check the address, the credentials and that PostgreSQL is running"
+        ))),
+        Err(_) => bail!(
+            "the database at `{at}` did not answer within {}s; check the address and port, and that nothing drops the connection on the way",
+            CONNECT_PROBE.as_secs()
+        ),
+    }
+}
+
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -225,6 +250,9 @@ impl Store {
         }
         let options = AnyConnectOptions::from_str(&url)
             .with_context(|| format!("`{url}` is not a database URL wavegate understands"))?;
+        if backend == Backend::Postgres {
+            probe(&options, &url).await?;
+        }
         let pool = pool_options
             .connect_with(options)
             .await
