@@ -18,10 +18,10 @@ network:
   and the ledger key only as read-only files that WAVEGATE_GITHUB_PRIVATE_KEY
   and WAVEGATE_LEDGER_KEY_FILE name (the ledger key required in postgres
   mode, where replicas must share it);
-* the sandbox (DESIGN.md section 13): every WAVEGATE_SANDBOX* setting is in
+* the sandbox (docs/operations.md, "The sandbox"): every WAVEGATE_SANDBOX* setting is in
   the env example, the chart and compose; the image installs bubblewrap,
   passt and iproute2; the chart's pod and compose's container allow user
-  namespaces, mounts and a fresh /proc exactly as deploy/README.md says
+  namespaces, mounts and a fresh /proc exactly as docs/deployment.md says
   (hostUsers: false, procMount: Unmasked, the seccomp profile in
   deploy/security/, AppArmor) and nothing more: non-root, read-only root, no
   capability, no privilege escalation;
@@ -105,7 +105,7 @@ REFUSED_SYSCALLS = {
     "iopl", "ioperm", "settimeofday", "clock_settime", "quotactl", "lookup_dcookie",
 }
 # git for the repositories; bubblewrap, passt (pasta) and iproute2 (ip) for
-# the sandbox every plan/apply/outputs command runs in (DESIGN.md section 13).
+# the sandbox every plan/apply/outputs command runs in (docs/operations.md).
 RUNTIME_PACKAGES = {"git", "ca-certificates", "bubblewrap", "passt", "iproute2"}
 SANDBOX_PACKAGES = {"bubblewrap", "passt", "iproute2"}
 RUNTIME_BASE = "debian:bookworm-slim"

@@ -1,4 +1,4 @@
-//! Pull requests that attack the bot (DESIGN §13). Each one only edits the
+//! Pull requests that attack the bot (docs/operations.md). Each one only edits the
 //! script its components' plan command already calls: `ci/plan.py` hands
 //! over to `ci/attack.py` (tests/support/attack.py), which tries what
 //! `ci/attack.json` names (the server's pid, ports and paths baked in, as an

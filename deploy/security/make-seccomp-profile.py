@@ -26,7 +26,7 @@ pasta need and the default refuses without CAP_SYS_ADMIN:
 
 Everything else the default refuses stays refused (bpf, perf_event_open,
 module loading, the new mount API, open_by_handle_at, clone3, ...). Tested with runc, bubblewrap 0.8 and
-passt 2023-03 (Debian bookworm): deploy/README.md, "The sandbox".
+passt 2023-03 (Debian bookworm): docs/deployment.md, "The sandbox in a container".
 """
 
 import json

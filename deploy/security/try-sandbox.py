@@ -2,12 +2,12 @@
 """Runs bubblewrap the way wavegate does inside a container set up the way
 deploy/ describes (uid 10001, no capabilities, no-new-privileges, read-only
 root), under runc, with each seccomp profile and /proc setting, and checks
-what deploy/README.md says: Docker's default seccomp refuses the sandbox, a
+what docs/deployment.md says: Docker's default seccomp refuses the sandbox, a
 masked /proc refuses its fresh /proc, and wavegate-sandbox.json with an
 unmasked /proc (with or without a user namespace of the container's own)
 lets bubblewrap, pasta (given /dev/net/tun) and `ip route` through setns work.
 It exercises the kernel, runc and the profile; Docker and Kubernetes
-themselves are not involved (deploy/README.md lists what was not run).
+themselves are not involved (docs/deployment.md lists what was not run).
 
 Needs root, runc, bwrap, pasta, ip and /usr/bin/python3 on a merged-/usr
 host (Debian: apt-get install runc bubblewrap passt iproute2), and the

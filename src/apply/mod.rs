@@ -1,4 +1,4 @@
-//! Apply runs (DESIGN §1 steps 3–5): the attempt record a run keeps in the
+//! Apply runs (docs/approvals-and-applying.md): the attempt record a run keeps in the
 //! store, and the pure decisions that drive it — where each member stands,
 //! what a failure blocks, whether a stage waits at its gate, and whether a
 //! fresh plan is covered by something a person approved. The worker runs

@@ -1,4 +1,5 @@
-//! Where the server's ledger key lives (DESIGN §7, §13): the file
+//! Where the server's ledger key lives (docs/approvals-and-applying.md,
+//! docs/operations.md): the file
 //! `WAVEGATE_LEDGER_KEY_FILE` names (PKCS#8 PEM, e.g. from `openssl genpkey
 //! -algorithm ed25519`), or else `ledger/key.pem` in the data dir, which the
 //! server generates at first start: mode 0600 in a 0700 directory. Only the

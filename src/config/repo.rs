@@ -1,4 +1,4 @@
-//! The repository's `wavegate.toml` (DESIGN §3): parsing, validation, and
+//! The repository's `wavegate.toml` (docs/configuration.md): parsing, validation, and
 //! which components a change to the file itself touches.
 //!
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the

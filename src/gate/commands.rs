@@ -1,4 +1,4 @@
-//! The comment-command grammar (DESIGN §8): which lines of a comment are
+//! The comment-command grammar (docs/approvals-and-applying.md): which lines of a comment are
 //! commands and what they say. Only a line a reader sees as a command counts
 //! — text in code, quotes, list items, HTML comments and HTML quote or code
 //! elements never does — so quoting someone's `/approve` approves nothing.

@@ -1,4 +1,4 @@
-//! The gate ledger (DESIGN §7): append-only facts about gates (`pending`,
+//! The gate ledger (docs/approvals-and-applying.md): append-only facts about gates (`pending`,
 //! `approved`, `refused`, `revoked`, `spent`), each chained to the fact before
 //! it in the same repository by a SHA-256 hash over its canonical JSON and
 //! signed (Ed25519, over that hash) by the server's ledger key, and the

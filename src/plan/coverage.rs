@@ -1,4 +1,4 @@
-//! Coverage (DESIGN §6): whether an approval of one change set also covers a
+//! Coverage (docs/plan-files.md): whether an approval of one change set also covers a
 //! fresh plan of a member. One function serves a resume, a round and a stage.
 //!
 //! A fresh plan is covered when it is the approved plan, or when it differs

@@ -1,4 +1,4 @@
-//! The plan file a plan command writes (DESIGN §4): parsing, validation and
+//! The plan file a plan command writes (docs/plan-files.md): parsing, validation and
 //! the normalised member plan whose digest a reviewer approves.
 //!
 //! A plan command is someone else's program, so everything it writes is

@@ -1,4 +1,4 @@
-//! The Terraform/OpenTofu adapter (DESIGN §4): turns the output of
+//! The Terraform/OpenTofu adapter (docs/plan-files.md): turns the output of
 //! `terraform show -json PLANFILE` (or `tofu show -json PLANFILE`) into a plan
 //! file, so a Terraform repo needs no plan script of its own.
 //!

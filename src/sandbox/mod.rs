@@ -1,6 +1,6 @@
 //! Every command wavegate runs on a repository's behalf (plan, apply,
 //! outputs) is code from that repository, so it runs in a sandbox the
-//! operator controls and the repository cannot loosen (DESIGN §13):
+//! operator controls and the repository cannot loosen (docs/operations.md):
 //! bubblewrap in an unprivileged user namespace with its own pid, mount, ipc,
 //! uts and network namespaces, a fresh `/proc`, a private `/tmp` and `HOME`,
 //! no capabilities, dying with the server. It sees a fresh copy of the

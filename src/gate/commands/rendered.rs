@@ -1,4 +1,4 @@
-//! Which lines of a comment a reader sees as starting with `/` (DESIGN §8):
+//! Which lines of a comment a reader sees as starting with `/` (docs/approvals-and-applying.md):
 //! the comment is read as CommonMark (pulldown-cmark), as the forge renders
 //! it, and only a line of the comment's own text can hold a command.
 //!

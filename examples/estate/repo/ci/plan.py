@@ -4,7 +4,7 @@
 Plans one member of the simulated estate: diffs the desired resources of the
 component in the working directory (resources.json, outputs.json; see
 estate.py) against its state in $ESTATE_DIR/<stage>/<component>.json and
-writes the plan file wavegate reads (DESIGN section 4). INPUTS_FILE is
+writes the plan file wavegate reads (docs/plan-files.md). INPUTS_FILE is
 {"known": {...}, "unknown": [...]}; an input it does not know is unknown.
 
 Test hooks, files in the component directory:
