@@ -1361,7 +1361,7 @@ def main() -> int:
         else:
             for line in res.stdout.splitlines():
                 print(f"      {line}")
-            r.check(res.returncode == 0, "try-sandbox.py: bubblewrap behaves as deploy/README.md says under runc", f"try-sandbox.py failed:\n{res.stderr}")
+            r.check(res.returncode == 0, "try-sandbox.py: bubblewrap behaves as docs/deployment.md says under runc", f"try-sandbox.py failed:\n{res.stderr}")
 
     print(f"\n{r.passed} passed, {r.failures} failed, {r.skipped} skipped")
     if r.warnings:

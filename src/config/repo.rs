@@ -305,7 +305,7 @@ impl RepoConfig {
                 .unwrap_or_default();
             let message = e.message().trim().to_owned();
             let fix = if message.contains("unknown field") {
-                "use only the fields in the wavegate.toml reference (README.md); check the spelling"
+                "use only the fields in the wavegate.toml reference (docs/configuration.md); check the spelling"
                     .to_owned()
             } else {
                 "correct the TOML at that line".to_owned()

@@ -226,7 +226,7 @@ pub fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
             "there is no {CONFIG_FILE} at the head commit {}",
             &head[..12]
         ),
-        fix: format!("add a {CONFIG_FILE} at the repository root (see README.md)"),
+        fix: format!("add a {CONFIG_FILE} at the repository root (see docs/configuration.md)"),
     })?;
     let config = RepoConfig::parse(CONFIG_FILE, &head_text)?;
     let changed = git::changed_paths(repo, &base, &head)?;

@@ -172,7 +172,9 @@ pub struct Denied {
 pub enum PlanFileError {
     #[error("the plan command exited 0 but wrote no plan file at {path}; it must write the plan JSON to the {{plan_file}} argument")]
     Missing { path: String },
-    #[error("the plan file is empty; the plan command must write a JSON object (DESIGN §4)")]
+    #[error(
+        "the plan file is empty; the plan command must write a JSON object (docs/plan-files.md)"
+    )]
     Empty,
     #[error("the plan file is not valid JSON ({0}); the plan command must write one JSON object")]
     NotJson(String),

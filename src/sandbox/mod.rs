@@ -367,7 +367,7 @@ impl Sandbox {
         match output {
             Ok((Ok(status), _)) if status.success() => Ok(()),
             Ok((status, stderr)) => Err(format!(
-                "bubblewrap cannot create its sandbox on this host ({}: {}); allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where the kernel has it; in a container, a seccomp profile that permits unshare: deploy/README.md says what a cluster must allow), or set WAVEGATE_SANDBOX=none to run commands unsandboxed",
+                "bubblewrap cannot create its sandbox on this host ({}: {}); allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where the kernel has it; in a container, a seccomp profile that permits unshare: docs/deployment.md says what a cluster must allow), or set WAVEGATE_SANDBOX=none to run commands unsandboxed",
                 status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
                 String::from_utf8_lossy(&stderr).trim()
             )),
