@@ -244,3 +244,54 @@ fn signal(pid: u32, name: &str) {
         .unwrap();
     assert!(status.success());
 }
+
+/// PostgreSQL stopped hard under a running bot: a webhook is answered 503
+/// within about a second (never 2xx: the forge must see the failure, and a
+/// GitHub delivery that hangs for 10 s is marked failed and never retried),
+/// `/readyz` says not ready as fast, and both recover by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recovers() {
+    let database = PostgresDatabase::create().await;
+    let link = support::outage::DatabaseLink::to(&database.url).await;
+    let through_link = link.url_for(&database.url);
+    let mut bot = Bot::start_with(&[("WAVEGATE_DATABASE_URL", &through_link)]).await;
+    bot.postgres = Some(database);
+    let (repo, _, _) = planned(&mut bot, 1).await;
+
+    link.cut();
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    let approval = support::github_comment(&repo, 1, id, "rev-bob", "/approve");
+    let started = std::time::Instant::now();
+    let (status, body) = bot.post_github_to(0, &approval, "during-outage").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    let started = std::time::Instant::now();
+    let ready = bot.http.get(bot.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+
+    link.restore();
+    // The forge redelivers what it saw fail; the bot takes it as new.
+    let (status, body) = bot
+        .until("the database is back", || async {
+            let (status, body) = bot.post_github_to(0, &approval, "during-outage").await;
+            (status != 503).then_some((status, body))
+        })
+        .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (202, Some("queued")),
+        "{body}"
+    );
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(
+        bot.conclusion(&repo, &bot.rev("change")).as_deref(),
+        Some("success"),
+        "the approval given during the outage counts"
+    );
+}

@@ -338,6 +338,12 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// How long the request path waits for the store before answering 503. A
+/// forge must see the failure: GitHub marks a delivery failed after 10 s and
+/// never redelivers it by itself, and a load balancer probing `/readyz`
+/// should not hang on a pool that waits for a database that is gone.
+const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn readyz(State(state): State<AppState>) -> Response {
     if let Some(problem) = state.sandbox.problem() {
         return (
@@ -346,7 +352,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response();
     }
-    match state.store.ping().await {
+    match tokio::time::timeout(STORE_ANSWER, state.store.ping())
+        .await
+        .unwrap_or_else(|_| {
+            Err(anyhow::anyhow!(
+                "it did not answer within {}s",
+                STORE_ANSWER.as_secs()
+            ))
+        }) {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(error) => {
             tracing::warn!("not ready: {error:#}");
@@ -412,11 +425,24 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         event_type: headers.event_type.clone(),
     };
     let queued = consequence.task.map(task::Task::into_job);
-    match state
-        .store
-        .record_delivery(record, queued, consequence.head)
-        .await
-    {
+    let recorded = tokio::time::timeout(
+        STORE_ANSWER,
+        state
+            .store
+            .record_delivery(record, queued, consequence.head),
+    )
+    .await;
+    let Ok(recorded) = recorded else {
+        // The write may still land; a redelivery is then a duplicate.
+        tracing::error!(delivery = %headers.delivery_id, "the database did not answer within {}s; answered 503 so the forge redelivers", STORE_ANSWER.as_secs());
+        answered("unavailable");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "error": "the database did not answer in time; the delivery may not be stored: redeliver it"})),
+        )
+            .into_response();
+    };
+    match recorded {
         Ok(Intake::Recorded { job: Some(job), .. }) => {
             state.wake.notify_one();
             tracing::info!(delivery = %headers.delivery_id, %job, "delivery recorded; job queued");
@@ -435,10 +461,10 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         }
         Err(error) => {
             tracing::error!(delivery = %headers.delivery_id, "could not record a delivery: {error:?}");
-            answered("error");
+            answered("unavailable");
             (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Json(json!({"status": "error", "error": "the delivery could not be stored; redeliver it"})),
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable", "error": "the delivery could not be stored; redeliver it"})),
             )
                 .into_response()
         }

@@ -7,6 +7,7 @@
 
 pub mod conformance;
 pub mod fake_forge;
+pub mod outage;
 pub mod payloads;
 
 pub use conformance::conformance_violations;
