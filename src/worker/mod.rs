@@ -75,24 +75,51 @@ pub struct Worker {
     pub cancel: Cancel,
 }
 
+/// The longest a worker waits before asking a failing store again.
+const MOST_CLAIM_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How long a worker waits before claiming again after `failures` failed
+/// claims in a row: the poll interval, doubling with each failure up to
+/// [`MOST_CLAIM_BACKOFF`], so an unreachable database is not hammered (nor
+/// the log filled) by every worker of every replica.
+fn claim_backoff(failures: u32, poll: Duration) -> Duration {
+    if failures == 0 {
+        return poll;
+    }
+    poll.saturating_mul(2u32.saturating_pow(failures.min(16)))
+        .min(MOST_CLAIM_BACKOFF)
+        .max(poll)
+}
+
 impl Worker {
     /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
+        let mut failures = 0u32;
         loop {
             if *shutdown.borrow() {
                 break;
             }
             match self.run_next().await {
-                Ok(true) => continue,
-                Ok(false) => {}
+                Ok(true) => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(false) => failures = 0,
                 Err(error) => {
-                    tracing::error!(worker = %self.id, "claiming a job failed: {error:#}")
+                    failures = failures.saturating_add(1);
+                    tracing::error!(
+                        worker = %self.id,
+                        "claiming a job failed ({failures} in a row; next try in {}s): {error:#}",
+                        claim_backoff(failures, self.options.poll).as_secs_f32()
+                    );
                 }
             }
+            // A store that fails is not asked again at once; a wake-up from
+            // a new delivery still tries now.
             tokio::select! {
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.options.poll) => {}
+                _ = tokio::time::sleep(claim_backoff(failures, self.options.poll)) => {}
                 _ = shutdown.changed() => {}
             }
         }
@@ -672,4 +699,21 @@ fn forks_allowed(mirror: &std::path::Path, base: &crate::forge::CommitSha) -> Re
     Ok(text
         .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())
         .is_some_and(|config| config.policy.allow_forks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_store_is_asked_again_ever_later_up_to_a_bound() {
+        let poll = Duration::from_millis(500);
+        assert_eq!(claim_backoff(0, poll), poll);
+        assert_eq!(claim_backoff(1, poll), Duration::from_secs(1));
+        assert_eq!(claim_backoff(3, poll), Duration::from_secs(4));
+        assert_eq!(claim_backoff(7, poll), MOST_CLAIM_BACKOFF);
+        assert_eq!(claim_backoff(u32::MAX, poll), MOST_CLAIM_BACKOFF);
+        let slow = Duration::from_secs(60);
+        assert_eq!(claim_backoff(2, slow), slow, "never sooner than the poll");
+    }
 }
