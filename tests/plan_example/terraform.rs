@@ -516,6 +516,8 @@ fn a_plan_made_stale_by_another_apply_answers_replan() {
         r#"{"known": {"vpc_id": "vpc-by-hand"}, "unknown": []}"#,
     )
     .unwrap();
+    let apply = app.apply.as_ref().unwrap();
+    // A first plan and apply in this member's directory (as a replan would leave it).
     check(
         example.command(&tree, app, "dev", &app.plan, &files),
         "plan.sh",
@@ -524,20 +526,38 @@ fn a_plan_made_stale_by_another_apply_answers_replan() {
         files.join("tfplan").is_file(),
         "the binary plan sits beside the plan file"
     );
+    check(
+        example.command(&tree, app, "dev", apply, &files),
+        "apply.sh",
+    );
+    std::fs::write(
+        files.join("inputs.json"),
+        r#"{"known": {"vpc_id": "vpc-2"}, "unknown": []}"#,
+    )
+    .unwrap();
+    check(
+        example.command(&tree, app, "dev", &app.plan, &files),
+        "plan.sh",
+    );
     // Someone applies app@dev in between: the saved plan is stale.
     let other = example.dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();
-    std::fs::copy(files.join("inputs.json"), other.join("inputs.json")).unwrap();
+    std::fs::write(
+        other.join("inputs.json"),
+        r#"{"known": {"vpc_id": "vpc-3"}, "unknown": []}"#,
+    )
+    .unwrap();
     check(
         example.command(&tree, app, "dev", &app.plan, &other),
         "plan.sh",
     );
     check(
-        example.command(&tree, app, "dev", app.apply.as_ref().unwrap(), &other),
+        example.command(&tree, app, "dev", apply, &other),
         "apply.sh",
     );
+    std::fs::remove_file(files.join("outputs.json")).unwrap();
     let stale = check(
-        example.command(&tree, app, "dev", app.apply.as_ref().unwrap(), &files),
+        example.command(&tree, app, "dev", apply, &files),
         "apply.sh of a stale plan",
     );
     assert!(String::from_utf8_lossy(&stale.stdout).contains("Saved plan is stale"));
@@ -691,7 +711,16 @@ fn the_fake_terraform_keeps_the_real_contract() {
         }
     }
     // Real terraform also writes these; the fixtures were trimmed of them.
-    top.extend(["variables", "timestamp", "applyable", "complete"].map(String::from));
+    top.extend(
+        [
+            "variables",
+            "timestamp",
+            "applyable",
+            "complete",
+            "relevant_attributes",
+        ]
+        .map(String::from),
+    );
     for key in shown.as_object().unwrap().keys() {
         assert!(top.contains(key), "show -json: `{key}` is in no fixture");
     }

@@ -20,8 +20,13 @@ dir=$(dirname "$plan_file")
 tf_init
 tf_workspace
 # Streamed as it runs (wavegate shows it), and kept to tell a stale plan.
-{ "$TERRAFORM" apply -input=false -no-color "$dir/tfplan" 2>&1; echo $? > "$dir/apply.rc"; } \
-    | tee "$dir/apply.log"
+# (Tested in an `if`: under `set -e` a failing apply would end the group
+# before its status is written.)
+rm -f "$dir/apply.rc"
+{
+    if "$TERRAFORM" apply -input=false -no-color "$dir/tfplan" 2>&1; then status=0; else status=$?; fi
+    echo "$status" > "$dir/apply.rc"
+} | tee "$dir/apply.log"
 if [ "$(cat "$dir/apply.rc")" != 0 ]; then
     if grep -q "Saved plan is stale" "$dir/apply.log"; then
         echo '{"outcome": "replan", "reason": "terraform: the state changed since the plan"}' > "$outputs_file"
