@@ -1,6 +1,7 @@
 //! The `wavegate` command line: `serve` (the bot), `plan` (a local dry run of
-//! what the bot would post), `config check`, `adapt terraform`, and `ledger
-//! verify|export|key` (audit the gate ledger).
+//! what the bot would post), `config check`, `adapt terraform |
+//! terraform-outputs | terraform-vars`, and `ledger verify|export|key` (audit
+//! the gate ledger).
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -68,7 +69,7 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Turn another tool's plan into a wavegate plan file (stdin to stdout).
+    /// Turn another tool's JSON into the files wavegate reads and writes (stdin to stdout).
     Adapt {
         #[command(subcommand)]
         tool: AdaptTool,
@@ -119,8 +120,22 @@ enum LedgerCommand {
 
 #[derive(Subcommand)]
 enum AdaptTool {
-    /// Read `terraform show -json PLANFILE` (or `tofu show -json`) on stdin.
+    /// Read `terraform show -json PLANFILE` (or `tofu show -json`) on stdin; write a plan file.
     Terraform,
+    /// Read `terraform output -json` on stdin; write the flat outputs file
+    /// (`{"name": value}`) apply and outputs commands write. Sensitive
+    /// outputs are left out and named on stderr.
+    TerraformOutputs {
+        /// Keep sensitive outputs too. The outputs file cannot mark a value
+        /// sensitive: a downstream's input read from it is shown in the report.
+        #[arg(long)]
+        keep_sensitive: bool,
+    },
+    /// Read wavegate's inputs file (`{inputs_file}`) on stdin; write its known
+    /// inputs as a `.tfvars.json` for `-var-file=`. Unknown inputs are named
+    /// on stderr: Terraform cannot plan with an unknown variable, so each
+    /// keeps its default.
+    TerraformVars,
 }
 
 #[derive(Subcommand)]
@@ -177,9 +192,7 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check { repo },
         } => config_check(repo),
-        Command::Adapt {
-            tool: AdaptTool::Terraform,
-        } => adapt_terraform(),
+        Command::Adapt { tool } => adapt(tool),
         Command::Ledger { command } => ledger_command(command),
     }
 }
@@ -533,16 +546,45 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn adapt_terraform() -> ExitCode {
+fn adapt(tool: AdaptTool) -> ExitCode {
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut input) {
         return usage_error(&format!("cannot read standard input: {e}"));
     }
-    match wavegate::plan::terraform::adapt_terraform(&input) {
-        Ok(plan) => {
+    let adapted = match tool {
+        AdaptTool::Terraform => {
+            wavegate::plan::terraform::adapt_terraform(&input).map_err(|e| e.to_string())
+        }
+        AdaptTool::TerraformOutputs { keep_sensitive } => {
+            wavegate::plan::terraform::adapt_terraform_outputs(&input, keep_sensitive)
+                .map(|flat| {
+                    if !flat.left_out.is_empty() {
+                        eprintln!(
+                            "wavegate: left out sensitive outputs {}: an outputs file cannot mark a value sensitive, and the report shows every input read from it (--keep-sensitive keeps them)",
+                            flat.left_out.join(", ")
+                        );
+                    }
+                    serde_json::Value::Object(flat.outputs)
+                })
+                .map_err(|e| e.to_string())
+        }
+        AdaptTool::TerraformVars => wavegate::plan::terraform::adapt_terraform_vars(&input)
+            .map(|(vars, unknown)| {
+                if !unknown.is_empty() {
+                    eprintln!(
+                        "wavegate: inputs {} are known only after their upstream applies; Terraform cannot plan with an unknown variable, so each keeps its default",
+                        unknown.join(", ")
+                    );
+                }
+                serde_json::Value::Object(vars)
+            })
+            .map_err(|e| e.to_string()),
+    };
+    match adapted {
+        Ok(value) => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&plan).expect("a plan file serialises")
+                serde_json::to_string_pretty(&value).expect("JSON serialises")
             );
             ExitCode::SUCCESS
         }

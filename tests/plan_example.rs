@@ -419,3 +419,6 @@ fn adapt_terraform_turns_show_json_into_a_plan_file_and_refuses_an_errored_plan(
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("terraform reported the plan as errored"));
 }
+
+#[path = "plan_example/terraform.rs"]
+mod terraform;

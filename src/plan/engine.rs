@@ -387,6 +387,10 @@ pub fn parse_seeded(text: &str) -> Result<SeededOutputs, String> {
     };
     map.into_iter()
         .map(|(member, outputs)| match outputs {
+            Value::Object(o) if super::terraform::is_wrapped_outputs(&o) => Err(format!(
+                "`{member}` maps to {WRAPPED_WHAT}; {}",
+                super::terraform::WRAPPED_OUTPUTS_FIX
+            )),
             Value::Object(o) => Ok((member, o)),
             other => Err(format!(
                 "`{member}` must map to an object of outputs, found {}",
@@ -837,6 +841,10 @@ impl Workbench {
         let bytes = files::read_file(&files.dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES)
             .map_err(|e| format!("its outputs file cannot be read: {e}"))?;
         match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) if super::terraform::is_wrapped_outputs(&map) => Err(format!(
+                "its outputs command wrote {WRAPPED_WHAT}; {}",
+                super::terraform::WRAPPED_OUTPUTS_FIX
+            )),
             Ok(Value::Object(map)) => Ok(map),
             Ok(_) => Err("its outputs command wrote JSON that is not an object".into()),
             Err(e) => Err(format!(
@@ -1018,6 +1026,9 @@ fn read_plan_file(member: &str, files: &MemberFiles) -> Result<MemberPlan, PlanF
     }
 }
 
+/// How an outputs file holding `terraform output -json` unflattened is named.
+const WRAPPED_WHAT: &str = "`terraform output -json` as it prints it (every output wrapped in `value`, `type` and `sensitive`), which would give every downstream input the wrapper instead of the value";
+
 /// Reads what an apply command that exited 0 wrote to `{outputs_file}`.
 fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
     let bytes = match files::read_file(dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
@@ -1039,6 +1050,12 @@ fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
             "the apply command wrote an outputs file that is not JSON ({e})"
         )),
     };
+    if super::terraform::is_wrapped_outputs(&map) {
+        return ApplyOutcome::Failed(format!(
+            "the apply command wrote {WRAPPED_WHAT} to its outputs file; {}",
+            super::terraform::WRAPPED_OUTPUTS_FIX
+        ));
+    }
     let text_of = |key: &str| map.get(key).and_then(Value::as_str).map(str::to_owned);
     match map.get("outcome").and_then(Value::as_str) {
         None => ApplyOutcome::Applied(map),
@@ -1130,6 +1147,19 @@ mod tests {
         assert!(failed(read(Some("{"))).contains("not JSON"));
         assert!(failed(read(Some(r#"{"outcome": "later"}"#)))
             .contains("`later`; the outcomes are `replan`, `held` and `stood-down`"));
+        let wrapped = failed(read(Some(
+            r#"{"vpc_id": {"sensitive": false, "type": "string", "value": "vpc-1"}}"#,
+        )));
+        assert!(
+            wrapped.contains("`terraform output -json` as it prints it")
+                && wrapped.contains("wavegate adapt terraform-outputs"),
+            "{wrapped}"
+        );
+        assert_eq!(
+            read(Some("{}")),
+            ApplyOutcome::Applied(Map::new()),
+            "no outputs is flat"
+        );
     }
 
     #[test]
@@ -1143,6 +1173,11 @@ mod tests {
             .unwrap_err()
             .contains("`net@dev` must map to an object of outputs, found a number"));
         assert!(parse_seeded("{").unwrap_err().contains("not valid JSON"));
+        assert!(parse_seeded(
+            r#"{"net@dev": {"vpc_id": {"value": "vpc-1", "type": "string", "sensitive": false}}}"#
+        )
+        .unwrap_err()
+        .contains("wavegate adapt terraform-outputs"));
     }
 
     #[test]

@@ -1,6 +1,11 @@
-//! The Terraform/OpenTofu adapter (docs/plan-files.md): turns the output of
+//! The Terraform/OpenTofu adapters (docs/plan-files.md, docs/terraform.md):
+//! [`adapt_terraform`] turns the output of
 //! `terraform show -json PLANFILE` (or `tofu show -json PLANFILE`) into a plan
-//! file, so a Terraform repo needs no plan script of its own.
+//! file; [`adapt_terraform_outputs`] turns `terraform output -json` into the
+//! flat outputs file apply and outputs commands write, and
+//! [`is_wrapped_outputs`] recognises the wrapped form when it is written
+//! there unflattened; [`adapt_terraform_vars`] turns an inputs file into a
+//! `.tfvars.json`. docs/terraform.md shows the scripts that use them.
 //!
 //! What it produces is checked by [`MemberPlan::parse`](super::planfile::MemberPlan::parse)
 //! like any other plan command's file. Values, sensitive ones included, stay
@@ -500,6 +505,128 @@ pub fn adapt_terraform(show_json: &[u8]) -> Result<Value, AdaptError> {
     }))
 }
 
+/// What to write in place of `terraform output -json` in an outputs file.
+pub const WRAPPED_OUTPUTS_FIX: &str = "pipe `terraform output -json` through `wavegate adapt terraform-outputs`, which writes the flat `{\"name\": value}` form";
+
+/// The keys `terraform output -json` wraps every output's value in.
+const OUTPUT_WRAPPER_KEYS: [&str; 3] = ["sensitive", "type", "value"];
+
+fn is_output_wrapper(value: &Value) -> bool {
+    value.as_object().is_some_and(|fields| {
+        fields.len() == OUTPUT_WRAPPER_KEYS.len()
+            && OUTPUT_WRAPPER_KEYS.iter().all(|k| fields.contains_key(*k))
+    })
+}
+
+/// Whether an outputs file holds `terraform output -json` as it prints it
+/// (every value an object with exactly `value`, `type` and `sensitive`)
+/// rather than the flat form: read as outputs, every downstream input would
+/// get the wrapper instead of the value.
+pub fn is_wrapped_outputs(outputs: &Map<String, Value>) -> bool {
+    !outputs.is_empty() && outputs.values().all(is_output_wrapper)
+}
+
+/// Why `terraform output -json` cannot be flattened, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputsAdaptError {
+    #[error("the input is not JSON ({0}); pipe the output of `terraform output -json`")]
+    NotJson(String),
+    #[error("the input is {found}, not the JSON object `terraform output -json` prints; pipe `terraform output -json` without an output NAME (with a NAME it prints the bare value)")]
+    NotAnObject { found: &'static str },
+    #[error("output `{name}` is not wrapped as `terraform output -json` wraps every output (an object with exactly `value`, `type` and `sensitive`); pipe the unmodified output of `terraform output -json` (all outputs, no NAME), or write a flat outputs file yourself")]
+    NotWrapped { name: String },
+}
+
+/// `terraform output -json` flattened to the outputs-file form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlatOutputs {
+    /// `{"name": value}`, what an outputs file holds.
+    pub outputs: Map<String, Value>,
+    /// Sensitive outputs left out (sorted): the outputs file cannot mark a
+    /// value sensitive, and the report shows an input read from it.
+    pub left_out: Vec<String>,
+}
+
+/// Turns `terraform output -json` (`{"x": {"value": …, "type": …,
+/// "sensitive": …}}`) into the flat `{"x": …}` an outputs file holds.
+/// Sensitive outputs are left out unless `keep_sensitive`: the outputs file
+/// has no way to mark a value sensitive, and a downstream's input read from
+/// it is shown in the report.
+pub fn adapt_terraform_outputs(
+    output_json: &[u8],
+    keep_sensitive: bool,
+) -> Result<FlatOutputs, OutputsAdaptError> {
+    let document: Value = serde_json::from_slice(output_json)
+        .map_err(|e| OutputsAdaptError::NotJson(e.to_string()))?;
+    let Value::Object(wrapped) = document else {
+        return Err(OutputsAdaptError::NotAnObject {
+            found: kind_of(&document),
+        });
+    };
+    let mut flat = FlatOutputs {
+        outputs: Map::new(),
+        left_out: Vec::new(),
+    };
+    for (name, wrapper) in wrapped {
+        // `type` is absent from the output of Terraform before 0.15.
+        let fits = wrapper.as_object().is_some_and(|fields| {
+            fields.contains_key("value")
+                && fields
+                    .keys()
+                    .all(|k| OUTPUT_WRAPPER_KEYS.contains(&k.as_str()))
+        });
+        if !fits {
+            return Err(OutputsAdaptError::NotWrapped { name });
+        }
+        let sensitive = wrapper.get("sensitive") == Some(&Value::Bool(true));
+        if sensitive && !keep_sensitive {
+            flat.left_out.push(name);
+            continue;
+        }
+        let Value::Object(mut fields) = wrapper else {
+            unreachable!("checked above")
+        };
+        let value = fields.remove("value").expect("checked above");
+        flat.outputs.insert(name, value);
+    }
+    flat.left_out.sort();
+    Ok(flat)
+}
+
+/// Why an inputs file cannot become a `.tfvars.json`, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum VarsAdaptError {
+    #[error("the input is not JSON ({0}); pass the file wavegate wrote at {{inputs_file}}")]
+    NotJson(String),
+    #[error("the input is not an inputs file ({0}); pass the file wavegate wrote at {{inputs_file}}, `{{\"known\": {{…}}, \"unknown\": […]}}`")]
+    Shape(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputsFile {
+    known: Map<String, Value>,
+    #[serde(default)]
+    unknown: Vec<String>,
+}
+
+/// Turns wavegate's `{inputs_file}` into a `.tfvars.json` of its known
+/// inputs (`-var-file=`), and names the unknown ones: Terraform cannot plan
+/// with an unknown variable, so such a variable keeps its `default` (or
+/// Terraform refuses to plan without it).
+pub fn adapt_terraform_vars(
+    inputs: &[u8],
+) -> Result<(Map<String, Value>, Vec<String>), VarsAdaptError> {
+    let document: Value =
+        serde_json::from_slice(inputs).map_err(|e| VarsAdaptError::NotJson(e.to_string()))?;
+    let file: InputsFile =
+        serde_json::from_value(document).map_err(|e| VarsAdaptError::Shape(e.to_string()))?;
+    let mut unknown = file.unknown;
+    unknown.sort();
+    unknown.dedup();
+    Ok((file.known, unknown))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -790,5 +917,85 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("~ test_instance.a (update: ports, tags)"));
+    }
+
+    #[test]
+    fn output_json_is_flattened_and_sensitive_outputs_are_left_out_unless_kept() {
+        let printed = br#"{
+            "db_password": {"sensitive": true, "type": "string", "value": "s3cret"},
+            "subnets": {"sensitive": false, "type": ["list", "string"], "value": ["a", "b"]},
+            "vpc_id": {"sensitive": false, "type": "string", "value": "vpc-1"}
+        }"#;
+        let flat = adapt_terraform_outputs(printed, false).unwrap();
+        assert_eq!(
+            Value::Object(flat.outputs),
+            json!({"subnets": ["a", "b"], "vpc_id": "vpc-1"})
+        );
+        assert_eq!(flat.left_out, ["db_password"]);
+        let kept = adapt_terraform_outputs(printed, true).unwrap();
+        assert_eq!(kept.outputs["db_password"], "s3cret");
+        assert!(kept.left_out.is_empty());
+        // Terraform before 0.15 printed no `type`; no outputs print `{}`.
+        let old = adapt_terraform_outputs(br#"{"a": {"sensitive": false, "value": 1}}"#, false);
+        assert_eq!(old.unwrap().outputs["a"], 1);
+        assert!(adapt_terraform_outputs(b"{}", false)
+            .unwrap()
+            .outputs
+            .is_empty());
+    }
+
+    #[test]
+    fn what_is_not_output_json_says_what_to_pipe() {
+        let e = adapt_terraform_outputs(b"\"vpc-1\"", false).unwrap_err();
+        assert!(e.to_string().contains("without an output NAME"), "{e}");
+        let e = adapt_terraform_outputs(br#"{"vpc_id": "vpc-1"}"#, false).unwrap_err();
+        assert!(
+            e.to_string().starts_with("output `vpc_id` is not wrapped"),
+            "{e}"
+        );
+        let e = adapt_terraform_outputs(b"Error: no state", false).unwrap_err();
+        assert!(matches!(e, OutputsAdaptError::NotJson(_)), "{e:?}");
+    }
+
+    #[test]
+    fn only_output_json_as_printed_counts_as_wrapped() {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let wrapper = json!({"value": "vpc-1", "type": "string", "sensitive": false});
+        assert!(is_wrapped_outputs(&map(
+            json!({"vpc_id": wrapper, "n": {"sensitive": true, "type": "number", "value": 1}})
+        )));
+        assert!(!is_wrapped_outputs(&map(json!({}))), "no outputs is flat");
+        assert!(
+            !is_wrapped_outputs(&map(json!({"vpc_id": wrapper, "region": "eu-west-1"}))),
+            "one flat value: a flat file whose output happens to be such an object"
+        );
+        assert!(!is_wrapped_outputs(&map(
+            json!({"cfg": {"value": 1, "type": "t", "sensitive": false, "extra": 2}})
+        )));
+        let adapted = adapt_terraform_outputs(
+            serde_json::to_string(&json!({"vpc_id": wrapper}))
+                .unwrap()
+                .as_bytes(),
+            false,
+        )
+        .unwrap();
+        assert!(!is_wrapped_outputs(&adapted.outputs));
+        assert!(WRAPPED_OUTPUTS_FIX.contains("wavegate adapt terraform-outputs"));
+    }
+
+    #[test]
+    fn an_inputs_file_becomes_tfvars_of_its_known_inputs() {
+        let (vars, unknown) = adapt_terraform_vars(
+            br#"{"known": {"vpc_id": "vpc-1", "sizes": [1, 2]}, "unknown": ["hostname", "a"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(vars),
+            json!({"vpc_id": "vpc-1", "sizes": [1, 2]})
+        );
+        assert_eq!(unknown, ["a", "hostname"]);
+        let e = adapt_terraform_vars(br#"{"vpc_id": "vpc-1"}"#).unwrap_err();
+        assert!(e.to_string().contains("{inputs_file}"), "{e}");
+        assert!(adapt_terraform_vars(b"nope").is_err());
     }
 }

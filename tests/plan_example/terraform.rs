@@ -1,0 +1,720 @@
+//! The Terraform example (examples/terraform): its plan, apply and outputs
+//! scripts, run by the real `wavegate plan` in the sandbox (and, to deploy
+//! `main` and to apply, as wavegate runs them: the config's argv, the
+//! component's directory, a cleared environment), against the fake
+//! `terraform` of examples/terraform/fake, which keeps the real CLI's
+//! contract and refuses what it does not model. A change to the scripts that
+//! breaks that contract fails here.
+
+use super::common::Run;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tempfile::TempDir;
+use wavegate::config::RepoConfig;
+
+fn example_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/terraform")
+}
+
+fn fake_dir() -> PathBuf {
+    example_dir().join("fake")
+}
+
+fn wavegate_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_wavegate"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// PATH as the commands see it: the fake `terraform` and `wavegate` first.
+fn tool_path() -> String {
+    format!(
+        "{}:{}:/usr/local/bin:/usr/bin:/bin",
+        fake_dir().display(),
+        wavegate_dir().display()
+    )
+}
+
+/// The name of the directory-per-environment component's member in `stage`.
+fn dns(stage: &str) -> String {
+    format!("dns@{stage}")
+}
+
+/// The example's wavegate.toml, as shipped.
+fn config_text() -> String {
+    std::fs::read_to_string(example_dir().join("repo/wavegate.toml")).unwrap()
+}
+
+fn check(output: Output, what: &str) -> Output {
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+struct TfExample {
+    dir: TempDir,
+    repo: PathBuf,
+    state: PathBuf,
+}
+
+impl TfExample {
+    /// The example as a git repository (`main`), nothing deployed.
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        copy_tree(&example_dir().join("repo"), &repo);
+        std::fs::write(repo.join("wavegate.toml"), config_text()).unwrap();
+        let example = Self { dir, repo, state };
+        check(
+            example.git(&["-c", "init.defaultBranch=main", "init", "-q"]),
+            "git init",
+        );
+        example.commit("main");
+        check(example.git(&["checkout", "-q", "--detach"]), "git checkout");
+        example
+    }
+
+    /// The example with `main` deployed by its own scripts.
+    fn deployed() -> Self {
+        let example = Self::new();
+        example.deploy("main");
+        example
+    }
+
+    fn git(&self, args: &[&str]) -> Output {
+        Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "Test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+            .env("GIT_COMMITTER_NAME", "Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+            .env("GIT_AUTHOR_DATE", "2026-01-02T00:00:00Z")
+            .env("GIT_COMMITTER_DATE", "2026-01-02T00:00:00Z")
+            .output()
+            .unwrap()
+    }
+
+    fn commit(&self, message: &str) {
+        check(self.git(&["add", "-A"]), "git add");
+        check(
+            self.git(&["-c", "commit.gpgsign=false", "commit", "-q", "-m", message]),
+            "git commit",
+        );
+    }
+
+    /// Commits `files` (path → content) on a new branch `name` made from `main`.
+    fn branch(&self, name: &str, files: &[(&str, &str)]) {
+        check(
+            self.git(&["checkout", "-q", "-B", name, "main"]),
+            "git checkout",
+        );
+        for (path, content) in files {
+            let full = self.repo.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, content).unwrap();
+            if path.ends_with(".sh") {
+                std::fs::set_permissions(
+                    &full,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )
+                .unwrap();
+            }
+        }
+        self.commit(name);
+        check(
+            self.git(&["checkout", "-q", "--detach", "main"]),
+            "git checkout",
+        );
+    }
+
+    /// `rev`'s files in a fresh directory (as wavegate checks a commit out).
+    fn export(&self, rev: &str) -> PathBuf {
+        let tree = tempfile::Builder::new()
+            .prefix("tree-")
+            .tempdir_in(self.dir.path())
+            .unwrap()
+            .keep();
+        let archive = check(self.git(&["archive", rev]), "git archive");
+        let mut tar = Command::new("tar")
+            .args(["-xf", "-", "-C"])
+            .arg(&tree)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(tar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
+        assert!(tar.wait().unwrap().success());
+        tree
+    }
+
+    /// Plans and applies every member of `rev` in order, running the
+    /// config's own commands as wavegate does (unsandboxed: the state is
+    /// written); answers each member's outputs file.
+    fn deploy(&self, rev: &str) -> Vec<(String, Value)> {
+        let tree = self.export(rev);
+        let config = RepoConfig::parse(
+            "wavegate.toml",
+            &std::fs::read_to_string(tree.join("wavegate.toml")).unwrap(),
+        )
+        .unwrap();
+        let mut applied: Vec<(String, Value)> = Vec::new();
+        for stage in config.stages.iter().map(|s| s.name.clone()) {
+            for component in config
+                .components
+                .iter()
+                .filter(|c| c.stages.contains(&stage))
+            {
+                let member = format!("{}@{stage}", component.name);
+                let files = self.dir.path().join("deploy").join(&member);
+                std::fs::create_dir_all(&files).unwrap();
+                let known: serde_json::Map<String, Value> = component
+                    .inputs
+                    .iter()
+                    .map(|input| {
+                        let upstream = format!("{}@{stage}", input.upstream);
+                        let (_, outputs) = applied.iter().find(|(m, _)| *m == upstream).unwrap();
+                        (input.name.clone(), outputs[&input.output].clone())
+                    })
+                    .collect();
+                std::fs::write(
+                    files.join("inputs.json"),
+                    json!({"known": known, "unknown": []}).to_string(),
+                )
+                .unwrap();
+                let run =
+                    |template: &[String]| self.command(&tree, component, &stage, template, &files);
+                check(run(&component.plan), &format!("the plan of {member}"));
+                check(
+                    run(component.apply.as_ref().unwrap()),
+                    &format!("the apply of {member}"),
+                );
+                let outputs: Value =
+                    serde_json::from_slice(&std::fs::read(files.join("outputs.json")).unwrap())
+                        .unwrap();
+                applied.push((member, outputs));
+            }
+        }
+        applied
+    }
+
+    /// Runs a command of `component` as wavegate does: argv from the
+    /// template, in its directory, with only what wavegate passes on.
+    fn command(
+        &self,
+        tree: &Path,
+        component: &wavegate::config::repo::Component,
+        stage: &str,
+        template: &[String],
+        files: &Path,
+    ) -> Output {
+        let file = |name: &str| files.join(name).display().to_string();
+        let argv: Vec<String> = template
+            .iter()
+            .map(|arg| {
+                arg.replace("{component}", &component.name)
+                    .replace("{stage}", stage)
+                    .replace("{dir}", &component.dir)
+                    .replace("{root}", &tree.display().to_string())
+                    .replace("{plan_file}", &file("plan.json"))
+                    .replace("{outputs_file}", &file("outputs.json"))
+                    .replace("{inputs_file}", &file("inputs.json"))
+            })
+            .collect();
+        let program = if argv[0].contains('/') {
+            tree.join(&argv[0])
+        } else {
+            PathBuf::from(&argv[0])
+        };
+        let home = files.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        Command::new(program)
+            .args(&argv[1..])
+            .current_dir(tree.join(component.dir.replace("{stage}", stage)))
+            .env_clear()
+            .env("PATH", tool_path())
+            .env("HOME", &home)
+            .env("WAVEGATE_COMPONENT", &component.name)
+            .env("WAVEGATE_STAGE", stage)
+            .env("WAVEGATE_MEMBER", format!("{}@{stage}", component.name))
+            .env("TF_STATE_DIR", &self.state)
+            .output()
+            .unwrap()
+    }
+
+    /// `wavegate ARGS` as the bot runs commands: sandboxed, the state
+    /// read-only to plans, the fake terraform and wavegate on PATH.
+    fn wavegate(&self, args: &[&str], stdin: Option<&[u8]>) -> Run {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+            .args(args)
+            .env("PATH", tool_path())
+            .env("TF_STATE_DIR", &self.state)
+            .env("WAVEGATE_LOG", "info")
+            .env("WAVEGATE_SANDBOX", "bwrap")
+            .env(
+                "WAVEGATE_SANDBOX_READ",
+                format!("{}:{}", fake_dir().display(), wavegate_dir().display()),
+            )
+            .env("WAVEGATE_SANDBOX_APPLY_WRITE", &self.state)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, stdin.unwrap_or_default()).unwrap();
+        drop(input);
+        let output = child.wait_with_output().unwrap();
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn plan(&self, head: &str) -> Run {
+        let repo = self.repo.display().to_string();
+        self.wavegate(
+            &[
+                "plan", "--repo", &repo, "--base", "main", "--head", head, "--json",
+            ],
+            None,
+        )
+    }
+
+    /// The fake terraform, run in `dir` with the example's state.
+    fn terraform(&self, dir: &Path, args: &[&str]) -> Output {
+        Command::new(fake_dir().join("terraform"))
+            .args(args)
+            .current_dir(dir)
+            .env("TF_STATE_DIR", &self.state)
+            .output()
+            .unwrap()
+    }
+}
+
+fn outputs_of<'a>(applied: &'a [(String, Value)], member: &str) -> &'a Value {
+    &applied.iter().find(|(m, _)| m == member).unwrap().1
+}
+
+#[test]
+fn the_example_config_passes_config_check() {
+    let example = TfExample::new();
+    let repo = example.repo.display().to_string();
+    let run = example.wavegate(&["config", "check", "--repo", &repo], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn deploying_the_example_applies_each_binary_plan_and_writes_flat_outputs() {
+    let example = TfExample::new();
+    let applied = example.deploy("main");
+    let network = outputs_of(&applied, "network@dev");
+    assert_eq!(network["cidr"], "10.1.0.0/16");
+    let vpc_id = network["vpc_id"].as_str().unwrap();
+    assert!(!vpc_id.is_empty());
+    let app = outputs_of(&applied, "app@prod");
+    assert_eq!(
+        app,
+        &json!({"hostname": "app-prod.example.com"}),
+        "flat, and the sensitive db_password left out"
+    );
+    assert_eq!(
+        outputs_of(&applied, &dns("prod")),
+        &json!({"fqdn": "www.prod.example.com"})
+    );
+    // The workspaces hold what each stage applied: app@dev read network@dev's vpc_id.
+    let state: Value = serde_json::from_slice(
+        &std::fs::read(example.state.join("app/workspaces/dev/terraform.tfstate")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        state["resources"][1]["instances"][0]["attributes"]["input"]["vpc_id"], vpc_id,
+        "{state:#}"
+    );
+}
+
+#[test]
+fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
+    let example = TfExample::deployed();
+    example.branch(
+        "bigger",
+        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
+    );
+    let run = example.plan("bigger");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    let dev = Run::member(&report, "app@dev");
+    assert_eq!(dev["status"], "planned", "{dev:#}");
+    assert_eq!(
+        dev["counts"],
+        json!({"create": 0, "update": 1, "delete": 0, "replace": 0}),
+        "{dev:#}"
+    );
+    assert_eq!(
+        dev["inputs"]["vpc_id"]["source"], "deployed",
+        "network is not in the change: outputs.sh read its state, flattened: {dev:#}"
+    );
+    let state = std::fs::read_to_string(
+        example
+            .state
+            .join("network/workspaces/dev/terraform.tfstate"),
+    )
+    .unwrap();
+    let vpc_id = dev["inputs"]["vpc_id"]["value"].as_str().unwrap();
+    assert!(state.contains(vpc_id), "{vpc_id} is network@dev's id");
+    let prod = Run::member(&report, "app@prod");
+    assert_eq!(
+        prod["counts"],
+        json!({"create": 0, "update": 0, "delete": 0, "replace": 0})
+    );
+    let dns_dev = Run::member(&report, &dns("dev"));
+    assert_eq!(
+        dns_dev["inputs"]["hostname"]["source"], "planned",
+        "{dns_dev:#}"
+    );
+    assert_eq!(
+        dns_dev["inputs"]["hostname"]["value"],
+        "app-dev.example.com"
+    );
+    assert!(
+        run.stderr.contains("[plan] app@dev | Saved the plan to: "),
+        "the binary plan is saved beside the plan file: {}",
+        run.stderr
+    );
+    assert!(
+        !run.stdout.contains("example-only"),
+        "the sensitive output's value is bound, never shown"
+    );
+    let again = example.plan("bigger").json();
+    assert_eq!(report["digest"], again["digest"], "plans are reproducible");
+}
+
+#[test]
+fn a_new_stage_is_planned_only_once_its_workspace_exists() {
+    // Nothing deployed: the plan may not create the workspace (the state is
+    // read-only to plans), and says so.
+    let example = TfExample::new();
+    example.branch(
+        "touch",
+        &[("infra/network/dev.tfvars", "cidr = \"10.2.0.0/16\"\n")],
+    );
+    let run = example.plan("touch");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let report = run.json();
+    let network = Run::member(&report, "network@dev");
+    assert_eq!(network["status"], "plan-failed", "{network:#}");
+    assert!(
+        run.stderr.contains("Failed to create workspace directory"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn an_outputs_command_writing_terraform_output_json_unflattened_is_refused() {
+    let example = TfExample::deployed();
+    // outputs.sh without its last step (claimed by no component: network
+    // stays out of the change and its outputs command is what it runs).
+    let shipped = std::fs::read_to_string(example_dir().join("repo/ci/outputs.sh")).unwrap();
+    let raw = shipped.replace(
+        "\"$TERRAFORM\" output -json > \"$dir/output.json\"\nwavegate adapt terraform-outputs < \"$dir/output.json\" > \"$outputs_file\"",
+        "\"$TERRAFORM\" output -json > \"$outputs_file\"",
+    );
+    assert_ne!(raw, shipped);
+    example.branch(
+        "raw",
+        &[
+            ("ci/outputs.sh", &raw),
+            ("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n"),
+        ],
+    );
+    let run = example.plan("raw");
+    let report = run.json();
+    let app = Run::member(&report, "app@dev");
+    let why = app["inputs"]["vpc_id"]["why"].as_str().unwrap_or_default();
+    assert_eq!(app["inputs"]["vpc_id"]["source"], "unknown", "{app:#}");
+    assert!(
+        why.contains("`terraform output -json` as it prints it")
+            && why.contains("wavegate adapt terraform-outputs"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_plan_made_stale_by_another_apply_answers_replan() {
+    let example = TfExample::deployed();
+    example.branch(
+        "bigger",
+        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
+    );
+    let tree = example.export("bigger");
+    let config = RepoConfig::parse(
+        "wavegate.toml",
+        &std::fs::read_to_string(tree.join("wavegate.toml")).unwrap(),
+    )
+    .unwrap();
+    let app = config.component("app").unwrap();
+    let files = example.dir.path().join("stale");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(
+        files.join("inputs.json"),
+        r#"{"known": {"vpc_id": "vpc-by-hand"}, "unknown": []}"#,
+    )
+    .unwrap();
+    let apply = app.apply.as_ref().unwrap();
+    // A first plan and apply in this member's directory (as a replan would leave it).
+    check(
+        example.command(&tree, app, "dev", &app.plan, &files),
+        "plan.sh",
+    );
+    assert!(
+        files.join("tfplan").is_file(),
+        "the binary plan sits beside the plan file"
+    );
+    check(
+        example.command(&tree, app, "dev", apply, &files),
+        "apply.sh",
+    );
+    std::fs::write(
+        files.join("inputs.json"),
+        r#"{"known": {"vpc_id": "vpc-2"}, "unknown": []}"#,
+    )
+    .unwrap();
+    check(
+        example.command(&tree, app, "dev", &app.plan, &files),
+        "plan.sh",
+    );
+    // Someone applies app@dev in between: the saved plan is stale.
+    let other = example.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("inputs.json"),
+        r#"{"known": {"vpc_id": "vpc-3"}, "unknown": []}"#,
+    )
+    .unwrap();
+    check(
+        example.command(&tree, app, "dev", &app.plan, &other),
+        "plan.sh",
+    );
+    check(
+        example.command(&tree, app, "dev", apply, &other),
+        "apply.sh",
+    );
+    std::fs::remove_file(files.join("outputs.json")).unwrap();
+    let stale = check(
+        example.command(&tree, app, "dev", apply, &files),
+        "apply.sh of a stale plan",
+    );
+    assert!(String::from_utf8_lossy(&stale.stdout).contains("Saved plan is stale"));
+    let outcome: Value =
+        serde_json::from_slice(&std::fs::read(files.join("outputs.json")).unwrap()).unwrap();
+    assert_eq!(outcome["outcome"], "replan", "{outcome}");
+}
+
+#[test]
+fn adapt_terraform_outputs_flattens_what_terraform_prints() {
+    let example = TfExample::deployed();
+    let tree = example.export("main");
+    let app = tree.join("infra/app");
+    check(
+        example.terraform(
+            &app,
+            &[
+                "init",
+                "-input=false",
+                &format!(
+                    "-backend-config=workspace_dir={}",
+                    example.state.join("app/workspaces").display()
+                ),
+            ],
+        ),
+        "terraform init",
+    );
+    check(
+        example.terraform(&app, &["workspace", "select", "prod"]),
+        "terraform workspace select",
+    );
+    let printed = check(example.terraform(&app, &["output", "-json"]), "output").stdout;
+    let wrapped: Value = serde_json::from_slice(&printed).unwrap();
+    assert_eq!(
+        wrapped["db_password"],
+        json!({"sensitive": true, "type": "string", "value": "example-only"})
+    );
+
+    let run = example.wavegate(&["adapt", "terraform-outputs"], Some(&printed));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json(), json!({"hostname": "app-prod.example.com"}));
+    assert!(
+        run.stderr
+            .contains("left out sensitive outputs db_password"),
+        "{}",
+        run.stderr
+    );
+    let kept = example.wavegate(
+        &["adapt", "terraform-outputs", "--keep-sensitive"],
+        Some(&printed),
+    );
+    assert_eq!(kept.json()["db_password"], "example-only");
+
+    let flat = example.wavegate(
+        &["adapt", "terraform-outputs"],
+        Some(br#"{"hostname": "app-prod.example.com"}"#),
+    );
+    assert_eq!(flat.code, 1);
+    assert!(
+        flat.stderr.contains("output `hostname` is not wrapped"),
+        "{}",
+        flat.stderr
+    );
+    let vars = example.wavegate(
+        &["adapt", "terraform-vars"],
+        Some(br#"{"known": {"vpc_id": "vpc-1"}, "unknown": ["hostname"]}"#),
+    );
+    assert_eq!(vars.json(), json!({"vpc_id": "vpc-1"}));
+    assert!(vars.stderr.contains("inputs hostname are known only after"));
+}
+
+/// What the fake prints must keep the shape of real `terraform show -json`
+/// (the fixtures), and it must refuse what the real CLI refuses.
+#[test]
+fn the_fake_terraform_keeps_the_real_contract() {
+    let example = TfExample::deployed();
+    let tree = example.export("main");
+    let network = tree.join("infra/network");
+    let tf = |args: &[&str]| example.terraform(&network, args);
+    let plan_file = example.dir.path().join("contract.tfplan");
+    let out = format!("-out={}", plan_file.display());
+
+    let e = tf(&["plan", "-input=false"]);
+    assert_eq!(e.status.code(), Some(1), "init comes first");
+    assert!(String::from_utf8_lossy(&e.stderr).contains("terraform init"));
+    let state_dir = format!(
+        "-backend-config=workspace_dir={}",
+        example.state.join("network/workspaces").display()
+    );
+    check(
+        tf(&["init", "-input=false", "-no-color", &state_dir]),
+        "init",
+    );
+    check(tf(&["workspace", "select", "dev"]), "workspace select");
+    let e = tf(&["plan", "-input=false", "-lock=false"]);
+    assert_eq!(e.status.code(), Some(1), "cidr has no default");
+    assert!(String::from_utf8_lossy(&e.stderr).contains("No value for required variable"));
+
+    let same = tf(&["plan", "-detailed-exitcode", "-var-file=dev.tfvars"]);
+    assert_eq!(same.status.code(), Some(0), "deployed: no changes");
+    check(
+        tf(&[
+            "plan",
+            "-var-file=dev.tfvars",
+            "-var",
+            "cidr=10.9.0.0/16",
+            &out,
+        ]),
+        "plan -out",
+    );
+    let changed = tf(&[
+        "plan",
+        "-detailed-exitcode",
+        "-var-file=dev.tfvars",
+        "-var=cidr=10.9.0.0/16",
+    ]);
+    assert_eq!(changed.status.code(), Some(2), "changes");
+
+    let e = tf(&["plan", "-out", "x", "-target=terraform_data.vpc"]);
+    assert_eq!(e.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&e.stderr).contains("flag provided but not defined: -target"));
+    let e = tf(&["apply", "-var-file=dev.tfvars", plan_file.to_str().unwrap()]);
+    assert_eq!(e.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&e.stderr)
+        .contains("Can't set variables when applying a saved plan"));
+    check(tf(&["workspace", "select", "prod"]), "workspace select");
+    let e = tf(&["apply", plan_file.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&e.stderr).contains("different workspace"));
+    check(tf(&["workspace", "select", "dev"]), "workspace select");
+
+    let shown: Value = serde_json::from_slice(
+        &check(tf(&["show", "-json", plan_file.to_str().unwrap()]), "show").stdout,
+    )
+    .unwrap();
+    // Every key the fake writes is one real terraform writes (the fixtures).
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("shared/fixtures/terraform/show-json"))
+        .find(|dir| dir.is_dir())
+        .expect("shared/fixtures/terraform/show-json next to the crate or above it");
+    let mut top = std::collections::BTreeSet::new();
+    let mut change = std::collections::BTreeSet::new();
+    let mut resource = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&fixtures).unwrap() {
+        let fixture: Value =
+            serde_json::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap();
+        top.extend(fixture.as_object().unwrap().keys().cloned());
+        for rc in fixture["resource_changes"].as_array().into_iter().flatten() {
+            resource.extend(rc.as_object().unwrap().keys().cloned());
+            change.extend(rc["change"].as_object().unwrap().keys().cloned());
+        }
+    }
+    // Real terraform also writes these; the fixtures were trimmed of them.
+    top.extend(
+        [
+            "variables",
+            "timestamp",
+            "applyable",
+            "complete",
+            "relevant_attributes",
+        ]
+        .map(String::from),
+    );
+    for key in shown.as_object().unwrap().keys() {
+        assert!(top.contains(key), "show -json: `{key}` is in no fixture");
+    }
+    let rc = &shown["resource_changes"][0];
+    for key in rc.as_object().unwrap().keys() {
+        assert!(resource.contains(key), "resource_changes: `{key}`");
+    }
+    for key in rc["change"].as_object().unwrap().keys() {
+        assert!(change.contains(key), "change: `{key}`");
+    }
+    assert_eq!(rc["change"]["actions"], json!(["update"]));
+    assert_eq!(rc["change"]["after_unknown"], json!({"output": true}));
+
+    let adapted = example.wavegate(&["adapt", "terraform"], Some(shown.to_string().as_bytes()));
+    assert_eq!(adapted.code, 0, "{}", adapted.stderr);
+    let plan = adapted.json();
+    assert_eq!(plan["entries"][0]["action"], "update");
+    assert_eq!(plan["entries"][0]["before"]["input"]["cidr"], "10.1.0.0/16");
+    assert_eq!(plan["outputs"]["known"]["cidr"], "10.9.0.0/16");
+
+    check(
+        tf(&["apply", "-input=false", plan_file.to_str().unwrap()]),
+        "apply",
+    );
+    let e = tf(&["apply", "-input=false", plan_file.to_str().unwrap()]);
+    assert_eq!(e.status.code(), Some(1), "a plan applies once");
+    assert!(String::from_utf8_lossy(&e.stderr).contains("Saved plan is stale"));
+}
