@@ -344,6 +344,12 @@ pub fn router(state: AppState) -> Router {
 /// should not hang on a pool that waits for a database that is gone.
 const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A database that answered this recently is busy, not gone: a delivery
+/// waits [`STORE_PATIENCE`] more for it (still inside GitHub's 10 s) rather
+/// than being refused, which GitHub would not retry by itself.
+const STORE_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+const STORE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(6);
+
 async fn readyz(State(state): State<AppState>) -> Response {
     if let Some(problem) = state.sandbox.problem() {
         return (
@@ -355,6 +361,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     match tokio::time::timeout(STORE_ANSWER, state.store.ping())
         .await
         .unwrap_or_else(|_| {
+            // Slow, but it answered a moment ago: busy, not gone.
+            if state.store.answered_within(STORE_ALIVE) {
+                return Ok(());
+            }
             Err(anyhow::anyhow!(
                 "it did not answer within {}s",
                 STORE_ANSWER.as_secs()
@@ -425,13 +435,17 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         event_type: headers.event_type.clone(),
     };
     let queued = consequence.task.map(task::Task::into_job);
-    let recorded = tokio::time::timeout(
-        STORE_ANSWER,
-        state
-            .store
-            .record_delivery(record, queued, consequence.head),
-    )
-    .await;
+    let write = state
+        .store
+        .record_delivery(record, queued, consequence.head);
+    tokio::pin!(write);
+    let recorded = match tokio::time::timeout(STORE_ANSWER, &mut write).await {
+        Ok(recorded) => Ok(recorded),
+        Err(_) if state.store.answered_within(STORE_ALIVE) => {
+            tokio::time::timeout(STORE_PATIENCE, &mut write).await
+        }
+        Err(elapsed) => Err(elapsed),
+    };
     let Ok(recorded) = recorded else {
         // The write may still land; a redelivery is then a duplicate.
         tracing::error!(delivery = %headers.delivery_id, "the database did not answer within {}s; answered 503 so the forge redelivers", STORE_ANSWER.as_secs());

@@ -176,6 +176,9 @@ pub struct Store {
     /// Where each chain stood when signing with `ledger_key` began (its own
     /// signature checked): facts after that count only when signed by it.
     pub(super) signing: Option<Arc<crate::gate::ledger::SigningStart>>,
+    /// When the database last answered (monotonic), so a busy database can
+    /// be told from one that is gone ([`Store::answered_within`]).
+    answered: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl fmt::Debug for Store {
@@ -271,6 +274,7 @@ impl Store {
             writer,
             ledger_key: None,
             signing: None,
+            answered: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -299,7 +303,25 @@ impl Store {
     /// A transaction that writes: SQLite takes its write lock up front, so
     /// two writers queue instead of failing half-way.
     pub(super) async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
-        begin_write(&self.pool, self.backend).await
+        let tx = begin_write(&self.pool, self.backend).await?;
+        self.mark_answered();
+        Ok(tx)
+    }
+
+    fn mark_answered(&self) {
+        if let Ok(mut at) = self.answered.lock() {
+            *at = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Whether the database answered this process within `window`: it is
+    /// there, if busy. Every worker's claim marks it, so it is fresh.
+    pub fn answered_within(&self, window: Duration) -> bool {
+        self.answered
+            .lock()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| at.elapsed() <= window)
     }
 
     pub(super) fn now(&self) -> i64 {
@@ -375,6 +397,7 @@ impl Store {
             .fetch_one(&self.pool)
             .await
             .context("the database does not answer")?;
+        self.mark_answered();
         Ok(())
     }
 
@@ -411,7 +434,11 @@ impl Store {
         };
         let gone = || anyhow!("the intake writer has stopped; delivery {id} was not recorded");
         self.intake.send(request).await.map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        let recorded = answer.await.map_err(|_| gone())?;
+        if recorded.is_ok() {
+            self.mark_answered();
+        }
+        recorded
     }
 
     pub async fn enqueue(&self, job: NewJob) -> Result<JobId> {
