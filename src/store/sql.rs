@@ -108,6 +108,11 @@ macro_rules! migrations {
                 name: "head pusher",
                 sql: include_str!(concat!("migrations/", $backend, "/0007_head_pusher.sql")),
             },
+            Migration {
+                version: 8,
+                name: "commands seen",
+                sql: include_str!(concat!("migrations/", $backend, "/0008_commands_seen.sql")),
+            },
         ]
     };
 }
