@@ -253,9 +253,9 @@ async fn record_batch(
             .collect::<Result<Vec<_>>>()?;
         let sql = format!(
             "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                        pusher_head, pusher_id, pusher_login) VALUES {}
+                                        pusher_head, pusher_id, pusher_login, comments_since) VALUES {}
              {}",
-            values(heads.len(), 10),
+            values(heads.len(), 11),
             super::sql::UPSERT_PR_HEAD
         );
         let mut upsert = sqlx::query(AssertSqlSafe(sql));
@@ -271,7 +271,8 @@ async fn record_batch(
                 .bind(now)
                 .bind(pusher_head)
                 .bind(pusher_id)
-                .bind(pusher_login);
+                .bind(pusher_login)
+                .bind(super::sql::first_comments_mark(now));
         }
         upsert
             .execute(&mut *tx)

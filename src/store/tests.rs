@@ -1194,24 +1194,40 @@ async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
 
-on_both!(fixture_on, the_comment_mark_starts_empty_and_only_moves_forward, #[tokio::test]);
-async fn the_comment_mark_starts_empty_and_only_moves_forward(f: Fixture) {
+on_both!(fixture_on, the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward, #[tokio::test]);
+async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward(
+    f: Fixture,
+) {
     f.store
         .record_delivery(delivery("opened"), None, Some(head(42, sha('a'), true)))
         .await
         .unwrap();
     let pr = PrNumber(42);
-    assert_eq!(f.store.comments_since(&repo(), pr).await.unwrap(), None);
+    // A minute before the bot first heard of it, kept by later heads.
+    let first = START_MS - 60_000;
+    assert_eq!(
+        f.store.comments_since(&repo(), pr).await.unwrap(),
+        Some(first)
+    );
+    f.clock.advance(5_000);
     f.store
-        .advance_comments_since(&repo(), pr, 5_000)
-        .await
-        .unwrap();
-    f.store
-        .advance_comments_since(&repo(), pr, 3_000)
+        .record_delivery(delivery("pushed"), None, Some(head(42, sha('b'), true)))
         .await
         .unwrap();
     assert_eq!(
         f.store.comments_since(&repo(), pr).await.unwrap(),
-        Some(5_000)
+        Some(first)
+    );
+    f.store
+        .advance_comments_since(&repo(), pr, START_MS + 5_000)
+        .await
+        .unwrap();
+    f.store
+        .advance_comments_since(&repo(), pr, START_MS)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.store.comments_since(&repo(), pr).await.unwrap(),
+        Some(START_MS + 5_000)
     );
 }

@@ -12,8 +12,8 @@ CREATE TABLE commands_seen (
     PRIMARY KEY (forge, repo, source)
 );
 -- How far the sweep has read a pull request's comments: the forge's newest
--- `updated_at` it listed (unix ms). NULL reads them all (a pull request the
--- bot learnt of after this upgrade); those it knew already start at the
--- upgrade: what came before was the webhooks' to run.
+-- `updated_at` it listed (unix ms). A pull request starts a minute before
+-- the bot first hears of it (set on insert); those it knew already start at
+-- the upgrade: what came before was the webhooks' to run. NULL reads all.
 ALTER TABLE pull_requests ADD COLUMN comments_since INTEGER;
 UPDATE pull_requests SET comments_since = CAST(strftime('%s', 'now') AS INTEGER) * 1000;
