@@ -923,3 +923,41 @@ async fn webhook_payloads_carry_the_fakes_repository_pull_request_and_installati
     assert_eq!(event, "pull_request_comment");
     assert_eq!(support::sign_forgejo("s", b"x").len(), 64);
 }
+
+/// Both forges list the comments updated since a time, with when each was
+/// written and last edited.
+#[tokio::test]
+async fn comments_since_a_time_carry_when_they_were_written_and_edited() {
+    let gh = github().await;
+    let fj = forgejo().await;
+    for (client, forge, handle) in [
+        (&gh.client, &gh.forge, &gh.repo),
+        (&fj.client, &fj.forge, &fj.repo),
+    ] {
+        let repo = handle.repo_ref();
+        let plain = forge.add_comment(handle, PR.0, "carol", "/approve");
+        let edited = forge.add_edited_comment(handle, PR.0, "bob", "hm", "/approve");
+
+        let all = client.comments_since(&repo, PR, None).await.unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
+        let plain = all.iter().find(|c| c.id == plain).unwrap();
+        assert!(plain.created_at.is_some());
+        assert_eq!(plain.updated_at, plain.created_at);
+        let edited = all.iter().find(|c| c.id == edited).unwrap();
+        assert!(edited.updated_at > edited.created_at, "{edited:?}");
+        assert_eq!(edited.body, "/approve");
+
+        let since = edited.updated_at.unwrap();
+        let newer = client.comments_since(&repo, PR, Some(since)).await.unwrap();
+        assert_eq!(
+            newer.iter().map(|c| c.id).collect::<Vec<_>>(),
+            [edited.id],
+            "only what was updated at or after {since}"
+        );
+        assert!(forge
+            .requests()
+            .iter()
+            .any(|r| r.query.as_deref().is_some_and(|q| q.contains("since="))));
+        assert_conformant(&forge.requests());
+    }
+}

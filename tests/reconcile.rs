@@ -29,6 +29,11 @@ impl Bot {
         self.settle().await;
     }
 
+    /// Sweeping every `every` (e.g. `"5s"`).
+    async fn reconciling_every(every: &str) -> Bot {
+        Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
+    }
+
     async fn jobs_of_kind(&self, kind: &str) -> usize {
         self.jobs().await.iter().filter(|j| j.kind == kind).count()
     }
@@ -110,5 +115,151 @@ async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
     assert_eq!(bot.jobs_of_kind("merged").await, 1);
     assert_eq!(bot.jobs_of_kind("apply").await, 0);
     assert_eq!(bot.applies_run(), ["app@dev"]);
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
+    let mut bot = Bot::reconciling().await;
+    let (repo, pr, digest) = planned(&mut bot, 1).await;
+    bot.after_sweeps(1).await;
+
+    // rev-bob approves; the delivery never arrives.
+    let id = bot
+        .forge
+        .add_comment(&repo, 1, "rev-bob", "Looks right.\n\n/approve");
+    bot.until("a sweep takes the approval up", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert!(bot.log().contains("came without a webhook: taking it up"));
+    let report = bot.report(&repo, 1).body;
+    assert!(
+        report.contains(&format!("@rev-bob approved `{digest}`")),
+        "{report}"
+    );
+
+    // The delivery turns up late (or is redelivered), and more sweeps run:
+    // nothing more is done.
+    let (status, answer) = bot
+        .deliver_github(support::github_comment(
+            &repo,
+            1,
+            id,
+            "rev-bob",
+            "Looks right.\n\n/approve",
+        ))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("comment").await, 1);
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert!(
+        bot.replies(&repo, 1).is_empty(),
+        "{:?}",
+        bot.replies(&repo, 1)
+    );
+
+    // A comment whose webhook came is not run again by the sweep either.
+    let carol = bot.comment(&repo, 1, "rev-carol", "/approve").await;
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("comment").await, 2);
+    assert_eq!(bot.reactions(&repo, carol), ["eyes", "rocket"]);
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
+    let mut bot = Bot::reconciling().await;
+    let (repo, pr) = planned_on_forgejo(&mut bot, 2).await;
+    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
+    assert_eq!(state(&bot), "pending");
+    bot.after_sweeps(1).await;
+
+    let id = bot.forge.add_comment(&repo, 2, "rev-bob", "/approve");
+    bot.until("a sweep takes the approval up", || async {
+        (state(&bot) == "success").then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_comment(
+            &repo, 2, id, "rev-bob", "/approve",
+        ))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("comment").await, 1);
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_comment_never_approves_by_the_sweep() {
+    let mut bot = Bot::reconciling().await;
+    let (repo, pr, _digest) = planned(&mut bot, 3).await;
+    bot.after_sweeps(1).await;
+
+    // Written as a remark, edited into an approval; neither webhook came
+    // (an edit is never a command anyway).
+    let id = bot
+        .forge
+        .add_edited_comment(&repo, 3, "rev-bob", "Looking at it.", "/approve");
+    bot.until("a sweep reads the edited comment", || async {
+        bot.log()
+            .contains("was edited before any webhook of it came: not run")
+            .then_some(())
+    })
+    .await;
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("comment").await, 0);
+    assert!(bot.reactions(&repo, id).is_empty());
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_taken_up_by_the_sweep_binds_to_the_report_before_it_was_written() {
+    // Sweeps far enough apart that the next one comes after the new report.
+    let mut bot = Bot::reconciling_every("6s").await;
+    let (repo, _pr, first) = planned(&mut bot, 4).await;
+    bot.after_sweeps(1).await;
+
+    // rev-bob approves the report he saw (the delivery is lost); a push
+    // lands after and its plan is posted more than a second later.
+    let id = bot.forge.add_comment(&repo, 4, "rev-bob", "/approve");
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    bot.branch_bigger_app("change-2");
+    let pushed = bot.forge.push(&repo, 4, &bot.rev("change-2"));
+    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
+        .await;
+    bot.settle().await;
+    let second = digest_in(&bot.report(&repo, 4).body);
+    assert_ne!(second, first);
+
+    // The sweep finds the comment: written before the new report, it does
+    // not approve it (as its webhook would not have).
+    bot.until("a sweep takes the comment up", || async {
+        (!bot.reactions(&repo, id).is_empty()).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
+    let reply = bot.replies(&repo, 4).pop().expect("a reply");
+    assert!(reply.contains("when you wrote your comment"), "{reply}");
+    assert!(reply.contains(&second), "{reply}");
+    assert_eq!(
+        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
+        Some("action_required")
+    );
     bot.assert_conformant();
 }

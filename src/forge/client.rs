@@ -52,6 +52,24 @@ pub struct Comment {
     pub author: User,
     /// Written by this bot (GitHub: a Bot account; Forgejo: the token's user).
     pub ours: bool,
+    /// When it was written and last edited (unix ms), as the forge says.
+    pub created_at: Option<i64>,
+    pub updated_at: Option<i64>,
+}
+
+/// `since` as both forges read it: RFC 3339, UTC, to the second (rounded
+/// down, so that the comment `since` came from is listed again).
+pub fn since_param(since: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(since)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Unix ms of an RFC 3339 time, as the forges write them.
+pub(super) fn unix_ms(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
 }
 
 /// A user's permission on a repository, weakest first.
@@ -155,9 +173,20 @@ impl ForgeClient {
     }
 
     pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+        self.comments_since(repo, pr, None).await
+    }
+
+    /// The comments on the pull request updated at or after `since` (unix
+    /// ms, read to the second), or all of them.
+    pub async fn comments_since(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        since: Option<i64>,
+    ) -> Result<Vec<Comment>> {
         match self {
-            ForgeClient::GitHub(c) => c.comments(repo, pr).await,
-            ForgeClient::Forgejo(c) => c.comments(repo, pr).await,
+            ForgeClient::GitHub(c) => c.comments(repo, pr, since).await,
+            ForgeClient::Forgejo(c) => c.comments(repo, pr, since).await,
         }
     }
 

@@ -2,7 +2,7 @@
 //! with our own serde structs (octocrab's types demand GitHub-only fields).
 //! Every call goes through the shared retry wrapper.
 
-use super::client::{Comment, Permission, Reaction};
+use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -108,9 +108,20 @@ impl ForgejoClient {
         Ok(self.me().await?.login.clone())
     }
 
-    pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+    /// The comments on the pull request updated at or after `since`, if
+    /// given (Forgejo lists them in one answer).
+    pub async fn comments(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        since: Option<i64>,
+    ) -> Result<Vec<Comment>> {
         let me = self.me().await?.login.clone();
-        let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
+        let since = since.map_or_else(String::new, |t| format!("?since={}", since_param(t)));
+        let route = format!(
+            "/repos/{}/issues/{}/comments{since}",
+            repo.id.full_name, pr.0
+        );
         let call = format!("GET /api/v1{route}");
         let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
         let comments: Vec<WireComment> = reply.json(&call)?;
@@ -123,6 +134,8 @@ impl ForgejoClient {
                     body: c.body,
                     ours: author.login == me,
                     author,
+                    created_at: c.created_at.as_deref().and_then(unix_ms),
+                    updated_at: c.updated_at.as_deref().and_then(unix_ms),
                 }
             })
             .collect())
@@ -262,6 +275,10 @@ struct WireComment {
     #[serde(default)]
     body: String,
     user: WireUser,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
 }
 
 impl From<WireUser> for User {

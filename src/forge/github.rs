@@ -7,7 +7,7 @@
 //! a token was refused, and does not share its token with `git fetch`.
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
-use super::client::{Comment, Permission, Reaction};
+use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -252,12 +252,19 @@ impl GitHubClient {
         }
     }
 
-    /// Every comment on the pull request, page by page.
-    pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+    /// The comments on the pull request (updated at or after `since`, if
+    /// given), page by page.
+    pub async fn comments(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        since: Option<i64>,
+    ) -> Result<Vec<Comment>> {
+        let since = since.map_or_else(String::new, |t| format!("&since={}", since_param(t)));
         let mut all = Vec::new();
         for page in 1.. {
             let route = format!(
-                "/repos/{}/issues/{}/comments?page={page}&per_page={PER_PAGE}",
+                "/repos/{}/issues/{}/comments?page={page}&per_page={PER_PAGE}{since}",
                 repo.id.full_name, pr.0
             );
             let call = format!("GET {route}");
@@ -562,6 +569,10 @@ struct WireComment {
     #[serde(default)]
     body: Option<String>,
     user: Option<WireUser>,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
 }
 
 impl WireComment {
@@ -576,6 +587,8 @@ impl WireComment {
             body: self.body.unwrap_or_default(),
             ours: author.is_bot,
             author,
+            created_at: self.created_at.as_deref().and_then(unix_ms),
+            updated_at: self.updated_at.as_deref().and_then(unix_ms),
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use super::sql::{begin_write, to_i64};
 use super::Backend;
-use super::{Clock, Intake, JobId, NewDelivery, NewJob, PrHead, StoreError};
+use super::{Clock, Intake, JobId, NewDelivery, NewJob, Once, PrHead, StoreError};
 use anyhow::{Context, Result};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 use std::collections::{HashMap, HashSet};
@@ -81,6 +81,15 @@ pub(super) fn spawn_writer(
 }
 
 type DeliveryKey = (String, String, String);
+type OnceKey = (String, String, String);
+
+fn once_key(once: &Once) -> OnceKey {
+    (
+        once.repo.forge.as_str().to_owned(),
+        once.repo.full_name.clone(),
+        once.source.clone(),
+    )
+}
 
 fn key(delivery: &NewDelivery) -> DeliveryKey {
     (
@@ -153,10 +162,54 @@ async fn record_batch(
         .iter()
         .filter_map(|item| recorded.get(&key(&item.delivery)).map(|row| (*row, *item)))
         .collect();
+    // A comment or review state runs once, whichever delivery (or the
+    // reconciliation sweep) brings it first: its job only with its row.
+    let mut onces: Vec<&Once> = Vec::new();
+    for once in fresh
+        .iter()
+        .filter_map(|(_, item)| item.job.as_ref()?.once.as_ref())
+    {
+        if !onces.contains(&once) {
+            onces.push(once);
+        }
+    }
+    let mut unseen: HashSet<OnceKey> = HashSet::new();
+    if !onces.is_empty() {
+        let sql = format!(
+            "INSERT INTO commands_seen (forge, repo, source, number, recorded_at) VALUES {}
+             ON CONFLICT (forge, repo, source) DO NOTHING RETURNING forge, repo, source",
+            values(onces.len(), 5)
+        );
+        let mut insert = sqlx::query(AssertSqlSafe(sql));
+        for once in &onces {
+            insert = insert
+                .bind(once.repo.forge.as_str())
+                .bind(once.repo.full_name.clone())
+                .bind(once.source.clone())
+                .bind(to_i64(once.pr.0, "pull request number")?)
+                .bind(now);
+        }
+        for row in insert
+            .fetch_all(&mut *tx)
+            .await
+            .context("recording the comments taken up")?
+        {
+            unseen.insert((
+                row.try_get("forge")?,
+                row.try_get("repo")?,
+                row.try_get("source")?,
+            ));
+        }
+    }
     let mut jobs: HashMap<i64, JobId> = HashMap::new();
     let with_jobs: Vec<(i64, &NewJob)> = fresh
         .iter()
         .filter_map(|(row, item)| item.job.as_ref().map(|job| (*row, job)))
+        .filter(|(_, job)| {
+            job.once
+                .as_ref()
+                .is_none_or(|o| unseen.remove(&once_key(o)))
+        })
         .collect();
     if !with_jobs.is_empty() {
         let sql = format!(
@@ -200,9 +253,9 @@ async fn record_batch(
             .collect::<Result<Vec<_>>>()?;
         let sql = format!(
             "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                        pusher_head, pusher_id, pusher_login) VALUES {}
+                                        pusher_head, pusher_id, pusher_login, comments_since) VALUES {}
              {}",
-            values(heads.len(), 10),
+            values(heads.len(), 11),
             super::sql::UPSERT_PR_HEAD
         );
         let mut upsert = sqlx::query(AssertSqlSafe(sql));
@@ -218,7 +271,8 @@ async fn record_batch(
                 .bind(now)
                 .bind(pusher_head)
                 .bind(pusher_id)
-                .bind(pusher_login);
+                .bind(pusher_login)
+                .bind(super::sql::first_comments_mark(now));
         }
         upsert
             .execute(&mut *tx)

@@ -65,6 +65,20 @@ pub struct NewJob {
     pub queue_key: String,
     pub payload: serde_json::Value,
     pub max_attempts: u32,
+    /// What the job takes up once only, whichever path finds it first (the
+    /// webhook or the reconciliation sweep): `comment:<id>` or
+    /// `review:<id>:<state>`. The job is enqueued only with its row in
+    /// `commands_seen`, in one transaction.
+    pub once: Option<Once>,
+}
+
+/// A comment or review state whose commands run once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Once {
+    pub repo: RepoId,
+    pub pr: PrNumber,
+    /// `comment:<id>` or `review:<id>:<state>`.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -207,4 +207,89 @@ impl Store {
             .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?;
         Ok(Some(id))
     }
+
+    /// Enqueues a comment's or review's job unless its source was taken up
+    /// already (by a webhook, an earlier sweep or another replica): the
+    /// `commands_seen` row and the job are written in one transaction.
+    /// Answers the new job, or None when the source was seen.
+    pub async fn enqueue_once(&self, job: NewJob) -> Result<Option<JobId>> {
+        let once = job
+            .once
+            .clone()
+            .context("a job enqueued once names what it takes up")?;
+        let _writer = self.writer.lock().await;
+        let now = self.now();
+        let mut tx = self.begin_write().await?;
+        let fresh = sqlx::query(
+            "INSERT INTO commands_seen (forge, repo, source, number, recorded_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (forge, repo, source) DO NOTHING",
+        )
+        .bind(once.repo.forge.as_str())
+        .bind(&once.repo.full_name)
+        .bind(&once.source)
+        .bind(to_i64(once.pr.0, "pull request number")?)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("recording {} of {}{}", once.source, once.repo, once.pr))?
+        .rows_affected()
+            == 1;
+        if !fresh {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let id = insert_job(&mut tx, &job, None, now, now).await?;
+        tx.commit()
+            .await
+            .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?;
+        Ok(Some(id))
+    }
+
+    /// The comment and review sources of a pull request taken up so far.
+    pub async fn commands_seen(&self, repo: &RepoId, pr: PrNumber) -> Result<HashSet<String>> {
+        let rows = sqlx::query_as::<_, (String,)>(
+            "SELECT source FROM commands_seen WHERE forge = $1 AND repo = $2 AND number = $3",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the comments of {repo}{pr} taken up"))?;
+        Ok(rows.into_iter().map(|(source,)| source).collect())
+    }
+
+    /// How far the sweep has read the pull request's comments (the forge's
+    /// newest `updated_at` listed, unix ms); None: from the start.
+    pub async fn comments_since(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<i64>> {
+        let row = sqlx::query_as::<_, (Option<i64>,)>(
+            "SELECT comments_since FROM pull_requests WHERE forge = $1 AND repo = $2 AND number = $3",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading how far the comments of {repo}{pr} were read"))?;
+        Ok(row.and_then(|(since,)| since))
+    }
+
+    /// Moves the mark of how far the comments were read forward to `to`
+    /// (never back: replicas sweeping at once may finish in any order).
+    pub async fn advance_comments_since(&self, repo: &RepoId, pr: PrNumber, to: i64) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE pull_requests SET comments_since = $4
+             WHERE forge = $1 AND repo = $2 AND number = $3
+               AND (comments_since IS NULL OR comments_since < $4)",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to_i64(pr.0, "pull request number")?)
+        .bind(to)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording how far the comments of {repo}{pr} were read"))?;
+        Ok(())
+    }
 }

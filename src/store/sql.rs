@@ -108,6 +108,11 @@ macro_rules! migrations {
                 name: "head pusher",
                 sql: include_str!(concat!("migrations/", $backend, "/0007_head_pusher.sql")),
             },
+            Migration {
+                version: 8,
+                name: "commands seen",
+                sql: include_str!(concat!("migrations/", $backend, "/0008_commands_seen.sql")),
+            },
         ]
     };
 }
@@ -804,6 +809,14 @@ pub(super) const UPSERT_PR_HEAD: &str = "ON CONFLICT (forge, repo, number) DO UP
              pusher_id = COALESCE(excluded.pusher_id, pull_requests.pusher_id),
              pusher_login = COALESCE(excluded.pusher_login, pull_requests.pusher_login)";
 
+/// Where the sweep starts reading a pull request's comments when the bot
+/// first hears of it (the upsert keeps it after): a minute before, for the
+/// forge's clock. Comments from before were the webhooks' (or of a pull
+/// request the bot never heard of), and are not run by the sweep.
+pub(super) fn first_comments_mark(now: i64) -> i64 {
+    now.saturating_sub(60_000)
+}
+
 /// The pusher columns of a head: all three, or none.
 pub(super) fn pusher_columns(
     head: &PrHead,
@@ -822,8 +835,8 @@ async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Re
     let (pusher_head, pusher_id, pusher_login) = pusher_columns(head)?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                    pusher_head, pusher_id, pusher_login)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                    pusher_head, pusher_id, pusher_login, comments_since)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          {UPSERT_PR_HEAD}"
     )))
     .bind(head.repo.forge.as_str())
@@ -836,6 +849,7 @@ async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Re
     .bind(pusher_head)
     .bind(pusher_id)
     .bind(pusher_login)
+    .bind(first_comments_mark(now))
     .execute(&mut *conn)
     .await
     .with_context(|| format!("recording the head of {}{}", head.repo, head.pr))?;

@@ -45,6 +45,7 @@ fn job(queue_key: &str, max_attempts: u32) -> NewJob {
         queue_key: queue_key.into(),
         payload: serde_json::json!({ "key": queue_key }),
         max_attempts,
+        once: None,
     }
 }
 
@@ -1130,4 +1131,103 @@ async fn the_figures_metrics_read_count_queue_ledger_and_runs(f: Fixture) {
     assert_eq!(figures.oldest_queued_ms, 4_000);
     assert!(figures.facts.is_empty());
     assert_eq!(figures.apply_runs, [("running".to_owned(), 1)]);
+}
+
+fn comment_job(comment: u64) -> NewJob {
+    NewJob {
+        kind: "comment".into(),
+        queue_key: "github:acme/infra#42".into(),
+        payload: serde_json::json!({ "comment": comment }),
+        max_attempts: 3,
+        once: Some(Once {
+            repo: repo(),
+            pr: PrNumber(42),
+            source: format!("comment:{comment}"),
+        }),
+    }
+}
+
+on_both!(fixture_on, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test]);
+async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
+    // The webhook first: the sweep finds it seen.
+    let first = f
+        .store
+        .record_delivery(delivery("d-1"), Some(comment_job(7)), None)
+        .await
+        .unwrap();
+    assert!(matches!(first, Intake::Recorded { job: Some(_), .. }));
+    assert_eq!(f.store.enqueue_once(comment_job(7)).await.unwrap(), None);
+
+    // The sweep first: a late delivery (its own delivery id) is recorded
+    // and enqueues nothing, and neither does a second sweep.
+    assert!(f
+        .store
+        .enqueue_once(comment_job(8))
+        .await
+        .unwrap()
+        .is_some());
+    let late = f
+        .store
+        .record_delivery(delivery("d-2"), Some(comment_job(8)), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(late, Intake::Recorded { job: None, .. }),
+        "{late:?}"
+    );
+    assert_eq!(f.store.enqueue_once(comment_job(8)).await.unwrap(), None);
+
+    // Two deliveries of one comment at once (one batch or two): one job.
+    let (a, b) = tokio::join!(
+        f.store
+            .record_delivery(delivery("d-3"), Some(comment_job(9)), None),
+        f.store
+            .record_delivery(delivery("d-4"), Some(comment_job(9)), None)
+    );
+    let jobs = [a.unwrap(), b.unwrap()]
+        .iter()
+        .filter(|i| matches!(i, Intake::Recorded { job: Some(_), .. }))
+        .count();
+    assert_eq!(jobs, 1);
+    assert_eq!(f.store.jobs().await.unwrap().len(), 3);
+    let seen = f.store.commands_seen(&repo(), PrNumber(42)).await.unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}
+
+on_both!(fixture_on, the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward, #[tokio::test]);
+async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward(
+    f: Fixture,
+) {
+    f.store
+        .record_delivery(delivery("opened"), None, Some(head(42, sha('a'), true)))
+        .await
+        .unwrap();
+    let pr = PrNumber(42);
+    // A minute before the bot first heard of it, kept by later heads.
+    let first = START_MS - 60_000;
+    assert_eq!(
+        f.store.comments_since(&repo(), pr).await.unwrap(),
+        Some(first)
+    );
+    f.clock.advance(5_000);
+    f.store
+        .record_delivery(delivery("pushed"), None, Some(head(42, sha('b'), true)))
+        .await
+        .unwrap();
+    assert_eq!(
+        f.store.comments_since(&repo(), pr).await.unwrap(),
+        Some(first)
+    );
+    f.store
+        .advance_comments_since(&repo(), pr, START_MS + 5_000)
+        .await
+        .unwrap();
+    f.store
+        .advance_comments_since(&repo(), pr, START_MS)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.store.comments_since(&repo(), pr).await.unwrap(),
+        Some(START_MS + 5_000)
+    );
 }

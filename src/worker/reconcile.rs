@@ -6,14 +6,22 @@
 //! without merging is marked closed, and a run that nothing drives any more
 //! (running with no job, or waiting for a lock nobody holds) is resumed.
 //!
+//! Each pull request's comments written since the sweep last read them are
+//! read too, and the commands of those no webhook brought are run: a
+//! comment is taken up once, by whichever path records it first
+//! ([`Store::enqueue_once`]), and binds as its webhook would have, by the
+//! comment's own time. An edited comment is never run by the sweep: what it
+//! said when it was written is gone.
+//!
 //! The sweep only enqueues jobs; workers run them. Several replicas may
 //! sweep at once: each enqueue is made only if the pull request's queue is
 //! idle and what the sweep saw still holds, checked in the transaction that
 //! inserts the job ([`Store::enqueue_reconciled`]), so a second replica finds
 //! the first one's job (or its outcome) and enqueues nothing.
 
-use super::task::{queue_key, Task};
+use super::task::{comment_source, queue_key, Task};
 use crate::apply::{RunStatus, Wait};
+use crate::forge::client::{Comment, ForgeClient};
 use crate::forge::registry::Forges;
 use crate::forge::{CommitSha, PrNumber, PrState, PullRequest, RepoId, RepoRef};
 use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
@@ -55,6 +63,69 @@ pub fn reconcile_decision(
     }
 }
 
+/// What the sweep makes of a comment it listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// New: its commands run (as its webhook would have run them).
+    Run,
+    /// Taken up already, by its webhook or an earlier sweep.
+    Seen,
+    /// A bot's (this one's reports and replies included): never a command.
+    Bot,
+    /// Edited after it was written: what it said then is gone, and an edit
+    /// is not a command (its webhook would not have been one either).
+    Edited,
+    /// Written before the sweep's mark: the webhooks' to run (a comment
+    /// listed again because it was edited, or from before the upgrade).
+    Before,
+    /// The forge did not say when it was written.
+    Undated,
+}
+
+/// The pure decision for one listed comment, given how far the sweep had
+/// read the pull request's comments (`since`, unix ms) and the sources
+/// taken up so far (`seen`, `comment:<id>`).
+pub fn comment_heard(since: Option<i64>, seen: &HashSet<String>, comment: &Comment) -> Heard {
+    let Some(written) = comment.created_at else {
+        return Heard::Undated;
+    };
+    if comment.ours || comment.author.is_bot {
+        Heard::Bot
+    } else if seen.contains(&comment_source(comment.id)) {
+        Heard::Seen
+    } else if since.is_some_and(|since| written < since) {
+        Heard::Before
+    } else if comment.updated_at.is_some_and(|edited| edited > written) {
+        Heard::Edited
+    } else {
+        Heard::Run
+    }
+}
+
+/// The comments to run, oldest first, and where the mark moves: to the
+/// newest `updated_at` listed (the forge's clock, not ours; `since` is
+/// inclusive, so a comment from that second is listed again and found seen).
+pub fn comments_to_run<'a>(
+    since: Option<i64>,
+    seen: &HashSet<String>,
+    listed: &'a [Comment],
+) -> (Vec<&'a Comment>, Option<i64>) {
+    let mut run: Vec<&Comment> = listed
+        .iter()
+        .filter(|c| comment_heard(since, seen, c) == Heard::Run)
+        .collect();
+    run.sort_by_key(|c| (c.created_at, c.id));
+    let newest = listed
+        .iter()
+        .filter_map(|c| c.updated_at.or(c.created_at))
+        .max();
+    let mark = match (since, newest) {
+        (Some(since), Some(newest)) => Some(since.max(newest)),
+        (since, newest) => since.or(newest),
+    };
+    (run, mark)
+}
+
 /// Whether an unfinished run needs a job to drive it on (its queue being
 /// idle): a running one always; one waiting for a lock when the lock is not
 /// held by another run any more (`lock_holder`: the run holding the member
@@ -94,6 +165,8 @@ pub struct Sweep {
     pub applies_started: usize,
     pub closed: usize,
     pub runs_resumed: usize,
+    /// Comments whose webhook never came, taken up by the sweep.
+    pub comments: usize,
     /// Left alone: a job of theirs is queued or running.
     pub busy: usize,
     /// Open pull requests of repositories the bot has no way to reach yet
@@ -138,6 +211,7 @@ impl Reconciler {
                 applies_started = sweep.applies_started,
                 closed = sweep.closed,
                 runs_resumed = sweep.runs_resumed,
+                comments = sweep.comments,
                 busy = sweep.busy,
                 unreachable = sweep.unreachable,
                 errors = sweep.errors,
@@ -208,6 +282,9 @@ impl Reconciler {
             .pull_request_state(repo, known.pr)
             .await
             .context("asking the forge")?;
+        self.sweep_comments(&client, repo, known.pr, sweep, busy)
+            .await
+            .context("reading its comments")?;
         let has_run = matches!(state, PrState::Merged { .. })
             && self.store.apply_run(&repo.id, known.pr).await?.is_some();
         let Some(action) = reconcile_decision(known, &pr, &state, has_run) else {
@@ -267,6 +344,53 @@ impl Reconciler {
                     sweep.closed += 1;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Reads the comments written since the mark and enqueues, once, the
+    /// commands of those no webhook brought; the mark moves only when all
+    /// of them are enqueued (or found taken up).
+    async fn sweep_comments(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        number: PrNumber,
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
+        let since = self.store.comments_since(&repo.id, number).await?;
+        let listed = client.comments_since(repo, number, since).await?;
+        let seen = self.store.commands_seen(&repo.id, number).await?;
+        for comment in &listed {
+            if comment_heard(since, &seen, comment) == Heard::Edited {
+                tracing::info!(repo = %repo.id, pr = number.0, comment = comment.id,
+                    "comment {} on {}{number} was edited before any webhook of it came: not run",
+                    comment.id, repo.id);
+            }
+        }
+        let (run, mark) = comments_to_run(since, &seen, &listed);
+        for comment in run {
+            let task = Task::Comment {
+                repo: repo.clone(),
+                pr: number,
+                comment_id: comment.id,
+                author: comment.author.clone(),
+                body: comment.body.clone(),
+                written_at: comment.created_at,
+            };
+            if let Some(job) = self.store.enqueue_once(task.into_job()).await? {
+                tracing::info!(repo = %repo.id, pr = number.0, comment = comment.id, %job,
+                    "comment {} on {}{number} came without a webhook: taking it up",
+                    comment.id, repo.id);
+                sweep.comments += 1;
+                self.enqueued(busy, &repo.id, number);
+            }
+        }
+        if let Some(mark) = mark.filter(|mark| Some(*mark) != since) {
+            self.store
+                .advance_comments_since(&repo.id, number, mark)
+                .await?;
         }
         Ok(())
     }
@@ -491,5 +615,87 @@ mod tests {
         );
         assert!(!run_needs_resume(&waiting, None, 4_999));
         assert!(run_needs_resume(&waiting, None, 5_000));
+    }
+
+    fn listed(id: u64, author: &str, created: i64, updated: i64) -> Comment {
+        Comment {
+            id,
+            body: "/approve".into(),
+            author: User {
+                id: 7,
+                login: author.into(),
+                is_bot: author.ends_with("[bot]"),
+            },
+            ours: author == "wavegate[bot]",
+            created_at: Some(created),
+            updated_at: Some(updated),
+        }
+    }
+
+    fn ids(run: &[&Comment]) -> Vec<u64> {
+        run.iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn comments_no_webhook_brought_run_oldest_first_and_the_mark_moves_to_the_newest() {
+        let seen: HashSet<String> = ["comment:2".to_owned()].into();
+        let comments = [
+            listed(3, "rev-bob", 5_000, 5_000),
+            listed(1, "rev-bob", 2_000, 2_000),
+            listed(2, "rev-carol", 3_000, 3_000),
+            listed(4, "wavegate[bot]", 4_000, 6_000),
+        ];
+        let (run, mark) = comments_to_run(Some(1_000), &seen, &comments);
+        assert_eq!(ids(&run), [1, 3], "2 was seen, 4 is the bot's");
+        assert_eq!(mark, Some(6_000));
+        assert_eq!(comment_heard(Some(1_000), &seen, &comments[1]), Heard::Run);
+        assert_eq!(comment_heard(Some(1_000), &seen, &comments[2]), Heard::Seen);
+        assert_eq!(comment_heard(Some(1_000), &seen, &comments[3]), Heard::Bot);
+    }
+
+    #[test]
+    fn a_second_sweep_runs_nothing_more_and_keeps_its_mark() {
+        let comments = [listed(1, "rev-bob", 2_000, 2_000)];
+        let (run, mark) = comments_to_run(None, &HashSet::new(), &comments);
+        assert_eq!((ids(&run), mark), (vec![1], Some(2_000)));
+        // Listed again (since is inclusive): its row says it was taken up.
+        let seen: HashSet<String> = ["comment:1".to_owned()].into();
+        let (run, mark) = comments_to_run(mark, &seen, &comments);
+        assert_eq!((ids(&run), mark), (vec![], Some(2_000)));
+    }
+
+    #[test]
+    fn an_edited_comment_never_runs_by_the_sweep() {
+        let edited = listed(5, "rev-bob", 2_000, 9_000);
+        assert_eq!(comment_heard(None, &HashSet::new(), &edited), Heard::Edited);
+        let (run, mark) = comments_to_run(None, &HashSet::new(), std::slice::from_ref(&edited));
+        assert!(run.is_empty());
+        assert_eq!(mark, Some(9_000), "read past it");
+    }
+
+    #[test]
+    fn comments_before_the_mark_are_the_webhooks_and_undated_ones_never_run() {
+        // Listed because it was edited after the mark; written before it.
+        let old = listed(6, "rev-bob", 1_000, 8_000);
+        assert_eq!(
+            comment_heard(Some(5_000), &HashSet::new(), &old),
+            Heard::Before
+        );
+        let mut undated = listed(7, "rev-bob", 0, 0);
+        undated.created_at = None;
+        undated.updated_at = None;
+        assert_eq!(
+            comment_heard(None, &HashSet::new(), &undated),
+            Heard::Undated
+        );
+        // A comment from the mark's own second is new.
+        let same = listed(8, "rev-bob", 5_000, 5_000);
+        assert_eq!(
+            comment_heard(Some(5_000), &HashSet::new(), &same),
+            Heard::Run
+        );
+        let listed = [old, undated, same];
+        let (run, mark) = comments_to_run(Some(5_000), &HashSet::new(), &listed);
+        assert_eq!((ids(&run), mark), (vec![8], Some(8_000)));
     }
 }

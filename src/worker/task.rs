@@ -4,7 +4,7 @@
 use crate::forge::{
     CommitSha, Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState, User,
 };
-use crate::store::{NewJob, PrHead};
+use crate::store::{NewJob, Once, PrHead};
 use serde::{Deserialize, Serialize};
 
 /// Attempts before a job is dead-lettered with its last error.
@@ -86,8 +86,51 @@ impl Task {
             queue_key: queue_key(&self.repo().id, self.pr_number()),
             payload: serde_json::to_value(&self).expect("a task always serialises"),
             max_attempts: MAX_ATTEMPTS,
+            once: self.once(),
         }
     }
+
+    /// Comments and review states run once whichever path finds them first.
+    fn once(&self) -> Option<Once> {
+        let (repo, pr, source) = match self {
+            Task::Comment {
+                repo,
+                pr,
+                comment_id,
+                ..
+            } => (repo, pr, comment_source(*comment_id)),
+            Task::Review {
+                repo,
+                pr,
+                review_id,
+                state,
+                ..
+            } => (repo, pr, review_source(*review_id, *state)),
+            _ => return None,
+        };
+        Some(Once {
+            repo: repo.id.clone(),
+            pr: *pr,
+            source,
+        })
+    }
+}
+
+/// The `commands_seen` key of a comment.
+pub fn comment_source(id: u64) -> String {
+    format!("comment:{id}")
+}
+
+/// The `commands_seen` key of a review in a state: a review approved and
+/// later dismissed is taken up once in each.
+pub fn review_source(id: u64, state: ReviewState) -> String {
+    let state = match state {
+        ReviewState::Approved => "approved",
+        ReviewState::ChangesRequested => "changes-requested",
+        ReviewState::Commented => "commented",
+        ReviewState::Dismissed => "dismissed",
+    };
+    format!("review:{id}:{state}")
 }
 
 /// Jobs with one key run one at a time: one pull request's jobs, in order.

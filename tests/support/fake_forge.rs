@@ -109,6 +109,9 @@ pub struct FakeComment {
     pub body: String,
     pub author: String,
     pub author_is_bot: bool,
+    pub created_at: SystemTime,
+    /// Later than `created_at` once the comment was edited.
+    pub updated_at: SystemTime,
 }
 
 #[derive(Debug, Clone)]
@@ -409,8 +412,40 @@ impl FakeForge {
                 body: body.to_owned(),
                 author: author.to_owned(),
                 author_is_bot: author.ends_with("[bot]"),
+                created_at: SystemTime::now(),
+                updated_at: SystemTime::now(),
             });
             id
+        })
+    }
+
+    /// A comment by `author` that said `first` and was edited (a second
+    /// later) to say `body`; returns its id.
+    pub fn add_edited_comment(
+        &self,
+        repo: &RepoHandle,
+        pr: u64,
+        author: &str,
+        first: &str,
+        body: &str,
+    ) -> u64 {
+        let id = self.add_comment(repo, pr, author, first);
+        self.edit_comment(repo, id, body);
+        id
+    }
+
+    /// Its author edits comment `id` to say `body` (a second or more after
+    /// it was written, as the forges date to the second).
+    pub fn edit_comment(&self, repo: &RepoHandle, id: u64, body: &str) {
+        self.with(|s| {
+            let comment = s
+                .repo_of(repo)
+                .comments
+                .iter_mut()
+                .find(|c| c.id == id)
+                .expect("a comment to edit");
+            comment.body = body.to_owned();
+            comment.updated_at = SystemTime::now().max(comment.created_at + Duration::from_secs(1));
         })
     }
 
@@ -858,9 +893,36 @@ fn github_comment(state: &mut State, full_name: &str, c: &FakeComment) -> Value 
         "body": c.body,
         "user": github_user(&c.author, user_id, c.author_is_bot),
         "author_association": if c.author_is_bot { "NONE" } else { "MEMBER" },
-        "created_at": "2026-01-01T00:00:00Z",
-        "updated_at": "2026-01-01T00:00:00Z",
+        "created_at": rfc3339(c.created_at),
+        "updated_at": rfc3339(c.updated_at),
     })
+}
+
+/// The `since` query parameter (ISO 8601 `YYYY-MM-DDTHH:MM:SSZ`), read as
+/// both forges document it: comments updated at or after that time.
+fn since_filter(req: &Request) -> Result<Option<String>, Response> {
+    let Some(since) = req.query.get("since") else {
+        return Ok(None);
+    };
+    let since = since.replace("%3A", ":").replace("%3a", ":");
+    let b = since.as_bytes();
+    let shaped = b.len() == 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b'Z';
+    if !shaped {
+        return Err(unprocessable(format!(
+            "since `{since}` is not an ISO 8601 time"
+        )));
+    }
+    Ok(Some(since))
+}
+
+fn updated_since(c: &FakeComment, since: Option<&String>) -> bool {
+    since.is_none_or(|since| rfc3339(c.updated_at) >= *since)
 }
 
 fn check_run_json(full_name: &str, run: &FakeCheckRun) -> Value {
@@ -963,6 +1025,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(30)
                 .clamp(1, 100);
+            let since = since_filter(req)?;
             let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
             if !repo.prs.iter().any(|p| p.number == pr) {
                 return Err(not_found());
@@ -970,7 +1033,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
             let page_items: Vec<FakeComment> = repo
                 .comments
                 .iter()
-                .filter(|c| c.pr == pr)
+                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
                 .skip((page - 1) * per_page)
                 .take(per_page)
                 .cloned()
@@ -1003,6 +1066,8 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 body,
                 author: GITHUB_BOT_LOGIN.into(),
                 author_is_bot: true,
+                created_at: SystemTime::now(),
+                updated_at: SystemTime::now(),
             };
             repo.comments.push(comment.clone());
             Ok(answer(201, github_comment(state, full_name, &comment)))
@@ -1026,6 +1091,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 ));
             }
             comment.body = body;
+            comment.updated_at = SystemTime::now();
             let comment = comment.clone();
             Ok(answer(200, github_comment(state, full_name, &comment)))
         }
@@ -1192,8 +1258,8 @@ fn forgejo_comment(state: &mut State, full_name: &str, c: &FakeComment) -> Value
         "original_author": "",
         "original_author_id": 0,
         "assets": [],
-        "created_at": "2026-01-01T00:00:00Z",
-        "updated_at": "2026-01-01T00:00:00Z",
+        "created_at": rfc3339(c.created_at),
+        "updated_at": rfc3339(c.updated_at),
     })
 }
 
@@ -1231,11 +1297,12 @@ fn forgejo_repo(
     match (req.method, path) {
         ("GET", ["issues", pr, "comments"]) => {
             let pr = number(pr)?;
+            let since = since_filter(req)?;
             let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
             let items: Vec<FakeComment> = repo
                 .comments
                 .iter()
-                .filter(|c| c.pr == pr)
+                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
                 .cloned()
                 .collect();
             let items: Vec<Value> = items
@@ -1261,6 +1328,8 @@ fn forgejo_repo(
                 body,
                 author: login.to_owned(),
                 author_is_bot: false,
+                created_at: SystemTime::now(),
+                updated_at: SystemTime::now(),
             };
             repo.comments.push(comment.clone());
             Ok(answer(201, forgejo_comment(state, full_name, &comment)))
@@ -1284,6 +1353,7 @@ fn forgejo_repo(
                 ));
             }
             comment.body = body;
+            comment.updated_at = SystemTime::now();
             let comment = comment.clone();
             Ok(answer(200, forgejo_comment(state, full_name, &comment)))
         }
