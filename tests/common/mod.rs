@@ -116,20 +116,7 @@ impl Example {
     }
 
     pub fn git(&self, args: &[&str]) -> Output {
-        Command::new("git")
-            .arg("-C")
-            .arg(&self.repo)
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "Test")
-            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-            .env("GIT_COMMITTER_NAME", "Test")
-            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-            .env("GIT_AUTHOR_DATE", "2026-01-02T00:00:00Z")
-            .env("GIT_COMMITTER_DATE", "2026-01-02T00:00:00Z")
-            .output()
-            .unwrap()
+        git_in(&self.repo, args)
     }
 
     /// Commits `files` (path → content, `None` deletes) on a new branch `name` made from `from`.
@@ -250,4 +237,23 @@ impl Example {
             .matches("worktree ")
             .count()
     }
+}
+
+/// Runs git in `repo` with no user or system config and fixed identities and
+/// dates, so the same files always make the same commits.
+pub fn git_in(repo: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .env("GIT_AUTHOR_DATE", "2026-01-02T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-02T00:00:00Z")
+        .output()
+        .unwrap()
 }

@@ -103,20 +103,7 @@ impl TfExample {
     }
 
     fn git(&self, args: &[&str]) -> Output {
-        Command::new("git")
-            .arg("-C")
-            .arg(&self.repo)
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "Test")
-            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-            .env("GIT_COMMITTER_NAME", "Test")
-            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-            .env("GIT_AUTHOR_DATE", "2026-01-02T00:00:00Z")
-            .env("GIT_COMMITTER_DATE", "2026-01-02T00:00:00Z")
-            .output()
-            .unwrap()
+        super::common::git_in(&self.repo, args)
     }
 
     fn commit(&self, message: &str) {
