@@ -53,6 +53,14 @@ pub static FORGE_RATE_LIMIT_REMAINING: Gauge = Gauge::new(
     "wavegate_forge_rate_limit_remaining",
     "Requests left in the forge's rate-limit window, from the last answer's x-ratelimit-remaining.",
 );
+pub static SWEEP_REQUESTS: Counter = Counter::new(
+    "wavegate_sweep_requests_total",
+    "Forge requests made by reconciliation sweeps, by answer: `counted` (answered in full, against the budget) or `not_modified` (304, free on GitHub).",
+);
+pub static SWEEP_LAST: Gauge = Gauge::new(
+    "wavegate_sweep_last",
+    "The last reconciliation sweep: its counted requests (`of=requests`), its 304s (`of=not_modified`) and the repositories it left for the next sweep to keep the budget's reserve (`of=deferred`).",
+);
 pub static QUEUE_DEPTH: Gauge = Gauge::new(
     "wavegate_queue_depth",
     "Jobs queued or running, read from the store at scrape time.",
@@ -100,6 +108,11 @@ impl Counter {
 
     pub fn inc(&self, labels: Labels<'_>) {
         self.add_in(global(), labels, 1.0);
+    }
+
+    pub fn inc_by(&self, labels: Labels<'_>, count: usize) {
+        #[allow(clippy::cast_precision_loss)]
+        self.add_in(global(), labels, count as f64);
     }
 
     pub fn add_in(&self, registry: &Registry, labels: Labels<'_>, value: f64) {

@@ -263,3 +263,116 @@ async fn an_approval_taken_up_by_the_sweep_binds_to_the_report_before_it_was_wri
     );
     bot.assert_conformant();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_repository_is_swept_on_304s_that_spend_no_budget() {
+    let mut bot = Bot::reconciling().await;
+    let (repo, _pr, _digest) = planned(&mut bot, 1).await;
+    let installation = repo.installation.unwrap();
+    bot.after_sweeps(2).await;
+
+    // Nothing changes: every listing is answered 304, and GitHub's budget
+    // does not move.
+    let (spent, not_modified) = (
+        bot.forge.budget_used(installation),
+        bot.forge.not_modified(),
+    );
+    bot.after_sweeps(3).await;
+    assert_eq!(bot.forge.budget_used(installation), spent);
+    assert!(
+        bot.forge.not_modified() >= not_modified + 6,
+        "two listings a sweep, each a 304: {} then {}",
+        not_modified,
+        bot.forge.not_modified()
+    );
+    let metrics = reqwest::get(bot.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("wavegate_sweep_last{of=\"requests\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("wavegate_sweep_last{of=\"not_modified\"} 2"),
+        "{metrics}"
+    );
+
+    // A comment changes the comment listing: one page is read in full,
+    // and the one after is a 304 again.
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    bot.until("a sweep takes the approval up", || async {
+        (!bot.reactions(&repo, id).is_empty()).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_leaves_the_budgets_reserve_to_jobs_until_the_window_resets() {
+    let mut bot = Bot::start_with(&[
+        ("WAVEGATE_RECONCILE_EVERY", "1s"),
+        ("WAVEGATE_RECONCILE_BUDGET", "50%"),
+    ])
+    .await;
+    let (repo, pr, _digest) = planned(&mut bot, 1).await;
+    let installation = repo.installation.unwrap();
+    let spent = bot.forge.budget_used(installation);
+    assert!(spent >= 5, "planning spent {spent} requests");
+
+    // The installation's hour is 10 requests and it has spent over half:
+    // the rest is the jobs', and sweeps leave the repository be.
+    bot.forge
+        .set_rate_window(10, std::time::Duration::from_secs(10));
+    bot.until("a sweep leaves the repository for later", || async {
+        bot.log().contains("deferred=1").then_some(())
+    })
+    .await;
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    bot.after_sweeps(2).await;
+    assert!(bot.reactions(&repo, id).is_empty(), "the comment waits");
+
+    // The window resets: the next sweep takes the approval up.
+    bot.until("a sweep takes the approval up", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applies_prod() {
+    let mut bot = Bot::reconciling().await;
+    let (repo, _pr, _digest) = planned(&mut bot, 1).await;
+    bot.comment(&repo, 1, "rev-bob", "/approve").await;
+    let merged = bot.merge(&repo, 1, "change");
+    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
+        .await;
+    bot.until("dev applies and prod waits", || async {
+        (bot.applies_run() == ["app@dev"]).then_some(())
+    })
+    .await;
+    bot.settle().await;
+
+    // rev-bob approves prod on the merged pull request; the delivery is lost.
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve prod");
+    bot.until("a sweep takes the approval up and prod applies", || async {
+        bot.applies_run()
+            .iter()
+            .any(|m| m.ends_with("@prod"))
+            .then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("comment").await, 2, "taken up once");
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}

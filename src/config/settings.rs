@@ -67,6 +67,9 @@ pub struct Settings {
     /// How often open pull requests and unfinished apply runs are
     /// reconciled with the forges (also once at start); None: never.
     pub reconcile_every: Option<std::time::Duration>,
+    /// The share (0–1] of a forge's request budget a sweep may spend
+    /// (`WAVEGATE_RECONCILE_BUDGET`, default 50%).
+    pub reconcile_budget: f64,
     /// How plan, apply and outputs commands are isolated (`WAVEGATE_SANDBOX*`).
     pub sandbox: crate::sandbox::SandboxSettings,
     /// How soon an apply answered `held` is tried again (`WAVEGATE_HELD_RETRY`).
@@ -119,6 +122,21 @@ fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
             .map(Some)
             .with_context(|| format!("WAVEGATE_RECONCILE_EVERY=`{text}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile")),
     }
+}
+
+/// Reads `WAVEGATE_RECONCILE_BUDGET` (unset: 50%): a percentage from 1 to
+/// 100, with or without its `%`.
+fn reconcile_budget(value: Option<&str>) -> Result<f64> {
+    let Some(text) = value else {
+        return Ok(crate::worker::reconcile::DEFAULT_BUDGET_SHARE);
+    };
+    text.trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| (1.0..=100.0).contains(p))
+        .map(|percent| percent / 100.0)
+        .with_context(|| format!("WAVEGATE_RECONCILE_BUDGET=`{text}` is not a share of the forge's request budget; write a percentage from 1 to 100, like `50%`"))
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -189,6 +207,7 @@ impl Settings {
             None => std::time::Duration::from_secs(300),
         };
         let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
+        let reconcile_budget = reconcile_budget(var("WAVEGATE_RECONCILE_BUDGET").as_deref())?;
         let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
         let sandbox = crate::sandbox::SandboxSettings::from_lookup(&get)?;
         let held_retry = match var("WAVEGATE_HELD_RETRY") {
@@ -224,6 +243,7 @@ impl Settings {
             job_lease,
             log_format,
             reconcile_every,
+            reconcile_budget,
             sandbox,
             held_retry,
             ledger_key,
@@ -249,6 +269,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "WAVEGATE_LOG",
     "WAVEGATE_LOG_FORMAT",
     "WAVEGATE_PUBLIC_URL",
+    "WAVEGATE_RECONCILE_BUDGET",
     "WAVEGATE_RECONCILE_EVERY",
     "WAVEGATE_SANDBOX",
     "WAVEGATE_SANDBOX_APPLY_WRITE",
@@ -431,6 +452,16 @@ mod tests {
         assert_eq!(every("2m").unwrap().reconcile_every, minutes(2));
         assert_eq!(every("OFF").unwrap().reconcile_every, None);
         assert_eq!(every("0").unwrap().reconcile_every, None);
+        let budget = |v: &str| settings(&[("WAVEGATE_RECONCILE_BUDGET", v)]);
+        assert_eq!(settings(&[]).unwrap().reconcile_budget, 0.5);
+        assert_eq!(budget("80%").unwrap().reconcile_budget, 0.8);
+        assert_eq!(budget("25").unwrap().reconcile_budget, 0.25);
+        for bad in ["0", "101%", "half"] {
+            assert_eq!(
+                budget(bad).unwrap_err().to_string(),
+                format!("WAVEGATE_RECONCILE_BUDGET=`{bad}` is not a share of the forge's request budget; write a percentage from 1 to 100, like `50%`")
+            );
+        }
         for bad in ["5", "500ms", "soon", "-1m"] {
             let e = every(bad).unwrap_err().to_string();
             assert_eq!(

@@ -5,6 +5,7 @@
 
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
+use super::listing::{ListedComment, ListedPull, Page, RateBudget};
 use super::{CommitSha, PrNumber, PrState, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use crate::report::REPORT_MARKER;
@@ -259,6 +260,44 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => c.pull_request(repo, pr).await,
             ForgeClient::Forgejo(c) => c.pull_request(repo, pr).await,
+        }
+    }
+
+    /// One page (from 1) of the repository's open pull requests, asked for
+    /// with the `ETag` of the last answer for that page.
+    pub async fn open_pulls_page(
+        &self,
+        repo: &RepoRef,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedPull>> {
+        match self {
+            ForgeClient::GitHub(c) => c.open_pulls_page(repo, page, etag).await,
+            ForgeClient::Forgejo(c) => c.open_pulls_page(repo, page, etag).await,
+        }
+    }
+
+    /// One page (from 1) of the comments on the repository's issues and
+    /// pull requests updated at or after `since` (unix ms, to the second).
+    pub async fn repo_comments_page(
+        &self,
+        repo: &RepoRef,
+        since: Option<i64>,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedComment>> {
+        match self {
+            ForgeClient::GitHub(c) => c.repo_comments_page(repo, since, page, etag).await,
+            ForgeClient::Forgejo(c) => c.repo_comments_page(repo, since, page, etag).await,
+        }
+    }
+
+    /// The request budget the forge last stated for `repo`'s credentials
+    /// (GitHub: its installation's); None where the forge states none.
+    pub async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
+        match self {
+            ForgeClient::GitHub(c) => c.rate_budget(repo).await,
+            ForgeClient::Forgejo(_) => Ok(None),
         }
     }
 

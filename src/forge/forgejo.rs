@@ -3,6 +3,7 @@
 //! Every call goes through the shared retry wrapper.
 
 use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
+use super::listing::{self, ListedComment, ListedPull, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -11,6 +12,9 @@ use anyhow::{anyhow, Context, Result};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
+
+/// Items per page of a listing: Forgejo's default `MAX_RESPONSE_ITEMS`.
+const PAGE_LIMIT: usize = 50;
 
 pub struct ForgejoClient {
     api: String,
@@ -51,6 +55,17 @@ impl ForgejoClient {
     }
 
     async fn call(&self, method: Method, route: &str, body: Option<&Value>) -> Result<Reply> {
+        self.call_if(method, route, body, None).await
+    }
+
+    /// [`Self::call`], sent with `If-None-Match: if_none_match` when given.
+    async fn call_if(
+        &self,
+        method: Method,
+        route: &str,
+        body: Option<&Value>,
+        if_none_match: Option<&str>,
+    ) -> Result<Reply> {
         let call = format!("{method} /api/v1{route}");
         let url = format!("{}{route}", self.api);
         // A create that timed out may have happened: sending it again could
@@ -74,6 +89,9 @@ impl ForgejoClient {
                     .header("accept", "application/json");
                 if let Some(body) = body {
                     request = request.json(body);
+                }
+                if let Some(tag) = if_none_match {
+                    request = request.header("if-none-match", tag);
                 }
                 let response = request.send().await.map_err(transport_failure)?;
                 let status = response.status().as_u16();
@@ -125,20 +143,88 @@ impl ForgejoClient {
         let call = format!("GET /api/v1{route}");
         let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
         let comments: Vec<WireComment> = reply.json(&call)?;
-        Ok(comments
+        Ok(comments.into_iter().map(|c| c.into_comment(&me)).collect())
+    }
+
+    /// One page of the repository's open pull requests, oldest first.
+    pub async fn open_pulls_page(
+        &self,
+        repo: &RepoRef,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedPull>> {
+        let route = format!(
+            "/repos/{}/pulls?state=open&sort=oldest&limit={PAGE_LIMIT}&page={page}",
+            repo.id.full_name
+        );
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call_if(Method::GET, &route, None, etag).await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let items = reply
+            .json::<Vec<WirePull<WireUser>>>(&call)?
             .into_iter()
-            .map(|c| {
-                let author = c.user.into_user();
-                Comment {
-                    id: c.id,
-                    body: c.body,
-                    ours: author.login == me,
-                    author,
-                    created_at: c.created_at.as_deref().and_then(unix_ms),
-                    updated_at: c.updated_at.as_deref().and_then(unix_ms),
-                }
+            .map(|wire| wire.into_listed(&call))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Page::Fresh {
+            more: more || items.len() >= PAGE_LIMIT,
+            items,
+            etag,
+        })
+    }
+
+    /// One page of the comments on the repository's issues and pull
+    /// requests updated at or after `since` (unix ms).
+    pub async fn repo_comments_page(
+        &self,
+        repo: &RepoRef,
+        since: Option<i64>,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedComment>> {
+        let me = self.me().await?.login.clone();
+        let since = since.map_or_else(String::new, |t| format!("&since={}", since_param(t)));
+        let route = format!(
+            "/repos/{}/issues/comments?limit={PAGE_LIMIT}&page={page}{since}",
+            repo.id.full_name
+        );
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call_if(Method::GET, &route, None, etag).await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let batch: Vec<WireComment> = reply.json(&call)?;
+        let full = batch.len() >= PAGE_LIMIT;
+        let items = batch
+            .into_iter()
+            .filter_map(|c| {
+                let url = [&c.pull_request_url, &c.issue_url]
+                    .into_iter()
+                    .flatten()
+                    .find(|u| !u.is_empty())?;
+                let pr = listing::number_from_url(url)?;
+                Some(ListedComment {
+                    pr,
+                    comment: c.into_comment(&me),
+                })
             })
-            .collect())
+            .collect();
+        Ok(Page::Fresh {
+            items,
+            etag,
+            more: more || full,
+        })
     }
 
     pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
@@ -279,6 +365,25 @@ struct WireComment {
     created_at: Option<String>,
     #[serde(default)]
     updated_at: Option<String>,
+    #[serde(default)]
+    issue_url: Option<String>,
+    #[serde(default)]
+    pull_request_url: Option<String>,
+}
+
+impl WireComment {
+    /// `me`: the bot user's login (its comments are ours).
+    fn into_comment(self, me: &str) -> Comment {
+        let author = self.user.into_user();
+        Comment {
+            id: self.id,
+            body: self.body,
+            ours: author.login == me,
+            author,
+            created_at: self.created_at.as_deref().and_then(unix_ms),
+            updated_at: self.updated_at.as_deref().and_then(unix_ms),
+        }
+    }
 }
 
 impl From<WireUser> for User {

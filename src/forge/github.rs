@@ -8,6 +8,7 @@
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
 use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
+use super::listing::{self, ListedComment, ListedPull, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -62,6 +63,8 @@ pub struct GitHubClient {
     /// `owner/name` → installation, learned from `GET /repos/{o}/{r}/installation`.
     repo_installations: Mutex<HashMap<String, u64>>,
     bot_login: tokio::sync::OnceCell<String>,
+    /// Each installation's budget as GitHub's latest answer to it stated.
+    budgets: Mutex<HashMap<u64, RateBudget>>,
 }
 
 impl std::fmt::Debug for GitHubClient {
@@ -92,6 +95,7 @@ impl GitHubClient {
             installations: Mutex::new(HashMap::new()),
             repo_installations: Mutex::new(HashMap::new()),
             bot_login: tokio::sync::OnceCell::new(),
+            budgets: Mutex::new(HashMap::new()),
         })
     }
 
@@ -184,7 +188,7 @@ impl GitHubClient {
         }
         let route = format!("/app/installations/{}/access_tokens", installation.id);
         let call = format!("POST {route}");
-        let reply = attempt(&self.app, Verb::Post, &route, None).await?;
+        let reply = attempt(&self.app, Verb::Post, &route, None, None).await?;
         if reply.status >= 400 {
             let (status, headers) = (reply.status, reply.headers.clone());
             let error = reply.success(&call).unwrap_err();
@@ -206,7 +210,7 @@ impl GitHubClient {
     async fn send(&self, verb: Verb, route: &str, body: Option<&Value>) -> Result<Reply> {
         let call = format!("{} {route}", verb.as_str());
         send_with_retry(&self.policy, &call, || {
-            attempt(&self.app, verb, route, body)
+            attempt(&self.app, verb, route, body, None)
         })
         .await
     }
@@ -218,6 +222,19 @@ impl GitHubClient {
         verb: Verb,
         route: &str,
         body: Option<&Value>,
+    ) -> Result<Reply> {
+        self.repo_call_if(repo, verb, route, body, None).await
+    }
+
+    /// [`Self::repo_call`], a GET sent with `If-None-Match: if_none_match`
+    /// when given; the budget the answer states is kept.
+    async fn repo_call_if(
+        &self,
+        repo: &RepoRef,
+        verb: Verb,
+        route: &str,
+        body: Option<&Value>,
+        if_none_match: Option<&str>,
     ) -> Result<Reply> {
         let installation = self.installation(repo).await?;
         let call = format!("{} {route}", verb.as_str());
@@ -240,9 +257,12 @@ impl GitHubClient {
                     .app
                     .user_access_token(token.expose().to_owned())
                     .map_err(failure)?;
-                attempt(&crab, verb, route, body).await
+                attempt(&crab, verb, route, body, if_none_match).await
             })
             .await?;
+            if let Some(budget) = RateBudget::from_headers(&reply.headers) {
+                self.budgets.lock().unwrap().insert(installation.id, budget);
+            }
             let used = used.into_inner().unwrap();
             if reply.status == 401 && rejected.is_none() && used.is_some() {
                 rejected = used;
@@ -361,6 +381,92 @@ impl GitHubClient {
             .into_pull_request(&call)
     }
 
+    /// The budget GitHub last stated for the installation serving `repo`.
+    pub async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
+        let id = self.installation_id(repo).await?;
+        Ok(self.budgets.lock().unwrap().get(&id).copied())
+    }
+
+    /// One page of the repository's open pull requests, oldest first.
+    pub async fn open_pulls_page(
+        &self,
+        repo: &RepoRef,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedPull>> {
+        let route = format!(
+            "/repos/{}/pulls?state=open&sort=created&direction=asc&per_page={PER_PAGE}&page={page}",
+            repo.id.full_name
+        );
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call_if(repo, Verb::Get, &route, None, etag)
+            .await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let items = reply
+            .json::<Vec<WirePull<WireUser>>>(&call)?
+            .into_iter()
+            .map(|wire| wire.into_listed(&call))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Page::Fresh {
+            more: more || items.len() >= PER_PAGE,
+            items,
+            etag,
+        })
+    }
+
+    /// One page of the comments on the repository's issues and pull
+    /// requests updated at or after `since` (unix ms), oldest update first.
+    pub async fn repo_comments_page(
+        &self,
+        repo: &RepoRef,
+        since: Option<i64>,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedComment>> {
+        let since = since.map_or_else(String::new, |t| format!("&since={}", since_param(t)));
+        let route = format!(
+            "/repos/{}/issues/comments?sort=updated&direction=asc&per_page={PER_PAGE}&page={page}{since}",
+            repo.id.full_name
+        );
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call_if(repo, Verb::Get, &route, None, etag)
+            .await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let batch: Vec<WireComment> = reply.json(&call)?;
+        let full = batch.len() >= PER_PAGE;
+        let bot = self.bot_login().await?;
+        let items = batch
+            .into_iter()
+            .filter_map(|wire| {
+                let pr = listing::number_from_url(wire.issue_url.as_deref()?)?;
+                let mut comment = wire.into_comment();
+                comment.ours = comment.author.login == bot;
+                Some(ListedComment { pr, comment })
+            })
+            .collect();
+        Ok(Page::Fresh {
+            items,
+            etag,
+            more: more || full,
+        })
+    }
+
     /// `GET /orgs/{org}/teams/{team}/memberships/{user}`: an active membership.
     pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
         #[derive(Deserialize)]
@@ -421,9 +527,10 @@ async fn attempt(
     verb: Verb,
     route: &str,
     body: Option<&Value>,
+    if_none_match: Option<&str>,
 ) -> Result<Reply, Failure> {
     let exchange = Exchange::start(ForgeKind::GitHub);
-    let outcome = send_once(crab, verb, route, body).await;
+    let outcome = send_once(crab, verb, route, body, if_none_match).await;
     exchange.finish(&outcome);
     outcome
 }
@@ -433,9 +540,15 @@ async fn send_once(
     verb: Verb,
     route: &str,
     body: Option<&Value>,
+    if_none_match: Option<&str>,
 ) -> Result<Reply, Failure> {
+    let conditional = if_none_match.and_then(|tag| {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::IF_NONE_MATCH, tag.parse().ok()?);
+        Some(headers)
+    });
     let response = match verb {
-        Verb::Get => crab._get(route).await,
+        Verb::Get => crab._get_with_headers(route, conditional).await,
         Verb::Post => crab._post(route, body).await,
         Verb::Patch => crab._patch(route, body).await,
     }
@@ -566,6 +679,8 @@ impl WireUser {
 #[derive(Deserialize)]
 struct WireComment {
     id: u64,
+    #[serde(default)]
+    issue_url: Option<String>,
     #[serde(default)]
     body: Option<String>,
     user: Option<WireUser>,

@@ -6,6 +6,7 @@ pub mod client;
 pub mod events;
 pub mod forgejo;
 pub mod github;
+pub mod listing;
 pub mod registry;
 pub mod retry;
 pub mod webhook;

@@ -1,6 +1,8 @@
 //! The pull-request shape GitHub's and Forgejo's REST APIs share, read with
 //! our own serde structs; each forge says how it reads a user.
 
+use super::client::unix_ms;
+use super::listing::ListedPull;
 use super::{CommitSha, PrNumber, PrState, PullRequest, User};
 use anyhow::{anyhow, Result};
 use serde::Deserialize;
@@ -32,9 +34,22 @@ pub(super) struct WirePull<U> {
     #[serde(default)]
     merged: bool,
     merge_commit_sha: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
 }
 
 impl<U: Into<User>> WirePull<U> {
+    /// A pull request as a listing shows it (with when it last changed).
+    pub(super) fn into_listed(self, call: &str) -> Result<ListedPull> {
+        let updated_at = self.updated_at.as_deref().and_then(unix_ms);
+        let (pr, state) = self.into_pull_request(call)?;
+        Ok(ListedPull {
+            pr,
+            state,
+            updated_at,
+        })
+    }
+
     /// The pull request and where it stands; `call` names the request in
     /// errors. A merged pull request without a merge commit counts as closed
     /// (as its `closed` webhook would: nothing to apply).

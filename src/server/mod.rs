@@ -187,11 +187,12 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     }
     match settings.reconcile_every {
         Some(every) => {
-            let reconciler = Reconciler {
-                store: store.clone(),
-                forges: forges.clone(),
-                wake: wake.clone(),
-            };
+            let reconciler = Reconciler::new(
+                store.clone(),
+                forges.clone(),
+                wake.clone(),
+                settings.reconcile_budget,
+            );
             tasks.push(tokio::spawn(reconciler.run(every, stopping.clone())));
         }
         None => tracing::info!("reconciliation is off (WAVEGATE_RECONCILE_EVERY=off)"),

@@ -274,6 +274,43 @@ impl Store {
         Ok(row.and_then(|(since,)| since))
     }
 
+    /// Every pull request's comment mark in the repository (open or not).
+    pub async fn comment_marks(&self, repo: &RepoId) -> Result<HashMap<PrNumber, Option<i64>>> {
+        let rows = sqlx::query_as::<_, (i64, Option<i64>)>(
+            "SELECT number, comments_since FROM pull_requests WHERE forge = $1 AND repo = $2",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading how far the comments of {repo} were read"))?;
+        rows.into_iter()
+            .map(|(number, since)| {
+                let number = u64::try_from(number)
+                    .with_context(|| format!("a pull request of {repo} is numbered {number}"))?;
+                Ok((PrNumber(number), since))
+            })
+            .collect()
+    }
+
+    /// Moves every pull request's comment mark in the repository forward to
+    /// `to`: the repository's comments were read up to there.
+    pub async fn advance_repo_comment_marks(&self, repo: &RepoId, to: i64) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE pull_requests SET comments_since = $3
+             WHERE forge = $1 AND repo = $2
+               AND (comments_since IS NULL OR comments_since < $3)",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .bind(to)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording how far the comments of {repo} were read"))?;
+        Ok(())
+    }
+
     /// Moves the mark of how far the comments were read forward to `to`
     /// (never back: replicas sweeping at once may finish in any order).
     pub async fn advance_comments_since(&self, repo: &RepoId, pr: PrNumber, to: i64) -> Result<()> {

@@ -1,17 +1,25 @@
 //! Reconciliation: webhooks get lost (GitHub does not redeliver on its own),
-//! so at start and then periodically every open pull request the store
-//! knows is compared with the forge, and every unfinished apply run with the
-//! queue. A head or base that moved without a webhook is planned, a merge
-//! whose webhook was lost starts its apply run, a pull request closed
-//! without merging is marked closed, and a run that nothing drives any more
-//! (running with no job, or waiting for a lock nobody holds) is resumed.
+//! so at start and then periodically every repository with an open pull
+//! request the store knows (or an unfinished apply run) is listed on the
+//! forge, and every unfinished apply run is compared with the queue. A head
+//! or base that moved without a webhook is planned, a merge whose webhook
+//! was lost starts its apply run, a pull request closed without merging is
+//! marked closed, and a run that nothing drives any more (running with no
+//! job, or waiting for a lock nobody holds) is resumed.
 //!
-//! Each pull request's comments written since the sweep last read them are
-//! read too, and the commands of those no webhook brought are run: a
-//! comment is taken up once, by whichever path records it first
-//! ([`Store::enqueue_once`]), and binds as its webhook would have, by the
-//! comment's own time. An edited comment is never run by the sweep: what it
-//! said when it was written is gone.
+//! A sweep costs requests per repository, not per pull request: its open
+//! pull requests a page at a time, and its comments since the last sweep in
+//! one listing. Each page is asked for with the `ETag` it had last time, so
+//! an unchanged one is a 304 (free on GitHub), and a sweep spends no more
+//! than its share of an installation's budget: past it, the repositories
+//! wait for the next sweep
+//! ([`crate::forge::listing::RateBudget::sweep_may_spend`]).
+//!
+//! The commands of comments no webhook brought are run: a comment is taken
+//! up once, by whichever path records it first ([`Store::enqueue_once`]),
+//! and binds as its webhook would have, by the comment's own time. An
+//! edited comment is never run by the sweep: what it said when it was
+//! written is gone.
 //!
 //! The sweep only enqueues jobs; workers run them. Several replicas may
 //! sweep at once: each enqueue is made only if the pull request's queue is
@@ -22,11 +30,13 @@
 use super::task::{comment_source, queue_key, Task};
 use crate::apply::{RunStatus, Wait};
 use crate::forge::client::{Comment, ForgeClient};
+use crate::forge::listing::{ListedComment, ListedPull, Page};
 use crate::forge::registry::Forges;
-use crate::forge::{CommitSha, PrNumber, PrState, PullRequest, RepoId, RepoRef};
+use crate::forge::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoId, RepoRef};
+use crate::metrics;
 use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
 use anyhow::{Context, Result};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -159,7 +169,7 @@ pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64
 /// What one sweep did, for its log line (one field each).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Sweep {
-    /// Open pull requests asked about.
+    /// Open pull requests compared with the forge.
     pub checked: usize,
     pub planned: usize,
     pub applies_started: usize,
@@ -172,8 +182,65 @@ pub struct Sweep {
     /// Open pull requests of repositories the bot has no way to reach yet
     /// (no job of theirs ran since the upgrade that records them).
     pub unreachable: usize,
+    /// Requests the forges answered in full (they count against the budget).
+    pub requests: usize,
+    /// Requests answered 304, nothing changed (GitHub does not count them).
+    pub not_modified: usize,
+    /// Repositories left for the next sweep: their budget was at the floor
+    /// kept for jobs.
+    pub deferred: usize,
     pub errors: usize,
 }
+
+/// What the sweep remembers of one repository between sweeps: the `ETag`
+/// of each page it listed, so an unchanged page costs a 304.
+#[derive(Debug, Default)]
+struct Listings {
+    /// Per page of open pull requests (index 0 is page 1).
+    pulls: Vec<PullsPage>,
+    /// How far the repository's comments were read (unix ms, the forge's
+    /// clock; None: not yet this run of the server).
+    comments_since: Option<i64>,
+    /// The `since` the comment pages' `ETag`s were given for, and those.
+    comment_etags: Option<(Option<i64>, Vec<Option<String>>)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct PullsPage {
+    etag: Option<String>,
+    items: Vec<ListedPull>,
+    more: bool,
+}
+
+/// The pure choice of the repositories a sweep reads, in order: those the
+/// last sweep left for lack of budget first, then the rest by name.
+pub fn sweep_order(mut repos: Vec<RepoId>, deferred: &HashSet<RepoId>) -> Vec<RepoId> {
+    repos.sort_by(|a, b| {
+        (!deferred.contains(a), a.forge.as_str(), &a.full_name).cmp(&(
+            !deferred.contains(b),
+            b.forge.as_str(),
+            &b.full_name,
+        ))
+    });
+    repos.dedup();
+    repos
+}
+
+/// Where a repository's comment listing starts when the server has not
+/// read it yet: the earliest mark of the pull requests it sweeps for (a
+/// pull request without one: from the start).
+pub fn first_comments_since(marks: &[Option<i64>]) -> Option<i64> {
+    marks
+        .iter()
+        .try_fold(None::<i64>, |earliest, mark| {
+            mark.map(|m| Some(earliest.map_or(m, |e| e.min(m))))
+        })
+        .flatten()
+}
+
+/// Default share of each forge budget a sweep may spend
+/// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
+pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
 
 /// Sweeps the store against the forges; one per server.
 #[derive(Clone)]
@@ -182,9 +249,30 @@ pub struct Reconciler {
     pub forges: Arc<Forges>,
     /// Notified when a job was enqueued.
     pub wake: Arc<Notify>,
+    /// The share (0–1] of a forge's request budget a sweep may spend.
+    pub budget_share: f64,
+    memory: Arc<tokio::sync::Mutex<Memory>>,
+}
+
+/// What sweeps remember between them (lost with the server: the first
+/// sweep after a start asks in full).
+#[derive(Debug, Default)]
+struct Memory {
+    listings: HashMap<RepoId, Listings>,
+    deferred: HashSet<RepoId>,
 }
 
 impl Reconciler {
+    pub fn new(store: Store, forges: Arc<Forges>, wake: Arc<Notify>, budget_share: f64) -> Self {
+        Self {
+            store,
+            forges,
+            wake,
+            budget_share,
+            memory: Arc::default(),
+        }
+    }
+
     /// Sweeps now and then every `every` until `shutdown` turns true (a
     /// sweep in progress is dropped: it only reads and enqueues).
     pub async fn run(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
@@ -214,6 +302,9 @@ impl Reconciler {
                 comments = sweep.comments,
                 busy = sweep.busy,
                 unreachable = sweep.unreachable,
+                requests = sweep.requests,
+                not_modified = sweep.not_modified,
+                deferred = sweep.deferred,
                 errors = sweep.errors,
                 elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 "reconciliation sweep finished"
@@ -222,35 +313,76 @@ impl Reconciler {
         }
     }
 
-    /// One sweep. An error about one pull request or run is logged and
-    /// counted, and the sweep goes on; only failing to read the store ends it.
+    /// One sweep: each repository with an open pull request or an
+    /// unfinished apply run is listed (its open pull requests and the
+    /// comments since the last sweep, a page at a time, conditionally),
+    /// then every unfinished run is looked at. An error about one
+    /// repository, pull request or run is logged and counted, and the sweep
+    /// goes on; only failing to read the store ends it.
     pub async fn sweep(&self) -> Result<Sweep> {
         let mut sweep = Sweep::default();
         let mut busy = self.store.busy_queue_keys().await?;
         let repos = self.store.repositories().await?;
-        for known in self.store.open_prs().await? {
-            let key = queue_key(&known.repo, known.pr);
-            if busy.contains(&key) {
-                sweep.busy += 1;
-                continue;
-            }
-            let Some(repo) = repos.get(&known.repo) else {
+        let open = self.store.open_prs().await?;
+        let runs = self.store.unfinished_apply_runs().await?;
+        let mut open_by_repo: HashMap<RepoId, Vec<PrRecord>> = HashMap::new();
+        for known in open {
+            if repos.contains_key(&known.repo) {
+                open_by_repo
+                    .entry(known.repo.clone())
+                    .or_default()
+                    .push(known);
+            } else {
                 sweep.unreachable += 1;
-                continue;
-            };
-            sweep.checked += 1;
-            if let Err(error) = self.reconcile_pr(repo, &known, &mut sweep, &mut busy).await {
-                sweep.errors += 1;
-                tracing::warn!(
-                    repo = %known.repo,
-                    pr = known.pr.0,
-                    "reconciling pull request {}{} failed: {error:#}",
-                    known.repo,
-                    known.pr
-                );
             }
         }
-        for run in self.store.unfinished_apply_runs().await? {
+        let mut run_prs: HashMap<RepoId, HashSet<PrNumber>> = HashMap::new();
+        for run in &runs {
+            run_prs
+                .entry(run.repo.id.clone())
+                .or_default()
+                .insert(run.pr);
+        }
+        let ids: Vec<RepoId> = open_by_repo
+            .keys()
+            .chain(run_prs.keys())
+            .filter(|id| repos.contains_key(*id))
+            .cloned()
+            .collect();
+        let mut memory = self.memory.lock().await;
+        let order = sweep_order(ids, &memory.deferred);
+        let mut deferred = HashSet::new();
+        let mut spent: HashSet<(ForgeKind, Option<u64>)> = HashSet::new();
+        let now = chrono::Utc::now().timestamp();
+        for id in order {
+            let repo = &repos[&id];
+            let client = self.forges.client(id.forge)?;
+            let installation = repo.installation;
+            let budget = client.rate_budget(repo).await.unwrap_or(None);
+            if spent.contains(&(id.forge, installation))
+                || budget.is_some_and(|b| !b.sweep_may_spend(self.budget_share, now))
+            {
+                spent.insert((id.forge, installation));
+                deferred.insert(id.clone());
+                sweep.deferred += 1;
+                continue;
+            }
+            let known = open_by_repo.remove(&id).unwrap_or_default();
+            let with_runs = run_prs.remove(&id).unwrap_or_default();
+            let listings = memory.listings.entry(id.clone()).or_default();
+            if let Err(error) = self
+                .sweep_repo(
+                    &client, repo, &known, &with_runs, listings, &mut sweep, &mut busy,
+                )
+                .await
+            {
+                sweep.errors += 1;
+                tracing::warn!(repo = %id, "reconciling the repository {id} failed: {error:#}");
+            }
+        }
+        memory.deferred = deferred;
+        drop(memory);
+        for run in runs {
             if busy.contains(&queue_key(&run.repo.id, run.pr)) {
                 sweep.busy += 1;
                 continue;
@@ -267,24 +399,125 @@ impl Reconciler {
                 );
             }
         }
+        metrics::SWEEP_REQUESTS.inc_by(&[("answer", "counted")], sweep.requests);
+        metrics::SWEEP_REQUESTS.inc_by(&[("answer", "not_modified")], sweep.not_modified);
+        for (of, count) in [
+            ("requests", sweep.requests),
+            ("not_modified", sweep.not_modified),
+            ("deferred", sweep.deferred),
+        ] {
+            #[allow(clippy::cast_precision_loss)]
+            metrics::SWEEP_LAST.set(&[("of", of)], count as f64);
+        }
         Ok(sweep)
+    }
+
+    /// One repository: its open pull requests the store knows, compared
+    /// with the forge's listing, and the comments since the last sweep.
+    #[allow(clippy::too_many_arguments)]
+    async fn sweep_repo(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        known: &[PrRecord],
+        with_runs: &HashSet<PrNumber>,
+        listings: &mut Listings,
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
+        let listed = if known.is_empty() {
+            HashMap::new()
+        } else {
+            self.list_open_pulls(client, repo, listings, sweep)
+                .await
+                .context("listing its open pull requests")?
+        };
+        let mut swept: HashSet<PrNumber> = with_runs.clone();
+        for pr in known {
+            swept.insert(pr.pr);
+            if busy.contains(&queue_key(&pr.repo, pr.pr)) {
+                sweep.busy += 1;
+                continue;
+            }
+            sweep.checked += 1;
+            if let Err(error) = self
+                .reconcile_pr(client, repo, pr, listed.get(&pr.pr), sweep, busy)
+                .await
+            {
+                sweep.errors += 1;
+                tracing::warn!(
+                    repo = %pr.repo,
+                    pr = pr.pr.0,
+                    "reconciling pull request {}{} failed: {error:#}",
+                    pr.repo,
+                    pr.pr
+                );
+            }
+        }
+        self.sweep_comments(client, repo, &swept, listings, sweep, busy)
+            .await
+            .context("reading its comments")
+    }
+
+    /// Every open pull request of the repository by number, page by page,
+    /// each page asked for with the `ETag` it had last time.
+    async fn list_open_pulls(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        listings: &mut Listings,
+        sweep: &mut Sweep,
+    ) -> Result<HashMap<PrNumber, ListedPull>> {
+        let mut pages = Vec::new();
+        for page in 1u32.. {
+            let index = usize::try_from(page - 1)?;
+            let cached = listings.pulls.get(index);
+            let etag = cached.and_then(|cached| cached.etag.as_deref());
+            let fetched = match client.open_pulls_page(repo, page, etag).await? {
+                Page::NotModified => {
+                    sweep.not_modified += 1;
+                    cached.cloned().unwrap_or_default()
+                }
+                Page::Fresh { items, etag, more } => {
+                    sweep.requests += 1;
+                    PullsPage { etag, items, more }
+                }
+            };
+            let more = fetched.more;
+            pages.push(fetched);
+            if !more {
+                break;
+            }
+        }
+        listings.pulls = pages;
+        Ok(listings
+            .pulls
+            .iter()
+            .flat_map(|page| &page.items)
+            .map(|listed| (listed.pr.number, listed.clone()))
+            .collect())
     }
 
     async fn reconcile_pr(
         &self,
+        client: &ForgeClient,
         repo: &RepoRef,
         known: &PrRecord,
+        listed: Option<&ListedPull>,
         sweep: &mut Sweep,
         busy: &mut HashSet<String>,
     ) -> Result<()> {
-        let client = self.forges.client(repo.id.forge)?;
-        let (pr, state) = client
-            .pull_request_state(repo, known.pr)
-            .await
-            .context("asking the forge")?;
-        self.sweep_comments(&client, repo, known.pr, sweep, busy)
-            .await
-            .context("reading its comments")?;
+        let (pr, state) = match listed {
+            Some(listed) => (listed.pr.clone(), listed.state.clone()),
+            // Not among the open ones: asked alone, to learn how it ended.
+            None => {
+                sweep.requests += 1;
+                client
+                    .pull_request_state(repo, known.pr)
+                    .await
+                    .context("asking the forge")?
+            }
+        };
         let has_run = matches!(state, PrState::Merged { .. })
             && self.store.apply_run(&repo.id, known.pr).await?.is_some();
         let Some(action) = reconcile_decision(known, &pr, &state, has_run) else {
@@ -348,28 +581,109 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Reads the comments written since the mark and enqueues, once, the
-    /// commands of those no webhook brought; the mark moves only when all
-    /// of them are enqueued (or found taken up).
+    /// Reads the repository's comments written since the last sweep (one
+    /// listing for all its pull requests) and enqueues, once, the commands
+    /// of those on `swept` pull requests that no webhook brought; the marks
+    /// move only when all of them are enqueued (or found taken up).
     async fn sweep_comments(
         &self,
         client: &ForgeClient,
         repo: &RepoRef,
-        number: PrNumber,
+        swept: &HashSet<PrNumber>,
+        listings: &mut Listings,
         sweep: &mut Sweep,
         busy: &mut HashSet<String>,
     ) -> Result<()> {
-        let since = self.store.comments_since(&repo.id, number).await?;
-        let listed = client.comments_since(repo, number, since).await?;
+        let marks = self.store.comment_marks(&repo.id).await?;
+        let since = match listings.comments_since {
+            Some(since) => Some(since),
+            None => first_comments_since(
+                &swept
+                    .iter()
+                    .map(|pr| marks.get(pr).copied().flatten())
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        let old_etags = match listings.comment_etags.take() {
+            Some((asked, etags)) if asked == since => etags,
+            _ => Vec::new(),
+        };
+        let mut etags = Vec::new();
+        let mut listed: Vec<ListedComment> = Vec::new();
+        for page in 1u32.. {
+            let index = usize::try_from(page - 1)?;
+            let etag = old_etags.get(index).cloned().flatten();
+            match client
+                .repo_comments_page(repo, since, page, etag.as_deref())
+                .await?
+            {
+                // Unchanged since it was read, and all of it taken up then.
+                Page::NotModified => {
+                    sweep.not_modified += 1;
+                    etags.push(etag);
+                    if index + 1 >= old_etags.len() {
+                        break;
+                    }
+                }
+                Page::Fresh { items, etag, more } => {
+                    sweep.requests += 1;
+                    etags.push(etag);
+                    listed.extend(items);
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        let mut by_pr: HashMap<PrNumber, Vec<Comment>> = HashMap::new();
+        for item in &listed {
+            if swept.contains(&item.pr) {
+                by_pr.entry(item.pr).or_default().push(item.comment.clone());
+            }
+        }
+        for (number, comments) in by_pr {
+            let pr_since = marks.get(&number).copied().flatten();
+            self.take_up_comments(repo, number, pr_since, &comments, sweep, busy)
+                .await?;
+        }
+        let newest = listed
+            .iter()
+            .filter_map(|item| item.comment.updated_at.or(item.comment.created_at))
+            .max();
+        let mark = match (since, newest) {
+            (Some(since), Some(newest)) => Some(since.max(newest)),
+            (since, newest) => since.or(newest),
+        };
+        if let Some(mark) = mark.filter(|mark| Some(*mark) != since) {
+            self.store
+                .advance_repo_comment_marks(&repo.id, mark)
+                .await?;
+        }
+        listings.comments_since = mark;
+        listings.comment_etags = Some((mark, if mark == since { etags } else { Vec::new() }));
+        Ok(())
+    }
+
+    /// Enqueues, once, the commands of the listed comments on one pull
+    /// request that no webhook brought (`since`: its own mark).
+    async fn take_up_comments(
+        &self,
+        repo: &RepoRef,
+        number: PrNumber,
+        since: Option<i64>,
+        listed: &[Comment],
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
         let seen = self.store.commands_seen(&repo.id, number).await?;
-        for comment in &listed {
+        for comment in listed {
             if comment_heard(since, &seen, comment) == Heard::Edited {
                 tracing::info!(repo = %repo.id, pr = number.0, comment = comment.id,
                     "comment {} on {}{number} was edited before any webhook of it came: not run",
                     comment.id, repo.id);
             }
         }
-        let (run, mark) = comments_to_run(since, &seen, &listed);
+        let (run, _) = comments_to_run(since, &seen, listed);
         for comment in run {
             let task = Task::Comment {
                 repo: repo.clone(),
@@ -386,11 +700,6 @@ impl Reconciler {
                 sweep.comments += 1;
                 self.enqueued(busy, &repo.id, number);
             }
-        }
-        if let Some(mark) = mark.filter(|mark| Some(*mark) != since) {
-            self.store
-                .advance_comments_since(&repo.id, number, mark)
-                .await?;
         }
         Ok(())
     }
@@ -697,5 +1006,43 @@ mod tests {
         let listed = [old, undated, same];
         let (run, mark) = comments_to_run(Some(5_000), &HashSet::new(), &listed);
         assert_eq!((ids(&run), mark), (vec![8], Some(8_000)));
+    }
+
+    #[test]
+    fn repositories_left_by_the_last_sweep_come_first_then_by_name() {
+        let repo = |forge, name: &str| RepoId::new(forge, name);
+        let deferred: HashSet<RepoId> = [repo(ForgeKind::GitHub, "acme/zeta")].into();
+        let order = sweep_order(
+            vec![
+                repo(ForgeKind::GitHub, "acme/beta"),
+                repo(ForgeKind::Forgejo, "acme/alpha"),
+                repo(ForgeKind::GitHub, "acme/zeta"),
+                repo(ForgeKind::GitHub, "acme/beta"),
+                repo(ForgeKind::GitHub, "acme/alpha"),
+            ],
+            &deferred,
+        );
+        let names: Vec<String> = order.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            order,
+            vec![
+                repo(ForgeKind::GitHub, "acme/zeta"),
+                repo(ForgeKind::Forgejo, "acme/alpha"),
+                repo(ForgeKind::GitHub, "acme/alpha"),
+                repo(ForgeKind::GitHub, "acme/beta"),
+            ],
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn a_repositorys_first_comment_listing_starts_at_its_earliest_mark() {
+        assert_eq!(
+            first_comments_since(&[Some(30), Some(10), Some(20)]),
+            Some(10)
+        );
+        // A pull request without a mark reads from the start.
+        assert_eq!(first_comments_since(&[Some(30), None]), None);
+        assert_eq!(first_comments_since(&[]), None);
     }
 }

@@ -100,6 +100,7 @@ pub struct FakePr {
     pub open: bool,
     pub merged: bool,
     pub merge_sha: Option<String>,
+    pub updated_at: SystemTime,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +179,12 @@ struct State {
     manifest_codes: HashSet<String>,
     fail_rules: Vec<FailRule>,
     requests: Vec<RecordedRequest>,
+    /// GitHub's hourly budget per installation (0: the App's own JWT calls).
+    rate_limit: u64,
+    rate_reset: u64,
+    budget_used: HashMap<u64, u64>,
+    /// GETs answered 304.
+    not_modified: u64,
     /// (org, team slug) → member logins.
     teams: HashMap<(String, String), Vec<String>>,
 }
@@ -238,6 +245,10 @@ impl FakeForge {
             manifest_codes: HashSet::new(),
             fail_rules: Vec::new(),
             requests: Vec::new(),
+            rate_limit: 5000,
+            rate_reset: unix_now() + 3600,
+            budget_used: HashMap::new(),
+            not_modified: 0,
         }));
         let app = Router::new()
             .fallback(handle)
@@ -325,6 +336,7 @@ impl FakeForge {
                 open: true,
                 merged: false,
                 merge_sha: None,
+                updated_at: SystemTime::now(),
             };
             s.repo_of(repo).prs.push(pr.clone());
             pr
@@ -335,6 +347,7 @@ impl FakeForge {
     pub fn push(&self, repo: &RepoHandle, pr: u64, new_head: &str) -> FakePr {
         self.update_pr(repo, pr, |p| {
             p.previous_head_sha = Some(std::mem::replace(&mut p.head_sha, new_head.to_owned()));
+            p.updated_at = SystemTime::now();
         })
     }
 
@@ -343,11 +356,15 @@ impl FakeForge {
             p.open = false;
             p.merged = true;
             p.merge_sha = Some(merge_sha.to_owned());
+            p.updated_at = SystemTime::now();
         })
     }
 
     pub fn close(&self, repo: &RepoHandle, pr: u64) -> FakePr {
-        self.update_pr(repo, pr, |p| p.open = false)
+        self.update_pr(repo, pr, |p| {
+            p.open = false;
+            p.updated_at = SystemTime::now();
+        })
     }
 
     fn update_pr(&self, repo: &RepoHandle, pr: u64, change: impl FnOnce(&mut FakePr)) -> FakePr {
@@ -498,6 +515,31 @@ impl FakeForge {
         self.with(|s| s.requests.clone())
     }
 
+    /// GitHub's budget per installation becomes `limit` (5,000 an hour
+    /// unless set) in a window that resets in `resets_in` (then hourly);
+    /// what was spent so far stays spent until then.
+    pub fn set_rate_window(&self, limit: u64, resets_in: Duration) {
+        self.with(|s| {
+            s.rate_limit = limit;
+            s.rate_reset = unix_now() + resets_in.as_secs();
+        });
+    }
+
+    /// Requests counted against each installation's budget so far.
+    pub fn budget_used(&self, installation: u64) -> u64 {
+        self.with(|s| {
+            s.budget_used
+                .get(&installation)
+                .copied()
+                .unwrap_or_default()
+        })
+    }
+
+    /// GETs answered 304 so far.
+    pub fn not_modified(&self) -> u64 {
+        self.with(|s| s.not_modified)
+    }
+
     pub fn token_requests(&self) -> usize {
         self.requests()
             .iter()
@@ -573,50 +615,131 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let (response, budget) = respond(&shared, &method, &uri, &headers, &body);
+    let response = conditional(&method, &headers, response).await;
+    let Some(payer) = budget else {
+        return response;
+    };
+    let mut response = response;
+    if response.headers().contains_key("x-ratelimit-remaining") {
+        return response;
+    }
+    // Like GitHub, every answer states the caller's budget, and a 304
+    // does not spend from it.
+    let (limit, used, reset) = {
+        let mut state = shared.lock().unwrap();
+        if unix_now() >= state.rate_reset {
+            state.budget_used.clear();
+            state.rate_reset = unix_now() + 3600;
+        }
+        if response.status() != StatusCode::NOT_MODIFIED {
+            *state.budget_used.entry(payer).or_default() += 1;
+        } else {
+            state.not_modified += 1;
+        }
+        let used = state.budget_used.get(&payer).copied().unwrap_or_default();
+        (state.rate_limit, used, state.rate_reset)
+    };
+    let headers = response.headers_mut();
+    headers.insert("x-ratelimit-limit", limit.into());
+    headers.insert("x-ratelimit-remaining", limit.saturating_sub(used).into());
+    headers.insert("x-ratelimit-used", used.into());
+    headers.insert("x-ratelimit-reset", reset.into());
+    response
+}
+
+/// A GET answered 200 carries an `ETag` of its body; asked again with it in
+/// `If-None-Match`, it is answered 304 with no body, as both forges do.
+async fn conditional(method: &Method, headers: &HeaderMap, response: Response) -> Response {
+    if method != Method::GET || response.status() != StatusCode::OK {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .expect("the fake's own answer is in memory");
+    let etag = format!("\"{}\"", sha256_hex(&bytes));
+    let asked = headers
+        .get("if-none-match")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|t| t.trim() == etag));
+    parts.headers.insert("etag", etag.parse().unwrap());
+    if asked {
+        parts.status = StatusCode::NOT_MODIFIED;
+        parts.headers.remove("content-type");
+        return Response::from_parts(parts, axum::body::Body::empty());
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The answer, and whose GitHub budget it is counted against (an
+/// installation, or 0 for the App itself); None on Forgejo.
+fn respond(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> (Response, Option<u64>) {
     let mut state = shared.lock().unwrap();
     let path = uri.path().to_owned();
     let json_body: Option<Value> = if body.is_empty() {
         None
     } else {
-        match serde_json::from_slice(&body) {
+        match serde_json::from_slice(body) {
             Ok(v) => Some(v),
             Err(e) => {
                 record(
                     &mut state,
-                    &method,
-                    &uri,
-                    &headers,
+                    method,
+                    uri,
+                    headers,
                     Some(json!({ "unparsable": e.to_string() })),
                 );
-                return answer(
+                let refusal = answer(
                     400,
                     json!({ "message": format!("Problems parsing JSON: {e}") }),
                 );
+                return (refusal, None);
             }
         }
     };
-    record(&mut state, &method, &uri, &headers, json_body.clone());
+    record(&mut state, method, uri, headers, json_body.clone());
     if let Some(failure) = take_failure(&mut state, method.as_str(), &path) {
-        return failure;
+        return (failure, None);
     }
     let query = parse_query(uri.query());
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let request = Request {
         method: method.as_str(),
         query: &query,
-        headers: &headers,
+        headers,
         body: json_body.as_ref(),
     };
     match segments.as_slice() {
-        ["api", "v1", rest @ ..] => forgejo(&mut state, &request, rest).unwrap_or_else(|r| r),
+        ["api", "v1", rest @ ..] => (
+            forgejo(&mut state, &request, rest).unwrap_or_else(|r| r),
+            None,
+        ),
         rest => {
-            let mut response = github(&mut state, &request, rest).unwrap_or_else(|r| r);
-            // Like GitHub, every answer says how much of the hour's budget is left.
-            let remaining = 5000usize.saturating_sub(state.requests.len()).max(1);
-            response
-                .headers_mut()
-                .insert("x-ratelimit-remaining", remaining.into());
-            response
+            let payer = installation_of_token(&state, &request).unwrap_or(0);
+            let response = github(&mut state, &request, rest).unwrap_or_else(|r| r);
+            (response, Some(payer))
         }
     }
 }
@@ -708,6 +831,67 @@ fn number(segment: &str) -> Result<u64, Response> {
 }
 
 // ---------------------------------------------------------------- GitHub
+
+/// `page` (from 1) and the page size named `size` (GitHub `per_page`,
+/// Forgejo `limit`; at most 100).
+fn page_of(req: &Request, size: &str, default: usize) -> Result<(usize, usize), Response> {
+    let read = |name: &str, default: usize| match req.query.get(name) {
+        None => Ok(default),
+        Some(text) => text
+            .parse::<usize>()
+            .map_err(|_| unprocessable(format!("{name} `{text}` is not a number"))),
+    };
+    Ok((read("page", 1)?.max(1), read(size, default)?.clamp(1, 100)))
+}
+
+fn paged<T: Clone>(items: &[T], page: usize, size: usize) -> Vec<T> {
+    items
+        .iter()
+        .skip((page - 1) * size)
+        .take(size)
+        .cloned()
+        .collect()
+}
+
+/// The repository's pull requests in `state` (`open` unless said), oldest first.
+fn open_prs(repo: &Repo, state: Option<&str>) -> Result<Vec<FakePr>, Response> {
+    let keep = match state.unwrap_or("open") {
+        "open" => |p: &FakePr| p.open,
+        "closed" => |p: &FakePr| !p.open,
+        "all" => |_: &FakePr| true,
+        other => {
+            return Err(unprocessable(format!(
+                "state `{other}` is not open, closed or all"
+            )))
+        }
+    };
+    let mut prs: Vec<FakePr> = repo.prs.iter().filter(|p| keep(p)).cloned().collect();
+    prs.sort_by_key(|p| p.number);
+    Ok(prs)
+}
+
+/// A `Link: <…page=N+1…>; rel="next"` header when more items follow, as both forges send.
+fn with_next_link(
+    mut response: Response,
+    req: &Request,
+    page: usize,
+    size: usize,
+    total: usize,
+) -> Response {
+    if page * size < total {
+        let mut query: Vec<String> = req
+            .query
+            .iter()
+            .filter(|(k, _)| k.as_str() != "page")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        query.sort();
+        query.push(format!("page={}", page + 1));
+        let link = format!("<http://fake.invalid/?{}>; rel=\"next\"", query.join("&"));
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
+}
 
 fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
     match (req.method, path) {
@@ -1011,6 +1195,52 @@ fn apply_check_fields(run: &mut FakeCheckRun, body: &Value) -> Result<(), Respon
 
 fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str]) -> Answer {
     match (req.method, path) {
+        ("GET", ["pulls"]) => {
+            let (page, per_page) = page_of(req, "per_page", 30)?;
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let handle = repo.handle.clone();
+            let open = open_prs(repo, req.query.get("state").map(String::as_str))?;
+            let items = paged(&open, page, per_page)
+                .iter()
+                .map(|pr| pull_json(&handle, pr, true))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                per_page,
+                open.len(),
+            ))
+        }
+        ("GET", ["issues", "comments"]) => {
+            let (page, per_page) = page_of(req, "per_page", 30)?;
+            let since = since_filter(req)?;
+            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
+            let mut listed: Vec<FakeComment> = repo
+                .comments
+                .iter()
+                .filter(|c| updated_since(c, since.as_ref()))
+                .cloned()
+                .collect();
+            if req.query.get("sort").map(String::as_str) == Some("updated") {
+                listed.sort_by_key(|c| (c.updated_at, c.id));
+            }
+            if req.query.get("direction").map(String::as_str) == Some("desc") {
+                listed.reverse();
+            }
+            let total = listed.len();
+            let items = paged(&listed, page, per_page)
+                .iter()
+                .map(|c| github_comment(state, full_name, c))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                per_page,
+                total,
+            ))
+        }
         ("GET", ["issues", pr, "comments"]) => {
             let pr = number(pr)?;
             let page: usize = req
@@ -1235,6 +1465,7 @@ fn pull_json(repo: &RepoHandle, pr: &FakePr, github: bool) -> Value {
         "base": branch(&pr.base_ref, &pr.base_sha),
         "merged": pr.merged,
         "merge_commit_sha": pr.merge_sha,
+        "updated_at": rfc3339(pr.updated_at),
         "draft": false,
         "html_url": format!("https://forge.example/{}/pull/{}", repo.full_name, pr.number),
     })
@@ -1295,6 +1526,45 @@ fn forgejo_repo(
 ) -> Answer {
     let user_id = state.user_id(login);
     match (req.method, path) {
+        ("GET", ["pulls"]) => {
+            let (page, limit) = page_of(req, "limit", 30)?;
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let handle = repo.handle.clone();
+            let open = open_prs(repo, req.query.get("state").map(String::as_str))?;
+            let items = paged(&open, page, limit.min(50))
+                .iter()
+                .map(|pr| pull_json(&handle, pr, false))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                limit.min(50),
+                open.len(),
+            ))
+        }
+        ("GET", ["issues", "comments"]) => {
+            let (page, limit) = page_of(req, "limit", 30)?;
+            let since = since_filter(req)?;
+            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
+            let listed: Vec<FakeComment> = repo
+                .comments
+                .iter()
+                .filter(|c| updated_since(c, since.as_ref()))
+                .cloned()
+                .collect();
+            let items = paged(&listed, page, limit.min(50))
+                .iter()
+                .map(|c| forgejo_comment(state, full_name, c))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                limit.min(50),
+                listed.len(),
+            ))
+        }
         ("GET", ["issues", pr, "comments"]) => {
             let pr = number(pr)?;
             let since = since_filter(req)?;
