@@ -191,6 +191,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
                 store: store.clone(),
                 forges: forges.clone(),
                 wake: wake.clone(),
+                redeliverer: Default::default(),
             };
             tasks.push(tokio::spawn(reconciler.run(every, stopping.clone())));
         }
