@@ -376,3 +376,94 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
+
+/// GitHub never redelivers a failed delivery by itself. An approval
+/// delivered while the database was down is answered 503; once it is back,
+/// a sweep finds the failure in the App's delivery log and asks GitHub to
+/// deliver it again, once, however many sweeps follow. A delivery the bot
+/// recorded though GitHub logged it failed is never asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
+    let database = PostgresDatabase::create().await;
+    let link = support::outage::DatabaseLink::to(&database.url).await;
+    let through_link = link.url_for(&database.url);
+    let mut bot = Bot::start_with(&[
+        ("WAVEGATE_DATABASE_URL", &through_link),
+        ("WAVEGATE_RECONCILE_EVERY", "1s"),
+    ])
+    .await;
+    bot.postgres = Some(database);
+    let (repo, pr, digest) = planned(&mut bot, 1).await;
+
+    // Recorded by the bot, but GitHub stopped waiting for its answer.
+    let thanks = bot.forge.add_comment(&repo, 1, "dev-alice", "Thanks!");
+    let answer_lost = support::github_comment(&repo, 1, thanks, "dev-alice", "Thanks!");
+    let (status, body) = bot
+        .post_github_to(0, &answer_lost, "answer-lost-guid")
+        .await;
+    assert_eq!(status, 202, "{body}");
+    bot.forge
+        .log_webhook_attempt("answer-lost-guid", "issue_comment", answer_lost.1, 504);
+
+    link.cut();
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    let (status, body, guid) = bot
+        .deliver_via_forge(support::github_comment(&repo, 1, id, "rev-bob", "/approve"))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let failed = bot.forge.hook_deliveries().pop().unwrap();
+    assert_eq!(
+        (failed.guid.as_str(), failed.status_code),
+        (guid.as_str(), 503)
+    );
+
+    link.restore();
+    bot.until("a sweep asks GitHub to redeliver the approval", || async {
+        bot.forge
+            .hook_deliveries()
+            .into_iter()
+            .any(|d| d.guid == guid && d.redelivery)
+            .then_some(())
+    })
+    .await;
+    bot.until("the approval counts", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    let asked = bot.forge.redelivery_requests();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(
+        asked[0].path,
+        format!("/app/hook/deliveries/{}/attempts", failed.id)
+    );
+    let redelivered = bot.forge.hook_deliveries().pop().unwrap();
+    assert_eq!(
+        (
+            redelivered.guid.as_str(),
+            redelivered.redelivery,
+            redelivered.status_code
+        ),
+        (guid.as_str(), true, 202)
+    );
+    assert!(bot.log().contains("GitHub was asked to deliver it again"));
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    let report = bot.report(&repo, 1).body;
+    assert_eq!(
+        report
+            .matches(&format!("@rev-bob approved `{digest}`"))
+            .count(),
+        1,
+        "{report}"
+    );
+
+    // Later sweeps list the same log and ask for nothing more.
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.forge.redelivery_requests().len(), 1);
+    assert_eq!(
+        bot.jobs_of_kind("comment").await,
+        2,
+        "thanks, and the approval once"
+    );
+    bot.assert_conformant();
+}

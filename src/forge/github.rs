@@ -207,12 +207,60 @@ impl GitHubClient {
         Ok(value)
     }
 
+    /// A call as the App (its JWT). A create is sent once, as in [`Self::repo_call`].
     async fn send(&self, verb: Verb, route: &str, body: Option<&Value>) -> Result<Reply> {
         let call = format!("{} {route}", verb.as_str());
-        send_with_retry(&self.policy, &call, || {
+        let policy = match verb {
+            Verb::Post => RetryPolicy {
+                max_attempts: 1,
+                ..self.policy.clone()
+            },
+            _ => self.policy.clone(),
+        };
+        send_with_retry(&policy, &call, || {
             attempt(&self.app, verb, route, body, None)
         })
         .await
+    }
+
+    /// The App's webhook deliveries, newest first, page by page (`GET
+    /// /app/hook/deliveries`, following the `Link` header's next cursor),
+    /// until a page reaches back to `since` (unix ms) or `most_pages` pages
+    /// were read.
+    pub async fn hook_deliveries(&self, since: i64, most_pages: usize) -> Result<HookDeliveries> {
+        let mut listed = HookDeliveries::default();
+        let mut cursor: Option<String> = None;
+        for _ in 0..most_pages {
+            let route = match &cursor {
+                Some(cursor) => format!("/app/hook/deliveries?per_page={PER_PAGE}&cursor={cursor}"),
+                None => format!("/app/hook/deliveries?per_page={PER_PAGE}"),
+            };
+            let call = format!("GET {route}");
+            let reply = self.send(Verb::Get, &route, None).await?.success(&call)?;
+            let page: Vec<WireHookDelivery> = reply.json(&call)?;
+            let reached_since = page
+                .iter()
+                .any(|d| unix_ms(&d.delivered_at).is_some_and(|at| at < since));
+            listed.deliveries.extend(
+                page.into_iter()
+                    .filter_map(WireHookDelivery::into_hook_delivery),
+            );
+            cursor = next_cursor(&reply.headers);
+            if reached_since || cursor.is_none() {
+                return Ok(listed);
+            }
+        }
+        listed.capped = true;
+        Ok(listed)
+    }
+
+    /// Asks GitHub to deliver `delivery_id` again (`POST
+    /// /app/hook/deliveries/{id}/attempts`); sent once, as a create.
+    pub async fn redeliver(&self, delivery_id: u64) -> Result<()> {
+        let route = format!("/app/hook/deliveries/{delivery_id}/attempts");
+        let call = format!("POST {route}");
+        self.send(Verb::Post, &route, None).await?.success(&call)?;
+        Ok(())
     }
 
     /// A call as the installation serving `repo`; a 401 replaces the token once.
@@ -657,6 +705,85 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredential
     })
 }
 
+/// One attempt to deliver a webhook, as the App's delivery log lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookDelivery {
+    /// This attempt's id (what a redelivery is asked for by).
+    pub id: u64,
+    /// `X-GitHub-Delivery`, shared by every attempt of one event.
+    pub guid: String,
+    /// Unix ms.
+    pub delivered_at: i64,
+    /// What the bot answered; 0 when nothing answered.
+    pub status_code: u16,
+    pub redelivery: bool,
+    pub event: String,
+    pub installation_id: Option<u64>,
+}
+
+impl HookDelivery {
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.status_code)
+    }
+}
+
+/// What [`GitHubClient::hook_deliveries`] listed, and whether it stopped at
+/// its page cap before reaching back to the time asked for.
+#[derive(Debug, Default)]
+pub struct HookDeliveries {
+    pub deliveries: Vec<HookDelivery>,
+    pub capped: bool,
+}
+
+/// GitHub's `hook-delivery-item`: the fields read.
+#[derive(Deserialize)]
+struct WireHookDelivery {
+    id: u64,
+    guid: String,
+    delivered_at: String,
+    redelivery: bool,
+    status_code: u16,
+    event: String,
+    #[serde(default)]
+    installation_id: Option<u64>,
+}
+
+impl WireHookDelivery {
+    /// None when `delivered_at` is not a time (such an entry cannot be placed).
+    fn into_hook_delivery(self) -> Option<HookDelivery> {
+        Some(HookDelivery {
+            delivered_at: unix_ms(&self.delivered_at)?,
+            id: self.id,
+            guid: self.guid,
+            status_code: self.status_code,
+            redelivery: self.redelivery,
+            event: self.event,
+            installation_id: self.installation_id,
+        })
+    }
+}
+
+/// The `cursor` of the `Link` header's `rel="next"` URL.
+fn next_cursor(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let link = headers.get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        let is_next = params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"");
+        if !is_next {
+            return None;
+        }
+        let url = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let (_, query) = url.split_once('?')?;
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("cursor="))
+            .filter(|cursor| !cursor.is_empty())
+            .map(str::to_owned)
+    })
+}
+
 #[derive(Deserialize)]
 struct WireUser {
     id: u64,
@@ -711,5 +838,72 @@ impl WireComment {
 impl From<WireUser> for User {
     fn from(user: WireUser) -> Self {
         user.into_user()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderMap;
+
+    #[test]
+    fn a_listed_delivery_becomes_ours_as_github_documents_it() {
+        // The `hook-delivery-items` example of GitHub's OpenAPI description.
+        let page: Vec<WireHookDelivery> = serde_json::from_value(json!([
+            {
+                "id": 12345678, "guid": "0b989ba4-242f-11e5-81e1-c7b6966d2516",
+                "delivered_at": "2019-06-03T00:57:16Z", "redelivery": false,
+                "duration": 0.27, "status": "OK", "status_code": 200,
+                "event": "issues", "action": "opened", "installation_id": 123,
+                "repository_id": 456, "throttled_at": "2019-06-03T00:57:16Z"
+            },
+            {
+                "id": 123456789, "guid": "0b989ba4-242f-11e5-81e1-c7b6966d2516",
+                "delivered_at": "2019-06-04T00:57:16Z", "redelivery": true,
+                "duration": 0.28, "status": "Invalid HTTP Response: 503", "status_code": 503,
+                "event": "issues", "action": null, "installation_id": null,
+                "repository_id": null, "throttled_at": null
+            }
+        ]))
+        .unwrap();
+        let ours: Vec<HookDelivery> = page
+            .into_iter()
+            .filter_map(WireHookDelivery::into_hook_delivery)
+            .collect();
+        assert_eq!(
+            ours[0],
+            HookDelivery {
+                id: 12345678,
+                guid: "0b989ba4-242f-11e5-81e1-c7b6966d2516".into(),
+                delivered_at: 1_559_523_436_000,
+                status_code: 200,
+                redelivery: false,
+                event: "issues".into(),
+                installation_id: Some(123),
+            }
+        );
+        assert!(ours[0].succeeded());
+        assert!(!ours[1].succeeded());
+        assert_eq!(ours[1].installation_id, None);
+    }
+
+    fn link(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("link", value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn the_next_page_is_the_cursor_of_the_link_headers_next_url() {
+        let headers = link(
+            "<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_12077215967>; rel=\"next\", \
+             <https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_1>; rel=\"prev\"",
+        );
+        assert_eq!(next_cursor(&headers).as_deref(), Some("v1_12077215967"));
+        let last_page = link(
+            "<https://api.github.com/app/hook/deliveries?per_page=100&cursor=v1_9>; rel=\"prev\"",
+        );
+        assert_eq!(next_cursor(&last_page), None);
+        assert_eq!(next_cursor(&HeaderMap::new()), None);
     }
 }

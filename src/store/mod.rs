@@ -9,6 +9,7 @@ mod intake;
 mod ledger;
 mod metrics;
 mod reconcile;
+mod redeliveries;
 mod sql;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};

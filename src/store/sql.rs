@@ -113,6 +113,11 @@ macro_rules! migrations {
                 name: "commands seen",
                 sql: include_str!(concat!("migrations/", $backend, "/0008_commands_seen.sql")),
             },
+            Migration {
+                version: 9,
+                name: "redeliveries",
+                sql: include_str!(concat!("migrations/", $backend, "/0009_redeliveries.sql")),
+            },
         ]
     };
 }

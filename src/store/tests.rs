@@ -1231,3 +1231,56 @@ async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_mo
         Some(START_MS + 5_000)
     );
 }
+
+on_both!(fixture_on, a_redelivery_is_claimed_once_and_recorded_guids_are_found_by_any_target, #[tokio::test]);
+async fn a_redelivery_is_claimed_once_and_recorded_guids_are_found_by_any_target(f: Fixture) {
+    f.store
+        .record_delivery(delivery("guid-recorded"), None, None)
+        .await
+        .unwrap();
+    let through_a_repo_hook = NewDelivery {
+        target: "repo:9".into(),
+        ..delivery("guid-via-hook")
+    };
+    f.store
+        .record_delivery(through_a_repo_hook, None, None)
+        .await
+        .unwrap();
+    let asked_about: Vec<String> = ["guid-recorded", "guid-via-hook", "guid-lost"]
+        .map(String::from)
+        .to_vec();
+    let recorded = f
+        .store
+        .recorded_deliveries(ForgeKind::GitHub, &asked_about)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded,
+        ["guid-recorded", "guid-via-hook"].map(String::from).into()
+    );
+    assert!(f
+        .store
+        .recorded_deliveries(ForgeKind::Forgejo, &asked_about)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Two replicas sweeping at once: one insert makes the row, one asks.
+    let replica = Store::open(&f.url).await.unwrap();
+    let (first, second) = tokio::join!(
+        f.store.claim_redelivery("guid-lost", 41),
+        replica.claim_redelivery("guid-lost", 41)
+    );
+    assert_eq!(
+        [first.unwrap(), second.unwrap()]
+            .iter()
+            .filter(|made| **made)
+            .count(),
+        1
+    );
+    assert!(!f.store.claim_redelivery("guid-lost", 42).await.unwrap());
+    assert_eq!(
+        f.store.redeliveries_asked(&asked_about).await.unwrap(),
+        ["guid-lost".to_owned()].into()
+    );
+}

@@ -11,6 +11,7 @@
 mod apply;
 mod gate;
 pub mod reconcile;
+pub mod redeliver;
 pub mod task;
 pub mod workspace;
 

@@ -27,6 +27,7 @@
 //! inserts the job ([`Store::enqueue_reconciled`]), so a second replica finds
 //! the first one's job (or its outcome) and enqueues nothing.
 
+use super::redeliver::Redeliverer;
 use super::task::{comment_source, queue_key, Task};
 use crate::apply::{RunStatus, Wait};
 use crate::forge::client::{Comment, ForgeClient};
@@ -177,6 +178,8 @@ pub struct Sweep {
     pub runs_resumed: usize,
     /// Comments whose webhook never came, taken up by the sweep.
     pub comments: usize,
+    /// Failed GitHub deliveries GitHub was asked to deliver again.
+    pub redelivered: usize,
     /// Left alone: a job of theirs is queued or running.
     pub busy: usize,
     /// Open pull requests of repositories the bot has no way to reach yet
@@ -251,6 +254,8 @@ pub struct Reconciler {
     pub wake: Arc<Notify>,
     /// The share (0–1] of a forge's request budget a sweep may spend.
     pub budget_share: f64,
+    /// Failed GitHub deliveries, and when this server last listed them.
+    pub redeliverer: Redeliverer,
     memory: Arc<tokio::sync::Mutex<Memory>>,
 }
 
@@ -269,6 +274,7 @@ impl Reconciler {
             forges,
             wake,
             budget_share,
+            redeliverer: Redeliverer::default(),
             memory: Arc::default(),
         }
     }
@@ -300,6 +306,7 @@ impl Reconciler {
                 closed = sweep.closed,
                 runs_resumed = sweep.runs_resumed,
                 comments = sweep.comments,
+                redelivered = sweep.redelivered,
                 busy = sweep.busy,
                 unreachable = sweep.unreachable,
                 requests = sweep.requests,
@@ -321,6 +328,13 @@ impl Reconciler {
     /// goes on; only failing to read the store ends it.
     pub async fn sweep(&self) -> Result<Sweep> {
         let mut sweep = Sweep::default();
+        match self.redeliverer.sweep(&self.store, &self.forges).await {
+            Ok(redelivered) => sweep.redelivered = redelivered,
+            Err(error) => {
+                sweep.errors += 1;
+                tracing::warn!("redelivering failed GitHub webhooks failed: {error:#}");
+            }
+        }
         let mut busy = self.store.busy_queue_keys().await?;
         let repos = self.store.repositories().await?;
         let open = self.store.open_prs().await?;

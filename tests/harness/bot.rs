@@ -79,6 +79,10 @@ impl Bot {
         let forge = FakeForge::start().await;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
+        forge.set_app_webhook(
+            &format!("http://127.0.0.1:{port}/webhooks/github"),
+            GITHUB_SECRET,
+        );
         let mut bot = Self {
             forge,
             example: Example::deployed(),
@@ -361,6 +365,16 @@ impl Bot {
         let id = format!("delivery-{}", self.deliveries);
         let signature = support::sign_github(secret, &body);
         self.post_github(&event, &id, Some(&signature), body).await
+    }
+
+    /// Has the fake forge deliver a GitHub webhook, as GitHub does, logging
+    /// the attempt and its outcome in the App's delivery log; the bot's
+    /// status and answer, and the delivery's guid.
+    pub async fn deliver_via_forge(
+        &self,
+        (event, body): (String, Vec<u8>),
+    ) -> (u16, Value, String) {
+        self.forge.deliver_webhook(&event, body).await
     }
 
     pub async fn post_github(

@@ -2,7 +2,9 @@
 //! served over real HTTP on 127.0.0.1: GitHub at `/`, Forgejo at `/api/v1`.
 //! It checks auth the way the forges do (App JWTs, expiring installation
 //! tokens, Forgejo tokens), keeps what the bot wrote, logs every request for
-//! assertions and the conformance check, and fails on demand.
+//! assertions and the conformance check, and fails on demand. Like GitHub,
+//! it can deliver webhooks to the bot's App webhook, logs each attempt, and
+//! lists and redelivers them through `/app/hook/deliveries`.
 
 // Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
 #![allow(clippy::result_large_err)]
@@ -143,6 +145,40 @@ pub struct FakeReaction {
     pub user: String,
 }
 
+/// One attempt to deliver a webhook to the App's webhook, as GitHub logs it.
+#[derive(Debug, Clone)]
+pub struct FakeHookDelivery {
+    pub id: u64,
+    pub guid: String,
+    pub delivered_at: SystemTime,
+    pub redelivery: bool,
+    /// Seconds.
+    pub duration: f64,
+    pub status: String,
+    /// 0 when nothing answered.
+    pub status_code: u16,
+    pub event: String,
+    pub action: Option<String>,
+    pub installation_id: Option<u64>,
+    pub repository_id: Option<u64>,
+    pub payload: Vec<u8>,
+}
+
+/// Where the App's webhook is, and the secret it is signed with.
+#[derive(Debug, Clone)]
+struct AppWebhook {
+    url: String,
+    secret: String,
+}
+
+/// A webhook the fake is to send once its lock is released.
+struct Outgoing {
+    guid: String,
+    event: String,
+    payload: Vec<u8>,
+    redelivery: bool,
+}
+
 struct Repo {
     handle: RepoHandle,
     permissions: HashMap<String, String>,
@@ -187,6 +223,9 @@ struct State {
     not_modified: u64,
     /// (org, team slug) → member logins.
     teams: HashMap<(String, String), Vec<String>>,
+    app_webhook: Option<AppWebhook>,
+    hook_deliveries: Vec<FakeHookDelivery>,
+    outbox: Vec<Outgoing>,
 }
 
 impl State {
@@ -249,6 +288,9 @@ impl FakeForge {
             rate_reset: unix_now() + 3600,
             budget_used: HashMap::new(),
             not_modified: 0,
+            app_webhook: None,
+            hook_deliveries: Vec::new(),
+            outbox: Vec::new(),
         }));
         let app = Router::new()
             .fallback(handle)
@@ -511,6 +553,65 @@ impl FakeForge {
         })
     }
 
+    /// Where the App's webhook deliveries go (`url`, signed with `secret`).
+    pub fn set_app_webhook(&self, url: &str, secret: &str) {
+        self.with(|s| {
+            s.app_webhook = Some(AppWebhook {
+                url: url.to_owned(),
+                secret: secret.to_owned(),
+            })
+        })
+    }
+
+    /// Delivers `payload` as an `event` webhook to the App's webhook, as
+    /// GitHub does, and logs the attempt; the bot's status and JSON answer,
+    /// and the delivery's guid (`X-GitHub-Delivery`).
+    pub async fn deliver_webhook(&self, event: &str, payload: Vec<u8>) -> (u16, Value, String) {
+        let guid = self.with(|s| {
+            let n = s.id();
+            format!("{n:08x}-0000-4000-8000-{n:012x}")
+        });
+        let outgoing = Outgoing {
+            guid: guid.clone(),
+            event: event.to_owned(),
+            payload,
+            redelivery: false,
+        };
+        let (status, body) = send_webhook(self.state.clone(), outgoing).await;
+        (status, body, guid)
+    }
+
+    /// Logs an attempt of `guid` answered `status_code` without sending it
+    /// (an answer the bot gave that GitHub did not wait for, say).
+    pub fn log_webhook_attempt(&self, guid: &str, event: &str, payload: Vec<u8>, status_code: u16) {
+        self.with(|s| {
+            let outgoing = Outgoing {
+                guid: guid.to_owned(),
+                event: event.to_owned(),
+                payload,
+                redelivery: false,
+            };
+            log_attempt(s, outgoing, 10.0, status_code);
+        })
+    }
+
+    /// Every delivery attempt logged, oldest first.
+    pub fn hook_deliveries(&self) -> Vec<FakeHookDelivery> {
+        self.with(|s| s.hook_deliveries.clone())
+    }
+
+    /// The redeliveries the App asked for (`POST /app/hook/deliveries/{id}/attempts`).
+    pub fn redelivery_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| {
+                r.method == "POST"
+                    && r.path.starts_with("/app/hook/deliveries/")
+                    && r.path.ends_with("/attempts")
+            })
+            .collect()
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.with(|s| s.requests.clone())
     }
@@ -731,7 +832,7 @@ fn respond(
         headers,
         body: json_body.as_ref(),
     };
-    match segments.as_slice() {
+    let response = match segments.as_slice() {
         ["api", "v1", rest @ ..] => (
             forgejo(&mut state, &request, rest).unwrap_or_else(|r| r),
             None,
@@ -741,7 +842,73 @@ fn respond(
             let response = github(&mut state, &request, rest).unwrap_or_else(|r| r);
             (response, Some(payer))
         }
+    };
+    let outbox = std::mem::take(&mut state.outbox);
+    drop(state);
+    for outgoing in outbox {
+        tokio::spawn(send_webhook(shared.clone(), outgoing));
     }
+    response
+}
+
+/// Sends one webhook to the App's webhook (none set: nothing answers) and
+/// logs the attempt as GitHub would.
+async fn send_webhook(shared: Shared, outgoing: Outgoing) -> (u16, Value) {
+    let target = shared.lock().unwrap().app_webhook.clone();
+    let started = std::time::Instant::now();
+    let answered = match &target {
+        Some(target) => {
+            let signature = super::payloads::sign_github(&target.secret, &outgoing.payload);
+            let sent = reqwest::Client::new()
+                .post(&target.url)
+                .timeout(Duration::from_secs(10))
+                .header("content-type", "application/json")
+                .header("user-agent", "GitHub-Hookshot/fake")
+                .header("x-github-event", &outgoing.event)
+                .header("x-github-delivery", &outgoing.guid)
+                .header("x-hub-signature-256", signature)
+                .body(outgoing.payload.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+                    Some((status, body))
+                }
+                Err(_) => None,
+            }
+        }
+        None => None,
+    };
+    let duration = started.elapsed().as_secs_f64();
+    let (status, body) = answered.unwrap_or((0, Value::Null));
+    log_attempt(&mut shared.lock().unwrap(), outgoing, duration, status);
+    (status, body)
+}
+
+fn log_attempt(state: &mut State, outgoing: Outgoing, duration: f64, status_code: u16) {
+    let payload: Value = serde_json::from_slice(&outgoing.payload).unwrap_or(Value::Null);
+    let status = match status_code {
+        0 => "failed to connect".to_owned(),
+        200..=299 => "OK".to_owned(),
+        code => format!("Invalid HTTP Response: {code}"),
+    };
+    let id = state.id();
+    state.hook_deliveries.push(FakeHookDelivery {
+        id,
+        guid: outgoing.guid,
+        delivered_at: SystemTime::now(),
+        redelivery: outgoing.redelivery,
+        duration,
+        status,
+        status_code,
+        event: outgoing.event,
+        action: payload["action"].as_str().map(str::to_owned),
+        installation_id: payload["installation"]["id"].as_u64(),
+        repository_id: payload["repository"]["id"].as_u64(),
+        payload: outgoing.payload,
+    });
 }
 
 struct Request<'a> {
@@ -948,6 +1115,27 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
                 }),
             ))
         }
+        ("GET", ["app", "hook", "deliveries"]) => {
+            verify_app_jwt(req)?;
+            list_hook_deliveries(state, req)
+        }
+        ("POST", ["app", "hook", "deliveries", id, "attempts"]) => {
+            verify_app_jwt(req)?;
+            let id = number(id)?;
+            let attempt = state
+                .hook_deliveries
+                .iter()
+                .find(|d| d.id == id)
+                .cloned()
+                .ok_or_else(not_found)?;
+            state.outbox.push(Outgoing {
+                guid: attempt.guid,
+                event: attempt.event,
+                payload: attempt.payload,
+                redelivery: true,
+            });
+            Ok(answer(202, json!({})))
+        }
         ("GET", ["repos", owner, name, "installation"]) => {
             verify_app_jwt(req)?;
             let full_name = format!("{owner}/{name}");
@@ -1005,6 +1193,75 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
         }
         _ => Err(not_found()),
     }
+}
+
+/// `GET /app/hook/deliveries`: newest first, `per_page` (default 30, at
+/// most 100) from `cursor` on, `status` (`success`: 200-399, `failure`:
+/// 400-599) filtering, and the next page's cursor in the `Link` header.
+fn list_hook_deliveries(state: &State, req: &Request) -> Answer {
+    let per_page: usize = match req.query.get("per_page") {
+        Some(n) => n
+            .parse()
+            .map_err(|_| unprocessable(format!("per_page `{n}` is not a number")))?,
+        None => 30,
+    };
+    let per_page = per_page.clamp(1, 100);
+    let from = match req.query.get("cursor") {
+        Some(cursor) => Some(
+            cursor
+                .strip_prefix("v1_")
+                .and_then(|id| id.parse::<u64>().ok())
+                .ok_or_else(|| answer(400, json!({ "message": "Invalid cursor" })))?,
+        ),
+        None => None,
+    };
+    let wanted = |code: u16| match req.query.get("status").map(String::as_str) {
+        Some("success") => (200..400).contains(&code),
+        Some("failure") => (400..600).contains(&code),
+        _ => true,
+    };
+    let mut matching: Vec<&FakeHookDelivery> = state
+        .hook_deliveries
+        .iter()
+        .filter(|d| from.is_none_or(|from| d.id <= from) && wanted(d.status_code))
+        .collect();
+    matching.sort_by_key(|d| std::cmp::Reverse(d.id));
+    let page: Vec<Value> = matching
+        .iter()
+        .take(per_page)
+        .map(|d| {
+            json!({
+                "id": d.id,
+                "guid": d.guid,
+                "delivered_at": rfc3339(d.delivered_at),
+                "redelivery": d.redelivery,
+                "duration": d.duration,
+                "status": d.status,
+                "status_code": d.status_code,
+                "event": d.event,
+                "action": d.action,
+                "installation_id": d.installation_id,
+                "repository_id": d.repository_id,
+                "throttled_at": null,
+            })
+        })
+        .collect();
+    let mut response = answer(200, Value::Array(page));
+    if let Some(next) = matching.get(per_page) {
+        let host = req
+            .headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("127.0.0.1");
+        let link = format!(
+            "<http://{host}/app/hook/deliveries?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
+            next.id
+        );
+        response
+            .headers_mut()
+            .insert("link", link.parse().expect("a header value"));
+    }
+    Ok(response)
 }
 
 #[derive(Deserialize)]
