@@ -603,6 +603,26 @@ async fn oversized_or_malformed_deliveries_are_refused_with_the_reason() {
         "{reply}"
     );
 
+    // A number no forge issues is the payload's fault (400), not a failure
+    // to store it (500).
+    let repo = bot.github_repo();
+    let pr = bot.open_pr(&repo, 1, "change");
+    let (_, body) = support::github_pull_request("opened", &repo, &pr);
+    let mut payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    payload["pull_request"]["number"] = serde_json::json!(1u64 << 63);
+    let huge = serde_json::to_vec(&payload).unwrap();
+    let signature = support::sign_github(GITHUB_SECRET, &huge);
+    let (status, reply) = bot
+        .post_github("pull_request", "huge-number", Some(&signature), huge)
+        .await;
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply["error"].as_str().unwrap().contains(
+            "pull_request.number: 9223372036854775808 is larger than 9223372036854775807"
+        ),
+        "{reply}"
+    );
+
     let body = br#"{"zen": "hi"}"#.to_vec();
     let signature = support::sign_github(GITHUB_SECRET, &body);
     let no_event = bot

@@ -172,6 +172,56 @@ fn describe(path: &str, error: &serde_json::Error) -> String {
     }
 }
 
+/// The largest id or number the store keeps (a 64-bit signed integer): a
+/// payload naming a larger one is malformed (400), not a failure to store.
+const LARGEST_STORABLE: u64 = i64::MAX as u64;
+
+/// What wavegate reads of a comment's or review's text, in bytes: far above
+/// either forge's own limit (GitHub 65,536 characters), so that a payload
+/// cannot make a job of megabytes.
+pub const COMMENT_TEXT_LIMIT: usize = 1024 * 1024;
+
+fn storable<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let number = u64::deserialize(deserializer)?;
+    if number > LARGEST_STORABLE {
+        return Err(serde::de::Error::custom(format!(
+            "{number} is larger than {LARGEST_STORABLE}, the largest id or number a forge issues"
+        )));
+    }
+    Ok(number)
+}
+
+fn storable_or_none<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Storable(#[serde(deserialize_with = "storable")] u64);
+    Ok(Option::<Storable>::deserialize(deserializer)?.map(|Storable(n)| n))
+}
+
+/// A comment's text, refused before it is copied when it is longer than
+/// [`COMMENT_TEXT_LIMIT`].
+fn comment_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<String, E> {
+            if text.len() > COMMENT_TEXT_LIMIT {
+                return Err(E::custom(format!(
+                    "{} bytes of text, more than the {} KiB wavegate reads of a comment",
+                    text.len(),
+                    COMMENT_TEXT_LIMIT / 1024
+                )));
+            }
+            Ok(text.to_owned())
+        }
+    }
+    deserializer.deserialize_str(Text)
+}
+
 /// Either forge's account shape: GitHub has `type`, Forgejo `username`.
 #[derive(Deserialize)]
 struct RawUser {
@@ -204,6 +254,7 @@ impl RawUser {
 
 #[derive(Deserialize)]
 struct RawRepository {
+    #[serde(deserialize_with = "storable")]
     id: u64,
     full_name: String,
     clone_url: String,
@@ -227,6 +278,7 @@ struct ActionProbe {
 
 #[derive(Deserialize)]
 struct IdOnly {
+    #[serde(deserialize_with = "storable")]
     id: u64,
 }
 
@@ -249,6 +301,7 @@ mod github {
 
     #[derive(Deserialize)]
     struct RawPullRequest {
+        #[serde(deserialize_with = "storable")]
         number: u64,
         title: String,
         user: RawUser,
@@ -347,12 +400,15 @@ mod github {
 
     #[derive(Deserialize)]
     struct Issue {
+        #[serde(deserialize_with = "storable")]
         number: u64,
     }
 
     #[derive(Deserialize)]
     struct Comment {
+        #[serde(deserialize_with = "storable")]
         id: u64,
+        #[serde(deserialize_with = "comment_text")]
         body: String,
         user: RawUser,
         created_at: Option<String>,
@@ -392,6 +448,7 @@ mod github {
 
     #[derive(Deserialize)]
     struct Review {
+        #[serde(deserialize_with = "storable")]
         id: u64,
         state: String,
         commit_id: Option<CommitSha>,
@@ -400,6 +457,7 @@ mod github {
 
     #[derive(Deserialize)]
     struct PrNumberOnly {
+        #[serde(deserialize_with = "storable")]
         number: u64,
     }
 
@@ -445,6 +503,7 @@ mod github {
 
     #[derive(Deserialize)]
     struct Installation {
+        #[serde(deserialize_with = "storable")]
         id: u64,
         account: Account,
     }
@@ -511,6 +570,7 @@ mod forgejo {
     /// Forgejo's `PullRequestPayload`: pull request events and reviews.
     #[derive(Deserialize)]
     struct PullRequestEvent {
+        #[serde(default, deserialize_with = "storable_or_none")]
         number: Option<u64>,
         pull_request: RawPullRequest,
         repository: RawRepository,
@@ -527,6 +587,7 @@ mod forgejo {
 
     #[derive(Deserialize)]
     struct RawPullRequest {
+        #[serde(default, deserialize_with = "storable_or_none")]
         number: Option<u64>,
         title: String,
         user: RawUser,
@@ -665,12 +726,15 @@ mod forgejo {
 
     #[derive(Deserialize)]
     struct Issue {
+        #[serde(deserialize_with = "storable")]
         number: u64,
     }
 
     #[derive(Deserialize)]
     struct Comment {
+        #[serde(deserialize_with = "storable")]
         id: u64,
+        #[serde(deserialize_with = "comment_text")]
         body: String,
         user: RawUser,
         created_at: Option<String>,
@@ -719,6 +783,58 @@ mod tests {
               "merged":false,"merge_commit_sha":null}},
             "repository":{{"id":9,"full_name":"o/r","clone_url":"https://x/o/r.git"}}}}"#
         )
+    }
+
+    #[test]
+    fn a_number_beyond_what_a_forge_issues_is_malformed_naming_its_field() {
+        let body = github_pr("opened", "", r#"{"full_name":"o/r"}"#)
+            .replace(r#""number":7"#, r#""number":9223372036854775808"#);
+        let error = parse_github("pull_request", body.as_bytes()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pull_request payload is malformed: pull_request.number: 9223372036854775808 is larger than 9223372036854775807, the largest id or number a forge issues"
+        );
+        let largest = github_pr("opened", "", r#"{"full_name":"o/r"}"#)
+            .replace(r#""number":7"#, r#""number":9223372036854775807"#);
+        let (_, pr, _) = parsed_pr(parse_github("pull_request", largest.as_bytes()).unwrap());
+        assert_eq!(pr.number, PrNumber(9_223_372_036_854_775_807));
+        let installation = github_pr(
+            "opened",
+            r#""installation":{"id":18446744073709551615},"#,
+            r#"{"full_name":"o/r"}"#,
+        );
+        let error = parse_github("pull_request", installation.as_bytes()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("installation.id: 18446744073709551615 is larger"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_comment_longer_than_wavegate_reads_is_refused_before_it_is_copied() {
+        let comment = |text: &str| {
+            format!(
+                r#"{{"action":"created","issue":{{"number":4,"pull_request":{{}}}},
+                "comment":{{"id":5,"body":"{text}","user":{{"id":1,"login":"erin"}}}},
+                "repository":{{"id":9,"full_name":"o/r","clone_url":"https://x/o/r.git"}}}}"#
+            )
+        };
+        let long = "a".repeat(COMMENT_TEXT_LIMIT + 1);
+        let error = parse_github("issue_comment", comment(&long).as_bytes()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "issue_comment payload is malformed: comment.body: {} bytes of text, more than the 1024 KiB wavegate reads of a comment",
+                COMMENT_TEXT_LIMIT + 1
+            )
+        );
+        // Escapes are read as the text they stand for, and at the limit it is read.
+        let at_limit = format!("\\\\{}", "a".repeat(COMMENT_TEXT_LIMIT - 1));
+        if let Err(e) = parse_github("issue_comment", comment(&at_limit).as_bytes()) {
+            panic!("{e}");
+        }
     }
 
     fn parsed_pr(parsed: Parsed) -> (RepoRef, PullRequest, PrAction) {
