@@ -159,23 +159,8 @@ impl ForgejoClient {
         );
         let call = format!("GET /api/v1{route}");
         let reply = self.call_if(Method::GET, &route, None, etag).await?;
-        if reply.status == 304 {
-            return Ok(Page::NotModified);
-        }
-        let reply = reply.success(&call)?;
-        let (etag, more) = (
-            listing::etag(&reply.headers),
-            listing::has_next_link(&reply.headers),
-        );
-        let items = reply
-            .json::<Vec<WirePull<WireUser>>>(&call)?
-            .into_iter()
-            .map(|wire| wire.into_listed(&call))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Page::Fresh {
-            more: more || items.len() >= PAGE_LIMIT,
-            items,
-            etag,
+        listing::read_page(reply, &call, PAGE_LIMIT, |wire: WirePull<WireUser>| {
+            wire.into_listed(&call).map(Some)
         })
     }
 
@@ -196,34 +181,18 @@ impl ForgejoClient {
         );
         let call = format!("GET /api/v1{route}");
         let reply = self.call_if(Method::GET, &route, None, etag).await?;
-        if reply.status == 304 {
-            return Ok(Page::NotModified);
-        }
-        let reply = reply.success(&call)?;
-        let (etag, more) = (
-            listing::etag(&reply.headers),
-            listing::has_next_link(&reply.headers),
-        );
-        let batch: Vec<WireComment> = reply.json(&call)?;
-        let full = batch.len() >= PAGE_LIMIT;
-        let items = batch
-            .into_iter()
-            .filter_map(|c| {
-                let url = [&c.pull_request_url, &c.issue_url]
-                    .into_iter()
-                    .flatten()
-                    .find(|u| !u.is_empty())?;
-                let pr = listing::number_from_url(url)?;
-                Some(ListedComment {
-                    pr,
-                    comment: c.into_comment(&me),
-                })
-            })
-            .collect();
-        Ok(Page::Fresh {
-            items,
-            etag,
-            more: more || full,
+        listing::read_page(reply, &call, PAGE_LIMIT, |wire: WireComment| {
+            let url = [&wire.pull_request_url, &wire.issue_url]
+                .into_iter()
+                .flatten()
+                .find(|u| !u.is_empty());
+            let Some(pr) = url.and_then(|u| listing::number_from_url(u)) else {
+                return Ok(None);
+            };
+            Ok(Some(ListedComment {
+                pr,
+                comment: wire.into_comment(&me),
+            }))
         })
     }
 

@@ -450,23 +450,8 @@ impl GitHubClient {
         let reply = self
             .repo_call_if(repo, Verb::Get, &route, None, etag)
             .await?;
-        if reply.status == 304 {
-            return Ok(Page::NotModified);
-        }
-        let reply = reply.success(&call)?;
-        let (etag, more) = (
-            listing::etag(&reply.headers),
-            listing::has_next_link(&reply.headers),
-        );
-        let items = reply
-            .json::<Vec<WirePull<WireUser>>>(&call)?
-            .into_iter()
-            .map(|wire| wire.into_listed(&call))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Page::Fresh {
-            more: more || items.len() >= PER_PAGE,
-            items,
-            etag,
+        listing::read_page(reply, &call, PER_PAGE, |wire: WirePull<WireUser>| {
+            wire.into_listed(&call).map(Some)
         })
     }
 
@@ -488,30 +473,14 @@ impl GitHubClient {
         let reply = self
             .repo_call_if(repo, Verb::Get, &route, None, etag)
             .await?;
-        if reply.status == 304 {
-            return Ok(Page::NotModified);
-        }
-        let reply = reply.success(&call)?;
-        let (etag, more) = (
-            listing::etag(&reply.headers),
-            listing::has_next_link(&reply.headers),
-        );
-        let batch: Vec<WireComment> = reply.json(&call)?;
-        let full = batch.len() >= PER_PAGE;
         let bot = self.bot_login().await?;
-        let items = batch
-            .into_iter()
-            .filter_map(|wire| {
-                let pr = listing::number_from_url(wire.issue_url.as_deref()?)?;
-                let mut comment = wire.into_comment();
-                comment.ours = comment.author.login == bot;
-                Some(ListedComment { pr, comment })
-            })
-            .collect();
-        Ok(Page::Fresh {
-            items,
-            etag,
-            more: more || full,
+        listing::read_page(reply, &call, PER_PAGE, |wire: WireComment| {
+            let Some(pr) = wire.issue_url.as_deref().and_then(listing::number_from_url) else {
+                return Ok(None);
+            };
+            let mut comment = wire.into_comment();
+            comment.ours = comment.author.login == bot;
+            Ok(Some(ListedComment { pr, comment }))
         })
     }
 

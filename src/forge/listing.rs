@@ -6,8 +6,10 @@
 //! budget left comes with every answer and paces the sweep.
 
 use super::client::Comment;
+use super::retry::Reply;
 use super::{PrNumber, PrState, PullRequest};
 use reqwest::header::HeaderMap;
+use serde::de::DeserializeOwned;
 
 /// One page of a listing asked for with the `ETag` of the last answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +77,36 @@ impl RateBudget {
         let spendable = (self.limit as f64 * share.clamp(0.0, 1.0)).round() as u64;
         self.remaining > self.limit.saturating_sub(spendable)
     }
+}
+
+/// One page of a listing from the forge's answer to `call`: a 304 is
+/// [`Page::NotModified`]; otherwise its items through `convert` (`None`
+/// leaves one out), its `ETag`, and whether another page follows (a next
+/// link, or a full page of `page_size`).
+pub(super) fn read_page<W: DeserializeOwned, T>(
+    reply: Reply,
+    call: &str,
+    page_size: usize,
+    convert: impl FnMut(W) -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<Page<T>> {
+    if reply.status == 304 {
+        return Ok(Page::NotModified);
+    }
+    let reply = reply.success(call)?;
+    let etag = etag(&reply.headers);
+    let linked = has_next_link(&reply.headers);
+    let batch: Vec<W> = reply.json(call)?;
+    let full = batch.len() >= page_size;
+    let items = batch
+        .into_iter()
+        .map(convert)
+        .filter_map(Result::transpose)
+        .collect::<anyhow::Result<Vec<T>>>()?;
+    Ok(Page::Fresh {
+        items,
+        etag,
+        more: linked || full,
+    })
 }
 
 /// The `ETag` of an answer, to send back as `If-None-Match`.
