@@ -550,8 +550,26 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     .await;
     bot.settle().await;
     assert!(bot.report(&repo, 6).body.contains("@rev-bob approved"));
+
+    // The webhook turns up late. Forgejo's names no review id: its job
+    // finds the review on the forge, taken up already, and does nothing.
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
+        .await;
+    assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 1);
+    let reviews: Vec<_> = bot
+        .jobs()
+        .await
+        .into_iter()
+        .filter(|j| j.kind == "review")
+        .collect();
+    assert_eq!(reviews.len(), 2, "the sweep's and the late webhook's");
+    assert_eq!(
+        reviews[1].outcome.as_deref(),
+        Some(format!("review {id} was taken up already (by the reconciliation sweep)").as_str()),
+        "{reviews:#?}"
+    );
 
     // Forgejo sends no webhook for a dismissal: only the sweep sees it.
     bot.forge.dismiss_review(&repo, id);
@@ -560,7 +578,21 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     })
     .await;
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 2);
+    assert_eq!(bot.jobs_of_kind("review").await, 3);
+    assert_eq!(state(&bot), "pending");
+
+    // rev-carol approves and this webhook comes: its job takes the review
+    // up by its id, and the sweeps after it find it seen.
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.forge.add_review(&repo, 6, "rev-carol", "APPROVED");
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-carol"))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    bot.settle().await;
+    assert_eq!(state(&bot), "success");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("review").await, 4);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
