@@ -571,7 +571,7 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
         "{reviews:#?}"
     );
 
-    // Forgejo sends no webhook for a dismissal: only the sweep sees it.
+    // wavegate reads no Forgejo webhook of a dismissal: only the sweep sees it.
     bot.forge.dismiss_review(&repo, id);
     bot.until("a sweep takes the dismissal up", || async {
         (state(&bot) == "pending").then_some(())
