@@ -435,7 +435,7 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
             .last_error
             .as_deref()
             .unwrap()
-            .contains("reading the base branch's wavegate.toml"),
+            .contains("this pull request's gates are judged at"),
         "{failed:#?}"
     );
     assert!(bot.replies(&repo, 29).is_empty(), "no verdict was said");
@@ -467,6 +467,37 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
         bot.conclusion(&repo, &pr.head_sha).as_deref(),
         Some("success")
     );
+}
+
+/// A server whose data dir holds no mirror of the repository (another
+/// replica planned it, or the data dir started afresh) fetches the base the
+/// gate is judged at before it judges an approval, instead of failing every
+/// attempt until the approval is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_on_a_server_without_the_mirror_is_judged_at_the_fetched_base() {
+    let mut bot = Bot::start().await;
+    bot.edit_base_config("approvers = []", "approvers = [\"frank\"]");
+    let (repo, pr, _digest) = planned(&mut bot, 27).await;
+    bot.forge.set_permission(&repo, "frank", "write");
+    let mirror = bot.dir.path().join("data/mirrors/github/acme/infra.git");
+    std::fs::remove_dir_all(&mirror).unwrap();
+
+    bot.comment(&repo, 27, "frank", "/approve").await;
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("success"),
+        "{:#?}\n{}",
+        bot.jobs().await,
+        bot.log()
+    );
+    let comment_jobs: Vec<_> = bot
+        .jobs()
+        .await
+        .into_iter()
+        .filter(|j| j.kind == "comment")
+        .collect();
+    assert_eq!(comment_jobs.len(), 1);
+    assert_eq!(comment_jobs[0].attempts, 1, "{comment_jobs:#?}");
 }
 
 /// Every gate that starts waiting appends one `pending` fact — what is

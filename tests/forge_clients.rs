@@ -961,3 +961,71 @@ async fn comments_since_a_time_carry_when_they_were_written_and_edited() {
         assert_conformant(&forge.requests());
     }
 }
+
+/// Both clients read a pull request's reviews a page at a time (GitHub 100,
+/// Forgejo 50), each forge's words for states into ours, and a page asked
+/// for again with its `ETag` is a 304.
+#[tokio::test]
+async fn reviews_are_listed_a_page_at_a_time_and_read_as_our_type() {
+    use wavegate::forge::listing::{ListedReview, Page};
+    use wavegate::forge::ReviewState;
+
+    async fn all_pages(client: &ForgeClient, repo: &RepoHandle) -> (Vec<ListedReview>, u32) {
+        let mut listed = Vec::new();
+        for page in 1u32.. {
+            match client
+                .pull_reviews_page(&repo.repo_ref(), PR, page, None)
+                .await
+                .unwrap()
+            {
+                Page::Fresh { items, more, .. } => {
+                    listed.extend(items);
+                    if !more {
+                        return (listed, page);
+                    }
+                }
+                Page::NotModified => panic!("asked without an ETag"),
+            }
+        }
+        unreachable!()
+    }
+
+    let gh = github().await;
+    let fj = forgejo().await;
+    for (forge, repo, client, count, pages) in [
+        (&gh.forge, &gh.repo, &gh.client, 101, 2),
+        (&fj.forge, &fj.repo, &fj.client, 51, 2),
+    ] {
+        let changes = forge.add_review(repo, PR.0, "carol", "CHANGES_REQUESTED");
+        let dismissed = forge.add_review(repo, PR.0, "dave", "APPROVED");
+        forge.dismiss_review(repo, dismissed);
+        for _ in 2..count {
+            forge.add_review(repo, PR.0, "erin", "APPROVED");
+        }
+        let (listed, read) = all_pages(client, repo).await;
+        assert_eq!((listed.len(), read), (count, pages));
+        let first = &listed[0];
+        assert_eq!(
+            (first.id, first.author.login.as_str(), first.state),
+            (changes, "carol", ReviewState::ChangesRequested)
+        );
+        assert_eq!(first.commit, Some(head()));
+        assert!(first.submitted_at.is_some());
+        assert_eq!(listed[1].state, ReviewState::Dismissed);
+        assert_eq!(listed[2].state, ReviewState::Approved);
+
+        let Page::Fresh { etag, .. } = client
+            .pull_reviews_page(&repo.repo_ref(), PR, 1, None)
+            .await
+            .unwrap()
+        else {
+            panic!("a first answer in full")
+        };
+        let again = client
+            .pull_reviews_page(&repo.repo_ref(), PR, 1, etag.as_deref())
+            .await
+            .unwrap();
+        assert_eq!(again, Page::NotModified);
+        assert_conformant(&forge.requests());
+    }
+}

@@ -467,3 +467,132 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
     );
     bot.assert_conformant();
 }
+
+/// Reviews cost a request per pull request: a quiet one's are not listed
+/// (after the two reads that follow a start), a review moves `updated_at`
+/// and is found. An approving review and then its dismissal, both without
+/// a webhook, approve and revoke; their webhooks arriving late do nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_once() {
+    let mut bot = Bot::reconciling().await;
+    bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
+    let (repo, pr, digest) = planned(&mut bot, 5).await;
+    let review_lists = |bot: &Bot| {
+        bot.forge
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/pulls/5/reviews"))
+            .count()
+    };
+    bot.after_sweeps(3).await;
+    let before = review_lists(&bot);
+    assert!(before > 0, "read after the start");
+    bot.after_sweeps(3).await;
+    assert_eq!(
+        review_lists(&bot),
+        before,
+        "a quiet pull request's reviews are not listed"
+    );
+
+    let id = bot.forge.add_review(&repo, 5, "rev-bob", "APPROVED");
+    bot.until("a sweep takes the approving review up", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert!(bot.log().contains("came without a webhook: taking it up"));
+    let report = bot.report(&repo, 5).body;
+    assert!(
+        report.contains(&format!("@rev-bob approved `{digest}`")),
+        "{report}"
+    );
+
+    let late = |action: &str, state: &str| {
+        support::github_review(action, state, &repo, &pr, id, "rev-bob", &pr.head_sha)
+    };
+    let (status, answer) = bot.deliver_github(late("submitted", "approved")).await;
+    assert_eq!(status, 202, "{answer}");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("review").await, 1);
+
+    bot.forge.dismiss_review(&repo, id);
+    bot.until("a sweep takes the dismissal up", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("action_required")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert_eq!(bot.jobs_of_kind("review").await, 2);
+    let (status, answer) = bot.deliver_github(late("dismissed", "dismissed")).await;
+    assert_eq!(status, 202, "{answer}");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("review").await, 2);
+    assert_eq!(
+        bot.conclusion(&repo, &pr.head_sha).as_deref(),
+        Some("action_required")
+    );
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
+    let mut bot = Bot::reconciling().await;
+    bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
+    let (repo, pr) = planned_on_forgejo(&mut bot, 6).await;
+    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
+    assert_eq!(state(&bot), "pending");
+    bot.after_sweeps(1).await;
+
+    let id = bot.forge.add_review(&repo, 6, "rev-bob", "APPROVED");
+    bot.until("a sweep takes the approving review up", || async {
+        (state(&bot) == "success").then_some(())
+    })
+    .await;
+    bot.settle().await;
+    assert!(bot.report(&repo, 6).body.contains("@rev-bob approved"));
+
+    // The webhook turns up late. Forgejo's names no review id: its job
+    // finds the review on the forge, taken up already, and does nothing.
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    bot.after_sweeps(2).await;
+    let reviews: Vec<_> = bot
+        .jobs()
+        .await
+        .into_iter()
+        .filter(|j| j.kind == "review")
+        .collect();
+    assert_eq!(reviews.len(), 2, "the sweep's and the late webhook's");
+    assert_eq!(
+        reviews[1].outcome.as_deref(),
+        Some(format!("review {id} was taken up already (by the reconciliation sweep)").as_str()),
+        "{reviews:#?}"
+    );
+
+    // wavegate reads no Forgejo webhook of a dismissal: only the sweep sees it.
+    bot.forge.dismiss_review(&repo, id);
+    bot.until("a sweep takes the dismissal up", || async {
+        (state(&bot) == "pending").then_some(())
+    })
+    .await;
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("review").await, 3);
+    assert_eq!(state(&bot), "pending");
+
+    // rev-carol approves and this webhook comes: its job takes the review
+    // up by its id, and the sweeps after it find it seen.
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.forge.add_review(&repo, 6, "rev-carol", "APPROVED");
+    let (status, answer) = bot
+        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-carol"))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    bot.settle().await;
+    assert_eq!(state(&bot), "success");
+    bot.after_sweeps(2).await;
+    assert_eq!(bot.jobs_of_kind("review").await, 4);
+    bot.assert_ledger_verifies();
+    bot.assert_conformant();
+}

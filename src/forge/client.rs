@@ -5,7 +5,7 @@
 
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
-use super::listing::{ListedComment, ListedPull, Page, RateBudget};
+use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::{CommitSha, PrNumber, PrState, PullRequest, RepoRef, User};
 use crate::config::settings::Secret;
 use crate::report::REPORT_MARKER;
@@ -289,6 +289,21 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => c.repo_comments_page(repo, since, page, etag).await,
             ForgeClient::Forgejo(c) => c.repo_comments_page(repo, since, page, etag).await,
+        }
+    }
+
+    /// One page (from 1) of the pull request's submitted reviews, oldest
+    /// first, asked for with the `ETag` of the last answer for that page.
+    pub async fn pull_reviews_page(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedReview>> {
+        match self {
+            ForgeClient::GitHub(c) => c.pull_reviews_page(repo, pr, page, etag).await,
+            ForgeClient::Forgejo(c) => c.pull_reviews_page(repo, pr, page, etag).await,
         }
     }
 

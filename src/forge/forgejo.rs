@@ -3,7 +3,7 @@
 //! Every call goes through the shared retry wrapper.
 
 use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
-use super::listing::{self, ListedComment, ListedPull, Page};
+use super::listing::{self, ListedComment, ListedPull, ListedReview, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -196,6 +196,43 @@ impl ForgejoClient {
         })
     }
 
+    /// One page of the pull request's reviews, oldest first; reviews not
+    /// submitted (`PENDING`, `REQUEST_REVIEW`) are left out.
+    pub async fn pull_reviews_page(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedReview>> {
+        let me = self.me().await?.login.clone();
+        let route = format!(
+            "/repos/{}/pulls/{}/reviews?limit={PAGE_LIMIT}&page={page}",
+            repo.id.full_name, pr.0
+        );
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call_if(Method::GET, &route, None, etag).await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let batch: Vec<WireReview> = reply.json(&call)?;
+        let full = batch.len() >= PAGE_LIMIT;
+        let items = batch
+            .into_iter()
+            .filter_map(|wire| wire.into_listed(&me))
+            .collect();
+        Ok(Page::Fresh {
+            items,
+            etag,
+            more: more || full,
+        })
+    }
+
     pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
         let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
         let call = format!("POST /api/v1{route}");
@@ -352,6 +389,50 @@ impl WireComment {
             created_at: self.created_at.as_deref().and_then(unix_ms),
             updated_at: self.updated_at.as_deref().and_then(unix_ms),
         }
+    }
+}
+
+/// Forgejo's `PullReview`: a dismissed review keeps its `state` and is
+/// flagged `dismissed`; `user` is null for a deleted account.
+#[derive(Deserialize)]
+struct WireReview {
+    id: u64,
+    #[serde(default)]
+    user: Option<WireUser>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    dismissed: bool,
+    #[serde(default)]
+    commit_id: Option<String>,
+    #[serde(default)]
+    submitted_at: Option<String>,
+}
+
+impl WireReview {
+    /// `me`: the bot user's login. None: not a submitted review.
+    fn into_listed(self, me: &str) -> Option<ListedReview> {
+        let state = listing::review_state(&self.state, self.dismissed)?;
+        let author = self.user.map_or(
+            User {
+                id: 0,
+                login: "ghost".into(),
+                is_bot: true,
+            },
+            WireUser::into_user,
+        );
+        Some(ListedReview {
+            id: self.id,
+            ours: author.login == me,
+            author,
+            state,
+            commit: self
+                .commit_id
+                .as_deref()
+                .filter(|sha| !sha.is_empty())
+                .and_then(|sha| CommitSha::parse(sha).ok()),
+            submitted_at: self.submitted_at.as_deref().and_then(unix_ms),
+        })
     }
 }
 

@@ -8,7 +8,7 @@
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
 use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
-use super::listing::{self, ListedComment, ListedPull, Page, RateBudget};
+use super::listing::{self, ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::wire::WirePull;
 use super::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoRef, User};
@@ -484,6 +484,45 @@ impl GitHubClient {
         })
     }
 
+    /// One page of the pull request's reviews, oldest first; reviews not
+    /// submitted yet (`PENDING`) are left out.
+    pub async fn pull_reviews_page(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        page: u32,
+        etag: Option<&str>,
+    ) -> Result<Page<ListedReview>> {
+        let route = format!(
+            "/repos/{}/pulls/{}/reviews?per_page={PER_PAGE}&page={page}",
+            repo.id.full_name, pr.0
+        );
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call_if(repo, Verb::Get, &route, None, etag)
+            .await?;
+        if reply.status == 304 {
+            return Ok(Page::NotModified);
+        }
+        let reply = reply.success(&call)?;
+        let (etag, more) = (
+            listing::etag(&reply.headers),
+            listing::has_next_link(&reply.headers),
+        );
+        let batch: Vec<WireReview> = reply.json(&call)?;
+        let full = batch.len() >= PER_PAGE;
+        let bot = self.bot_login().await?;
+        let items = batch
+            .into_iter()
+            .filter_map(|wire| wire.into_listed(&bot))
+            .collect();
+        Ok(Page::Fresh {
+            items,
+            etag,
+            more: more || full,
+        })
+    }
+
     /// `GET /orgs/{org}/teams/{team}/memberships/{user}`: an active membership.
     pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
         #[derive(Deserialize)]
@@ -801,6 +840,42 @@ impl WireComment {
             created_at: self.created_at.as_deref().and_then(unix_ms),
             updated_at: self.updated_at.as_deref().and_then(unix_ms),
         }
+    }
+}
+
+/// `GET /repos/{o}/{r}/pulls/{n}/reviews`: `user` is null for a deleted
+/// account, `commit_id` for a review of a commit since force-pushed away.
+#[derive(Deserialize)]
+struct WireReview {
+    id: u64,
+    user: Option<WireUser>,
+    state: String,
+    #[serde(default)]
+    commit_id: Option<String>,
+    #[serde(default)]
+    submitted_at: Option<String>,
+}
+
+impl WireReview {
+    /// `bot`: this App's login. None: not a submitted review.
+    fn into_listed(self, bot: &str) -> Option<ListedReview> {
+        let state = listing::review_state(&self.state, false)?;
+        let author = self.user.map(WireUser::into_user).unwrap_or(User {
+            id: 0,
+            login: "ghost".into(),
+            is_bot: true,
+        });
+        Some(ListedReview {
+            id: self.id,
+            ours: author.login == bot,
+            author,
+            state,
+            commit: self
+                .commit_id
+                .as_deref()
+                .and_then(|sha| CommitSha::parse(sha).ok()),
+            submitted_at: self.submitted_at.as_deref().and_then(unix_ms),
+        })
     }
 }
 

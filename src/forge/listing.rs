@@ -1,13 +1,13 @@
 //! What a sweep lists a repository by, one page at a time, asked for
-//! conditionally: its open pull requests and the comments written on its
-//! issues and pull requests since a time. A page the forge answers 304 (the
+//! conditionally: its open pull requests, the comments written on its
+//! issues and pull requests since a time, and one pull request's reviews. A page the forge answers 304 (the
 //! `ETag` it gave last time still holds) costs GitHub's rate limit nothing,
 //! so a quiet repository is swept for free; what the forge says of the
 //! budget left comes with every answer and paces the sweep.
 
 use super::client::Comment;
 use super::retry::Reply;
-use super::{PrNumber, PrState, PullRequest};
+use super::{CommitSha, PrNumber, PrState, PullRequest, ReviewState, User};
 use reqwest::header::HeaderMap;
 use serde::de::DeserializeOwned;
 
@@ -39,6 +39,41 @@ pub struct ListedPull {
 pub struct ListedComment {
     pub pr: PrNumber,
     pub comment: Comment,
+}
+
+/// A submitted review of a pull request, as its listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedReview {
+    pub id: u64,
+    pub author: User,
+    /// Given by this bot's own account (Forgejo: the token's user).
+    pub ours: bool,
+    /// Dismissed, whatever it was before, once it was dismissed.
+    pub state: ReviewState,
+    /// The commit it was given at.
+    pub commit: Option<CommitSha>,
+    /// When it was submitted (unix ms, the forge's clock).
+    pub submitted_at: Option<i64>,
+}
+
+/// A listed review's state in our terms, from the forge's word (GitHub
+/// `APPROVED`, `CHANGES_REQUESTED`, `COMMENTED`, `DISMISSED`; Forgejo
+/// `APPROVED`, `REQUEST_CHANGES`, `COMMENT` and a `dismissed` flag). None:
+/// not a submitted review (`PENDING`, Forgejo's `REQUEST_REVIEW`) or a word
+/// we do not know.
+pub fn review_state(word: &str, dismissed: bool) -> Option<ReviewState> {
+    let state = match word.to_ascii_uppercase().as_str() {
+        "APPROVED" => ReviewState::Approved,
+        "CHANGES_REQUESTED" | "REQUEST_CHANGES" => ReviewState::ChangesRequested,
+        "COMMENTED" | "COMMENT" => ReviewState::Commented,
+        "DISMISSED" => ReviewState::Dismissed,
+        _ => return None,
+    };
+    Some(if dismissed {
+        ReviewState::Dismissed
+    } else {
+        state
+    })
 }
 
 /// The request budget as the forge's last answer stated it (GitHub's
@@ -193,6 +228,28 @@ mod tests {
         let last = r#"<https://api.github.com/x?page=1>; rel="first""#;
         assert!(!has_next_link(&headers(&[("link", last)])));
         assert!(!has_next_link(&headers(&[])));
+    }
+
+    #[test]
+    fn review_states_are_read_from_either_forges_words() {
+        assert_eq!(review_state("APPROVED", false), Some(ReviewState::Approved));
+        assert_eq!(
+            review_state("CHANGES_REQUESTED", false),
+            Some(ReviewState::ChangesRequested)
+        );
+        assert_eq!(
+            review_state("REQUEST_CHANGES", false),
+            Some(ReviewState::ChangesRequested)
+        );
+        assert_eq!(review_state("COMMENT", false), Some(ReviewState::Commented));
+        assert_eq!(
+            review_state("DISMISSED", false),
+            Some(ReviewState::Dismissed)
+        );
+        // Forgejo keeps the state a dismissed review had, and flags it.
+        assert_eq!(review_state("APPROVED", true), Some(ReviewState::Dismissed));
+        assert_eq!(review_state("PENDING", false), None);
+        assert_eq!(review_state("REQUEST_REVIEW", false), None);
     }
 
     #[test]

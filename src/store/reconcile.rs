@@ -9,7 +9,7 @@
 
 use super::apply::{run_columns, run_from_row};
 use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row, to_i64};
-use super::{ApplyRunRecord, Backend, JobId, NewJob, PrRecord, Store};
+use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, PrRecord, Store};
 use crate::forge::{CommitSha, PrNumber, RepoId, RepoRef};
 use anyhow::{Context, Result};
 use sqlx::Row;
@@ -243,6 +243,40 @@ impl Store {
             .await
             .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?;
         Ok(Some(id))
+    }
+
+    /// Whether a comment or review state was taken up already.
+    pub async fn was_seen(&self, once: &Once) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT 1 FROM commands_seen WHERE forge = $1 AND repo = $2 AND source = $3",
+        )
+        .bind(once.repo.forge.as_str())
+        .bind(&once.repo.full_name)
+        .bind(&once.source)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("looking up {} of {}{}", once.source, once.repo, once.pr))?;
+        Ok(row.is_some())
+    }
+
+    /// Records a comment or review state as taken up (by a job that found
+    /// it itself); false when it was already.
+    pub async fn mark_seen(&self, once: &Once) -> Result<bool> {
+        let _writer = self.writer.lock().await;
+        let fresh = sqlx::query(
+            "INSERT INTO commands_seen (forge, repo, source, number, recorded_at)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (forge, repo, source) DO NOTHING",
+        )
+        .bind(once.repo.forge.as_str())
+        .bind(&once.repo.full_name)
+        .bind(&once.source)
+        .bind(to_i64(once.pr.0, "pull request number")?)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording {} of {}{}", once.source, once.repo, once.pr))?
+        .rows_affected();
+        Ok(fresh == 1)
     }
 
     /// The comment and review sources of a pull request taken up so far.

@@ -1194,6 +1194,25 @@ async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
 
+on_both!(fixture_on, a_review_found_by_its_job_is_marked_seen_once_and_the_sweep_finds_it, #[tokio::test]);
+async fn a_review_found_by_its_job_is_marked_seen_once_and_the_sweep_finds_it(f: Fixture) {
+    let once = Once {
+        repo: repo(),
+        pr: PrNumber(42),
+        source: "review:5:approved".into(),
+    };
+    assert!(!f.store.was_seen(&once).await.unwrap());
+    assert!(f.store.mark_seen(&once).await.unwrap());
+    assert!(f.store.was_seen(&once).await.unwrap());
+    assert!(!f.store.mark_seen(&once).await.unwrap(), "once only");
+    let sweep = NewJob {
+        kind: "review".into(),
+        once: Some(once),
+        ..comment_job(0)
+    };
+    assert_eq!(f.store.enqueue_once(sweep).await.unwrap(), None);
+}
+
 on_both!(fixture_on, the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward, #[tokio::test]);
 async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_moves_forward(
     f: Fixture,

@@ -202,7 +202,7 @@ impl Worker {
         Ok(())
     }
 
-    async fn fetch_commit(
+    pub(super) async fn fetch_commit(
         &self,
         client: &ForgeClient,
         repo: &RepoRef,

@@ -104,6 +104,7 @@ impl Worker {
         if parsed.commands.is_empty() && parsed.unknown.is_empty() && parsed.errors.is_empty() {
             return Ok(JobOutcome::Skipped("no commands".into()));
         }
+        self.fetch_gate_bases(client, repo, pr).await?;
         self.react(client, repo, comment.id, Reaction::Eyes).await;
 
         let mut refusals = Vec::new();
@@ -907,6 +908,37 @@ impl Worker {
             can_write: permission.can_write(),
             teams,
         })
+    }
+
+    /// Makes sure the mirror holds the commits this pull request's gates
+    /// are judged at (its current plan's base and head, its apply run's
+    /// base): a
+    /// replica that never planned it, or a data dir started afresh, has
+    /// neither, and a gate must never be judged without its base.
+    pub(super) async fn fetch_gate_bases(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: PrNumber,
+    ) -> Result<()> {
+        let plan = self.store.latest_plan(&repo.id, pr).await?;
+        let run = self.store.apply_run(&repo.id, pr).await?;
+        let commits = plan
+            .map(|p| [p.base_sha, p.head_sha])
+            .into_iter()
+            .flatten()
+            .chain(run.map(|r| r.base_sha));
+        for commit in commits {
+            self.fetch_commit(client, repo, &commit)
+                .await
+                .with_context(|| {
+                    format!(
+                        "fetching the commit {} this pull request's gates are judged at",
+                        commit.short()
+                    )
+                })?;
+        }
+        Ok(())
     }
 
     /// The base branch's `[policy]`: the default when the base has no

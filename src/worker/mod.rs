@@ -18,14 +18,17 @@ pub mod workspace;
 /// Characters of the report kept for the approvals section.
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient};
+use crate::forge::listing::Page;
 use crate::forge::registry::Forges;
-use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
+use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef, ReviewState, User};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
 use crate::plan::runner::Cancel;
 use crate::report::{self, reply, reply::Reply};
 use crate::sandbox::Sandbox;
-use crate::store::{FailOutcome, Job, JobOutcome, NewPlan, PlanRecord, PrHead, PrReport, Store};
+use crate::store::{
+    FailOutcome, Job, JobOutcome, NewPlan, Once, PlanRecord, PrHead, PrReport, Store,
+};
 use anyhow::{Context, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +95,60 @@ fn claim_backoff(failures: u32, poll: Duration) -> Duration {
         .max(poll)
 }
 
+/// What became of a review a webhook brought without its id.
+enum Identified {
+    /// Not taken up yet (0: not found on the forge; it is handled as before).
+    Unseen(u64),
+    /// The reconciliation sweep took it up already.
+    Seen(u64),
+}
+
 impl Worker {
+    /// Finds the review a webhook named no id of (Forgejo's) among the pull
+    /// request's reviews, so that it and the sweep take it up once between
+    /// them: the sweep keys it by its id. It is recorded as taken up once
+    /// handled, so a failed attempt is retried; a sweep in between may take
+    /// it up a second time.
+    async fn identify_review(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        pr: PrNumber,
+        author: &User,
+        state: ReviewState,
+        commit: Option<&CommitSha>,
+    ) -> Result<Identified> {
+        let mut listed = Vec::new();
+        for page in 1u32.. {
+            match client
+                .pull_reviews_page(repo, pr, page, None)
+                .await
+                .context("listing the pull request's reviews to find the one the webhook named")?
+            {
+                Page::NotModified => break,
+                Page::Fresh { items, more, .. } => {
+                    listed.extend(items);
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        let Some(found) = task::webhook_review(&listed, author, state, commit) else {
+            return Ok(Identified::Unseen(0));
+        };
+        let once = Once {
+            repo: repo.id.clone(),
+            pr,
+            source: task::review_source(found.id, state),
+        };
+        Ok(if self.store.was_seen(&once).await? {
+            Identified::Seen(found.id)
+        } else {
+            Identified::Unseen(found.id)
+        })
+    }
+
     /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
@@ -300,13 +356,39 @@ impl Worker {
                 state,
                 commit,
             } => {
+                let identified = review_id == 0;
+                let review_id = if identified {
+                    let found = self
+                        .identify_review(&client, &repo, pr, &author, state, commit.as_ref())
+                        .await?;
+                    match found {
+                        Identified::Unseen(id) => id,
+                        Identified::Seen(id) => {
+                            return Ok(JobOutcome::Skipped(format!(
+                                "review {id} was taken up already (by the reconciliation sweep)"
+                            )))
+                        }
+                    }
+                } else {
+                    review_id
+                };
                 let review = gate::ReviewIn {
                     id: review_id,
                     author: &author,
                     state,
                     commit: commit.as_ref(),
                 };
-                self.handle_review(&client, &repo, pr, review).await
+                self.fetch_gate_bases(&client, &repo, pr).await?;
+                let outcome = self.handle_review(&client, &repo, pr, review).await?;
+                if identified && review_id != 0 {
+                    let once = Once {
+                        repo: repo.id.clone(),
+                        pr,
+                        source: task::review_source(review_id, state),
+                    };
+                    self.store.mark_seen(&once).await?;
+                }
+                Ok(outcome)
             }
             Task::Merged {
                 repo,

@@ -21,6 +21,16 @@
 //! edited comment is never run by the sweep: what it said when it was
 //! written is gone.
 //!
+//! Reviews no webhook brought (an approval under `review_approvals`, a
+//! dismissal) are found by listing a pull request's reviews, which costs a
+//! request per pull request: so only those of open pull requests whose
+//! listed `updated_at` moved since this server's last sweep (a review moves
+//! it on both forges), or, on the first sweep after a start, moved at or
+//! after their mark, are listed; and those of merged pull requests whose
+//! apply run is unfinished, every sweep. Each page is asked for with its
+//! `ETag`. A review is taken up once per state, like a comment
+//! ([`review_taken`]).
+//!
 //! The sweep only enqueues jobs; workers run them. Several replicas may
 //! sweep at once: each enqueue is made only if the pull request's queue is
 //! idle and what the sweep saw still holds, checked in the transaction that
@@ -28,12 +38,14 @@
 //! the first one's job (or its outcome) and enqueues nothing.
 
 use super::redeliver::Redeliverer;
-use super::task::{comment_source, queue_key, Task};
+use super::task::{comment_source, queue_key, review_source, Task};
 use crate::apply::{RunStatus, Wait};
 use crate::forge::client::{Comment, ForgeClient};
-use crate::forge::listing::{ListedComment, ListedPull, Page};
+use crate::forge::listing::{ListedComment, ListedPull, ListedReview, Page};
 use crate::forge::registry::Forges;
-use crate::forge::{CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoId, RepoRef};
+use crate::forge::{
+    CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoId, RepoRef, ReviewState,
+};
 use crate::metrics;
 use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
 use anyhow::{Context, Result};
@@ -137,6 +149,82 @@ pub fn comments_to_run<'a>(
     (run, mark)
 }
 
+/// What the sweep makes of a review it listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reviewed {
+    /// New: its job runs (as its webhook's would have).
+    Take,
+    /// Taken up in this state already, by its webhook or an earlier sweep.
+    Seen,
+    /// Neither approves nor dismisses: no job (its webhook made none either).
+    NoCommand,
+    /// A bot's (or this bot's own): never an approval.
+    Bot,
+    /// Submitted before the pull request's mark: the webhooks' to take up.
+    Before,
+    /// The forge did not say when it was submitted.
+    Undated,
+}
+
+/// The pure decision for one listed review, given the pull request's mark
+/// (`mark`, unix ms, the forge's clock) and the sources taken up so far
+/// (`seen`, [`review_source`]). An approval is taken when it was submitted
+/// at or after the mark; a dismissal also when its approval was taken up
+/// (it was submitted before the mark, but dismissed since).
+pub fn review_taken(mark: Option<i64>, seen: &HashSet<String>, review: &ListedReview) -> Reviewed {
+    if !matches!(review.state, ReviewState::Approved | ReviewState::Dismissed) {
+        return Reviewed::NoCommand;
+    }
+    if review.ours || review.author.is_bot {
+        return Reviewed::Bot;
+    }
+    if seen.contains(&review_source(review.id, review.state)) {
+        return Reviewed::Seen;
+    }
+    let approval_taken = review.state == ReviewState::Dismissed
+        && seen.contains(&review_source(review.id, ReviewState::Approved));
+    match review.submitted_at {
+        _ if approval_taken => Reviewed::Take,
+        None => Reviewed::Undated,
+        Some(at) if mark.is_some_and(|mark| at < mark) => Reviewed::Before,
+        Some(_) => Reviewed::Take,
+    }
+}
+
+/// What a server's sweeps remember of an open pull request's reviews: the
+/// `updated_at` they were last read at, and whether they were read again
+/// with it unchanged (a review from the same second as the change read
+/// first would not move `updated_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewsRead {
+    pub updated_at: Option<i64>,
+    pub confirmed: bool,
+}
+
+/// The pure choice of whether a sweep lists an open pull request's reviews
+/// (`updated_at`: as the listing of open pull requests shows it; `read`:
+/// what this server's sweeps remember, None on its first; `mark`: the pull
+/// request's), and what to remember once they are read (or at once, when
+/// they are not to be).
+pub fn reviews_due(
+    read: Option<ReviewsRead>,
+    updated_at: Option<i64>,
+    mark: Option<i64>,
+) -> (bool, ReviewsRead) {
+    let due = match read {
+        Some(read) => read.updated_at != updated_at || !read.confirmed,
+        None => match (updated_at, mark) {
+            (Some(updated), Some(mark)) => updated >= mark,
+            _ => true,
+        },
+    };
+    let remember = ReviewsRead {
+        updated_at,
+        confirmed: !due || read.is_some_and(|read| read.updated_at == updated_at),
+    };
+    (due, remember)
+}
+
 /// Whether an unfinished run needs a job to drive it on (its queue being
 /// idle): a running one always; one waiting for a lock when the lock is not
 /// held by another run any more (`lock_holder`: the run holding the member
@@ -178,6 +266,8 @@ pub struct Sweep {
     pub runs_resumed: usize,
     /// Comments whose webhook never came, taken up by the sweep.
     pub comments: usize,
+    /// Approving and dismissed reviews whose webhook never came, taken up.
+    pub reviews: usize,
     /// Failed GitHub deliveries GitHub was asked to deliver again.
     pub redelivered: usize,
     /// Left alone: a job of theirs is queued or running.
@@ -206,6 +296,14 @@ struct Listings {
     comments_since: Option<i64>,
     /// The `since` the comment pages' `ETag`s were given for, and those.
     comment_etags: Option<(Option<i64>, Vec<Option<String>>)>,
+    /// Per open pull request: when its reviews were read.
+    reviews_read: HashMap<PrNumber, ReviewsRead>,
+    /// Per pull request: the `ETag` of each page of its reviews.
+    review_etags: HashMap<PrNumber, Vec<Option<String>>>,
+    /// Per pull request: its mark when its reviews were last read. A
+    /// review not listed then was submitted after it, even if the comment
+    /// listing has moved the mark past it since.
+    review_marks: HashMap<PrNumber, Option<i64>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -306,6 +404,7 @@ impl Reconciler {
                 closed = sweep.closed,
                 runs_resumed = sweep.runs_resumed,
                 comments = sweep.comments,
+                reviews = sweep.reviews,
                 redelivered = sweep.redelivered,
                 busy = sweep.busy,
                 unreachable = sweep.unreachable,
@@ -468,9 +567,150 @@ impl Reconciler {
                 );
             }
         }
+        self.sweep_reviews(
+            client, repo, known, with_runs, &listed, listings, sweep, busy,
+        )
+        .await
+        .context("reading its reviews")?;
         self.sweep_comments(client, repo, &swept, listings, sweep, busy)
             .await
             .context("reading its comments")
+    }
+
+    /// Lists the reviews of the pull requests [`reviews_due`] picks among
+    /// the open ones and of those with an unfinished apply run, and
+    /// enqueues, once, those no webhook brought. An error about one pull
+    /// request is counted and the rest go on; it is read again next sweep.
+    #[allow(clippy::too_many_arguments)]
+    async fn sweep_reviews(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        known: &[PrRecord],
+        with_runs: &HashSet<PrNumber>,
+        listed: &HashMap<PrNumber, ListedPull>,
+        listings: &mut Listings,
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
+        let marks = self.store.comment_marks(&repo.id).await?;
+        listings
+            .reviews_read
+            .retain(|number, _| listed.contains_key(number));
+        let swept = |number: &PrNumber| listed.contains_key(number) || with_runs.contains(number);
+        listings.review_etags.retain(|number, _| swept(number));
+        listings.review_marks.retain(|number, _| swept(number));
+        let mut due: Vec<(PrNumber, Option<ReviewsRead>)> = Vec::new();
+        for pr in known {
+            let Some(open) = listed.get(&pr.pr) else {
+                continue;
+            };
+            let mark = marks.get(&pr.pr).copied().flatten();
+            let read = listings.reviews_read.get(&pr.pr).copied();
+            match reviews_due(read, open.updated_at, mark) {
+                (true, remember) => due.push((pr.pr, Some(remember))),
+                (false, remember) => {
+                    listings.reviews_read.insert(pr.pr, remember);
+                }
+            }
+        }
+        for number in with_runs {
+            if !due.iter().any(|(pr, _)| pr == number) {
+                due.push((*number, None));
+            }
+        }
+        due.sort_by_key(|(pr, _)| *pr);
+        for (number, remember) in due {
+            let now = marks.get(&number).copied().flatten();
+            let mark = listings.review_marks.get(&number).copied().unwrap_or(now);
+            match self
+                .take_up_reviews(client, repo, number, mark, listings, sweep, busy)
+                .await
+            {
+                Ok(()) => {
+                    listings.review_marks.insert(number, now);
+                    if let Some(remember) = remember {
+                        listings.reviews_read.insert(number, remember);
+                    }
+                }
+                Err(error) => {
+                    sweep.errors += 1;
+                    tracing::warn!(repo = %repo.id, pr = number.0,
+                        "reading the reviews of {}{number} failed: {error:#}", repo.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists one pull request's reviews, each page asked for with the
+    /// `ETag` it had last time (a 304: unchanged, and all of it taken up
+    /// then), and enqueues, once, those [`review_taken`] takes.
+    #[allow(clippy::too_many_arguments)]
+    async fn take_up_reviews(
+        &self,
+        client: &ForgeClient,
+        repo: &RepoRef,
+        number: PrNumber,
+        mark: Option<i64>,
+        listings: &mut Listings,
+        sweep: &mut Sweep,
+        busy: &mut HashSet<String>,
+    ) -> Result<()> {
+        let old_etags = listings.review_etags.remove(&number).unwrap_or_default();
+        let mut etags = Vec::new();
+        let mut reviews: Vec<ListedReview> = Vec::new();
+        for page in 1u32.. {
+            let index = usize::try_from(page - 1)?;
+            let etag = old_etags.get(index).cloned().flatten();
+            match client
+                .pull_reviews_page(repo, number, page, etag.as_deref())
+                .await?
+            {
+                Page::NotModified => {
+                    sweep.not_modified += 1;
+                    etags.push(etag);
+                    if index + 1 >= old_etags.len() {
+                        break;
+                    }
+                }
+                Page::Fresh { items, etag, more } => {
+                    sweep.requests += 1;
+                    etags.push(etag);
+                    reviews.extend(items);
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        if !reviews.is_empty() {
+            let seen = self.store.commands_seen(&repo.id, number).await?;
+            let mut taken: Vec<&ListedReview> = reviews
+                .iter()
+                .filter(|review| review_taken(mark, &seen, review) == Reviewed::Take)
+                .collect();
+            taken.sort_by_key(|review| (review.submitted_at, review.id));
+            for review in taken {
+                let task = Task::Review {
+                    repo: repo.clone(),
+                    pr: number,
+                    review_id: review.id,
+                    author: review.author.clone(),
+                    state: review.state,
+                    commit: review.commit.clone(),
+                };
+                if let Some(job) = self.store.enqueue_once(task.into_job()).await? {
+                    tracing::info!(repo = %repo.id, pr = number.0, review = review.id, %job,
+                        "review {} ({:?}) on {}{number} came without a webhook: taking it up",
+                        review.id, review.state, repo.id);
+                    sweep.reviews += 1;
+                    self.enqueued(busy, &repo.id, number);
+                }
+            }
+        }
+        listings.review_etags.insert(number, etags);
+        Ok(())
     }
 
     /// Every open pull request of the repository by number, page by page,
@@ -1058,5 +1298,100 @@ mod tests {
         // A pull request without a mark reads from the start.
         assert_eq!(first_comments_since(&[Some(30), None]), None);
         assert_eq!(first_comments_since(&[]), None);
+    }
+
+    fn review(id: u64, author: &str, state: ReviewState, submitted: Option<i64>) -> ListedReview {
+        ListedReview {
+            id,
+            author: User {
+                id: 7,
+                login: author.into(),
+                is_bot: author.ends_with("[bot]"),
+            },
+            ours: false,
+            state,
+            commit: Some(sha('a')),
+            submitted_at: submitted,
+        }
+    }
+
+    #[test]
+    fn an_approval_or_dismissal_no_webhook_brought_is_taken_once() {
+        let none = HashSet::new();
+        let approved = review(9, "rev-bob", ReviewState::Approved, Some(5_000));
+        assert_eq!(review_taken(Some(5_000), &none, &approved), Reviewed::Take);
+        assert_eq!(review_taken(None, &none, &approved), Reviewed::Take);
+        let seen: HashSet<String> = ["review:9:approved".to_owned()].into();
+        assert_eq!(review_taken(Some(1_000), &seen, &approved), Reviewed::Seen);
+        let dismissed = review(9, "rev-bob", ReviewState::Dismissed, Some(5_000));
+        assert_eq!(review_taken(Some(1_000), &seen, &dismissed), Reviewed::Take);
+        let both: HashSet<String> = [
+            "review:9:approved".to_owned(),
+            "review:9:dismissed".to_owned(),
+        ]
+        .into();
+        assert_eq!(review_taken(Some(1_000), &both, &dismissed), Reviewed::Seen);
+    }
+
+    #[test]
+    fn other_reviews_bots_and_reviews_before_the_mark_are_not_taken() {
+        let none = HashSet::new();
+        for state in [ReviewState::Commented, ReviewState::ChangesRequested] {
+            let remark = review(1, "rev-bob", state, Some(5_000));
+            assert_eq!(review_taken(None, &none, &remark), Reviewed::NoCommand);
+        }
+        let bot = review(2, "ci[bot]", ReviewState::Approved, Some(5_000));
+        assert_eq!(review_taken(None, &none, &bot), Reviewed::Bot);
+        let mut ours = review(3, "wavegate", ReviewState::Approved, Some(5_000));
+        ours.ours = true;
+        assert_eq!(review_taken(None, &none, &ours), Reviewed::Bot);
+        let old = review(4, "rev-bob", ReviewState::Approved, Some(4_999));
+        assert_eq!(review_taken(Some(5_000), &none, &old), Reviewed::Before);
+        let undated = review(5, "rev-bob", ReviewState::Approved, None);
+        assert_eq!(review_taken(None, &none, &undated), Reviewed::Undated);
+    }
+
+    #[test]
+    fn a_dismissal_of_an_approval_taken_up_counts_though_submitted_before_the_mark() {
+        let seen: HashSet<String> = ["review:4:approved".to_owned()].into();
+        let dismissed = review(4, "rev-bob", ReviewState::Dismissed, Some(1_000));
+        assert_eq!(review_taken(Some(5_000), &seen, &dismissed), Reviewed::Take);
+        let never_taken = review(6, "rev-bob", ReviewState::Dismissed, Some(1_000));
+        assert_eq!(
+            review_taken(Some(5_000), &seen, &never_taken),
+            Reviewed::Before
+        );
+    }
+
+    #[test]
+    fn a_quiet_pull_requests_reviews_are_read_twice_after_a_change_then_left() {
+        let read = |updated_at, confirmed| ReviewsRead {
+            updated_at: Some(updated_at),
+            confirmed,
+        };
+        // First sweep after a start: changed at or after its mark, or unknown.
+        assert_eq!(
+            reviews_due(None, Some(5_000), Some(5_000)),
+            (true, read(5_000, false))
+        );
+        assert_eq!(
+            reviews_due(None, Some(4_000), Some(5_000)),
+            (false, read(4_000, true))
+        );
+        assert!(reviews_due(None, Some(4_000), None).0);
+        // Read once more with nothing changed (a review from the same
+        // second), then left alone until it changes.
+        assert_eq!(
+            reviews_due(Some(read(5_000, false)), Some(5_000), Some(5_000)),
+            (true, read(5_000, true))
+        );
+        assert_eq!(
+            reviews_due(Some(read(5_000, true)), Some(5_000), Some(5_000)),
+            (false, read(5_000, true))
+        );
+        assert_eq!(
+            reviews_due(Some(read(5_000, true)), Some(7_000), Some(5_000)),
+            (true, read(7_000, false))
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! What work an event causes: the pure decision the webhook intake records
 //! together with the delivery, and the job payload the worker reads back.
 
+use crate::forge::listing::ListedReview;
 use crate::forge::{
     CommitSha, Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState, User,
 };
@@ -91,6 +92,9 @@ impl Task {
     }
 
     /// Comments and review states run once whichever path finds them first.
+    /// A review without its id (Forgejo's webhook names none: 0) has no
+    /// key here; its job finds it on the forge ([`webhook_review`]) and
+    /// checks and records it there.
     fn once(&self) -> Option<Once> {
         let (repo, pr, source) = match self {
             Task::Comment {
@@ -105,7 +109,7 @@ impl Task {
                 review_id,
                 state,
                 ..
-            } => (repo, pr, review_source(*review_id, *state)),
+            } if *review_id != 0 => (repo, pr, review_source(*review_id, *state)),
             _ => return None,
         };
         Some(Once {
@@ -131,6 +135,25 @@ pub fn review_source(id: u64, state: ReviewState) -> String {
         ReviewState::Dismissed => "dismissed",
     };
     format!("review:{id}:{state}")
+}
+
+/// The review a webhook without a review id (Forgejo's) was about, among
+/// the pull request's listed reviews: the newest by `author` in `state`,
+/// given at `commit` when the webhook named one.
+pub fn webhook_review<'a>(
+    listed: &'a [ListedReview],
+    author: &User,
+    state: ReviewState,
+    commit: Option<&CommitSha>,
+) -> Option<&'a ListedReview> {
+    listed
+        .iter()
+        .filter(|review| {
+            review.author.login == author.login
+                && review.state == state
+                && commit.is_none_or(|commit| review.commit.as_ref() == Some(commit))
+        })
+        .max_by_key(|review| (review.submitted_at, review.id))
 }
 
 /// Jobs with one key run one at a time: one pull request's jobs, in order.
@@ -359,6 +382,63 @@ mod tests {
     #[test]
     fn pings_and_installations_cause_no_work() {
         assert_eq!(consequence(&Event::Ping), Consequence::default());
+    }
+
+    fn listed(id: u64, login: &str, state: ReviewState, head: char, at: i64) -> ListedReview {
+        ListedReview {
+            id,
+            author: User {
+                id: 7,
+                login: login.into(),
+                is_bot: false,
+            },
+            ours: false,
+            state,
+            commit: Some(CommitSha::parse(&head.to_string().repeat(40)).unwrap()),
+            submitted_at: Some(at),
+        }
+    }
+
+    #[test]
+    fn a_review_webhook_without_an_id_is_matched_to_the_newest_such_review() {
+        let bob = User {
+            id: 7,
+            login: "rev-bob".into(),
+            is_bot: false,
+        };
+        let head = CommitSha::parse(&"a".repeat(40)).unwrap();
+        let reviews = [
+            listed(3, "rev-bob", ReviewState::Approved, 'a', 1_000),
+            listed(4, "rev-bob", ReviewState::Approved, 'a', 2_000),
+            listed(5, "rev-bob", ReviewState::Approved, 'c', 3_000),
+            listed(6, "rev-carol", ReviewState::Approved, 'a', 4_000),
+            listed(7, "rev-bob", ReviewState::Commented, 'a', 5_000),
+        ];
+        let found = webhook_review(&reviews, &bob, ReviewState::Approved, Some(&head));
+        assert_eq!(found.map(|r| r.id), Some(4));
+        let found = webhook_review(&reviews, &bob, ReviewState::Dismissed, Some(&head));
+        assert_eq!(found, None);
+    }
+
+    #[test]
+    fn a_review_without_an_id_has_no_once_key_and_one_with_an_id_has() {
+        let review = |review_id| Task::Review {
+            repo: repo(),
+            pr: PrNumber(42),
+            review_id,
+            author: User {
+                id: 7,
+                login: "rev-bob".into(),
+                is_bot: false,
+            },
+            state: ReviewState::Approved,
+            commit: None,
+        };
+        assert_eq!(review(0).into_job().once, None);
+        assert_eq!(
+            review(9).into_job().once.map(|o| o.source),
+            Some("review:9:approved".to_owned())
+        );
     }
 
     #[test]

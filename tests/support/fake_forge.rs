@@ -117,6 +117,20 @@ pub struct FakeComment {
     pub updated_at: SystemTime,
 }
 
+/// A submitted review of a pull request.
+#[derive(Debug, Clone)]
+pub struct FakeReview {
+    pub id: u64,
+    pub pr: u64,
+    pub author: String,
+    /// GitHub's word: `APPROVED`, `CHANGES_REQUESTED` or `COMMENTED`.
+    pub state: String,
+    /// The pull request's head when it was submitted.
+    pub commit: String,
+    pub submitted_at: SystemTime,
+    pub dismissed: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct FakeCheckRun {
     pub id: u64,
@@ -184,6 +198,7 @@ struct Repo {
     permissions: HashMap<String, String>,
     prs: Vec<FakePr>,
     comments: Vec<FakeComment>,
+    reviews: Vec<FakeReview>,
     check_runs: Vec<FakeCheckRun>,
     statuses: Vec<FakeStatus>,
     reactions: Vec<FakeReaction>,
@@ -508,6 +523,49 @@ impl FakeForge {
         })
     }
 
+    /// `author` submits a review in `state` (GitHub's word: `APPROVED`,
+    /// `CHANGES_REQUESTED`, `COMMENTED`) on the PR's current head, not
+    /// through the API and with no webhook; as on both forges, the pull
+    /// request's `updated_at` moves. Returns the review's id.
+    pub fn add_review(&self, repo: &RepoHandle, pr: u64, author: &str, state: &str) -> u64 {
+        assert!(
+            ["APPROVED", "CHANGES_REQUESTED", "COMMENTED"].contains(&state),
+            "a review is submitted as APPROVED, CHANGES_REQUESTED or COMMENTED, not {state}"
+        );
+        let commit = self.pr(repo, pr).head_sha;
+        self.update_pr(repo, pr, |p| p.updated_at = SystemTime::now());
+        self.with(|s| {
+            s.user_id(author);
+            let id = s.id();
+            s.repo_of(repo).reviews.push(FakeReview {
+                id,
+                pr,
+                author: author.to_owned(),
+                state: state.to_owned(),
+                commit,
+                submitted_at: SystemTime::now(),
+                dismissed: false,
+            });
+            id
+        })
+    }
+
+    /// A maintainer dismisses review `id` (no webhook); the pull request's
+    /// `updated_at` moves.
+    pub fn dismiss_review(&self, repo: &RepoHandle, id: u64) {
+        let pr = self.with(|s| {
+            let review = s
+                .repo_of(repo)
+                .reviews
+                .iter_mut()
+                .find(|r| r.id == id)
+                .expect("a review to dismiss");
+            review.dismissed = true;
+            review.pr
+        });
+        self.update_pr(repo, pr, |p| p.updated_at = SystemTime::now());
+    }
+
     pub fn delete_comment(&self, repo: &RepoHandle, id: u64) {
         self.with(|s| s.repo_of(repo).comments.retain(|c| c.id != id))
     }
@@ -700,6 +758,7 @@ impl Repo {
             permissions: HashMap::new(),
             prs: Vec::new(),
             comments: Vec::new(),
+            reviews: Vec::new(),
             check_runs: Vec::new(),
             statuses: Vec::new(),
             reactions: Vec::new(),
@@ -1669,6 +1728,22 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .ok_or_else(not_found)?;
             Ok(answer(200, pull_json(&handle, &pr, true)))
         }
+        ("GET", ["pulls", pr, "reviews"]) => {
+            let pr = number(pr)?;
+            let (page, per_page) = page_of(req, "per_page", 30)?;
+            let listed = reviews_of(state, ForgeKind::GitHub, full_name, pr)?;
+            let items = paged(&listed, page, per_page)
+                .iter()
+                .map(|r| review_json(state, full_name, r, true))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                per_page,
+                listed.len(),
+            ))
+        }
         ("GET", ["collaborators", user, "permission"]) => {
             let user_id = state.user_id(user);
             let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
@@ -1725,6 +1800,78 @@ fn pull_json(repo: &RepoHandle, pr: &FakePr, github: bool) -> Value {
         "updated_at": rfc3339(pr.updated_at),
         "draft": false,
         "html_url": format!("https://forge.example/{}/pull/{}", repo.full_name, pr.number),
+    })
+}
+
+/// A pull request's reviews, oldest first; 404 when there is no such pull request.
+fn reviews_of(
+    state: &mut State,
+    forge: ForgeKind,
+    full_name: &str,
+    pr: u64,
+) -> Result<Vec<FakeReview>, Response> {
+    let repo = state.repo_mut(forge, full_name).unwrap();
+    if !repo.prs.iter().any(|p| p.number == pr) {
+        return Err(not_found());
+    }
+    let mut reviews: Vec<FakeReview> = repo
+        .reviews
+        .iter()
+        .filter(|r| r.pr == pr)
+        .cloned()
+        .collect();
+    reviews.sort_by_key(|r| (r.submitted_at, r.id));
+    Ok(reviews)
+}
+
+/// A review as each forge lists it: GitHub says `DISMISSED` once it was
+/// dismissed; Forgejo keeps the state (in its own words) and sets `dismissed`.
+fn review_json(state: &mut State, full_name: &str, r: &FakeReview, github: bool) -> Value {
+    let user_id = state.user_id(&r.author);
+    let html_url = format!(
+        "https://forge.example/{full_name}/pull/{}#pullrequestreview-{}",
+        r.pr, r.id
+    );
+    let pull_request_url = format!("https://forge.example/{full_name}/pull/{}", r.pr);
+    if github {
+        let word = if r.dismissed {
+            "DISMISSED"
+        } else {
+            r.state.as_str()
+        };
+        return json!({
+            "id": r.id,
+            "node_id": format!("PRR_{}", r.id),
+            "user": github_user(&r.author, user_id, r.author.ends_with("[bot]")),
+            "body": "",
+            "state": word,
+            "commit_id": r.commit,
+            "html_url": html_url,
+            "pull_request_url": pull_request_url,
+            "_links": { "html": { "href": html_url }, "pull_request": { "href": pull_request_url } },
+            "author_association": "COLLABORATOR",
+            "submitted_at": rfc3339(r.submitted_at),
+        });
+    }
+    let word = match r.state.as_str() {
+        "CHANGES_REQUESTED" => "REQUEST_CHANGES",
+        "COMMENTED" => "COMMENT",
+        other => other,
+    };
+    json!({
+        "id": r.id,
+        "user": forgejo_user(&r.author, user_id),
+        "body": "",
+        "state": word,
+        "commit_id": r.commit,
+        "dismissed": r.dismissed,
+        "official": true,
+        "stale": false,
+        "comments_count": 0,
+        "html_url": html_url,
+        "pull_request_url": pull_request_url,
+        "submitted_at": rfc3339(r.submitted_at),
+        "updated_at": rfc3339(r.submitted_at),
     })
 }
 
@@ -1964,6 +2111,22 @@ fn forgejo_repo(
                 .cloned()
                 .ok_or_else(not_found)?;
             Ok(answer(200, pull_json(&handle, &pr, false)))
+        }
+        ("GET", ["pulls", pr, "reviews"]) => {
+            let pr = number(pr)?;
+            let (page, limit) = page_of(req, "limit", 30)?;
+            let listed = reviews_of(state, ForgeKind::Forgejo, full_name, pr)?;
+            let items = paged(&listed, page, limit.min(50))
+                .iter()
+                .map(|r| review_json(state, full_name, r, false))
+                .collect();
+            Ok(with_next_link(
+                answer(200, Value::Array(items)),
+                req,
+                page,
+                limit.min(50),
+                listed.len(),
+            ))
         }
         ("GET", ["collaborators", user, "permission"]) => {
             if !state.forgejo_bot_admin {
