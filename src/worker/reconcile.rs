@@ -339,6 +339,44 @@ pub fn first_comments_since(marks: &[Option<i64>]) -> Option<i64> {
         .flatten()
 }
 
+/// Reads a listing page by page (from 1), each asked for with the `ETag`
+/// it had last time (`old_etags`, by page), and returns the items of the
+/// pages that changed and every page's `ETag` now. An unchanged page (304)
+/// was taken up when it was read; the requests are counted in `sweep`.
+async fn changed_pages<T, Fut>(
+    old_etags: &[Option<String>],
+    sweep: &mut Sweep,
+    mut fetch: impl FnMut(u32, Option<String>) -> Fut,
+) -> Result<(Vec<T>, Vec<Option<String>>)>
+where
+    Fut: std::future::Future<Output = Result<Page<T>>>,
+{
+    let mut etags = Vec::new();
+    let mut changed = Vec::new();
+    for page in 1u32.. {
+        let index = usize::try_from(page - 1)?;
+        let etag = old_etags.get(index).cloned().flatten();
+        match fetch(page, etag.clone()).await? {
+            Page::NotModified => {
+                sweep.not_modified += 1;
+                etags.push(etag);
+                if index + 1 >= old_etags.len() {
+                    break;
+                }
+            }
+            Page::Fresh { items, etag, more } => {
+                sweep.requests += 1;
+                etags.push(etag);
+                changed.extend(items);
+                if !more {
+                    break;
+                }
+            }
+        }
+    }
+    Ok((changed, etags))
+}
+
 /// Default share of each forge budget a sweep may spend
 /// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
 pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
@@ -658,32 +696,13 @@ impl Reconciler {
         busy: &mut HashSet<String>,
     ) -> Result<()> {
         let old_etags = listings.review_etags.remove(&number).unwrap_or_default();
-        let mut etags = Vec::new();
-        let mut reviews: Vec<ListedReview> = Vec::new();
-        for page in 1u32.. {
-            let index = usize::try_from(page - 1)?;
-            let etag = old_etags.get(index).cloned().flatten();
-            match client
-                .pull_reviews_page(repo, number, page, etag.as_deref())
-                .await?
-            {
-                Page::NotModified => {
-                    sweep.not_modified += 1;
-                    etags.push(etag);
-                    if index + 1 >= old_etags.len() {
-                        break;
-                    }
-                }
-                Page::Fresh { items, etag, more } => {
-                    sweep.requests += 1;
-                    etags.push(etag);
-                    reviews.extend(items);
-                    if !more {
-                        break;
-                    }
-                }
-            }
-        }
+        let (reviews, etags): (Vec<ListedReview>, _) =
+            changed_pages(&old_etags, sweep, |page, etag| async move {
+                client
+                    .pull_reviews_page(repo, number, page, etag.as_deref())
+                    .await
+            })
+            .await?;
         if !reviews.is_empty() {
             let seen = self.store.commands_seen(&repo.id, number).await?;
             let mut taken: Vec<&ListedReview> = reviews
@@ -862,33 +881,13 @@ impl Reconciler {
             Some((asked, etags)) if asked == since => etags,
             _ => Vec::new(),
         };
-        let mut etags = Vec::new();
-        let mut listed: Vec<ListedComment> = Vec::new();
-        for page in 1u32.. {
-            let index = usize::try_from(page - 1)?;
-            let etag = old_etags.get(index).cloned().flatten();
-            match client
-                .repo_comments_page(repo, since, page, etag.as_deref())
-                .await?
-            {
-                // Unchanged since it was read, and all of it taken up then.
-                Page::NotModified => {
-                    sweep.not_modified += 1;
-                    etags.push(etag);
-                    if index + 1 >= old_etags.len() {
-                        break;
-                    }
-                }
-                Page::Fresh { items, etag, more } => {
-                    sweep.requests += 1;
-                    etags.push(etag);
-                    listed.extend(items);
-                    if !more {
-                        break;
-                    }
-                }
-            }
-        }
+        let (listed, etags): (Vec<ListedComment>, _) =
+            changed_pages(&old_etags, sweep, |page, etag| async move {
+                client
+                    .repo_comments_page(repo, since, page, etag.as_deref())
+                    .await
+            })
+            .await?;
         let mut by_pr: HashMap<PrNumber, Vec<Comment>> = HashMap::new();
         for item in &listed {
             if swept.contains(&item.pr) {
