@@ -40,6 +40,11 @@ done
 for f in $(find "$root/examples" -name wavegate.toml); do
   seed repo_config "" "$f"
 done
+# Each ```toml block of the docs, one seed apiece.
+for f in "$root"/docs/*.md; do
+  awk -v out="$corpus/repo_config/$(basename "$f" .md)" \
+    '/^```toml$/ {on = 1; n++; next} on && /^```$/ {on = 0; next} on {print > (out "-" n)}' "$f"
+done
 # The plan-file example of docs/plan-files.md, and the smallest plans.
 mkdir -p "$corpus/plan_file"
 awk '/^```json$/ {on = 1; next} on && /^```$/ {exit} on' "$root/docs/plan-files.md" > "$corpus/plan_file/documented"

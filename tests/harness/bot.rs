@@ -124,9 +124,17 @@ impl Bot {
     /// each with its own port, data dir and log, sharing the fake forge and
     /// the ledger key (WAVEGATE_LEDGER_KEY_FILE), as replicas must.
     pub async fn start_replicated(env: &[(&str, &str)]) -> Self {
-        let database = PostgresDatabase::create().await;
+        Self::start_replicated_on(PostgresDatabase::create().await, env).await
+    }
+
+    /// Two replicas on `database`; a `WAVEGATE_DATABASE_URL` in `env` is
+    /// where the replicas reach it (a link a test can cut), while the test
+    /// reads the store directly.
+    pub async fn start_replicated_on(database: PostgresDatabase, env: &[(&str, &str)]) -> Self {
         let mut env: Vec<(&str, &str)> = env.to_vec();
-        env.push(("WAVEGATE_DATABASE_URL", &database.url));
+        if !env.iter().any(|(k, _)| *k == "WAVEGATE_DATABASE_URL") {
+            env.push(("WAVEGATE_DATABASE_URL", &database.url));
+        }
         let mut bot = Self::unstarted(&env, true).await;
         let keys = bot.dir.path().join("ledger-key");
         wavegate::config::ledger_key::load_or_generate(&keys).unwrap();
