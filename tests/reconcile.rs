@@ -596,3 +596,54 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
+
+/// With sweeps an hour apart, a delivery refused while the database was down
+/// is not left to the next one: the refusal itself has the server ask
+/// GitHub for its failed deliveries as soon as the database answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back() {
+    let database = PostgresDatabase::create().await;
+    let link = support::outage::DatabaseLink::to(&database.url).await;
+    let through_link = link.url_for(&database.url);
+    let mut bot = Bot::start_with(&[
+        ("WAVEGATE_DATABASE_URL", &through_link),
+        ("WAVEGATE_RECONCILE_EVERY", "1h"),
+    ])
+    .await;
+    bot.postgres = Some(database);
+    let (repo, pr, _) = planned(&mut bot, 1).await;
+    bot.until("the sweep at start", || async {
+        (bot.sweeps() >= 1).then_some(())
+    })
+    .await;
+    let sweeps = bot.sweeps();
+
+    link.cut();
+    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    let (status, body, guid) = bot
+        .deliver_via_forge(support::github_comment(&repo, 1, id, "rev-bob", "/approve"))
+        .await;
+    assert_eq!(status, 503, "{body}");
+
+    link.restore();
+    bot.until("the approval counts", || async {
+        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+    })
+    .await;
+    bot.settle().await;
+    let asked = bot.forge.redelivery_requests();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let redelivered = bot.forge.hook_deliveries().pop().unwrap();
+    assert_eq!(
+        (
+            redelivered.guid,
+            redelivered.redelivery,
+            redelivered.status_code
+        ),
+        (guid, true, 202)
+    );
+    assert_eq!(bot.sweeps(), sweeps, "no sweep ran meanwhile");
+    assert!(bot
+        .log()
+        .contains("the database answers again: asked GitHub to redeliver what failed"));
+}

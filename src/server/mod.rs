@@ -45,6 +45,9 @@ pub struct AppState {
     pub setup: Arc<setup::SetupState>,
     /// Where commands run; `/readyz` fails while it cannot.
     pub sandbox: Arc<Sandbox>,
+    /// Told when a delivery could not be recorded: once the database
+    /// answers again, GitHub is asked to redeliver what failed.
+    pub refused: Arc<Notify>,
 }
 
 /// A running server and its workers.
@@ -128,6 +131,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         );
     }
     let wake = Arc::new(Notify::new());
+    let refused = Arc::new(Notify::new());
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("WAVEGATE_LISTEN={}: cannot listen there", settings.listen))?;
@@ -152,6 +156,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         public_url: settings.public_url.clone(),
         setup,
         sandbox: sandbox.clone(),
+        refused: refused.clone(),
     };
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
@@ -193,7 +198,11 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
                 wake.clone(),
                 settings.reconcile_budget,
             );
-            tasks.push(tokio::spawn(reconciler.run(every, stopping.clone())));
+            tasks.push(tokio::spawn(reconciler.run(
+                every,
+                refused,
+                stopping.clone(),
+            )));
         }
         None => tracing::info!("reconciliation is off (WAVEGATE_RECONCILE_EVERY=off)"),
     }
@@ -450,6 +459,7 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
     let Ok(recorded) = recorded else {
         // The write may still land; a redelivery is then a duplicate.
         tracing::error!(delivery = %headers.delivery_id, "the database did not answer within {}s; answered 503 so the forge redelivers", STORE_ANSWER.as_secs());
+        state.refused.notify_one();
         answered("unavailable");
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -476,6 +486,7 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         }
         Err(error) => {
             tracing::error!(delivery = %headers.delivery_id, "could not record a delivery: {error:?}");
+            state.refused.notify_one();
             answered("unavailable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,

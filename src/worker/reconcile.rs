@@ -381,6 +381,9 @@ where
 /// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
 pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
 
+/// How often the store is asked whether it answers again after an outage.
+const OUTAGE_PROBE: Duration = Duration::from_secs(1);
+
 /// Sweeps the store against the forges; one per server.
 #[derive(Clone)]
 pub struct Reconciler {
@@ -416,20 +419,64 @@ impl Reconciler {
     }
 
     /// Sweeps now and then every `every` until `shutdown` turns true (a
-    /// sweep in progress is dropped: it only reads and enqueues).
-    pub async fn run(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
+    /// sweep in progress is dropped: it only reads and enqueues). Between
+    /// sweeps, a delivery the server could not record (`refused`) brings the
+    /// redelivery pass forward to the moment the database answers again.
+    pub async fn run(
+        self,
+        every: Duration,
+        refused: Arc<Notify>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         tracing::info!(every = ?every, "reconciliation started");
-        loop {
+        'sweeps: loop {
             tokio::select! {
                 () = self.sweep_and_log() => {}
                 _ = shutdown.wait_for(|stop| *stop) => break,
             }
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                _ = shutdown.wait_for(|stop| *stop) => break,
+            let next_sweep = tokio::time::Instant::now() + every;
+            loop {
+                let refusal = tokio::select! {
+                    () = tokio::time::sleep_until(next_sweep) => false,
+                    () = refused.notified() => true,
+                    _ = shutdown.wait_for(|stop| *stop) => break 'sweeps,
+                };
+                if !refusal {
+                    break;
+                }
+                tokio::select! {
+                    () = self.redeliver_after_outage() => {}
+                    _ = shutdown.wait_for(|stop| *stop) => break 'sweeps,
+                }
             }
         }
         tracing::info!("reconciliation stopped");
+    }
+
+    /// Waits until the store answers again, then asks GitHub to redeliver
+    /// what failed meanwhile (the deliveries this server refused among them)
+    /// without waiting for the next sweep.
+    async fn redeliver_after_outage(&self) {
+        tracing::info!("a delivery could not be recorded: GitHub's failed deliveries are asked for again once the database answers");
+        while !matches!(
+            tokio::time::timeout(OUTAGE_PROBE, self.store.ping()).await,
+            Ok(Ok(()))
+        ) {
+            tokio::time::sleep(OUTAGE_PROBE).await;
+        }
+        match self.redeliverer.sweep(&self.store, &self.forges).await {
+            Ok(redelivered) => {
+                tracing::info!(
+                    redelivered,
+                    "the database answers again: asked GitHub to redeliver what failed"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "redelivering failed GitHub webhooks after an outage failed: {error:#}"
+                );
+            }
+        }
     }
 
     async fn sweep_and_log(&self) {
