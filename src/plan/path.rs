@@ -96,9 +96,9 @@ impl ValuePath {
                 if i >= bytes.len() {
                     break;
                 }
+                let unexpected = text[i..].chars().next().unwrap_or_default();
                 return Err(format!(
-                    "path `{text}`: unexpected `{}` at {i}; quote odd keys as [\"key\"]",
-                    &text[i..=i]
+                    "path `{text}`: unexpected `{unexpected}` at {i}; quote odd keys as [\"key\"]"
                 ));
             }
             segments.push(Segment::Key(text[start..i].to_owned()));
@@ -176,6 +176,23 @@ mod tests {
             .unwrap_err()
             .contains("unexpected ` `"));
         assert!(ValuePath::parse("a.").unwrap_err().contains("ends with"));
+    }
+
+    /// Found by the plan_file fuzzer: a character of more than one byte
+    /// where a key was expected was sliced by byte and panicked.
+    #[test]
+    fn an_unexpected_character_of_several_bytes_is_named_whole() {
+        for (text, named) in [
+            ("ښ", "`ښ` at 0"),
+            ("a.é", "`é` at 2"),
+            ("a b😀", "` ` at 1"),
+        ] {
+            let error = ValuePath::parse(text).unwrap_err();
+            assert!(
+                error.contains(&format!("unexpected {named}")),
+                "{text}: {error}"
+            );
+        }
     }
 
     #[test]

@@ -470,6 +470,16 @@ mod tests {
         MemberPlan::parse("app@dev", text.as_bytes())
     }
 
+    /// Found by the plan_file fuzzer (10-minute run): an unknown path made of
+    /// a two-byte character panicked while the plan was read; it is refused.
+    #[test]
+    fn an_unknown_path_of_a_character_of_several_bytes_is_refused_not_a_panic() {
+        let text = r#"{"summary": "s", "entries": [{"address": "a.b", "action": "update",
+            "before": {"id": "vpc-1"}, "after": {"id": null}, "unknown": ["ښ"]}]}"#;
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains("unexpected `ښ` at 0"), "{error}");
+    }
+
     const VALID: &str = r#"{
         "summary": "one update",
         "entries": [
