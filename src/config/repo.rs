@@ -4,7 +4,8 @@
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
 //! fix, because the person reading it is a reviewer in a PR comment.
 
-use crate::plan::canonical::{canonical_json_with, NumberForm};
+use crate::model::canonical::{canonical_json_with, NumberForm};
+use crate::model::GateId;
 use crate::plan::glob::Pattern;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -341,6 +342,13 @@ impl RepoConfig {
         for (i, s) in raw.stages.iter().enumerate() {
             let field = format!("stage[{i}].name");
             check_name(&s.name, &field, &err)?;
+            if GateId::is_reserved_stage_name(&s.name) {
+                return Err(err(
+                    field,
+                    format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
+                    "rename the stage (`override` and `round-<n>` name a pull request's override and re-plan rounds)",
+                ));
+            }
             if stages.iter().any(|x: &Stage| x.name == s.name) {
                 return Err(err(
                     field,
@@ -1075,6 +1083,14 @@ approvers = ["alice"]
             (
                 GOOD.replace("name = \"app\"", "name = \"network\""),
                 "`component[1].name`: component `network` is defined twice",
+            ),
+            (
+                GOOD.replace("name = \"prod\"", "name = \"override\""),
+                "`stage[1].name`: `override` is not a stage name wavegate can use",
+            ),
+            (
+                GOOD.replace("name = \"prod\"", "name = \"round-2\""),
+                "its gate would read as another kind (`pr-<n>-round-2`)",
             ),
             (
                 GOOD.replace("timeout = \"90s\"", "timeout = \"soon\""),

@@ -9,7 +9,8 @@
 
 mod rendered;
 
-use crate::plan::canonical::DIGEST_PREFIX;
+use crate::model::canonical::DIGEST_PREFIX;
+use crate::model::MemberId;
 
 const DIGEST_HEX_DIGITS: usize = 64;
 const MIN_PREFIX_HEX_DIGITS: usize = 12;
@@ -428,8 +429,8 @@ fn is_member_name(word: &str) -> bool {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     };
-    word.split_once('@')
-        .is_some_and(|(component, stage)| is_name(component) && is_name(stage))
+    word.parse::<MemberId>()
+        .is_ok_and(|member| is_name(member.component()) && is_name(member.stage().as_str()))
 }
 
 fn looks_meant_for_us(word: &str) -> bool {

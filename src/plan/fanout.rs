@@ -4,16 +4,17 @@
 //! Pure and deterministic: the same config and paths always give the same
 //! derivation and the same digest, so it can be shown, approved and re-derived.
 
-use super::canonical::digest_value;
 use super::glob::PatternIndex;
 use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::model::canonical::digest_value;
+use crate::model::MemberId;
 use serde::Serialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-/// `component@stage`.
+/// `component@stage`, as [`MemberId`] spells it.
 pub fn member_name(component: &str, stage: &str) -> String {
-    format!("{component}@{stage}")
+    MemberId::name_of(component, stage)
 }
 
 /// Why a component is not running.

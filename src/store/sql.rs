@@ -12,7 +12,7 @@ use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
 };
-use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::sqlite::SqliteConnectOptions;
