@@ -5,7 +5,7 @@
 //! fix, because the person reading it is a reviewer in a PR comment.
 
 use crate::model::canonical::{canonical_json_with, NumberForm};
-use crate::model::GateId;
+use crate::model::{DependencyGraph, GateId};
 use crate::plan::glob::Pattern;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -574,9 +574,14 @@ impl RepoConfig {
             });
         }
 
-        if let Some(cycle) = find_cycle(&components) {
-            let first = &cycle[0];
-            let i = index_of[first.as_str()];
+        let graph = DependencyGraph::new(
+            components
+                .iter()
+                .map(|c| (c.name.as_str(), c.depends_on.iter().map(String::as_str))),
+        );
+        if let Some(cycle) = graph.find_cycle() {
+            let first = cycle[0];
+            let i = index_of[first];
             return Err(err(
                 format!("component[{i}] ({first}).depends_on"),
                 format!("dependency cycle: {}", cycle.join(" → ")),
@@ -584,7 +589,7 @@ impl RepoConfig {
             ));
         }
         for (i, c) in components.iter().enumerate() {
-            let upstream = upstream_closure(&components, &index_of, &c.name);
+            let upstream = graph.upstream_closure(i);
             for input in &c.inputs {
                 if !upstream.contains(input.upstream.as_str()) {
                     return Err(err(
@@ -875,79 +880,6 @@ fn compile_patterns(
             })
         })
         .collect()
-}
-
-/// A dependency cycle as the path that closes it (`a → b → a`), if there is one.
-fn find_cycle(components: &[Component]) -> Option<Vec<String>> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mark {
-        New,
-        Open,
-        Done,
-    }
-    let index: HashMap<&str, usize> = components
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.as_str(), i))
-        .collect();
-    let mut marks = vec![Mark::New; components.len()];
-    let mut stack: Vec<usize> = Vec::new();
-    for start in 0..components.len() {
-        if marks[start] != Mark::New {
-            continue;
-        }
-        // Iterative DFS: (node, next edge to try).
-        let mut work = vec![(start, 0usize)];
-        marks[start] = Mark::Open;
-        stack.push(start);
-        while let Some((node, edge)) = work.last_mut() {
-            let deps = &components[*node].depends_on;
-            if *edge < deps.len() {
-                let next = index[deps[*edge].as_str()];
-                *edge += 1;
-                match marks[next] {
-                    Mark::Open => {
-                        let from = stack.iter().position(|n| *n == next).unwrap_or(0);
-                        let mut cycle: Vec<String> = stack[from..]
-                            .iter()
-                            .map(|n| components[*n].name.clone())
-                            .collect();
-                        cycle.push(components[next].name.clone());
-                        return Some(cycle);
-                    }
-                    Mark::New => {
-                        marks[next] = Mark::Open;
-                        stack.push(next);
-                        work.push((next, 0));
-                    }
-                    Mark::Done => {}
-                }
-            } else {
-                marks[*node] = Mark::Done;
-                stack.pop();
-                work.pop();
-            }
-        }
-    }
-    None
-}
-
-fn upstream_closure<'a>(
-    components: &'a [Component],
-    index: &HashMap<&str, usize>,
-    name: &str,
-) -> BTreeSet<&'a str> {
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![index[name]];
-    while let Some(i) = todo.pop() {
-        for d in &components[i].depends_on {
-            let j = index[d.as_str()];
-            if seen.insert(components[j].name.as_str()) {
-                todo.push(j);
-            }
-        }
-    }
-    seen
 }
 
 #[cfg(test)]

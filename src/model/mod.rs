@@ -2,17 +2,20 @@
 //! the rest of the crate: who and where ([`RepoId`], [`PrNumber`],
 //! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned ([`Digest`],
 //! canonical JSON, [`MemberId`] `component@stage`, [`StageName`]) and where
-//! approvals are recorded ([`GateId`]). Each has one `Display`/`FromStr`, so a
+//! approvals are recorded ([`GateId`]), and the components' dependency
+//! graph ([`DependencyGraph`]). Each has one `Display`/`FromStr`, so a
 //! name is spelled and read in one place.
 
 pub mod canonical;
 mod digest;
 mod gate_id;
+mod graph;
 mod ids;
 mod member;
 
 pub use digest::Digest;
 pub use gate_id::GateId;
+pub use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use member::{MemberId, StageName};
 
