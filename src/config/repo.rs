@@ -247,38 +247,12 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms`.
+/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms` (humantime's
+/// grammar: `1h 30m`, `2days` and `5min` read too); zero is refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let unit_len = rest[digits..]
-            .bytes()
-            .take_while(u8::is_ascii_alphabetic)
-            .count();
-        if digits == 0 || unit_len == 0 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit = match &rest[digits..digits + unit_len] {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            "d" => Duration::from_secs(86_400),
-            _ => return Err(bad()),
-        };
-        total = unit
-            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
-            .and_then(|d| total.checked_add(d))
-            .ok_or_else(bad)?;
-        rest = &rest[digits + unit_len..];
-    }
+    let total = humantime::parse_duration(text.trim()).map_err(|_| {
+        format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`")
+    })?;
     if total.is_zero() {
         return Err(format!(
             "`{text}` is zero; a timeout must be longer than that"
@@ -1029,7 +1003,7 @@ approvers = ["alice"]
                 "`component[1] (app).timeout`: `soon` is not a duration",
             ),
             (
-                GOOD.replace("timeout = \"10m\"", "timeout = \"10 minutes\""),
+                GOOD.replace("timeout = \"10m\"", "timeout = \"ten minutes\""),
                 "`defaults.timeout`",
             ),
             (
@@ -1097,7 +1071,10 @@ approvers = ["alice"]
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("m5").is_err());
-        assert!(parse_duration("99999999999999h").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_duration(" 2m ").unwrap(), Duration::from_secs(120));
     }
 
     #[test]
