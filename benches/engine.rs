@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 use wavegate::config::RepoConfig;
-use wavegate::plan::canonical::{digest_value_with, NumberForm};
+use wavegate::model::canonical::{digest_value_with, NumberForm};
 use wavegate::plan::fanout::{derive, FanOutInput};
 use wavegate::plan::planfile::MemberPlan;
 use wavegate::sandbox::{Sandbox, SandboxSettings};

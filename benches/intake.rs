@@ -283,7 +283,7 @@ async fn phase(port: u16, load: Load, duration: Duration, connections: usize) ->
 /// The store alone, in this process: what recording costs without HTTP,
 /// signature or parsing, from the same number of concurrent tasks.
 async fn store_only(name: &str, url: &str, seconds: u64, connections: usize) {
-    use wavegate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+    use wavegate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
     use wavegate::store::{NewDelivery, PrHead, Store};
     let store = Store::open(url).await.unwrap();
     let counter = Arc::new(AtomicU64::new(0));

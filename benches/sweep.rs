@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use support::fake_forge::{FakeForge, RepoHandle};
 use wavegate::config::settings::Settings;
 use wavegate::forge::registry::Forges;
-use wavegate::forge::{CommitSha, ForgeKind, PrNumber, RepoRef};
+use wavegate::forge::RepoRef;
+use wavegate::model::{CommitSha, ForgeKind, PrNumber};
 use wavegate::store::{PrHead, PrReport, Store};
 use wavegate::worker::reconcile::{Reconciler, Sweep};
 

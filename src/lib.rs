@@ -3,13 +3,15 @@
 //!
 //! The domain (`plan`, `gate`, `apply`, `report`) never imports the edges (`forge`, `store`,
 //! `server`, `worker`); the worker is the one place that ties them together.
-//! `metrics` is a leaf every module may record into.
+//! `model` is the vocabulary all of them speak and imports nothing; `metrics`
+//! is a leaf every module may record into.
 
 pub mod apply;
 pub mod config;
 pub mod forge;
 pub mod gate;
 pub mod metrics;
+pub mod model;
 pub mod plan;
 pub mod report;
 pub mod sandbox;

@@ -128,7 +128,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
         .map(|f| f.fact.gate.as_str())
         .collect();
     assert_eq!(spent, ["pr-1", "pr-1-prod"]);
-    let repo_id = wavegate::forge::RepoId::new(wavegate::forge::ForgeKind::GitHub, "acme/infra");
+    let repo_id = wavegate::model::RepoId::new(wavegate::model::ForgeKind::GitHub, "acme/infra");
     let estate = store.deployed_outputs(&repo_id).await.unwrap();
     assert_eq!(estate["app@prod"]["hostname"], hostname);
     bot.assert_conformant();

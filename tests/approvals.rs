@@ -8,7 +8,7 @@ mod harness;
 mod support;
 
 use harness::*;
-use wavegate::forge::PrNumber;
+use wavegate::model::PrNumber;
 use wavegate::store::JobStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -712,7 +712,7 @@ async fn a_late_delivery_for_an_old_head_does_not_displace_the_new_one() {
     let record = bot
         .store()
         .await
-        .pr(&repo.repo_ref().id, wavegate::forge::PrNumber(12))
+        .pr(&repo.repo_ref().id, wavegate::model::PrNumber(12))
         .await
         .unwrap()
         .unwrap();

@@ -17,7 +17,7 @@ use wavegate::forge::client::{
 use wavegate::forge::forgejo::ForgejoClient;
 use wavegate::forge::github::GitHubClient;
 use wavegate::forge::retry::RetryPolicy;
-use wavegate::forge::{CommitSha, PrNumber};
+use wavegate::model::{CommitSha, PrNumber};
 use wavegate::report::REPORT_MARKER;
 
 const HEAD: &str = "1111111111111111111111111111111111111111";

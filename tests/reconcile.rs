@@ -7,7 +7,7 @@ mod harness;
 mod support;
 
 use harness::*;
-use wavegate::forge::PrNumber;
+use wavegate::model::PrNumber;
 
 impl Bot {
     async fn reconciling() -> Bot {
@@ -76,7 +76,7 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
     // Closed without merging, and that webhook is lost too.
     bot.forge.close(&repo, 1);
     let store = bot.store().await;
-    let id = wavegate::forge::RepoId::new(wavegate::forge::ForgeKind::GitHub, "acme/infra");
+    let id = wavegate::model::RepoId::new(wavegate::model::ForgeKind::GitHub, "acme/infra");
     bot.until("a sweep marks the pull request closed", || async {
         let pr = store.pr(&id, PrNumber(1)).await.unwrap().unwrap();
         (!pr.open).then_some(())

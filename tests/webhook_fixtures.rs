@@ -8,10 +8,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use wavegate::forge::events::{parse_forgejo, parse_github, ParseError, Parsed};
 use wavegate::forge::webhook::{dedupe_target, read_headers};
-use wavegate::forge::{
-    CommitSha, Event, ForgeKind, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState,
-    User,
-};
+use wavegate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
+use wavegate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")

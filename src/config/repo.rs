@@ -4,7 +4,8 @@
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
 //! fix, because the person reading it is a reviewer in a PR comment.
 
-use crate::plan::canonical::{canonical_json_with, NumberForm};
+use crate::model::canonical::{canonical_json_with, NumberForm};
+use crate::model::{DependencyGraph, GateId};
 use crate::plan::glob::Pattern;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -246,38 +247,12 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms`.
+/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms` (humantime's
+/// grammar: `1h 30m`, `2days` and `5min` read too); zero is refused.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let unit_len = rest[digits..]
-            .bytes()
-            .take_while(u8::is_ascii_alphabetic)
-            .count();
-        if digits == 0 || unit_len == 0 {
-            return Err(bad());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit = match &rest[digits..digits + unit_len] {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            "d" => Duration::from_secs(86_400),
-            _ => return Err(bad()),
-        };
-        total = unit
-            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
-            .and_then(|d| total.checked_add(d))
-            .ok_or_else(bad)?;
-        rest = &rest[digits + unit_len..];
-    }
+    let total = humantime::parse_duration(text.trim()).map_err(|_| {
+        format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`")
+    })?;
     if total.is_zero() {
         return Err(format!(
             "`{text}` is zero; a timeout must be longer than that"
@@ -341,6 +316,13 @@ impl RepoConfig {
         for (i, s) in raw.stages.iter().enumerate() {
             let field = format!("stage[{i}].name");
             check_name(&s.name, &field, &err)?;
+            if GateId::is_reserved_stage_name(&s.name) {
+                return Err(err(
+                    field,
+                    format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
+                    "rename the stage (`override` and `round-<n>` name a pull request's override and re-plan rounds)",
+                ));
+            }
             if stages.iter().any(|x: &Stage| x.name == s.name) {
                 return Err(err(
                     field,
@@ -566,9 +548,14 @@ impl RepoConfig {
             });
         }
 
-        if let Some(cycle) = find_cycle(&components) {
-            let first = &cycle[0];
-            let i = index_of[first.as_str()];
+        let graph = DependencyGraph::new(
+            components
+                .iter()
+                .map(|c| (c.name.as_str(), c.depends_on.iter().map(String::as_str))),
+        );
+        if let Some(cycle) = graph.find_cycle() {
+            let first = cycle[0];
+            let i = index_of[first];
             return Err(err(
                 format!("component[{i}] ({first}).depends_on"),
                 format!("dependency cycle: {}", cycle.join(" → ")),
@@ -576,7 +563,7 @@ impl RepoConfig {
             ));
         }
         for (i, c) in components.iter().enumerate() {
-            let upstream = upstream_closure(&components, &index_of, &c.name);
+            let upstream = graph.upstream_closure(i);
             for input in &c.inputs {
                 if !upstream.contains(input.upstream.as_str()) {
                     return Err(err(
@@ -869,79 +856,6 @@ fn compile_patterns(
         .collect()
 }
 
-/// A dependency cycle as the path that closes it (`a → b → a`), if there is one.
-fn find_cycle(components: &[Component]) -> Option<Vec<String>> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mark {
-        New,
-        Open,
-        Done,
-    }
-    let index: HashMap<&str, usize> = components
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.as_str(), i))
-        .collect();
-    let mut marks = vec![Mark::New; components.len()];
-    let mut stack: Vec<usize> = Vec::new();
-    for start in 0..components.len() {
-        if marks[start] != Mark::New {
-            continue;
-        }
-        // Iterative DFS: (node, next edge to try).
-        let mut work = vec![(start, 0usize)];
-        marks[start] = Mark::Open;
-        stack.push(start);
-        while let Some((node, edge)) = work.last_mut() {
-            let deps = &components[*node].depends_on;
-            if *edge < deps.len() {
-                let next = index[deps[*edge].as_str()];
-                *edge += 1;
-                match marks[next] {
-                    Mark::Open => {
-                        let from = stack.iter().position(|n| *n == next).unwrap_or(0);
-                        let mut cycle: Vec<String> = stack[from..]
-                            .iter()
-                            .map(|n| components[*n].name.clone())
-                            .collect();
-                        cycle.push(components[next].name.clone());
-                        return Some(cycle);
-                    }
-                    Mark::New => {
-                        marks[next] = Mark::Open;
-                        stack.push(next);
-                        work.push((next, 0));
-                    }
-                    Mark::Done => {}
-                }
-            } else {
-                marks[*node] = Mark::Done;
-                stack.pop();
-                work.pop();
-            }
-        }
-    }
-    None
-}
-
-fn upstream_closure<'a>(
-    components: &'a [Component],
-    index: &HashMap<&str, usize>,
-    name: &str,
-) -> BTreeSet<&'a str> {
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![index[name]];
-    while let Some(i) = todo.pop() {
-        for d in &components[i].depends_on {
-            let j = index[d.as_str()];
-            if seen.insert(components[j].name.as_str()) {
-                todo.push(j);
-            }
-        }
-    }
-    seen
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1077,11 +991,19 @@ approvers = ["alice"]
                 "`component[1].name`: component `network` is defined twice",
             ),
             (
+                GOOD.replace("name = \"prod\"", "name = \"override\""),
+                "`stage[1].name`: `override` is not a stage name wavegate can use",
+            ),
+            (
+                GOOD.replace("name = \"prod\"", "name = \"round-2\""),
+                "its gate would read as another kind (`pr-<n>-round-2`)",
+            ),
+            (
                 GOOD.replace("timeout = \"90s\"", "timeout = \"soon\""),
                 "`component[1] (app).timeout`: `soon` is not a duration",
             ),
             (
-                GOOD.replace("timeout = \"10m\"", "timeout = \"10 minutes\""),
+                GOOD.replace("timeout = \"10m\"", "timeout = \"ten minutes\""),
                 "`defaults.timeout`",
             ),
             (
@@ -1149,7 +1071,10 @@ approvers = ["alice"]
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("m5").is_err());
-        assert!(parse_duration("99999999999999h").is_err());
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_duration(" 2m ").unwrap(), Duration::from_secs(120));
     }
 
     #[test]

@@ -2,23 +2,33 @@
 //! named in its error, and secrets never appear in `Debug` output or logs.
 
 use anyhow::{bail, Context, Result};
+use secrecy::{ExposeSecret, SecretString};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// A value that must never be printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+/// A value that must never be printed: `Debug` shows `Secret(…)`, and its
+/// memory is zeroed when dropped (`secrecy`).
+#[derive(Clone)]
+pub struct Secret(SecretString);
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(SecretString::from(value.into()))
     }
 
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

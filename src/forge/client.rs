@@ -6,8 +6,9 @@
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
 use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
-use super::{CommitSha, PrNumber, PrState, PullRequest, RepoRef, User};
+use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
+use crate::model::{CommitSha, PrNumber, User};
 use crate::report::REPORT_MARKER;
 use anyhow::Result;
 use base64::Engine;

@@ -8,10 +8,8 @@
 //! Both passes deserialize straight from the body slice (up to 25 MiB), never
 //! through a `serde_json::Value`.
 
-use super::{
-    CommitSha, Event, ForgeKind, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState,
-    User,
-};
+use super::{Event, PrAction, PullRequest, RepoRef, ReviewState};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
 

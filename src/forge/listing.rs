@@ -7,7 +7,8 @@
 
 use super::client::Comment;
 use super::retry::Reply;
-use super::{CommitSha, PrNumber, PrState, PullRequest, ReviewState, User};
+use super::{PrState, PullRequest, ReviewState};
+use crate::model::{CommitSha, PrNumber, User};
 use reqwest::header::HeaderMap;
 use serde::de::DeserializeOwned;
 

@@ -3,7 +3,8 @@
 
 use super::client::unix_ms;
 use super::listing::ListedPull;
-use super::{CommitSha, PrNumber, PrState, PullRequest, User};
+use super::{PrState, PullRequest};
+use crate::model::{CommitSha, PrNumber, User};
 use anyhow::{anyhow, Result};
 use serde::Deserialize;
 

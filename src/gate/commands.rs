@@ -9,7 +9,8 @@
 
 mod rendered;
 
-use crate::plan::canonical::DIGEST_PREFIX;
+use crate::model::canonical::DIGEST_PREFIX;
+use crate::model::MemberId;
 
 const DIGEST_HEX_DIGITS: usize = 64;
 const MIN_PREFIX_HEX_DIGITS: usize = 12;
@@ -428,8 +429,8 @@ fn is_member_name(word: &str) -> bool {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     };
-    word.split_once('@')
-        .is_some_and(|(component, stage)| is_name(component) && is_name(stage))
+    word.parse::<MemberId>()
+        .is_ok_and(|member| is_name(member.component()) && is_name(member.stage().as_str()))
 }
 
 fn looks_meant_for_us(word: &str) -> bool {
@@ -441,37 +442,20 @@ fn looks_meant_for_us(word: &str) -> bool {
 }
 
 /// Optimal-string-alignment distance (Damerau–Levenshtein with adjacent
-/// transpositions) of at most [`TYPO_DISTANCE`]; long words are rejected by length.
+/// transpositions) of at most [`TYPO_DISTANCE`]; longer words are rejected
+/// by length before any distance is computed.
 fn within_typo_distance(word: &str, name: &str) -> bool {
-    let word: Vec<char> = word.chars().take(name.len() + TYPO_DISTANCE + 1).collect();
-    let name: Vec<char> = name.chars().collect();
-    if word.len().abs_diff(name.len()) > TYPO_DISTANCE {
+    let name_len = name.chars().count();
+    let word_len = word.chars().take(name_len + TYPO_DISTANCE + 1).count();
+    if word_len.abs_diff(name_len) > TYPO_DISTANCE {
         return false;
     }
-    let width = name.len() + 1;
-    let mut rows = vec![vec![0usize; width]; word.len() + 1];
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=word.len() {
-        rows[i][0] = i;
-        for j in 1..width {
-            let substitution = usize::from(word[i - 1] != name[j - 1]);
-            let mut best = (rows[i - 1][j] + 1)
-                .min(rows[i][j - 1] + 1)
-                .min(rows[i - 1][j - 1] + substitution);
-            if i > 1 && j > 1 && word[i - 1] == name[j - 2] && word[i - 2] == name[j - 1] {
-                best = best.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = best;
-        }
-    }
-    let allowed = if name.len() <= SHORT_NAME {
+    let allowed = if name_len <= SHORT_NAME {
         1
     } else {
         TYPO_DISTANCE
     };
-    rows[word.len()][name.len()] <= allowed
+    strsim::osa_distance(word, name) <= allowed
 }
 
 #[cfg(test)]

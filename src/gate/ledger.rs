@@ -6,7 +6,7 @@
 //! Pure: the store persists facts, the worker decides when to append them,
 //! `config::ledger_key` keeps the key.
 
-use crate::plan::canonical::{DigestWriter, NumberForm};
+use crate::model::canonical::{DigestWriter, NumberForm};
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -684,7 +684,7 @@ mod tests {
         }
         assert!(facts
             .iter()
-            .all(|f| crate::plan::canonical::is_digest(&f.hash)));
+            .all(|f| crate::model::canonical::is_digest(&f.hash)));
         assert_eq!(verify_chain(&facts), Ok(()));
     }
 

@@ -9,8 +9,8 @@
 //! verifying. The canonical module's doc says why plan digests need no
 //! version of their own.
 
-use super::canonical::{digest_value_with, is_digest, NumberForm};
 use super::planfile::{Counts, MemberPlan};
+use crate::model::canonical::{digest_value_with, is_digest, NumberForm};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;

@@ -13,6 +13,7 @@ use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
+use crate::model::MemberId;
 use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -364,10 +365,11 @@ pub fn change_set_of(
 
 fn check_seeded(seeded: &SeededOutputs, config: &RepoConfig) -> Result<(), PlanError> {
     for member in seeded.keys() {
-        let known = member
-            .split_once('@')
-            .and_then(|(c, s)| config.component(c).map(|c| c.stages.iter().any(|x| x == s)))
-            .unwrap_or(false);
+        let known = member.parse::<MemberId>().is_ok_and(|member| {
+            config
+                .component(member.component())
+                .is_some_and(|c| c.stages.iter().any(|s| member.stage() == s.as_str()))
+        });
         if !known {
             return Err(PlanError::Usage(format!(
                 "--outputs: `{member}` is not a member of this repository; keys are component@stage, e.g. `network@dev`"
@@ -528,8 +530,9 @@ impl Workbench {
     /// the grace after which the sandbox ends it itself.
     pub fn apply_lifetime(&self, member: &str) -> Duration {
         let timeout = member
-            .split_once('@')
-            .and_then(|(c, _)| self.config.component(c))
+            .parse::<MemberId>()
+            .ok()
+            .and_then(|member| self.config.component(member.component()))
             .map_or(Duration::ZERO, |c| c.timeout);
         timeout + self.options.sandbox.deadline_grace()
     }
@@ -599,12 +602,11 @@ impl Workbench {
     pub async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
         let mut ready = Vec::new();
         for member in wave {
-            let (component, stage) = member
-                .split_once('@')
-                .expect("member names are component@stage");
+            let id: MemberId = member.parse().expect("member names are component@stage");
+            let stage = id.stage().as_str();
             let component = self
                 .config
-                .component(component)
+                .component(id.component())
                 .expect("derived members name configured components")
                 .clone();
             let mut outcome = MemberOutcome {

@@ -4,16 +4,17 @@
 //! Pure and deterministic: the same config and paths always give the same
 //! derivation and the same digest, so it can be shown, approved and re-derived.
 
-use super::canonical::digest_value;
 use super::glob::PatternIndex;
 use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::model::canonical::digest_value;
+use crate::model::{DependencyGraph, MemberId};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-/// `component@stage`.
+/// `component@stage`, as [`MemberId`] spells it.
 pub fn member_name(component: &str, stage: &str) -> String {
-    format!("{component}@{stage}")
+    MemberId::name_of(component, stage)
 }
 
 /// Why a component is not running.
@@ -142,17 +143,17 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     }
 
     // Everything downstream of a selected component runs too.
-    let mut downstream: Vec<Vec<usize>> = vec![Vec::new(); config.components.len()];
-    for (i, c) in config.components.iter().enumerate() {
-        for d in &c.depends_on {
-            downstream[index_of[d.as_str()]].push(i);
-        }
-    }
+    let graph = DependencyGraph::new(
+        config
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.depends_on.iter().map(String::as_str))),
+    );
     let mut roots: Vec<usize> = (0..reason.len()).filter(|&i| reason[i].is_some()).collect();
     roots.sort_by_key(|&i| &config.components[i].name);
     let mut queue: VecDeque<(usize, usize)> = roots.iter().map(|&i| (i, i)).collect();
     while let Some((i, root)) = queue.pop_front() {
-        for &j in &downstream[i] {
+        for &j in graph.downstream(i) {
             if reason[j].is_none() {
                 reason[j] = Some(format!("downstream of {}", config.components[root].name));
                 queue.push_back((j, root));
@@ -164,7 +165,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     let mut queue: VecDeque<((usize, &str), usize)> =
         stage_roots.iter().map(|&(i, s)| ((i, s), i)).collect();
     while let Some(((i, stage), root)) = queue.pop_front() {
-        for &j in &downstream[i] {
+        for &j in graph.downstream(i) {
             if reason[j].is_none() && !stage_reason.contains_key(&(j, stage)) {
                 stage_reason.insert(
                     (j, stage),
@@ -178,7 +179,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         }
     }
 
-    let order = topological_order(config, &index_of);
+    let order = graph.topological_order();
     let mut waves = Vec::new();
     let mut members = Vec::new();
     let mut in_some_stage = vec![false; config.components.len()];
@@ -196,10 +197,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
                 continue;
             }
             in_some_stage[i] = true;
-            let layer = config.components[i]
-                .depends_on
+            let layer = graph
+                .upstream(i)
                 .iter()
-                .filter_map(|d| layer_of.get(&index_of[d.as_str()]))
+                .filter_map(|j| layer_of.get(j))
                 .map(|l| l + 1)
                 .max()
                 .unwrap_or(0);
@@ -261,35 +262,6 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         indeterminate,
         digest,
     })
-}
-
-/// Components in dependency order (upstreams first), ties broken by name.
-fn topological_order(config: &RepoConfig, index_of: &HashMap<&str, usize>) -> Vec<usize> {
-    let n = config.components.len();
-    let mut pending = vec![0usize; n];
-    let mut downstream: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, c) in config.components.iter().enumerate() {
-        pending[i] = c.depends_on.len();
-        for d in &c.depends_on {
-            downstream[index_of[d.as_str()]].push(i);
-        }
-    }
-    let name = |i: &usize| config.components[*i].name.clone();
-    let mut ready: BTreeSet<(String, usize)> = (0..n)
-        .filter(|&i| pending[i] == 0)
-        .map(|i| (name(&i), i))
-        .collect();
-    let mut order = Vec::with_capacity(n);
-    while let Some((_, i)) = ready.pop_first() {
-        order.push(i);
-        for &j in &downstream[i] {
-            pending[j] -= 1;
-            if pending[j] == 0 {
-                ready.insert((name(&j), j));
-            }
-        }
-    }
-    order
 }
 
 #[cfg(test)]

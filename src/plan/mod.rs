@@ -1,7 +1,6 @@
 //! The plan engine: fan-out derivation, plan files, digests, coverage, the
 //! command runner and the change set a reviewer approves.
 
-pub mod canonical;
 pub mod changeset;
 pub mod coverage;
 pub mod engine;

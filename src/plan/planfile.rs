@@ -5,8 +5,8 @@
 //! checked here and every defect becomes a [`PlanFileError`] that says what
 //! to fix. The digest is computed by wavegate, never taken from the file.
 
-use super::canonical::{DigestWriter, NumberForm};
 use super::path::ValuePath;
+use crate::model::canonical::{DigestWriter, NumberForm};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -550,11 +550,11 @@ mod tests {
             }
             assert_eq!(
                 plan.plan_digest,
-                crate::plan::canonical::digest_value(&document)
+                crate::model::canonical::digest_value(&document)
             );
             assert_eq!(
                 plan.compute_digest_with(NumberForm::Version1),
-                crate::plan::canonical::digest_value_with(&document, NumberForm::Version1)
+                crate::model::canonical::digest_value_with(&document, NumberForm::Version1)
             );
         }
     }

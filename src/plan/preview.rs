@@ -9,6 +9,7 @@
 use crate::config::repo::{
     gate_of, stage_policy, GatePolicy, Policy, RawRepoConfig, RepoConfig, CONFIG_FILE,
 };
+use crate::model::MemberId;
 use serde::Serialize;
 
 /// The base branch's config as the gates will read it.
@@ -86,9 +87,10 @@ impl Preview {
         let approvers = Approvers::of(&Policy::default());
         let mut stages: Vec<StagePreview> = Vec::new();
         for (i, wave) in waves.iter().enumerate() {
-            let Some((_, name)) = wave.first().and_then(|m| m.rsplit_once('@')) else {
+            let Some(member) = wave.first().and_then(|m| m.parse::<MemberId>().ok()) else {
                 continue;
             };
+            let name = member.stage().as_str();
             match stages.iter_mut().find(|s| s.name == name) {
                 Some(stage) => stage.waves.push(i),
                 None => stages.push(StagePreview {
@@ -132,7 +134,12 @@ pub fn preview(
             Err(e) => (BaseConfig::Invalid(e.to_string()), None, Policy::default()),
         },
     };
-    let stage_of = |member: &str| member.rsplit_once('@').map(|(_, s)| s.to_owned());
+    let stage_of = |member: &str| {
+        member
+            .parse::<MemberId>()
+            .ok()
+            .map(|m| m.stage().as_str().to_owned())
+    };
     let stages = head
         .stages
         .iter()

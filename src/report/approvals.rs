@@ -63,7 +63,7 @@ impl Standing {
 
     /// The check's one-line title.
     pub fn title(&self, digest: &str) -> String {
-        let short = crate::plan::canonical::short_digest(digest);
+        let short = crate::model::canonical::short_digest(digest);
         match &self.evaluation {
             Evaluation::Satisfied { by, .. } => format!(
                 "Approved by {} ({short})",

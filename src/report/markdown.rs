@@ -10,7 +10,7 @@
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
-use crate::plan::canonical::short_digest;
+use crate::model::canonical::short_digest;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
@@ -834,6 +834,7 @@ fn plural(n: usize) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::MemberId;
     use crate::plan::changeset::{ChangeSet, ChangeSetMember};
     use crate::plan::engine::{MemberOutcome, ResolvedInput};
     use crate::plan::fanout::{Derivation, SkipReason, Skipped};
@@ -846,11 +847,11 @@ mod tests {
             "entries": [{"address": "aws_instance.web", "action": "create", "after": {"size": "small"}}],
         });
         let plan = MemberPlan::parse(member, body.to_string().as_bytes()).unwrap();
-        let (component, stage) = member.split_once('@').unwrap();
+        let id: MemberId = member.parse().unwrap();
         MemberOutcome {
             member: member.into(),
-            component: component.into(),
-            stage: stage.into(),
+            component: id.component().into(),
+            stage: id.stage().to_string(),
             status: MemberStatus::Planned,
             plan: Some(plan),
             error: None,

@@ -4,7 +4,7 @@
 
 use super::AppState;
 use crate::forge::webhook::{self, DeliveryHeaders};
-use crate::forge::ForgeKind;
+use crate::model::ForgeKind;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;

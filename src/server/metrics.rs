@@ -3,8 +3,8 @@
 //! queue and ledger, and a restart loses none of them).
 
 use super::AppState;
-use crate::forge::ForgeKind;
 use crate::metrics::{self, Registry};
+use crate::model::ForgeKind;
 use crate::store::StoreFigures;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;

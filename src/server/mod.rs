@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::forge::events::{self, Parsed};
 use crate::forge::registry::Forges;
 use crate::forge::webhook;
-use crate::forge::ForgeKind;
+use crate::model::ForgeKind;
 use crate::sandbox::Sandbox;
 use crate::store::{Intake, NewDelivery, Store};
 use crate::worker::reconcile::Reconciler;

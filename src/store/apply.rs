@@ -5,7 +5,8 @@
 use super::sql::{commit_sha, plan_columns, plan_from_row, to_i64, to_u64};
 use super::{PlanRecord, Store};
 use crate::apply::{AttemptRecord, RunStatus, Wait};
-use crate::forge::{CommitSha, PrNumber, RepoId, RepoRef};
+use crate::forge::RepoRef;
+use crate::model::{CommitSha, PrNumber, RepoId};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;

@@ -18,7 +18,7 @@ pub use metrics::StoreFigures;
 pub use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Backend, Store};
 
-use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;

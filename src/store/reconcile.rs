@@ -10,7 +10,8 @@
 use super::apply::{run_columns, run_from_row};
 use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row, to_i64};
 use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, PrRecord, Store};
-use crate::forge::{CommitSha, PrNumber, RepoId, RepoRef};
+use crate::forge::RepoRef;
+use crate::model::{CommitSha, PrNumber, RepoId};
 use anyhow::{Context, Result};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};

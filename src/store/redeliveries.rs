@@ -5,7 +5,7 @@
 
 use super::sql::to_i64;
 use super::Store;
-use crate::forge::ForgeKind;
+use crate::model::ForgeKind;
 use anyhow::{Context, Result};
 use sqlx::AssertSqlSafe;
 use std::collections::HashSet;

@@ -12,11 +12,12 @@ use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
 };
-use crate::forge::{CommitSha, ForgeKind, PrNumber, RepoId};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::migrate::{MigrateError, MigrationSource, MigrationType, Migrator};
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Executor, Row, SqlSafeStr};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -58,10 +59,48 @@ pub enum Backend {
     Postgres,
 }
 
-struct Migration {
-    version: i64,
-    name: &'static str,
-    sql: &'static str,
+#[derive(Debug)]
+pub(super) struct Migration {
+    pub(super) version: i64,
+    pub(super) name: &'static str,
+    pub(super) sql: &'static str,
+}
+
+/// One backend's embedded migrations as sqlx's migrator reads them: it
+/// applies each once, in order, under a lock (PostgreSQL: replicas starting
+/// together migrate one at a time), and records it with its checksum in
+/// `_sqlx_migrations`, so a migration changed after it was applied is an
+/// error rather than a silent difference.
+#[derive(Debug)]
+struct Embedded(&'static [Migration]);
+
+impl<'s> MigrationSource<'s> for Embedded {
+    fn resolve(
+        self,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<Vec<sqlx::migrate::Migration>, sqlx::error::BoxDynError>,
+                > + Send
+                + 's,
+        >,
+    > {
+        Box::pin(async move {
+            Ok(self
+                .0
+                .iter()
+                .map(|m| {
+                    sqlx::migrate::Migration::new(
+                        m.version,
+                        std::borrow::Cow::Borrowed(m.name),
+                        MigrationType::Simple,
+                        m.sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect())
+        })
+    }
 }
 
 /// The migrations in order, the same for both backends, each from
@@ -122,8 +161,8 @@ macro_rules! migrations {
     };
 }
 
-const SQLITE_MIGRATIONS: &[Migration] = migrations!("sqlite");
-const POSTGRES_MIGRATIONS: &[Migration] = migrations!("postgres");
+pub(super) const SQLITE_MIGRATIONS: &[Migration] = migrations!("sqlite");
+pub(super) const POSTGRES_MIGRATIONS: &[Migration] = migrations!("postgres");
 
 pub(super) fn newest_known_version() -> i64 {
     SQLITE_MIGRATIONS.last().map_or(0, |m| m.version)
@@ -339,67 +378,64 @@ impl Store {
     }
 
     async fn migrate(&self) -> Result<()> {
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (
-                version    BIGINT PRIMARY KEY,
-                name       TEXT   NOT NULL,
-                applied_at BIGINT NOT NULL
-            )",
-        )
-        .execute(&self.pool)
-        .await
-        .context("creating the schema_migrations table")?;
-
-        let found = self.schema_version().await?;
         let known = newest_known_version();
-        let migrations = match self.backend {
-            Backend::Sqlite => SQLITE_MIGRATIONS,
-            Backend::Postgres => POSTGRES_MIGRATIONS,
-        };
-        if found > known {
-            return Err(StoreError::SchemaTooNew { found, known }.into());
+        let migrator = Migrator::new(Embedded(self.migrations()))
+            .await
+            .context("reading the embedded database migrations")?;
+        // Databases from before sqlx's migrator kept their own table: what
+        // it says was applied is recorded as applied, never run again.
+        if let Some(found) = self.legacy_schema_version().await? {
+            if found > known {
+                return Err(StoreError::SchemaTooNew { found, known }.into());
+            }
+            migrator
+                .skip(&self.pool, Some(found))
+                .await
+                .context("recording the migrations schema_migrations lists as applied")?;
         }
-        for migration in migrations {
-            self.apply(migration).await.with_context(|| {
-                format!(
-                    "applying database migration {} ({})",
-                    migration.version, migration.name
-                )
-            })?;
+        match migrator.run(&self.pool).await {
+            Ok(()) => Ok(()),
+            Err(MigrateError::VersionMissing(_)) => Err(StoreError::SchemaTooNew {
+                found: self.schema_version().await?,
+                known,
+            }
+            .into()),
+            Err(error) => Err(anyhow::Error::new(error).context("applying database migrations")),
         }
-        Ok(())
     }
 
-    /// Applies one migration unless it already is; several processes opening
-    /// the same database at once apply it once between them.
-    async fn apply(&self, migration: &Migration) -> Result<()> {
-        let mut tx = self.begin_write().await?;
-        if self.backend == Backend::Postgres {
-            // Replicas starting together migrate one at a time.
-            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(7420001)) AS locked")
-                .execute(&mut *tx)
-                .await?;
+    fn migrations(&self) -> &'static [Migration] {
+        match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => POSTGRES_MIGRATIONS,
         }
-        let applied = sqlx::query("SELECT 1 FROM schema_migrations WHERE version = $1")
-            .bind(migration.version)
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some();
-        if applied {
-            tx.rollback().await?;
-            return Ok(());
+    }
+
+    /// The newest version in the table wavegate kept its migrations in
+    /// before sqlx's migrator (`schema_migrations`), if the database has it.
+    async fn legacy_schema_version(&self) -> Result<Option<i64>> {
+        let exists = match self.backend {
+            Backend::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+            }
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_migrations'"
+            }
+        };
+        let tables: i64 = sqlx::query(exists)
+            .fetch_one(&self.pool)
+            .await
+            .context("looking for the schema_migrations table")?
+            .try_get(0)?;
+        if tables == 0 {
+            return Ok(None);
         }
-        sqlx::raw_sql(migration.sql).execute(&mut *tx).await?;
-        sqlx::query(
-            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-        )
-        .bind(migration.version)
-        .bind(migration.name)
-        .bind(self.now())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let version: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+            .fetch_one(&self.pool)
+            .await
+            .context("reading schema_migrations")?
+            .try_get(0)?;
+        Ok(Some(version))
     }
 
     pub async fn ping(&self) -> Result<()> {
@@ -413,11 +449,13 @@ impl Store {
 
     /// The newest migration applied to the database (0 when none).
     pub async fn schema_version(&self) -> Result<i64> {
-        let version: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
-            .fetch_one(&self.pool)
-            .await
-            .context("reading the database schema version")?
-            .try_get(0)?;
+        let version: i64 = sqlx::query(
+            "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success = TRUE",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .context("reading the database schema version")?
+        .try_get(0)?;
         Ok(version)
     }
 

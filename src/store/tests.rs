@@ -511,7 +511,7 @@ async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice(f:
         .await
         .unwrap();
     assert_eq!(redelivered, Intake::Duplicate);
-    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schema_migrations")
+    let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
         .fetch_one(&raw_pool(&url).await)
         .await
         .unwrap();
@@ -528,12 +528,14 @@ async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice(f:
 on_both!(fixture_on, a_database_from_a_newer_wavegate_is_refused, #[tokio::test]);
 async fn a_database_from_a_newer_wavegate_is_refused(f: Fixture) {
     drop(f.store);
-    sqlx::query(
-        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 0)",
-    )
-    .execute(&raw_pool(&f.url).await)
-    .await
-    .unwrap();
+    let future = match f.backend {
+        Backend::Sqlite => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, X'00', 0)",
+        Backend::Postgres => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, '\\x00'::bytea, 0)",
+    };
+    sqlx::raw_sql(future)
+        .execute(&raw_pool(&f.url).await)
+        .await
+        .unwrap();
 
     let err = Store::open(&f.url).await.unwrap_err();
 
@@ -551,6 +553,69 @@ async fn a_database_from_a_newer_wavegate_is_refused(f: Fixture) {
             newest_known_version()
         )
     );
+}
+
+on_both!(legacy_on, a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_runs_twice, #[tokio::test]);
+async fn a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_runs_twice(
+    backend: Backend,
+) {
+    // What wavegate's own migrator left: every migration applied and listed
+    // in schema_migrations, and the data written since.
+    let database = TestDatabase::new(backend).await;
+    let creating = match backend {
+        Backend::Sqlite => format!("{}?mode=rwc", database.url),
+        Backend::Postgres => database.url.clone(),
+    };
+    let pool = raw_pool(&creating).await;
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let migrations = match backend {
+        Backend::Sqlite => super::sql::SQLITE_MIGRATIONS,
+        Backend::Postgres => super::sql::POSTGRES_MIGRATIONS,
+    };
+    for migration in migrations {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(migration.sql))
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, 0)")
+            .bind(migration.version)
+            .bind(migration.name)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    sqlx::raw_sql(
+        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) VALUES ('github', 'installation:1', 'before', 'ping', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let store = Store::open(&database.url).await.unwrap();
+
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        newest_known_version()
+    );
+    assert_eq!(store.delivery_count().await.unwrap(), 1);
+    let ran: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE execution_time >= 0")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(ran, 0, "a migration listed in schema_migrations ran again");
+    drop(store);
+    let again = Store::open(&database.url).await.unwrap();
+    assert_eq!(again.delivery_count().await.unwrap(), 1);
+}
+
+async fn legacy_on(backend: Backend) -> Backend {
+    backend
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 //! approval, an override, a released lock or `/retry` enqueues the next job,
 //! and a crash leaves the job's lease to expire and the job to run again.
 
-use super::gate::{as_counted, gate_name};
+use super::gate::as_counted;
 use super::task::Task;
 use super::Worker;
 use crate::apply::{
@@ -19,8 +19,9 @@ use crate::apply::{
 use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
-use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef};
+use crate::forge::{PullRequest, RepoRef};
 use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
+use crate::model::{CommitSha, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{
@@ -49,11 +50,6 @@ impl RecordedOutputs for Deployed {
     fn outputs(&self, member: &str) -> Option<Map<String, Value>> {
         self.0.get(member).cloned()
     }
-}
-
-/// The gate an override of a denied plan is recorded at.
-pub fn override_gate(pr: PrNumber) -> String {
-    format!("pr-{}-override", pr.0)
 }
 
 /// What a run needs while it is driven, read once per job.
@@ -494,10 +490,10 @@ impl Worker {
     /// counted it (for the head and base it was given at), on every job: a
     /// revoke stops the run before anything more applies.
     async fn pr_approval(&self, drive: &mut Drive<'_>) -> Result<Step> {
-        let gate = gate_name(drive.run.pr, None);
+        let gate = GateId::Pr(drive.run.pr).to_string();
         let facts = self
             .store
-            .gate_facts(&drive.run.repo.id.to_string(), &gate)
+            .gate_facts(&drive.run.repo.id.ledger_key(), &gate)
             .await?;
         let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
         let policy = drive.policy.clone();
@@ -577,7 +573,7 @@ impl Worker {
     async fn run_gate_facts(&self, run: &ApplyRunRecord, gate: &str) -> Result<Vec<Fact>> {
         let facts = self
             .store
-            .gate_facts(&run.repo.id.to_string(), gate)
+            .gate_facts(&run.repo.id.ledger_key(), gate)
             .await?;
         Ok(facts
             .into_iter()
@@ -687,7 +683,7 @@ impl Worker {
             let who = match drive.asked.get(&key) {
                 Some(who) => who.clone(),
                 None => {
-                    let user = crate::forge::User {
+                    let user = crate::model::User {
                         id: actor.id,
                         login: actor.login.clone(),
                         is_bot: false,
@@ -819,7 +815,7 @@ impl Worker {
             return Ok(Step::Continue);
         }
         let set = engine::change_set_of(&previewed)?;
-        let gate_id = gate_name(drive.run.pr, Some(stage));
+        let gate_id = GateId::of(drive.run.pr, Some(stage)).to_string();
         let known = drive.run.record.stages.get(stage);
         let now = chrono::Utc::now().timestamp_millis();
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
@@ -925,8 +921,9 @@ impl Worker {
                 continue;
             }
             let component = member
-                .split_once('@')
-                .and_then(|(c, _)| bench.config().component(c))
+                .parse::<MemberId>()
+                .ok()
+                .and_then(|m| bench.config().component(m.component()))
                 .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
             if let Some(root) = stopped_upstream(component, stage, &drive.run.record) {
                 drive
@@ -1174,7 +1171,7 @@ impl Worker {
                 let number = record.next_round();
                 record.rounds.push(Round {
                     number,
-                    gate: format!("pr-{}-round-{number}", drive.run.pr.0),
+                    gate: GateId::Round(drive.run.pr, number).to_string(),
                     stage: stage.to_owned(),
                     change_set: set.clone(),
                     reasons: reasons.clone(),
@@ -1188,7 +1185,7 @@ impl Worker {
         if !reasons.is_empty() {
             record.wait = Some(Wait::Round {
                 round: number,
-                gate: format!("pr-{}-round-{number}", drive.run.pr.0),
+                gate: GateId::Round(drive.run.pr, number).to_string(),
                 digest: set.digest,
             });
         }
@@ -1199,10 +1196,10 @@ impl Worker {
     /// overrider stands (read from the ledger on every job: a revoke counts)
     /// for exactly that plan digest.
     async fn denied(&self, drive: &mut Drive<'_>, ready: &[MemberOutcome]) -> Result<Option<Step>> {
-        let gate = override_gate(drive.run.pr);
+        let gate = GateId::Override(drive.run.pr).to_string();
         let facts = self
             .store
-            .gate_facts(&drive.run.repo.id.to_string(), &gate)
+            .gate_facts(&drive.run.repo.id.ledger_key(), &gate)
             .await?;
         let mut denials = Vec::new();
         for outcome in ready {
@@ -1454,8 +1451,8 @@ impl Worker {
         if let Some(digest) = drive.run.record.overrides.get(member).cloned() {
             self.store
                 .append_fact(NewFact {
-                    repo: drive.run.repo.id.to_string(),
-                    gate: override_gate(drive.run.pr),
+                    repo: drive.run.repo.id.ledger_key(),
+                    gate: GateId::Override(drive.run.pr).to_string(),
                     kind: FactKind::Spent,
                     digest,
                     actor: Actor {
@@ -1475,7 +1472,10 @@ impl Worker {
     /// anything through again.
     async fn spend_approvals(&self, drive: &Drive<'_>) -> Result<()> {
         let record = &drive.run.record;
-        let mut spent = vec![(gate_name(drive.run.pr, None), drive.run.digest.clone())];
+        let mut spent = vec![(
+            GateId::Pr(drive.run.pr).to_string(),
+            drive.run.digest.clone(),
+        )];
         spent.extend(
             record
                 .stages
@@ -1497,7 +1497,7 @@ impl Worker {
         for (gate, digest) in spent {
             self.store
                 .append_fact(NewFact {
-                    repo: drive.run.repo.id.to_string(),
+                    repo: drive.run.repo.id.ledger_key(),
                     gate,
                     kind: FactKind::Spent,
                     digest,

@@ -14,24 +14,17 @@ use crate::apply::{RunStatus, Wait};
 use crate::config::repo::Policy;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient, Permission, Reaction};
-use crate::forge::{CommitSha, PrNumber, RepoRef, ReviewState, User};
+use crate::forge::{RepoRef, ReviewState};
 use crate::gate::commands::{self, Command};
 use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
 use crate::gate::policy::{self, Candidate, ReportSeen};
+use crate::model::{CommitSha, GateId, PrNumber, User};
 use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};
 use crate::store::{ApplyRunRecord, JobOutcome, PlanRecord, PrRecord};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-
-/// The gate a pull request's change set waits at (`pr-42`), or a stage's (`pr-42-prod`).
-pub(super) fn gate_name(pr: PrNumber, stage: Option<&str>) -> String {
-    match stage {
-        Some(stage) => format!("pr-{}-{stage}", pr.0),
-        None => format!("pr-{}", pr.0),
-    }
-}
 
 /// A comment as the command job carries it.
 pub struct CommentIn<'a> {
@@ -238,7 +231,7 @@ impl Worker {
         pr: PrNumber,
         review: ReviewIn<'_>,
     ) -> Result<JobOutcome> {
-        let gate = gate_name(pr, None);
+        let gate = GateId::Pr(pr).to_string();
         let actor = Actor {
             id: review.author.id,
             login: review.author.login.clone(),
@@ -253,7 +246,7 @@ impl Worker {
             }
             let mut revoked = false;
             for gate in &gates {
-                let facts = self.store.gate_facts(&repo.id.to_string(), gate).await?;
+                let facts = self.store.gate_facts(&repo.id.ledger_key(), gate).await?;
                 let approved = facts.iter().rev().find(|f| {
                     f.fact.kind == FactKind::Approved
                         && f.fact.source == Source::Review { id: review.id }
@@ -485,7 +478,7 @@ impl Worker {
                 "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
             )));
         }
-        let at = (gate_name(pr, None), digest, binding(&plan));
+        let at = (GateId::Pr(pr).to_string(), digest, binding(&plan));
         self.judge_approval(client, repo, (pr, &plan.head_sha, comment), &policy, at)
             .await
     }
@@ -542,19 +535,19 @@ impl Worker {
         pr: PrNumber,
         comment: &CommentIn<'_>,
     ) -> Result<Said> {
-        let repo_key = repo.id.to_string();
+        let repo_key = repo.id.ledger_key();
         let plan = self.store.latest_plan(&repo.id, pr).await?;
-        let mut gates = vec![gate_name(pr, None)];
+        let mut gates = vec![GateId::Pr(pr).to_string()];
         if let Some(plan) = &plan {
             gates.extend(
                 self.base_stages(repo, &plan.base_sha)?
                     .iter()
-                    .map(|stage| gate_name(pr, Some(stage))),
+                    .map(|stage| GateId::of(pr, Some(stage)).to_string()),
             );
         }
         if let Some(run) = self.store.apply_run(&repo.id, pr).await? {
             gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
-            gates.push(super::apply::override_gate(pr));
+            gates.push(GateId::Override(pr).to_string());
         }
         let admin = client
             .permission(repo, &comment.author.login)
@@ -747,7 +740,7 @@ impl Worker {
         member: &str,
         reason: &str,
     ) -> Result<Said> {
-        let gate = super::apply::override_gate(pr);
+        let gate = GateId::Override(pr).to_string();
         let run = self.store.apply_run(&repo.id, pr).await?;
         let waited_on = run
             .as_ref()
@@ -851,7 +844,7 @@ impl Worker {
     ) -> Result<()> {
         self.store
             .append_fact(NewFact {
-                repo: repo.id.to_string(),
+                repo: repo.id.ledger_key(),
                 gate: gate.to_owned(),
                 kind,
                 digest: digest.to_owned(),
@@ -1026,7 +1019,7 @@ impl Worker {
         let policy = self.base_policy(repo, &plan.base_sha)?;
         let facts = self
             .store
-            .gate_facts(&repo.id.to_string(), &gate_name(pr, None))
+            .gate_facts(&repo.id.ledger_key(), &GateId::Pr(pr).to_string())
             .await?;
         let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
         let counted = as_counted(&facts, plan, reviews_count);
@@ -1067,14 +1060,14 @@ impl Worker {
             self.record_pending(
                 client,
                 repo,
-                &gate_name(pr, None),
+                &GateId::Pr(pr).to_string(),
                 &digest,
                 &members,
                 description,
             )
             .await?;
         }
-        let ledger_head = self.store.ledger_head(&repo.id.to_string()).await?;
+        let ledger_head = self.store.ledger_head(&repo.id.ledger_key()).await?;
         let standing = Standing {
             evaluation,
             ledger_head,
@@ -1141,7 +1134,7 @@ impl Worker {
         members: &[String],
         description: String,
     ) -> Result<()> {
-        let repo_key = repo.id.to_string();
+        let repo_key = repo.id.ledger_key();
         let facts = self.store.gate_facts(&repo_key, gate).await?;
         if facts
             .iter()
@@ -1226,7 +1219,7 @@ impl Who {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forge::{ForgeKind, RepoId};
+    use crate::model::{ForgeKind, RepoId};
 
     fn sha(c: char) -> CommitSha {
         CommitSha::parse(&c.to_string().repeat(40)).unwrap()

@@ -20,7 +20,8 @@ use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::{CheckReport, CheckState, ForgeClient};
 use crate::forge::listing::Page;
 use crate::forge::registry::Forges;
-use crate::forge::{CommitSha, PrNumber, PullRequest, RepoRef, ReviewState, User};
+use crate::forge::{PullRequest, RepoRef, ReviewState};
+use crate::model::{CommitSha, PrNumber, User};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
 use crate::plan::runner::Cancel;
@@ -777,7 +778,7 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// Whether the base branch's policy lets a fork's code be planned. A base
 /// without a readable config allows nothing.
-fn forks_allowed(mirror: &std::path::Path, base: &crate::forge::CommitSha) -> Result<bool> {
+fn forks_allowed(mirror: &std::path::Path, base: &crate::model::CommitSha) -> Result<bool> {
     let text = git::read_file(mirror, base.as_str(), CONFIG_FILE)?;
     Ok(text
         .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())

@@ -43,10 +43,9 @@ use crate::apply::{RunStatus, Wait};
 use crate::forge::client::{Comment, ForgeClient};
 use crate::forge::listing::{ListedComment, ListedPull, ListedReview, Page};
 use crate::forge::registry::Forges;
-use crate::forge::{
-    CommitSha, ForgeKind, PrNumber, PrState, PullRequest, RepoId, RepoRef, ReviewState,
-};
+use crate::forge::{PrState, PullRequest, RepoRef, ReviewState};
 use crate::metrics;
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
 use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
 use anyhow::{Context, Result};
 use std::collections::{HashMap, HashSet};
@@ -1043,7 +1042,7 @@ impl Reconciler {
 mod tests {
     use super::*;
     use crate::apply::AttemptRecord;
-    use crate::forge::{ForgeKind, User};
+    use crate::model::{ForgeKind, User};
 
     fn sha(c: char) -> CommitSha {
         CommitSha::parse(&c.to_string().repeat(40)).unwrap()

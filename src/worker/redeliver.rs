@@ -16,7 +16,7 @@
 use crate::forge::client::ForgeClient;
 use crate::forge::github::HookDelivery;
 use crate::forge::registry::Forges;
-use crate::forge::ForgeKind;
+use crate::model::ForgeKind;
 use crate::store::Store;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashSet};

@@ -2,9 +2,8 @@
 //! together with the delivery, and the job payload the worker reads back.
 
 use crate::forge::listing::ListedReview;
-use crate::forge::{
-    CommitSha, Event, PrAction, PrNumber, PullRequest, RepoId, RepoRef, ReviewState, User,
-};
+use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
+use crate::model::{CommitSha, PrNumber, RepoId, User};
 use crate::store::{NewJob, Once, PrHead};
 use serde::{Deserialize, Serialize};
 
@@ -264,7 +263,7 @@ pub fn consequence(event: &Event) -> Consequence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forge::{CommitSha, ForgeKind, User};
+    use crate::model::{CommitSha, ForgeKind, User};
 
     fn repo() -> RepoRef {
         RepoRef {

@@ -9,7 +9,7 @@
 //! sandboxed command ever sees a mirror.
 
 use crate::config::settings::Secret;
-use crate::forge::{CommitSha, RepoId};
+use crate::model::{CommitSha, RepoId};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -326,7 +326,7 @@ impl StatusOk for Command {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forge::ForgeKind;
+    use crate::model::ForgeKind;
     use std::process::Command as StdCommand;
 
     fn sh(dir: &Path, script: &str) -> String {

@@ -21,7 +21,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wavegate::config::settings::Secret;
-use wavegate::forge::{ForgeKind, RepoId, RepoRef};
+use wavegate::forge::RepoRef;
+use wavegate::model::{ForgeKind, RepoId};
 
 pub const APP_ID: u64 = 4242;
 pub const APP_SLUG: &str = "wavegate";

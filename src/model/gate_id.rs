@@ -1,0 +1,139 @@
+//! Where an approval is recorded in the ledger: a pull request's gate
+//! (`pr-42`), a stage's after merge (`pr-42-prod`), a round of re-planned
+//! members (`pr-42-round-2`) and an override of a denied plan
+//! (`pr-42-override`). These names are stored in every fact, so their
+//! spelling never changes; the config reserves `override` and `round-<n>` as
+//! stage names so that every name reads back as the gate it was written for.
+
+use super::ids::PrNumber;
+use super::member::StageName;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GateId {
+    /// The pull request's change set.
+    Pr(PrNumber),
+    /// A stage's own approval of its plans on the merge commit.
+    Stage(PrNumber, StageName),
+    /// Members re-planned after merge whose plans moved (the `n`th round).
+    Round(PrNumber, u32),
+    /// An override of a policy's denial.
+    Override(PrNumber),
+}
+
+impl GateId {
+    /// The pull request's gate, or `stage`'s when given.
+    pub fn of(pr: PrNumber, stage: Option<&str>) -> Self {
+        match stage {
+            Some(stage) => Self::Stage(pr, StageName::new(stage)),
+            None => Self::Pr(pr),
+        }
+    }
+
+    pub fn pr(&self) -> PrNumber {
+        match self {
+            Self::Pr(pr) | Self::Stage(pr, _) | Self::Round(pr, _) | Self::Override(pr) => *pr,
+        }
+    }
+
+    /// Whether `name` may be a stage's: not one a gate of another kind ends in.
+    pub fn is_reserved_stage_name(name: &str) -> bool {
+        name == "override" || round_number(name).is_some()
+    }
+}
+
+fn round_number(suffix: &str) -> Option<u32> {
+    let digits = suffix.strip_prefix("round-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+impl fmt::Display for GateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pr(pr) => write!(f, "pr-{}", pr.0),
+            Self::Stage(pr, stage) => write!(f, "pr-{}-{stage}", pr.0),
+            Self::Round(pr, round) => write!(f, "pr-{}-round-{round}", pr.0),
+            Self::Override(pr) => write!(f, "pr-{}-override", pr.0),
+        }
+    }
+}
+
+impl FromStr for GateId {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            format!("`{text}` is not a gate (`pr-<n>`, `pr-<n>-<stage>`, `pr-<n>-round-<n>` or `pr-<n>-override`)")
+        };
+        let rest = text.strip_prefix("pr-").ok_or_else(bad)?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let pr = PrNumber(rest[..digits].parse().map_err(|_| bad())?);
+        let suffix = &rest[digits..];
+        if suffix.is_empty() {
+            return Ok(Self::Pr(pr));
+        }
+        let suffix = suffix
+            .strip_prefix('-')
+            .filter(|s| !s.is_empty())
+            .ok_or_else(bad)?;
+        Ok(if suffix == "override" {
+            Self::Override(pr)
+        } else if let Some(round) = round_number(suffix) {
+            Self::Round(pr, round)
+        } else {
+            Self::Stage(pr, StageName::new(suffix))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gate_reads_back_as_the_gate_it_was_written_for() {
+        let pr = PrNumber(42);
+        for (gate, name) in [
+            (GateId::Pr(pr), "pr-42"),
+            (GateId::Stage(pr, StageName::new("prod")), "pr-42-prod"),
+            (
+                GateId::Stage(pr, StageName::new("eu-west.1")),
+                "pr-42-eu-west.1",
+            ),
+            (GateId::Round(pr, 2), "pr-42-round-2"),
+            (GateId::Override(pr), "pr-42-override"),
+            (
+                GateId::Stage(pr, StageName::new("round-x")),
+                "pr-42-round-x",
+            ),
+        ] {
+            assert_eq!(gate.to_string(), name);
+            assert_eq!(name.parse::<GateId>().unwrap(), gate, "{name}");
+            assert_eq!(gate.pr(), pr);
+        }
+        assert_eq!(GateId::of(pr, Some("prod")).to_string(), "pr-42-prod");
+        assert_eq!(GateId::of(pr, None), GateId::Pr(pr));
+    }
+
+    #[test]
+    fn other_names_are_not_gates() {
+        for bad in ["", "pr-", "pr-x", "42", "pr-42-", "pr-42x", "issue-42"] {
+            assert!(bad.parse::<GateId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn override_and_rounds_are_reserved_as_stage_names() {
+        for reserved in ["override", "round-1", "round-12"] {
+            assert!(GateId::is_reserved_stage_name(reserved), "{reserved}");
+        }
+        for free in ["prod", "round", "round-", "round-x", "overrides"] {
+            assert!(!GateId::is_reserved_stage_name(free), "{free}");
+        }
+    }
+}

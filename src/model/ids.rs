@@ -1,0 +1,154 @@
+//! Who and where: the forge, a repository, a pull request's number, a
+//! commit, an account. Forge payloads are converted into these at the
+//! boundary (`forge::events`); nothing past it sees a forge's own types.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Which forge a repository lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeKind {
+    GitHub,
+    /// Forgejo and Gitea share the API and payloads.
+    Forgejo,
+}
+
+impl ForgeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForgeKind::GitHub => "github",
+            ForgeKind::Forgejo => "forgejo",
+        }
+    }
+}
+
+impl fmt::Display for ForgeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A repository: its forge and `owner/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RepoId {
+    pub forge: ForgeKind,
+    /// `owner/name`, as the forge spells it.
+    pub full_name: String,
+}
+
+impl RepoId {
+    pub fn new(forge: ForgeKind, full_name: impl Into<String>) -> Self {
+        Self {
+            forge,
+            full_name: full_name.into(),
+        }
+    }
+
+    pub fn owner(&self) -> &str {
+        self.full_name
+            .split_once('/')
+            .map_or(&self.full_name[..], |(o, _)| o)
+    }
+
+    pub fn name(&self) -> &str {
+        self.full_name.split_once('/').map_or("", |(_, n)| n)
+    }
+}
+
+impl RepoId {
+    /// The repository's key in the ledger (`github:acme/infra`): stored in
+    /// every fact and hashed into its chain, so its spelling never changes,
+    /// whatever `Display` may come to show.
+    pub fn ledger_key(&self) -> String {
+        format!("{}:{}", self.forge, self.full_name)
+    }
+}
+
+/// As logs and replies name it: `github:acme/infra`.
+impl fmt::Display for RepoId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.forge, self.full_name)
+    }
+}
+
+/// A pull request's number within its repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PrNumber(pub u64);
+
+impl fmt::Display for PrNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A full commit sha (40 or 64 lowercase hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CommitSha(String);
+
+impl CommitSha {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let ok = matches!(text.len(), 40 | 64)
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if ok {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(format!("`{text}` is not a full commit sha"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn short(&self) -> &str {
+        &self.0[..12]
+    }
+}
+
+impl TryFrom<String> for CommitSha {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<CommitSha> for String {
+    fn from(sha: CommitSha) -> Self {
+        sha.0
+    }
+}
+
+impl fmt::Display for CommitSha {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A forge account.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    pub id: u64,
+    pub login: String,
+    /// A bot or app account (GitHub `type: "Bot"`, `[bot]` logins).
+    pub is_bot: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Facts written before carry this key: it may never change.
+    #[test]
+    fn a_repository_s_ledger_key_is_forge_colon_full_name() {
+        let repo = RepoId::new(ForgeKind::GitHub, "acme/infra");
+        assert_eq!(repo.ledger_key(), "github:acme/infra");
+        let repo = RepoId::new(ForgeKind::Forgejo, "acme/site");
+        assert_eq!(repo.ledger_key(), "forgejo:acme/site");
+        assert_eq!((repo.owner(), repo.name()), ("acme", "site"));
+    }
+}
