@@ -18,3 +18,6 @@ pub mod sandbox;
 pub mod server;
 pub mod store;
 pub mod worker;
+
+#[cfg(test)]
+mod layering;

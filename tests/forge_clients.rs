@@ -11,12 +11,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::fake_forge::{self, FakeForge};
 use support::{conformance_violations, RecordedRequest, RepoHandle};
 use wavegate::config::settings::Secret;
-use wavegate::forge::client::{
-    convert_manifest, CheckReport, CheckState, ForgeClient, Permission, Reaction,
-};
+use wavegate::forge::client::{convert_manifest, ForgeClient};
 use wavegate::forge::forgejo::ForgejoClient;
 use wavegate::forge::github::GitHubClient;
 use wavegate::forge::retry::RetryPolicy;
+use wavegate::forge::types::{CheckReport, CheckState, Permission, Reaction};
 use wavegate::model::{CommitSha, PrNumber};
 use wavegate::report::REPORT_MARKER;
 
@@ -109,7 +108,7 @@ fn head() -> CommitSha {
 
 fn check(state: CheckState, title: &str) -> CheckReport {
     CheckReport {
-        name: wavegate::forge::client::CHECK_NAME,
+        name: wavegate::forge::types::CHECK_NAME,
         state,
         title: title.into(),
         summary: format!("summary for {title}"),
@@ -129,12 +128,12 @@ async fn github_report_is_created_once_then_edited_in_place() {
 
     let first = gh
         .client
-        .upsert_report(&repo, PR, None, &report("v1"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v1"))
         .await
         .unwrap();
     let second = gh
         .client
-        .upsert_report(&repo, PR, Some(first), &report("v2"))
+        .upsert_report(&repo, PR, Some(first), REPORT_MARKER, &report("v2"))
         .await
         .unwrap();
 
@@ -164,7 +163,7 @@ async fn a_forgotten_report_is_found_by_its_marker_beyond_the_first_page() {
     }
     let ours = gh
         .client
-        .upsert_report(&repo, PR, None, &report("v1"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v1"))
         .await
         .unwrap();
     for i in 0..60 {
@@ -174,7 +173,7 @@ async fn a_forgotten_report_is_found_by_its_marker_beyond_the_first_page() {
 
     let again = gh
         .client
-        .upsert_report(&repo, PR, None, &report("v2"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v2"))
         .await
         .unwrap();
 
@@ -213,14 +212,14 @@ async fn a_report_whose_comment_was_deleted_is_posted_anew() {
     let repo = gh.repo.repo_ref();
     let first = gh
         .client
-        .upsert_report(&repo, PR, None, &report("v1"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v1"))
         .await
         .unwrap();
     gh.forge.delete_comment(&gh.repo, first);
 
     let second = gh
         .client
-        .upsert_report(&repo, PR, Some(first), &report("v2"))
+        .upsert_report(&repo, PR, Some(first), REPORT_MARKER, &report("v2"))
         .await
         .unwrap();
 
@@ -376,7 +375,7 @@ async fn a_bad_gateway_on_an_edit_is_retried() {
     let repo = gh.repo.repo_ref();
     let id = gh
         .client
-        .upsert_report(&repo, PR, None, &report("one"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("one"))
         .await
         .unwrap();
     gh.forge.fail_next(
@@ -387,7 +386,7 @@ async fn a_bad_gateway_on_an_edit_is_retried() {
     );
 
     gh.client
-        .upsert_report(&repo, PR, Some(id), &report("two"))
+        .upsert_report(&repo, PR, Some(id), REPORT_MARKER, &report("two"))
         .await
         .unwrap();
 
@@ -410,7 +409,7 @@ async fn a_create_that_may_have_happened_is_not_sent_twice() {
 
     // The job's retry looks for the report before creating one.
     gh.client
-        .upsert_report(&repo, PR, None, &report("again"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("again"))
         .await
         .unwrap();
     assert_eq!(gh.forge.comments(&gh.repo, PR.0).len(), 1);
@@ -641,12 +640,12 @@ async fn forgejo_report_comment_is_created_then_edited() {
 
     let first = fj
         .client
-        .upsert_report(&repo, PR, None, &report("v1"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v1"))
         .await
         .unwrap();
     let second = fj
         .client
-        .upsert_report(&repo, PR, None, &report("v2"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v2"))
         .await
         .unwrap();
 
@@ -757,11 +756,11 @@ async fn every_request_of_a_full_conversation_conforms_to_the_api_descriptions()
     let repo = gh.repo.without_installation();
     let id = gh
         .client
-        .upsert_report(&repo, PR, None, &report("v1"))
+        .upsert_report(&repo, PR, None, REPORT_MARKER, &report("v1"))
         .await
         .unwrap();
     gh.client
-        .upsert_report(&repo, PR, Some(id), &report("v2"))
+        .upsert_report(&repo, PR, Some(id), REPORT_MARKER, &report("v2"))
         .await
         .unwrap();
     let check_id = gh

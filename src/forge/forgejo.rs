@@ -2,9 +2,12 @@
 //! with our own serde structs (octocrab's types demand GitHub-only fields).
 //! Every call goes through the shared retry wrapper.
 
-use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
+use super::types::{
+    since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
+    STATUS_DESCRIPTION_LIMIT,
+};
 use super::wire::WirePull;
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
@@ -259,6 +262,25 @@ impl ForgejoClient {
     }
 
     /// Sets the commit status `context` on `sha`.
+    /// The commit status for `report`: its name as the context, its title
+    /// (cut to the 140 characters a status holds) as the description.
+    pub async fn publish_status(
+        &self,
+        repo: &RepoRef,
+        sha: &CommitSha,
+        report: &CheckReport,
+    ) -> Result<()> {
+        self.set_status(
+            repo,
+            sha,
+            report.name,
+            forgejo_state(report.state),
+            &cut(&report.title, STATUS_DESCRIPTION_LIMIT),
+            report.details_url.as_deref(),
+        )
+        .await
+    }
+
     pub async fn set_status(
         &self,
         repo: &RepoRef,
@@ -440,5 +462,44 @@ impl WireReview {
 impl From<WireUser> for User {
     fn from(user: WireUser) -> Self {
         user.into_user()
+    }
+}
+
+/// A commit status's state for a check: Forgejo has no "action required",
+/// so waiting for approval is pending.
+fn forgejo_state(state: CheckState) -> &'static str {
+    match state {
+        CheckState::InProgress | CheckState::ActionRequired => "pending",
+        CheckState::Success | CheckState::Neutral => "success",
+        CheckState::Failure => "failure",
+    }
+}
+
+/// `text` cut to at most `limit` characters, ending in `…` when cut.
+fn cut(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let mut kept: String = text.chars().take(limit.saturating_sub(1)).collect();
+    kept.push('…');
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_title_is_cut_to_140_characters_with_an_ellipsis() {
+        let title = "x".repeat(200);
+        let description = cut(&title, STATUS_DESCRIPTION_LIMIT);
+        assert_eq!(description.chars().count(), 140);
+        assert!(description.ends_with('…'));
+        assert_eq!(cut("fits", 140), "fits");
+    }
+
+    #[test]
+    fn waiting_for_approval_is_pending() {
+        assert_eq!(forgejo_state(CheckState::ActionRequired), "pending");
     }
 }

@@ -7,9 +7,12 @@
 //! a token was refused, and does not share its token with `git fetch`.
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
-use super::client::{since_param, unix_ms, Comment, Permission, Reaction};
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
+use super::types::{
+    since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
+    CHECK_SUMMARY_LIMIT,
+};
 use super::wire::WirePull;
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
@@ -886,9 +889,78 @@ impl From<WireUser> for User {
     }
 }
 
+/// The check run's fields for `report`: its name, title and summary (cut to
+/// GitHub's limit, saying so), and its status and conclusion.
+pub fn check_run_fields(report: &CheckReport) -> Value {
+    let mut fields = json!({
+        "name": report.name,
+        "output": {
+            "title": report.title,
+            "summary": fit_summary(&report.summary, CHECK_SUMMARY_LIMIT),
+        },
+    });
+    match github_conclusion(report.state) {
+        Some(conclusion) => {
+            fields["status"] = json!("completed");
+            fields["conclusion"] = json!(conclusion);
+        }
+        None => fields["status"] = json!("in_progress"),
+    }
+    if let Some(url) = &report.details_url {
+        fields["details_url"] = json!(url);
+    }
+    fields
+}
+
+fn github_conclusion(state: CheckState) -> Option<&'static str> {
+    match state {
+        CheckState::InProgress => None,
+        CheckState::ActionRequired => Some("action_required"),
+        CheckState::Success => Some("success"),
+        CheckState::Failure => Some("failure"),
+        CheckState::Neutral => Some("neutral"),
+    }
+}
+
+const TRUNCATION_NOTE: &str =
+    "\n\n… (truncated to fit the check's limit; the full report is in the pull request comment)";
+
+/// `summary` within `limit` characters; a cut summary says so at its end.
+fn fit_summary(summary: &str, limit: usize) -> String {
+    if summary.chars().count() <= limit {
+        return summary.to_owned();
+    }
+    let room = limit.saturating_sub(TRUNCATION_NOTE.chars().count());
+    let mut kept: String = summary.chars().take(room).collect();
+    kept.push_str(TRUNCATION_NOTE);
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_within_the_limit_is_left_alone() {
+        assert_eq!(fit_summary("short", 10), "short");
+    }
+
+    #[test]
+    fn an_oversized_summary_is_cut_to_the_limit_and_says_so() {
+        let summary = "é".repeat(CHECK_SUMMARY_LIMIT + 10);
+        let fitted = fit_summary(&summary, CHECK_SUMMARY_LIMIT);
+        assert_eq!(fitted.chars().count(), CHECK_SUMMARY_LIMIT);
+        assert!(fitted.ends_with(TRUNCATION_NOTE));
+    }
+
+    #[test]
+    fn waiting_for_approval_is_action_required_and_running_has_no_conclusion() {
+        assert_eq!(
+            github_conclusion(CheckState::ActionRequired),
+            Some("action_required")
+        );
+        assert_eq!(github_conclusion(CheckState::InProgress), None);
+    }
     use reqwest::header::HeaderMap;
 
     #[test]

@@ -5,8 +5,8 @@
 //! so a quiet repository is swept for free; what the forge says of the
 //! budget left comes with every answer and paces the sweep.
 
-use super::client::Comment;
 use super::retry::Reply;
+use super::types::Comment;
 use super::{PrState, PullRequest, ReviewState};
 use crate::model::{CommitSha, PrNumber, User};
 use reqwest::header::HeaderMap;

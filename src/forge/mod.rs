@@ -9,6 +9,7 @@ pub mod github;
 pub mod listing;
 pub mod registry;
 pub mod retry;
+pub mod types;
 pub mod webhook;
 mod wire;
 

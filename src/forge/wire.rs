@@ -1,8 +1,8 @@
 //! The pull-request shape GitHub's and Forgejo's REST APIs share, read with
 //! our own serde structs; each forge says how it reads a user.
 
-use super::client::unix_ms;
 use super::listing::ListedPull;
+use super::types::unix_ms;
 use super::{PrState, PullRequest};
 use crate::model::{CommitSha, PrNumber, User};
 use anyhow::{anyhow, Result};

@@ -18,7 +18,8 @@ use crate::apply::{
 };
 use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
-use crate::forge::client::{CheckReport, CheckState, ForgeClient, APPLY_CHECK_NAME};
+use crate::forge::client::ForgeClient;
+use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
 use crate::model::{CommitSha, GateId, MemberId, PrNumber};
@@ -1533,6 +1534,7 @@ impl Worker {
                 &run.repo,
                 run.pr,
                 known.as_ref().and_then(|r| r.report_comment_id),
+                crate::report::REPORT_MARKER,
                 &body,
             )
             .await?;

@@ -13,7 +13,8 @@ use super::Worker;
 use crate::apply::{RunStatus, Wait};
 use crate::config::repo::Policy;
 use crate::config::{RepoConfig, CONFIG_FILE};
-use crate::forge::client::{CheckReport, CheckState, ForgeClient, Permission, Reaction};
+use crate::forge::client::ForgeClient;
+use crate::forge::types::{CheckReport, CheckState, Permission, Reaction};
 use crate::forge::{RepoRef, ReviewState};
 use crate::gate::commands::{self, Command};
 use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
@@ -1109,7 +1110,7 @@ impl Worker {
             standing.title(&digest)
         };
         let report = CheckReport {
-            name: crate::forge::client::CHECK_NAME,
+            name: crate::forge::types::CHECK_NAME,
             state,
             title,
             summary: body,

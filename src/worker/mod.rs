@@ -17,9 +17,10 @@ pub mod workspace;
 
 /// Characters of the report kept for the approvals section.
 use crate::config::{RepoConfig, CONFIG_FILE};
-use crate::forge::client::{CheckReport, CheckState, ForgeClient};
+use crate::forge::client::ForgeClient;
 use crate::forge::listing::Page;
 use crate::forge::registry::Forges;
+use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::{PullRequest, RepoRef, ReviewState};
 use crate::model::{CommitSha, PrNumber, User};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
@@ -503,7 +504,7 @@ impl Worker {
                 &pr.head_sha,
                 known_check,
                 &CheckReport {
-                    name: crate::forge::client::CHECK_NAME,
+                    name: crate::forge::types::CHECK_NAME,
                     state: CheckState::InProgress,
                     title: format!("Planning {}…", pr.head_sha.short()),
                     summary: "wavegate is planning this change; the report follows.".into(),
@@ -599,7 +600,7 @@ impl Worker {
                 (CheckState::Success, "Nothing to plan".to_owned())
             };
             let report = CheckReport {
-                name: crate::forge::client::CHECK_NAME,
+                name: crate::forge::types::CHECK_NAME,
                 state,
                 title,
                 summary: body,
@@ -641,7 +642,7 @@ impl Worker {
         problem: Reply,
     ) -> Result<JobOutcome> {
         let report = CheckReport {
-            name: crate::forge::client::CHECK_NAME,
+            name: crate::forge::types::CHECK_NAME,
             state: CheckState::Failure,
             title: problem.title,
             summary: problem.body,
@@ -679,6 +680,7 @@ impl Worker {
                 repo,
                 pr,
                 known.as_ref().and_then(|r| r.report_comment_id),
+                crate::report::REPORT_MARKER,
                 &report.summary,
             )
             .await?;
@@ -729,6 +731,7 @@ impl Worker {
                 task.repo(),
                 task.pr_number(),
                 known.as_ref().and_then(|r| r.report_comment_id),
+                crate::report::REPORT_MARKER,
                 &problem.body,
             )
             .await;
@@ -739,7 +742,7 @@ impl Worker {
                     &record.head_sha,
                     None,
                     &CheckReport {
-                        name: crate::forge::client::CHECK_NAME,
+                        name: crate::forge::types::CHECK_NAME,
                         state: CheckState::Failure,
                         title: problem.title,
                         summary: problem.body,

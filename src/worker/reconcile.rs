@@ -40,9 +40,10 @@
 use super::redeliver::Redeliverer;
 use super::task::{comment_source, queue_key, review_source, Task};
 use crate::apply::{RunStatus, Wait};
-use crate::forge::client::{Comment, ForgeClient};
+use crate::forge::client::ForgeClient;
 use crate::forge::listing::{ListedComment, ListedPull, ListedReview, Page};
 use crate::forge::registry::Forges;
+use crate::forge::types::Comment;
 use crate::forge::{PrState, PullRequest, RepoRef, ReviewState};
 use crate::metrics;
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
@@ -375,10 +376,6 @@ where
     }
     Ok((changed, etags))
 }
-
-/// Default share of each forge budget a sweep may spend
-/// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
-pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
 
 /// How often the store is asked whether it answers again after an outage.
 const OUTAGE_PROBE: Duration = Duration::from_secs(1);

@@ -1,0 +1,119 @@
+//! What the forge operations speak in, shared by the enum over the clients
+//! (`client`) and each client (`github`, `forgejo`): checks, comments,
+//! permissions, reactions, and how both forges write times.
+
+use crate::model::User;
+
+/// The plan check's name (GitHub) or status context (Forgejo), on a head.
+pub const CHECK_NAME: &str = "wavegate/plan";
+/// The apply run's check or status, on the merge commit.
+pub const APPLY_CHECK_NAME: &str = "wavegate/apply";
+/// GitHub's limit on a check run's output summary, in characters.
+pub const CHECK_SUMMARY_LIMIT: usize = 65_535;
+/// Forgejo's (and GitHub's) limit on a commit status description, in characters.
+pub const STATUS_DESCRIPTION_LIMIT: usize = 140;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckState {
+    InProgress,
+    ActionRequired,
+    Success,
+    Failure,
+    Neutral,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// [`CHECK_NAME`] or [`APPLY_CHECK_NAME`].
+    pub name: &'static str,
+    pub state: CheckState,
+    pub title: String,
+    /// Markdown.
+    pub summary: String,
+    pub details_url: Option<String>,
+}
+
+/// A comment on a pull request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub id: u64,
+    pub body: String,
+    pub author: User,
+    /// Written by this bot (GitHub: a Bot account; Forgejo: the token's user).
+    pub ours: bool,
+    /// When it was written and last edited (unix ms), as the forge says.
+    pub created_at: Option<i64>,
+    pub updated_at: Option<i64>,
+}
+
+/// `since` as both forges read it: RFC 3339, UTC, to the second (rounded
+/// down, so that the comment `since` came from is listed again).
+pub fn since_param(since: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(since)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Unix ms of an RFC 3339 time, as the forges write them.
+pub(super) fn unix_ms(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// A user's permission on a repository, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Permission {
+    None,
+    Read,
+    Triage,
+    Write,
+    Maintain,
+    Admin,
+}
+
+impl Permission {
+    /// Reads the forge's word (`admin`, `write`, …; Forgejo `owner` is admin).
+    pub fn from_forge(text: &str) -> Self {
+        match text {
+            "admin" | "owner" => Permission::Admin,
+            "maintain" => Permission::Maintain,
+            "write" => Permission::Write,
+            "triage" => Permission::Triage,
+            "read" => Permission::Read,
+            _ => Permission::None,
+        }
+    }
+
+    pub fn can_write(self) -> bool {
+        self >= Permission::Write
+    }
+}
+
+/// A reaction on a comment (the same words on both forges).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaction {
+    PlusOne,
+    MinusOne,
+    Confused,
+    Eyes,
+    Rocket,
+    Heart,
+    Hooray,
+    Laugh,
+}
+
+impl Reaction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reaction::PlusOne => "+1",
+            Reaction::MinusOne => "-1",
+            Reaction::Confused => "confused",
+            Reaction::Eyes => "eyes",
+            Reaction::Rocket => "rocket",
+            Reaction::Heart => "heart",
+            Reaction::Hooray => "hooray",
+            Reaction::Laugh => "laugh",
+        }
+    }
+}
