@@ -1,6 +1,7 @@
 //! Configuration: the repository's `wavegate.toml`, the server's settings
 //! and its ledger key.
 
+pub mod glob;
 pub mod ledger_key;
 pub mod repo;
 pub mod settings;

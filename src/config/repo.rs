@@ -4,9 +4,9 @@
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
 //! fix, because the person reading it is a reviewer in a PR comment.
 
+use super::glob::Pattern;
 use crate::model::canonical::{canonical_json_with, NumberForm};
 use crate::model::{DependencyGraph, GateId};
-use crate::plan::glob::Pattern;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;

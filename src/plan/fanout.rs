@@ -4,7 +4,7 @@
 //! Pure and deterministic: the same config and paths always give the same
 //! derivation and the same digest, so it can be shown, approved and re-derived.
 
-use super::glob::PatternIndex;
+use crate::config::glob::PatternIndex;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::model::canonical::digest_value;
 use crate::model::{DependencyGraph, MemberId};

@@ -6,7 +6,6 @@ pub mod coverage;
 pub mod engine;
 pub mod fanout;
 pub mod git;
-pub mod glob;
 pub mod path;
 pub mod planfile;
 pub mod preview;

@@ -2,7 +2,8 @@
 //! is one JSON document rewritten whole in one statement, so a crash leaves
 //! either the record before a step or the one after it, never half of each.
 
-use super::sql::{commit_sha, plan_columns, plan_from_row, to_i64, to_u64};
+use super::db::{to_i64, to_u64};
+use super::sql::{commit_sha, plan_columns, plan_from_row};
 use super::{PlanRecord, Store};
 use crate::apply::{AttemptRecord, RunStatus, Wait};
 use crate::forge::RepoRef;

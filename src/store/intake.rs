@@ -5,7 +5,7 @@
 //! batch costs about what one delivery did. If a batch fails as a whole, each
 //! of its deliveries is written on its own, so one bad request fails alone.
 
-use super::sql::{begin_write, to_i64};
+use super::db::{begin_write, to_i64};
 use super::Backend;
 use super::{Clock, Intake, JobId, NewDelivery, NewJob, Once, PrHead, StoreError};
 use anyhow::{Context, Result};

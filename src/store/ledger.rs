@@ -4,7 +4,7 @@
 //! has one) and read back; no query here updates or deletes one. What a fact
 //! means is `gate::ledger`'s business.
 
-use super::sql::{to_i64, to_u64};
+use super::db::{to_i64, to_u64};
 use super::Store;
 use crate::gate::ledger::{
     self, Actor, Fact, FactKind, LedgerHead, LedgerKey, NewFact, PublicKey, SigningStart,

@@ -5,6 +5,7 @@
 
 mod apply;
 mod clock;
+mod db;
 mod intake;
 mod ledger;
 mod metrics;
@@ -14,9 +15,10 @@ mod sql;
 
 pub use apply::{ApplyRunRecord, NewApplyRun};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use db::Backend;
 pub use metrics::StoreFigures;
 pub use reconcile::Still;
-pub use sql::{backend_of, redact_url, sqlite_file, Backend, Store};
+pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};

@@ -8,7 +8,8 @@
 //! a second replica waits for the first one's commit and then sees its job.
 
 use super::apply::{run_columns, run_from_row};
-use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row, to_i64};
+use super::db::to_i64;
+use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row};
 use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, PrRecord, Store};
 use crate::forge::RepoRef;
 use crate::model::{CommitSha, PrNumber, RepoId};

@@ -3,7 +3,7 @@
 //! and the redeliveries asked for (`redeliveries`), each claimed by one
 //! insert so that replicas sweeping at once ask for an event once.
 
-use super::sql::to_i64;
+use super::db::to_i64;
 use super::Store;
 use crate::model::ForgeKind;
 use anyhow::{Context, Result};

@@ -8,6 +8,7 @@
 //! SKIP LOCKED` and serialises each repository's ledger appends with a
 //! transaction-scoped advisory lock, so replicas never fork a chain.
 
+use super::db::{begin_write, to_i64, to_u64, Backend};
 use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
@@ -50,13 +51,6 @@ async fn probe(options: &AnyConnectOptions, url: &str) -> Result<()> {
             CONNECT_PROBE.as_secs()
         ),
     }
-}
-
-/// Which database a store talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
 }
 
 #[derive(Debug)]
@@ -919,14 +913,6 @@ pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-pub(super) fn to_i64(value: u64, what: &str) -> Result<i64> {
-    i64::try_from(value).map_err(|_| anyhow!("{what} {value} is too large to store"))
-}
-
-pub(super) fn to_u64(value: i64, what: &str) -> Result<u64> {
-    u64::try_from(value).map_err(|_| anyhow!("stored {what} {value} is negative"))
-}
-
 fn to_u32(value: i64, what: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| anyhow!("stored {what} {value} is out of range"))
 }
@@ -1099,14 +1085,4 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
-}
-
-pub(super) async fn begin_write(
-    pool: &AnyPool,
-    backend: Backend,
-) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
-    Ok(match backend {
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-        Backend::Postgres => pool.begin().await?,
-    })
 }
