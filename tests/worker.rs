@@ -10,9 +10,9 @@ use support::FakeForge;
 use wavegate::config::Settings;
 use wavegate::forge::registry::Forges;
 use wavegate::forge::PullRequest;
+use wavegate::jobs::Task;
 use wavegate::model::{CommitSha, PrNumber, User};
 use wavegate::store::{JobStatus, Store};
-use wavegate::worker::task::Task;
 use wavegate::worker::workspace::Workspace;
 use wavegate::worker::{Worker, WorkerOptions};
 

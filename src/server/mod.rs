@@ -14,12 +14,13 @@ use crate::config::Settings;
 use crate::forge::events::{self, Parsed};
 use crate::forge::registry::Forges;
 use crate::forge::webhook;
+use crate::jobs;
 use crate::model::ForgeKind;
 use crate::sandbox::Sandbox;
 use crate::store::{Intake, NewDelivery, Store};
 use crate::worker::reconcile::Reconciler;
 use crate::worker::workspace::Workspace;
-use crate::worker::{task, Worker, WorkerOptions};
+use crate::worker::{Worker, WorkerOptions};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -437,14 +438,14 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
                 .into_response();
         }
     };
-    let consequence = task::consequence(&event);
+    let consequence = jobs::consequence(&event);
     let record = NewDelivery {
         forge: headers.sender,
         target: webhook::dedupe_target(headers.sender, &delivery.body),
         delivery_id: headers.delivery_id.clone(),
         event_type: headers.event_type.clone(),
     };
-    let queued = consequence.task.map(task::Task::into_job);
+    let queued = consequence.task.map(jobs::Task::into_job);
     let write = state
         .store
         .record_delivery(record, queued, consequence.head);

@@ -9,7 +9,6 @@
 //! and a crash leaves the job's lease to expire and the job to run again.
 
 use super::gate::as_counted;
-use super::task::Task;
 use super::Worker;
 use crate::apply::{
     covered_by_any, earlier_attempt, held_backoff, run_goes_on, settled_status,
@@ -22,6 +21,7 @@ use crate::forge::client::ForgeClient;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
+use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{Coverage, FreshPlan};

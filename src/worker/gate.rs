@@ -8,7 +8,6 @@
 //! a retarget that leaves the digest unchanged still needs a new approval,
 //! because the commands that will apply it may have changed.
 
-use super::task::Task;
 use super::Worker;
 use crate::apply::{RunStatus, Wait};
 use crate::config::repo::Policy;
@@ -19,6 +18,7 @@ use crate::forge::{RepoRef, ReviewState};
 use crate::gate::commands::{self, Command};
 use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
 use crate::gate::policy::{self, Candidate, ReportSeen};
+use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, PrNumber, User};
 use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};

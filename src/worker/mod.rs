@@ -12,7 +12,7 @@ mod apply;
 mod gate;
 pub mod reconcile;
 pub mod redeliver;
-pub mod task;
+
 pub mod workspace;
 
 /// Characters of the report kept for the approvals section.
@@ -22,6 +22,7 @@ use crate::forge::listing::Page;
 use crate::forge::registry::Forges;
 use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::{PullRequest, RepoRef, ReviewState};
+use crate::jobs::{self, Task};
 use crate::model::{CommitSha, PrNumber, User};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::plan::git;
@@ -34,7 +35,6 @@ use crate::store::{
 use anyhow::{Context, Result};
 use std::sync::Arc;
 use std::time::Duration;
-use task::Task;
 use tokio::sync::{watch, Notify};
 use tracing::Instrument as _;
 use workspace::{FetchRequest, Workspace};
@@ -136,13 +136,13 @@ impl Worker {
                 }
             }
         }
-        let Some(found) = task::webhook_review(&listed, author, state, commit) else {
+        let Some(found) = jobs::webhook_review(&listed, author, state, commit) else {
             return Ok(Identified::Unseen(0));
         };
         let once = Once {
             repo: repo.id.clone(),
             pr,
-            source: task::review_source(found.id, state),
+            source: jobs::review_source(found.id, state),
         };
         Ok(if self.store.was_seen(&once).await? {
             Identified::Seen(found.id)
@@ -386,7 +386,7 @@ impl Worker {
                     let once = Once {
                         repo: repo.id.clone(),
                         pr,
-                        source: task::review_source(review_id, state),
+                        source: jobs::review_source(review_id, state),
                     };
                     self.store.mark_seen(&once).await?;
                 }

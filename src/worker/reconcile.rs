@@ -38,13 +38,13 @@
 //! the first one's job (or its outcome) and enqueues nothing.
 
 use super::redeliver::Redeliverer;
-use super::task::{comment_source, queue_key, review_source, Task};
 use crate::apply::{RunStatus, Wait};
 use crate::forge::client::ForgeClient;
 use crate::forge::listing::{ListedComment, ListedPull, ListedReview, Page};
 use crate::forge::registry::Forges;
 use crate::forge::types::Comment;
 use crate::forge::{PrState, PullRequest, RepoRef, ReviewState};
+use crate::jobs::{comment_source, queue_key, review_source, Task};
 use crate::metrics;
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
 use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
