@@ -29,6 +29,31 @@ impl Bot {
         self.settle().await;
     }
 
+    /// On PostgreSQL through a link the test can cut, sweeping every `every`.
+    async fn behind_a_link_sweeping_every(every: &str) -> (Bot, support::outage::DatabaseLink) {
+        let database = PostgresDatabase::create().await;
+        let link = support::outage::DatabaseLink::to(&database.url).await;
+        let through_link = link.url_for(&database.url);
+        let mut bot = Bot::start_with(&[
+            ("WAVEGATE_DATABASE_URL", &through_link),
+            ("WAVEGATE_RECONCILE_EVERY", every),
+        ])
+        .await;
+        bot.postgres = Some(database);
+        (bot, link)
+    }
+
+    /// rev-bob's `/approve` on PR 1, delivered by the forge while the
+    /// database is away: answered 503. Its comment id and delivery guid.
+    async fn approve_refused_with_503(&mut self, repo: &support::RepoHandle) -> (u64, String) {
+        let id = self.forge.add_comment(repo, 1, "rev-bob", "/approve");
+        let (status, body, guid) = self
+            .deliver_via_forge(support::github_comment(repo, 1, id, "rev-bob", "/approve"))
+            .await;
+        assert_eq!(status, 503, "{body}");
+        (id, guid)
+    }
+
     /// Sweeping every `every` (e.g. `"5s"`).
     async fn reconciling_every(every: &str) -> Bot {
         Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
@@ -384,15 +409,7 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
 /// recorded though GitHub logged it failed is never asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
-    let database = PostgresDatabase::create().await;
-    let link = support::outage::DatabaseLink::to(&database.url).await;
-    let through_link = link.url_for(&database.url);
-    let mut bot = Bot::start_with(&[
-        ("WAVEGATE_DATABASE_URL", &through_link),
-        ("WAVEGATE_RECONCILE_EVERY", "1s"),
-    ])
-    .await;
-    bot.postgres = Some(database);
+    let (mut bot, link) = Bot::behind_a_link_sweeping_every("1s").await;
     let (repo, pr, digest) = planned(&mut bot, 1).await;
 
     // Recorded by the bot, but GitHub stopped waiting for its answer.
@@ -406,11 +423,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
         .log_webhook_attempt("answer-lost-guid", "issue_comment", answer_lost.1, 504);
 
     link.cut();
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
-    let (status, body, guid) = bot
-        .deliver_via_forge(support::github_comment(&repo, 1, id, "rev-bob", "/approve"))
-        .await;
-    assert_eq!(status, 503, "{body}");
+    let (id, guid) = bot.approve_refused_with_503(&repo).await;
     let failed = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (failed.guid.as_str(), failed.status_code),
@@ -602,15 +615,7 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
 /// GitHub for its failed deliveries as soon as the database answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back() {
-    let database = PostgresDatabase::create().await;
-    let link = support::outage::DatabaseLink::to(&database.url).await;
-    let through_link = link.url_for(&database.url);
-    let mut bot = Bot::start_with(&[
-        ("WAVEGATE_DATABASE_URL", &through_link),
-        ("WAVEGATE_RECONCILE_EVERY", "1h"),
-    ])
-    .await;
-    bot.postgres = Some(database);
+    let (mut bot, link) = Bot::behind_a_link_sweeping_every("1h").await;
     let (repo, pr, _) = planned(&mut bot, 1).await;
     bot.until("the sweep at start", || async {
         (bot.sweeps() >= 1).then_some(())
@@ -619,11 +624,7 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
     let sweeps = bot.sweeps();
 
     link.cut();
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
-    let (status, body, guid) = bot
-        .deliver_via_forge(support::github_comment(&repo, 1, id, "rev-bob", "/approve"))
-        .await;
-    assert_eq!(status, 503, "{body}");
+    let (id, guid) = bot.approve_refused_with_503(&repo).await;
 
     link.restore();
     bot.until("the approval counts", || async {
@@ -642,6 +643,7 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
         ),
         (guid, true, 202)
     );
+    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
     assert_eq!(bot.sweeps(), sweeps, "no sweep ran meanwhile");
     assert!(bot
         .log()

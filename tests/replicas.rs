@@ -64,15 +64,6 @@ impl Bot {
     }
 }
 
-/// Replica 0 or 1, from the clock's low bits.
-fn coin() -> usize {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    usize::from((nanos >> 10) & 1 == 1)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happens_twice() {
     let mut bot = Bot::start_replicated(&[("WAVEGATE_JOB_LEASE", "2s")]).await;

@@ -610,12 +610,3 @@ fn resident_kib(pid: u32) -> Option<u64> {
         .parse()
         .ok()
 }
-
-/// Replica 0 or 1, from the clock's low bits.
-fn coin() -> usize {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    usize::from((nanos >> 10) & 1 == 1)
-}
