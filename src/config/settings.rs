@@ -134,12 +134,12 @@ fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
     }
 }
 
-/// Reads `WAVEGATE_RECONCILE_BUDGET` (unset: 50%): a percentage from 1 to
-/// 100, with or without its `%`.
 /// Default share of each forge budget a sweep may spend
 /// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
 pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
 
+/// Reads `WAVEGATE_RECONCILE_BUDGET` (unset: 50%): a percentage from 1 to
+/// 100, with or without its `%`.
 fn reconcile_budget(value: Option<&str>) -> Result<f64> {
     let Some(text) = value else {
         return Ok(DEFAULT_BUDGET_SHARE);

@@ -44,11 +44,16 @@ impl GateId {
 }
 
 fn round_number(suffix: &str) -> Option<u32> {
-    let digits = suffix.strip_prefix("round-")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    canonical_number(suffix.strip_prefix("round-")?)
+}
+
+/// A number as `Display` writes it: digits, no leading zero, so that a name
+/// reads back as the gate that prints it.
+fn canonical_number<T: FromStr>(digits: &str) -> Option<T> {
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
 }
 
 impl fmt::Display for GateId {
@@ -72,7 +77,7 @@ impl FromStr for GateId {
         let digits = rest
             .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(rest.len());
-        let pr = PrNumber(rest[..digits].parse().map_err(|_| bad())?);
+        let pr = PrNumber(canonical_number(&rest[..digits]).ok_or_else(bad)?);
         let suffix = &rest[digits..];
         if suffix.is_empty() {
             return Ok(Self::Pr(pr));
@@ -111,6 +116,10 @@ mod tests {
                 GateId::Stage(pr, StageName::new("round-x")),
                 "pr-42-round-x",
             ),
+            (
+                GateId::Stage(pr, StageName::new("round-01")),
+                "pr-42-round-01",
+            ),
         ] {
             assert_eq!(gate.to_string(), name);
             assert_eq!(name.parse::<GateId>().unwrap(), gate, "{name}");
@@ -122,7 +131,9 @@ mod tests {
 
     #[test]
     fn other_names_are_not_gates() {
-        for bad in ["", "pr-", "pr-x", "42", "pr-42-", "pr-42x", "issue-42"] {
+        for bad in [
+            "", "pr-", "pr-x", "42", "pr-42-", "pr-42x", "issue-42", "pr-042",
+        ] {
             assert!(bad.parse::<GateId>().is_err(), "{bad}");
         }
     }
@@ -132,7 +143,14 @@ mod tests {
         for reserved in ["override", "round-1", "round-12"] {
             assert!(GateId::is_reserved_stage_name(reserved), "{reserved}");
         }
-        for free in ["prod", "round", "round-", "round-x", "overrides"] {
+        for free in [
+            "prod",
+            "round",
+            "round-",
+            "round-x",
+            "round-01",
+            "overrides",
+        ] {
             assert!(!GateId::is_reserved_stage_name(free), "{free}");
         }
     }

@@ -407,6 +407,16 @@ async fn forgejo_webhook(
     intake(&state, delivery).await
 }
 
+/// A GitHub delivery could not be recorded: GitHub logs it failed and never
+/// retries it by itself, so the reconciler asks for it once the database
+/// answers again. (Forgejo retries nothing either and has no such log: its
+/// lost comments are swept.)
+fn refused(state: &AppState, sender: ForgeKind) {
+    if sender == ForgeKind::GitHub {
+        state.refused.notify_one();
+    }
+}
+
 async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
     let headers = &delivery.headers;
     let answered = |outcome: &'static str| {
@@ -460,7 +470,7 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
     let Ok(recorded) = recorded else {
         // The write may still land; a redelivery is then a duplicate.
         tracing::error!(delivery = %headers.delivery_id, "the database did not answer within {}s; answered 503 so the forge redelivers", STORE_ANSWER.as_secs());
-        state.refused.notify_one();
+        refused(state, headers.sender);
         answered("unavailable");
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -487,7 +497,7 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
         }
         Err(error) => {
             tracing::error!(delivery = %headers.delivery_id, "could not record a delivery: {error:?}");
-            state.refused.notify_one();
+            refused(state, headers.sender);
             answered("unavailable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -376,24 +376,24 @@ impl Store {
         let migrator = Migrator::new(Embedded(self.migrations()))
             .await
             .context("reading the embedded database migrations")?;
-        // Databases from before sqlx's migrator kept their own table: what
-        // it says was applied is recorded as applied, never run again.
-        if let Some(found) = self.legacy_schema_version().await? {
+        let too_new = |found| StoreError::SchemaTooNew { found, known };
+        // A database from before sqlx's migrator, met for the first time:
+        // what wavegate's own table says was applied is recorded as applied,
+        // never run again.
+        if let Some(found) = self.legacy_to_take_over().await? {
             if found > known {
-                return Err(StoreError::SchemaTooNew { found, known }.into());
+                return Err(too_new(found).into());
             }
-            migrator
-                .skip(&self.pool, Some(found))
-                .await
-                .context("recording the migrations schema_migrations lists as applied")?;
+            if let Err(error) = migrator.skip(&self.pool, Some(found)).await {
+                return Err(anyhow::Error::new(error)
+                    .context("recording the migrations schema_migrations lists as applied"));
+            }
         }
         match migrator.run(&self.pool).await {
             Ok(()) => Ok(()),
-            Err(MigrateError::VersionMissing(_)) => Err(StoreError::SchemaTooNew {
-                found: self.schema_version().await?,
-                known,
+            Err(MigrateError::VersionMissing(_)) => {
+                Err(too_new(self.schema_version().await?).into())
             }
-            .into()),
             Err(error) => Err(anyhow::Error::new(error).context("applying database migrations")),
         }
     }
@@ -405,31 +405,56 @@ impl Store {
         }
     }
 
-    /// The newest version in the table wavegate kept its migrations in
-    /// before sqlx's migrator (`schema_migrations`), if the database has it.
-    async fn legacy_schema_version(&self) -> Result<Option<i64>> {
-        let exists = match self.backend {
-            Backend::Sqlite => {
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-            }
-            Backend::Postgres => {
-                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = 'schema_migrations'"
-            }
-        };
-        let tables: i64 = sqlx::query(exists)
-            .fetch_one(&self.pool)
-            .await
-            .context("looking for the schema_migrations table")?
-            .try_get(0)?;
-        if tables == 0 {
+    /// The newest version wavegate's own migration table (`schema_migrations`,
+    /// before sqlx's migrator) lists, when the database has that table with
+    /// wavegate's columns and sqlx's migrator has recorded nothing yet.
+    async fn legacy_to_take_over(&self) -> Result<Option<i64>> {
+        if !self.table_exists("schema_migrations").await? {
             return Ok(None);
         }
-        let version: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+        if self.table_exists("_sqlx_migrations").await? {
+            let recorded: i64 = sqlx::query("SELECT COUNT(*) FROM _sqlx_migrations")
+                .fetch_one(&self.pool)
+                .await
+                .context("reading _sqlx_migrations")?
+                .try_get(0)?;
+            if recorded > 0 {
+                return Ok(None);
+            }
+        }
+        // Another tool's table of that name (other columns) is not ours.
+        let ours = sqlx::query(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name IS NOT NULL AND applied_at IS NOT NULL",
+        )
+        .fetch_one(&self.pool)
+        .await;
+        match ours {
+            Ok(row) => Ok(Some(row.try_get(0)?)),
+            Err(error) => {
+                tracing::info!(
+                    "a schema_migrations table that is not wavegate's is left alone: {error}"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether a table of that name is visible (SQLite: in the main
+    /// database; PostgreSQL: on the search path, as an unqualified name is).
+    async fn table_exists(&self, name: &str) -> Result<bool> {
+        let query = match self.backend {
+            Backend::Sqlite => "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = $1",
+            Backend::Postgres => {
+                "SELECT COUNT(*) FROM pg_catalog.pg_class c WHERE c.relname = $1 AND c.relkind IN ('r', 'p') AND pg_catalog.pg_table_is_visible(c.oid)"
+            }
+        };
+        let count: i64 = sqlx::query(query)
+            .bind(name)
             .fetch_one(&self.pool)
             .await
-            .context("reading schema_migrations")?
+            .with_context(|| format!("looking for the {name} table"))?
             .try_get(0)?;
-        Ok(Some(version))
+        Ok(count > 0)
     }
 
     pub async fn ping(&self) -> Result<()> {

@@ -528,11 +528,7 @@ async fn reopening_the_database_keeps_the_data_and_applies_no_migration_twice(f:
 on_both!(fixture_on, a_database_from_a_newer_wavegate_is_refused, #[tokio::test]);
 async fn a_database_from_a_newer_wavegate_is_refused(f: Fixture) {
     drop(f.store);
-    let future = match f.backend {
-        Backend::Sqlite => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, X'00', 0)",
-        Backend::Postgres => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, '\\x00'::bytea, 0)",
-    };
-    sqlx::raw_sql(future)
+    sqlx::raw_sql(future_migration(f.backend))
         .execute(&raw_pool(&f.url).await)
         .await
         .unwrap();
@@ -612,6 +608,59 @@ async fn a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_ru
     drop(store);
     let again = Store::open(&database.url).await.unwrap();
     assert_eq!(again.delivery_count().await.unwrap(), 1);
+    drop(again);
+
+    // Later, a newer wavegate migrated it further: this one refuses it.
+    sqlx::raw_sql(future_migration(backend))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = Store::open(&database.url).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<StoreError>(),
+        Some(&StoreError::SchemaTooNew {
+            found: 99,
+            known: newest_known_version()
+        }),
+        "{err:#}"
+    );
+}
+
+on_both!(legacy_on, another_tool_s_schema_migrations_table_is_left_alone, #[tokio::test]);
+async fn another_tool_s_schema_migrations_table_is_left_alone(backend: Backend) {
+    let database = TestDatabase::new(backend).await;
+    let creating = match backend {
+        Backend::Sqlite => format!("{}?mode=rwc", database.url),
+        Backend::Postgres => database.url.clone(),
+    };
+    let pool = raw_pool(&creating).await;
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (version TEXT PRIMARY KEY); INSERT INTO schema_migrations (version) VALUES ('20240101000000')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let store = Store::open(&database.url).await.unwrap();
+
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        newest_known_version()
+    );
+    let ran: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE execution_time >= 0")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(ran, newest_known_version(), "every migration ran");
+}
+
+/// A row a newer wavegate's migrator would have left: version 99.
+fn future_migration(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, X'00', 0)",
+        Backend::Postgres => "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'future', TRUE, '\\x00'::bytea, 0)",
+    }
 }
 
 async fn legacy_on(backend: Backend) -> Backend {

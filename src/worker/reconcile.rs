@@ -379,6 +379,12 @@ where
 
 /// How often the store is asked whether it answers again after an outage.
 const OUTAGE_PROBE: Duration = Duration::from_secs(1);
+/// Answers in a row that count as the database being back.
+const STEADY_ANSWERS: u32 = 3;
+/// The least time between two redelivery passes brought forward by refusals.
+const PASS_GAP: Duration = Duration::from_secs(30);
+/// A sweep interval too long to add to a clock: as good as never.
+const FAR_AWAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Sweeps the store against the forges; one per server.
 #[derive(Clone)]
@@ -392,6 +398,8 @@ pub struct Reconciler {
     /// Failed GitHub deliveries, and when this server last listed them.
     pub redeliverer: Redeliverer,
     memory: Arc<tokio::sync::Mutex<Memory>>,
+    /// When refusals last brought a redelivery pass forward.
+    last_outage_pass: Arc<tokio::sync::Mutex<Option<Instant>>>,
 }
 
 /// What sweeps remember between them (lost with the server: the first
@@ -411,6 +419,7 @@ impl Reconciler {
             budget_share,
             redeliverer: Redeliverer::default(),
             memory: Arc::default(),
+            last_outage_pass: Arc::default(),
         }
     }
 
@@ -430,7 +439,8 @@ impl Reconciler {
                 () = self.sweep_and_log() => {}
                 _ = shutdown.wait_for(|stop| *stop) => break,
             }
-            let next_sweep = tokio::time::Instant::now() + every;
+            let now = tokio::time::Instant::now();
+            let next_sweep = now.checked_add(every).unwrap_or(now + FAR_AWAY);
             loop {
                 let refusal = tokio::select! {
                     () = tokio::time::sleep_until(next_sweep) => false,
@@ -449,17 +459,26 @@ impl Reconciler {
         tracing::info!("reconciliation stopped");
     }
 
-    /// Waits until the store answers again, then asks GitHub to redeliver
+    /// Waits until the store has answered [`STEADY_ANSWERS`] probes in a row
+    /// (a database still flapping would lose the one redelivery each event
+    /// gets), lets GitHub log the failed attempts, then asks it to redeliver
     /// what failed meanwhile (the deliveries this server refused among them)
-    /// without waiting for the next sweep.
+    /// without waiting for the next sweep; never twice within [`PASS_GAP`].
     async fn redeliver_after_outage(&self) {
         tracing::info!("a delivery could not be recorded: GitHub's failed deliveries are asked for again once the database answers");
-        while !matches!(
-            tokio::time::timeout(OUTAGE_PROBE, self.store.ping()).await,
-            Ok(Ok(()))
-        ) {
+        let mut answered = 0;
+        while answered < STEADY_ANSWERS {
             tokio::time::sleep(OUTAGE_PROBE).await;
+            match tokio::time::timeout(OUTAGE_PROBE, self.store.ping()).await {
+                Ok(Ok(())) => answered += 1,
+                _ => answered = 0,
+            }
         }
+        let since_last = self.last_outage_pass.lock().await.map(|at| at.elapsed());
+        if let Some(wait) = since_last.and_then(|elapsed| PASS_GAP.checked_sub(elapsed)) {
+            tokio::time::sleep(wait).await;
+        }
+        *self.last_outage_pass.lock().await = Some(Instant::now());
         match self.redeliverer.sweep(&self.store, &self.forges).await {
             Ok(redelivered) => {
                 tracing::info!(
