@@ -557,12 +557,7 @@ async fn a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_ru
 ) {
     // What wavegate's own migrator left: every migration applied and listed
     // in schema_migrations, and the data written since.
-    let database = TestDatabase::new(backend).await;
-    let creating = match backend {
-        Backend::Sqlite => format!("{}?mode=rwc", database.url),
-        Backend::Postgres => database.url.clone(),
-    };
-    let pool = raw_pool(&creating).await;
+    let (database, pool) = empty_database(backend).await;
     sqlx::raw_sql(
         "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     )
@@ -599,12 +594,11 @@ async fn a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_ru
         newest_known_version()
     );
     assert_eq!(store.delivery_count().await.unwrap(), 1);
-    let ran: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE execution_time >= 0")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(ran, 0, "a migration listed in schema_migrations ran again");
+    assert_eq!(
+        migrations_run(&pool).await,
+        0,
+        "a migration listed in schema_migrations ran again"
+    );
     drop(store);
     let again = Store::open(&database.url).await.unwrap();
     assert_eq!(again.delivery_count().await.unwrap(), 1);
@@ -628,12 +622,7 @@ async fn a_database_migrated_before_sqlx_s_migrator_is_taken_over_and_nothing_ru
 
 on_both!(legacy_on, another_tool_s_schema_migrations_table_is_left_alone, #[tokio::test]);
 async fn another_tool_s_schema_migrations_table_is_left_alone(backend: Backend) {
-    let database = TestDatabase::new(backend).await;
-    let creating = match backend {
-        Backend::Sqlite => format!("{}?mode=rwc", database.url),
-        Backend::Postgres => database.url.clone(),
-    };
-    let pool = raw_pool(&creating).await;
+    let (database, pool) = empty_database(backend).await;
     sqlx::raw_sql(
         "CREATE TABLE schema_migrations (version TEXT PRIMARY KEY); INSERT INTO schema_migrations (version) VALUES ('20240101000000')",
     )
@@ -647,12 +636,30 @@ async fn another_tool_s_schema_migrations_table_is_left_alone(backend: Backend) 
         store.schema_version().await.unwrap(),
         newest_known_version()
     );
-    let ran: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE execution_time >= 0")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(ran, newest_known_version(), "every migration ran");
+    assert_eq!(
+        migrations_run(&pool).await,
+        newest_known_version(),
+        "every migration ran"
+    );
+}
+
+/// A database with nothing in it yet, and a raw pool on it.
+async fn empty_database(backend: Backend) -> (TestDatabase, sqlx::AnyPool) {
+    let database = TestDatabase::new(backend).await;
+    let creating = match backend {
+        Backend::Sqlite => format!("{}?mode=rwc", database.url),
+        Backend::Postgres => database.url.clone(),
+    };
+    let pool = raw_pool(&creating).await;
+    (database, pool)
+}
+
+/// Migrations sqlx's migrator ran (not those it recorded as run before).
+async fn migrations_run(pool: &sqlx::AnyPool) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE execution_time >= 0")
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 /// A row a newer wavegate's migrator would have left: version 99.
