@@ -54,6 +54,23 @@ impl Bot {
         (id, guid)
     }
 
+    /// Waits until the redelivered approval makes PR `pr`'s check succeed,
+    /// then for every job; the one redelivery asked of GitHub.
+    async fn once_the_approval_counts(
+        &self,
+        repo: &support::RepoHandle,
+        pr: &support::fake_forge::FakePr,
+    ) -> support::RecordedRequest {
+        self.until("the approval counts", || async {
+            (self.conclusion(repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
+        })
+        .await;
+        self.settle().await;
+        let mut asked = self.forge.redelivery_requests();
+        assert_eq!(asked.len(), 1, "{asked:#?}");
+        asked.pop().unwrap()
+    }
+
     /// Sweeping every `every` (e.g. `"5s"`).
     async fn reconciling_every(every: &str) -> Bot {
         Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
@@ -439,15 +456,9 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
             .then_some(())
     })
     .await;
-    bot.until("the approval counts", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    let asked = bot.forge.redelivery_requests();
-    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let asked = bot.once_the_approval_counts(&repo, &pr).await;
     assert_eq!(
-        asked[0].path,
+        asked.path,
         format!("/app/hook/deliveries/{}/attempts", failed.id)
     );
     let redelivered = bot.forge.hook_deliveries().pop().unwrap();
@@ -627,13 +638,7 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
     let (id, guid) = bot.approve_refused_with_503(&repo).await;
 
     link.restore();
-    bot.until("the approval counts", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    let asked = bot.forge.redelivery_requests();
-    assert_eq!(asked.len(), 1, "{asked:#?}");
+    bot.once_the_approval_counts(&repo, &pr).await;
     let redelivered = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (

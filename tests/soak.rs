@@ -546,9 +546,8 @@ impl Soak {
             self.bot.survivors()
         );
         self.bot.assert_ledger_verifies();
-        let applies: usize = self.merged.iter().map(|m| m.applied.len()).sum();
         eprintln!(
-            "soak: {:?}, {} deliveries ({} sends refused with 503, {} to a replica that was down), {} pull requests merged and applied ({applies} member applies), {} bystander pushes",
+            "soak: {:?}, {} deliveries ({} sends refused with 503, {} to a replica that was down), {} pull requests merged and applied ({applied} member applies), {} bystander pushes",
             self.started.elapsed(),
             self.sent.len(),
             self.refused,
