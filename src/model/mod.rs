@@ -1,19 +1,17 @@
 //! The vocabulary every other module speaks, with no I/O and no import of
 //! the rest of the crate: who and where ([`RepoId`], [`PrNumber`],
-//! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned ([`Digest`],
-//! canonical JSON, [`MemberId`] `component@stage`, [`StageName`]) and where
+//! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned (canonical
+//! JSON and its digests, [`MemberId`] `component@stage`, [`StageName`]) and where
 //! approvals are recorded ([`GateId`]), and the components' dependency
 //! graph ([`DependencyGraph`]). Each has one `Display`/`FromStr`, so a
 //! name is spelled and read in one place.
 
 pub mod canonical;
-mod digest;
 mod gate_id;
 mod graph;
 mod ids;
 mod member;
 
-pub use digest::Digest;
 pub use gate_id::GateId;
 pub use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
