@@ -4,6 +4,10 @@
 //! fresh plan is covered by something a person approved. The worker runs
 //! the commands and writes the record before and after each one.
 
+pub mod machine;
+pub mod run;
+pub mod stage;
+
 use crate::config::repo::{Component, GatePolicy};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
@@ -531,21 +535,25 @@ pub fn stage_needs_approval(
     }
 }
 
-/// The member, among `member`'s upstreams in its stage, that stopped it:
-/// the failed (held, stood-down) member itself, or what blocked the upstream.
-pub fn stopped_upstream(
-    component: &Component,
-    stage: &str,
-    record: &AttemptRecord,
-) -> Option<String> {
-    component.depends_on.iter().find_map(|d| {
-        let upstream = crate::plan::fanout::member_name(d, stage);
-        match record.members.get(&upstream)? {
+/// A component's upstream members in `stage`.
+pub fn upstream_members(component: &Component, stage: &str) -> Vec<String> {
+    component
+        .depends_on
+        .iter()
+        .map(|d| crate::plan::fanout::member_name(d, stage))
+        .collect()
+}
+
+/// The member, among a member's `upstreams`, that stopped it: the failed
+/// (held, stood-down) upstream itself, or what blocked that upstream.
+pub fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> Option<String> {
+    upstreams
+        .iter()
+        .find_map(|upstream| match record.members.get(upstream)? {
             MemberState::Blocked { by } => Some(by.clone()),
-            s if s.stops_downstream() => Some(upstream),
+            s if s.stops_downstream() => Some(upstream.clone()),
             _ => None,
-        }
-    })
+        })
 }
 
 /// The derivation's waves of one stage, in order.
@@ -619,14 +627,30 @@ mod tests {
     use crate::plan::planfile::MemberPlan;
     use std::time::Duration;
 
-    fn plan(member: &str, cidr: &str) -> MemberPlan {
+    pub(super) fn plan(member: &str, cidr: &str) -> MemberPlan {
         let text = format!(
             r#"{{"summary": "", "entries": [{{"address": "aws_vpc.main", "action": "update", "after": {{"cidr": "{cidr}", "id": null}}, "unknown": ["id"]}}]}}"#
         );
         MemberPlan::parse(member, text.as_bytes()).unwrap()
     }
 
-    fn set_of(plans: &[&MemberPlan]) -> ChangeSet {
+    /// A member planned as `plan` on the merge commit.
+    pub(super) fn outcome(plan: &MemberPlan) -> crate::plan::engine::MemberOutcome {
+        let id: crate::model::MemberId = plan.member.parse().unwrap();
+        crate::plan::engine::MemberOutcome {
+            member: plan.member.clone(),
+            component: id.component().to_owned(),
+            stage: id.stage().as_str().to_owned(),
+            status: MemberStatus::Planned,
+            plan: Some(plan.clone()),
+            error: None,
+            blocked_by: None,
+            inputs: BTreeMap::new(),
+            output: String::new(),
+        }
+    }
+
+    pub(super) fn set_of(plans: &[&MemberPlan]) -> ChangeSet {
         ChangeSet::new(
             plans
                 .iter()
@@ -747,12 +771,12 @@ mod tests {
         );
         let app = component("app", &["database"]);
         assert_eq!(
-            stopped_upstream(&app, "dev", &record).as_deref(),
+            stopped_upstream(&upstream_members(&app, "dev"), &record).as_deref(),
             Some("network@dev")
         );
         let dns = component("dns", &["network"]);
         assert_eq!(
-            stopped_upstream(&dns, "dev", &record).as_deref(),
+            stopped_upstream(&upstream_members(&dns, "dev"), &record).as_deref(),
             Some("network@dev")
         );
         let lone = component("lone", &["other"]);
@@ -764,7 +788,10 @@ mod tests {
                 note: None,
             },
         );
-        assert_eq!(stopped_upstream(&lone, "dev", &record), None);
+        assert_eq!(
+            stopped_upstream(&upstream_members(&lone, "dev"), &record),
+            None
+        );
     }
 
     #[test]

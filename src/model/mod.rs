@@ -11,8 +11,10 @@ mod gate_id;
 mod graph;
 mod ids;
 mod member;
+mod time;
 
 pub use gate_id::GateId;
 pub use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use member::{MemberId, StageName};
+pub use time::utc;

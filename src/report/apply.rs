@@ -2,7 +2,9 @@
 //! member, what the run waits for with the line to copy, the rounds and
 //! their coverage; and the check's title. Edited in place as the run moves.
 
+use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
+use crate::model::{utc, CommitSha};
 use crate::plan::changeset::ChangeSet;
 
 /// Where the run stands, as the report shows it.
@@ -105,6 +107,81 @@ pub fn wait_help(wait: &Wait) -> String {
     }
 }
 
+/// What the pull request is told about its run (`crate::apply::run`
+/// decides when): `merge` is the merge commit, `base` the target before it.
+pub fn news(news: &News, merge: &CommitSha, base: &CommitSha, record: &AttemptRecord) -> String {
+    let merge = merge.short();
+    let help = |wait: &Wait| {
+        let lapsed = lapsed_lines(record) + &wait_expiry(record);
+        match lapsed.is_empty() {
+            true => wait_help(wait),
+            false => format!("{}\n{lapsed}", wait_help(wait)),
+        }
+    };
+    match news {
+        News::Failed { meanwhile } => {
+            let stopped: Vec<String> = record
+                .members
+                .iter()
+                .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
+                .map(|(m, s)| format!("`{m}` {}", s.label()))
+                .collect();
+            let stopped = match stopped.is_empty() {
+                true => "a member could not be planned".to_owned(),
+                false => stopped.join("; "),
+            };
+            let mut said = format!(
+                "The apply on {merge} failed: {stopped}. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover."
+            );
+            if let Some(wait) = meanwhile {
+                said.push_str(&format!("\n\nMeanwhile, elsewhere in the run: {}", help(wait)));
+            }
+            said
+        }
+        News::Applied => {
+            let untouched: Vec<String> = record
+                .members
+                .iter()
+                .filter(|(_, state)| **state == MemberState::Unaffected)
+                .map(|(member, _)| format!("`{member}`"))
+                .collect();
+            if untouched.is_empty() {
+                return format!(
+                    "Applied on {merge}: every member of the approved change is deployed."
+                );
+            }
+            format!(
+                "Applied on {merge}: every member the merge changes is deployed. Not applied: {}, approved when planned but unchanged by the merge against {} (the target before it), so there was nothing to apply.",
+                untouched.join(", "),
+                base.short()
+            )
+        }
+        News::Ended => {
+            let stood: Vec<String> = record
+                .members
+                .iter()
+                .filter_map(|(m, s)| match s {
+                    MemberState::StoodDown { reason } => {
+                        Some(format!("`{m}` stood down ({reason})"))
+                    }
+                    _ => None,
+                })
+                .collect();
+            format!(
+                "The apply on {merge} ended: {}, so it and what depends on it were not applied. Everything else the merge changes is deployed.",
+                stood.join("; ")
+            )
+        }
+        News::Waits(wait) => help(wait),
+        News::CannotGoOn(why_and_fix) => {
+            format!("The apply on {merge} cannot go on: {why_and_fix}.")
+        }
+        News::GaveUp { attempts, error } => format!(
+            "The apply on {merge} stopped: its job failed {attempts} times, the last with: {error}\n\nWhat applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record."
+        ),
+    }
+}
+
 /// The approvals the run found no longer counting, one line each, and
 /// what to do; empty when there are none.
 pub fn lapsed_lines(record: &AttemptRecord) -> String {
@@ -134,13 +211,6 @@ pub fn wait_expiry(record: &AttemptRecord) -> String {
         ),
         None => String::new(),
     }
-}
-
-/// Milliseconds since the epoch as a UTC time a person reads.
-pub fn utc(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|| format!("{ms} ms"))
 }
 
 /// The report's apply section.
@@ -300,6 +370,42 @@ fn cell(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::Map;
+
+    #[test]
+    fn what_the_pull_request_is_told_about_its_run() {
+        let merge = CommitSha::parse(&"a".repeat(40)).unwrap();
+        let base = CommitSha::parse(&"b".repeat(40)).unwrap();
+        let mut record = AttemptRecord::default();
+        record.set(
+            "app@dev",
+            MemberState::Failed {
+                error: "exit 1\nmore".into(),
+            },
+        );
+        record.set("dns@dev", MemberState::Unaffected);
+        let lock = Wait::Lock {
+            member: "db@dev".into(),
+            pr: 3,
+        };
+        let failed = News::Failed {
+            meanwhile: Some(lock),
+        };
+        insta::assert_snapshot!(news(&failed, &merge, &base, &record), @r"
+        The apply on aaaaaaaaaaaa failed: `app@dev` failed: exit 1. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.
+
+        Meanwhile, elsewhere in the run: Queued: pull request #3 is applying **db@dev**. This run goes on by itself once it lets go, planning again first.
+        ");
+        insta::assert_snapshot!(news(&News::Applied, &merge, &base, &record), @"Applied on aaaaaaaaaaaa: every member the merge changes is deployed. Not applied: `dns@dev`, approved when planned but unchanged by the merge against bbbbbbbbbbbb (the target before it), so there was nothing to apply.");
+        let gave_up = News::GaveUp {
+            attempts: 4,
+            error: "the forge answered 502".into(),
+        };
+        insta::assert_snapshot!(news(&gave_up, &merge, &base, &record), @r"
+        The apply on aaaaaaaaaaaa stopped: its job failed 4 times, the last with: the forge answered 502
+
+        What applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record.
+        ");
+    }
 
     fn record() -> AttemptRecord {
         let mut record = AttemptRecord {

@@ -10,10 +10,11 @@
 
 use super::gate::as_counted;
 use super::Worker;
+use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
+use crate::apply::run::{self, Settle};
+use crate::apply::stage::{StageMachine, StageObservation, StageSpec};
 use crate::apply::{
-    covered_by_any, earlier_attempt, held_backoff, run_goes_on, settled_status,
-    stage_needs_approval, stage_waves, stopped_upstream, AttemptRecord, CommandAttempt,
-    EarlierAttempt, MemberState, Round, RunStatus, StageGate, Wait, MAX_REPLANS,
+    run_goes_on, stage_waves, upstream_members, AttemptRecord, MemberState, RunStatus, Wait,
 };
 use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
 use crate::config::{RepoConfig, CONFIG_FILE};
@@ -24,25 +25,15 @@ use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Sour
 use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
-use crate::plan::coverage::{Coverage, FreshPlan};
-use crate::plan::engine::{
-    self, ApplyOutcome, MemberOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench,
-};
+use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench};
 use crate::plan::git;
 use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-
-/// Whether a run goes on after a step or stops here (waiting or failed).
-#[derive(Debug, PartialEq, Eq)]
-enum Step {
-    Continue,
-    Stop,
-}
 
 /// The deployed estate as later plans read it.
 struct Deployed(HashMap<String, Map<String, Value>>);
@@ -51,6 +42,14 @@ impl RecordedOutputs for Deployed {
     fn outputs(&self, member: &str) -> Option<Map<String, Value>> {
         self.0.get(member).cloned()
     }
+}
+
+/// What carrying out a run's effects writes to and through.
+struct RunIo<'d> {
+    client: &'d ForgeClient,
+    run: &'d mut ApplyRunRecord,
+    /// The run's plan, for its report (not read when a job gives up).
+    plan: Option<&'d PlanRecord>,
 }
 
 /// What a run needs while it is driven, read once per job.
@@ -179,23 +178,14 @@ impl Worker {
         let Some(mut run) = self.store.apply_run(&repo.id, task.pr_number()).await? else {
             return Ok(());
         };
-        if run.status.is_final() {
-            return Ok(());
-        }
-        run.status = RunStatus::Failed;
-        self.store.save_apply_run(&run).await?;
-        self.release_locks(&run).await?;
+        let effects = run::gave_up(&mut run.status, attempts, error);
         let client = self.forges.client(repo.id.forge)?;
-        client
-            .reply(
-                repo,
-                run.pr,
-                &format!(
-                    "The apply on {} stopped: its job failed {attempts} times, the last with: {error}\n\nWhat applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record.",
-                    run.merge_sha.short()
-                ),
-            )
-            .await?;
+        let mut io = RunIo {
+            client: &client,
+            run: &mut run,
+            plan: None,
+        };
+        self.perform_all(&mut io, effects).await?;
         Ok(())
     }
 
@@ -315,7 +305,7 @@ impl Worker {
         };
         drive.run.record.layout = layout;
         drive.run.record.lapsed.clear();
-        let failed_before = failed_members(&drive.run.record);
+        let failed_before = run::failed(&drive.run.record);
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
 
@@ -363,91 +353,22 @@ impl Worker {
             self.stages(&mut drive, &mut bench).await?;
         }
 
-        drive.run.status = settled_status(&drive.run.record, &members);
-        if drive.run.status != RunStatus::Waiting {
-            drive.run.record.at = None;
-        }
-        let new_wait = drive
-            .run
-            .record
-            .wait
-            .as_ref()
-            .is_some_and(|w| w.is_new_since(previous_wait.as_ref()));
-        if new_wait || (drive.run.record.wait.is_none() && previous_wait.is_some()) {
-            drive.run.record.wait_posted_at = chrono::Utc::now().timestamp_millis();
-        }
-        if new_wait {
-            if let Some((gate, digest, members, description)) =
-                pending_of(&drive.run, &drive.approved)
-            {
-                self.record_pending(
-                    drive.client,
-                    &drive.run.repo,
-                    &gate,
-                    &digest,
-                    &members,
-                    description,
-                )
-                .await?;
-            }
-        }
-        if drive.run.status.is_final() {
-            self.spend_approvals(&drive).await?;
-        }
-        if drive.run.status.is_final() || drive.run.status == RunStatus::Failed {
-            self.release_locks(&drive.run).await?;
-        }
-        self.publish_run(client, &mut drive.run, &drive.plan)
-            .await?;
-        // The holder may have let go between our refusal and our saying we
-        // wait: it wakes the runs it finds waiting, and we look again after
-        // saving, so one of the two always sees the other.
-        if let Some(Wait::Lock { member, .. }) = &drive.run.record.wait {
-            let holder = self
-                .store
-                .member_lock_holder(&drive.run.repo.id, member)
-                .await?;
-            if holder.is_none_or(|h| h == drive.run.id) {
-                self.enqueue_resume(&drive.run.repo, drive.run.pr).await?;
-            }
-        }
-        // A failure outranks a wait: said first, with the wait after it.
-        let newly_failed = drive.run.status == RunStatus::Failed
-            && failed_members(&drive.run.record) != failed_before;
-        let wait_help = drive
-            .run
-            .record
-            .wait
-            .as_ref()
-            .filter(|_| new_wait)
-            .map(|wait| {
-                let lapsed = apply_report::lapsed_lines(&drive.run.record)
-                    + &apply_report::wait_expiry(&drive.run.record);
-                match lapsed.is_empty() {
-                    true => apply_report::wait_help(wait),
-                    false => format!("{}\n{lapsed}", apply_report::wait_help(wait)),
-                }
-            });
-        let said = match drive.run.status {
-            RunStatus::Failed if newly_failed => {
-                let mut said = format!(
-                    "The apply on {} failed: {}. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.",
-                    drive.run.merge_sha.short(),
-                    stopped_members(&drive.run.record)
-                );
-                if let Some(help) = wait_help {
-                    said.push_str(&format!("\n\nMeanwhile, elsewhere in the run: {help}"));
-                }
-                Some(said)
-            }
-            RunStatus::Applied => Some(applied_summary(&drive.run)),
-            RunStatus::Ended => Some(ended_summary(&drive.run)),
-            _ => wait_help,
+        let settle = Settle {
+            pr: drive.run.pr,
+            digest: &drive.run.digest,
+            approved: &drive.approved,
+            members: &members,
+            previous_wait: previous_wait.as_ref(),
+            failed_before: &failed_before,
+            now: chrono::Utc::now().timestamp_millis(),
         };
-        if let Some(said) = said {
-            let repo = drive.run.repo.clone();
-            client.reply(&repo, drive.run.pr, &said).await?;
-        }
+        let effects = run::settle(&settle, &mut drive.run.status, &mut drive.run.record);
+        let mut io = RunIo {
+            client,
+            run: &mut drive.run,
+            plan: Some(&drive.plan),
+        };
+        self.perform_all(&mut io, effects).await?;
         Ok(JobOutcome::Done)
     }
 
@@ -472,18 +393,13 @@ impl Worker {
         plan: &PlanRecord,
         why_and_fix: &str,
     ) -> Result<JobOutcome> {
-        run.status = RunStatus::Failed;
-        self.publish_run(client, &mut run, plan).await?;
-        client
-            .reply(
-                &run.repo,
-                run.pr,
-                &format!(
-                    "The apply on {} cannot go on: {why_and_fix}.",
-                    run.merge_sha.short()
-                ),
-            )
-            .await?;
+        let effects = run::stop(&mut run.status, why_and_fix.to_owned());
+        let mut io = RunIo {
+            client,
+            run: &mut run,
+            plan: Some(plan),
+        };
+        self.perform_all(&mut io, effects).await?;
         Ok(JobOutcome::Done)
     }
 
@@ -658,7 +574,7 @@ impl Worker {
                     by: approval.actor.login.clone(),
                     why: format!(
                         "it expired at {} (`[policy] approval_ttl` is {})",
-                        apply_report::utc(approval.at.saturating_add(ttl.unwrap_or(0))),
+                        crate::model::utc(approval.at.saturating_add(ttl.unwrap_or(0))),
                         policy.approval_ttl.as_deref().unwrap_or("?")
                     ),
                 };
@@ -757,9 +673,9 @@ impl Worker {
         Ok(())
     }
 
-    /// A stage whose gate asks for its own approval waits for `/approve
-    /// <stage>` of its set digest: its plans on the merge commit, made when
-    /// the run reaches it. `on-destructive` asks only when one of them is.
+    /// A stage's gate, decided by the apply machine (`crate::apply::stage`):
+    /// its plans on the merge commit are previewed wave by wave, and the
+    /// ledger and the forge say who approved their set.
     async fn stage_gate(
         &self,
         drive: &mut Drive<'_>,
@@ -768,135 +684,52 @@ impl Worker {
         waves: &[Vec<String>],
         gate: GatePolicy,
     ) -> Result<Step> {
-        if gate == GatePolicy::Never
-            || drive
-                .run
-                .record
-                .stages
-                .get(stage)
-                .is_some_and(|g| !g.approved_by.is_empty())
-        {
-            return Ok(Step::Continue);
-        }
-        let mut previewed: Vec<MemberOutcome> = Vec::new();
-        for wave in waves {
-            let pending: Vec<String> = wave
-                .iter()
-                .filter(|m| !drive.run.record.state(m).is_applied())
-                .filter(|m| drive.run.record.state(m) != MemberState::Unaffected)
-                .cloned()
-                .collect();
-            bench.plan_wave(&pending).await?;
-            previewed.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
-        }
-        let failed: Vec<&MemberOutcome> = previewed.iter().filter(|o| o.plan.is_none()).collect();
-        if !failed.is_empty() {
-            // The stage's set cannot be shown whole: nothing of it applies.
-            for outcome in failed {
-                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
-                drive.run.record.set(
-                    &outcome.member,
-                    MemberState::Failed {
-                        error: format!("planning on the merge commit failed: {error}"),
-                    },
-                );
-            }
-            return Ok(Step::Stop);
-        }
-        let destructive = previewed
-            .iter()
-            .any(|o| o.plan.as_ref().is_some_and(|p| p.destructive));
-        let nothing_changes = previewed
-            .iter()
-            .all(|o| o.plan.as_ref().is_some_and(|p| p.is_empty()));
-        if !stage_needs_approval(gate, destructive, nothing_changes) {
-            if nothing_changes && gate != GatePolicy::Never {
-                drive.run.record.gates_skipped.insert(stage.to_owned());
-            }
-            return Ok(Step::Continue);
-        }
-        let set = engine::change_set_of(&previewed)?;
-        let gate_id = GateId::of(drive.run.pr, Some(stage)).to_string();
-        let known = drive.run.record.stages.get(stage);
-        let now = chrono::Utc::now().timestamp_millis();
-        if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
-            let expires_at = stage_timeout(drive.base.as_ref(), stage)
-                .map(|t| now.saturating_add(i64::try_from(t.as_millis()).unwrap_or(i64::MAX)));
-            drive.run.record.stages.insert(
-                stage.to_owned(),
-                StageGate {
-                    gate: gate_id.clone(),
-                    change_set: set.clone(),
-                    approved_by: Vec::new(),
-                    mismatch: None,
-                    opened_at: now,
-                    expires_at,
-                    expired: false,
-                },
-            );
-        }
-        let opened_at = drive.run.record.stages[stage].opened_at;
-        let policy = drive.stage_policy(stage);
-        let by = self
-            .run_gate_approvers(drive, (&gate_id, opened_at, false), &set.digest, &policy)
-            .await?;
-        let mismatch = self
-            .gate_mismatch(&drive.run, &gate_id, &set.digest)
-            .await?;
-        drive
-            .run
-            .record
-            .stages
-            .get_mut(stage)
-            .expect("inserted")
-            .mismatch = mismatch.filter(|_| by.is_empty());
-        if !by.is_empty() {
-            drive
-                .run
-                .record
-                .stages
-                .get_mut(stage)
-                .expect("inserted")
-                .approved_by = by;
-            return Ok(Step::Continue);
-        }
-        let gate = drive.run.record.stages.get_mut(stage).expect("inserted");
-        if let Some(at) = gate.expires_at.filter(|at| now >= *at) {
-            // Nobody approved in time: the stage fails, and `/retry` opens
-            // a fresh gate (approvals from before it do not count).
-            gate.expired = true;
-            for outcome in &previewed {
-                drive.run.record.set(
-                    &outcome.member,
-                    MemberState::Failed {
-                        error: format!(
-                            "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
-                            apply_report::utc(at)
-                        ),
-                    },
-                );
-            }
-            return Ok(Step::Stop);
-        }
-        for outcome in &previewed {
-            drive.run.record.set(
-                &outcome.member,
-                MemberState::Waiting {
-                    reason: format!("stage {stage} waits for `/approve {stage}`"),
-                },
-            );
-        }
-        drive.run.record.wait = Some(Wait::Stage {
-            stage: stage.to_owned(),
-            gate: gate_id,
-            digest: set.digest,
+        let mut machine = StageMachine::new(StageSpec {
+            pr: drive.run.pr,
+            stage,
+            waves,
+            gate,
+            timeout: stage_timeout(drive.base.as_ref(), stage),
         });
-        Ok(Step::Stop)
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut observation = StageObservation::Reached { now };
+        loop {
+            let effects = machine.step(&mut drive.run.record, observation)?;
+            observation = match effects.as_slice() {
+                [Effect::Preview(waves)] => {
+                    let mut outcomes = Vec::new();
+                    for pending in waves {
+                        bench.plan_wave(pending).await?;
+                        outcomes.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
+                    }
+                    StageObservation::Previewed { outcomes }
+                }
+                [Effect::CountApprovals {
+                    gate,
+                    digest,
+                    since,
+                }] => {
+                    let policy = drive.stage_policy(stage);
+                    let by = self
+                        .run_gate_approvers(drive, (gate, *since, false), digest, &policy)
+                        .await?;
+                    let mismatch = self.gate_mismatch(&drive.run, gate, digest).await?;
+                    StageObservation::Counted {
+                        by,
+                        mismatch,
+                        now: chrono::Utc::now().timestamp_millis(),
+                    }
+                }
+                [Effect::Done(step)] => return Ok(*step),
+                other => return Err(anyhow!("a stage's gate asked for {other:?}")),
+            };
+        }
     }
 
-    /// One wave: what is left of it is locked, planned again on the merge
-    /// commit, checked against the approvals and applied; the locks are
-    /// let go whatever happens, and runs queued behind them resume.
+    /// One wave, driven by the apply machine (`crate::apply::machine`): this
+    /// carries out its effects in order and answers each question with what
+    /// it saw. The locks are let go whatever happens, and runs queued
+    /// behind them resume.
     async fn wave(
         &self,
         drive: &mut Drive<'_>,
@@ -904,63 +737,240 @@ impl Worker {
         stage: &str,
         wave: &[String],
     ) -> Result<Step> {
-        let mut pending = Vec::new();
-        let now = chrono::Utc::now().timestamp_millis();
+        let mut upstreams = BTreeMap::new();
+        let mut lifetimes = BTreeMap::new();
         for member in wave {
-            let state = drive.run.record.state(member);
-            let goes_on = match &state {
-                // Held: tried again once its time came.
-                MemberState::Held { retry_at, .. } => now >= *retry_at,
-                // Blocked: goes on once what blocked it has (a holder let go).
-                MemberState::Blocked { by } => {
-                    drive.run.record.state(by).is_applied()
-                        || drive.run.record.state(by) == MemberState::Unaffected
-                }
-                _ => !state.stops_downstream(),
-            };
-            if state.is_applied() || state == MemberState::Unaffected || !goes_on {
-                continue;
-            }
             let component = member
                 .parse::<MemberId>()
                 .ok()
                 .and_then(|m| bench.config().component(m.component()))
                 .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
-            if let Some(root) = stopped_upstream(component, stage, &drive.run.record) {
-                drive
-                    .run
-                    .record
-                    .set(member, MemberState::Blocked { by: root });
-                continue;
+            upstreams.insert(member.clone(), upstream_members(component, stage));
+            lifetimes.insert(member.clone(), bench.apply_lifetime(member));
+        }
+        let host = process::host_id();
+        let spec = WaveSpec {
+            run: drive.run.id,
+            pr: drive.run.pr,
+            stage,
+            members: wave,
+            upstreams,
+            approved: &drive.approved,
+            gate: gate_of(drive.base.as_ref(), stage),
+            host: &host,
+            lifetimes,
+            held_retry: self.options.held_retry,
+        };
+        let mut machine = WaveMachine::new(spec);
+        let now = chrono::Utc::now().timestamp_millis();
+        let first = Observation::Reached { now };
+        let mut io = RunIo {
+            client: drive.client,
+            run: &mut drive.run,
+            plan: Some(&drive.plan),
+        };
+        let carried = self
+            .carry_out_wave(&mut io, bench, &mut machine, first)
+            .await;
+        if carried.is_err() && machine.holds_locks() {
+            self.release_locks(io.run).await?;
+        }
+        carried
+    }
+
+    /// Feeds `observation` to the machine and carries out what it returns,
+    /// until the wave is done in this job.
+    async fn carry_out_wave(
+        &self,
+        io: &mut RunIo<'_>,
+        bench: &mut Workbench,
+        machine: &mut WaveMachine<'_>,
+        observation: Observation,
+    ) -> Result<Step> {
+        let mut effects: std::collections::VecDeque<Effect> =
+            machine.step(&mut io.run.record, observation)?.into();
+        while let Some(effect) = effects.pop_front() {
+            let now = || chrono::Utc::now().timestamp_millis();
+            let answer = match effect {
+                Effect::Lock(members) => {
+                    let repo = io.run.repo.id.clone();
+                    match self.store.lock_members(&repo, io.run.id, &members).await? {
+                        Some((member, holder)) => Some(Observation::LockHeld {
+                            member,
+                            pr: holder.0,
+                        }),
+                        None => Some(Observation::Locked {
+                            alive: processes_alive(&io.run.record, &members),
+                            now: now(),
+                        }),
+                    }
+                }
+                Effect::Plan(members) => {
+                    bench.plan_wave(&members).await?;
+                    let outcomes = members
+                        .iter()
+                        .map(|m| bench.outcome(m).expect("planned above").clone())
+                        .collect();
+                    Some(Observation::Planned {
+                        outcomes,
+                        overrides: self.override_facts(io.run).await?,
+                        now: now(),
+                    })
+                }
+                Effect::Replan(member) => {
+                    bench.plan_wave(std::slice::from_ref(&member)).await?;
+                    Some(Observation::Replanned {
+                        outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
+                        overrides: self.override_facts(io.run).await?,
+                        now: now(),
+                    })
+                }
+                Effect::Apply(member) => {
+                    let (started, mut started_process) = tokio::sync::mpsc::unbounded_channel();
+                    let running = bench.apply(&member, Some(started));
+                    tokio::pin!(running);
+                    let run = loop {
+                        tokio::select! {
+                            run = &mut running => break run,
+                            Some(process) = started_process.recv() => {
+                                let told = machine.step(&mut io.run.record, Observation::Started { process })?;
+                                debug_assert_eq!(told, [Effect::Save]);
+                                self.store.save_apply_run(io.run).await?;
+                            }
+                        }
+                    };
+                    if !matches!(run.outcome, ApplyOutcome::Applied(_)) {
+                        tracing::warn!(member, outcome = ?run.outcome, "apply did not complete");
+                    }
+                    Some(Observation::Ended {
+                        outcome: run.outcome,
+                        now: now(),
+                    })
+                }
+                Effect::ReadOutputs { member, outputs } => {
+                    bench.record_applied(&member, outputs);
+                    None
+                }
+                Effect::Done(step) => return Ok(step),
+                other => {
+                    self.perform(io, other).await?;
+                    None
+                }
+            };
+            if let Some(answer) = answer {
+                debug_assert!(effects.is_empty(), "a question is the last effect");
+                effects = machine.step(&mut io.run.record, answer)?.into();
             }
-            pending.push(member.clone());
         }
-        if pending.is_empty() {
-            return Ok(Step::Continue);
+        Err(anyhow!("the apply machine stopped without ending the wave"))
+    }
+
+    async fn perform_all(&self, io: &mut RunIo<'_>, effects: Vec<Effect>) -> Result<()> {
+        for effect in effects {
+            self.perform(io, effect).await?;
         }
-        let repo = drive.run.repo.clone();
-        if let Some((member, holder)) = self
-            .store
-            .lock_members(&repo.id, drive.run.id, &pending)
-            .await?
-        {
-            for m in &pending {
-                drive.run.record.set(
-                    m,
-                    MemberState::Waiting {
-                        reason: format!("queued behind pull request #{}", holder.0),
-                    },
-                );
+        Ok(())
+    }
+
+    /// Carries out one of the run's effects that asks nothing back.
+    async fn perform(&self, io: &mut RunIo<'_>, effect: Effect) -> Result<()> {
+        let now = || chrono::Utc::now().timestamp_millis();
+        let spent = |gate: String, digest: String, data: Value, login: String| NewFact {
+            repo: io.run.repo.id.ledger_key(),
+            gate,
+            kind: FactKind::Spent,
+            digest,
+            actor: Actor { id: 0, login },
+            at: now(),
+            source: Source::Wavegate,
+            data,
+        };
+        match effect {
+            Effect::Save => self.store.save_apply_run(io.run).await?,
+            Effect::Publish => {
+                let plan = io
+                    .plan
+                    .ok_or_else(|| anyhow!("the run's report needs its plan"))?;
+                self.publish_run(io.client, io.run, plan).await?;
             }
-            drive.run.record.wait = Some(Wait::Lock {
-                member,
-                pr: holder.0,
-            });
-            return Ok(Step::Stop);
+            Effect::RecordDeployed { member, outputs } => {
+                self.store
+                    .record_deployed(&io.run.repo.id, &member, &outputs, io.run.id)
+                    .await?;
+            }
+            Effect::SpendOverride { member, digest } => {
+                let gate = GateId::Override(io.run.pr).to_string();
+                let data = json!({ "run": io.run.id, "member": member });
+                let fact = spent(gate, digest, data, io.client.bot_login().await?);
+                self.store.append_fact(fact).await?;
+            }
+            Effect::SpendApproval { gate, digest } => {
+                let data = json!({ "run": io.run.id, "merge": io.run.merge_sha.as_str() });
+                let fact = spent(gate, digest, data, io.client.bot_login().await?);
+                self.store.append_fact(fact).await?;
+            }
+            Effect::RecordPending(pending) => {
+                self.record_pending(
+                    io.client,
+                    &io.run.repo,
+                    &pending.gate,
+                    &pending.digest,
+                    &pending.members,
+                    pending.description,
+                )
+                .await?;
+            }
+            Effect::ResumeAt(at) => {
+                if let Some(Wait::EarlierAttempt { member, until }) = &io.run.record.wait {
+                    tracing::warn!(
+                        member,
+                        until,
+                        "an earlier apply may still be running; waiting for it to end"
+                    );
+                }
+                let task = Task::Apply {
+                    repo: io.run.repo.clone(),
+                    pr: io.run.pr,
+                };
+                self.store.enqueue_at(task.into_job(), at).await?;
+            }
+            Effect::Unlock => self.release_locks(io.run).await?,
+            Effect::ResumeIfUnlocked(member) => {
+                let holder = self
+                    .store
+                    .member_lock_holder(&io.run.repo.id, &member)
+                    .await?;
+                if holder.is_none_or(|h| h == io.run.id) {
+                    self.enqueue_resume(&io.run.repo, io.run.pr).await?;
+                }
+            }
+            Effect::Say(news) => {
+                let run = &*io.run;
+                let said = apply_report::news(&news, &run.merge_sha, &run.base_sha, &run.record);
+                io.client.reply(&run.repo, run.pr, &said).await?;
+            }
+            question @ (Effect::Lock(_)
+            | Effect::Plan(_)
+            | Effect::Apply(_)
+            | Effect::Replan(_)
+            | Effect::Preview(_)
+            | Effect::CountApprovals { .. }
+            | Effect::ReadOutputs { .. }
+            | Effect::Done(_)) => {
+                return Err(anyhow!(
+                    "{question:?} belongs to a wave or a gate and is carried out there"
+                ))
+            }
         }
-        let step = self.locked_wave(drive, bench, stage, &pending).await;
-        self.release_locks(&drive.run).await?;
-        step
+        Ok(())
+    }
+
+    /// Every fact of the run's override gate, as the ledger holds it now.
+    async fn override_facts(&self, run: &ApplyRunRecord) -> Result<Vec<Fact>> {
+        let gate = GateId::Override(run.pr).to_string();
+        self.store
+            .gate_facts(&run.repo.id.ledger_key(), &gate)
+            .await
     }
 
     /// Lets go of a run's member locks and resumes the runs queued behind them.
@@ -968,546 +978,6 @@ impl Worker {
         let queued = self.store.unlock_members(&run.repo.id, run.id).await?;
         for waiting in queued {
             self.enqueue_resume(&waiting.repo, waiting.pr).await?;
-        }
-        Ok(())
-    }
-
-    async fn locked_wave(
-        &self,
-        drive: &mut Drive<'_>,
-        bench: &mut Workbench,
-        stage: &str,
-        pending: &[String],
-    ) -> Result<Step> {
-        self.publish_run(drive.client, &mut drive.run, &drive.plan)
-            .await?;
-        if self.earlier_applies_may_run(drive, pending).await? {
-            return Ok(Step::Stop);
-        }
-        bench.plan_wave(pending).await?;
-        let mut ready = Vec::new();
-        let mut uncovered = Vec::new();
-        let mut filled = Vec::new();
-        for member in pending {
-            let outcome = bench.outcome(member).expect("planned above").clone();
-            let Some(plan) = &outcome.plan else {
-                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
-                drive.run.record.set(
-                    member,
-                    MemberState::Failed {
-                        error: format!("planning on the merge commit failed: {error}"),
-                    },
-                );
-                continue;
-            };
-            if let MemberState::Applying { .. } = drive.run.record.state(member) {
-                if plan.is_empty() {
-                    // Its apply finished before a crash: nothing is left to do.
-                    let outputs = plan.outputs.known.clone();
-                    self.applied(drive, bench, member, &plan.plan_digest, outputs, Some("its apply had finished before a restart; planned again, nothing was left to change")).await?;
-                    continue;
-                }
-            }
-            match self.coverage(drive, stage, &outcome) {
-                Coverage::Covered => {
-                    if let Some(was) = drive.approved.member(member) {
-                        filled.extend(
-                            was.unknown_inputs
-                                .iter()
-                                .filter(|i| outcome.known_inputs().contains_key(*i))
-                                .map(|i| format!("{member}.{i}")),
-                        );
-                    }
-                    ready.push(outcome);
-                }
-                Coverage::NotCovered(reason) => uncovered.push((outcome, reason)),
-            }
-        }
-        if !uncovered.is_empty() {
-            self.open_round(drive, stage, &uncovered, Vec::new())?;
-            for (outcome, reason) in &uncovered {
-                drive.run.record.set(
-                    &outcome.member,
-                    MemberState::Waiting {
-                        reason: format!("not covered: {reason}"),
-                    },
-                );
-            }
-            for outcome in &ready {
-                drive.run.record.set(
-                    &outcome.member,
-                    MemberState::Waiting {
-                        reason: "its wave waits for the plans that moved".into(),
-                    },
-                );
-            }
-            return Ok(Step::Stop);
-        }
-        if !filled.is_empty() {
-            let covered: Vec<(MemberOutcome, String)> =
-                ready.iter().map(|o| (o.clone(), String::new())).collect();
-            self.open_round(drive, stage, &covered, filled)?;
-        }
-        if let Some(step) = self.denied(drive, &ready).await? {
-            return Ok(step);
-        }
-        for outcome in ready {
-            if self
-                .apply_member(drive, bench, stage, &outcome.member)
-                .await?
-                == Step::Stop
-            {
-                return Ok(Step::Stop);
-            }
-        }
-        Ok(Step::Continue)
-    }
-
-    /// Whether an apply of one of `pending` that a stopped server left
-    /// `applying` may still be running (on this host its process is looked
-    /// at; elsewhere its deadline tells). Then the run waits, and a job to
-    /// look again is queued for when it may be gone: a member is never
-    /// planned, let alone applied, while an earlier apply of it may run.
-    async fn earlier_applies_may_run(
-        &self,
-        drive: &mut Drive<'_>,
-        pending: &[String],
-    ) -> Result<bool> {
-        let here = process::host_id();
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut first_look: Option<(String, i64)> = None;
-        for member in pending {
-            let MemberState::Applying { attempt, .. } = drive.run.record.state(member) else {
-                continue;
-            };
-            let alive = attempt
-                .as_ref()
-                .filter(|a| a.host == here)
-                .and_then(|a| a.process.as_ref())
-                .map(process::is_alive);
-            if let EarlierAttempt::MayRun { until } =
-                earlier_attempt(attempt.as_ref(), &here, now, alive)
-            {
-                tracing::warn!(
-                    member,
-                    until,
-                    "an earlier apply may still be running; waiting for it to end"
-                );
-                if first_look.as_ref().is_none_or(|(_, at)| until < *at) {
-                    first_look = Some((member.clone(), until));
-                }
-            }
-        }
-        let Some((member, until)) = first_look else {
-            return Ok(false);
-        };
-        drive.run.record.wait = Some(Wait::EarlierAttempt { member, until });
-        let task = Task::Apply {
-            repo: drive.run.repo.clone(),
-            pr: drive.run.pr,
-        };
-        self.store.enqueue_at(task.into_job(), until).await?;
-        Ok(true)
-    }
-
-    /// Whether a fresh plan in `stage` is covered by what a person approved
-    /// for that stage: an approved round, else the stage's own set (gated
-    /// stages) or the pull request's. Under `on-destructive`, a plan that
-    /// deletes or replaces is covered only by an approval given in the stage.
-    fn coverage(&self, drive: &Drive<'_>, stage: &str, outcome: &MemberOutcome) -> Coverage {
-        let plan = outcome
-            .plan
-            .as_ref()
-            .expect("only planned members are checked");
-        let inputs = outcome.known_inputs();
-        let fresh = FreshPlan {
-            plan,
-            inputs: &inputs,
-        };
-        let (base, rounds) = drive.run.record.approved_sets(&drive.approved, stage);
-        if covered_by_any(&rounds, &fresh) == Coverage::Covered {
-            return Coverage::Covered;
-        }
-        let gated = drive.run.record.stages.contains_key(stage);
-        match covered_by_any(&base, &fresh) {
-            Coverage::Covered
-                if gate_of(drive.base.as_ref(), stage) == GatePolicy::OnDestructive
-                    && !gated
-                    && plan.destructive =>
-            {
-                Coverage::NotCovered(format!(
-                    "{}: it now deletes or replaces, and stage {stage}'s gate is on-destructive",
-                    plan.member
-                ))
-            }
-            other => other,
-        }
-    }
-
-    /// Records a round: covered (`reasons` empty, `filled` says what became
-    /// known), or waiting at its own gate for an approval of its digest. A
-    /// round with the same digest as one recorded is that round again.
-    fn open_round(
-        &self,
-        drive: &mut Drive<'_>,
-        stage: &str,
-        members: &[(MemberOutcome, String)],
-        filled: Vec<String>,
-    ) -> Result<()> {
-        let outcomes: Vec<MemberOutcome> = members.iter().map(|(o, _)| o.clone()).collect();
-        let set = engine::change_set_of(&outcomes)?;
-        let reasons: Vec<String> = members
-            .iter()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(_, r)| r.clone())
-            .collect();
-        let record = &mut drive.run.record;
-        let number = match record
-            .rounds
-            .iter()
-            .find(|r| r.change_set.digest == set.digest)
-        {
-            Some(known) => known.number,
-            None => {
-                let number = record.next_round();
-                record.rounds.push(Round {
-                    number,
-                    gate: GateId::Round(drive.run.pr, number).to_string(),
-                    stage: stage.to_owned(),
-                    change_set: set.clone(),
-                    reasons: reasons.clone(),
-                    filled,
-                    approved_by: Vec::new(),
-                    mismatch: None,
-                });
-                number
-            }
-        };
-        if !reasons.is_empty() {
-            record.wait = Some(Wait::Round {
-                round: number,
-                gate: GateId::Round(drive.run.pr, number).to_string(),
-                digest: set.digest,
-            });
-        }
-        Ok(())
-    }
-
-    /// A plan the policy denied stops its wave unless an override by an
-    /// overrider stands (read from the ledger on every job: a revoke counts)
-    /// for exactly that plan digest.
-    async fn denied(&self, drive: &mut Drive<'_>, ready: &[MemberOutcome]) -> Result<Option<Step>> {
-        let gate = GateId::Override(drive.run.pr).to_string();
-        let facts = self
-            .store
-            .gate_facts(&drive.run.repo.id.ledger_key(), &gate)
-            .await?;
-        let mut denials = Vec::new();
-        for outcome in ready {
-            let plan = outcome.plan.as_ref().expect("ready members are planned");
-            drive.run.record.overrides.remove(&outcome.member);
-            if plan.denied.is_empty() {
-                continue;
-            }
-            // An override given in this run, or during review (bound to the
-            // plan the pull request showed: it counts only when the fresh
-            // plan has exactly that digest).
-            let for_member: Vec<Fact> = facts
-                .iter()
-                .filter(|f| {
-                    matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
-                        || (f.fact.data.get("member") == Some(&json!(outcome.member))
-                            && f.fact
-                                .data
-                                .get("run")
-                                .is_none_or(|run| *run == json!(drive.run.id)))
-                })
-                .cloned()
-                .collect();
-            if let Evaluation::Satisfied { .. } =
-                ledger::evaluate(&for_member, &plan.plan_digest, 1)
-            {
-                drive
-                    .run
-                    .record
-                    .overrides
-                    .insert(outcome.member.clone(), plan.plan_digest.clone());
-                continue;
-            }
-            denials.push(crate::apply::Denial {
-                member: outcome.member.clone(),
-                digest: plan.plan_digest.clone(),
-                rules: plan.denied.clone(),
-            });
-        }
-        if denials.is_empty() {
-            return Ok(None);
-        }
-        let named: Vec<&str> = denials.iter().map(|d| d.member.as_str()).collect();
-        for o in ready {
-            drive.run.record.set(
-                &o.member,
-                MemberState::Waiting {
-                    reason: format!("the policy denied the plan of {}", named.join(", ")),
-                },
-            );
-        }
-        let first = denials.remove(0);
-        drive.run.record.wait = Some(Wait::Override {
-            member: first.member,
-            gate,
-            digest: first.digest,
-            rules: first.rules,
-            also: denials,
-        });
-        Ok(Some(Step::Stop))
-    }
-
-    /// Applies one member: the record says `applying` before the command
-    /// starts and what became of it after; `replan` plans again (checked
-    /// for coverage again) at most [`MAX_REPLANS`] times.
-    async fn apply_member(
-        &self,
-        drive: &mut Drive<'_>,
-        bench: &mut Workbench,
-        stage: &str,
-        member: &str,
-    ) -> Result<Step> {
-        loop {
-            let plan = bench
-                .outcome(member)
-                .and_then(|o| o.plan.clone())
-                .expect("a member is planned before it applies");
-            if plan.is_empty() {
-                let outputs = plan.outputs.known.clone();
-                self.applied(
-                    drive,
-                    bench,
-                    member,
-                    &plan.plan_digest,
-                    outputs,
-                    Some("nothing to change"),
-                )
-                .await?;
-                return Ok(Step::Continue);
-            }
-            // Where and until when the command may run, saved before it
-            // starts and again once its process is known: a server that
-            // resumes this run waits for it to be gone before planning again.
-            let started_at = chrono::Utc::now().timestamp_millis();
-            let lifetime =
-                i64::try_from(bench.apply_lifetime(member).as_millis()).unwrap_or(i64::MAX);
-            let mut attempt = CommandAttempt {
-                host: process::host_id(),
-                started_at,
-                deadline: started_at.saturating_add(lifetime),
-                process: None,
-            };
-            let applying = |attempt: &CommandAttempt| MemberState::Applying {
-                plan_digest: plan.plan_digest.clone(),
-                attempt: Some(attempt.clone()),
-            };
-            drive.run.record.set(member, applying(&attempt));
-            self.store.save_apply_run(&drive.run).await?;
-            self.publish_run(drive.client, &mut drive.run, &drive.plan)
-                .await?;
-            let (started, mut started_process) = tokio::sync::mpsc::unbounded_channel();
-            let run = {
-                let running = bench.apply(member, Some(started));
-                tokio::pin!(running);
-                loop {
-                    tokio::select! {
-                        run = &mut running => break run,
-                        Some(process) = started_process.recv() => {
-                            attempt.process = Some(process);
-                            drive.run.record.set(member, applying(&attempt));
-                            self.store.save_apply_run(&drive.run).await?;
-                        }
-                    }
-                }
-            };
-            let state = match run.outcome {
-                ApplyOutcome::Applied(outputs) => {
-                    drive.run.record.replans.remove(member);
-                    self.applied(drive, bench, member, &plan.plan_digest, outputs, None)
-                        .await?;
-                    return Ok(Step::Continue);
-                }
-                ApplyOutcome::Replan(reason) => {
-                    let count = drive
-                        .run
-                        .record
-                        .replans
-                        .entry(member.to_owned())
-                        .or_default();
-                    *count += 1;
-                    if *count > MAX_REPLANS {
-                        MemberState::Failed {
-                            error: format!(
-                                "its apply command asked to plan again {MAX_REPLANS} times in a row{}",
-                                reason.map(|r| format!(" (last: {r})")).unwrap_or_default()
-                            ),
-                        }
-                    } else {
-                        drive.run.record.set(member, MemberState::NotStarted);
-                        self.store.save_apply_run(&drive.run).await?;
-                        bench.plan_wave(&[member.to_owned()]).await?;
-                        let outcome = bench.outcome(member).expect("planned").clone();
-                        if outcome.plan.is_none() {
-                            MemberState::Failed {
-                                error: format!(
-                                    "planning again after `replan` failed: {}",
-                                    outcome.error.unwrap_or_default()
-                                ),
-                            }
-                        } else if let Coverage::NotCovered(reason) =
-                            self.coverage(drive, stage, &outcome)
-                        {
-                            self.open_round(
-                                drive,
-                                stage,
-                                &[(outcome, reason.clone())],
-                                Vec::new(),
-                            )?;
-                            drive.run.record.set(
-                                member,
-                                MemberState::Waiting {
-                                    reason: format!("not covered after `replan`: {reason}"),
-                                },
-                            );
-                            return Ok(Step::Stop);
-                        } else if let Some(step) = self.denied(drive, &[outcome]).await? {
-                            return Ok(step);
-                        } else {
-                            continue;
-                        }
-                    }
-                }
-                ApplyOutcome::Held(holder) => {
-                    let tries = match drive.run.record.state(member) {
-                        MemberState::Held { tries, .. } => tries + 1,
-                        _ => 1,
-                    };
-                    let retry_at = chrono::Utc::now().timestamp_millis()
-                        + held_backoff(self.options.held_retry, tries);
-                    if drive.run.record.wait.is_none() {
-                        drive.run.record.wait = Some(Wait::Holder {
-                            member: member.to_owned(),
-                            holder: holder.clone(),
-                            until: retry_at,
-                        });
-                    }
-                    let task = Task::Apply {
-                        repo: drive.run.repo.clone(),
-                        pr: drive.run.pr,
-                    };
-                    self.store.enqueue_at(task.into_job(), retry_at).await?;
-                    MemberState::Held {
-                        holder,
-                        tries,
-                        retry_at,
-                    }
-                }
-                ApplyOutcome::StoodDown(reason) => MemberState::StoodDown { reason },
-                ApplyOutcome::Failed(error) => MemberState::Failed { error },
-            };
-            tracing::warn!(member, state = %state.label(), "apply did not complete");
-            drive.run.record.set(member, state);
-            self.store.save_apply_run(&drive.run).await?;
-            return Ok(Step::Continue);
-        }
-    }
-
-    /// Records a member as applied: the attempt record, the deployed estate,
-    /// and the outputs its downstreams read from now on.
-    async fn applied(
-        &self,
-        drive: &mut Drive<'_>,
-        bench: &mut Workbench,
-        member: &str,
-        plan_digest: &str,
-        outputs: Map<String, Value>,
-        note: Option<&str>,
-    ) -> Result<()> {
-        // The estate first: a crash before the record is saved leaves the
-        // member `applying`, planned again (empty) and recorded once more.
-        // When no command ran and the plan knows no outputs, what was
-        // recorded before still stands.
-        if note.is_none() || !outputs.is_empty() {
-            self.store
-                .record_deployed(&drive.run.repo.id, member, &outputs, drive.run.id)
-                .await?;
-        }
-        drive.run.record.set(
-            member,
-            MemberState::Applied {
-                plan_digest: plan_digest.to_owned(),
-                outputs: outputs.clone(),
-                note: note.map(str::to_owned),
-            },
-        );
-        self.store.save_apply_run(&drive.run).await?;
-        bench.record_applied(member, outputs);
-        // The override that let it through lets nothing through again.
-        if let Some(digest) = drive.run.record.overrides.get(member).cloned() {
-            self.store
-                .append_fact(NewFact {
-                    repo: drive.run.repo.id.ledger_key(),
-                    gate: GateId::Override(drive.run.pr).to_string(),
-                    kind: FactKind::Spent,
-                    digest,
-                    actor: Actor {
-                        id: 0,
-                        login: drive.client.bot_login().await?,
-                    },
-                    at: chrono::Utc::now().timestamp_millis(),
-                    source: Source::Wavegate,
-                    data: json!({ "run": drive.run.id, "member": member }),
-                })
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// An applied run spends the approvals it used: none of them lets
-    /// anything through again.
-    async fn spend_approvals(&self, drive: &Drive<'_>) -> Result<()> {
-        let record = &drive.run.record;
-        let mut spent = vec![(
-            GateId::Pr(drive.run.pr).to_string(),
-            drive.run.digest.clone(),
-        )];
-        spent.extend(
-            record
-                .stages
-                .values()
-                .filter(|g| !g.approved_by.is_empty())
-                .map(|g| (g.gate.clone(), g.change_set.digest.clone())),
-        );
-        spent.extend(
-            record
-                .rounds
-                .iter()
-                .filter(|r| !r.approved_by.is_empty())
-                .map(|r| (r.gate.clone(), r.change_set.digest.clone())),
-        );
-        let actor = Actor {
-            id: 0,
-            login: drive.client.bot_login().await?,
-        };
-        for (gate, digest) in spent {
-            self.store
-                .append_fact(NewFact {
-                    repo: drive.run.repo.id.ledger_key(),
-                    gate,
-                    kind: FactKind::Spent,
-                    digest,
-                    actor: actor.clone(),
-                    at: chrono::Utc::now().timestamp_millis(),
-                    source: Source::Wavegate,
-                    data: json!({ "run": drive.run.id, "merge": drive.run.merge_sha.as_str() }),
-                })
-                .await?;
         }
         Ok(())
     }
@@ -1581,128 +1051,6 @@ impl Worker {
     }
 }
 
-/// The stopped members, named, for the summary.
-/// What the run's wait asks of a person, for its `pending` fact: the gate,
-/// the digest, the members it covers and a description. None for waits that
-/// end by themselves.
-fn pending_of(
-    run: &ApplyRunRecord,
-    approved: &ChangeSet,
-) -> Option<(String, String, Vec<String>, String)> {
-    let names =
-        |set: &ChangeSet| -> Vec<String> { set.members.iter().map(|m| m.member.clone()).collect() };
-    let pr = run.pr;
-    match run.record.wait.as_ref()? {
-        Wait::PrApproval { gate, digest } => Some((
-            gate.clone(),
-            digest.clone(),
-            names(approved),
-            format!("merged pull request {pr} waits for an approval of its change set"),
-        )),
-        Wait::Stage { stage, gate, digest } => Some((
-            gate.clone(),
-            digest.clone(),
-            run.record.stages.get(stage).map(|g| names(&g.change_set)).unwrap_or_default(),
-            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
-        )),
-        Wait::Round { round, gate, digest } => Some((
-            gate.clone(),
-            digest.clone(),
-            run.record
-                .rounds
-                .iter()
-                .find(|r| r.number == *round)
-                .map(|r| names(&r.change_set))
-                .unwrap_or_default(),
-            format!("round {round} of pull request {pr}: plans that moved since they were approved"),
-        )),
-        wait @ Wait::Override { gate, digest, .. } => {
-            let denials = wait.denials();
-            Some((
-                gate.clone(),
-                digest.clone(),
-                denials.iter().map(|d| d.member.clone()).collect(),
-                format!(
-                    "the policy denied {}; an overrider may let each through",
-                    denials
-                        .iter()
-                        .map(|d| format!("{}'s plan {} ({})", d.member, d.digest, d.rules.join(", ")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ))
-        }
-        Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => None,
-    }
-}
-
-/// The last word of a run that applied: everything, or everything the
-/// merge changes, naming the approved members it does not.
-fn applied_summary(run: &ApplyRunRecord) -> String {
-    let untouched: Vec<String> = run
-        .record
-        .members
-        .iter()
-        .filter(|(_, state)| **state == MemberState::Unaffected)
-        .map(|(member, _)| format!("`{member}`"))
-        .collect();
-    if untouched.is_empty() {
-        return format!(
-            "Applied on {}: every member of the approved change is deployed.",
-            run.merge_sha.short()
-        );
-    }
-    format!(
-        "Applied on {}: every member the merge changes is deployed. Not applied: {}, approved when planned but unchanged by the merge against {} (the target before it), so there was nothing to apply.",
-        run.merge_sha.short(),
-        untouched.join(", "),
-        run.base_sha.short()
-    )
-}
-
-/// The members that failed, for telling a new failure from one said before.
-fn failed_members(record: &AttemptRecord) -> BTreeSet<String> {
-    record
-        .members
-        .iter()
-        .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
-        .map(|(m, _)| m.clone())
-        .collect()
-}
-
-/// The last word of a run a member of which stood down: neither applied
-/// whole nor failed.
-fn ended_summary(run: &ApplyRunRecord) -> String {
-    let stood: Vec<String> = run
-        .record
-        .members
-        .iter()
-        .filter_map(|(m, s)| match s {
-            MemberState::StoodDown { reason } => Some(format!("`{m}` stood down ({reason})")),
-            _ => None,
-        })
-        .collect();
-    format!(
-        "The apply on {} ended: {}, so it and what depends on it were not applied. Everything else the merge changes is deployed.",
-        run.merge_sha.short(),
-        stood.join("; ")
-    )
-}
-
-fn stopped_members(record: &AttemptRecord) -> String {
-    let stopped: Vec<String> = record
-        .members
-        .iter()
-        .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
-        .map(|(m, s)| format!("`{m}` {}", s.label()))
-        .collect();
-    if stopped.is_empty() {
-        "a member could not be planned".into()
-    } else {
-        stopped.join("; ")
-    }
-}
-
 /// The base's raw config (for stage gates): None when missing or unreadable,
 /// which reads as the strictest gates.
 /// The config at `commit` as written (`None`: none there, or it does not
@@ -1712,4 +1060,23 @@ fn raw_config_at(mirror: &std::path::Path, commit: &CommitSha) -> Result<Option<
     let text = git::read_file(mirror, commit.as_str(), CONFIG_FILE)
         .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
     Ok(text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, &t).ok()))
+}
+
+/// For each of `members` caught `applying` by a command started on this
+/// host, whether that command's process still runs.
+fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<String, bool> {
+    let here = process::host_id();
+    members
+        .iter()
+        .filter_map(|member| match record.state(member) {
+            MemberState::Applying {
+                attempt: Some(attempt),
+                ..
+            } if attempt.host == here => attempt
+                .process
+                .as_ref()
+                .map(|p| (member.clone(), process::is_alive(p))),
+            _ => None,
+        })
+        .collect()
 }

@@ -9,7 +9,8 @@
 //! because the commands that will apply it may have changed.
 
 use super::Worker;
-use crate::apply::{RunStatus, Wait};
+use crate::apply::run::Retry;
+use crate::apply::Wait;
 use crate::config::repo::Policy;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::client::ForgeClient;
@@ -711,20 +712,14 @@ impl Worker {
                 "`/retry` needs write access to the repository".into(),
             ));
         }
-        match run.status {
-            RunStatus::Applied => {
+        match crate::apply::run::retry(&mut run.status, &mut run.record) {
+            Retry::NothingLeft => {
                 return Ok(Said::Refused(
                     "the apply run already applied every member; there is nothing to retry".into(),
                 ))
             }
-            RunStatus::Failed | RunStatus::Ended => {
-                run.record.reset_for_retry();
-                run.status = RunStatus::Running;
-                self.store.save_apply_run(&run).await?;
-            }
-            // Goes on by itself; a nudge is harmless (its job re-reads the
-            // record) and resumes a run whose job was lost.
-            RunStatus::Waiting | RunStatus::Running => {}
+            Retry::Restarted => self.store.save_apply_run(&run).await?,
+            Retry::Nudged => {}
         }
         self.enqueue_resume(repo, pr).await?;
         Ok(Said::Done)
@@ -1192,7 +1187,7 @@ fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
 fn stage_expired(stage: &str, at: Option<i64>) -> String {
     format!(
         "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
-        at.map(|at| format!(" at {}", crate::report::apply::utc(at)))
+        at.map(|at| format!(" at {}", crate::model::utc(at)))
             .unwrap_or_default()
     )
 }

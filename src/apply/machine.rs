@@ -1,0 +1,1439 @@
+//! The apply machine for one wave of a run: a pure `step(observation) ->
+//! effects`. It owns the wave's transitions — which members go on, the lock,
+//! an earlier apply that may still run, plans that failed, coverage and
+//! rounds, denials and overrides, and each member's apply and what came of
+//! it (applied, replan, held, stood down, failed) — and changes the attempt
+//! record as it decides.
+//!
+//! The worker feeds it what it saw (the lock, the plans, a command's start
+//! and end) and carries out the effects in the order returned; the record is
+//! saved exactly where an effect says so. That is how "the record says
+//! `applying` before the apply command starts" and "the estate is recorded
+//! before the record says `applied`" are properties of an effect list,
+//! tested here without a process, a store or a forge.
+
+use super::run::{News, Pending};
+use super::{
+    covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
+    Denial, EarlierAttempt, MemberState, Round, Wait, MAX_REPLANS,
+};
+use crate::config::repo::GatePolicy;
+use crate::gate::ledger::{self, Evaluation, Fact, FactKind};
+use crate::model::{GateId, PrNumber};
+use crate::plan::changeset::{ChangeSet, ChangeSetError};
+use crate::plan::coverage::{Coverage, FreshPlan};
+use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
+use crate::sandbox::process::ProcessId;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+/// Whether the run goes on past a wave, or stops there (it waits or failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    Stop,
+}
+
+/// What the machine knows of the run for the whole wave.
+#[derive(Debug, Clone)]
+pub struct WaveSpec<'a> {
+    /// The run's id: overrides given in another run do not count in this one.
+    pub run: i64,
+    pub pr: PrNumber,
+    pub stage: &'a str,
+    /// The wave's members, in order.
+    pub members: &'a [String],
+    /// Each member's upstreams in this stage, on the merge commit.
+    pub upstreams: BTreeMap<String, Vec<String>>,
+    /// The pull request's approved change set.
+    pub approved: &'a ChangeSet,
+    /// The stage's gate, as the base sets it.
+    pub gate: GatePolicy,
+    /// This host (`sandbox::process::host_id`), written into each attempt.
+    pub host: &'a str,
+    /// The longest each member's apply command may live.
+    pub lifetimes: BTreeMap<String, Duration>,
+    /// How soon a held member is tried again the first time.
+    pub held_retry: Duration,
+}
+
+/// What the worker saw, answering the machine's last effect.
+#[derive(Debug, Clone)]
+pub enum Observation {
+    /// The run reached the wave at `now` (unix ms).
+    Reached { now: i64 },
+    /// [`Effect::Lock`] took every lock. `alive`: for each member caught
+    /// `applying` whose process was started on this host, whether it still runs.
+    Locked {
+        alive: BTreeMap<String, bool>,
+        now: i64,
+    },
+    /// [`Effect::Lock`] found `member` locked by the run of pull request `pr`.
+    LockHeld { member: String, pr: u64 },
+    /// [`Effect::Plan`]'s members, planned on the merge commit, with every
+    /// fact of the run's override gate as the ledger holds it now.
+    Planned {
+        outcomes: Vec<MemberOutcome>,
+        overrides: Vec<Fact>,
+        now: i64,
+    },
+    /// The apply command of [`Effect::Apply`] started as `process`.
+    Started { process: ProcessId },
+    /// The apply command of [`Effect::Apply`] ended.
+    Ended { outcome: ApplyOutcome, now: i64 },
+    /// [`Effect::Replan`]'s member, planned again, with the override gate's facts.
+    Replanned {
+        outcome: Box<MemberOutcome>,
+        overrides: Vec<Fact>,
+        now: i64,
+    },
+}
+
+/// What the worker does, in the order given. The ones that ask something
+/// (`Lock`, `Plan`, `Apply`, `Replan`) come last in their list; the
+/// answer is the next observation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Save the run's record as it stands.
+    Save,
+    /// Show the run in the pull request's report and the merge commit's check (saves too).
+    Publish,
+    /// Lock these members for the run: answered `Locked` or `LockHeld`.
+    Lock(Vec<String>),
+    /// Plan these members on the merge commit: answered `Planned`.
+    Plan(Vec<String>),
+    /// Run the member's apply command: answered `Started`, then `Ended`.
+    Apply(String),
+    /// Plan the member again after its apply asked to: answered `Replanned`.
+    Replan(String),
+    /// Plan these waves' members on the merge commit, wave by wave, to show a
+    /// stage's set at its gate: answered `StageObservation::Previewed`.
+    Preview(Vec<Vec<String>>),
+    /// Who approved `digest` at `gate` (approvals given before `since`, unix
+    /// ms, do not count): answered `StageObservation::Counted`.
+    CountApprovals {
+        gate: String,
+        digest: String,
+        since: i64,
+    },
+    /// Record the member's outputs as the deployed estate's.
+    RecordDeployed {
+        member: String,
+        outputs: Map<String, Value>,
+    },
+    /// Later plans in this job read these outputs of the member.
+    ReadOutputs {
+        member: String,
+        outputs: Map<String, Value>,
+    },
+    /// Append a `spent` fact: the override of `digest` lets nothing through again.
+    SpendOverride { member: String, digest: String },
+    /// Queue a job of this run for `at` (unix ms).
+    ResumeAt(i64),
+    /// Let go of the run's member locks (and resume the runs queued behind them).
+    Unlock,
+    /// Append the `pending` fact of a gate the run now waits at (once per digest).
+    RecordPending(Pending),
+    /// Append a `spent` fact: the approval of `digest` at `gate` lets nothing through again.
+    SpendApproval { gate: String, digest: String },
+    /// Queue a job of this run now if `member`'s lock is free (or its own).
+    ResumeIfUnlocked(String),
+    /// Tell the pull request.
+    Say(News),
+    /// The wave is over for this job.
+    Done(Step),
+}
+
+/// The member whose apply is under way, and the plan it applies.
+#[derive(Debug, Clone)]
+struct Current {
+    outcome: MemberOutcome,
+    attempt: CommandAttempt,
+    /// How many applies in a row were answered `held` before this one.
+    held_before: u32,
+}
+
+/// One wave of a run, from reaching it to its end in this job.
+#[derive(Debug)]
+pub struct WaveMachine<'a> {
+    spec: WaveSpec<'a>,
+    /// The members that go on in this job (asked to be locked).
+    pending: Vec<String>,
+    locked: bool,
+    /// Covered, allowed and not yet applied, in order.
+    queue: VecDeque<MemberOutcome>,
+    current: Option<Current>,
+}
+
+impl<'a> WaveMachine<'a> {
+    pub fn new(spec: WaveSpec<'a>) -> Self {
+        WaveMachine {
+            spec,
+            pending: Vec::new(),
+            locked: false,
+            queue: VecDeque::new(),
+            current: None,
+        }
+    }
+
+    /// Whether the wave holds its members' locks (the worker lets go of
+    /// them if it cannot carry the wave to its end).
+    pub fn holds_locks(&self) -> bool {
+        self.locked
+    }
+
+    /// Takes in one observation, changes `record` accordingly and returns
+    /// what the worker does next. Errs only when a set of plans cannot be
+    /// built into a change set (an internal error: the job is retried).
+    pub fn step(
+        &mut self,
+        record: &mut AttemptRecord,
+        observation: Observation,
+    ) -> Result<Vec<Effect>, ChangeSetError> {
+        let mut effects = Vec::new();
+        match observation {
+            Observation::Reached { now } => self.reached(record, now, &mut effects),
+            Observation::LockHeld { member, pr } => {
+                for m in &self.pending {
+                    record.set(
+                        m,
+                        MemberState::Waiting {
+                            reason: format!("queued behind pull request #{pr}"),
+                        },
+                    );
+                }
+                record.wait = Some(Wait::Lock { member, pr });
+                effects.push(Effect::Done(Step::Stop));
+            }
+            Observation::Locked { alive, now } => {
+                self.locked = true;
+                effects.push(Effect::Publish);
+                match self.earlier_apply(record, &alive, now) {
+                    Some(until) => self.stop_and(&mut effects, Some(until)),
+                    None => effects.push(Effect::Plan(self.pending.clone())),
+                }
+            }
+            Observation::Planned {
+                outcomes,
+                overrides,
+                now,
+            } => self.planned(record, outcomes, &overrides, now, &mut effects)?,
+            Observation::Started { process } => {
+                let current = self.current.as_mut().expect("started while applying");
+                current.attempt.process = Some(process);
+                let state = applying(current);
+                record.set(&current.outcome.member, state);
+                effects.push(Effect::Save);
+            }
+            Observation::Ended { outcome, now } => self.ended(record, outcome, now, &mut effects),
+            Observation::Replanned {
+                outcome,
+                overrides,
+                now,
+            } => self.replanned(record, *outcome, &overrides, now, &mut effects)?,
+        }
+        Ok(effects)
+    }
+
+    /// The wave's members that go on in this job: not applied, not
+    /// unaffected, not stopped (a held one once its time came, a blocked one
+    /// once what blocked it applied); one whose upstream stopped is marked
+    /// blocked by it instead. Any left are asked to be locked.
+    fn reached(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
+        self.pending.clear();
+        for member in self.spec.members {
+            let state = record.state(member);
+            let goes_on = match &state {
+                MemberState::Held { retry_at, .. } => now >= *retry_at,
+                MemberState::Blocked { by } => {
+                    let by = record.state(by);
+                    by.is_applied() || by == MemberState::Unaffected
+                }
+                _ => !state.stops_downstream(),
+            };
+            if state.is_applied() || state == MemberState::Unaffected || !goes_on {
+                continue;
+            }
+            let upstreams = self
+                .spec
+                .upstreams
+                .get(member)
+                .map_or(&[][..], Vec::as_slice);
+            match stopped_upstream(upstreams, record) {
+                Some(root) => record.set(member, MemberState::Blocked { by: root }),
+                None => self.pending.push(member.clone()),
+            }
+        }
+        if self.pending.is_empty() {
+            effects.push(Effect::Done(Step::Continue));
+        } else {
+            effects.push(Effect::Lock(self.pending.clone()));
+        }
+    }
+
+    /// When an apply of a pending member that a stopped server left
+    /// `applying` may still run (on this host its process tells, elsewhere
+    /// its deadline), the run waits and looks again at the first time one
+    /// may be gone: a member is never planned, let alone applied, while an
+    /// earlier apply of it may run.
+    fn earlier_apply(
+        &self,
+        record: &mut AttemptRecord,
+        alive: &BTreeMap<String, bool>,
+        now: i64,
+    ) -> Option<i64> {
+        let mut first: Option<(String, i64)> = None;
+        for member in &self.pending {
+            let MemberState::Applying { attempt, .. } = record.state(member) else {
+                continue;
+            };
+            let alive = alive.get(member).copied();
+            if let EarlierAttempt::MayRun { until } =
+                earlier_attempt(attempt.as_ref(), self.spec.host, now, alive)
+            {
+                if first.as_ref().is_none_or(|(_, at)| until < *at) {
+                    first = Some((member.clone(), until));
+                }
+            }
+        }
+        let (member, until) = first?;
+        record.wait = Some(Wait::EarlierAttempt { member, until });
+        Some(until)
+    }
+
+    /// The wave's plans: a member whose plan failed fails; one caught
+    /// `applying` whose plan is now empty had applied before a crash; the
+    /// rest must be covered by an approval (else a round opens and the wave
+    /// waits) and allowed by the policy or an override (else the wave waits
+    /// for one); then they apply one by one.
+    fn planned(
+        &mut self,
+        record: &mut AttemptRecord,
+        outcomes: Vec<MemberOutcome>,
+        overrides: &[Fact],
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), ChangeSetError> {
+        let mut ready = Vec::new();
+        let mut uncovered = Vec::new();
+        let mut filled = Vec::new();
+        for outcome in outcomes {
+            let Some(plan) = &outcome.plan else {
+                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
+                record.set(
+                    &outcome.member,
+                    MemberState::Failed {
+                        error: format!("planning on the merge commit failed: {error}"),
+                    },
+                );
+                continue;
+            };
+            if let MemberState::Applying { .. } = record.state(&outcome.member) {
+                if plan.is_empty() {
+                    let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
+                    applied(
+                        record,
+                        &outcome.member,
+                        &digest,
+                        outputs,
+                        Some(FINISHED_BEFORE),
+                        effects,
+                    );
+                    continue;
+                }
+            }
+            match self.coverage(record, &outcome) {
+                Coverage::Covered => {
+                    if let Some(was) = self.spec.approved.member(&outcome.member) {
+                        let known = outcome.known_inputs();
+                        filled.extend(
+                            was.unknown_inputs
+                                .iter()
+                                .filter(|i| known.contains_key(*i))
+                                .map(|i| format!("{}.{i}", outcome.member)),
+                        );
+                    }
+                    ready.push(outcome);
+                }
+                Coverage::NotCovered(reason) => uncovered.push((outcome, reason)),
+            }
+        }
+        if !uncovered.is_empty() {
+            self.open_round(record, &uncovered, Vec::new())?;
+            for (outcome, reason) in &uncovered {
+                record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: format!("not covered: {reason}"),
+                    },
+                );
+            }
+            for outcome in &ready {
+                record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: "its wave waits for the plans that moved".into(),
+                    },
+                );
+            }
+            self.stop_and(effects, None);
+            return Ok(());
+        }
+        if !filled.is_empty() {
+            let covered: Vec<(MemberOutcome, String)> =
+                ready.iter().map(|o| (o.clone(), String::new())).collect();
+            self.open_round(record, &covered, filled)?;
+        }
+        if self.denied(record, &ready, overrides) {
+            self.stop_and(effects, None);
+            return Ok(());
+        }
+        self.queue = ready.into();
+        self.next(record, now, effects);
+        Ok(())
+    }
+
+    /// Starts the next member's apply (one whose plan changes nothing counts
+    /// as applied at once), or ends the wave when none is left.
+    fn next(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
+        while let Some(outcome) = self.queue.pop_front() {
+            if self.start(record, outcome, now, effects) {
+                return;
+            }
+        }
+        self.current = None;
+        if self.locked {
+            effects.push(Effect::Unlock);
+        }
+        effects.push(Effect::Done(Step::Continue));
+    }
+
+    /// Applies one planned member: `applying` is saved (and shown) before
+    /// the command starts. Returns whether a command was asked for.
+    fn start(
+        &mut self,
+        record: &mut AttemptRecord,
+        outcome: MemberOutcome,
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) -> bool {
+        let plan = outcome.plan.as_ref().expect("only planned members apply");
+        let member = outcome.member.clone();
+        if plan.is_empty() {
+            let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
+            applied(
+                record,
+                &member,
+                &digest,
+                outputs,
+                Some(NOTHING_TO_CHANGE),
+                effects,
+            );
+            self.current = None;
+            return false;
+        }
+        let lifetime = self
+            .spec
+            .lifetimes
+            .get(&member)
+            .copied()
+            .unwrap_or_default();
+        let lifetime = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
+        let held_before = match record.state(&member) {
+            MemberState::Held { tries, .. } => tries,
+            _ => 0,
+        };
+        let current = Current {
+            outcome,
+            attempt: CommandAttempt {
+                host: self.spec.host.to_owned(),
+                started_at: now,
+                deadline: now.saturating_add(lifetime),
+                process: None,
+            },
+            held_before,
+        };
+        record.set(&member, applying(&current));
+        self.current = Some(current);
+        effects.extend([Effect::Save, Effect::Publish, Effect::Apply(member)]);
+        true
+    }
+
+    /// What became of the current member's apply command.
+    fn ended(
+        &mut self,
+        record: &mut AttemptRecord,
+        outcome: ApplyOutcome,
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) {
+        let current = self.current.take().expect("ended while applying");
+        let member = current.outcome.member.clone();
+        let digest = current
+            .outcome
+            .plan
+            .as_ref()
+            .map(|p| p.plan_digest.clone())
+            .unwrap_or_default();
+        let state = match outcome {
+            ApplyOutcome::Applied(outputs) => {
+                record.replans.remove(&member);
+                applied(record, &member, &digest, outputs, None, effects);
+                self.next(record, now, effects);
+                return;
+            }
+            ApplyOutcome::Replan(reason) => {
+                let count = record.replans.entry(member.clone()).or_default();
+                *count += 1;
+                if *count > MAX_REPLANS {
+                    MemberState::Failed {
+                        error: format!(
+                            "its apply command asked to plan again {MAX_REPLANS} times in a row{}",
+                            reason.map(|r| format!(" (last: {r})")).unwrap_or_default()
+                        ),
+                    }
+                } else {
+                    record.set(&member, MemberState::NotStarted);
+                    self.current = Some(current);
+                    effects.extend([Effect::Save, Effect::Replan(member)]);
+                    return;
+                }
+            }
+            ApplyOutcome::Held(holder) => {
+                let tries = current.held_before + 1;
+                let retry_at = now.saturating_add(held_backoff(self.spec.held_retry, tries));
+                if record.wait.is_none() {
+                    record.wait = Some(Wait::Holder {
+                        member: member.clone(),
+                        holder: holder.clone(),
+                        until: retry_at,
+                    });
+                }
+                effects.push(Effect::ResumeAt(retry_at));
+                MemberState::Held {
+                    holder,
+                    tries,
+                    retry_at,
+                }
+            }
+            ApplyOutcome::StoodDown(reason) => MemberState::StoodDown { reason },
+            ApplyOutcome::Failed(error) => MemberState::Failed { error },
+        };
+        record.set(&member, state);
+        effects.push(Effect::Save);
+        self.next(record, now, effects);
+    }
+
+    /// The member planned again after `replan`: checked for coverage and
+    /// the policy again, then applied (or the wave waits).
+    fn replanned(
+        &mut self,
+        record: &mut AttemptRecord,
+        outcome: MemberOutcome,
+        overrides: &[Fact],
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), ChangeSetError> {
+        self.current = None;
+        if outcome.plan.is_none() {
+            record.set(
+                &outcome.member,
+                MemberState::Failed {
+                    error: format!(
+                        "planning again after `replan` failed: {}",
+                        outcome.error.clone().unwrap_or_default()
+                    ),
+                },
+            );
+            effects.push(Effect::Save);
+            self.next(record, now, effects);
+            return Ok(());
+        }
+        if let Coverage::NotCovered(reason) = self.coverage(record, &outcome) {
+            let member = outcome.member.clone();
+            self.open_round(record, &[(outcome, reason.clone())], Vec::new())?;
+            record.set(
+                &member,
+                MemberState::Waiting {
+                    reason: format!("not covered after `replan`: {reason}"),
+                },
+            );
+            self.stop_and(effects, None);
+            return Ok(());
+        }
+        if self.denied(record, std::slice::from_ref(&outcome), overrides) {
+            self.stop_and(effects, None);
+            return Ok(());
+        }
+        if !self.start(record, outcome, now, effects) {
+            self.next(record, now, effects);
+        }
+        Ok(())
+    }
+
+    /// The wave stops here in this job: the locks go, a job to look again
+    /// is queued when one is due, and the run stops.
+    fn stop_and(&mut self, effects: &mut Vec<Effect>, resume_at: Option<i64>) {
+        self.queue.clear();
+        self.current = None;
+        effects.extend(resume_at.map(Effect::ResumeAt));
+        if self.locked {
+            effects.push(Effect::Unlock);
+        }
+        effects.push(Effect::Done(Step::Stop));
+    }
+
+    /// Whether a fresh plan is covered by what a person approved for the
+    /// stage: an approved round, else the stage's own set (gated stages) or
+    /// the pull request's. Under `on-destructive`, a plan that deletes or
+    /// replaces is covered only by an approval given in the stage.
+    fn coverage(&self, record: &AttemptRecord, outcome: &MemberOutcome) -> Coverage {
+        let plan = outcome
+            .plan
+            .as_ref()
+            .expect("only planned members are checked");
+        let inputs = outcome.known_inputs();
+        let fresh = FreshPlan {
+            plan,
+            inputs: &inputs,
+        };
+        let stage = self.spec.stage;
+        let (base, rounds) = record.approved_sets(self.spec.approved, stage);
+        if covered_by_any(&rounds, &fresh) == Coverage::Covered {
+            return Coverage::Covered;
+        }
+        let gated = record.stages.contains_key(stage);
+        match covered_by_any(&base, &fresh) {
+            Coverage::Covered
+                if self.spec.gate == GatePolicy::OnDestructive && !gated && plan.destructive =>
+            {
+                Coverage::NotCovered(format!(
+                    "{}: it now deletes or replaces, and stage {stage}'s gate is on-destructive",
+                    plan.member
+                ))
+            }
+            other => other,
+        }
+    }
+
+    /// Records a round: covered (no reasons; `filled` says what became
+    /// known), or waiting at its own gate for an approval of its digest. A
+    /// round with the digest of one recorded is that round again.
+    fn open_round(
+        &self,
+        record: &mut AttemptRecord,
+        members: &[(MemberOutcome, String)],
+        filled: Vec<String>,
+    ) -> Result<(), ChangeSetError> {
+        let outcomes: Vec<MemberOutcome> = members.iter().map(|(o, _)| o.clone()).collect();
+        let set = change_set_of(&outcomes)?;
+        let reasons: Vec<String> = members
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(_, r)| r.clone())
+            .collect();
+        let pr = self.spec.pr;
+        let number = match record
+            .rounds
+            .iter()
+            .find(|r| r.change_set.digest == set.digest)
+        {
+            Some(known) => known.number,
+            None => {
+                let number = record.next_round();
+                record.rounds.push(Round {
+                    number,
+                    gate: GateId::Round(pr, number).to_string(),
+                    stage: self.spec.stage.to_owned(),
+                    change_set: set.clone(),
+                    reasons: reasons.clone(),
+                    filled,
+                    approved_by: Vec::new(),
+                    mismatch: None,
+                });
+                number
+            }
+        };
+        if !reasons.is_empty() {
+            record.wait = Some(Wait::Round {
+                round: number,
+                gate: GateId::Round(pr, number).to_string(),
+                digest: set.digest,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a plan the policy denied stops the wave: it does unless an
+    /// override stands for exactly that plan digest (given in this run, or
+    /// during review for the plan the pull request showed). `overrides`:
+    /// every fact of the override gate, so a revoke or a spend counts.
+    fn denied(
+        &self,
+        record: &mut AttemptRecord,
+        ready: &[MemberOutcome],
+        overrides: &[Fact],
+    ) -> bool {
+        let mut denials = Vec::new();
+        for outcome in ready {
+            let plan = outcome.plan.as_ref().expect("ready members are planned");
+            record.overrides.remove(&outcome.member);
+            if plan.denied.is_empty() {
+                continue;
+            }
+            let for_member: Vec<Fact> = overrides
+                .iter()
+                .filter(|f| {
+                    matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
+                        || (f.fact.data.get("member") == Some(&json!(outcome.member))
+                            && f.fact
+                                .data
+                                .get("run")
+                                .is_none_or(|run| *run == json!(self.spec.run)))
+                })
+                .cloned()
+                .collect();
+            if let Evaluation::Satisfied { .. } =
+                ledger::evaluate(&for_member, &plan.plan_digest, 1)
+            {
+                record
+                    .overrides
+                    .insert(outcome.member.clone(), plan.plan_digest.clone());
+                continue;
+            }
+            denials.push(Denial {
+                member: outcome.member.clone(),
+                digest: plan.plan_digest.clone(),
+                rules: plan.denied.clone(),
+            });
+        }
+        if denials.is_empty() {
+            return false;
+        }
+        let named: Vec<&str> = denials.iter().map(|d| d.member.as_str()).collect();
+        for o in ready {
+            record.set(
+                &o.member,
+                MemberState::Waiting {
+                    reason: format!("the policy denied the plan of {}", named.join(", ")),
+                },
+            );
+        }
+        let first = denials.remove(0);
+        record.wait = Some(Wait::Override {
+            member: first.member,
+            gate: GateId::Override(self.spec.pr).to_string(),
+            digest: first.digest,
+            rules: first.rules,
+            also: denials,
+        });
+        true
+    }
+}
+
+const NOTHING_TO_CHANGE: &str = "nothing to change";
+const FINISHED_BEFORE: &str =
+    "its apply had finished before a restart; planned again, nothing was left to change";
+
+fn applying(current: &Current) -> MemberState {
+    MemberState::Applying {
+        plan_digest: current
+            .outcome
+            .plan
+            .as_ref()
+            .map(|p| p.plan_digest.clone())
+            .unwrap_or_default(),
+        attempt: Some(current.attempt.clone()),
+    }
+}
+
+/// The member applied: the deployed estate first (a crash before the record
+/// is saved leaves it `applying`, planned again and recorded once more;
+/// when no command ran and the plan knows no outputs, what was recorded
+/// before stands), then the record, then the outputs later plans read, then
+/// the override that let it through is spent.
+fn applied(
+    record: &mut AttemptRecord,
+    member: &str,
+    plan_digest: &str,
+    outputs: Map<String, Value>,
+    note: Option<&str>,
+    effects: &mut Vec<Effect>,
+) {
+    if note.is_none() || !outputs.is_empty() {
+        effects.push(Effect::RecordDeployed {
+            member: member.to_owned(),
+            outputs: outputs.clone(),
+        });
+    }
+    record.set(
+        member,
+        MemberState::Applied {
+            plan_digest: plan_digest.to_owned(),
+            outputs: outputs.clone(),
+            note: note.map(str::to_owned),
+        },
+    );
+    effects.push(Effect::Save);
+    effects.push(Effect::ReadOutputs {
+        member: member.to_owned(),
+        outputs,
+    });
+    if let Some(digest) = record.overrides.get(member) {
+        effects.push(Effect::SpendOverride {
+            member: member.to_owned(),
+            digest: digest.clone(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::tests::{outcome, plan, set_of};
+    use crate::gate::ledger::{Actor, NewFact, Source};
+    use crate::plan::changeset::MemberStatus;
+    use crate::plan::planfile::MemberPlan;
+
+    const NOW: i64 = 1_000_000;
+    const HOST: &str = "host-a";
+
+    fn empty_plan(member: &str) -> MemberPlan {
+        MemberPlan::parse(member, br#"{"summary": "", "entries": [], "empty": true}"#).unwrap()
+    }
+
+    fn destructive_plan(member: &str) -> MemberPlan {
+        let text =
+            r#"{"summary": "", "entries": [{"address": "aws_vpc.main", "action": "delete"}]}"#;
+        MemberPlan::parse(member, text.as_bytes()).unwrap()
+    }
+
+    /// A wave of `members` in stage dev of pull request 7, run 3, whose
+    /// approved change set is `approved` (approved by erin).
+    struct Harness {
+        members: Vec<String>,
+        approved: ChangeSet,
+        upstreams: BTreeMap<String, Vec<String>>,
+        gate: GatePolicy,
+        record: AttemptRecord,
+    }
+
+    impl Harness {
+        fn new(members: &[&str], approved: &[&MemberPlan]) -> Self {
+            let record = AttemptRecord {
+                pr_approved_by: vec!["erin".into()],
+                ..AttemptRecord::default()
+            };
+            Harness {
+                members: members.iter().map(|m| (*m).to_owned()).collect(),
+                approved: set_of(approved),
+                upstreams: BTreeMap::new(),
+                gate: GatePolicy::Always,
+                record,
+            }
+        }
+
+        fn machine(&self) -> WaveMachine<'_> {
+            WaveMachine::new(WaveSpec {
+                run: 3,
+                pr: PrNumber(7),
+                stage: "dev",
+                members: &self.members,
+                upstreams: self.upstreams.clone(),
+                approved: &self.approved,
+                gate: self.gate,
+                host: HOST,
+                lifetimes: self
+                    .members
+                    .iter()
+                    .map(|m| (m.clone(), Duration::from_secs(60)))
+                    .collect(),
+                held_retry: Duration::from_secs(30),
+            })
+        }
+    }
+
+    fn step(
+        machine: &mut WaveMachine<'_>,
+        record: &mut AttemptRecord,
+        o: Observation,
+    ) -> Vec<Effect> {
+        machine.step(record, o).unwrap()
+    }
+
+    /// Reached, locked and planned: what the machine asks once the wave's plans are in.
+    fn to_planned(
+        machine: &mut WaveMachine<'_>,
+        record: &mut AttemptRecord,
+        plans: &[&MemberPlan],
+        overrides: Vec<Fact>,
+    ) -> Vec<Effect> {
+        let members: Vec<String> = plans.iter().map(|p| p.member.clone()).collect();
+        assert_eq!(
+            step(machine, record, Observation::Reached { now: NOW }),
+            [Effect::Lock(members.clone())]
+        );
+        let locked = Observation::Locked {
+            alive: BTreeMap::new(),
+            now: NOW,
+        };
+        assert_eq!(
+            step(machine, record, locked),
+            [Effect::Publish, Effect::Plan(members)]
+        );
+        let planned = Observation::Planned {
+            outcomes: plans.iter().map(|p| outcome(p)).collect(),
+            overrides,
+            now: NOW,
+        };
+        step(machine, record, planned)
+    }
+
+    fn ended(outcome: ApplyOutcome) -> Observation {
+        Observation::Ended {
+            outcome,
+            now: NOW + 5_000,
+        }
+    }
+
+    fn outputs(pairs: &[(&str, &str)]) -> Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), json!(v)))
+            .collect()
+    }
+
+    fn override_fact(member: &str, digest: &str, kind: FactKind) -> Fact {
+        Fact {
+            seq: 1,
+            fact: NewFact {
+                repo: "github:1".into(),
+                gate: "pr-7-override".into(),
+                kind,
+                digest: digest.into(),
+                actor: Actor {
+                    id: 11,
+                    login: "olga".into(),
+                },
+                at: NOW - 1,
+                source: Source::Comment { id: 1 },
+                data: json!({ "member": member }),
+            },
+            prev: String::new(),
+            hash: String::new(),
+            sig: None,
+        }
+    }
+
+    #[test]
+    fn a_member_is_saved_applying_before_its_command_starts_and_the_estate_before_applied() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let mut record = h.record.clone();
+        let mut machine = h.machine();
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &[&net], vec![]),
+            [
+                Effect::Save,
+                Effect::Publish,
+                Effect::Apply("network@dev".into())
+            ]
+        );
+        let expected_attempt = CommandAttempt {
+            host: HOST.into(),
+            started_at: NOW,
+            deadline: NOW + 60_000,
+            process: None,
+        };
+        assert_eq!(
+            record.state("network@dev"),
+            MemberState::Applying {
+                plan_digest: net.plan_digest.clone(),
+                attempt: Some(expected_attempt.clone()),
+            }
+        );
+
+        let process = ProcessId { pid: 42, start: 9 };
+        let started = Observation::Started {
+            process: process.clone(),
+        };
+        assert_eq!(step(&mut machine, &mut record, started), [Effect::Save]);
+        let MemberState::Applying { attempt, .. } = record.state("network@dev") else {
+            panic!("still applying");
+        };
+        assert_eq!(attempt.unwrap().process, Some(process));
+
+        let out = outputs(&[("vpc_id", "vpc-1")]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended(ApplyOutcome::Applied(out.clone()))
+            ),
+            [
+                Effect::RecordDeployed {
+                    member: "network@dev".into(),
+                    outputs: out.clone()
+                },
+                Effect::Save,
+                Effect::ReadOutputs {
+                    member: "network@dev".into(),
+                    outputs: out.clone()
+                },
+                Effect::Unlock,
+                Effect::Done(Step::Continue),
+            ]
+        );
+        assert_eq!(
+            record.state("network@dev"),
+            MemberState::Applied {
+                plan_digest: net.plan_digest.clone(),
+                outputs: out,
+                note: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_plan_that_changes_nothing_counts_as_applied_without_a_command() {
+        let quiet = empty_plan("dns@dev");
+        let h = Harness::new(&["dns@dev"], &[&quiet]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&quiet], vec![]);
+        assert_eq!(
+            effects,
+            [
+                Effect::Save,
+                Effect::ReadOutputs {
+                    member: "dns@dev".into(),
+                    outputs: Map::new()
+                },
+                Effect::Unlock,
+                Effect::Done(Step::Continue),
+            ],
+            "no command, and the estate recorded before stands"
+        );
+        assert_eq!(
+            record.state("dns@dev").label(),
+            "applied (nothing to change)"
+        );
+    }
+
+    #[test]
+    fn a_member_caught_applying_whose_plan_is_now_empty_had_applied_before_a_crash() {
+        let quiet = empty_plan("dns@dev");
+        let h = Harness::new(&["dns@dev"], &[&plan("dns@dev", "x")]);
+        let mut record = h.record.clone();
+        // Caught applying by a server that stopped, its deadline long past.
+        record.set(
+            "dns@dev",
+            MemberState::Applying {
+                plan_digest: "sha256:old".into(),
+                attempt: Some(CommandAttempt {
+                    host: "host-b".into(),
+                    started_at: NOW - 10_000,
+                    deadline: NOW - 1,
+                    process: None,
+                }),
+            },
+        );
+        let mut machine = h.machine();
+        let effects = to_planned(&mut machine, &mut record, &[&quiet], vec![]);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Apply(_))));
+        assert!(record
+            .state("dns@dev")
+            .label()
+            .starts_with("applied (its apply had finished before a restart"));
+    }
+
+    #[test]
+    fn an_earlier_apply_that_may_still_run_holds_the_wave_until_it_cannot() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let caught = |host: &str, process: Option<ProcessId>| MemberState::Applying {
+            plan_digest: net.plan_digest.clone(),
+            attempt: Some(CommandAttempt {
+                host: host.into(),
+                started_at: NOW - 1_000,
+                deadline: NOW + 50_000,
+                process,
+            }),
+        };
+        let locked = |alive: &[(&str, bool)]| Observation::Locked {
+            alive: alive.iter().map(|(m, a)| ((*m).to_owned(), *a)).collect(),
+            now: NOW,
+        };
+
+        // Started on another host: only its deadline tells.
+        let mut record = h.record.clone();
+        record.set("network@dev", caught("host-b", None));
+        let mut machine = h.machine();
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        assert_eq!(
+            step(&mut machine, &mut record, locked(&[])),
+            [
+                Effect::Publish,
+                Effect::ResumeAt(NOW + 50_000),
+                Effect::Unlock,
+                Effect::Done(Step::Stop)
+            ]
+        );
+        assert_eq!(
+            record.wait,
+            Some(Wait::EarlierAttempt {
+                member: "network@dev".into(),
+                until: NOW + 50_000
+            })
+        );
+
+        // Started here, and its process is gone: planned again at once.
+        let mut record = h.record.clone();
+        let process = ProcessId { pid: 5, start: 1 };
+        record.set("network@dev", caught(HOST, Some(process)));
+        let mut machine = h.machine();
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        assert_eq!(
+            step(&mut machine, &mut record, locked(&[("network@dev", false)])),
+            [Effect::Publish, Effect::Plan(vec!["network@dev".into()])]
+        );
+    }
+
+    #[test]
+    fn a_lock_held_by_another_run_queues_the_wave_behind_it() {
+        let h = Harness::new(&["network@dev", "dns@dev"], &[]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        let held = Observation::LockHeld {
+            member: "dns@dev".into(),
+            pr: 5,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, held),
+            [Effect::Done(Step::Stop)],
+            "nothing was locked, so nothing is let go"
+        );
+        assert_eq!(
+            record.state("network@dev").label(),
+            "waiting: queued behind pull request #5"
+        );
+        assert_eq!(
+            record.wait,
+            Some(Wait::Lock {
+                member: "dns@dev".into(),
+                pr: 5
+            })
+        );
+    }
+
+    #[test]
+    fn a_plan_that_moved_opens_a_round_and_the_whole_wave_waits_for_it() {
+        let (net, dns) = (plan("network@dev", "10.0.0.0/16"), plan("dns@dev", "a"));
+        let h = Harness::new(&["network@dev", "dns@dev"], &[&net, &dns]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let moved = plan("network@dev", "10.9.0.0/16");
+        let effects = to_planned(&mut machine, &mut record, &[&moved, &dns], vec![]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+        let round = &record.rounds[0];
+        assert_eq!((round.number, round.gate.as_str()), (2, "pr-7-round-2"));
+        assert!(!round.covered());
+        assert_eq!(round.change_set.members.len(), 1, "only the moved plan");
+        assert_eq!(
+            record.wait,
+            Some(Wait::Round {
+                round: 2,
+                gate: "pr-7-round-2".into(),
+                digest: round.change_set.digest.clone()
+            })
+        );
+        assert!(record
+            .state("network@dev")
+            .label()
+            .starts_with("waiting: not covered: network@dev"));
+        assert_eq!(
+            record.state("dns@dev").label(),
+            "waiting: its wave waits for the plans that moved"
+        );
+
+        // The same moved plan again is the same round, not a new one.
+        let mut machine = h.machine();
+        to_planned(&mut machine, &mut record, &[&moved, &dns], vec![]);
+        assert_eq!(record.rounds.len(), 1);
+    }
+
+    #[test]
+    fn under_on_destructive_a_plan_that_deletes_needs_an_approval_in_its_stage() {
+        let gone = destructive_plan("network@dev");
+        let mut h = Harness::new(&["network@dev"], &[&gone]);
+        h.gate = GatePolicy::OnDestructive;
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&gone], vec![]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+        assert_eq!(
+            record.rounds[0].reasons,
+            ["network@dev: it now deletes or replaces, and stage dev's gate is on-destructive"]
+        );
+
+        // Under `always` the pull request's approval of the same plan covers it.
+        h.gate = GatePolicy::Always;
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&gone], vec![]);
+        assert_eq!(effects.last(), Some(&Effect::Apply("network@dev".into())));
+    }
+
+    #[test]
+    fn a_denied_plan_waits_for_an_override_of_exactly_its_digest_which_is_spent_once_applied() {
+        let mut db = plan("db@dev", "a");
+        db.denied = vec!["no-public-buckets".into()];
+        let h = Harness::new(&["db@dev"], &[&db]);
+
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&db], vec![]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+        assert_eq!(
+            record.wait,
+            Some(Wait::Override {
+                member: "db@dev".into(),
+                gate: "pr-7-override".into(),
+                digest: db.plan_digest.clone(),
+                rules: vec!["no-public-buckets".into()],
+                also: vec![]
+            })
+        );
+
+        // An override of another digest does not let it through.
+        let other = override_fact("db@dev", "sha256:other", FactKind::Approved);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&db], vec![other]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+
+        // One of its digest does, and is spent once the member applied.
+        let given = override_fact("db@dev", &db.plan_digest, FactKind::Approved);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&db], vec![given.clone()]);
+        assert_eq!(effects.last(), Some(&Effect::Apply("db@dev".into())));
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended(ApplyOutcome::Applied(Map::new())),
+        );
+        assert!(effects.contains(&Effect::SpendOverride {
+            member: "db@dev".into(),
+            digest: db.plan_digest.clone()
+        }));
+
+        // A revoke after it stops it counting.
+        let mut revoked = override_fact("db@dev", &db.plan_digest, FactKind::Revoked);
+        revoked.seq = 2;
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&db], vec![given, revoked]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+    }
+
+    #[test]
+    fn replan_plans_again_applies_the_new_plan_and_fails_after_the_limit() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        for round in 1..=MAX_REPLANS {
+            let asked = ended(ApplyOutcome::Replan(Some("state moved".into())));
+            assert_eq!(
+                step(&mut machine, &mut record, asked),
+                [Effect::Save, Effect::Replan("network@dev".into())],
+                "replan {round}"
+            );
+            assert_eq!(record.state("network@dev"), MemberState::NotStarted);
+            let replanned = Observation::Replanned {
+                outcome: Box::new(outcome(&net)),
+                overrides: vec![],
+                now: NOW,
+            };
+            assert_eq!(
+                step(&mut machine, &mut record, replanned),
+                [
+                    Effect::Save,
+                    Effect::Publish,
+                    Effect::Apply("network@dev".into())
+                ]
+            );
+        }
+        let effects = step(&mut machine, &mut record, ended(ApplyOutcome::Replan(None)));
+        assert_eq!(
+            effects,
+            [Effect::Save, Effect::Unlock, Effect::Done(Step::Continue)]
+        );
+        assert_eq!(
+            record.state("network@dev").label(),
+            format!("failed: its apply command asked to plan again {MAX_REPLANS} times in a row")
+        );
+    }
+
+    #[test]
+    fn a_replan_that_moves_the_plan_waits_for_its_round() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        step(&mut machine, &mut record, ended(ApplyOutcome::Replan(None)));
+        let replanned = Observation::Replanned {
+            outcome: Box::new(outcome(&plan("network@dev", "10.1.0.0/16"))),
+            overrides: vec![],
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, replanned),
+            [Effect::Unlock, Effect::Done(Step::Stop)]
+        );
+        assert!(record
+            .state("network@dev")
+            .label()
+            .starts_with("waiting: not covered after `replan`"));
+        assert!(matches!(record.wait, Some(Wait::Round { round: 2, .. })));
+    }
+
+    #[test]
+    fn a_held_member_is_tried_again_later_and_later_while_it_stays_held() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let mut record = h.record.clone();
+        let mut machine = h.machine();
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        let first_end = NOW + 5_000;
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended(ApplyOutcome::Held("terraform lock".into()))
+            ),
+            [
+                Effect::ResumeAt(first_end + 30_000),
+                Effect::Save,
+                Effect::Unlock,
+                Effect::Done(Step::Continue)
+            ]
+        );
+        assert_eq!(
+            record.wait,
+            Some(Wait::Holder {
+                member: "network@dev".into(),
+                holder: "terraform lock".into(),
+                until: first_end + 30_000
+            })
+        );
+
+        // Before its time, the next job leaves it be.
+        record.wait = None;
+        let mut machine = h.machine();
+        let early = Observation::Reached {
+            now: first_end + 29_999,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, early),
+            [Effect::Done(Step::Continue)]
+        );
+
+        // At its time it applies again; held once more, it waits twice as long.
+        let mut machine = h.machine();
+        let due = first_end + 30_000;
+        step(&mut machine, &mut record, Observation::Reached { now: due });
+        step(
+            &mut machine,
+            &mut record,
+            Observation::Locked {
+                alive: BTreeMap::new(),
+                now: due,
+            },
+        );
+        let planned = Observation::Planned {
+            outcomes: vec![outcome(&net)],
+            overrides: vec![],
+            now: due,
+        };
+        step(&mut machine, &mut record, planned);
+        let held_again = Observation::Ended {
+            outcome: ApplyOutcome::Held("terraform lock".into()),
+            now: due,
+        };
+        let effects = step(&mut machine, &mut record, held_again);
+        assert_eq!(effects[0], Effect::ResumeAt(due + 60_000));
+        assert!(matches!(
+            record.state("network@dev"),
+            MemberState::Held { tries: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn a_failure_stops_its_downstream_in_later_waves_but_not_its_wave_mates() {
+        let (net, dns) = (plan("network@dev", "a"), plan("dns@dev", "b"));
+        let h = Harness::new(&["network@dev", "dns@dev"], &[&net, &dns]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net, &dns], vec![]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended(ApplyOutcome::Failed("exit 1".into()))
+            ),
+            [
+                Effect::Save,
+                Effect::Save,
+                Effect::Publish,
+                Effect::Apply("dns@dev".into())
+            ]
+        );
+        step(
+            &mut machine,
+            &mut record,
+            ended(ApplyOutcome::StoodDown("frozen".into())),
+        );
+        assert_eq!(record.state("dns@dev").label(), "stood down: frozen");
+
+        // The next wave: app depends on network (failed), web on dns (stood down).
+        let mut next = Harness::new(&["app@dev", "web@dev"], &[]);
+        next.upstreams = BTreeMap::from([
+            ("app@dev".to_owned(), vec!["network@dev".to_owned()]),
+            ("web@dev".to_owned(), vec!["dns@dev".to_owned()]),
+        ]);
+        let mut machine = next.machine();
+        assert_eq!(
+            step(&mut machine, &mut record, Observation::Reached { now: NOW }),
+            [Effect::Done(Step::Continue)]
+        );
+        assert_eq!(record.state("app@dev").label(), "blocked by network@dev");
+        assert_eq!(record.state("web@dev").label(), "blocked by dns@dev");
+    }
+
+    #[test]
+    fn a_plan_that_failed_on_the_merge_commit_fails_its_member() {
+        let net = plan("network@dev", "a");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let mut broken = outcome(&net);
+        broken.plan = None;
+        broken.status = MemberStatus::PlanFailed;
+        broken.error = Some("exit 2".into());
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        step(
+            &mut machine,
+            &mut record,
+            Observation::Locked {
+                alive: BTreeMap::new(),
+                now: NOW,
+            },
+        );
+        let planned = Observation::Planned {
+            outcomes: vec![broken],
+            overrides: vec![],
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, planned),
+            [Effect::Unlock, Effect::Done(Step::Continue)]
+        );
+        assert_eq!(
+            record.state("network@dev").label(),
+            "failed: planning on the merge commit failed: exit 2"
+        );
+    }
+}

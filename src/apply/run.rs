@@ -1,0 +1,487 @@
+//! A run's transitions outside its waves, as pure functions of its status
+//! and attempt record: how it settles at the end of a job (its status, when
+//! its wait was posted, the pending fact a new wait leaves, the approvals an
+//! applied run spends, the locks it lets go, what the pull request is
+//! told), how it stops when it cannot go on, how a dead-lettered job stops
+//! it, and what `/retry` does to it. Each returns effects in the order the
+//! worker carries them out; the news is typed, and `report::apply` words it.
+
+use super::machine::Effect;
+use super::{settled_status, AttemptRecord, MemberState, RunStatus, Wait};
+use crate::plan::changeset::ChangeSet;
+use std::collections::BTreeSet;
+
+/// What the pull request is told about its run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum News {
+    /// Members failed that had not before; `meanwhile`: a wait that is new too.
+    Failed { meanwhile: Option<Wait> },
+    /// Every member the merge changes is deployed.
+    Applied,
+    /// Nothing failed or waits, but a member stood down.
+    Ended,
+    /// The run waits, and did not before (or waits for something else now).
+    Waits(Wait),
+    /// The run cannot go on (a broken config, a tampered record, the
+    /// sandbox): why, and what to do.
+    CannotGoOn(String),
+    /// Its job failed `attempts` times, the last with `error`.
+    GaveUp { attempts: u32, error: String },
+}
+
+/// A gate the run waits at for a person, for its `pending` fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub gate: String,
+    pub digest: String,
+    pub members: Vec<String>,
+    pub description: String,
+}
+
+/// What settling a run needs besides its status and record.
+#[derive(Debug, Clone)]
+pub struct Settle<'a> {
+    pub pr: crate::model::PrNumber,
+    /// The pull request's approved digest and change set.
+    pub digest: &'a str,
+    pub approved: &'a ChangeSet,
+    /// Every member of the run.
+    pub members: &'a BTreeSet<String>,
+    /// The wait and the failed members as the job found them.
+    pub previous_wait: Option<&'a Wait>,
+    pub failed_before: &'a BTreeSet<String>,
+    pub now: i64,
+}
+
+/// The end of a job: the run's status, then what is recorded, spent, let
+/// go, shown and said. A failure outranks a wait: it is said first, with
+/// the new wait after it.
+pub fn settle(s: &Settle<'_>, status: &mut RunStatus, record: &mut AttemptRecord) -> Vec<Effect> {
+    *status = settled_status(record, s.members);
+    if *status != RunStatus::Waiting {
+        record.at = None;
+    }
+    let new_wait = record
+        .wait
+        .as_ref()
+        .is_some_and(|w| w.is_new_since(s.previous_wait));
+    if new_wait || (record.wait.is_none() && s.previous_wait.is_some()) {
+        record.wait_posted_at = s.now;
+    }
+    let mut effects = Vec::new();
+    if new_wait {
+        effects.extend(pending_of(s, record).map(Effect::RecordPending));
+    }
+    if status.is_final() {
+        effects.extend(spent(s, record));
+    }
+    if status.is_final() || *status == RunStatus::Failed {
+        effects.push(Effect::Unlock);
+    }
+    effects.push(Effect::Publish);
+    // The holder may have let go between our refusal and our saying we
+    // wait: it wakes the runs it finds waiting, and we look again after
+    // saving, so one of the two always sees the other.
+    if let Some(Wait::Lock { member, .. }) = &record.wait {
+        effects.push(Effect::ResumeIfUnlocked(member.clone()));
+    }
+    let newly_failed = *status == RunStatus::Failed && failed(record) != *s.failed_before;
+    let new_wait = record.wait.clone().filter(|_| new_wait);
+    let news = match status {
+        RunStatus::Failed if newly_failed => Some(News::Failed {
+            meanwhile: new_wait,
+        }),
+        RunStatus::Applied => Some(News::Applied),
+        RunStatus::Ended => Some(News::Ended),
+        _ => new_wait.map(News::Waits),
+    };
+    effects.extend(news.map(Effect::Say));
+    effects
+}
+
+/// The run cannot go on for a reason given in `why_and_fix`: it fails,
+/// shows so, and says why.
+pub fn stop(status: &mut RunStatus, why_and_fix: String) -> Vec<Effect> {
+    *status = RunStatus::Failed;
+    vec![Effect::Publish, Effect::Say(News::CannotGoOn(why_and_fix))]
+}
+
+/// The run's job was dead-lettered: a run still going stops as failed, so
+/// `/retry` resumes it from its record, and lets go of its locks.
+pub fn gave_up(status: &mut RunStatus, attempts: u32, error: &str) -> Vec<Effect> {
+    if status.is_final() {
+        return Vec::new();
+    }
+    *status = RunStatus::Failed;
+    vec![
+        Effect::Save,
+        Effect::Unlock,
+        Effect::Say(News::GaveUp {
+            attempts,
+            error: error.to_owned(),
+        }),
+    ]
+}
+
+/// What `/retry` did to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// What stopped starts over; the run goes on (save it, then resume it).
+    Restarted,
+    /// It goes on by itself; a nudge is harmless (its job re-reads the
+    /// record) and resumes a run whose job was lost.
+    Nudged,
+    /// Every member applied: there is nothing to retry.
+    NothingLeft,
+}
+
+/// `/retry`: a failed or ended run starts over from its record (members
+/// that failed, were held, stood down, blocked or waited are planned again
+/// first; applied ones stay applied).
+pub fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry {
+    match status {
+        RunStatus::Applied => Retry::NothingLeft,
+        RunStatus::Failed | RunStatus::Ended => {
+            record.reset_for_retry();
+            *status = RunStatus::Running;
+            Retry::Restarted
+        }
+        RunStatus::Waiting | RunStatus::Running => Retry::Nudged,
+    }
+}
+
+/// The members that failed, for telling a new failure from one said before.
+pub fn failed(record: &AttemptRecord) -> BTreeSet<String> {
+    record
+        .members
+        .iter()
+        .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+/// The approvals an applied run used, each spent so none lets anything
+/// through again: the pull request's, and each approved stage gate and round.
+fn spent(s: &Settle<'_>, record: &AttemptRecord) -> Vec<Effect> {
+    let pr = crate::model::GateId::Pr(s.pr).to_string();
+    std::iter::once((pr, s.digest.to_owned()))
+        .chain(
+            record
+                .stages
+                .values()
+                .filter(|g| !g.approved_by.is_empty())
+                .map(|g| (g.gate.clone(), g.change_set.digest.clone())),
+        )
+        .chain(
+            record
+                .rounds
+                .iter()
+                .filter(|r| !r.approved_by.is_empty())
+                .map(|r| (r.gate.clone(), r.change_set.digest.clone())),
+        )
+        .map(|(gate, digest)| Effect::SpendApproval { gate, digest })
+        .collect()
+}
+
+/// What the run's wait asks of a person, for its `pending` fact; none for
+/// waits that end by themselves.
+fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
+    let names =
+        |set: &ChangeSet| -> Vec<String> { set.members.iter().map(|m| m.member.clone()).collect() };
+    let pr = s.pr;
+    let pending = |gate: &String, digest: &String, members, description| Pending {
+        gate: gate.clone(),
+        digest: digest.clone(),
+        members,
+        description,
+    };
+    match record.wait.as_ref()? {
+        Wait::PrApproval { gate, digest } => Some(pending(
+            gate,
+            digest,
+            names(s.approved),
+            format!("merged pull request {pr} waits for an approval of its change set"),
+        )),
+        Wait::Stage { stage, gate, digest } => Some(pending(
+            gate,
+            digest,
+            record.stages.get(stage).map(|g| names(&g.change_set)).unwrap_or_default(),
+            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
+        )),
+        Wait::Round { round, gate, digest } => Some(pending(
+            gate,
+            digest,
+            record
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| names(&r.change_set))
+                .unwrap_or_default(),
+            format!("round {round} of pull request {pr}: plans that moved since they were approved"),
+        )),
+        wait @ Wait::Override { gate, digest, .. } => {
+            let denials = wait.denials();
+            Some(pending(
+                gate,
+                digest,
+                denials.iter().map(|d| d.member.clone()).collect(),
+                format!(
+                    "the policy denied {}; an overrider may let each through",
+                    denials
+                        .iter()
+                        .map(|d| format!("{}'s plan {} ({})", d.member, d.digest, d.rules.join(", ")))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ))
+        }
+        Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::tests::{plan, set_of};
+    use crate::apply::{Round, StageGate};
+    use crate::model::PrNumber;
+    use serde_json::Map;
+
+    const NOW: i64 = 5_000;
+
+    fn applied() -> MemberState {
+        MemberState::Applied {
+            plan_digest: "d".into(),
+            outputs: Map::new(),
+            note: None,
+        }
+    }
+
+    fn round(number: u32, approved_by: &[&str]) -> Round {
+        let set = set_of(&[&plan("app@prod", &number.to_string())]);
+        Round {
+            number,
+            gate: format!("pr-7-round-{number}"),
+            stage: "prod".into(),
+            change_set: set,
+            reasons: vec!["app@prod: moved".into()],
+            filled: vec![],
+            approved_by: approved_by.iter().map(|a| (*a).to_owned()).collect(),
+            mismatch: None,
+        }
+    }
+
+    struct Job {
+        approved: ChangeSet,
+        members: BTreeSet<String>,
+        previous_wait: Option<Wait>,
+        failed_before: BTreeSet<String>,
+    }
+
+    impl Job {
+        fn new(members: &[&str]) -> Self {
+            Job {
+                approved: set_of(&[&plan("app@prod", "a")]),
+                members: members.iter().map(|m| (*m).to_owned()).collect(),
+                previous_wait: None,
+                failed_before: BTreeSet::new(),
+            }
+        }
+
+        fn settle(&self, status: &mut RunStatus, record: &mut AttemptRecord) -> Vec<Effect> {
+            let s = Settle {
+                pr: PrNumber(7),
+                digest: "sha256:pr",
+                approved: &self.approved,
+                members: &self.members,
+                previous_wait: self.previous_wait.as_ref(),
+                failed_before: &self.failed_before,
+                now: NOW,
+            };
+            settle(&s, status, record)
+        }
+    }
+
+    #[test]
+    fn a_run_that_applied_spends_every_approval_it_used_lets_go_and_says_so() {
+        let job = Job::new(&["app@dev", "app@prod"]);
+        let mut record = AttemptRecord::default();
+        record.set("app@dev", applied());
+        record.set("app@prod", applied());
+        record.at = Some(("prod".into(), 1));
+        record.stages.insert(
+            "prod".into(),
+            StageGate {
+                gate: "pr-7-prod".into(),
+                change_set: set_of(&[&plan("app@prod", "a")]),
+                approved_by: vec!["erin".into()],
+                mismatch: None,
+                opened_at: 0,
+                expires_at: None,
+                expired: false,
+            },
+        );
+        record.rounds = vec![round(2, &["erin"]), round(3, &[])];
+        let mut status = RunStatus::Running;
+        let effects = job.settle(&mut status, &mut record);
+        let spend = |gate: &str, digest: &str| Effect::SpendApproval {
+            gate: gate.into(),
+            digest: digest.into(),
+        };
+        assert_eq!(
+            effects,
+            [
+                spend("pr-7", "sha256:pr"),
+                spend("pr-7-prod", &record.stages["prod"].change_set.digest),
+                spend("pr-7-round-2", &record.rounds[0].change_set.digest),
+                Effect::Unlock,
+                Effect::Publish,
+                Effect::Say(News::Applied),
+            ],
+            "the unapproved round 3 spends nothing"
+        );
+        assert_eq!((status, record.at), (RunStatus::Applied, None));
+    }
+
+    #[test]
+    fn a_new_wait_for_a_person_leaves_a_pending_fact_and_is_said_once() {
+        let mut job = Job::new(&["app@prod"]);
+        let mut record = AttemptRecord {
+            rounds: vec![round(2, &[])],
+            ..AttemptRecord::default()
+        };
+        let wait = Wait::Round {
+            round: 2,
+            gate: "pr-7-round-2".into(),
+            digest: record.rounds[0].change_set.digest.clone(),
+        };
+        record.wait = Some(wait.clone());
+        let mut status = RunStatus::Running;
+        assert_eq!(
+            job.settle(&mut status, &mut record),
+            [
+                Effect::RecordPending(Pending {
+                    gate: "pr-7-round-2".into(),
+                    digest: record.rounds[0].change_set.digest.clone(),
+                    members: vec!["app@prod".into()],
+                    description:
+                        "round 2 of pull request #7: plans that moved since they were approved"
+                            .into(),
+                }),
+                Effect::Publish,
+                Effect::Say(News::Waits(wait.clone())),
+            ]
+        );
+        assert_eq!((status, record.wait_posted_at), (RunStatus::Waiting, NOW));
+
+        // The next job finds the same wait: shown again, not said again.
+        job.previous_wait = Some(wait);
+        record.wait_posted_at = 1;
+        assert_eq!(job.settle(&mut status, &mut record), [Effect::Publish]);
+        assert_eq!(record.wait_posted_at, 1, "the wait was posted earlier");
+    }
+
+    #[test]
+    fn a_new_failure_outranks_a_new_wait_and_is_said_with_it_once() {
+        let mut job = Job::new(&["app@dev", "db@dev"]);
+        let mut record = AttemptRecord::default();
+        record.set(
+            "app@dev",
+            MemberState::Failed {
+                error: "exit 1".into(),
+            },
+        );
+        let wait = Wait::Lock {
+            member: "db@dev".into(),
+            pr: 3,
+        };
+        record.wait = Some(wait.clone());
+        let mut status = RunStatus::Running;
+        assert_eq!(
+            job.settle(&mut status, &mut record),
+            [
+                Effect::Unlock,
+                Effect::Publish,
+                Effect::ResumeIfUnlocked("db@dev".into()),
+                Effect::Say(News::Failed {
+                    meanwhile: Some(wait.clone())
+                }),
+            ],
+            "a lock wait leaves no pending fact and is looked at again after saving"
+        );
+        assert_eq!(status, RunStatus::Failed);
+
+        job.failed_before = failed(&record);
+        job.previous_wait = Some(wait);
+        assert_eq!(
+            job.settle(&mut status, &mut record),
+            [
+                Effect::Unlock,
+                Effect::Publish,
+                Effect::ResumeIfUnlocked("db@dev".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_member_that_stood_down_ends_the_run() {
+        let job = Job::new(&["app@dev"]);
+        let mut record = AttemptRecord::default();
+        record.set(
+            "app@dev",
+            MemberState::StoodDown {
+                reason: "frozen".into(),
+            },
+        );
+        let mut status = RunStatus::Running;
+        let effects = job.settle(&mut status, &mut record);
+        assert_eq!(status, RunStatus::Ended);
+        assert_eq!(effects.last(), Some(&Effect::Say(News::Ended)));
+    }
+
+    #[test]
+    fn a_run_stopped_or_given_up_fails_and_says_why_and_a_finished_one_stays_finished() {
+        let mut status = RunStatus::Running;
+        assert_eq!(
+            stop(&mut status, "the config is broken".into()),
+            [
+                Effect::Publish,
+                Effect::Say(News::CannotGoOn("the config is broken".into()))
+            ]
+        );
+        assert_eq!(status, RunStatus::Failed);
+
+        let mut status = RunStatus::Waiting;
+        let effects = gave_up(&mut status, 4, "timeout");
+        assert_eq!(effects[..2], [Effect::Save, Effect::Unlock]);
+        assert_eq!(status, RunStatus::Failed);
+
+        let mut status = RunStatus::Applied;
+        assert_eq!(gave_up(&mut status, 4, "timeout"), []);
+        assert_eq!(status, RunStatus::Applied);
+    }
+
+    #[test]
+    fn retry_starts_a_stopped_run_over_and_leaves_a_going_one_be() {
+        let mut record = AttemptRecord::default();
+        record.set("app@dev", applied());
+        record.set(
+            "db@dev",
+            MemberState::Failed {
+                error: "exit 1".into(),
+            },
+        );
+        let mut status = RunStatus::Failed;
+        assert_eq!(retry(&mut status, &mut record), Retry::Restarted);
+        assert_eq!(status, RunStatus::Running);
+        assert_eq!(record.state("db@dev"), MemberState::NotStarted);
+        assert!(record.state("app@dev").is_applied());
+
+        let mut status = RunStatus::Waiting;
+        assert_eq!(retry(&mut status, &mut record), Retry::Nudged);
+        assert_eq!(status, RunStatus::Waiting);
+
+        let mut status = RunStatus::Applied;
+        assert_eq!(retry(&mut status, &mut record), Retry::NothingLeft);
+    }
+}
