@@ -10,6 +10,7 @@ pub mod apply;
 pub mod config;
 pub mod forge;
 pub mod gate;
+pub mod git;
 pub mod jobs;
 pub mod metrics;
 pub mod model;

@@ -42,7 +42,7 @@ fn a_rename_counts_on_both_sides_and_the_base_moving_on_does_not_count() {
     std::fs::write(repo.join("shared.txt"), "b\n").unwrap();
     git(repo, &["commit", "-q", "-am", "main moves on"]);
 
-    let paths = wavegate::plan::git::changed_paths(repo, "main", "feature").unwrap();
+    let paths = wavegate::git::changed_paths(repo, "main", "feature").unwrap();
     assert_eq!(
         paths,
         vec![
@@ -57,7 +57,7 @@ fn a_rename_counts_on_both_sides_and_the_base_moving_on_does_not_count() {
 /// answers: only git saying the commit has no such path is "absent".
 #[test]
 fn an_absent_file_and_an_unreadable_one_are_different_answers() {
-    use wavegate::plan::git::read_file;
+    use wavegate::git::read_file;
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
@@ -138,7 +138,7 @@ fn two_commit_pr() -> (tempfile::TempDir, String, String, String) {
 
 #[test]
 fn the_target_before_a_merge_is_found_whatever_the_merge_method() {
-    use wavegate::plan::git::target_before_merge;
+    use wavegate::git::target_before_merge;
     for method in ["merge commit", "squash", "rebase"] {
         let (dir, base, head, before) = two_commit_pr();
         let repo = dir.path();

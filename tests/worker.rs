@@ -10,10 +10,10 @@ use support::FakeForge;
 use wavegate::config::Settings;
 use wavegate::forge::registry::Forges;
 use wavegate::forge::PullRequest;
+use wavegate::git::Workspace;
 use wavegate::jobs::Task;
 use wavegate::model::{CommitSha, PrNumber, User};
 use wavegate::store::{JobStatus, Store};
-use wavegate::worker::workspace::Workspace;
 use wavegate::worker::{Worker, WorkerOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,6 +57,7 @@ async fn a_job_that_runs_out_of_attempts_is_dead_lettered_and_the_pr_is_told() {
         },
         sandbox: Arc::new(wavegate::sandbox::Sandbox::probe(Default::default()).await),
         cancel: Default::default(),
+        base_rules: Default::default(),
     };
 
     // The forge refuses to say what the pull request's head is, and the job

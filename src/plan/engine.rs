@@ -7,12 +7,12 @@
 
 use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
-use super::git;
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
+use crate::git;
 use crate::model::MemberId;
 use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;

@@ -5,7 +5,6 @@ pub mod changeset;
 pub mod coverage;
 pub mod engine;
 pub mod fanout;
-pub mod git;
 pub mod path;
 pub mod planfile;
 pub mod preview;

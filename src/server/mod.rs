@@ -14,12 +14,12 @@ use crate::config::Settings;
 use crate::forge::events::{self, Parsed};
 use crate::forge::registry::Forges;
 use crate::forge::webhook;
+use crate::git::Workspace;
 use crate::jobs;
 use crate::model::ForgeKind;
 use crate::sandbox::Sandbox;
 use crate::store::{Intake, NewDelivery, Store};
 use crate::worker::reconcile::Reconciler;
-use crate::worker::workspace::Workspace;
 use crate::worker::{Worker, WorkerOptions};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -188,6 +188,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             options: worker_options.clone(),
             sandbox: sandbox.clone(),
             cancel: Default::default(),
+            base_rules: Default::default(),
         };
         tasks.push(tokio::spawn(worker.run(stopping.clone())));
     }

@@ -16,17 +16,17 @@ use crate::apply::stage::{StageMachine, StageObservation, StageSpec};
 use crate::apply::{
     run_goes_on, stage_waves, upstream_members, AttemptRecord, MemberState, RunStatus, Wait,
 };
-use crate::config::repo::{gate_of, stage_timeout, GatePolicy, Policy, RawRepoConfig};
-use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::config::repo::{GatePolicy, Policy};
+use crate::config::BaseRules;
 use crate::forge::client::ForgeClient;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
+use crate::git;
 use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench};
-use crate::plan::git;
 use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
@@ -59,8 +59,8 @@ struct Drive<'a> {
     plan: PlanRecord,
     approved: ChangeSet,
     policy: Policy,
-    /// The base's config (the merge's first parent), for stage gates.
-    base: Option<RawRepoConfig>,
+    /// What the target before the merge decides: stage gates, approvers, timeouts.
+    rules: Arc<BaseRules>,
     /// Approvers' permissions as the forge answered them in this job.
     asked: HashMap<String, super::gate::Who>,
 }
@@ -68,7 +68,7 @@ struct Drive<'a> {
 impl Drive<'_> {
     /// The policy a stage's gate and rounds are judged by.
     fn stage_policy(&self, stage: &str) -> Policy {
-        crate::config::repo::stage_policy(self.base.as_ref(), &self.policy, stage)
+        self.rules.stage_policy(&self.policy, stage)
     }
 }
 
@@ -119,14 +119,16 @@ impl Worker {
         // The target as it was before the merge, whatever the method: the
         // gates and policy it reads, and the fan-out against it, are never
         // a state an earlier commit of the pull request made.
-        let base = tokio::task::block_in_place(|| {
-            git::target_before_merge(
-                &mirror,
-                merge_sha.as_str(),
-                plan.head_sha.as_str(),
-                plan.base_sha.as_str(),
-            )
+        let commits = (
+            merge_sha.clone(),
+            plan.head_sha.clone(),
+            plan.base_sha.clone(),
+        );
+        let base = git::off_runtime(move || {
+            let (merge, head, base) = commits;
+            git::target_before_merge(&mirror, merge.as_str(), head.as_str(), base.as_str())
         })
+        .await
         .with_context(|| format!("finding the target branch before the merge {merge_sha}"))?;
         let (run, created) = self
             .store
@@ -197,7 +199,7 @@ impl Worker {
     ) -> Result<()> {
         let auth = client.git_auth_header(repo).await?;
         self.workspace
-            .fetch(&super::workspace::FetchRequest {
+            .fetch(&crate::git::FetchRequest {
                 repo: &repo.id,
                 sources: vec![(&repo.clone_url, commit)],
                 auth: auth.as_ref(),
@@ -240,8 +242,8 @@ impl Worker {
             )
         })?;
         let mirror = self.workspace.mirror_path(&run.repo.id);
-        let base_raw = tokio::task::block_in_place(|| raw_config_at(&mirror, &run.base_sha))?;
-        let policy = self.base_policy(&run.repo, &run.base_sha)?;
+        let rules = self.base_rules(&run.repo, &run.base_sha).await?;
+        let policy = rules.policy();
         let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
             .map_err(|e| e.to_string())
             .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()))
@@ -300,7 +302,7 @@ impl Worker {
             plan,
             approved,
             policy,
-            base: base_raw,
+            rules,
             asked: HashMap::new(),
         };
         drive.run.record.layout = layout;
@@ -655,7 +657,7 @@ impl Worker {
             if done(&drive.run.record) {
                 continue;
             }
-            let gate = gate_of(drive.base.as_ref(), &stage);
+            let gate = drive.rules.gate(&stage);
             if self.stage_gate(drive, bench, &stage, &waves, gate).await? == Step::Stop {
                 return Ok(());
             }
@@ -689,7 +691,7 @@ impl Worker {
             stage,
             waves,
             gate,
-            timeout: stage_timeout(drive.base.as_ref(), stage),
+            timeout: drive.rules.stage_timeout(stage),
         });
         let now = chrono::Utc::now().timestamp_millis();
         let mut observation = StageObservation::Reached { now };
@@ -756,7 +758,7 @@ impl Worker {
             members: wave,
             upstreams,
             approved: &drive.approved,
-            gate: gate_of(drive.base.as_ref(), stage),
+            gate: drive.rules.gate(stage),
             host: &host,
             lifetimes,
             held_retry: self.options.held_retry,
@@ -1049,17 +1051,6 @@ impl Worker {
         run.check_id = check_id.or(run.check_id);
         self.store.save_apply_run(run).await
     }
-}
-
-/// The base's raw config (for stage gates): None when missing or unreadable,
-/// which reads as the strictest gates.
-/// The config at `commit` as written (`None`: none there, or it does not
-/// parse, which gates read as their strictest); an error when git could
-/// not read it, so the job is retried instead of deciding on a guess.
-fn raw_config_at(mirror: &std::path::Path, commit: &CommitSha) -> Result<Option<RawRepoConfig>> {
-    let text = git::read_file(mirror, commit.as_str(), CONFIG_FILE)
-        .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
-    Ok(text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, &t).ok()))
 }
 
 /// For each of `members` caught `applying` by a command started on this

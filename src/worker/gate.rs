@@ -19,9 +19,9 @@ use crate::forge::{RepoRef, ReviewState};
 use crate::gate::commands::{self, Command};
 use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
 use crate::gate::policy::{self, Candidate, ReportSeen};
+use crate::git;
 use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, PrNumber, User};
-use crate::plan::git;
 use crate::report::approvals::{self, Stale, Standing};
 use crate::store::{ApplyRunRecord, JobOutcome, PlanRecord, PrRecord};
 use anyhow::{Context, Result};
@@ -284,7 +284,7 @@ impl Worker {
         let Some((record, plan)) = self.current(repo, pr).await? else {
             return Ok(JobOutcome::Skipped("no current plan to approve".into()));
         };
-        let policy = match self.base_policy(repo, &plan.base_sha)? {
+        let policy = match self.base_policy(repo, &plan.base_sha).await? {
             Ok(policy) if policy.review_approvals => policy,
             Ok(_) => return Ok(JobOutcome::Skipped("review approvals are off".into())),
             Err(why) => return Ok(JobOutcome::Skipped(why)),
@@ -355,7 +355,7 @@ impl Worker {
                 "the review is not of the merged head".into(),
             ));
         }
-        let policy = match self.run_gate_policy(repo, run, stage.as_deref())? {
+        let policy = match self.run_gate_policy(repo, run, stage.as_deref()).await? {
             Ok(policy) if policy.review_approvals => policy,
             Ok(_) => {
                 return Ok(JobOutcome::Skipped(
@@ -403,25 +403,17 @@ impl Worker {
     /// The policy a run's gate is judged by: the base's `[policy]`, with the
     /// stage's own `approvers`, `required` and `review_approvals` from the
     /// base's `[[stage]]` entry. The same two kinds of failure as `base_policy`.
-    fn run_gate_policy(
+    async fn run_gate_policy(
         &self,
         repo: &RepoRef,
         run: &ApplyRunRecord,
         stage: Option<&str>,
     ) -> Result<Result<Policy, String>> {
-        let policy = match self.base_policy(repo, &run.base_sha)? {
-            Ok(policy) => policy,
-            Err(why) => return Ok(Err(why)),
-        };
-        let Some(stage) = stage else {
-            return Ok(Ok(policy));
-        };
-        let base = self.config_at(repo, &run.base_sha)?.map(|c| c.raw);
-        Ok(Ok(crate::config::repo::stage_policy(
-            base.as_ref(),
-            &policy,
-            stage,
-        )))
+        let rules = self.base_rules(repo, &run.base_sha).await?;
+        Ok(rules.policy().map(|policy| match stage {
+            Some(stage) => rules.stage_policy(&policy, stage),
+            None => policy,
+        }))
     }
 
     async fn approve(
@@ -453,12 +445,12 @@ impl Worker {
         let Some(plan) = plan.filter(|p| p.digest.as_deref() == Some(digest.as_str())) else {
             return Ok(Said::Refused(policy::Unbound::NoReport.to_string()));
         };
-        let policy = match self.base_policy(repo, &plan.base_sha)? {
+        let policy = match self.base_policy(repo, &plan.base_sha).await? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
         if let Some(stage) = stage {
-            let stages = self.base_stages(repo, &plan.base_sha)?;
+            let stages = self.base_stages(repo, &plan.base_sha).await?;
             if !stages.iter().any(|s| s == stage) {
                 return Ok(Said::Refused(format!(
                     "`{stage}` is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
@@ -542,7 +534,8 @@ impl Worker {
         let mut gates = vec![GateId::Pr(pr).to_string()];
         if let Some(plan) = &plan {
             gates.extend(
-                self.base_stages(repo, &plan.base_sha)?
+                self.base_stages(repo, &plan.base_sha)
+                    .await?
                     .iter()
                     .map(|stage| GateId::of(pr, Some(stage)).to_string()),
             );
@@ -672,7 +665,7 @@ impl Worker {
             Ok(bound) => bound.to_owned(),
             Err(why) => return Ok(Said::Refused(why.to_string())),
         };
-        let policy = match self.run_gate_policy(repo, run, waiting_stage)? {
+        let policy = match self.run_gate_policy(repo, run, waiting_stage).await? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -781,7 +774,7 @@ impl Worker {
                 )
             }
         };
-        let policy = match self.base_policy(repo, &base)? {
+        let policy = match self.base_policy(repo, &base).await? {
             Ok(policy) => policy,
             Err(why) => return Ok(Said::Refused(why)),
         };
@@ -938,33 +931,18 @@ impl Worker {
     /// `Ok(Err(why))`, said on the pull request) and ours (git could not
     /// read it: `Err`, the job's attempt fails and is retried). Neither
     /// ever approves by a default.
-    pub(super) fn base_policy(
+    pub(super) async fn base_policy(
         &self,
         repo: &RepoRef,
         base: &CommitSha,
     ) -> Result<Result<Policy, String>> {
-        let mirror = self.workspace.mirror_path(&repo.id);
-        let text = git::read_file(&mirror, base.as_str(), CONFIG_FILE).with_context(|| {
-            format!(
-                "reading the base branch's {CONFIG_FILE} at {}",
-                base.short()
-            )
-        })?;
-        Ok(match text {
-            None => Ok(Policy::default()),
-            Some(text) => RepoConfig::parse(CONFIG_FILE, &text)
-                .map(|config| config.policy)
-                .map_err(|e| format!("approvals are refused until the base branch's {CONFIG_FILE} reads again: {e}")),
-        })
+        Ok(self.base_rules(repo, base).await?.policy())
     }
 
     /// The stages of the base branch's config (none when it has no readable
     /// one); an error when git could not read it.
-    fn base_stages(&self, repo: &RepoRef, base: &CommitSha) -> Result<Vec<String>> {
-        Ok(self
-            .config_at(repo, base)?
-            .map(|c| c.stages.into_iter().map(|s| s.name).collect())
-            .unwrap_or_default())
+    async fn base_stages(&self, repo: &RepoRef, base: &CommitSha) -> Result<Vec<String>> {
+        Ok(self.base_rules(repo, base).await?.stages())
     }
 
     /// The config at `commit`: `None` when it has none or it does not parse;
@@ -1012,7 +990,7 @@ impl Worker {
         let Some(digest) = plan.digest.clone() else {
             return Ok(());
         };
-        let policy = self.base_policy(repo, &plan.base_sha)?;
+        let policy = self.base_policy(repo, &plan.base_sha).await?;
         let facts = self
             .store
             .gate_facts(&repo.id.ledger_key(), &GateId::Pr(pr).to_string())

@@ -13,19 +13,18 @@ mod gate;
 pub mod reconcile;
 pub mod redeliver;
 
-pub mod workspace;
-
 /// Characters of the report kept for the approvals section.
-use crate::config::{RepoConfig, CONFIG_FILE};
+use crate::config::{BaseRules, CONFIG_FILE};
 use crate::forge::client::ForgeClient;
 use crate::forge::listing::Page;
 use crate::forge::registry::Forges;
 use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::{PullRequest, RepoRef, ReviewState};
+use crate::git;
+use crate::git::{FetchRequest, Workspace};
 use crate::jobs::{self, Task};
-use crate::model::{CommitSha, PrNumber, User};
+use crate::model::{CommitSha, PrNumber, RepoId, User};
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
-use crate::plan::git;
 use crate::plan::runner::Cancel;
 use crate::report::{self, reply, reply::Reply};
 use crate::sandbox::Sandbox;
@@ -33,11 +32,11 @@ use crate::store::{
     FailOutcome, Job, JobOutcome, NewPlan, Once, PlanRecord, PrHead, PrReport, Store,
 };
 use anyhow::{Context, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tracing::Instrument as _;
-use workspace::{FetchRequest, Workspace};
 
 /// How a worker behaves; the defaults suit production.
 #[derive(Debug, Clone)]
@@ -79,6 +78,21 @@ pub struct Worker {
     pub sandbox: Arc<Sandbox>,
     /// Stops the commands of the job in hand when it is given up.
     pub cancel: Cancel,
+    /// The base branch's rules, read once per base commit.
+    pub base_rules: BaseRulesCache,
+}
+
+/// The base branch's rules by repository and commit: a commit's config
+/// never changes, so each is read and parsed once, whichever job asks.
+#[derive(Clone, Default)]
+pub struct BaseRulesCache(Arc<std::sync::Mutex<HashMap<BaseAt, Arc<BaseRules>>>>);
+
+/// A repository's base branch at one commit.
+type BaseAt = (RepoId, CommitSha);
+
+impl BaseRulesCache {
+    /// How many bases are kept; past it the cache starts over.
+    const KEPT: usize = 256;
 }
 
 /// The longest a worker waits before asking a failing store again.
@@ -152,6 +166,43 @@ impl Worker {
     }
 
     /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
+    /// The base branch's rules at `base`, read from the mirror once; an
+    /// error (retried with the job) when git cannot read it, never a guess.
+    pub(crate) async fn base_rules(
+        &self,
+        repo: &RepoRef,
+        base: &CommitSha,
+    ) -> Result<Arc<BaseRules>> {
+        let key = (repo.id.clone(), base.clone());
+        let cached = self
+            .base_rules
+            .0
+            .lock()
+            .expect("base rules lock poisoned")
+            .get(&key)
+            .cloned();
+        if let Some(rules) = cached {
+            return Ok(rules);
+        }
+        let mirror = self.workspace.mirror_path(&repo.id);
+        let commit = base.clone();
+        let text = git::off_runtime(move || git::read_file(&mirror, commit.as_str(), CONFIG_FILE))
+            .await
+            .with_context(|| {
+                format!(
+                    "reading the base branch's {CONFIG_FILE} at {}",
+                    base.short()
+                )
+            })?;
+        let rules = Arc::new(BaseRules::from_file(text.as_deref()));
+        let mut cache = self.base_rules.0.lock().expect("base rules lock poisoned");
+        if cache.len() >= BaseRulesCache::KEPT {
+            cache.clear();
+        }
+        cache.insert(key, Arc::clone(&rules));
+        Ok(rules)
+    }
+
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
         let mut failures = 0u32;
@@ -468,10 +519,7 @@ impl Worker {
         };
         let mirror = self.workspace.fetch(&base_only).await?;
 
-        let allowed = {
-            let (mirror, base) = (mirror.clone(), pr.base_sha.clone());
-            tokio::task::spawn_blocking(move || forks_allowed(&mirror, &base)).await??
-        };
+        let allowed = self.base_rules(repo, &pr.base_sha).await?.allows_forks();
         if pr.from_fork && !allowed {
             let fork = pr.head_clone_url.as_deref().unwrap_or("a fork");
             return self
@@ -777,15 +825,6 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Whether the base branch's policy lets a fork's code be planned. A base
-/// without a readable config allows nothing.
-fn forks_allowed(mirror: &std::path::Path, base: &crate::model::CommitSha) -> Result<bool> {
-    let text = git::read_file(mirror, base.as_str(), CONFIG_FILE)?;
-    Ok(text
-        .and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok())
-        .is_some_and(|config| config.policy.allow_forks))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! environment variable or a log line. No hook in a mirror ever runs, and no
 //! sandboxed command ever sees a mirror.
 
+use super::command::{git_async as git, redact_url, Credential};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, RepoId};
 use anyhow::{bail, Context, Result};
@@ -186,123 +187,6 @@ async fn fetching(command: &mut Command) -> Result<std::process::Output> {
 }
 
 /// A URL's scheme, host (without any user or password) and path.
-fn url_parts(url: &str) -> Option<(&str, &str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    Some((scheme, host, path))
-}
-
-/// `scheme://host/` of a URL: what git scopes per-host settings by.
-fn origin(url: &str) -> Option<String> {
-    url_parts(url).map(|(scheme, host, _)| format!("{scheme}://{host}/"))
-}
-
-/// A URL as it may appear in a message: without any user or password part.
-fn redact_url(url: &str) -> String {
-    url_parts(url).map_or_else(
-        || url.to_owned(),
-        |(scheme, host, path)| format!("{scheme}://{host}{path}"),
-    )
-}
-
-/// The `Authorization` header for one remote, as git configuration in a
-/// sealed in-memory file. Only the git given it inherits the descriptor
-/// (it is close-on-exec everywhere else), and git reads it through
-/// `/proc/self/fd`, so the token is in no argument and no environment.
-struct Credential {
-    file: std::os::fd::OwnedFd,
-}
-
-impl Credential {
-    fn new(url: &str, header: &Secret) -> Result<Option<Self>> {
-        use std::io::Write as _;
-        use std::os::fd::{AsRawFd as _, FromRawFd as _};
-        let Some(origin) = origin(url) else {
-            return Ok(None);
-        };
-        let value = header.expose();
-        if value.contains(['\n', '\r', '"', '\\']) || origin.contains(['"', '\\', '\n']) {
-            bail!(
-                "the credential for {} cannot be handed to git",
-                redact_url(url)
-            );
-        }
-        let config = format!("[http \"{origin}\"]\n\textraHeader = Authorization: {value}\n");
-        let name = c"wavegate-git-credential";
-        // SAFETY: a valid C string; the descriptor is owned below.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error())
-                .context("cannot hold the git credential in memory");
-        }
-        // SAFETY: just created, owned by nothing else.
-        let file = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        std::fs::File::from(file.try_clone()?)
-            .write_all(config.as_bytes())
-            .context("cannot hold the git credential in memory")?;
-        let seals =
-            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
-        Ok(Some(Self { file }))
-    }
-}
-
-/// A git command on the mirror, with hooks off; `credential` (a remote's
-/// `Authorization` header) is inherited by this git alone.
-fn git(mirror: &Path, credential: Option<&Credential>) -> Command {
-    let mut command = Command::new("git");
-    command
-        .arg("-C")
-        .arg(mirror)
-        .args(crate::plan::git::NO_HOOKS)
-        // A transfer slower than 1 KB/s for a minute is given up on.
-        .args([
-            "-c",
-            "http.lowSpeedLimit=1000",
-            "-c",
-            "http.lowSpeedTime=60",
-        ])
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_ASKPASS", "true")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_TRACE")
-        .env_remove("GIT_TRACE_CURL")
-        .env_remove("GIT_TRACE_PACKET")
-        .env_remove("GIT_CURL_VERBOSE")
-        .env_remove("GIT_CONFIG_PARAMETERS")
-        .env_remove("GIT_CONFIG_COUNT")
-        .kill_on_drop(true);
-    for name in crate::plan::git::server_settings_in_env() {
-        command.env_remove(name);
-    }
-    if let Some(credential) = credential {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&credential.file);
-        command
-            .env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "include.path")
-            .env("GIT_CONFIG_VALUE_0", format!("/proc/self/fd/{fd}"));
-        // SAFETY: fcntl is async-signal-safe; it lets this child (and the
-        // remote helper it starts) keep the descriptor across exec.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    command
-}
-
 trait StatusOk {
     async fn status_ok(&mut self, what: &str) -> Result<()>;
 }
@@ -384,7 +268,7 @@ mod tests {
         );
         assert!(has_commit(&mirror, &first).await);
         assert!(has_commit(&mirror, &pr_head).await);
-        assert!(crate::plan::git::is_repository(&mirror));
+        assert!(crate::git::is_repository(&mirror));
 
         // Fetching again is a no-op, and a commit nobody has is a clear error.
         let missing = sha(&"0".repeat(40));

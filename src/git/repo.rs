@@ -1,6 +1,7 @@
-//! The git a plan needs, through the `git` CLI: resolve revisions, read a file
-//! at a revision, list changed paths, and write a commit's files into a
-//! fresh directory. Hooks never run (`core.hooksPath=/dev/null`).
+//! What a job reads from a repository: resolve revisions, read a file at a
+//! revision, list changed paths, find the target before a merge, and write
+//! a commit's files into a fresh directory. Blocking; async callers run
+//! these off the runtime's threads.
 //!
 //! Changed paths come from `git diff`, never a forge API, so there is no cap
 //! on how many files a change may touch.
@@ -10,38 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn git(repo: &Path) -> Command {
-    let mut command = Command::new("git");
-    command
-        .arg("-C")
-        .arg(repo)
-        .args(NO_HOOKS)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE");
-    // Checkout filters and hooks run as git's children: the server's own
-    // settings (its secrets among them) stay out of their environment.
-    for name in server_settings_in_env() {
-        command.env_remove(name);
-    }
-    command
-}
-
-/// Settings every git wavegate runs gets: nothing in a repository (a hook,
-/// an fsmonitor program) ever runs inside the server's own git.
-pub const NO_HOOKS: [&str; 4] = [
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.fsmonitor=false",
-];
-
-/// The names of wavegate's own `WAVEGATE_*` variables in this process's
-/// environment: what a git child must not inherit.
-pub fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsString> {
-    std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| name.to_string_lossy().starts_with("WAVEGATE_"))
+    super::command::git(repo, None)
 }
 
 fn run(mut command: Command, what: &str) -> Result<Output> {

@@ -1,0 +1,160 @@
+//! What the base branch decides, read once from its `wavegate.toml`: the
+//! approval policy, each stage's gate, approvers and timeout, and whether a
+//! fork's code may be planned. Code in a pull request never decides these;
+//! the target it merges into does.
+//!
+//! "Missing or broken means strictest" lives here, once: a base without the
+//! file has the default policy, but one whose file does not read refuses
+//! approvals until it reads again; a stage the base does not describe (or
+//! cannot) is gated `always`; forks are allowed only by a base that says so.
+
+use super::repo::{
+    gate_of, stage_policy, stage_timeout, GatePolicy, Policy, RawRepoConfig, RepoConfig,
+};
+use super::CONFIG_FILE;
+use std::time::Duration;
+
+/// The base branch's rules, as read from its config at one commit.
+#[derive(Debug, Clone)]
+pub struct BaseRules {
+    /// The config as written, when it parses as TOML of the right shape
+    /// (what stage gates read; a base whose config does not validate
+    /// still names its gates).
+    raw: Option<RawRepoConfig>,
+    /// The validated config: `Ok(None)` when the base has none, `Err` with
+    /// why when it does not read.
+    config: Result<Option<RepoConfig>, String>,
+}
+
+impl BaseRules {
+    /// The rules of a base whose `wavegate.toml` is `text` (`None`: it has none).
+    pub fn from_file(text: Option<&str>) -> Self {
+        let Some(text) = text else {
+            return BaseRules {
+                raw: None,
+                config: Ok(None),
+            };
+        };
+        BaseRules {
+            raw: RepoConfig::parse_raw(CONFIG_FILE, text).ok(),
+            config: RepoConfig::parse(CONFIG_FILE, text)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The approval policy: the default when the base has no config; a
+    /// refusal to say on the pull request when its config does not read
+    /// (a broken file never means the loosest policy).
+    pub fn policy(&self) -> Result<Policy, String> {
+        match &self.config {
+            Ok(None) => Ok(Policy::default()),
+            Ok(Some(config)) => Ok(config.policy.clone()),
+            Err(e) => Err(format!(
+                "approvals are refused until the base branch's {CONFIG_FILE} reads again: {e}"
+            )),
+        }
+    }
+
+    /// Whether a fork's code may be planned: only when the base says so.
+    pub fn allows_forks(&self) -> bool {
+        matches!(&self.config, Ok(Some(config)) if config.policy.allow_forks)
+    }
+
+    /// The base's stages, in order (none when it has no readable config).
+    pub fn stages(&self) -> Vec<String> {
+        match &self.config {
+            Ok(Some(config)) => config.stages.iter().map(|s| s.name.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The config as written, for what reads it raw (stage gates, the
+    /// components a change to the file touches).
+    pub fn raw(&self) -> Option<&RawRepoConfig> {
+        self.raw.as_ref()
+    }
+
+    /// A stage's gate: `always` unless the base says otherwise.
+    pub fn gate(&self, stage: &str) -> GatePolicy {
+        gate_of(self.raw(), stage)
+    }
+
+    /// The policy a stage's gate and its rounds are judged by: `policy`
+    /// with the stage's own approvers, `required` and `review_approvals`.
+    pub fn stage_policy(&self, policy: &Policy, stage: &str) -> Policy {
+        stage_policy(self.raw(), policy, stage)
+    }
+
+    /// How long a stage's gate waits (`None`: until approved).
+    pub fn stage_timeout(&self, stage: &str) -> Option<Duration> {
+        stage_timeout(self.raw(), stage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GATED: &str = r#"
+[policy]
+approvers = ["@erin"]
+allow_forks = true
+
+[[stage]]
+name = "dev"
+gate = "never"
+
+[[stage]]
+name = "prod"
+timeout = "2h"
+
+[[component]]
+name = "app"
+dir = "app"
+stages = ["dev", "prod"]
+plan = ["./plan"]
+"#;
+
+    #[test]
+    fn a_base_that_says_so_sets_each_rule() {
+        let rules = BaseRules::from_file(Some(GATED));
+        assert_eq!(rules.policy().unwrap().approvers, ["@erin"]);
+        assert!(rules.allows_forks());
+        assert_eq!(rules.stages(), ["dev", "prod"]);
+        assert_eq!(rules.gate("dev"), GatePolicy::Never);
+        assert_eq!(rules.gate("prod"), GatePolicy::Always);
+        assert_eq!(rules.stage_timeout("prod"), Some(Duration::from_secs(7200)));
+    }
+
+    #[test]
+    fn a_base_without_a_config_has_the_default_policy_and_the_strictest_gates() {
+        let rules = BaseRules::from_file(None);
+        assert_eq!(rules.policy().unwrap(), Policy::default());
+        assert!(!rules.allows_forks());
+        assert!(rules.stages().is_empty());
+        assert_eq!(rules.gate("prod"), GatePolicy::Always);
+    }
+
+    #[test]
+    fn a_base_whose_config_does_not_read_refuses_approvals_and_forks() {
+        let rules = BaseRules::from_file(Some("[policy\nnot toml"));
+        let refusal = rules.policy().unwrap_err();
+        assert!(
+            refusal.starts_with(
+                "approvals are refused until the base branch's wavegate.toml reads again:"
+            ),
+            "{refusal}"
+        );
+        assert!(!rules.allows_forks());
+        assert_eq!(rules.gate("dev"), GatePolicy::Always);
+    }
+
+    #[test]
+    fn a_base_that_parses_but_does_not_validate_still_names_its_gates() {
+        let invalid = GATED.replace("plan = [\"./plan\"]", "plan = []");
+        let rules = BaseRules::from_file(Some(&invalid));
+        assert!(rules.policy().is_err());
+        assert_eq!(rules.gate("dev"), GatePolicy::Never);
+    }
+}
