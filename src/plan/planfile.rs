@@ -559,6 +559,56 @@ mod tests {
         }
     }
 
+    /// Digests are stored in the ledger and approvals are bound to them, so
+    /// the bytes they hash may never move. These were computed by the writer
+    /// before it was optimised; a change to any of them is a bug.
+    #[test]
+    fn digests_of_a_rich_plan_are_pinned() {
+        let rich = r#"{
+            "summary": "ignored prose",
+            "entries": [
+                {"address": "module.z[\"ключ\"].aws_instance.x", "action": "update",
+                 "before": {"tags": {"Name": "old", "": "empty key"}, "n": -0.0, "list": []},
+                 "after": {"tags": {"Name": "new \"quoted\" \\ back\tslash\n", "b": {}, "a": [1, 2.5, -3]},
+                           "n": 1e21, "small": 1e-7, "tiny": 5e-324, "max": 1.7976931348623157e308,
+                           "third": 0.3333333333333333, "big": 9007199254740993, "huge": 18446744073709551615,
+                           "neg": -9223372036854775808, "exp": 123456789012345678901234,
+                           "tie": 1424953923781206.25, "ctl": "\u0000\u0001\u001f\u007f\u0080",
+                           "uni": "é € 😀 \ufb33 \u2028", "\ud83d\ude00": 1, "\ufb33": 2, "\u20ac": 3,
+                           "\r": 4, "1": 5, "A": 6, "a": 7, "é": 8, "z": [null, true, false, {"y": [[]]}]},
+                 "unknown": ["after.id", "tags[\"x y\"]", "after.id"], "sensitive": ["tags.Name"]},
+                {"address": "a.db", "action": "replace", "before": {"v": "13"}, "after": {"v": "15"},
+                 "forced_by": ["v", "engine"]},
+                {"address": "b.gone", "action": "delete", "after": null},
+                {"address": "c.read", "action": "read", "after": {"id": "r-1"}},
+                {"address": "d.same", "action": "no-op"},
+                {"address": "e.new", "action": "create", "after": {"ports": [22, 80, 443], "ratio": 0.1}}
+            ],
+            "outputs": {"known": {"vpc_id": "vpc-1", "zeta": {"nested": [1, "two", 3.0]}, "pw": "s3cret", "ünï": true},
+                        "unknown": ["subnet_ids", "zeta.later"], "sensitive": ["pw", "pw"]},
+            "destructive": true,
+            "denied": {"rules": ["no-public-buckets", "change-window", "no-public-buckets"]}
+        }"#;
+        let plan = parse(rich).unwrap();
+        assert_eq!(
+            plan.plan_digest,
+            "sha256:99840273d4719e7ac02bc98c22128e7565aa63af03c5839856aa51abf02ea434"
+        );
+        assert_eq!(
+            plan.compute_digest_with(NumberForm::Version1),
+            "sha256:6f76f525642949c6a17a12f4c94e19883515b560fd13a2b2691bf1ffc6013b4c"
+        );
+        let opaque = parse(
+            r#"{"summary": "3 migrations \"to\" run ✓", "outputs": {"known": {"schema": 42}}}"#,
+        )
+        .unwrap();
+        assert!(opaque.opaque);
+        assert_eq!(
+            opaque.plan_digest,
+            "sha256:01dfc6d54b5a3ca07936fea3f49c21bb3d44ce276ba9f3f1dcd51fece9049af0"
+        );
+    }
+
     #[test]
     fn destructive_defaults_from_deletes_and_replaces() {
         let plan = parse(r#"{"entries": [{"address": "x", "action": "replace"}]}"#).unwrap();
