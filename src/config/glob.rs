@@ -68,8 +68,7 @@ impl Pattern {
     }
 
     pub fn matches(&self, path: &str) -> bool {
-        let segments: Vec<&str> = path.split('/').collect();
-        match_parts(&self.parts, &segments)
+        match_parts(&self.parts, Some(path))
     }
 
     fn literal_prefix(&self) -> impl Iterator<Item = &str> {
@@ -80,17 +79,39 @@ impl Pattern {
     }
 }
 
-fn match_parts(parts: &[Part], segments: &[&str]) -> bool {
+/// The segments of a path still to match: `Some(rest)` is `rest.split('/')`
+/// (at least one segment, possibly empty), `None` is no segment at all.
+type Rest<'a> = Option<&'a str>;
+
+/// The first segment of `rest` and what follows it.
+fn first_segment(rest: &str) -> (&str, Rest<'_>) {
+    match rest.bytes().position(|b| b == b'/') {
+        Some(slash) => (&rest[..slash], Some(&rest[slash + 1..])),
+        None => (rest, None),
+    }
+}
+
+fn match_parts(parts: &[Part], segments: Rest<'_>) -> bool {
     match parts.split_first() {
-        None => segments.is_empty(),
+        None => segments.is_none(),
         // A trailing `**` means "inside": at least one segment, as in gitignore.
-        Some((Part::AnySegments, [])) => !segments.is_empty(),
+        Some((Part::AnySegments, [])) => segments.is_some(),
         Some((Part::AnySegments, rest)) => {
-            (0..=segments.len()).any(|skip| match_parts(rest, &segments[skip..]))
+            let mut skipped = segments;
+            loop {
+                if match_parts(rest, skipped) {
+                    return true;
+                }
+                match skipped {
+                    Some(text) => skipped = first_segment(text).1,
+                    None => return false,
+                }
+            }
         }
-        Some((part, rest)) => match segments.split_first() {
+        Some((part, rest)) => match segments {
             None => false,
-            Some((seg, more)) => {
+            Some(text) => {
+                let (seg, more) = first_segment(text);
                 let ok = match part {
                     Part::Literal(l) => l == seg,
                     Part::Wild(w) => wildcard(w.as_bytes(), seg.as_bytes()),
@@ -127,9 +148,9 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
 /// Many patterns, each tagged with an owner, indexed by their literal leading
 /// segments so a path only meets the patterns that could match it.
 #[derive(Debug, Default)]
-pub struct PatternIndex<T> {
+pub struct PatternIndex<'p, T> {
     nodes: Vec<Node>,
-    patterns: Vec<(Pattern, T)>,
+    patterns: Vec<(&'p Pattern, T)>,
 }
 
 #[derive(Debug, Default)]
@@ -138,7 +159,7 @@ struct Node {
     patterns: Vec<usize>,
 }
 
-impl<T: Clone> PatternIndex<T> {
+impl<'p, T: Clone> PatternIndex<'p, T> {
     pub fn new() -> Self {
         Self {
             nodes: vec![Node::default()],
@@ -146,16 +167,15 @@ impl<T: Clone> PatternIndex<T> {
         }
     }
 
-    pub fn insert(&mut self, pattern: Pattern, owner: T) {
+    pub fn insert(&mut self, pattern: &'p Pattern, owner: T) {
         let mut node = 0;
-        let prefix: Vec<String> = pattern.literal_prefix().map(str::to_owned).collect();
-        for seg in prefix {
-            node = match self.nodes[node].children.get(&seg) {
+        for seg in pattern.literal_prefix() {
+            node = match self.nodes[node].children.get(seg) {
                 Some(&next) => next,
                 None => {
                     self.nodes.push(Node::default());
                     let next = self.nodes.len() - 1;
-                    self.nodes[node].children.insert(seg, next);
+                    self.nodes[node].children.insert(seg.to_owned(), next);
                     next
                 }
             };
@@ -166,23 +186,23 @@ impl<T: Clone> PatternIndex<T> {
 
     /// Calls `found` with the owner of every pattern that matches `path`.
     pub fn for_each_match(&self, path: &str, mut found: impl FnMut(&T)) {
-        let segments: Vec<&str> = path.split('/').collect();
         let mut node = 0;
         let mut depth = 0;
+        let mut rest = Some(path);
         loop {
             for &i in &self.nodes[node].patterns {
                 let (pattern, owner) = &self.patterns[i];
-                if match_parts(&pattern.parts[depth..], &segments[depth..]) {
+                if match_parts(&pattern.parts[depth..], rest) {
                     found(owner);
                 }
             }
-            match segments
-                .get(depth)
-                .and_then(|s| self.nodes[node].children.get(*s))
-            {
+            let Some(text) = rest else { break };
+            let (segment, more) = first_segment(text);
+            match self.nodes[node].children.get(segment) {
                 Some(&next) => {
                     node = next;
                     depth += 1;
+                    rest = more;
                 }
                 None => break,
             }
@@ -236,16 +256,84 @@ mod tests {
         assert!(Pattern::new("").is_err());
     }
 
+    /// The matcher as first written, over the path split into segments up front.
+    fn matches_by_splitting(parts: &[Part], segments: &[&str]) -> bool {
+        match parts.split_first() {
+            None => segments.is_empty(),
+            Some((Part::AnySegments, [])) => !segments.is_empty(),
+            Some((Part::AnySegments, rest)) => {
+                (0..=segments.len()).any(|skip| matches_by_splitting(rest, &segments[skip..]))
+            }
+            Some((part, rest)) => match segments.split_first() {
+                None => false,
+                Some((seg, more)) => {
+                    let ok = match part {
+                        Part::Literal(l) => l == seg,
+                        Part::Wild(w) => wildcard(w.as_bytes(), seg.as_bytes()),
+                        Part::AnySegments => unreachable!(),
+                    };
+                    ok && matches_by_splitting(rest, more)
+                }
+            },
+        }
+    }
+
+    #[test]
+    fn matching_segment_by_segment_agrees_with_splitting_first() {
+        let patterns = [
+            "a",
+            "a/**",
+            "**",
+            "**/b",
+            "a/**/b",
+            "a/*/b",
+            "*",
+            "*/*",
+            "**/*.md",
+            "a/**/**/b",
+            "a/b/**",
+            "?",
+            "a/b",
+            "**/a/**",
+        ];
+        let paths = [
+            "", "a", "a/", "/a", "a//b", "a/b", "a/b/", "a/x/b", "a/x/y/b", "b", "x/a/y", "a.md",
+            "d/a.md", "a/b/c", "//", "ab",
+        ];
+        for pattern in patterns {
+            let compiled = Pattern::new(pattern).unwrap();
+            for path in paths {
+                let segments: Vec<&str> = path.split('/').collect();
+                assert_eq!(
+                    compiled.matches(path),
+                    matches_by_splitting(&compiled.parts, &segments),
+                    "{pattern} against {path:?}"
+                );
+                let mut index = PatternIndex::new();
+                index.insert(&compiled, ());
+                assert_eq!(
+                    index.is_match(path),
+                    compiled.matches(path),
+                    "{pattern} against {path:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_index_finds_exactly_the_matching_owners() {
-        let mut index = PatternIndex::new();
-        for (p, o) in [
+        let patterns: Vec<(Pattern, &str)> = [
             ("infra/app/**", "app"),
             ("infra/**/x.tf", "x"),
             ("**/*.md", "docs"),
             ("infra/net/**", "net"),
-        ] {
-            index.insert(Pattern::new(p).unwrap(), o);
+        ]
+        .into_iter()
+        .map(|(p, o)| (Pattern::new(p).unwrap(), o))
+        .collect();
+        let mut index = PatternIndex::new();
+        for (p, o) in &patterns {
+            index.insert(p, *o);
         }
         let found = |path: &str| {
             let mut v = Vec::new();

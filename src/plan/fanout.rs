@@ -10,7 +10,7 @@ use crate::model::canonical::digest_value;
 use crate::model::{DependencyGraph, MemberId};
 use serde::Serialize;
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// `component@stage`, as [`MemberId`] spells it.
 pub fn member_name(component: &str, stage: &str) -> String {
@@ -84,37 +84,36 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             ));
         }
     }
-    let index_of: HashMap<&str, usize> = config
-        .components
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.name.as_str(), i))
-        .collect();
+    let graph = DependencyGraph::new(
+        config
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.depends_on.iter().map(String::as_str))),
+    );
 
     // A claim selects its component in every stage, or (written with
     // `{stage}`) only in its own.
     let mut claims: PatternIndex<(usize, Option<&str>)> = PatternIndex::new();
     for (i, c) in config.components.iter().enumerate() {
         for p in &c.paths {
-            claims.insert(p.clone(), (i, None));
+            claims.insert(p, (i, None));
         }
         for (stage, p) in &c.stage_paths {
-            claims.insert(p.clone(), (i, Some(stage.as_str())));
+            claims.insert(p, (i, Some(stage.as_str())));
         }
     }
     let mut ignored = PatternIndex::new();
     for p in &config.ignore {
-        ignored.insert(p.clone(), ());
+        ignored.insert(p, ());
     }
 
-    let mut paths: Vec<&String> = input.changed_paths.iter().collect();
-    paths.sort();
-    paths.dedup();
-    let mut reason: Vec<Option<String>> = vec![None; config.components.len()];
+    // A component is selected by the least of the changed paths it claims, so
+    // each keeps its least path so far: no need to sort every changed path.
+    let mut least_path: Vec<Option<&str>> = vec![None; config.components.len()];
     // Members selected in one stage only, by (component, stage).
-    let mut stage_reason: BTreeMap<(usize, &str), String> = BTreeMap::new();
-    let mut indeterminate = Vec::new();
-    for path in paths {
+    let mut least_stage_path: BTreeMap<(usize, &str), &str> = BTreeMap::new();
+    let mut indeterminate: Vec<&String> = Vec::new();
+    for path in input.changed_paths {
         if path == CONFIG_FILE {
             continue;
         }
@@ -123,32 +122,40 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             claimed = true;
             match stage {
                 None => {
-                    reason[i].get_or_insert_with(|| format!("{path} changed"));
+                    if least_path[i].is_none_or(|least| path.as_str() < least) {
+                        least_path[i] = Some(path);
+                    }
                 }
                 Some(stage) => {
-                    stage_reason
-                        .entry((i, stage))
-                        .or_insert_with(|| format!("{path} changed"));
+                    let least = least_stage_path.entry((i, stage)).or_insert(path);
+                    if path.as_str() < *least {
+                        *least = path.as_str();
+                    }
                 }
             }
         });
         if !claimed && !ignored.is_match(path) {
-            indeterminate.push(path.clone());
+            indeterminate.push(path);
         }
     }
+    indeterminate.sort();
+    indeterminate.dedup();
+    let indeterminate: Vec<String> = indeterminate.into_iter().cloned().collect();
+    let mut reason: Vec<Option<String>> = least_path
+        .iter()
+        .map(|path| path.map(|path| format!("{path} changed")))
+        .collect();
+    let mut stage_reason: BTreeMap<(usize, &str), String> = least_stage_path
+        .into_iter()
+        .map(|(key, path)| (key, format!("{path} changed")))
+        .collect();
     for name in input.config_changed {
-        if let Some(&i) = index_of.get(name.as_str()) {
+        if let Some(i) = graph.index_of(name) {
             reason[i].get_or_insert_with(|| format!("its {CONFIG_FILE} entry changed"));
         }
     }
 
     // Everything downstream of a selected component runs too.
-    let graph = DependencyGraph::new(
-        config
-            .components
-            .iter()
-            .map(|c| (c.name.as_str(), c.depends_on.iter().map(String::as_str))),
-    );
     let mut roots: Vec<usize> = (0..reason.len()).filter(|&i| reason[i].is_some()).collect();
     roots.sort_by_key(|&i| &config.components[i].name);
     let mut queue: VecDeque<(usize, usize)> = roots.iter().map(|&i| (i, i)).collect();
@@ -191,7 +198,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             (reason[i].is_some() || stage_reason.contains_key(&(i, stage.name.as_str())))
                 && config.components[i].stages.contains(&stage.name)
         };
-        let mut layer_of: HashMap<usize, usize> = HashMap::new();
+        let mut layer_of: Vec<Option<usize>> = vec![None; config.components.len()];
         for &i in &order {
             if !here(i) {
                 continue;
@@ -200,16 +207,18 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             let layer = graph
                 .upstream(i)
                 .iter()
-                .filter_map(|j| layer_of.get(j))
+                .filter_map(|&j| layer_of[j])
                 .map(|l| l + 1)
                 .max()
                 .unwrap_or(0);
-            layer_of.insert(i, layer);
+            layer_of[i] = Some(layer);
         }
-        let depth = layer_of.values().max().map_or(0, |m| m + 1);
+        let depth = layer_of.iter().flatten().max().map_or(0, |m| m + 1);
         let mut layers: Vec<Vec<String>> = vec![Vec::new(); depth];
-        for (&i, &layer) in &layer_of {
-            layers[layer].push(member_name(&config.components[i].name, &stage.name));
+        for (i, layer) in layer_of.iter().enumerate() {
+            if let Some(layer) = layer {
+                layers[*layer].push(member_name(&config.components[i].name, &stage.name));
+            }
         }
         for mut layer in layers {
             layer.sort();
@@ -223,8 +232,8 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     for (i, c) in config.components.iter().enumerate() {
         let why = reason[i].clone().or_else(|| {
             let by_stage: Vec<String> = stage_reason
-                .iter()
-                .filter(|((j, _), _)| *j == i)
+                .range((i, "")..)
+                .take_while(|((j, _), _)| *j == i)
                 .map(|((_, stage), why)| format!("{why} ({stage})"))
                 .collect();
             (!by_stage.is_empty()).then(|| by_stage.join("; "))
@@ -351,6 +360,16 @@ depends_on = ["app"]
         assert!(d.indeterminate.is_empty());
         assert_eq!(d.selected["app"], "envs/prod/app/main.tf changed (prod)");
         assert_eq!(d.selected["dns"], "downstream of app@prod (prod)");
+        let d = derive_for(&[
+            "envs/prod/app/b.tf",
+            "envs/dev/app/b.tf",
+            "envs/prod/app/a.tf",
+            "envs/dev/app/b.tf",
+        ]);
+        assert_eq!(
+            d.selected["app"], "envs/dev/app/b.tf changed (dev); envs/prod/app/a.tf changed (prod)",
+            "each stage's member is selected by the least path that claims it"
+        );
         let d = derive_for(&["modules/dns/zone.tf"]);
         assert_eq!(
             d.waves,
