@@ -15,7 +15,12 @@ use criterion::{criterion_group, BatchSize, Criterion};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use wavegate::gate::ledger::{self, Actor, Fact, FactKind, LedgerKey, NewFact, Source};
+use wavegate::gate::ledger::{self, Actor, Fact, FactData, FactKind, LedgerKey, NewFact, Source};
+use wavegate::model::CommitSha;
+
+fn sha(c: char) -> CommitSha {
+    CommitSha::parse(&c.to_string().repeat(40)).unwrap()
+}
 use wavegate::store::Store;
 
 const CHAIN: usize = 1_000;
@@ -32,7 +37,10 @@ fn approval(repo: &str, n: u64) -> NewFact {
         },
         at: 1_764_460_800_000 + i64::try_from(n).unwrap(),
         source: Source::Comment { id: 9_000_000 + n },
-        data: serde_json::json!({"base": "b".repeat(40), "head": "c".repeat(40), "member": "app@prod"}),
+        data: FactData {
+            member: Some("app@prod".parse().unwrap()),
+            ..FactData::at_plan(&sha('c'), &sha('b'))
+        },
     }
 }
 

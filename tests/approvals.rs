@@ -513,7 +513,7 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
         facts
             .into_iter()
             .filter(|f| f.fact.kind == wavegate::gate::ledger::FactKind::Pending)
-            .map(|f| (f.fact.digest, f.fact.data))
+            .map(|f| (f.fact.digest, f.fact.data.to_value()))
             .collect()
     };
     let store = bot.store().await;

@@ -46,7 +46,7 @@ fn fact(repo: &str, gate: &str, kind: FactKind, login: &str, comment: u64) -> Ne
         },
         at: 1_700_000_000_000 + i64::try_from(comment).unwrap(),
         source: Source::Comment { id: comment },
-        data: serde_json::Value::Null,
+        data: Default::default(),
     }
 }
 

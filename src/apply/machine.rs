@@ -18,13 +18,14 @@ use super::{
     Denial, EarlierAttempt, MemberState, Round, Wait, MAX_REPLANS,
 };
 use crate::config::repo::GatePolicy;
-use crate::gate::ledger::{self, Evaluation, Fact, FactKind};
+use crate::gate::counting::{Evaluation, Scope, Tally};
+use crate::gate::ledger::Fact;
 use crate::model::{GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
 use crate::sandbox::process::ProcessId;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -682,20 +683,12 @@ impl<'a> WaveMachine<'a> {
             if plan.denied.is_empty() {
                 continue;
             }
-            let for_member: Vec<Fact> = overrides
-                .iter()
-                .filter(|f| {
-                    matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
-                        || (f.fact.data.get("member") == Some(&json!(outcome.member))
-                            && f.fact
-                                .data
-                                .get("run")
-                                .is_none_or(|run| *run == json!(self.spec.run)))
-                })
-                .cloned()
-                .collect();
+            let scope = Scope::Override {
+                member: &outcome.member,
+                run: self.spec.run,
+            };
             if let Evaluation::Satisfied { .. } =
-                ledger::evaluate(&for_member, &plan.plan_digest, 1)
+                Tally::new(overrides, scope).evaluate(&plan.plan_digest, 1)
             {
                 record
                     .overrides
@@ -792,9 +785,10 @@ fn applied(
 mod tests {
     use super::*;
     use crate::apply::tests::{outcome, plan, set_of};
-    use crate::gate::ledger::{Actor, NewFact, Source};
+    use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
     use crate::plan::changeset::MemberStatus;
     use crate::plan::planfile::MemberPlan;
+    use serde_json::json;
 
     const NOW: i64 = 1_000_000;
     const HOST: &str = "host-a";
@@ -918,7 +912,10 @@ mod tests {
                 },
                 at: NOW - 1,
                 source: Source::Comment { id: 1 },
-                data: json!({ "member": member }),
+                data: FactData {
+                    member: Some(member.parse().unwrap()),
+                    ..FactData::default()
+                },
             },
             prev: String::new(),
             hash: String::new(),

@@ -6,11 +6,11 @@
 //! Pure: the store persists facts, the worker decides when to append them,
 //! `config::ledger_key` keeps the key.
 
+pub use super::fact_data::FactData;
 use crate::model::canonical::{DigestWriter, NumberForm};
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
@@ -90,8 +90,8 @@ pub struct NewFact {
     /// Unix milliseconds.
     pub at: i64,
     pub source: Source,
-    /// Anything else worth keeping, e.g. `{"reason": "..."}`; `Null` when none.
-    pub data: serde_json::Value,
+    /// The plan or run it was given in, why, and the like.
+    pub data: FactData,
 }
 
 /// A fact in its repository's chain.
@@ -506,137 +506,40 @@ pub fn verify(
     })
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Evaluation {
-    Satisfied {
-        by: Vec<Actor>,
-        count: usize,
-        required: usize,
-    },
-    Waiting {
-        have: Vec<Actor>,
-        count: usize,
-        required: usize,
-    },
-    /// No approval of this digest stands, but one of another does.
-    Mismatch { approved: String, by: Actor },
-}
-
-/// Approvals neither revoked by their actor (for their digest or
-/// [`ANY_DIGEST`]) nor spent by an apply of their digest, in seq order.
-fn standing_approvals(facts: &[Fact]) -> impl Iterator<Item = &NewFact> {
-    facts.iter().enumerate().filter_map(|(index, fact)| {
-        let approval = &fact.fact;
-        if approval.kind != FactKind::Approved {
-            return None;
-        }
-        let withdrawn = facts[index + 1..].iter().any(|later| {
-            let later = &later.fact;
-            match later.kind {
-                FactKind::Revoked => {
-                    let same_digest = later.digest == approval.digest || later.digest == ANY_DIGEST;
-                    // A repository admin's revoke (`data.all`) withdraws everyone's.
-                    let everyone = later.data.get("all") == Some(&serde_json::Value::Bool(true));
-                    same_digest && (everyone || later.actor.id == approval.actor.id)
-                }
-                FactKind::Spent => later.digest == approval.digest,
-                _ => false,
-            }
-        });
-        (!withdrawn).then_some(approval)
-    })
-}
-
-/// Whether a gate lets `digest` through. `facts`: every fact of the gate (any
-/// digest) in seq order. Standing approvals of exactly `digest` count once per
-/// actor id; `refused` and `pending` never count. Short of `required`, a gate
-/// with no approval of `digest` but a standing one of another digest is a
-/// mismatch naming the most recent such approval.
-pub fn evaluate(facts: &[Fact], digest: &str, required: usize) -> Evaluation {
-    let mut counted = HashSet::new();
-    let mut approvers = Vec::new();
-    let mut other_digest = None;
-    for approval in standing_approvals(facts) {
-        if approval.digest == digest {
-            if counted.insert(approval.actor.id) {
-                approvers.push(approval.actor.clone());
-            }
-        } else {
-            other_digest = Some(approval);
-        }
-    }
-    let count = approvers.len();
-    if count >= required {
-        return Evaluation::Satisfied {
-            by: approvers,
-            count,
-            required,
-        };
-    }
-    match other_digest {
-        Some(approval) if count == 0 => Evaluation::Mismatch {
-            approved: approval.digest.clone(),
-            by: approval.actor.clone(),
-        },
-        _ => Evaluation::Waiting {
-            have: approvers,
-            count,
-            required,
-        },
-    }
-}
-
-/// Standing approvals of digests other than `digest` (for the report's "for an
-/// earlier plan"): one per actor and digest, the most recent, in seq order.
-pub fn stale_approvals(facts: &[Fact], digest: &str) -> Vec<(Actor, String, i64)> {
-    let stale: Vec<&NewFact> = standing_approvals(facts)
-        .filter(|approval| approval.digest != digest)
-        .collect();
-    let mut seen = HashSet::new();
-    let mut newest_first: Vec<(Actor, String, i64)> = stale
-        .into_iter()
-        .rev()
-        .filter(|approval| seen.insert((approval.actor.id, approval.digest.as_str())))
-        .map(|approval| (approval.actor.clone(), approval.digest.clone(), approval.at))
-        .collect();
-    newest_first.reverse();
-    newest_first
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
+    //! Facts for tests of how the ledger and its gates read them.
     use super::*;
-    use serde_json::json;
 
-    const REPO: &str = "github:acme/infra";
-    const GATE: &str = "pr-42";
+    pub(crate) const REPO: &str = "github:acme/infra";
+    pub(crate) const GATE: &str = "pr-42";
 
-    fn digest(c: char) -> String {
+    pub(crate) fn digest(c: char) -> String {
         format!("sha256:{}", c.to_string().repeat(64))
     }
 
-    fn alice() -> Actor {
+    pub(crate) fn alice() -> Actor {
         Actor {
             id: 1,
             login: "alice".into(),
         }
     }
 
-    fn bob() -> Actor {
+    pub(crate) fn bob() -> Actor {
         Actor {
             id: 2,
             login: "bob".into(),
         }
     }
 
-    fn wavegate() -> Actor {
+    pub(crate) fn wavegate() -> Actor {
         Actor {
             id: 99,
             login: "wavegate[bot]".into(),
         }
     }
 
-    fn new_fact(kind: FactKind, digest: &str, actor: Actor) -> NewFact {
+    pub(crate) fn new_fact(kind: FactKind, digest: &str, actor: Actor) -> NewFact {
         NewFact {
             repo: REPO.into(),
             gate: GATE.into(),
@@ -645,12 +548,12 @@ mod tests {
             actor,
             at: 1_700_000_000_000,
             source: Source::Comment { id: 500 },
-            data: serde_json::Value::Null,
+            data: FactData::default(),
         }
     }
 
     /// Chains the facts in order, giving each a later time than the one before.
-    fn ledger(facts: Vec<NewFact>) -> Vec<Fact> {
+    pub(crate) fn ledger(facts: Vec<NewFact>) -> Vec<Fact> {
         let mut chained: Vec<Fact> = Vec::new();
         for (offset, mut new) in (0..).zip(facts) {
             new.at += offset * 1000;
@@ -659,18 +562,59 @@ mod tests {
         }
         chained
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
 
     fn sample_chain() -> Vec<Fact> {
         ledger(vec![
             new_fact(FactKind::Pending, &digest('a'), wavegate()),
             new_fact(FactKind::Approved, &digest('a'), alice()),
             NewFact {
-                data: json!({"reason": "the plan deletes the database"}),
+                data: FactData::default().with_reason("the plan deletes the database"),
                 source: Source::Review { id: 7 },
                 ..new_fact(FactKind::Refused, &digest('a'), bob())
             },
             new_fact(FactKind::Spent, &digest('a'), wavegate()),
         ])
+    }
+
+    /// A chain written before `data` was typed, by the code of that time:
+    /// one fact of each shape wavegate wrote, an old unbound approval, and
+    /// one with keys from elsewhere. It must verify, read into the typed
+    /// fields, and hash the same when written again.
+    #[test]
+    fn a_ledger_written_before_fact_data_was_typed_still_verifies() {
+        let text = include_str!("testdata/facts-before-typed-data.json");
+        let facts: Vec<Fact> = serde_json::from_str(text).unwrap();
+        assert_eq!(facts.len(), 18);
+        assert_eq!(verify_chain(&facts), Ok(()));
+        let data = |seq: usize| &facts[seq - 1].fact.data;
+        assert!(facts.iter().all(|f| f.fact.data.foreign.is_none()));
+        assert!(facts[..16].iter().all(|f| f.fact.data.unknown.is_empty()));
+        assert_eq!(data(1).members.as_ref().map(Vec::len), Some(2));
+        assert!(data(3).head.is_some() && data(3).base.is_some());
+        assert!(data(8).withdraws_everyones());
+        assert_eq!(data(11).run, Some(12));
+        assert!(data(11).merge.is_some());
+        assert_eq!(
+            data(14).member.as_ref().map(|m| m.to_string()).as_deref(),
+            Some("db@prod")
+        );
+        assert_eq!(
+            data(14).rules.as_deref(),
+            Some(&["no-destroy".to_owned()][..])
+        );
+        assert!(data(14).refused.is_some());
+        assert_eq!(*data(17), FactData::default());
+        assert_eq!(data(18).unknown.len(), 2);
+        let again: Vec<Fact> =
+            serde_json::from_str(&serde_json::to_string(&facts).unwrap()).unwrap();
+        assert_eq!(again, facts);
     }
 
     #[test]
@@ -705,7 +649,7 @@ mod tests {
     #[test]
     fn changed_content_is_named_by_its_seq() {
         let mut facts = sample_chain();
-        facts[2].fact.data = json!({"reason": "fine by me"});
+        facts[2].fact.data = FactData::default().with_reason("fine by me");
         let broken = verify_chain(&facts).unwrap_err();
         assert_eq!(
             broken,
@@ -812,250 +756,6 @@ mod tests {
         assert_eq!(refused["kind"], "refused");
         assert_eq!(refused["source"], json!({"kind": "review", "id": 7}));
         assert_eq!(refused["actor"], json!({"id": 2, "login": "bob"}));
-    }
-
-    #[test]
-    fn one_approval_satisfies_a_gate_that_requires_one() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Pending, &digest('a'), wavegate()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Satisfied {
-                by: vec![alice()],
-                count: 1,
-                required: 1
-            }
-        );
-    }
-
-    #[test]
-    fn two_required_and_one_given_waits_for_the_second() {
-        let facts = ledger(vec![new_fact(FactKind::Approved, &digest('a'), alice())]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 2),
-            Evaluation::Waiting {
-                have: vec![alice()],
-                count: 1,
-                required: 2
-            }
-        );
-    }
-
-    #[test]
-    fn the_same_approver_twice_counts_once() {
-        let renamed = Actor {
-            id: alice().id,
-            login: "alice-renamed".into(),
-        };
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), renamed),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 2),
-            Evaluation::Waiting {
-                have: vec![alice()],
-                count: 1,
-                required: 2
-            }
-        );
-    }
-
-    #[test]
-    fn two_distinct_approvers_satisfy_two_required() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 2),
-            Evaluation::Satisfied {
-                by: vec![alice(), bob()],
-                count: 2,
-                required: 2
-            }
-        );
-    }
-
-    #[test]
-    fn a_revoked_approval_no_longer_counts() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), alice()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Waiting {
-                have: vec![],
-                count: 0,
-                required: 1
-            }
-        );
-    }
-
-    #[test]
-    fn a_revoke_by_someone_else_leaves_the_approval_standing() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), bob()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Satisfied { count: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn an_admins_revoke_withdraws_every_approval_of_its_digest() {
-        let mut revoke = new_fact(FactKind::Revoked, &digest('a'), bob());
-        revoke.data = json!({ "all": true });
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), alice()),
-            revoke,
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Mismatch { .. }
-        ));
-        assert_eq!(
-            stale_approvals(&facts, &digest('a')).len(),
-            1,
-            "digest b's stands"
-        );
-    }
-
-    #[test]
-    fn a_revoke_of_every_digest_withdraws_approvals_of_any_digest() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), alice()),
-            new_fact(FactKind::Revoked, ANY_DIGEST, alice()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('b'), 1),
-            Evaluation::Waiting { count: 0, .. }
-        ));
-        assert_eq!(stale_approvals(&facts, &digest('b')), vec![]);
-    }
-
-    #[test]
-    fn an_approval_given_again_after_a_revoke_counts() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Satisfied { count: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn a_spent_approval_does_not_count_again() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Waiting {
-                have: vec![],
-                count: 0,
-                required: 1
-            }
-        );
-    }
-
-    #[test]
-    fn spending_one_digest_leaves_approvals_of_another_standing() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Spent, &digest('b'), wavegate()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Satisfied { count: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn an_approval_of_another_digest_is_a_mismatch_naming_the_newest_one() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
-            new_fact(FactKind::Pending, &digest('c'), wavegate()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('c'), 1),
-            Evaluation::Mismatch {
-                approved: digest('b'),
-                by: bob()
-            }
-        );
-    }
-
-    #[test]
-    fn a_partly_approved_digest_waits_rather_than_mismatches() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('b'), 2),
-            Evaluation::Waiting { count: 1, .. }
-        ));
-    }
-
-    #[test]
-    fn a_spent_approval_of_another_digest_is_no_mismatch() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
-        ]);
-        assert!(matches!(
-            evaluate(&facts, &digest('b'), 1),
-            Evaluation::Waiting { count: 0, .. }
-        ));
-    }
-
-    #[test]
-    fn a_refusal_and_a_pending_fact_never_count() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Pending, &digest('a'), wavegate()),
-            new_fact(FactKind::Refused, &digest('a'), bob()),
-        ]);
-        assert_eq!(
-            evaluate(&facts, &digest('a'), 1),
-            Evaluation::Waiting {
-                have: vec![],
-                count: 0,
-                required: 1
-            }
-        );
-    }
-
-    #[test]
-    fn stale_approvals_list_each_actor_and_digest_once_with_the_newest_time() {
-        let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('c'), alice()),
-            new_fact(FactKind::Approved, &digest('d'), bob()),
-            new_fact(FactKind::Revoked, &digest('d'), bob()),
-        ]);
-        assert_eq!(
-            stale_approvals(&facts, &digest('c')),
-            vec![
-                (bob(), digest('b'), facts[1].fact.at),
-                (alice(), digest('a'), facts[2].fact.at),
-            ]
-        );
     }
 
     /// Written by `openssl genpkey -algorithm ed25519` (PKCS#8 v1, no

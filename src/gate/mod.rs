@@ -3,5 +3,7 @@
 //! Pure decisions; the worker does the I/O.
 
 pub mod commands;
+pub mod counting;
+pub mod fact_data;
 pub mod ledger;
 pub mod policy;

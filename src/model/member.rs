@@ -63,6 +63,13 @@ impl MemberId {
     }
 }
 
+/// Compares with a member as written (`app@prod`), without building one.
+impl PartialEq<str> for MemberId {
+    fn eq(&self, other: &str) -> bool {
+        other.split_once('@') == Some((self.component.as_str(), self.stage.as_str()))
+    }
+}
+
 impl FromStr for MemberId {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, Self::Err> {

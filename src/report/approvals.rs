@@ -5,7 +5,8 @@
 //! It follows the report as planned, between markers, and is rendered anew
 //! whenever the ledger moves, without planning again.
 
-use crate::gate::ledger::{Actor, Evaluation, LedgerHead};
+use crate::gate::counting::{Counted, Elsewhere, Evaluation, Given};
+use crate::gate::ledger::LedgerHead;
 use std::fmt::Write as _;
 
 pub const START: &str = "<!-- wavegate:approvals -->";
@@ -14,57 +15,47 @@ pub const END: &str = "<!-- /wavegate:approvals -->";
 /// Characters kept free for the section below the report as planned.
 pub const ROOM: usize = 4_000;
 
-/// One approval that no longer counts because the plan moved on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stale {
-    pub by: Actor,
-    pub digest: String,
-    pub at: i64,
-}
-
 /// Where the gate stands for the report's digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
-    pub evaluation: Evaluation,
-    /// When each counted approver approved (unix ms), by login.
-    pub approved_at: Vec<(String, i64)>,
-    pub stale: Vec<Stale>,
+    /// What the ledger's facts add up to.
+    pub counted: Counted,
     /// The pull request edits `[policy]`: say it counts only after merge.
     pub policy_changed: bool,
     /// The repository's newest ledger fact when the section was written.
     pub ledger_head: Option<LedgerHead>,
     /// `[policy] approval_ttl` (ms): each approval shows when it expires.
     pub ttl_ms: Option<i64>,
-    /// Approvals of this digest that expired (`at` is when they were given).
-    pub expired: Vec<Stale>,
 }
 
 impl Standing {
     /// A plan nobody approved yet, needing `required` approvals.
     pub fn unapproved(required: u32, policy_changed: bool) -> Self {
         Self {
-            evaluation: Evaluation::Waiting {
-                have: Vec::new(),
-                count: 0,
-                required: required as usize,
+            counted: Counted {
+                evaluation: Evaluation::Waiting {
+                    have: Vec::new(),
+                    count: 0,
+                    required: required as usize,
+                },
+                approved_at: Vec::new(),
+                elsewhere: Vec::new(),
+                expired: Vec::new(),
             },
-            approved_at: Vec::new(),
-            stale: Vec::new(),
             policy_changed,
             ledger_head: None,
             ttl_ms: None,
-            expired: Vec::new(),
         }
     }
 
     pub fn satisfied(&self) -> bool {
-        matches!(self.evaluation, Evaluation::Satisfied { .. })
+        matches!(self.counted.evaluation, Evaluation::Satisfied { .. })
     }
 
     /// The check's one-line title.
     pub fn title(&self, digest: &str) -> String {
         let short = crate::model::canonical::short_digest(digest);
-        match &self.evaluation {
+        match &self.counted.evaluation {
             Evaluation::Satisfied { by, .. } => format!(
                 "Approved by {} ({short})",
                 by.iter()
@@ -77,19 +68,23 @@ impl Standing {
             } => {
                 format!("{count} of {required} approvals ({short})")
             }
-            Evaluation::Mismatch { .. } => {
+            Evaluation::Mismatch(_) => {
                 format!("Approval is for an earlier plan; approve {short}")
             }
         }
     }
 }
 
-/// A digest as the gate read it: `sha256:…`, or `sha256:… (at <head>)` for
-/// an approval given at another head; shown as the digest and where.
-fn shown(digest: &str) -> String {
-    match digest.split_once(" (at ") {
-        Some((digest, head)) => format!("`{digest}` at `{}`", head.trim_end_matches(')')),
-        None => format!("`{digest}`"),
+/// The digest an approval was given for, and where when that was another
+/// head (or base) than the plan shown.
+fn shown(approval: &Elsewhere) -> String {
+    let digest = &approval.digest;
+    match &approval.given {
+        Given::Judged => format!("`{digest}`"),
+        Given::Earlier { head, .. } => format!(
+            "`{digest}` at `{}`",
+            head.as_ref().map_or("?", |head| head.short())
+        ),
     }
 }
 
@@ -115,7 +110,7 @@ pub fn render(standing: &Standing, digest: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{START}");
     let _ = writeln!(out, "### Approvals\n");
-    let (by, count, required) = match &standing.evaluation {
+    let (by, count, required) = match &standing.counted.evaluation {
         Evaluation::Satisfied {
             by,
             count,
@@ -126,16 +121,18 @@ pub fn render(standing: &Standing, digest: &str) -> String {
             count,
             required,
         } => (by.clone(), *count, *required),
-        Evaluation::Mismatch { .. } => (Vec::new(), 0, 0),
+        Evaluation::Mismatch(_) => (Vec::new(), 0, 0),
     };
     for actor in &by {
         let at = standing
+            .counted
             .approved_at
             .iter()
             .find(|(login, _)| *login == actor.login)
             .map(|(_, at)| when(*at))
             .unwrap_or_default();
         let expires = standing
+            .counted
             .approved_at
             .iter()
             .find(|(login, _)| *login == actor.login)
@@ -151,7 +148,7 @@ pub fn render(standing: &Standing, digest: &str) -> String {
     if !by.is_empty() {
         out.push('\n');
     }
-    match &standing.evaluation {
+    match &standing.counted.evaluation {
         Evaluation::Satisfied { .. } => {
             let _ = writeln!(out, "**Approved** ({count} of {required} required).");
         }
@@ -163,11 +160,11 @@ pub fn render(standing: &Standing, digest: &str) -> String {
                 if missing == 1 { "" } else { "s" }
             );
         }
-        Evaluation::Mismatch { approved, by } => {
+        Evaluation::Mismatch(approved) => {
             let _ = writeln!(
                 out,
                 "**Waiting for approval of this plan.** @{} approved {}, an earlier plan; an approval binds one plan, so this one needs its own.",
-                by.login,
+                approved.by.login,
                 shown(approved)
             );
         }
@@ -178,33 +175,33 @@ pub fn render(standing: &Standing, digest: &str) -> String {
             "\nThis pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge."
         );
     }
-    if !standing.stale.is_empty() {
+    if !standing.counted.elsewhere.is_empty() {
         let _ = writeln!(
             out,
             "\nFor an earlier plan (kept in the ledger, no longer counting):"
         );
-        for stale in &standing.stale {
+        for stale in &standing.counted.elsewhere {
             let _ = writeln!(
                 out,
                 "- @{} approved {} ({})",
                 stale.by.login,
-                shown(&stale.digest),
+                shown(stale),
                 when(stale.at)
             );
         }
     }
-    if !standing.expired.is_empty() {
+    if !standing.counted.expired.is_empty() {
         let _ = writeln!(
             out,
             "\nExpired (`[policy] approval_ttl`; kept in the ledger, no longer counting — approve again):"
         );
-        for expired in &standing.expired {
+        for expired in &standing.counted.expired {
             let end = expired.at.saturating_add(standing.ttl_ms.unwrap_or(0));
             let _ = writeln!(
                 out,
                 "- @{} approved {} ({}; expired: {})",
                 expired.by.login,
-                shown(&expired.digest),
+                shown(expired),
                 when(expired.at),
                 when(end)
             );
@@ -224,6 +221,7 @@ pub fn render(standing: &Standing, digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::ledger::Actor;
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -236,27 +234,44 @@ mod tests {
         }
     }
 
+    fn approval(login: &str, digest: &str, given: Given, at: i64) -> Elsewhere {
+        Elsewhere {
+            by: actor(login),
+            digest: digest.into(),
+            given,
+            at,
+        }
+    }
+
+    fn earlier(head: char) -> Given {
+        Given::Earlier {
+            head: Some(crate::model::CommitSha::parse(&head.to_string().repeat(40)).unwrap()),
+            base: None,
+        }
+    }
+
     #[test]
     fn the_section_says_who_approved_what_is_missing_and_what_is_stale() {
         let standing = Standing {
-            evaluation: Evaluation::Waiting {
-                have: vec![actor("bob")],
-                count: 1,
-                required: 2,
+            counted: Counted {
+                evaluation: Evaluation::Waiting {
+                    have: vec![actor("bob")],
+                    count: 1,
+                    required: 2,
+                },
+                approved_at: vec![("bob".into(), 1_764_460_800_000)],
+                elsewhere: vec![
+                    approval("carol", D0, Given::Judged, 1_764_457_200_000),
+                    approval("dave", D1, earlier('c'), 1_764_457_260_000),
+                ],
+                expired: Vec::new(),
             },
-            approved_at: vec![("bob".into(), 1_764_460_800_000)],
-            stale: vec![Stale {
-                by: actor("carol"),
-                digest: D0.into(),
-                at: 1_764_457_200_000,
-            }],
             policy_changed: false,
             ledger_head: Some(LedgerHead {
                 seq: 12,
                 hash: D2.into(),
             }),
             ttl_ms: None,
-            expired: Vec::new(),
         };
         insta::assert_snapshot!(render(&standing, D1), @r"
         <!-- wavegate:approvals -->
@@ -268,6 +283,7 @@ mod tests {
 
         For an earlier plan (kept in the ledger, no longer counting):
         - @carol approved `sha256:0000000000000000000000000000000000000000000000000000000000000000` (2025-11-29 23:00 UTC)
+        - @dave approved `sha256:1111111111111111111111111111111111111111111111111111111111111111` at `cccccccccccc` (2025-11-29 23:01 UTC)
 
         Gate ledger head when this was written: seq 12, `sha256:2222222222222222222222222222222222222222222222222222222222222222`.
         <!-- /wavegate:approvals -->
@@ -279,21 +295,19 @@ mod tests {
     #[test]
     fn with_a_ttl_each_approval_says_when_it_expires_and_expired_ones_are_listed() {
         let standing = Standing {
-            evaluation: Evaluation::Waiting {
-                have: vec![actor("bob")],
-                count: 1,
-                required: 2,
+            counted: Counted {
+                evaluation: Evaluation::Waiting {
+                    have: vec![actor("bob")],
+                    count: 1,
+                    required: 2,
+                },
+                approved_at: vec![("bob".into(), 1_764_460_800_000)],
+                elsewhere: Vec::new(),
+                expired: vec![approval("carol", D1, Given::Judged, 1_764_450_000_000)],
             },
-            approved_at: vec![("bob".into(), 1_764_460_800_000)],
-            stale: Vec::new(),
             policy_changed: false,
             ledger_head: None,
             ttl_ms: Some(3_600_000),
-            expired: vec![Stale {
-                by: actor("carol"),
-                digest: D1.into(),
-                at: 1_764_450_000_000,
-            }],
         };
         insta::assert_snapshot!(render(&standing, D1), @r"
         <!-- wavegate:approvals -->

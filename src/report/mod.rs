@@ -8,6 +8,7 @@ pub mod approvals;
 pub mod entries;
 pub mod json;
 pub mod markdown;
+pub mod refusal;
 pub mod reply;
 pub mod text;
 

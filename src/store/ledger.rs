@@ -300,8 +300,9 @@ fn fact_from_row(row: &AnyRow) -> Result<Fact> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::counting::{Evaluation, Scope, Tally};
     use crate::gate::ledger::{
-        verify_chain, Evaluation, LedgerKey, LinkProblem, SignatureCheck, Signatures, Source,
+        verify_chain, FactData, LedgerKey, LinkProblem, SignatureCheck, Signatures, Source,
     };
     use crate::store::test_db::{on_both, TestDatabase};
     use std::collections::BTreeMap;
@@ -335,7 +336,7 @@ mod tests {
             },
             at: 1_700_000_000_000 + i64::try_from(comment).unwrap(),
             source: Source::Comment { id: comment },
-            data: serde_json::Value::Null,
+            data: FactData::default(),
         }
     }
 
@@ -354,7 +355,7 @@ mod tests {
         .enumerate()
         {
             let mut new = approval(repo, gate, 10 + n as u64, n as u64);
-            new.data = serde_json::json!({ "note": format!("fact {n}") });
+            new.data = FactData::default().with_reason(format!("fact {n}"));
             appended.push(store.append_fact(new).await.unwrap());
         }
         let seqs: Vec<(&str, i64)> = appended
@@ -384,7 +385,7 @@ mod tests {
         let gate = store.gate_facts(INFRA, "pr-1").await.unwrap();
         assert_eq!(gate, [appended[0].clone(), appended[3].clone()]);
         assert!(matches!(
-            ledger::evaluate(&gate, &appended[0].fact.digest, 2),
+            Tally::new(&gate, Scope::All).evaluate(&appended[0].fact.digest, 2),
             Evaluation::Satisfied { count: 2, .. }
         ));
     }

@@ -8,7 +8,7 @@
 //! approval, an override, a released lock or `/retry` enqueues the next job,
 //! and a crash leaves the job's lease to expire and the job to run again.
 
-use super::gate::as_counted;
+use super::gate::plan_scope;
 use super::Worker;
 use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
 use crate::apply::run::{self, Settle};
@@ -21,7 +21,8 @@ use crate::config::BaseRules;
 use crate::forge::client::ForgeClient;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
-use crate::gate::ledger::{self, Actor, Evaluation, Fact, FactKind, NewFact, Source};
+use crate::gate::counting::{Evaluation, Scope, Tally};
+use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
 use crate::git;
 use crate::jobs::Task;
 use crate::model::{CommitSha, GateId, MemberId, PrNumber};
@@ -31,8 +32,8 @@ use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
 use anyhow::{anyhow, Context, Result};
-use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// The deployed estate as later plans read it.
@@ -414,15 +415,18 @@ impl Worker {
             .store
             .gate_facts(&drive.run.repo.id.ledger_key(), &gate)
             .await?;
-        let counted = as_counted(&facts, &drive.plan, drive.policy.review_approvals);
+        let tally = Tally::new(
+            &facts,
+            plan_scope(&drive.plan, drive.policy.review_approvals),
+        );
         let policy = drive.policy.clone();
         let digest = drive.run.digest.clone();
         let passed = !drive.run.record.pr_approved_by.is_empty();
-        let counted = self
-            .still_counting(drive, (&gate, passed), counted, &digest, &policy)
+        let dropped = self
+            .still_counting(drive, (&gate, passed), &tally, &digest, &policy)
             .await?;
         let required = drive.policy.required.max(1) as usize;
-        match ledger::evaluate(&counted, &drive.run.digest, required) {
+        match tally.evaluate_without(&drive.run.digest, required, &dropped) {
             Evaluation::Satisfied { by, .. } => {
                 drive.run.record.pr_approved_by = by.into_iter().map(|a| a.login).collect();
                 Ok(Step::Continue)
@@ -487,22 +491,6 @@ impl Worker {
         Ok(())
     }
 
-    /// The facts of one of this run's gates that bear on it: given in this
-    /// run, and every revoke and spend.
-    async fn run_gate_facts(&self, run: &ApplyRunRecord, gate: &str) -> Result<Vec<Fact>> {
-        let facts = self
-            .store
-            .gate_facts(&run.repo.id.ledger_key(), gate)
-            .await?;
-        Ok(facts
-            .into_iter()
-            .filter(|f| {
-                matches!(f.fact.kind, FactKind::Revoked | FactKind::Spent)
-                    || f.fact.data.get("run") == Some(&json!(run.id))
-            })
-            .collect())
-    }
-
     /// The newest standing approval at a run's gate of another digest than
     /// `digest` (an earlier set), when none of `digest` stands.
     async fn gate_mismatch(
@@ -511,11 +499,18 @@ impl Worker {
         gate: &str,
         digest: &str,
     ) -> Result<Option<crate::apply::Mismatch>> {
-        let here = self.run_gate_facts(run, gate).await?;
-        Ok(match ledger::evaluate(&here, digest, 1) {
-            Evaluation::Mismatch { approved, by } => Some(crate::apply::Mismatch {
-                by: by.login,
-                digest: approved,
+        let facts = self
+            .store
+            .gate_facts(&run.repo.id.ledger_key(), gate)
+            .await?;
+        let scope = Scope::Run {
+            run: run.id,
+            since: 0,
+        };
+        Ok(match Tally::new(&facts, scope).evaluate(digest, 1) {
+            Evaluation::Mismatch(approved) => Some(crate::apply::Mismatch {
+                by: approved.by.login,
+                digest: approved.digest,
             }),
             _ => None,
         })
@@ -530,73 +525,63 @@ impl Worker {
         digest: &str,
         policy: &Policy,
     ) -> Result<Vec<String>> {
-        // A gate opened afresh counts only the approvals given since.
-        let here: Vec<Fact> = self
-            .run_gate_facts(&drive.run, gate)
-            .await?
-            .into_iter()
-            .filter(|f| f.fact.kind != FactKind::Approved || f.fact.at >= since)
-            .collect();
-        let here = self
-            .still_counting(drive, (gate, passed), here, digest, policy)
+        let facts = self
+            .store
+            .gate_facts(&drive.run.repo.id.ledger_key(), gate)
+            .await?;
+        let tally = Tally::new(
+            &facts,
+            Scope::Run {
+                run: drive.run.id,
+                since,
+            },
+        );
+        let dropped = self
+            .still_counting(drive, (gate, passed), &tally, digest, policy)
             .await?;
         let required = policy.required.max(1) as usize;
-        Ok(match ledger::evaluate(&here, digest, required) {
+        Ok(match tally.evaluate_without(digest, required, &dropped) {
             Evaluation::Satisfied { by, .. } => by.into_iter().map(|a| a.login).collect(),
             _ => Vec::new(),
         })
     }
 
-    /// `facts` without the approvals of `digest` whose approvers may no
-    /// longer approve under `policy` (write access lost, no longer listed
-    /// or in a listed team): the forge is asked again whenever a run uses
-    /// an approval, and each one dropped is noted in the record, so the
-    /// run says why it waits.
+    /// The approvals of `digest` (by seq) that no longer count under
+    /// `policy`: expired, or given by someone who may no longer approve
+    /// (write access lost, no longer listed or in a listed team). The forge
+    /// is asked again whenever a run uses an approval, and each one dropped
+    /// is noted in the record, so the run says why it waits.
     async fn still_counting(
         &self,
         drive: &mut Drive<'_>,
         (gate, passed): (&str, bool),
-        facts: Vec<Fact>,
+        tally: &Tally<'_>,
         digest: &str,
         policy: &Policy,
-    ) -> Result<Vec<Fact>> {
+    ) -> Result<HashSet<i64>> {
         // An approval expires `approval_ttl` after it was given, unless the
         // run already went through its gate with it.
         let ttl = policy.approval_ttl_ms().filter(|_| !passed);
         let now = chrono::Utc::now().timestamp_millis();
-        let mut expired = BTreeSet::new();
-        for fact in &facts {
-            let approval = &fact.fact;
-            if approval.kind == FactKind::Approved
-                && approval.digest == digest
-                && crate::gate::policy::expired(approval.at, ttl, now)
-            {
-                let lapsed = crate::apply::Lapsed {
-                    gate: gate.to_owned(),
-                    by: approval.actor.login.clone(),
-                    why: format!(
-                        "it expired at {} (`[policy] approval_ttl` is {})",
-                        crate::model::utc(approval.at.saturating_add(ttl.unwrap_or(0))),
-                        policy.approval_ttl.as_deref().unwrap_or("?")
-                    ),
-                };
-                if !drive.run.record.lapsed.contains(&lapsed) {
-                    drive.run.record.lapsed.push(lapsed);
-                }
-                expired.insert(fact.seq);
+        let mut dropped = HashSet::new();
+        for approval in tally.expired(digest, ttl, now) {
+            let lapsed = crate::apply::Lapsed {
+                gate: gate.to_owned(),
+                by: approval.fact.actor.login.clone(),
+                why: format!(
+                    "it expired at {} (`[policy] approval_ttl` is {})",
+                    crate::model::utc(approval.fact.at.saturating_add(ttl.unwrap_or(0))),
+                    policy.approval_ttl.as_deref().unwrap_or("?")
+                ),
+            };
+            if !drive.run.record.lapsed.contains(&lapsed) {
+                drive.run.record.lapsed.push(lapsed);
             }
+            dropped.insert(approval.seq);
         }
-        let facts: Vec<Fact> = facts
-            .into_iter()
-            .filter(|f| !expired.contains(&f.seq))
-            .collect();
         // Every standing approver of `digest`, however many are required.
-        let standing = match ledger::evaluate(&facts, digest, usize::MAX) {
-            Evaluation::Waiting { have, .. } | Evaluation::Satisfied { by: have, .. } => have,
-            Evaluation::Mismatch { .. } => Vec::new(),
-        };
-        let mut dropped = BTreeSet::new();
-        for actor in standing {
+        let mut lost = HashSet::new();
+        for actor in tally.approvers_of(digest, &dropped) {
             let teams = crate::gate::policy::approver_teams(policy).join(",");
             let key = format!("{}|{teams}", actor.login.to_ascii_lowercase());
             let who = match drive.asked.get(&key) {
@@ -627,17 +612,16 @@ impl Worker {
                 if !drive.run.record.lapsed.contains(&lapsed) {
                     drive.run.record.lapsed.push(lapsed);
                 }
-                dropped.insert(actor.id);
+                lost.insert(actor.id);
             }
         }
-        Ok(facts
-            .into_iter()
-            .filter(|f| {
-                !(f.fact.kind == FactKind::Approved
-                    && f.fact.digest == digest
-                    && dropped.contains(&f.fact.actor.id))
-            })
-            .collect())
+        dropped.extend(
+            tally
+                .approvals_of(digest)
+                .filter(|approval| lost.contains(&approval.fact.actor.id))
+                .map(|approval| approval.seq),
+        );
+        Ok(dropped)
     }
 
     async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
@@ -877,7 +861,7 @@ impl Worker {
     /// Carries out one of the run's effects that asks nothing back.
     async fn perform(&self, io: &mut RunIo<'_>, effect: Effect) -> Result<()> {
         let now = || chrono::Utc::now().timestamp_millis();
-        let spent = |gate: String, digest: String, data: Value, login: String| NewFact {
+        let spent = |gate: String, digest: String, data: FactData, login: String| NewFact {
             repo: io.run.repo.id.ledger_key(),
             gate,
             kind: FactKind::Spent,
@@ -902,12 +886,16 @@ impl Worker {
             }
             Effect::SpendOverride { member, digest } => {
                 let gate = GateId::Override(io.run.pr).to_string();
-                let data = json!({ "run": io.run.id, "member": member });
+                let data = FactData {
+                    run: Some(io.run.id),
+                    member: Some(member.parse().map_err(anyhow::Error::msg)?),
+                    ..FactData::default()
+                };
                 let fact = spent(gate, digest, data, io.client.bot_login().await?);
                 self.store.append_fact(fact).await?;
             }
             Effect::SpendApproval { gate, digest } => {
-                let data = json!({ "run": io.run.id, "merge": io.run.merge_sha.as_str() });
+                let data = FactData::in_run(io.run.id, &io.run.merge_sha);
                 let fact = spent(gate, digest, data, io.client.bot_login().await?);
                 self.store.append_fact(fact).await?;
             }

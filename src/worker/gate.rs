@@ -17,16 +17,16 @@ use crate::forge::client::ForgeClient;
 use crate::forge::types::{CheckReport, CheckState, Permission, Reaction};
 use crate::forge::{RepoRef, ReviewState};
 use crate::gate::commands::{self, Command};
-use crate::gate::ledger::{self, Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
+use crate::gate::counting::{self, Evaluation, Scope, Tally};
+use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::git;
 use crate::jobs::Task;
-use crate::model::{CommitSha, GateId, PrNumber, User};
-use crate::report::approvals::{self, Stale, Standing};
+use crate::model::{CommitSha, GateId, MemberId, PrNumber, User};
+use crate::report::approvals::{self, Standing};
+use crate::report::refusal::{self, Refusal};
 use crate::store::{ApplyRunRecord, JobOutcome, PlanRecord, PrRecord};
 use anyhow::{Context, Result};
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
 
 /// A comment as the command job carries it.
 pub struct CommentIn<'a> {
@@ -47,41 +47,16 @@ pub struct ReviewIn<'a> {
 /// What became of one command.
 enum Said {
     Done,
-    Refused(String),
+    Refused(Refusal),
 }
 
-/// What an approval was given for: the digest, and the commits it was planned at.
-fn binding(plan: &PlanRecord) -> Value {
-    json!({ "head": plan.head_sha.as_str(), "base": plan.base_sha.as_str() })
-}
-
-/// The gate's facts as they count for `plan`: an approval (or revoke) given
-/// for another head or base stands for a different plan, whatever its digest,
-/// so it is read as one of "another digest" (shown as for an earlier plan);
-/// review approvals count only while the base allows them.
-pub(super) fn as_counted(facts: &[Fact], plan: &PlanRecord, reviews_count: bool) -> Vec<Fact> {
-    let here = binding(plan);
-    facts
-        .iter()
-        .filter(|fact| {
-            reviews_count
-                || !(fact.fact.kind == FactKind::Approved
-                    && matches!(fact.fact.source, Source::Review { .. }))
-        })
-        .cloned()
-        .map(|mut fact| {
-            let bound = matches!(fact.fact.kind, FactKind::Approved | FactKind::Revoked)
-                && fact.fact.digest != ANY_DIGEST;
-            let elsewhere = fact.fact.data.get("head") != here.get("head")
-                || fact.fact.data.get("base") != here.get("base");
-            if bound && elsewhere {
-                let head = fact.fact.data["head"].as_str().unwrap_or("?");
-                fact.fact.digest =
-                    format!("{} (at {})", fact.fact.digest, &head[..head.len().min(12)]);
-            }
-            fact
-        })
-        .collect()
+/// How a pull request's own gate counts for `plan` (see [`Scope::Plan`]).
+pub(super) fn plan_scope(plan: &PlanRecord, reviews_count: bool) -> Scope<'_> {
+    Scope::Plan {
+        head: &plan.head_sha,
+        base: &plan.base_sha,
+        reviews_count,
+    }
 }
 
 impl Worker {
@@ -105,18 +80,14 @@ impl Worker {
         let mut refusals = Vec::new();
         let mut done = 0;
         for error in &parsed.errors {
-            refusals.push(format!(
-                "`{}`: {}; {}",
-                error.text.trim(),
-                error.problem,
-                error.fix
-            ));
+            refusals.push(Refusal::Malformed {
+                text: error.text.clone(),
+                problem: error.problem.to_string(),
+                fix: error.fix.to_string(),
+            });
         }
         for word in &parsed.unknown {
-            refusals.push(format!(
-                "`{word}` is not a wavegate command.\n\n{}",
-                commands::help_text()
-            ));
+            refusals.push(Refusal::Unknown { word: word.clone() });
         }
         let mut gate_moved = false;
         let mut run_moved = false;
@@ -129,9 +100,7 @@ impl Worker {
                 Command::Plan => {
                     let closed = self.store.pr(&repo.id, pr).await?.is_some_and(|r| !r.open);
                     if closed {
-                        Said::Refused(
-                            "the pull request is closed: there is nothing to plan. After a merge, the apply run plans on the merge commit by itself".into(),
-                        )
+                        Said::Refused(Refusal::ClosedNothingToPlan)
                     } else {
                         let replan = Task::Replan {
                             repo: repo.clone(),
@@ -206,7 +175,7 @@ impl Worker {
         if !refusals.is_empty() {
             self.react(client, repo, comment.id, Reaction::Confused)
                 .await;
-            let body = format!("@{}: {}", comment.author.login, refusals.join("\n\n"));
+            let body = refusal::reply(&comment.author.login, &refusals);
             client.reply(repo, pr, &body).await?;
         }
         Ok(JobOutcome::Done)
@@ -257,8 +226,7 @@ impl Worker {
                 let Some(approved) = approved.cloned() else {
                     continue;
                 };
-                let mut data = approved.fact.data.clone();
-                data["reason"] = "review dismissed".into();
+                let data = approved.fact.data.clone().with_reason("review dismissed");
                 let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
                 let source = Source::Review { id: review.id };
                 self.record(repo, gate, revoke, actor.clone(), source)
@@ -311,11 +279,11 @@ impl Worker {
                 "wavegate could not check the reviewer's permission: {error:#}"
             )),
         };
-        let mut data = binding(&plan);
+        let mut data = FactData::at_plan(&plan.head_sha, &plan.base_sha);
         let kind = match verdict {
             Ok(()) => FactKind::Approved,
             Err(reason) => {
-                data["reason"] = reason.into();
+                data.reason = Some(reason);
                 FactKind::Refused
             }
         };
@@ -379,11 +347,11 @@ impl Worker {
                 "wavegate could not check the reviewer's permission: {error:#}"
             )),
         };
-        let mut data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
+        let mut data = FactData::in_run(run.id, &run.merge_sha);
         let kind = match verdict {
             Ok(()) => FactKind::Approved,
             Err(reason) => {
-                data["reason"] = reason.into();
+                data.reason = Some(reason);
                 FactKind::Refused
             }
         };
@@ -440,22 +408,22 @@ impl Worker {
         let head_now = record.as_ref().map_or("", |r| r.head_sha.as_str());
         let digest = match policy::bind(named, seen.as_ref(), head_now, comment.written_at) {
             Ok(digest) => digest.to_owned(),
-            Err(why) => return Ok(Said::Refused(why.to_string())),
+            Err(why) => return Ok(Said::Refused(Refusal::Unbound(why))),
         };
         let Some(plan) = plan.filter(|p| p.digest.as_deref() == Some(digest.as_str())) else {
-            return Ok(Said::Refused(policy::Unbound::NoReport.to_string()));
+            return Ok(Said::Refused(Refusal::Unbound(policy::Unbound::NoReport)));
         };
         let policy = match self.base_policy(repo, &plan.base_sha).await? {
             Ok(policy) => policy,
-            Err(why) => return Ok(Said::Refused(why)),
+            Err(why) => return Ok(Said::Refused(Refusal::BaseConfig(why))),
         };
         if let Some(stage) = stage {
             let stages = self.base_stages(repo, &plan.base_sha).await?;
             if !stages.iter().any(|s| s == stage) {
-                return Ok(Said::Refused(format!(
-                    "`{stage}` is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
-                    stages.join(", ")
-                )));
+                return Ok(Said::Refused(Refusal::NotAStage {
+                    stage: stage.to_owned(),
+                    stages,
+                }));
             }
             let expired = self
                 .store
@@ -464,15 +432,19 @@ impl Worker {
                 .and_then(|run| run.record.stages.get(stage).cloned())
                 .filter(|gate| gate.expired);
             if let Some(gate) = expired {
-                return Ok(Said::Refused(stage_expired(stage, gate.expires_at)));
+                return Ok(Said::Refused(Refusal::StageExpired {
+                    stage: stage.to_owned(),
+                    at: gate.expires_at,
+                }));
             }
             // A stage's set is planned on the merge commit when the apply run
             // reaches it; there is nothing of it to approve before that.
-            return Ok(Said::Refused(format!(
-                "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
-            )));
+            return Ok(Said::Refused(Refusal::StageNotPlannedYet {
+                stage: stage.to_owned(),
+            }));
         }
-        let at = (GateId::Pr(pr).to_string(), digest, binding(&plan));
+        let binding = FactData::at_plan(&plan.head_sha, &plan.base_sha);
+        let at = (GateId::Pr(pr).to_string(), digest, binding);
         self.judge_approval(client, repo, (pr, &plan.head_sha, comment), &policy, at)
             .await
     }
@@ -485,14 +457,14 @@ impl Worker {
         repo: &RepoRef,
         (pr, head, comment): (PrNumber, &CommitSha, &CommentIn<'_>),
         policy: &Policy,
-        (gate, digest, mut data): (String, String, Value),
+        (gate, digest, mut data): (String, String, FactData),
     ) -> Result<Said> {
         let who = match self.candidate(client, repo, comment.author, policy).await {
             Ok(who) => who,
             Err(error) => {
-                return Ok(Said::Refused(format!(
-                    "wavegate could not check your permission: {error:#}"
-                )))
+                return Ok(Said::Refused(Refusal::PermissionUnknown {
+                    error: format!("{error:#}"),
+                }))
             }
         };
         let pr_author = client.pull_request(repo, pr).await?.author.login;
@@ -509,9 +481,8 @@ impl Worker {
         let (kind, said) = match policy::may_approve(policy, authors, &who.as_candidate()) {
             Ok(()) => (FactKind::Approved, Said::Done),
             Err(why) => {
-                let reason = why.to_string();
-                data["reason"] = reason.clone().into();
-                (FactKind::Refused, Said::Refused(reason))
+                data.reason = Some(why.to_string());
+                (FactKind::Refused, Said::Refused(Refusal::NotAllowed(why)))
             }
         };
         self.record(repo, &gate, (kind, &digest, data), actor, source)
@@ -553,51 +524,32 @@ impl Worker {
             login: comment.author.login.clone(),
         };
         let source = Source::Comment { id: comment.id };
+        let current = plan.as_ref().and_then(|p| {
+            let binding = FactData::at_plan(&p.head_sha, &p.base_sha);
+            Some((p.digest.clone()?, binding))
+        });
+        let admin_over = current
+            .as_ref()
+            .filter(|_| admin)
+            .map(|(digest, binding)| (digest.as_str(), binding));
         let mut revoked = false;
         for gate in &gates {
             let facts = self.store.gate_facts(&repo_key, gate).await?;
-            let own = ledger::stale_approvals(&facts, "")
-                .iter()
-                .any(|(by, _, _)| by.id == comment.author.id);
-            if own {
-                let data = json!({ "reason": "revoked by the approver" });
-                self.record(
-                    repo,
-                    gate,
-                    (FactKind::Revoked, ANY_DIGEST, data),
-                    actor.clone(),
-                    source.clone(),
-                )
-                .await?;
-                revoked = true;
-            }
-            let current = plan.as_ref().and_then(|p| Some((p, p.digest.as_deref()?)));
-            if let (true, Some((plan, digest))) = (admin, current) {
-                let others = ledger::stale_approvals(&facts, "")
-                    .iter()
-                    .any(|(by, d, _)| by.id != comment.author.id && d == digest);
-                if others {
-                    let mut data = binding(plan);
-                    data["all"] = true.into();
-                    data["reason"] = "revoked by a repository admin".into();
-                    self.record(
-                        repo,
-                        gate,
-                        (FactKind::Revoked, digest, data),
-                        actor.clone(),
-                        source.clone(),
-                    )
+            for withdrawal in counting::revoke(&facts, comment.author.id, admin_over) {
+                let revoke = (
+                    FactKind::Revoked,
+                    withdrawal.digest.as_str(),
+                    withdrawal.data,
+                );
+                self.record(repo, gate, revoke, actor.clone(), source.clone())
                     .await?;
-                    revoked = true;
-                }
+                revoked = true;
             }
         }
         Ok(if revoked {
             Said::Done
         } else {
-            Said::Refused(
-                "there is no standing approval for you to revoke; an approval can be revoked by whoever gave it, or by a repository admin".into(),
-            )
+            Said::Refused(Refusal::NothingToRevoke)
         })
     }
 
@@ -633,14 +585,15 @@ impl Worker {
                     .find(|r| r.number == *round)
                     .map(|r| r.stage.as_str()),
             ),
-            _ => return Ok(Said::Refused("the apply run waits for no approval".into())),
+            _ => return Ok(Said::Refused(Refusal::RunWaitsForNoApproval)),
         };
         if let Some(stage) = stage.filter(|s| Some(*s) != waiting_stage) {
-            return Ok(Said::Refused(format!(
-                "the apply run waits at `{gate}` (stage {}), not at stage `{stage}`; write `/approve {} {digest}`",
-                waiting_stage.unwrap_or("?"),
-                waiting_stage.unwrap_or("")
-            )));
+            return Ok(Said::Refused(Refusal::RunWaitsElsewhere {
+                gate: gate.clone(),
+                waiting: waiting_stage.map(str::to_owned),
+                named: stage.to_owned(),
+                digest: digest.clone(),
+            }));
         }
         if let Some(stage) = waiting_stage {
             let now = chrono::Utc::now().timestamp_millis();
@@ -648,7 +601,10 @@ impl Worker {
             if expires_at.is_some_and(|at| now >= at) {
                 // The run looks again and fails the stage, if it has not yet.
                 self.enqueue_resume(repo, run.pr).await?;
-                return Ok(Said::Refused(stage_expired(stage, expires_at)));
+                return Ok(Said::Refused(Refusal::StageExpired {
+                    stage: stage.to_owned(),
+                    at: expires_at,
+                }));
             }
         }
         let seen = ReportSeen {
@@ -663,14 +619,17 @@ impl Worker {
             comment.written_at,
         ) {
             Ok(bound) => bound.to_owned(),
-            Err(why) => return Ok(Said::Refused(why.to_string())),
+            Err(why) => return Ok(Said::Refused(Refusal::Unbound(why))),
         };
         let policy = match self.run_gate_policy(repo, run, waiting_stage).await? {
             Ok(policy) => policy,
-            Err(why) => return Ok(Said::Refused(why)),
+            Err(why) => return Ok(Said::Refused(Refusal::BaseConfig(why))),
         };
-        let data = json!({ "run": run.id, "merge": run.merge_sha.as_str() });
-        let at = (gate.clone(), bound, data);
+        let at = (
+            gate.clone(),
+            bound,
+            FactData::in_run(run.id, &run.merge_sha),
+        );
         // The merged head's pusher is held to it at the run's gates too.
         let merged_head = match self.store.plan(run.plan_id).await? {
             Some(plan) => plan.head_sha,
@@ -691,26 +650,17 @@ impl Worker {
         comment: &CommentIn<'_>,
     ) -> Result<Said> {
         let Some(mut run) = self.store.apply_run(&repo.id, pr).await? else {
-            return Ok(Said::Refused(
-                "there is no apply run to retry: applies start after the pull request is merged"
-                    .into(),
-            ));
+            return Ok(Said::Refused(Refusal::NoRunToRetry));
         };
         let can_write = client
             .permission(repo, &comment.author.login)
             .await
             .is_ok_and(|p| p.can_write());
         if !can_write || comment.author.is_bot {
-            return Ok(Said::Refused(
-                "`/retry` needs write access to the repository".into(),
-            ));
+            return Ok(Said::Refused(Refusal::RetryNeedsWrite));
         }
         match crate::apply::run::retry(&mut run.status, &mut run.record) {
-            Retry::NothingLeft => {
-                return Ok(Said::Refused(
-                    "the apply run already applied every member; there is nothing to retry".into(),
-                ))
-            }
+            Retry::NothingLeft => return Ok(Said::Refused(Refusal::NothingLeftToRetry)),
             Retry::Restarted => self.store.save_apply_run(&run).await?,
             Retry::Nudged => {}
         }
@@ -750,9 +700,7 @@ impl Worker {
             ),
             _ => {
                 let Some((_, plan)) = self.current(repo, pr).await? else {
-                    return Ok(Said::Refused(
-                        "there is no current plan of this pull request to override a denial of; comment `/plan` first".into(),
-                    ));
+                    return Ok(Said::Refused(Refusal::NoPlanToOverride));
                 };
                 let set: crate::plan::changeset::ChangeSet =
                     serde_json::from_value(plan.change_set.clone())
@@ -762,9 +710,9 @@ impl Worker {
                     .and_then(|m| m.plan.as_ref())
                     .filter(|p| !p.denied.is_empty());
                 let Some(denied) = denied else {
-                    return Ok(Said::Refused(format!(
-                        "the policy did not deny a plan of `{member}` in this pull request's current plan; `/override` lets exactly such a plan through"
-                    )));
+                    return Ok(Said::Refused(Refusal::NotDenied {
+                        member: member.to_owned(),
+                    }));
                 };
                 (
                     denied.plan_digest.clone(),
@@ -776,7 +724,7 @@ impl Worker {
         };
         let policy = match self.base_policy(repo, &base).await? {
             Ok(policy) => policy,
-            Err(why) => return Ok(Said::Refused(why)),
+            Err(why) => return Ok(Said::Refused(Refusal::BaseConfig(why))),
         };
         let permission = client.permission(repo, &comment.author.login).await;
         let mut teams = Vec::new();
@@ -791,17 +739,24 @@ impl Worker {
             can_write: permission.is_ok_and(|p| p.can_write()),
             teams: &teams,
         };
-        let mut data = json!({ "member": member, "reason": reason, "rules": rules });
-        if let Some(run) = for_run {
-            data["run"] = json!(run);
-        }
+        let member = match member.parse() {
+            Ok(member) => member,
+            Err(why) => return Ok(Said::Refused(Refusal::NotAMember(why))),
+        };
+        let mut data = FactData {
+            member: Some(member),
+            reason: Some(reason.to_owned()),
+            rules: Some(rules),
+            run: for_run,
+            ..FactData::default()
+        };
         let actor = Actor {
             id: comment.author.id,
             login: comment.author.login.clone(),
         };
         let source = Source::Comment { id: comment.id };
         if let Err(why) = policy::may_override(&policy, &who) {
-            data["refused"] = why.clone().into();
+            data.refused = Some(why.clone());
             self.record(
                 repo,
                 &gate,
@@ -810,7 +765,7 @@ impl Worker {
                 source,
             )
             .await?;
-            return Ok(Said::Refused(why));
+            return Ok(Said::Refused(Refusal::NotOverrider(why)));
         }
         self.record(
             repo,
@@ -827,7 +782,7 @@ impl Worker {
         &self,
         repo: &RepoRef,
         gate: &str,
-        (kind, digest, data): (FactKind, &str, Value),
+        (kind, digest, data): (FactKind, &str, FactData),
         actor: Actor,
         source: Source,
     ) -> Result<()> {
@@ -996,29 +951,21 @@ impl Worker {
             .gate_facts(&repo.id.ledger_key(), &GateId::Pr(pr).to_string())
             .await?;
         let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
-        let counted = as_counted(&facts, plan, reviews_count);
+        let tally = Tally::new(&facts, plan_scope(plan, reviews_count));
         // Approvals of this digest older than `approval_ttl` no longer count.
         let ttl_ms = policy.as_ref().ok().and_then(Policy::approval_ttl_ms);
         let now = chrono::Utc::now().timestamp_millis();
-        let (expired, counted): (Vec<Fact>, Vec<Fact>) = counted.into_iter().partition(|f| {
-            f.fact.kind == FactKind::Approved
-                && f.fact.digest == digest
-                && policy::expired(f.fact.at, ttl_ms, now)
-        });
         let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
-        let evaluation = match &policy {
-            Ok(_) => ledger::evaluate(&counted, &digest, required),
+        let mut counted = tally.count(&digest, required, ttl_ms, now);
+        if policy.is_err() {
             // A base policy that cannot be read approves nothing.
-            Err(_) => ledger::evaluate(&[], &digest, required),
-        };
-        let mut approved_at = BTreeMap::new();
-        for fact in counted
-            .iter()
-            .filter(|f| f.fact.kind == FactKind::Approved && f.fact.digest == digest)
-        {
-            approved_at.insert(fact.fact.actor.login.clone(), fact.fact.at);
+            counted.evaluation = Evaluation::Waiting {
+                have: Vec::new(),
+                count: 0,
+                required,
+            };
         }
-        if !failed && !matches!(evaluation, ledger::Evaluation::Satisfied { .. }) {
+        if !failed && !matches!(counted.evaluation, Evaluation::Satisfied { .. }) {
             let members: Vec<String> = plan.change_set["members"]
                 .as_array()
                 .into_iter()
@@ -1043,22 +990,9 @@ impl Worker {
         }
         let ledger_head = self.store.ledger_head(&repo.id.ledger_key()).await?;
         let standing = Standing {
-            evaluation,
+            counted,
             ledger_head,
-            approved_at: approved_at.into_iter().collect(),
-            stale: ledger::stale_approvals(&counted, &digest)
-                .into_iter()
-                .map(|(by, digest, at)| Stale { by, digest, at })
-                .collect(),
             ttl_ms,
-            expired: expired
-                .iter()
-                .map(|f| Stale {
-                    by: f.fact.actor.clone(),
-                    digest: f.fact.digest.clone(),
-                    at: f.fact.at,
-                })
-                .collect(),
             policy_changed: match &policy {
                 Ok(base) => self
                     .config_at(repo, &plan.head_sha)?
@@ -1116,6 +1050,12 @@ impl Worker {
         {
             return Ok(());
         }
+        let members = members
+            .iter()
+            .map(|m| m.parse())
+            .collect::<Result<Vec<MemberId>, String>>()
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("the members gate {gate} waits on"))?;
         self.store
             .append_fact(NewFact {
                 repo: repo_key,
@@ -1128,7 +1068,11 @@ impl Worker {
                 },
                 at: chrono::Utc::now().timestamp_millis(),
                 source: Source::Wavegate,
-                data: json!({ "members": members, "description": description }),
+                data: FactData {
+                    members: Some(members),
+                    description: Some(description),
+                    ..FactData::default()
+                },
             })
             .await?;
         Ok(())
@@ -1161,15 +1105,6 @@ fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
     }
 }
 
-/// Why `/approve <stage>` comes too late: the stage's gate expired.
-fn stage_expired(stage: &str, at: Option<i64>) -> String {
-    format!(
-        "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
-        at.map(|at| format!(" at {}", crate::model::utc(at)))
-            .unwrap_or_default()
-    )
-}
-
 /// A candidate's facts, owned (the policy borrows them).
 #[derive(Debug, Clone)]
 pub(super) struct Who {
@@ -1187,84 +1122,5 @@ impl Who {
             can_write: self.can_write,
             teams: &self.teams,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{ForgeKind, RepoId};
-
-    fn sha(c: char) -> CommitSha {
-        CommitSha::parse(&c.to_string().repeat(40)).unwrap()
-    }
-
-    fn plan(head: char) -> PlanRecord {
-        PlanRecord {
-            id: 1,
-            repo: RepoId::new(ForgeKind::GitHub, "acme/infra"),
-            pr: PrNumber(1),
-            head_sha: sha(head),
-            base_sha: sha('b'),
-            digest: Some(D.into()),
-            change_set: Value::Null,
-            created_at: 0,
-            report: String::new(),
-        }
-    }
-
-    const D: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-
-    fn fact(kind: FactKind, plan: &PlanRecord, source: Source) -> Fact {
-        ledger::chain(
-            None,
-            NewFact {
-                repo: "github:acme/infra".into(),
-                gate: "pr-1".into(),
-                kind,
-                digest: D.into(),
-                actor: Actor {
-                    id: 7,
-                    login: "bob".into(),
-                },
-                at: 0,
-                source,
-                data: binding(plan),
-            },
-        )
-    }
-
-    #[test]
-    fn an_approval_counts_only_for_the_head_and_base_it_was_given_at() {
-        let old = plan('a');
-        let facts = vec![fact(FactKind::Approved, &old, Source::Comment { id: 1 })];
-        assert!(matches!(
-            ledger::evaluate(&as_counted(&facts, &old, false), D, 1),
-            ledger::Evaluation::Satisfied { .. }
-        ));
-        // A push that leaves the digest unchanged: the approval is for an earlier plan.
-        let pushed = plan('c');
-        let counted = as_counted(&facts, &pushed, false);
-        assert!(matches!(
-            ledger::evaluate(&counted, D, 1),
-            ledger::Evaluation::Mismatch { .. }
-        ));
-        assert!(ledger::stale_approvals(&counted, D)[0]
-            .1
-            .contains("(at aaaaaaaaaaaa)"));
-    }
-
-    #[test]
-    fn review_approvals_count_only_while_the_base_allows_them() {
-        let current = plan('a');
-        let facts = vec![fact(FactKind::Approved, &current, Source::Review { id: 9 })];
-        assert!(matches!(
-            ledger::evaluate(&as_counted(&facts, &current, true), D, 1),
-            ledger::Evaluation::Satisfied { .. }
-        ));
-        assert!(matches!(
-            ledger::evaluate(&as_counted(&facts, &current, false), D, 1),
-            ledger::Evaluation::Waiting { count: 0, .. }
-        ));
     }
 }

@@ -1,0 +1,175 @@
+//! Why a comment command was not carried out, in the words the reply uses:
+//! each refusal says what stands in the way and what to write instead. The
+//! worker decides which refusal applies; this is the one place it is worded.
+
+use crate::gate::commands;
+use crate::gate::policy::{NotAllowed, Unbound};
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A command that did not parse: its text, what is wrong, the fix.
+    Malformed {
+        text: String,
+        problem: String,
+        fix: String,
+    },
+    /// A `/word` that is no command.
+    Unknown {
+        word: String,
+    },
+    /// `/plan` on a closed pull request.
+    ClosedNothingToPlan,
+    /// The comment names no digest the report showed, or the wrong one.
+    Unbound(Unbound),
+    /// The commenter may not approve under the base branch's policy.
+    NotAllowed(NotAllowed),
+    /// The base branch's config cannot be read, so nothing is approved: why.
+    BaseConfig(String),
+    /// The forge could not say what the commenter may do.
+    PermissionUnknown {
+        error: String,
+    },
+    /// `/approve <stage>` naming no stage of the base branch's config.
+    NotAStage {
+        stage: String,
+        stages: Vec<String>,
+    },
+    /// `/approve <stage>` before the apply run reached that stage.
+    StageNotPlannedYet {
+        stage: String,
+    },
+    /// `/approve <stage>` after the stage's gate expired (at, unix ms).
+    StageExpired {
+        stage: String,
+        at: Option<i64>,
+    },
+    /// `/approve` while the run waits for nothing a person approves.
+    RunWaitsForNoApproval,
+    /// `/approve <stage>` while the run waits at another stage's gate.
+    RunWaitsElsewhere {
+        gate: String,
+        waiting: Option<String>,
+        named: String,
+        digest: String,
+    },
+    NothingToRevoke,
+    NoRunToRetry,
+    RetryNeedsWrite,
+    NothingLeftToRetry,
+    NoPlanToOverride,
+    /// `/override` of a member whose current plan no policy denied.
+    NotDenied {
+        member: String,
+    },
+    /// `/override` naming something that is not `component@stage`.
+    NotAMember(String),
+    /// The commenter may not override under the base branch's policy.
+    NotOverrider(String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed { text, problem, fix } => write!(f, "`{}`: {problem}; {fix}", text.trim()),
+            Self::Unknown { word } => write!(
+                f,
+                "`{word}` is not a wavegate command.\n\n{}",
+                commands::help_text()
+            ),
+            Self::ClosedNothingToPlan => f.write_str(
+                "the pull request is closed: there is nothing to plan. After a merge, the apply run plans on the merge commit by itself",
+            ),
+            Self::Unbound(why) => write!(f, "{why}"),
+            Self::NotAllowed(why) => write!(f, "{why}"),
+            Self::BaseConfig(why) | Self::NotAMember(why) | Self::NotOverrider(why) => {
+                f.write_str(why)
+            }
+            Self::PermissionUnknown { error } => {
+                write!(f, "wavegate could not check your permission: {error}")
+            }
+            Self::NotAStage { stage, stages } => write!(
+                f,
+                "`{stage}` is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
+                stages.join(", ")
+            ),
+            Self::StageNotPlannedYet { stage } => write!(
+                f,
+                "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
+            ),
+            Self::StageExpired { stage, at } => write!(
+                f,
+                "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
+                at.map(|at| format!(" at {}", crate::model::utc(at)))
+                    .unwrap_or_default()
+            ),
+            Self::RunWaitsForNoApproval => f.write_str("the apply run waits for no approval"),
+            Self::RunWaitsElsewhere {
+                gate,
+                waiting,
+                named,
+                digest,
+            } => write!(
+                f,
+                "the apply run waits at `{gate}` (stage {}), not at stage `{named}`; write `/approve {} {digest}`",
+                waiting.as_deref().unwrap_or("?"),
+                waiting.as_deref().unwrap_or("")
+            ),
+            Self::NothingToRevoke => f.write_str(
+                "there is no standing approval for you to revoke; an approval can be revoked by whoever gave it, or by a repository admin",
+            ),
+            Self::NoRunToRetry => f.write_str(
+                "there is no apply run to retry: applies start after the pull request is merged",
+            ),
+            Self::RetryNeedsWrite => f.write_str("`/retry` needs write access to the repository"),
+            Self::NothingLeftToRetry => f.write_str(
+                "the apply run already applied every member; there is nothing to retry",
+            ),
+            Self::NoPlanToOverride => f.write_str(
+                "there is no current plan of this pull request to override a denial of; comment `/plan` first",
+            ),
+            Self::NotDenied { member } => write!(
+                f,
+                "the policy did not deny a plan of `{member}` in this pull request's current plan; `/override` lets exactly such a plan through"
+            ),
+        }
+    }
+}
+
+/// The one reply to a comment some of whose commands were refused.
+pub fn reply(login: &str, refusals: &[Refusal]) -> String {
+    let said: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
+    format!("@{login}: {}", said.join("\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_reply_names_the_commenter_once_and_each_refusal_in_turn() {
+        let refusals = [
+            Refusal::NotAStage {
+                stage: "qa".into(),
+                stages: vec!["dev".into(), "prod".into()],
+            },
+            Refusal::StageExpired {
+                stage: "prod".into(),
+                at: Some(1_764_460_800_000),
+            },
+            Refusal::RunWaitsElsewhere {
+                gate: "pr-7-prod".into(),
+                waiting: Some("prod".into()),
+                named: "dev".into(),
+                digest: "sha256:abc".into(),
+            },
+        ];
+        insta::assert_snapshot!(reply("erin", &refusals), @"
+        @erin: `qa` is not a stage of this repository (stages: dev, prod); write `/approve` for the whole change, or `/approve <stage>`
+
+        stage prod's gate expired at 2025-11-30 00:00 UTC with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve
+
+        the apply run waits at `pr-7-prod` (stage prod), not at stage `dev`; write `/approve prod sha256:abc`
+        ");
+    }
+}
