@@ -2,7 +2,8 @@
 //! nothing of the crate; the domain (`plan`, `gate`, `apply`, `report`) and
 //! `config` never import an edge (`forge`, `store`, `server`, `worker`), nor
 //! `git` (but the plan engine's workbench); `forge` never imports the
-//! domain or `git`. A path that breaks a rule fails here,
+//! domain or `git`; `server` (routes only) never imports `worker`, `plan`,
+//! `apply` or the composition root `app`. A path that breaks a rule fails here,
 //! naming the file and the line.
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,8 @@ fn forbidden(module: &str) -> Vec<&'static str> {
         "plan" => EDGES.to_vec(),
         "gate" | "apply" | "report" | "config" => [EDGES, &["git"]].concat(),
         "forge" => [DOMAIN, &["git"]].concat(),
+        // Routes only verify, record and enqueue; `app` starts the workers.
+        "server" => vec!["worker", "plan", "apply", "app"],
         _ => Vec::new(),
     }
 }

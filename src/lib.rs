@@ -4,8 +4,10 @@
 //! The domain (`plan`, `gate`, `apply`, `report`) never imports the edges (`forge`, `store`,
 //! `server`, `worker`); the worker is the one place that ties them together.
 //! `model` is the vocabulary all of them speak and imports nothing; `metrics`
-//! is a leaf every module may record into.
+//! is a leaf every module may record into; `app` is the composition root
+//! that starts them all.
 
+pub mod app;
 pub mod apply;
 pub mod config;
 pub mod forge;

@@ -422,7 +422,7 @@ fn serve() -> ExitCode {
             held_retry: settings.held_retry,
             ..Default::default()
         };
-        let running = wavegate::server::start(&settings, options).await?;
+        let running = wavegate::app::start(&settings, options).await?;
         let stop = running.stopper();
         tokio::spawn(async move {
             shutdown_signal().await;
