@@ -167,7 +167,7 @@ mod tests {
         insta::assert_snapshot!(reply("erin", &refusals), @"
         @erin: `qa` is not a stage of this repository (stages: dev, prod); write `/approve` for the whole change, or `/approve <stage>`
 
-        stage prod's gate expired at 2025-11-30 00:00 UTC with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve
+        stage prod's gate expired at 2025-11-30 00:00:00 UTC with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve
 
         the apply run waits at `pr-7-prod` (stage prod), not at stage `dev`; write `/approve prod sha256:abc`
         ");
