@@ -8,29 +8,25 @@
 //! retried with backoff and dead-lettered with its error after
 //! [`task::MAX_ATTEMPTS`].
 
-mod apply;
-mod gate;
+mod ctx;
+mod handlers;
+
+use ctx::JobCtx;
+use handlers::CommentIn;
 pub mod reconcile;
 pub mod redeliver;
 
 /// Characters of the report kept for the approvals section.
-use crate::config::{BaseRules, CONFIG_FILE};
-use crate::forge::client::ForgeClient;
-use crate::forge::listing::Page;
+use crate::config::BaseRules;
 use crate::forge::registry::Forges;
 use crate::forge::types::{CheckReport, CheckState};
-use crate::forge::{PullRequest, RepoRef, ReviewState};
-use crate::git;
-use crate::git::{FetchRequest, Workspace};
-use crate::jobs::{self, Task};
-use crate::model::{CommitSha, PrNumber, RepoId, User};
-use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
+use crate::git::Workspace;
+use crate::jobs::Task;
+use crate::model::{CommitSha, RepoId};
 use crate::plan::runner::Cancel;
-use crate::report::{self, reply, reply::Reply};
+use crate::report::reply;
 use crate::sandbox::Sandbox;
-use crate::store::{
-    FailOutcome, Job, JobOutcome, NewPlan, Once, PlanRecord, PrHead, PrReport, Store,
-};
+use crate::store::{FailOutcome, Job, JobOutcome, Store};
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -111,98 +107,8 @@ fn claim_backoff(failures: u32, poll: Duration) -> Duration {
         .max(poll)
 }
 
-/// What became of a review a webhook brought without its id.
-enum Identified {
-    /// Not taken up yet (0: not found on the forge; it is handled as before).
-    Unseen(u64),
-    /// The reconciliation sweep took it up already.
-    Seen(u64),
-}
-
 impl Worker {
-    /// Finds the review a webhook named no id of (Forgejo's) among the pull
-    /// request's reviews, so that it and the sweep take it up once between
-    /// them: the sweep keys it by its id. It is recorded as taken up once
-    /// handled, so a failed attempt is retried; a sweep in between may take
-    /// it up a second time.
-    async fn identify_review(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: PrNumber,
-        author: &User,
-        state: ReviewState,
-        commit: Option<&CommitSha>,
-    ) -> Result<Identified> {
-        let mut listed = Vec::new();
-        for page in 1u32.. {
-            match client
-                .pull_reviews_page(repo, pr, page, None)
-                .await
-                .context("listing the pull request's reviews to find the one the webhook named")?
-            {
-                Page::NotModified => break,
-                Page::Fresh { items, more, .. } => {
-                    listed.extend(items);
-                    if !more {
-                        break;
-                    }
-                }
-            }
-        }
-        let Some(found) = jobs::webhook_review(&listed, author, state, commit) else {
-            return Ok(Identified::Unseen(0));
-        };
-        let once = Once {
-            repo: repo.id.clone(),
-            pr,
-            source: jobs::review_source(found.id, state),
-        };
-        Ok(if self.store.was_seen(&once).await? {
-            Identified::Seen(found.id)
-        } else {
-            Identified::Unseen(found.id)
-        })
-    }
-
     /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
-    /// The base branch's rules at `base`, read from the mirror once; an
-    /// error (retried with the job) when git cannot read it, never a guess.
-    pub(crate) async fn base_rules(
-        &self,
-        repo: &RepoRef,
-        base: &CommitSha,
-    ) -> Result<Arc<BaseRules>> {
-        let key = (repo.id.clone(), base.clone());
-        let cached = self
-            .base_rules
-            .0
-            .lock()
-            .expect("base rules lock poisoned")
-            .get(&key)
-            .cloned();
-        if let Some(rules) = cached {
-            return Ok(rules);
-        }
-        let mirror = self.workspace.mirror_path(&repo.id);
-        let commit = base.clone();
-        let text = git::off_runtime(move || git::read_file(&mirror, commit.as_str(), CONFIG_FILE))
-            .await
-            .with_context(|| {
-                format!(
-                    "reading the base branch's {CONFIG_FILE} at {}",
-                    base.short()
-                )
-            })?;
-        let rules = Arc::new(BaseRules::from_file(text.as_deref()));
-        let mut cache = self.base_rules.0.lock().expect("base rules lock poisoned");
-        if cache.len() >= BaseRulesCache::KEPT {
-            cache.clear();
-        }
-        cache.insert(key, Arc::clone(&rules));
-        Ok(rules)
-    }
-
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
         let mut failures = 0u32;
@@ -383,370 +289,38 @@ impl Worker {
         let client = self.forges.client(task.repo().id.forge)?;
         // Reconciliation reaches the repository's pull requests through this.
         self.store.upsert_repository(task.repo()).await?;
-        match task {
-            Task::Plan { repo, pr } => self.plan(&client, &repo, &pr).await,
+        let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
+        match &task {
+            Task::Plan { pr, .. } => ctx.plan(pr).await,
             Task::Comment {
-                repo,
-                pr,
                 comment_id,
                 author,
                 body,
                 written_at,
+                ..
             } => {
-                let comment = gate::CommentIn {
-                    id: comment_id,
-                    author: &author,
-                    body: &body,
-                    written_at,
+                let comment = CommentIn {
+                    id: *comment_id,
+                    author,
+                    body,
+                    written_at: *written_at,
                 };
-                self.handle_comment(&client, &repo, pr, comment).await
+                ctx.handle_comment(comment).await
             }
             Task::Review {
-                repo,
-                pr,
                 review_id,
                 author,
                 state,
                 commit,
+                ..
             } => {
-                let identified = review_id == 0;
-                let review_id = if identified {
-                    let found = self
-                        .identify_review(&client, &repo, pr, &author, state, commit.as_ref())
-                        .await?;
-                    match found {
-                        Identified::Unseen(id) => id,
-                        Identified::Seen(id) => {
-                            return Ok(JobOutcome::Skipped(format!(
-                                "review {id} was taken up already (by the reconciliation sweep)"
-                            )))
-                        }
-                    }
-                } else {
-                    review_id
-                };
-                let review = gate::ReviewIn {
-                    id: review_id,
-                    author: &author,
-                    state,
-                    commit: commit.as_ref(),
-                };
-                self.fetch_gate_bases(&client, &repo, pr).await?;
-                let outcome = self.handle_review(&client, &repo, pr, review).await?;
-                if identified && review_id != 0 {
-                    let once = Once {
-                        repo: repo.id.clone(),
-                        pr,
-                        source: jobs::review_source(review_id, state),
-                    };
-                    self.store.mark_seen(&once).await?;
-                }
-                Ok(outcome)
-            }
-            Task::Merged {
-                repo,
-                pr,
-                merge_sha,
-            } => self.merged(&client, &repo, &pr, &merge_sha).await,
-            Task::Apply { repo, pr } => self.resume(&client, &repo, pr).await,
-            Task::Replan { repo, pr } => {
-                let current = client
-                    .pull_request(&repo, pr)
-                    .await
-                    .with_context(|| format!("reading pull request {pr} of {}", repo.id))?;
-                self.store
-                    .upsert_pr_head(PrHead {
-                        repo: repo.id.clone(),
-                        pr,
-                        head_sha: current.head_sha.clone(),
-                        base_ref: current.base_ref.clone(),
-                        open: true,
-                        pusher: None,
-                    })
-                    .await?;
-                self.plan(&client, &repo, &current).await
-            }
-        }
-    }
-
-    /// The head this job was made for is no longer the pull request's head.
-    /// The forge is asked (deliveries can arrive out of order, so the head
-    /// the store last heard of may be older), and the store learns its answer.
-    async fn superseded(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: &PullRequest,
-    ) -> Result<Option<JobOutcome>> {
-        let current = client
-            .pull_request(repo, pr.number)
-            .await
-            .with_context(|| format!("reading pull request {} of {}", pr.number, repo.id))?;
-        self.store
-            .upsert_pr_head(PrHead {
-                repo: repo.id.clone(),
-                pr: pr.number,
-                head_sha: current.head_sha.clone(),
-                base_ref: current.base_ref.clone(),
-                open: true,
-                pusher: None,
-            })
-            .await?;
-        if current.head_sha == pr.head_sha {
-            return Ok(None);
-        }
-        Ok(Some(JobOutcome::Skipped(format!(
-            "superseded: the head moved from {} to {}",
-            pr.head_sha.short(),
-            current.head_sha.short()
-        ))))
-    }
-
-    async fn plan(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: &PullRequest,
-    ) -> Result<JobOutcome> {
-        if let Some(skip) = self.superseded(client, repo, pr).await? {
-            return Ok(skip);
-        }
-        let auth = client.git_auth_header(repo).await?;
-        let base_only = FetchRequest {
-            repo: &repo.id,
-            sources: vec![(&repo.clone_url, &pr.base_sha)],
-            auth: auth.as_ref(),
-        };
-        let mirror = self.workspace.fetch(&base_only).await?;
-
-        let allowed = self.base_rules(repo, &pr.base_sha).await?.allows_forks();
-        if pr.from_fork && !allowed {
-            let fork = pr.head_clone_url.as_deref().unwrap_or("a fork");
-            return self
-                .publish_problem(client, repo, pr, reply::fork_refused(fork, &pr.base_ref))
-                .await;
-        }
-        // Nothing runs unsandboxed because the sandbox is missing.
-        if let Some(problem) = self.sandbox.problem() {
-            return self
-                .publish_problem(client, repo, pr, reply::sandbox_unavailable(problem))
-                .await;
-        }
-
-        // Both forges keep every pull request's head, a fork's too, under
-        // `refs/pull/N/head` of the base repository: the head is fetched from
-        // there, and the token only ever goes to the base repository's host.
-        self.workspace
-            .fetch(&FetchRequest {
-                repo: &repo.id,
-                sources: vec![(&repo.clone_url, &pr.head_sha)],
-                auth: auth.as_ref(),
-            })
-            .await?;
-
-        let known = self.store.pr(&repo.id, pr.number).await?;
-        let known_check = known_check(known.as_ref(), &pr.head_sha);
-        let check_id = client
-            .publish_check(
-                repo,
-                &pr.head_sha,
-                known_check,
-                &CheckReport {
-                    name: crate::forge::types::CHECK_NAME,
-                    state: CheckState::InProgress,
-                    title: format!("Planning {}…", pr.head_sha.short()),
-                    summary: "wavegate is planning this change; the report follows.".into(),
-                    details_url: None,
-                },
-            )
-            .await?;
-
-        let mut options = PlanOptions::new(
-            &mirror,
-            pr.base_sha.as_str(),
-            pr.head_sha.as_str(),
-            Arc::clone(&self.sandbox),
-        );
-        options.cancel = self.cancel.clone();
-        options.concurrency = self.options.plan_concurrency;
-        options.recorded = Some(self.deployed_estate(repo).await?);
-        // Planning calls git synchronously here and there: it runs on a
-        // runtime of its own so webhook intake never waits behind it, in
-        // the job's span.
-        let span = tracing::Span::current();
-        let planned = tokio::task::spawn_blocking(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the planner's runtime")?;
-            anyhow::Ok(span.in_scope(|| runtime.block_on(engine::plan_change(&options))))
-        })
-        .await??;
-        let change = match planned {
-            Ok(change) => change,
-            Err(PlanError::Config(error)) => {
-                return self
-                    .publish_problem(
-                        client,
-                        repo,
-                        pr,
-                        reply::config_error(&error, pr.head_sha.as_str()),
-                    )
+                ctx.review_job(*review_id, author, *state, commit.as_ref())
                     .await
             }
-            Err(PlanError::Usage(problem)) => {
-                return self
-                    .publish_problem(
-                        client,
-                        repo,
-                        pr,
-                        reply::plan_refused(&problem, pr.head_sha.as_str()),
-                    )
-                    .await
-            }
-            Err(PlanError::Internal(error)) => return Err(error.context("planning failed")),
-        };
-        // The head may have moved while the plan ran.
-        if let Some(skip) = self.superseded(client, repo, pr).await? {
-            return Ok(skip);
+            Task::Merged { pr, merge_sha, .. } => ctx.merged(pr, merge_sha).await,
+            Task::Apply { .. } => ctx.resume().await,
+            Task::Replan { .. } => ctx.replan().await,
         }
-        self.publish_plan(client, repo, pr, &change, check_id.or(known_check))
-            .await?;
-        Ok(JobOutcome::Done)
-    }
-
-    async fn publish_plan(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: &PullRequest,
-        change: &PlannedChange,
-        check_id: Option<u64>,
-    ) -> Result<()> {
-        let body = report::markdown::render_for_comment(change);
-        let nothing = change.members.is_empty();
-        let plan = NewPlan {
-            repo: repo.id.clone(),
-            pr: pr.number,
-            head_sha: pr.head_sha.clone(),
-            base_sha: pr.base_sha.clone(),
-            digest: (!nothing).then(|| change.change_set.digest.clone()),
-            change_set: serde_json::to_value(&change.change_set)?,
-            report: body.clone(),
-        };
-        if nothing {
-            self.store.save_plan(plan).await?;
-            // Changed files nobody claims may be infrastructure nobody planned:
-            // neither a pass nor a failure, and said in the title.
-            let unclaimed = change.derivation.indeterminate.len();
-            let (state, title) = if unclaimed > 0 {
-                (
-                    CheckState::Neutral,
-                    format!("Nothing planned; {unclaimed} changed files no component claims"),
-                )
-            } else {
-                (CheckState::Success, "Nothing to plan".to_owned())
-            };
-            let report = CheckReport {
-                name: crate::forge::types::CHECK_NAME,
-                state,
-                title,
-                summary: body,
-                details_url: None,
-            };
-            let commit = (pr.number, &pr.head_sha);
-            return self
-                .publish(client, repo, commit, check_id, report, None, "empty")
-                .await;
-        }
-        // A plan with a digest waits at its gate: the report carries the
-        // approvals (earlier ones listed as for an earlier plan). The plan is
-        // saved once posted: its time is when reviewers could see it.
-        let posted = PlanRecord {
-            id: 0,
-            repo: plan.repo.clone(),
-            pr: plan.pr,
-            head_sha: plan.head_sha.clone(),
-            base_sha: plan.base_sha.clone(),
-            digest: plan.digest.clone(),
-            change_set: plan.change_set.clone(),
-            created_at: 0,
-            report: body,
-        };
-        let failed = change.any_failed();
-        self.publish_gate(client, repo, pr.number, &posted, failed, check_id)
-            .await?;
-        self.store.save_plan(plan).await?;
-        Ok(())
-    }
-
-    /// Writes a repository-side problem into the report comment and fails
-    /// the check; the job is done (retrying cannot fix the repository).
-    async fn publish_problem(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: &PullRequest,
-        problem: Reply,
-    ) -> Result<JobOutcome> {
-        let report = CheckReport {
-            name: crate::forge::types::CHECK_NAME,
-            state: CheckState::Failure,
-            title: problem.title,
-            summary: problem.body,
-            details_url: None,
-        };
-        self.publish(
-            client,
-            repo,
-            (pr.number, &pr.head_sha),
-            None,
-            report,
-            None,
-            "refused",
-        )
-        .await?;
-        Ok(JobOutcome::Done)
-    }
-
-    /// The report comment (its body is the check's summary), the check on
-    /// the head, and what the store remembers of both.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn publish(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        (pr, head): (PrNumber, &CommitSha),
-        check_id: Option<u64>,
-        report: CheckReport,
-        digest: Option<String>,
-        status: &str,
-    ) -> Result<()> {
-        let known = self.store.pr(&repo.id, pr).await?;
-        let comment_id = client
-            .upsert_report(
-                repo,
-                pr,
-                known.as_ref().and_then(|r| r.report_comment_id),
-                crate::report::REPORT_MARKER,
-                &report.summary,
-            )
-            .await?;
-        let check_id = check_id.or_else(|| known_check(known.as_ref(), head));
-        let check_id = client.publish_check(repo, head, check_id, &report).await?;
-        self.store
-            .set_pr_report(
-                &repo.id,
-                pr,
-                PrReport {
-                    head_sha: head.clone(),
-                    digest,
-                    comment_id: Some(comment_id),
-                    check_id,
-                    status: status.into(),
-                },
-            )
-            .await
     }
 
     /// Best effort: a dead-lettered plan or apply job leaves a word on the PR.
@@ -755,7 +329,14 @@ impl Worker {
             return;
         };
         if matches!(task, Task::Merged { .. } | Task::Apply { .. }) {
-            if let Err(e) = self.apply_gave_up(&task, job.attempts, error).await {
+            let applied = match self.forges.client(task.repo().id.forge) {
+                Ok(client) => {
+                    let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
+                    ctx.apply_gave_up(job.attempts, error).await
+                }
+                Err(error) => Err(error),
+            };
+            if let Err(e) = applied {
                 tracing::warn!(job = %job.id, "could not stop the apply run whose job gave up: {e:#}");
             }
             return;
@@ -803,13 +384,6 @@ impl Worker {
             tracing::warn!(job = %job.id, "could not tell the pull request that its job gave up: {e:#}");
         }
     }
-}
-
-/// The check already posted on this head, to be updated rather than repeated.
-fn known_check(known: Option<&crate::store::PrRecord>, head: &CommitSha) -> Option<u64> {
-    known
-        .filter(|r| r.report_head.as_ref() == Some(head))
-        .and_then(|r| r.check_id)
 }
 
 /// A task that ends when its handle is dropped.

@@ -9,7 +9,6 @@
 //! and a crash leaves the job's lease to expire and the job to run again.
 
 use super::gate::plan_scope;
-use super::Worker;
 use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
 use crate::apply::run::{self, Settle};
 use crate::apply::stage::{StageMachine, StageObservation, StageSpec};
@@ -18,7 +17,6 @@ use crate::apply::{
 };
 use crate::config::repo::{GatePolicy, Policy};
 use crate::config::BaseRules;
-use crate::forge::client::ForgeClient;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::counting::{Evaluation, Scope, Tally};
@@ -31,6 +29,7 @@ use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOu
 use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
+use crate::worker::ctx::JobCtx;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -47,15 +46,13 @@ impl RecordedOutputs for Deployed {
 
 /// What carrying out a run's effects writes to and through.
 struct RunIo<'d> {
-    client: &'d ForgeClient,
     run: &'d mut ApplyRunRecord,
     /// The run's plan, for its report (not read when a job gives up).
     plan: Option<&'d PlanRecord>,
 }
 
 /// What a run needs while it is driven, read once per job.
-struct Drive<'a> {
-    client: &'a ForgeClient,
+struct Drive {
     run: ApplyRunRecord,
     plan: PlanRecord,
     approved: ChangeSet,
@@ -66,38 +63,41 @@ struct Drive<'a> {
     asked: HashMap<String, super::gate::Who>,
 }
 
-impl Drive<'_> {
+impl Drive {
     /// The policy a stage's gate and rounds are judged by.
     fn stage_policy(&self, stage: &str) -> Policy {
         self.rules.stage_policy(&self.policy, stage)
     }
 }
 
-impl Worker {
+impl JobCtx<'_> {
     /// The recorded outputs of the repository's deployed estate, for plans.
-    pub(super) async fn deployed_estate(&self, repo: &RepoRef) -> Result<Arc<dyn RecordedOutputs>> {
+    pub(super) async fn deployed_estate(&self) -> Result<Arc<dyn RecordedOutputs>> {
         Ok(Arc::new(Deployed(
-            self.store.deployed_outputs(&repo.id).await?,
+            self.store.deployed_outputs(&self.repo.id).await?,
         )))
     }
 
     /// A merged pull request: starts its run once (a redelivered merge
     /// starts nothing new) and drives it.
-    pub(super) async fn merged(
+    pub(in crate::worker) async fn merged(
         &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
         pr: &PullRequest,
         merge_sha: &CommitSha,
     ) -> Result<JobOutcome> {
-        if self.store.apply_run(&repo.id, pr.number).await?.is_some() {
-            return self.resume(client, repo, pr.number).await;
+        if self
+            .store
+            .apply_run(&self.repo.id, pr.number)
+            .await?
+            .is_some()
+        {
+            return self.resume().await;
         }
-        let plan = self.store.latest_plan(&repo.id, pr.number).await?;
+        let plan = self.store.latest_plan(&self.repo.id, pr.number).await?;
         let Some(plan) = plan.filter(|p| p.head_sha == pr.head_sha) else {
-            client
+            self.client
                 .reply(
-                    repo,
+                    self.repo,
                     pr.number,
                     &format!(
                         "Merged as {}, but wavegate has no plan of the merged head {}: nothing is applied. Apply it by hand, or open a pull request that changes it again.",
@@ -115,8 +115,8 @@ impl Worker {
                 "the merged plan changes nothing".into(),
             ));
         };
-        self.fetch_commit(client, repo, merge_sha).await?;
-        let mirror = self.workspace.mirror_path(&repo.id);
+        self.fetch_commit(merge_sha).await?;
+        let mirror = self.workspace.mirror_path(&self.repo.id);
         // The target as it was before the merge, whatever the method: the
         // gates and policy it reads, and the fan-out against it, are never
         // a state an earlier commit of the pull request made.
@@ -134,7 +134,7 @@ impl Worker {
         let (run, created) = self
             .store
             .create_apply_run(NewApplyRun {
-                repo: repo.clone(),
+                repo: self.repo.clone(),
                 pr: pr.number,
                 merge_sha: merge_sha.clone(),
                 base_sha: CommitSha::parse(&base).map_err(|e| anyhow!(e))?,
@@ -145,17 +145,12 @@ impl Worker {
         if created {
             tracing::info!(run = run.id, pr = %pr.number, merge = %merge_sha.short(), "apply run started");
         }
-        self.drive(client, run).await
+        self.drive(run).await
     }
 
     /// Drives the pull request's run on from where its record stands.
-    pub(super) async fn resume(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        pr: PrNumber,
-    ) -> Result<JobOutcome> {
-        let Some(run) = self.store.apply_run(&repo.id, pr).await? else {
+    pub(in crate::worker) async fn resume(&self) -> Result<JobOutcome> {
+        let Some(run) = self.store.apply_run(&self.repo.id, self.pr).await? else {
             return Ok(JobOutcome::Skipped("no apply run".into()));
         };
         if !run_goes_on(run.status, &run.record) {
@@ -164,27 +159,19 @@ impl Worker {
                 run.status.as_str()
             )));
         }
-        self.fetch_commit(client, repo, &run.merge_sha).await?;
-        self.drive(client, run).await
+        self.fetch_commit(&run.merge_sha).await?;
+        self.drive(run).await
     }
 
     /// A run whose job was dead-lettered stops as `failed`, so `/retry`
     /// resumes it from its record (a member caught applying is planned
     /// again first), and the pull request is told why.
-    pub(super) async fn apply_gave_up(
-        &self,
-        task: &Task,
-        attempts: u32,
-        error: &str,
-    ) -> Result<()> {
-        let repo = task.repo();
-        let Some(mut run) = self.store.apply_run(&repo.id, task.pr_number()).await? else {
+    pub(in crate::worker) async fn apply_gave_up(&self, attempts: u32, error: &str) -> Result<()> {
+        let Some(mut run) = self.store.apply_run(&self.repo.id, self.pr).await? else {
             return Ok(());
         };
         let effects = run::gave_up(&mut run.status, attempts, error);
-        let client = self.forges.client(repo.id.forge)?;
         let mut io = RunIo {
-            client: &client,
             run: &mut run,
             plan: None,
         };
@@ -192,39 +179,28 @@ impl Worker {
         Ok(())
     }
 
-    pub(super) async fn fetch_commit(
-        &self,
-        client: &ForgeClient,
-        repo: &RepoRef,
-        commit: &CommitSha,
-    ) -> Result<()> {
-        let auth = client.git_auth_header(repo).await?;
-        self.workspace
-            .fetch(&crate::git::FetchRequest {
-                repo: &repo.id,
-                sources: vec![(&repo.clone_url, commit)],
-                auth: auth.as_ref(),
-            })
-            .await?;
-        Ok(())
-    }
-
     /// Resumes the pull request's run if it waits (after an approval).
-    pub(super) async fn resume_if_waiting(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
+    pub(super) async fn resume_if_waiting(&self) -> Result<()> {
         let waiting = self
             .store
-            .apply_run(&repo.id, pr)
+            .apply_run(&self.repo.id, self.pr)
             .await?
             .is_some_and(|r| run_goes_on(r.status, &r.record));
         if waiting {
-            self.enqueue_resume(repo, pr).await?;
+            self.enqueue_resume().await?;
         }
         Ok(())
     }
 
-    /// Enqueues the next job of a run (after an approval, an override, a
-    /// released lock or `/retry`).
-    pub(super) async fn enqueue_resume(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
+    /// Enqueues the next job of this pull request's run (after an
+    /// approval, an override or `/retry`).
+    pub(super) async fn enqueue_resume(&self) -> Result<()> {
+        self.enqueue_resume_of(self.repo, self.pr).await
+    }
+
+    /// Enqueues the next job of another pull request's run: one that waited
+    /// for a lock this run let go of.
+    async fn enqueue_resume_of(&self, repo: &RepoRef, pr: PrNumber) -> Result<()> {
         let task = Task::Apply {
             repo: repo.clone(),
             pr,
@@ -234,7 +210,7 @@ impl Worker {
         Ok(())
     }
 
-    async fn drive(&self, client: &ForgeClient, run: ApplyRunRecord) -> Result<JobOutcome> {
+    async fn drive(&self, run: ApplyRunRecord) -> Result<JobOutcome> {
         let plan = self.store.plan(run.plan_id).await?.ok_or_else(|| {
             anyhow!(
                 "apply run {} names plan {}, which is gone",
@@ -243,7 +219,7 @@ impl Worker {
             )
         })?;
         let mirror = self.workspace.mirror_path(&run.repo.id);
-        let rules = self.base_rules(&run.repo, &run.base_sha).await?;
+        let rules = self.base_rules(&run.base_sha).await?;
         let policy = rules.policy();
         let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
             .map_err(|e| e.to_string())
@@ -262,11 +238,11 @@ impl Worker {
             &mirror,
             run.base_sha.as_str(),
             run.merge_sha.as_str(),
-            Arc::clone(&self.sandbox),
+            Arc::clone(self.sandbox),
         );
         options.cancel = self.cancel.clone();
         options.concurrency = self.options.plan_concurrency;
-        options.recorded = Some(self.deployed_estate(&run.repo).await?);
+        options.recorded = Some(self.deployed_estate().await?);
         let prepared = tokio::task::block_in_place(|| engine::prepare(&options));
 
         let (approved, policy, prepared) = match (approved, policy, prepared) {
@@ -281,7 +257,7 @@ impl Worker {
                     (_, _, Err(e)) => format!("the merge commit cannot be planned: {e}"),
                     _ => unreachable!("one of them failed"),
                 };
-                return self.refuse_run(client, run, &plan, &why).await;
+                return self.refuse_run(run, &plan, &why).await;
             }
         };
         let layout: Vec<(String, Vec<Vec<String>>)> = prepared
@@ -298,7 +274,6 @@ impl Worker {
             .filter(|(_, waves): &(String, Vec<Vec<String>>)| !waves.is_empty())
             .collect();
         let mut drive = Drive {
-            client,
             run,
             plan,
             approved,
@@ -330,7 +305,7 @@ impl Worker {
             self.refresh_approvals(&mut drive).await?;
             if let Some(problem) = self.sandbox.problem() {
                 let why = format!("{problem}. Once the server is fixed, `/retry`");
-                return self.stop_run(client, drive.run, &drive.plan, &why).await;
+                return self.stop_run(drive.run, &drive.plan, &why).await;
             }
             let bench = tokio::task::block_in_place(|| {
                 Workbench::open(
@@ -347,7 +322,7 @@ impl Worker {
                 }
                 Err(e) => {
                     let why = format!("the merge commit cannot be planned: {e}");
-                    return self.refuse_run(client, drive.run, &drive.plan, &why).await;
+                    return self.refuse_run(drive.run, &drive.plan, &why).await;
                 }
             };
             for (member, outputs) in drive.run.record.applied_outputs() {
@@ -367,7 +342,6 @@ impl Worker {
         };
         let effects = run::settle(&settle, &mut drive.run.status, &mut drive.run.record);
         let mut io = RunIo {
-            client,
             run: &mut drive.run,
             plan: Some(&drive.plan),
         };
@@ -379,26 +353,23 @@ impl Worker {
     /// at the merge commit, a policy that cannot be read, a tampered record).
     async fn refuse_run(
         &self,
-        client: &ForgeClient,
         run: ApplyRunRecord,
         plan: &PlanRecord,
         why: &str,
     ) -> Result<JobOutcome> {
         let why = format!("{why}. Fix it on the base branch, then `/retry`");
-        self.stop_run(client, run, plan, &why).await
+        self.stop_run(run, plan, &why).await
     }
 
     /// Stops the run as failed and says why (and what to do) on the pull request.
     async fn stop_run(
         &self,
-        client: &ForgeClient,
         mut run: ApplyRunRecord,
         plan: &PlanRecord,
         why_and_fix: &str,
     ) -> Result<JobOutcome> {
         let effects = run::stop(&mut run.status, why_and_fix.to_owned());
         let mut io = RunIo {
-            client,
             run: &mut run,
             plan: Some(plan),
         };
@@ -409,7 +380,7 @@ impl Worker {
     /// The pull request's own approval, read from the ledger as the report
     /// counted it (for the head and base it was given at), on every job: a
     /// revoke stops the run before anything more applies.
-    async fn pr_approval(&self, drive: &mut Drive<'_>) -> Result<Step> {
+    async fn pr_approval(&self, drive: &mut Drive) -> Result<Step> {
         let gate = GateId::Pr(drive.run.pr).to_string();
         let facts = self
             .store
@@ -445,7 +416,7 @@ impl Worker {
     /// Reads every stage gate and round from the ledger again: approvals
     /// given since the last job count, revoked ones stop counting. The sets
     /// read back from the record are verified against their digests first.
-    async fn refresh_approvals(&self, drive: &mut Drive<'_>) -> Result<()> {
+    async fn refresh_approvals(&self, drive: &mut Drive) -> Result<()> {
         let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
         for stage in stages {
             let gate = &drive.run.record.stages[&stage];
@@ -520,7 +491,7 @@ impl Worker {
     /// whose approval still counts (asked of the forge again now).
     async fn run_gate_approvers(
         &self,
-        drive: &mut Drive<'_>,
+        drive: &mut Drive,
         (gate, since, passed): (&str, i64, bool),
         digest: &str,
         policy: &Policy,
@@ -553,7 +524,7 @@ impl Worker {
     /// is noted in the record, so the run says why it waits.
     async fn still_counting(
         &self,
-        drive: &mut Drive<'_>,
+        drive: &mut Drive,
         (gate, passed): (&str, bool),
         tally: &Tally<'_>,
         digest: &str,
@@ -592,12 +563,9 @@ impl Worker {
                         login: actor.login.clone(),
                         is_bot: false,
                     };
-                    let who = self
-                        .candidate(drive.client, &drive.run.repo, &user, policy)
-                        .await
-                        .with_context(|| {
-                            format!("checking again whether @{} may approve", actor.login)
-                        })?;
+                    let who = self.candidate(&user, policy).await.with_context(|| {
+                        format!("checking again whether @{} may approve", actor.login)
+                    })?;
                     drive.asked.insert(key, who.clone());
                     who
                 }
@@ -624,7 +592,7 @@ impl Worker {
         Ok(dropped)
     }
 
-    async fn stages(&self, drive: &mut Drive<'_>, bench: &mut Workbench) -> Result<()> {
+    async fn stages(&self, drive: &mut Drive, bench: &mut Workbench) -> Result<()> {
         for (stage, waves) in drive.run.record.layout.clone() {
             let all: Vec<&String> = waves.iter().flatten().collect();
             // A member that stood down ended on purpose: its stage is done.
@@ -664,7 +632,7 @@ impl Worker {
     /// ledger and the forge say who approved their set.
     async fn stage_gate(
         &self,
-        drive: &mut Drive<'_>,
+        drive: &mut Drive,
         bench: &mut Workbench,
         stage: &str,
         waves: &[Vec<String>],
@@ -718,7 +686,7 @@ impl Worker {
     /// behind them resume.
     async fn wave(
         &self,
-        drive: &mut Drive<'_>,
+        drive: &mut Drive,
         bench: &mut Workbench,
         stage: &str,
         wave: &[String],
@@ -751,7 +719,6 @@ impl Worker {
         let now = chrono::Utc::now().timestamp_millis();
         let first = Observation::Reached { now };
         let mut io = RunIo {
-            client: drive.client,
             run: &mut drive.run,
             plan: Some(&drive.plan),
         };
@@ -877,7 +844,7 @@ impl Worker {
                 let plan = io
                     .plan
                     .ok_or_else(|| anyhow!("the run's report needs its plan"))?;
-                self.publish_run(io.client, io.run, plan).await?;
+                self.publish_run(io.run, plan).await?;
             }
             Effect::RecordDeployed { member, outputs } => {
                 self.store
@@ -891,18 +858,16 @@ impl Worker {
                     member: Some(member.parse().map_err(anyhow::Error::msg)?),
                     ..FactData::default()
                 };
-                let fact = spent(gate, digest, data, io.client.bot_login().await?);
+                let fact = spent(gate, digest, data, self.client.bot_login().await?);
                 self.store.append_fact(fact).await?;
             }
             Effect::SpendApproval { gate, digest } => {
                 let data = FactData::in_run(io.run.id, &io.run.merge_sha);
-                let fact = spent(gate, digest, data, io.client.bot_login().await?);
+                let fact = spent(gate, digest, data, self.client.bot_login().await?);
                 self.store.append_fact(fact).await?;
             }
             Effect::RecordPending(pending) => {
                 self.record_pending(
-                    io.client,
-                    &io.run.repo,
                     &pending.gate,
                     &pending.digest,
                     &pending.members,
@@ -931,13 +896,13 @@ impl Worker {
                     .member_lock_holder(&io.run.repo.id, &member)
                     .await?;
                 if holder.is_none_or(|h| h == io.run.id) {
-                    self.enqueue_resume(&io.run.repo, io.run.pr).await?;
+                    self.enqueue_resume().await?;
                 }
             }
             Effect::Say(news) => {
                 let run = &*io.run;
                 let said = apply_report::news(&news, &run.merge_sha, &run.base_sha, &run.record);
-                io.client.reply(&run.repo, run.pr, &said).await?;
+                self.client.reply(&run.repo, run.pr, &said).await?;
             }
             question @ (Effect::Lock(_)
             | Effect::Plan(_)
@@ -967,7 +932,7 @@ impl Worker {
     async fn release_locks(&self, run: &ApplyRunRecord) -> Result<()> {
         let queued = self.store.unlock_members(&run.repo.id, run.id).await?;
         for waiting in queued {
-            self.enqueue_resume(&waiting.repo, waiting.pr).await?;
+            self.enqueue_resume_of(&waiting.repo, waiting.pr).await?;
         }
         Ok(())
     }
@@ -976,7 +941,6 @@ impl Worker {
     /// the merge commit; the run is saved with its check.
     pub(super) async fn publish_run(
         &self,
-        client: &ForgeClient,
         run: &mut ApplyRunRecord,
         plan: &PlanRecord,
     ) -> Result<()> {
@@ -989,7 +953,8 @@ impl Worker {
         let title = apply_report::title(&view);
         let body = format!("{}\n\n{}", plan.report.trim_end(), section);
         let known = self.store.pr(&run.repo.id, run.pr).await?;
-        let comment_id = client
+        let comment_id = self
+            .client
             .upsert_report(
                 &run.repo,
                 run.pr,
@@ -1033,7 +998,8 @@ impl Worker {
             summary: body,
             details_url: None,
         };
-        let check_id = client
+        let check_id = self
+            .client
             .publish_check(&run.repo, &run.merge_sha, run.check_id, &report)
             .await?;
         run.check_id = check_id.or(run.check_id);
