@@ -14,15 +14,10 @@
 //! memory of the replica that lived through it all is flat.
 //!
 //! `WAVEGATE_SOAK_SECS` sets how long the traffic runs: 60 s by default (CI);
-//! the full run is `WAVEGATE_SOAK_SECS=1800 scripts/test.sh --test soak --
-//! --nocapture`, which prints the memory samples.
+//! the full run is `WAVEGATE_SOAK_SECS=1800 scripts/test.sh --test it
+//! scenarios::soak -- --nocapture`, which prints the memory samples.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

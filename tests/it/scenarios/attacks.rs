@@ -1,6 +1,6 @@
 //! Pull requests that attack the bot (docs/operations.md). Each one only edits the
 //! script its components' plan command already calls: `ci/plan.py` hands
-//! over to `ci/attack.py` (tests/support/attack.py), which tries what
+//! over to `ci/attack.py` (tests/it/support/attack.py), which tries what
 //! `ci/attack.json` names (the server's pid, ports and paths baked in, as an
 //! attacker who looked would have them), prints whatever it took, smuggles
 //! it hex-encoded into the plan's summary and then writes a valid plan, so
@@ -13,12 +13,7 @@
 //! `WAVEGATE_SANDBOX=none` and see them get through: the attacks are real,
 //! and these checks can fail.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -30,7 +25,7 @@ use support::fake_forge::FORGEJO_BOT_TOKEN;
 use support::RepoHandle;
 use wavegate::gate::ledger::{FactKind, Source};
 
-const ATTACK_SCRIPT: &str = include_str!("support/attack.py");
+const ATTACK_SCRIPT: &str = include_str!("../support/attack.py");
 
 /// Planted in the server's HOME: what a careless host keeps there.
 const GIT_CREDENTIALS: &str = "https://x-access-token:home-credential-0f1e2d@github.com\n";
@@ -117,7 +112,7 @@ impl Host {
         Self {
             server_pid: bot.pid_of(0).expect("the server runs"),
             forge_port,
-            key: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem"),
+            key: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem"),
             database: home.join("wavegate.db"),
             mirror: data.join("mirrors/github/acme/infra.git"),
             other_mirror: data.join("mirrors/github/acme/private.git"),

@@ -2,10 +2,8 @@
 //! binary as a subprocess, the fake forge over HTTP, the example repository,
 //! and helpers that deliver signed webhooks and wait for the jobs to finish.
 
-#![allow(dead_code)]
-
-use crate::common::Example;
 use crate::support;
+use crate::support::common::Example;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -239,7 +237,7 @@ impl Bot {
             .append(true)
             .open(log_path)
             .unwrap();
-        let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem");
+        let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem");
         let mut command = Command::new(env!("CARGO_BIN_EXE_wavegate"));
         command
             .arg("serve")
@@ -521,16 +519,51 @@ impl Bot {
         );
     }
 
+    /// Merges PR `pr` from `branch`, tells the bot (GitHub or Forgejo) and settles.
+    pub async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
+        let merged = self.merge(repo, pr, branch);
+        if repo.installation.is_some() {
+            self.deliver_github(support::github_pull_request("closed", repo, &merged))
+                .await;
+        } else {
+            self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
+                .await;
+        }
+        self.settle().await;
+        merged
+    }
+
+    /// The newest `wavegate/apply` check on the merge commit: (conclusion, title).
+    pub fn apply_check(&self, repo: &RepoHandle, merged: &FakePr) -> (Option<String>, String) {
+        let sha = merged.merge_sha.as_deref().expect("merged");
+        let run = self
+            .check_runs_named(repo, sha, "wavegate/apply")
+            .pop()
+            .expect("an apply check on the merge commit");
+        let title = run.output["title"].as_str().unwrap_or_default().to_owned();
+        (run.conclusion, title)
+    }
+
+    /// The bot's newest reply on `pr` (there must be one).
+    pub fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
+        self.replies(repo, pr).pop().expect("a reply")
+    }
+
     /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
     pub fn merge(&self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
-        self.merge_as(crate::common::MergeMethod::MergeCommit, repo, pr, branch)
+        self.merge_as(
+            crate::support::common::MergeMethod::MergeCommit,
+            repo,
+            pr,
+            branch,
+        )
     }
 
     /// Lands PR `pr` (from `branch`) on main by `method` and marks it merged
     /// in the forge with main's new head as its merge commit.
     pub fn merge_as(
         &self,
-        method: crate::common::MergeMethod,
+        method: crate::support::common::MergeMethod,
         repo: &RepoHandle,
         pr: u64,
         branch: &str,
