@@ -41,26 +41,17 @@ const INHERITED_FD: i32 = 900;
 /// In the server's environment; the head's `env` asks for it.
 const SERVER_AWS_SECRET: &str = "sekrit-only-the-server-has-7d6c5b";
 
-/// Leaves descriptor `INHERITED_FD` open, without close-on-exec, on a file
-/// holding `INHERITED_SECRET`, for the rest of this test binary: every server
-/// it starts inherits it, as a server inherits whatever its supervisor left
-/// open.
-fn leave_a_descriptor_open() {
-    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        use std::os::fd::AsRawFd as _;
-        let path =
-            std::env::temp_dir().join(format!("wavegate-attacks-inherited-{}", std::process::id()));
-        std::fs::write(&path, INHERITED_SECRET).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        // SAFETY: dup2 onto a number nothing else in this binary uses; the
-        // copy is inheritable (dup2 clears close-on-exec).
-        assert_eq!(
-            unsafe { libc::dup2(file.as_raw_fd(), INHERITED_FD) },
-            INHERITED_FD
-        );
-    });
+/// An unlinked file holding `INHERITED_SECRET`, for the server to inherit
+/// as descriptor `INHERITED_FD` (`Bot::start_inheriting`), as a server
+/// inherits whatever its supervisor left open. Only this test's server gets
+/// it: the other scenarios in this binary start theirs without.
+fn a_descriptor_to_leave_open() -> std::fs::File {
+    let path =
+        std::env::temp_dir().join(format!("wavegate-attacks-inherited-{}", std::process::id()));
+    std::fs::write(&path, INHERITED_SECRET).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file
 }
 
 /// A global kernel setting whose change harms nothing (printk's rate limit).
@@ -669,8 +660,7 @@ async fn push_attack(
 /// is as it was, and no listener saw a connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
-    leave_a_descriptor_open();
-    let mut bot = Bot::start().await;
+    let mut bot = Bot::start_inheriting(a_descriptor_to_leave_open(), INHERITED_FD).await;
     let host = Host::of(&bot);
     host.plant_secrets();
     let listeners = Listeners::start(&bot).await;

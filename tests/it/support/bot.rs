@@ -38,6 +38,9 @@ pub struct Bot {
     /// Someone else wrote to the ledger (the sandbox-off control): `settle`
     /// no longer asserts that it verifies.
     pub ledger_forged: bool,
+    /// A file every server this bot starts inherits, as this descriptor
+    /// number, without close-on-exec (`start_inheriting`).
+    pub inherited: Option<(std::fs::File, i32)>,
 }
 
 impl Bot {
@@ -47,6 +50,15 @@ impl Bot {
 
     pub async fn start_with(env: &[(&str, &str)]) -> Self {
         Self::launch(env, true).await
+    }
+
+    /// A server that inherits `file` as descriptor `fd`, without
+    /// close-on-exec, as a server inherits whatever its supervisor left open.
+    pub async fn start_inheriting(file: std::fs::File, fd: i32) -> Self {
+        let mut bot = Self::unstarted(&[], true).await;
+        bot.inherited = Some((file, fd));
+        bot.start_server().await;
+        bot
     }
 
     /// A server with no GitHub App configured (the set-up page creates one).
@@ -98,6 +110,7 @@ impl Bot {
             second: None,
             postgres: None,
             ledger_forged: false,
+            inherited: None,
         };
         bot.bootstrap_applies = bot.applies_run().len();
         bot
@@ -268,6 +281,22 @@ impl Bot {
                     support::fake_forge::APP_ID.to_string(),
                 )
                 .env("WAVEGATE_GITHUB_PRIVATE_KEY", key);
+        }
+        if let Some((file, fd)) = &self.inherited {
+            use std::os::fd::AsRawFd as _;
+            use std::os::unix::process::CommandExt as _;
+            let (from, to) = (file.as_raw_fd(), *fd);
+            // SAFETY: the child only calls dup2 (async-signal-safe) before
+            // exec; the copy is inheritable (dup2 clears close-on-exec).
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::dup2(from, to) == to {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         command.spawn().expect("wavegate serve starts")
     }
