@@ -93,7 +93,10 @@ impl Soak {
         let database = PostgresDatabase::create().await;
         let link = Arc::new(DatabaseLink::to(&database.url).await);
         let through_link = link.url_for(&database.url);
-        let bot = Bot::start_replicated_on(
+        // With the machine to itself, as in the binary it once had to
+        // itself: no other scenario's server shares the cores with its
+        // traffic and deadlines.
+        let bot = Bot::start_replicated_alone_on(
             database,
             &[
                 ("WAVEGATE_JOB_LEASE", "2s"),

@@ -41,6 +41,40 @@ pub struct Bot {
     /// A file every server this bot starts inherits, as this descriptor
     /// number, without close-on-exec (`start_inheriting`).
     pub inherited: Option<(std::fs::File, i32)>,
+    /// This bot's share of the machine (see `MACHINE`), given back once its
+    /// servers are killed.
+    _machine: Share,
+}
+
+/// How the bots of the one test binary share the machine: each holds a
+/// read guard; the soak (`Bot::start_replicated_alone_on`) holds the write
+/// guard, so it runs beside no other bot, as it did in a binary of its own,
+/// and bots asked for meanwhile wait until it is dropped. A test holds one
+/// bot at a time: a second one asked for while the soak waits would wait
+/// behind it.
+static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+enum Share {
+    Shared {
+        _guard: tokio::sync::RwLockReadGuard<'static, ()>,
+    },
+    Alone {
+        _guard: tokio::sync::RwLockWriteGuard<'static, ()>,
+    },
+}
+
+impl Share {
+    async fn take(alone: bool) -> Self {
+        if alone {
+            Share::Alone {
+                _guard: MACHINE.write().await,
+            }
+        } else {
+            Share::Shared {
+                _guard: MACHINE.read().await,
+            }
+        }
+    }
 }
 
 impl Bot {
@@ -55,7 +89,7 @@ impl Bot {
     /// A server that inherits `file` as descriptor `fd`, without
     /// close-on-exec, as a server inherits whatever its supervisor left open.
     pub async fn start_inheriting(file: std::fs::File, fd: i32) -> Self {
-        let mut bot = Self::unstarted(&[], true).await;
+        let mut bot = Self::unstarted(&[], true, false).await;
         bot.inherited = Some((file, fd));
         bot.start_server().await;
         bot
@@ -67,14 +101,14 @@ impl Bot {
     }
 
     pub async fn launch(env: &[(&str, &str)], github_app: bool) -> Self {
-        let mut bot = Self::unstarted(env, github_app).await;
+        let mut bot = Self::unstarted(env, github_app, false).await;
         bot.start_server().await;
         bot
     }
 
     /// A server that is up (`/healthz`) but may not be ready (`/readyz`).
     pub async fn start_unready(env: &[(&str, &str)]) -> Self {
-        let mut bot = Self::unstarted(env, true).await;
+        let mut bot = Self::unstarted(env, true, false).await;
         bot.server = Some(bot.spawn(bot.port, "data"));
         let port = bot.port;
         bot.until("the server is up", || async {
@@ -85,7 +119,8 @@ impl Bot {
         bot
     }
 
-    async fn unstarted(env: &[(&str, &str)], github_app: bool) -> Self {
+    async fn unstarted(env: &[(&str, &str)], github_app: bool, alone: bool) -> Self {
+        let machine = Share::take(alone).await;
         let forge = FakeForge::start().await;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -111,6 +146,7 @@ impl Bot {
             postgres: None,
             ledger_forged: false,
             inherited: None,
+            _machine: machine,
         };
         bot.bootstrap_applies = bot.applies_run().len();
         bot
@@ -142,11 +178,25 @@ impl Bot {
     /// where the replicas reach it (a link a test can cut), while the test
     /// reads the store directly.
     pub async fn start_replicated_on(database: PostgresDatabase, env: &[(&str, &str)]) -> Self {
+        Self::replicated(database, env, false).await
+    }
+
+    /// `start_replicated_on`, with the machine to itself (`MACHINE`): it
+    /// waits until no other bot runs, and the bots asked for meanwhile wait
+    /// until it is dropped.
+    pub async fn start_replicated_alone_on(
+        database: PostgresDatabase,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::replicated(database, env, true).await
+    }
+
+    async fn replicated(database: PostgresDatabase, env: &[(&str, &str)], alone: bool) -> Self {
         let mut env: Vec<(&str, &str)> = env.to_vec();
         if !env.iter().any(|(k, _)| *k == "WAVEGATE_DATABASE_URL") {
             env.push(("WAVEGATE_DATABASE_URL", &database.url));
         }
-        let mut bot = Self::unstarted(&env, true).await;
+        let mut bot = Self::unstarted(&env, true, alone).await;
         let keys = bot.dir.path().join("ledger-key");
         wavegate::config::ledger_key::load_or_generate(&keys).unwrap();
         let key_file = wavegate::config::ledger_key::in_data_dir(&keys);
