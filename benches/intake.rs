@@ -19,11 +19,10 @@
 //! `postgres://postgres@127.0.0.1:5432/test`; unreachable: the PostgreSQL
 //! phases are skipped, and the run says so).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/harness/bot.rs"]
-mod harness;
-#[path = "../tests/support/mod.rs"]
+// The integration tests' support (the `Bot` harness, the fake forge); this
+// bench uses a part of it, the tests the rest.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use hmac::{Hmac, Mac};
@@ -376,7 +375,7 @@ impl PostgresDatabase {
 async fn planning_memory(plans: u64) {
     use wavegate::store::JobStatus;
     let workers = plans.to_string();
-    let mut bot = harness::Bot::start_with(&[
+    let mut bot = support::bot::Bot::start_with(&[
         ("WAVEGATE_WORKERS", workers.as_str()),
         ("WAVEGATE_LOG", "info"),
     ])

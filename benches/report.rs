@@ -9,11 +9,10 @@
 //! Both servers get the system's PATH (`/usr/local/bin:/usr/bin:/bin`).
 //! Knob: `REPORT_ROUNDS` (default 15).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/harness/bot.rs"]
-mod harness;
-#[path = "../tests/support/mod.rs"]
+// The integration tests' support (the `Bot` harness, the fake forge); this
+// bench uses a part of it, the tests the rest.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 /// Opens PR `number` (its own head: `change` plus a note the fan-out
 /// ignores) and answers how long until its report was posted.
 async fn webhook_to_report(
-    bot: &mut harness::Bot,
+    bot: &mut support::bot::Bot,
     repo: &support::RepoHandle,
     number: u64,
 ) -> Duration {
@@ -77,8 +76,8 @@ fn main() {
         // manager's shims under HOME are out of sight, and outside they
         // would make the baseline slower than it is.
         let path = ("PATH", "/usr/local/bin:/usr/bin:/bin");
-        let mut sandboxed = harness::Bot::start_with(&[("WAVEGATE_LOG", "warn"), path]).await;
-        let mut unsandboxed = harness::Bot::start_with(&[
+        let mut sandboxed = support::bot::Bot::start_with(&[("WAVEGATE_LOG", "warn"), path]).await;
+        let mut unsandboxed = support::bot::Bot::start_with(&[
             ("WAVEGATE_LOG", "warn"),
             ("WAVEGATE_SANDBOX", "none"),
             path,

@@ -12,7 +12,10 @@
 //!
 //! Knobs: `SWEEP_REPOS` (1,000), `SWEEP_PRS_PER_REPO` (10).
 
-#[path = "../tests/support/mod.rs"]
+// The integration tests' support (the fake forge); this bench uses a part
+// of it, the tests the rest.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::path::Path;
@@ -87,7 +90,7 @@ async fn main() {
         started.elapsed().as_secs_f64()
     );
 
-    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem");
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem");
     let settings = Settings::from_lookup(|name| match name {
         "WAVEGATE_GITHUB_APP_ID" => Some(support::fake_forge::APP_ID.to_string()),
         "WAVEGATE_GITHUB_PRIVATE_KEY" => Some(key.display().to_string()),

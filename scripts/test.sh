@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests (README's test command; .ci/run runs it too). Installs what they
 # need when it is missing, then runs `cargo test --locked` (arguments are
-# passed on, e.g. `scripts/test.sh --test apply`):
+# passed on, e.g. `scripts/test.sh --test it scenarios::apply`):
 # - bubblewrap, passt and iproute2: every plan, apply and outputs command runs
 #   in the sandbox, in the tests as in production;
 # - PostgreSQL on 127.0.0.1:5432: the store's tests run on SQLite and on

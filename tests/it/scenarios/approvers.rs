@@ -3,12 +3,7 @@
 //! (write access, the approvers list); approvals and stage waits may expire;
 //! a stage may name its own approvers, count and review rule.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use support::fake_forge::FakePr;
 use support::RepoHandle;
 
@@ -29,10 +24,6 @@ impl Bot {
         assert_eq!(status, 202, "{answer}");
         self.settle().await;
         pushed
-    }
-
-    fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
-        self.replies(repo, pr).pop().expect("a reply")
     }
 }
 
@@ -114,22 +105,6 @@ async fn on_forgejo_whoever_pushed_the_head_cannot_approve_it() {
     bot.comment(&repo, 72, "rev-bob", "/approve").await;
     assert_eq!(state(&bot), "success");
     bot.assert_ledger_verifies();
-}
-
-impl Bot {
-    /// Merges PR `pr` from `branch`, tells the bot (GitHub or Forgejo) and settles.
-    async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
-        let merged = self.merge(repo, pr, branch);
-        if repo.installation.is_some() {
-            self.deliver_github(support::github_pull_request("closed", repo, &merged))
-                .await;
-        } else {
-            self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
-                .await;
-        }
-        self.settle().await;
-        merged
-    }
 }
 
 /// rev-bob approves, then loses write access before the merge: the run

@@ -14,15 +14,10 @@
 //! memory of the replica that lived through it all is flat.
 //!
 //! `WAVEGATE_SOAK_SECS` sets how long the traffic runs: 60 s by default (CI);
-//! the full run is `WAVEGATE_SOAK_SECS=1800 scripts/test.sh --test soak --
-//! --nocapture`, which prints the memory samples.
+//! the full run is `WAVEGATE_SOAK_SECS=1800 scripts/test.sh --test it
+//! scenarios::soak -- --nocapture`, which prints the memory samples.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -98,7 +93,10 @@ impl Soak {
         let database = PostgresDatabase::create().await;
         let link = Arc::new(DatabaseLink::to(&database.url).await);
         let through_link = link.url_for(&database.url);
-        let bot = Bot::start_replicated_on(
+        // With the machine to itself, as in the binary it once had to
+        // itself: no other scenario's server shares the cores with its
+        // traffic and deadlines.
+        let bot = Bot::start_replicated_alone_on(
             database,
             &[
                 ("WAVEGATE_JOB_LEASE", "2s"),

@@ -2,8 +2,6 @@
 //! `examples/estate/make-repo.sh` in a temp dir, a simulated estate deployed
 //! to `main` by its own plan/apply scripts, and the real `wavegate` binary.
 
-#![allow(dead_code)]
-
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

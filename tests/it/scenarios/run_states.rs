@@ -4,28 +4,12 @@
 //! nor failed, and a stage whose plans change nothing does not wait at its
 //! gate.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::json;
 use support::fake_forge::FakePr;
 use support::RepoHandle;
 
 impl Bot {
-    /// The newest `wavegate/apply` check on the merge commit: (conclusion, title).
-    fn apply_check(&self, repo: &RepoHandle, merged: &FakePr) -> (Option<String>, String) {
-        let sha = merged.merge_sha.as_deref().expect("merged");
-        let run = self
-            .check_runs_named(repo, sha, "wavegate/apply")
-            .pop()
-            .expect("an apply check on the merge commit");
-        let title = run.output["title"].as_str().unwrap_or_default().to_owned();
-        (run.conclusion, title)
-    }
-
     /// Merges PR `number` from `branch` and tells the bot, without waiting.
     async fn merge_and_deliver(&mut self, repo: &RepoHandle, number: u64, branch: &str) -> FakePr {
         let merged = self.merge(repo, number, branch);

@@ -4,12 +4,7 @@
 //! `WAVEGATE_LOG_FORMAT=json` every line is JSON and a job's lines carry its
 //! repository, pull request, delivery and id.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,12 +2,7 @@
 //! HTTP, real git repositories and real plan subprocesses. Each test is one
 //! story; the `Bot` below is the small language they are told in.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use std::path::Path;
 use support::fake_forge::FORGEJO_BOT_TOKEN;

@@ -1,4 +1,4 @@
-"""An attacker's plan step, committed by tests/attacks.rs as ci/attack.py
+"""An attacker's plan step, committed by tests/it/scenarios/attacks.rs as ci/attack.py
 next to ci/attack.json (what to try, with the host's paths, pids and ports
 baked in, as an attacker who looked would have them). ci/plan.py calls
 `plan(main, argv)`: the attacks named in attack.json run for one member, the

@@ -1,8 +1,7 @@
 //! The worker in-process, against the fake forge and a real store: what a
 //! pull request is told when its job runs out of attempts.
 
-mod support;
-
+use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::fake_forge::APP_ID;
@@ -32,7 +31,7 @@ async fn a_job_that_runs_out_of_attempts_is_dead_lettered_and_the_pr_is_told() {
     );
     let dir = tempfile::tempdir().unwrap();
     let key =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem");
     let (api, data) = (forge.url().to_owned(), dir.path().display().to_string());
     let settings = Settings::from_lookup(|name| match name {
         "WAVEGATE_GITHUB_APP_ID" => Some(APP_ID.to_string()),

@@ -4,12 +4,7 @@
 //! other mid-apply. Every delivery is handled once, no job runs twice at
 //! once, nothing applies twice, no approval is lost, the ledger verifies.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use std::collections::BTreeSet;
 use support::RepoHandle;
 use wavegate::store::JobStatus;

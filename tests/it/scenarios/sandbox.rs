@@ -2,15 +2,10 @@
 //! missing starts, says what is wrong and runs nothing; one set to
 //! `WAVEGATE_SANDBOX=none` says so in every report; `wavegate plan` runs
 //! the same sandbox unless told `--no-sandbox`. (What a sandboxed command
-//! cannot do is told in tests/attacks.rs.)
+//! cannot do is told in scenarios/attacks.rs.)
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
+use crate::support::{self, bot::*, common};
 use common::Example;
-use harness::*;
 
 /// A directory for PATH with git and python3 but no bubblewrap.
 fn path_without_bubblewrap() -> tempfile::TempDir {

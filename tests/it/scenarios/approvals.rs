@@ -2,12 +2,7 @@
 //! the fake forge; every approval binds the digest the report showed, and
 //! every fact lands in a ledger that verifies.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use wavegate::model::PrNumber;
 use wavegate::store::JobStatus;
 

@@ -3,13 +3,7 @@
 //! apply; a wave with several denied plans waits once, listing them all; an
 //! override is spent once its member applied.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
-use support::RepoHandle;
+use crate::support::{self, bot::*};
 use wavegate::gate::ledger::FactKind;
 
 impl Bot {
@@ -23,13 +17,6 @@ impl Bot {
             .into_iter()
             .map(|f| (f.fact.kind, f.fact.digest))
             .collect()
-    }
-
-    async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) {
-        let merged = self.merge(repo, pr, branch);
-        self.deliver_github(support::github_pull_request("closed", repo, &merged))
-            .await;
-        self.settle().await;
     }
 }
 

@@ -1,8 +1,7 @@
 //! `wavegate plan` on the bundled example: real git, real plan subprocesses,
 //! a simulated estate, the real binary.
 
-mod common;
-
+use crate::support::common;
 use common::{Example, Run};
 use serde_json::{json, Value};
 
@@ -355,7 +354,8 @@ fn with_nothing_deployed_the_inputs_are_unknown_and_the_report_says_why() {
 
 #[test]
 fn the_json_report_matches_its_schema() {
-    let schema: Value = serde_json::from_str(include_str!("../schema/report.schema.json")).unwrap();
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../schema/report.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema is valid");
     let example = Example::deployed();
     example.branch(
@@ -420,5 +420,4 @@ fn adapt_terraform_turns_show_json_into_a_plan_file_and_refuses_an_errored_plan(
     assert!(String::from_utf8_lossy(&out.stderr).contains("terraform reported the plan as errored"));
 }
 
-#[path = "plan_example/terraform.rs"]
 mod terraform;

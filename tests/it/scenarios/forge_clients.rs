@@ -3,8 +3,7 @@
 //! rate limits, the manifest flow — and every request they sent checked
 //! against the forges' API descriptions.
 
-mod support;
-
+use crate::support;
 use base64::Engine;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -504,7 +503,7 @@ async fn a_key_that_is_not_the_apps_is_refused_with_the_call_named() {
     let repo = forge.add_github_repo("octo-org/infra", "file:///x", INSTALLATION);
     forge.open_pr(&repo, PR.0, HEAD, BASE, "feature", "main", "alice");
     let (policy, _) = recording_policy();
-    let stranger = Secret::new(include_str!("support/stranger-key.pem"));
+    let stranger = Secret::new(include_str!("../support/stranger-key.pem"));
     let client = ForgeClient::GitHub(Arc::new(
         GitHubClient::new(forge.url(), fake_forge::APP_ID, &stranger, policy).unwrap(),
     ));

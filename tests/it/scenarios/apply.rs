@@ -2,12 +2,7 @@
 //! wave by wave by the real binary against the fake forge and the example
 //! estate, whose apply script logs every apply so nothing twice goes unseen.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use support::fake_forge::FakePr;
 use support::RepoHandle;
@@ -24,21 +19,6 @@ impl Bot {
         assert_eq!(status, 202, "{body}");
         self.settle().await;
         merged
-    }
-
-    /// The `wavegate/apply` check on the merge commit: (conclusion, title).
-    fn apply_check(&self, repo: &RepoHandle, merged: &FakePr) -> (Option<String>, String) {
-        let sha = merged.merge_sha.as_deref().expect("merged");
-        let run = self
-            .check_runs_named(repo, sha, APPLY_CHECK)
-            .pop()
-            .expect("an apply check on the merge commit");
-        let title = run.output["title"].as_str().unwrap_or_default().to_owned();
-        (run.conclusion, title)
-    }
-
-    fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
-        self.replies(repo, pr).pop().unwrap_or_default()
     }
 
     fn deployed(&self, stage: &str, component: &str) -> Value {

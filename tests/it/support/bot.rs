@@ -2,10 +2,8 @@
 //! binary as a subprocess, the fake forge over HTTP, the example repository,
 //! and helpers that deliver signed webhooks and wait for the jobs to finish.
 
-#![allow(dead_code)]
-
-use crate::common::Example;
 use crate::support;
+use crate::support::common::Example;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -40,6 +38,43 @@ pub struct Bot {
     /// Someone else wrote to the ledger (the sandbox-off control): `settle`
     /// no longer asserts that it verifies.
     pub ledger_forged: bool,
+    /// A file every server this bot starts inherits, as this descriptor
+    /// number, without close-on-exec (`start_inheriting`).
+    pub inherited: Option<(std::fs::File, i32)>,
+    /// This bot's share of the machine (see `MACHINE`), given back once its
+    /// servers are killed.
+    _machine: Share,
+}
+
+/// How the bots of the one test binary share the machine: each holds a
+/// read guard; the soak (`Bot::start_replicated_alone_on`) holds the write
+/// guard, so it runs beside no other bot, as it did in a binary of its own,
+/// and bots asked for meanwhile wait until it is dropped. A test holds one
+/// bot at a time: a second one asked for while the soak waits would wait
+/// behind it.
+static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+enum Share {
+    Shared {
+        _guard: tokio::sync::RwLockReadGuard<'static, ()>,
+    },
+    Alone {
+        _guard: tokio::sync::RwLockWriteGuard<'static, ()>,
+    },
+}
+
+impl Share {
+    async fn take(alone: bool) -> Self {
+        if alone {
+            Share::Alone {
+                _guard: MACHINE.write().await,
+            }
+        } else {
+            Share::Shared {
+                _guard: MACHINE.read().await,
+            }
+        }
+    }
 }
 
 impl Bot {
@@ -51,20 +86,29 @@ impl Bot {
         Self::launch(env, true).await
     }
 
+    /// A server that inherits `file` as descriptor `fd`, without
+    /// close-on-exec, as a server inherits whatever its supervisor left open.
+    pub async fn start_inheriting(file: std::fs::File, fd: i32) -> Self {
+        let mut bot = Self::unstarted(&[], true, false).await;
+        bot.inherited = Some((file, fd));
+        bot.start_server().await;
+        bot
+    }
+
     /// A server with no GitHub App configured (the set-up page creates one).
     pub async fn start_without_app() -> Self {
         Self::launch(&[], false).await
     }
 
     pub async fn launch(env: &[(&str, &str)], github_app: bool) -> Self {
-        let mut bot = Self::unstarted(env, github_app).await;
+        let mut bot = Self::unstarted(env, github_app, false).await;
         bot.start_server().await;
         bot
     }
 
     /// A server that is up (`/healthz`) but may not be ready (`/readyz`).
     pub async fn start_unready(env: &[(&str, &str)]) -> Self {
-        let mut bot = Self::unstarted(env, true).await;
+        let mut bot = Self::unstarted(env, true, false).await;
         bot.server = Some(bot.spawn(bot.port, "data"));
         let port = bot.port;
         bot.until("the server is up", || async {
@@ -75,7 +119,8 @@ impl Bot {
         bot
     }
 
-    async fn unstarted(env: &[(&str, &str)], github_app: bool) -> Self {
+    async fn unstarted(env: &[(&str, &str)], github_app: bool, alone: bool) -> Self {
+        let machine = Share::take(alone).await;
         let forge = FakeForge::start().await;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
@@ -100,6 +145,8 @@ impl Bot {
             second: None,
             postgres: None,
             ledger_forged: false,
+            inherited: None,
+            _machine: machine,
         };
         bot.bootstrap_applies = bot.applies_run().len();
         bot
@@ -131,11 +178,25 @@ impl Bot {
     /// where the replicas reach it (a link a test can cut), while the test
     /// reads the store directly.
     pub async fn start_replicated_on(database: PostgresDatabase, env: &[(&str, &str)]) -> Self {
+        Self::replicated(database, env, false).await
+    }
+
+    /// `start_replicated_on`, with the machine to itself (`MACHINE`): it
+    /// waits until no other bot runs, and the bots asked for meanwhile wait
+    /// until it is dropped.
+    pub async fn start_replicated_alone_on(
+        database: PostgresDatabase,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::replicated(database, env, true).await
+    }
+
+    async fn replicated(database: PostgresDatabase, env: &[(&str, &str)], alone: bool) -> Self {
         let mut env: Vec<(&str, &str)> = env.to_vec();
         if !env.iter().any(|(k, _)| *k == "WAVEGATE_DATABASE_URL") {
             env.push(("WAVEGATE_DATABASE_URL", &database.url));
         }
-        let mut bot = Self::unstarted(&env, true).await;
+        let mut bot = Self::unstarted(&env, true, alone).await;
         let keys = bot.dir.path().join("ledger-key");
         wavegate::config::ledger_key::load_or_generate(&keys).unwrap();
         let key_file = wavegate::config::ledger_key::in_data_dir(&keys);
@@ -239,7 +300,7 @@ impl Bot {
             .append(true)
             .open(log_path)
             .unwrap();
-        let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem");
+        let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem");
         let mut command = Command::new(env!("CARGO_BIN_EXE_wavegate"));
         command
             .arg("serve")
@@ -270,6 +331,22 @@ impl Bot {
                     support::fake_forge::APP_ID.to_string(),
                 )
                 .env("WAVEGATE_GITHUB_PRIVATE_KEY", key);
+        }
+        if let Some((file, fd)) = &self.inherited {
+            use std::os::fd::AsRawFd as _;
+            use std::os::unix::process::CommandExt as _;
+            let (from, to) = (file.as_raw_fd(), *fd);
+            // SAFETY: the child only calls dup2 (async-signal-safe) before
+            // exec; the copy is inheritable (dup2 clears close-on-exec).
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::dup2(from, to) == to {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         command.spawn().expect("wavegate serve starts")
     }
@@ -521,16 +598,51 @@ impl Bot {
         );
     }
 
+    /// Merges PR `pr` from `branch`, tells the bot (GitHub or Forgejo) and settles.
+    pub async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
+        let merged = self.merge(repo, pr, branch);
+        if repo.installation.is_some() {
+            self.deliver_github(support::github_pull_request("closed", repo, &merged))
+                .await;
+        } else {
+            self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
+                .await;
+        }
+        self.settle().await;
+        merged
+    }
+
+    /// The newest `wavegate/apply` check on the merge commit: (conclusion, title).
+    pub fn apply_check(&self, repo: &RepoHandle, merged: &FakePr) -> (Option<String>, String) {
+        let sha = merged.merge_sha.as_deref().expect("merged");
+        let run = self
+            .check_runs_named(repo, sha, "wavegate/apply")
+            .pop()
+            .expect("an apply check on the merge commit");
+        let title = run.output["title"].as_str().unwrap_or_default().to_owned();
+        (run.conclusion, title)
+    }
+
+    /// The bot's newest reply on `pr` (there must be one).
+    pub fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
+        self.replies(repo, pr).pop().expect("a reply")
+    }
+
     /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
     pub fn merge(&self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
-        self.merge_as(crate::common::MergeMethod::MergeCommit, repo, pr, branch)
+        self.merge_as(
+            crate::support::common::MergeMethod::MergeCommit,
+            repo,
+            pr,
+            branch,
+        )
     }
 
     /// Lands PR `pr` (from `branch`) on main by `method` and marks it merged
     /// in the forge with main's new head as its merge commit.
     pub fn merge_as(
         &self,
-        method: crate::common::MergeMethod,
+        method: crate::support::common::MergeMethod,
         repo: &RepoHandle,
         pr: u64,
         branch: &str,

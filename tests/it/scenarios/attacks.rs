@@ -1,6 +1,6 @@
 //! Pull requests that attack the bot (docs/operations.md). Each one only edits the
 //! script its components' plan command already calls: `ci/plan.py` hands
-//! over to `ci/attack.py` (tests/support/attack.py), which tries what
+//! over to `ci/attack.py` (tests/it/support/attack.py), which tries what
 //! `ci/attack.json` names (the server's pid, ports and paths baked in, as an
 //! attacker who looked would have them), prints whatever it took, smuggles
 //! it hex-encoded into the plan's summary and then writes a valid plan, so
@@ -13,12 +13,7 @@
 //! `WAVEGATE_SANDBOX=none` and see them get through: the attacks are real,
 //! and these checks can fail.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -30,7 +25,7 @@ use support::fake_forge::FORGEJO_BOT_TOKEN;
 use support::RepoHandle;
 use wavegate::gate::ledger::{FactKind, Source};
 
-const ATTACK_SCRIPT: &str = include_str!("support/attack.py");
+const ATTACK_SCRIPT: &str = include_str!("../support/attack.py");
 
 /// Planted in the server's HOME: what a careless host keeps there.
 const GIT_CREDENTIALS: &str = "https://x-access-token:home-credential-0f1e2d@github.com\n";
@@ -46,26 +41,17 @@ const INHERITED_FD: i32 = 900;
 /// In the server's environment; the head's `env` asks for it.
 const SERVER_AWS_SECRET: &str = "sekrit-only-the-server-has-7d6c5b";
 
-/// Leaves descriptor `INHERITED_FD` open, without close-on-exec, on a file
-/// holding `INHERITED_SECRET`, for the rest of this test binary: every server
-/// it starts inherits it, as a server inherits whatever its supervisor left
-/// open.
-fn leave_a_descriptor_open() {
-    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        use std::os::fd::AsRawFd as _;
-        let path =
-            std::env::temp_dir().join(format!("wavegate-attacks-inherited-{}", std::process::id()));
-        std::fs::write(&path, INHERITED_SECRET).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        // SAFETY: dup2 onto a number nothing else in this binary uses; the
-        // copy is inheritable (dup2 clears close-on-exec).
-        assert_eq!(
-            unsafe { libc::dup2(file.as_raw_fd(), INHERITED_FD) },
-            INHERITED_FD
-        );
-    });
+/// An unlinked file holding `INHERITED_SECRET`, for the server to inherit
+/// as descriptor `INHERITED_FD` (`Bot::start_inheriting`), as a server
+/// inherits whatever its supervisor left open. Only this test's server gets
+/// it: the other scenarios in this binary start theirs without.
+fn a_descriptor_to_leave_open() -> std::fs::File {
+    let path =
+        std::env::temp_dir().join(format!("wavegate-attacks-inherited-{}", std::process::id()));
+    std::fs::write(&path, INHERITED_SECRET).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    file
 }
 
 /// A global kernel setting whose change harms nothing (printk's rate limit).
@@ -117,7 +103,7 @@ impl Host {
         Self {
             server_pid: bot.pid_of(0).expect("the server runs"),
             forge_port,
-            key: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/test-app-key.pem"),
+            key: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/support/test-app-key.pem"),
             database: home.join("wavegate.db"),
             mirror: data.join("mirrors/github/acme/infra.git"),
             other_mirror: data.join("mirrors/github/acme/private.git"),
@@ -674,8 +660,7 @@ async fn push_attack(
 /// is as it was, and no listener saw a connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
-    leave_a_descriptor_open();
-    let mut bot = Bot::start().await;
+    let mut bot = Bot::start_inheriting(a_descriptor_to_leave_open(), INHERITED_FD).await;
     let host = Host::of(&bot);
     host.plant_secrets();
     let listeners = Listeners::start(&bot).await;

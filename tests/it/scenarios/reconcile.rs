@@ -1,12 +1,7 @@
 //! Reconciliation end to end: webhooks dropped on purpose, and the sweep
 //! (every second here) finds what the forge says and the store does not.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
-use harness::*;
+use crate::support::{self, bot::*};
 use wavegate::model::PrNumber;
 
 impl Bot {

@@ -52,12 +52,6 @@ pub struct RecordedRequest {
     pub body: Option<Value>,
 }
 
-impl RecordedRequest {
-    pub fn is_forgejo(&self) -> bool {
-        self.path.starts_with("/api/v1/")
-    }
-}
-
 /// A repository registered with the fake, and how a client refers to it.
 #[derive(Debug, Clone)]
 pub struct RepoHandle {

@@ -4,13 +4,8 @@
 //! member is applied and no gate an earlier commit of the pull request
 //! loosened governs its own apply.
 
-mod common;
-#[path = "harness/bot.rs"]
-mod harness;
-mod support;
-
+use crate::support::{self, bot::*, common};
 use common::MergeMethod;
-use harness::*;
 use support::RepoHandle;
 
 const METHODS: [MergeMethod; 4] = [

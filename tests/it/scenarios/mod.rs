@@ -1,0 +1,22 @@
+//! One module per story the bot is told; each test reads like the pull
+//! request's conversation.
+
+mod apply;
+mod approvals;
+mod approvers;
+mod attacks;
+mod bot;
+mod forge_clients;
+mod git_paths;
+mod ledger_cli;
+mod merge_methods;
+mod metrics;
+mod overrides;
+mod plan_example;
+mod reconcile;
+mod replicas;
+mod run_states;
+mod sandbox;
+mod soak;
+mod webhook_fixtures;
+mod worker;

@@ -1,0 +1,21 @@
+//! What the scenarios are told in: a stateful fake GitHub/Forgejo over
+//! HTTP, webhook bodies built from the forges' published examples, a check
+//! of recorded requests against the forges' API descriptions, a database
+//! link a test can cut, the bundled example as a fixture (`common`) and the
+//! `Bot` harness around the real `wavegate serve` (`bot`). The benches that
+//! drive a server include it with `#[path]`.
+
+pub mod bot;
+pub mod common;
+pub mod conformance;
+pub mod fake_forge;
+pub mod outage;
+pub mod payloads;
+
+pub use conformance::conformance_violations;
+pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};
+pub use payloads::{
+    forgejo_comment, forgejo_pull_request, forgejo_pushed_by, forgejo_review_approved,
+    github_comment, github_pull_request, github_pushed_by, github_review, sign_forgejo,
+    sign_github,
+};
