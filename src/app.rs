@@ -17,8 +17,6 @@ use tokio::sync::Notify;
 
 /// A running server and its workers.
 pub struct Running {
-    pub addr: std::net::SocketAddr,
-    pub store: Store,
     shutdown: Arc<tokio::sync::watch::Sender<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -174,8 +172,6 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     }
     tracing::info!(%addr, workers = settings.workers, "wavegate is listening");
     Ok(Running {
-        addr,
-        store,
         shutdown: Arc::new(shutdown),
         tasks,
     })

@@ -6,6 +6,11 @@
 //! `model` is the vocabulary all of them speak and imports nothing; `metrics`
 //! is a leaf every module may record into; `app` is the composition root
 //! that starts them all.
+//!
+//! Items are `pub(crate)` unless the binary, the tests or the benches use
+//! them; `unreachable_pub` keeps it so, and dead code stays visible.
+
+#![warn(unreachable_pub)]
 
 pub mod app;
 pub mod apply;

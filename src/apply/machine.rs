@@ -31,37 +31,37 @@ use std::time::Duration;
 
 /// Whether the run goes on past a wave, or stops there (it waits or failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     Continue,
     Stop,
 }
 
 /// What the machine knows of the run for the whole wave.
 #[derive(Debug, Clone)]
-pub struct WaveSpec<'a> {
+pub(crate) struct WaveSpec<'a> {
     /// The run's id: overrides given in another run do not count in this one.
-    pub run: i64,
-    pub pr: PrNumber,
-    pub stage: &'a str,
+    pub(crate) run: i64,
+    pub(crate) pr: PrNumber,
+    pub(crate) stage: &'a str,
     /// The wave's members, in order.
-    pub members: &'a [String],
+    pub(crate) members: &'a [String],
     /// Each member's upstreams in this stage, on the merge commit.
-    pub upstreams: BTreeMap<String, Vec<String>>,
+    pub(crate) upstreams: BTreeMap<String, Vec<String>>,
     /// The pull request's approved change set.
-    pub approved: &'a ChangeSet,
+    pub(crate) approved: &'a ChangeSet,
     /// The stage's gate, as the base sets it.
-    pub gate: GatePolicy,
+    pub(crate) gate: GatePolicy,
     /// This host (`sandbox::process::host_id`), written into each attempt.
-    pub host: &'a str,
+    pub(crate) host: &'a str,
     /// The longest each member's apply command may live.
-    pub lifetimes: BTreeMap<String, Duration>,
+    pub(crate) lifetimes: BTreeMap<String, Duration>,
     /// How soon a held member is tried again the first time.
-    pub held_retry: Duration,
+    pub(crate) held_retry: Duration,
 }
 
 /// What the worker saw, answering the machine's last effect.
 #[derive(Debug, Clone)]
-pub enum Observation {
+pub(crate) enum Observation {
     /// The run reached the wave at `now` (unix ms).
     Reached { now: i64 },
     /// [`Effect::Lock`] took every lock. `alive`: for each member caught
@@ -95,7 +95,7 @@ pub enum Observation {
 /// (`Lock`, `Plan`, `Apply`, `Replan`) come last in their list; the
 /// answer is the next observation.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Save the run's record as it stands.
     Save,
     /// Show the run in the pull request's report and the merge commit's check (saves too).
@@ -157,7 +157,7 @@ struct Current {
 
 /// One wave of a run, from reaching it to its end in this job.
 #[derive(Debug)]
-pub struct WaveMachine<'a> {
+pub(crate) struct WaveMachine<'a> {
     spec: WaveSpec<'a>,
     /// The members that go on in this job (asked to be locked).
     pending: Vec<String>,
@@ -168,7 +168,7 @@ pub struct WaveMachine<'a> {
 }
 
 impl<'a> WaveMachine<'a> {
-    pub fn new(spec: WaveSpec<'a>) -> Self {
+    pub(crate) fn new(spec: WaveSpec<'a>) -> Self {
         WaveMachine {
             spec,
             pending: Vec::new(),
@@ -180,14 +180,14 @@ impl<'a> WaveMachine<'a> {
 
     /// Whether the wave holds its members' locks (the worker lets go of
     /// them if it cannot carry the wave to its end).
-    pub fn holds_locks(&self) -> bool {
+    pub(crate) fn holds_locks(&self) -> bool {
         self.locked
     }
 
     /// Takes in one observation, changes `record` accordingly and returns
     /// what the worker does next. Errs only when a set of plans cannot be
     /// built into a change set (an internal error: the job is retried).
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         record: &mut AttemptRecord,
         observation: Observation,

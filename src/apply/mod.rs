@@ -4,9 +4,9 @@
 //! fresh plan is covered by something a person approved. The worker runs
 //! the commands and writes the record before and after each one.
 
-pub mod machine;
-pub mod run;
-pub mod stage;
+pub(crate) mod machine;
+pub(crate) mod run;
+pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
 use crate::plan::changeset::ChangeSet;
@@ -16,12 +16,12 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How often an apply command may answer `replan` for one member in a row.
-pub const MAX_REPLANS: u32 = 10;
+pub(crate) const MAX_REPLANS: u32 = 10;
 
 /// Where one member of a run stands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
-pub enum MemberState {
+pub(crate) enum MemberState {
     NotStarted,
     /// Its apply command started and was not seen to finish: after a crash
     /// it is planned again before anything else happens to it, once that
@@ -70,24 +70,24 @@ pub enum MemberState {
 
 /// Where an apply command was started, and by when it is dead for sure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommandAttempt {
+pub(crate) struct CommandAttempt {
     /// The host that started it (`sandbox::process::host_id`).
-    pub host: String,
+    pub(crate) host: String,
     /// Milliseconds since the epoch.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
     /// Past this (ms) the command is gone whatever became of its server: the
     /// sandbox kills it itself at its timeout plus a grace.
-    pub deadline: i64,
+    pub(crate) deadline: i64,
     /// The started process, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process: Option<crate::sandbox::process::ProcessId>,
+    pub(crate) process: Option<crate::sandbox::process::ProcessId>,
 }
 
 /// Whether an earlier apply command of a member caught `applying` can still
 /// be running: only once it cannot is the member planned (and maybe applied)
 /// again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EarlierAttempt {
+pub(crate) enum EarlierAttempt {
     Gone,
     /// Look again at `until` (ms).
     MayRun {
@@ -96,12 +96,12 @@ pub enum EarlierAttempt {
 }
 
 /// How often a process seen alive on this host is looked at again (ms).
-pub const RECHECK_ALIVE_MS: i64 = 2_000;
+pub(crate) const RECHECK_ALIVE_MS: i64 = 2_000;
 
 /// Decides about an earlier attempt. On the host that started it, the
 /// process itself is looked at (`alive`: whether it is still there); from
 /// anywhere else, or without a process to look at, only its deadline tells.
-pub fn earlier_attempt(
+pub(crate) fn earlier_attempt(
     attempt: Option<&CommandAttempt>,
     here: &str,
     now: i64,
@@ -125,12 +125,12 @@ pub fn earlier_attempt(
 }
 
 impl MemberState {
-    pub fn is_applied(&self) -> bool {
+    pub(crate) fn is_applied(&self) -> bool {
         matches!(self, MemberState::Applied { .. })
     }
 
     /// Stopped for good in this attempt: its downstream cannot go on.
-    pub fn stops_downstream(&self) -> bool {
+    pub(crate) fn stops_downstream(&self) -> bool {
         matches!(
             self,
             MemberState::Failed { .. }
@@ -140,7 +140,7 @@ impl MemberState {
         )
     }
 
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             MemberState::NotStarted => "not started".into(),
             MemberState::Applying { .. } => "applying".into(),
@@ -165,7 +165,7 @@ fn first_line(text: &str) -> &str {
 /// The run as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     Running,
     /// Stopped at a gate, a lock, a denial or a holder; resumes by itself.
     Waiting,
@@ -178,7 +178,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Waiting => "waiting",
@@ -189,11 +189,11 @@ impl RunStatus {
     }
 
     /// Nothing more happens to the run by itself or by an approval.
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(self, RunStatus::Applied | RunStatus::Ended)
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         [
             RunStatus::Running,
             RunStatus::Waiting,
@@ -209,7 +209,7 @@ impl RunStatus {
 /// What a waiting run waits for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "for", rename_all = "kebab-case")]
-pub enum Wait {
+pub(crate) enum Wait {
     /// Merged without a standing approval of the pull request's digest.
     PrApproval { gate: String, digest: String },
     /// A stage whose gate asks for its own approval of its set digest.
@@ -250,15 +250,15 @@ pub enum Wait {
 
 /// One plan the policy denied: which member, its plan digest, the rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Denial {
-    pub member: String,
-    pub digest: String,
-    pub rules: Vec<String>,
+pub(crate) struct Denial {
+    pub(crate) member: String,
+    pub(crate) digest: String,
+    pub(crate) rules: Vec<String>,
 }
 
 impl Wait {
     /// Every denial an `Override` wait waits on, the first one first.
-    pub fn denials(&self) -> Vec<Denial> {
+    pub(crate) fn denials(&self) -> Vec<Denial> {
         match self {
             Wait::Override {
                 member,
@@ -279,7 +279,7 @@ impl Wait {
 
     /// Whether this wait is news after `previous` (and said so on the pull
     /// request): looking again for the same earlier apply is the same wait.
-    pub fn is_new_since(&self, previous: Option<&Wait>) -> bool {
+    pub(crate) fn is_new_since(&self, previous: Option<&Wait>) -> bool {
         match (self, previous) {
             (
                 Wait::EarlierAttempt { member, .. },
@@ -299,7 +299,7 @@ impl Wait {
 
     /// Whether a person has to act (approve, override); the others end by
     /// themselves (a lock let go, a holder let go, an earlier apply ended).
-    pub fn needs_a_person(&self) -> bool {
+    pub(crate) fn needs_a_person(&self) -> bool {
         matches!(
             self,
             Wait::PrApproval { .. }
@@ -308,73 +308,60 @@ impl Wait {
                 | Wait::Override { .. }
         )
     }
-
-    /// The gate and digest an `/approve` in the pull request answers, if any.
-    pub fn approval(&self) -> Option<(&str, &str)> {
-        match self {
-            Wait::PrApproval { gate, digest }
-            | Wait::Stage { gate, digest, .. }
-            | Wait::Round { gate, digest, .. } => Some((gate, digest)),
-            Wait::Override { .. }
-            | Wait::Lock { .. }
-            | Wait::EarlierAttempt { .. }
-            | Wait::Holder { .. } => None,
-        }
-    }
 }
 
 /// A stage that asked for its own approval: the set it showed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageGate {
-    pub gate: String,
-    pub change_set: ChangeSet,
+pub(crate) struct StageGate {
+    pub(crate) gate: String,
+    pub(crate) change_set: ChangeSet,
     /// Who approved it; empty while it waits.
     #[serde(default)]
-    pub approved_by: Vec<String>,
+    pub(crate) approved_by: Vec<String>,
     /// While it waits: the newest approval of another digest at its gate
     /// (an earlier set of this stage), shown like the pull request's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mismatch: Option<Mismatch>,
+    pub(crate) mismatch: Option<Mismatch>,
     /// When the gate opened (unix ms): approvals given before it do not count.
     #[serde(default)]
-    pub opened_at: i64,
+    pub(crate) opened_at: i64,
     /// When its wait expires (the base's `[[stage]] timeout`), if ever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expires_at: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
     /// Nobody approved it in time: its members failed; `/retry` opens a fresh gate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub expired: bool,
+    pub(crate) expired: bool,
 }
 
 /// An approval that stands for another digest than the one a gate waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mismatch {
-    pub by: String,
-    pub digest: String,
+pub(crate) struct Mismatch {
+    pub(crate) by: String,
+    pub(crate) digest: String,
 }
 
 /// A re-plan checked against the approvals: covered (it only filled in what
 /// was unknown) or waiting for its own approval at `gate`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Round {
-    pub number: u32,
-    pub gate: String,
-    pub stage: String,
-    pub change_set: ChangeSet,
+pub(crate) struct Round {
+    pub(crate) number: u32,
+    pub(crate) gate: String,
+    pub(crate) stage: String,
+    pub(crate) change_set: ChangeSet,
     /// Why each member was not covered; empty for a covered round.
-    pub reasons: Vec<String>,
+    pub(crate) reasons: Vec<String>,
     /// Inputs that were unknown when approved and are known now.
     #[serde(default)]
-    pub filled: Vec<String>,
+    pub(crate) filled: Vec<String>,
     #[serde(default)]
-    pub approved_by: Vec<String>,
+    pub(crate) approved_by: Vec<String>,
     /// While it waits: the newest approval of another digest at its gate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mismatch: Option<Mismatch>,
+    pub(crate) mismatch: Option<Mismatch>,
 }
 
 impl Round {
-    pub fn covered(&self) -> bool {
+    pub(crate) fn covered(&self) -> bool {
         self.reasons.is_empty()
     }
 }
@@ -383,54 +370,54 @@ impl Round {
 /// written before and after every apply command.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     /// Who approved the pull request's digest; empty until someone did.
-    pub pr_approved_by: Vec<String>,
-    pub members: BTreeMap<String, MemberState>,
-    pub stages: BTreeMap<String, StageGate>,
-    pub rounds: Vec<Round>,
+    pub(crate) pr_approved_by: Vec<String>,
+    pub(crate) members: BTreeMap<String, MemberState>,
+    pub(crate) stages: BTreeMap<String, StageGate>,
+    pub(crate) rounds: Vec<Round>,
     /// Overrides that counted, by member: the plan digest they let through.
-    pub overrides: BTreeMap<String, String>,
+    pub(crate) overrides: BTreeMap<String, String>,
     /// How many times in a row each member's apply asked to plan again.
-    pub replans: BTreeMap<String, u32>,
-    pub wait: Option<Wait>,
+    pub(crate) replans: BTreeMap<String, u32>,
+    pub(crate) wait: Option<Wait>,
     /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
-    pub wait_posted_at: i64,
+    pub(crate) wait_posted_at: i64,
     /// Where the run is (stage, 1-based wave), for the report.
-    pub at: Option<(String, usize)>,
+    pub(crate) at: Option<(String, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
-    pub layout: Vec<(String, Vec<Vec<String>>)>,
+    pub(crate) layout: Vec<(String, Vec<Vec<String>>)>,
     /// Stages whose `always` gate was skipped: their plans change nothing.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
-    pub gates_skipped: BTreeSet<String>,
+    pub(crate) gates_skipped: BTreeSet<String>,
     /// Approvals the run would have used that no longer count, as the last
     /// job found them (checked again whenever the run goes on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub lapsed: Vec<Lapsed>,
+    pub(crate) lapsed: Vec<Lapsed>,
 }
 
 /// An approval a run found no longer counting: who, at which gate, why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lapsed {
-    pub gate: String,
-    pub by: String,
-    pub why: String,
+pub(crate) struct Lapsed {
+    pub(crate) gate: String,
+    pub(crate) by: String,
+    pub(crate) why: String,
 }
 
 impl AttemptRecord {
-    pub fn state(&self, member: &str) -> MemberState {
+    pub(crate) fn state(&self, member: &str) -> MemberState {
         self.members
             .get(member)
             .cloned()
             .unwrap_or(MemberState::NotStarted)
     }
 
-    pub fn set(&mut self, member: &str, state: MemberState) {
+    pub(crate) fn set(&mut self, member: &str, state: MemberState) {
         self.members.insert(member.to_owned(), state);
     }
 
     /// The outputs every applied member left, for its downstreams to read.
-    pub fn applied_outputs(&self) -> impl Iterator<Item = (&String, &Map<String, Value>)> {
+    pub(crate) fn applied_outputs(&self) -> impl Iterator<Item = (&String, &Map<String, Value>)> {
         self.members.iter().filter_map(|(m, s)| match s {
             MemberState::Applied { outputs, .. } => Some((m, outputs)),
             _ => None,
@@ -438,7 +425,7 @@ impl AttemptRecord {
     }
 
     /// A member's state, or for a blocked one the state of what blocked it.
-    pub fn root_state(&self, member: &str) -> MemberState {
+    pub(crate) fn root_state(&self, member: &str) -> MemberState {
         let mut state = self.state(member);
         for _ in 0..self.members.len() {
             match &state {
@@ -450,14 +437,14 @@ impl AttemptRecord {
     }
 
     /// The next round's number: round 1 is the pull request's own plan.
-    pub fn next_round(&self) -> u32 {
+    pub(crate) fn next_round(&self) -> u32 {
         self.rounds.iter().map(|r| r.number).max().unwrap_or(1) + 1
     }
 
     /// `/retry`: members that failed, were held, stood down or were blocked
     /// start over (planned again and checked for coverage first); applied
     /// ones stay applied. Returns whether anything was reset.
-    pub fn reset_for_retry(&mut self) -> bool {
+    pub(crate) fn reset_for_retry(&mut self) -> bool {
         let mut reset = false;
         // An expired stage gate opens afresh when the run reaches it again.
         self.stages.retain(|_, gate| !gate.expired);
@@ -475,7 +462,7 @@ impl AttemptRecord {
     /// stage's own set when its gate asked for one (the pull request's set
     /// does not stand in for it), else the pull request's set; and the
     /// rounds approved in that stage. Each list is empty until approved.
-    pub fn approved_sets<'a>(
+    pub(crate) fn approved_sets<'a>(
         &'a self,
         pr_set: &'a ChangeSet,
         stage: &str,
@@ -499,7 +486,7 @@ impl AttemptRecord {
 
 /// Whether a fresh plan is covered by any of `approved`; otherwise the
 /// reason the first of them (the pull request's) gives.
-pub fn covered_by_any(approved: &[&ChangeSet], fresh: &FreshPlan<'_>) -> Coverage {
+pub(crate) fn covered_by_any(approved: &[&ChangeSet], fresh: &FreshPlan<'_>) -> Coverage {
     let mut first = None;
     for set in approved {
         match coverage(set, fresh) {
@@ -520,7 +507,7 @@ pub fn covered_by_any(approved: &[&ChangeSet], fresh: &FreshPlan<'_>) -> Coverag
 /// Whether a stage waits for its own approval before applying anything:
 /// never when every one of its plans changes nothing (there is nothing to
 /// approve), and under `on-destructive` only when one deletes or replaces.
-pub fn stage_needs_approval(
+pub(crate) fn stage_needs_approval(
     gate: GatePolicy,
     any_destructive: bool,
     nothing_changes: bool,
@@ -536,7 +523,7 @@ pub fn stage_needs_approval(
 }
 
 /// A component's upstream members in `stage`.
-pub fn upstream_members(component: &Component, stage: &str) -> Vec<String> {
+pub(crate) fn upstream_members(component: &Component, stage: &str) -> Vec<String> {
     component
         .depends_on
         .iter()
@@ -546,7 +533,7 @@ pub fn upstream_members(component: &Component, stage: &str) -> Vec<String> {
 
 /// The member, among a member's `upstreams`, that stopped it: the failed
 /// (held, stood-down) upstream itself, or what blocked that upstream.
-pub fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> Option<String> {
+pub(crate) fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> Option<String> {
     upstreams
         .iter()
         .find_map(|upstream| match record.members.get(upstream)? {
@@ -557,7 +544,7 @@ pub fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> Option<
 }
 
 /// The derivation's waves of one stage, in order.
-pub fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String]> {
+pub(crate) fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String]> {
     let suffix = format!("@{stage}");
     waves
         .iter()
@@ -570,7 +557,7 @@ pub fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String
 /// outranks a wait (the wait is still shown and still resumes the rest);
 /// a held member is a wait on its holder; a member that stood down ends
 /// the run neither applied nor failed.
-pub fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> RunStatus {
+pub(crate) fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> RunStatus {
     let roots: Vec<MemberState> = members.iter().map(|m| record.root_state(m)).collect();
     if roots
         .iter()
@@ -598,7 +585,7 @@ pub fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> Run
 /// Whether a run has anything left to drive: a running or waiting one, or a
 /// failed one whose other part still waits (an approval there goes on with
 /// it, while what failed waits for `/retry`).
-pub fn run_goes_on(status: RunStatus, record: &AttemptRecord) -> bool {
+pub(crate) fn run_goes_on(status: RunStatus, record: &AttemptRecord) -> bool {
     match status {
         RunStatus::Running | RunStatus::Waiting => true,
         RunStatus::Failed => record.wait.is_some(),
@@ -608,11 +595,11 @@ pub fn run_goes_on(status: RunStatus, record: &AttemptRecord) -> bool {
 
 /// How soon a held member's apply is tried again the first time, unless
 /// `WAVEGATE_HELD_RETRY` says otherwise.
-pub const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long a held member waits before its apply is tried again (ms):
 /// `first`, doubling with every `held` in a row, at most 15 minutes.
-pub fn held_backoff(first: std::time::Duration, tries: u32) -> i64 {
+pub(crate) fn held_backoff(first: std::time::Duration, tries: u32) -> i64 {
     const MOST_MS: i64 = 15 * 60_000;
     i64::try_from(first.as_millis())
         .unwrap_or(MOST_MS)

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 /// What the pull request is told about its run.
 #[derive(Debug, Clone, PartialEq)]
-pub enum News {
+pub(crate) enum News {
     /// Members failed that had not before; `meanwhile`: a wait that is new too.
     Failed { meanwhile: Option<Wait> },
     /// Every member the merge changes is deployed.
@@ -31,32 +31,36 @@ pub enum News {
 
 /// A gate the run waits at for a person, for its `pending` fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    pub gate: String,
-    pub digest: String,
-    pub members: Vec<String>,
-    pub description: String,
+pub(crate) struct Pending {
+    pub(crate) gate: String,
+    pub(crate) digest: String,
+    pub(crate) members: Vec<String>,
+    pub(crate) description: String,
 }
 
 /// What settling a run needs besides its status and record.
 #[derive(Debug, Clone)]
-pub struct Settle<'a> {
-    pub pr: crate::model::PrNumber,
+pub(crate) struct Settle<'a> {
+    pub(crate) pr: crate::model::PrNumber,
     /// The pull request's approved digest and change set.
-    pub digest: &'a str,
-    pub approved: &'a ChangeSet,
+    pub(crate) digest: &'a str,
+    pub(crate) approved: &'a ChangeSet,
     /// Every member of the run.
-    pub members: &'a BTreeSet<String>,
+    pub(crate) members: &'a BTreeSet<String>,
     /// The wait and the failed members as the job found them.
-    pub previous_wait: Option<&'a Wait>,
-    pub failed_before: &'a BTreeSet<String>,
-    pub now: i64,
+    pub(crate) previous_wait: Option<&'a Wait>,
+    pub(crate) failed_before: &'a BTreeSet<String>,
+    pub(crate) now: i64,
 }
 
 /// The end of a job: the run's status, then what is recorded, spent, let
 /// go, shown and said. A failure outranks a wait: it is said first, with
 /// the new wait after it.
-pub fn settle(s: &Settle<'_>, status: &mut RunStatus, record: &mut AttemptRecord) -> Vec<Effect> {
+pub(crate) fn settle(
+    s: &Settle<'_>,
+    status: &mut RunStatus,
+    record: &mut AttemptRecord,
+) -> Vec<Effect> {
     *status = settled_status(record, s.members);
     if *status != RunStatus::Waiting {
         record.at = None;
@@ -101,14 +105,14 @@ pub fn settle(s: &Settle<'_>, status: &mut RunStatus, record: &mut AttemptRecord
 
 /// The run cannot go on for a reason given in `why_and_fix`: it fails,
 /// shows so, and says why.
-pub fn stop(status: &mut RunStatus, why_and_fix: String) -> Vec<Effect> {
+pub(crate) fn stop(status: &mut RunStatus, why_and_fix: String) -> Vec<Effect> {
     *status = RunStatus::Failed;
     vec![Effect::Publish, Effect::Say(News::CannotGoOn(why_and_fix))]
 }
 
 /// The run's job was dead-lettered: a run still going stops as failed, so
 /// `/retry` resumes it from its record, and lets go of its locks.
-pub fn gave_up(status: &mut RunStatus, attempts: u32, error: &str) -> Vec<Effect> {
+pub(crate) fn gave_up(status: &mut RunStatus, attempts: u32, error: &str) -> Vec<Effect> {
     if status.is_final() {
         return Vec::new();
     }
@@ -125,7 +129,7 @@ pub fn gave_up(status: &mut RunStatus, attempts: u32, error: &str) -> Vec<Effect
 
 /// What `/retry` did to a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
+pub(crate) enum Retry {
     /// What stopped starts over; the run goes on (save it, then resume it).
     Restarted,
     /// It goes on by itself; a nudge is harmless (its job re-reads the
@@ -138,7 +142,7 @@ pub enum Retry {
 /// `/retry`: a failed or ended run starts over from its record (members
 /// that failed, were held, stood down, blocked or waited are planned again
 /// first; applied ones stay applied).
-pub fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry {
+pub(crate) fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry {
     match status {
         RunStatus::Applied => Retry::NothingLeft,
         RunStatus::Failed | RunStatus::Ended => {
@@ -151,7 +155,7 @@ pub fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry {
 }
 
 /// The members that failed, for telling a new failure from one said before.
-pub fn failed(record: &AttemptRecord) -> BTreeSet<String> {
+pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
     record
         .members
         .iter()

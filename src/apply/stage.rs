@@ -15,19 +15,19 @@ use std::time::Duration;
 
 /// What the machine knows of the stage.
 #[derive(Debug, Clone)]
-pub struct StageSpec<'a> {
-    pub pr: PrNumber,
-    pub stage: &'a str,
+pub(crate) struct StageSpec<'a> {
+    pub(crate) pr: PrNumber,
+    pub(crate) stage: &'a str,
     /// The stage's waves on the merge commit, in order.
-    pub waves: &'a [Vec<String>],
+    pub(crate) waves: &'a [Vec<String>],
     /// Its gate and how long its wait may last, as the base sets them.
-    pub gate: GatePolicy,
-    pub timeout: Option<Duration>,
+    pub(crate) gate: GatePolicy,
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// What the worker saw, answering the machine's last effect.
 #[derive(Debug, Clone)]
-pub enum StageObservation {
+pub(crate) enum StageObservation {
     /// The run reached the stage at `now` (unix ms).
     Reached { now: i64 },
     /// [`Effect::Preview`]'s members, planned on the merge commit wave by wave.
@@ -44,14 +44,14 @@ pub enum StageObservation {
 
 /// A stage's gate, from reaching the stage to the gate's decision in this job.
 #[derive(Debug)]
-pub struct StageMachine<'a> {
+pub(crate) struct StageMachine<'a> {
     spec: StageSpec<'a>,
     now: i64,
     previewed: Vec<MemberOutcome>,
 }
 
 impl<'a> StageMachine<'a> {
-    pub fn new(spec: StageSpec<'a>) -> Self {
+    pub(crate) fn new(spec: StageSpec<'a>) -> Self {
         StageMachine {
             spec,
             now: 0,
@@ -61,7 +61,7 @@ impl<'a> StageMachine<'a> {
 
     /// Takes in one observation, changes `record` accordingly and returns
     /// what the worker does next: `Preview`, `CountApprovals` or `Done`.
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         record: &mut AttemptRecord,
         observation: StageObservation,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// The base branch's rules, as read from its config at one commit.
 #[derive(Debug, Clone)]
-pub struct BaseRules {
+pub(crate) struct BaseRules {
     /// The config as written, when it parses as TOML of the right shape
     /// (what stage gates read; a base whose config does not validate
     /// still names its gates).
@@ -28,7 +28,7 @@ pub struct BaseRules {
 
 impl BaseRules {
     /// The rules of a base whose `wavegate.toml` is `text` (`None`: it has none).
-    pub fn from_file(text: Option<&str>) -> Self {
+    pub(crate) fn from_file(text: Option<&str>) -> Self {
         let Some(text) = text else {
             return BaseRules {
                 raw: None,
@@ -46,7 +46,7 @@ impl BaseRules {
     /// The approval policy: the default when the base has no config; a
     /// refusal to say on the pull request when its config does not read
     /// (a broken file never means the loosest policy).
-    pub fn policy(&self) -> Result<Policy, String> {
+    pub(crate) fn policy(&self) -> Result<Policy, String> {
         match &self.config {
             Ok(None) => Ok(Policy::default()),
             Ok(Some(config)) => Ok(config.policy.clone()),
@@ -57,12 +57,12 @@ impl BaseRules {
     }
 
     /// Whether a fork's code may be planned: only when the base says so.
-    pub fn allows_forks(&self) -> bool {
+    pub(crate) fn allows_forks(&self) -> bool {
         matches!(&self.config, Ok(Some(config)) if config.policy.allow_forks)
     }
 
     /// The base's stages, in order (none when it has no readable config).
-    pub fn stages(&self) -> Vec<String> {
+    pub(crate) fn stages(&self) -> Vec<String> {
         match &self.config {
             Ok(Some(config)) => config.stages.iter().map(|s| s.name.clone()).collect(),
             _ => Vec::new(),
@@ -71,23 +71,23 @@ impl BaseRules {
 
     /// The config as written, for what reads it raw (stage gates, the
     /// components a change to the file touches).
-    pub fn raw(&self) -> Option<&RawRepoConfig> {
+    pub(crate) fn raw(&self) -> Option<&RawRepoConfig> {
         self.raw.as_ref()
     }
 
     /// A stage's gate: `always` unless the base says otherwise.
-    pub fn gate(&self, stage: &str) -> GatePolicy {
+    pub(crate) fn gate(&self, stage: &str) -> GatePolicy {
         gate_of(self.raw(), stage)
     }
 
     /// The policy a stage's gate and its rounds are judged by: `policy`
     /// with the stage's own approvers, `required` and `review_approvals`.
-    pub fn stage_policy(&self, policy: &Policy, stage: &str) -> Policy {
+    pub(crate) fn stage_policy(&self, policy: &Policy, stage: &str) -> Policy {
         stage_policy(self.raw(), policy, stage)
     }
 
     /// How long a stage's gate waits (`None`: until approved).
-    pub fn stage_timeout(&self, stage: &str) -> Option<Duration> {
+    pub(crate) fn stage_timeout(&self, stage: &str) -> Option<Duration> {
         stage_timeout(self.raw(), stage)
     }
 }

@@ -15,14 +15,14 @@ enum Part {
 
 /// A compiled path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pattern {
+pub(crate) struct Pattern {
     text: String,
     parts: Vec<Part>,
 }
 
 impl Pattern {
     /// Compiles `text`; the error says what is wrong with it.
-    pub fn new(text: &str) -> Result<Self, String> {
+    pub(crate) fn new(text: &str) -> Result<Self, String> {
         if text.is_empty() {
             return Err("a pattern may not be empty".into());
         }
@@ -63,11 +63,13 @@ impl Pattern {
         })
     }
 
-    pub fn as_str(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &str {
         &self.text
     }
 
-    pub fn matches(&self, path: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn matches(&self, path: &str) -> bool {
         match_parts(&self.parts, Some(path))
     }
 
@@ -148,7 +150,7 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
 /// Many patterns, each tagged with an owner, indexed by their literal leading
 /// segments so a path only meets the patterns that could match it.
 #[derive(Debug, Default)]
-pub struct PatternIndex<'p, T> {
+pub(crate) struct PatternIndex<'p, T> {
     nodes: Vec<Node>,
     patterns: Vec<(&'p Pattern, T)>,
 }
@@ -160,14 +162,14 @@ struct Node {
 }
 
 impl<'p, T: Clone> PatternIndex<'p, T> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             nodes: vec![Node::default()],
             patterns: Vec::new(),
         }
     }
 
-    pub fn insert(&mut self, pattern: &'p Pattern, owner: T) {
+    pub(crate) fn insert(&mut self, pattern: &'p Pattern, owner: T) {
         let mut node = 0;
         for seg in pattern.literal_prefix() {
             node = match self.nodes[node].children.get(seg) {
@@ -185,7 +187,7 @@ impl<'p, T: Clone> PatternIndex<'p, T> {
     }
 
     /// Calls `found` with the owner of every pattern that matches `path`.
-    pub fn for_each_match(&self, path: &str, mut found: impl FnMut(&T)) {
+    pub(crate) fn for_each_match(&self, path: &str, mut found: impl FnMut(&T)) {
         let mut node = 0;
         let mut depth = 0;
         let mut rest = Some(path);
@@ -209,7 +211,7 @@ impl<'p, T: Clone> PatternIndex<'p, T> {
         }
     }
 
-    pub fn is_match(&self, path: &str) -> bool {
+    pub(crate) fn is_match(&self, path: &str) -> bool {
         let mut any = false;
         self.for_each_match(path, |_| any = true);
         any

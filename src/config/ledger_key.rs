@@ -14,7 +14,7 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt 
 use std::path::{Path, PathBuf};
 
 /// The variable naming the key file.
-pub const VAR: &str = "WAVEGATE_LEDGER_KEY_FILE";
+pub(crate) const VAR: &str = "WAVEGATE_LEDGER_KEY_FILE";
 
 /// Where in the data dir the server keeps the key it generated.
 pub fn in_data_dir(data_dir: &Path) -> PathBuf {
@@ -24,7 +24,7 @@ pub fn in_data_dir(data_dir: &Path) -> PathBuf {
 /// The key `WAVEGATE_LEDGER_KEY_FILE` names, checked: readable, an Ed25519
 /// key, readable by its owner and group only. Every error names the
 /// variable and the fix.
-pub fn read_named(path: &Path) -> Result<LedgerKey> {
+pub(crate) fn read_named(path: &Path) -> Result<LedgerKey> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(

@@ -1,12 +1,12 @@
 //! Configuration: the repository's `wavegate.toml`, the server's settings
 //! and its ledger key.
 
-pub mod base;
-pub mod glob;
+pub(crate) mod base;
+pub(crate) mod glob;
 pub mod ledger_key;
 pub mod repo;
 pub mod settings;
 
-pub use base::BaseRules;
+pub(crate) use base::BaseRules;
 pub use repo::{ConfigError, RepoConfig, CONFIG_FILE};
 pub use settings::Settings;

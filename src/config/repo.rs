@@ -16,7 +16,7 @@ use std::time::Duration;
 pub const CONFIG_FILE: &str = "wavegate.toml";
 
 /// Placeholders an argv template may use.
-pub const PLACEHOLDERS: &[&str] = &[
+pub(crate) const PLACEHOLDERS: &[&str] = &[
     "component",
     "stage",
     "dir",
@@ -35,71 +35,71 @@ fn default_ignore() -> Vec<String> {
 /// The file as written. Field names are the documented ones; anything else is refused.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct RawRepoConfig {
+pub(crate) struct RawRepoConfig {
     #[serde(default = "default_ignore")]
-    pub ignore: Vec<String>,
+    pub(crate) ignore: Vec<String>,
     #[serde(default)]
-    pub defaults: RawDefaults,
+    pub(crate) defaults: RawDefaults,
     #[serde(default, rename = "stage")]
-    pub stages: Vec<RawStage>,
+    pub(crate) stages: Vec<RawStage>,
     #[serde(default, rename = "component")]
-    pub components: Vec<RawComponent>,
+    pub(crate) components: Vec<RawComponent>,
     #[serde(default)]
-    pub policy: Option<Policy>,
+    pub(crate) policy: Option<Policy>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawDefaults {
-    pub plan: Option<Vec<String>>,
-    pub apply: Option<Vec<String>>,
-    pub outputs: Option<Vec<String>>,
-    pub timeout: Option<String>,
+pub(crate) struct RawDefaults {
+    pub(crate) plan: Option<Vec<String>>,
+    pub(crate) apply: Option<Vec<String>>,
+    pub(crate) outputs: Option<Vec<String>>,
+    pub(crate) timeout: Option<String>,
     #[serde(default)]
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawStage {
-    pub name: String,
+pub(crate) struct RawStage {
+    pub(crate) name: String,
     #[serde(default)]
-    pub gate: Option<GatePolicy>,
+    pub(crate) gate: Option<GatePolicy>,
     /// Who may approve this stage's gate and rounds; `[policy] approvers` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approvers: Option<Vec<String>>,
+    pub(crate) approvers: Option<Vec<String>>,
     /// Distinct approvers this stage's gate and rounds need; `[policy] required` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub required: Option<u32>,
+    pub(crate) required: Option<u32>,
     /// Whether approving reviews count at this stage's gate and rounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub review_approvals: Option<bool>,
+    pub(crate) review_approvals: Option<bool>,
     /// How long this stage's gate waits for `/approve <stage>` before it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct RawComponent {
-    pub name: String,
-    pub dir: String,
-    pub paths: Option<Vec<String>>,
+pub(crate) struct RawComponent {
+    pub(crate) name: String,
+    pub(crate) dir: String,
+    pub(crate) paths: Option<Vec<String>>,
     #[serde(default)]
-    pub depends_on: Vec<String>,
+    pub(crate) depends_on: Vec<String>,
     #[serde(default)]
-    pub inputs: BTreeMap<String, String>,
-    pub stages: Option<Vec<String>>,
-    pub plan: Option<Vec<String>>,
-    pub apply: Option<Vec<String>>,
-    pub outputs: Option<Vec<String>>,
-    pub timeout: Option<String>,
+    pub(crate) inputs: BTreeMap<String, String>,
+    pub(crate) stages: Option<Vec<String>>,
+    pub(crate) plan: Option<Vec<String>>,
+    pub(crate) apply: Option<Vec<String>>,
+    pub(crate) outputs: Option<Vec<String>>,
+    pub(crate) timeout: Option<String>,
 }
 
 /// When a stage waits for its own approval even if the PR approval covers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum GatePolicy {
+pub(crate) enum GatePolicy {
     Always,
     OnDestructive,
     Never,
@@ -107,7 +107,7 @@ pub enum GatePolicy {
 
 impl GatePolicy {
     /// As `wavegate.toml` writes it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             GatePolicy::Always => "always",
             GatePolicy::OnDestructive => "on-destructive",
@@ -125,31 +125,31 @@ impl fmt::Display for GatePolicy {
 /// Who may let a change through. Read from the base branch only.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Policy {
+pub(crate) struct Policy {
     #[serde(default)]
-    pub approvers: Vec<String>,
+    pub(crate) approvers: Vec<String>,
     #[serde(default = "one")]
-    pub required: u32,
+    pub(crate) required: u32,
     #[serde(default)]
-    pub allow_self_approval: bool,
+    pub(crate) allow_self_approval: bool,
     #[serde(default)]
-    pub allow_forks: bool,
+    pub(crate) allow_forks: bool,
     #[serde(default)]
-    pub overriders: Vec<String>,
+    pub(crate) overriders: Vec<String>,
     #[serde(default)]
-    pub review_approvals: bool,
+    pub(crate) review_approvals: bool,
     /// Whether whoever pushed the pull request's current head may approve
     /// it. By default they are treated like its author.
     #[serde(default)]
-    pub allow_pusher_approval: bool,
+    pub(crate) allow_pusher_approval: bool,
     /// How long an approval counts after it was given (`"72h"`); forever when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval_ttl: Option<String>,
+    pub(crate) approval_ttl: Option<String>,
 }
 
 impl Policy {
     /// `approval_ttl` in milliseconds (`None`: approvals do not expire).
-    pub fn approval_ttl_ms(&self) -> Option<i64> {
+    pub(crate) fn approval_ttl_ms(&self) -> Option<i64> {
         let ttl = parse_duration(self.approval_ttl.as_deref()?).ok()?;
         Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
     }
@@ -179,9 +179,9 @@ impl Default for Policy {
 pub struct Stage {
     pub name: String,
     /// `Always` when the file does not say: the strictest reading.
-    pub gate: GatePolicy,
+    pub(crate) gate: GatePolicy,
     /// How long its gate waits for `/approve <stage>`; forever when unset.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// One input: the member's own name for an upstream component's output.
@@ -199,38 +199,38 @@ pub struct Component {
     /// As written, `{component}` filled in; `{stage}` may remain: see [`Component::dir_in`].
     pub dir: String,
     /// Patterns that select the component in every stage it runs in.
-    pub paths: Vec<Pattern>,
+    pub(crate) paths: Vec<Pattern>,
     /// Patterns written with `{stage}`: each selects only its stage's member.
-    pub stage_paths: Vec<(String, Pattern)>,
-    pub depends_on: Vec<String>,
+    pub(crate) stage_paths: Vec<(String, Pattern)>,
+    pub(crate) depends_on: Vec<String>,
     pub inputs: Vec<Input>,
     pub stages: Vec<String>,
     pub plan: Vec<String>,
     pub apply: Option<Vec<String>>,
-    pub outputs: Option<Vec<String>>,
-    pub timeout: Duration,
+    pub(crate) outputs: Option<Vec<String>>,
+    pub(crate) timeout: Duration,
 }
 
 /// A validated `wavegate.toml`.
 #[derive(Debug, Clone)]
 pub struct RepoConfig {
-    pub raw: RawRepoConfig,
-    pub ignore: Vec<Pattern>,
+    pub(crate) raw: RawRepoConfig,
+    pub(crate) ignore: Vec<Pattern>,
     pub stages: Vec<Stage>,
     /// In file order.
     pub components: Vec<Component>,
-    pub policy: Policy,
+    pub(crate) policy: Policy,
     /// Environment variables passed through to every command.
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
 }
 
 /// A config mistake: where, what, and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
-    pub file: String,
-    pub field: String,
-    pub problem: String,
-    pub fix: String,
+    pub(crate) file: String,
+    pub(crate) field: String,
+    pub(crate) problem: String,
+    pub(crate) fix: String,
 }
 
 impl fmt::Display for ConfigError {
@@ -249,7 +249,7 @@ impl fmt::Display for ConfigError {
 
 /// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms` (humantime's
 /// grammar: `1h 30m`, `2days` and `5min` read too); zero is refused.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let total = humantime::parse_duration(text.trim()).map_err(|_| {
         format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`")
     })?;
@@ -269,7 +269,7 @@ impl RepoConfig {
     }
 
     /// Parses without validating: used to compare the base config, which may be broken.
-    pub fn parse_raw(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
+    pub(crate) fn parse_raw(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
         toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
@@ -295,7 +295,7 @@ impl RepoConfig {
     }
 
     /// Checks everything the file cannot say through its types alone.
-    pub fn validate(file: &str, raw: RawRepoConfig) -> Result<Self, ConfigError> {
+    pub(crate) fn validate(file: &str, raw: RawRepoConfig) -> Result<Self, ConfigError> {
         let err = |field: String, problem: String, fix: &str| ConfigError {
             file: file.to_owned(),
             field,
@@ -609,14 +609,14 @@ impl RepoConfig {
         self.components.iter().find(|c| c.name == name)
     }
 
-    pub fn stage(&self, name: &str) -> Option<&Stage> {
+    pub(crate) fn stage(&self, name: &str) -> Option<&Stage> {
         self.stages.iter().find(|s| s.name == name)
     }
 }
 
 /// The policy and stage gates to enforce, read from the BASE config: a missing
 /// or broken base file, or a stage it lacks, reads as the strictest setting.
-pub fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
+pub(crate) fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
     base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
         .and_then(|s| s.gate)
         .unwrap_or(GatePolicy::Always)
@@ -625,7 +625,7 @@ pub fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
 /// The policy a stage's gate and its rounds are judged by, read from the
 /// BASE config: `[policy]` with the stage's own `approvers`, `required` and
 /// `review_approvals` where its entry sets them.
-pub fn stage_policy(base: Option<&RawRepoConfig>, policy: &Policy, stage: &str) -> Policy {
+pub(crate) fn stage_policy(base: Option<&RawRepoConfig>, policy: &Policy, stage: &str) -> Policy {
     let mut policy = policy.clone();
     let Some(entry) = base.and_then(|b| b.stages.iter().find(|s| s.name == stage)) else {
         return policy;
@@ -644,7 +644,7 @@ pub fn stage_policy(base: Option<&RawRepoConfig>, policy: &Policy, stage: &str) 
 
 /// How long a stage's gate waits, read from the BASE config (`None`: it
 /// waits until approved).
-pub fn stage_timeout(base: Option<&RawRepoConfig>, stage: &str) -> Option<Duration> {
+pub(crate) fn stage_timeout(base: Option<&RawRepoConfig>, stage: &str) -> Option<Duration> {
     base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
         .and_then(|s| s.timeout.as_deref())
         .and_then(|t| parse_duration(t).ok())
@@ -653,7 +653,7 @@ pub fn stage_timeout(base: Option<&RawRepoConfig>, stage: &str) -> Option<Durati
 /// Components whose behaviour a change to the config file itself touches:
 /// their own entry changed, or a `[defaults]` field they use, or a stage they
 /// run in. With no readable base every component counts as changed.
-pub fn config_changed_components(
+pub(crate) fn config_changed_components(
     base: Option<&RawRepoConfig>,
     head: &RepoConfig,
 ) -> BTreeSet<String> {
@@ -698,7 +698,7 @@ mod erased {
     //! Lets `config_changed_components` compare fields of different types by
     //! their canonical JSON, integers written exactly: a comparison must tell
     //! every two values apart, which RFC 8785's doubles do not beyond 2^53.
-    pub trait Ser {
+    pub(crate) trait Ser {
         fn canonical(&self) -> String;
     }
     impl<T: serde::Serialize> Ser for T {
@@ -768,7 +768,7 @@ fn fill_path(text: &str, component: &str, stage: Option<&str>) -> Result<String,
 
 impl Component {
     /// The component's directory in `stage`: `dir` with `{stage}` filled in.
-    pub fn dir_in(&self, stage: &str) -> String {
+    pub(crate) fn dir_in(&self, stage: &str) -> String {
         self.dir.replace(STAGE_PLACEHOLDER, stage)
     }
 }

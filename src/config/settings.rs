@@ -37,57 +37,55 @@ impl fmt::Debug for Secret {
 }
 
 #[derive(Debug, Clone)]
-pub struct GitHubSettings {
-    pub app_id: u64,
+pub(crate) struct GitHubSettings {
+    pub(crate) app_id: u64,
     /// The App's private key, PEM.
-    pub private_key: Secret,
+    pub(crate) private_key: Secret,
     /// The file it was read from, when given as a path (no sandboxed
     /// command may see it).
-    pub private_key_file: Option<PathBuf>,
+    pub(crate) private_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
-pub struct ForgejoSettings {
+pub(crate) struct ForgejoSettings {
     /// The instance root, e.g. `https://codeberg.org`; the API is under `/api/v1`.
-    pub url: String,
-    pub token: Secret,
+    pub(crate) url: String,
+    pub(crate) token: Secret,
 }
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub listen: SocketAddr,
-    pub database_url: String,
-    pub data_dir: PathBuf,
-    pub github_api_url: String,
+    pub(crate) listen: SocketAddr,
+    pub(crate) database_url: String,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) github_api_url: String,
     /// Absent until configured, or until the manifest flow stores credentials.
-    pub github: Option<GitHubSettings>,
+    pub(crate) github: Option<GitHubSettings>,
     /// Every accepted secret (rotation: old and new side by side).
-    pub github_webhook_secrets: Vec<Secret>,
-    pub forgejo: Option<ForgejoSettings>,
-    pub forgejo_webhook_secrets: Vec<Secret>,
+    pub(crate) github_webhook_secrets: Vec<Secret>,
+    pub(crate) forgejo: Option<ForgejoSettings>,
+    pub(crate) forgejo_webhook_secrets: Vec<Secret>,
     /// Where this server is reached from outside (the manifest flow's URLs).
-    pub public_url: Option<String>,
+    pub(crate) public_url: Option<String>,
     /// Worker tasks claiming jobs.
-    pub workers: usize,
+    pub(crate) workers: usize,
     /// How long a claimed job is held without renewal; a crashed server's
     /// jobs are picked up again after this.
     pub job_lease: std::time::Duration,
-    /// How log lines are written (`WAVEGATE_LOG_FORMAT`).
-    pub log_format: LogFormat,
     /// How often open pull requests and unfinished apply runs are
     /// reconciled with the forges (also once at start); None: never.
-    pub reconcile_every: Option<std::time::Duration>,
+    pub(crate) reconcile_every: Option<std::time::Duration>,
     /// The share (0–1] of a forge's request budget a sweep may spend
     /// (`WAVEGATE_RECONCILE_BUDGET`, default 50%).
-    pub reconcile_budget: f64,
+    pub(crate) reconcile_budget: f64,
     /// How plan, apply and outputs commands are isolated (`WAVEGATE_SANDBOX*`).
-    pub sandbox: crate::sandbox::SandboxSettings,
+    pub(crate) sandbox: crate::sandbox::SandboxSettings,
     /// How soon an apply answered `held` is tried again (`WAVEGATE_HELD_RETRY`).
     pub held_retry: std::time::Duration,
     /// The ledger key `WAVEGATE_LEDGER_KEY_FILE` names, read and checked,
     /// with its path (no sandboxed command may see it); `None`: the server
     /// keeps its own in the data dir (`config::ledger_key`).
-    pub ledger_key: Option<(
+    pub(crate) ledger_key: Option<(
         std::path::PathBuf,
         std::sync::Arc<crate::gate::ledger::LedgerKey>,
     )>,
@@ -136,7 +134,7 @@ fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
 
 /// Default share of each forge budget a sweep may spend
 /// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
-pub const DEFAULT_BUDGET_SHARE: f64 = 0.5;
+pub(crate) const DEFAULT_BUDGET_SHARE: f64 = 0.5;
 
 /// Reads `WAVEGATE_RECONCILE_BUDGET` (unset: 50%): a percentage from 1 to
 /// 100, with or without its `%`.
@@ -155,7 +153,7 @@ fn reconcile_budget(value: Option<&str>) -> Result<f64> {
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Where the bot keeps its mirrors and its ledger key unless `WAVEGATE_DATA_DIR` says otherwise.
-pub const DEFAULT_DATA_DIR: &str = "wavegate-data";
+pub(crate) const DEFAULT_DATA_DIR: &str = "wavegate-data";
 /// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
 const DEFAULT_GITHUB_API: &str = "https://api.github.com";
@@ -222,7 +220,8 @@ impl Settings {
         };
         let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
         let reconcile_budget = reconcile_budget(var("WAVEGATE_RECONCILE_BUDGET").as_deref())?;
-        let log_format = log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
+        // Read by main before logging starts; checked here so a bad value fails the start.
+        log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
         let sandbox = crate::sandbox::SandboxSettings::from_lookup(&get)?;
         let held_retry = match var("WAVEGATE_HELD_RETRY") {
             Some(text) => crate::config::repo::parse_duration(&text)
@@ -255,7 +254,6 @@ impl Settings {
             public_url: var("WAVEGATE_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned()),
             workers,
             job_lease,
-            log_format,
             reconcile_every,
             reconcile_budget,
             sandbox,
@@ -266,7 +264,7 @@ impl Settings {
 }
 
 /// Every `WAVEGATE_*` variable the server reads; any other is a typo or a leftover.
-pub const KNOWN_VARIABLES: &[&str] = &[
+pub(crate) const KNOWN_VARIABLES: &[&str] = &[
     "WAVEGATE_DATABASE_URL",
     "WAVEGATE_DATA_DIR",
     "WAVEGATE_FORGEJO_TOKEN",
@@ -297,7 +295,7 @@ impl Settings {
     /// serves, given the names of the variables in its environment:
     /// `WAVEGATE_*` names it does not read (with the nearest one it does),
     /// and a configured forge without a webhook secret.
-    pub fn start_warnings(&self, names: impl IntoIterator<Item = String>) -> Vec<String> {
+    pub(crate) fn start_warnings(&self, names: impl IntoIterator<Item = String>) -> Vec<String> {
         let mut warnings: Vec<String> = names
             .into_iter()
             // The test suite's own variables (`…_TEST_…`) are not the server's.
@@ -487,9 +485,8 @@ mod tests {
 
     #[test]
     fn the_log_format_is_text_unless_json_is_asked_for() {
-        assert_eq!(settings(&[]).unwrap().log_format, LogFormat::Text);
-        let json = settings(&[("WAVEGATE_LOG_FORMAT", " JSON ")]).unwrap();
-        assert_eq!(json.log_format, LogFormat::Json);
+        assert!(settings(&[("WAVEGATE_LOG_FORMAT", " JSON ")]).is_ok());
+        assert_eq!(log_format(Some(" JSON ")).unwrap(), LogFormat::Json);
         assert_eq!(log_format(Some("text")).unwrap(), LogFormat::Text);
         assert_eq!(log_format(Some("")).unwrap(), LogFormat::Text);
         assert_eq!(log_format(None).unwrap(), LogFormat::Text);

@@ -60,7 +60,7 @@ impl ForgeClient {
         }
     }
 
-    pub async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
+    pub(crate) async fn comments(&self, repo: &RepoRef, pr: PrNumber) -> Result<Vec<Comment>> {
         self.comments_since(repo, pr, None).await
     }
 
@@ -122,7 +122,7 @@ impl ForgeClient {
 
     /// One page (from 1) of the repository's open pull requests, asked for
     /// with the `ETag` of the last answer for that page.
-    pub async fn open_pulls_page(
+    pub(crate) async fn open_pulls_page(
         &self,
         repo: &RepoRef,
         page: u32,
@@ -136,7 +136,7 @@ impl ForgeClient {
 
     /// One page (from 1) of the comments on the repository's issues and
     /// pull requests updated at or after `since` (unix ms, to the second).
-    pub async fn repo_comments_page(
+    pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
         since: Option<i64>,
@@ -166,7 +166,7 @@ impl ForgeClient {
 
     /// The request budget the forge last stated for `repo`'s credentials
     /// (GitHub: its installation's); None where the forge states none.
-    pub async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
+    pub(crate) async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
         match self {
             ForgeClient::GitHub(c) => c.rate_budget(repo).await,
             ForgeClient::Forgejo(_) => Ok(None),
@@ -181,7 +181,7 @@ impl ForgeClient {
     }
 
     /// The login this bot's comments carry.
-    pub async fn bot_login(&self) -> Result<String> {
+    pub(crate) async fn bot_login(&self) -> Result<String> {
         match self {
             ForgeClient::GitHub(c) => c.bot_login().await,
             ForgeClient::Forgejo(c) => c.login().await,
@@ -190,7 +190,7 @@ impl ForgeClient {
 
     /// Whether `login` is an active member of the team `slug` of the
     /// repository's owner (GitHub). Forgejo teams are not consulted: false.
-    pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
+    pub(crate) async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
         match self {
             ForgeClient::GitHub(c) => c.in_team(repo, slug, login).await,
             ForgeClient::Forgejo(_) => Ok(false),

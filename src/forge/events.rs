@@ -177,7 +177,7 @@ const LARGEST_STORABLE: u64 = i64::MAX as u64;
 /// What wavegate reads of a comment's or review's text, in bytes: far above
 /// either forge's own limit (GitHub 65,536 characters), so that a payload
 /// cannot make a job of megabytes.
-pub const COMMENT_TEXT_LIMIT: usize = 1024 * 1024;
+pub(crate) const COMMENT_TEXT_LIMIT: usize = 1024 * 1024;
 
 fn storable<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     let number = u64::deserialize(deserializer)?;

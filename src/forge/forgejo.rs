@@ -54,7 +54,7 @@ impl ForgejoClient {
     }
 
     /// The token, for `git fetch` over http(s).
-    pub fn token(&self) -> &Secret {
+    pub(crate) fn token(&self) -> &Secret {
         &self.token
     }
 
@@ -126,13 +126,13 @@ impl ForgejoClient {
 
     /// Every comment on the pull request (Forgejo lists them in one answer).
     /// The bot user's login (`GET /user`, asked once).
-    pub async fn login(&self) -> Result<String> {
+    pub(crate) async fn login(&self) -> Result<String> {
         Ok(self.me().await?.login.clone())
     }
 
     /// The comments on the pull request updated at or after `since`, if
     /// given (Forgejo lists them in one answer).
-    pub async fn comments(
+    pub(crate) async fn comments(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -151,7 +151,7 @@ impl ForgejoClient {
     }
 
     /// One page of the repository's open pull requests, oldest first.
-    pub async fn open_pulls_page(
+    pub(crate) async fn open_pulls_page(
         &self,
         repo: &RepoRef,
         page: u32,
@@ -170,7 +170,7 @@ impl ForgejoClient {
 
     /// One page of the comments on the repository's issues and pull
     /// requests updated at or after `since` (unix ms).
-    pub async fn repo_comments_page(
+    pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
         since: Option<i64>,
@@ -202,7 +202,7 @@ impl ForgejoClient {
 
     /// One page of the pull request's reviews, oldest first; reviews not
     /// submitted (`PENDING`, `REQUEST_REVIEW`) are left out.
-    pub async fn pull_reviews_page(
+    pub(crate) async fn pull_reviews_page(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -237,7 +237,12 @@ impl ForgejoClient {
         })
     }
 
-    pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
+    pub(crate) async fn create_comment(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        body: &str,
+    ) -> Result<u64> {
         let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
         let call = format!("POST /api/v1{route}");
         let reply = self
@@ -248,7 +253,7 @@ impl ForgejoClient {
     }
 
     /// Edits a comment; `Ok(false)` when it is gone.
-    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
+    pub(crate) async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
         let route = format!("/repos/{}/issues/comments/{id}", repo.id.full_name);
         let call = format!("PATCH /api/v1{route}");
         let reply = self
@@ -264,7 +269,7 @@ impl ForgejoClient {
     /// Sets the commit status `context` on `sha`.
     /// The commit status for `report`: its name as the context, its title
     /// (cut to the 140 characters a status holds) as the description.
-    pub async fn publish_status(
+    pub(crate) async fn publish_status(
         &self,
         repo: &RepoRef,
         sha: &CommitSha,
@@ -281,7 +286,7 @@ impl ForgejoClient {
         .await
     }
 
-    pub async fn set_status(
+    pub(crate) async fn set_status(
         &self,
         repo: &RepoRef,
         sha: &CommitSha,
@@ -303,7 +308,7 @@ impl ForgejoClient {
     }
 
     /// The pull request as the forge has it now, and where it stands.
-    pub async fn pull_request(
+    pub(crate) async fn pull_request(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -318,7 +323,7 @@ impl ForgejoClient {
 
     /// A user's permission on the repository. Forgejo answers 403 unless the
     /// bot's account is a repository admin; the error says so.
-    pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
+    pub(crate) async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
         #[derive(Deserialize)]
         struct PermissionBody {
             permission: String,
@@ -341,7 +346,12 @@ impl ForgejoClient {
         ))
     }
 
-    pub async fn react(&self, repo: &RepoRef, comment_id: u64, reaction: Reaction) -> Result<()> {
+    pub(crate) async fn react(
+        &self,
+        repo: &RepoRef,
+        comment_id: u64,
+        reaction: Reaction,
+    ) -> Result<()> {
         let route = format!(
             "/repos/{}/issues/comments/{comment_id}/reactions",
             repo.id.full_name

@@ -104,7 +104,7 @@ impl GitHubClient {
     }
 
     /// The login the App's comments carry, `<slug>[bot]` (`GET /app`, asked once).
-    pub async fn bot_login(&self) -> Result<String> {
+    pub(crate) async fn bot_login(&self) -> Result<String> {
         #[derive(Deserialize)]
         struct AppBody {
             slug: String,
@@ -123,7 +123,7 @@ impl GitHubClient {
     }
 
     /// The installation serving `repo`: the delivery's, or asked of GitHub once.
-    pub async fn installation_id(&self, repo: &RepoRef) -> Result<u64> {
+    pub(crate) async fn installation_id(&self, repo: &RepoRef) -> Result<u64> {
         if let Some(id) = repo.installation {
             return Ok(id);
         }
@@ -161,7 +161,7 @@ impl GitHubClient {
     }
 
     /// The installation token for `repo` (cached; refreshed 30 s before expiry).
-    pub async fn installation_token(&self, repo: &RepoRef) -> Result<Secret> {
+    pub(crate) async fn installation_token(&self, repo: &RepoRef) -> Result<Secret> {
         let installation = self.installation(repo).await?;
         let call = format!("POST /app/installations/{}/access_tokens", installation.id);
         let token = send_with_retry(&self.policy, &call, || async {
@@ -231,7 +231,11 @@ impl GitHubClient {
     /// /app/hook/deliveries`, following the `Link` header's next cursor),
     /// until a page reaches back to `since` (unix ms) or `most_pages` pages
     /// were read.
-    pub async fn hook_deliveries(&self, since: i64, most_pages: usize) -> Result<HookDeliveries> {
+    pub(crate) async fn hook_deliveries(
+        &self,
+        since: i64,
+        most_pages: usize,
+    ) -> Result<HookDeliveries> {
         let mut listed = HookDeliveries::default();
         let mut cursor: Option<String> = None;
         for _ in 0..most_pages {
@@ -260,7 +264,7 @@ impl GitHubClient {
 
     /// Asks GitHub to deliver `delivery_id` again (`POST
     /// /app/hook/deliveries/{id}/attempts`); sent once, as a create.
-    pub async fn redeliver(&self, delivery_id: u64) -> Result<()> {
+    pub(crate) async fn redeliver(&self, delivery_id: u64) -> Result<()> {
         let route = format!("/app/hook/deliveries/{delivery_id}/attempts");
         let call = format!("POST {route}");
         self.send(Verb::Post, &route, None).await?.success(&call)?;
@@ -326,7 +330,7 @@ impl GitHubClient {
 
     /// The comments on the pull request (updated at or after `since`, if
     /// given), page by page.
-    pub async fn comments(
+    pub(crate) async fn comments(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -359,7 +363,12 @@ impl GitHubClient {
         Ok(all)
     }
 
-    pub async fn create_comment(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
+    pub(crate) async fn create_comment(
+        &self,
+        repo: &RepoRef,
+        pr: PrNumber,
+        body: &str,
+    ) -> Result<u64> {
         let route = format!("/repos/{}/issues/{}/comments", repo.id.full_name, pr.0);
         let call = format!("POST {route}");
         let reply = self
@@ -370,7 +379,7 @@ impl GitHubClient {
     }
 
     /// Edits a comment; `Ok(false)` when it is gone.
-    pub async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
+    pub(crate) async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
         let route = format!("/repos/{}/issues/comments/{id}", repo.id.full_name);
         let call = format!("PATCH {route}");
         let reply = self
@@ -384,7 +393,7 @@ impl GitHubClient {
     }
 
     /// Creates the check run, or updates `known`; returns its id.
-    pub async fn publish_check_run(
+    pub(crate) async fn publish_check_run(
         &self,
         repo: &RepoRef,
         head: &CommitSha,
@@ -417,7 +426,7 @@ impl GitHubClient {
     }
 
     /// The pull request as the forge has it now, and where it stands.
-    pub async fn pull_request(
+    pub(crate) async fn pull_request(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -434,13 +443,13 @@ impl GitHubClient {
     }
 
     /// The budget GitHub last stated for the installation serving `repo`.
-    pub async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
+    pub(crate) async fn rate_budget(&self, repo: &RepoRef) -> Result<Option<RateBudget>> {
         let id = self.installation_id(repo).await?;
         Ok(self.budgets.lock().unwrap().get(&id).copied())
     }
 
     /// One page of the repository's open pull requests, oldest first.
-    pub async fn open_pulls_page(
+    pub(crate) async fn open_pulls_page(
         &self,
         repo: &RepoRef,
         page: u32,
@@ -461,7 +470,7 @@ impl GitHubClient {
 
     /// One page of the comments on the repository's issues and pull
     /// requests updated at or after `since` (unix ms), oldest update first.
-    pub async fn repo_comments_page(
+    pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
         since: Option<i64>,
@@ -490,7 +499,7 @@ impl GitHubClient {
 
     /// One page of the pull request's reviews, oldest first; reviews not
     /// submitted yet (`PENDING`) are left out.
-    pub async fn pull_reviews_page(
+    pub(crate) async fn pull_reviews_page(
         &self,
         repo: &RepoRef,
         pr: PrNumber,
@@ -528,7 +537,7 @@ impl GitHubClient {
     }
 
     /// `GET /orgs/{org}/teams/{team}/memberships/{user}`: an active membership.
-    pub async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
+    pub(crate) async fn in_team(&self, repo: &RepoRef, slug: &str, login: &str) -> Result<bool> {
         #[derive(Deserialize)]
         struct Membership {
             state: String,
@@ -543,7 +552,7 @@ impl GitHubClient {
         Ok(membership.state == "active")
     }
 
-    pub async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
+    pub(crate) async fn permission(&self, repo: &RepoRef, login: &str) -> Result<Permission> {
         #[derive(Deserialize)]
         struct PermissionBody {
             permission: String,
@@ -562,7 +571,12 @@ impl GitHubClient {
         ))
     }
 
-    pub async fn react(&self, repo: &RepoRef, comment_id: u64, reaction: Reaction) -> Result<()> {
+    pub(crate) async fn react(
+        &self,
+        repo: &RepoRef,
+        comment_id: u64,
+        reaction: Reaction,
+    ) -> Result<()> {
         let route = format!(
             "/repos/{}/issues/comments/{comment_id}/reactions",
             repo.id.full_name
@@ -646,9 +660,7 @@ pub struct AppCredentials {
     pub slug: String,
     pub pem: Secret,
     pub webhook_secret: Option<Secret>,
-    pub client_id: String,
-    pub client_secret: Secret,
-    pub html_url: String,
+    pub(crate) html_url: String,
 }
 
 /// Exchanges a manifest-flow `code` for the new App's credentials
@@ -660,8 +672,6 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredential
         slug: String,
         pem: String,
         webhook_secret: Option<String>,
-        client_id: String,
-        client_secret: String,
         html_url: String,
     }
     let http = reqwest::Client::builder()
@@ -711,30 +721,28 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredential
         slug: c.slug,
         pem: Secret::new(c.pem),
         webhook_secret: c.webhook_secret.map(Secret::new),
-        client_id: c.client_id,
-        client_secret: Secret::new(c.client_secret),
         html_url: c.html_url,
     })
 }
 
 /// One attempt to deliver a webhook, as the App's delivery log lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookDelivery {
+pub(crate) struct HookDelivery {
     /// This attempt's id (what a redelivery is asked for by).
-    pub id: u64,
+    pub(crate) id: u64,
     /// `X-GitHub-Delivery`, shared by every attempt of one event.
-    pub guid: String,
+    pub(crate) guid: String,
     /// Unix ms.
-    pub delivered_at: i64,
+    pub(crate) delivered_at: i64,
     /// What the bot answered; 0 when nothing answered.
-    pub status_code: u16,
-    pub redelivery: bool,
-    pub event: String,
-    pub installation_id: Option<u64>,
+    pub(crate) status_code: u16,
+    pub(crate) redelivery: bool,
+    pub(crate) event: String,
+    pub(crate) installation_id: Option<u64>,
 }
 
 impl HookDelivery {
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         (200..300).contains(&self.status_code)
     }
 }
@@ -742,9 +750,9 @@ impl HookDelivery {
 /// What [`GitHubClient::hook_deliveries`] listed, and whether it stopped at
 /// its page cap before reaching back to the time asked for.
 #[derive(Debug, Default)]
-pub struct HookDeliveries {
-    pub deliveries: Vec<HookDelivery>,
-    pub capped: bool,
+pub(crate) struct HookDeliveries {
+    pub(crate) deliveries: Vec<HookDelivery>,
+    pub(crate) capped: bool,
 }
 
 /// GitHub's `hook-delivery-item`: the fields read.
@@ -891,7 +899,7 @@ impl From<WireUser> for User {
 
 /// The check run's fields for `report`: its name, title and summary (cut to
 /// GitHub's limit, saying so), and its status and conclusion.
-pub fn check_run_fields(report: &CheckReport) -> Value {
+pub(crate) fn check_run_fields(report: &CheckReport) -> Value {
     let mut fields = json!({
         "name": report.name,
         "output": {

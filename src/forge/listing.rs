@@ -27,19 +27,19 @@ pub enum Page<T> {
 
 /// An open pull request as a listing shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedPull {
-    pub pr: PullRequest,
-    pub state: PrState,
+pub(crate) struct ListedPull {
+    pub(crate) pr: PullRequest,
+    pub(crate) state: PrState,
     /// When it last changed (unix ms, the forge's clock).
-    pub updated_at: Option<i64>,
+    pub(crate) updated_at: Option<i64>,
 }
 
 /// A comment from a repository's listing, with the issue or pull request
 /// it was written on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedComment {
-    pub pr: PrNumber,
-    pub comment: Comment,
+pub(crate) struct ListedComment {
+    pub(crate) pr: PrNumber,
+    pub(crate) comment: Comment,
 }
 
 /// A submitted review of a pull request, as its listing shows it.
@@ -48,7 +48,7 @@ pub struct ListedReview {
     pub id: u64,
     pub author: User,
     /// Given by this bot's own account (Forgejo: the token's user).
-    pub ours: bool,
+    pub(crate) ours: bool,
     /// Dismissed, whatever it was before, once it was dismissed.
     pub state: ReviewState,
     /// The commit it was given at.
@@ -62,7 +62,7 @@ pub struct ListedReview {
 /// `APPROVED`, `REQUEST_CHANGES`, `COMMENT` and a `dismissed` flag). None:
 /// not a submitted review (`PENDING`, Forgejo's `REQUEST_REVIEW`) or a word
 /// we do not know.
-pub fn review_state(word: &str, dismissed: bool) -> Option<ReviewState> {
+pub(crate) fn review_state(word: &str, dismissed: bool) -> Option<ReviewState> {
     let state = match word.to_ascii_uppercase().as_str() {
         "APPROVED" => ReviewState::Approved,
         "CHANGES_REQUESTED" | "REQUEST_CHANGES" => ReviewState::ChangesRequested,
@@ -80,16 +80,16 @@ pub fn review_state(word: &str, dismissed: bool) -> Option<ReviewState> {
 /// The request budget as the forge's last answer stated it (GitHub's
 /// `x-ratelimit-*` headers; Forgejo sends none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateBudget {
-    pub limit: u64,
-    pub remaining: u64,
+pub(crate) struct RateBudget {
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
     /// When the window resets (unix s).
-    pub reset_at: i64,
+    pub(crate) reset_at: i64,
 }
 
 impl RateBudget {
     /// Read from an answer's headers; None when the forge stated no limit.
-    pub fn from_headers(headers: &HeaderMap) -> Option<Self> {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Option<Self> {
         let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<i64>().ok();
         Some(Self {
             limit: u64::try_from(number("x-ratelimit-limit")?).ok()?,
@@ -101,7 +101,7 @@ impl RateBudget {
     /// Whether a sweep allowed `share` (0–1] of the budget may still spend:
     /// the rest, `limit × (1 − share)`, is kept for the jobs. A window that
     /// has reset by `now` (unix s) is whole again.
-    pub fn sweep_may_spend(&self, share: f64, now: i64) -> bool {
+    pub(crate) fn sweep_may_spend(&self, share: f64, now: i64) -> bool {
         if self.reset_at > 0 && now >= self.reset_at {
             return true;
         }
@@ -146,12 +146,12 @@ pub(super) fn read_page<W: DeserializeOwned, T>(
 }
 
 /// The `ETag` of an answer, to send back as `If-None-Match`.
-pub fn etag(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn etag(headers: &HeaderMap) -> Option<String> {
     Some(headers.get("etag")?.to_str().ok()?.to_owned())
 }
 
 /// Whether a `Link` header names a next page.
-pub fn has_next_link(headers: &HeaderMap) -> bool {
+pub(crate) fn has_next_link(headers: &HeaderMap) -> bool {
     headers
         .get_all("link")
         .iter()
@@ -161,7 +161,7 @@ pub fn has_next_link(headers: &HeaderMap) -> bool {
 
 /// The issue or pull request number at the end of a comment's
 /// `issue_url` or `pull_request_url` (`…/issues/5`, `…/pulls/5`).
-pub fn number_from_url(url: &str) -> Option<PrNumber> {
+pub(crate) fn number_from_url(url: &str) -> Option<PrNumber> {
     let (rest, last) = url.trim_end_matches('/').rsplit_once('/')?;
     if !(rest.ends_with("/issues") || rest.ends_with("/pulls") || rest.ends_with("/pull")) {
         return None;

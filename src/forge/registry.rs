@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 /// The file in the data dir that holds credentials from the manifest flow.
-pub const APP_CREDENTIALS_FILE: &str = "github-app.json";
+pub(crate) const APP_CREDENTIALS_FILE: &str = "github-app.json";
 
 pub struct Forges {
     github_api_url: String,
@@ -77,11 +77,11 @@ impl Forges {
         })
     }
 
-    pub fn github_api_url(&self) -> &str {
+    pub(crate) fn github_api_url(&self) -> &str {
         &self.github_api_url
     }
 
-    pub fn github_configured(&self) -> bool {
+    pub(crate) fn github_configured(&self) -> bool {
         self.github.read().expect("forges lock").is_some()
     }
 
@@ -99,7 +99,7 @@ impl Forges {
         }
     }
 
-    pub fn webhook_secrets(&self, forge: ForgeKind) -> Vec<Secret> {
+    pub(crate) fn webhook_secrets(&self, forge: ForgeKind) -> Vec<Secret> {
         match forge {
             ForgeKind::GitHub => self.github_secrets.read().expect("forges lock").clone(),
             ForgeKind::Forgejo => self.forgejo_secrets.clone(),
@@ -107,7 +107,7 @@ impl Forges {
     }
 
     /// Stores an App created through the manifest flow and starts using it.
-    pub fn install_github_app(&self, app: &AppCredentials) -> Result<()> {
+    pub(crate) fn install_github_app(&self, app: &AppCredentials) -> Result<()> {
         let client = github_client(&self.github_api_url, app.id, &app.pem)?;
         let stored = StoredApp {
             id: app.id,

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What to do after an attempt that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Retry(Duration),
     /// Stop. `reason` is set when giving up needs explaining beyond the status
     /// (a rate limit that resets too far away).
@@ -23,7 +23,8 @@ pub enum Decision {
 }
 
 /// How a sleep is performed; tests substitute one that records and returns.
-pub type Sleep = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+pub(crate) type Sleep =
+    Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct RetryPolicy {
@@ -66,7 +67,7 @@ impl std::fmt::Debug for RetryPolicy {
 
 /// Decides after attempt number `attempt` (1 = the first) answered `status`
 /// (`None`: no answer — connection error or timeout) with `headers`, at `now`.
-pub fn decide(
+pub(crate) fn decide(
     policy: &RetryPolicy,
     attempt: u32,
     status: Option<u16>,
@@ -141,13 +142,13 @@ fn header_number(headers: &HeaderMap, name: &str) -> Option<u64> {
 }
 
 /// An answer the policy can judge: its status and headers.
-pub trait Answer {
+pub(crate) trait Answer {
     fn status_code(&self) -> u16;
     fn header_map(&self) -> &HeaderMap;
 }
 
 /// A value an attempt produced with no status left to judge: a success.
-pub struct Settled<T>(pub T);
+pub(crate) struct Settled<T>(pub T);
 
 impl<T> Answer for Settled<T> {
     fn status_code(&self) -> u16 {
@@ -162,10 +163,10 @@ impl<T> Answer for Settled<T> {
 /// A whole answer, body read, so a slow body counts against the attempt's timeout.
 /// Its `Debug` leaves the body out (a token response carries a token).
 #[derive(Clone)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: HeaderMap,
-    pub body: String,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
 }
 
 impl std::fmt::Debug for Reply {
@@ -189,14 +190,14 @@ impl Answer for Reply {
 impl Reply {
     /// This reply if it is a success, else an error naming `call`, the status
     /// and the forge's message.
-    pub fn success(self, call: &str) -> anyhow::Result<Self> {
+    pub(crate) fn success(self, call: &str) -> anyhow::Result<Self> {
         if self.status < 400 {
             return Ok(self);
         }
         Err(anyhow!("{call}: {} {}", self.status, self.message()))
     }
 
-    pub fn json<T: serde::de::DeserializeOwned>(&self, call: &str) -> anyhow::Result<T> {
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(&self, call: &str) -> anyhow::Result<T> {
         serde_json::from_str(&self.body).map_err(|e| {
             anyhow!(
                 "{call}: {} answer is not the documented JSON: {e}",
@@ -216,17 +217,17 @@ impl Reply {
 
 /// An attempt that produced no answer to judge.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The status, when the failure carries one (a token request refused inside the attempt).
-    pub status: Option<u16>,
-    pub headers: HeaderMap,
+    pub(crate) status: Option<u16>,
+    pub(crate) headers: HeaderMap,
     /// Worth another attempt (connection reset, timeout) or not (a key that cannot sign).
-    pub transient: bool,
-    pub error: anyhow::Error,
+    pub(crate) transient: bool,
+    pub(crate) error: anyhow::Error,
 }
 
 impl Failure {
-    pub fn transient(error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn transient(error: impl Into<anyhow::Error>) -> Self {
         Self {
             status: None,
             headers: HeaderMap::new(),
@@ -235,7 +236,7 @@ impl Failure {
         }
     }
 
-    pub fn permanent(error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn permanent(error: impl Into<anyhow::Error>) -> Self {
         Self {
             transient: false,
             ..Self::transient(error)
@@ -243,7 +244,11 @@ impl Failure {
     }
 
     /// A failure the forge answered with `status` (judged like a reply with it).
-    pub fn answered(status: u16, headers: HeaderMap, error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn answered(
+        status: u16,
+        headers: HeaderMap,
+        error: impl Into<anyhow::Error>,
+    ) -> Self {
         Self {
             status: Some(status),
             headers,
@@ -258,20 +263,20 @@ impl Failure {
 /// including an attempt dropped at its timeout). Every client starts one
 /// per request it sends, retries included, and finishes it where the answer
 /// is first seen; the rate-limit remaining the answer reports is kept.
-pub struct Exchange {
+pub(crate) struct Exchange {
     forge: ForgeKind,
     finished: bool,
 }
 
 impl Exchange {
-    pub fn start(forge: ForgeKind) -> Self {
+    pub(crate) fn start(forge: ForgeKind) -> Self {
         Self {
             forge,
             finished: false,
         }
     }
 
-    pub fn finish(mut self, outcome: &Result<Reply, Failure>) {
+    pub(crate) fn finish(mut self, outcome: &Result<Reply, Failure>) {
         self.finished = true;
         let (status, headers) = match outcome {
             Ok(reply) => (Some(reply.status), &reply.headers),
@@ -301,7 +306,7 @@ impl Drop for Exchange {
 /// each attempt bounded by the policy's timeout. Returns the last answer —
 /// success or a status the caller judges (e.g. 404) — or an error naming `call`
 /// when the attempts ran out without an answer or a rate limit resets too late.
-pub async fn send_with_retry<A, F, Fut>(
+pub(crate) async fn send_with_retry<A, F, Fut>(
     policy: &RetryPolicy,
     call: &str,
     mut attempt: F,

@@ -7,11 +7,11 @@ use crate::model::User;
 /// The plan check's name (GitHub) or status context (Forgejo), on a head.
 pub const CHECK_NAME: &str = "wavegate/plan";
 /// The apply run's check or status, on the merge commit.
-pub const APPLY_CHECK_NAME: &str = "wavegate/apply";
+pub(crate) const APPLY_CHECK_NAME: &str = "wavegate/apply";
 /// GitHub's limit on a check run's output summary, in characters.
-pub const CHECK_SUMMARY_LIMIT: usize = 65_535;
+pub(crate) const CHECK_SUMMARY_LIMIT: usize = 65_535;
 /// Forgejo's (and GitHub's) limit on a commit status description, in characters.
-pub const STATUS_DESCRIPTION_LIMIT: usize = 140;
+pub(crate) const STATUS_DESCRIPTION_LIMIT: usize = 140;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckState {
@@ -38,9 +38,9 @@ pub struct CheckReport {
 pub struct Comment {
     pub id: u64,
     pub body: String,
-    pub author: User,
+    pub(crate) author: User,
     /// Written by this bot (GitHub: a Bot account; Forgejo: the token's user).
-    pub ours: bool,
+    pub(crate) ours: bool,
     /// When it was written and last edited (unix ms), as the forge says.
     pub created_at: Option<i64>,
     pub updated_at: Option<i64>,
@@ -48,7 +48,7 @@ pub struct Comment {
 
 /// `since` as both forges read it: RFC 3339, UTC, to the second (rounded
 /// down, so that the comment `since` came from is listed again).
-pub fn since_param(since: i64) -> String {
+pub(crate) fn since_param(since: i64) -> String {
     chrono::DateTime::from_timestamp_millis(since)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -74,7 +74,7 @@ pub enum Permission {
 
 impl Permission {
     /// Reads the forge's word (`admin`, `write`, …; Forgejo `owner` is admin).
-    pub fn from_forge(text: &str) -> Self {
+    pub(crate) fn from_forge(text: &str) -> Self {
         match text {
             "admin" | "owner" => Permission::Admin,
             "maintain" => Permission::Maintain,
@@ -85,7 +85,7 @@ impl Permission {
         }
     }
 
-    pub fn can_write(self) -> bool {
+    pub(crate) fn can_write(self) -> bool {
         self >= Permission::Write
     }
 }
@@ -104,7 +104,7 @@ pub enum Reaction {
 }
 
 impl Reaction {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reaction::PlusOne => "+1",
             Reaction::MinusOne => "-1",

@@ -10,19 +10,16 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-/// The forge a delivery came from.
-pub type Sender = ForgeKind;
-
 /// What a delivery's headers say about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryHeaders {
-    pub sender: ForgeKind,
+    pub(crate) sender: ForgeKind,
     /// `X-GitHub-Event`, or Forgejo's `X-Forgejo-Event-Type` (finer than `X-Forgejo-Event`).
     pub event_type: String,
-    pub delivery_id: String,
+    pub(crate) delivery_id: String,
     /// The raw signature header (`sha256=<hex>` for GitHub, bare hex for
     /// Forgejo); `None` when absent or empty.
-    pub signature: Option<String>,
+    pub(crate) signature: Option<String>,
 }
 
 /// Headers that do not describe a delivery wavegate can take.
@@ -47,7 +44,7 @@ pub enum HeaderError {
 
 /// A delivery whose signature cannot be trusted; each says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SignatureError {
+pub(crate) enum SignatureError {
     #[error(
         "the delivery carries no signature: set the webhook secret on the forge to the value \
          of {}",
@@ -139,7 +136,7 @@ pub fn read_headers(
 /// The signature a forge puts on its deliveries to `endpoint`, if any (an
 /// empty or unreadable header counts as none). Read on its own so the
 /// signature can be checked before any other header is looked at.
-pub fn signature_header(endpoint: ForgeKind, headers: &HeaderMap) -> Option<String> {
+pub(crate) fn signature_header(endpoint: ForgeKind, headers: &HeaderMap) -> Option<String> {
     let names: &[&'static str] = match endpoint {
         ForgeKind::GitHub => &["X-Hub-Signature-256"],
         ForgeKind::Forgejo => &["X-Forgejo-Signature", "X-Gitea-Signature"],
@@ -172,7 +169,7 @@ fn first_present(
 
 /// Checks the HMAC-SHA256 of the raw body against every configured secret
 /// (old and new side by side while one is rotated), in constant time.
-pub fn verify_signature(
+pub(crate) fn verify_signature(
     kind: ForgeKind,
     signature: Option<&str>,
     body: &[u8],

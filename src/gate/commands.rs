@@ -33,7 +33,7 @@ pub enum DigestRef {
 
 impl DigestRef {
     /// Whether `digest` (`sha256:<64 hex>`) is the one this reference names.
-    pub fn matches(&self, digest: &str) -> bool {
+    pub(crate) fn matches(&self, digest: &str) -> bool {
         let hex = strip_digest_prefix(digest);
         if hex.len() != DIGEST_HEX_DIGITS {
             return false;
@@ -47,7 +47,7 @@ impl DigestRef {
     }
 
     /// The reference as a reviewer would write it: always with `sha256:`.
-    pub fn as_text(&self) -> String {
+    pub(crate) fn as_text(&self) -> String {
         match self {
             Self::Full(full) => full.clone(),
             Self::Prefix(prefix) => format!("{DIGEST_PREFIX}{prefix}"),
@@ -72,8 +72,9 @@ pub enum Command {
 }
 
 impl Command {
+    #[cfg(test)]
     /// The command's name as declared in [`COMMANDS`].
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Approve { .. } => "approve",
             Self::Plan => "plan",
@@ -87,13 +88,13 @@ impl Command {
 
 /// A line that looked like a command but could not be read, with what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandError {
+pub(crate) struct CommandError {
     /// 1-based.
-    pub line: usize,
+    pub(crate) line: usize,
     /// The line as written, without surrounding whitespace.
-    pub text: String,
-    pub problem: String,
-    pub fix: String,
+    pub(crate) text: String,
+    pub(crate) problem: String,
+    pub(crate) fix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -101,18 +102,18 @@ pub struct Commands {
     /// In the order they were written.
     pub commands: Vec<Command>,
     /// `/words` that look meant for us but are not commands, as written (e.g. `/aprove`).
-    pub unknown: Vec<String>,
-    pub errors: Vec<CommandError>,
+    pub(crate) unknown: Vec<String>,
+    pub(crate) errors: Vec<CommandError>,
 }
 
 /// The table every command is declared in once: name, usage, one-line description.
-pub struct CommandSpec {
-    pub name: &'static str,
-    pub usage: &'static str,
-    pub summary: &'static str,
+pub(crate) struct CommandSpec {
+    pub(crate) name: &'static str,
+    pub(crate) usage: &'static str,
+    pub(crate) summary: &'static str,
 }
 
-pub const COMMANDS: &[CommandSpec] = &[
+pub(crate) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "approve",
         usage: "/approve [stage] [digest]",
@@ -150,7 +151,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// The reply to `/help` and to an unknown command: generated from [`COMMANDS`].
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     let mut text = String::from(
         "wavegate commands: write each at the start of its own line, \
          outside code blocks and quotes.\n\n",

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 
 /// Which of a gate's facts bear on the decision at hand.
 #[derive(Debug, Clone, Copy)]
-pub enum Scope<'a> {
+pub(crate) enum Scope<'a> {
     /// A pull request's own gate, judged for its plan at `head` on `base`:
     /// an approval or revoke given at another head or base stands for
     /// another plan, whatever its digest; review approvals count only while
@@ -33,7 +33,7 @@ pub enum Scope<'a> {
 
 /// Which plan a fact was given for, as it bears on the one judged.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Given {
+pub(crate) enum Given {
     /// The plan judged (or a fact bound to no plan).
     Judged,
     /// Another plan of the pull request: given at `head` on `base` (`None`
@@ -46,24 +46,24 @@ pub enum Given {
 
 /// An approval that stands, with the plan it was given for.
 #[derive(Debug, Clone, Copy)]
-pub struct Ballot<'a> {
-    pub fact: &'a Fact,
-    pub given: &'a Given,
+pub(crate) struct Ballot<'a> {
+    pub(crate) fact: &'a Fact,
+    pub(crate) given: &'a Given,
 }
 
 /// An approval that stands but lets the judged digest nothing: of another
 /// digest, or given for another plan; or one of this digest that expired.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Elsewhere {
-    pub by: Actor,
-    pub digest: String,
-    pub given: Given,
+pub(crate) struct Elsewhere {
+    pub(crate) by: Actor,
+    pub(crate) digest: String,
+    pub(crate) given: Given,
     /// When it was given (unix ms).
-    pub at: i64,
+    pub(crate) at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Evaluation {
+pub(crate) enum Evaluation {
     Satisfied {
         by: Vec<Actor>,
         count: usize,
@@ -81,26 +81,26 @@ pub enum Evaluation {
 
 /// How a gate stands for one digest, as the report shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Counted {
-    pub evaluation: Evaluation,
+pub(crate) struct Counted {
+    pub(crate) evaluation: Evaluation,
     /// When each counted approver last approved (unix ms), by login.
-    pub approved_at: Vec<(String, i64)>,
+    pub(crate) approved_at: Vec<(String, i64)>,
     /// Standing approvals that count for another digest or plan.
-    pub elsewhere: Vec<Elsewhere>,
+    pub(crate) elsewhere: Vec<Elsewhere>,
     /// Standing approvals of the digest that expired (`at`: when given).
-    pub expired: Vec<Elsewhere>,
+    pub(crate) expired: Vec<Elsewhere>,
 }
 
 /// A gate's facts read for one scope: each fact with the plan it was given
 /// for. Build once, ask many questions.
 #[derive(Debug)]
-pub struct Tally<'a> {
+pub(crate) struct Tally<'a> {
     facts: Vec<(&'a Fact, Given)>,
 }
 
 impl<'a> Tally<'a> {
     /// `facts`: every fact of the gate (any digest), in seq order.
-    pub fn new(facts: &'a [Fact], scope: Scope<'_>) -> Self {
+    pub(crate) fn new(facts: &'a [Fact], scope: Scope<'_>) -> Self {
         let facts = facts
             .iter()
             .filter(|fact| in_scope(&fact.fact, scope))
@@ -111,7 +111,7 @@ impl<'a> Tally<'a> {
 
     /// Approvals neither revoked by their approver (or by an admin for
     /// everyone) nor spent by an apply of their digest, in seq order.
-    pub fn standing(&self) -> impl Iterator<Item = Ballot<'_>> + '_ {
+    pub(crate) fn standing(&self) -> impl Iterator<Item = Ballot<'_>> + '_ {
         self.facts
             .iter()
             .enumerate()
@@ -131,13 +131,13 @@ impl<'a> Tally<'a> {
     /// `refused` and `pending` never count. Short of `required`, a gate with
     /// no approval of `digest` but one standing elsewhere is a mismatch
     /// naming the most recent such.
-    pub fn evaluate(&self, digest: &str, required: usize) -> Evaluation {
+    pub(crate) fn evaluate(&self, digest: &str, required: usize) -> Evaluation {
         self.evaluate_without(digest, required, &HashSet::new())
     }
 
     /// As [`Tally::evaluate`], leaving out the approvals (by seq) in `dropped`:
     /// expired, or given by someone who may no longer approve.
-    pub fn evaluate_without(
+    pub(crate) fn evaluate_without(
         &self,
         digest: &str,
         required: usize,
@@ -174,7 +174,10 @@ impl<'a> Tally<'a> {
     }
 
     /// The standing approvals of `digest` given for the plan judged, in seq order.
-    pub fn approvals_of<'t>(&'t self, digest: &'t str) -> impl Iterator<Item = &'t Fact> + 't {
+    pub(crate) fn approvals_of<'t>(
+        &'t self,
+        digest: &'t str,
+    ) -> impl Iterator<Item = &'t Fact> + 't {
         self.standing()
             .filter(move |b| counts_for(b, digest))
             .map(|b| b.fact)
@@ -182,7 +185,7 @@ impl<'a> Tally<'a> {
 
     /// Every standing approver of `digest` (given for the plan judged), once
     /// each, leaving out the approvals (by seq) in `dropped`.
-    pub fn approvers_of(&self, digest: &str, dropped: &HashSet<i64>) -> Vec<Actor> {
+    pub(crate) fn approvers_of(&self, digest: &str, dropped: &HashSet<i64>) -> Vec<Actor> {
         let mut seen = HashSet::new();
         self.approvals_of(digest)
             .filter(|f| !dropped.contains(&f.seq) && seen.insert(f.fact.actor.id))
@@ -193,7 +196,7 @@ impl<'a> Tally<'a> {
     /// Standing approvals that do not count for `digest` (for the report's
     /// "for an earlier plan"): one per approver, digest and plan, the most
     /// recent, in seq order.
-    pub fn elsewhere(&self, digest: &str) -> Vec<Elsewhere> {
+    pub(crate) fn elsewhere(&self, digest: &str) -> Vec<Elsewhere> {
         let standing: Vec<Ballot<'_>> = self
             .standing()
             .filter(|ballot| !counts_for(ballot, digest))
@@ -211,7 +214,12 @@ impl<'a> Tally<'a> {
 
     /// The standing approvals of `digest` (given for the plan judged) older
     /// than `ttl_ms` at `now`, by seq.
-    pub fn expired<'t>(&'t self, digest: &'t str, ttl_ms: Option<i64>, now: i64) -> Vec<&'t Fact> {
+    pub(crate) fn expired<'t>(
+        &'t self,
+        digest: &'t str,
+        ttl_ms: Option<i64>,
+        now: i64,
+    ) -> Vec<&'t Fact> {
         self.approvals_of(digest)
             .filter(|f| super::policy::expired(f.fact.at, ttl_ms, now))
             .collect()
@@ -219,7 +227,13 @@ impl<'a> Tally<'a> {
 
     /// Where the gate stands for `digest`, `required` approvals needed, each
     /// counting for `ttl_ms` after it was given (none: for ever).
-    pub fn count(&self, digest: &str, required: usize, ttl_ms: Option<i64>, now: i64) -> Counted {
+    pub(crate) fn count(
+        &self,
+        digest: &str,
+        required: usize,
+        ttl_ms: Option<i64>,
+        now: i64,
+    ) -> Counted {
         let expired = self.expired(digest, ttl_ms, now);
         let dropped: HashSet<i64> = expired.iter().map(|fact| fact.seq).collect();
         let mut approved_at = BTreeMap::new();
@@ -246,7 +260,7 @@ impl<'a> Tally<'a> {
     }
 
     /// Whether `actor` has an approval standing here, of any digest.
-    pub fn has_standing_approval_by(&self, actor: u64) -> bool {
+    pub(crate) fn has_standing_approval_by(&self, actor: u64) -> bool {
         self.standing().any(|b| b.fact.fact.actor.id == actor)
     }
 }
@@ -329,17 +343,21 @@ fn withdraws(
 
 /// A revoke `/revoke` records at one gate.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Withdrawal {
+pub(crate) struct Withdrawal {
     /// [`ANY_DIGEST`] for the commenter's own approvals.
-    pub digest: String,
-    pub data: FactData,
+    pub(crate) digest: String,
+    pub(crate) data: FactData,
 }
 
 /// What `/revoke` by `by` withdraws at one gate (`facts`: all of that gate's):
 /// their own standing approvals, of any digest; and, when `admin_over` names
 /// the current plan (its digest and binding) because they are a repository
 /// admin, everyone else's standing approvals of that digest.
-pub fn revoke(facts: &[Fact], by: u64, admin_over: Option<(&str, &FactData)>) -> Vec<Withdrawal> {
+pub(crate) fn revoke(
+    facts: &[Fact],
+    by: u64,
+    admin_over: Option<(&str, &FactData)>,
+) -> Vec<Withdrawal> {
     let tally = Tally::new(facts, Scope::All);
     let mut withdrawals = Vec::new();
     if tally.has_standing_approval_by(by) {

@@ -57,7 +57,7 @@ impl FactData {
     }
 
     /// Given in apply run `run`, which applies `merge`.
-    pub fn in_run(run: i64, merge: &CommitSha) -> Self {
+    pub(crate) fn in_run(run: i64, merge: &CommitSha) -> Self {
         Self {
             run: Some(run),
             merge: Some(merge.clone()),
@@ -65,13 +65,13 @@ impl FactData {
         }
     }
 
-    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+    pub(crate) fn with_reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
         self
     }
 
     /// Whether a revoke withdraws every approver's approval, not only its author's.
-    pub fn withdraws_everyones(&self) -> bool {
+    pub(crate) fn withdraws_everyones(&self) -> bool {
         self.all == Some(true)
     }
 
@@ -115,7 +115,7 @@ impl FactData {
     }
 
     /// Reads any JSON a fact's `data` ever held; never fails (see the module doc).
-    pub fn from_value(value: Value) -> Self {
+    pub(crate) fn from_value(value: Value) -> Self {
         let mut map = match value {
             Value::Null => return Self::default(),
             Value::Object(map) if !map.is_empty() => map,

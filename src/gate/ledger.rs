@@ -15,10 +15,11 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The `prev` of the first fact of every repository.
-pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
 /// The digest a `revoked` fact names to withdraw every approval of its actor.
-pub const ANY_DIGEST: &str = "*";
+pub(crate) const ANY_DIGEST: &str = "*";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,7 +42,7 @@ impl FactKind {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         [
             FactKind::Pending,
             FactKind::Approved,
@@ -127,11 +128,11 @@ pub struct LedgerHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SigningStart {
     /// The public key, as [`PublicKey`] prints it.
-    pub key: String,
+    pub(crate) key: String,
     /// Unix ms.
-    pub since: i64,
+    pub(crate) since: i64,
     pub heads: std::collections::BTreeMap<String, LedgerHead>,
-    pub sig: String,
+    pub(crate) sig: String,
 }
 
 impl SigningStart {
@@ -194,7 +195,7 @@ impl LedgerKey {
     }
 
     /// Reads PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it.
-    pub fn from_pkcs8_pem(text: &str) -> Result<Self, KeyError> {
+    pub(crate) fn from_pkcs8_pem(text: &str) -> Result<Self, KeyError> {
         use pkcs8::DecodePrivateKey as _;
         SigningKey::from_pkcs8_pem(text.trim())
             .map(Self)
@@ -202,7 +203,7 @@ impl LedgerKey {
     }
 
     /// The key as PKCS#8 PEM (wiped from memory when dropped).
-    pub fn to_pkcs8_pem(&self) -> pkcs8::der::zeroize::Zeroizing<String> {
+    pub(crate) fn to_pkcs8_pem(&self) -> pkcs8::der::zeroize::Zeroizing<String> {
         use pkcs8::EncodePrivateKey as _;
         self.0
             .to_pkcs8_pem(pkcs8::LineEnding::LF)
@@ -215,7 +216,7 @@ impl LedgerKey {
 
     /// `ed25519:` + base64 of the signature of `hash` (its UTF-8 text, e.g.
     /// `sha256:…`).
-    pub fn sign(&self, hash: &str) -> String {
+    pub(crate) fn sign(&self, hash: &str) -> String {
         let signature = self.0.sign(hash.as_bytes());
         format!("{KEY_PREFIX}{}", BASE64.encode(signature.to_bytes()))
     }
@@ -241,7 +242,7 @@ pub struct PublicKey(VerifyingKey);
 impl PublicKey {
     /// Whether `sig` is this key's signature of `message` (a fact's hash).
     /// Strict: a malleated signature or a weak key does not verify.
-    pub fn verifies(&self, message: &str, sig: &str) -> bool {
+    pub(crate) fn verifies(&self, message: &str, sig: &str) -> bool {
         let Some(bytes) = sig
             .strip_prefix(KEY_PREFIX)
             .and_then(|b64| BASE64.decode(b64).ok())
@@ -294,7 +295,7 @@ struct HashedContent<'a> {
 /// no format version, so the hash of a fact written before must not change.
 /// Facts hold ids, times and sequence numbers, below 2^53, where this is also
 /// RFC 8785's form.
-pub fn fact_hash(prev: &str, seq: i64, fact: &NewFact) -> String {
+pub(crate) fn fact_hash(prev: &str, seq: i64, fact: &NewFact) -> String {
     let content = serde_json::to_value(HashedContent { seq, fact })
         .expect("a ledger fact serialises to JSON");
     let mut writer = DigestWriter::with_numbers(NumberForm::Version1);
@@ -324,7 +325,7 @@ pub fn chain(last: Option<&Fact>, new: NewFact) -> Fact {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinkProblem {
+pub(crate) enum LinkProblem {
     /// The stored hash is not the hash of the stored content.
     HashMismatch,
     /// `prev` is not the hash of the fact before (or not [`GENESIS`] for seq 1).
@@ -354,9 +355,9 @@ pub enum LinkProblem {
     describe(.seq, .problem)
 )]
 pub struct BrokenLink {
-    pub repo: String,
+    pub(crate) repo: String,
     pub seq: i64,
-    pub problem: LinkProblem,
+    pub(crate) problem: LinkProblem,
 }
 
 fn describe(seq: &i64, problem: &LinkProblem) -> String {

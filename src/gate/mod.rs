@@ -3,7 +3,7 @@
 //! Pure decisions; the worker does the I/O.
 
 pub mod commands;
-pub mod counting;
-pub mod fact_data;
+pub(crate) mod counting;
+pub(crate) mod fact_data;
 pub mod ledger;
-pub mod policy;
+pub(crate) mod policy;

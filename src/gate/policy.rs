@@ -11,18 +11,18 @@ use std::fmt;
 
 /// The person behind a command or review, as far as the policy cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate<'a> {
-    pub login: &'a str,
-    pub is_bot: bool,
+pub(crate) struct Candidate<'a> {
+    pub(crate) login: &'a str,
+    pub(crate) is_bot: bool,
     /// Forge permission on the repository is at least `write`.
-    pub can_write: bool,
+    pub(crate) can_write: bool,
     /// `approvers` entries of the form `team:<slug>` this person belongs to.
-    pub teams: &'a [String],
+    pub(crate) teams: &'a [String],
 }
 
 /// Why someone may not approve, said so they know what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotAllowed {
+pub(crate) enum NotAllowed {
     Bot,
     NoWriteAccess,
     NotAnApprover {
@@ -60,7 +60,7 @@ impl fmt::Display for NotAllowed {
 }
 
 /// The `team:<slug>` entries of `approvers`: the teams the worker must ask about.
-pub fn approver_teams(policy: &Policy) -> Vec<String> {
+pub(crate) fn approver_teams(policy: &Policy) -> Vec<String> {
     policy
         .approvers
         .iter()
@@ -70,7 +70,7 @@ pub fn approver_teams(policy: &Policy) -> Vec<String> {
 }
 
 /// The `team:<slug>` entries of `policy.overriders`.
-pub fn overrider_teams(policy: &Policy) -> Vec<String> {
+pub(crate) fn overrider_teams(policy: &Policy) -> Vec<String> {
     policy
         .overriders
         .iter()
@@ -81,7 +81,7 @@ pub fn overrider_teams(policy: &Policy) -> Vec<String> {
 
 /// Whether `who` (with `who.teams` the overrider teams they are in) may let
 /// a plan the policy denied through. Nobody may when the list is empty.
-pub fn may_override(policy: &Policy, who: &Candidate<'_>) -> Result<(), String> {
+pub(crate) fn may_override(policy: &Policy, who: &Candidate<'_>) -> Result<(), String> {
     if who.is_bot || !who.can_write {
         return Err(
             "an override needs write access to the repository, and never comes from a bot".into(),
@@ -107,15 +107,15 @@ pub fn may_override(policy: &Policy, who: &Candidate<'_>) -> Result<(), String> 
 /// Who wrote the pull request and who pushed the head being approved (when
 /// wavegate heard it: a push event's sender).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Authors<'a> {
-    pub author: &'a str,
-    pub pusher: Option<&'a str>,
+pub(crate) struct Authors<'a> {
+    pub(crate) author: &'a str,
+    pub(crate) pusher: Option<&'a str>,
 }
 
 /// Whether `who` may approve a pull request by `authors`. Whoever pushed its
 /// current head is treated like its author (GitHub's "approval of the most
 /// recent push"), unless `allow_pusher_approval`.
-pub fn may_approve(
+pub(crate) fn may_approve(
     policy: &Policy,
     authors: Authors<'_>,
     who: &Candidate<'_>,
@@ -137,7 +137,7 @@ pub fn may_approve(
 /// What may change between an approval and its use: the approver is no
 /// bot, may write, and is listed in `approvers` (by login or team). An
 /// apply run asks this again of every approval it uses.
-pub fn may_still_approve(policy: &Policy, who: &Candidate<'_>) -> Result<(), NotAllowed> {
+pub(crate) fn may_still_approve(policy: &Policy, who: &Candidate<'_>) -> Result<(), NotAllowed> {
     if who.is_bot {
         return Err(NotAllowed::Bot);
     }
@@ -163,7 +163,7 @@ pub fn may_still_approve(policy: &Policy, who: &Candidate<'_>) -> Result<(), Not
 
 /// Why an approval given earlier no longer counts when a run uses it, said
 /// to whoever reads the run (not to the approver, as a refusal is).
-pub fn lapsed_reason(why: &NotAllowed) -> String {
+pub(crate) fn lapsed_reason(why: &NotAllowed) -> String {
     match why {
         NotAllowed::Bot => "a bot account never approves".into(),
         NotAllowed::NoWriteAccess => "they no longer have write access to the repository".into(),
@@ -177,29 +177,29 @@ pub fn lapsed_reason(why: &NotAllowed) -> String {
 }
 
 /// When an approval given at `at` (unix ms) expires under a ttl (`None`: never).
-pub fn expires_at(at: i64, ttl_ms: Option<i64>) -> Option<i64> {
+pub(crate) fn expires_at(at: i64, ttl_ms: Option<i64>) -> Option<i64> {
     ttl_ms.map(|ttl| at.saturating_add(ttl))
 }
 
 /// Whether an approval given at `at` has expired by `now`.
-pub fn expired(at: i64, ttl_ms: Option<i64>, now: i64) -> bool {
+pub(crate) fn expired(at: i64, ttl_ms: Option<i64>, now: i64) -> bool {
     expires_at(at, ttl_ms).is_some_and(|end| now >= end)
 }
 
 /// What the bot last reported on the pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportSeen<'a> {
+pub(crate) struct ReportSeen<'a> {
     /// The head the report is for.
-    pub head: &'a str,
+    pub(crate) head: &'a str,
     /// Its change-set digest; `None` when nothing could be planned.
-    pub digest: Option<&'a str>,
+    pub(crate) digest: Option<&'a str>,
     /// When it was posted (unix ms, wavegate's clock).
-    pub posted_at: i64,
+    pub(crate) posted_at: i64,
 }
 
 /// Why an `/approve` binds nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unbound {
+pub(crate) enum Unbound {
     NoReport,
     NothingToApprove,
     Replanning {
@@ -254,7 +254,7 @@ impl fmt::Display for Unbound {
 /// report's), or for a plain `/approve` the current report's — provided it
 /// was posted before the comment was written and no newer head is being
 /// planned. `head_now` is the pull request's head as wavegate last heard it.
-pub fn bind<'a>(
+pub(crate) fn bind<'a>(
     named: Option<&DigestRef>,
     report: Option<&ReportSeen<'a>>,
     head_now: &str,

@@ -12,7 +12,7 @@ use std::process::Command;
 
 /// Settings every git wavegate runs gets: nothing in a repository (a hook,
 /// an fsmonitor program) ever runs inside the server's own git.
-pub const NO_HOOKS: [&str; 4] = [
+pub(crate) const NO_HOOKS: [&str; 4] = [
     "-c",
     "core.hooksPath=/dev/null",
     "-c",
@@ -21,7 +21,7 @@ pub const NO_HOOKS: [&str; 4] = [
 
 /// The names of wavegate's own `WAVEGATE_*` variables in this process's
 /// environment: what a git child must not inherit.
-pub fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsString> {
+pub(crate) fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsString> {
     std::env::vars_os()
         .map(|(name, _)| name)
         .filter(|name| name.to_string_lossy().starts_with("WAVEGATE_"))
@@ -29,7 +29,7 @@ pub fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsString> {
 
 /// A git command on `repo`; `credential` (a remote's `Authorization`
 /// header) is inherited by this git alone.
-pub fn git(repo: &Path, credential: Option<&Credential>) -> Command {
+pub(crate) fn git(repo: &Path, credential: Option<&Credential>) -> Command {
     let mut command = Command::new("git");
     command
         .arg("-C")
@@ -82,7 +82,7 @@ pub fn git(repo: &Path, credential: Option<&Credential>) -> Command {
 }
 
 /// [`git`] for async callers: killed if the caller stops waiting.
-pub fn git_async(repo: &Path, credential: Option<&Credential>) -> tokio::process::Command {
+pub(crate) fn git_async(repo: &Path, credential: Option<&Credential>) -> tokio::process::Command {
     let mut command = tokio::process::Command::from(git(repo, credential));
     command.kill_on_drop(true);
     command
@@ -103,7 +103,7 @@ fn origin(url: &str) -> Option<String> {
 }
 
 /// A URL as it may appear in a message: without any user or password part.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     url_parts(url).map_or_else(
         || url.to_owned(),
         |(scheme, host, path)| format!("{scheme}://{host}{path}"),
@@ -114,12 +114,12 @@ pub fn redact_url(url: &str) -> String {
 /// sealed in-memory file. Only the git given it inherits the descriptor
 /// (it is close-on-exec everywhere else), and git reads it through
 /// `/proc/self/fd`, so the token is in no argument and no environment.
-pub struct Credential {
+pub(crate) struct Credential {
     file: std::os::fd::OwnedFd,
 }
 
 impl Credential {
-    pub fn new(url: &str, header: &Secret) -> Result<Option<Self>> {
+    pub(crate) fn new(url: &str, header: &Secret) -> Result<Option<Self>> {
         use std::io::Write as _;
         use std::os::fd::{AsRawFd as _, FromRawFd as _};
         let Some(origin) = origin(url) else {

@@ -26,11 +26,11 @@ pub struct Workspace {
 
 /// What to fetch and how to authenticate.
 pub struct FetchRequest<'a> {
-    pub repo: &'a RepoId,
+    pub(crate) repo: &'a RepoId,
     /// Where each commit can be fetched from (a fork's head comes from the fork).
-    pub sources: Vec<(&'a str, &'a CommitSha)>,
+    pub(crate) sources: Vec<(&'a str, &'a CommitSha)>,
     /// The value of an `Authorization` header for http(s) remotes.
-    pub auth: Option<&'a Secret>,
+    pub(crate) auth: Option<&'a Secret>,
 }
 
 impl Workspace {
@@ -42,7 +42,7 @@ impl Workspace {
     }
 
     /// `mirrors/<forge>/<owner>/<name>.git`, with anything odd in the names replaced.
-    pub fn mirror_path(&self, repo: &RepoId) -> PathBuf {
+    pub(crate) fn mirror_path(&self, repo: &RepoId) -> PathBuf {
         let clean = |part: &str| -> String {
             let cleaned: String = part
                 .chars()
@@ -64,7 +64,7 @@ impl Workspace {
 
     /// Makes sure every requested commit is in the repository's mirror and
     /// returns the mirror's path.
-    pub async fn fetch(&self, request: &FetchRequest<'_>) -> Result<PathBuf> {
+    pub(crate) async fn fetch(&self, request: &FetchRequest<'_>) -> Result<PathBuf> {
         let mirror = self.mirror_path(request.repo);
         let lock = self
             .locks

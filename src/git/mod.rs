@@ -5,8 +5,8 @@
 //! files in a fresh directory). The reads block; async code runs them
 //! through [`off_runtime`], never on the runtime's own threads.
 
-pub mod command;
-pub mod mirror;
+pub(crate) mod command;
+pub(crate) mod mirror;
 mod repo;
 
 pub use mirror::{FetchRequest, Workspace};
@@ -15,7 +15,7 @@ pub use repo::{
 };
 
 /// Runs blocking git work on the blocking pool, off the async runtime's threads.
-pub async fn off_runtime<T: Send + 'static>(
+pub(crate) async fn off_runtime<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(work)

@@ -8,7 +8,7 @@ use crate::store::{NewJob, Once, PrHead};
 use serde::{Deserialize, Serialize};
 
 /// Attempts before a job is dead-lettered with its last error.
-pub const MAX_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_ATTEMPTS: u32 = 5;
 
 /// A job's payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ pub enum Task {
 }
 
 impl Task {
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Task::Plan { .. } => "plan",
             Task::Replan { .. } => "replan",
@@ -59,7 +59,7 @@ impl Task {
         }
     }
 
-    pub fn repo(&self) -> &RepoRef {
+    pub(crate) fn repo(&self) -> &RepoRef {
         match self {
             Task::Plan { repo, .. }
             | Task::Replan { repo, .. }
@@ -70,7 +70,7 @@ impl Task {
         }
     }
 
-    pub fn pr_number(&self) -> PrNumber {
+    pub(crate) fn pr_number(&self) -> PrNumber {
         match self {
             Task::Plan { pr, .. } | Task::Merged { pr, .. } => pr.number,
             Task::Replan { pr, .. }
@@ -120,13 +120,13 @@ impl Task {
 }
 
 /// The `commands_seen` key of a comment.
-pub fn comment_source(id: u64) -> String {
+pub(crate) fn comment_source(id: u64) -> String {
     format!("comment:{id}")
 }
 
 /// The `commands_seen` key of a review in a state: a review approved and
 /// later dismissed is taken up once in each.
-pub fn review_source(id: u64, state: ReviewState) -> String {
+pub(crate) fn review_source(id: u64, state: ReviewState) -> String {
     let state = match state {
         ReviewState::Approved => "approved",
         ReviewState::ChangesRequested => "changes-requested",
@@ -139,7 +139,7 @@ pub fn review_source(id: u64, state: ReviewState) -> String {
 /// The review a webhook without a review id (Forgejo's) was about, among
 /// the pull request's listed reviews: the newest by `author` in `state`,
 /// given at `commit` when the webhook named one.
-pub fn webhook_review<'a>(
+pub(crate) fn webhook_review<'a>(
     listed: &'a [ListedReview],
     author: &User,
     state: ReviewState,
@@ -156,19 +156,19 @@ pub fn webhook_review<'a>(
 }
 
 /// Jobs with one key run one at a time: one pull request's jobs, in order.
-pub fn queue_key(repo: &RepoId, pr: PrNumber) -> String {
+pub(crate) fn queue_key(repo: &RepoId, pr: PrNumber) -> String {
     format!("{}:{}#{}", repo.forge, repo.full_name, pr.0)
 }
 
 /// What an event means for the store: the job it causes, if any, and the
 /// pull request's new head, if it names one.
 #[derive(Debug, Default, PartialEq)]
-pub struct Consequence {
-    pub task: Option<Task>,
-    pub head: Option<PrHead>,
+pub(crate) struct Consequence {
+    pub(crate) task: Option<Task>,
+    pub(crate) head: Option<PrHead>,
 }
 
-pub fn consequence(event: &Event) -> Consequence {
+pub(crate) fn consequence(event: &Event) -> Consequence {
     match event {
         Event::PullRequest {
             repo,

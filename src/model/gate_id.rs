@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GateId {
+pub(crate) enum GateId {
     /// The pull request's change set.
     Pr(PrNumber),
     /// A stage's own approval of its plans on the merge commit.
@@ -24,21 +24,22 @@ pub enum GateId {
 
 impl GateId {
     /// The pull request's gate, or `stage`'s when given.
-    pub fn of(pr: PrNumber, stage: Option<&str>) -> Self {
+    pub(crate) fn of(pr: PrNumber, stage: Option<&str>) -> Self {
         match stage {
             Some(stage) => Self::Stage(pr, StageName::new(stage)),
             None => Self::Pr(pr),
         }
     }
 
-    pub fn pr(&self) -> PrNumber {
+    #[cfg(test)]
+    pub(crate) fn pr(&self) -> PrNumber {
         match self {
             Self::Pr(pr) | Self::Stage(pr, _) | Self::Round(pr, _) | Self::Override(pr) => *pr,
         }
     }
 
     /// Whether `name` may be a stage's: not one a gate of another kind ends in.
-    pub fn is_reserved_stage_name(name: &str) -> bool {
+    pub(crate) fn is_reserved_stage_name(name: &str) -> bool {
         name == "override" || round_number(name).is_some()
     }
 }

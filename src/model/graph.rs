@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 /// dependency must name a component of the graph (the config refuses any
 /// other before building one).
 #[derive(Debug)]
-pub struct DependencyGraph<'a> {
+pub(crate) struct DependencyGraph<'a> {
     names: Vec<&'a str>,
     index: HashMap<&'a str, usize>,
     upstream: Vec<Vec<usize>>,
@@ -21,7 +21,7 @@ impl<'a> DependencyGraph<'a> {
     ///
     /// # Panics
     /// When a dependency names no component of the graph.
-    pub fn new<D>(components: impl IntoIterator<Item = (&'a str, D)>) -> Self
+    pub(crate) fn new<D>(components: impl IntoIterator<Item = (&'a str, D)>) -> Self
     where
         D: IntoIterator<Item = &'a str>,
     {
@@ -50,35 +50,32 @@ impl<'a> DependencyGraph<'a> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.names.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    pub fn index_of(&self, name: &str) -> Option<usize> {
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
         self.index.get(name).copied()
     }
 
-    pub fn name(&self, i: usize) -> &'a str {
+    #[cfg(test)]
+    pub(crate) fn name(&self, i: usize) -> &'a str {
         self.names[i]
     }
 
     /// What component `i` depends on, in `depends_on` order.
-    pub fn upstream(&self, i: usize) -> &[usize] {
+    pub(crate) fn upstream(&self, i: usize) -> &[usize] {
         &self.upstream[i]
     }
 
     /// What depends on component `i`, in declaration order.
-    pub fn downstream(&self, i: usize) -> &[usize] {
+    pub(crate) fn downstream(&self, i: usize) -> &[usize] {
         &self.downstream[i]
     }
 
     /// A dependency cycle as the path that closes it (`a → b → a`), if
     /// there is one: the first found from the first component declared.
-    pub fn find_cycle(&self) -> Option<Vec<&'a str>> {
+    pub(crate) fn find_cycle(&self) -> Option<Vec<&'a str>> {
         #[derive(Clone, Copy, PartialEq)]
         enum Mark {
             New,
@@ -126,7 +123,7 @@ impl<'a> DependencyGraph<'a> {
     }
 
     /// Every component `i` depends on, directly or not.
-    pub fn upstream_closure(&self, i: usize) -> BTreeSet<&'a str> {
+    pub(crate) fn upstream_closure(&self, i: usize) -> BTreeSet<&'a str> {
         let mut seen = BTreeSet::new();
         let mut todo = vec![i];
         while let Some(i) = todo.pop() {
@@ -141,7 +138,7 @@ impl<'a> DependencyGraph<'a> {
 
     /// Components in dependency order (upstreams first), ties broken by
     /// name. A graph with a cycle leaves the cycle's components out.
-    pub fn topological_order(&self) -> Vec<usize> {
+    pub(crate) fn topological_order(&self) -> Vec<usize> {
         let mut pending: Vec<usize> = self.upstream.iter().map(Vec::len).collect();
         let mut ready: BTreeSet<(&str, usize)> = (0..self.len())
             .filter(|&i| pending[i] == 0)

@@ -15,7 +15,7 @@ pub enum ForgeKind {
 }
 
 impl ForgeKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ForgeKind::GitHub => "github",
             ForgeKind::Forgejo => "forgejo",
@@ -32,9 +32,9 @@ impl fmt::Display for ForgeKind {
 /// A repository: its forge and `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RepoId {
-    pub forge: ForgeKind,
+    pub(crate) forge: ForgeKind,
     /// `owner/name`, as the forge spells it.
-    pub full_name: String,
+    pub(crate) full_name: String,
 }
 
 impl RepoId {
@@ -45,13 +45,13 @@ impl RepoId {
         }
     }
 
-    pub fn owner(&self) -> &str {
+    pub(crate) fn owner(&self) -> &str {
         self.full_name
             .split_once('/')
             .map_or(&self.full_name[..], |(o, _)| o)
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.full_name.split_once('/').map_or("", |(_, n)| n)
     }
 }
@@ -60,7 +60,7 @@ impl RepoId {
     /// The repository's key in the ledger (`github:acme/infra`): stored in
     /// every fact and hashed into its chain, so its spelling never changes,
     /// whatever `Display` may come to show.
-    pub fn ledger_key(&self) -> String {
+    pub(crate) fn ledger_key(&self) -> String {
         format!("{}:{}", self.forge, self.full_name)
     }
 }
@@ -105,7 +105,7 @@ impl CommitSha {
         &self.0
     }
 
-    pub fn short(&self) -> &str {
+    pub(crate) fn short(&self) -> &str {
         &self.0[..12]
     }
 }

@@ -9,14 +9,14 @@ use std::str::FromStr;
 /// A stage's name, as `[[stage]] name` spells it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct StageName(String);
+pub(crate) struct StageName(String);
 
 impl StageName {
-    pub fn new(name: impl Into<String>) -> Self {
+    pub(crate) fn new(name: impl Into<String>) -> Self {
         Self(name.into())
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -42,7 +42,7 @@ pub struct MemberId {
 }
 
 impl MemberId {
-    pub fn new(component: impl Into<String>, stage: impl Into<String>) -> Self {
+    pub(crate) fn new(component: impl Into<String>, stage: impl Into<String>) -> Self {
         Self {
             component: component.into(),
             stage: StageName::new(stage),
@@ -50,15 +50,15 @@ impl MemberId {
     }
 
     /// The member's name without building one: `component@stage`.
-    pub fn name_of(component: &str, stage: &str) -> String {
+    pub(crate) fn name_of(component: &str, stage: &str) -> String {
         format!("{component}@{stage}")
     }
 
-    pub fn component(&self) -> &str {
+    pub(crate) fn component(&self) -> &str {
         &self.component
     }
 
-    pub fn stage(&self) -> &StageName {
+    pub(crate) fn stage(&self) -> &StageName {
         &self.stage
     }
 }

@@ -13,8 +13,8 @@ mod ids;
 mod member;
 mod time;
 
-pub use gate_id::GateId;
-pub use graph::DependencyGraph;
+pub(crate) use gate_id::GateId;
+pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
-pub use member::{MemberId, StageName};
-pub use time::utc;
+pub(crate) use member::MemberId;
+pub(crate) use time::utc;

@@ -10,18 +10,18 @@
 //! version of their own.
 
 use super::planfile::{Counts, MemberPlan};
-use crate::model::canonical::{digest_value_with, is_digest, NumberForm};
+use crate::model::canonical::{digest_value_with, NumberForm};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 
 /// The version new change sets are written with.
-pub const CHANGE_SET_VERSION: u32 = 2;
+pub(crate) const CHANGE_SET_VERSION: u32 = 2;
 
 /// How the digests of a change set of `version` spell numbers: version 1
 /// wrote integers that fit 64 bits exactly, version 2 writes every number as
 /// RFC 8785 (ECMAScript) does.
-pub fn number_form(version: u32) -> Result<NumberForm, ChangeSetError> {
+pub(crate) fn number_form(version: u32) -> Result<NumberForm, ChangeSetError> {
     match version {
         1 => Ok(NumberForm::Version1),
         2 => Ok(NumberForm::Ecmascript),
@@ -32,7 +32,7 @@ pub fn number_form(version: u32) -> Result<NumberForm, ChangeSetError> {
 /// What became of one member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum MemberStatus {
+pub(crate) enum MemberStatus {
     Planned,
     PlanFailed,
     Blocked,
@@ -41,20 +41,20 @@ pub enum MemberStatus {
 /// One member's line in the change set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ChangeSetMember {
-    pub member: String,
-    pub status: MemberStatus,
-    pub plan_digest: Option<String>,
+pub(crate) struct ChangeSetMember {
+    pub(crate) member: String,
+    pub(crate) status: MemberStatus,
+    pub(crate) plan_digest: Option<String>,
     /// The member's own input names whose values are not known yet.
-    pub unknown_inputs: Vec<String>,
+    pub(crate) unknown_inputs: Vec<String>,
     /// The input values the plan read, by the member's own input names.
-    pub inputs: Map<String, Value>,
+    pub(crate) inputs: Map<String, Value>,
     /// The full plan (absent unless planned), kept so coverage can compare against it.
-    pub plan: Option<MemberPlan>,
+    pub(crate) plan: Option<MemberPlan>,
 }
 
 impl ChangeSetMember {
-    pub fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Counts {
         self.plan
             .as_ref()
             .map(MemberPlan::counts)
@@ -65,17 +65,18 @@ impl ChangeSetMember {
 /// The document an approval binds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ChangeSet {
-    pub version: u32,
+pub(crate) struct ChangeSet {
+    pub(crate) version: u32,
     /// Sorted by member name.
-    pub members: Vec<ChangeSetMember>,
-    pub digest: String,
+    pub(crate) members: Vec<ChangeSetMember>,
+    pub(crate) digest: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ChangeSetError {
+pub(crate) enum ChangeSetError {
     #[error("member `{0}` appears twice; a set names each member once")]
     DuplicateMember(String),
+    #[cfg(test)]
     #[error("change set record is not valid: {0}")]
     Malformed(String),
     #[error("change set record carries digest {carried} but its content digests to {actual}; it was altered and is not trusted")]
@@ -87,7 +88,7 @@ pub enum ChangeSetError {
 }
 
 impl ChangeSet {
-    pub fn new(mut members: Vec<ChangeSetMember>) -> Result<Self, ChangeSetError> {
+    pub(crate) fn new(mut members: Vec<ChangeSetMember>) -> Result<Self, ChangeSetError> {
         members.sort_by(|a, b| a.member.cmp(&b.member));
         if let Some(pair) = members.windows(2).find(|w| w[0].member == w[1].member) {
             return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
@@ -104,7 +105,7 @@ impl ChangeSet {
     /// The digest covers each member's name, status, plan digest, unknown and
     /// known inputs: what was planned, not the prose around it. Numbers are
     /// written as the set's version says.
-    pub fn compute_digest(&self) -> Result<String, ChangeSetError> {
+    pub(crate) fn compute_digest(&self) -> Result<String, ChangeSetError> {
         let numbers = number_form(self.version)?;
         let members: Vec<Value> = self
             .members
@@ -128,7 +129,7 @@ impl ChangeSet {
     /// Re-verifies a record read back: its digest, every member plan's digest,
     /// and that each member's plan digest is its plan's, each with the number
     /// rule of the set's version.
-    pub fn verify(&self) -> Result<(), ChangeSetError> {
+    pub(crate) fn verify(&self) -> Result<(), ChangeSetError> {
         let numbers = number_form(self.version)?;
         let actual = self.compute_digest()?;
         if actual != self.digest {
@@ -158,45 +159,18 @@ impl ChangeSet {
         Ok(())
     }
 
+    #[cfg(test)]
     /// Parses and verifies a stored change set.
-    pub fn from_json(bytes: &[u8]) -> Result<Self, ChangeSetError> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<Self, ChangeSetError> {
         let set: Self =
             serde_json::from_slice(bytes).map_err(|e| ChangeSetError::Malformed(e.to_string()))?;
         set.verify()?;
         Ok(set)
     }
 
-    pub fn member(&self, name: &str) -> Option<&ChangeSetMember> {
+    pub(crate) fn member(&self, name: &str) -> Option<&ChangeSetMember> {
         self.members.iter().find(|m| m.member == name)
     }
-}
-
-/// One `{member, planDigest}` pair of a set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SetItem {
-    pub member: String,
-    pub plan_digest: String,
-}
-
-/// The digest over a list of members and their plan digests, in any order;
-/// a member named twice is refused, since a set has one plan per member.
-pub fn set_digest(items: &[SetItem]) -> Result<String, ChangeSetError> {
-    let mut sorted: Vec<&SetItem> = items.iter().collect();
-    sorted.sort_by(|a, b| a.member.cmp(&b.member));
-    if let Some(pair) = sorted.windows(2).find(|w| w[0].member == w[1].member) {
-        return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
-    }
-    if let Some(bad) = sorted.iter().find(|i| !is_digest(&i.plan_digest)) {
-        return Err(ChangeSetError::Malformed(format!(
-            "{}: `{}` is not a sha256 digest",
-            bad.member, bad.plan_digest
-        )));
-    }
-    Ok(digest_value_with(
-        &serde_json::to_value(sorted).expect("set items serialise"),
-        NumberForm::Ecmascript,
-    ))
 }
 
 #[cfg(test)]
@@ -243,19 +217,6 @@ mod tests {
         let e =
             ChangeSet::new(vec![planned("a@dev", CREATE), planned("a@dev", CREATE)]).unwrap_err();
         assert_eq!(e, ChangeSetError::DuplicateMember("a@dev".into()));
-        let item = SetItem {
-            member: "a@dev".into(),
-            plan_digest: planned("a@dev", CREATE).plan_digest.unwrap(),
-        };
-        assert!(set_digest(&[item.clone(), item.clone()]).is_err());
-        let other = SetItem {
-            member: "b@dev".into(),
-            ..item.clone()
-        };
-        assert_eq!(
-            set_digest(&[item.clone(), other.clone()]).unwrap(),
-            set_digest(&[other, item]).unwrap()
-        );
     }
 
     #[test]

@@ -11,19 +11,19 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Coverage {
+pub(crate) enum Coverage {
     Covered,
     /// One line naming the member, and the address and path that moved.
     NotCovered(String),
 }
 
 /// A member's fresh plan with the inputs it read.
-pub struct FreshPlan<'a> {
-    pub plan: &'a MemberPlan,
-    pub inputs: &'a Map<String, Value>,
+pub(crate) struct FreshPlan<'a> {
+    pub(crate) plan: &'a MemberPlan,
+    pub(crate) inputs: &'a Map<String, Value>,
 }
 
-pub fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
+pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
     let member = fresh.plan.member.as_str();
     let not = |reason: String| Coverage::NotCovered(format!("{member}: {reason}"));
     let Some(was) = approved.member(member) else {

@@ -13,14 +13,14 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// `component@stage`, as [`MemberId`] spells it.
-pub fn member_name(component: &str, stage: &str) -> String {
+pub(crate) fn member_name(component: &str, stage: &str) -> String {
     MemberId::name_of(component, stage)
 }
 
 /// Why a component is not running.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// Nothing it claims changed, and nothing upstream of it runs.
     Unaffected,
     /// An upstream failed to plan, so its plan could not be made.
@@ -31,29 +31,29 @@ pub enum SkipReason {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Skipped {
-    pub component: String,
-    pub reason: SkipReason,
+pub(crate) struct Skipped {
+    pub(crate) component: String,
+    pub(crate) reason: SkipReason,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub member: Option<String>,
+    pub(crate) member: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub blocked_by: Option<String>,
+    pub(crate) blocked_by: Option<String>,
 }
 
 /// What a change must run, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Derivation {
     /// Selected components with why each was selected, by name.
-    pub selected: BTreeMap<String, String>,
+    pub(crate) selected: BTreeMap<String, String>,
     /// Members in wave order.
-    pub members: Vec<String>,
+    pub(crate) members: Vec<String>,
     /// Stages in order, dependency layers within each: lists of member names.
-    pub waves: Vec<Vec<String>>,
+    pub(crate) waves: Vec<Vec<String>>,
     /// Components that do not run, by name.
-    pub skipped: Vec<Skipped>,
+    pub(crate) skipped: Vec<Skipped>,
     /// Changed paths no component claims and no ignore pattern covers.
-    pub indeterminate: Vec<String>,
-    pub digest: String,
+    pub(crate) indeterminate: Vec<String>,
+    pub(crate) digest: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -1,13 +1,13 @@
 //! The plan engine: fan-out derivation, plan files, digests, coverage, the
 //! command runner and the change set a reviewer approves.
 
-pub mod changeset;
-pub mod coverage;
+pub(crate) mod changeset;
+pub(crate) mod coverage;
 pub mod engine;
 pub mod fanout;
 pub mod path;
 pub mod planfile;
-pub mod preview;
-pub mod redact;
-pub mod runner;
+pub(crate) mod preview;
+pub(crate) mod redact;
+pub(crate) mod runner;
 pub mod terraform;

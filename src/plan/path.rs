@@ -8,39 +8,40 @@ use std::fmt;
 
 /// One step into a value: an object key or an array index.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Segment {
+pub(crate) enum Segment {
     Key(String),
     Index(usize),
 }
 
 /// A path into a JSON value; the empty path is the value itself.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct ValuePath(pub Vec<Segment>);
+pub struct ValuePath(pub(crate) Vec<Segment>);
 
 impl ValuePath {
-    pub fn root() -> Self {
+    pub(crate) fn root() -> Self {
         Self(Vec::new())
     }
 
-    pub fn child_key(&self, key: &str) -> Self {
+    pub(crate) fn child_key(&self, key: &str) -> Self {
         let mut segments = self.0.clone();
         segments.push(Segment::Key(key.to_owned()));
         Self(segments)
     }
 
-    pub fn child_index(&self, index: usize) -> Self {
+    pub(crate) fn child_index(&self, index: usize) -> Self {
         let mut segments = self.0.clone();
         segments.push(Segment::Index(index));
         Self(segments)
     }
 
     /// Whether `self` equals `other` or lies inside it.
-    pub fn starts_with(&self, other: &ValuePath) -> bool {
+    pub(crate) fn starts_with(&self, other: &ValuePath) -> bool {
         self.0.starts_with(&other.0)
     }
 
+    #[cfg(test)]
     /// The value at this path, if there is one.
-    pub fn lookup<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+    pub(crate) fn lookup<'v>(&self, value: &'v Value) -> Option<&'v Value> {
         self.0.iter().try_fold(value, |v, seg| match (seg, v) {
             (Segment::Key(k), Value::Object(map)) => map.get(k),
             (Segment::Index(i), Value::Array(items)) => items.get(*i),
@@ -49,7 +50,7 @@ impl ValuePath {
     }
 
     /// Parses the path grammar; the error says what is wrong at which character.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let bytes = text.as_bytes();
         let mut segments = Vec::new();
         let mut i = 0;

@@ -15,7 +15,7 @@ use serde::Serialize;
 /// The base branch's config as the gates will read it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "state", content = "problem")]
-pub enum BaseConfig {
+pub(crate) enum BaseConfig {
     Read,
     /// No `wavegate.toml` at the base: every gate `always`, the default policy.
     Absent,
@@ -26,15 +26,15 @@ pub enum BaseConfig {
 /// Who may approve one gate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Approvers {
+pub(crate) struct Approvers {
     /// Empty: anyone with write access.
-    pub approvers: Vec<String>,
-    pub required: u32,
-    pub author_may: bool,
-    pub pusher_may: bool,
-    pub reviews_count: bool,
+    pub(crate) approvers: Vec<String>,
+    pub(crate) required: u32,
+    pub(crate) author_may: bool,
+    pub(crate) pusher_may: bool,
+    pub(crate) reviews_count: bool,
     /// `[policy] approval_ttl` as written.
-    pub ttl: Option<String>,
+    pub(crate) ttl: Option<String>,
 }
 
 impl Approvers {
@@ -53,30 +53,30 @@ impl Approvers {
 /// One stage of the change, in stage order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StagePreview {
-    pub name: String,
+pub(crate) struct StagePreview {
+    pub(crate) name: String,
     /// Indices into the derivation's waves that belong to this stage.
-    pub waves: Vec<usize>,
-    pub gate: GatePolicy,
+    pub(crate) waves: Vec<usize>,
+    pub(crate) gate: GatePolicy,
     /// The base names this stage with a gate; otherwise `always` is the strictest reading.
-    pub gate_at_base: bool,
-    pub approvers: Approvers,
+    pub(crate) gate_at_base: bool,
+    pub(crate) approvers: Approvers,
     /// The stage's own approvers differ from `[policy]`.
-    pub own_approvers: bool,
+    pub(crate) own_approvers: bool,
     /// `[[stage]] timeout` at the base, as written.
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Preview {
-    pub base: String,
-    pub base_config: BaseConfig,
-    pub pull_request: Approvers,
-    pub stages: Vec<StagePreview>,
+pub(crate) struct Preview {
+    pub(crate) base: String,
+    pub(crate) base_config: BaseConfig,
+    pub(crate) pull_request: Approvers,
+    pub(crate) stages: Vec<StagePreview>,
     /// What the pull request edits that decides who may let a change
     /// through: counts only after merge. Each names the setting and both values.
-    pub edits: Vec<String>,
+    pub(crate) edits: Vec<String>,
 }
 
 impl Preview {
@@ -114,14 +114,14 @@ impl Preview {
     }
 
     /// The pull request edits `[policy]` (the approvals section says so too).
-    pub fn edits_policy(&self) -> bool {
+    pub(crate) fn edits_policy(&self) -> bool {
         self.edits.iter().any(|e| e.starts_with("`[policy]`"))
     }
 }
 
 /// The preview of `head`'s stages for `waves`, judged by the base config
 /// `base_text` (`None`: absent) at commit `base`.
-pub fn preview(
+pub(crate) fn preview(
     base: &str,
     base_text: Option<&str>,
     head: &RepoConfig,

@@ -27,16 +27,16 @@ const TOKEN_PREFIXES: &[&str] = &[
     "xoxa-",
     "sk_live_",
 ];
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Redacts line by line; remembers whether it is inside a PEM private-key block.
 #[derive(Debug, Default)]
-pub struct Redactor {
+pub(crate) struct Redactor {
     in_private_key: bool,
 }
 
 impl Redactor {
-    pub fn line(&mut self, line: &str) -> String {
+    pub(crate) fn line(&mut self, line: &str) -> String {
         if self.in_private_key {
             if line.contains("-----END") {
                 self.in_private_key = false;

@@ -15,32 +15,32 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Output kept per command unless configured otherwise.
-pub const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
+pub(crate) const DEFAULT_OUTPUT_CAP: usize = 1024 * 1024;
 /// Longest line passed on as one; longer ones are split.
 const MAX_LINE: usize = 16 * 1024;
 /// How long output may still drain after the command ended.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
-pub struct CommandSpec {
+pub(crate) struct CommandSpec {
     /// Prefix of every log line, e.g. `[plan] app@dev`.
-    pub label: String,
-    pub kind: CommandKind,
-    pub argv: Vec<String>,
-    pub cwd: PathBuf,
+    pub(crate) label: String,
+    pub(crate) kind: CommandKind,
+    pub(crate) argv: Vec<String>,
+    pub(crate) cwd: PathBuf,
     /// The whole environment the command sees.
-    pub env: Vec<(String, String)>,
-    pub timeout: Duration,
-    pub heartbeat: Duration,
-    pub output_cap: usize,
-    pub sandbox: Arc<Sandbox>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) timeout: Duration,
+    pub(crate) heartbeat: Duration,
+    pub(crate) output_cap: usize,
+    pub(crate) sandbox: Arc<Sandbox>,
     /// What the command may write.
-    pub confinement: Confinement,
-    pub cancel: Cancel,
+    pub(crate) confinement: Confinement,
+    pub(crate) cancel: Cancel,
     /// Told which process the command is once it started (an apply's
     /// attempt record keeps it, so a restarted server can tell whether it
     /// still runs).
-    pub started: Option<mpsc::UnboundedSender<ProcessId>>,
+    pub(crate) started: Option<mpsc::UnboundedSender<ProcessId>>,
 }
 
 /// Stops a job's commands when the job is given up (its lease went to
@@ -50,21 +50,21 @@ pub struct Cancel(Option<watch::Receiver<bool>>);
 
 /// The side that gives a job up.
 #[derive(Debug)]
-pub struct Canceller(watch::Sender<bool>);
+pub(crate) struct Canceller(watch::Sender<bool>);
 
 impl Canceller {
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         let _ = self.0.send(true);
     }
 }
 
 impl Cancel {
-    pub fn new() -> (Canceller, Cancel) {
+    pub(crate) fn new() -> (Canceller, Cancel) {
         let (tx, rx) = watch::channel(false);
         (Canceller(tx), Cancel(Some(rx)))
     }
 
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.0.as_ref().is_some_and(|rx| *rx.borrow())
     }
 
@@ -82,7 +82,7 @@ impl Cancel {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Termination {
+pub(crate) enum Termination {
     Exited(i32),
     Signalled(i32),
     /// Killed, with everything it started, at the timeout.
@@ -92,20 +92,21 @@ pub enum Termination {
 }
 
 #[derive(Debug, Clone)]
-pub struct CommandOutcome {
-    pub termination: Termination,
+pub(crate) struct CommandOutcome {
+    pub(crate) termination: Termination,
     /// stdout and stderr interleaved as they arrived, redacted and capped.
-    pub output: String,
-    pub elapsed: Duration,
+    pub(crate) output: String,
+    #[cfg(test)]
+    pub(crate) elapsed: Duration,
 }
 
 impl CommandOutcome {
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         self.termination == Termination::Exited(0)
     }
 
     /// One line saying how the command ended, for a report or an error.
-    pub fn describe(&self, what: &str, timeout: Duration) -> String {
+    pub(crate) fn describe(&self, what: &str, timeout: Duration) -> String {
         match self.termination {
             Termination::Exited(0) => format!("{what} succeeded"),
             Termination::Exited(code) => format!("{what} exited with status {code}"),
@@ -121,7 +122,7 @@ impl CommandOutcome {
     }
 
     /// The last `n` non-empty output lines, for an error message.
-    pub fn tail(&self, n: usize) -> String {
+    pub(crate) fn tail(&self, n: usize) -> String {
         let lines: Vec<&str> = self
             .output
             .lines()
@@ -133,7 +134,7 @@ impl CommandOutcome {
 
 /// A command that never started.
 #[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
+pub(crate) enum SpawnError {
     #[error("{0}")]
     Sandbox(String),
     #[error("cannot start `{program}` (cwd {cwd}): {why}; check the command in wavegate.toml and that the program exists and is executable{where_}")]
@@ -149,7 +150,7 @@ pub enum SpawnError {
 const IN_THE_SANDBOX: &str =
     " inside the sandbox (under /usr, in the repository, or on a WAVEGATE_SANDBOX_READ path)";
 
-pub fn humanize(d: Duration) -> String {
+pub(crate) fn humanize(d: Duration) -> String {
     let secs = d.as_secs();
     match secs {
         0 => format!("{}ms", d.as_millis()),
@@ -161,7 +162,7 @@ pub fn humanize(d: Duration) -> String {
 
 impl CommandSpec {
     /// What the command is for: `plan`, `apply` or `outputs`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         self.kind.as_str()
     }
 
@@ -181,7 +182,7 @@ impl CommandSpec {
 
 /// Runs `spec` and counts it in `wavegate_command_duration_seconds` by kind
 /// and result (`ok`, `failed`, `timeout`; a command that cannot start failed).
-pub async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
+pub(crate) async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     let started = Instant::now();
     let run = run(spec).await;
     let result = match &run {
@@ -302,6 +303,7 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     Ok(CommandOutcome {
         termination,
         output,
+        #[cfg(test)]
         elapsed: started.elapsed(),
     })
 }
@@ -417,7 +419,7 @@ mod tests {
             home: tmp,
         };
         let job = Job {
-            dir: tempfile::tempdir().unwrap(),
+            _dir: tempfile::tempdir().unwrap(),
             confinement: unconfined,
         };
         spec_in(&job, Arc::new(Sandbox::off()), script, timeout)

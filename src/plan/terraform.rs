@@ -506,7 +506,7 @@ pub fn adapt_terraform(show_json: &[u8]) -> Result<Value, AdaptError> {
 }
 
 /// What to write in place of `terraform output -json` in an outputs file.
-pub const WRAPPED_OUTPUTS_FIX: &str = "pipe `terraform output -json` through `wavegate adapt terraform-outputs`, which writes the flat `{\"name\": value}` form";
+pub(crate) const WRAPPED_OUTPUTS_FIX: &str = "pipe `terraform output -json` through `wavegate adapt terraform-outputs`, which writes the flat `{\"name\": value}` form";
 
 /// The keys `terraform output -json` wraps every output's value in.
 const OUTPUT_WRAPPER_KEYS: [&str; 3] = ["sensitive", "type", "value"];
@@ -522,7 +522,7 @@ fn is_output_wrapper(value: &Value) -> bool {
 /// (every value an object with exactly `value`, `type` and `sensitive`)
 /// rather than the flat form: read as outputs, every downstream input would
 /// get the wrapper instead of the value.
-pub fn is_wrapped_outputs(outputs: &Map<String, Value>) -> bool {
+pub(crate) fn is_wrapped_outputs(outputs: &Map<String, Value>) -> bool {
     !outputs.is_empty() && outputs.values().all(is_output_wrapper)
 }
 

@@ -8,14 +8,14 @@ use crate::model::{utc, CommitSha};
 use crate::plan::changeset::ChangeSet;
 
 /// Where the run stands, as the report shows it.
-pub struct RunView<'a> {
-    pub merge_sha: &'a str,
-    pub status: RunStatus,
-    pub record: &'a AttemptRecord,
+pub(crate) struct RunView<'a> {
+    pub(crate) merge_sha: &'a str,
+    pub(crate) status: RunStatus,
+    pub(crate) record: &'a AttemptRecord,
 }
 
 /// The check's title.
-pub fn title(view: &RunView<'_>) -> String {
+pub(crate) fn title(view: &RunView<'_>) -> String {
     let count = |f: fn(&MemberState) -> bool| view.record.members.values().filter(|s| f(s)).count();
     match (view.status, &view.record.wait) {
         (RunStatus::Applied, _) => format!("Applied {} members", count(MemberState::is_applied)),
@@ -64,7 +64,7 @@ fn waiting_for(wait: &Wait) -> String {
 }
 
 /// What a person can do about the wait, with the line to copy.
-pub fn wait_help(wait: &Wait) -> String {
+pub(crate) fn wait_help(wait: &Wait) -> String {
     match wait {
         Wait::PrApproval { digest, .. } => format!(
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n"
@@ -109,7 +109,12 @@ pub fn wait_help(wait: &Wait) -> String {
 
 /// What the pull request is told about its run (`crate::apply::run`
 /// decides when): `merge` is the merge commit, `base` the target before it.
-pub fn news(news: &News, merge: &CommitSha, base: &CommitSha, record: &AttemptRecord) -> String {
+pub(crate) fn news(
+    news: &News,
+    merge: &CommitSha,
+    base: &CommitSha,
+    record: &AttemptRecord,
+) -> String {
     let merge = merge.short();
     let help = |wait: &Wait| {
         let lapsed = lapsed_lines(record) + &wait_expiry(record);
@@ -184,7 +189,7 @@ pub fn news(news: &News, merge: &CommitSha, base: &CommitSha, record: &AttemptRe
 
 /// The approvals the run found no longer counting, one line each, and
 /// what to do; empty when there are none.
-pub fn lapsed_lines(record: &AttemptRecord) -> String {
+pub(crate) fn lapsed_lines(record: &AttemptRecord) -> String {
     if record.lapsed.is_empty() {
         return String::new();
     }
@@ -200,7 +205,7 @@ pub fn lapsed_lines(record: &AttemptRecord) -> String {
 }
 
 /// When the stage wait expires, and what then; empty when it does not.
-pub fn wait_expiry(record: &AttemptRecord) -> String {
+pub(crate) fn wait_expiry(record: &AttemptRecord) -> String {
     let Some(Wait::Stage { stage, .. }) = &record.wait else {
         return String::new();
     };
@@ -214,7 +219,7 @@ pub fn wait_expiry(record: &AttemptRecord) -> String {
 }
 
 /// The report's apply section.
-pub fn render(view: &RunView<'_>) -> String {
+pub(crate) fn render(view: &RunView<'_>) -> String {
     let short = &view.merge_sha[..view.merge_sha.len().min(12)];
     let mut out = format!(
         "## Apply on merge commit `{short}`: {}\n\n",

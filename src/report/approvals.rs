@@ -9,28 +9,28 @@ use crate::gate::counting::{Counted, Elsewhere, Evaluation, Given};
 use crate::gate::ledger::LedgerHead;
 use std::fmt::Write as _;
 
-pub const START: &str = "<!-- wavegate:approvals -->";
-pub const END: &str = "<!-- /wavegate:approvals -->";
+pub(crate) const START: &str = "<!-- wavegate:approvals -->";
+pub(crate) const END: &str = "<!-- /wavegate:approvals -->";
 
 /// Characters kept free for the section below the report as planned.
-pub const ROOM: usize = 4_000;
+pub(crate) const ROOM: usize = 4_000;
 
 /// Where the gate stands for the report's digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Standing {
+pub(crate) struct Standing {
     /// What the ledger's facts add up to.
-    pub counted: Counted,
+    pub(crate) counted: Counted,
     /// The pull request edits `[policy]`: say it counts only after merge.
-    pub policy_changed: bool,
+    pub(crate) policy_changed: bool,
     /// The repository's newest ledger fact when the section was written.
-    pub ledger_head: Option<LedgerHead>,
+    pub(crate) ledger_head: Option<LedgerHead>,
     /// `[policy] approval_ttl` (ms): each approval shows when it expires.
-    pub ttl_ms: Option<i64>,
+    pub(crate) ttl_ms: Option<i64>,
 }
 
 impl Standing {
     /// A plan nobody approved yet, needing `required` approvals.
-    pub fn unapproved(required: u32, policy_changed: bool) -> Self {
+    pub(crate) fn unapproved(required: u32, policy_changed: bool) -> Self {
         Self {
             counted: Counted {
                 evaluation: Evaluation::Waiting {
@@ -48,12 +48,12 @@ impl Standing {
         }
     }
 
-    pub fn satisfied(&self) -> bool {
+    pub(crate) fn satisfied(&self) -> bool {
         matches!(self.counted.evaluation, Evaluation::Satisfied { .. })
     }
 
     /// The check's one-line title.
-    pub fn title(&self, digest: &str) -> String {
+    pub(crate) fn title(&self, digest: &str) -> String {
         let short = crate::model::canonical::short_digest(digest);
         match &self.counted.evaluation {
             Evaluation::Satisfied { by, .. } => format!(
@@ -97,7 +97,12 @@ fn when(at: i64) -> String {
 /// The comment as posted: the report as planned, then the approvals section
 /// (appended after it, so nothing a plan prints can stand in for it), then
 /// why approvals are refused, if they are.
-pub fn appended(report: &str, standing: &Standing, digest: &str, refused: Option<&str>) -> String {
+pub(crate) fn appended(
+    report: &str,
+    standing: &Standing,
+    digest: &str,
+    refused: Option<&str>,
+) -> String {
     let mut body = format!("{}\n\n{}", report.trim_end(), render(standing, digest));
     if let Some(why) = refused {
         let _ = writeln!(body, "**Approvals are refused:** {why}");
@@ -106,7 +111,7 @@ pub fn appended(report: &str, standing: &Standing, digest: &str, refused: Option
 }
 
 /// The section, markers included.
-pub fn render(standing: &Standing, digest: &str) -> String {
+pub(crate) fn render(standing: &Standing, digest: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{START}");
     let _ = writeln!(out, "### Approvals\n");

@@ -17,7 +17,7 @@ const LONGEST_VALUE: usize = 200;
 const INDENT: &str = "      ";
 
 /// The sign of an action, as the diff lines and counts write it.
-pub fn symbol(action: Action) -> &'static str {
+pub(crate) fn symbol(action: Action) -> &'static str {
     match action {
         Action::Create => "+",
         Action::Update => "~",
@@ -29,7 +29,7 @@ pub fn symbol(action: Action) -> &'static str {
 }
 
 /// `+1 ~0 -0 -/+2`: creates, updates, deletes, replaces, each counted once.
-pub fn counts_text(c: &Counts) -> String {
+pub(crate) fn counts_text(c: &Counts) -> String {
     format!(
         "{}{} {}{} {}{} {}{}",
         symbol(Action::Create),
@@ -45,7 +45,7 @@ pub fn counts_text(c: &Counts) -> String {
 
 /// The lines of every entry that changes its address, in address order, and
 /// one closing line counting the addresses that do not change.
-pub fn diff_lines(plan: &MemberPlan) -> Vec<String> {
+pub(crate) fn diff_lines(plan: &MemberPlan) -> Vec<String> {
     let mut lines = Vec::new();
     for entry in plan.entries.iter().filter(|e| e.action.changes()) {
         lines.extend(entry_lines(entry));
@@ -61,7 +61,7 @@ pub fn diff_lines(plan: &MemberPlan) -> Vec<String> {
 }
 
 /// One entry: its heading line and one line per attribute that moves.
-pub fn entry_lines(entry: &Entry) -> Vec<String> {
+pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
     let heading = match entry.action {
         Action::Replace if !entry.forced_by.is_empty() => format!(
             "{} {} (replace; forced by {})",
@@ -141,7 +141,7 @@ pub fn entry_lines(entry: &Entry) -> Vec<String> {
 }
 
 /// The addresses a plan deletes or replaces, each as `address (action)`.
-pub fn destructive_addresses(plan: &MemberPlan) -> Vec<String> {
+pub(crate) fn destructive_addresses(plan: &MemberPlan) -> Vec<String> {
     plan.destructive_entries()
         .map(|e| format!("{} ({})", e.address, e.action.as_str()))
         .collect()
@@ -149,7 +149,7 @@ pub fn destructive_addresses(plan: &MemberPlan) -> Vec<String> {
 
 /// The member's headline counts, or what stands in for them when the plan
 /// lists no resources.
-pub fn plan_headline(plan: &MemberPlan) -> String {
+pub(crate) fn plan_headline(plan: &MemberPlan) -> String {
     let mut text = if plan.opaque {
         "opaque (lists no resources)".to_owned()
     } else {

@@ -7,50 +7,50 @@ use crate::plan::planfile::Counts;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const REPORT_VERSION: u32 = 1;
+pub(crate) const REPORT_VERSION: u32 = 1;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct JsonReport<'a> {
-    pub version: u32,
+pub(crate) struct JsonReport<'a> {
+    pub(crate) version: u32,
     /// The change-set digest: what `/approve` binds.
-    pub digest: &'a str,
-    pub derivation_digest: &'a str,
-    pub base: &'a str,
-    pub head: &'a str,
-    pub waves: &'a [Vec<String>],
-    pub selected: &'a BTreeMap<String, String>,
-    pub members: Vec<JsonMember<'a>>,
-    pub skipped: &'a [Skipped],
-    pub indeterminate: &'a [String],
-    pub seeded: &'a [String],
-    pub notes: &'a [String],
+    pub(crate) digest: &'a str,
+    pub(crate) derivation_digest: &'a str,
+    pub(crate) base: &'a str,
+    pub(crate) head: &'a str,
+    pub(crate) waves: &'a [Vec<String>],
+    pub(crate) selected: &'a BTreeMap<String, String>,
+    pub(crate) members: Vec<JsonMember<'a>>,
+    pub(crate) skipped: &'a [Skipped],
+    pub(crate) indeterminate: &'a [String],
+    pub(crate) seeded: &'a [String],
+    pub(crate) notes: &'a [String],
 }
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct JsonMember<'a> {
-    pub member: &'a str,
-    pub component: &'a str,
-    pub stage: &'a str,
-    pub status: MemberStatus,
-    pub plan_digest: Option<&'a str>,
-    pub counts: Counts,
-    pub destructive: bool,
+pub(crate) struct JsonMember<'a> {
+    pub(crate) member: &'a str,
+    pub(crate) component: &'a str,
+    pub(crate) stage: &'a str,
+    pub(crate) status: MemberStatus,
+    pub(crate) plan_digest: Option<&'a str>,
+    pub(crate) counts: Counts,
+    pub(crate) destructive: bool,
     /// Every address the plan deletes or replaces, as `address (action)`.
-    pub destructive_addresses: Vec<String>,
-    pub empty: bool,
+    pub(crate) destructive_addresses: Vec<String>,
+    pub(crate) empty: bool,
     /// The plan lists no resources: its summary is bound and its apply always runs.
-    pub opaque: bool,
-    pub unknown_inputs: Vec<String>,
+    pub(crate) opaque: bool,
+    pub(crate) unknown_inputs: Vec<String>,
     /// Values of sensitive inputs are left out.
-    pub inputs: BTreeMap<String, ResolvedInput>,
-    pub denied: &'a [String],
-    pub error: Option<&'a str>,
-    pub blocked_by: Option<&'a str>,
+    pub(crate) inputs: BTreeMap<String, ResolvedInput>,
+    pub(crate) denied: &'a [String],
+    pub(crate) error: Option<&'a str>,
+    pub(crate) blocked_by: Option<&'a str>,
 }
 
-pub fn report(change: &PlannedChange) -> JsonReport<'_> {
+pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
     let members = change
         .members
         .iter()

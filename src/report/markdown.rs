@@ -18,14 +18,15 @@ use crate::plan::preview::{Approvers, BaseConfig, StagePreview};
 use serde_json::Value;
 use std::fmt::Write as _;
 
+#[cfg(test)]
 /// Renders the report within `COMMENT_LIMIT` characters.
-pub fn render(change: &PlannedChange) -> String {
+pub(crate) fn render(change: &PlannedChange) -> String {
     render_within(change, COMMENT_LIMIT)
 }
 
 /// Renders the report as planned, leaving room for the approvals section
 /// the bot appends below it ([`super::approvals::appended`]).
-pub fn render_for_comment(change: &PlannedChange) -> String {
+pub(crate) fn render_for_comment(change: &PlannedChange) -> String {
     render_within(change, COMMENT_LIMIT - super::approvals::ROOM)
 }
 
@@ -56,7 +57,7 @@ pub fn as_posted(change: &PlannedChange) -> String {
 }
 
 /// Renders within `limit` characters; shortening is visible, never silent.
-pub fn render_within(change: &PlannedChange, limit: usize) -> String {
+pub(crate) fn render_within(change: &PlannedChange, limit: usize) -> String {
     let head = header(change);
     let tail = approve_block(change);
     let fixed = head.chars().count() + tail.chars().count();
@@ -802,7 +803,7 @@ fn approve_block(change: &PlannedChange) -> String {
 }
 
 /// The footer of every report whose commands ran without a sandbox.
-pub const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
+pub(crate) const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
 
 /// A backtick fence longer than any run of backticks in `body`.
 fn fence_for(body: &str) -> String {

@@ -3,20 +3,20 @@
 //!
 //! Renderers only format what the engine computed; none derives anything.
 
-pub mod apply;
-pub mod approvals;
-pub mod entries;
+pub(crate) mod apply;
+pub(crate) mod approvals;
+pub(crate) mod entries;
 pub mod json;
 pub mod markdown;
-pub mod refusal;
-pub mod reply;
+pub(crate) mod refusal;
+pub(crate) mod reply;
 pub mod text;
 
 use crate::plan::fanout::{SkipReason, Skipped};
 use crate::plan::planfile::Counts;
 
 /// Longest comment a forge accepts (GitHub's limit; Forgejo's is larger).
-pub const COMMENT_LIMIT: usize = 65_536;
+pub(crate) const COMMENT_LIMIT: usize = 65_536;
 
 /// The hidden marker that finds the report comment again.
 pub const REPORT_MARKER: &str = "<!-- wavegate:report -->";

@@ -7,7 +7,7 @@ use crate::gate::policy::{NotAllowed, Unbound};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A command that did not parse: its text, what is wrong, the fix.
     Malformed {
         text: String,
@@ -137,7 +137,7 @@ impl fmt::Display for Refusal {
 }
 
 /// The one reply to a comment some of whose commands were refused.
-pub fn reply(login: &str, refusals: &[Refusal]) -> String {
+pub(crate) fn reply(login: &str, refusals: &[Refusal]) -> String {
     let said: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
     format!("@{login}: {}", said.join("\n\n"))
 }

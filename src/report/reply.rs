@@ -10,9 +10,9 @@ use crate::config::ConfigError;
 
 /// A reply: its comment body and the check's one-line title.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub title: String,
-    pub body: String,
+pub(crate) struct Reply {
+    pub(crate) title: String,
+    pub(crate) body: String,
 }
 
 fn compose(title: &str, what: &str, fix: &str) -> Reply {
@@ -27,7 +27,7 @@ fn short(sha: &str) -> &str {
 }
 
 /// The head's `wavegate.toml` is missing or invalid.
-pub fn config_error(error: &ConfigError, head: &str) -> Reply {
+pub(crate) fn config_error(error: &ConfigError, head: &str) -> Reply {
     let place = if error.field.is_empty() {
         format!("`{}`", error.file)
     } else {
@@ -48,7 +48,7 @@ pub fn config_error(error: &ConfigError, head: &str) -> Reply {
 }
 
 /// The pull request comes from a fork and the base branch's policy does not allow that.
-pub fn fork_refused(fork: &str, base_ref: &str) -> Reply {
+pub(crate) fn fork_refused(fork: &str, base_ref: &str) -> Reply {
     compose(
         "Pull requests from forks are not planned here",
         &format!(
@@ -59,7 +59,7 @@ pub fn fork_refused(fork: &str, base_ref: &str) -> Reply {
 }
 
 /// The server's sandbox cannot run commands, so nothing was planned.
-pub fn sandbox_unavailable(problem: &str) -> Reply {
+pub(crate) fn sandbox_unavailable(problem: &str) -> Reply {
     compose(
         "wavegate's sandbox is unavailable on its server",
         &format!(
@@ -71,7 +71,7 @@ pub fn sandbox_unavailable(problem: &str) -> Reply {
 
 /// The plan could not be computed from the repository as it is (a revision
 /// that does not resolve, a stage that does not exist).
-pub fn plan_refused(problem: &str, head: &str) -> Reply {
+pub(crate) fn plan_refused(problem: &str, head: &str) -> Reply {
     compose(
         "This pull request cannot be planned",
         &format!("At `{}`: {problem}.", short(head)),
@@ -80,7 +80,7 @@ pub fn plan_refused(problem: &str, head: &str) -> Reply {
 }
 
 /// The job gave up after retries on an error on wavegate's side.
-pub fn gave_up(attempts: u32, error: &str) -> Reply {
+pub(crate) fn gave_up(attempts: u32, error: &str) -> Reply {
     const SHOWN: usize = 2000;
     let shown: String = error.chars().take(SHOWN).collect();
     let error = if shown.len() < error.len() {

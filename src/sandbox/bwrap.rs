@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The uid and gid a command runs as inside its user namespace.
-pub const SANDBOX_UID: u32 = 1000;
+pub(crate) const SANDBOX_UID: u32 = 1000;
 
 /// System files every command may read: certificates, name resolution, the
 /// dynamic linker's cache, time zones. Nothing here is a secret: of `ssl` and
@@ -41,21 +41,21 @@ const ETC_FILES: &[&str] = &[
 const ROOT_DIRS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootEntry {
+pub(crate) enum RootEntry {
     Link(PathBuf),
     Dir,
 }
 
 /// What of the host's system a sandbox is built from, read once at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostLayout {
-    pub root: Vec<(&'static str, RootEntry)>,
+pub(crate) struct HostLayout {
+    pub(crate) root: Vec<(&'static str, RootEntry)>,
     /// `/etc` entries that exist.
-    pub etc: Vec<&'static str>,
+    pub(crate) etc: Vec<&'static str>,
 }
 
 impl HostLayout {
-    pub fn read() -> Self {
+    pub(crate) fn read() -> Self {
         let root = ROOT_DIRS
             .iter()
             .filter_map(|name| {
@@ -81,28 +81,28 @@ impl HostLayout {
 
 /// Descriptors bwrap reads from (their numbers are the same in bwrap).
 #[derive(Debug, Clone, Copy)]
-pub struct DataFds {
-    pub passwd: RawFd,
-    pub group: RawFd,
+pub(crate) struct DataFds {
+    pub(crate) passwd: RawFd,
+    pub(crate) group: RawFd,
     /// A resolv.conf of the sandbox's own (egress with a loopback resolver).
-    pub resolv: Option<RawFd>,
+    pub(crate) resolv: Option<RawFd>,
     /// `--info-fd` and `--block-fd`: the network is attached before the
     /// command starts.
-    pub sync: Option<(RawFd, RawFd)>,
+    pub(crate) sync: Option<(RawFd, RawFd)>,
 }
 
 /// One command to confine.
-pub struct Invocation<'a> {
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
-    pub confinement: &'a Confinement,
+pub(crate) struct Invocation<'a> {
+    pub(crate) argv: &'a [String],
+    pub(crate) cwd: &'a Path,
+    pub(crate) confinement: &'a Confinement,
     /// `timeout` inside the sandbox, as a backstop: the command is killed at
     /// this deadline even if the server that started it cannot kill it.
-    pub backstop: Option<(&'a Path, Duration)>,
+    pub(crate) backstop: Option<(&'a Path, Duration)>,
 }
 
 /// bwrap's arguments for `invocation`.
-pub fn arguments(
+pub(crate) fn arguments(
     settings: &SandboxSettings,
     layout: &HostLayout,
     fds: &DataFds,
@@ -219,13 +219,13 @@ impl Args {
 }
 
 /// The passwd and group files of the sandbox: its one user and `nobody`.
-pub fn passwd() -> String {
+pub(crate) fn passwd() -> String {
     format!(
         "root:x:0:0:root:/root:/bin/sh\nwavegate:x:{SANDBOX_UID}:{SANDBOX_UID}:wavegate sandbox:/nonexistent:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
 }
 
-pub fn group() -> String {
+pub(crate) fn group() -> String {
     format!("root:x:0:\nwavegate:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")
 }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// Why a file a command wrote cannot be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     #[error("it was not written")]
     Missing,
     #[error("it is {0}, not a regular file; write the file itself (wavegate never follows a link there)")]
@@ -64,7 +64,7 @@ fn kind_of(mode: libc::mode_t) -> &'static str {
 
 /// Reads `dir/name`, a file a command wrote: a regular file, not a link, of
 /// at most `cap` bytes.
-pub fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, FileError> {
+pub(crate) fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, FileError> {
     let dir = match open_dir(dir) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(FileError::Missing),
@@ -117,7 +117,7 @@ pub fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, FileError>
 /// Writes `dir/name` afresh: whatever the command left at that name (a file,
 /// a link) is removed first, and the new file is created, never opened
 /// through a link.
-pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let dir = open_dir(dir)?;
     let name = c_name(name)?;
     let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
@@ -146,7 +146,7 @@ pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Removes `dir/name` if it is there (a link is removed, not followed).
-pub fn remove_file(dir: &Path, name: &str) -> io::Result<()> {
+pub(crate) fn remove_file(dir: &Path, name: &str) -> io::Result<()> {
     let dir = match open_dir(dir) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -13,10 +13,10 @@
 //! working bubblewrap nothing runs: every launch fails, saying why.
 
 mod bwrap;
-pub mod files;
+pub(crate) mod files;
 mod net;
-pub mod process;
-pub mod spawn;
+pub(crate) mod process;
+pub(crate) mod spawn;
 
 use anyhow::{bail, Result};
 use std::ffi::OsString;
@@ -28,7 +28,7 @@ use tokio::process::{Child, Command};
 
 /// How commands are isolated (`WAVEGATE_SANDBOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Bwrap,
     /// No sandbox: commands run as the server's own user.
     None,
@@ -36,7 +36,7 @@ pub enum Mode {
 
 /// What network a sandboxed command has (`WAVEGATE_SANDBOX_NETWORK`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Network {
+pub(crate) enum Network {
     /// Its own loopback only.
     None,
     /// Outbound connections, never to the host or metadata addresses.
@@ -46,7 +46,7 @@ pub enum Network {
 }
 
 impl Network {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Network::None => "none",
             Network::Egress => "egress",
@@ -58,12 +58,12 @@ impl Network {
 /// The operator's sandbox settings; the repository has no say in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSettings {
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Host paths bound read-only into every command.
-    pub read: Vec<PathBuf>,
+    pub(crate) read: Vec<PathBuf>,
     /// Host paths bound read-write into apply commands, read-only into the rest.
-    pub apply_write: Vec<PathBuf>,
-    pub network: Network,
+    pub(crate) apply_write: Vec<PathBuf>,
+    pub(crate) network: Network,
 }
 
 impl Default for SandboxSettings {
@@ -131,7 +131,7 @@ impl SandboxSettings {
     /// see: `secrets` are (what, path) pairs such as the data dir, the
     /// database file, the App key; `jobs` is where each job's tree lives (a
     /// path above it would show every job).
-    pub fn check_exposure(&self, secrets: &[(&str, &Path)], jobs: &Path) -> Result<()> {
+    pub(crate) fn check_exposure(&self, secrets: &[(&str, &Path)], jobs: &Path) -> Result<()> {
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
         let lists = [
             ("WAVEGATE_SANDBOX_READ", &self.read),
@@ -165,14 +165,14 @@ impl SandboxSettings {
 
 /// What a command is for; apply commands alone may write the apply paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandKind {
+pub(crate) enum CommandKind {
     Plan,
     Apply,
     Outputs,
 }
 
 impl CommandKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CommandKind::Plan => "plan",
             CommandKind::Apply => "apply",
@@ -184,20 +184,20 @@ impl CommandKind {
 /// What one command may write besides its private `/tmp`, each bound at the
 /// same path inside as outside (so `{plan_file}` means the same to both).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Confinement {
-    pub kind: CommandKind,
+pub(crate) struct Confinement {
+    pub(crate) kind: CommandKind,
     /// The fresh copy of the commit.
-    pub tree: PathBuf,
+    pub(crate) tree: PathBuf,
     /// The member's plan, inputs and outputs files.
-    pub files: PathBuf,
+    pub(crate) files: PathBuf,
     /// Its private `HOME`, empty at first.
-    pub home: PathBuf,
+    pub(crate) home: PathBuf,
 }
 
 impl Confinement {
     /// A plan command's confinement in `dir`: `tree`, `files` and `home`
     /// created empty there.
-    pub fn create_in(dir: &Path) -> std::io::Result<Self> {
+    pub(crate) fn create_in(dir: &Path) -> std::io::Result<Self> {
         let confinement = Self {
             kind: CommandKind::Plan,
             tree: dir.join("tree"),
@@ -212,26 +212,26 @@ impl Confinement {
 }
 
 /// One command to start.
-pub struct Launch<'a> {
-    pub argv: &'a [String],
-    pub cwd: &'a Path,
+pub(crate) struct Launch<'a> {
+    pub(crate) argv: &'a [String],
+    pub(crate) cwd: &'a Path,
     /// The whole environment the command sees.
-    pub env: &'a [(String, String)],
+    pub(crate) env: &'a [(String, String)],
     /// When the runner kills it; the sandbox kills it a little later
     /// itself, should the server be unable to.
-    pub timeout: Duration,
-    pub confinement: &'a Confinement,
+    pub(crate) timeout: Duration,
+    pub(crate) confinement: &'a Confinement,
 }
 
 /// A started command, and what keeps its network up.
-pub struct Launched {
-    pub child: Child,
+pub(crate) struct Launched {
+    pub(crate) child: Child,
     network: Option<net::Attached>,
 }
 
 impl Launched {
     /// Ends the helpers once the command has ended.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Some(network) = &mut self.network {
             network.stop();
         }
@@ -239,7 +239,7 @@ impl Launched {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     /// The sandbox cannot run here; nothing runs unsandboxed instead.
     #[error("the sandbox is unavailable, so no command runs: {0}")]
     Unavailable(String),
@@ -375,10 +375,6 @@ impl Sandbox {
         }
     }
 
-    pub fn settings(&self) -> &SandboxSettings {
-        &self.settings
-    }
-
     /// Why no command can run, when the sandbox is on but unavailable.
     pub fn problem(&self) -> Option<&str> {
         match &self.state {
@@ -388,23 +384,17 @@ impl Sandbox {
     }
 
     /// Commands run unsandboxed (`WAVEGATE_SANDBOX=none`).
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         matches!(self.state, State::Off)
     }
 
-    /// Whether a command this sandbox started dies at its deadline even if
-    /// the server that started it cannot kill it.
-    pub fn enforces_deadlines(&self) -> bool {
-        matches!(&self.state, State::Ready(ready) if ready.timeout.is_some())
-    }
-
     /// How far past its timeout a command may still be alive at most.
-    pub fn deadline_grace(&self) -> Duration {
+    pub(crate) fn deadline_grace(&self) -> Duration {
         BACKSTOP_GRACE + Duration::from_secs(5)
     }
 
     /// One line for the start-up log and `/readyz`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.state {
             State::Off => {
                 "off (WAVEGATE_SANDBOX=none): commands run unsandboxed, as the server's user".into()
@@ -420,7 +410,7 @@ impl Sandbox {
     }
 
     /// Starts a command as this sandbox allows.
-    pub async fn launch(&self, launch: &Launch<'_>) -> Result<Launched, LaunchError> {
+    pub(crate) async fn launch(&self, launch: &Launch<'_>) -> Result<Launched, LaunchError> {
         let ready = match &self.state {
             State::Unavailable(problem) => return Err(LaunchError::Unavailable(problem.clone())),
             State::Off => return self.launch_unsandboxed(launch),
@@ -525,7 +515,7 @@ fn spawn_error(program: &str) -> impl Fn(std::io::Error) -> LaunchError + '_ {
 /// Why a sandboxed command never started, from how it ended: bwrap's own
 /// complaint (exit 1, "bwrap: …"), or the deadline backstop's (exit 126 or
 /// 127, "timeout: failed to run command '…': No such file or directory").
-pub fn launch_failure(code: i32, output: &str) -> Option<String> {
+pub(crate) fn launch_failure(code: i32, output: &str) -> Option<String> {
     let line = |needle: &str| output.lines().find(|l| l.contains(needle));
     match code {
         1 => output
@@ -547,13 +537,13 @@ fn list(what: &str, paths: &[PathBuf]) -> String {
 }
 
 /// The PATH commands get when the server has none.
-pub fn default_path() -> String {
+pub(crate) fn default_path() -> String {
     std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
 }
 
 /// A program on the server's PATH, or in the administrator's directories
 /// PATH may lack (`ip` lives in `/usr/sbin`).
-pub fn find_program(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
@@ -567,7 +557,7 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
 }
 
 /// A pipe whose ends are both close-on-exec: (read, write).
-pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 fills the two descriptors, owned below.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -592,15 +582,16 @@ fn data_fd(content: &str) -> Result<OwnedFd, LaunchError> {
 mod tests;
 
 #[cfg(test)]
-pub mod testing {
+pub(crate) mod testing {
     //! A job directory and a working sandbox for the crate's own tests.
     use super::*;
     use std::sync::Arc;
 
     /// A job's directories: its tree, its files and its HOME.
-    pub struct Job {
-        pub dir: tempfile::TempDir,
-        pub confinement: Confinement,
+    pub(crate) struct Job {
+        /// Kept so the directory lives as long as the job.
+        pub(crate) _dir: tempfile::TempDir,
+        pub(crate) confinement: Confinement,
     }
 
     impl Default for Job {
@@ -610,22 +601,25 @@ pub mod testing {
     }
 
     impl Job {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             let dir = tempfile::Builder::new()
                 .prefix("wavegate-test-job-")
                 .tempdir()
                 .unwrap();
             let confinement = Confinement::create_in(dir.path()).unwrap();
-            Self { dir, confinement }
+            Self {
+                _dir: dir,
+                confinement,
+            }
         }
     }
 
     /// bubblewrap as production runs it; the tests need it installed.
-    pub async fn bwrap() -> Arc<Sandbox> {
+    pub(crate) async fn bwrap() -> Arc<Sandbox> {
         bwrap_with(SandboxSettings::default()).await
     }
 
-    pub async fn bwrap_with(settings: SandboxSettings) -> Arc<Sandbox> {
+    pub(crate) async fn bwrap_with(settings: SandboxSettings) -> Arc<Sandbox> {
         let sandbox = Sandbox::probe(settings).await;
         if let Some(problem) = sandbox.problem() {
             panic!("the tests run commands in the sandbox, as production does: {problem} (scripts/test.sh installs bubblewrap)");

@@ -27,24 +27,24 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What attaching needs, found once at start.
 #[derive(Debug, Clone)]
-pub struct EgressTools {
-    pub pasta: PathBuf,
-    pub ip: PathBuf,
+pub(crate) struct EgressTools {
+    pub(crate) pasta: PathBuf,
+    pub(crate) ip: PathBuf,
     /// Set when the host resolves names through a loopback address, which
     /// the sandbox cannot reach: pasta forwards DNS sent to this address,
     /// and the sandbox gets a resolv.conf naming it.
-    pub dns: Option<DnsForward>,
+    pub(crate) dns: Option<DnsForward>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DnsForward {
-    pub address: Ipv4Addr,
-    pub resolv_conf: String,
+pub(crate) struct DnsForward {
+    pub(crate) address: Ipv4Addr,
+    pub(crate) resolv_conf: String,
 }
 
 impl EgressTools {
     /// Finds pasta and ip and reads the host's addresses and resolver.
-    pub fn locate() -> Result<Self, String> {
+    pub(crate) fn locate() -> Result<Self, String> {
         let pasta = super::find_program("pasta").ok_or(
             "WAVEGATE_SANDBOX_NETWORK=egress needs pasta, which is not installed: `apt-get install passt` (or set WAVEGATE_SANDBOX_NETWORK=none)",
         )?;
@@ -131,7 +131,7 @@ fn default_gateway() -> Option<Ipv4Addr> {
 
 /// Whether the resolver must be forwarded, and the resolv.conf the sandbox
 /// then gets: only when every nameserver is a loopback address.
-pub fn dns_forward(resolv_conf: &str, gateway: Ipv4Addr) -> Option<DnsForward> {
+pub(crate) fn dns_forward(resolv_conf: &str, gateway: Ipv4Addr) -> Option<DnsForward> {
     let servers: Vec<IpAddr> = resolv_conf
         .lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))
@@ -158,19 +158,19 @@ pub fn dns_forward(resolv_conf: &str, gateway: Ipv4Addr) -> Option<DnsForward> {
 }
 
 /// The network helper of one sandbox; it ends with the command.
-pub struct Attached {
+pub(crate) struct Attached {
     pasta: Child,
 }
 
 impl Attached {
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = self.pasta.start_kill();
     }
 }
 
 /// Connects the namespace of the bwrap whose `--info-fd` is `info` and lets
 /// its command start through `block`.
-pub async fn attach(
+pub(crate) async fn attach(
     tools: &EgressTools,
     info: OwnedFd,
     block: OwnedFd,

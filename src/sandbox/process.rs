@@ -7,15 +7,15 @@ use serde::{Deserialize, Serialize};
 
 /// A process, told apart from a later one that reuses its pid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessId {
-    pub pid: u32,
+pub(crate) struct ProcessId {
+    pub(crate) pid: u32,
     /// Its start time, in clock ticks after boot (`/proc/PID/stat` field 22).
-    pub start: u64,
+    pub(crate) start: u64,
 }
 
 /// This host as a process sees it: its boot and its pid namespace. Two
 /// servers with the same answer see each other's processes.
-pub fn host_id() -> String {
+pub(crate) fn host_id() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|b| b.trim().to_owned())
         .unwrap_or_else(|_| "unknown-boot".into());
@@ -26,7 +26,7 @@ pub fn host_id() -> String {
 }
 
 /// The process running as `pid` now, if any.
-pub fn identify(pid: u32) -> Option<ProcessId> {
+pub(crate) fn identify(pid: u32) -> Option<ProcessId> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The name is parenthesised and may hold spaces: count after its end.
     let after_name = stat.rsplit_once(')')?.1;
@@ -36,7 +36,7 @@ pub fn identify(pid: u32) -> Option<ProcessId> {
 }
 
 /// Whether `process` (not merely its pid) is still there; a zombie is gone.
-pub fn is_alive(process: &ProcessId) -> bool {
+pub(crate) fn is_alive(process: &ProcessId) -> bool {
     let Some(now) = identify(process.pid) else {
         return false;
     };

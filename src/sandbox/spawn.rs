@@ -41,7 +41,7 @@ fn spawner() -> &'static mpsc::Sender<Request> {
 /// process dies. `inherit` are descriptors the child keeps, at the same
 /// numbers (they must be open and close-on-exec in this process until the
 /// call returns); every other descriptor wavegate opens is close-on-exec.
-pub fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
+pub(crate) fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let inherit = inherit.to_vec();
     // SAFETY: the closure runs in the forked child before exec and calls only

@@ -14,21 +14,21 @@ use serde_json::json;
 use std::time::Instant;
 
 /// A delivery whose signature checked out.
-pub struct VerifiedDelivery {
-    pub headers: DeliveryHeaders,
-    pub body: Bytes,
+pub(crate) struct VerifiedDelivery {
+    pub(crate) headers: DeliveryHeaders,
+    pub(crate) body: Bytes,
     /// When its intake began (the intake duration is measured from here).
-    pub started: Instant,
+    pub(crate) started: Instant,
 }
 
 /// A delivery to `/webhooks/github`.
-pub struct GitHubDelivery(pub VerifiedDelivery);
+pub(crate) struct GitHubDelivery(pub VerifiedDelivery);
 
 /// A delivery to `/webhooks/forgejo`.
-pub struct ForgejoDelivery(pub VerifiedDelivery);
+pub(crate) struct ForgejoDelivery(pub VerifiedDelivery);
 
 /// Why a delivery was refused before parsing.
-pub struct Refusal(StatusCode, String);
+pub(crate) struct Refusal(StatusCode, String);
 
 impl Refusal {
     /// The outcome it is counted under in `wavegate_deliveries_total`.

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 
 /// The content type of the text exposition format.
-pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Ledger fact kinds and apply run statuses are always listed, 0 when none.
 const FACT_KINDS: &[&str] = &["pending", "approved", "refused", "revoked", "spent"];

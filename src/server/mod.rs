@@ -8,7 +8,7 @@
 
 mod extract;
 mod metrics;
-pub mod setup;
+pub(crate) mod setup;
 
 use crate::forge::events::{self, Parsed};
 use crate::forge::registry::Forges;
@@ -28,26 +28,26 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// GitHub sends deliveries of up to 25 MiB.
-pub const BODY_LIMIT: usize = 25 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 25 * 1024 * 1024;
 
 #[derive(Clone)]
-pub struct AppState {
-    pub store: Store,
-    pub forges: Arc<Forges>,
+pub(crate) struct AppState {
+    pub(crate) store: Store,
+    pub(crate) forges: Arc<Forges>,
     /// Wakes a worker when a job was enqueued.
-    pub wake: Arc<Notify>,
+    pub(crate) wake: Arc<Notify>,
     /// Where this server is reached from outside (the manifest's URLs).
-    pub public_url: Option<String>,
-    pub setup: Arc<setup::SetupState>,
+    pub(crate) public_url: Option<String>,
+    pub(crate) setup: Arc<setup::SetupState>,
     /// Where commands run; `/readyz` fails while it cannot.
-    pub sandbox: Arc<Sandbox>,
+    pub(crate) sandbox: Arc<Sandbox>,
     /// Told when a delivery could not be recorded: once the database
     /// answers again, GitHub is asked to redeliver what failed.
-    pub refused: Arc<Notify>,
+    pub(crate) refused: Arc<Notify>,
 }
 
 /// `bytes` random bytes as hex, from the kernel.
-pub fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     use std::io::Read as _;
     let mut buffer = vec![0u8; bytes];
     std::fs::File::open("/dev/urandom")
@@ -56,7 +56,7 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(buffer)
 }
 
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -18,11 +18,11 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 /// The manifest as committed; URLs are replaced with this server's.
-pub const MANIFEST: &str = include_str!("../../app-manifest.json");
+pub(crate) const MANIFEST: &str = include_str!("../../app-manifest.json");
 
 /// The operator's token and the `state` values handed out by `/setup` and
 /// not yet used.
-pub struct SetupState {
+pub(crate) struct SetupState {
     token: String,
     pending: Mutex<HashSet<String>>,
 }
@@ -31,7 +31,7 @@ pub struct SetupState {
 const MAX_PENDING: usize = 16;
 
 impl SetupState {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             token: super::random_hex(16),
             pending: Mutex::default(),
@@ -39,7 +39,7 @@ impl SetupState {
     }
 
     /// The one-time token `/setup` wants; printed in the log at start.
-    pub fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         &self.token
     }
 }
@@ -51,12 +51,12 @@ impl Default for SetupState {
 }
 
 #[derive(Deserialize)]
-pub struct SetupQuery {
+pub(crate) struct SetupQuery {
     token: Option<String>,
 }
 
 /// The manifest with this server's URLs.
-pub fn manifest_for(base_url: &str) -> serde_json::Value {
+pub(crate) fn manifest_for(base_url: &str) -> serde_json::Value {
     let mut manifest: serde_json::Value =
         serde_json::from_str(MANIFEST).expect("app-manifest.json is valid JSON");
     let base = base_url.trim_end_matches('/');
@@ -68,7 +68,7 @@ pub fn manifest_for(base_url: &str) -> serde_json::Value {
 
 /// Where people create Apps: github.com for api.github.com, the host for
 /// GitHub Enterprise (`https://host/api/v3`), the API URL itself otherwise.
-pub fn web_url(api_url: &str) -> String {
+pub(crate) fn web_url(api_url: &str) -> String {
     let api = api_url.trim_end_matches('/');
     if api == "https://api.github.com" {
         "https://github.com".into()
@@ -106,7 +106,7 @@ fn already_configured() -> Response {
 }
 
 /// `GET /setup`: the page with the button.
-pub async fn page_handler(
+pub(crate) async fn page_handler(
     State(state): State<AppState>,
     Query(query): Query<SetupQuery>,
     headers: HeaderMap,
@@ -165,13 +165,16 @@ pub async fn page_handler(
 }
 
 #[derive(Deserialize)]
-pub struct Callback {
+pub(crate) struct Callback {
     code: Option<String>,
     state: Option<String>,
 }
 
 /// `GET /setup/callback?code=…&state=…`: exchange the code, store, use.
-pub async fn callback(State(state): State<AppState>, Query(query): Query<Callback>) -> Response {
+pub(crate) async fn callback(
+    State(state): State<AppState>,
+    Query(query): Query<Callback>,
+) -> Response {
     if state.forges.github_configured() {
         return already_configured();
     }

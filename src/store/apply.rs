@@ -16,30 +16,29 @@ use std::collections::HashMap;
 
 /// A run to start for a merged pull request.
 #[derive(Debug, Clone)]
-pub struct NewApplyRun {
-    pub repo: RepoRef,
-    pub pr: PrNumber,
-    pub merge_sha: CommitSha,
+pub(crate) struct NewApplyRun {
+    pub(crate) repo: RepoRef,
+    pub(crate) pr: PrNumber,
+    pub(crate) merge_sha: CommitSha,
     /// The merge commit's first parent: what the base was when it merged.
-    pub base_sha: CommitSha,
+    pub(crate) base_sha: CommitSha,
     /// The plan whose change set the pull request's approval binds.
-    pub plan_id: i64,
-    pub digest: String,
+    pub(crate) plan_id: i64,
+    pub(crate) digest: String,
 }
 
 #[derive(Debug, Clone)]
-pub struct ApplyRunRecord {
-    pub id: i64,
-    pub repo: RepoRef,
-    pub pr: PrNumber,
-    pub merge_sha: CommitSha,
-    pub base_sha: CommitSha,
-    pub plan_id: i64,
-    pub digest: String,
-    pub status: RunStatus,
-    pub record: AttemptRecord,
-    pub check_id: Option<u64>,
-    pub updated_at: i64,
+pub(crate) struct ApplyRunRecord {
+    pub(crate) id: i64,
+    pub(crate) repo: RepoRef,
+    pub(crate) pr: PrNumber,
+    pub(crate) merge_sha: CommitSha,
+    pub(crate) base_sha: CommitSha,
+    pub(crate) plan_id: i64,
+    pub(crate) digest: String,
+    pub(crate) status: RunStatus,
+    pub(crate) record: AttemptRecord,
+    pub(crate) check_id: Option<u64>,
 }
 
 macro_rules! run_columns {
@@ -53,7 +52,10 @@ pub(super) use run_columns;
 impl Store {
     /// Starts the pull request's run unless it has one; answers the run and
     /// whether this call created it (a redelivered merge creates nothing).
-    pub async fn create_apply_run(&self, new: NewApplyRun) -> Result<(ApplyRunRecord, bool)> {
+    pub(crate) async fn create_apply_run(
+        &self,
+        new: NewApplyRun,
+    ) -> Result<(ApplyRunRecord, bool)> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let inserted = sqlx::query(
@@ -85,7 +87,11 @@ impl Store {
         Ok((run, inserted))
     }
 
-    pub async fn apply_run(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<ApplyRunRecord>> {
+    pub(crate) async fn apply_run(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+    ) -> Result<Option<ApplyRunRecord>> {
         let row = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -101,7 +107,7 @@ impl Store {
     }
 
     /// Writes a run's status, attempt record and check in one statement.
-    pub async fn save_apply_run(&self, run: &ApplyRunRecord) -> Result<()> {
+    pub(crate) async fn save_apply_run(&self, run: &ApplyRunRecord) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(
             "UPDATE apply_runs SET status = $2, record = $3, check_id = $4, updated_at = $5
@@ -120,7 +126,7 @@ impl Store {
 
     /// Takes the locks of `members` for `run_id`, all or none. When another
     /// run holds one, answers that member and the holder's pull request.
-    pub async fn lock_members(
+    pub(crate) async fn lock_members(
         &self,
         repo: &RepoId,
         run_id: i64,
@@ -165,7 +171,11 @@ impl Store {
     }
 
     /// The run holding `member`'s lock, if any.
-    pub async fn member_lock_holder(&self, repo: &RepoId, member: &str) -> Result<Option<i64>> {
+    pub(crate) async fn member_lock_holder(
+        &self,
+        repo: &RepoId,
+        member: &str,
+    ) -> Result<Option<i64>> {
         let row = sqlx::query(
             "SELECT run_id FROM member_locks WHERE forge = $1 AND repo = $2 AND member = $3",
         )
@@ -180,7 +190,11 @@ impl Store {
 
     /// Lets go of every lock `run_id` holds; answers the runs of the same
     /// repository that wait for a lock, to be resumed.
-    pub async fn unlock_members(&self, repo: &RepoId, run_id: i64) -> Result<Vec<ApplyRunRecord>> {
+    pub(crate) async fn unlock_members(
+        &self,
+        repo: &RepoId,
+        run_id: i64,
+    ) -> Result<Vec<ApplyRunRecord>> {
         {
             let _writer = self.writer.lock().await;
             sqlx::query("DELETE FROM member_locks WHERE run_id = $1")
@@ -209,7 +223,7 @@ impl Store {
     }
 
     /// Remembers what a member left deployed, for later plans to read.
-    pub async fn record_deployed(
+    pub(crate) async fn record_deployed(
         &self,
         repo: &RepoId,
         member: &str,
@@ -260,7 +274,7 @@ impl Store {
             .collect()
     }
 
-    pub async fn plan(&self, id: i64) -> Result<Option<PlanRecord>> {
+    pub(crate) async fn plan(&self, id: i64) -> Result<Option<PlanRecord>> {
         let row = sqlx::query(concat!(
             "SELECT ",
             plan_columns!(),
@@ -297,6 +311,5 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
             .try_get::<Option<i64>, _>("check_id")?
             .map(|id| to_u64(id, "check id"))
             .transpose()?,
-        updated_at: row.try_get("updated_at")?,
     })
 }

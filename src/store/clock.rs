@@ -1,16 +1,17 @@
 //! The store's notion of "now", in unix milliseconds. Injected so that leases
 //! and retry backoff can be tested by moving time instead of sleeping.
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub trait Clock: Send + Sync {
+pub(crate) trait Clock: Send + Sync {
     fn now_ms(&self) -> i64;
 }
 
 /// Wall-clock time.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
@@ -22,28 +23,31 @@ impl Clock for SystemClock {
     }
 }
 
+#[cfg(test)]
 /// A clock that only moves when told to.
 #[derive(Debug, Default)]
-pub struct ManualClock {
+pub(crate) struct ManualClock {
     now_ms: AtomicI64,
 }
 
+#[cfg(test)]
 impl ManualClock {
-    pub fn new(start_ms: i64) -> Self {
+    pub(crate) fn new(start_ms: i64) -> Self {
         Self {
             now_ms: AtomicI64::new(start_ms),
         }
     }
 
-    pub fn advance(&self, ms: i64) {
+    pub(crate) fn advance(&self, ms: i64) {
         self.now_ms.fetch_add(ms, Ordering::SeqCst);
     }
 
-    pub fn set(&self, ms: i64) {
+    pub(crate) fn set(&self, ms: i64) {
         self.now_ms.store(ms, Ordering::SeqCst);
     }
 }
 
+#[cfg(test)]
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)

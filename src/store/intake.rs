@@ -18,14 +18,14 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 const MAX_BATCH: usize = 128;
 
 pub(super) struct Item {
-    pub delivery: NewDelivery,
-    pub job: Option<NewJob>,
-    pub head: Option<PrHead>,
+    pub(crate) delivery: NewDelivery,
+    pub(crate) job: Option<NewJob>,
+    pub(crate) head: Option<PrHead>,
 }
 
 pub(super) struct Request {
-    pub item: Item,
-    pub reply: oneshot::Sender<Result<Intake>>,
+    pub(crate) item: Item,
+    pub(crate) reply: oneshot::Sender<Result<Intake>>,
 }
 
 /// Starts the writer; it ends when the last sender (every `Store` clone) is gone.

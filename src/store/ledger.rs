@@ -158,7 +158,7 @@ impl Store {
     }
 
     /// Each repository's newest signed fact (by seq), sorted by repository.
-    pub async fn newest_signed_facts(&self) -> Result<Vec<Fact>> {
+    pub(crate) async fn newest_signed_facts(&self) -> Result<Vec<Fact>> {
         sqlx::query(concat!(
             "SELECT ",
             fact_columns!(),
@@ -177,7 +177,7 @@ impl Store {
     /// The record of when signing with `key` began, made now (with every
     /// repository's head) unless there is one: in one write transaction,
     /// so replicas starting together make one between them.
-    pub async fn start_signing(&self, key: &LedgerKey) -> Result<SigningStart> {
+    pub(crate) async fn start_signing(&self, key: &LedgerKey) -> Result<SigningStart> {
         let _writer = self.writer.lock().await;
         let mut tx = self.begin_write().await?;
         if self.backend == super::Backend::Postgres {

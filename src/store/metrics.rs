@@ -7,19 +7,19 @@ use anyhow::{Context, Result};
 
 /// Counts read from the store for one scrape.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StoreFigures {
+pub(crate) struct StoreFigures {
     /// Jobs queued, running or dead, by status (a status with none is absent).
-    pub jobs: Vec<(String, i64)>,
+    pub(crate) jobs: Vec<(String, i64)>,
     /// The oldest queued job's age in milliseconds (0 when none is queued).
-    pub oldest_queued_ms: i64,
+    pub(crate) oldest_queued_ms: i64,
     /// Ledger facts by kind.
-    pub facts: Vec<(String, i64)>,
+    pub(crate) facts: Vec<(String, i64)>,
     /// Apply runs by status.
-    pub apply_runs: Vec<(String, i64)>,
+    pub(crate) apply_runs: Vec<(String, i64)>,
 }
 
 impl Store {
-    pub async fn figures(&self) -> Result<StoreFigures> {
+    pub(crate) async fn figures(&self) -> Result<StoreFigures> {
         // Finished jobs pile up; these statuses are a range of the
         // (status, run_after) index, never a scan of the whole table.
         let jobs = sqlx::query_as::<_, (String, i64)>(
@@ -56,7 +56,7 @@ impl Store {
 
     /// The forge's id of the delivery that caused `job` (none for a job the
     /// bot enqueued itself, e.g. an apply an approval let go on).
-    pub async fn job_delivery(&self, job: JobId) -> Result<Option<String>> {
+    pub(crate) async fn job_delivery(&self, job: JobId) -> Result<Option<String>> {
         let row = sqlx::query_as::<_, (String,)>(
             "SELECT d.delivery_id FROM jobs j JOIN deliveries d ON d.id = j.delivery_id
              WHERE j.id = $1",

@@ -13,11 +13,13 @@ mod reconcile;
 mod redeliveries;
 mod sql;
 
-pub use apply::{ApplyRunRecord, NewApplyRun};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub(crate) use apply::{ApplyRunRecord, NewApplyRun};
+#[cfg(test)]
+pub(crate) use clock::ManualClock;
+pub(crate) use clock::{Clock, SystemClock};
 pub use db::Backend;
-pub use metrics::StoreFigures;
-pub use reconcile::Still;
+pub(crate) use metrics::StoreFigures;
+pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
@@ -27,7 +29,7 @@ use std::time::Duration;
 
 /// Errors a caller may want to branch on; everything else is `anyhow`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error(
         "database schema version {found} is newer than this wavegate (knows {known}): upgrade wavegate"
     )]
@@ -63,25 +65,25 @@ pub enum Intake {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
-    pub kind: String,
+    pub(crate) kind: String,
     /// Jobs with the same key (e.g. one pull request) run one at a time, in order.
-    pub queue_key: String,
-    pub payload: serde_json::Value,
+    pub(crate) queue_key: String,
+    pub(crate) payload: serde_json::Value,
     pub max_attempts: u32,
     /// What the job takes up once only, whichever path finds it first (the
     /// webhook or the reconciliation sweep): `comment:<id>` or
     /// `review:<id>:<state>`. The job is enqueued only with its row in
     /// `commands_seen`, in one transaction.
-    pub once: Option<Once>,
+    pub(crate) once: Option<Once>,
 }
 
 /// A comment or review state whose commands run once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Once {
-    pub repo: RepoId,
-    pub pr: PrNumber,
+pub(crate) struct Once {
+    pub(crate) repo: RepoId,
+    pub(crate) pr: PrNumber,
     /// `comment:<id>` or `review:<id>:<state>`.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -106,7 +108,7 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
@@ -116,7 +118,7 @@ impl JobStatus {
         }
     }
 
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         [
             JobStatus::Queued,
             JobStatus::Running,
@@ -137,33 +139,33 @@ impl fmt::Display for JobStatus {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Job {
-    pub id: JobId,
+    pub(crate) id: JobId,
     pub kind: String,
-    pub queue_key: String,
-    pub payload: serde_json::Value,
+    pub(crate) queue_key: String,
+    pub(crate) payload: serde_json::Value,
     pub status: JobStatus,
     pub attempts: u32,
-    pub max_attempts: u32,
-    pub run_after: i64,
+    pub(crate) max_attempts: u32,
+    pub(crate) run_after: i64,
     /// The worker running it, or the last one that did.
     pub lease_owner: Option<String>,
-    pub lease_until: Option<i64>,
+    pub(crate) lease_until: Option<i64>,
     pub last_error: Option<String>,
     /// Why a job was skipped.
     pub outcome: Option<String>,
-    pub created_at: i64,
-    pub updated_at: i64,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobOutcome {
+pub(crate) enum JobOutcome {
     Done,
     /// Nothing to do, with the reason (e.g. "superseded by <sha>").
     Skipped(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailOutcome {
+pub(crate) enum FailOutcome {
     /// Queued again, runnable from `at` (unix ms).
     Retry {
         at: i64,
@@ -186,33 +188,33 @@ pub struct PrHead {
 
 /// Who pushed a head of a pull request, as its push event said.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Pusher {
-    pub head_sha: CommitSha,
-    pub id: u64,
-    pub login: String,
+pub(crate) struct Pusher {
+    pub(crate) head_sha: CommitSha,
+    pub(crate) id: u64,
+    pub(crate) login: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PrRecord {
-    pub repo: RepoId,
-    pub pr: PrNumber,
+    pub(crate) repo: RepoId,
+    pub(crate) pr: PrNumber,
     pub head_sha: CommitSha,
-    pub base_ref: String,
+    pub(crate) base_ref: String,
     pub open: bool,
-    pub report_comment_id: Option<u64>,
-    pub check_id: Option<u64>,
+    pub(crate) report_comment_id: Option<u64>,
+    pub(crate) check_id: Option<u64>,
     /// The head the posted report describes (may lag `head_sha` while re-planning).
     pub report_head: Option<CommitSha>,
-    pub report_digest: Option<String>,
+    pub(crate) report_digest: Option<String>,
     pub report_status: Option<String>,
     /// Who pushed the newest head a push event named (it may be an older
     /// head than `head_sha` when a later one came another way).
-    pub pusher: Option<Pusher>,
+    pub(crate) pusher: Option<Pusher>,
 }
 
 impl PrRecord {
     /// Who pushed `head`, when wavegate heard of its push.
-    pub fn pusher_of(&self, head: &CommitSha) -> Option<&str> {
+    pub(crate) fn pusher_of(&self, head: &CommitSha) -> Option<&str> {
         self.pusher
             .as_ref()
             .filter(|p| &p.head_sha == head)
@@ -231,28 +233,28 @@ pub struct PrReport {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct NewPlan {
-    pub repo: RepoId,
-    pub pr: PrNumber,
-    pub head_sha: CommitSha,
-    pub base_sha: CommitSha,
-    pub digest: Option<String>,
-    pub change_set: serde_json::Value,
+pub(crate) struct NewPlan {
+    pub(crate) repo: RepoId,
+    pub(crate) pr: PrNumber,
+    pub(crate) head_sha: CommitSha,
+    pub(crate) base_sha: CommitSha,
+    pub(crate) digest: Option<String>,
+    pub(crate) change_set: serde_json::Value,
     /// The report as posted, without its approvals section.
-    pub report: String,
+    pub(crate) report: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PlanRecord {
-    pub id: i64,
-    pub repo: RepoId,
-    pub pr: PrNumber,
-    pub head_sha: CommitSha,
-    pub base_sha: CommitSha,
-    pub digest: Option<String>,
-    pub change_set: serde_json::Value,
-    pub created_at: i64,
-    pub report: String,
+pub(crate) struct PlanRecord {
+    pub(crate) id: i64,
+    pub(crate) repo: RepoId,
+    pub(crate) pr: PrNumber,
+    pub(crate) head_sha: CommitSha,
+    pub(crate) base_sha: CommitSha,
+    pub(crate) digest: Option<String>,
+    pub(crate) change_set: serde_json::Value,
+    pub(crate) created_at: i64,
+    pub(crate) report: String,
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(5);
@@ -260,7 +262,7 @@ const LONGEST_RETRY: Duration = Duration::from_secs(10 * 60);
 
 /// How long a job waits before its next try after `attempts` failed ones:
 /// 5 s, doubling each time, never more than 10 minutes.
-pub fn backoff(attempts: u32) -> Duration {
+pub(crate) fn backoff(attempts: u32) -> Duration {
     let doublings = attempts.saturating_sub(1).min(31);
     FIRST_RETRY
         .checked_mul(1 << doublings)

@@ -24,7 +24,7 @@ const QUEUE_LOCK_SPACE: i32 = 7_420_002;
 /// What must still hold when reconciliation enqueues a job, besides the
 /// pull request's queue being idle (no job of its queue key queued or running).
 #[derive(Debug, Clone, Copy)]
-pub enum Still<'a> {
+pub(crate) enum Still<'a> {
     /// Nothing more (an apply run to resume).
     Idle,
     /// The pull request is open, and its report is not of `head` or the
@@ -61,7 +61,7 @@ impl Store {
     }
 
     /// Every repository the bot has run a job for, by id.
-    pub async fn repositories(&self) -> Result<HashMap<RepoId, RepoRef>> {
+    pub(crate) async fn repositories(&self) -> Result<HashMap<RepoId, RepoRef>> {
         let rows = sqlx::query("SELECT forge, repo, repo_ref FROM repositories")
             .fetch_all(&self.pool)
             .await
@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// Every pull request the store knows as open.
-    pub async fn open_prs(&self) -> Result<Vec<PrRecord>> {
+    pub(crate) async fn open_prs(&self) -> Result<Vec<PrRecord>> {
         sqlx::query(concat!(
             "SELECT ",
             pr_columns!(),
@@ -94,7 +94,7 @@ impl Store {
 
     /// The queue keys with a job queued or running (a running job whose
     /// lease expired included: it is claimed again, not lost).
-    pub async fn busy_queue_keys(&self) -> Result<HashSet<String>> {
+    pub(crate) async fn busy_queue_keys(&self) -> Result<HashSet<String>> {
         let rows = sqlx::query_as::<_, (String,)>(
             "SELECT DISTINCT queue_key FROM jobs WHERE status IN ('queued', 'running')",
         )
@@ -105,7 +105,7 @@ impl Store {
     }
 
     /// The apply runs running or waiting, oldest first.
-    pub async fn unfinished_apply_runs(&self) -> Result<Vec<ApplyRunRecord>> {
+    pub(crate) async fn unfinished_apply_runs(&self) -> Result<Vec<ApplyRunRecord>> {
         sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -120,7 +120,7 @@ impl Store {
     }
 
     /// Marks a pull request closed; false when the store knew it so already.
-    pub async fn mark_pr_closed(&self, repo: &RepoId, pr: PrNumber) -> Result<bool> {
+    pub(crate) async fn mark_pr_closed(&self, repo: &RepoId, pr: PrNumber) -> Result<bool> {
         let _writer = self.writer.lock().await;
         let closed = sqlx::query(
             "UPDATE pull_requests SET is_open = 0, updated_at = $4
@@ -140,7 +140,11 @@ impl Store {
     /// Enqueues `job` if its queue is idle and `still` holds, all in one
     /// transaction; answers the new job, or None when nothing was enqueued
     /// (another replica's sweep, a webhook or a worker got there first).
-    pub async fn enqueue_reconciled(&self, job: NewJob, still: Still<'_>) -> Result<Option<JobId>> {
+    pub(crate) async fn enqueue_reconciled(
+        &self,
+        job: NewJob,
+        still: Still<'_>,
+    ) -> Result<Option<JobId>> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let mut tx = self.begin_write().await?;
@@ -214,7 +218,7 @@ impl Store {
     /// already (by a webhook, an earlier sweep or another replica): the
     /// `commands_seen` row and the job are written in one transaction.
     /// Answers the new job, or None when the source was seen.
-    pub async fn enqueue_once(&self, job: NewJob) -> Result<Option<JobId>> {
+    pub(crate) async fn enqueue_once(&self, job: NewJob) -> Result<Option<JobId>> {
         let once = job
             .once
             .clone()
@@ -248,7 +252,7 @@ impl Store {
     }
 
     /// Whether a comment or review state was taken up already.
-    pub async fn was_seen(&self, once: &Once) -> Result<bool> {
+    pub(crate) async fn was_seen(&self, once: &Once) -> Result<bool> {
         let row = sqlx::query(
             "SELECT 1 FROM commands_seen WHERE forge = $1 AND repo = $2 AND source = $3",
         )
@@ -263,7 +267,7 @@ impl Store {
 
     /// Records a comment or review state as taken up (by a job that found
     /// it itself); false when it was already.
-    pub async fn mark_seen(&self, once: &Once) -> Result<bool> {
+    pub(crate) async fn mark_seen(&self, once: &Once) -> Result<bool> {
         let _writer = self.writer.lock().await;
         let fresh = sqlx::query(
             "INSERT INTO commands_seen (forge, repo, source, number, recorded_at)
@@ -282,7 +286,11 @@ impl Store {
     }
 
     /// The comment and review sources of a pull request taken up so far.
-    pub async fn commands_seen(&self, repo: &RepoId, pr: PrNumber) -> Result<HashSet<String>> {
+    pub(crate) async fn commands_seen(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+    ) -> Result<HashSet<String>> {
         let rows = sqlx::query_as::<_, (String,)>(
             "SELECT source FROM commands_seen WHERE forge = $1 AND repo = $2 AND number = $3",
         )
@@ -311,7 +319,10 @@ impl Store {
     }
 
     /// Every pull request's comment mark in the repository (open or not).
-    pub async fn comment_marks(&self, repo: &RepoId) -> Result<HashMap<PrNumber, Option<i64>>> {
+    pub(crate) async fn comment_marks(
+        &self,
+        repo: &RepoId,
+    ) -> Result<HashMap<PrNumber, Option<i64>>> {
         let rows = sqlx::query_as::<_, (i64, Option<i64>)>(
             "SELECT number, comments_since FROM pull_requests WHERE forge = $1 AND repo = $2",
         )
@@ -331,7 +342,7 @@ impl Store {
 
     /// Moves every pull request's comment mark in the repository forward to
     /// `to`: the repository's comments were read up to there.
-    pub async fn advance_repo_comment_marks(&self, repo: &RepoId, to: i64) -> Result<()> {
+    pub(crate) async fn advance_repo_comment_marks(&self, repo: &RepoId, to: i64) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(
             "UPDATE pull_requests SET comments_since = $3
@@ -347,9 +358,15 @@ impl Store {
         Ok(())
     }
 
+    #[cfg(test)]
     /// Moves the mark of how far the comments were read forward to `to`
     /// (never back: replicas sweeping at once may finish in any order).
-    pub async fn advance_comments_since(&self, repo: &RepoId, pr: PrNumber, to: i64) -> Result<()> {
+    pub(crate) async fn advance_comments_since(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+        to: i64,
+    ) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(
             "UPDATE pull_requests SET comments_since = $4

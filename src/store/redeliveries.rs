@@ -16,7 +16,7 @@ const IN_LIST_CHUNK: usize = 500;
 impl Store {
     /// Of `delivery_ids`, those recorded as `forge`'s deliveries, whichever
     /// hook or installation they came through.
-    pub async fn recorded_deliveries(
+    pub(crate) async fn recorded_deliveries(
         &self,
         forge: ForgeKind,
         delivery_ids: &[String],
@@ -41,7 +41,7 @@ impl Store {
     }
 
     /// Of `guids`, those whose redelivery was asked for already.
-    pub async fn redeliveries_asked(&self, guids: &[String]) -> Result<HashSet<String>> {
+    pub(crate) async fn redeliveries_asked(&self, guids: &[String]) -> Result<HashSet<String>> {
         let mut asked = HashSet::new();
         for chunk in guids.chunks(IN_LIST_CHUNK) {
             let sql = format!(
@@ -64,7 +64,7 @@ impl Store {
     /// Claims asking for `guid`'s redelivery (by its failed attempt
     /// `delivery_id`): true for the one caller whose insert made the row,
     /// which then asks; false when it was claimed before.
-    pub async fn claim_redelivery(&self, guid: &str, delivery_id: u64) -> Result<bool> {
+    pub(crate) async fn claim_redelivery(&self, guid: &str, delivery_id: u64) -> Result<bool> {
         let _writer = self.writer.lock().await;
         let made = sqlx::query(
             "INSERT INTO redeliveries (guid, delivery_id, asked_at) VALUES ($1, $2, $3)

@@ -237,7 +237,7 @@ impl Store {
         Self::open_with_clock(url, Arc::new(SystemClock)).await
     }
 
-    pub async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
+    pub(crate) async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
         Self::connect(url, clock, true).await
     }
 
@@ -339,7 +339,7 @@ impl Store {
         Ok(self)
     }
 
-    pub fn backend(&self) -> Backend {
+    pub(crate) fn backend(&self) -> Backend {
         self.backend
     }
 
@@ -359,7 +359,7 @@ impl Store {
 
     /// Whether the database answered this process within `window`: it is
     /// there, if busy. Every worker's claim marks it, so it is fresh.
-    pub fn answered_within(&self, window: Duration) -> bool {
+    pub(crate) fn answered_within(&self, window: Duration) -> bool {
         self.answered
             .lock()
             .ok()
@@ -457,7 +457,7 @@ impl Store {
         Ok(count > 0)
     }
 
-    pub async fn ping(&self) -> Result<()> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .fetch_one(&self.pool)
             .await
@@ -467,7 +467,7 @@ impl Store {
     }
 
     /// The newest migration applied to the database (0 when none).
-    pub async fn schema_version(&self) -> Result<i64> {
+    pub(crate) async fn schema_version(&self) -> Result<i64> {
         let version: i64 = sqlx::query(
             "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success = TRUE",
         )
@@ -515,7 +515,7 @@ impl Store {
 
     /// Enqueues a job that is not claimed before `run_after` (ms since the
     /// epoch). Later jobs of its queue wait behind it.
-    pub async fn enqueue_at(&self, job: NewJob, run_after: i64) -> Result<JobId> {
+    pub(crate) async fn enqueue_at(&self, job: NewJob, run_after: i64) -> Result<JobId> {
         let _writer = self.writer.lock().await;
         let mut conn = self.pool.acquire().await?;
         let now = self.now();
@@ -527,7 +527,7 @@ impl Store {
     /// one queue key run one at a time, in id order. A job that would exceed
     /// its max_attempts (its leases kept expiring) is dead-lettered instead,
     /// and the next one is tried.
-    pub async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Job>> {
+    pub(crate) async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Job>> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let lease_until = now.saturating_add(millis(lease));
@@ -594,7 +594,12 @@ impl Store {
 
     /// Pushes the lease out to now + `lease`; false when `worker` no longer
     /// holds the job.
-    pub async fn extend_lease(&self, id: JobId, worker: &str, lease: Duration) -> Result<bool> {
+    pub(crate) async fn extend_lease(
+        &self,
+        id: JobId,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<bool> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let extended = sqlx::query(
@@ -614,7 +619,12 @@ impl Store {
 
     /// Finishes a job `worker` holds; `StoreError::LeaseNotHeld` when it does
     /// not (another worker took it over, or it already finished).
-    pub async fn complete(&self, id: JobId, worker: &str, outcome: JobOutcome) -> Result<()> {
+    pub(crate) async fn complete(
+        &self,
+        id: JobId,
+        worker: &str,
+        outcome: JobOutcome,
+    ) -> Result<()> {
         let _writer = self.writer.lock().await;
         let (status, reason) = match outcome {
             JobOutcome::Done => (JobStatus::Done, None),
@@ -643,7 +653,7 @@ impl Store {
     /// `backoff(attempts)`, or dead once it has had max_attempts; the error
     /// is kept either way. `StoreError::LeaseNotHeld` when `worker` does not
     /// hold the job.
-    pub async fn fail(&self, id: JobId, worker: &str, error: &str) -> Result<FailOutcome> {
+    pub(crate) async fn fail(&self, id: JobId, worker: &str, error: &str) -> Result<FailOutcome> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let mut tx = self.begin_write().await?;
@@ -791,7 +801,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn save_plan(&self, plan: NewPlan) -> Result<i64> {
+    pub(crate) async fn save_plan(&self, plan: NewPlan) -> Result<i64> {
         let _writer = self.writer.lock().await;
         let id: i64 = sqlx::query(
             "INSERT INTO plans (forge, repo, number, head_sha, base_sha, digest, change_set,
@@ -816,7 +826,11 @@ impl Store {
     }
 
     /// The most recently saved plan of a pull request.
-    pub async fn latest_plan(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<PlanRecord>> {
+    pub(crate) async fn latest_plan(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+    ) -> Result<Option<PlanRecord>> {
         let row = sqlx::query(concat!(
             "SELECT ",
             plan_columns!(),

@@ -7,13 +7,13 @@ use tempfile::TempDir;
 
 /// A database one test owns, by URL.
 pub(super) struct TestDatabase {
-    pub url: String,
+    pub(crate) url: String,
     _dir: TempDir,
     _postgres: Option<PostgresDatabase>,
 }
 
 impl TestDatabase {
-    pub async fn new(backend: Backend) -> Self {
+    pub(crate) async fn new(backend: Backend) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (url, postgres) = match backend {
             Backend::Sqlite => (

@@ -14,7 +14,7 @@ mod handlers;
 use ctx::JobCtx;
 use handlers::CommentIn;
 pub mod reconcile;
-pub mod redeliver;
+pub(crate) mod redeliver;
 
 /// Characters of the report kept for the approvals section.
 use crate::config::BaseRules;
@@ -109,7 +109,7 @@ fn claim_backoff(failures: u32, poll: Duration) -> Duration {
 
 impl Worker {
     /// Runs jobs until `shutdown` turns true; the job in hand is finished first.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+    pub(crate) async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
         let mut failures = 0u32;
         loop {

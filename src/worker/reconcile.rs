@@ -56,7 +56,7 @@ use tokio::sync::{watch, Notify};
 
 /// What reconciling one open pull request calls for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Its head or base moved since the report: plan it as the forge has it.
     Plan,
     /// Merged, and no apply run exists: start one on the merge commit.
@@ -67,7 +67,7 @@ pub enum Action {
 
 /// The pure decision for a pull request the store knows as open, given the
 /// forge's answer and whether it has an apply run. None: nothing to do.
-pub fn reconcile_decision(
+pub(crate) fn reconcile_decision(
     known: &PrRecord,
     forge: &PullRequest,
     state: &PrState,
@@ -88,7 +88,7 @@ pub fn reconcile_decision(
 
 /// What the sweep makes of a comment it listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Heard {
+pub(crate) enum Heard {
     /// New: its commands run (as its webhook would have run them).
     Run,
     /// Taken up already, by its webhook or an earlier sweep.
@@ -108,7 +108,11 @@ pub enum Heard {
 /// The pure decision for one listed comment, given how far the sweep had
 /// read the pull request's comments (`since`, unix ms) and the sources
 /// taken up so far (`seen`, `comment:<id>`).
-pub fn comment_heard(since: Option<i64>, seen: &HashSet<String>, comment: &Comment) -> Heard {
+pub(crate) fn comment_heard(
+    since: Option<i64>,
+    seen: &HashSet<String>,
+    comment: &Comment,
+) -> Heard {
     let Some(written) = comment.created_at else {
         return Heard::Undated;
     };
@@ -128,7 +132,7 @@ pub fn comment_heard(since: Option<i64>, seen: &HashSet<String>, comment: &Comme
 /// The comments to run, oldest first, and where the mark moves: to the
 /// newest `updated_at` listed (the forge's clock, not ours; `since` is
 /// inclusive, so a comment from that second is listed again and found seen).
-pub fn comments_to_run<'a>(
+pub(crate) fn comments_to_run<'a>(
     since: Option<i64>,
     seen: &HashSet<String>,
     listed: &'a [Comment],
@@ -151,7 +155,7 @@ pub fn comments_to_run<'a>(
 
 /// What the sweep makes of a review it listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reviewed {
+pub(crate) enum Reviewed {
     /// New: its job runs (as its webhook's would have).
     Take,
     /// Taken up in this state already, by its webhook or an earlier sweep.
@@ -171,7 +175,11 @@ pub enum Reviewed {
 /// (`seen`, [`review_source`]). An approval is taken when it was submitted
 /// at or after the mark; a dismissal also when its approval was taken up
 /// (it was submitted before the mark, but dismissed since).
-pub fn review_taken(mark: Option<i64>, seen: &HashSet<String>, review: &ListedReview) -> Reviewed {
+pub(crate) fn review_taken(
+    mark: Option<i64>,
+    seen: &HashSet<String>,
+    review: &ListedReview,
+) -> Reviewed {
     if !matches!(review.state, ReviewState::Approved | ReviewState::Dismissed) {
         return Reviewed::NoCommand;
     }
@@ -196,9 +204,9 @@ pub fn review_taken(mark: Option<i64>, seen: &HashSet<String>, review: &ListedRe
 /// with it unchanged (a review from the same second as the change read
 /// first would not move `updated_at`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReviewsRead {
-    pub updated_at: Option<i64>,
-    pub confirmed: bool,
+pub(crate) struct ReviewsRead {
+    pub(crate) updated_at: Option<i64>,
+    pub(crate) confirmed: bool,
 }
 
 /// The pure choice of whether a sweep lists an open pull request's reviews
@@ -206,7 +214,7 @@ pub struct ReviewsRead {
 /// what this server's sweeps remember, None on its first; `mark`: the pull
 /// request's), and what to remember once they are read (or at once, when
 /// they are not to be).
-pub fn reviews_due(
+pub(crate) fn reviews_due(
     read: Option<ReviewsRead>,
     updated_at: Option<i64>,
     mark: Option<i64>,
@@ -232,7 +240,7 @@ pub fn reviews_due(
 /// look again (`until`) has come (`now`, ms); one waiting at a stage gate
 /// once that wait expired. Runs waiting for a person are otherwise left to
 /// that person.
-pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64) -> bool {
+pub(crate) fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64) -> bool {
     match (run.status, &run.record.wait) {
         (RunStatus::Running, _) => true,
         (RunStatus::Waiting, Some(Wait::Lock { .. })) => {
@@ -259,29 +267,29 @@ pub fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Sweep {
     /// Open pull requests compared with the forge.
-    pub checked: usize,
-    pub planned: usize,
-    pub applies_started: usize,
-    pub closed: usize,
-    pub runs_resumed: usize,
+    pub(crate) checked: usize,
+    pub(crate) planned: usize,
+    pub(crate) applies_started: usize,
+    pub(crate) closed: usize,
+    pub(crate) runs_resumed: usize,
     /// Comments whose webhook never came, taken up by the sweep.
-    pub comments: usize,
+    pub(crate) comments: usize,
     /// Approving and dismissed reviews whose webhook never came, taken up.
-    pub reviews: usize,
+    pub(crate) reviews: usize,
     /// Failed GitHub deliveries GitHub was asked to deliver again.
-    pub redelivered: usize,
+    pub(crate) redelivered: usize,
     /// Left alone: a job of theirs is queued or running.
-    pub busy: usize,
+    pub(crate) busy: usize,
     /// Open pull requests of repositories the bot has no way to reach yet
     /// (no job of theirs ran since the upgrade that records them).
-    pub unreachable: usize,
+    pub(crate) unreachable: usize,
     /// Requests the forges answered in full (they count against the budget).
-    pub requests: usize,
+    pub(crate) requests: usize,
     /// Requests answered 304, nothing changed (GitHub does not count them).
-    pub not_modified: usize,
+    pub(crate) not_modified: usize,
     /// Repositories left for the next sweep: their budget was at the floor
     /// kept for jobs.
-    pub deferred: usize,
+    pub(crate) deferred: usize,
     pub errors: usize,
 }
 
@@ -315,7 +323,7 @@ struct PullsPage {
 
 /// The pure choice of the repositories a sweep reads, in order: those the
 /// last sweep left for lack of budget first, then the rest by name.
-pub fn sweep_order(mut repos: Vec<RepoId>, deferred: &HashSet<RepoId>) -> Vec<RepoId> {
+pub(crate) fn sweep_order(mut repos: Vec<RepoId>, deferred: &HashSet<RepoId>) -> Vec<RepoId> {
     repos.sort_by(|a, b| {
         (!deferred.contains(a), a.forge.as_str(), &a.full_name).cmp(&(
             !deferred.contains(b),
@@ -330,7 +338,7 @@ pub fn sweep_order(mut repos: Vec<RepoId>, deferred: &HashSet<RepoId>) -> Vec<Re
 /// Where a repository's comment listing starts when the server has not
 /// read it yet: the earliest mark of the pull requests it sweeps for (a
 /// pull request without one: from the start).
-pub fn first_comments_since(marks: &[Option<i64>]) -> Option<i64> {
+pub(crate) fn first_comments_since(marks: &[Option<i64>]) -> Option<i64> {
     marks
         .iter()
         .try_fold(None::<i64>, |earliest, mark| {
@@ -389,14 +397,14 @@ const FAR_AWAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Sweeps the store against the forges; one per server.
 #[derive(Clone)]
 pub struct Reconciler {
-    pub store: Store,
-    pub forges: Arc<Forges>,
+    pub(crate) store: Store,
+    pub(crate) forges: Arc<Forges>,
     /// Notified when a job was enqueued.
-    pub wake: Arc<Notify>,
+    pub(crate) wake: Arc<Notify>,
     /// The share (0–1] of a forge's request budget a sweep may spend.
-    pub budget_share: f64,
+    pub(crate) budget_share: f64,
     /// Failed GitHub deliveries, and when this server last listed them.
-    pub redeliverer: Redeliverer,
+    pub(crate) redeliverer: Redeliverer,
     memory: Arc<tokio::sync::Mutex<Memory>>,
     /// When refusals last brought a redelivery pass forward.
     last_outage_pass: Arc<tokio::sync::Mutex<Option<Instant>>>,
@@ -427,7 +435,7 @@ impl Reconciler {
     /// sweep in progress is dropped: it only reads and enqueues). Between
     /// sweeps, a delivery the server could not record (`refused`) brings the
     /// redelivery pass forward to the moment the database answers again.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         every: Duration,
         refused: Arc<Notify>,
@@ -1190,7 +1198,6 @@ mod tests {
                 ..AttemptRecord::default()
             },
             check_id: None,
-            updated_at: 0,
         }
     }
 

@@ -24,27 +24,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long GitHub keeps an App's deliveries: the furthest back a listing reaches.
-pub const DELIVERIES_KEPT: Duration = Duration::from_secs(3 * 24 * 3600);
+pub(crate) const DELIVERIES_KEPT: Duration = Duration::from_secs(3 * 24 * 3600);
 /// Listed again before the last listing: deliveries GitHub dated a little
 /// before our clock read it, or logged after it answered.
-pub const LISTING_MARGIN: Duration = Duration::from_secs(5 * 60);
+pub(crate) const LISTING_MARGIN: Duration = Duration::from_secs(5 * 60);
 /// Most pages of 100 read in one sweep.
-pub const MOST_PAGES: usize = 10;
+pub(crate) const MOST_PAGES: usize = 10;
 
 /// A failed delivery to ask GitHub for again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Due {
-    pub guid: String,
+pub(crate) struct Due {
+    pub(crate) guid: String,
     /// The newest failed attempt's id.
-    pub delivery_id: u64,
-    pub event: String,
+    pub(crate) delivery_id: u64,
+    pub(crate) event: String,
 }
 
 /// The pure decision: of the listed attempts, grouped by event (guid), those
 /// to ask for again, oldest first. An event counts as delivered when any of
 /// its attempts was answered 2xx or the store `recorded` it; one whose
 /// redelivery was `asked` before is not asked again.
-pub fn redeliveries_due(
+pub(crate) fn redeliveries_due(
     listed: &[HookDelivery],
     recorded: &HashSet<String>,
     asked: &HashSet<String>,
@@ -80,7 +80,7 @@ pub fn redeliveries_due(
 
 /// From when (unix ms) to list: the last listing's start less the margin,
 /// or as far back as GitHub keeps deliveries.
-pub fn listing_since(last_listed: Option<i64>, now: i64) -> i64 {
+pub(crate) fn listing_since(last_listed: Option<i64>, now: i64) -> i64 {
     let kept = now - millis(DELIVERIES_KEPT);
     last_listed.map_or(kept, |last| (last - millis(LISTING_MARGIN)).max(kept))
 }
@@ -92,7 +92,7 @@ fn millis(duration: Duration) -> i64 {
 /// This server's memory of when it last listed the App's deliveries; one
 /// listing at a time.
 #[derive(Debug, Clone, Default)]
-pub struct Redeliverer {
+pub(crate) struct Redeliverer {
     last_listed: Arc<tokio::sync::Mutex<Option<i64>>>,
 }
 
@@ -100,7 +100,7 @@ impl Redeliverer {
     /// Lists the App's recent deliveries and asks for those due; answers how
     /// many were asked for. Nothing to do without a GitHub App. A refused
     /// or unanswered request is logged and not asked again.
-    pub async fn sweep(&self, store: &Store, forges: &Forges) -> Result<usize> {
+    pub(crate) async fn sweep(&self, store: &Store, forges: &Forges) -> Result<usize> {
         if !forges.github_configured() {
             return Ok(0);
         }

@@ -36,11 +36,11 @@ use std::ops::Range;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct CommandLine<'a> {
     /// 1-based.
-    pub line: usize,
+    pub(crate) line: usize,
     /// The whole line as written.
-    pub source: &'a str,
+    pub(crate) source: &'a str,
     /// From the `/` to the end of the line as written, HTML comments left out.
-    pub text: Cow<'a, str>,
+    pub(crate) text: Cow<'a, str>,
 }
 
 /// Every command line of `body`, in order.

@@ -18,11 +18,11 @@ use crate::worker::ctx::JobCtx;
 use anyhow::{Context, Result};
 
 /// A comment as the command job carries it.
-pub struct CommentIn<'a> {
-    pub id: u64,
-    pub author: &'a User,
-    pub body: &'a str,
-    pub written_at: Option<i64>,
+pub(crate) struct CommentIn<'a> {
+    pub(crate) id: u64,
+    pub(crate) author: &'a User,
+    pub(crate) body: &'a str,
+    pub(crate) written_at: Option<i64>,
 }
 
 /// What became of one command.

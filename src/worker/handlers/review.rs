@@ -17,11 +17,11 @@ use crate::worker::ctx::JobCtx;
 use anyhow::{Context, Result};
 
 /// A review as the review job carries it.
-pub struct ReviewIn<'a> {
-    pub id: u64,
-    pub author: &'a User,
-    pub state: ReviewState,
-    pub commit: Option<&'a CommitSha>,
+pub(crate) struct ReviewIn<'a> {
+    pub(crate) id: u64,
+    pub(crate) author: &'a User,
+    pub(crate) state: ReviewState,
+    pub(crate) commit: Option<&'a CommitSha>,
 }
 
 /// What became of a review a webhook brought without its id.
