@@ -4,6 +4,12 @@
 //! A plan command is someone else's program, so everything it writes is
 //! checked here and every defect becomes a [`PlanFileError`] that says what
 //! to fix. The digest is computed by wavegate, never taken from the file.
+//!
+//! Plan files run to many megabytes, and every plan reads one per member
+//! (issue 12), so validation makes no copies it does not keep: entries are
+//! sorted and checked for repeated addresses through a list of indices, and
+//! a path that is a plain key is kept as written, which is its normal form.
+//! The digest is streamed into SHA-256 ([`DigestWriter`]), never rendered.
 
 use super::path::ValuePath;
 use crate::model::canonical::{DigestWriter, NumberForm};
