@@ -34,6 +34,18 @@
 //! written before; their numbers are ids and times, where the rules agree) and
 //! config comparison (which must tell every two different values apart, and
 //! is never shown or stored).
+//!
+//! # Speed (issue 12)
+//!
+//! Plans of many megabytes are digested on every plan, so the writer avoids
+//! work that does not change a byte of the output: [`DigestWriter`] gathers
+//! its output in a buffer and hands SHA-256 large blocks instead of one call
+//! per token; strings are copied in runs between the characters that need an
+//! escape (all ASCII, so the scan is over bytes); and an object's keys are
+//! sorted only when they are not already in order. serde_json's map iterates
+//! in UTF-8 byte order, which is UTF-16 order except where a character from
+//! U+E000–U+FFFF meets one beyond U+FFFF ([`utf16_cmp`]), so the check is one
+//! comparison per key and the sort almost never runs.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -73,8 +85,14 @@ pub fn canonical_json_with(value: &Value, numbers: NumberForm) -> String {
 /// render into a string first. Writers of known shapes use it key by key.
 pub struct DigestWriter {
     hash: Sha256,
+    /// Output not hashed yet: hashing in large blocks is several times faster
+    /// than one `update` per token.
+    buffer: Vec<u8>,
     numbers: NumberForm,
 }
+
+/// How much output [`DigestWriter`] gathers before it hashes it.
+const DIGEST_BUFFER: usize = 32 * 1024;
 
 impl DigestWriter {
     /// A writer with RFC 8785 numbers.
@@ -86,12 +104,25 @@ impl DigestWriter {
     pub fn with_numbers(numbers: NumberForm) -> Self {
         Self {
             hash: Sha256::new(),
+            buffer: Vec::with_capacity(DIGEST_BUFFER),
             numbers,
         }
     }
 
+    fn bytes(&mut self, bytes: &[u8]) {
+        if self.buffer.len() + bytes.len() > DIGEST_BUFFER {
+            self.hash.update(&self.buffer);
+            self.buffer.clear();
+            if bytes.len() > DIGEST_BUFFER {
+                self.hash.update(bytes);
+                return;
+            }
+        }
+        self.buffer.extend_from_slice(bytes);
+    }
+
     pub fn raw(&mut self, text: &str) -> &mut Self {
-        self.hash.update(text.as_bytes());
+        self.bytes(text.as_bytes());
         self
     }
 
@@ -118,7 +149,20 @@ impl DigestWriter {
         self
     }
 
-    pub fn finish(self) -> String {
+    /// An array of strings, as [`Self::value`] writes `json!(items)`.
+    pub fn strings(&mut self, items: &[String]) -> &mut Self {
+        self.raw("[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.raw(",");
+            }
+            write_string(self, item);
+        }
+        self.raw("]")
+    }
+
+    pub fn finish(mut self) -> String {
+        self.hash.update(&self.buffer);
         format!("{DIGEST_PREFIX}{}", hex::encode(self.hash.finalize()))
     }
 }
@@ -131,7 +175,7 @@ impl Default for DigestWriter {
 
 impl std::fmt::Write for DigestWriter {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.hash.update(s.as_bytes());
+        self.bytes(s.as_bytes());
         Ok(())
     }
 }
@@ -199,45 +243,115 @@ fn write_object<W: std::fmt::Write>(
     map: &serde_json::Map<String, Value>,
     numbers: NumberForm,
 ) {
-    let mut keys: Vec<&String> = map.keys().collect();
-    keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+    let in_order = map
+        .keys()
+        .zip(map.keys().skip(1))
+        .all(|(a, b)| utf16_cmp(a, b).is_lt());
     let _ = out.write_char('{');
-    for (i, key) in keys.into_iter().enumerate() {
+    if in_order {
+        write_members(out, map.iter(), numbers);
+    } else {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_unstable_by(|a, b| utf16_cmp(a.0, b.0));
+        write_members(out, members.into_iter(), numbers);
+    }
+    let _ = out.write_char('}');
+}
+
+fn write_members<'v, W: std::fmt::Write>(
+    out: &mut W,
+    members: impl Iterator<Item = (&'v String, &'v Value)>,
+    numbers: NumberForm,
+) {
+    for (i, (key, value)) in members.enumerate() {
         if i > 0 {
             let _ = out.write_char(',');
         }
         write_string(out, key);
         let _ = out.write_char(':');
-        write_value(out, &map[key], numbers);
+        write_value(out, value, numbers);
     }
-    let _ = out.write_char('}');
+}
+
+/// Compares two strings by their UTF-16 code units (RFC 8785 §3.2.3), on
+/// their UTF-8 bytes. Byte order is code-point order, and UTF-16 order
+/// differs from it only where the first differing character is in
+/// U+E000–U+FFFF (lead byte 0xEE or 0xEF, one code unit at or above 0xE000)
+/// on one side and beyond U+FFFF (lead byte 0xF0 or above, a surrogate from
+/// 0xD800) on the other: then the order is reversed. Both strings agree up
+/// to the first differing byte, so their characters start at the same
+/// places and that byte is either both characters' lead byte or a
+/// continuation byte of two characters of the same length.
+fn utf16_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        None => a.len().cmp(&b.len()),
+        Some(i) => {
+            let (x, y) = (a[i], b[i]);
+            if x >= 0xee && y >= 0xee && (x >= 0xf0) != (y >= 0xf0) {
+                y.cmp(&x)
+            } else {
+                x.cmp(&y)
+            }
+        }
+    }
 }
 
 fn write_string<W: std::fmt::Write>(out: &mut W, s: &str) {
     let _ = out.write_char('"');
+    // Every character that needs an escape is ASCII, so scanning bytes finds
+    // them and the runs between them are whole characters.
+    let bytes = s.as_bytes();
     let mut plain = 0;
-    for (i, c) in s.char_indices() {
-        let escape = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
-            '\u{8}' => "\\b",
-            '\u{c}' => "\\f",
-            '\n' => "\\n",
-            '\r' => "\\r",
-            '\t' => "\\t",
-            c if (c as u32) < 0x20 => "",
-            _ => continue,
-        };
-        let _ = out.write_str(&s[plain..i]);
-        if escape.is_empty() {
-            let _ = write!(out, "\\u{:04x}", c as u32);
-        } else {
-            let _ = out.write_str(escape);
+    let mut i = 0;
+    while i < bytes.len() {
+        i += plain_prefix(&bytes[i..]);
+        let Some(&b) = bytes.get(i) else { break };
+        i += 1;
+        if !needs_escape(b) {
+            continue;
         }
-        plain = i + c.len_utf8();
+        let _ = out.write_str(&s[plain..i - 1]);
+        let _ = match b {
+            b'"' => out.write_str("\\\""),
+            b'\\' => out.write_str("\\\\"),
+            0x08 => out.write_str("\\b"),
+            0x0c => out.write_str("\\f"),
+            b'\n' => out.write_str("\\n"),
+            b'\r' => out.write_str("\\r"),
+            b'\t' => out.write_str("\\t"),
+            _ => write!(out, "\\u{:04x}", b),
+        };
+        plain = i;
     }
     let _ = out.write_str(&s[plain..]);
     let _ = out.write_char('"');
+}
+
+/// `"`, `\` and the control characters: what a JSON string must escape.
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// How many leading bytes, in whole 8-byte words, need no escape: a word at a
+/// time, with the usual bit tricks (`has_less` and `has_zero`, which may flag
+/// a word that holds no such byte above one that does, never miss one).
+fn plain_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let mut n = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let w = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+        let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+        if control | quote | backslash != 0 {
+            break;
+        }
+        n += 8;
+    }
+    n
 }
 
 /// The largest integer below which every integer is a double exactly (2^53).
@@ -383,6 +497,97 @@ mod tests {
         assert_eq!(
             canonical_json(&v),
             r#"{"a":"x","b":[1,{"a":true,"z":null}]}"#
+        );
+    }
+
+    #[test]
+    fn utf16_order_on_bytes_is_utf16_order() {
+        let chars = [
+            "",
+            "a",
+            "A",
+            "\r",
+            "\u{7f}",
+            "\u{80}",
+            "é",
+            "\u{7ff}",
+            "\u{800}",
+            "\u{20ac}",
+            "\u{d7ff}",
+            "\u{e000}",
+            "\u{fb33}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{1f600}",
+            "\u{10ffff}",
+        ];
+        let mut keys = Vec::new();
+        for a in chars {
+            for b in chars {
+                keys.push(format!("{a}{b}"));
+                keys.push(format!("k{a}x{b}"));
+            }
+        }
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(
+                    utf16_cmp(a, b),
+                    a.encode_utf16().cmp(b.encode_utf16()),
+                    "{a:?} against {b:?}"
+                );
+            }
+        }
+    }
+
+    /// The writer before the word-at-a-time scan, character by character.
+    fn escaped_char_by_char(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32).unwrap(),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    #[test]
+    fn strings_escape_alike_wherever_the_escape_falls_in_a_word() {
+        let specials = [
+            "\"", "\\", "\n", "\u{0}", "\u{1f}", "\u{7f}", " ", "~", "é", "😀", "\u{2028}",
+        ];
+        for len in 0..20 {
+            for at in 0..=len {
+                for special in specials {
+                    let text = format!("{}{special}{}", "a".repeat(at), "b".repeat(len - at));
+                    let mut written = String::new();
+                    write_string(&mut written, &text);
+                    assert_eq!(written, escaped_char_by_char(&text), "{text:?}");
+                }
+            }
+        }
+        let every: String = (0u32..0x100).filter_map(char::from_u32).collect();
+        let mut written = String::new();
+        write_string(&mut written, &every);
+        assert_eq!(written, escaped_char_by_char(&every));
+    }
+
+    #[test]
+    fn keys_out_of_utf16_order_are_sorted() {
+        // serde_json's map iterates in byte order, where U+1F600 comes after
+        // U+FB33; UTF-16 puts it first, so the writer must sort.
+        let v = json!({"k\u{fb33}": 1, "k\u{1f600}": 2, "k": 3});
+        assert_eq!(
+            canonical_json(&v),
+            "{\"k\":3,\"k\u{1f600}\":2,\"k\u{fb33}\":1}"
         );
     }
 

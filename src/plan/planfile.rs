@@ -4,11 +4,17 @@
 //! A plan command is someone else's program, so everything it writes is
 //! checked here and every defect becomes a [`PlanFileError`] that says what
 //! to fix. The digest is computed by wavegate, never taken from the file.
+//!
+//! Plan files run to many megabytes, and every plan reads one per member
+//! (issue 12), so validation makes no copies it does not keep: entries are
+//! sorted and checked for repeated addresses through a list of indices, and
+//! a path that is a plain key is kept as written, which is its normal form.
+//! The digest is streamed into SHA-256 ([`DigestWriter`]), never rendered.
 
 use super::path::ValuePath;
 use crate::model::canonical::{DigestWriter, NumberForm};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -250,6 +256,15 @@ impl MemberPlan {
     }
 
     fn from_raw(member: &str, raw: RawPlanFile) -> Result<Self, PlanFileError> {
+        // Entries are sorted by address through a list of indices (an entry is
+        // large to move), and that order finds a repeated address without a
+        // set of copies. A repeat is rare: then the entries are checked again
+        // in file order, so that the first defect in the file is the one named.
+        let mut order: Vec<usize> = (0..raw.entries.len()).collect();
+        order.sort_unstable_by(|&a, &b| raw.entries[a].address.cmp(&raw.entries[b].address));
+        let repeats = order
+            .windows(2)
+            .any(|w| raw.entries[w[0]].address == raw.entries[w[1]].address);
         let mut seen = BTreeSet::new();
         let mut entries = Vec::with_capacity(raw.entries.len());
         for (i, e) in raw.entries.into_iter().enumerate() {
@@ -258,7 +273,7 @@ impl MemberPlan {
                     "entries[{i}].address is empty"
                 )));
             }
-            if !seen.insert(e.address.clone()) {
+            if repeats && !seen.insert(e.address.clone()) {
                 return Err(PlanFileError::Invalid(format!(
                     "entries[{i}]: address `{}` appears twice; each address is planned once",
                     e.address
@@ -271,16 +286,21 @@ impl MemberPlan {
                     e.action.as_str()
                 )));
             }
-            entries.push(Entry {
-                unknown: normalise_paths(&e.unknown, &format!("entries[{i}].unknown"))?,
-                sensitive: normalise_paths(&e.sensitive, &format!("entries[{i}].sensitive"))?,
-                forced_by: normalise_paths(&e.forced_by, &format!("entries[{i}].forced_by"))?,
+            entries.push(Some(Entry {
+                unknown: normalise_paths(e.unknown, || format!("entries[{i}].unknown"))?,
+                sensitive: normalise_paths(e.sensitive, || format!("entries[{i}].sensitive"))?,
+                forced_by: normalise_paths(e.forced_by, || format!("entries[{i}].forced_by"))?,
                 address: e.address,
                 action: e.action,
                 after: e.after,
                 before: e.before,
-            });
+            }));
         }
+        // Addresses are unique here, so this is the order a sort by address gives.
+        let entries: Vec<Entry> = order
+            .into_iter()
+            .map(|i| entries[i].take().expect("each index once"))
+            .collect();
         let lists_no_change = !entries.iter().any(|e| e.action.changes());
         if raw.empty == Some(true) {
             if let Some(e) = entries.iter().find(|e| e.action.changes()) {
@@ -298,12 +318,11 @@ impl MemberPlan {
                 Some(empty) => !empty,
                 None => entries.is_empty(),
             };
-        entries.sort_by(|a, b| a.address.cmp(&b.address));
         let mut sensitive = raw.outputs.sensitive;
         sensitive.sort();
         sensitive.dedup();
         let outputs = Outputs {
-            unknown: normalise_paths(&raw.outputs.unknown, "outputs.unknown")?,
+            unknown: normalise_paths(raw.outputs.unknown, || "outputs.unknown".to_owned())?,
             known: raw.outputs.known,
             sensitive,
         };
@@ -343,7 +362,7 @@ impl MemberPlan {
         // Written key by key in canonical order (RFC 8785 sorts keys), straight
         // into the hash: plans can be large, and this is the hot path.
         let mut w = DigestWriter::with_numbers(numbers);
-        w.raw("{").key("denied").value(&json!(self.denied));
+        w.raw("{").key("denied").strings(&self.denied);
         w.raw(",")
             .key("destructive")
             .raw(if self.destructive { "true" } else { "false" });
@@ -359,13 +378,13 @@ impl MemberPlan {
                 w.raw(",").key("before").value(&e.before);
             }
             if !e.forced_by.is_empty() {
-                w.raw(",").key("forced_by").value(&json!(e.forced_by));
+                w.raw(",").key("forced_by").strings(&e.forced_by);
             }
             if !e.sensitive.is_empty() {
-                w.raw(",").key("sensitive").value(&json!(e.sensitive));
+                w.raw(",").key("sensitive").strings(&e.sensitive);
             }
             if !e.unknown.is_empty() {
-                w.raw(",").key("unknown").value(&json!(e.unknown));
+                w.raw(",").key("unknown").strings(&e.unknown);
             }
             w.raw("}");
         }
@@ -379,13 +398,11 @@ impl MemberPlan {
             .key("known")
             .object(&self.outputs.known);
         if !self.outputs.sensitive.is_empty() {
-            w.raw(",")
-                .key("sensitive")
-                .value(&json!(self.outputs.sensitive));
+            w.raw(",").key("sensitive").strings(&self.outputs.sensitive);
         }
         w.raw(",")
             .key("unknown")
-            .value(&json!(self.outputs.unknown))
+            .strings(&self.outputs.unknown)
             .raw("}");
         if self.opaque {
             w.raw(",").key("summary").string(&self.summary);
@@ -440,10 +457,24 @@ impl MemberPlan {
     }
 }
 
-fn normalise_paths(texts: &[String], field: &str) -> Result<Vec<String>, PlanFileError> {
+/// Paths in their normal spelling, sorted and deduplicated. A plain key
+/// (`id`, `user_data`) is its own normal spelling and needs no parse; most
+/// paths in a plan are one. `field` names the list in an error.
+fn normalise_paths(
+    texts: Vec<String>,
+    field: impl Fn() -> String,
+) -> Result<Vec<String>, PlanFileError> {
     let mut paths = Vec::with_capacity(texts.len());
     for t in texts {
-        let p = ValuePath::parse(t).map_err(|e| PlanFileError::Invalid(format!("{field}: {e}")))?;
+        if !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            paths.push(t);
+            continue;
+        }
+        let p = ValuePath::parse(&t)
+            .map_err(|e| PlanFileError::Invalid(format!("{}: {e}", field())))?;
         paths.push(p.to_string());
     }
     paths.sort();
@@ -465,6 +496,7 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse(text: &str) -> Result<MemberPlan, PlanFileError> {
         MemberPlan::parse("app@dev", text.as_bytes())
