@@ -1,21 +1,35 @@
-//! Prometheus metrics: a small registry every module records into, and the
-//! text exposition format (0.0.4) `GET /metrics` serves.
+//! Prometheus metrics: every metric wavegate exposes, declared in one place
+//! (name, help, type, labels, buckets) on the `prometheus-client` crate, and
+//! the text exposition format (0.0.4) `GET /metrics` serves.
 //!
-//! Every metric wavegate exposes is declared below, name and help in one
-//! place. A metric is a family of series told apart by labels (a few, with
-//! values from small fixed sets: never a repository or a user). Counters and
-//! gauges hold one number; histograms count observations into fixed buckets.
-//! Recording takes a read lock and updates atomics; a series is created (under
-//! the write lock) the first time its labels are seen.
+//! A metric is a family of series told apart by a typed label set (a few
+//! labels, with values from small fixed sets: never a repository or a
+//! user). The label structs list their fields in label-name order, which is
+//! the order they are exposed in. Counters are registered without their
+//! `_total` suffix: the encoder adds it, so the exposed names are the
+//! `wavegate_…_total` ones. The crate ends every help text with a full stop,
+//! so the texts below have none.
+//!
+//! Two registries: [`global`], which the process records into from start to
+//! exit, and [`Scraped`], the store's figures built afresh for each scrape.
+//! A labelled family is exposed once it has a series; a metric without
+//! labels (the intake histogram) from the start, at 0.
 //!
 //! This module imports nothing from the rest of the crate, so the domain may
 //! record into it (the plan runner times its commands) without depending on
 //! the edges.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, PoisonError, RwLock};
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::LazyLock;
+
+/// The content type of the text exposition format (0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Webhook intake: from the first byte read to the answer (milliseconds to seconds).
 const INTAKE_BUCKETS: &[f64] = &[
@@ -26,538 +40,381 @@ const RUN_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
-pub static DELIVERIES: Counter = Counter::new(
-    "wavegate_deliveries_total",
-    "Webhook deliveries by forge, event and how the intake answered (queued, recorded, duplicate, ignored, malformed, unauthorized, too_large, error).",
-);
-pub static INTAKE_DURATION: Histogram = Histogram::new(
-    "wavegate_intake_duration_seconds",
-    "Time from reading a delivery to answering it: verify, record, answer.",
-    INTAKE_BUCKETS,
-);
-pub static JOB_DURATION: Histogram = Histogram::new(
-    "wavegate_job_duration_seconds",
-    "Job attempts by kind and outcome (done, skipped, failed: retried later, dead: gave up, abandoned: lease lost).",
-    RUN_BUCKETS,
-);
-pub static COMMAND_DURATION: Histogram = Histogram::new(
-    "wavegate_command_duration_seconds",
-    "Plan, apply and outputs commands by kind and result (ok, failed, timeout).",
-    RUN_BUCKETS,
-);
-pub static FORGE_REQUESTS: Counter = Counter::new(
-    "wavegate_forge_requests_total",
-    "HTTP requests to the forge APIs by forge and answer status (`error`: no answer), retries counted one by one.",
-);
-pub static FORGE_RATE_LIMIT_REMAINING: Gauge = Gauge::new(
-    "wavegate_forge_rate_limit_remaining",
-    "Requests left in the forge's rate-limit window, from the last answer's x-ratelimit-remaining.",
-);
-pub static SWEEP_REQUESTS: Counter = Counter::new(
-    "wavegate_sweep_requests_total",
-    "Forge requests made by reconciliation sweeps, by answer: `counted` (answered in full, against the budget) or `not_modified` (304, free on GitHub).",
-);
-pub static SWEEP_LAST: Gauge = Gauge::new(
-    "wavegate_sweep_last",
-    "The last reconciliation sweep: its counted requests (`of=requests`), its 304s (`of=not_modified`) and the repositories it left for the next sweep to keep the budget's reserve (`of=deferred`).",
-);
-pub static QUEUE_DEPTH: Gauge = Gauge::new(
-    "wavegate_queue_depth",
-    "Jobs queued or running, read from the store at scrape time.",
-);
-pub static QUEUE_OLDEST_AGE: Gauge = Gauge::new(
-    "wavegate_queue_oldest_job_age_seconds",
-    "Age of the oldest queued job (0 when none), read from the store at scrape time.",
-);
-pub static JOBS_DEAD: Gauge = Gauge::new(
-    "wavegate_jobs_dead",
-    "Jobs that gave up after their last attempt, read from the store at scrape time.",
-);
-pub static LEDGER_FACTS: Gauge = Gauge::new(
-    "wavegate_ledger_facts",
-    "Gate ledger facts by kind, read from the store at scrape time.",
-);
-pub static APPLY_RUNS: Gauge = Gauge::new(
-    "wavegate_apply_runs",
-    "Apply runs by status, read from the store at scrape time.",
-);
-pub static STORE_READABLE: Gauge = Gauge::new(
-    "wavegate_store_readable",
-    "1 when the scrape could read the store's figures, 0 when it could not (they are left out).",
-);
+/// A family of histograms over [`RUN_BUCKETS`].
+pub type RunHistograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn run_histogram() -> Histogram {
+    Histogram::new(RUN_BUCKETS.iter().copied())
+}
+
+/// `wavegate_deliveries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeliveryLabels {
+    pub event: String,
+    pub forge: String,
+    pub outcome: String,
+}
+
+/// `wavegate_job_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub kind: String,
+    pub outcome: String,
+}
+
+/// `wavegate_command_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CommandLabels {
+    pub kind: String,
+    pub result: String,
+}
+
+/// `wavegate_forge_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForgeRequestLabels {
+    pub forge: String,
+    pub status: String,
+}
+
+/// `wavegate_forge_rate_limit_remaining`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForgeLabels {
+    pub forge: String,
+}
+
+/// `wavegate_sweep_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabels {
+    pub answer: String,
+}
+
+/// `wavegate_sweep_last`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OfLabels {
+    pub of: String,
+}
+
+/// `wavegate_ledger_facts`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+/// `wavegate_apply_runs`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: String,
+}
+
+/// What the process counts from start to exit.
+pub struct Metrics {
+    pub deliveries: Family<DeliveryLabels, Counter>,
+    pub intake_duration: Histogram,
+    pub job_duration: RunHistograms<JobLabels>,
+    pub command_duration: RunHistograms<CommandLabels>,
+    pub forge_requests: Family<ForgeRequestLabels, Counter>,
+    pub forge_rate_limit_remaining: Family<ForgeLabels, Gauge>,
+    pub sweep_requests: Family<AnswerLabels, Counter>,
+    pub sweep_last: Family<OfLabels, Gauge>,
+    registry: Registry,
+}
+
+impl Metrics {
+    /// A registry of its own (the process uses [`global`]; tests make theirs).
+    pub fn new() -> Self {
+        let metrics = Self {
+            deliveries: Family::default(),
+            intake_duration: Histogram::new(INTAKE_BUCKETS.iter().copied()),
+            job_duration: Family::new_with_constructor(run_histogram),
+            command_duration: Family::new_with_constructor(run_histogram),
+            forge_requests: Family::default(),
+            forge_rate_limit_remaining: Family::default(),
+            sweep_requests: Family::default(),
+            sweep_last: Family::default(),
+            registry: Registry::default(),
+        };
+        let mut registry = Registry::default();
+        registry.register(
+            "wavegate_deliveries",
+            "Webhook deliveries by forge, event and how the intake answered (queued, recorded, duplicate, ignored, malformed, unauthorized, too_large, error)",
+            metrics.deliveries.clone(),
+        );
+        registry.register(
+            "wavegate_intake_duration_seconds",
+            "Time from reading a delivery to answering it: verify, record, answer",
+            metrics.intake_duration.clone(),
+        );
+        registry.register(
+            "wavegate_job_duration_seconds",
+            "Job attempts by kind and outcome (done, skipped, failed: retried later, dead: gave up, abandoned: lease lost)",
+            metrics.job_duration.clone(),
+        );
+        registry.register(
+            "wavegate_command_duration_seconds",
+            "Plan, apply and outputs commands by kind and result (ok, failed, timeout)",
+            metrics.command_duration.clone(),
+        );
+        registry.register(
+            "wavegate_forge_requests",
+            "HTTP requests to the forge APIs by forge and answer status (`error`: no answer), retries counted one by one",
+            metrics.forge_requests.clone(),
+        );
+        registry.register(
+            "wavegate_forge_rate_limit_remaining",
+            "Requests left in the forge's rate-limit window, from the last answer's x-ratelimit-remaining",
+            metrics.forge_rate_limit_remaining.clone(),
+        );
+        registry.register(
+            "wavegate_sweep_requests",
+            "Forge requests made by reconciliation sweeps, by answer: `counted` (answered in full, against the budget) or `not_modified` (304, free on GitHub)",
+            metrics.sweep_requests.clone(),
+        );
+        registry.register(
+            "wavegate_sweep_last",
+            "The last reconciliation sweep: its counted requests (`of=requests`), its 304s (`of=not_modified`) and the repositories it left for the next sweep to keep the budget's reserve (`of=deferred`)",
+            metrics.sweep_last.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Every metric with a series, in the text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        render(&self.registry)
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// The registry the whole process records into.
-pub fn global() -> &'static Registry {
-    static GLOBAL: LazyLock<Registry> = LazyLock::new(Registry::new);
+pub fn global() -> &'static Metrics {
+    static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
     &GLOBAL
 }
 
-/// Label pairs as given at a call site; their order does not matter.
-pub type Labels<'a> = &'a [(&'static str, &'a str)];
-
-/// A monotonically increasing count.
-pub struct Counter {
-    name: &'static str,
-    help: &'static str,
+/// The store's figures for one scrape, read fresh each time so that every
+/// replica reports the same queue and ledger.
+pub struct Scraped {
+    pub store_readable: Gauge,
+    pub queue_depth: Gauge,
+    pub queue_oldest_age: Gauge<f64, AtomicU64>,
+    pub jobs_dead: Gauge,
+    pub ledger_facts: Family<KindLabels, Gauge>,
+    pub apply_runs: Family<StatusLabels, Gauge>,
+    registry: Registry,
 }
 
-impl Counter {
-    pub const fn new(name: &'static str, help: &'static str) -> Self {
-        Self { name, help }
-    }
-
-    pub fn inc(&self, labels: Labels<'_>) {
-        self.add_in(global(), labels, 1.0);
-    }
-
-    pub fn inc_by(&self, labels: Labels<'_>, count: usize) {
-        #[allow(clippy::cast_precision_loss)]
-        self.add_in(global(), labels, count as f64);
-    }
-
-    pub fn add_in(&self, registry: &Registry, labels: Labels<'_>, value: f64) {
-        debug_assert!(value >= 0.0, "{} only goes up", self.name);
-        registry
-            .series(self.name, self.help, Kind::Counter, &[], labels)
-            .value
-            .add(value);
-    }
-}
-
-/// A number that goes up and down.
-pub struct Gauge {
-    name: &'static str,
-    help: &'static str,
-}
-
-impl Gauge {
-    pub const fn new(name: &'static str, help: &'static str) -> Self {
-        Self { name, help }
-    }
-
-    pub fn set(&self, labels: Labels<'_>, value: f64) {
-        self.set_in(global(), labels, value);
-    }
-
-    pub fn set_in(&self, registry: &Registry, labels: Labels<'_>, value: f64) {
-        registry
-            .series(self.name, self.help, Kind::Gauge, &[], labels)
-            .value
-            .set(value);
-    }
-}
-
-/// Observations counted into fixed buckets, with their sum and count.
-pub struct Histogram {
-    name: &'static str,
-    help: &'static str,
-    /// Upper bounds, strictly increasing; `+Inf` is implied.
-    buckets: &'static [f64],
-}
-
-impl Histogram {
-    pub const fn new(name: &'static str, help: &'static str, buckets: &'static [f64]) -> Self {
-        Self {
-            name,
-            help,
-            buckets,
+impl Scraped {
+    /// `wavegate_store_readable`, and the figures only when the store could
+    /// be read (when it could not, they are left out rather than shown as 0).
+    pub fn new(readable: bool) -> Self {
+        let scraped = Self {
+            store_readable: Gauge::default(),
+            queue_depth: Gauge::default(),
+            queue_oldest_age: Gauge::default(),
+            jobs_dead: Gauge::default(),
+            ledger_facts: Family::default(),
+            apply_runs: Family::default(),
+            registry: Registry::default(),
+        };
+        scraped.store_readable.set(readable.into());
+        let mut registry = Registry::default();
+        if readable {
+            registry.register(
+                "wavegate_queue_depth",
+                "Jobs queued or running, read from the store at scrape time",
+                scraped.queue_depth.clone(),
+            );
+            registry.register(
+                "wavegate_queue_oldest_job_age_seconds",
+                "Age of the oldest queued job (0 when none), read from the store at scrape time",
+                scraped.queue_oldest_age.clone(),
+            );
+            registry.register(
+                "wavegate_jobs_dead",
+                "Jobs that gave up after their last attempt, read from the store at scrape time",
+                scraped.jobs_dead.clone(),
+            );
+            registry.register(
+                "wavegate_ledger_facts",
+                "Gate ledger facts by kind, read from the store at scrape time",
+                scraped.ledger_facts.clone(),
+            );
+            registry.register(
+                "wavegate_apply_runs",
+                "Apply runs by status, read from the store at scrape time",
+                scraped.apply_runs.clone(),
+            );
         }
-    }
-
-    pub fn observe(&self, labels: Labels<'_>, value: f64) {
-        self.observe_in(global(), labels, value);
-    }
-
-    pub fn observe_in(&self, registry: &Registry, labels: Labels<'_>, value: f64) {
-        let series = registry.series(self.name, self.help, Kind::Histogram, self.buckets, labels);
-        // Per-bucket counts; rendering makes them cumulative.
-        let slot = self
-            .buckets
-            .iter()
-            .position(|bound| value <= *bound)
-            .unwrap_or(self.buckets.len());
-        series.buckets[slot].fetch_add(1, Ordering::Relaxed);
-        series.value.add(value);
-        series.count.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-}
-
-/// Label pairs sorted by name.
-type LabelSet = Vec<(&'static str, String)>;
-
-struct Family {
-    help: &'static str,
-    kind: Kind,
-    buckets: &'static [f64],
-    series: RwLock<BTreeMap<LabelSet, Arc<Series>>>,
-}
-
-struct Series {
-    /// A counter's or gauge's value; a histogram's sum.
-    value: AtomicF64,
-    /// A histogram's per-bucket counts, the last one for `+Inf`.
-    buckets: Box<[AtomicU64]>,
-    count: AtomicU64,
-}
-
-/// Metric families by name.
-#[derive(Default)]
-pub struct Registry {
-    families: RwLock<BTreeMap<&'static str, Arc<Family>>>,
-}
-
-impl Registry {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn series(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        kind: Kind,
-        buckets: &'static [f64],
-        labels: Labels<'_>,
-    ) -> Arc<Series> {
-        debug_assert!(valid_name(name, true), "metric name `{name}`");
-        debug_assert!(
-            buckets.windows(2).all(|w| w[0] < w[1]),
-            "{name}: buckets increase"
+        registry.register(
+            "wavegate_store_readable",
+            "1 when the scrape could read the store's figures, 0 when it could not (they are left out)",
+            scraped.store_readable.clone(),
         );
-        let family = {
-            let families = self.families.read().unwrap_or_else(PoisonError::into_inner);
-            families.get(name).cloned()
-        };
-        let family = family.unwrap_or_else(|| {
-            let mut families = self
-                .families
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            families
-                .entry(name)
-                .or_insert_with(|| {
-                    Arc::new(Family {
-                        help,
-                        kind,
-                        buckets,
-                        series: RwLock::default(),
-                    })
-                })
-                .clone()
-        });
-        debug_assert_eq!(family.kind, kind, "{name} is one kind of metric");
-        let mut key: LabelSet = labels
-            .iter()
-            .map(|(label, value)| {
-                debug_assert!(
-                    valid_name(label, false) && !(kind == Kind::Histogram && *label == "le"),
-                    "{name}: label name `{label}`"
-                );
-                (*label, (*value).to_owned())
-            })
-            .collect();
-        key.sort_by(|a, b| a.0.cmp(b.0));
-        let found = {
-            let series = family.series.read().unwrap_or_else(PoisonError::into_inner);
-            series.get(&key).cloned()
-        };
-        found.unwrap_or_else(|| {
-            let mut series = family
-                .series
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            series
-                .entry(key)
-                .or_insert_with(|| {
-                    let slots = if family.kind == Kind::Histogram {
-                        family.buckets.len() + 1
-                    } else {
-                        0
-                    };
-                    Arc::new(Series {
-                        value: AtomicF64::default(),
-                        buckets: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-                        count: AtomicU64::new(0),
-                    })
-                })
-                .clone()
-        })
+        Self {
+            registry,
+            ..scraped
+        }
     }
 
-    /// Every family in the text exposition format 0.0.4, sorted by name,
-    /// each series sorted by its labels.
+    /// The figures in the text exposition format 0.0.4.
     pub fn render(&self) -> String {
-        let families = self.families.read().unwrap_or_else(PoisonError::into_inner);
-        let mut out = String::new();
-        for (name, family) in families.iter() {
-            let series = family.series.read().unwrap_or_else(PoisonError::into_inner);
-            if series.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "# HELP {name} {}", escape_help(family.help));
-            let _ = writeln!(out, "# TYPE {name} {}", family.kind.as_str());
-            for (labels, series) in series.iter() {
-                if family.kind != Kind::Histogram {
-                    sample(&mut out, name, "", labels, None, series.value.get());
-                    continue;
-                }
-                let mut cumulative = 0u64;
-                for (i, count) in series.buckets.iter().enumerate() {
-                    cumulative += count.load(Ordering::Relaxed);
-                    let le = family
-                        .buckets
-                        .get(i)
-                        .map_or_else(|| "+Inf".to_owned(), |b| number(*b));
-                    sample(
-                        &mut out,
-                        name,
-                        "_bucket",
-                        labels,
-                        Some(&le),
-                        cumulative as f64,
-                    );
-                }
-                sample(&mut out, name, "_sum", labels, None, series.value.get());
-                // The count is the +Inf bucket's, read once above, so the
-                // two agree even while observations arrive.
-                sample(&mut out, name, "_count", labels, None, cumulative as f64);
-            }
-        }
-        out
+        render(&self.registry)
     }
 }
 
-/// One line: `name{a="x",le="0.5"} value`.
-fn sample(
-    out: &mut String,
-    name: &str,
-    suffix: &str,
-    labels: &LabelSet,
-    le: Option<&str>,
-    value: f64,
-) {
-    out.push_str(name);
-    out.push_str(suffix);
-    let le = le.map(|le| ("le", le));
-    let mut pairs = labels
-        .iter()
-        .map(|(k, v)| (*k, v.as_str()))
-        .chain(le)
-        .peekable();
-    if pairs.peek().is_some() {
-        out.push('{');
-        for (i, (label, value)) in pairs.enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{label}=\"{}\"", escape_label(value));
-        }
-        out.push('}');
-    }
-    out.push(' ');
-    out.push_str(&number(value));
-    out.push('\n');
-}
-
-/// A sample value as Prometheus reads it.
-fn number(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".into()
-    } else if value.is_infinite() {
-        if value > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{value}")
-    }
-}
-
-/// Label values escape backslash, double quote and line feed.
-fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Help text escapes backslash and line feed.
-fn escape_help(help: &str) -> String {
-    help.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
-/// `[a-zA-Z_:][a-zA-Z0-9_:]*` for metrics; labels take no `:` and no `__` prefix.
-fn valid_name(name: &str, metric: bool) -> bool {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || (metric && c == ':');
-    !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(allowed)
-        && (metric || !name.starts_with("__"))
-}
-
-/// An f64 in an `AtomicU64`, added to with compare-and-swap.
-#[derive(Default)]
-struct AtomicF64(AtomicU64);
-
-impl AtomicF64 {
-    fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-
-    fn set(&self, value: f64) {
-        self.0.store(value.to_bits(), Ordering::Relaxed);
-    }
-
-    fn add(&self, value: f64) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some((f64::from_bits(bits) + value).to_bits())
-            });
-    }
+fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_text::encode(&mut text, registry);
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const BUCKETS: &[f64] = &[0.125, 0.5, 1.0];
-    static REQUESTS: Counter = Counter::new("test_requests_total", "Requests.");
-    static TEMPERATURE: Gauge = Gauge::new("test_temperature", "Degrees.");
-    static LATENCY: Histogram = Histogram::new("test_latency_seconds", "Latency.", BUCKETS);
+    fn delivery(event: &str, outcome: &str) -> DeliveryLabels {
+        DeliveryLabels {
+            event: event.into(),
+            forge: "github".into(),
+            outcome: outcome.into(),
+        }
+    }
 
     #[test]
-    fn counters_and_gauges_render_with_help_type_and_sorted_labels() {
-        let registry = Registry::new();
-        REQUESTS.add_in(&registry, &[("status", "200"), ("forge", "github")], 1.0);
-        REQUESTS.add_in(&registry, &[("forge", "github"), ("status", "200")], 2.0);
-        REQUESTS.add_in(&registry, &[("forge", "forgejo"), ("status", "404")], 1.0);
-        TEMPERATURE.set_in(&registry, &[], 21.5);
-        TEMPERATURE.set_in(&registry, &[], -3.0);
-        assert_eq!(
-            registry.render(),
-            "# HELP test_requests_total Requests.\n\
-             # TYPE test_requests_total counter\n\
-             test_requests_total{forge=\"forgejo\",status=\"404\"} 1\n\
-             test_requests_total{forge=\"github\",status=\"200\"} 3\n\
-             # HELP test_temperature Degrees.\n\
-             # TYPE test_temperature gauge\n\
-             test_temperature -3\n"
+    fn counters_render_with_help_type_the_total_suffix_and_labels_in_name_order() {
+        let metrics = Metrics::new();
+        let text = metrics.render();
+        assert!(
+            !text.contains("deliveries"),
+            "a family with no series is left out:\n{text}"
+        );
+        let queued = delivery("pull_request", "queued");
+        metrics.deliveries.get_or_create(&queued).inc();
+        metrics.deliveries.get_or_create(&queued).inc_by(2);
+        let text = metrics.render();
+        assert!(
+            text.starts_with("# HELP wavegate_deliveries_total Webhook deliveries by forge, event and how the intake answered (queued, recorded, duplicate, ignored, malformed, unauthorized, too_large, error).\n\
+             # TYPE wavegate_deliveries_total counter\n\
+             wavegate_deliveries_total{event=\"pull_request\",forge=\"github\",outcome=\"queued\"} 3\n\
+             # HELP wavegate_intake_duration_seconds "
+            ),
+            "{text}"
         );
     }
 
     #[test]
     fn histogram_buckets_are_cumulative_and_end_with_inf_sum_and_count() {
-        let registry = Registry::new();
-        for value in [0.0625, 0.125, 0.25, 0.75, 4.0] {
-            LATENCY.observe_in(&registry, &[("kind", "plan")], value);
+        let metrics = Metrics::new();
+        let labels = CommandLabels {
+            kind: "plan".into(),
+            result: "ok".into(),
+        };
+        for value in [0.0625, 0.1, 0.75, 4.0, 5000.0] {
+            metrics
+                .command_duration
+                .get_or_create(&labels)
+                .observe(value);
+        }
+        let text = metrics.render();
+        let series = "wavegate_command_duration_seconds";
+        let labels = "kind=\"plan\",result=\"ok\"";
+        for line in [
+            format!("# TYPE {series} histogram\n"),
+            format!("{series}_bucket{{{labels},le=\"0.1\"}} 2\n"),
+            format!("{series}_bucket{{{labels},le=\"0.25\"}} 2\n"),
+            format!("{series}_bucket{{{labels},le=\"1\"}} 3\n"),
+            format!("{series}_bucket{{{labels},le=\"5\"}} 4\n"),
+            format!("{series}_bucket{{{labels},le=\"3600\"}} 4\n"),
+            format!("{series}_bucket{{{labels},le=\"+Inf\"}} 5\n"),
+            format!("{series}_sum{{{labels}}} 5004.9125\n"),
+            format!("{series}_count{{{labels}}} 5\n"),
+        ] {
+            assert!(text.contains(&line), "{line:?} in\n{text}");
         }
         assert_eq!(
-            registry.render(),
-            "# HELP test_latency_seconds Latency.\n\
-             # TYPE test_latency_seconds histogram\n\
-             test_latency_seconds_bucket{kind=\"plan\",le=\"0.125\"} 2\n\
-             test_latency_seconds_bucket{kind=\"plan\",le=\"0.5\"} 3\n\
-             test_latency_seconds_bucket{kind=\"plan\",le=\"1\"} 4\n\
-             test_latency_seconds_bucket{kind=\"plan\",le=\"+Inf\"} 5\n\
-             test_latency_seconds_sum{kind=\"plan\"} 5.1875\n\
-             test_latency_seconds_count{kind=\"plan\"} 5\n"
+            text.matches(&format!("{series}_bucket{{")).count(),
+            RUN_BUCKETS.len() + 1
         );
     }
 
     #[test]
     fn a_histogram_without_labels_has_only_le() {
-        let registry = Registry::new();
-        LATENCY.observe_in(&registry, &[], 0.5);
-        let text = registry.render();
-        assert!(
-            text.contains("test_latency_seconds_bucket{le=\"0.125\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("test_latency_seconds_bucket{le=\"0.5\"} 1\n"),
-            "{text}"
-        );
-        assert!(text.contains("test_latency_seconds_sum 0.5\n"), "{text}");
-        assert!(text.contains("test_latency_seconds_count 1\n"), "{text}");
+        let metrics = Metrics::new();
+        metrics.intake_duration.observe(0.0025);
+        let text = metrics.render();
+        for line in [
+            "wavegate_intake_duration_seconds_bucket{le=\"0.0005\"} 0\n",
+            "wavegate_intake_duration_seconds_bucket{le=\"0.0025\"} 1\n",
+            "wavegate_intake_duration_seconds_bucket{le=\"+Inf\"} 1\n",
+            "wavegate_intake_duration_seconds_sum 0.0025\n",
+            "wavegate_intake_duration_seconds_count 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
     }
 
     #[test]
-    fn label_values_and_help_are_escaped() {
-        let registry = Registry::new();
-        static ODD: Counter = Counter::new("test_odd_total", "A \\ in help\nand a line.");
-        ODD.add_in(&registry, &[("event", "a\"b\\c\nd")], 1.0);
+    fn label_values_are_escaped() {
+        let metrics = Metrics::new();
+        metrics
+            .deliveries
+            .get_or_create(&delivery("a\"b\\c\nd", "error"))
+            .inc();
+        let text = metrics.render();
+        assert!(text.contains("{event=\"a\\\"b\\\\c\\nd\",forge="), "{text}");
+    }
+
+    #[test]
+    fn store_figures_are_left_out_when_the_store_was_unreadable() {
+        let text = Scraped::new(false).render();
         assert_eq!(
-            registry.render(),
-            "# HELP test_odd_total A \\\\ in help\\nand a line.\n\
-             # TYPE test_odd_total counter\n\
-             test_odd_total{event=\"a\\\"b\\\\c\\nd\"} 1\n"
+            text,
+            "# HELP wavegate_store_readable 1 when the scrape could read the store's figures, 0 when it could not (they are left out).\n\
+             # TYPE wavegate_store_readable gauge\n\
+             wavegate_store_readable 0\n"
         );
-    }
-
-    #[test]
-    fn special_values_and_an_empty_registry() {
-        assert_eq!(Registry::new().render(), "");
-        assert_eq!(number(f64::INFINITY), "+Inf");
-        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(number(f64::NAN), "NaN");
-        assert_eq!(number(0.0025), "0.0025");
-        assert_eq!(number(5000.0), "5000");
-    }
-
-    #[test]
-    fn names_follow_the_exposition_format() {
-        assert!(valid_name("wavegate_queue_depth", true));
-        assert!(valid_name("a:b", true));
-        assert!(!valid_name("a:b", false));
-        assert!(!valid_name("9lives", true));
-        assert!(!valid_name("__reserved", false));
-        assert!(!valid_name("with-dash", true));
+        let text = Scraped::new(true).render();
+        assert!(text.contains("wavegate_store_readable 1\n"), "{text}");
+        assert!(text.contains("wavegate_queue_depth 0\n"), "{text}");
     }
 
     #[test]
     fn concurrent_recording_loses_nothing() {
-        let registry = Arc::new(Registry::new());
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let registry = registry.clone();
-                std::thread::spawn(move || {
+        let metrics = Metrics::new();
+        let github = ForgeRequestLabels {
+            forge: "github".into(),
+            status: "200".into(),
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
                     for _ in 0..1000 {
-                        REQUESTS.add_in(&registry, &[("forge", "github")], 1.0);
-                        LATENCY.observe_in(&registry, &[], 0.25);
+                        metrics.forge_requests.get_or_create(&github).inc();
+                        metrics.intake_duration.observe(0.25);
                     }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
-        let text = registry.render();
+                });
+            }
+        });
+        let text = metrics.render();
         assert!(
-            text.contains("test_requests_total{forge=\"github\"} 4000\n"),
+            text.contains("wavegate_forge_requests_total{forge=\"github\",status=\"200\"} 4000\n"),
             "{text}"
         );
-        assert!(text.contains("test_latency_seconds_count 4000\n"), "{text}");
-        assert!(text.contains("test_latency_seconds_sum 1000\n"), "{text}");
+        assert!(
+            text.contains("wavegate_intake_duration_seconds_count 4000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wavegate_intake_duration_seconds_sum 1000.0\n"),
+            "{text}"
+        );
     }
 }

@@ -284,13 +284,23 @@ impl Exchange {
         };
         self.count(&status.map_or_else(|| "error".to_owned(), |s| s.to_string()));
         if let Some(remaining) = header_number(headers, "x-ratelimit-remaining") {
-            crate::metrics::FORGE_RATE_LIMIT_REMAINING
-                .set(&[("forge", self.forge.as_str())], remaining as f64);
+            crate::metrics::global()
+                .forge_rate_limit_remaining
+                .get_or_create(&crate::metrics::ForgeLabels {
+                    forge: self.forge.as_str().to_owned(),
+                })
+                .set(i64::try_from(remaining).unwrap_or(i64::MAX));
         }
     }
 
     fn count(&self, status: &str) {
-        crate::metrics::FORGE_REQUESTS.inc(&[("forge", self.forge.as_str()), ("status", status)]);
+        crate::metrics::global()
+            .forge_requests
+            .get_or_create(&crate::metrics::ForgeRequestLabels {
+                forge: self.forge.as_str().to_owned(),
+                status: status.to_owned(),
+            })
+            .inc();
     }
 }
 

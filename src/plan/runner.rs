@@ -190,10 +190,13 @@ pub(crate) async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, Sp
         Ok(outcome) if outcome.termination == Termination::TimedOut => "timeout",
         _ => "failed",
     };
-    crate::metrics::COMMAND_DURATION.observe(
-        &[("kind", spec.kind()), ("result", result)],
-        started.elapsed().as_secs_f64(),
-    );
+    crate::metrics::global()
+        .command_duration
+        .get_or_create(&crate::metrics::CommandLabels {
+            kind: spec.kind().to_owned(),
+            result: result.to_owned(),
+        })
+        .observe(started.elapsed().as_secs_f64());
     run
 }
 

@@ -3,16 +3,15 @@
 //! queue and ledger, and a restart loses none of them).
 
 use super::AppState;
-use crate::metrics::{self, Registry};
+use crate::metrics::{self, DeliveryLabels, Scraped};
 use crate::model::ForgeKind;
 use crate::store::StoreFigures;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::time::Instant;
-
-/// The content type of the text exposition format.
-pub(crate) const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Ledger fact kinds and apply run statuses are always listed, 0 when none.
 const FACT_KINDS: &[&str] = &["pending", "approved", "refused", "revoked", "spent"];
@@ -22,32 +21,38 @@ const RUN_STATUSES: &[&str] = &["running", "waiting", "failed", "applied"];
 /// is the forge's event header once the signature checked out, else
 /// `unknown` (an unsigned request chooses no label values).
 pub(super) fn delivery(forge: ForgeKind, event: &str, outcome: &'static str, started: Instant) {
-    metrics::DELIVERIES.inc(&[
-        ("forge", forge.as_str()),
-        ("event", event),
-        ("outcome", outcome),
-    ]);
-    metrics::INTAKE_DURATION.observe(&[], started.elapsed().as_secs_f64());
+    let global = metrics::global();
+    global
+        .deliveries
+        .get_or_create(&DeliveryLabels {
+            event: event.to_owned(),
+            forge: forge.as_str().to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+    global
+        .intake_duration
+        .observe(started.elapsed().as_secs_f64());
 }
 
 pub(super) async fn handler(State(state): State<AppState>) -> Response {
-    let scraped = Registry::new();
-    match state.store.figures().await {
+    let scraped = match state.store.figures().await {
         Ok(figures) => {
+            let scraped = Scraped::new(true);
             record_figures(&scraped, &figures);
-            metrics::STORE_READABLE.set_in(&scraped, &[], 1.0);
+            scraped
         }
         Err(error) => {
             tracing::warn!("/metrics could not read the store: {error:#}");
-            metrics::STORE_READABLE.set_in(&scraped, &[], 0.0);
+            Scraped::new(false)
         }
-    }
+    };
     let mut text = metrics::global().render();
     text.push_str(&scraped.render());
-    ([(CONTENT_TYPE, CONTENT_TYPE_TEXT)], text).into_response()
+    ([(CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
-fn record_figures(into: &Registry, figures: &StoreFigures) {
+fn record_figures(into: &Scraped, figures: &StoreFigures) {
     let jobs = |status: &str| {
         figures
             .jobs
@@ -56,40 +61,40 @@ fn record_figures(into: &Registry, figures: &StoreFigures) {
             .map(|(_, n)| *n)
             .sum::<i64>()
     };
-    metrics::QUEUE_DEPTH.set_in(into, &[], (jobs("queued") + jobs("running")) as f64);
-    metrics::JOBS_DEAD.set_in(into, &[], jobs("dead") as f64);
-    metrics::QUEUE_OLDEST_AGE.set_in(into, &[], figures.oldest_queued_ms as f64 / 1000.0);
+    into.queue_depth.set(jobs("queued") + jobs("running"));
+    into.jobs_dead.set(jobs("dead"));
+    into.queue_oldest_age
+        .set(figures.oldest_queued_ms as f64 / 1000.0);
     by_label(
-        into,
-        &metrics::LEDGER_FACTS,
-        "kind",
+        &into.ledger_facts,
+        |kind| metrics::KindLabels { kind },
         FACT_KINDS,
         &figures.facts,
     );
     by_label(
-        into,
-        &metrics::APPLY_RUNS,
-        "status",
+        &into.apply_runs,
+        |status| metrics::StatusLabels { status },
         RUN_STATUSES,
         &figures.apply_runs,
     );
 }
 
 /// One series per known value (0 when absent) and per value the store holds.
-fn by_label(
-    into: &Registry,
-    gauge: &metrics::Gauge,
-    label: &'static str,
+fn by_label<L>(
+    gauges: &Family<L, Gauge>,
+    labels: impl Fn(String) -> L,
     known: &[&str],
     counts: &[(String, i64)],
-) {
+) where
+    L: Clone + std::hash::Hash + Eq,
+{
     for value in known {
         if !counts.iter().any(|(v, _)| v == value) {
-            gauge.set_in(into, &[(label, value)], 0.0);
+            gauges.get_or_create(&labels((*value).to_owned())).set(0);
         }
     }
     for (value, n) in counts {
-        gauge.set_in(into, &[(label, value)], *n as f64);
+        gauges.get_or_create(&labels(value.clone())).set(*n);
     }
 }
 
@@ -99,9 +104,9 @@ mod tests {
 
     #[test]
     fn store_figures_become_gauges_with_known_values_at_zero() {
-        let registry = Registry::new();
+        let scraped = Scraped::new(true);
         record_figures(
-            &registry,
+            &scraped,
             &StoreFigures {
                 jobs: vec![
                     ("queued".into(), 2),
@@ -113,7 +118,7 @@ mod tests {
                 apply_runs: vec![],
             },
         );
-        let text = registry.render();
+        let text = scraped.render();
         for line in [
             "wavegate_queue_depth 3\n",
             "wavegate_jobs_dead 4\n",

@@ -154,10 +154,13 @@ impl Worker {
             Ok(label) => label,
             Err(_) => "failed",
         };
-        crate::metrics::JOB_DURATION.observe(
-            &[("kind", &job.kind), ("outcome", outcome_label)],
-            started.elapsed().as_secs_f64(),
-        );
+        crate::metrics::global()
+            .job_duration
+            .get_or_create(&crate::metrics::JobLabels {
+                kind: job.kind.clone(),
+                outcome: outcome_label.to_owned(),
+            })
+            .observe(started.elapsed().as_secs_f64());
         outcome.map(|_| true)
     }
 

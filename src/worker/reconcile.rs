@@ -620,15 +620,27 @@ impl Reconciler {
                 );
             }
         }
-        metrics::SWEEP_REQUESTS.inc_by(&[("answer", "counted")], sweep.requests);
-        metrics::SWEEP_REQUESTS.inc_by(&[("answer", "not_modified")], sweep.not_modified);
+        let global = metrics::global();
+        for (answer, count) in [
+            ("counted", sweep.requests),
+            ("not_modified", sweep.not_modified),
+        ] {
+            global
+                .sweep_requests
+                .get_or_create(&metrics::AnswerLabels {
+                    answer: answer.to_owned(),
+                })
+                .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+        }
         for (of, count) in [
             ("requests", sweep.requests),
             ("not_modified", sweep.not_modified),
             ("deferred", sweep.deferred),
         ] {
-            #[allow(clippy::cast_precision_loss)]
-            metrics::SWEEP_LAST.set(&[("of", of)], count as f64);
+            global
+                .sweep_last
+                .get_or_create(&metrics::OfLabels { of: of.to_owned() })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
         Ok(sweep)
     }
