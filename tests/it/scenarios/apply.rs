@@ -5,6 +5,7 @@
 use crate::support::bot::*;
 use crate::support::common::MergeMethod;
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use serde_json::{json, Value};
 
 impl Bot {
@@ -27,9 +28,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     // Before merge there is no stage plan to approve yet.
     let early = pr.comment_as("rev-bob", "/approve prod").await;
     assert_eq!(pr.reactions(early), ["eyes", "confused"]);
-    assert!(pr
-        .last_reply()
-        .contains("which the apply run posts here when it reaches that stage"));
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: `/approve prod` approves stage prod's own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`");
     pr.comment_as("rev-bob", "/approve").await;
 
     let merged = pr.merge().await;
@@ -38,15 +37,36 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     assert_eq!(check.state, "action_required");
     assert_eq!(check.title, "Waiting: /approve prod");
     let asked = pr.last_reply();
-    assert!(asked.contains("/approve prod sha256:"), "{asked}");
+    insta::assert_snapshot!(redact(&asked), @"
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+    ");
     let stage_digest = asked_digest(&asked);
     assert_ne!(stage_digest, digest, "prod's set digest is its own");
-    let report = pr.report();
-    assert!(
-        report.contains("| dev | 1 | `app@dev` | applied |"),
-        "{report}"
-    );
-    assert!(report.contains("`app@prod` | waiting"), "{report}");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
 
     // A redelivered merge starts nothing new.
     bot.tell(&pr.repo, pr.closed(&merged)).await;
@@ -62,16 +82,30 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
     let check = pr.apply_check();
     assert_eq!(check.state, "success", "{}", check.title);
-    assert!(pr.last_reply().contains("Applied on"));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"Applied on [short]: every member of the approved change is deployed.");
 
     // dns@prod read app@prod's hostname, unknown when approved: a covered round.
-    let report = pr.report();
-    assert!(
-        report.contains(
-            "covered by the approval: only what was unknown moved (filled in dns@prod.hostname)"
-        ),
-        "{report}"
-    );
+    let applied = pr.apply_section();
+    assert!(applied.contains(
+        "covered by the approval: only what was unknown moved (filled in dns@prod.hostname)"
+    ));
+    insta::assert_snapshot!(redact(&applied), @"
+    ## Apply on merge commit `[short]`: applied
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | applied |
+
+    - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, approved by rev-carol
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-1-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     let hostname = bot.deployed("prod", "app")["aws_lb.app"]["dns_name"].clone();
     assert_eq!(
         bot.deployed("prod", "dns")["aws_route53_record.app"]["records"],
@@ -102,10 +136,14 @@ async fn merged_without_approval_applies_nothing_until_the_merged_digest_is_appr
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
     let told = pr.last_reply();
-    assert!(
-        told.contains("No approval of the merged plan stands") && told.contains(&digest),
-        "{told}"
-    );
+    assert!(told.contains(&digest), "{told}");
+    insta::assert_snapshot!(redact(&told), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
     assert_eq!(pr.apply_check().state, "action_required");
 
     pr.comment_as("rev-bob", &format!("/approve {digest}"))
@@ -132,9 +170,13 @@ async fn a_revoked_approval_stops_the_run_before_anything_more_applies() {
     pr.comment_as("rev-carol", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    assert!(pr
-        .last_reply()
-        .contains("No approval of the merged plan stands"));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
     assert_eq!(
         pr.apply_check().title,
         "Waiting: an approval of the merged plan"
@@ -163,15 +205,34 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
     pr.merge().await;
     assert!(bot.applies_run().is_empty(), "nothing of the wave applied");
     let asked = pr.last_reply();
-    assert!(
-        asked.contains("round 2") && asked.contains("/approve sha256:"),
-        "{asked}"
-    );
-    let report = pr.report();
-    assert!(
-        report.contains("app@dev: address aws_security_group.app"),
-        "the reason names the member and the address: {report}"
-    );
+    insta::assert_snapshot!(redact(&asked), @"
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    // The reason names the member and the address.
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | waiting: not covered: app@dev: address aws_security_group.app changed action from no-op to update |
+    | prod | 1 | `app@prod` | not started |
+    | prod | 2 | `dns@prod` | not started |
+
+    - Round 2 (dev, gate `pr-3-round-2`): digest `sha256:[digest]`, not covered, waiting: app@dev: address aws_security_group.app changed action from no-op to update
+      - `app@dev`: `sha256:[digest]` (1 to create, 2 to update, 0 to replace, 0 to delete)
+    ");
     assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
 
     let round_digest = asked_digest(&asked);
@@ -212,6 +273,8 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
     pr.comment_as("rev-bob", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
+    // Not snapshots: the failure's cause (the apply command's "quota
+    // exceeded") is cut off after "last output:" in the table and the reply.
     let report = pr.report();
     assert!(report.contains("`app@prod` | failed"), "{report}");
     assert!(
@@ -253,11 +316,27 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
     bot.settle().await;
     let pr = bot.pr(&repo, 5);
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
-    let report = pr.report();
-    assert!(
-        report.contains("`app@dev` | applied (its apply had finished before a restart"),
-        "{report}"
-    );
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied (its apply had finished before a restart; planned again, nothing was left to change) |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-5-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 }
 
@@ -318,12 +397,13 @@ async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() 
 
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    let asked = pr.last_reply();
-    assert!(
-        asked.contains("The policy denied the plan of **app@dev**")
-            && asked.contains("no-public-ingress"),
-        "{asked}"
-    );
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    The policy denied the plan of **app@dev** (`sha256:[digest]`; no-public-ingress). Nothing of that wave was applied. Someone in `policy.overriders` may let it through, each for exactly that plan:
+
+    ```
+    /override app@dev <reason>
+    ```
+    ");
     assert_eq!(pr.apply_check().title, "Waiting: /override app@dev");
 
     // The example's base policy names no overriders: nobody may.
@@ -331,7 +411,7 @@ async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() 
         .comment_as("rev-bob", "/override app@dev the port is internal")
         .await;
     assert_eq!(pr.reactions(refused), ["eyes", "confused"]);
-    assert!(pr.last_reply().contains("policy.overriders"));
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: nobody may override a policy denial here: the base branch's `policy.overriders` is empty");
     assert!(bot.applies_run().is_empty());
 }
 
@@ -352,7 +432,28 @@ async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
         .await;
     assert_eq!(pr.reactions(done), ["eyes", "rocket"]);
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    assert!(pr.report().contains("the policy denial of"));
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-9-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - `app@dev`: the policy denial of `sha256:[digest]` was overridden
+    ");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,14 +478,36 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod"]);
     let asked = pr.last_reply();
-    assert!(asked.contains("round 2"), "{asked}");
-    let report = pr.report();
-    assert!(
-        report.contains(
-            "dns@prod: address aws_route53_record.app changed action from create to update"
-        ),
-        "{report}"
-    );
+    insta::assert_snapshot!(redact(&asked), @"
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | waiting: not covered: dns@prod: address aws_route53_record.app changed action from create to update |
+
+    - Stage **prod** gate `pr-10-prod`: set `sha256:[digest]`, approved by rev-bob
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: dns@prod: address aws_route53_record.app changed action from create to update
+      - `dns@prod`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+    ");
     assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
 
     pr.comment_as("rev-carol", &format!("/approve {}", asked_digest(&asked)))

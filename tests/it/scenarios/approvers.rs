@@ -4,6 +4,7 @@
 //! a stage may name its own approvers, count and review rule.
 
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 
 /// rev-carol pushes a commit onto dev-alice's pull request: she is treated
@@ -57,9 +58,7 @@ async fn on_forgejo_whoever_pushed_the_head_cannot_approve_it() {
 
     let carol = pr.comment_as("rev-carol", "/approve").await;
     assert_eq!(pr.reactions(carol), ["eyes", "confused"]);
-    assert!(pr
-        .last_reply()
-        .contains("you pushed this pull request's current head"));
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-carol: you pushed this pull request's current head, so you are treated like its author and cannot approve it (`[policy] allow_pusher_approval` is not `true` on the base branch); ask a reviewer who did not push to it");
     assert_eq!(pr.plan_state(), "pending");
 
     pr.comment_as("rev-bob", "/approve").await;
@@ -90,15 +89,54 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n\n- @rev-bob's approval at `pr-73` no longer counts: they no longer have write access to the repository\n\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n"
         )
     );
-    assert!(pr
-        .report()
-        .contains("- @rev-bob's approval at `pr-73` no longer counts"));
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    - @rev-bob's approval at `pr-73` no longer counts: they no longer have write access to the repository
+
+    An approval counts only while its approver may still approve; someone who may must approve again.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | not started |
+    | prod | 1 | `app@prod` | not started |
+    | prod | 2 | `dns@prod` | not started |
+    ");
 
     pr.comment_as("rev-carol", &format!("/approve {digest}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    let report = pr.report();
-    assert!(report.contains("Approved by @rev-carol."), "{report}");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-carol.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    - @rev-bob's approval at `pr-73` no longer counts: they no longer have write access to the repository
+
+    An approval counts only while its approver may still approve; someone who may must approve again.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-73-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     bot.assert_ledger_verifies();
 }
 
@@ -116,9 +154,17 @@ async fn an_approver_who_left_the_approvers_team_no_longer_counts_at_apply() {
 
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    assert!(pr.last_reply().contains(
-        "- @rev-carol's approval at `pr-74` no longer counts: they are no longer among the approvers (team:platform)"
-    ));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    - @rev-carol's approval at `pr-74` no longer counts: they are no longer among the approvers (team:platform)
+
+    An approval counts only while its approver may still approve; someone who may must approve again.
+    ");
 }
 
 /// On Forgejo the permission is asked again the same way.
@@ -131,9 +177,17 @@ async fn on_forgejo_an_approver_who_lost_write_access_no_longer_counts_at_apply(
 
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    assert!(pr.last_reply().contains(
-        "- @rev-bob's approval at `pr-75` no longer counts: they no longer have write access to the repository"
-    ));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    - @rev-bob's approval at `pr-75` no longer counts: they no longer have write access to the repository
+
+    An approval counts only while its approver may still approve; someone who may must approve again.
+    ");
 }
 
 /// Stage prod names its own approvers and count on the base: the pull
@@ -161,11 +215,23 @@ async fn a_stage_names_its_own_approvers_and_how_many() {
     assert_eq!(bot.applies_run(), ["app@dev"], "one of two");
     pr.comment_as("ops-oscar", "/approve prod").await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    let report = pr.report();
-    assert!(
-        report.contains("approved by ops-olga, ops-oscar"),
-        "{report}"
-    );
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: applied
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | applied |
+
+    - Stage **prod** gate `pr-76-prod`: set `sha256:[digest]`, approved by ops-olga, ops-oscar
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-76-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     bot.assert_ledger_verifies();
 }
 
@@ -195,7 +261,23 @@ async fn a_stage_may_count_approving_reviews() {
     );
     bot.tell(&pr.repo, review).await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    assert!(pr.report().contains("approved by rev-carol"));
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: applied
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | applied |
+
+    - Stage **prod** gate `pr-77-prod`: set `sha256:[digest]`, approved by rev-carol
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-77-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     bot.assert_ledger_verifies();
 }
 
@@ -230,8 +312,18 @@ async fn an_approval_expires_after_the_bases_ttl() {
     let pr = planned_pr(&bot, 79).await;
     let digest = pr.digest();
     pr.comment_as("rev-bob", "/approve").await;
-    let report = pr.report();
-    assert!(report.contains(", expires: "), "{report}");
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time], expires: [time])
+
+    **Approved** (1 of 1 required).
+
+    This pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge.
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
     assert_eq!(pr.plan_state(), "success");
 
     std::thread::sleep(std::time::Duration::from_millis(2100));
@@ -240,12 +332,17 @@ async fn an_approval_expires_after_the_bases_ttl() {
         bot.applies_run().is_empty(),
         "an expired approval applies nothing"
     );
-    let said = pr.last_reply();
-    assert!(
-        said.contains("- @rev-bob's approval at `pr-79` no longer counts: it expired at "),
-        "{said}"
-    );
-    assert!(said.contains("(`[policy] approval_ttl` is 2s)"), "{said}");
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    - @rev-bob's approval at `pr-79` no longer counts: it expired at [time] (`[policy] approval_ttl` is 2s)
+
+    An approval counts only while its approver may still approve; someone who may must approve again.
+    ");
 
     pr.comment_as("rev-carol", &format!("/approve {digest}"))
         .await;
@@ -277,16 +374,35 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
         .iter()
         .find(|r| r.contains("/approve prod sha256:"))
         .expect("prod's wait was posted");
-    assert!(asked.contains("This wait expires: "), "{asked}");
-    let failed = replies.last().unwrap();
-    assert!(failed.contains("stage prod's gate expired at "), "{failed}");
-    assert!(failed.contains("`/retry` opens a fresh gate"), "{failed}");
-    let report = pr.report();
-    assert!(report.contains("expired: "), "{report}");
+    insta::assert_snapshot!(redact(asked), @"
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    This wait expires: [time]. Unapproved by then, stage prod fails, and `/retry` opens a fresh gate.
+    ");
+    insta::assert_snapshot!(redact(replies.last().unwrap()), @"The apply on [short] failed: `app@prod` failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate; `dns@prod` failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: failed
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate |
+    | prod | 2 | `dns@prod` | failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate |
+
+    - Stage **prod** gate `pr-80-prod`: set `sha256:[digest]`, expired: [time], with no approval; `/retry` opens a fresh gate
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
 
     let late = pr.comment_as("rev-carol", "/approve prod").await;
     assert_eq!(pr.reactions(late), ["eyes", "confused"]);
-    assert!(pr.last_reply().contains("stage prod's gate expired at "));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"@rev-carol: stage prod's gate expired at [time] with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve");
 
     // /retry opens a fresh gate with a fresh timeout; approved in time, prod applies.
     bot.forge.set_permission(&pr.repo, "rev-carol", "write");

@@ -3,6 +3,7 @@
 //! story; the `Bot` below is the small language they are told in.
 
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -158,10 +159,19 @@ async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() 
     );
     assert_eq!(jobs[0].attempts, 1);
 
-    let report = pr.report();
-    assert!(report.contains("wavegate.toml cannot be read"), "{report}");
-    assert!(report.contains("colour"), "names the field: {report}");
-    assert!(report.contains("What to do"), "{report}");
+    // The report names the field and says what to do.
+    insta::assert_snapshot!(redact(&pr.report()), @"
+    <!-- wavegate:report -->
+    ## wavegate plan
+
+    ❌ **wavegate.toml cannot be read**
+
+    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`.
+
+    Nothing was planned, so there is nothing to approve yet.
+
+    **What to do:** Use only the fields in the wavegate.toml reference (docs/configuration.md); check the spelling. Push the fix to this branch and wavegate plans again.
+    ");
     assert_eq!(pr.plan_state(), "failure");
     bot.assert_conformant();
 }
@@ -181,9 +191,16 @@ async fn a_fork_pr_is_refused_with_the_reason_and_nothing_runs() {
     bot.settle().await;
 
     let pr = bot.pr(&repo, 5);
-    let report = pr.report();
-    assert!(report.contains("forks are not planned"), "{report}");
-    assert!(report.contains("allow_forks"), "{report}");
+    insta::assert_snapshot!(redact(&pr.report()), @"
+    <!-- wavegate:report -->
+    ## wavegate plan
+
+    ❌ **Pull requests from forks are not planned here**
+
+    This pull request comes from `https://fork.invalid/mallory/infra.git`. Planning runs the repository's plan commands on the pull request's code, and `policy.allow_forks` is not `true` in `wavegate.toml` on `main`, so wavegate did not run anything.
+
+    **What to do:** push the branch to this repository and open the pull request from there, or ask a maintainer to set `allow_forks = true` under `[policy]` on the base branch if running forks' code is acceptable.
+    ");
     assert_eq!(pr.plan_state(), "failure");
     assert_eq!(
         bot.plans_run(),

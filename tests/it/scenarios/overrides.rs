@@ -5,6 +5,7 @@
 
 use crate::support::bot::*;
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use wavegate::gate::ledger::FactKind;
 
 impl Bot {
@@ -110,18 +111,15 @@ async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
     pr.merge().await;
 
     assert!(bot.applies_run().is_empty());
-    let asked = pr.last_reply();
-    assert!(
-        asked.contains("The policy denied the plans of **cache@dev**")
-            && asked.contains("**network@dev**")
-            && asked.contains("encrypted-at-rest")
-            && asked.contains("tagged-subnets"),
-        "one wait names both: {asked}"
-    );
-    assert!(
-        asked.contains("/override cache@dev <reason>\n/override network@dev <reason>"),
-        "{asked}"
-    );
+    // One wait names both, each with the line to copy.
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    The policy denied the plans of **cache@dev** (`sha256:[digest]`; encrypted-at-rest), **network@dev** (`sha256:[digest]`; tagged-subnets). Nothing of that wave was applied. Someone in `policy.overriders` may let them through, each for exactly that plan:
+
+    ```
+    /override cache@dev <reason>
+    /override network@dev <reason>
+    ```
+    ");
 
     pr.comment_as(
         "sec-sam",

@@ -7,6 +7,7 @@
 use crate::support::bot::*;
 use crate::support::common::MergeMethod;
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use serde_json::json;
 
 impl PrHandle<'_> {
@@ -38,11 +39,20 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     })
     .await;
     assert!(bot.applies_run().is_empty());
-    let report = pr.report();
-    assert!(
-        report.contains("`app@dev` | held by run deploy 7; tried again by itself"),
-        "the holder reads as words, not JSON: {report}"
-    );
+    // The holder reads as words, not JSON.
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    **app@dev** is held by run deploy 7: its apply found the target in use and changed nothing. wavegate tries again by itself (next at [time], then less often while it stays held); nothing needs doing here.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | held by run deploy 7; tried again by itself |
+    | prod | 1 | `app@prod` | not started |
+    | prod | 2 | `dns@prod` | not started |
+    ");
     let Check { state, title } = pr.apply_check();
     assert_eq!(
         state, "in_progress",
@@ -88,20 +98,25 @@ async fn a_stood_down_member_ends_the_run_neither_applied_nor_failed() {
         .await;
     assert_eq!(bot.applies_run(), ["app@prod", "dns@prod"]);
 
-    let last = pr.last_reply();
-    assert!(
-        last.contains("ended: `app@dev` stood down (a newer push deploys it)"),
-        "{last}"
-    );
-    assert!(
-        !last.contains("/retry") && !last.contains("failed"),
-        "neutral: {last}"
-    );
-    let report = pr.report();
-    assert!(
-        report.contains("`app@dev` | stood down: a newer push deploys it"),
-        "{report}"
-    );
+    // Neutral: no failure, nothing to retry.
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"The apply on [short] ended: `app@dev` stood down (a newer push deploys it), so it and what depends on it were not applied. Everything else the merge changes is deployed.");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: ended
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | stood down: a newer push deploys it |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | applied |
+
+    - Stage **prod** gate `pr-13-prod`: set `sha256:[digest]`, approved by rev-bob
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-13-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     assert_eq!(pr.apply_check().state, "neutral");
 }
 
@@ -136,6 +151,8 @@ async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
 
     assert_eq!(bot.applies_run(), ["network@dev"]);
     let said = pr.last_reply();
+    // Not a snapshot: the failure's cause (the apply command's "cache:
+    // quota exceeded") is cut off after "last output:" in the reply.
     assert!(said.contains("failed: `cache@dev` failed"), "{said}");
     assert!(
         said.contains("Meanwhile, elsewhere in the run:") && said.contains("/approve sha256:"),

@@ -12,6 +12,7 @@ pub mod fake_forge;
 pub mod outage;
 pub mod payloads;
 pub mod pr;
+pub mod redact;
 
 pub use conformance::conformance_violations;
 pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};

@@ -226,6 +226,23 @@ impl PrHandle<'_> {
             .unwrap_or_else(|| panic!("no `### {heading}` in the report:\n{}", self.report()))
     }
 
+    /// The report's `### Approvals` section.
+    pub fn approvals_section(&self) -> String {
+        self.section("Approvals")
+    }
+
+    /// The report's apply section (`## Apply on merge commit …`), up to the
+    /// plan report.
+    pub fn apply_section(&self) -> String {
+        let report = self.report();
+        let start = report
+            .find("## Apply on merge commit")
+            .unwrap_or_else(|| panic!("no apply section in the report:\n{report}"));
+        let rest = &report[start..];
+        let end = rest.find("\n## wavegate plan").unwrap_or(rest.len());
+        rest[..end].trim_end().to_owned()
+    }
+
     /// The bot's replies (its comments other than the report), oldest first.
     pub fn replies(&self) -> Vec<String> {
         self.bot
