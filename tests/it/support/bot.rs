@@ -362,6 +362,16 @@ impl Bot {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The value of `sample` (a metric's name and labels, as `/metrics`
+    /// writes them) on the first replica, if it is there.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let response = self.http.get(self.url("/metrics")).send().await.ok()?;
+        let text = response.text().await.ok()?;
+        text.lines()
+            .filter_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+            .find_map(|value| value.trim().parse().ok())
+    }
+
     /// Waits for `probe` to answer; a deadline only so a broken build fails
     /// instead of hanging, never a claim about speed.
     pub async fn until<T, F, Fut>(&self, what: &str, probe: F) -> T
