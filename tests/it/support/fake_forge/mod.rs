@@ -9,6 +9,8 @@
 // Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
 #![allow(clippy::result_large_err)]
 
+mod comments;
+
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State as AxumState};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -32,8 +34,8 @@ pub const FORGEJO_BOT_LOGIN: &str = "wavegate-bot";
 pub const FORGEJO_BOT_TOKEN: &str = "forgejo-bot-token-0123456789";
 pub const MANIFEST_WEBHOOK_SECRET: &str = "manifest-webhook-secret";
 
-const APP_PRIVATE_KEY: &str = include_str!("test-app-key.pem");
-const APP_PUBLIC_KEY: &str = include_str!("test-app-key.pub.pem");
+const APP_PRIVATE_KEY: &str = include_str!("../test-app-key.pem");
+const APP_PUBLIC_KEY: &str = include_str!("../test-app-key.pub.pem");
 
 /// The fake App's private key (what `convert_manifest` hands out).
 pub fn app_private_key() -> Secret {
@@ -1416,10 +1418,6 @@ fn since_filter(req: &Request) -> Result<Option<String>, Response> {
     Ok(Some(since))
 }
 
-fn updated_since(c: &FakeComment, since: Option<&String>) -> bool {
-    since.is_none_or(|since| rfc3339(c.updated_at) >= *since)
-}
-
 fn check_run_json(full_name: &str, run: &FakeCheckRun) -> Value {
     json!({
         "id": run.id,
@@ -1526,20 +1524,14 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
         ("GET", ["issues", "comments"]) => {
             let (page, per_page) = page_of(req, "per_page", 30)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            let mut listed: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
-            if req.query.get("sort").map(String::as_str) == Some("updated") {
-                listed.sort_by_key(|c| (c.updated_at, c.id));
-            }
-            if req.query.get("direction").map(String::as_str) == Some("desc") {
-                listed.reverse();
-            }
-            let total = listed.len();
+            let listed = comments::list_in_repo(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                since.as_ref(),
+                req.query.get("sort").map(String::as_str) == Some("updated"),
+                req.query.get("direction").map(String::as_str) == Some("desc"),
+            );
             let items = paged(&listed, page, per_page)
                 .iter()
                 .map(|c| github_comment(state, full_name, c))
@@ -1549,7 +1541,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 req,
                 page,
                 per_page,
-                total,
+                listed.len(),
             ))
         }
         ("GET", ["issues", pr, "comments"]) => {
@@ -1567,20 +1559,18 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .unwrap_or(30)
                 .clamp(1, 100);
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let page_items: Vec<FakeComment> = repo
-                .comments
+            let listed = comments::list_on_pr(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                pr,
+                since.as_ref(),
+                true,
+            )?;
+            let items: Vec<Value> = listed
                 .iter()
-                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
                 .skip((page - 1) * per_page)
                 .take(per_page)
-                .cloned()
-                .collect();
-            let items: Vec<Value> = page_items
-                .iter()
                 .map(|c| github_comment(state, full_name, c))
                 .collect();
             Ok(answer(200, Value::Array(items)))
@@ -1596,21 +1586,8 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                     "body is too long (maximum is 65536 characters)".into(),
                 ));
             }
-            let id = state.id();
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let comment = FakeComment {
-                id,
-                pr,
-                body,
-                author: GITHUB_BOT_LOGIN.into(),
-                author_is_bot: true,
-                created_at: SystemTime::now(),
-                updated_at: SystemTime::now(),
-            };
-            repo.comments.push(comment.clone());
+            let author = (GITHUB_BOT_LOGIN, true);
+            let comment = comments::create(state, ForgeKind::GitHub, full_name, pr, author, body)?;
             Ok(answer(201, github_comment(state, full_name, &comment)))
         }
         ("PATCH", ["issues", "comments", id]) => {
@@ -1619,22 +1596,22 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            let comment = repo
-                .comments
-                .iter_mut()
-                .find(|c| c.id == id)
-                .ok_or_else(not_found)?;
-            if comment.author != GITHUB_BOT_LOGIN {
-                return Err(answer(
+            let edited = comments::edit(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                id,
+                GITHUB_BOT_LOGIN,
+                body,
+            );
+            match edited {
+                Ok(comment) => Ok(answer(200, github_comment(state, full_name, &comment))),
+                Err(comments::EditRefused::NotFound) => Err(not_found()),
+                Err(comments::EditRefused::NotTheAuthor) => Err(answer(
                     403,
                     json!({ "message": "Resource not accessible by integration" }),
-                ));
+                )),
             }
-            comment.body = body;
-            comment.updated_at = SystemTime::now();
-            let comment = comment.clone();
-            Ok(answer(200, github_comment(state, full_name, &comment)))
         }
         ("POST", ["issues", "comments", id, "reactions"]) => {
             let id = number(id)?;
@@ -1653,23 +1630,16 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
             }
             let reaction_id = state.id();
             let bot_id = state.user_id(GITHUB_BOT_LOGIN);
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.comments.iter().any(|c| c.id == id) {
-                return Err(not_found());
-            }
-            let exists = repo
-                .reactions
-                .iter()
-                .any(|r| r.comment_id == id && r.content == content && r.user == GITHUB_BOT_LOGIN);
-            if !exists {
-                repo.reactions.push(FakeReaction {
-                    comment_id: id,
-                    content: content.clone(),
-                    user: GITHUB_BOT_LOGIN.into(),
-                });
-            }
+            let new = comments::react(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                id,
+                GITHUB_BOT_LOGIN,
+                &content,
+            )?;
             Ok(answer(
-                if exists { 200 } else { 201 },
+                if new { 201 } else { 200 },
                 json!({ "id": reaction_id, "node_id": format!("R_{reaction_id}"), "content": content, "user": github_user(GITHUB_BOT_LOGIN, bot_id, true), "created_at": rfc3339(SystemTime::now()) }),
             ))
         }
@@ -1945,13 +1915,14 @@ fn forgejo_repo(
         ("GET", ["issues", "comments"]) => {
             let (page, limit) = page_of(req, "limit", 30)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let listed: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
+            let listed = comments::list_in_repo(
+                state,
+                ForgeKind::Forgejo,
+                full_name,
+                since.as_ref(),
+                false,
+                false,
+            );
             let items = paged(&listed, page, limit.min(50))
                 .iter()
                 .map(|c| forgejo_comment(state, full_name, c))
@@ -1967,14 +1938,15 @@ fn forgejo_repo(
         ("GET", ["issues", pr, "comments"]) => {
             let pr = number(pr)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let items: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
-            let items: Vec<Value> = items
+            let listed = comments::list_on_pr(
+                state,
+                ForgeKind::Forgejo,
+                full_name,
+                pr,
+                since.as_ref(),
+                false,
+            )?;
+            let items: Vec<Value> = listed
                 .iter()
                 .map(|c| forgejo_comment(state, full_name, c))
                 .collect();
@@ -1986,21 +1958,8 @@ fn forgejo_repo(
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let id = state.id();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let comment = FakeComment {
-                id,
-                pr,
-                body,
-                author: login.to_owned(),
-                author_is_bot: false,
-                created_at: SystemTime::now(),
-                updated_at: SystemTime::now(),
-            };
-            repo.comments.push(comment.clone());
+            let author = (login, false);
+            let comment = comments::create(state, ForgeKind::Forgejo, full_name, pr, author, body)?;
             Ok(answer(201, forgejo_comment(state, full_name, &comment)))
         }
         ("PATCH", ["issues", "comments", id]) => {
@@ -2009,22 +1968,14 @@ fn forgejo_repo(
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let comment = repo
-                .comments
-                .iter_mut()
-                .find(|c| c.id == id)
-                .ok_or_else(not_found)?;
-            if comment.author != login {
-                return Err(answer(
+            match comments::edit(state, ForgeKind::Forgejo, full_name, id, login, body) {
+                Ok(comment) => Ok(answer(200, forgejo_comment(state, full_name, &comment))),
+                Err(comments::EditRefused::NotFound) => Err(not_found()),
+                Err(comments::EditRefused::NotTheAuthor) => Err(answer(
                     403,
                     json!({ "message": "user should be the comment poster" }),
-                ));
+                )),
             }
-            comment.body = body;
-            comment.updated_at = SystemTime::now();
-            let comment = comment.clone();
-            Ok(answer(200, forgejo_comment(state, full_name, &comment)))
         }
         ("POST", ["issues", "comments", id, "reactions"]) => {
             let id = number(id)?;
@@ -2032,23 +1983,9 @@ fn forgejo_repo(
                 .body_str("content")
                 .ok_or_else(|| unprocessable("content is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            if !repo.comments.iter().any(|c| c.id == id) {
-                return Err(not_found());
-            }
-            let exists = repo
-                .reactions
-                .iter()
-                .any(|r| r.comment_id == id && r.content == content && r.user == login);
-            if !exists {
-                repo.reactions.push(FakeReaction {
-                    comment_id: id,
-                    content: content.clone(),
-                    user: login.to_owned(),
-                });
-            }
+            let new = comments::react(state, ForgeKind::Forgejo, full_name, id, login, &content)?;
             Ok(answer(
-                if exists { 200 } else { 201 },
+                if new { 201 } else { 200 },
                 json!({ "content": content, "user": forgejo_user(login, user_id), "created_at": rfc3339(SystemTime::now()) }),
             ))
         }
