@@ -375,7 +375,7 @@ impl PostgresDatabase {
 async fn planning_memory(plans: u64) {
     use wavegate::store::JobStatus;
     let workers = plans.to_string();
-    let mut bot = support::bot::Bot::start_with(&[
+    let bot = support::bot::Bot::start_with(&[
         ("WAVEGATE_WORKERS", workers.as_str()),
         ("WAVEGATE_LOG", "info"),
     ])

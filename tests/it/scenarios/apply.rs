@@ -2,25 +2,13 @@
 //! wave by wave by the real binary against the fake forge and the example
 //! estate, whose apply script logs every apply so nothing twice goes unseen.
 
-use crate::support::{self, bot::*};
+use crate::support::bot::*;
+use crate::support::common::MergeMethod;
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use serde_json::{json, Value};
-use support::fake_forge::FakePr;
-use support::RepoHandle;
-
-const APPLY_CHECK: &str = "wavegate/apply";
 
 impl Bot {
-    /// Merges PR `number` (from `branch`), tells the bot and waits for the jobs.
-    async fn merge_and_tell(&mut self, repo: &RepoHandle, number: u64, branch: &str) -> FakePr {
-        let merged = self.merge(repo, number, branch);
-        let (status, body) = self
-            .deliver_github(support::github_pull_request("closed", repo, &merged))
-            .await;
-        assert_eq!(status, 202, "{body}");
-        self.settle().await;
-        merged
-    }
-
     fn deployed(&self, stage: &str, component: &str) -> Value {
         let path = self.estate_file(stage, component, ".json");
         serde_json::from_str(&std::fs::read_to_string(path).unwrap_or("{}".into())).unwrap()
@@ -34,65 +22,90 @@ fn asked_digest(reply: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, digest) = planned(&mut bot, 1).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 1).await;
+    let digest = pr.digest();
     // Before merge there is no stage plan to approve yet.
-    let early = bot.comment(&repo, 1, "rev-bob", "/approve prod").await;
-    assert_eq!(bot.reactions(&repo, early), ["eyes", "confused"]);
-    assert!(bot
-        .last_reply(&repo, 1)
-        .contains("which the apply run posts here when it reaches that stage"));
-    bot.comment(&repo, 1, "rev-bob", "/approve").await;
+    let early = pr.comment_as("rev-bob", "/approve prod").await;
+    assert_eq!(pr.reactions(early), ["eyes", "confused"]);
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: `/approve prod` approves stage prod's own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`");
+    pr.comment_as("rev-bob", "/approve").await;
 
-    let merged = bot.merge_and_tell(&repo, 1, "change").await;
+    let merged = pr.merge().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "dev applies, prod waits");
-    let (conclusion, title) = bot.apply_check(&repo, &merged);
-    assert_eq!(conclusion.as_deref(), Some("action_required"));
-    assert_eq!(title, "Waiting: /approve prod");
-    let asked = bot.last_reply(&repo, 1);
-    assert!(asked.contains("/approve prod sha256:"), "{asked}");
+    let check = pr.apply_check();
+    assert_eq!(check.state, "action_required");
+    assert_eq!(check.title, "Waiting: /approve prod");
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(redact(&asked), @"
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+    ");
     let stage_digest = asked_digest(&asked);
     assert_ne!(stage_digest, digest, "prod's set digest is its own");
-    let report = bot.report(&repo, 1).body;
-    assert!(
-        report.contains("| dev | 1 | `app@dev` | applied |"),
-        "{report}"
-    );
-    assert!(report.contains("`app@prod` | waiting"), "{report}");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
 
     // A redelivered merge starts nothing new.
-    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
-        .await;
-    bot.settle().await;
+    bot.tell(&pr.repo, pr.closed(&merged)).await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
 
     // An outsider's stage approval is refused; the approver's lets prod through.
-    let refused = bot
-        .comment(&repo, 1, "outsider-mallory", "/approve prod")
-        .await;
-    assert_eq!(bot.reactions(&repo, refused), ["eyes", "confused"]);
+    let refused = pr.comment_as("outsider-mallory", "/approve prod").await;
+    assert_eq!(pr.reactions(refused), ["eyes", "confused"]);
     assert_eq!(bot.applies_run(), ["app@dev"]);
 
-    bot.comment(
-        &repo,
-        1,
-        "rev-carol",
-        &format!("/approve prod {stage_digest}"),
-    )
-    .await;
+    pr.comment_as("rev-carol", &format!("/approve prod {stage_digest}"))
+        .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    let (conclusion, title) = bot.apply_check(&repo, &merged);
-    assert_eq!(conclusion.as_deref(), Some("success"), "{title}");
-    assert!(bot.last_reply(&repo, 1).contains("Applied on"));
+    let check = pr.apply_check();
+    assert_eq!(check.state, "success", "{}", check.title);
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"Applied on [short]: every member of the approved change is deployed.");
 
     // dns@prod read app@prod's hostname, unknown when approved: a covered round.
-    let report = bot.report(&repo, 1).body;
-    assert!(
-        report.contains(
-            "covered by the approval: only what was unknown moved (filled in dns@prod.hostname)"
-        ),
-        "{report}"
-    );
+    let applied = pr.apply_section();
+    assert!(applied.contains(
+        "covered by the approval: only what was unknown moved (filled in dns@prod.hostname)"
+    ));
+    insta::assert_snapshot!(redact(&applied), @"
+    ## Apply on merge commit `[short]`: applied
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | applied |
+
+    - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, approved by rev-carol
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-1-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     let hostname = bot.deployed("prod", "app")["aws_lb.app"]["dns_name"].clone();
     assert_eq!(
         bot.deployed("prod", "dns")["aws_route53_record.app"]["records"],
@@ -116,22 +129,24 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn merged_without_approval_applies_nothing_until_the_merged_digest_is_approved() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, digest) = planned(&mut bot, 2).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 2).await;
+    let digest = pr.digest();
 
-    let merged = bot.merge_and_tell(&repo, 2, "change").await;
+    pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    let told = bot.last_reply(&repo, 2);
-    assert!(
-        told.contains("No approval of the merged plan stands") && told.contains(&digest),
-        "{told}"
-    );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).0.as_deref(),
-        Some("action_required")
-    );
+    let told = pr.last_reply();
+    assert!(told.contains(&digest), "{told}");
+    insta::assert_snapshot!(redact(&told), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
 
-    bot.comment(&repo, 2, "rev-bob", &format!("/approve {digest}"))
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    assert_eq!(pr.apply_check().state, "action_required");
+
+    pr.comment_as("rev-bob", &format!("/approve {digest}"))
         .await;
     assert_eq!(
         bot.applies_run(),
@@ -142,37 +157,42 @@ async fn merged_without_approval_applies_nothing_until_the_merged_digest_is_appr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_approval_stops_the_run_before_anything_more_applies() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, digest) = planned(&mut bot, 13).await;
-    bot.comment(&repo, 13, "rev-bob", "/approve").await;
-    let merged = bot.merge_and_tell(&repo, 13, "change").await;
-    let stage = asked_digest(&bot.last_reply(&repo, 13));
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 13).await;
+    let digest = pr.digest();
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    let stage = asked_digest(&pr.last_reply());
     assert_eq!(bot.applies_run(), ["app@dev"]);
 
     // The approver withdraws; prod's approval alone lets nothing through.
-    bot.comment(&repo, 13, "rev-bob", "/revoke").await;
-    bot.comment(&repo, 13, "rev-carol", &format!("/approve prod {stage}"))
+    pr.comment_as("rev-bob", "/revoke").await;
+    pr.comment_as("rev-carol", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    assert!(bot
-        .last_reply(&repo, 13)
-        .contains("No approval of the merged plan stands"));
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
     assert_eq!(
-        bot.apply_check(&repo, &merged).1,
+        pr.apply_check().title,
         "Waiting: an approval of the merged plan"
     );
 
     // Approved again: the run goes on, and prod's approval still counts.
-    bot.comment(&repo, 13, "rev-bob", &format!("/approve {digest}"))
+    pr.comment_as("rev-bob", &format!("/approve {digest}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 3).await;
-    bot.comment(&repo, 3, "rev-bob", "/approve").await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 3).await;
+    pr.comment_as("rev-bob", "/approve").await;
 
     // Someone changes dev's security group by hand after the approval.
     bot.drift(
@@ -182,25 +202,41 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
         "name",
         json!("hand-made"),
     );
-    let merged = bot.merge_and_tell(&repo, 3, "change").await;
+    pr.merge().await;
     assert!(bot.applies_run().is_empty(), "nothing of the wave applied");
-    let asked = bot.last_reply(&repo, 3);
-    assert!(
-        asked.contains("round 2") && asked.contains("/approve sha256:"),
-        "{asked}"
-    );
-    let report = bot.report(&repo, 3).body;
-    assert!(
-        report.contains("app@dev: address aws_security_group.app"),
-        "the reason names the member and the address: {report}"
-    );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).1,
-        "Waiting: an approval of round 2"
-    );
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(redact(&asked), @"
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    // The reason names the member and the address.
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | waiting: not covered: app@dev: address aws_security_group.app changed action from no-op to update |
+    | prod | 1 | `app@prod` | not started |
+    | prod | 2 | `dns@prod` | not started |
+
+    - Round 2 (dev, gate `pr-3-round-2`): digest `sha256:[digest]`, not covered, waiting: app@dev: address aws_security_group.app changed action from no-op to update
+      - `app@dev`: `sha256:[digest]` (1 to create, 2 to update, 0 to replace, 0 to delete)
+    ");
+    assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
 
     let round_digest = asked_digest(&asked);
-    bot.comment(&repo, 3, "rev-bob", &format!("/approve {round_digest}"))
+    pr.comment_as("rev-bob", &format!("/approve {round_digest}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
     assert_eq!(
@@ -222,9 +258,9 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 4).await;
-    bot.comment(&repo, 4, "rev-bob", "/approve").await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 4).await;
+    pr.comment_as("rev-bob", "/approve").await;
 
     // prod: app@prod fails, so dns@prod (downstream) is blocked.
     std::fs::write(
@@ -232,48 +268,44 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
         "quota exceeded",
     )
     .unwrap();
-    let merged = bot.merge_and_tell(&repo, 4, "change").await;
-    let stage = asked_digest(&bot.last_reply(&repo, 4));
-    bot.comment(&repo, 4, "rev-bob", &format!("/approve prod {stage}"))
+    pr.merge().await;
+    let stage = asked_digest(&pr.last_reply());
+    pr.comment_as("rev-bob", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    let report = bot.report(&repo, 4).body;
+    // Not snapshots: the failure's cause (the apply command's "quota
+    // exceeded") is cut off after "last output:" in the table and the reply.
+    let report = pr.report();
     assert!(report.contains("`app@prod` | failed"), "{report}");
     assert!(
         report.contains("`dns@prod` | blocked by app@prod"),
         "{report}"
     );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).0.as_deref(),
-        Some("failure")
-    );
-    assert!(bot.last_reply(&repo, 4).contains("`/retry`"));
+    assert_eq!(pr.apply_check().state, "failure");
+    assert!(pr.last_reply().contains("`/retry`"));
 
     std::fs::remove_file(bot.estate_file("prod", "app", ".fail-apply")).unwrap();
-    bot.comment(&repo, 4, "rev-bob", "/retry").await;
+    pr.comment_as("rev-bob", "/retry").await;
     assert_eq!(
         bot.applies_run(),
         ["app@dev", "app@prod", "dns@prod"],
         "app@dev is not applied again"
     );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).0.as_deref(),
-        Some("success")
-    );
+    assert_eq!(pr.apply_check().state, "success");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice() {
     let mut bot = Bot::start_with(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
-    let (repo, _pr, _digest) = planned(&mut bot, 5).await;
-    bot.comment(&repo, 5, "rev-bob", "/approve").await;
+    let pr = planned_pr(&bot, 5).await;
+    pr.comment_as("rev-bob", "/approve").await;
 
     // app@dev changes the estate, then the server dies before it hears so.
     bot.pause_apply("dev", "app", "after");
-    let merged = bot.merge(&repo, 5, "change");
-    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
-        .await;
+    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
+    bot.deliver_github(pr.closed(&merged)).await;
     bot.until_apply_paused("dev", "app").await;
+    let repo = pr.repo.clone();
     // The apply dies with its server: nothing it started is left to go on.
     bot.kill();
     bot.until_no_command_survives().await;
@@ -282,42 +314,51 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
 
     bot.start_server().await;
     bot.settle().await;
+    let pr = bot.pr(&repo, 5);
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
-    let report = bot.report(&repo, 5).body;
-    assert!(
-        report.contains("`app@dev` | applied (its apply had finished before a restart"),
-        "{report}"
-    );
-    assert_eq!(bot.apply_check(&repo, &merged).1, "Waiting: /approve prod");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied (its apply had finished before a restart; planned again, nothing was left to change) |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-5-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+    assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_merge_touching_the_same_member_queues_then_is_checked_against_its_own_approval() {
-    let mut bot = Bot::start().await;
-    let (repo, _first, _) = planned(&mut bot, 6).await;
-    bot.comment(&repo, 6, "rev-bob", "/approve").await;
+    let bot = Bot::start().await;
+    let first = planned_pr(&bot, 6).await;
+    first.comment_as("rev-bob", "/approve").await;
     bot.branch_bigger_app("bigger");
-    let second = bot.open_pr(&repo, 7, "bigger");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &second))
-        .await;
-    bot.settle().await;
-    bot.comment(&repo, 7, "rev-bob", "/approve").await;
+    let second = bot.opened(&first.repo, 7, "bigger").await;
+    second.comment_as("rev-bob", "/approve").await;
 
     // PR 6's run is applying app@dev when PR 7 merges.
     bot.pause_apply("dev", "app", "before");
-    let merged = bot.merge(&repo, 6, "change");
-    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
-        .await;
+    let merged = first.merge_unsettled(MergeMethod::MergeCommit);
+    bot.deliver_github(first.closed(&merged)).await;
     bot.until_apply_paused("dev", "app").await;
-    let merged_second = bot.merge(&repo, 7, "bigger");
-    bot.deliver_github(support::github_pull_request(
-        "closed",
-        &repo,
-        &merged_second,
-    ))
-    .await;
+    let merged_second = second.merge_unsettled(MergeMethod::MergeCommit);
+    bot.deliver_github(second.closed(&merged_second)).await;
     bot.until("PR 7 is queued behind PR 6", || async {
-        bot.replies(&repo, 7)
+        second
+            .replies()
             .iter()
             .any(|r| r.contains("pull request #6 is applying"))
             .then_some(())
@@ -329,21 +370,17 @@ async fn a_second_merge_touching_the_same_member_queues_then_is_checked_against_
     bot.settle().await;
     // PR 6 applied app@dev; PR 7 planned again after it, and its plan moved.
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    let asked = bot.last_reply(&repo, 7);
+    let asked = second.last_reply();
     assert!(
         asked.contains("not covered") || asked.contains("round 2"),
         "{asked}"
     );
-    let report = bot.report(&repo, 7).body;
+    let report = second.report();
     assert!(report.contains("app@dev: address aws_"), "{report}");
 
-    bot.comment(
-        &repo,
-        7,
-        "rev-bob",
-        &format!("/approve {}", asked_digest(&asked)),
-    )
-    .await;
+    second
+        .comment_as("rev-bob", &format!("/approve {}", asked_digest(&asked)))
+        .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@dev"]);
     assert_eq!(
         bot.deployed("dev", "app")["aws_instance.app"]["instance_type"],
@@ -353,70 +390,79 @@ async fn a_second_merge_touching_the_same_member_queues_then_is_checked_against_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.deny("dev", "app", &["no-public-ingress"]);
-    let (repo, _pr, _digest) = planned(&mut bot, 8).await;
-    bot.comment(&repo, 8, "rev-bob", "/approve").await;
+    let pr = planned_pr(&bot, 8).await;
+    pr.comment_as("rev-bob", "/approve").await;
 
-    let merged = bot.merge_and_tell(&repo, 8, "change").await;
+    pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    let asked = bot.last_reply(&repo, 8);
-    assert!(
-        asked.contains("The policy denied the plan of **app@dev**")
-            && asked.contains("no-public-ingress"),
-        "{asked}"
-    );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).1,
-        "Waiting: /override app@dev"
-    );
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    The policy denied the plan of **app@dev** (`sha256:[digest]`; no-public-ingress). Nothing of that wave was applied. Someone in `policy.overriders` may let it through, each for exactly that plan:
+
+    ```
+    /override app@dev <reason>
+    ```
+    ");
+    assert_eq!(pr.apply_check().title, "Waiting: /override app@dev");
 
     // The example's base policy names no overriders: nobody may.
-    let refused = bot
-        .comment(
-            &repo,
-            8,
-            "rev-bob",
-            "/override app@dev the port is internal",
-        )
+    let refused = pr
+        .comment_as("rev-bob", "/override app@dev the port is internal")
         .await;
-    assert_eq!(bot.reactions(&repo, refused), ["eyes", "confused"]);
-    assert!(bot.last_reply(&repo, 8).contains("policy.overriders"));
+    assert_eq!(pr.reactions(refused), ["eyes", "confused"]);
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: nobody may override a policy denial here: the base branch's `policy.overriders` is empty");
     assert!(bot.applies_run().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     // The base branch names an overrider before the pull request is opened.
     bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
     bot.deny("dev", "app", &["no-public-ingress"]);
-    let (repo, _pr, _digest) = planned(&mut bot, 9).await;
-    bot.forge.set_permission(&repo, "sec-sam", "write");
-    bot.comment(&repo, 9, "rev-bob", "/approve").await;
-    bot.merge_and_tell(&repo, 9, "change").await;
+    let pr = planned_pr(&bot, 9).await;
+    bot.forge.set_permission(&pr.repo, "sec-sam", "write");
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
     assert!(bot.applies_run().is_empty());
 
-    let done = bot
-        .comment(
-            &repo,
-            9,
-            "sec-sam",
-            "/override app@dev the port is internal",
-        )
+    let done = pr
+        .comment_as("sec-sam", "/override app@dev the port is internal")
         .await;
-    assert_eq!(bot.reactions(&repo, done), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(done), ["eyes", "rocket"]);
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    assert!(bot.report(&repo, 9).body.contains("the policy denial of"));
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-9-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - `app@dev`: the policy denial of `sha256:[digest]` was overridden
+    ");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_approval() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 10).await;
-    bot.comment(&repo, 10, "rev-bob", "/approve").await;
-    let merged = bot.merge_and_tell(&repo, 10, "change").await;
-    let stage = asked_digest(&bot.last_reply(&repo, 10));
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 10).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    let stage = asked_digest(&pr.last_reply());
 
     // After prod's plans were shown, someone creates the DNS record by hand:
     // dns@prod, which waited for app@prod's hostname, now plans an update.
@@ -428,54 +474,56 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
         .to_string(),
     )
     .unwrap();
-    bot.comment(&repo, 10, "rev-bob", &format!("/approve prod {stage}"))
+    pr.comment_as("rev-bob", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod"]);
-    let asked = bot.last_reply(&repo, 10);
-    assert!(asked.contains("round 2"), "{asked}");
-    let report = bot.report(&repo, 10).body;
-    assert!(
-        report.contains(
-            "dns@prod: address aws_route53_record.app changed action from create to update"
-        ),
-        "{report}"
-    );
-    assert_eq!(
-        bot.apply_check(&repo, &merged).1,
-        "Waiting: an approval of round 2"
-    );
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(redact(&asked), @"
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
 
-    bot.comment(
-        &repo,
-        10,
-        "rev-carol",
-        &format!("/approve {}", asked_digest(&asked)),
-    )
-    .await;
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | applied |
+    | prod | 2 | `dns@prod` | waiting: not covered: dns@prod: address aws_route53_record.app changed action from create to update |
+
+    - Stage **prod** gate `pr-10-prod`: set `sha256:[digest]`, approved by rev-bob
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: dns@prod: address aws_route53_record.app changed action from create to update
+      - `dns@prod`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+    ");
+    assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
+
+    pr.comment_as("rev-carol", &format!("/approve {}", asked_digest(&asked)))
+        .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    assert_eq!(
-        bot.apply_check(&repo, &merged).0.as_deref(),
-        Some("success")
-    );
+    assert_eq!(pr.apply_check().state, "success");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgejo_merge_applies_and_reports_a_status_on_the_merge_commit() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr) = planned_on_forgejo(&mut bot, 12).await;
-    bot.comment(&repo, 12, "rev-bob", "/approve").await;
-    let merged = bot.merge(&repo, 12, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("closed", &repo, &merged))
-        .await;
-    bot.settle().await;
+    let bot = Bot::start().await;
+    let pr = planned_pr_on_forgejo(&bot, 12).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    let sha = merged.merge_sha.as_deref().unwrap();
-    let statuses = bot.statuses_named(&repo, sha, APPLY_CHECK);
-    assert_eq!(
-        statuses.last().map(|s| s.state.as_str()),
-        Some("pending"),
-        "{statuses:#?}"
-    );
+    assert_eq!(pr.apply_check().state, "pending");
 }
 
 /// A component whose plan cannot list resources (a migration tool): its plan
@@ -526,15 +574,12 @@ impl Bot {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opaque_plan_binds_its_summary_and_always_applies() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.branch_with_migrations("migrations", "main", &["0042_add_index"]);
-    let pr = bot.open_pr(&repo, 5, "migrations");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    let report = bot.report(&repo, 5).body;
+    let mut pr = bot.opened(&repo, 5, "migrations").await;
+    let report = pr.report();
     assert!(
         report.contains("| `schema@dev` | planned (opaque) ⚠️ destructive |"),
         "{report}"
@@ -551,11 +596,8 @@ async fn an_opaque_plan_binds_its_summary_and_always_applies() {
 
     // Another migration changes nothing a resource list could show, and still moves the digest.
     bot.branch_with_migrations("migrations-2", "migrations", &["0043_drop_users"]);
-    let pushed = bot.forge.push(&repo, 5, &bot.rev("migrations-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
-    let report = bot.report(&repo, 5).body;
+    pr.push("migrations-2").await;
+    let report = pr.report();
     assert!(
         report.contains("pending migrations: 0042_add_index.sql, 0043_drop_users.sql"),
         "{report}"
@@ -563,15 +605,14 @@ async fn an_opaque_plan_binds_its_summary_and_always_applies() {
     let second = digest_in(&report);
     assert_ne!(first, second, "the summary of an opaque plan is bound");
 
-    bot.comment(&repo, 5, "rev-bob", &format!("/approve {second}"))
+    pr.comment_as("rev-bob", &format!("/approve {second}"))
         .await;
-    let merged = bot.merge_and_tell(&repo, 5, "migrations-2").await;
+    pr.merge().await;
     assert_eq!(
         bot.applies_run(),
         ["schema@dev"],
         "an opaque plan is never taken for an empty one: its apply runs"
     );
-    let (conclusion, _) = bot.apply_check(&repo, &merged);
-    assert_eq!(conclusion.as_deref(), Some("success"));
+    assert_eq!(pr.apply_check().state, "success");
     bot.assert_conformant();
 }

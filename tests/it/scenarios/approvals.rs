@@ -2,182 +2,157 @@
 //! the fake forge; every approval binds the digest the report showed, and
 //! every fact lands in a ledger that verifies.
 
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
-use wavegate::model::PrNumber;
 use wavegate::store::JobStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outsider_and_the_author_are_refused_and_an_approver_turns_the_check_green() {
-    let mut bot = Bot::start().await;
-    let (repo, pr, digest) = planned(&mut bot, 21).await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 21).await;
+    let digest = pr.digest();
+    assert_eq!(pr.plan_state(), "action_required");
 
-    let outsider = bot.comment(&repo, 21, "outsider-mallory", "/approve").await;
-    assert_eq!(bot.reactions(&repo, outsider), ["eyes", "confused"]);
-    assert!(
-        bot.replies(&repo, 21)
-            .last()
-            .unwrap()
-            .contains("write access"),
-        "{:?}",
-        bot.replies(&repo, 21)
-    );
+    let outsider = pr.comment_as("outsider-mallory", "/approve").await;
+    assert_eq!(pr.reactions(outsider), ["eyes", "confused"]);
+    insta::assert_snapshot!(pr.last_reply(), @"@outsider-mallory: approving needs write access to this repository; ask a maintainer to approve, or to give you write access");
 
-    let own = bot.comment(&repo, 21, "dev-alice", "/approve").await;
-    assert_eq!(bot.reactions(&repo, own), ["eyes", "confused"]);
-    assert!(bot
-        .replies(&repo, 21)
-        .last()
-        .unwrap()
-        .contains("author of a pull request cannot approve it"));
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    let own = pr.comment_as("dev-alice", "/approve").await;
+    assert_eq!(pr.reactions(own), ["eyes", "confused"]);
+    insta::assert_snapshot!(pr.last_reply(), @"@dev-alice: the author of a pull request cannot approve it (`[policy] allow_self_approval` is not `true` on the base branch); ask a reviewer");
+    assert_eq!(pr.plan_state(), "action_required");
 
-    let approval = bot
-        .comment(&repo, 21, "rev-bob", "Looks right.\n\n/approve")
-        .await;
-    assert_eq!(bot.reactions(&repo, approval), ["eyes", "rocket"]);
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
-    let report = bot.report(&repo, 21).body;
-    assert!(
-        report.contains(&format!("@rev-bob approved `{digest}`")),
-        "{report}"
-    );
-    assert!(report.contains("**Approved**"), "{report}");
+    let approval = pr.comment_as("rev-bob", "Looks right.\n\n/approve").await;
+    assert_eq!(pr.reactions(approval), ["eyes", "rocket"]);
+    assert_eq!(pr.plan_state(), "success");
+    let approvals = pr.approvals_section();
+    assert!(approvals.contains(&format!("@rev-bob approved `{digest}`")));
+    insta::assert_snapshot!(redact(&approvals), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    Gate ledger head when this was written: seq 4, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_makes_a_new_digest_and_the_old_approval_stops_counting() {
-    let mut bot = Bot::start().await;
-    let (repo, _, first) = planned(&mut bot, 22).await;
-    bot.comment(&repo, 22, "rev-bob", "/approve").await;
+    let bot = Bot::start().await;
+    let mut pr = planned_pr(&bot, 22).await;
+    let first = pr.digest();
+    pr.comment_as("rev-bob", "/approve").await;
 
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 22, &bot.rev("change-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
+    pr.push("change-2").await;
 
-    assert_eq!(
-        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
-        Some("action_required")
-    );
-    let report = bot.report(&repo, 22).body;
-    assert_ne!(digest_in(&report), first);
-    assert!(report.contains("For an earlier plan"), "{report}");
-    assert!(
-        report.contains(&format!("@rev-bob approved `{first}`")),
-        "{report}"
-    );
-    assert!(
-        report.contains("Waiting for approval of this plan"),
-        "{report}"
-    );
+    assert_eq!(pr.plan_state(), "action_required");
+    assert_ne!(pr.digest(), first);
+    let approvals = pr.approvals_section();
+    assert!(approvals.contains(&format!("@rev-bob approved `{first}`")));
+    insta::assert_snapshot!(redact(&approvals), @"
+    ### Approvals
+
+    **Waiting for approval of this plan.** @rev-bob approved `sha256:[digest]` at `[short]`, an earlier plan; an approval binds one plan, so this one needs its own.
+
+    For an earlier plan (kept in the ledger, no longer counting):
+    - @rev-bob approved `sha256:[digest]` at `[short]` ([time])
+
+    Gate ledger head when this was written: seq 3, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
 
     // Naming the old digest is refused with the current one named.
-    let stale = bot
-        .comment(&repo, 22, "rev-bob", &format!("/approve {first}"))
-        .await;
-    assert_eq!(bot.reactions(&repo, stale), ["eyes", "confused"]);
-    let current = digest_in(&bot.report(&repo, 22).body);
-    let reply = bot.replies(&repo, 22).pop().unwrap();
+    let stale = pr.comment_as("rev-bob", &format!("/approve {first}")).await;
+    assert_eq!(pr.reactions(stale), ["eyes", "confused"]);
+    let current = pr.digest();
+    let reply = pr.last_reply();
     assert!(reply.contains(&format!("/approve {current}")), "{reply}");
+    insta::assert_snapshot!(redact(&reply), @"@rev-bob: `sha256:[digest]` is not the current plan; the current digest is `sha256:[digest]`: review the report and approve it with `/approve sha256:[digest]`");
     bot.assert_ledger_verifies();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approve_written_before_the_new_plan_was_posted_is_refused() {
-    let mut bot = Bot::start().await;
-    let (repo, _, _) = planned(&mut bot, 23).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 23).await;
+    let repo = &pr.repo;
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 23, &bot.rev("change-2"));
+    let pushed = bot.forge.push(repo, 23, &bot.rev("change-2"));
     // The reviewer's comment is written while the push is being planned:
     // its delivery is built (and dated) before the plan is posted.
-    let id = bot.forge.add_comment(&repo, 23, "rev-bob", "/approve");
-    let (event, body) = support::github_comment(&repo, 23, id, "rev-bob", "/approve");
+    let id = bot.forge.add_comment(repo, 23, "rev-bob", "/approve");
+    let (event, body) = support::github_comment(repo, 23, id, "rev-bob", "/approve");
     let mut comment: serde_json::Value = serde_json::from_slice(&body).unwrap();
     comment["comment"]["created_at"] =
         support::fake_forge::rfc3339(std::time::SystemTime::now()).into();
     let comment = (event, serde_json::to_vec(&comment).unwrap());
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
-    bot.deliver_github(comment).await;
-    bot.settle().await;
+    bot.tell(
+        repo,
+        support::github_pull_request("synchronize", repo, &pushed),
+    )
+    .await;
+    bot.tell(repo, comment).await;
 
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
-    let reply = bot.replies(&repo, 23).pop().unwrap();
-    assert!(reply.contains("a new plan for"), "{reply}");
-    assert!(
-        reply.contains("was being made when you wrote your comment"),
-        "{reply}"
-    );
-    assert_eq!(
-        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
-        Some("action_required")
-    );
+    assert_eq!(pr.reactions(id), ["eyes", "confused"]);
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"@rev-bob: a new plan for `[short]` was being made when you wrote your comment, so it is not clear which plan you meant; it is posted now with the digest `sha256:[digest]`: review it and approve with `/approve sha256:[digest]`");
+    assert_eq!(pr.plan_state(), "action_required");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_required_approvers_and_a_pr_that_loosens_the_policy_is_judged_by_the_base() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     // main now requires two approvers; the PR's branch still says one.
     bot.edit_base_config("required = 1", "required = 2");
     let repo = bot.github_repo();
     for who in ["rev-bob", "rev-carol"] {
         bot.forge.set_permission(&repo, who, "write");
     }
-    let pr = bot.open_pr(&repo, 24, "change");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
+    let pr = bot.opened(&repo, 24, "change").await;
     assert!(
-        bot.report(&repo, 24)
-            .body
+        pr.report()
             .contains("the new policy takes effect after merge"),
         "{}",
-        bot.report(&repo, 24).body
+        pr.report()
     );
 
-    bot.comment(&repo, 24, "rev-bob", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
-    assert!(bot.report(&repo, 24).body.contains("(1 of 2)"));
+    pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.plan_state(), "action_required");
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Waiting for 1 more approval** (1 of 2).
+
+    This pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge.
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
     // The same approver again does not count twice.
-    bot.comment(&repo, 24, "rev-bob", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
-    bot.comment(&repo, 24, "rev-carol", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
+    pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.plan_state(), "action_required");
+    pr.comment_as("rev-carol", "/approve").await;
+    assert_eq!(pr.plan_state(), "success");
     bot.assert_ledger_verifies();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edits_code_blocks_and_quotes_never_approve() {
-    let mut bot = Bot::start().await;
-    let (repo, pr, _) = planned(&mut bot, 25).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 25).await;
 
     // An edited comment that now says /approve.
-    let id = bot.forge.add_comment(&repo, 25, "rev-bob", "/approve");
-    let (event, body) = support::github_comment(&repo, 25, id, "rev-bob", "/approve");
+    let id = bot.forge.add_comment(&pr.repo, 25, "rev-bob", "/approve");
+    let (event, body) = support::github_comment(&pr.repo, 25, id, "rev-bob", "/approve");
     let mut edited: serde_json::Value = serde_json::from_slice(&body).unwrap();
     edited["action"] = "edited".into();
     let (status, answer) = bot
@@ -185,18 +160,11 @@ async fn edits_code_blocks_and_quotes_never_approve() {
         .await;
     assert_eq!((status, answer["status"].as_str()), (202, Some("ignored")));
 
-    let fenced = bot
-        .comment(&repo, 25, "rev-bob", "Try:\n```\n/approve\n```\n")
-        .await;
-    let quoted = bot
-        .comment(&repo, 25, "rev-bob", "> /approve\n\nnot yet")
-        .await;
-    assert!(bot.reactions(&repo, fenced).is_empty());
-    assert!(bot.reactions(&repo, quoted).is_empty());
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    let fenced = pr.comment_as("rev-bob", "Try:\n```\n/approve\n```\n").await;
+    let quoted = pr.comment_as("rev-bob", "> /approve\n\nnot yet").await;
+    assert!(pr.reactions(fenced).is_empty());
+    assert!(pr.reactions(quoted).is_empty());
+    assert_eq!(pr.plan_state(), "action_required");
     let jobs = bot.settle().await;
     assert!(
         jobs.iter().all(|j| j.status != JobStatus::Dead),
@@ -206,150 +174,132 @@ async fn edits_code_blocks_and_quotes_never_approve() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoke_and_help_and_an_unknown_command() {
-    let mut bot = Bot::start().await;
-    let (repo, pr, _) = planned(&mut bot, 26).await;
-    bot.comment(&repo, 26, "rev-bob", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
-    let revoke = bot.comment(&repo, 26, "rev-bob", "/revoke").await;
-    assert_eq!(bot.reactions(&repo, revoke), ["eyes", "rocket"]);
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 26).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.plan_state(), "success");
+    let revoke = pr.comment_as("rev-bob", "/revoke").await;
+    assert_eq!(pr.reactions(revoke), ["eyes", "rocket"]);
+    assert_eq!(pr.plan_state(), "action_required");
 
-    let typo = bot.comment(&repo, 26, "rev-bob", "/aprove").await;
-    assert_eq!(bot.reactions(&repo, typo), ["eyes", "confused"]);
-    let reply = bot.replies(&repo, 26).pop().unwrap();
-    assert!(
-        reply.contains("`/aprove` is not a wavegate command"),
-        "{reply}"
-    );
-    assert!(
-        reply.contains("/approve") && reply.contains("/revoke"),
-        "help is included: {reply}"
-    );
+    let typo = pr.comment_as("rev-bob", "/aprove").await;
+    assert_eq!(pr.reactions(typo), ["eyes", "confused"]);
+    // The reply names the typo and includes the help.
+    insta::assert_snapshot!(pr.last_reply(), @"
+    @rev-bob: `/aprove` is not a wavegate command.
+
+    wavegate commands: write each at the start of its own line, outside code blocks and quotes.
+
+    - `/approve [stage] [digest]` — approve the newest plan, for every stage or only the one named; give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
+    - `/plan` — plan this pull request again now
+    - `/retry` — resume an apply that failed or was stopped
+    - `/revoke` — withdraw your approval of this pull request
+    - `/override <member> <reason>` — let a plan the policy denied through for one member (`component@stage`), saying why; for the policy's overriders only
+    - `/help` — show this list
+    ");
     bot.assert_ledger_verifies();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approving_review_counts_when_the_base_says_so() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
-    let (repo, pr, _) = planned(&mut bot, 27).await;
+    let pr = planned_pr(&bot, 27).await;
+    let head = pr.state();
 
-    bot.deliver_github(support::github_review(
-        "submitted",
-        "approved",
-        &repo,
-        &pr,
-        501,
-        "rev-bob",
-        &pr.head_sha,
-    ))
+    bot.tell(
+        &pr.repo,
+        support::github_review(
+            "submitted",
+            "approved",
+            &pr.repo,
+            &head,
+            501,
+            "rev-bob",
+            &head.head_sha,
+        ),
+    )
     .await;
-    bot.settle().await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
+    assert_eq!(pr.plan_state(), "success");
 
-    bot.deliver_github(support::github_review(
-        "dismissed",
-        "dismissed",
-        &repo,
-        &pr,
-        501,
-        "rev-bob",
-        &pr.head_sha,
-    ))
+    bot.tell(
+        &pr.repo,
+        support::github_review(
+            "dismissed",
+            "dismissed",
+            &pr.repo,
+            &head,
+            501,
+            "rev-bob",
+            &head.head_sha,
+        ),
+    )
     .await;
-    bot.settle().await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    assert_eq!(pr.plan_state(), "action_required");
     bot.assert_ledger_verifies();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgejo_approve_flow_end_to_end() {
-    let mut bot = Bot::start().await;
-    let (repo, pr) = planned_on_forgejo(&mut bot, 28).await;
-    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
-    assert_eq!(state(&bot), "pending");
+    let bot = Bot::start().await;
+    let pr = planned_pr_on_forgejo(&bot, 28).await;
+    assert_eq!(pr.plan_state(), "pending");
 
-    let id = bot.comment(&repo, 28, "rev-bob", "/approve").await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
-    assert_eq!(state(&bot), "success");
-    let record = bot
-        .store()
-        .await
-        .pr(&repo.repo_ref().id, PrNumber(28))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(record.report_status.as_deref(), Some("approved"));
+    let id = pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
+    assert_eq!(pr.plan_state(), "success");
+    assert_eq!(pr.record().await.report_status.as_deref(), Some("approved"));
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn team_approvers_and_an_admins_revoke() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("approvers = []", "approvers = [\"team:platform\"]");
-    let (repo, pr, _) = planned(&mut bot, 29).await;
+    let pr = planned_pr(&bot, 29).await;
     bot.forge.add_team_member("acme", "platform", "rev-carol");
-    bot.forge.set_permission(&repo, "ops-admin", "admin");
+    bot.forge.set_permission(&pr.repo, "ops-admin", "admin");
 
-    let bob = bot.comment(&repo, 29, "rev-bob", "/approve").await;
-    assert_eq!(bot.reactions(&repo, bob), ["eyes", "confused"]);
-    let reply = bot.replies(&repo, 29).pop().unwrap();
-    assert!(reply.contains("`team:platform`"), "{reply}");
+    let bob = pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.reactions(bob), ["eyes", "confused"]);
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: `approvers` on the base branch (`[policy]`, or this stage's own) lists `team:platform`, and you are not among them; ask one of them to approve");
 
-    bot.comment(&repo, 29, "rev-carol", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
+    pr.comment_as("rev-carol", "/approve").await;
+    assert_eq!(pr.plan_state(), "success");
 
     // An admin may withdraw someone else's approval.
-    let revoke = bot.comment(&repo, 29, "ops-admin", "/revoke").await;
-    assert_eq!(bot.reactions(&repo, revoke), ["eyes", "rocket"]);
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    let revoke = pr.comment_as("ops-admin", "/revoke").await;
+    assert_eq!(pr.reactions(revoke), ["eyes", "rocket"]);
+    assert_eq!(pr.plan_state(), "action_required");
     bot.assert_ledger_verifies();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approval_needs_the_bot_to_be_a_repository_admin() {
-    let mut bot = Bot::start().await;
-    let (repo, pr) = planned_on_forgejo(&mut bot, 30).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr_on_forgejo(&bot, 30).await;
     bot.forge.set_forgejo_bot_admin(false);
 
-    let id = bot.comment(&repo, 30, "rev-bob", "/approve").await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
-    let reply = bot.replies(&repo, 30).pop().unwrap();
-    assert!(
-        reply.contains("admin"),
-        "the reply says what to fix: {reply}"
-    );
-    let state = bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
-    assert_eq!(state, "pending");
+    let id = pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.reactions(id), ["eyes", "confused"]);
+    // The reply says what to fix.
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: wavegate could not check your permission: GET /api/v1/repos/acme/infra/collaborators/rev-bob/permission: 403: Forgejo only tells repository admins; make the bot's account an admin of acme/infra");
+    assert_eq!(pr.plan_state(), "pending");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
-    let (repo, pr) = planned_on_forgejo(&mut bot, 31).await;
+    let pr = planned_pr_on_forgejo(&bot, 31).await;
 
     let (status, answer) = bot
-        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
+        .deliver_forgejo(support::forgejo_review_approved(
+            &pr.repo,
+            &pr.state(),
+            "rev-bob",
+        ))
         .await;
     assert_eq!(
         (status, answer["status"].as_str()),
@@ -357,16 +307,27 @@ async fn a_forgejo_approving_review_counts_when_the_base_says_so() {
         "{answer}"
     );
     bot.settle().await;
-    let state = bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
-    assert_eq!(state, "success");
-    assert!(bot.report(&repo, 31).body.contains("@rev-bob approved"));
+    assert_eq!(pr.plan_state(), "success");
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    This pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge.
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_that_leaves_the_digest_unchanged_still_needs_a_new_approval() {
-    let mut bot = Bot::start().await;
-    let (repo, _, digest) = planned(&mut bot, 32).await;
-    bot.comment(&repo, 32, "rev-bob", "/approve").await;
+    let bot = Bot::start().await;
+    let mut pr = planned_pr(&bot, 32).await;
+    let digest = pr.digest();
+    pr.comment_as("rev-bob", "/approve").await;
 
     // Only documentation changes: every plan, and so the digest, stays the
     // same, but the commit the change would be applied from is another.
@@ -375,24 +336,24 @@ async fn a_push_that_leaves_the_digest_unchanged_still_needs_a_new_approval() {
         "change",
         &[("docs/notes.md", Some("more words\n"))],
     );
-    let pushed = bot.forge.push(&repo, 32, &bot.rev("docs-too"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
+    pr.push("docs-too").await;
 
-    let report = bot.report(&repo, 32).body;
-    assert_eq!(digest_in(&report), digest, "the plans did not change");
-    assert_eq!(
-        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
-        Some("action_required")
-    );
-    assert!(report.contains("For an earlier plan"), "{report}");
+    assert_eq!(pr.digest(), digest, "the plans did not change");
+    assert_eq!(pr.plan_state(), "action_required");
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
 
-    bot.comment(&repo, 32, "rev-bob", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
-        Some("success")
-    );
+    **Waiting for approval of this plan.** @rev-bob approved `sha256:[digest]` at `[short]`, an earlier plan; an approval binds one plan, so this one needs its own.
+
+    For an earlier plan (kept in the ledger, no longer counting):
+    - @rev-bob approved `sha256:[digest]` at `[short]` ([time])
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
+
+    pr.comment_as("rev-bob", "/approve").await;
+    assert_eq!(pr.plan_state(), "success");
 }
 
 /// The base says only frank approves. While the bot cannot read its mirror,
@@ -402,21 +363,17 @@ async fn a_push_that_leaves_the_digest_unchanged_still_needs_a_new_approval() {
 /// base's policy decides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("approvers = []", "approvers = [\"frank\"]");
-    let (repo, pr, _digest) = planned(&mut bot, 29).await;
+    let pr = planned_pr(&bot, 29).await;
     for who in ["erin", "frank"] {
-        bot.forge.set_permission(&repo, who, "write");
+        bot.forge.set_permission(&pr.repo, who, "write");
     }
     let mirror = bot.dir.path().join("data/mirrors/github/acme/infra.git");
     let away = bot.dir.path().join("objects-away");
     std::fs::rename(mirror.join("objects"), &away).unwrap();
 
-    let id = bot.forge.add_comment(&repo, 29, "erin", "/approve");
-    let (status, _) = bot
-        .deliver_github(support::github_comment(&repo, 29, id, "erin", "/approve"))
-        .await;
-    assert_eq!(status, 202);
+    pr.comment_unsettled("erin", "/approve").await;
     let failed = bot
         .until("the approval's attempt fails", || async {
             bot.jobs()
@@ -433,7 +390,7 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
             .contains("this pull request's gates are judged at"),
         "{failed:#?}"
     );
-    assert!(bot.replies(&repo, 29).is_empty(), "no verdict was said");
+    assert!(pr.replies().is_empty(), "no verdict was said");
     let facts = bot
         .store()
         .await
@@ -448,20 +405,11 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
     // The mirror reads again: the retry judges by the base's policy.
     std::fs::rename(&away, mirror.join("objects")).unwrap();
     bot.settle().await;
-    let refused = bot.replies(&repo, 29).join("\n");
-    assert!(
-        refused.contains("frank"),
-        "erin is not an approver: {refused}"
-    );
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
-    bot.comment(&repo, 29, "frank", "/approve").await;
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success")
-    );
+    // erin is not an approver: one verdict, said once.
+    insta::assert_snapshot!(pr.replies().join("\n---\n"), @"@erin: `approvers` on the base branch (`[policy]`, or this stage's own) lists `frank`, and you are not among them; ask one of them to approve");
+    assert_eq!(pr.plan_state(), "action_required");
+    pr.comment_as("frank", "/approve").await;
+    assert_eq!(pr.plan_state(), "success");
 }
 
 /// A server whose data dir holds no mirror of the repository (another
@@ -470,17 +418,17 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
 /// attempt until the approval is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_on_a_server_without_the_mirror_is_judged_at_the_fetched_base() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("approvers = []", "approvers = [\"frank\"]");
-    let (repo, pr, _digest) = planned(&mut bot, 27).await;
-    bot.forge.set_permission(&repo, "frank", "write");
+    let pr = planned_pr(&bot, 27).await;
+    bot.forge.set_permission(&pr.repo, "frank", "write");
     let mirror = bot.dir.path().join("data/mirrors/github/acme/infra.git");
     std::fs::remove_dir_all(&mirror).unwrap();
 
-    bot.comment(&repo, 27, "frank", "/approve").await;
+    pr.comment_as("frank", "/approve").await;
     assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("success"),
+        pr.plan_state(),
+        "success",
         "{:#?}\n{}",
         bot.jobs().await,
         bot.log()
@@ -501,9 +449,10 @@ async fn an_approval_on_a_server_without_the_mirror_is_judged_at_the_fetched_bas
 /// digest asks anew; after merge, prod's gate asks for its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
-    let mut bot = Bot::start().await;
-    let (repo, _pr, digest) = planned(&mut bot, 28).await;
-    bot.comment(&repo, 28, "outsider-mallory", "/approve").await;
+    let bot = Bot::start().await;
+    let mut pr = planned_pr(&bot, 28).await;
+    let digest = pr.digest();
+    pr.comment_as("outsider-mallory", "/approve").await;
     let pending = |facts: Vec<wavegate::gate::ledger::Fact>| -> Vec<(String, serde_json::Value)> {
         facts
             .into_iter()
@@ -537,11 +486,8 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
     );
 
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 28, &bot.rev("change-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
-    let moved = digest_in(&bot.report(&repo, 28).body);
+    pr.push("change-2").await;
+    let moved = pr.digest();
     let asked = pending(
         store
             .gate_facts("github:acme/infra", "pr-28")
@@ -554,11 +500,8 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
         "the moved digest is asked for anew"
     );
 
-    bot.comment(&repo, 28, "rev-bob", "/approve").await;
-    let merged = bot.merge(&repo, 28, "change-2");
-    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
-        .await;
-    bot.settle().await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
     let prod = pending(
         store
             .gate_facts("github:acme/infra", "pr-28-prod")
@@ -574,28 +517,21 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
 }
 
 /// The report's "After merge" section, with the base commit written `<base>`.
-fn after_merge_section(report: &str) -> String {
-    let start = report
-        .find("### After merge")
-        .expect("an After merge section");
-    let end = report[start..]
-        .find("### Members")
-        .expect("a Members section")
-        + start;
-    let section = &report[start..end];
+fn after_merge_section(pr: &PrHandle<'_>) -> String {
+    let section = pr.section("After merge");
     let base = section
         .split("wavegate.toml` at `")
         .nth(1)
         .and_then(|rest| rest.split('`').next())
         .unwrap_or_default()
         .to_owned();
-    section.replace(&base, "<base>").trim_end().to_owned()
+    section.replace(&base, "<base>")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_previews_each_stage_as_the_base_decides_it_and_a_loosened_gate_counts_after_merge(
 ) {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config(
         "name = \"prod\"\ngate = \"always\"",
         "name = \"prod\"\ngate = \"always\"\napprovers = [\"rev-carol\"]\ntimeout = \"24h\"",
@@ -610,12 +546,9 @@ async fn the_report_previews_each_stage_as_the_base_decides_it_and_a_loosened_ga
     assert_ne!(config, loosened);
     bot.example
         .branch("loosen", "change", &[("wavegate.toml", Some(&loosened))]);
-    let pr = bot.open_pr(&repo, 26, "loosen");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
+    let pr = bot.opened(&repo, 26, "loosen").await;
 
-    insta::assert_snapshot!(after_merge_section(&bot.report(&repo, 26).body), @"
+    insta::assert_snapshot!(after_merge_section(&pr), @"
     ### After merge
 
     Gates and approvers as the base branch sets them (`wavegate.toml` at `<base>`): a pull request cannot change its own.

@@ -2,6 +2,8 @@
 //! HTTP, real git repositories and real plan subprocesses. Each test is one
 //! story; the `Bot` below is the small language they are told in.
 
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -10,7 +12,7 @@ use wavegate::store::JobStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_pr_gets_report_and_check_then_push_edits_the_same_comment() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
 
     let pr = bot.open_pr(&repo, 1, "change");
@@ -43,10 +45,8 @@ async fn open_pr_gets_report_and_check_then_push_edits_the_same_comment() {
 
     // Push: one more commit changes the app's resources; the same comment is edited.
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 1, &bot.rev("change-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
+    let mut handle = bot.pr(&repo, 1);
+    let pushed = handle.push("change-2").await;
 
     let second = bot.report(&repo, 1);
     assert_eq!(second.id, first.id, "the report is edited in place");
@@ -140,7 +140,7 @@ async fn forged_or_missing_signatures_are_refused_and_nothing_is_stored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.example.branch(
         "broken",
@@ -150,10 +150,8 @@ async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() 
             Some("[[component]]\nname = \"app\"\ndir = \"infra/app\"\ncolour = \"blue\"\n"),
         )],
     );
-    let pr = bot.open_pr(&repo, 4, "broken");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    let jobs = bot.settle().await;
+    let pr = bot.opened(&repo, 4, "broken").await;
+    let jobs = bot.jobs().await;
     assert_eq!(
         jobs[0].status,
         JobStatus::Done,
@@ -161,29 +159,26 @@ async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() 
     );
     assert_eq!(jobs[0].attempts, 1);
 
-    let report = bot.report(&repo, 4);
-    assert!(
-        report.body.contains("wavegate.toml cannot be read"),
-        "{}",
-        report.body
-    );
-    assert!(
-        report.body.contains("colour"),
-        "names the field: {}",
-        report.body
-    );
-    assert!(report.body.contains("What to do"), "{}", report.body);
-    let checks = bot.forge.check_runs(&repo, &pr.head_sha);
-    assert_eq!(
-        checks.last().unwrap().conclusion.as_deref(),
-        Some("failure")
-    );
+    // The report names the field and says what to do.
+    insta::assert_snapshot!(redact(&pr.report()), @"
+    <!-- wavegate:report -->
+    ## wavegate plan
+
+    ❌ **wavegate.toml cannot be read**
+
+    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`.
+
+    Nothing was planned, so there is nothing to approve yet.
+
+    **What to do:** Use only the fields in the wavegate.toml reference (docs/configuration.md); check the spelling. Push the fix to this branch and wavegate plans again.
+    ");
+    assert_eq!(pr.plan_state(), "failure");
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_pr_is_refused_with_the_reason_and_nothing_runs() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     let pr = bot.open_pr(&repo, 5, "change");
     let (event, body) = support::github_pull_request("opened", &repo, &pr);
@@ -195,18 +190,18 @@ async fn a_fork_pr_is_refused_with_the_reason_and_nothing_runs() {
         .await;
     bot.settle().await;
 
-    let report = bot.report(&repo, 5);
-    assert!(
-        report.body.contains("forks are not planned"),
-        "{}",
-        report.body
-    );
-    assert!(report.body.contains("allow_forks"), "{}", report.body);
-    let checks = bot.forge.check_runs(&repo, &pr.head_sha);
-    assert_eq!(
-        checks.last().unwrap().conclusion.as_deref(),
-        Some("failure")
-    );
+    let pr = bot.pr(&repo, 5);
+    insta::assert_snapshot!(redact(&pr.report()), @"
+    <!-- wavegate:report -->
+    ## wavegate plan
+
+    ❌ **Pull requests from forks are not planned here**
+
+    This pull request comes from `https://fork.invalid/mallory/infra.git`. Planning runs the repository's plan commands on the pull request's code, and `policy.allow_forks` is not `true` in `wavegate.toml` on `main`, so wavegate did not run anything.
+
+    **What to do:** push the branch to this repository and open the pull request from there, or ask a maintainer to set `allow_forks = true` under `[policy]` on the base branch if running forks' code is acceptable.
+    ");
+    assert_eq!(pr.plan_state(), "failure");
     assert_eq!(
         bot.plans_run(),
         Vec::<String>::new(),
@@ -216,7 +211,7 @@ async fn a_fork_pr_is_refused_with_the_reason_and_nothing_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgejo_pr_gets_the_comment_and_a_commit_status() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let url = format!("file://{}", bot.example.repo.display());
     let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
     let pr = bot.open_pr(&repo, 6, "change");
@@ -281,7 +276,7 @@ async fn a_server_killed_while_a_job_is_leased_runs_it_once_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_for_a_head_that_moved_on_is_skipped_as_superseded() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.branch_bigger_app("change-2");
     let opened = bot.open_pr(&repo, 8, "change");
@@ -314,7 +309,7 @@ async fn a_plan_for_a_head_that_moved_on_is_skipped_as_superseded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_error_fails_the_attempt_and_the_retry_posts_the_report() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     let pr = bot.open_pr(&repo, 9, "change");
     // A refusal the client does not retry by itself: the job's attempt fails.
@@ -338,7 +333,7 @@ async fn a_forge_error_fails_the_attempt_and_the_retry_posts_the_report() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manifest_flow_creates_the_app_and_the_bot_uses_it_without_a_restart() {
-    let mut bot = Bot::start_without_app().await;
+    let bot = Bot::start_without_app().await;
     let repo = bot.github_repo();
     let pr = bot.open_pr(&repo, 10, "change");
 
@@ -644,7 +639,7 @@ async fn oversized_or_malformed_deliveries_are_refused_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_plan_is_reported_with_a_failed_check_and_not_retried() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.example.branch(
         "failing",
@@ -654,37 +649,28 @@ async fn a_failing_plan_is_reported_with_a_failed_check_and_not_retried() {
             Some("provider credentials expired\n"),
         )],
     );
-    let pr = bot.open_pr(&repo, 11, "failing");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    let jobs = bot.settle().await;
+    let pr = bot.opened(&repo, 11, "failing").await;
+    let jobs = bot.jobs().await;
     assert_eq!(
         (jobs[0].status, jobs[0].attempts),
         (JobStatus::Done, 1),
         "{jobs:#?}"
     );
 
-    let report = bot.report(&repo, 11);
-    assert!(report.body.contains("failed to plan"), "{}", report.body);
+    let report = pr.report();
+    assert!(report.contains("failed to plan"), "{report}");
     assert!(
-        report.body.contains("provider credentials expired"),
-        "the command's own words: {}",
-        report.body
+        report.contains("provider credentials expired"),
+        "the command's own words: {report}"
     );
-    let check = bot.forge.check_runs(&repo, &pr.head_sha).pop().unwrap();
-    assert_eq!(check.conclusion.as_deref(), Some("failure"));
-    assert!(
-        check.output["title"]
-            .as_str()
-            .unwrap()
-            .contains("failed to plan"),
-        "{check:?}"
-    );
+    let check = pr.plan_check();
+    assert_eq!(check.state, "failure");
+    assert!(check.title.contains("failed to plan"), "{check:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_delivery_for_an_old_head_does_not_displace_the_new_one() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.branch_bigger_app("change-2");
     let opened = bot.open_pr(&repo, 12, "change");
@@ -724,9 +710,10 @@ async fn a_late_delivery_for_an_old_head_does_not_displace_the_new_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wavegate_plan_markdown_prints_the_comment_the_bot_posts() {
-    let mut bot = Bot::start().await;
-    let (repo, pr, _) = planned(&mut bot, 9).await;
-    let posted = bot.report(&repo, 9).body;
+    let bot = Bot::start().await;
+    let handle = planned_pr(&bot, 9).await;
+    let pr = handle.state();
+    let posted = handle.report();
     let repo_dir = bot.example.repo.display().to_string();
     let cli = bot.example.wavegate(&[
         "plan",

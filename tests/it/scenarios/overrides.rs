@@ -3,7 +3,9 @@
 //! apply; a wave with several denied plans waits once, listing them all; an
 //! override is spent once its member applied.
 
-use crate::support::{self, bot::*};
+use crate::support::bot::*;
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use wavegate::gate::ledger::FactKind;
 
 impl Bot {
@@ -26,35 +28,30 @@ impl Bot {
 /// override is spent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_given_in_review_lets_exactly_that_plan_through_and_is_spent() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
     bot.deny("dev", "app", &["no-public-ingress"]);
-    let (repo, _pr, _digest) = planned(&mut bot, 50).await;
-    bot.forge.set_permission(&repo, "sec-sam", "write");
-    bot.comment(&repo, 50, "rev-bob", "/approve").await;
+    let pr = planned_pr(&bot, 50).await;
+    bot.forge.set_permission(&pr.repo, "sec-sam", "write");
+    pr.comment_as("rev-bob", "/approve").await;
 
-    let given = bot
-        .comment(
-            &repo,
-            50,
-            "sec-sam",
-            "/override app@dev the port is internal",
-        )
+    let given = pr
+        .comment_as("sec-sam", "/override app@dev the port is internal")
         .await;
-    assert_eq!(bot.reactions(&repo, given), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(given), ["eyes", "rocket"]);
     let facts = bot.override_facts(50).await;
     assert_eq!(facts.len(), 1, "{facts:?}");
     assert_eq!(facts[0].0, FactKind::Approved);
     let overridden = facts[0].1.clone();
 
-    bot.merge_and_settle(&repo, 50, "change").await;
+    pr.merge().await;
     assert_eq!(
         bot.applies_run(),
         ["app@dev"],
         "applied without waiting for an override"
     );
-    assert!(bot
-        .replies(&repo, 50)
+    assert!(pr
+        .replies()
         .iter()
         .all(|r| !r.contains("/override app@dev <reason>")));
     assert_eq!(
@@ -72,19 +69,14 @@ async fn an_override_given_in_review_lets_exactly_that_plan_through_and_is_spent
 /// of that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_in_review_does_not_cover_a_different_fresh_plan() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
     bot.deny("dev", "app", &["no-public-ingress"]);
-    let (repo, _pr, _digest) = planned(&mut bot, 51).await;
-    bot.forge.set_permission(&repo, "sec-sam", "write");
-    bot.comment(&repo, 51, "rev-bob", "/approve").await;
-    bot.comment(
-        &repo,
-        51,
-        "sec-sam",
-        "/override app@dev the port is internal",
-    )
-    .await;
+    let pr = planned_pr(&bot, 51).await;
+    bot.forge.set_permission(&pr.repo, "sec-sam", "write");
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.comment_as("sec-sam", "/override app@dev the port is internal")
+        .await;
     bot.drift(
         "dev",
         "app",
@@ -92,9 +84,9 @@ async fn an_override_in_review_does_not_cover_a_different_fresh_plan() {
         "name",
         serde_json::json!("hand-made"),
     );
-    bot.merge_and_settle(&repo, 51, "change").await;
+    pr.merge().await;
     assert!(bot.applies_run().is_empty());
-    let asked = bot.replies(&repo, 51).pop().unwrap();
+    let asked = pr.last_reply();
     assert!(
         asked.contains("round 2") || asked.contains("/override app@dev"),
         "the moved plan waits again: {asked}"
@@ -106,7 +98,7 @@ async fn an_override_in_review_does_not_cover_a_different_fresh_plan() {
 /// copy; overriding both lets the wave apply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\noverriders = [\"sec-sam\"]");
     bot.branch_with_cache("two-denied");
     bot.deny("dev", "network", &["tagged-subnets"]);
@@ -114,30 +106,22 @@ async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.forge.set_permission(&repo, "sec-sam", "write");
-    let pr = bot.open_pr(&repo, 52, "two-denied");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    bot.comment(&repo, 52, "rev-bob", "/approve").await;
-    bot.merge_and_settle(&repo, 52, "two-denied").await;
+    let pr = bot.opened(&repo, 52, "two-denied").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
 
     assert!(bot.applies_run().is_empty());
-    let asked = bot.replies(&repo, 52).pop().unwrap();
-    assert!(
-        asked.contains("The policy denied the plans of **cache@dev**")
-            && asked.contains("**network@dev**")
-            && asked.contains("encrypted-at-rest")
-            && asked.contains("tagged-subnets"),
-        "one wait names both: {asked}"
-    );
-    assert!(
-        asked.contains("/override cache@dev <reason>\n/override network@dev <reason>"),
-        "{asked}"
-    );
+    // One wait names both, each with the line to copy.
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    The policy denied the plans of **cache@dev** (`sha256:[digest]`; encrypted-at-rest), **network@dev** (`sha256:[digest]`; tagged-subnets). Nothing of that wave was applied. Someone in `policy.overriders` may let them through, each for exactly that plan:
 
-    bot.comment(
-        &repo,
-        52,
+    ```
+    /override cache@dev <reason>
+    /override network@dev <reason>
+    ```
+    ");
+
+    pr.comment_as(
         "sec-sam",
         "/override cache@dev it is encrypted by the platform",
     )
@@ -146,18 +130,13 @@ async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
         bot.applies_run().is_empty(),
         "one override of two lets nothing through"
     );
-    bot.comment(
-        &repo,
-        52,
-        "sec-sam",
-        "/override network@dev tags come from the module",
-    )
-    .await;
+    pr.comment_as("sec-sam", "/override network@dev tags come from the module")
+        .await;
     let mut applied = bot.applies_run();
     applied.sort();
     assert_eq!(applied, ["app@dev", "cache@dev", "network@dev"]);
-    let waits = bot
-        .replies(&repo, 52)
+    let waits = pr
+        .replies()
         .iter()
         .filter(|r| r.contains("The policy denied"))
         .count();

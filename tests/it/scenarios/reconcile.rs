@@ -9,16 +9,29 @@ impl Bot {
         Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", "1s")]).await
     }
 
-    /// Sweeps finished so far, by their log lines.
-    fn sweeps(&self) -> usize {
-        self.log().matches("reconciliation sweep finished").count()
+    /// How many times the fake forge was asked for `path` (GET).
+    fn listed(&self, path: &str) -> usize {
+        self.forge
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
     }
 
-    /// Waits until `n` more sweeps have finished, then for every job.
+    /// Sweeps started so far, as the forge sees them: each sweep first lists
+    /// the App's webhook deliveries (and so does the server once the
+    /// database answers again after refusing a delivery).
+    fn sweeps_started(&self) -> usize {
+        self.listed("/app/hook/deliveries")
+    }
+
+    /// Waits until `n` more sweeps have started and finished (sweeps run one
+    /// after another: the n-th has finished once the next one started),
+    /// then for every job.
     async fn after_sweeps(&self, n: usize) {
-        let target = self.sweeps() + n;
+        let target = self.sweeps_started() + n + 1;
         self.until(&format!("{n} more sweeps"), || async {
-            (self.sweeps() >= target).then_some(())
+            (self.sweeps_started() >= target).then_some(())
         })
         .await;
         self.settle().await;
@@ -245,12 +258,14 @@ async fn an_edited_comment_never_approves_by_the_sweep() {
 
     // Written as a remark, edited into an approval; neither webhook came
     // (an edit is never a command anyway).
+    let listed = bot.forge.requests().len();
     let id = bot
         .forge
         .add_edited_comment(&repo, 3, "rev-bob", "Looking at it.", "/approve");
-    bot.until("a sweep reads the edited comment", || async {
-        bot.log()
-            .contains("was edited before any webhook of it came: not run")
+    bot.until("a sweep lists the comments again", || async {
+        bot.forge.requests()[listed..]
+            .iter()
+            .any(|r| r.method == "GET" && r.path == "/repos/acme/infra/issues/comments")
             .then_some(())
     })
     .await;
@@ -366,7 +381,8 @@ async fn a_sweep_leaves_the_budgets_reserve_to_jobs_until_the_window_resets() {
     bot.forge
         .set_rate_window(10, std::time::Duration::from_secs(10));
     bot.until("a sweep leaves the repository for later", || async {
-        bot.log().contains("deferred=1").then_some(())
+        let deferred = bot.metric(r#"wavegate_sweep_last{of="deferred"}"#).await;
+        (deferred == Some(1.0)).then_some(())
     })
     .await;
     let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
@@ -624,10 +640,12 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
     let (mut bot, link) = Bot::behind_a_link_sweeping_every("1h").await;
     let (repo, pr, _) = planned(&mut bot, 1).await;
     bot.until("the sweep at start", || async {
-        (bot.sweeps() >= 1).then_some(())
+        (bot.sweeps_started() >= 1).then_some(())
     })
     .await;
-    let sweeps = bot.sweeps();
+    // A sweep lists the open pull requests of the repository; the server
+    // asking for failed deliveries once the database is back does not.
+    let sweeps = bot.listed("/repos/acme/infra/pulls");
 
     link.cut();
     let (id, guid) = bot.approve_refused_with_503(&repo).await;
@@ -644,7 +662,11 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
         (guid, true, 202)
     );
     assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
-    assert_eq!(bot.sweeps(), sweeps, "no sweep ran meanwhile");
+    assert_eq!(
+        bot.listed("/repos/acme/infra/pulls"),
+        sweeps,
+        "no sweep ran meanwhile"
+    );
     assert!(bot
         .log()
         .contains("the database answers again: asked GitHub to redeliver what failed"));

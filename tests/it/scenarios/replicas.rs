@@ -13,8 +13,7 @@ impl Bot {
     /// Sends a delivery to a random replica, then redelivers it (same id)
     /// to the other; exactly one of the two is recorded.
     async fn deliver_twice(&mut self, delivery: (String, Vec<u8>)) -> usize {
-        self.deliveries += 1;
-        let id = format!("delivery-{}", self.deliveries);
+        let id = format!("delivery-{}", self.next_delivery());
         let first = coin();
         let (status, body) = self.post_github_to(first, &delivery, &id).await;
         assert_eq!(status, 202, "{body}");
@@ -115,7 +114,7 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     let store = bot.store().await;
     assert_eq!(
         store.delivery_count().await.unwrap(),
-        i64::try_from(bot.deliveries).unwrap()
+        i64::try_from(bot.delivered()).unwrap()
     );
     let jobs = bot.jobs().await;
     assert!(jobs

@@ -26,7 +26,7 @@ fn path_without_bubblewrap() -> tempfile::TempDir {
 async fn without_bubblewrap_the_server_starts_says_why_and_runs_nothing() {
     let path = path_without_bubblewrap();
     let path_text = path.path().display().to_string();
-    let mut bot = Bot::start_unready(&[("PATH", &path_text)]).await;
+    let bot = Bot::start_unready(&[("PATH", &path_text)]).await;
 
     let ready = bot.http.get(bot.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);

@@ -28,7 +28,8 @@ pub struct Bot {
     pub http: reqwest::Client,
     pub extra_env: Vec<(String, String)>,
     pub github_app: bool,
-    pub deliveries: u64,
+    /// Deliveries sent so far (each gets the next id).
+    pub deliveries: std::sync::atomic::AtomicU64,
     /// Apply-log lines written while deploying the example's `main`.
     pub bootstrap_applies: usize,
     /// A second replica on the same (PostgreSQL) database: port and process.
@@ -140,7 +141,7 @@ impl Bot {
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect(),
             github_app,
-            deliveries: 0,
+            deliveries: std::sync::atomic::AtomicU64::new(0),
             bootstrap_applies: 0,
             second: None,
             postgres: None,
@@ -361,6 +362,16 @@ impl Bot {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The value of `sample` (a metric's name and labels, as `/metrics`
+    /// writes them) on the first replica, if it is there.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let response = self.http.get(self.url("/metrics")).send().await.ok()?;
+        let text = response.text().await.ok()?;
+        text.lines()
+            .filter_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+            .find_map(|value| value.trim().parse().ok())
+    }
+
     /// Waits for `probe` to answer; a deadline only so a broken build fails
     /// instead of hanging, never a claim about speed.
     pub async fn until<T, F, Fut>(&self, what: &str, probe: F) -> T
@@ -437,17 +448,28 @@ impl Bot {
         )
     }
 
-    pub async fn deliver_github(&mut self, delivery: (String, Vec<u8>)) -> (u16, Value) {
+    /// The next delivery's number (1, 2, …).
+    pub fn next_delivery(&self) -> u64 {
+        self.deliveries
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1
+    }
+
+    /// How many deliveries were sent.
+    pub fn delivered(&self) -> u64 {
+        self.deliveries.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub async fn deliver_github(&self, delivery: (String, Vec<u8>)) -> (u16, Value) {
         self.deliver_github_signed(GITHUB_SECRET, delivery).await
     }
 
     pub async fn deliver_github_signed(
-        &mut self,
+        &self,
         secret: &str,
         (event, body): (String, Vec<u8>),
     ) -> (u16, Value) {
-        self.deliveries += 1;
-        let id = format!("delivery-{}", self.deliveries);
+        let id = format!("delivery-{}", self.next_delivery());
         let signature = support::sign_github(secret, &body);
         self.post_github(&event, &id, Some(&signature), body).await
     }
@@ -481,8 +503,8 @@ impl Bot {
         answer(request.body(body).send().await.unwrap()).await
     }
 
-    pub async fn deliver_forgejo(&mut self, (event, body): (String, Vec<u8>)) -> (u16, Value) {
-        self.deliveries += 1;
+    pub async fn deliver_forgejo(&self, (event, body): (String, Vec<u8>)) -> (u16, Value) {
+        let number = self.next_delivery();
         let signature = support::sign_forgejo(FORGEJO_SECRET, &body);
         // Forgejo sends GitHub's headers too; its own must win.
         let request = self
@@ -491,7 +513,7 @@ impl Bot {
             .header("content-type", "application/json")
             .header("x-forgejo-event", "pull_request")
             .header("x-forgejo-event-type", event.as_str())
-            .header("x-forgejo-delivery", format!("fj-{}", self.deliveries))
+            .header("x-forgejo-delivery", format!("fj-{number}"))
             .header("x-forgejo-signature", signature)
             .header("x-github-event", "pull_request")
             .header("x-hub-signature-256", "sha256=not-checked-for-forgejo")
@@ -596,36 +618,6 @@ impl Bot {
             "change",
             &[("infra/app/resources.json", Some(&resources))],
         );
-    }
-
-    /// Merges PR `pr` from `branch`, tells the bot (GitHub or Forgejo) and settles.
-    pub async fn merge_and_settle(&mut self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
-        let merged = self.merge(repo, pr, branch);
-        if repo.installation.is_some() {
-            self.deliver_github(support::github_pull_request("closed", repo, &merged))
-                .await;
-        } else {
-            self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
-                .await;
-        }
-        self.settle().await;
-        merged
-    }
-
-    /// The newest `wavegate/apply` check on the merge commit: (conclusion, title).
-    pub fn apply_check(&self, repo: &RepoHandle, merged: &FakePr) -> (Option<String>, String) {
-        let sha = merged.merge_sha.as_deref().expect("merged");
-        let run = self
-            .check_runs_named(repo, sha, "wavegate/apply")
-            .pop()
-            .expect("an apply check on the merge commit");
-        let title = run.output["title"].as_str().unwrap_or_default().to_owned();
-        (run.conclusion, title)
-    }
-
-    /// The bot's newest reply on `pr` (there must be one).
-    pub fn last_reply(&self, repo: &RepoHandle, pr: u64) -> String {
-        self.replies(repo, pr).pop().expect("a reply")
     }
 
     /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
@@ -800,7 +792,7 @@ impl Bot {
     }
 
     /// `who` comments `body` on PR `pr`, the bot is told and settles; returns the comment's id.
-    pub async fn comment(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
+    pub async fn comment(&self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
         let id = self.forge.add_comment(repo, pr, who, body);
         let delivery = if repo.installation.is_some() {
             support::github_comment(repo, pr, id, who, body)

@@ -11,6 +11,8 @@ pub mod conformance;
 pub mod fake_forge;
 pub mod outage;
 pub mod payloads;
+pub mod pr;
+pub mod redact;
 
 pub use conformance::conformance_violations;
 pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};

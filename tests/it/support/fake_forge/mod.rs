@@ -9,6 +9,17 @@
 // Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
 #![allow(clippy::result_large_err)]
 
+mod checks;
+mod comments;
+mod pulls;
+mod reviews;
+mod state;
+
+use checks::{apply_check_fields, check_run_json};
+use pulls::{open_prs, pull_json};
+use reviews::{review_json, reviews_of};
+pub use state::*;
+
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State as AxumState};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -32,237 +43,12 @@ pub const FORGEJO_BOT_LOGIN: &str = "wavegate-bot";
 pub const FORGEJO_BOT_TOKEN: &str = "forgejo-bot-token-0123456789";
 pub const MANIFEST_WEBHOOK_SECRET: &str = "manifest-webhook-secret";
 
-const APP_PRIVATE_KEY: &str = include_str!("test-app-key.pem");
-const APP_PUBLIC_KEY: &str = include_str!("test-app-key.pub.pem");
+const APP_PRIVATE_KEY: &str = include_str!("../test-app-key.pem");
+const APP_PUBLIC_KEY: &str = include_str!("../test-app-key.pub.pem");
 
 /// The fake App's private key (what `convert_manifest` hands out).
 pub fn app_private_key() -> Secret {
     Secret::new(APP_PRIVATE_KEY)
-}
-
-/// One request as the fake received it.
-#[derive(Debug, Clone)]
-pub struct RecordedRequest {
-    pub method: String,
-    /// As sent, `/api/v1` included for Forgejo.
-    pub path: String,
-    pub query: Option<String>,
-    /// Lower-case name → value for `authorization`, `accept`, `content-type`, `user-agent`.
-    pub headers: HashMap<String, String>,
-    pub body: Option<Value>,
-}
-
-/// A repository registered with the fake, and how a client refers to it.
-#[derive(Debug, Clone)]
-pub struct RepoHandle {
-    pub forge: ForgeKind,
-    pub full_name: String,
-    pub id: u64,
-    pub clone_url: String,
-    pub installation: Option<u64>,
-}
-
-impl RepoHandle {
-    pub fn repo_ref(&self) -> RepoRef {
-        RepoRef {
-            id: RepoId::new(self.forge, self.full_name.clone()),
-            forge_id: self.id,
-            clone_url: self.clone_url.clone(),
-            installation: self.installation,
-        }
-    }
-
-    /// The same repository as a delivery without `installation` names it.
-    pub fn without_installation(&self) -> RepoRef {
-        RepoRef {
-            installation: None,
-            ..self.repo_ref()
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct FakePr {
-    pub number: u64,
-    pub id: u64,
-    pub title: String,
-    pub head_sha: String,
-    /// The head before the latest `push` (a `synchronize` payload's `before`).
-    pub previous_head_sha: Option<String>,
-    pub base_sha: String,
-    pub head_ref: String,
-    pub base_ref: String,
-    pub author: String,
-    pub author_id: u64,
-    pub open: bool,
-    pub merged: bool,
-    pub merge_sha: Option<String>,
-    pub updated_at: SystemTime,
-}
-
-#[derive(Debug, Clone)]
-pub struct FakeComment {
-    pub id: u64,
-    pub pr: u64,
-    pub body: String,
-    pub author: String,
-    pub author_is_bot: bool,
-    pub created_at: SystemTime,
-    /// Later than `created_at` once the comment was edited.
-    pub updated_at: SystemTime,
-}
-
-/// A submitted review of a pull request.
-#[derive(Debug, Clone)]
-pub struct FakeReview {
-    pub id: u64,
-    pub pr: u64,
-    pub author: String,
-    /// GitHub's word: `APPROVED`, `CHANGES_REQUESTED` or `COMMENTED`.
-    pub state: String,
-    /// The pull request's head when it was submitted.
-    pub commit: String,
-    pub submitted_at: SystemTime,
-    pub dismissed: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct FakeCheckRun {
-    pub id: u64,
-    pub head_sha: String,
-    pub name: String,
-    pub status: String,
-    pub conclusion: Option<String>,
-    pub output: Value,
-    pub details_url: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct FakeStatus {
-    pub id: u64,
-    pub sha: String,
-    pub state: String,
-    pub context: String,
-    pub description: String,
-    pub target_url: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct FakeReaction {
-    pub comment_id: u64,
-    pub content: String,
-    pub user: String,
-}
-
-/// One attempt to deliver a webhook to the App's webhook, as GitHub logs it.
-#[derive(Debug, Clone)]
-pub struct FakeHookDelivery {
-    pub id: u64,
-    pub guid: String,
-    pub delivered_at: SystemTime,
-    pub redelivery: bool,
-    /// Seconds.
-    pub duration: f64,
-    pub status: String,
-    /// 0 when nothing answered.
-    pub status_code: u16,
-    pub event: String,
-    pub action: Option<String>,
-    pub installation_id: Option<u64>,
-    pub repository_id: Option<u64>,
-    pub payload: Vec<u8>,
-}
-
-/// Where the App's webhook is, and the secret it is signed with.
-#[derive(Debug, Clone)]
-struct AppWebhook {
-    url: String,
-    secret: String,
-}
-
-/// A webhook the fake is to send once its lock is released.
-struct Outgoing {
-    guid: String,
-    event: String,
-    payload: Vec<u8>,
-    redelivery: bool,
-}
-
-struct Repo {
-    handle: RepoHandle,
-    permissions: HashMap<String, String>,
-    prs: Vec<FakePr>,
-    comments: Vec<FakeComment>,
-    reviews: Vec<FakeReview>,
-    check_runs: Vec<FakeCheckRun>,
-    statuses: Vec<FakeStatus>,
-    reactions: Vec<FakeReaction>,
-}
-
-struct IssuedToken {
-    token: String,
-    installation: u64,
-    expires_at: SystemTime,
-    revoked: bool,
-}
-
-struct FailRule {
-    method: String,
-    path_prefix: String,
-    status: u16,
-    headers: Vec<(String, String)>,
-}
-
-struct State {
-    next_id: u64,
-    users: HashMap<String, u64>,
-    repos: Vec<Repo>,
-    installations: HashMap<u64, String>,
-    tokens: Vec<IssuedToken>,
-    token_lifetime: Duration,
-    forgejo_tokens: HashMap<String, String>,
-    forgejo_bot_admin: bool,
-    manifest_codes: HashSet<String>,
-    fail_rules: Vec<FailRule>,
-    requests: Vec<RecordedRequest>,
-    /// GitHub's hourly budget per installation (0: the App's own JWT calls).
-    rate_limit: u64,
-    rate_reset: u64,
-    budget_used: HashMap<u64, u64>,
-    /// GETs answered 304.
-    not_modified: u64,
-    /// (org, team slug) → member logins.
-    teams: HashMap<(String, String), Vec<String>>,
-    app_webhook: Option<AppWebhook>,
-    hook_deliveries: Vec<FakeHookDelivery>,
-    outbox: Vec<Outgoing>,
-}
-
-impl State {
-    fn id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    fn user_id(&mut self, login: &str) -> u64 {
-        if let Some(id) = self.users.get(login) {
-            return *id;
-        }
-        let id = self.id();
-        self.users.insert(login.to_owned(), id);
-        id
-    }
-
-    fn repo_mut(&mut self, forge: ForgeKind, full_name: &str) -> Option<&mut Repo> {
-        self.repos
-            .iter_mut()
-            .find(|r| r.handle.forge == forge && r.handle.full_name == full_name)
-    }
-
-    fn repo_of(&mut self, handle: &RepoHandle) -> &mut Repo {
-        self.repo_mut(handle.forge, &handle.full_name)
-            .unwrap_or_else(|| panic!("{} is not registered with the fake", handle.full_name))
-    }
 }
 
 pub struct FakeForge {
@@ -746,21 +532,6 @@ impl FakeForge {
     }
 }
 
-impl Repo {
-    fn new(handle: RepoHandle) -> Self {
-        Self {
-            handle,
-            permissions: HashMap::new(),
-            prs: Vec::new(),
-            comments: Vec::new(),
-            reviews: Vec::new(),
-            check_runs: Vec::new(),
-            statuses: Vec::new(),
-            reactions: Vec::new(),
-        }
-    }
-}
-
 type Shared = Arc<Mutex<State>>;
 
 async fn handle(
@@ -1072,23 +843,6 @@ fn paged<T: Clone>(items: &[T], page: usize, size: usize) -> Vec<T> {
         .take(size)
         .cloned()
         .collect()
-}
-
-/// The repository's pull requests in `state` (`open` unless said), oldest first.
-fn open_prs(repo: &Repo, state: Option<&str>) -> Result<Vec<FakePr>, Response> {
-    let keep = match state.unwrap_or("open") {
-        "open" => |p: &FakePr| p.open,
-        "closed" => |p: &FakePr| !p.open,
-        "all" => |_: &FakePr| true,
-        other => {
-            return Err(unprocessable(format!(
-                "state `{other}` is not open, closed or all"
-            )))
-        }
-    };
-    let mut prs: Vec<FakePr> = repo.prs.iter().filter(|p| keep(p)).cloned().collect();
-    prs.sort_by_key(|p| p.number);
-    Ok(prs)
 }
 
 /// A `Link: <…page=N+1…>; rel="next"` header when more items follow, as both forges send.
@@ -1416,94 +1170,6 @@ fn since_filter(req: &Request) -> Result<Option<String>, Response> {
     Ok(Some(since))
 }
 
-fn updated_since(c: &FakeComment, since: Option<&String>) -> bool {
-    since.is_none_or(|since| rfc3339(c.updated_at) >= *since)
-}
-
-fn check_run_json(full_name: &str, run: &FakeCheckRun) -> Value {
-    json!({
-        "id": run.id,
-        "head_sha": run.head_sha,
-        "node_id": format!("CR_{}", run.id),
-        "external_id": "",
-        "url": format!("https://api.github.com/repos/{full_name}/check-runs/{}", run.id),
-        "html_url": format!("https://github.com/{full_name}/runs/{}", run.id),
-        "details_url": run.details_url,
-        "status": run.status,
-        "conclusion": run.conclusion,
-        "started_at": "2026-01-01T00:00:00Z",
-        "completed_at": if run.conclusion.is_some() { json!("2026-01-01T00:00:00Z") } else { Value::Null },
-        "output": run.output,
-        "name": run.name,
-        "check_suite": { "id": 1 },
-        "app": { "id": APP_ID, "slug": APP_SLUG },
-        "pull_requests": [],
-    })
-}
-
-const CONCLUSIONS: [&str; 8] = [
-    "action_required",
-    "cancelled",
-    "failure",
-    "neutral",
-    "success",
-    "skipped",
-    "stale",
-    "timed_out",
-];
-
-/// Applies status/conclusion/output/details_url from a check-run body, as GitHub validates them.
-fn apply_check_fields(run: &mut FakeCheckRun, body: &Value) -> Result<(), Response> {
-    if let Some(name) = body.get("name").and_then(Value::as_str) {
-        run.name = name.to_owned();
-    }
-    if let Some(url) = body.get("details_url").and_then(Value::as_str) {
-        run.details_url = Some(url.to_owned());
-    }
-    if let Some(status) = body.get("status").and_then(Value::as_str) {
-        if !["queued", "in_progress", "completed"].contains(&status) {
-            return Err(unprocessable(format!("status `{status}` is not allowed")));
-        }
-        run.status = status.to_owned();
-        if status != "completed" {
-            run.conclusion = None;
-        }
-    }
-    if let Some(conclusion) = body.get("conclusion").and_then(Value::as_str) {
-        if !CONCLUSIONS.contains(&conclusion) {
-            return Err(unprocessable(format!(
-                "conclusion `{conclusion}` is not allowed"
-            )));
-        }
-        run.status = "completed".into();
-        run.conclusion = Some(conclusion.to_owned());
-    } else if run.status == "completed" && run.conclusion.is_none() {
-        return Err(unprocessable(
-            "conclusion is required when status is completed".into(),
-        ));
-    }
-    if let Some(output) = body.get("output") {
-        for field in ["title", "summary"] {
-            if output.get(field).and_then(Value::as_str).is_none() {
-                return Err(unprocessable(format!("output.{field} is required")));
-            }
-        }
-        for field in ["summary", "text"] {
-            let length = output
-                .get(field)
-                .and_then(Value::as_str)
-                .map_or(0, |t| t.chars().count());
-            if length > 65_535 {
-                return Err(unprocessable(format!(
-                    "output.{field} is too long ({length} characters; maximum 65535)"
-                )));
-            }
-        }
-        run.output = output.clone();
-    }
-    Ok(())
-}
-
 fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str]) -> Answer {
     match (req.method, path) {
         ("GET", ["pulls"]) => {
@@ -1526,20 +1192,14 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
         ("GET", ["issues", "comments"]) => {
             let (page, per_page) = page_of(req, "per_page", 30)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            let mut listed: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
-            if req.query.get("sort").map(String::as_str) == Some("updated") {
-                listed.sort_by_key(|c| (c.updated_at, c.id));
-            }
-            if req.query.get("direction").map(String::as_str) == Some("desc") {
-                listed.reverse();
-            }
-            let total = listed.len();
+            let listed = comments::list_in_repo(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                since.as_ref(),
+                req.query.get("sort").map(String::as_str) == Some("updated"),
+                req.query.get("direction").map(String::as_str) == Some("desc"),
+            );
             let items = paged(&listed, page, per_page)
                 .iter()
                 .map(|c| github_comment(state, full_name, c))
@@ -1549,7 +1209,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 req,
                 page,
                 per_page,
-                total,
+                listed.len(),
             ))
         }
         ("GET", ["issues", pr, "comments"]) => {
@@ -1567,20 +1227,18 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .unwrap_or(30)
                 .clamp(1, 100);
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let page_items: Vec<FakeComment> = repo
-                .comments
+            let listed = comments::list_on_pr(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                pr,
+                since.as_ref(),
+                true,
+            )?;
+            let items: Vec<Value> = listed
                 .iter()
-                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
                 .skip((page - 1) * per_page)
                 .take(per_page)
-                .cloned()
-                .collect();
-            let items: Vec<Value> = page_items
-                .iter()
                 .map(|c| github_comment(state, full_name, c))
                 .collect();
             Ok(answer(200, Value::Array(items)))
@@ -1596,21 +1254,8 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                     "body is too long (maximum is 65536 characters)".into(),
                 ));
             }
-            let id = state.id();
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let comment = FakeComment {
-                id,
-                pr,
-                body,
-                author: GITHUB_BOT_LOGIN.into(),
-                author_is_bot: true,
-                created_at: SystemTime::now(),
-                updated_at: SystemTime::now(),
-            };
-            repo.comments.push(comment.clone());
+            let author = (GITHUB_BOT_LOGIN, true);
+            let comment = comments::create(state, ForgeKind::GitHub, full_name, pr, author, body)?;
             Ok(answer(201, github_comment(state, full_name, &comment)))
         }
         ("PATCH", ["issues", "comments", id]) => {
@@ -1619,22 +1264,22 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            let comment = repo
-                .comments
-                .iter_mut()
-                .find(|c| c.id == id)
-                .ok_or_else(not_found)?;
-            if comment.author != GITHUB_BOT_LOGIN {
-                return Err(answer(
+            let edited = comments::edit(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                id,
+                GITHUB_BOT_LOGIN,
+                body,
+            );
+            match edited {
+                Ok(comment) => Ok(answer(200, github_comment(state, full_name, &comment))),
+                Err(comments::EditRefused::NotFound) => Err(not_found()),
+                Err(comments::EditRefused::NotTheAuthor) => Err(answer(
                     403,
                     json!({ "message": "Resource not accessible by integration" }),
-                ));
+                )),
             }
-            comment.body = body;
-            comment.updated_at = SystemTime::now();
-            let comment = comment.clone();
-            Ok(answer(200, github_comment(state, full_name, &comment)))
         }
         ("POST", ["issues", "comments", id, "reactions"]) => {
             let id = number(id)?;
@@ -1653,23 +1298,16 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
             }
             let reaction_id = state.id();
             let bot_id = state.user_id(GITHUB_BOT_LOGIN);
-            let repo = state.repo_mut(ForgeKind::GitHub, full_name).unwrap();
-            if !repo.comments.iter().any(|c| c.id == id) {
-                return Err(not_found());
-            }
-            let exists = repo
-                .reactions
-                .iter()
-                .any(|r| r.comment_id == id && r.content == content && r.user == GITHUB_BOT_LOGIN);
-            if !exists {
-                repo.reactions.push(FakeReaction {
-                    comment_id: id,
-                    content: content.clone(),
-                    user: GITHUB_BOT_LOGIN.into(),
-                });
-            }
+            let new = comments::react(
+                state,
+                ForgeKind::GitHub,
+                full_name,
+                id,
+                GITHUB_BOT_LOGIN,
+                &content,
+            )?;
             Ok(answer(
-                if exists { 200 } else { 201 },
+                if new { 201 } else { 200 },
                 json!({ "id": reaction_id, "node_id": format!("R_{reaction_id}"), "content": content, "user": github_user(GITHUB_BOT_LOGIN, bot_id, true), "created_at": rfc3339(SystemTime::now()) }),
             ))
         }
@@ -1762,114 +1400,6 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
     }
 }
 
-/// A pull request as both forges answer `GET …/pulls/{n}` (the fields clients read, and then some).
-fn pull_json(repo: &RepoHandle, pr: &FakePr, github: bool) -> Value {
-    let owner = repo.full_name.split('/').next().unwrap_or_default();
-    let name = repo.full_name.split('/').nth(1).unwrap_or_default();
-    let repo_json = json!({
-        "id": repo.id,
-        "name": name,
-        "full_name": repo.full_name,
-        "owner": { "login": owner, "id": 1 },
-        "clone_url": repo.clone_url,
-        "private": false,
-        "fork": false,
-    });
-    let branch = |r: &str, sha: &str| json!({ "label": format!("{owner}:{r}"), "ref": r, "sha": sha, "repo": repo_json, "repo_id": repo.id });
-    let user = if github {
-        github_user(&pr.author, pr.author_id, pr.author.ends_with("[bot]"))
-    } else {
-        forgejo_user(&pr.author, pr.author_id)
-    };
-    json!({
-        "id": pr.id,
-        "number": pr.number,
-        "title": pr.title,
-        "body": null,
-        "state": if pr.open { "open" } else { "closed" },
-        "user": user,
-        "head": branch(&pr.head_ref, &pr.head_sha),
-        "base": branch(&pr.base_ref, &pr.base_sha),
-        "merged": pr.merged,
-        "merge_commit_sha": pr.merge_sha,
-        "updated_at": rfc3339(pr.updated_at),
-        "draft": false,
-        "html_url": format!("https://forge.example/{}/pull/{}", repo.full_name, pr.number),
-    })
-}
-
-/// A pull request's reviews, oldest first; 404 when there is no such pull request.
-fn reviews_of(
-    state: &mut State,
-    forge: ForgeKind,
-    full_name: &str,
-    pr: u64,
-) -> Result<Vec<FakeReview>, Response> {
-    let repo = state.repo_mut(forge, full_name).unwrap();
-    if !repo.prs.iter().any(|p| p.number == pr) {
-        return Err(not_found());
-    }
-    let mut reviews: Vec<FakeReview> = repo
-        .reviews
-        .iter()
-        .filter(|r| r.pr == pr)
-        .cloned()
-        .collect();
-    reviews.sort_by_key(|r| (r.submitted_at, r.id));
-    Ok(reviews)
-}
-
-/// A review as each forge lists it: GitHub says `DISMISSED` once it was
-/// dismissed; Forgejo keeps the state (in its own words) and sets `dismissed`.
-fn review_json(state: &mut State, full_name: &str, r: &FakeReview, github: bool) -> Value {
-    let user_id = state.user_id(&r.author);
-    let html_url = format!(
-        "https://forge.example/{full_name}/pull/{}#pullrequestreview-{}",
-        r.pr, r.id
-    );
-    let pull_request_url = format!("https://forge.example/{full_name}/pull/{}", r.pr);
-    if github {
-        let word = if r.dismissed {
-            "DISMISSED"
-        } else {
-            r.state.as_str()
-        };
-        return json!({
-            "id": r.id,
-            "node_id": format!("PRR_{}", r.id),
-            "user": github_user(&r.author, user_id, r.author.ends_with("[bot]")),
-            "body": "",
-            "state": word,
-            "commit_id": r.commit,
-            "html_url": html_url,
-            "pull_request_url": pull_request_url,
-            "_links": { "html": { "href": html_url }, "pull_request": { "href": pull_request_url } },
-            "author_association": "COLLABORATOR",
-            "submitted_at": rfc3339(r.submitted_at),
-        });
-    }
-    let word = match r.state.as_str() {
-        "CHANGES_REQUESTED" => "REQUEST_CHANGES",
-        "COMMENTED" => "COMMENT",
-        other => other,
-    };
-    json!({
-        "id": r.id,
-        "user": forgejo_user(&r.author, user_id),
-        "body": "",
-        "state": word,
-        "commit_id": r.commit,
-        "dismissed": r.dismissed,
-        "official": true,
-        "stale": false,
-        "comments_count": 0,
-        "html_url": html_url,
-        "pull_request_url": pull_request_url,
-        "submitted_at": rfc3339(r.submitted_at),
-        "updated_at": rfc3339(r.submitted_at),
-    })
-}
-
 // ---------------------------------------------------------------- Forgejo
 
 fn forgejo_user(login: &str, id: u64) -> Value {
@@ -1945,13 +1475,14 @@ fn forgejo_repo(
         ("GET", ["issues", "comments"]) => {
             let (page, limit) = page_of(req, "limit", 30)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let listed: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
+            let listed = comments::list_in_repo(
+                state,
+                ForgeKind::Forgejo,
+                full_name,
+                since.as_ref(),
+                false,
+                false,
+            );
             let items = paged(&listed, page, limit.min(50))
                 .iter()
                 .map(|c| forgejo_comment(state, full_name, c))
@@ -1967,14 +1498,15 @@ fn forgejo_repo(
         ("GET", ["issues", pr, "comments"]) => {
             let pr = number(pr)?;
             let since = since_filter(req)?;
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let items: Vec<FakeComment> = repo
-                .comments
-                .iter()
-                .filter(|c| c.pr == pr && updated_since(c, since.as_ref()))
-                .cloned()
-                .collect();
-            let items: Vec<Value> = items
+            let listed = comments::list_on_pr(
+                state,
+                ForgeKind::Forgejo,
+                full_name,
+                pr,
+                since.as_ref(),
+                false,
+            )?;
+            let items: Vec<Value> = listed
                 .iter()
                 .map(|c| forgejo_comment(state, full_name, c))
                 .collect();
@@ -1986,21 +1518,8 @@ fn forgejo_repo(
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let id = state.id();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            if !repo.prs.iter().any(|p| p.number == pr) {
-                return Err(not_found());
-            }
-            let comment = FakeComment {
-                id,
-                pr,
-                body,
-                author: login.to_owned(),
-                author_is_bot: false,
-                created_at: SystemTime::now(),
-                updated_at: SystemTime::now(),
-            };
-            repo.comments.push(comment.clone());
+            let author = (login, false);
+            let comment = comments::create(state, ForgeKind::Forgejo, full_name, pr, author, body)?;
             Ok(answer(201, forgejo_comment(state, full_name, &comment)))
         }
         ("PATCH", ["issues", "comments", id]) => {
@@ -2009,22 +1528,14 @@ fn forgejo_repo(
                 .body_str("body")
                 .ok_or_else(|| unprocessable("body is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            let comment = repo
-                .comments
-                .iter_mut()
-                .find(|c| c.id == id)
-                .ok_or_else(not_found)?;
-            if comment.author != login {
-                return Err(answer(
+            match comments::edit(state, ForgeKind::Forgejo, full_name, id, login, body) {
+                Ok(comment) => Ok(answer(200, forgejo_comment(state, full_name, &comment))),
+                Err(comments::EditRefused::NotFound) => Err(not_found()),
+                Err(comments::EditRefused::NotTheAuthor) => Err(answer(
                     403,
                     json!({ "message": "user should be the comment poster" }),
-                ));
+                )),
             }
-            comment.body = body;
-            comment.updated_at = SystemTime::now();
-            let comment = comment.clone();
-            Ok(answer(200, forgejo_comment(state, full_name, &comment)))
         }
         ("POST", ["issues", "comments", id, "reactions"]) => {
             let id = number(id)?;
@@ -2032,23 +1543,9 @@ fn forgejo_repo(
                 .body_str("content")
                 .ok_or_else(|| unprocessable("content is required".into()))?
                 .to_owned();
-            let repo = state.repo_mut(ForgeKind::Forgejo, full_name).unwrap();
-            if !repo.comments.iter().any(|c| c.id == id) {
-                return Err(not_found());
-            }
-            let exists = repo
-                .reactions
-                .iter()
-                .any(|r| r.comment_id == id && r.content == content && r.user == login);
-            if !exists {
-                repo.reactions.push(FakeReaction {
-                    comment_id: id,
-                    content: content.clone(),
-                    user: login.to_owned(),
-                });
-            }
+            let new = comments::react(state, ForgeKind::Forgejo, full_name, id, login, &content)?;
             Ok(answer(
-                if exists { 200 } else { 201 },
+                if new { 201 } else { 200 },
                 json!({ "content": content, "user": forgejo_user(login, user_id), "created_at": rfc3339(SystemTime::now()) }),
             ))
         }

@@ -1,0 +1,333 @@
+//! `PrHandle`: one pull request of one repository in one `Bot`, so that a
+//! scenario reads like the pull request's conversation:
+//! `pr.comment_as("rev-bob", "/approve")`, `pr.report()`, `pr.plan_check()`,
+//! `pr.last_reply()`. Every action is delivered to the bot as the forge
+//! would (GitHub or Forgejo, whichever the repository is on) and waits until
+//! the bot settled.
+
+use crate::support;
+use crate::support::bot::{digest_in, Bot};
+use crate::support::common::MergeMethod;
+use crate::support::fake_forge::{FakePr, FORGEJO_BOT_LOGIN};
+use crate::support::RepoHandle;
+use wavegate::store::PrRecord;
+
+/// The marker the report comment carries.
+const REPORT_MARKER: &str = "<!-- wavegate:report -->";
+
+/// A check of the bot on a commit, as the forge shows it: GitHub's check run
+/// (its conclusion, or its status while it has none) or Forgejo's commit
+/// status, and its title (GitHub's output title, Forgejo's description).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub state: String,
+    pub title: String,
+}
+
+/// One pull request of one repository in one bot.
+pub struct PrHandle<'bot> {
+    pub bot: &'bot Bot,
+    pub repo: RepoHandle,
+    pub number: u64,
+    /// The branch its head is (the branch `push` moved it to last).
+    pub branch: String,
+}
+
+impl Bot {
+    /// The handle of PR `number` of `repo`, which the fake forge knows.
+    pub fn pr(&self, repo: &RepoHandle, number: u64) -> PrHandle<'_> {
+        let branch = self.forge.pr(repo, number).head_ref;
+        PrHandle {
+            bot: self,
+            repo: repo.clone(),
+            number,
+            branch,
+        }
+    }
+
+    /// dev-alice opens PR `number` from `branch` onto main; the bot is told
+    /// (GitHub or Forgejo) and settles.
+    pub async fn opened(&self, repo: &RepoHandle, number: u64, branch: &str) -> PrHandle<'_> {
+        let pr = self.open_pr(repo, number, branch);
+        let delivery = if repo.installation.is_some() {
+            support::github_pull_request("opened", repo, &pr)
+        } else {
+            support::forgejo_pull_request("opened", repo, &pr)
+        };
+        self.tell(repo, delivery).await;
+        self.pr(repo, number)
+    }
+
+    /// Delivers `delivery` as `repo`'s forge would, asserts it was
+    /// accepted, and settles.
+    pub async fn tell(&self, repo: &RepoHandle, delivery: (String, Vec<u8>)) {
+        let (status, answer) = if repo.installation.is_some() {
+            self.deliver_github(delivery).await
+        } else {
+            self.deliver_forgejo(delivery).await
+        };
+        assert_eq!(status, 202, "{answer}");
+        self.settle().await;
+    }
+}
+
+/// A GitHub PR from `change` onto main, planned, with `rev-bob`,
+/// `rev-carol` and the author allowed to write and `outsider-mallory` to
+/// read.
+pub async fn planned_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.forge.set_permission(&repo, "dev-alice", "write");
+    bot.forge.set_permission(&repo, "outsider-mallory", "read");
+    bot.opened(&repo, number, "change").await
+}
+
+/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to
+/// write.
+pub async fn planned_pr_on_forgejo(bot: &Bot, number: u64) -> PrHandle<'_> {
+    let url = format!("file://{}", bot.example.repo.display());
+    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.opened(&repo, number, "change").await
+}
+
+impl PrHandle<'_> {
+    fn on_github(&self) -> bool {
+        self.repo.installation.is_some()
+    }
+
+    /// The pull request as the fake forge holds it now.
+    pub fn state(&self) -> FakePr {
+        self.bot.forge.pr(&self.repo, self.number)
+    }
+
+    /// Its head commit now.
+    pub fn head(&self) -> String {
+        self.state().head_sha
+    }
+
+    /// `login` comments `body`; the bot is told and settles. The comment's id.
+    pub async fn comment_as(&self, login: &str, body: &str) -> u64 {
+        let id = self
+            .bot
+            .forge
+            .add_comment(&self.repo, self.number, login, body);
+        let delivery = if self.on_github() {
+            support::github_comment(&self.repo, self.number, id, login, body)
+        } else {
+            support::forgejo_comment(&self.repo, self.number, id, login, body)
+        };
+        self.bot.tell(&self.repo, delivery).await;
+        id
+    }
+
+    /// `login` comments `body` and the bot is told, without waiting for it to
+    /// settle (a wait the test makes itself follows). The comment's id.
+    pub async fn comment_unsettled(&self, login: &str, body: &str) -> u64 {
+        let id = self
+            .bot
+            .forge
+            .add_comment(&self.repo, self.number, login, body);
+        assert!(self.on_github(), "GitHub only");
+        let (status, answer) = self
+            .bot
+            .deliver_github(support::github_comment(
+                &self.repo,
+                self.number,
+                id,
+                login,
+                body,
+            ))
+            .await;
+        assert_eq!(status, 202, "{answer}");
+        id
+    }
+
+    /// The reactions on comment `comment`, in the order they were made.
+    pub fn reactions(&self, comment: u64) -> Vec<String> {
+        self.bot.reactions(&self.repo, comment)
+    }
+
+    /// The author pushes `branch` onto the pull request; the bot is told and settles.
+    pub async fn push(&mut self, branch: &str) -> FakePr {
+        let pushed = self
+            .bot
+            .forge
+            .push(&self.repo, self.number, &self.bot.rev(branch));
+        let delivery = if self.on_github() {
+            support::github_pull_request("synchronize", &self.repo, &pushed)
+        } else {
+            support::forgejo_pull_request("synchronized", &self.repo, &pushed)
+        };
+        self.bot.tell(&self.repo, delivery).await;
+        self.branch = branch.to_owned();
+        pushed
+    }
+
+    /// `pusher` pushes `branch` onto the pull request; the bot is told and settles.
+    pub async fn push_as(&mut self, branch: &str, pusher: &str) -> FakePr {
+        let pushed = self
+            .bot
+            .forge
+            .push(&self.repo, self.number, &self.bot.rev(branch));
+        let delivery = if self.on_github() {
+            support::github_pushed_by(&self.repo, &pushed, pusher)
+        } else {
+            support::forgejo_pushed_by(&self.repo, &pushed, pusher)
+        };
+        self.bot.tell(&self.repo, delivery).await;
+        self.branch = branch.to_owned();
+        pushed
+    }
+
+    /// Merges it (a merge commit) into main; the bot is told and settles.
+    pub async fn merge(&self) -> FakePr {
+        self.merge_by(MergeMethod::MergeCommit).await
+    }
+
+    /// Lands it on main by `method`; the bot is told and settles.
+    pub async fn merge_by(&self, method: MergeMethod) -> FakePr {
+        let merged = self.merge_unsettled(method);
+        self.bot.tell(&self.repo, self.closed(&merged)).await;
+        merged
+    }
+
+    /// Lands it on main by `method` and marks it merged in the forge; the bot
+    /// is not told (see `closed`).
+    pub fn merge_unsettled(&self, method: MergeMethod) -> FakePr {
+        self.bot
+            .merge_as(method, &self.repo, self.number, &self.branch)
+    }
+
+    /// The `closed` delivery of `merged`, as its forge sends it.
+    pub fn closed(&self, merged: &FakePr) -> (String, Vec<u8>) {
+        if self.on_github() {
+            support::github_pull_request("closed", &self.repo, merged)
+        } else {
+            support::forgejo_pull_request("closed", &self.repo, merged)
+        }
+    }
+
+    /// The report comment's body (there must be exactly one).
+    pub fn report(&self) -> String {
+        self.bot.report(&self.repo, self.number).body
+    }
+
+    /// The digest the report asks to approve.
+    pub fn digest(&self) -> String {
+        digest_in(&self.report())
+    }
+
+    /// The report's section under `### {heading}`, up to the next heading
+    /// or the first plan's details.
+    pub fn section(&self, heading: &str) -> String {
+        section(&self.report(), heading)
+            .unwrap_or_else(|| panic!("no `### {heading}` in the report:\n{}", self.report()))
+    }
+
+    /// The report's `### Approvals` section.
+    pub fn approvals_section(&self) -> String {
+        self.section("Approvals")
+    }
+
+    /// The report's apply section (`## Apply on merge commit …`), up to the
+    /// plan report.
+    pub fn apply_section(&self) -> String {
+        let report = self.report();
+        let start = report
+            .find("## Apply on merge commit")
+            .unwrap_or_else(|| panic!("no apply section in the report:\n{report}"));
+        let rest = &report[start..];
+        let end = rest.find("\n## wavegate plan").unwrap_or(rest.len());
+        rest[..end].trim_end().to_owned()
+    }
+
+    /// The bot's replies (its comments other than the report), oldest first.
+    pub fn replies(&self) -> Vec<String> {
+        self.bot
+            .forge
+            .comments(&self.repo, self.number)
+            .into_iter()
+            .filter(|c| c.author_is_bot || c.author == FORGEJO_BOT_LOGIN)
+            .filter(|c| !c.body.contains(REPORT_MARKER))
+            .map(|c| c.body)
+            .collect()
+    }
+
+    /// The bot's newest reply (there must be one).
+    pub fn last_reply(&self) -> String {
+        self.replies().pop().expect("a reply")
+    }
+
+    /// The `wavegate/plan` check on the head.
+    pub fn plan_check(&self) -> Check {
+        self.check_on(&self.head(), "wavegate/plan")
+    }
+
+    /// The `wavegate/apply` check on the merge commit.
+    pub fn apply_check(&self) -> Check {
+        let merged = self.state();
+        let sha = merged.merge_sha.as_deref().expect("merged");
+        self.check_on(sha, "wavegate/apply")
+    }
+
+    /// The newest check named `name` on `sha`.
+    pub fn check_on(&self, sha: &str, name: &str) -> Check {
+        if self.on_github() {
+            let run = self
+                .bot
+                .check_runs_named(&self.repo, sha, name)
+                .pop()
+                .unwrap_or_else(|| panic!("a {name} check on {sha}"));
+            Check {
+                state: run.conclusion.unwrap_or(run.status),
+                title: run.output["title"].as_str().unwrap_or_default().to_owned(),
+            }
+        } else {
+            let status = self
+                .bot
+                .statuses_named(&self.repo, sha, name)
+                .pop()
+                .unwrap_or_else(|| panic!("a {name} status on {sha}"));
+            Check {
+                state: status.state,
+                title: status.description,
+            }
+        }
+    }
+
+    /// The state of the `wavegate/plan` check on the head.
+    pub fn plan_state(&self) -> String {
+        self.plan_check().state
+    }
+
+    /// What the store keeps of it.
+    pub async fn record(&self) -> PrRecord {
+        self.bot
+            .store()
+            .await
+            .pr(
+                &self.repo.repo_ref().id,
+                wavegate::model::PrNumber(self.number),
+            )
+            .await
+            .unwrap()
+            .expect("the store knows the pull request")
+    }
+}
+
+/// The part of `report` under `### {heading}`, up to the next `##`/`###`
+/// heading or `<details>`, trimmed.
+pub fn section(report: &str, heading: &str) -> Option<String> {
+    let start = report.find(&format!("### {heading}\n"))?;
+    let rest = &report[start..];
+    let end = rest[4..]
+        .find("\n### ")
+        .into_iter()
+        .chain(rest[4..].find("\n## "))
+        .chain(rest[4..].find("\n<details"))
+        .min()
+        .map_or(rest.len(), |e| e + 4);
+    Some(rest[..end].trim_end().to_owned())
+}
