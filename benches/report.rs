@@ -6,6 +6,13 @@
 //! with `WAVEGATE_SANDBOX=none`; the two servers take turns, one pull request
 //! each per round, so whatever else the machine does lands on both alike.
 //!
+//! The second baseline, in the same rounds, is what the bot adds to the plan
+//! itself: the release binary's `wavegate plan --markdown` on the same change
+//! (the sandboxed server's repository, `main` against the PR's branch, every
+//! command in the sandbox), a subprocess timed from spawn to exit. The server's
+//! mirror is warm by then (the warm-up round filled it), as for any pull
+//! request of a repository the bot planned before.
+//!
 //! Both servers get the system's PATH (`/usr/local/bin:/usr/bin:/bin`).
 //! Knob: `REPORT_ROUNDS` (default 15).
 
@@ -54,6 +61,39 @@ async fn webhook_to_report(
     }
 }
 
+/// `wavegate plan` of `main..branch` in `bot`'s repository, as a person
+/// would run it beside the bot (sandboxed, the system's PATH), end to end.
+fn plan_by_hand(bot: &support::bot::Bot, branch: &str, path: &str) -> Duration {
+    let started = Instant::now();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args([
+            "plan",
+            "--markdown",
+            "--base",
+            "main",
+            "--head",
+            branch,
+            "--repo",
+        ])
+        .arg(&bot.example.repo)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", bot.dir.path())
+        .env("WAVEGATE_LOG", "warn")
+        .env("ESTATE_DIR", &bot.example.estate)
+        .env("WAVEGATE_SANDBOX", "bwrap")
+        .env("WAVEGATE_SANDBOX_APPLY_WRITE", &bot.example.estate)
+        .output()
+        .expect("wavegate plan runs");
+    let took = started.elapsed();
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("sha256:"),
+        "wavegate plan failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    took
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -75,7 +115,8 @@ fn main() {
         // One PATH for both, the system's: inside the sandbox a version
         // manager's shims under HOME are out of sight, and outside they
         // would make the baseline slower than it is.
-        let path = ("PATH", "/usr/local/bin:/usr/bin:/bin");
+        let system_path = "/usr/local/bin:/usr/bin:/bin";
+        let path = ("PATH", system_path);
         let mut sandboxed = support::bot::Bot::start_with(&[("WAVEGATE_LOG", "warn"), path]).await;
         let mut unsandboxed = support::bot::Bot::start_with(&[
             ("WAVEGATE_LOG", "warn"),
@@ -84,20 +125,27 @@ fn main() {
         ])
         .await;
         let repos = [sandboxed.github_repo(), unsandboxed.github_repo()];
-        let (mut with, mut without) = (Vec::new(), Vec::new());
+        let (mut with, mut without, mut by_hand) = (Vec::new(), Vec::new(), Vec::new());
         // One warm-up each (the first fetch fills the mirror).
         for n in 0..=rounds {
             let a = webhook_to_report(&mut sandboxed, &repos[0], n + 1).await;
             let b = webhook_to_report(&mut unsandboxed, &repos[1], n + 1).await;
+            let c = plan_by_hand(&sandboxed, &format!("bench-{}", n + 1), system_path);
             if n > 0 {
                 with.push(a);
                 without.push(b);
+                by_hand.push(c);
             }
         }
-        let (with, without) = (median(with), median(without));
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (with, without, by_hand) = (median(with), median(without), median(by_hand));
         println!("webhook → report on the example estate (the `change` branch: its plan and outputs commands), median of {rounds} pull requests each:");
-        println!("  without a sandbox (baseline): {:>7.1} ms", without.as_secs_f64() * 1e3);
-        println!("  every command in the sandbox: {:>7.1} ms", with.as_secs_f64() * 1e3);
+        println!("  serve, without a sandbox (baseline): {:>7.1} ms", ms(without));
+        println!("  serve, every command in the sandbox: {:>7.1} ms", ms(with));
         println!("  ratio {:.2}", with.as_secs_f64() / without.as_secs_f64());
+        println!("the same change with `wavegate plan` (sandboxed, warm mirror for serve):");
+        println!("  wavegate plan (baseline):            {:>7.1} ms", ms(by_hand));
+        println!("  serve, sandboxed:                    {:>7.1} ms", ms(with));
+        println!("  serve − plan: {:+.1} ms", ms(with) - ms(by_hand));
     });
 }

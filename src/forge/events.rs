@@ -117,6 +117,12 @@ struct Reader<'e> {
 
 impl Reader<'_> {
     fn read<T: DeserializeOwned>(&self, body: &[u8]) -> Result<T, ParseError> {
+        // The common case, a body that reads, goes without tracking paths;
+        // only a failure is read again to name the field at fault (the same
+        // deserializer, so it fails the same way).
+        if let Ok(value) = serde_json::from_slice(body) {
+            return Ok(value);
+        }
         let mut de = serde_json::Deserializer::from_slice(body);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();

@@ -21,8 +21,12 @@ use tokio::process::Command;
 #[derive(Clone)]
 pub struct Workspace {
     root: PathBuf,
-    locks: Arc<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+    locks: Arc<Mutex<HashMap<PathBuf, Arc<MirrorLock>>>>,
 }
+
+/// One mirror's lock; what it guards says whether this process has pruned
+/// the mirror's worktrees yet.
+type MirrorLock = tokio::sync::Mutex<bool>;
 
 /// What to fetch and how to authenticate.
 pub struct FetchRequest<'a> {
@@ -73,7 +77,7 @@ impl Workspace {
             .entry(mirror.clone())
             .or_default()
             .clone();
-        let _guard = lock.lock().await;
+        let mut pruned = lock.lock().await;
 
         if !mirror.join("HEAD").exists() {
             tokio::fs::create_dir_all(&mirror)
@@ -84,11 +88,15 @@ impl Workspace {
                 .status_ok("create the mirror")
                 .await?;
         }
-        // Worktrees of a job whose server died are gone from disk; forget them.
-        git(&mirror, None)
-            .args(["worktree", "prune"])
-            .status_ok("prune stale worktrees")
-            .await?;
+        // Worktrees of a job whose server died are gone from disk; forget
+        // them, once per process (this process's jobs remove their own).
+        if !*pruned {
+            git(&mirror, None)
+                .args(["worktree", "prune"])
+                .status_ok("prune stale worktrees")
+                .await?;
+            *pruned = true;
+        }
         for (url, sha) in &request.sources {
             if has_commit(&mirror, sha).await {
                 continue;

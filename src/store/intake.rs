@@ -5,11 +5,12 @@
 //! batch costs about what one delivery did. If a batch fails as a whole, each
 //! of its deliveries is written on its own, so one bad request fails alone.
 
-use super::db::{begin_write, to_i64};
+use super::db::to_i64;
 use super::Backend;
 use super::{Clock, Intake, JobId, NewDelivery, NewJob, Once, PrHead, StoreError};
 use anyhow::{Context, Result};
-use sqlx::{AnyPool, AssertSqlSafe, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Connection as _, Row};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -37,6 +38,7 @@ pub(super) fn spawn_writer(
 ) -> mpsc::Sender<Request> {
     let (sender, mut receiver) = mpsc::channel::<Request>(4 * MAX_BATCH);
     tokio::spawn(async move {
+        let mut held: Option<PoolConnection<Any>> = None;
         while let Some(first) = receiver.recv().await {
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -49,26 +51,51 @@ pub(super) fn spawn_writer(
                 batch.into_iter().map(|r| (r.item, r.reply)).unzip();
             let _writer = writer.lock().await;
             let now = clock.now_ms();
-            match record_batch(&pool, backend, &items, now).await {
+            // The writer keeps one connection between batches: no pool
+            // acquire (and its liveness ping) before every commit, and the
+            // batch statements stay prepared on it. After any failure it is
+            // let go and the next batch takes a fresh one.
+            if held.is_none() {
+                match pool.acquire().await {
+                    Ok(conn) => held = Some(conn),
+                    Err(error) => {
+                        let error = anyhow::Error::new(error).context("recording deliveries");
+                        for reply in replies {
+                            let _ = reply.send(Err(anyhow::anyhow!("{error:#}")));
+                        }
+                        continue;
+                    }
+                }
+            }
+            let conn = held.as_mut().expect("the writer holds a connection");
+            match record_batch(conn, backend, &items, now).await {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _ = reply.send(Ok(outcome));
                     }
                 }
                 Err(error) if items.len() > 1 => {
+                    held = None;
                     tracing::warn!(
                         "a batch of {} deliveries failed ({error:#}); writing them one by one",
                         items.len()
                     );
                     for (reply, item) in replies.into_iter().zip(&items) {
-                        let _ = reply.send(
-                            record_batch(&pool, backend, std::slice::from_ref(item), now)
-                                .await
-                                .map(|mut o| o.remove(0)),
-                        );
+                        let recorded = match pool.acquire().await {
+                            Ok(mut conn) => {
+                                record_batch(&mut conn, backend, std::slice::from_ref(item), now)
+                                    .await
+                                    .map(|mut o| o.remove(0))
+                            }
+                            Err(error) => {
+                                Err(anyhow::Error::new(error).context("recording a delivery"))
+                            }
+                        };
+                        let _ = reply.send(recorded);
                     }
                 }
                 Err(error) => {
+                    held = None;
                     let _ = replies
                         .into_iter()
                         .next()
@@ -103,7 +130,7 @@ fn key(delivery: &NewDelivery) -> DeliveryKey {
 /// the batch's order. A delivery seen before, or earlier in the same batch,
 /// is a duplicate and writes nothing.
 async fn record_batch(
-    pool: &AnyPool,
+    conn: &mut AnyConnection,
     backend: Backend,
     items: &[Item],
     now: i64,
@@ -126,7 +153,10 @@ async fn record_batch(
         return Err(StoreError::NoAttemptsAllowed.into());
     }
 
-    let mut tx = begin_write(pool, backend).await?;
+    let mut tx = match backend {
+        Backend::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
+        Backend::Postgres => conn.begin().await?,
+    };
     let sql = format!(
         "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) VALUES {}
          ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",

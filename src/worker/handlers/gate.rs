@@ -134,10 +134,13 @@ impl JobCtx<'_> {
     }
 
     /// The config at `commit`: `None` when it has none or it does not parse;
-    /// an error when git could not read it.
-    pub(super) fn config_at(&self, commit: &CommitSha) -> Result<Option<RepoConfig>> {
+    /// an error when git could not read it. Git runs off the runtime, so
+    /// webhook intake never waits behind it.
+    pub(super) async fn config_at(&self, commit: &CommitSha) -> Result<Option<RepoConfig>> {
         let mirror = self.workspace.mirror_path(&self.repo.id);
-        let text = git::read_file(&mirror, commit.as_str(), CONFIG_FILE)
+        let at = commit.clone();
+        let text = git::off_runtime(move || git::read_file(&mirror, at.as_str(), CONFIG_FILE))
+            .await
             .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
         Ok(text.and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok()))
     }
@@ -233,7 +236,8 @@ impl JobCtx<'_> {
             ttl_ms,
             policy_changed: match &policy {
                 Ok(base) => self
-                    .config_at(&plan.head_sha)?
+                    .config_at(&plan.head_sha)
+                    .await?
                     .is_some_and(|head| head.policy != *base),
                 Err(_) => false,
             },
