@@ -446,7 +446,13 @@ impl Soak {
                         _ => panic!("{id} answered {status}: {answer}"),
                     }
                 }
-                Err(error) if error.is_connect() || error.is_timeout() => self.unreachable += 1,
+                // A replica killed mid-request, or a pooled keep-alive
+                // connection to one that died, fails the send: as GitHub
+                // would, deliver it again (the other replica answers
+                // `duplicate` if the write had landed).
+                Err(error) if error.is_connect() || error.is_timeout() || error.is_request() => {
+                    self.unreachable += 1
+                }
                 Err(error) => panic!("{id}: {error}"),
             }
             assert!(Instant::now() < deadline, "no replica took {id}");
