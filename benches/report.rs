@@ -1,19 +1,18 @@
 //! Time from webhook to report on the bundled example (`cargo bench --bench
 //! report`): a `wavegate serve` (release binary, fake forge, the example's
 //! real plan subprocesses) gets a signed `pull_request` opened delivery, and
-//! the clock stops when the report comment is on the fake forge. Measured
-//! with every command in the sandbox and, as the baseline in the same run,
-//! with `WAVEGATE_SANDBOX=none`; the two servers take turns, one pull request
-//! each per round, so whatever else the machine does lands on both alike.
+//! the clock stops when the report comment is on the fake forge. Every
+//! command runs in the sandbox, as in production.
 //!
-//! The second baseline, in the same rounds, is what the bot adds to the plan
-//! itself: the release binary's `wavegate plan --markdown` on the same change
-//! (the sandboxed server's repository, `main` against the PR's branch, every
-//! command in the sandbox), a subprocess timed from spawn to exit. The server's
-//! mirror is warm by then (the warm-up round filled it), as for any pull
-//! request of a repository the bot planned before.
+//! The baseline, in the same rounds, is the plan itself: the release
+//! binary's `wavegate plan --markdown` on the same change (the server's
+//! repository, `main` against the PR's branch, every command in the
+//! sandbox), a subprocess timed from spawn to exit; the two take turns, so
+//! whatever else the machine does lands on both alike. The server's mirror
+//! is warm by then (the warm-up round filled it), as for any pull request of
+//! a repository the bot planned before.
 //!
-//! Both servers get the system's PATH (`/usr/local/bin:/usr/bin:/bin`).
+//! Both get the system's PATH (`/usr/local/bin:/usr/bin:/bin`).
 //! Knob: `REPORT_ROUNDS` (default 15).
 
 // The integration tests' support (the `Bot` harness, the fake forge); this
@@ -112,40 +111,28 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        // One PATH for both, the system's: inside the sandbox a version
-        // manager's shims under HOME are out of sight, and outside they
-        // would make the baseline slower than it is.
+        // The system's PATH for both: inside the sandbox a version manager's
+        // shims under HOME are out of sight.
         let system_path = "/usr/local/bin:/usr/bin:/bin";
-        let path = ("PATH", system_path);
-        let mut sandboxed = support::bot::Bot::start_with(&[("WAVEGATE_LOG", "warn"), path]).await;
-        let mut unsandboxed = support::bot::Bot::start_with(&[
-            ("WAVEGATE_LOG", "warn"),
-            ("WAVEGATE_SANDBOX", "none"),
-            path,
-        ])
-        .await;
-        let repos = [sandboxed.github_repo(), unsandboxed.github_repo()];
-        let (mut with, mut without, mut by_hand) = (Vec::new(), Vec::new(), Vec::new());
-        // One warm-up each (the first fetch fills the mirror).
+        let mut bot =
+            support::bot::Bot::start_with(&[("WAVEGATE_LOG", "warn"), ("PATH", system_path)])
+                .await;
+        let repo = bot.github_repo();
+        let (mut served, mut by_hand) = (Vec::new(), Vec::new());
+        // One warm-up (the first fetch fills the mirror).
         for n in 0..=rounds {
-            let a = webhook_to_report(&mut sandboxed, &repos[0], n + 1).await;
-            let b = webhook_to_report(&mut unsandboxed, &repos[1], n + 1).await;
-            let c = plan_by_hand(&sandboxed, &format!("bench-{}", n + 1), system_path);
+            let a = webhook_to_report(&mut bot, &repo, n + 1).await;
+            let b = plan_by_hand(&bot, &format!("bench-{}", n + 1), system_path);
             if n > 0 {
-                with.push(a);
-                without.push(b);
-                by_hand.push(c);
+                served.push(a);
+                by_hand.push(b);
             }
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let (with, without, by_hand) = (median(with), median(without), median(by_hand));
-        println!("webhook → report on the example estate (the `change` branch: its plan and outputs commands), median of {rounds} pull requests each:");
-        println!("  serve, without a sandbox (baseline): {:>7.1} ms", ms(without));
-        println!("  serve, every command in the sandbox: {:>7.1} ms", ms(with));
-        println!("  ratio {:.2}", with.as_secs_f64() / without.as_secs_f64());
-        println!("the same change with `wavegate plan` (sandboxed, warm mirror for serve):");
-        println!("  wavegate plan (baseline):            {:>7.1} ms", ms(by_hand));
-        println!("  serve, sandboxed:                    {:>7.1} ms", ms(with));
-        println!("  serve − plan: {:+.1} ms", ms(with) - ms(by_hand));
+        let (served, by_hand) = (median(served), median(by_hand));
+        println!("webhook → report on the example estate (the `change` branch: its plan and outputs commands), every command in the sandbox, median of {rounds} pull requests each:");
+        println!("  wavegate plan of the same change (baseline): {:>7.1} ms", ms(by_hand));
+        println!("  serve, webhook to report:                    {:>7.1} ms", ms(served));
+        println!("  serve − plan: {:+.1} ms, ratio {:.2}", ms(served) - ms(by_hand), served.as_secs_f64() / by_hand.as_secs_f64());
     });
 }
