@@ -95,35 +95,39 @@ pub(crate) struct Counted {
 /// for. Build once, ask many questions.
 #[derive(Debug)]
 pub(crate) struct Tally<'a> {
-    facts: Vec<(&'a Fact, Given)>,
+    /// The standing approvals, each with the plan it was given for, in seq
+    /// order: worked out once, since every question starts from them.
+    standing: Vec<(&'a Fact, Given)>,
 }
 
 impl<'a> Tally<'a> {
     /// `facts`: every fact of the gate (any digest), in seq order.
     pub(crate) fn new(facts: &'a [Fact], scope: Scope<'_>) -> Self {
-        let facts = facts
+        let read: Vec<(&Fact, Given)> = facts
             .iter()
             .filter(|fact| in_scope(&fact.fact, scope))
             .map(|fact| (fact, given(&fact.fact, scope)))
             .collect();
-        Self { facts }
+        let standing = read
+            .iter()
+            .enumerate()
+            .filter(|(index, (fact, given))| {
+                fact.fact.kind == FactKind::Approved
+                    && !read[index + 1..].iter().any(|(later, later_given)| {
+                        withdraws((&later.fact, later_given), (&fact.fact, given))
+                    })
+            })
+            .map(|(_, (fact, given))| (*fact, given.clone()))
+            .collect();
+        Self { standing }
     }
 
     /// Approvals neither revoked by their approver (or by an admin for
     /// everyone) nor spent by an apply of their digest, in seq order.
     pub(crate) fn standing(&self) -> impl Iterator<Item = Ballot<'_>> + '_ {
-        self.facts
+        self.standing
             .iter()
-            .enumerate()
-            .filter_map(move |(index, (fact, given))| {
-                if fact.fact.kind != FactKind::Approved {
-                    return None;
-                }
-                let withdrawn = self.facts[index + 1..].iter().any(|(later, later_given)| {
-                    withdraws((&later.fact, later_given), (&fact.fact, given))
-                });
-                (!withdrawn).then_some(Ballot { fact, given })
-            })
+            .map(|(fact, given)| Ballot { fact, given })
     }
 
     /// Whether the gate lets `digest` through. Standing approvals of exactly
