@@ -28,9 +28,9 @@ const CHAIN: usize = 1_000;
 fn approval(repo: &str, n: u64) -> NewFact {
     NewFact {
         repo: repo.into(),
-        gate: "pr-42".into(),
+        gate: "pr-42".parse().unwrap(),
         kind: FactKind::Approved,
-        digest: format!("sha256:{}", "a".repeat(64)),
+        digest: format!("sha256:{}", "a".repeat(64)).parse().unwrap(),
         actor: Actor {
             id: 1000 + n % 7,
             login: format!("reviewer-{}", n % 7),

@@ -219,7 +219,7 @@ async fn ledger_key(
             !fact
                 .sig
                 .as_deref()
-                .is_some_and(|sig| public.verifies(&fact.hash, sig))
+                .is_some_and(|sig| public.verifies(fact.hash.as_str(), sig))
         })
         .map(|fact| format!("{} seq {}", fact.fact.repo, fact.seq))
         .collect();

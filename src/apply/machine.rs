@@ -20,7 +20,7 @@ use super::{
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{GateId, PrNumber};
+use crate::model::{Digest, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
@@ -114,8 +114,8 @@ pub(crate) enum Effect {
     /// Who approved `digest` at `gate` (approvals given before `since`, unix
     /// ms, do not count): answered `StageObservation::Counted`.
     CountApprovals {
-        gate: String,
-        digest: String,
+        gate: GateId,
+        digest: Digest,
         since: i64,
     },
     /// Record the member's outputs as the deployed estate's.
@@ -129,7 +129,7 @@ pub(crate) enum Effect {
         outputs: Map<String, Value>,
     },
     /// Append a `spent` fact: the override of `digest` lets nothing through again.
-    SpendOverride { member: String, digest: String },
+    SpendOverride { member: String, digest: Digest },
     /// Queue a job of this run for `at` (unix ms).
     ResumeAt(i64),
     /// Let go of the run's member locks (and resume the runs queued behind them).
@@ -137,7 +137,7 @@ pub(crate) enum Effect {
     /// Append the `pending` fact of a gate the run now waits at (once per digest).
     RecordPending(Pending),
     /// Append a `spent` fact: the approval of `digest` at `gate` lets nothing through again.
-    SpendApproval { gate: String, digest: String },
+    SpendApproval { gate: GateId, digest: Digest },
     /// Queue a job of this run now if `member`'s lock is free (or its own).
     ResumeIfUnlocked(String),
     /// Tell the pull request.
@@ -150,6 +150,8 @@ pub(crate) enum Effect {
 #[derive(Debug, Clone)]
 struct Current {
     outcome: MemberOutcome,
+    /// The digest of the plan it applies (only planned members apply).
+    plan_digest: Digest,
     attempt: CommandAttempt,
     /// How many applies in a row were answered `held` before this one.
     held_before: u32,
@@ -446,6 +448,7 @@ impl<'a> WaveMachine<'a> {
             _ => 0,
         };
         let current = Current {
+            plan_digest: plan.plan_digest.clone(),
             outcome,
             attempt: CommandAttempt {
                 host: self.spec.host.to_owned(),
@@ -471,12 +474,7 @@ impl<'a> WaveMachine<'a> {
     ) {
         let current = self.current.take().expect("ended while applying");
         let member = current.outcome.member.clone();
-        let digest = current
-            .outcome
-            .plan
-            .as_ref()
-            .map(|p| p.plan_digest.clone())
-            .unwrap_or_default();
+        let digest = current.plan_digest.clone();
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
                 record.replans.remove(&member);
@@ -645,7 +643,7 @@ impl<'a> WaveMachine<'a> {
                 let number = record.next_round();
                 record.rounds.push(Round {
                     number,
-                    gate: GateId::Round(pr, number).to_string(),
+                    gate: GateId::Round(pr, number),
                     stage: self.spec.stage.to_owned(),
                     change_set: set.clone(),
                     reasons: reasons.clone(),
@@ -659,7 +657,7 @@ impl<'a> WaveMachine<'a> {
         if !reasons.is_empty() {
             record.wait = Some(Wait::Round {
                 round: number,
-                gate: GateId::Round(pr, number).to_string(),
+                gate: GateId::Round(pr, number),
                 digest: set.digest,
             });
         }
@@ -716,7 +714,7 @@ impl<'a> WaveMachine<'a> {
         let first = denials.remove(0);
         record.wait = Some(Wait::Override {
             member: first.member,
-            gate: GateId::Override(self.spec.pr).to_string(),
+            gate: GateId::Override(self.spec.pr),
             digest: first.digest,
             rules: first.rules,
             also: denials,
@@ -731,12 +729,7 @@ const FINISHED_BEFORE: &str =
 
 fn applying(current: &Current) -> MemberState {
     MemberState::Applying {
-        plan_digest: current
-            .outcome
-            .plan
-            .as_ref()
-            .map(|p| p.plan_digest.clone())
-            .unwrap_or_default(),
+        plan_digest: current.plan_digest.clone(),
         attempt: Some(current.attempt.clone()),
     }
 }
@@ -749,7 +742,7 @@ fn applying(current: &Current) -> MemberState {
 fn applied(
     record: &mut AttemptRecord,
     member: &str,
-    plan_digest: &str,
+    plan_digest: &Digest,
     outputs: Map<String, Value>,
     note: Option<&str>,
     effects: &mut Vec<Effect>,
@@ -763,7 +756,7 @@ fn applied(
     record.set(
         member,
         MemberState::Applied {
-            plan_digest: plan_digest.to_owned(),
+            plan_digest: plan_digest.clone(),
             outputs: outputs.clone(),
             note: note.map(str::to_owned),
         },
@@ -898,12 +891,12 @@ mod tests {
             .collect()
     }
 
-    fn override_fact(member: &str, digest: &str, kind: FactKind) -> Fact {
+    fn override_fact(member: &str, digest: &Digest, kind: FactKind) -> Fact {
         Fact {
             seq: 1,
             fact: NewFact {
                 repo: "github:1".into(),
-                gate: "pr-7-override".into(),
+                gate: "pr-7-override".parse().unwrap(),
                 kind,
                 digest: digest.into(),
                 actor: Actor {
@@ -917,8 +910,8 @@ mod tests {
                     ..FactData::default()
                 },
             },
-            prev: String::new(),
-            hash: String::new(),
+            prev: Digest::repeated('0'),
+            hash: Digest::repeated('0'),
             sig: None,
         }
     }
@@ -1026,7 +1019,7 @@ mod tests {
         record.set(
             "dns@dev",
             MemberState::Applying {
-                plan_digest: "sha256:old".into(),
+                plan_digest: Digest::repeated('0'),
                 attempt: Some(CommandAttempt {
                     host: "host-b".into(),
                     started_at: NOW - 10_000,
@@ -1132,14 +1125,17 @@ mod tests {
         let effects = to_planned(&mut machine, &mut record, &[&moved, &dns], vec![]);
         assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
         let round = &record.rounds[0];
-        assert_eq!((round.number, round.gate.as_str()), (2, "pr-7-round-2"));
+        assert_eq!(
+            (round.number, round.gate.to_string().as_str()),
+            (2, "pr-7-round-2")
+        );
         assert!(!round.covered());
         assert_eq!(round.change_set.members.len(), 1, "only the moved plan");
         assert_eq!(
             record.wait,
             Some(Wait::Round {
                 round: 2,
-                gate: "pr-7-round-2".into(),
+                gate: "pr-7-round-2".parse().unwrap(),
                 digest: round.change_set.digest.clone()
             })
         );
@@ -1191,7 +1187,7 @@ mod tests {
             record.wait,
             Some(Wait::Override {
                 member: "db@dev".into(),
-                gate: "pr-7-override".into(),
+                gate: "pr-7-override".parse().unwrap(),
                 digest: db.plan_digest.clone(),
                 rules: vec!["no-public-buckets".into()],
                 also: vec![]
@@ -1199,7 +1195,7 @@ mod tests {
         );
 
         // An override of another digest does not let it through.
-        let other = override_fact("db@dev", "sha256:other", FactKind::Approved);
+        let other = override_fact("db@dev", &Digest::repeated('9'), FactKind::Approved);
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         let effects = to_planned(&mut machine, &mut record, &[&db], vec![other]);
         assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);

@@ -9,6 +9,7 @@ pub(crate) mod run;
 pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
+use crate::model::{Digest, GateId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
 use serde::{Deserialize, Serialize};
@@ -27,14 +28,14 @@ pub(crate) enum MemberState {
     /// it is planned again before anything else happens to it, once that
     /// command cannot be running any more.
     Applying {
-        plan_digest: String,
+        plan_digest: Digest,
         /// Where and until when the command may run (absent in records of
         /// wavegate before 0.2: such a command is taken as gone).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt: Option<CommandAttempt>,
     },
     Applied {
-        plan_digest: String,
+        plan_digest: Digest,
         outputs: Map<String, Value>,
         /// How it came to count as applied when no command ran for it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -211,25 +212,25 @@ impl RunStatus {
 #[serde(tag = "for", rename_all = "kebab-case")]
 pub(crate) enum Wait {
     /// Merged without a standing approval of the pull request's digest.
-    PrApproval { gate: String, digest: String },
+    PrApproval { gate: GateId, digest: Digest },
     /// A stage whose gate asks for its own approval of its set digest.
     Stage {
         stage: String,
-        gate: String,
-        digest: String,
+        gate: GateId,
+        digest: Digest,
     },
     /// Fresh plans the approvals in hand do not cover.
     Round {
         round: u32,
-        gate: String,
-        digest: String,
+        gate: GateId,
+        digest: Digest,
     },
     /// A plan the policy denied, until an overrider lets it through; `also`
     /// lists the other denied plans of the same wave (one wait for all).
     Override {
         member: String,
-        gate: String,
-        digest: String,
+        gate: GateId,
+        digest: Digest,
         rules: Vec<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         also: Vec<Denial>,
@@ -252,7 +253,7 @@ pub(crate) enum Wait {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Denial {
     pub(crate) member: String,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
     pub(crate) rules: Vec<String>,
 }
 
@@ -313,7 +314,7 @@ impl Wait {
 /// A stage that asked for its own approval: the set it showed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StageGate {
-    pub(crate) gate: String,
+    pub(crate) gate: GateId,
     pub(crate) change_set: ChangeSet,
     /// Who approved it; empty while it waits.
     #[serde(default)]
@@ -337,7 +338,7 @@ pub(crate) struct StageGate {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Mismatch {
     pub(crate) by: String,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
 }
 
 /// A re-plan checked against the approvals: covered (it only filled in what
@@ -345,7 +346,7 @@ pub(crate) struct Mismatch {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Round {
     pub(crate) number: u32,
-    pub(crate) gate: String,
+    pub(crate) gate: GateId,
     pub(crate) stage: String,
     pub(crate) change_set: ChangeSet,
     /// Why each member was not covered; empty for a covered round.
@@ -377,7 +378,7 @@ pub(crate) struct AttemptRecord {
     pub(crate) stages: BTreeMap<String, StageGate>,
     pub(crate) rounds: Vec<Round>,
     /// Overrides that counted, by member: the plan digest they let through.
-    pub(crate) overrides: BTreeMap<String, String>,
+    pub(crate) overrides: BTreeMap<String, Digest>,
     /// How many times in a row each member's apply asked to plan again.
     pub(crate) replans: BTreeMap<String, u32>,
     pub(crate) wait: Option<Wait>,
@@ -399,7 +400,7 @@ pub(crate) struct AttemptRecord {
 /// An approval a run found no longer counting: who, at which gate, why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lapsed {
-    pub(crate) gate: String,
+    pub(crate) gate: GateId,
     pub(crate) by: String,
     pub(crate) why: String,
 }
@@ -706,7 +707,7 @@ mod tests {
         record.pr_approved_by = vec!["bob".into()];
         record.rounds.push(Round {
             number: 2,
-            gate: "pr-1-round-2".into(),
+            gate: "pr-1-round-2".parse().unwrap(),
             stage: "dev".into(),
             change_set: set_of(&[&plan("net@dev", "10.9.0.0/16")]),
             reasons: vec!["moved".into()],
@@ -727,7 +728,7 @@ mod tests {
         record.stages.insert(
             "prod".into(),
             StageGate {
-                gate: "pr-1-prod".into(),
+                gate: "pr-1-prod".parse().unwrap(),
                 change_set: pr.clone(),
                 approved_by: vec![],
                 mismatch: None,
@@ -770,7 +771,7 @@ mod tests {
         record.set(
             "other@dev",
             MemberState::Applied {
-                plan_digest: "d".into(),
+                plan_digest: Digest::repeated('d'),
                 outputs: Map::new(),
                 note: None,
             },
@@ -785,7 +786,7 @@ mod tests {
     fn retry_starts_over_what_stopped_and_keeps_what_applied() {
         let mut record = AttemptRecord::default();
         let applied = MemberState::Applied {
-            plan_digest: "d".into(),
+            plan_digest: Digest::repeated('d'),
             outputs: Map::new(),
             note: None,
         };
@@ -806,7 +807,7 @@ mod tests {
         let members: BTreeSet<String> = ["a@dev".to_owned(), "b@dev".to_owned()].into();
         let mut record = AttemptRecord::default();
         let applied = MemberState::Applied {
-            plan_digest: "d".into(),
+            plan_digest: Digest::repeated('d'),
             outputs: Map::new(),
             note: None,
         };
@@ -836,7 +837,7 @@ mod tests {
         record.set(
             "a@dev",
             MemberState::Applied {
-                plan_digest: "d".into(),
+                plan_digest: Digest::repeated('d'),
                 outputs: Map::new(),
                 note: None,
             },
@@ -875,8 +876,8 @@ mod tests {
         );
         record.wait = Some(Wait::Round {
             round: 2,
-            gate: "pr-1-round-2".into(),
-            digest: "sha256:x".into(),
+            gate: "pr-1-round-2".parse().unwrap(),
+            digest: Digest::repeated('1'),
         });
         assert!(
             run_goes_on(RunStatus::Failed, &record),
@@ -913,7 +914,7 @@ mod tests {
         record.set(
             "a@dev",
             MemberState::Applying {
-                plan_digest: "sha256:x".into(),
+                plan_digest: Digest::repeated('1'),
                 attempt: Some(CommandAttempt {
                     host: "boot/pid:[1]".into(),
                     started_at: 1,
@@ -924,8 +925,8 @@ mod tests {
         );
         record.wait = Some(Wait::Stage {
             stage: "prod".into(),
-            gate: "pr-1-prod".into(),
-            digest: "sha256:y".into(),
+            gate: "pr-1-prod".parse().unwrap(),
+            digest: Digest::repeated('2'),
         });
         let text = serde_json::to_string(&record).unwrap();
         assert_eq!(

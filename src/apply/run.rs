@@ -8,6 +8,7 @@
 
 use super::machine::Effect;
 use super::{settled_status, AttemptRecord, MemberState, RunStatus, Wait};
+use crate::model::{Digest, GateId};
 use crate::plan::changeset::ChangeSet;
 use std::collections::BTreeSet;
 
@@ -32,8 +33,8 @@ pub(crate) enum News {
 /// A gate the run waits at for a person, for its `pending` fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Pending {
-    pub(crate) gate: String,
-    pub(crate) digest: String,
+    pub(crate) gate: GateId,
+    pub(crate) digest: Digest,
     pub(crate) members: Vec<String>,
     pub(crate) description: String,
 }
@@ -43,7 +44,7 @@ pub(crate) struct Pending {
 pub(crate) struct Settle<'a> {
     pub(crate) pr: crate::model::PrNumber,
     /// The pull request's approved digest and change set.
-    pub(crate) digest: &'a str,
+    pub(crate) digest: &'a Digest,
     pub(crate) approved: &'a ChangeSet,
     /// Every member of the run.
     pub(crate) members: &'a BTreeSet<String>,
@@ -167,8 +168,8 @@ pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
 /// The approvals an applied run used, each spent so none lets anything
 /// through again: the pull request's, and each approved stage gate and round.
 fn spent(s: &Settle<'_>, record: &AttemptRecord) -> Vec<Effect> {
-    let pr = crate::model::GateId::Pr(s.pr).to_string();
-    std::iter::once((pr, s.digest.to_owned()))
+    let pr = crate::model::GateId::Pr(s.pr);
+    std::iter::once((pr, s.digest.clone()))
         .chain(
             record
                 .stages
@@ -193,7 +194,7 @@ fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
     let names =
         |set: &ChangeSet| -> Vec<String> { set.members.iter().map(|m| m.member.clone()).collect() };
     let pr = s.pr;
-    let pending = |gate: &String, digest: &String, members, description| Pending {
+    let pending = |gate: &GateId, digest: &Digest, members, description| Pending {
         gate: gate.clone(),
         digest: digest.clone(),
         members,
@@ -255,7 +256,7 @@ mod tests {
 
     fn applied() -> MemberState {
         MemberState::Applied {
-            plan_digest: "d".into(),
+            plan_digest: Digest::repeated('d'),
             outputs: Map::new(),
             note: None,
         }
@@ -265,7 +266,7 @@ mod tests {
         let set = set_of(&[&plan("app@prod", &number.to_string())]);
         Round {
             number,
-            gate: format!("pr-7-round-{number}"),
+            gate: crate::model::GateId::Round(PrNumber(7), number),
             stage: "prod".into(),
             change_set: set,
             reasons: vec!["app@prod: moved".into()],
@@ -276,6 +277,7 @@ mod tests {
     }
 
     struct Job {
+        pr_digest: Digest,
         approved: ChangeSet,
         members: BTreeSet<String>,
         previous_wait: Option<Wait>,
@@ -285,6 +287,7 @@ mod tests {
     impl Job {
         fn new(members: &[&str]) -> Self {
             Job {
+                pr_digest: Digest::repeated('7'),
                 approved: set_of(&[&plan("app@prod", "a")]),
                 members: members.iter().map(|m| (*m).to_owned()).collect(),
                 previous_wait: None,
@@ -295,7 +298,7 @@ mod tests {
         fn settle(&self, status: &mut RunStatus, record: &mut AttemptRecord) -> Vec<Effect> {
             let s = Settle {
                 pr: PrNumber(7),
-                digest: "sha256:pr",
+                digest: &self.pr_digest,
                 approved: &self.approved,
                 members: &self.members,
                 previous_wait: self.previous_wait.as_ref(),
@@ -316,7 +319,7 @@ mod tests {
         record.stages.insert(
             "prod".into(),
             StageGate {
-                gate: "pr-7-prod".into(),
+                gate: "pr-7-prod".parse().unwrap(),
                 change_set: set_of(&[&plan("app@prod", "a")]),
                 approved_by: vec!["erin".into()],
                 mismatch: None,
@@ -328,14 +331,14 @@ mod tests {
         record.rounds = vec![round(2, &["erin"]), round(3, &[])];
         let mut status = RunStatus::Running;
         let effects = job.settle(&mut status, &mut record);
-        let spend = |gate: &str, digest: &str| Effect::SpendApproval {
-            gate: gate.into(),
-            digest: digest.into(),
+        let spend = |gate: &str, digest: &Digest| Effect::SpendApproval {
+            gate: gate.parse().unwrap(),
+            digest: digest.clone(),
         };
         assert_eq!(
             effects,
             [
-                spend("pr-7", "sha256:pr"),
+                spend("pr-7", &job.pr_digest),
                 spend("pr-7-prod", &record.stages["prod"].change_set.digest),
                 spend("pr-7-round-2", &record.rounds[0].change_set.digest),
                 Effect::Unlock,
@@ -356,7 +359,7 @@ mod tests {
         };
         let wait = Wait::Round {
             round: 2,
-            gate: "pr-7-round-2".into(),
+            gate: "pr-7-round-2".parse().unwrap(),
             digest: record.rounds[0].change_set.digest.clone(),
         };
         record.wait = Some(wait.clone());
@@ -365,7 +368,7 @@ mod tests {
             job.settle(&mut status, &mut record),
             [
                 Effect::RecordPending(Pending {
-                    gate: "pr-7-round-2".into(),
+                    gate: "pr-7-round-2".parse().unwrap(),
                     digest: record.rounds[0].change_set.digest.clone(),
                     members: vec!["app@prod".into()],
                     description:

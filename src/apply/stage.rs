@@ -155,7 +155,7 @@ impl<'a> StageMachine<'a> {
 
     fn opened(&self, change_set: ChangeSet, expires_at: Option<i64>) -> StageGate {
         StageGate {
-            gate: GateId::of(self.spec.pr, Some(self.spec.stage)).to_string(),
+            gate: GateId::of(self.spec.pr, Some(self.spec.stage)),
             change_set,
             approved_by: Vec::new(),
             mismatch: None,
@@ -293,20 +293,24 @@ mod tests {
         let asked = preview(&mut m, &mut record, &[&net, &app]);
         let gate = record.stages["prod"].clone();
         assert_eq!(
-            (gate.gate.as_str(), gate.opened_at, gate.expires_at),
+            (
+                gate.gate.to_string().as_str(),
+                gate.opened_at,
+                gate.expires_at
+            ),
             ("pr-7-prod", NOW, Some(NOW + 3_600_000))
         );
         assert_eq!(
             asked,
             [Effect::CountApprovals {
-                gate: "pr-7-prod".into(),
+                gate: "pr-7-prod".parse().unwrap(),
                 digest: gate.change_set.digest.clone(),
                 since: NOW
             }]
         );
         let earlier = Mismatch {
             by: "erin".into(),
-            digest: "sha256:earlier".into(),
+            digest: crate::model::Digest::repeated('e'),
         };
         let done = m
             .step(&mut record, counted(&[], Some(earlier.clone()), NOW))
@@ -316,7 +320,7 @@ mod tests {
             record.wait,
             Some(Wait::Stage {
                 stage: "prod".into(),
-                gate: "pr-7-prod".into(),
+                gate: "pr-7-prod".parse().unwrap(),
                 digest: gate.change_set.digest.clone()
             })
         );
@@ -331,7 +335,7 @@ mod tests {
         preview(&mut m, &mut record, &[&net, &app]);
         let earlier = Mismatch {
             by: "erin".into(),
-            digest: "sha256:earlier".into(),
+            digest: crate::model::Digest::repeated('e'),
         };
         let done = m
             .step(&mut record, counted(&["carol"], Some(earlier), NOW))

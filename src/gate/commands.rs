@@ -9,10 +9,8 @@
 
 mod rendered;
 
-use crate::model::canonical::DIGEST_PREFIX;
-use crate::model::MemberId;
+use crate::model::{Digest, MemberId, DIGEST_HEX_DIGITS, DIGEST_PREFIX};
 
-const DIGEST_HEX_DIGITS: usize = 64;
 const MIN_PREFIX_HEX_DIGITS: usize = 12;
 /// Damerau–Levenshtein distance within which an unknown `/word` is taken for
 /// a typo of ours; names of four letters or fewer allow one edit only, so
@@ -25,31 +23,24 @@ const BOT_WORD: &str = "wavegate";
 /// What `/approve` names: nothing (the newest report's digest), a full digest, or a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DigestRef {
-    /// `sha256:<64 hex>`, lowercase.
-    Full(String),
+    Full(Digest),
     /// Lowercase hex, 12..=63 digits, without `sha256:`.
     Prefix(String),
 }
 
 impl DigestRef {
     /// Whether `digest` (`sha256:<64 hex>`) is the one this reference names.
-    pub(crate) fn matches(&self, digest: &str) -> bool {
-        let hex = strip_digest_prefix(digest);
-        if hex.len() != DIGEST_HEX_DIGITS {
-            return false;
-        }
+    pub(crate) fn matches(&self, digest: &Digest) -> bool {
         match self {
-            Self::Full(full) => strip_digest_prefix(full).eq_ignore_ascii_case(hex),
-            Self::Prefix(prefix) => hex
-                .get(..prefix.len())
-                .is_some_and(|start| start.eq_ignore_ascii_case(prefix)),
+            Self::Full(full) => full == digest,
+            Self::Prefix(prefix) => digest.hex().starts_with(prefix.as_str()),
         }
     }
 
     /// The reference as a reviewer would write it: always with `sha256:`.
     pub(crate) fn as_text(&self) -> String {
         match self {
-            Self::Full(full) => full.clone(),
+            Self::Full(full) => full.to_string(),
             Self::Prefix(prefix) => format!("{DIGEST_PREFIX}{prefix}"),
         }
     }
@@ -334,7 +325,11 @@ fn read_digest_after_trimming(word: &str) -> Option<DigestRef> {
 fn digest_from_hex(hex: &str) -> Result<DigestRef, String> {
     let hex = hex.to_ascii_lowercase();
     match hex.len() {
-        DIGEST_HEX_DIGITS => Ok(DigestRef::Full(format!("{DIGEST_PREFIX}{hex}"))),
+        DIGEST_HEX_DIGITS => Ok(DigestRef::Full(
+            format!("{DIGEST_PREFIX}{hex}")
+                .parse()
+                .expect("64 lowercase hex digits"),
+        )),
         n if n < MIN_PREFIX_HEX_DIGITS => Err(format!(
             "a digest prefix needs at least {MIN_PREFIX_HEX_DIGITS} hex digits; `{hex}` has {n}"
         )),
@@ -487,8 +482,12 @@ mod tests {
         }
     }
 
+    fn digest(text: &str) -> Digest {
+        text.parse().unwrap()
+    }
+
     fn full() -> DigestRef {
-        DigestRef::Full(format!("sha256:{HEX64}"))
+        DigestRef::Full(format!("sha256:{HEX64}").parse().unwrap())
     }
 
     fn nothing_in(body: &str) {
@@ -909,17 +908,16 @@ mod tests {
     #[test]
     fn a_full_digest_matches_only_itself() {
         let reference = full();
-        assert!(reference.matches(&format!("sha256:{HEX64}")));
-        let other = format!("sha256:{}0", &HEX64[..63]);
+        assert!(reference.matches(&digest(&format!("sha256:{HEX64}"))));
+        let other = digest(&format!("sha256:{}0", &HEX64[..63]));
         assert!(!reference.matches(&other));
     }
 
     #[test]
     fn a_prefix_matches_the_digests_that_start_with_it() {
         let reference = DigestRef::Prefix("0123456789ab".into());
-        assert!(reference.matches(&format!("sha256:{HEX64}")));
-        assert!(!reference.matches(&format!("sha256:f{}", &HEX64[1..])));
-        assert!(!reference.matches("sha256:0123456789ab"));
+        assert!(reference.matches(&digest(&format!("sha256:{HEX64}"))));
+        assert!(!reference.matches(&digest(&format!("sha256:f{}", &HEX64[1..]))));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! report words the outcome.
 
 use super::fact_data::FactData;
-use super::ledger::{Actor, Fact, FactKind, NewFact, Source, ANY_DIGEST};
+use super::ledger::{Actor, Fact, FactDigest, FactKind, NewFact, Source};
 use crate::model::CommitSha;
+use crate::model::Digest;
 use std::collections::{BTreeMap, HashSet};
 
 /// Which of a gate's facts bear on the decision at hand.
@@ -48,6 +49,8 @@ pub(crate) enum Given {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ballot<'a> {
     pub(crate) fact: &'a Fact,
+    /// The digest it approves.
+    pub(crate) digest: &'a Digest,
     pub(crate) given: &'a Given,
 }
 
@@ -56,7 +59,7 @@ pub(crate) struct Ballot<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Elsewhere {
     pub(crate) by: Actor,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
     pub(crate) given: Given,
     /// When it was given (unix ms).
     pub(crate) at: i64,
@@ -97,7 +100,7 @@ pub(crate) struct Counted {
 pub(crate) struct Tally<'a> {
     /// The standing approvals, each with the plan it was given for, in seq
     /// order: worked out once, since every question starts from them.
-    standing: Vec<(&'a Fact, Given)>,
+    standing: Vec<(&'a Fact, &'a Digest, Given)>,
 }
 
 impl<'a> Tally<'a> {
@@ -117,7 +120,11 @@ impl<'a> Tally<'a> {
                         withdraws((&later.fact, later_given), (&fact.fact, given))
                     })
             })
-            .map(|(_, (fact, given))| (*fact, given.clone()))
+            // An approval names one digest (`/approve` reads one); a fact
+            // that names every digest approves nothing.
+            .filter_map(|(_, (fact, given))| {
+                Some((*fact, fact.fact.digest.digest()?, given.clone()))
+            })
             .collect();
         Self { standing }
     }
@@ -125,9 +132,11 @@ impl<'a> Tally<'a> {
     /// Approvals neither revoked by their approver (or by an admin for
     /// everyone) nor spent by an apply of their digest, in seq order.
     pub(crate) fn standing(&self) -> impl Iterator<Item = Ballot<'_>> + '_ {
-        self.standing
-            .iter()
-            .map(|(fact, given)| Ballot { fact, given })
+        self.standing.iter().map(|(fact, digest, given)| Ballot {
+            fact,
+            digest,
+            given,
+        })
     }
 
     /// Whether the gate lets `digest` through. Standing approvals of exactly
@@ -135,7 +144,7 @@ impl<'a> Tally<'a> {
     /// `refused` and `pending` never count. Short of `required`, a gate with
     /// no approval of `digest` but one standing elsewhere is a mismatch
     /// naming the most recent such.
-    pub(crate) fn evaluate(&self, digest: &str, required: usize) -> Evaluation {
+    pub(crate) fn evaluate(&self, digest: &Digest, required: usize) -> Evaluation {
         self.evaluate_without(digest, required, &HashSet::new())
     }
 
@@ -143,7 +152,7 @@ impl<'a> Tally<'a> {
     /// expired, or given by someone who may no longer approve.
     pub(crate) fn evaluate_without(
         &self,
-        digest: &str,
+        digest: &Digest,
         required: usize,
         dropped: &HashSet<i64>,
     ) -> Evaluation {
@@ -180,7 +189,7 @@ impl<'a> Tally<'a> {
     /// The standing approvals of `digest` given for the plan judged, in seq order.
     pub(crate) fn approvals_of<'t>(
         &'t self,
-        digest: &'t str,
+        digest: &'t Digest,
     ) -> impl Iterator<Item = &'t Fact> + 't {
         self.standing()
             .filter(move |b| counts_for(b, digest))
@@ -189,7 +198,7 @@ impl<'a> Tally<'a> {
 
     /// Every standing approver of `digest` (given for the plan judged), once
     /// each, leaving out the approvals (by seq) in `dropped`.
-    pub(crate) fn approvers_of(&self, digest: &str, dropped: &HashSet<i64>) -> Vec<Actor> {
+    pub(crate) fn approvers_of(&self, digest: &Digest, dropped: &HashSet<i64>) -> Vec<Actor> {
         let mut seen = HashSet::new();
         self.approvals_of(digest)
             .filter(|f| !dropped.contains(&f.seq) && seen.insert(f.fact.actor.id))
@@ -200,7 +209,7 @@ impl<'a> Tally<'a> {
     /// Standing approvals that do not count for `digest` (for the report's
     /// "for an earlier plan"): one per approver, digest and plan, the most
     /// recent, in seq order.
-    pub(crate) fn elsewhere(&self, digest: &str) -> Vec<Elsewhere> {
+    pub(crate) fn elsewhere(&self, digest: &Digest) -> Vec<Elsewhere> {
         let standing: Vec<Ballot<'_>> = self
             .standing()
             .filter(|ballot| !counts_for(ballot, digest))
@@ -220,7 +229,7 @@ impl<'a> Tally<'a> {
     /// than `ttl_ms` at `now`, by seq.
     pub(crate) fn expired<'t>(
         &'t self,
-        digest: &'t str,
+        digest: &'t Digest,
         ttl_ms: Option<i64>,
         now: i64,
     ) -> Vec<&'t Fact> {
@@ -233,7 +242,7 @@ impl<'a> Tally<'a> {
     /// counting for `ttl_ms` after it was given (none: for ever).
     pub(crate) fn count(
         &self,
-        digest: &str,
+        digest: &Digest,
         required: usize,
         ttl_ms: Option<i64>,
         now: i64,
@@ -255,7 +264,7 @@ impl<'a> Tally<'a> {
                 .into_iter()
                 .map(|fact| Elsewhere {
                     by: fact.fact.actor.clone(),
-                    digest: fact.fact.digest.clone(),
+                    digest: digest.clone(),
                     given: Given::Judged,
                     at: fact.fact.at,
                 })
@@ -273,15 +282,15 @@ impl Ballot<'_> {
     fn elsewhere(&self) -> Elsewhere {
         Elsewhere {
             by: self.fact.fact.actor.clone(),
-            digest: self.fact.fact.digest.clone(),
+            digest: self.digest.clone(),
             given: self.given.clone(),
             at: self.fact.fact.at,
         }
     }
 }
 
-fn counts_for(ballot: &Ballot<'_>, digest: &str) -> bool {
-    *ballot.given == Given::Judged && ballot.fact.fact.digest == digest
+fn counts_for(ballot: &Ballot<'_>, digest: &Digest) -> bool {
+    *ballot.given == Given::Judged && ballot.digest == digest
 }
 
 fn in_scope(fact: &NewFact, scope: Scope<'_>) -> bool {
@@ -310,8 +319,8 @@ fn given(fact: &NewFact, scope: Scope<'_>) -> Given {
     let Scope::Plan { head, base, .. } = scope else {
         return Given::Judged;
     };
-    let bound =
-        matches!(fact.kind, FactKind::Approved | FactKind::Revoked) && fact.digest != ANY_DIGEST;
+    let bound = matches!(fact.kind, FactKind::Approved | FactKind::Revoked)
+        && fact.digest != FactDigest::Any;
     let FactData {
         head: given_head,
         base: given_base,
@@ -336,7 +345,7 @@ fn withdraws(
 ) -> bool {
     match later.kind {
         FactKind::Revoked => {
-            let same = later.digest == ANY_DIGEST
+            let same = later.digest == FactDigest::Any
                 || (later.digest == approval.digest && later_given == given);
             same && (later.data.withdraws_everyones() || later.actor.id == approval.actor.id)
         }
@@ -348,8 +357,8 @@ fn withdraws(
 /// A revoke `/revoke` records at one gate.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Withdrawal {
-    /// [`ANY_DIGEST`] for the commenter's own approvals.
-    pub(crate) digest: String,
+    /// Every digest, for the commenter's own approvals.
+    pub(crate) digest: FactDigest,
     pub(crate) data: FactData,
 }
 
@@ -360,23 +369,23 @@ pub(crate) struct Withdrawal {
 pub(crate) fn revoke(
     facts: &[Fact],
     by: u64,
-    admin_over: Option<(&str, &FactData)>,
+    admin_over: Option<(&Digest, &FactData)>,
 ) -> Vec<Withdrawal> {
     let tally = Tally::new(facts, Scope::All);
     let mut withdrawals = Vec::new();
     if tally.has_standing_approval_by(by) {
         withdrawals.push(Withdrawal {
-            digest: ANY_DIGEST.to_owned(),
+            digest: FactDigest::Any,
             data: FactData::default().with_reason("revoked by the approver"),
         });
     }
     if let Some((digest, binding)) = admin_over {
         let others = tally
             .standing()
-            .any(|b| b.fact.fact.actor.id != by && b.fact.fact.digest == digest);
+            .any(|b| b.fact.fact.actor.id != by && b.digest == digest);
         if others {
             withdrawals.push(Withdrawal {
-                digest: digest.to_owned(),
+                digest: digest.into(),
                 data: FactData {
                     all: Some(true),
                     ..binding.clone()
@@ -393,11 +402,11 @@ mod tests {
     use super::*;
     use crate::gate::ledger::{self, testing::*};
 
-    fn evaluate(facts: &[Fact], digest: &str, required: usize) -> Evaluation {
+    fn evaluate(facts: &[Fact], digest: &Digest, required: usize) -> Evaluation {
         Tally::new(facts, Scope::All).evaluate(digest, required)
     }
 
-    fn stale(facts: &[Fact], digest: &str) -> Vec<Elsewhere> {
+    fn stale(facts: &[Fact], digest: &Digest) -> Vec<Elsewhere> {
         Tally::new(facts, Scope::All).elsewhere(digest)
     }
 
@@ -413,8 +422,8 @@ mod tests {
     #[test]
     fn one_approval_satisfies_a_gate_that_requires_one() {
         let facts = ledger(vec![
-            new_fact(FactKind::Pending, &digest('a'), wavegate()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
+            new_fact(FactKind::Pending, digest('a'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 1),
@@ -428,7 +437,7 @@ mod tests {
 
     #[test]
     fn two_required_and_one_given_waits_for_the_second() {
-        let facts = ledger(vec![new_fact(FactKind::Approved, &digest('a'), alice())]);
+        let facts = ledger(vec![new_fact(FactKind::Approved, digest('a'), alice())]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 2),
             Evaluation::Waiting {
@@ -446,8 +455,8 @@ mod tests {
             login: "alice-renamed".into(),
         };
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), renamed),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), renamed),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 2),
@@ -462,8 +471,8 @@ mod tests {
     #[test]
     fn two_distinct_approvers_satisfy_two_required() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), bob()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 2),
@@ -478,8 +487,8 @@ mod tests {
     #[test]
     fn a_revoked_approval_no_longer_counts() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Revoked, digest('a'), alice()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 1),
@@ -494,8 +503,8 @@ mod tests {
     #[test]
     fn a_revoke_by_someone_else_leaves_the_approval_standing() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Revoked, digest('a'), bob()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('a'), 1),
@@ -505,11 +514,11 @@ mod tests {
 
     #[test]
     fn an_admins_revoke_withdraws_every_approval_of_its_digest() {
-        let mut revoke = new_fact(FactKind::Revoked, &digest('a'), bob());
+        let mut revoke = new_fact(FactKind::Revoked, digest('a'), bob());
         revoke.data.all = Some(true);
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), alice()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), alice()),
             revoke,
         ]);
         assert!(matches!(
@@ -522,9 +531,9 @@ mod tests {
     #[test]
     fn a_revoke_of_every_digest_withdraws_approvals_of_any_digest() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), alice()),
-            new_fact(FactKind::Revoked, ANY_DIGEST, alice()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), alice()),
+            new_fact(FactKind::Revoked, FactDigest::Any, alice()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('b'), 1),
@@ -536,9 +545,9 @@ mod tests {
     #[test]
     fn an_approval_given_again_after_a_revoke_counts() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Revoked, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Revoked, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('a'), 1),
@@ -549,9 +558,9 @@ mod tests {
     #[test]
     fn a_spent_approval_does_not_count_again() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), bob()),
+            new_fact(FactKind::Spent, digest('a'), wavegate()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 1),
@@ -566,8 +575,8 @@ mod tests {
     #[test]
     fn spending_one_digest_leaves_approvals_of_another_standing() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Spent, &digest('b'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Spent, digest('b'), wavegate()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('a'), 1),
@@ -578,9 +587,9 @@ mod tests {
     #[test]
     fn an_approval_of_another_digest_is_a_mismatch_naming_the_newest_one() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
-            new_fact(FactKind::Pending, &digest('c'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), bob()),
+            new_fact(FactKind::Pending, digest('c'), wavegate()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('c'), 1),
@@ -596,8 +605,8 @@ mod tests {
     #[test]
     fn a_partly_approved_digest_waits_rather_than_mismatches() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), bob()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('b'), 2),
@@ -608,8 +617,8 @@ mod tests {
     #[test]
     fn a_spent_approval_of_another_digest_is_no_mismatch() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Spent, digest('a'), wavegate()),
         ]);
         assert!(matches!(
             evaluate(&facts, &digest('b'), 1),
@@ -620,8 +629,8 @@ mod tests {
     #[test]
     fn a_refusal_and_a_pending_fact_never_count() {
         let facts = ledger(vec![
-            new_fact(FactKind::Pending, &digest('a'), wavegate()),
-            new_fact(FactKind::Refused, &digest('a'), bob()),
+            new_fact(FactKind::Pending, digest('a'), wavegate()),
+            new_fact(FactKind::Refused, digest('a'), bob()),
         ]);
         assert_eq!(
             evaluate(&facts, &digest('a'), 1),
@@ -636,12 +645,12 @@ mod tests {
     #[test]
     fn stale_approvals_list_each_actor_and_digest_once_with_the_newest_time() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('c'), alice()),
-            new_fact(FactKind::Approved, &digest('d'), bob()),
-            new_fact(FactKind::Revoked, &digest('d'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('c'), alice()),
+            new_fact(FactKind::Approved, digest('d'), bob()),
+            new_fact(FactKind::Revoked, digest('d'), bob()),
         ]);
         assert_eq!(
             stale(&facts, &digest('c')),
@@ -661,7 +670,7 @@ mod tests {
         NewFact {
             source,
             data: FactData::at_plan(&sha(head), &sha('b')),
-            ..new_fact(FactKind::Approved, &digest('a'), alice())
+            ..new_fact(FactKind::Approved, digest('a'), alice())
         }
     }
 
@@ -697,7 +706,7 @@ mod tests {
 
     #[test]
     fn an_approval_from_before_approvals_named_their_commits_stands_for_an_earlier_plan() {
-        let facts = ledger(vec![new_fact(FactKind::Approved, &digest('a'), alice())]);
+        let facts = ledger(vec![new_fact(FactKind::Approved, digest('a'), alice())]);
         let head = sha('a');
         let Evaluation::Mismatch(approved) =
             Tally::new(&facts, plan_at(&head, false)).evaluate(&digest('a'), 1)
@@ -731,7 +740,7 @@ mod tests {
     fn a_spend_withdraws_the_approvals_of_the_plan_it_applied_only() {
         let facts = ledger(vec![
             approval_at('a', Source::Comment { id: 1 }),
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
+            new_fact(FactKind::Spent, digest('a'), wavegate()),
         ]);
         let (applied, other) = (sha('a'), sha('c'));
         assert!(Tally::new(&facts, plan_at(&applied, false))
@@ -751,11 +760,11 @@ mod tests {
         let facts = ledger(vec![
             NewFact {
                 data: in_run(7),
-                ..new_fact(FactKind::Approved, &digest('a'), alice())
+                ..new_fact(FactKind::Approved, digest('a'), alice())
             },
             NewFact {
                 data: in_run(8),
-                ..new_fact(FactKind::Approved, &digest('a'), bob())
+                ..new_fact(FactKind::Approved, digest('a'), bob())
             },
         ]);
         let opened = facts[0].fact.at;
@@ -779,7 +788,7 @@ mod tests {
                 run,
                 ..FactData::default()
             },
-            ..new_fact(FactKind::Approved, &digest('a'), alice())
+            ..new_fact(FactKind::Approved, digest('a'), alice())
         };
         let facts = ledger(vec![
             overriding("db@prod", None),
@@ -800,8 +809,8 @@ mod tests {
     #[test]
     fn expired_approvals_stop_counting_and_are_listed_with_when_they_were_given() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('a'), bob()),
         ]);
         let tally = Tally::new(&facts, Scope::All);
         let now = facts[1].fact.at + 500;
@@ -822,12 +831,12 @@ mod tests {
     #[test]
     fn revoke_withdraws_ones_own_approvals_of_any_digest_and_an_admins_everyones() {
         let facts = ledger(vec![
-            new_fact(FactKind::Approved, &digest('a'), alice()),
-            new_fact(FactKind::Approved, &digest('b'), bob()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
+            new_fact(FactKind::Approved, digest('b'), bob()),
         ]);
         let own = revoke(&facts, alice().id, None);
         assert_eq!(own.len(), 1);
-        assert_eq!(own[0].digest, ANY_DIGEST);
+        assert_eq!(own[0].digest, FactDigest::Any);
         assert!(revoke(&facts, 77, None).is_empty());
 
         let binding = FactData::at_plan(&sha('a'), &sha('b'));
@@ -838,7 +847,7 @@ mod tests {
         assert_eq!(by_admin[0].data.head, Some(sha('a')));
 
         let mut after = facts.clone();
-        let mut withdrawn = new_fact(FactKind::Revoked, &by_admin[0].digest, wavegate());
+        let mut withdrawn = new_fact(FactKind::Revoked, by_admin[0].digest.clone(), wavegate());
         withdrawn.data = by_admin[0].data.clone();
         after.push(ledger::chain(after.last(), withdrawn));
         // Bob's approval is withdrawn; alice's, of another digest, stands.

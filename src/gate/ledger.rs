@@ -8,18 +8,93 @@
 
 pub use super::fact_data::FactData;
 use crate::model::canonical::{DigestWriter, NumberForm};
+use crate::model::{Digest, GateId};
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The `prev` of the first fact of every repository.
-pub(crate) const GENESIS: &str =
-    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+/// The `prev` of the first fact of every repository: `sha256:` and 64 zeros.
+pub(crate) fn genesis() -> Digest {
+    Digest::repeated('0')
+}
 
-/// The digest a `revoked` fact names to withdraw every approval of its actor.
-pub(crate) const ANY_DIGEST: &str = "*";
+/// What a fact is about: one digest, or every digest, which only a
+/// `revoked` fact names (`*`), to withdraw every approval of its actor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FactDigest {
+    Of(Digest),
+    Any,
+}
+
+impl FactDigest {
+    const ANY: &'static str = "*";
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Self::Of(digest) => digest.as_str(),
+            Self::Any => Self::ANY,
+        }
+    }
+
+    /// The digest named, unless the fact names every digest.
+    pub(crate) fn digest(&self) -> Option<&Digest> {
+        match self {
+            Self::Of(digest) => Some(digest),
+            Self::Any => None,
+        }
+    }
+}
+
+impl From<Digest> for FactDigest {
+    fn from(digest: Digest) -> Self {
+        Self::Of(digest)
+    }
+}
+
+impl From<&Digest> for FactDigest {
+    fn from(digest: &Digest) -> Self {
+        Self::Of(digest.clone())
+    }
+}
+
+impl PartialEq<Digest> for FactDigest {
+    fn eq(&self, other: &Digest) -> bool {
+        self.digest() == Some(other)
+    }
+}
+
+impl fmt::Display for FactDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FactDigest {
+    type Err = crate::model::NotADigest;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text == Self::ANY {
+            Ok(Self::Any)
+        } else {
+            text.parse().map(Self::Of)
+        }
+    }
+}
+
+impl Serialize for FactDigest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FactDigest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,10 +158,10 @@ pub struct NewFact {
     /// The repository's `RepoId` display form, e.g. `github:acme/infra`.
     pub repo: String,
     /// e.g. `pr-42`, `pr-42-prod`.
-    pub gate: String,
+    pub gate: GateId,
     pub kind: FactKind,
-    /// The digest the fact is about; a `revoked` fact may name [`ANY_DIGEST`].
-    pub digest: String,
+    /// The digest the fact is about; a `revoked` fact may name every digest.
+    pub digest: FactDigest,
     pub actor: Actor,
     /// Unix milliseconds.
     pub at: i64,
@@ -102,9 +177,9 @@ pub struct Fact {
     pub seq: i64,
     #[serde(flatten)]
     pub fact: NewFact,
-    /// The hash of fact `seq - 1`, or [`GENESIS`] for the first.
-    pub prev: String,
-    pub hash: String,
+    /// The hash of fact `seq - 1`, or [`genesis`] for the first.
+    pub prev: Digest,
+    pub hash: Digest,
     /// `ed25519:` + base64 of the ledger key's signature of `hash`; `None`
     /// for a fact written before wavegate signed its facts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,7 +191,7 @@ pub struct Fact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerHead {
     pub seq: i64,
-    pub hash: String,
+    pub hash: Digest,
 }
 
 /// The server's signed record of when it began signing with a key, made at
@@ -216,14 +291,14 @@ impl LedgerKey {
 
     /// `ed25519:` + base64 of the signature of `hash` (its UTF-8 text, e.g.
     /// `sha256:…`).
-    pub(crate) fn sign(&self, hash: &str) -> String {
-        let signature = self.0.sign(hash.as_bytes());
+    pub(crate) fn sign(&self, message: &str) -> String {
+        let signature = self.0.sign(message.as_bytes());
         format!("{KEY_PREFIX}{}", BASE64.encode(signature.to_bytes()))
     }
 
     /// `fact`, signed.
     pub fn signed(&self, mut fact: Fact) -> Fact {
-        fact.sig = Some(self.sign(&fact.hash));
+        fact.sig = Some(self.sign(fact.hash.as_str()));
         fact
     }
 }
@@ -295,11 +370,11 @@ struct HashedContent<'a> {
 /// no format version, so the hash of a fact written before must not change.
 /// Facts hold ids, times and sequence numbers, below 2^53, where this is also
 /// RFC 8785's form.
-pub(crate) fn fact_hash(prev: &str, seq: i64, fact: &NewFact) -> String {
+pub(crate) fn fact_hash(prev: &Digest, seq: i64, fact: &NewFact) -> Digest {
     let content = serde_json::to_value(HashedContent { seq, fact })
         .expect("a ledger fact serialises to JSON");
     let mut writer = DigestWriter::with_numbers(NumberForm::Version1);
-    writer.raw(prev).value(&content);
+    writer.raw(prev.as_str()).value(&content);
     writer.finish()
 }
 
@@ -312,7 +387,7 @@ pub fn chain(last: Option<&Fact>, new: NewFact) -> Fact {
     );
     let (seq, prev) = match last {
         Some(last) => (last.seq + 1, last.hash.clone()),
-        None => (1, GENESIS.to_owned()),
+        None => (1, genesis()),
     };
     let hash = fact_hash(&prev, seq, &new);
     Fact {
@@ -328,7 +403,7 @@ pub fn chain(last: Option<&Fact>, new: NewFact) -> Fact {
 pub(crate) enum LinkProblem {
     /// The stored hash is not the hash of the stored content.
     HashMismatch,
-    /// `prev` is not the hash of the fact before (or not [`GENESIS`] for seq 1).
+    /// `prev` is not the hash of the fact before (or not [`genesis`] for seq 1).
     PrevMismatch,
     /// The chain jumps over this seq.
     Missing,
@@ -445,7 +520,8 @@ pub fn verify(
         seq,
         problem,
     };
-    let mut expected_prev = GENESIS;
+    let genesis = genesis();
+    let mut expected_prev = &genesis;
     let mut counted = Signatures::default();
     for (expected_seq, fact) in (1..).zip(facts) {
         if fact.fact.repo != *repo {
@@ -463,7 +539,7 @@ pub fn verify(
             };
             return Err(broken(fact.seq, problem));
         }
-        if fact.prev != expected_prev {
+        if fact.prev != *expected_prev {
             return Err(broken(fact.seq, LinkProblem::PrevMismatch));
         }
         if fact_hash(&fact.prev, fact.seq, &fact.fact) != fact.hash {
@@ -479,7 +555,7 @@ pub fn verify(
                     counted.unsigned += 1;
                 }
                 None => match &fact.sig {
-                    Some(sig) if check.key.verifies(&fact.hash, sig) => counted.signed += 1,
+                    Some(sig) if check.key.verifies(fact.hash.as_str(), sig) => counted.signed += 1,
                     Some(_) => return Err(broken(fact.seq, LinkProblem::BadSignature)),
                     None => {
                         let signed_after = pinned.map(|head| head.seq);
@@ -515,8 +591,8 @@ pub(crate) mod testing {
     pub(crate) const REPO: &str = "github:acme/infra";
     pub(crate) const GATE: &str = "pr-42";
 
-    pub(crate) fn digest(c: char) -> String {
-        format!("sha256:{}", c.to_string().repeat(64))
+    pub(crate) fn digest(c: char) -> Digest {
+        Digest::repeated(c)
     }
 
     pub(crate) fn alice() -> Actor {
@@ -540,10 +616,10 @@ pub(crate) mod testing {
         }
     }
 
-    pub(crate) fn new_fact(kind: FactKind, digest: &str, actor: Actor) -> NewFact {
+    pub(crate) fn new_fact(kind: FactKind, digest: impl Into<FactDigest>, actor: Actor) -> NewFact {
         NewFact {
             repo: REPO.into(),
-            gate: GATE.into(),
+            gate: GATE.parse().unwrap(),
             kind,
             digest: digest.into(),
             actor,
@@ -573,14 +649,14 @@ mod tests {
 
     fn sample_chain() -> Vec<Fact> {
         ledger(vec![
-            new_fact(FactKind::Pending, &digest('a'), wavegate()),
-            new_fact(FactKind::Approved, &digest('a'), alice()),
+            new_fact(FactKind::Pending, digest('a'), wavegate()),
+            new_fact(FactKind::Approved, digest('a'), alice()),
             NewFact {
                 data: FactData::default().with_reason("the plan deletes the database"),
                 source: Source::Review { id: 7 },
-                ..new_fact(FactKind::Refused, &digest('a'), bob())
+                ..new_fact(FactKind::Refused, digest('a'), bob())
             },
-            new_fact(FactKind::Spent, &digest('a'), wavegate()),
+            new_fact(FactKind::Spent, digest('a'), wavegate()),
         ])
     }
 
@@ -622,24 +698,24 @@ mod tests {
     fn the_first_fact_follows_genesis_and_each_next_names_the_hash_before() {
         let facts = sample_chain();
         assert_eq!(facts[0].seq, 1);
-        assert_eq!(facts[0].prev, GENESIS);
+        assert_eq!(facts[0].prev, genesis());
         for pair in facts.windows(2) {
             assert_eq!(pair[1].seq, pair[0].seq + 1);
             assert_eq!(pair[1].prev, pair[0].hash);
         }
         assert!(facts
             .iter()
-            .all(|f| crate::model::canonical::is_digest(&f.hash)));
+            .all(|f| crate::model::Digest::is_digest(f.hash.as_str())));
         assert_eq!(verify_chain(&facts), Ok(()));
     }
 
     #[test]
     fn the_hash_covers_seq_and_the_previous_hash() {
-        let fact = new_fact(FactKind::Approved, &digest('a'), alice());
-        let base = fact_hash(GENESIS, 1, &fact);
-        assert_ne!(fact_hash(GENESIS, 2, &fact), base);
+        let fact = new_fact(FactKind::Approved, digest('a'), alice());
+        let base = fact_hash(&genesis(), 1, &fact);
+        assert_ne!(fact_hash(&genesis(), 2, &fact), base);
         assert_ne!(fact_hash(&digest('f'), 1, &fact), base);
-        assert_eq!(fact_hash(GENESIS, 1, &fact.clone()), base);
+        assert_eq!(fact_hash(&genesis(), 1, &fact.clone()), base);
     }
 
     #[test]
@@ -800,15 +876,15 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
     fn a_signature_verifies_with_its_public_key_only_and_for_its_hash_only() {
         let key = key(1);
         let hash = fact_hash(
-            GENESIS,
+            &genesis(),
             1,
-            &new_fact(FactKind::Approved, &digest('a'), alice()),
+            &new_fact(FactKind::Approved, digest('a'), alice()),
         );
-        let sig = key.sign(&hash);
+        let sig = key.sign(hash.as_str());
         assert!(sig.starts_with("ed25519:"), "{sig}");
-        assert!(key.public().verifies(&hash, &sig));
-        assert!(!key.public().verifies(&digest('b'), &sig));
-        assert!(!self::key(2).public().verifies(&hash, &sig));
+        assert!(key.public().verifies(hash.as_str(), &sig));
+        assert!(!key.public().verifies(digest('b').as_str(), &sig));
+        assert!(!self::key(2).public().verifies(hash.as_str(), &sig));
         for garbage in [
             "",
             "ed25519:",
@@ -816,7 +892,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
             &sig[8..],
             &sig.replace("ed25519:", "rsa:"),
         ] {
-            assert!(!key.public().verifies(&hash, garbage), "{garbage}");
+            assert!(!key.public().verifies(hash.as_str(), garbage), "{garbage}");
         }
     }
 
@@ -911,7 +987,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
         let mut facts = sample_chain();
         let start = start_over(&key, &[&facts[..2]]);
         for fact in &mut facts[2..] {
-            fact.sig = Some(key.sign(&fact.hash));
+            fact.sig = Some(key.sign(fact.hash.as_str()));
         }
         assert_eq!(
             verify(&facts, checked(&key.public(), &start))
@@ -930,7 +1006,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
         let mut facts = sample_chain();
         let start = start_over(&key, &[&facts[..1]]);
         for fact in &mut facts[1..] {
-            fact.sig = Some(key.sign(&fact.hash));
+            fact.sig = Some(key.sign(fact.hash.as_str()));
         }
         facts[2].sig = None;
         let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
@@ -957,7 +1033,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
         let mut facts = signed_chain(&key);
         let forged = chain(
             facts.last(),
-            new_fact(FactKind::Approved, &digest('a'), bob()),
+            new_fact(FactKind::Approved, digest('a'), bob()),
         );
         facts.push(forged.clone());
         assert_eq!(verify_chain(&facts), Ok(()), "its hash is right");
@@ -966,7 +1042,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
 
         // Signed with another key, or with a signature lifted from another fact.
         for sig in [
-            self::key(9).sign(&forged.hash),
+            self::key(9).sign(forged.hash.as_str()),
             facts[1].sig.clone().unwrap(),
         ] {
             facts[4].sig = Some(sig);
@@ -994,7 +1070,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
         let key = key(1);
         let start = start_over(&key, &[]);
         let mut facts = signed_chain(&key);
-        facts[0].sig = Some(self::key(2).sign(&facts[0].hash));
+        facts[0].sig = Some(self::key(2).sign(facts[0].hash.as_str()));
         let broken = verify(&facts, checked(&key.public(), &start)).unwrap_err();
         assert_eq!(
             (broken.seq, &broken.problem),

@@ -7,6 +7,7 @@
 
 use super::commands::DigestRef;
 use crate::config::repo::Policy;
+use crate::model::Digest;
 use std::fmt;
 
 /// The person behind a command or review, as far as the policy cares.
@@ -192,7 +193,7 @@ pub(crate) struct ReportSeen<'a> {
     /// The head the report is for.
     pub(crate) head: &'a str,
     /// Its change-set digest; `None` when nothing could be planned.
-    pub(crate) digest: Option<&'a str>,
+    pub(crate) digest: Option<&'a Digest>,
     /// When it was posted (unix ms, wavegate's clock).
     pub(crate) posted_at: i64,
 }
@@ -207,15 +208,15 @@ pub(crate) enum Unbound {
     },
     ReportNewerThanComment {
         head: String,
-        digest: String,
+        digest: Digest,
     },
     NotCurrent {
         named: String,
-        current: String,
+        current: Digest,
     },
     /// The comment carries no time, so which report it saw is unknown.
     Undated {
-        digest: String,
+        digest: Digest,
     },
 }
 
@@ -259,7 +260,7 @@ pub(crate) fn bind<'a>(
     report: Option<&ReportSeen<'a>>,
     head_now: &str,
     comment_written_at: Option<i64>,
-) -> Result<&'a str, Unbound> {
+) -> Result<&'a Digest, Unbound> {
     let report = report.ok_or(Unbound::NoReport)?;
     if report.head != head_now {
         return Err(Unbound::Replanning {
@@ -271,7 +272,7 @@ pub(crate) fn bind<'a>(
         Some(named) if named.matches(current) => Ok(current),
         Some(named) => Err(Unbound::NotCurrent {
             named: named.as_text(),
-            current: current.to_owned(),
+            current: current.clone(),
         }),
         // Forges date comments to the second: a comment from the second the
         // report was posted in is taken to have seen it.
@@ -279,12 +280,12 @@ pub(crate) fn bind<'a>(
             Some(written) if written + 1000 <= report.posted_at => {
                 Err(Unbound::ReportNewerThanComment {
                     head: report.head.to_owned(),
-                    digest: current.to_owned(),
+                    digest: current.clone(),
                 })
             }
             Some(_) => Ok(current),
             None => Err(Unbound::Undated {
-                digest: current.to_owned(),
+                digest: current.clone(),
             }),
         },
     }
@@ -441,10 +442,7 @@ mod tests {
         assert!(!expired(1_000, None, i64::MAX), "no ttl: never");
     }
 
-    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-    const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
-
-    fn report(head: &'static str, digest: Option<&'static str>, at: i64) -> ReportSeen<'static> {
+    fn report<'a>(head: &'a str, digest: Option<&'a Digest>, at: i64) -> ReportSeen<'a> {
         ReportSeen {
             head,
             digest,
@@ -454,18 +452,19 @@ mod tests {
 
     #[test]
     fn a_plain_approve_binds_the_report_posted_before_the_comment() {
-        let seen = report("h1", Some(D1), 100);
-        assert_eq!(bind(None, Some(&seen), "h1", Some(150)), Ok(D1));
+        let d1 = Digest::repeated('1');
+        let seen = report("h1", Some(&d1), 100);
+        assert_eq!(bind(None, Some(&seen), "h1", Some(150)), Ok(&d1));
         assert_eq!(
             bind(None, Some(&seen), "h1", Some(0)),
-            Ok(D1),
+            Ok(&d1),
             "the same second"
         );
         assert_eq!(
             bind(None, Some(&seen), "h1", Some(-1000)),
             Err(Unbound::ReportNewerThanComment {
                 head: "h1".into(),
-                digest: D1.into()
+                digest: d1.clone()
             })
         );
         assert_eq!(
@@ -479,25 +478,26 @@ mod tests {
         );
         assert_eq!(
             bind(None, Some(&seen), "h1", None),
-            Err(Unbound::Undated { digest: D1.into() }),
+            Err(Unbound::Undated { digest: d1.clone() }),
             "an undated comment must name the digest"
         );
     }
 
     #[test]
     fn a_named_digest_must_be_the_current_one() {
-        let seen = report("h1", Some(D1), 100);
+        let (d1, d2) = (Digest::repeated('1'), Digest::repeated('2'));
+        let seen = report("h1", Some(&d1), 100);
         let prefix = DigestRef::Prefix("111111111111".into());
-        assert_eq!(bind(Some(&prefix), Some(&seen), "h1", Some(50)), Ok(D1));
-        let stale = DigestRef::Full(D2.into());
+        assert_eq!(bind(Some(&prefix), Some(&seen), "h1", Some(50)), Ok(&d1));
+        let stale = DigestRef::Full(d2.clone());
         let refused = bind(Some(&stale), Some(&seen), "h1", Some(150)).unwrap_err();
         assert_eq!(
             refused,
             Unbound::NotCurrent {
-                named: D2.into(),
-                current: D1.into()
+                named: d2.to_string(),
+                current: d1.clone()
             }
         );
-        assert!(refused.to_string().contains(&format!("/approve {D1}")));
+        assert!(refused.to_string().contains(&format!("/approve {d1}")));
     }
 }

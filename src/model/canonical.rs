@@ -47,12 +47,10 @@
 //! U+E000–U+FFFF meets one beyond U+FFFF ([`utf16_cmp`]), so the check is one
 //! comparison per key and the sort almost never runs.
 
-use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-/// The prefix of every digest string.
-pub const DIGEST_PREFIX: &str = "sha256:";
+use super::digest::Digest;
 
 /// How a canonical writer spells a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -161,9 +159,9 @@ impl DigestWriter {
         self.raw("]")
     }
 
-    pub fn finish(mut self) -> String {
+    pub fn finish(mut self) -> Digest {
         self.hash.update(&self.buffer);
-        format!("{DIGEST_PREFIX}{}", hex::encode(self.hash.finalize()))
+        Digest::from_sha256(&self.hash.finalize().into())
     }
 }
 
@@ -180,38 +178,16 @@ impl std::fmt::Write for DigestWriter {
     }
 }
 
-/// `sha256:<hex>` of the canonical JSON of anything serialisable.
-pub fn digest_of<T: Serialize + ?Sized>(value: &T) -> String {
-    let value = serde_json::to_value(value).expect("digest input serialises to JSON");
-    digest_value(&value)
-}
-
 /// `sha256:<hex>` of the canonical JSON of `value` (RFC 8785).
-pub fn digest_value(value: &Value) -> String {
+pub fn digest_value(value: &Value) -> Digest {
     digest_value_with(value, NumberForm::Ecmascript)
 }
 
 /// `sha256:<hex>` of the canonical JSON of `value`, numbers as `numbers` says.
-pub fn digest_value_with(value: &Value, numbers: NumberForm) -> String {
+pub fn digest_value_with(value: &Value, numbers: NumberForm) -> Digest {
     let mut writer = DigestWriter::with_numbers(numbers);
     writer.value(value);
     writer.finish()
-}
-
-/// Whether `text` is a well-formed digest: `sha256:` and 64 lowercase hex digits.
-pub fn is_digest(text: &str) -> bool {
-    text.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
-
-/// The first 12 hex digits of a digest, for tables where the full one is also shown.
-pub fn short_digest(digest: &str) -> &str {
-    let hex = digest.strip_prefix(DIGEST_PREFIX).unwrap_or(digest);
-    &hex[..hex.len().min(12)]
 }
 
 fn write_value<W: std::fmt::Write>(out: &mut W, value: &Value, numbers: NumberForm) {
@@ -734,7 +710,7 @@ mod tests {
             writer.value(&value);
             assert_eq!(
                 writer.finish(),
-                format!("{DIGEST_PREFIX}{}", hex::encode(Sha256::digest(&expected)))
+                Digest::from_sha256(&Sha256::digest(&expected).into())
             );
             seen += 1;
         }
@@ -996,8 +972,6 @@ mod tests {
         let a = digest_value(&json!({"x": 1, "y": [true]}));
         let b = digest_value(&json!({"y": [true], "x": 1}));
         assert_eq!(a, b);
-        assert!(is_digest(&a));
-        assert!(!is_digest("sha256:abc"));
-        assert_eq!(short_digest(&a).len(), 12);
+        assert!(Digest::is_digest(a.as_str()));
     }
 }

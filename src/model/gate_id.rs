@@ -7,11 +7,12 @@
 
 use super::ids::PrNumber;
 use super::member::StageName;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum GateId {
+pub enum GateId {
     /// The pull request's change set.
     Pr(PrNumber),
     /// A stage's own approval of its plans on the merge commit.
@@ -94,6 +95,20 @@ impl FromStr for GateId {
         } else {
             Self::Stage(pr, StageName::new(suffix))
         })
+    }
+}
+
+impl Serialize for GateId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for GateId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 

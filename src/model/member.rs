@@ -9,7 +9,7 @@ use std::str::FromStr;
 /// A stage's name, as `[[stage]] name` spells it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct StageName(String);
+pub struct StageName(String);
 
 impl StageName {
     pub(crate) fn new(name: impl Into<String>) -> Self {

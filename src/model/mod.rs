@@ -1,20 +1,24 @@
 //! The vocabulary every other module speaks, with no I/O and no import of
 //! the rest of the crate: who and where ([`RepoId`], [`PrNumber`],
 //! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned (canonical
-//! JSON and its digests, [`MemberId`] `component@stage`, [`StageName`]) and where
+//! JSON and its [`Digest`]s, [`MemberId`] `component@stage`, [`StageName`]) and where
 //! approvals are recorded ([`GateId`]), and the components' dependency
 //! graph ([`DependencyGraph`]). Each has one `Display`/`FromStr`, so a
 //! name is spelled and read in one place.
 
 pub mod canonical;
+mod digest;
 mod gate_id;
 mod graph;
 mod ids;
 mod member;
 mod time;
 
-pub(crate) use gate_id::GateId;
+pub(crate) use digest::DIGEST_HEX_DIGITS;
+pub use digest::{Digest, NotADigest, DIGEST_PREFIX};
+pub use gate_id::GateId;
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub(crate) use member::MemberId;
+pub use member::StageName;
 pub(crate) use time::utc;

@@ -11,6 +11,7 @@
 
 use super::planfile::{Counts, MemberPlan};
 use crate::model::canonical::{digest_value_with, NumberForm};
+use crate::model::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -44,7 +45,7 @@ pub(crate) enum MemberStatus {
 pub(crate) struct ChangeSetMember {
     pub(crate) member: String,
     pub(crate) status: MemberStatus,
-    pub(crate) plan_digest: Option<String>,
+    pub(crate) plan_digest: Option<Digest>,
     /// The member's own input names whose values are not known yet.
     pub(crate) unknown_inputs: Vec<String>,
     /// The input values the plan read, by the member's own input names.
@@ -69,7 +70,7 @@ pub(crate) struct ChangeSet {
     pub(crate) version: u32,
     /// Sorted by member name.
     pub(crate) members: Vec<ChangeSetMember>,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -80,7 +81,7 @@ pub(crate) enum ChangeSetError {
     #[error("change set record is not valid: {0}")]
     Malformed(String),
     #[error("change set record carries digest {carried} but its content digests to {actual}; it was altered and is not trusted")]
-    DigestMismatch { carried: String, actual: String },
+    DigestMismatch { carried: Digest, actual: Digest },
     #[error("{0}")]
     MemberPlan(String),
     #[error("change set record has version {0}, which this wavegate cannot verify (it reads versions 1 and {CHANGE_SET_VERSION}); run the wavegate release that wrote it, or a newer one")]
@@ -96,7 +97,8 @@ impl ChangeSet {
         let mut set = Self {
             version: CHANGE_SET_VERSION,
             members,
-            digest: String::new(),
+            // Computed from the members just below.
+            digest: Digest::repeated('0'),
         };
         set.digest = set.compute_digest()?;
         Ok(set)
@@ -105,7 +107,7 @@ impl ChangeSet {
     /// The digest covers each member's name, status, plan digest, unknown and
     /// known inputs: what was planned, not the prose around it. Numbers are
     /// written as the set's version says.
-    pub(crate) fn compute_digest(&self) -> Result<String, ChangeSetError> {
+    pub(crate) fn compute_digest(&self) -> Result<Digest, ChangeSetError> {
         let numbers = number_form(self.version)?;
         let members: Vec<Value> = self
             .members
@@ -146,9 +148,7 @@ impl ChangeSet {
             if let Some(plan) = &m.plan {
                 plan.verify_with(numbers)
                     .map_err(ChangeSetError::MemberPlan)?;
-                if m.plan_digest.as_deref() != Some(plan.plan_digest.as_str())
-                    || plan.member != m.member
-                {
+                if m.plan_digest.as_ref() != Some(&plan.plan_digest) || plan.member != m.member {
                     return Err(ChangeSetError::MemberPlan(format!(
                         "{}: the stored plan is not the one its digest names",
                         m.member
@@ -284,9 +284,10 @@ mod tests {
             "outputs": member["plan"]["outputs"],
         });
         let plan = MemberPlan::parse("app@prod", plan_file.to_string().as_bytes()).unwrap();
-        assert_eq!(plan.plan_digest, expected["planDigest"]);
+        assert_eq!(plan.plan_digest, expected["planDigest"].as_str().unwrap());
         assert_ne!(
-            plan.plan_digest, member["planDigest"],
+            plan.plan_digest,
+            member["planDigest"].as_str().unwrap(),
             "the big integers move the plan digest between the rules"
         );
         let set = ChangeSet::new(vec![ChangeSetMember {
@@ -296,7 +297,7 @@ mod tests {
         .unwrap();
         assert_eq!(set.version, CHANGE_SET_VERSION);
         assert_eq!(CHANGE_SET_VERSION, 2);
-        assert_eq!(set.digest, expected["setDigest"]);
+        assert_eq!(set.digest, expected["setDigest"].as_str().unwrap());
         let text = serde_json::to_string(&set).unwrap();
         assert_eq!(ChangeSet::from_json(text.as_bytes()).unwrap(), set);
     }

@@ -53,7 +53,7 @@ pub struct Derivation {
     pub(crate) skipped: Vec<Skipped>,
     /// Changed paths no component claims and no ignore pattern covers.
     pub(crate) indeterminate: Vec<String>,
-    pub(crate) digest: String,
+    pub(crate) digest: crate::model::Digest,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -13,6 +13,7 @@
 
 use super::path::ValuePath;
 use crate::model::canonical::{DigestWriter, NumberForm};
+use crate::model::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
@@ -206,7 +207,7 @@ pub struct MemberPlan {
     /// its exact digest covers it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub opaque: bool,
-    pub plan_digest: String,
+    pub plan_digest: Digest,
 }
 
 impl MemberPlan {
@@ -342,7 +343,8 @@ impl MemberPlan {
             destructive,
             denied,
             opaque,
-            plan_digest: String::new(),
+            // Computed from the rest just below.
+            plan_digest: Digest::repeated('0'),
         };
         plan.plan_digest = plan.compute_digest();
         Ok(plan)
@@ -352,13 +354,13 @@ impl MemberPlan {
     /// destructiveness and denials. The summary is prose and is bound only
     /// when the plan is opaque (then it is all a reviewer has to go by).
     /// Numbers as RFC 8785 writes them (what new change sets use).
-    pub fn compute_digest(&self) -> String {
+    pub fn compute_digest(&self) -> Digest {
         self.compute_digest_with(NumberForm::Ecmascript)
     }
 
     /// The digest with numbers written as `numbers` says: a plan stored in a
     /// change set is verified with the rule of that set's version.
-    pub fn compute_digest_with(&self, numbers: NumberForm) -> String {
+    pub fn compute_digest_with(&self, numbers: NumberForm) -> Digest {
         // Written key by key in canonical order (RFC 8785 sorts keys), straight
         // into the hash: plans can be large, and this is the hot path.
         let mut w = DigestWriter::with_numbers(numbers);

@@ -4,7 +4,7 @@
 
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
-use crate::model::{utc, CommitSha};
+use crate::model::{utc, CommitSha, Digest};
 use crate::plan::changeset::ChangeSet;
 
 /// Where the run stands, as the report shows it.
@@ -350,7 +350,7 @@ fn set_lines(set: &ChangeSet) -> String {
             format!(
                 "  - `{}`: `{}` ({} to create, {} to update, {} to replace, {} to delete)\n",
                 m.member,
-                m.plan_digest.as_deref().unwrap_or("no plan"),
+                m.plan_digest.as_ref().map_or("no plan", Digest::as_str),
                 c.create,
                 c.update,
                 c.replace,
@@ -420,7 +420,7 @@ mod tests {
         record.set(
             "app@dev",
             MemberState::Applied {
-                plan_digest: "sha256:aa".into(),
+                plan_digest: Digest::repeated('a'),
                 outputs: Map::new(),
                 note: None,
             },
@@ -433,8 +433,8 @@ mod tests {
         );
         record.wait = Some(Wait::Stage {
             stage: "prod".into(),
-            gate: "pr-7-prod".into(),
-            digest: "sha256:bb".into(),
+            gate: "pr-7-prod".parse().unwrap(),
+            digest: Digest::repeated('b'),
         });
         record
     }
@@ -459,10 +459,10 @@ mod tests {
 
         Approved by @rev-bob.
 
-        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bb`):
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`):
 
         ```
-        /approve prod sha256:bb
+        /approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
         ```
 
         | stage | wave | member | state |

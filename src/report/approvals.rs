@@ -7,6 +7,7 @@
 
 use crate::gate::counting::{Counted, Elsewhere, Evaluation, Given};
 use crate::gate::ledger::LedgerHead;
+use crate::model::Digest;
 use std::fmt::Write as _;
 
 pub(crate) const START: &str = "<!-- wavegate:approvals -->";
@@ -53,8 +54,8 @@ impl Standing {
     }
 
     /// The check's one-line title.
-    pub(crate) fn title(&self, digest: &str) -> String {
-        let short = crate::model::canonical::short_digest(digest);
+    pub(crate) fn title(&self, digest: &Digest) -> String {
+        let short = digest.short();
         match &self.counted.evaluation {
             Evaluation::Satisfied { by, .. } => format!(
                 "Approved by {} ({short})",
@@ -100,7 +101,7 @@ fn when(at: i64) -> String {
 pub(crate) fn appended(
     report: &str,
     standing: &Standing,
-    digest: &str,
+    digest: &Digest,
     refused: Option<&str>,
 ) -> String {
     let mut body = format!("{}\n\n{}", report.trim_end(), render(standing, digest));
@@ -111,7 +112,7 @@ pub(crate) fn appended(
 }
 
 /// The section, markers included.
-pub(crate) fn render(standing: &Standing, digest: &str) -> String {
+pub(crate) fn render(standing: &Standing, digest: &Digest) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{START}");
     let _ = writeln!(out, "### Approvals\n");
@@ -242,7 +243,7 @@ mod tests {
     fn approval(login: &str, digest: &str, given: Given, at: i64) -> Elsewhere {
         Elsewhere {
             by: actor(login),
-            digest: digest.into(),
+            digest: digest.parse().unwrap(),
             given,
             at,
         }
@@ -274,11 +275,11 @@ mod tests {
             policy_changed: false,
             ledger_head: Some(LedgerHead {
                 seq: 12,
-                hash: D2.into(),
+                hash: D2.parse().unwrap(),
             }),
             ttl_ms: None,
         };
-        insta::assert_snapshot!(render(&standing, D1), @r"
+        insta::assert_snapshot!(render(&standing, &D1.parse().unwrap()), @r"
         <!-- wavegate:approvals -->
         ### Approvals
 
@@ -294,7 +295,9 @@ mod tests {
         <!-- /wavegate:approvals -->
         ");
         assert!(!standing.satisfied());
-        assert!(standing.title(D1).starts_with("1 of 2 approvals"));
+        assert!(standing
+            .title(&D1.parse().unwrap())
+            .starts_with("1 of 2 approvals"));
     }
 
     #[test]
@@ -314,7 +317,7 @@ mod tests {
             ledger_head: None,
             ttl_ms: Some(3_600_000),
         };
-        insta::assert_snapshot!(render(&standing, D1), @r"
+        insta::assert_snapshot!(render(&standing, &D1.parse().unwrap()), @r"
         <!-- wavegate:approvals -->
         ### Approvals
 

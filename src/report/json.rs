@@ -1,5 +1,6 @@
 //! The JSON report: a stable, documented shape (`schema/report.schema.json`).
 
+use crate::model::Digest;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
 use crate::plan::fanout::Skipped;
@@ -14,8 +15,8 @@ pub(crate) const REPORT_VERSION: u32 = 1;
 pub(crate) struct JsonReport<'a> {
     pub(crate) version: u32,
     /// The change-set digest: what `/approve` binds.
-    pub(crate) digest: &'a str,
-    pub(crate) derivation_digest: &'a str,
+    pub(crate) digest: &'a Digest,
+    pub(crate) derivation_digest: &'a Digest,
     pub(crate) base: &'a str,
     pub(crate) head: &'a str,
     pub(crate) waves: &'a [Vec<String>],
@@ -34,7 +35,7 @@ pub(crate) struct JsonMember<'a> {
     pub(crate) component: &'a str,
     pub(crate) stage: &'a str,
     pub(crate) status: MemberStatus,
-    pub(crate) plan_digest: Option<&'a str>,
+    pub(crate) plan_digest: Option<&'a Digest>,
     pub(crate) counts: Counts,
     pub(crate) destructive: bool,
     /// Every address the plan deletes or replaces, as `address (action)`.
@@ -59,7 +60,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
             component: &m.component,
             stage: &m.stage,
             status: m.status,
-            plan_digest: m.plan.as_ref().map(|p| p.plan_digest.as_str()),
+            plan_digest: m.plan.as_ref().map(|p| &p.plan_digest),
             counts: m.plan.as_ref().map(|p| p.counts()).unwrap_or_default(),
             destructive: m.plan.as_ref().is_some_and(|p| p.destructive),
             destructive_addresses: m
@@ -151,7 +152,7 @@ mod tests {
                 waves: vec![],
                 skipped: vec![],
                 indeterminate: vec![],
-                digest: String::new(),
+                digest: Digest::repeated('0'),
             },
             members: vec![member],
             skipped: vec![],

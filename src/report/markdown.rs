@@ -10,7 +10,6 @@
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
-use crate::model::canonical::short_digest;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
@@ -449,7 +448,7 @@ fn member_row(m: &MemberOutcome) -> String {
                 c.update,
                 c.delete,
                 c.replace,
-                short_digest(&p.plan_digest)
+                p.plan_digest.short()
             )
         }
         None => "— | — | — | — | —".to_owned(),
@@ -895,7 +894,7 @@ mod tests {
                 waves,
                 skipped: Vec::new(),
                 indeterminate,
-                digest: "sha256:0".into(),
+                digest: crate::model::Digest::repeated('0'),
             },
             members,
             skipped,
@@ -950,7 +949,7 @@ mod tests {
             vec!["Makefile".into(), "a|b`c".into()],
         );
         let digest = c.change_set.digest.clone();
-        let text = render(&c).replace(&digest, "sha256:<digest>");
+        let text = render(&c).replace(digest.as_str(), "sha256:<digest>");
         insta::assert_snapshot!(text, @r#"
         <!-- wavegate:report -->
         ## wavegate plan
@@ -1077,7 +1076,7 @@ mod tests {
             text.contains("more members are not listed"),
             "the cut is said"
         );
-        assert!(text.contains(&c.change_set.digest));
+        assert!(text.contains(c.change_set.digest.as_str()));
     }
 
     fn planned_with(member: &str, plan_file: serde_json::Value) -> MemberOutcome {
@@ -1123,7 +1122,7 @@ mod tests {
         );
         let c = change(vec![lb, migrate, quiet], vec![], vec![]);
         let digest = c.change_set.digest.clone();
-        let text = render(&c).replace(&digest, "sha256:<digest>");
+        let text = render(&c).replace(digest.as_str(), "sha256:<digest>");
         insta::assert_snapshot!(text, @r#"
         <!-- wavegate:report -->
         ## wavegate plan

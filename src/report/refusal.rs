@@ -4,6 +4,7 @@
 
 use crate::gate::commands;
 use crate::gate::policy::{NotAllowed, Unbound};
+use crate::model::{Digest, GateId};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,10 +49,10 @@ pub(crate) enum Refusal {
     RunWaitsForNoApproval,
     /// `/approve <stage>` while the run waits at another stage's gate.
     RunWaitsElsewhere {
-        gate: String,
+        gate: GateId,
         waiting: Option<String>,
         named: String,
-        digest: String,
+        digest: Digest,
     },
     NothingToRevoke,
     NoRunToRetry,
@@ -158,10 +159,10 @@ mod tests {
                 at: Some(1_764_460_800_000),
             },
             Refusal::RunWaitsElsewhere {
-                gate: "pr-7-prod".into(),
+                gate: "pr-7-prod".parse().unwrap(),
                 waiting: Some("prod".into()),
                 named: "dev".into(),
-                digest: "sha256:abc".into(),
+                digest: Digest::repeated('a'),
             },
         ];
         insta::assert_snapshot!(reply("erin", &refusals), @"
@@ -169,7 +170,7 @@ mod tests {
 
         stage prod's gate expired at 2025-11-30 00:00:00 UTC with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve
 
-        the apply run waits at `pr-7-prod` (stage prod), not at stage `dev`; write `/approve prod sha256:abc`
+        the apply run waits at `pr-7-prod` (stage prod), not at stage `dev`; write `/approve prod sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa`
         ");
     }
 }

@@ -2,12 +2,12 @@
 //! is one JSON document rewritten whole in one statement, so a crash leaves
 //! either the record before a step or the one after it, never half of each.
 
-use super::db::{to_i64, to_u64};
+use super::db::{to_digest, to_i64, to_u64};
 use super::sql::{commit_sha, plan_columns, plan_from_row};
 use super::{PlanRecord, Store};
 use crate::apply::{AttemptRecord, RunStatus, Wait};
 use crate::forge::RepoRef;
-use crate::model::{CommitSha, PrNumber, RepoId};
+use crate::model::{CommitSha, Digest, PrNumber, RepoId};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
@@ -24,7 +24,7 @@ pub(crate) struct NewApplyRun {
     pub(crate) base_sha: CommitSha,
     /// The plan whose change set the pull request's approval binds.
     pub(crate) plan_id: i64,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
 }
 
 #[derive(Debug, Clone)]
@@ -35,7 +35,7 @@ pub(crate) struct ApplyRunRecord {
     pub(crate) merge_sha: CommitSha,
     pub(crate) base_sha: CommitSha,
     pub(crate) plan_id: i64,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
     pub(crate) status: RunStatus,
     pub(crate) record: AttemptRecord,
     pub(crate) check_id: Option<u64>,
@@ -71,7 +71,7 @@ impl Store {
         .bind(new.merge_sha.as_str())
         .bind(new.base_sha.as_str())
         .bind(new.plan_id)
-        .bind(&new.digest)
+        .bind(new.digest.as_str())
         .bind(serde_json::to_string(&AttemptRecord::default())?)
         .bind(now)
         .execute(&self.pool)
@@ -300,7 +300,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
         merge_sha: commit_sha(text("merge_sha")?)?,
         base_sha: commit_sha(text("base_sha")?)?,
         plan_id: row.try_get("plan_id")?,
-        digest: text("digest")?,
+        digest: to_digest(text("digest")?, "run digest")?,
         status: RunStatus::parse(&status).ok_or_else(|| {
             anyhow!("apply run {id} has status `{status}`, which wavegate does not know")
         })?,

@@ -29,3 +29,17 @@ pub(super) fn to_i64(value: u64, what: &str) -> Result<i64> {
 pub(super) fn to_u64(value: i64, what: &str) -> Result<u64> {
     u64::try_from(value).map_err(|_| anyhow!("stored {what} {value} is negative"))
 }
+
+/// A digest read back from a column; one that is not a digest was altered.
+pub(super) fn to_digest(text: String, what: &str) -> Result<crate::model::Digest> {
+    text.parse()
+        .map_err(|e| anyhow!("stored {what}: {e}; the record was altered and is not trusted"))
+}
+
+/// [`to_digest`] of a column that may be empty.
+pub(super) fn to_opt_digest(
+    text: Option<String>,
+    what: &str,
+) -> Result<Option<crate::model::Digest>> {
+    text.map(|text| to_digest(text, what)).transpose()
+}

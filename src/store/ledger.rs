@@ -4,11 +4,12 @@
 //! has one) and read back; no query here updates or deletes one. What a fact
 //! means is `gate::ledger`'s business.
 
-use super::db::{to_i64, to_u64};
+use super::db::{to_digest, to_i64, to_u64};
 use super::Store;
 use crate::gate::ledger::{
     self, Actor, Fact, FactKind, LedgerHead, LedgerKey, NewFact, PublicKey, SigningStart,
 };
+use crate::model::GateId;
 use anyhow::{anyhow, Context, Result};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -57,16 +58,16 @@ impl Store {
         ))
         .bind(&fact.fact.repo)
         .bind(fact.seq)
-        .bind(&fact.fact.gate)
+        .bind(fact.fact.gate.to_string())
         .bind(fact.fact.kind.as_str())
-        .bind(&fact.fact.digest)
+        .bind(fact.fact.digest.as_str())
         .bind(to_i64(fact.fact.actor.id, "actor id")?)
         .bind(&fact.fact.actor.login)
         .bind(fact.fact.at)
         .bind(serde_json::to_string(&fact.fact.source)?)
         .bind(serde_json::to_string(&fact.fact.data)?)
-        .bind(&fact.prev)
-        .bind(&fact.hash)
+        .bind(fact.prev.as_str())
+        .bind(fact.hash.as_str())
         .bind(&fact.sig)
         .execute(&mut *tx)
         .await
@@ -84,14 +85,14 @@ impl Store {
     /// signs, a fact written after signing began counts only when its
     /// signature is this server's: one appended by anything else (whoever
     /// could write the database) approves nothing, and is logged.
-    pub async fn gate_facts(&self, repo: &str, gate: &str) -> Result<Vec<Fact>> {
+    pub async fn gate_facts(&self, repo: &str, gate: &GateId) -> Result<Vec<Fact>> {
         let facts: Vec<Fact> = sqlx::query(concat!(
             "SELECT ",
             fact_columns!(),
             " FROM facts WHERE repo = $1 AND gate = $2 ORDER BY seq"
         ))
         .bind(repo)
-        .bind(gate)
+        .bind(gate.to_string())
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("reading the ledger facts of {repo} gate {gate}"))?
@@ -110,11 +111,11 @@ impl Store {
                     || fact
                         .sig
                         .as_deref()
-                        .is_some_and(|sig| public.verifies(&fact.hash, sig));
+                        .is_some_and(|sig| public.verifies(fact.hash.as_str(), sig));
                 if !counts {
                     tracing::error!(
                         repo,
-                        gate,
+                        %gate,
                         seq = fact.seq,
                         "a ledger fact is not signed by this server's key, so it counts for nothing: it was written outside wavegate; `wavegate ledger verify` names it"
                     );
@@ -151,7 +152,7 @@ impl Store {
         row.map(|row| {
             Ok(LedgerHead {
                 seq: row.try_get("seq")?,
-                hash: row.try_get("hash")?,
+                hash: to_digest(row.try_get("hash")?, "ledger head")?,
             })
         })
         .transpose()
@@ -209,7 +210,7 @@ impl Store {
         .map(|row| {
             let head = LedgerHead {
                 seq: row.try_get("seq")?,
-                hash: row.try_get("hash")?,
+                hash: to_digest(row.try_get("hash")?, "ledger head")?,
             };
             Ok((row.try_get::<String, _>("repo")?, head))
         })
@@ -276,10 +277,16 @@ fn fact_from_row(row: &AnyRow) -> Result<Fact> {
     Ok(Fact {
         seq,
         fact: NewFact {
-            gate: row.try_get("gate")?,
+            gate: row
+                .try_get::<String, _>("gate")?
+                .parse()
+                .map_err(|e| anyhow!("{} names no gate: {e}", at_fact()))?,
             kind: FactKind::parse(&kind)
                 .ok_or_else(|| anyhow!("{} has an unknown kind `{kind}`", at_fact()))?,
-            digest: row.try_get("digest")?,
+            digest: row
+                .try_get::<String, _>("digest")?
+                .parse()
+                .map_err(|e| anyhow!("{} names no digest: {e}", at_fact()))?,
             actor: Actor {
                 id: to_u64(row.try_get("actor_id")?, "actor id")?,
                 login: row.try_get("actor_login")?,
@@ -291,8 +298,8 @@ fn fact_from_row(row: &AnyRow) -> Result<Fact> {
                 .with_context(|| format!("{} has data that is not JSON", at_fact()))?,
             repo: repo.clone(),
         },
-        prev: row.try_get("prev")?,
-        hash: row.try_get("hash")?,
+        prev: to_digest(row.try_get("prev")?, &format!("prev of {}", at_fact()))?,
+        hash: to_digest(row.try_get("hash")?, &format!("hash of {}", at_fact()))?,
         sig: row.try_get("sig")?,
     })
 }
@@ -304,6 +311,7 @@ mod tests {
     use crate::gate::ledger::{
         verify_chain, FactData, LedgerKey, LinkProblem, SignatureCheck, Signatures, Source,
     };
+    use crate::model::Digest;
     use crate::store::test_db::{on_both, TestDatabase};
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -327,9 +335,9 @@ mod tests {
     fn approval(repo: &str, gate: &str, actor_id: u64, comment: u64) -> NewFact {
         NewFact {
             repo: repo.into(),
-            gate: gate.into(),
+            gate: gate.parse().unwrap(),
             kind: FactKind::Approved,
-            digest: format!("sha256:{}", "a".repeat(64)),
+            digest: Digest::repeated('a').into(),
             actor: Actor {
                 id: actor_id,
                 login: format!("user{actor_id}"),
@@ -382,10 +390,13 @@ mod tests {
         assert_eq!(verify_chain(&infra), Ok(()));
         assert_eq!(verify_chain(&site), Ok(()));
 
-        let gate = store.gate_facts(INFRA, "pr-1").await.unwrap();
+        let gate = store
+            .gate_facts(INFRA, &"pr-1".parse().unwrap())
+            .await
+            .unwrap();
         assert_eq!(gate, [appended[0].clone(), appended[3].clone()]);
         assert!(matches!(
-            Tally::new(&gate, Scope::All).evaluate(&appended[0].fact.digest, 2),
+            Tally::new(&gate, Scope::All).evaluate(appended[0].fact.digest.digest().unwrap(), 2),
             Evaluation::Satisfied { count: 2, .. }
         ));
     }
@@ -484,16 +495,16 @@ mod tests {
         ))
         .bind(&fact.fact.repo)
         .bind(fact.seq)
-        .bind(&fact.fact.gate)
+        .bind(fact.fact.gate.to_string())
         .bind(fact.fact.kind.as_str())
-        .bind(&fact.fact.digest)
+        .bind(fact.fact.digest.as_str())
         .bind(to_i64(fact.fact.actor.id, "actor id").unwrap())
         .bind(&fact.fact.actor.login)
         .bind(fact.fact.at)
         .bind(serde_json::to_string(&fact.fact.source).unwrap())
         .bind(serde_json::to_string(&fact.fact.data).unwrap())
-        .bind(&fact.prev)
-        .bind(&fact.hash)
+        .bind(fact.prev.as_str())
+        .bind(fact.hash.as_str())
         .bind(&fact.sig)
         .execute(&store.pool)
         .await
@@ -566,7 +577,7 @@ mod tests {
         forged.at += 1;
         let last = store.repo_facts(INFRA).await.unwrap().pop();
         let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
-        forge_fact(&store, forged, Some(other_key.sign(&hash))).await;
+        forge_fact(&store, forged, Some(other_key.sign(hash.as_str()))).await;
         let facts = store.repo_facts(INFRA).await.unwrap();
         assert_eq!(verify_chain(&facts), Ok(()));
         let broken = ledger::verify(&facts, check).unwrap_err();
@@ -618,20 +629,28 @@ mod tests {
         let last = store.repo_facts(INFRA).await.unwrap().pop();
         let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
         let other = LedgerKey::from_seed(&[8; 32]);
-        forge_fact(&store, forged, Some(other.sign(&hash))).await;
+        forge_fact(&store, forged, Some(other.sign(hash.as_str()))).await;
         forge_fact(&store, approval(SITE, "pr-9", 668, 5), None).await;
 
         let counted: Vec<u64> = store
-            .gate_facts(INFRA, "pr-1")
+            .gate_facts(INFRA, &"pr-1".parse().unwrap())
             .await
             .unwrap()
             .iter()
             .map(|f| f.fact.actor.id)
             .collect();
         assert_eq!(counted, [1, 2], "only the server's own facts count");
-        assert!(store.gate_facts(SITE, "pr-9").await.unwrap().is_empty());
+        assert!(store
+            .gate_facts(SITE, &"pr-9".parse().unwrap())
+            .await
+            .unwrap()
+            .is_empty());
         assert_eq!(
-            f.store.gate_facts(INFRA, "pr-1").await.unwrap().len(),
+            f.store
+                .gate_facts(INFRA, &"pr-1".parse().unwrap())
+                .await
+                .unwrap()
+                .len(),
             4,
             "a store that does not sign (the CLI's) reads every fact"
         );

@@ -22,7 +22,7 @@ pub(crate) use metrics::StoreFigures;
 pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
-use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -205,7 +205,7 @@ pub struct PrRecord {
     pub(crate) check_id: Option<u64>,
     /// The head the posted report describes (may lag `head_sha` while re-planning).
     pub report_head: Option<CommitSha>,
-    pub(crate) report_digest: Option<String>,
+    pub(crate) report_digest: Option<Digest>,
     pub report_status: Option<String>,
     /// Who pushed the newest head a push event named (it may be an older
     /// head than `head_sha` when a later one came another way).
@@ -226,7 +226,7 @@ impl PrRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrReport {
     pub head_sha: CommitSha,
-    pub digest: Option<String>,
+    pub digest: Option<Digest>,
     pub comment_id: Option<u64>,
     pub check_id: Option<u64>,
     pub status: String,
@@ -238,7 +238,7 @@ pub(crate) struct NewPlan {
     pub(crate) pr: PrNumber,
     pub(crate) head_sha: CommitSha,
     pub(crate) base_sha: CommitSha,
-    pub(crate) digest: Option<String>,
+    pub(crate) digest: Option<Digest>,
     pub(crate) change_set: serde_json::Value,
     /// The report as posted, without its approvals section.
     pub(crate) report: String,
@@ -251,7 +251,7 @@ pub(crate) struct PlanRecord {
     pub(crate) pr: PrNumber,
     pub(crate) head_sha: CommitSha,
     pub(crate) base_sha: CommitSha,
-    pub(crate) digest: Option<String>,
+    pub(crate) digest: Option<Digest>,
     pub(crate) change_set: serde_json::Value,
     pub(crate) created_at: i64,
     pub(crate) report: String,

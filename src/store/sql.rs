@@ -8,12 +8,12 @@
 //! SKIP LOCKED` and serialises each repository's ledger appends with a
 //! transaction-scoped advisory lock, so replicas never fork a chain.
 
-use super::db::{begin_write, to_i64, to_u64, Backend};
+use super::db::{begin_write, to_i64, to_opt_digest, to_u64, Backend};
 use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
 };
-use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
+use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{MigrateError, MigrationSource, MigrationType, Migrator};
@@ -776,7 +776,7 @@ impl Store {
         .bind(&repo.full_name)
         .bind(to_i64(pr.0, "pull request number")?)
         .bind(report.head_sha.as_str())
-        .bind(&report.digest)
+        .bind(report.digest.as_ref().map(Digest::as_str))
         .bind(
             report
                 .comment_id
@@ -814,7 +814,7 @@ impl Store {
         .bind(to_i64(plan.pr.0, "pull request number")?)
         .bind(plan.head_sha.as_str())
         .bind(plan.base_sha.as_str())
-        .bind(&plan.digest)
+        .bind(plan.digest.as_ref().map(Digest::as_str))
         .bind(plan.change_set.to_string())
         .bind(self.now())
         .bind(&plan.report)
@@ -1018,7 +1018,7 @@ pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
             .try_get::<Option<String>, _>("report_head")?
             .map(commit_sha)
             .transpose()?,
-        report_digest: row.try_get("report_digest")?,
+        report_digest: to_opt_digest(row.try_get("report_digest")?, "report digest")?,
         report_status: row.try_get("report_status")?,
         pusher: match (
             row.try_get::<Option<String>, _>("pusher_head")?,
@@ -1044,7 +1044,7 @@ pub(super) fn plan_from_row(row: &AnyRow) -> Result<PlanRecord> {
         pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
         head_sha: commit_sha(row.try_get("head_sha")?)?,
         base_sha: commit_sha(row.try_get("base_sha")?)?,
-        digest: row.try_get("digest")?,
+        digest: to_opt_digest(row.try_get("digest")?, "plan digest")?,
         change_set: serde_json::from_str(&change_set)
             .with_context(|| format!("plan {id} has a change set that is not JSON"))?,
         created_at: row.try_get("created_at")?,

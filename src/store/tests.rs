@@ -335,7 +335,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
             PrNumber(42),
             PrReport {
                 head_sha: sha('a'),
-                digest: Some(format!("sha256:{}", "1".repeat(64))),
+                digest: Some(Digest::repeated('1')),
                 comment_id: Some(9001),
                 check_id: Some(77),
                 status: "awaiting-approval".into(),
@@ -416,7 +416,7 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved(f: Fixture) {
         pr: PrNumber(n),
         head_sha,
         base_sha: sha('0'),
-        digest: Some(format!("sha256:{}", "2".repeat(64))),
+        digest: Some(Digest::repeated('2')),
         change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
         report: format!("report of PR {n}"),
     };
@@ -826,7 +826,7 @@ async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
             pr: PrNumber(pr),
             head_sha: sha('a'),
             base_sha: sha('0'),
-            digest: Some(format!("sha256:{}", "2".repeat(64))),
+            digest: Some(Digest::repeated('2')),
             change_set: serde_json::json!({}),
             report: String::new(),
         })
@@ -844,7 +844,7 @@ async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
             merge_sha: sha('e'),
             base_sha: sha('0'),
             plan_id,
-            digest: format!("sha256:{}", "2".repeat(64)),
+            digest: Digest::repeated('2'),
         })
         .await
         .unwrap()
@@ -860,7 +860,7 @@ async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back(f: Fixture) {
     run.record.set(
         "app@dev",
         crate::apply::MemberState::Applying {
-            plan_digest: "sha256:x".into(),
+            plan_digest: Digest::repeated('1'),
             attempt: None,
         },
     );

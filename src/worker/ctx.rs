@@ -10,7 +10,7 @@ use crate::forge::client::ForgeClient;
 use crate::forge::types::CheckReport;
 use crate::forge::RepoRef;
 use crate::git::{self, Workspace};
-use crate::model::{CommitSha, PrNumber};
+use crate::model::{CommitSha, Digest, PrNumber};
 use crate::plan::runner::Cancel;
 use crate::sandbox::Sandbox;
 use crate::store::{PrReport, Store};
@@ -100,7 +100,7 @@ impl JobCtx<'_> {
         (pr, head): (PrNumber, &CommitSha),
         check_id: Option<u64>,
         report: CheckReport,
-        digest: Option<String>,
+        digest: Option<Digest>,
         status: &str,
     ) -> Result<()> {
         let known = self.store.pr(&self.repo.id, pr).await?;

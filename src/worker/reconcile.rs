@@ -1203,7 +1203,7 @@ mod tests {
             merge_sha: sha('d'),
             base_sha: sha('b'),
             plan_id: 1,
-            digest: "sha256:x".into(),
+            digest: crate::model::Digest::repeated('1'),
             status,
             record: AttemptRecord {
                 wait,
@@ -1235,8 +1235,8 @@ mod tests {
     #[test]
     fn runs_waiting_for_a_person_or_finished_are_left_alone() {
         let approval = Wait::PrApproval {
-            gate: "pr-3".into(),
-            digest: "sha256:x".into(),
+            gate: "pr-3".parse().unwrap(),
+            digest: crate::model::Digest::repeated('1'),
         };
         assert!(!run_needs_resume(
             &run(RunStatus::Waiting, Some(approval)),

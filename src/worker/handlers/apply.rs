@@ -23,7 +23,7 @@ use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
 use crate::git;
 use crate::jobs::Task;
-use crate::model::{CommitSha, GateId, MemberId, PrNumber};
+use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench};
 use crate::report::apply::{self as apply_report, RunView};
@@ -381,7 +381,7 @@ impl JobCtx<'_> {
     /// counted it (for the head and base it was given at), on every job: a
     /// revoke stops the run before anything more applies.
     async fn pr_approval(&self, drive: &mut Drive) -> Result<Step> {
-        let gate = GateId::Pr(drive.run.pr).to_string();
+        let gate = GateId::Pr(drive.run.pr);
         let facts = self
             .store
             .gate_facts(&drive.run.repo.id.ledger_key(), &gate)
@@ -467,8 +467,8 @@ impl JobCtx<'_> {
     async fn gate_mismatch(
         &self,
         run: &ApplyRunRecord,
-        gate: &str,
-        digest: &str,
+        gate: &GateId,
+        digest: &Digest,
     ) -> Result<Option<crate::apply::Mismatch>> {
         let facts = self
             .store
@@ -492,8 +492,8 @@ impl JobCtx<'_> {
     async fn run_gate_approvers(
         &self,
         drive: &mut Drive,
-        (gate, since, passed): (&str, i64, bool),
-        digest: &str,
+        (gate, since, passed): (&GateId, i64, bool),
+        digest: &Digest,
         policy: &Policy,
     ) -> Result<Vec<String>> {
         let facts = self
@@ -525,9 +525,9 @@ impl JobCtx<'_> {
     async fn still_counting(
         &self,
         drive: &mut Drive,
-        (gate, passed): (&str, bool),
+        (gate, passed): (&GateId, bool),
         tally: &Tally<'_>,
-        digest: &str,
+        digest: &Digest,
         policy: &Policy,
     ) -> Result<HashSet<i64>> {
         // An approval expires `approval_ttl` after it was given, unless the
@@ -576,7 +576,7 @@ impl JobCtx<'_> {
                     by: actor.login.clone(),
                     why: crate::gate::policy::lapsed_reason(&why),
                 };
-                tracing::info!(gate, by = %actor.login, why = %lapsed.why, "an approval no longer counts");
+                tracing::info!(%gate, by = %actor.login, why = %lapsed.why, "an approval no longer counts");
                 if !drive.run.record.lapsed.contains(&lapsed) {
                     drive.run.record.lapsed.push(lapsed);
                 }
@@ -828,11 +828,11 @@ impl JobCtx<'_> {
     /// Carries out one of the run's effects that asks nothing back.
     async fn perform(&self, io: &mut RunIo<'_>, effect: Effect) -> Result<()> {
         let now = || chrono::Utc::now().timestamp_millis();
-        let spent = |gate: String, digest: String, data: FactData, login: String| NewFact {
+        let spent = |gate: GateId, digest: Digest, data: FactData, login: String| NewFact {
             repo: io.run.repo.id.ledger_key(),
             gate,
             kind: FactKind::Spent,
-            digest,
+            digest: digest.into(),
             actor: Actor { id: 0, login },
             at: now(),
             source: Source::Wavegate,
@@ -852,7 +852,7 @@ impl JobCtx<'_> {
                     .await?;
             }
             Effect::SpendOverride { member, digest } => {
-                let gate = GateId::Override(io.run.pr).to_string();
+                let gate = GateId::Override(io.run.pr);
                 let data = FactData {
                     run: Some(io.run.id),
                     member: Some(member.parse().map_err(anyhow::Error::msg)?),
@@ -922,7 +922,7 @@ impl JobCtx<'_> {
 
     /// Every fact of the run's override gate, as the ledger holds it now.
     async fn override_facts(&self, run: &ApplyRunRecord) -> Result<Vec<Fact>> {
-        let gate = GateId::Override(run.pr).to_string();
+        let gate = GateId::Override(run.pr);
         self.store
             .gate_facts(&run.repo.id.ledger_key(), &gate)
             .await

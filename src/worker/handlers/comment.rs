@@ -11,7 +11,7 @@ use crate::gate::counting::{self};
 use crate::gate::ledger::{Actor, FactData, FactKind, Source};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::jobs::Task;
-use crate::model::{CommitSha, GateId, PrNumber, User};
+use crate::model::{CommitSha, Digest, GateId, PrNumber, User};
 use crate::report::refusal::{self, Refusal};
 use crate::store::{ApplyRunRecord, JobOutcome};
 use crate::worker::ctx::JobCtx;
@@ -161,7 +161,7 @@ impl JobCtx<'_> {
         let seen = record.as_ref().and_then(|r| {
             Some(ReportSeen {
                 head: r.report_head.as_ref()?.as_str(),
-                digest: r.report_digest.as_deref(),
+                digest: r.report_digest.as_ref(),
                 posted_at: plan
                     .as_ref()
                     .filter(|p| Some(&p.head_sha) == r.report_head.as_ref())
@@ -170,10 +170,10 @@ impl JobCtx<'_> {
         });
         let head_now = record.as_ref().map_or("", |r| r.head_sha.as_str());
         let digest = match policy::bind(named, seen.as_ref(), head_now, comment.written_at) {
-            Ok(digest) => digest.to_owned(),
+            Ok(digest) => digest.clone(),
             Err(why) => return Ok(Said::Refused(Refusal::Unbound(why))),
         };
-        let Some(plan) = plan.filter(|p| p.digest.as_deref() == Some(digest.as_str())) else {
+        let Some(plan) = plan.filter(|p| p.digest.as_ref() == Some(&digest)) else {
             return Ok(Said::Refused(Refusal::Unbound(policy::Unbound::NoReport)));
         };
         let policy = match self.base_policy(&plan.base_sha).await? {
@@ -207,7 +207,7 @@ impl JobCtx<'_> {
             }));
         }
         let binding = FactData::at_plan(&plan.head_sha, &plan.base_sha);
-        let at = (GateId::Pr(self.pr).to_string(), digest, binding);
+        let at = (GateId::Pr(self.pr), digest, binding);
         self.judge_approval((self.pr, &plan.head_sha, comment), &policy, at)
             .await
     }
@@ -218,7 +218,7 @@ impl JobCtx<'_> {
         &self,
         (pr, head, comment): (PrNumber, &CommitSha, &CommentIn<'_>),
         policy: &Policy,
-        (gate, digest, mut data): (String, String, FactData),
+        (gate, digest, mut data): (GateId, Digest, FactData),
     ) -> Result<Said> {
         let who = match self.candidate(comment.author, policy).await {
             Ok(who) => who,
@@ -246,7 +246,7 @@ impl JobCtx<'_> {
                 (FactKind::Refused, Said::Refused(Refusal::NotAllowed(why)))
             }
         };
-        self.record(&gate, (kind, &digest, data), actor, source)
+        self.record(&gate, (kind, digest.into(), data), actor, source)
             .await?;
         Ok(said)
     }
@@ -257,18 +257,18 @@ impl JobCtx<'_> {
     async fn revoke(&self, comment: &CommentIn<'_>) -> Result<Said> {
         let repo_key = self.repo.id.ledger_key();
         let plan = self.store.latest_plan(&self.repo.id, self.pr).await?;
-        let mut gates = vec![GateId::Pr(self.pr).to_string()];
+        let mut gates = vec![GateId::Pr(self.pr)];
         if let Some(plan) = &plan {
             gates.extend(
                 self.base_stages(&plan.base_sha)
                     .await?
                     .iter()
-                    .map(|stage| GateId::of(self.pr, Some(stage)).to_string()),
+                    .map(|stage| GateId::of(self.pr, Some(stage))),
             );
         }
         if let Some(run) = self.store.apply_run(&self.repo.id, self.pr).await? {
             gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
-            gates.push(GateId::Override(self.pr).to_string());
+            gates.push(GateId::Override(self.pr));
         }
         let admin = self
             .client
@@ -287,16 +287,12 @@ impl JobCtx<'_> {
         let admin_over = current
             .as_ref()
             .filter(|_| admin)
-            .map(|(digest, binding)| (digest.as_str(), binding));
+            .map(|(digest, binding)| (digest, binding));
         let mut revoked = false;
         for gate in &gates {
             let facts = self.store.gate_facts(&repo_key, gate).await?;
             for withdrawal in counting::revoke(&facts, comment.author.id, admin_over) {
-                let revoke = (
-                    FactKind::Revoked,
-                    withdrawal.digest.as_str(),
-                    withdrawal.data,
-                );
+                let revoke = (FactKind::Revoked, withdrawal.digest, withdrawal.data);
                 self.record(gate, revoke, actor.clone(), source.clone())
                     .await?;
                 revoked = true;
@@ -425,7 +421,7 @@ impl JobCtx<'_> {
         member: &str,
         reason: &str,
     ) -> Result<Said> {
-        let gate = GateId::Override(self.pr).to_string();
+        let gate = GateId::Override(self.pr);
         let run = self.store.apply_run(&self.repo.id, self.pr).await?;
         let waited_on = run
             .as_ref()
@@ -510,12 +506,22 @@ impl JobCtx<'_> {
         let source = Source::Comment { id: comment.id };
         if let Err(why) = policy::may_override(&policy, &who) {
             data.refused = Some(why.clone());
-            self.record(&gate, (FactKind::Refused, &digest, data), actor, source)
-                .await?;
+            self.record(
+                &gate,
+                (FactKind::Refused, digest.into(), data),
+                actor,
+                source,
+            )
+            .await?;
             return Ok(Said::Refused(Refusal::NotOverrider(why)));
         }
-        self.record(&gate, (FactKind::Approved, &digest, data), actor, source)
-            .await?;
+        self.record(
+            &gate,
+            (FactKind::Approved, digest.into(), data),
+            actor,
+            source,
+        )
+        .await?;
         Ok(Said::Done)
     }
 }

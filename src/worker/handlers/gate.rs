@@ -14,10 +14,10 @@ use crate::config::repo::Policy;
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::forge::types::{CheckReport, CheckState};
 use crate::gate::counting::{Evaluation, Scope, Tally};
-use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
+use crate::gate::ledger::{Actor, FactData, FactDigest, FactKind, NewFact, Source};
 use crate::gate::policy::{self, Candidate};
 use crate::git;
-use crate::model::{CommitSha, GateId, MemberId, User};
+use crate::model::{CommitSha, Digest, GateId, MemberId, User};
 use crate::report::approvals::{self, Standing};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord};
 use crate::worker::ctx::JobCtx;
@@ -35,8 +35,8 @@ pub(super) fn plan_scope(plan: &PlanRecord, reviews_count: bool) -> Scope<'_> {
 impl JobCtx<'_> {
     pub(super) async fn record(
         &self,
-        gate: &str,
-        (kind, digest, data): (FactKind, &str, FactData),
+        gate: &GateId,
+        (kind, digest, data): (FactKind, FactDigest, FactData),
         actor: Actor,
         source: Source,
     ) -> Result<()> {
@@ -45,7 +45,7 @@ impl JobCtx<'_> {
                 repo: self.repo.id.ledger_key(),
                 gate: gate.to_owned(),
                 kind,
-                digest: digest.to_owned(),
+                digest,
                 actor,
                 at: chrono::Utc::now().timestamp_millis(),
                 source,
@@ -190,7 +190,7 @@ impl JobCtx<'_> {
         let policy = self.base_policy(&plan.base_sha).await?;
         let facts = self
             .store
-            .gate_facts(&self.repo.id.ledger_key(), &GateId::Pr(self.pr).to_string())
+            .gate_facts(&self.repo.id.ledger_key(), &GateId::Pr(self.pr))
             .await?;
         let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
         let tally = Tally::new(&facts, plan_scope(plan, reviews_count));
@@ -221,13 +221,8 @@ impl JobCtx<'_> {
                 members.len(),
                 if members.len() == 1 { "" } else { "s" }
             );
-            self.record_pending(
-                &GateId::Pr(self.pr).to_string(),
-                &digest,
-                &members,
-                description,
-            )
-            .await?;
+            self.record_pending(&GateId::Pr(self.pr), &digest, &members, description)
+                .await?;
         }
         let ledger_head = self.store.ledger_head(&self.repo.id.ledger_key()).await?;
         let standing = Standing {
@@ -275,8 +270,8 @@ impl JobCtx<'_> {
     /// and digest however often the wait is looked at again.
     pub(super) async fn record_pending(
         &self,
-        gate: &str,
-        digest: &str,
+        gate: &GateId,
+        digest: &Digest,
         members: &[String],
         description: String,
     ) -> Result<()> {
@@ -284,7 +279,7 @@ impl JobCtx<'_> {
         let facts = self.store.gate_facts(&repo_key, gate).await?;
         if facts
             .iter()
-            .any(|f| f.fact.kind == FactKind::Pending && f.fact.digest == digest)
+            .any(|f| f.fact.kind == FactKind::Pending && f.fact.digest == *digest)
         {
             return Ok(());
         }
@@ -299,7 +294,7 @@ impl JobCtx<'_> {
                 repo: repo_key,
                 gate: gate.to_owned(),
                 kind: FactKind::Pending,
-                digest: digest.to_owned(),
+                digest: digest.into(),
                 actor: Actor {
                     id: 0,
                     login: self.client.bot_login().await?,
@@ -319,7 +314,7 @@ impl JobCtx<'_> {
 
 /// The gate a run waits at for a person's approval: its name, the digest,
 /// and the stage it belongs to (a round's stage).
-pub(super) fn run_gate(run: &ApplyRunRecord) -> Option<(String, String, Option<String>)> {
+pub(super) fn run_gate(run: &ApplyRunRecord) -> Option<(GateId, Digest, Option<String>)> {
     match run.record.wait.as_ref()? {
         Wait::Stage {
             stage,

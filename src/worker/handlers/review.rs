@@ -37,7 +37,7 @@ impl JobCtx<'_> {
     /// approves the digest reported for its commit; a dismissed review
     /// withdraws whatever that review approved.
     pub(super) async fn handle_review(&self, review: ReviewIn<'_>) -> Result<JobOutcome> {
-        let gate = GateId::Pr(self.pr).to_string();
+        let gate = GateId::Pr(self.pr);
         let actor = Actor {
             id: review.author.id,
             login: review.author.login.clone(),
@@ -65,7 +65,7 @@ impl JobCtx<'_> {
                     continue;
                 };
                 let data = approved.fact.data.clone().with_reason("review dismissed");
-                let revoke = (FactKind::Revoked, approved.fact.digest.as_str(), data);
+                let revoke = (FactKind::Revoked, approved.fact.digest.clone(), data);
                 let source = Source::Review { id: review.id };
                 self.record(gate, revoke, actor.clone(), source).await?;
                 revoked = true;
@@ -131,7 +131,7 @@ impl JobCtx<'_> {
         };
         self.record(
             &gate,
-            (kind, &digest, data),
+            (kind, digest.into(), data),
             actor,
             Source::Review { id: review.id },
         )
@@ -204,7 +204,7 @@ impl JobCtx<'_> {
             login: review.author.login.clone(),
         };
         let source = Source::Review { id: review.id };
-        self.record(&gate, (kind, &digest, data), actor, source)
+        self.record(&gate, (kind, digest.into(), data), actor, source)
             .await?;
         if kind == FactKind::Approved {
             self.resume_if_waiting().await?;

@@ -115,10 +115,10 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     // The approvals were spent; the ledger verifies; later plans read the estate.
     let store = bot.store().await;
     let facts = store.repo_facts("github:acme/infra").await.unwrap();
-    let spent: Vec<&str> = facts
+    let spent: Vec<String> = facts
         .iter()
         .filter(|f| f.fact.kind == wavegate::gate::ledger::FactKind::Spent)
-        .map(|f| f.fact.gate.as_str())
+        .map(|f| f.fact.gate.to_string())
         .collect();
     assert_eq!(spent, ["pr-1", "pr-1-prod"]);
     let repo_id = wavegate::model::RepoId::new(wavegate::model::ForgeKind::GitHub, "acme/infra");
@@ -245,7 +245,7 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
     );
     let store = bot.store().await;
     let facts = store
-        .gate_facts("github:acme/infra", "pr-3-round-2")
+        .gate_facts("github:acme/infra", &"pr-3-round-2".parse().unwrap())
         .await
         .unwrap();
     let kinds: Vec<&str> = facts.iter().map(|f| f.fact.kind.as_str()).collect();

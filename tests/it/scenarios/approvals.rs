@@ -457,13 +457,13 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
         facts
             .into_iter()
             .filter(|f| f.fact.kind == wavegate::gate::ledger::FactKind::Pending)
-            .map(|f| (f.fact.digest, f.fact.data.to_value()))
+            .map(|f| (f.fact.digest.to_string(), f.fact.data.to_value()))
             .collect()
     };
     let store = bot.store().await;
     let asked = pending(
         store
-            .gate_facts("github:acme/infra", "pr-28")
+            .gate_facts("github:acme/infra", &"pr-28".parse().unwrap())
             .await
             .unwrap(),
     );
@@ -490,7 +490,7 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
     let moved = pr.digest();
     let asked = pending(
         store
-            .gate_facts("github:acme/infra", "pr-28")
+            .gate_facts("github:acme/infra", &"pr-28".parse().unwrap())
             .await
             .unwrap(),
     );
@@ -504,7 +504,7 @@ async fn a_gate_that_starts_waiting_says_so_in_the_ledger_once_per_digest() {
     pr.merge().await;
     let prod = pending(
         store
-            .gate_facts("github:acme/infra", "pr-28-prod")
+            .gate_facts("github:acme/infra", &"pr-28-prod".parse().unwrap())
             .await
             .unwrap(),
     );

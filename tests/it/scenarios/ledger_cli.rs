@@ -37,9 +37,9 @@ impl Ledger {
 fn fact(repo: &str, gate: &str, kind: FactKind, login: &str, comment: u64) -> NewFact {
     NewFact {
         repo: repo.into(),
-        gate: gate.into(),
+        gate: gate.parse().unwrap(),
         kind,
-        digest: format!("sha256:{}", "c".repeat(64)),
+        digest: format!("sha256:{}", "c".repeat(64)).parse().unwrap(),
         actor: Actor {
             id: comment * 10,
             login: login.into(),
@@ -117,16 +117,16 @@ async fn forge_approval(url: &str, repo: &str, login: &str) -> Fact {
     )
     .bind(repo)
     .bind(forged.seq)
-    .bind(&forged.fact.gate)
+    .bind(forged.fact.gate.to_string())
     .bind("approved")
-    .bind(&forged.fact.digest)
+    .bind(forged.fact.digest.to_string())
     .bind(i64::try_from(forged.fact.actor.id).unwrap())
     .bind(login)
     .bind(forged.fact.at)
     .bind(serde_json::to_string(&forged.fact.source).unwrap())
     .bind("null")
-    .bind(&forged.prev)
-    .bind(&forged.hash)
+    .bind(forged.prev.as_str())
+    .bind(forged.hash.as_str())
     .execute(&mut conn)
     .await
     .unwrap();

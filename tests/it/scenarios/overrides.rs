@@ -13,11 +13,11 @@ impl Bot {
     async fn override_facts(&self, pr: u64) -> Vec<(FactKind, String)> {
         self.store()
             .await
-            .gate_facts("github:acme/infra", &format!("pr-{pr}-override"))
+            .gate_facts("github:acme/infra", &format!("pr-{pr}-override").parse().unwrap())
             .await
             .unwrap()
             .into_iter()
-            .map(|f| (f.fact.kind, f.fact.digest))
+            .map(|f| (f.fact.kind, f.fact.digest.to_string()))
             .collect()
     }
 }

@@ -126,7 +126,7 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     let facts = store.repo_facts("github:acme/infra").await.unwrap();
     let kinds: BTreeSet<(String, String)> = facts
         .iter()
-        .map(|f| (f.fact.gate.clone(), f.fact.kind.as_str().to_owned()))
+        .map(|f| (f.fact.gate.to_string(), f.fact.kind.as_str().to_owned()))
         .collect();
     for expected in [
         ("pr-31", "approved"),

@@ -916,12 +916,22 @@ fn descends_from(mut pid: u32, ancestors: &[u32]) -> bool {
     false
 }
 
+/// A port no server listens on, and one this test process has not handed
+/// out before: a server killed and restarted keeps its port, and another
+/// test given that port in between would receive the first test's webhooks.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A fresh PostgreSQL database on the server `.ci/run` starts
