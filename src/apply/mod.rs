@@ -147,7 +147,7 @@ impl MemberState {
             MemberState::Applying { .. } => "applying".into(),
             MemberState::Applied { note: None, .. } => "applied".into(),
             MemberState::Applied { note: Some(n), .. } => format!("applied ({n})"),
-            MemberState::Failed { error } => format!("failed: {}", first_line(error)),
+            MemberState::Failed { error } => format!("failed: {}", failure_summary(error)),
             MemberState::Blocked { by } => format!("blocked by {by}"),
             MemberState::Waiting { reason } => format!("waiting: {reason}"),
             MemberState::Held { holder, .. } => format!("held by {holder}; tried again by itself"),
@@ -159,8 +159,11 @@ impl MemberState {
     }
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("")
+/// The first line of a failure, without the `; last output:` that
+/// introduces the command's output on the lines after it (shown apart).
+pub(crate) fn failure_summary(error: &str) -> &str {
+    let first = error.lines().next().unwrap_or("");
+    first.strip_suffix("; last output:").unwrap_or(first)
 }
 
 /// The run as a whole.

@@ -141,6 +141,10 @@ pub(crate) fn news(
             if let Some(wait) = meanwhile {
                 said.push_str(&format!("\n\nMeanwhile, elsewhere in the run: {}", help(wait)));
             }
+            let details = failure_details(record);
+            if !details.is_empty() {
+                said = format!("{}\n\n{}", said.trim_end(), details.trim_end());
+            }
             said
         }
         News::Applied => {
@@ -266,6 +270,7 @@ pub(crate) fn render(view: &RunView<'_>) -> String {
         }
         out.push('\n');
     }
+    out.push_str(&failure_details(view.record));
     for stage in &view.record.gates_skipped {
         out.push_str(&format!(
             "- Stage **{stage}**: its gate was skipped, because its plans on the merge commit change nothing\n"
@@ -342,6 +347,26 @@ pub(crate) fn render(view: &RunView<'_>) -> String {
     out
 }
 
+/// Each failed member's whole failure, the command's last output included,
+/// in a collapsed block under the table (the table shows its first line).
+fn failure_details(record: &AttemptRecord) -> String {
+    let mut out = String::new();
+    for (member, state) in &record.members {
+        let MemberState::Failed { error } = state else {
+            continue;
+        };
+        if error.trim_end().lines().nth(1).is_none() {
+            continue;
+        }
+        let fence = super::markdown::fence_for(error);
+        out.push_str(&format!(
+            "<details><summary>Why <code>{member}</code> failed</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n\n",
+            error.trim_end()
+        ));
+    }
+    out
+}
+
 fn set_lines(set: &ChangeSet) -> String {
     set.members
         .iter()
@@ -384,7 +409,7 @@ mod tests {
         record.set(
             "app@dev",
             MemberState::Failed {
-                error: "exit 1\nmore".into(),
+                error: "the apply command exited with status 1; last output:\nError: creating bucket `logs`: AccessDenied".into(),
             },
         );
         record.set("dns@dev", MemberState::Unaffected);
@@ -396,9 +421,18 @@ mod tests {
             meanwhile: Some(lock),
         };
         insta::assert_snapshot!(news(&failed, &merge, &base, &record), @r"
-        The apply on aaaaaaaaaaaa failed: `app@dev` failed: exit 1. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.
+        The apply on aaaaaaaaaaaa failed: `app@dev` failed: the apply command exited with status 1. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.
 
         Meanwhile, elsewhere in the run: Queued: pull request #3 is applying **db@dev**. This run goes on by itself once it lets go, planning again first.
+
+        <details><summary>Why <code>app@dev</code> failed</summary>
+
+        ```text
+        the apply command exited with status 1; last output:
+        Error: creating bucket `logs`: AccessDenied
+        ```
+
+        </details>
         ");
         insta::assert_snapshot!(news(&News::Applied, &merge, &base, &record), @"Applied on aaaaaaaaaaaa: every member the merge changes is deployed. Not applied: `dns@dev`, approved when planned but unchanged by the merge against bbbbbbbbbbbb (the target before it), so there was nothing to apply.");
         let gave_up = News::GaveUp {
@@ -506,6 +540,11 @@ mod tests {
         assert!(render(&failed_and_waiting).contains("/approve prod sha256:bb"));
         assert!(
             render(&view).contains("| | | `app@prod` | failed: the apply command exited with 1 |")
+        );
+        assert!(
+            render(&view).contains("<details><summary>Why <code>app@prod</code> failed</summary>\n\n```text\nthe apply command exited with 1\nmore\n```\n\n</details>\n"),
+            "{}",
+            render(&view)
         );
     }
 }

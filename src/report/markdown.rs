@@ -805,7 +805,7 @@ fn approve_block(change: &PlannedChange) -> String {
 pub(crate) const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
 
 /// A backtick fence longer than any run of backticks in `body`.
-fn fence_for(body: &str) -> String {
+pub(super) fn fence_for(body: &str) -> String {
     let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     "`".repeat(longest.max(2) + 1)
 }

@@ -273,16 +273,43 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
     pr.comment_as("rev-bob", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    // Not snapshots: the failure's cause (the apply command's "quota
-    // exceeded") is cut off after "last output:" in the table and the reply.
-    let report = pr.report();
-    assert!(report.contains("`app@prod` | failed"), "{report}");
-    assert!(
-        report.contains("`dns@prod` | blocked by app@prod"),
-        "{report}"
-    );
+    insta::assert_snapshot!(redact(&pr.last_reply()), @r"
+    The apply on [short] failed: `app@prod` failed: the apply command exited with status 1. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.
+
+    <details><summary>Why <code>app@prod</code> failed</summary>
+
+    ```text
+    the apply command exited with status 1; last output:
+    quota exceeded
+    ```
+
+    </details>
+    ");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
+    ## Apply on merge commit `[short]`: failed
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied |
+    | prod | 1 | `app@prod` | failed: the apply command exited with status 1 |
+    | prod | 2 | `dns@prod` | blocked by app@prod |
+
+    <details><summary>Why <code>app@prod</code> failed</summary>
+
+    ```text
+    the apply command exited with status 1; last output:
+    quota exceeded
+    ```
+
+    </details>
+
+    - Stage **prod** gate `pr-4-prod`: set `sha256:[digest]`, approved by rev-bob
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
     assert_eq!(pr.apply_check().state, "failure");
-    assert!(pr.last_reply().contains("`/retry`"));
 
     std::fs::remove_file(bot.estate_file("prod", "app", ".fail-apply")).unwrap();
     pr.comment_as("rev-bob", "/retry").await;

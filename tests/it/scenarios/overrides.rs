@@ -13,7 +13,10 @@ impl Bot {
     async fn override_facts(&self, pr: u64) -> Vec<(FactKind, String)> {
         self.store()
             .await
-            .gate_facts("github:acme/infra", &format!("pr-{pr}-override").parse().unwrap())
+            .gate_facts(
+                "github:acme/infra",
+                &format!("pr-{pr}-override").parse().unwrap(),
+            )
             .await
             .unwrap()
             .into_iter()
