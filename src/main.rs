@@ -420,6 +420,7 @@ fn serve() -> ExitCode {
         let options = wavegate::worker::WorkerOptions {
             lease: settings.job_lease,
             held_retry: settings.held_retry,
+            heartbeat: settings.heartbeat,
             ..Default::default()
         };
         let running = wavegate::app::start(&settings, options).await?;

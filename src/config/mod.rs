@@ -9,4 +9,4 @@ pub mod settings;
 
 pub(crate) use base::BaseRules;
 pub use repo::{ConfigError, RepoConfig, CONFIG_FILE};
-pub use settings::Settings;
+pub use settings::{Settings, DEFAULT_HEARTBEAT};

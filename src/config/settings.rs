@@ -82,6 +82,9 @@ pub struct Settings {
     pub(crate) sandbox: crate::sandbox::SandboxSettings,
     /// How soon an apply answered `held` is tried again (`WAVEGATE_HELD_RETRY`).
     pub held_retry: std::time::Duration,
+    /// How long a quiet command runs before the log says so
+    /// (`WAVEGATE_HEARTBEAT`); `None`: never.
+    pub heartbeat: Option<std::time::Duration>,
     /// The ledger key `WAVEGATE_LEDGER_KEY_FILE` names, read and checked,
     /// with its path (no sandboxed command may see it); `None`: the server
     /// keeps its own in the data dir (`config::ledger_key`).
@@ -149,6 +152,26 @@ fn reconcile_budget(value: Option<&str>) -> Result<f64> {
         .filter(|p| (1.0..=100.0).contains(p))
         .map(|percent| percent / 100.0)
         .with_context(|| format!("WAVEGATE_RECONCILE_BUDGET=`{text}` is not a share of the forge's request budget; write a percentage from 1 to 100, like `50%`"))
+}
+
+/// How long a quiet command runs before the log says it still runs.
+pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `WAVEGATE_HEARTBEAT`: how long a quiet plan or apply command runs before
+/// the log says "still running after Ns" (and again each time after);
+/// `0` turns it off.
+fn heartbeat(text: Option<&str>) -> Result<Option<std::time::Duration>> {
+    let Some(text) = text else {
+        return Ok(Some(DEFAULT_HEARTBEAT));
+    };
+    if text == "0" {
+        return Ok(None);
+    }
+    crate::config::repo::parse_duration(text)
+        .ok()
+        .filter(|d| d.as_secs() >= 1)
+        .map(Some)
+        .with_context(|| format!("WAVEGATE_HEARTBEAT=`{text}` is not a duration of a second or more; write it like `30s` or `2m`, or `0` for no heartbeat"))
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -230,6 +253,7 @@ impl Settings {
                 .with_context(|| format!("WAVEGATE_HELD_RETRY=`{text}` is not a duration of a second or more; write it like `30s` or `2m`"))?,
             None => crate::apply::HELD_RETRY,
         };
+        let heartbeat = heartbeat(var("WAVEGATE_HEARTBEAT").as_deref())?;
         let ledger_key = match var("WAVEGATE_LEDGER_KEY_FILE") {
             Some(path) => {
                 let path = PathBuf::from(path);
@@ -258,6 +282,7 @@ impl Settings {
             reconcile_budget,
             sandbox,
             held_retry,
+            heartbeat,
             ledger_key,
         })
     }
@@ -274,6 +299,7 @@ pub(crate) const KNOWN_VARIABLES: &[&str] = &[
     "WAVEGATE_GITHUB_APP_ID",
     "WAVEGATE_GITHUB_PRIVATE_KEY",
     "WAVEGATE_GITHUB_WEBHOOK_SECRET",
+    "WAVEGATE_HEARTBEAT",
     "WAVEGATE_HELD_RETRY",
     "WAVEGATE_JOB_LEASE",
     "WAVEGATE_LEDGER_KEY_FILE",
@@ -382,6 +408,29 @@ mod tests {
             e.starts_with("WAVEGATE_LEDGER_KEY_FILE names `/no/such/ledger.pem`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_heartbeat_is_a_duration_or_0_for_none() {
+        assert_eq!(settings(&[]).unwrap().heartbeat, Some(DEFAULT_HEARTBEAT));
+        let every_minute = settings(&[("WAVEGATE_HEARTBEAT", "1m")]).unwrap();
+        assert_eq!(
+            every_minute.heartbeat,
+            Some(std::time::Duration::from_secs(60))
+        );
+        assert_eq!(
+            settings(&[("WAVEGATE_HEARTBEAT", "0")]).unwrap().heartbeat,
+            None
+        );
+        for bad in ["soon", "10ms", "-1s"] {
+            let e = settings(&[("WAVEGATE_HEARTBEAT", bad)])
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                format!("WAVEGATE_HEARTBEAT=`{bad}` is not a duration of a second or more; write it like `30s` or `2m`, or `0` for no heartbeat")
+            );
+        }
     }
 
     #[test]

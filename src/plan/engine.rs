@@ -42,7 +42,8 @@ pub struct PlanOptions {
     /// Plans running at once within a wave.
     pub concurrency: usize,
     pub(crate) output_cap: usize,
-    pub heartbeat: Duration,
+    /// See `WAVEGATE_HEARTBEAT`; `None`: no heartbeat.
+    pub heartbeat: Option<Duration>,
     /// Where every command runs.
     pub(crate) sandbox: Arc<Sandbox>,
     /// Stops the commands when the job is given up.
@@ -65,7 +66,7 @@ impl PlanOptions {
             recorded: None,
             concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             output_cap: runner::DEFAULT_OUTPUT_CAP,
-            heartbeat: Duration::from_secs(30),
+            heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
             sandbox,
             cancel: Cancel::default(),
         }

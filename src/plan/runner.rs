@@ -31,7 +31,9 @@ pub(crate) struct CommandSpec {
     /// The whole environment the command sees.
     pub(crate) env: Vec<(String, String)>,
     pub(crate) timeout: Duration,
-    pub(crate) heartbeat: Duration,
+    /// How long a quiet command runs before the log says it still runs, and
+    /// again each time after; `None`: never.
+    pub(crate) heartbeat: Option<Duration>,
     pub(crate) output_cap: usize,
     pub(crate) sandbox: Arc<Sandbox>,
     /// What the command may write.
@@ -245,7 +247,9 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
         kept.push(&line);
     };
     let deadline = started + spec.timeout;
-    let mut heartbeat = tokio::time::interval_at(started + spec.heartbeat, spec.heartbeat);
+    let mut heartbeat = spec
+        .heartbeat
+        .map(|every| tokio::time::interval_at(started + every, every));
     let mut last_output = started;
     let termination = loop {
         tokio::select! {
@@ -275,8 +279,8 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
                 last_output = Instant::now();
                 on_line(line);
             }
-            _ = heartbeat.tick() => {
-                if last_output.elapsed() >= spec.heartbeat.mul_f32(0.9) {
+            every = next_heartbeat(&mut heartbeat) => {
+                if last_output.elapsed() >= every.mul_f32(0.9) {
                     log_line(&spec.label, &format!("still running after {}s", started.elapsed().as_secs()));
                 }
             }
@@ -324,6 +328,17 @@ impl Drop for GroupKiller {
 /// Every line of a command's life goes through one call site, `label | text`.
 fn log_line(label: &str, text: &str) {
     tracing::info!(target: "wavegate::command", "{label} | {text}");
+}
+
+/// The next heartbeat's tick, with its period; never without a heartbeat.
+async fn next_heartbeat(heartbeat: &mut Option<tokio::time::Interval>) -> Duration {
+    match heartbeat {
+        Some(interval) => {
+            interval.tick().await;
+            interval.period()
+        }
+        None => std::future::pending().await,
+    }
 }
 
 fn kill_group(group: Option<i32>) {
@@ -436,7 +451,7 @@ mod tests {
             cwd: job.confinement.tree.clone(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             timeout,
-            heartbeat: Duration::from_millis(100),
+            heartbeat: Some(Duration::from_millis(100)),
             output_cap: 200,
             sandbox,
             confinement: job.confinement.clone(),
@@ -594,8 +609,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn lines_are_streamed_with_the_label_and_a_quiet_command_gets_a_heartbeat() {
+    /// What `spec` logs while it runs.
+    async fn logged(spec: &CommandSpec) -> String {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -603,14 +618,30 @@ mod tests {
             .with_ansi(false)
             .finish();
         let _guard = tracing::subscriber::set_default(subscriber);
-        let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10));
-        s.heartbeat = Duration::from_millis(500);
-        run_command(&s).await.unwrap();
+        run_command(spec).await.unwrap();
         let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        log
+    }
+
+    #[tokio::test]
+    async fn lines_are_streamed_with_the_label_and_a_quiet_command_gets_a_heartbeat() {
+        let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10));
+        s.heartbeat = Some(Duration::from_millis(500));
+        let log = logged(&s).await;
         assert!(log.contains("[plan] x@dev | hello"), "{log}");
         // How many heartbeats fit depends on the machine's load; one must.
         assert!(log.contains("[plan] x@dev | still running after "), "{log}");
         assert!(log.contains("[plan] x@dev | bye"), "{log}");
+    }
+
+    #[tokio::test]
+    async fn without_a_heartbeat_a_quiet_command_logs_only_what_it_prints() {
+        let mut s = spec("echo hello; sleep 1.2; echo bye", Duration::from_secs(10));
+        s.heartbeat = None;
+        let log = logged(&s).await;
+        assert!(log.contains("[plan] x@dev | hello"), "{log}");
+        assert!(log.contains("[plan] x@dev | bye"), "{log}");
+        assert!(!log.contains("still running"), "{log}");
     }
 
     #[tokio::test]

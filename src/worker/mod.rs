@@ -47,6 +47,8 @@ pub struct WorkerOptions {
     /// How soon a member whose apply answered `held` is tried again (then
     /// twice as late each time it is still held, at most 15 minutes).
     pub held_retry: Duration,
+    /// See `Settings::heartbeat`.
+    pub heartbeat: Option<Duration>,
 }
 
 impl Default for WorkerOptions {
@@ -56,6 +58,7 @@ impl Default for WorkerOptions {
             poll: Duration::from_secs(2),
             plan_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             held_retry: crate::apply::HELD_RETRY,
+            heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
         }
     }
 }

@@ -242,6 +242,7 @@ impl JobCtx<'_> {
         );
         options.cancel = self.cancel.clone();
         options.concurrency = self.options.plan_concurrency;
+        options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);
         let prepared = tokio::task::block_in_place(|| engine::prepare(&options));
 

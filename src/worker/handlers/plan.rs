@@ -106,6 +106,7 @@ impl JobCtx<'_> {
         );
         options.cancel = self.cancel.clone();
         options.concurrency = self.options.plan_concurrency;
+        options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);
         // Planning calls git synchronously here and there: it runs on a
         // runtime of its own so webhook intake never waits behind it, in
