@@ -6,7 +6,6 @@
 
 use super::{not_found, rfc3339, FakeComment, FakeReaction, Repo, State};
 use axum::response::Response;
-use std::time::SystemTime;
 use wavegate::model::ForgeKind;
 
 /// Why an edit was refused.
@@ -84,6 +83,7 @@ pub(super) fn create(
     body: String,
 ) -> Result<FakeComment, Response> {
     let id = state.id();
+    let now = state.now();
     let repo = repo(state, forge, full_name);
     if !repo.prs.iter().any(|p| p.number == pr) {
         return Err(not_found());
@@ -94,8 +94,8 @@ pub(super) fn create(
         body,
         author: author.to_owned(),
         author_is_bot,
-        created_at: SystemTime::now(),
-        updated_at: SystemTime::now(),
+        created_at: now,
+        updated_at: now,
     };
     repo.comments.push(comment.clone());
     Ok(comment)
@@ -110,6 +110,7 @@ pub(super) fn edit(
     editor: &str,
     body: String,
 ) -> Result<FakeComment, EditRefused> {
+    let now = state.now();
     let comment = repo(state, forge, full_name)
         .comments
         .iter_mut()
@@ -119,7 +120,7 @@ pub(super) fn edit(
         return Err(EditRefused::NotTheAuthor);
     }
     comment.body = body;
-    comment.updated_at = SystemTime::now();
+    comment.updated_at = now;
     Ok(comment.clone())
 }
 

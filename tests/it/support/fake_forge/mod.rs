@@ -81,12 +81,13 @@ impl FakeForge {
             fail_rules: Vec::new(),
             requests: Vec::new(),
             rate_limit: 5000,
-            rate_reset: unix_now() + 3600,
+            rate_reset: unix_secs(SystemTime::now()) + 3600,
             budget_used: HashMap::new(),
             not_modified: 0,
             app_webhook: None,
             hook_deliveries: Vec::new(),
             outbox: Vec::new(),
+            clock_behind: Duration::ZERO,
         }));
         let app = Router::new()
             .fallback(handle)
@@ -174,7 +175,7 @@ impl FakeForge {
                 open: true,
                 merged: false,
                 merge_sha: None,
-                updated_at: SystemTime::now(),
+                updated_at: s.now(),
             };
             s.repo_of(repo).prs.push(pr.clone());
             pr
@@ -183,43 +184,50 @@ impl FakeForge {
 
     /// New commits on the PR's head branch.
     pub fn push(&self, repo: &RepoHandle, pr: u64, new_head: &str) -> FakePr {
-        self.update_pr(repo, pr, |p| {
+        self.update_pr(repo, pr, |p, now| {
             p.previous_head_sha = Some(std::mem::replace(&mut p.head_sha, new_head.to_owned()));
-            p.updated_at = SystemTime::now();
+            p.updated_at = now;
         })
     }
 
     pub fn merge(&self, repo: &RepoHandle, pr: u64, merge_sha: &str) -> FakePr {
-        self.update_pr(repo, pr, |p| {
+        self.update_pr(repo, pr, |p, now| {
             p.open = false;
             p.merged = true;
             p.merge_sha = Some(merge_sha.to_owned());
-            p.updated_at = SystemTime::now();
+            p.updated_at = now;
         })
     }
 
     pub fn close(&self, repo: &RepoHandle, pr: u64) -> FakePr {
-        self.update_pr(repo, pr, |p| {
+        self.update_pr(repo, pr, |p, now| {
             p.open = false;
-            p.updated_at = SystemTime::now();
+            p.updated_at = now;
         })
     }
 
-    fn update_pr(&self, repo: &RepoHandle, pr: u64, change: impl FnOnce(&mut FakePr)) -> FakePr {
+    /// Changes PR `pr` (given the forge's clock now).
+    fn update_pr(
+        &self,
+        repo: &RepoHandle,
+        pr: u64,
+        change: impl FnOnce(&mut FakePr, SystemTime),
+    ) -> FakePr {
         self.with(|s| {
+            let now = s.now();
             let found = s
                 .repo_of(repo)
                 .prs
                 .iter_mut()
                 .find(|p| p.number == pr)
                 .unwrap_or_else(|| panic!("no PR #{pr} in {}", repo.full_name));
-            change(found);
+            change(found, now);
             found.clone()
         })
     }
 
     pub fn pr(&self, repo: &RepoHandle, pr: u64) -> FakePr {
-        self.update_pr(repo, pr, |_| {})
+        self.update_pr(repo, pr, |_, _| {})
     }
 
     /// `permission`: `admin`, `write`, `read` (Forgejo also `owner`).
@@ -261,14 +269,15 @@ impl FakeForge {
         self.with(|s| {
             s.user_id(author);
             let id = s.id();
+            let now = s.now();
             s.repo_of(repo).comments.push(FakeComment {
                 id,
                 pr,
                 body: body.to_owned(),
                 author: author.to_owned(),
                 author_is_bot: author.ends_with("[bot]"),
-                created_at: SystemTime::now(),
-                updated_at: SystemTime::now(),
+                created_at: now,
+                updated_at: now,
             });
             id
         })
@@ -293,6 +302,7 @@ impl FakeForge {
     /// it was written, as the forges date to the second).
     pub fn edit_comment(&self, repo: &RepoHandle, id: u64, body: &str) {
         self.with(|s| {
+            let now = s.now();
             let comment = s
                 .repo_of(repo)
                 .comments
@@ -300,7 +310,7 @@ impl FakeForge {
                 .find(|c| c.id == id)
                 .expect("a comment to edit");
             comment.body = body.to_owned();
-            comment.updated_at = SystemTime::now().max(comment.created_at + Duration::from_secs(1));
+            comment.updated_at = now.max(comment.created_at + Duration::from_secs(1));
         })
     }
 
@@ -314,17 +324,18 @@ impl FakeForge {
             "a review is submitted as APPROVED, CHANGES_REQUESTED or COMMENTED, not {state}"
         );
         let commit = self.pr(repo, pr).head_sha;
-        self.update_pr(repo, pr, |p| p.updated_at = SystemTime::now());
+        self.update_pr(repo, pr, |p, now| p.updated_at = now);
         self.with(|s| {
             s.user_id(author);
             let id = s.id();
+            let now = s.now();
             s.repo_of(repo).reviews.push(FakeReview {
                 id,
                 pr,
                 author: author.to_owned(),
                 state: state.to_owned(),
                 commit,
-                submitted_at: SystemTime::now(),
+                submitted_at: now,
                 dismissed: false,
             });
             id
@@ -344,7 +355,7 @@ impl FakeForge {
             review.dismissed = true;
             review.pr
         });
-        self.update_pr(repo, pr, |p| p.updated_at = SystemTime::now());
+        self.update_pr(repo, pr, |p, now| p.updated_at = now);
     }
 
     pub fn delete_comment(&self, repo: &RepoHandle, id: u64) {
@@ -371,6 +382,20 @@ impl FakeForge {
                     .collect(),
             })
         })
+    }
+
+    /// The forge's clock, which dates what it holds (pull requests'
+    /// updates, comments, reviews, tokens, webhook deliveries).
+    pub fn now(&self) -> SystemTime {
+        self.with(|s| s.now())
+    }
+
+    /// From now on the forge's clock runs `behind` the wall clock the bot
+    /// reads: what the forge writes meanwhile is dated as if written that
+    /// much earlier (a test moves this clock instead of sleeping until the
+    /// bot's has moved on). `Duration::ZERO` sets it right again.
+    pub fn set_clock_behind(&self, behind: Duration) {
+        self.with(|s| s.clock_behind = behind)
     }
 
     /// How long installation tokens issued from now on live.
@@ -461,7 +486,7 @@ impl FakeForge {
     pub fn set_rate_window(&self, limit: u64, resets_in: Duration) {
         self.with(|s| {
             s.rate_limit = limit;
-            s.rate_reset = unix_now() + resets_in.as_secs();
+            s.rate_reset = s.unix_now() + resets_in.as_secs();
         });
     }
 
@@ -554,9 +579,9 @@ async fn handle(
     // does not spend from it.
     let (limit, used, reset) = {
         let mut state = shared.lock().unwrap();
-        if unix_now() >= state.rate_reset {
+        if state.unix_now() >= state.rate_reset {
             state.budget_used.clear();
-            state.rate_reset = unix_now() + 3600;
+            state.rate_reset = state.unix_now() + 3600;
         }
         if response.status() != StatusCode::NOT_MODIFIED {
             *state.budget_used.entry(payer).or_default() += 1;
@@ -598,11 +623,8 @@ async fn conditional(method: &Method, headers: &HeaderMap, response: Response) -
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+fn unix_secs(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -723,7 +745,7 @@ fn log_attempt(state: &mut State, outgoing: Outgoing, duration: f64, status_code
     state.hook_deliveries.push(FakeHookDelivery {
         id,
         guid: outgoing.guid,
-        delivered_at: SystemTime::now(),
+        delivered_at: state.now(),
         redelivery: outgoing.redelivery,
         duration,
         status,
@@ -877,7 +899,7 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
                 return Err(not_found());
             }
             let token = format!("ghs_fake{}", state.id());
-            let expires_at = SystemTime::now() + state.token_lifetime;
+            let expires_at = state.now() + state.token_lifetime;
             state.tokens.push(IssuedToken {
                 token: token.clone(),
                 installation,
@@ -985,8 +1007,8 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
                     "client_secret": "fake-client-secret",
                     "permissions": {},
                     "events": [],
-                    "created_at": rfc3339(SystemTime::now()),
-                    "updated_at": rfc3339(SystemTime::now()),
+                    "created_at": rfc3339(state.now()),
+                    "updated_at": rfc3339(state.now()),
                 }),
             ))
         }
@@ -1114,7 +1136,7 @@ fn installation_of_token(state: &State, req: &Request) -> Result<u64, Response> 
         .iter()
         .find(|t| t.token == token)
         .ok_or_else(|| unauthorized("Bad credentials"))?;
-    if issued.revoked || issued.expires_at <= SystemTime::now() {
+    if issued.revoked || issued.expires_at <= state.now() {
         return Err(unauthorized("Bad credentials"));
     }
     Ok(issued.installation)
@@ -1308,7 +1330,7 @@ fn github_repo(state: &mut State, req: &Request, full_name: &str, path: &[&str])
             )?;
             Ok(answer(
                 if new { 201 } else { 200 },
-                json!({ "id": reaction_id, "node_id": format!("R_{reaction_id}"), "content": content, "user": github_user(GITHUB_BOT_LOGIN, bot_id, true), "created_at": rfc3339(SystemTime::now()) }),
+                json!({ "id": reaction_id, "node_id": format!("R_{reaction_id}"), "content": content, "user": github_user(GITHUB_BOT_LOGIN, bot_id, true), "created_at": rfc3339(state.now()) }),
             ))
         }
         ("POST", ["check-runs"]) => {
@@ -1546,7 +1568,7 @@ fn forgejo_repo(
             let new = comments::react(state, ForgeKind::Forgejo, full_name, id, login, &content)?;
             Ok(answer(
                 if new { 201 } else { 200 },
-                json!({ "content": content, "user": forgejo_user(login, user_id), "created_at": rfc3339(SystemTime::now()) }),
+                json!({ "content": content, "user": forgejo_user(login, user_id), "created_at": rfc3339(state.now()) }),
             ))
         }
         ("POST", ["statuses", sha]) => {
@@ -1587,8 +1609,8 @@ fn forgejo_repo(
                     "target_url": status.target_url.clone().unwrap_or_default(),
                     "url": "",
                     "creator": forgejo_user(login, user_id),
-                    "created_at": rfc3339(SystemTime::now()),
-                    "updated_at": rfc3339(SystemTime::now()),
+                    "created_at": rfc3339(state.now()),
+                    "updated_at": rfc3339(state.now()),
                 }),
             ))
         }

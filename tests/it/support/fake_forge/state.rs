@@ -201,9 +201,22 @@ pub(super) struct State {
     pub(super) app_webhook: Option<AppWebhook>,
     pub(super) hook_deliveries: Vec<FakeHookDelivery>,
     pub(super) outbox: Vec<Outgoing>,
+    /// How far the forge's clock runs behind the wall clock (`set_clock_behind`).
+    pub(super) clock_behind: Duration,
 }
 
 impl State {
+    /// The forge's clock, which dates everything it holds: the wall clock,
+    /// `clock_behind` late.
+    pub(super) fn now(&self) -> SystemTime {
+        SystemTime::now() - self.clock_behind
+    }
+
+    /// The forge's clock in unix seconds.
+    pub(super) fn unix_now(&self) -> u64 {
+        unix_secs(self.now())
+    }
+
     pub(super) fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
