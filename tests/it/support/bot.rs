@@ -424,9 +424,16 @@ impl Bot {
         .await
     }
 
+    /// The example repository as `acme/infra` on GitHub, with the App installed.
     pub fn github_repo(&self) -> RepoHandle {
         let url = format!("file://{}", self.example.repo.display());
         self.forge.add_github_repo("acme/infra", &url, INSTALLATION)
+    }
+
+    /// The example repository as `acme/infra` on Forgejo.
+    pub fn forgejo_repo(&self) -> RepoHandle {
+        let url = format!("file://{}", self.example.repo.display());
+        self.forge.add_forgejo_repo("acme/infra", &url)
     }
 
     pub fn rev(&self, rev: &str) -> String {

@@ -86,8 +86,7 @@ pub async fn planned_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
 /// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to
 /// write.
 pub async fn planned_pr_on_forgejo(bot: &Bot, number: u64) -> PrHandle<'_> {
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    let repo = bot.forgejo_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.opened(&repo, number, "change").await
 }
