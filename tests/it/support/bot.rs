@@ -798,24 +798,6 @@ impl Bot {
         std::fs::write(path, outcome.to_string()).unwrap();
     }
 
-    /// `who` comments `body` on PR `pr`, the bot is told and settles; returns the comment's id.
-    pub async fn comment(&self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
-        let id = self.forge.add_comment(repo, pr, who, body);
-        let delivery = if repo.installation.is_some() {
-            support::github_comment(repo, pr, id, who, body)
-        } else {
-            support::forgejo_comment(repo, pr, id, who, body)
-        };
-        let (status, answer) = if repo.installation.is_some() {
-            self.deliver_github(delivery).await
-        } else {
-            self.deliver_forgejo(delivery).await
-        };
-        assert_eq!(status, 202, "{answer}");
-        self.settle().await;
-        id
-    }
-
     /// The reactions on comment `comment`, in the order they were made.
     pub fn reactions(&self, repo: &RepoHandle, comment: u64) -> Vec<String> {
         self.forge
@@ -884,18 +866,6 @@ pub async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String)
     bot.settle().await;
     let digest = digest_in(&bot.report(&repo, number).body);
     (repo, pr, digest)
-}
-
-/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to write.
-pub async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr) {
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, number, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    (repo, pr)
 }
 
 /// Whether `pid` is one of `ancestors` or started by one of them.
