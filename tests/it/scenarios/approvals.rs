@@ -5,6 +5,7 @@
 use crate::support::pr::*;
 use crate::support::redact::redact;
 use crate::support::{self, bot::*};
+use std::time::Duration;
 use wavegate::store::JobStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,14 +87,16 @@ async fn an_approve_written_before_the_new_plan_was_posted_is_refused() {
     bot.branch_bigger_app("change-2");
     let pushed = bot.forge.push(repo, 23, &bot.rev("change-2"));
     // The reviewer's comment is written while the push is being planned:
-    // its delivery is built (and dated) before the plan is posted.
+    // the forge, its clock 1.1 s behind the bot's (rather than the test
+    // waiting 1.1 s), dates it and its delivery more than a second before
+    // the plan is posted.
+    bot.forge.set_clock_behind(Duration::from_millis(1100));
     let id = bot.forge.add_comment(repo, 23, "rev-bob", "/approve");
     let (event, body) = support::github_comment(repo, 23, id, "rev-bob", "/approve");
     let mut comment: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    comment["comment"]["created_at"] =
-        support::fake_forge::rfc3339(std::time::SystemTime::now()).into();
+    comment["comment"]["created_at"] = support::fake_forge::rfc3339(bot.forge.now()).into();
     let comment = (event, serde_json::to_vec(&comment).unwrap());
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    bot.forge.set_clock_behind(Duration::ZERO);
     bot.tell(
         repo,
         support::github_pull_request("synchronize", repo, &pushed),

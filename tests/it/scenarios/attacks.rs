@@ -13,6 +13,7 @@
 //! `WAVEGATE_SANDBOX=none` and see them get through: the attacks are real,
 //! and these checks can fail.
 
+use crate::support::pr::*;
 use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
@@ -212,19 +213,20 @@ fn commit(bot: &Bot, name: &str, from: &str, files: &[(String, String)], links: 
     git(&["checkout", "-q", "--detach", "main"]);
 }
 
-/// Opens PR `number` from `branch` and delivers it.
-async fn open(
-    bot: &mut Bot,
+/// Opens PR `number` from `branch` and delivers it, without waiting for the
+/// bot to settle (another pull request's plan may be holding on).
+async fn open_unsettled<'b>(
+    bot: &'b Bot,
     repo: &RepoHandle,
     number: u64,
     branch: &str,
-) -> support::fake_forge::FakePr {
+) -> PrHandle<'b> {
     let pr = bot.open_pr(repo, number, branch);
     let (status, body) = bot
         .deliver_github(support::github_pull_request("opened", repo, &pr))
         .await;
     assert_eq!(status, 202, "{body}");
-    pr
+    bot.pr(repo, number)
 }
 
 /// Everything the bot said: every request it made to the forge (comments,
@@ -578,9 +580,10 @@ fn as_another_user(script: &str) -> Option<String> {
     ))
 }
 
-/// `wavegate/plan`'s conclusion on `sha`.
-fn plan_check(bot: &Bot, repo: &RepoHandle, sha: &str) -> Option<String> {
-    bot.check_runs_named(repo, sha, "wavegate/plan")
+/// `wavegate/plan`'s conclusion on the pull request's head, once it has one.
+fn plan_check(pr: &PrHandle) -> Option<String> {
+    pr.bot
+        .check_runs_named(&pr.repo, &pr.head(), "wavegate/plan")
         .pop()
         .and_then(|c| c.conclusion)
 }
@@ -599,18 +602,17 @@ fn assert_attack_ran(report: &str, attacks: &[&str]) {
 /// ledger counts an approval per actor id; it does not ask the forge).
 const FORGED_APPROVER: u64 = 990_002;
 
-/// Pushes onto PR `number` (planned from `change`, its report showing
+/// Pushes onto the pull request (planned from `change`, its report showing
 /// `digest`) a commit that only turns `ci/plan.py` into the attack
 /// `attacks`, aimed at what `host` and `listeners` hold, and settles.
 async fn push_attack(
-    bot: &mut Bot,
-    repo: &RepoHandle,
-    number: u64,
+    pr: &mut PrHandle<'_>,
     attacks: &[&str],
     host: &Host,
     listeners: &Listeners,
     digest: &str,
-) -> support::fake_forge::FakePr {
+) {
+    let (bot, number) = (pr.bot, pr.number);
     let config = json!({
         "members": {"app@dev": {}},
         "attacks": attacks,
@@ -636,11 +638,7 @@ async fn push_attack(
         &attack_files(bot, "change", &config),
         &[],
     );
-    let pushed = bot.forge.push(repo, number, &bot.rev(&branch));
-    bot.deliver_github(support::github_pull_request("synchronize", repo, &pushed))
-        .await;
-    bot.settle().await;
-    pushed
+    pr.push(&branch).await;
 }
 
 /// A PR whose plan goes after everything the server holds: its
@@ -660,11 +658,12 @@ async fn push_attack(
 /// is as it was, and no listener saw a connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
-    let mut bot = Bot::start_inheriting(a_descriptor_to_leave_open(), INHERITED_FD).await;
+    let bot = Bot::start_inheriting(a_descriptor_to_leave_open(), INHERITED_FD).await;
     let host = Host::of(&bot);
     host.plant_secrets();
     let listeners = Listeners::start(&bot).await;
-    let (repo, _, digest) = planned(&mut bot, 31).await;
+    let mut pr = planned_pr(&bot, 31).await;
+    let digest = pr.digest();
     host.plant_mirror_secret();
     let ratelimit = std::fs::read_to_string(PRINTK_RATELIMIT).unwrap();
     let estate_before = snapshot(&host.estate);
@@ -683,14 +682,14 @@ async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
         "hooks",
         "estate",
     ];
-    let pushed = push_attack(&mut bot, &repo, 31, &attacks, &host, &listeners, &digest).await;
+    push_attack(&mut pr, &attacks, &host, &listeners, &digest).await;
     // The kernel setting, put back at once should the attack have changed it.
     let ratelimit_now = std::fs::read_to_string(PRINTK_RATELIMIT).unwrap();
     if ratelimit_now != ratelimit {
         std::fs::write(PRINTK_RATELIMIT, &ratelimit).unwrap();
     }
 
-    let report = bot.report(&repo, 31).body;
+    let report = pr.report();
     assert_attack_ran(&report, &attacks);
     assert_eq!(
         digest_in(&report),
@@ -780,7 +779,7 @@ async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
         foreign.is_empty(),
         || format!("{foreign:?}"),
     );
-    let check = plan_check(&bot, &repo, &pushed.head_sha);
+    let check = plan_check(&pr);
     verdict.blocked(
         "3 wavegate/plan still waits for an approval",
         check.as_deref() == Some("action_required"),
@@ -835,10 +834,7 @@ async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
         || config.clone(),
     );
     bot.branch_bigger_app("attack-2");
-    let again = bot.forge.push(&repo, 31, &bot.rev("attack-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &again))
-        .await;
-    bot.settle().await;
+    pr.push("attack-2").await;
     verdict.blocked(
         "7 a planted hook ran on a later fetch",
         !host.hook_marker.exists(),
@@ -878,10 +874,7 @@ async fn a_plan_that_widens_its_env_and_signals_the_server_gets_neither() {
         ),
     ));
     commit(&bot, "greedy", "change", &files, &[]);
-    open(&mut bot, &repo, 32, "greedy").await;
-    bot.settle().await;
-
-    let report = bot.report(&repo, 32).body;
+    let report = bot.opened(&repo, 32, "greedy").await.report();
     assert_attack_ran(&report, &["environment"]);
     assert!(
         report.contains("attack signals: kill -9 -1"),
@@ -934,7 +927,7 @@ async fn a_plan_that_widens_its_env_and_signals_the_server_gets_neither() {
 /// linked files is in anything the bot said.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_files_and_component_dirs_linked_out_of_the_tree_fail_and_show_nothing() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let host = Host::of(&bot);
     host.plant_secrets();
     let repo = bot.github_repo();
@@ -964,10 +957,8 @@ async fn plan_files_and_component_dirs_linked_out_of_the_tree_fail_and_show_noth
             ("infra/escape-up", "../../.."),
         ],
     );
-    let pr = open(&mut bot, &repo, 33, "links").await;
-    bot.settle().await;
-
-    let report = bot.report(&repo, 33).body;
+    let pr = bot.opened(&repo, 33, "links").await;
+    let report = pr.report();
     let said = everything_said(&bot);
     let member_error = |member: &str| -> String {
         let at = report
@@ -1006,8 +997,8 @@ async fn plan_files_and_component_dirs_linked_out_of_the_tree_fail_and_show_noth
     }
     verdict.blocked(
         "8 the check fails",
-        plan_check(&bot, &repo, &pr.head_sha).as_deref() == Some("failure"),
-        || format!("{:?}", plan_check(&bot, &repo, &pr.head_sha)),
+        plan_check(&pr).as_deref() == Some("failure"),
+        || format!("{:?}", plan_check(&pr)),
     );
     verdict.assert_all_blocked();
 }
@@ -1025,7 +1016,7 @@ async fn plan_files_and_component_dirs_linked_out_of_the_tree_fail_and_show_noth
 /// ever ran, and the key is nowhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_at_its_timeout() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     let host = Host::of(&bot);
     let repo = bot.github_repo();
 
@@ -1048,7 +1039,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
         toml.replace(app, &format!("{app}timeout = \"10s\"\n")),
     ));
     commit(&bot, "holder", "change", &files, &[]);
-    open(&mut bot, &repo, 41, "holder").await;
+    let holder = open_unsettled(&bot, &repo, 41, "holder").await;
 
     // The holder's tree, as anyone on the host can find it.
     let job = bot
@@ -1080,12 +1071,12 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
         &attack_files(&bot, "change", &config),
         &[],
     );
-    let reader = open(&mut bot, &repo, 42, "reader").await;
+    let reader = open_unsettled(&bot, &repo, 42, "reader").await;
     bot.until("the reader's plan is reported", || async {
-        plan_check(&bot, &repo, &reader.head_sha).map(|_| ())
+        plan_check(&reader).map(|_| ())
     })
     .await;
-    assert_attack_ran(&bot.report(&repo, 42).body, &["other_tree"]);
+    assert_attack_ran(&reader.report(), &["other_tree"]);
     assert!(
         job.join("tree").exists(),
         "the holder still held its tree while the reader's plan ran"
@@ -1122,7 +1113,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
 
     // The holder is killed at its timeout, with everything it started.
     bot.settle().await;
-    let holder = bot.report(&repo, 41).body;
+    let holder = holder.report();
     assert!(
         holder.contains("did not finish within its timeout"),
         "the holder's plan was killed at its timeout: {holder}"
@@ -1167,21 +1158,13 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
 /// addresses, IPv6 link-local ones included (5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
-    let mut bot = Bot::start_with(&[("WAVEGATE_SANDBOX_NETWORK", "egress")]).await;
+    let bot = Bot::start_with(&[("WAVEGATE_SANDBOX_NETWORK", "egress")]).await;
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
-    let (repo, _, digest) = planned(&mut bot, 34).await;
-    push_attack(
-        &mut bot,
-        &repo,
-        34,
-        &["connections"],
-        &host,
-        &listeners,
-        &digest,
-    )
-    .await;
-    assert_attack_ran(&bot.report(&repo, 34).body, &["connections"]);
+    let mut pr = planned_pr(&bot, 34).await;
+    let digest = pr.digest();
+    push_attack(&mut pr, &["connections"], &host, &listeners, &digest).await;
+    assert_attack_ran(&pr.report(), &["connections"]);
 
     let mut verdict = Verdict::default();
     let hits = listeners.hits();
@@ -1215,14 +1198,15 @@ async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
 /// hooks off: the planted hook never runs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_sandbox_off_the_same_attacks_get_through() {
-    let mut bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
+    let bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
-    let (repo, _, digest) = planned(&mut bot, 35).await;
+    let mut pr = planned_pr(&bot, 35).await;
+    let digest = pr.digest();
     bot.assert_ledger_verifies();
     // From here on the plan writes to the ledger: `settle` no longer
     // asserts that it verifies; this test says what verify finds instead.
-    bot.ledger_forged = true;
+    bot.ledger_forged.store(true, Ordering::SeqCst);
     let estate_before = snapshot(&host.estate);
     let attacks = [
         "files",
@@ -1232,7 +1216,7 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
         "hooks",
         "estate",
     ];
-    let pushed = push_attack(&mut bot, &repo, 35, &attacks, &host, &listeners, &digest).await;
+    push_attack(&mut pr, &attacks, &host, &listeners, &digest).await;
     let escaped = host.daemons();
     let survivors = bot.survivors();
     for process in escaped.iter().chain(&survivors) {
@@ -1241,7 +1225,7 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 
-    let report = bot.report(&repo, 35).body;
+    let report = pr.report();
     assert_attack_ran(&report, &attacks);
     assert_eq!(
         digest_in(&report),
@@ -1287,7 +1271,7 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
     // facts it signed (an attacker who can also read the ledger key, as an
     // unsandboxed plan could, is what the sandbox stops).
     assert_eq!(
-        plan_check(&bot, &repo, &pushed.head_sha).as_deref(),
+        plan_check(&pr).as_deref(),
         Some("action_required"),
         "3 the forged approval did not turn the check green"
     );
@@ -1317,10 +1301,7 @@ async fn with_the_sandbox_off_the_same_attacks_get_through() {
         "10 a plan changed the estate"
     );
     bot.branch_bigger_app("change-2");
-    let again = bot.forge.push(&repo, 35, &bot.rev("change-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &again))
-        .await;
-    bot.settle().await;
+    pr.push("change-2").await;
     assert!(
         !host.hook_marker.exists(),
         "7 the server's git runs with hooks off, so even here no planted hook runs"

@@ -4,9 +4,10 @@
 //! member is applied and no gate an earlier commit of the pull request
 //! loosened governs its own apply.
 
-use crate::support::{self, bot::*, common};
-use common::MergeMethod;
-use support::RepoHandle;
+use crate::support::bot::*;
+use crate::support::common::MergeMethod;
+use crate::support::pr::*;
+use crate::support::redact::redact;
 
 const METHODS: [MergeMethod; 4] = [
     MergeMethod::MergeCommit,
@@ -59,61 +60,31 @@ impl Bot {
     }
 
     /// PR `number` from `branch`, opened and planned on `forge`, approved by rev-bob.
-    async fn approved_pr(&mut self, forge: Forge, number: u64, branch: &str) -> RepoHandle {
+    async fn approved_pr(&self, forge: Forge, number: u64, branch: &str) -> PrHandle<'_> {
         let repo = match forge {
             Forge::GitHub => self.github_repo(),
-            Forge::Forgejo => {
-                let url = format!("file://{}", self.example.repo.display());
-                self.forge.add_forgejo_repo("acme/infra", &url)
-            }
+            Forge::Forgejo => self.forgejo_repo(),
         };
         self.forge.set_permission(&repo, "rev-bob", "write");
-        let pr = self.open_pr(&repo, number, branch);
-        match forge {
-            Forge::GitHub => {
-                self.deliver_github(support::github_pull_request("opened", &repo, &pr))
-                    .await
-            }
-            Forge::Forgejo => {
-                self.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-                    .await
-            }
-        };
-        self.settle().await;
-        self.comment(&repo, number, "rev-bob", "/approve").await;
-        repo
+        let pr = self.opened(&repo, number, branch).await;
+        pr.comment_as("rev-bob", "/approve").await;
+        pr
     }
+}
 
-    /// Lands PR `number` by `method` and tells the bot.
-    async fn land(
-        &mut self,
-        forge: Forge,
-        repo: &RepoHandle,
-        number: u64,
-        branch: &str,
-        method: MergeMethod,
-    ) {
+impl PrHandle<'_> {
+    /// Lands it by `method` (for a rebase, main moved on meanwhile) and
+    /// tells the bot.
+    async fn land(&self, method: MergeMethod) {
         if method == MergeMethod::Rebase {
             // The target moved on meanwhile: the rebase re-creates every commit.
-            self.example.branch(
+            self.bot.example.branch(
                 "main",
                 "main",
                 &[("docs/meanwhile.md", Some("main moved on\n"))],
             );
         }
-        let merged = self.merge_as(method, repo, number, branch);
-        let (status, _) = match forge {
-            Forge::GitHub => {
-                self.deliver_github(support::github_pull_request("closed", repo, &merged))
-                    .await
-            }
-            Forge::Forgejo => {
-                self.deliver_forgejo(support::forgejo_pull_request("closed", repo, &merged))
-                    .await
-            }
-        };
-        assert_eq!(status, 202);
-        self.settle().await;
+        self.merge_by(method).await;
     }
 }
 
@@ -122,7 +93,7 @@ impl Bot {
 /// then prod behind its gate — the first commit's network members too.
 async fn every_approved_member_applies(forge: Forge) {
     for (n, method) in METHODS.into_iter().enumerate() {
-        let mut bot = Bot::start().await;
+        let bot = Bot::start().await;
         let number = 60 + n as u64;
         let network = bot
             .example
@@ -132,8 +103,8 @@ async fn every_approved_member_applies(forge: Forge) {
             "two-steps",
             &[("infra/network/resources.json".into(), network)],
         );
-        let repo = bot.approved_pr(forge, number, "two-steps").await;
-        bot.land(forge, &repo, number, "two-steps", method).await;
+        let pr = bot.approved_pr(forge, number, "two-steps").await;
+        pr.land(method).await;
         let mut dev = bot.applies_run();
         dev.sort();
         assert_eq!(
@@ -141,18 +112,18 @@ async fn every_approved_member_applies(forge: Forge) {
             ["app@dev", "network@dev"],
             "{method:?}: dev first, the first commit's network too"
         );
-        let asked = bot.replies(&repo, number).pop().unwrap_or_default();
-        assert!(
-            asked.contains("Stage **prod** waits for its own approval"),
-            "{method:?}: prod waits for its gate: {asked}"
-        );
-        bot.comment(
-            &repo,
-            number,
-            "rev-bob",
-            &format!("/approve prod {}", digest_in(&asked)),
-        )
-        .await;
+        let asked = pr.last_reply();
+        insta::allow_duplicates! {
+            insta::assert_snapshot!(redact(&asked), @"
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+            ```
+            /approve prod sha256:[digest]
+            ```
+            ");
+        }
+        pr.comment_as("rev-bob", &format!("/approve prod {}", digest_in(&asked)))
+            .await;
         let mut applied = bot.applies_run();
         applied.sort();
         assert_eq!(
@@ -166,11 +137,9 @@ async fn every_approved_member_applies(forge: Forge) {
             ],
             "{method:?}: every approved member applied"
         );
-        let last = bot.replies(&repo, number).pop().unwrap_or_default();
-        assert!(
-            last.contains("every member of the approved change is deployed"),
-            "{method:?}: {last}"
-        );
+        insta::allow_duplicates! {
+            insta::assert_snapshot!(redact(&pr.last_reply()), @"Applied on [short]: every member of the approved change is deployed.");
+        }
     }
 }
 
@@ -194,7 +163,7 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
         (Forge::Forgejo, MergeMethod::Rebase),
         (Forge::GitHub, MergeMethod::FastForward),
     ] {
-        let mut bot = Bot::start().await;
+        let bot = Bot::start().await;
         let config = bot.example.read("main", "wavegate.toml");
         let loosened = config.replace(
             "name = \"prod\"\ngate = \"always\"",
@@ -202,18 +171,22 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
         );
         assert_ne!(config, loosened, "the example's prod gate is `always`");
         bot.two_commit_branch("loosen", &[("wavegate.toml".into(), loosened)]);
-        let repo = bot.approved_pr(forge, 70, "loosen").await;
-        bot.land(forge, &repo, 70, "loosen", method).await;
+        let pr = bot.approved_pr(forge, 70, "loosen").await;
+        pr.land(method).await;
         assert_eq!(
             bot.applies_run(),
             ["app@dev"],
             "{method:?}: nothing of prod applied without its own approval"
         );
-        let asked = bot.replies(&repo, 70).pop().unwrap_or_default();
-        assert!(
-            asked.contains("Stage **prod** waits for its own approval"),
-            "{method:?}: {asked}"
-        );
+        insta::allow_duplicates! {
+            insta::assert_snapshot!(redact(&pr.last_reply()), @"
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+            ```
+            /approve prod sha256:[digest]
+            ```
+            ");
+        }
     }
 }
 
@@ -223,39 +196,20 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
 /// instead of calling them deployed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approved_members_the_merge_does_not_change_are_named_not_passed_off_as_deployed() {
-    let mut bot = Bot::start().await;
+    let bot = Bot::start().await;
     bot.example.branch(
         "change-again",
         "change",
         &[("docs/again.md", Some("the same change\n"))],
     );
-    let repo = bot.approved_pr(Forge::GitHub, 80, "change").await;
-    bot.forge.set_permission(&repo, "rev-carol", "write");
-    let second = bot.open_pr(&repo, 81, "change-again");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &second))
-        .await;
-    bot.settle().await;
-    bot.comment(&repo, 81, "rev-carol", "/approve").await;
+    let first = bot.approved_pr(Forge::GitHub, 80, "change").await;
+    bot.forge.set_permission(&first.repo, "rev-carol", "write");
+    let second = bot.opened(&first.repo, 81, "change-again").await;
+    second.comment_as("rev-carol", "/approve").await;
 
-    bot.land(Forge::GitHub, &repo, 80, "change", MergeMethod::MergeCommit)
-        .await;
+    first.land(MergeMethod::MergeCommit).await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    bot.land(
-        Forge::GitHub,
-        &repo,
-        81,
-        "change-again",
-        MergeMethod::MergeCommit,
-    )
-    .await;
+    second.land(MergeMethod::MergeCommit).await;
     assert_eq!(bot.applies_run(), ["app@dev"], "nothing applied twice");
-    let last = bot.replies(&repo, 81).pop().unwrap_or_default();
-    assert!(
-        last.contains("Not applied: `app@dev`, `app@prod`, `dns@prod`, approved when planned but unchanged by the merge"),
-        "{last}"
-    );
-    assert!(
-        !last.contains("every member of the approved change is deployed"),
-        "{last}"
-    );
+    insta::assert_snapshot!(redact(&second.last_reply()), @"Applied on [short]: every member the merge changes is deployed. Not applied: `app@dev`, `app@prod`, `dns@prod`, approved when planned but unchanged by the merge against [short] (the target before it), so there was nothing to apply.");
 }

@@ -4,6 +4,7 @@
 //! `WAVEGATE_LOG_FORMAT=json` every line is JSON and a job's lines carry its
 //! repository, pull request, delivery and id.
 
+use crate::support::pr::*;
 use crate::support::{self, bot::*};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -71,8 +72,9 @@ fn value(samples: &BTreeMap<String, f64>, text: &str, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
-    let mut bot = Bot::start().await;
-    let (repo, pr, _) = planned(&mut bot, 41).await;
+    let bot = Bot::start().await;
+    let pr = planned_pr(&bot, 41).await;
+    let (repo, head) = (&pr.repo, pr.state());
 
     // Refused: a forged signature, a body that is not a pull request, and
     // one announced too large; then a redelivery, an event wavegate does
@@ -80,7 +82,7 @@ async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
     let forged = bot
         .deliver_github_signed(
             "not-the-secret",
-            support::github_pull_request("synchronize", &repo, &pr),
+            support::github_pull_request("synchronize", repo, &head),
         )
         .await;
     assert_eq!(forged.0, 401, "{}", forged.1);
@@ -91,7 +93,7 @@ async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
         .await;
     assert_eq!(status, 400);
     assert_eq!(bot.announce_too_large().await, "HTTP/1.1 413");
-    let (_, body) = support::github_pull_request("opened", &repo, &pr);
+    let (_, body) = support::github_pull_request("opened", repo, &head);
     let signature = support::sign_github(GITHUB_SECRET, &body);
     let (status, reply) = bot
         .post_github("pull_request", "delivery-1", Some(&signature), body)
@@ -112,7 +114,7 @@ async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
         .await;
     assert_eq!(reply["status"], "recorded");
 
-    bot.comment(&repo, 41, "rev-bob", "/approve").await;
+    pr.comment_as("rev-bob", "/approve").await;
 
     let (text, samples) = scrape_with(
         &bot,
@@ -180,8 +182,8 @@ async fn deliveries_jobs_commands_forge_calls_and_the_ledger_are_measured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forgejo_deliveries_and_calls_carry_their_forge() {
-    let mut bot = Bot::start().await;
-    let _ = planned_on_forgejo(&mut bot, 42).await;
+    let bot = Bot::start().await;
+    planned_pr_on_forgejo(&bot, 42).await;
     let (text, samples) = scrape_with(
         &bot,
         r#"wavegate_job_duration_seconds_count{kind="plan",outcome="done"}"#,
@@ -208,8 +210,8 @@ async fn forgejo_deliveries_and_calls_carry_their_forge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_carry_the_job_span_on_every_line_of_the_job() {
-    let mut bot = Bot::start_with(&[("WAVEGATE_LOG_FORMAT", "json")]).await;
-    planned(&mut bot, 43).await;
+    let bot = Bot::start_with(&[("WAVEGATE_LOG_FORMAT", "json")]).await;
+    planned_pr(&bot, 43).await;
     let log = bot.log();
     let lines: Vec<Value> = log
         .lines()

@@ -1,8 +1,11 @@
 //! Reconciliation end to end: webhooks dropped on purpose, and the sweep
 //! (every second here) finds what the forge says and the store does not.
 
+use crate::support::common::MergeMethod;
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
-use wavegate::model::PrNumber;
+use std::time::Duration;
 
 impl Bot {
     async fn reconciling() -> Bot {
@@ -51,34 +54,6 @@ impl Bot {
         (bot, link)
     }
 
-    /// rev-bob's `/approve` on PR 1, delivered by the forge while the
-    /// database is away: answered 503. Its comment id and delivery guid.
-    async fn approve_refused_with_503(&mut self, repo: &support::RepoHandle) -> (u64, String) {
-        let id = self.forge.add_comment(repo, 1, "rev-bob", "/approve");
-        let (status, body, guid) = self
-            .deliver_via_forge(support::github_comment(repo, 1, id, "rev-bob", "/approve"))
-            .await;
-        assert_eq!(status, 503, "{body}");
-        (id, guid)
-    }
-
-    /// Waits until the redelivered approval makes PR `pr`'s check succeed,
-    /// then for every job; the one redelivery asked of GitHub.
-    async fn once_the_approval_counts(
-        &self,
-        repo: &support::RepoHandle,
-        pr: &support::fake_forge::FakePr,
-    ) -> support::RecordedRequest {
-        self.until("the approval counts", || async {
-            (self.conclusion(repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-        })
-        .await;
-        self.settle().await;
-        let mut asked = self.forge.redelivery_requests();
-        assert_eq!(asked.len(), 1, "{asked:#?}");
-        asked.pop().unwrap()
-    }
-
     /// Sweeping every `every` (e.g. `"5s"`).
     async fn reconciling_every(every: &str) -> Bot {
         Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
@@ -89,29 +64,70 @@ impl Bot {
     }
 }
 
+impl PrHandle<'_> {
+    /// rev-bob's `/approve`, delivered by the forge while the database is
+    /// away: answered 503. Its comment id and delivery guid.
+    async fn approve_refused_with_503(&self) -> (u64, String) {
+        let id = self.comment_unheard("rev-bob", "/approve");
+        let delivery = support::github_comment(&self.repo, self.number, id, "rev-bob", "/approve");
+        let (status, body, guid) = self.bot.deliver_via_forge(delivery).await;
+        assert_eq!(status, 503, "{body}");
+        (id, guid)
+    }
+
+    /// Waits until its plan check is `state` (a sweep took something up),
+    /// then for every job.
+    async fn until_checked(&self, what: &str, state: &str) {
+        self.bot
+            .until(what, || async {
+                (self.plan_state() == state).then_some(())
+            })
+            .await;
+        self.bot.settle().await;
+    }
+
+    /// Waits until comment `id` has a reaction (a sweep took it up), then for
+    /// every job.
+    async fn until_reacted(&self, what: &str, id: u64) {
+        self.bot
+            .until(what, || async {
+                (!self.reactions(id).is_empty()).then_some(())
+            })
+            .await;
+        self.bot.settle().await;
+    }
+
+    /// Waits until the redelivered approval makes the check succeed, then
+    /// for every job; the one redelivery asked of GitHub.
+    async fn once_the_approval_counts(&self) -> support::RecordedRequest {
+        self.until_checked("the approval counts", "success").await;
+        let mut asked = self.bot.forge.redelivery_requests();
+        assert_eq!(asked.len(), 1, "{asked:#?}");
+        asked.pop().unwrap()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, _pr, first_digest) = planned(&mut bot, 1).await;
-    let first = bot.report(&repo, 1);
+    let bot = Bot::reconciling().await;
+    let mut pr = planned_pr(&bot, 1).await;
+    let (first, first_digest) = (pr.report_id(), pr.digest());
     bot.after_sweeps(1).await;
     assert_eq!(bot.jobs_of_kind("plan").await, 1, "nothing moved: no plan");
 
     // The push's delivery is dropped: only the forge knows the new head.
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 1, &bot.rev("change-2"));
-    let moved = bot
+    let pushed = pr.push_unheard("change-2");
+    let second_digest = bot
         .until("a sweep plans the new head", || async {
-            let report = bot.report(&repo, 1);
-            let digest = digest_in(&report.body);
-            (digest != first_digest).then_some((report, digest))
+            let digest = pr.digest();
+            (digest != first_digest).then_some(digest)
         })
         .await;
     bot.settle().await;
-    let (second, second_digest) = moved;
-    assert_eq!(second.id, first.id, "the report is edited in place");
+    assert_eq!(pr.report_id(), first, "the report is edited in place");
     assert!(bot.log().contains("not what was last planned: planning it"));
-    let checks = bot.forge.check_runs(&repo, &pushed.head_sha);
+    let checks = bot.forge.check_runs(&pr.repo, &pushed.head_sha);
     assert_eq!(checks.len(), 1, "{checks:#?}");
     assert_eq!(checks[0].conclusion.as_deref(), Some("action_required"));
     assert!(checks[0].output["summary"]
@@ -124,12 +140,9 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
     assert_eq!(bot.jobs_of_kind("plan").await, 2, "planned once more");
 
     // Closed without merging, and that webhook is lost too.
-    bot.forge.close(&repo, 1);
-    let store = bot.store().await;
-    let id = wavegate::model::RepoId::new(wavegate::model::ForgeKind::GitHub, "acme/infra");
+    bot.forge.close(&pr.repo, 1);
     bot.until("a sweep marks the pull request closed", || async {
-        let pr = store.pr(&id, PrNumber(1)).await.unwrap().unwrap();
-        (!pr.open).then_some(())
+        (!pr.record().await.open).then_some(())
     })
     .await;
     bot.after_sweeps(1).await;
@@ -139,12 +152,12 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 1).await;
-    bot.comment(&repo, 1, "rev-bob", "/approve").await;
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr(&bot, 1).await;
+    pr.comment_as("rev-bob", "/approve").await;
 
     // Merged on the forge; the `closed` delivery never arrives.
-    let merged = bot.merge(&repo, 1, "change");
+    pr.merge_unsettled(MergeMethod::MergeCommit);
     bot.until("a sweep starts the apply run and dev applies", || async {
         (bot.applies_run() == ["app@dev"]).then_some(())
     })
@@ -153,12 +166,7 @@ async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
     assert!(bot
         .log()
         .contains("without a webhook: starting its apply run"));
-    let sha = merged.merge_sha.as_deref().unwrap();
-    let check = bot
-        .check_runs_named(&repo, sha, "wavegate/apply")
-        .pop()
-        .expect("an apply check on the merge commit");
-    assert_eq!(check.output["title"], "Waiting: /approve prod");
+    assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 
     // The run waits for a person: later sweeps neither start it again nor resume it.
     bot.after_sweeps(2).await;
@@ -170,90 +178,78 @@ async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, pr, digest) = planned(&mut bot, 1).await;
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr(&bot, 1).await;
+    let digest = pr.digest();
     bot.after_sweeps(1).await;
 
     // rev-bob approves; the delivery never arrives.
-    let id = bot
-        .forge
-        .add_comment(&repo, 1, "rev-bob", "Looks right.\n\n/approve");
-    bot.until("a sweep takes the approval up", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    let id = pr.comment_unheard("rev-bob", "Looks right.\n\n/approve");
+    pr.until_checked("a sweep takes the approval up", "success")
+        .await;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert!(bot.log().contains("came without a webhook: taking it up"));
-    let report = bot.report(&repo, 1).body;
+    let approvals = pr.approvals_section();
     assert!(
-        report.contains(&format!("@rev-bob approved `{digest}`")),
-        "{report}"
+        approvals.contains(&format!("@rev-bob approved `{digest}`")),
+        "{approvals}"
     );
+    insta::assert_snapshot!(redact(&approvals), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
 
     // The delivery turns up late (or is redelivered), and more sweeps run:
     // nothing more is done.
-    let (status, answer) = bot
-        .deliver_github(support::github_comment(
-            &repo,
-            1,
-            id,
-            "rev-bob",
-            "Looks right.\n\n/approve",
-        ))
-        .await;
+    let late = support::github_comment(&pr.repo, 1, id, "rev-bob", "Looks right.\n\n/approve");
+    let (status, answer) = bot.deliver_github(late).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("comment").await, 1);
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
-    assert!(
-        bot.replies(&repo, 1).is_empty(),
-        "{:?}",
-        bot.replies(&repo, 1)
-    );
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
+    assert!(pr.replies().is_empty(), "{:?}", pr.replies());
 
     // A comment whose webhook came is not run again by the sweep either.
-    let carol = bot.comment(&repo, 1, "rev-carol", "/approve").await;
+    let carol = pr.comment_as("rev-carol", "/approve").await;
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("comment").await, 2);
-    assert_eq!(bot.reactions(&repo, carol), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(carol), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, pr) = planned_on_forgejo(&mut bot, 2).await;
-    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
-    assert_eq!(state(&bot), "pending");
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr_on_forgejo(&bot, 2).await;
+    assert_eq!(pr.plan_state(), "pending");
     bot.after_sweeps(1).await;
 
-    let id = bot.forge.add_comment(&repo, 2, "rev-bob", "/approve");
-    bot.until("a sweep takes the approval up", || async {
-        (state(&bot) == "success").then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
-
-    let (status, answer) = bot
-        .deliver_forgejo(support::forgejo_comment(
-            &repo, 2, id, "rev-bob", "/approve",
-        ))
+    let id = pr.comment_unheard("rev-bob", "/approve");
+    pr.until_checked("a sweep takes the approval up", "success")
         .await;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
+
+    let late = support::forgejo_comment(&pr.repo, 2, id, "rev-bob", "/approve");
+    let (status, answer) = bot.deliver_forgejo(late).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("comment").await, 1);
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_comment_never_approves_by_the_sweep() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, pr, _digest) = planned(&mut bot, 3).await;
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr(&bot, 3).await;
     bot.after_sweeps(1).await;
 
     // Written as a remark, edited into an approval; neither webhook came
@@ -261,7 +257,7 @@ async fn an_edited_comment_never_approves_by_the_sweep() {
     let listed = bot.forge.requests().len();
     let id = bot
         .forge
-        .add_edited_comment(&repo, 3, "rev-bob", "Looking at it.", "/approve");
+        .add_edited_comment(&pr.repo, 3, "rev-bob", "Looking at it.", "/approve");
     bot.until("a sweep lists the comments again", || async {
         bot.forge.requests()[listed..]
             .iter()
@@ -271,56 +267,47 @@ async fn an_edited_comment_never_approves_by_the_sweep() {
     .await;
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("comment").await, 0);
-    assert!(bot.reactions(&repo, id).is_empty());
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    assert!(pr.reactions(id).is_empty());
+    assert_eq!(pr.plan_state(), "action_required");
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_taken_up_by_the_sweep_binds_to_the_report_before_it_was_written() {
     // Sweeps far enough apart that the next one comes after the new report.
-    let mut bot = Bot::reconciling_every("6s").await;
-    let (repo, _pr, first) = planned(&mut bot, 4).await;
+    let bot = Bot::reconciling_every("6s").await;
+    let mut pr = planned_pr(&bot, 4).await;
+    let first = pr.digest();
     bot.after_sweeps(1).await;
 
     // rev-bob approves the report he saw (the delivery is lost); a push
-    // lands after and its plan is posted more than a second later.
-    let id = bot.forge.add_comment(&repo, 4, "rev-bob", "/approve");
-    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    // lands after, and its plan is posted more than a second after he wrote
+    // (forges date comments to the second): the forge's clock runs 1.1 s
+    // behind the bot's while he writes, instead of the test waiting 1.1 s.
+    bot.forge.set_clock_behind(Duration::from_millis(1_100));
+    let id = pr.comment_unheard("rev-bob", "/approve");
+    bot.forge.set_clock_behind(Duration::ZERO);
     bot.branch_bigger_app("change-2");
-    let pushed = bot.forge.push(&repo, 4, &bot.rev("change-2"));
-    bot.deliver_github(support::github_pull_request("synchronize", &repo, &pushed))
-        .await;
-    bot.settle().await;
-    let second = digest_in(&bot.report(&repo, 4).body);
+    pr.push("change-2").await;
+    let second = pr.digest();
     assert_ne!(second, first);
 
     // The sweep finds the comment: written before the new report, it does
     // not approve it (as its webhook would not have).
-    bot.until("a sweep takes the comment up", || async {
-        (!bot.reactions(&repo, id).is_empty()).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "confused"]);
-    let reply = bot.replies(&repo, 4).pop().expect("a reply");
-    assert!(reply.contains("when you wrote your comment"), "{reply}");
+    pr.until_reacted("a sweep takes the comment up", id).await;
+    assert_eq!(pr.reactions(id), ["eyes", "confused"]);
+    let reply = pr.last_reply();
     assert!(reply.contains(&second), "{reply}");
-    assert_eq!(
-        bot.conclusion(&repo, &pushed.head_sha).as_deref(),
-        Some("action_required")
-    );
+    insta::assert_snapshot!(redact(&reply), @"@rev-bob: a new plan for `[short]` was being made when you wrote your comment, so it is not clear which plan you meant; it is posted now with the digest `sha256:[digest]`: review it and approve with `/approve sha256:[digest]`");
+    assert_eq!(pr.plan_state(), "action_required");
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_repository_is_swept_on_304s_that_spend_no_budget() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 1).await;
-    let installation = repo.installation.unwrap();
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr(&bot, 1).await;
+    let installation = pr.repo.installation.unwrap();
     bot.after_sweeps(2).await;
 
     // Nothing changes: every listing is answered 304, and GitHub's budget
@@ -337,76 +324,62 @@ async fn a_quiet_repository_is_swept_on_304s_that_spend_no_budget() {
         not_modified,
         bot.forge.not_modified()
     );
-    let metrics = reqwest::get(bot.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("wavegate_sweep_last{of=\"requests\"} 0"),
-        "{metrics}"
+    assert_eq!(
+        bot.metric(r#"wavegate_sweep_last{of="requests"}"#).await,
+        Some(0.0)
     );
-    assert!(
-        metrics.contains("wavegate_sweep_last{of=\"not_modified\"} 2"),
-        "{metrics}"
+    assert_eq!(
+        bot.metric(r#"wavegate_sweep_last{of="not_modified"}"#)
+            .await,
+        Some(2.0)
     );
 
     // A comment changes the comment listing: one page is read in full,
     // and the one after is a 304 again.
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
-    bot.until("a sweep takes the approval up", || async {
-        (!bot.reactions(&repo, id).is_empty()).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    let id = pr.comment_unheard("rev-bob", "/approve");
+    pr.until_reacted("a sweep takes the approval up", id).await;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_leaves_the_budgets_reserve_to_jobs_until_the_window_resets() {
-    let mut bot = Bot::start_with(&[
+    let bot = Bot::start_with(&[
         ("WAVEGATE_RECONCILE_EVERY", "1s"),
         ("WAVEGATE_RECONCILE_BUDGET", "50%"),
     ])
     .await;
-    let (repo, pr, _digest) = planned(&mut bot, 1).await;
-    let installation = repo.installation.unwrap();
+    let pr = planned_pr(&bot, 1).await;
+    let installation = pr.repo.installation.unwrap();
     let spent = bot.forge.budget_used(installation);
     assert!(spent >= 5, "planning spent {spent} requests");
 
     // The installation's hour is 10 requests and it has spent over half:
     // the rest is the jobs', and sweeps leave the repository be.
-    bot.forge
-        .set_rate_window(10, std::time::Duration::from_secs(10));
+    bot.forge.set_rate_window(10, Duration::from_secs(10));
     bot.until("a sweep leaves the repository for later", || async {
         let deferred = bot.metric(r#"wavegate_sweep_last{of="deferred"}"#).await;
         (deferred == Some(1.0)).then_some(())
     })
     .await;
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
+    let id = pr.comment_unheard("rev-bob", "/approve");
     bot.after_sweeps(2).await;
-    assert!(bot.reactions(&repo, id).is_empty(), "the comment waits");
+    assert!(pr.reactions(id).is_empty(), "the comment waits");
 
     // The window resets: the next sweep takes the approval up.
-    bot.until("a sweep takes the approval up", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    pr.until_checked("a sweep takes the approval up", "success")
+        .await;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applies_prod() {
-    let mut bot = Bot::reconciling().await;
-    let (repo, _pr, _digest) = planned(&mut bot, 1).await;
-    bot.comment(&repo, 1, "rev-bob", "/approve").await;
-    let merged = bot.merge(&repo, 1, "change");
-    bot.deliver_github(support::github_pull_request("closed", &repo, &merged))
-        .await;
+    let bot = Bot::reconciling().await;
+    let pr = planned_pr(&bot, 1).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
+    bot.deliver_github(pr.closed(&merged)).await;
     bot.until("dev applies and prod waits", || async {
         (bot.applies_run() == ["app@dev"]).then_some(())
     })
@@ -414,7 +387,7 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
     bot.settle().await;
 
     // rev-bob approves prod on the merged pull request; the delivery is lost.
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve prod");
+    let id = pr.comment_unheard("rev-bob", "/approve prod");
     bot.until("a sweep takes the approval up and prod applies", || async {
         bot.applies_run()
             .iter()
@@ -423,7 +396,7 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
     })
     .await;
     bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("comment").await, 2, "taken up once");
     bot.assert_ledger_verifies();
@@ -437,12 +410,13 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
 /// recorded though GitHub logged it failed is never asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
-    let (mut bot, link) = Bot::behind_a_link_sweeping_every("1s").await;
-    let (repo, pr, digest) = planned(&mut bot, 1).await;
+    let (bot, link) = Bot::behind_a_link_sweeping_every("1s").await;
+    let pr = planned_pr(&bot, 1).await;
+    let digest = pr.digest();
 
     // Recorded by the bot, but GitHub stopped waiting for its answer.
-    let thanks = bot.forge.add_comment(&repo, 1, "dev-alice", "Thanks!");
-    let answer_lost = support::github_comment(&repo, 1, thanks, "dev-alice", "Thanks!");
+    let thanks = pr.comment_unheard("dev-alice", "Thanks!");
+    let answer_lost = support::github_comment(&pr.repo, 1, thanks, "dev-alice", "Thanks!");
     let (status, body) = bot
         .post_github_to(0, &answer_lost, "answer-lost-guid")
         .await;
@@ -451,7 +425,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
         .log_webhook_attempt("answer-lost-guid", "issue_comment", answer_lost.1, 504);
 
     link.cut();
-    let (id, guid) = bot.approve_refused_with_503(&repo).await;
+    let (id, guid) = pr.approve_refused_with_503().await;
     let failed = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (failed.guid.as_str(), failed.status_code),
@@ -467,7 +441,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
             .then_some(())
     })
     .await;
-    let asked = bot.once_the_approval_counts(&repo, &pr).await;
+    let asked = pr.once_the_approval_counts().await;
     assert_eq!(
         asked.path,
         format!("/app/hook/deliveries/{}/attempts", failed.id)
@@ -482,8 +456,8 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
         (guid.as_str(), true, 202)
     );
     assert!(bot.log().contains("GitHub was asked to deliver it again"));
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
-    let report = bot.report(&repo, 1).body;
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
+    let report = pr.report();
     assert_eq!(
         report
             .matches(&format!("@rev-bob approved `{digest}`"))
@@ -491,6 +465,16 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
         1,
         "{report}"
     );
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
 
     // Later sweeps list the same log and ask for nothing more.
     bot.after_sweeps(2).await;
@@ -509,9 +493,10 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
 /// a webhook, approve and revoke; their webhooks arriving late do nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_once() {
-    let mut bot = Bot::reconciling().await;
+    let bot = Bot::reconciling().await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
-    let (repo, pr, digest) = planned(&mut bot, 5).await;
+    let pr = planned_pr(&bot, 5).await;
+    let digest = pr.digest();
     let review_lists = |bot: &Bot| {
         bot.forge
             .requests()
@@ -529,68 +514,87 @@ async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_on
         "a quiet pull request's reviews are not listed"
     );
 
-    let id = bot.forge.add_review(&repo, 5, "rev-bob", "APPROVED");
-    bot.until("a sweep takes the approving review up", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("success")).then_some(())
-    })
-    .await;
-    bot.settle().await;
+    let id = pr.review_unheard("rev-bob", "APPROVED");
+    pr.until_checked("a sweep takes the approving review up", "success")
+        .await;
     assert!(bot.log().contains("came without a webhook: taking it up"));
-    let report = bot.report(&repo, 5).body;
+    let approvals = pr.approvals_section();
     assert!(
-        report.contains(&format!("@rev-bob approved `{digest}`")),
-        "{report}"
+        approvals.contains(&format!("@rev-bob approved `{digest}`")),
+        "{approvals}"
     );
+    insta::assert_snapshot!(redact(&approvals), @"
+    ### Approvals
 
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    This pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge.
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
+
+    let head = pr.state();
     let late = |action: &str, state: &str| {
-        support::github_review(action, state, &repo, &pr, id, "rev-bob", &pr.head_sha)
+        support::github_review(
+            action,
+            state,
+            &pr.repo,
+            &head,
+            id,
+            "rev-bob",
+            &head.head_sha,
+        )
     };
     let (status, answer) = bot.deliver_github(late("submitted", "approved")).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("review").await, 1);
 
-    bot.forge.dismiss_review(&repo, id);
-    bot.until("a sweep takes the dismissal up", || async {
-        (bot.conclusion(&repo, &pr.head_sha).as_deref() == Some("action_required")).then_some(())
-    })
-    .await;
-    bot.settle().await;
+    bot.forge.dismiss_review(&pr.repo, id);
+    pr.until_checked("a sweep takes the dismissal up", "action_required")
+        .await;
     assert_eq!(bot.jobs_of_kind("review").await, 2);
     let (status, answer) = bot.deliver_github(late("dismissed", "dismissed")).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("review").await, 2);
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("action_required")
-    );
+    assert_eq!(pr.plan_state(), "action_required");
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
-    let mut bot = Bot::reconciling().await;
+    let bot = Bot::reconciling().await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
-    let (repo, pr) = planned_on_forgejo(&mut bot, 6).await;
-    let state = |bot: &Bot| bot.forge.statuses(&repo, &pr.head_sha).pop().unwrap().state;
-    assert_eq!(state(&bot), "pending");
+    let pr = planned_pr_on_forgejo(&bot, 6).await;
+    assert_eq!(pr.plan_state(), "pending");
     bot.after_sweeps(1).await;
 
-    let id = bot.forge.add_review(&repo, 6, "rev-bob", "APPROVED");
-    bot.until("a sweep takes the approving review up", || async {
-        (state(&bot) == "success").then_some(())
-    })
-    .await;
-    bot.settle().await;
-    assert!(bot.report(&repo, 6).body.contains("@rev-bob approved"));
+    let id = pr.review_unheard("rev-bob", "APPROVED");
+    pr.until_checked("a sweep takes the approving review up", "success")
+        .await;
+    insta::assert_snapshot!(redact(&pr.approvals_section()), @"
+    ### Approvals
+
+    - ✅ @rev-bob approved `sha256:[digest]` ([time])
+
+    **Approved** (1 of 1 required).
+
+    This pull request changes `[policy]`. It is judged by the base branch's policy; the new policy takes effect after merge.
+
+    Gate ledger head when this was written: seq 2, `sha256:[digest]`.
+    <!-- /wavegate:approvals -->
+    ");
 
     // The webhook turns up late. Forgejo's names no review id: its job
     // finds the review on the forge, taken up already, and does nothing.
-    let (status, answer) = bot
-        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-bob"))
-        .await;
+    let head = pr.state();
+    let late = support::forgejo_review_approved(&pr.repo, &head, "rev-bob");
+    let (status, answer) = bot.deliver_forgejo(late).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
     let reviews: Vec<_> = bot
@@ -607,25 +611,25 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     );
 
     // wavegate reads no Forgejo webhook of a dismissal: only the sweep sees it.
-    bot.forge.dismiss_review(&repo, id);
+    bot.forge.dismiss_review(&pr.repo, id);
     bot.until("a sweep takes the dismissal up", || async {
-        (state(&bot) == "pending").then_some(())
+        (pr.plan_state() == "pending").then_some(())
     })
     .await;
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("review").await, 3);
-    assert_eq!(state(&bot), "pending");
+    assert_eq!(pr.plan_state(), "pending");
 
     // rev-carol approves and this webhook comes: its job takes the review
     // up by its id, and the sweeps after it find it seen.
-    bot.forge.set_permission(&repo, "rev-carol", "write");
-    bot.forge.add_review(&repo, 6, "rev-carol", "APPROVED");
-    let (status, answer) = bot
-        .deliver_forgejo(support::forgejo_review_approved(&repo, &pr, "rev-carol"))
-        .await;
-    assert_eq!(status, 202, "{answer}");
-    bot.settle().await;
-    assert_eq!(state(&bot), "success");
+    bot.forge.set_permission(&pr.repo, "rev-carol", "write");
+    pr.review_unheard("rev-carol", "APPROVED");
+    bot.tell(
+        &pr.repo,
+        support::forgejo_review_approved(&pr.repo, &head, "rev-carol"),
+    )
+    .await;
+    assert_eq!(pr.plan_state(), "success");
     bot.after_sweeps(2).await;
     assert_eq!(bot.jobs_of_kind("review").await, 4);
     bot.assert_ledger_verifies();
@@ -637,8 +641,8 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
 /// GitHub for its failed deliveries as soon as the database answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back() {
-    let (mut bot, link) = Bot::behind_a_link_sweeping_every("1h").await;
-    let (repo, pr, _) = planned(&mut bot, 1).await;
+    let (bot, link) = Bot::behind_a_link_sweeping_every("1h").await;
+    let pr = planned_pr(&bot, 1).await;
     bot.until("the sweep at start", || async {
         (bot.sweeps_started() >= 1).then_some(())
     })
@@ -648,10 +652,10 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
     let sweeps = bot.listed("/repos/acme/infra/pulls");
 
     link.cut();
-    let (id, guid) = bot.approve_refused_with_503(&repo).await;
+    let (id, guid) = pr.approve_refused_with_503().await;
 
     link.restore();
-    bot.once_the_approval_counts(&repo, &pr).await;
+    pr.once_the_approval_counts().await;
     let redelivered = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (
@@ -661,7 +665,7 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
         ),
         (guid, true, 202)
     );
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert_eq!(
         bot.listed("/repos/acme/infra/pulls"),
         sweeps,

@@ -4,6 +4,9 @@
 //! other mid-apply. Every delivery is handled once, no job runs twice at
 //! once, nothing applies twice, no approval is lost, the ledger verifies.
 
+use crate::support::fake_forge::FakePr;
+use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use std::collections::BTreeSet;
 use support::RepoHandle;
@@ -12,7 +15,7 @@ use wavegate::store::JobStatus;
 impl Bot {
     /// Sends a delivery to a random replica, then redelivers it (same id)
     /// to the other; exactly one of the two is recorded.
-    async fn deliver_twice(&mut self, delivery: (String, Vec<u8>)) -> usize {
+    async fn deliver_twice(&self, delivery: (String, Vec<u8>)) -> usize {
         let id = format!("delivery-{}", self.next_delivery());
         let first = coin();
         let (status, body) = self.post_github_to(first, &delivery, &id).await;
@@ -21,14 +24,6 @@ impl Bot {
         let (status, again) = self.post_github_to(1 - first, &delivery, &id).await;
         assert_eq!((status, again["status"].as_str()), (202, Some("duplicate")));
         first
-    }
-
-    /// `who` comments `body`, delivered to a random replica and redelivered.
-    async fn comment_twice(&mut self, repo: &RepoHandle, pr: u64, who: &str, body: &str) {
-        let id = self.forge.add_comment(repo, pr, who, body);
-        self.deliver_twice(support::github_comment(repo, pr, id, who, body))
-            .await;
-        self.settle().await;
     }
 
     /// Starts a killed replica again (the load balancer sends it work again).
@@ -58,10 +53,29 @@ impl Bot {
     }
 }
 
+impl PrHandle<'_> {
+    /// `who` comments `body`, delivered to a random replica and redelivered
+    /// to the other; settles.
+    async fn comment_twice(&self, who: &str, body: &str) {
+        let id = self.comment_unheard(who, body);
+        let delivery = support::github_comment(&self.repo, self.number, id, who, body);
+        self.bot.deliver_twice(delivery).await;
+        self.bot.settle().await;
+    }
+
+    /// Merged; the `closed` delivery goes to a random replica and is
+    /// redelivered to the other (no settling: a replica may be killed first).
+    async fn merge_twice(&self) -> FakePr {
+        let merged = self.merge_unsettled(support::common::MergeMethod::MergeCommit);
+        self.bot.deliver_twice(self.closed(&merged)).await;
+        merged
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happens_twice() {
     let mut bot = Bot::start_replicated(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
-    let repo = open_slow_pr(&mut bot).await;
+    let repo = open_slow_pr(&bot).await;
 
     // Mid-plan: the replica planning is killed; the other plans the PR.
     let planner = bot.replica_running_a_job().await;
@@ -69,7 +83,6 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     bot.kill_replica(planner);
     bot.until_no_command_survives().await;
     bot.settle().await;
-    let digest = digest_in(&bot.report(&repo, 31).body);
     let plan_job = bot
         .jobs()
         .await
@@ -79,14 +92,13 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     assert_eq!((plan_job.status, plan_job.attempts), (JobStatus::Done, 2));
     bot.restart(planner).await;
 
-    bot.comment_twice(&repo, 31, "rev-bob", &format!("/approve {digest}"))
+    let pr = bot.pr(&repo, 31);
+    pr.comment_twice("rev-bob", &format!("/approve {}", pr.digest()))
         .await;
 
     // Mid-apply: app@dev changed the estate; its replica dies before saying so.
     bot.pause_apply("dev", "app", "after");
-    let merged = bot.merge(&repo, 31, "slow");
-    bot.deliver_twice(support::github_pull_request("closed", &repo, &merged))
-        .await;
+    pr.merge_twice().await;
     bot.until_apply_paused("dev", "app").await;
     let applier = bot.replica_running_a_job().await;
     bot.kill_replica(applier);
@@ -95,20 +107,14 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     bot.settle().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
     bot.restart(applier).await;
-    let stage = digest_in(&bot.replies(&repo, 31).pop().unwrap());
 
-    bot.comment_twice(&repo, 31, "rev-carol", &format!("/approve prod {stage}"))
+    // The same pull request, as the replicas left it.
+    let pr = bot.pr(&repo, 31);
+    let stage = digest_in(&pr.last_reply());
+    pr.comment_twice("rev-carol", &format!("/approve prod {stage}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    let check = bot
-        .check_runs_named(
-            &repo,
-            merged.merge_sha.as_deref().unwrap(),
-            "wavegate/apply",
-        )
-        .pop()
-        .unwrap();
-    assert_eq!(check.conclusion.as_deref(), Some("success"));
+    assert_eq!(pr.apply_check().state, "success");
 
     // Every delivery once: one row each, and one job per delivery that asks for one.
     let store = bot.store().await;
@@ -143,7 +149,7 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
 }
 
 /// PR 31 from a branch whose first plan of app@dev hangs.
-async fn open_slow_pr(bot: &mut Bot) -> RepoHandle {
+async fn open_slow_pr(bot: &Bot) -> RepoHandle {
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.forge.set_permission(&repo, "rev-carol", "write");
@@ -163,18 +169,16 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     let mut bot = Bot::start_replicated(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, 32, "change");
-    bot.deliver_twice(support::github_pull_request("opened", &repo, &pr))
+    let opened = bot.open_pr(&repo, 32, "change");
+    bot.deliver_twice(support::github_pull_request("opened", &repo, &opened))
         .await;
     bot.settle().await;
-    let digest = digest_in(&bot.report(&repo, 32).body);
-    bot.comment_twice(&repo, 32, "rev-bob", &format!("/approve {digest}"))
+    let pr = bot.pr(&repo, 32);
+    pr.comment_twice("rev-bob", &format!("/approve {}", pr.digest()))
         .await;
 
     bot.pause_apply("dev", "app", "before");
-    let merged = bot.merge(&repo, 32, "change");
-    bot.deliver_twice(support::github_pull_request("closed", &repo, &merged))
-        .await;
+    pr.merge_twice().await;
     bot.until_apply_paused("dev", "app").await;
     let applier = bot.replica_running_a_job().await;
     let stopped = bot.pid_of(applier).unwrap();
@@ -183,8 +187,8 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     bot.until(
         "the other replica waits for the apply still running (or applies)",
         || async {
-            let waits = bot
-                .replies(&repo, 32)
+            let waits = pr
+                .replies()
                 .iter()
                 .any(|r| r.contains("was applying when the server running it stopped"));
             (waits || !bot.applies_run().is_empty()).then_some(())
@@ -200,24 +204,41 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     // planned again, found applied, and the run goes on to prod's gate.
     bot.resume_apply("dev", "app");
     bot.until("the run reaches prod's gate", || async {
-        bot.replies(&repo, 32)
+        pr.replies()
             .iter()
             .any(|r| r.contains("Stage **prod** waits for its own approval"))
             .then_some(())
     })
     .await;
     assert_eq!(bot.applies_run(), ["app@dev"], "applied exactly once");
-    let report = bot.report(&repo, 32).body;
-    assert!(
-        report.contains("`app@dev` | applied (its apply had finished before a restart"),
-        "{report}"
-    );
-    let waits = bot
-        .replies(&repo, 32)
-        .iter()
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | applied (its apply had finished before a restart; planned again, nothing was left to change) |
+    | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
+
+    - Stage **prod** gate `pr-32-prod`: set `sha256:[digest]`, waiting
+      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
+      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+    let waits: Vec<String> = pr
+        .replies()
+        .into_iter()
         .filter(|r| r.contains("was applying when the server running it stopped"))
-        .count();
-    assert_eq!(waits, 1, "looking again is not news");
+        .collect();
+    assert_eq!(waits.len(), 1, "looking again is not news: {waits:#?}");
+    insta::assert_snapshot!(redact(&waits[0]), @"**app@dev** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by [time] at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.");
     bot.kill_replica(applier);
 }
 
@@ -241,11 +262,11 @@ async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recove
     let through_link = link.url_for(&database.url);
     let mut bot = Bot::start_with(&[("WAVEGATE_DATABASE_URL", &through_link)]).await;
     bot.postgres = Some(database);
-    let (repo, _, _) = planned(&mut bot, 1).await;
+    let pr = planned_pr(&bot, 1).await;
 
     link.cut();
-    let id = bot.forge.add_comment(&repo, 1, "rev-bob", "/approve");
-    let approval = support::github_comment(&repo, 1, id, "rev-bob", "/approve");
+    let id = pr.comment_unheard("rev-bob", "/approve");
+    let approval = support::github_comment(&pr.repo, 1, id, "rev-bob", "/approve");
     let started = std::time::Instant::now();
     let (status, body) = bot.post_github_to(0, &approval, "during-outage").await;
     assert_eq!(status, 503, "{body}");
@@ -273,10 +294,10 @@ async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recove
         "{body}"
     );
     bot.settle().await;
-    assert_eq!(bot.reactions(&repo, id), ["eyes", "rocket"]);
+    assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert_eq!(
-        bot.conclusion(&repo, &bot.rev("change")).as_deref(),
-        Some("success"),
+        pr.plan_state(),
+        "success",
         "the approval given during the outage counts"
     );
 }

@@ -4,8 +4,9 @@
 //! the same sandbox unless told `--no-sandbox`. (What a sandboxed command
 //! cannot do is told in scenarios/attacks.rs.)
 
-use crate::support::{self, bot::*, common};
-use common::Example;
+use crate::support::common::Example;
+use crate::support::pr::*;
+use crate::support::{bot::*, redact::redact};
 
 /// A directory for PATH with git and python3 but no bubblewrap.
 fn path_without_bubblewrap() -> tempfile::TempDir {
@@ -42,42 +43,50 @@ async fn without_bubblewrap_the_server_starts_says_why_and_runs_nothing() {
     );
 
     // A pull request is told, and nothing of its code runs.
-    let repo = bot.github_repo();
-    let pr = bot.open_pr(&repo, 41, "change");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    let report = bot.report(&repo, 41).body;
-    assert!(
-        report.contains("wavegate's sandbox is unavailable on its server")
-            && report.contains("apt-get install bubblewrap")
-            && report.contains("Nothing was run"),
-        "{report}"
-    );
-    assert_eq!(
-        bot.conclusion(&repo, &pr.head_sha).as_deref(),
-        Some("failure")
-    );
+    let pr = bot.opened(&bot.github_repo(), 41, "change").await;
+    insta::assert_snapshot!(redact(&pr.report()), @"
+    <!-- wavegate:report -->
+    ## wavegate plan
+
+    ❌ **wavegate's sandbox is unavailable on its server**
+
+    Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: bubblewrap (`bwrap`) is not installed; install it (`apt-get install bubblewrap`), or set WAVEGATE_SANDBOX=none to run commands unsandboxed. Nothing was run.
+
+    **What to do:** the server's operator fixes the sandbox (or sets `WAVEGATE_SANDBOX=none` knowingly) and restarts wavegate; then comment `/plan`.
+    ");
+    assert_eq!(pr.plan_state(), "failure");
     assert!(bot.plans_run().is_empty(), "no plan command ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_set_to_run_without_a_sandbox_says_so_in_every_report() {
-    let mut bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
+    let bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
     assert!(
         bot.log()
             .contains("WAVEGATE_SANDBOX=none: plan and apply commands run without a sandbox"),
         "{}",
         bot.log()
     );
-    let (repo, _pr, _digest) = planned(&mut bot, 42).await;
-    let report = bot.report(&repo, 42).body;
-    assert!(
-        report.contains(
-            "⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`"
-        ),
-        "{report}"
-    );
+    let pr = planned_pr(&bot, 42).await;
+    insta::assert_snapshot!(redact(&pr.section("Approve")), @"
+    ### Approve
+
+    Change-set digest (binds every member's plan above):
+
+    ```
+    sha256:[digest]
+    ```
+
+    To approve exactly this plan, comment:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    _⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._
+
+    <!-- wavegate:approvals -->
+    ");
 }
 
 #[test]

@@ -17,6 +17,8 @@
 //! the full run is `WAVEGATE_SOAK_SECS=1800 scripts/test.sh --test it
 //! scenarios::soak -- --nocapture`, which prints the memory samples.
 
+use crate::support::common::MergeMethod;
+use crate::support::pr::PrHandle;
 use crate::support::{self, bot::*};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,10 +44,9 @@ async fn two_replicas_under_pr_traffic_through_a_database_restart_and_a_sigkill_
         soak.one_pull_request_through_to_applied().await;
     }
     outage.await.unwrap();
-    soak.bot.forge.close(&soak.repo, BYSTANDER);
-    let closed = soak.bot.forge.pr(&soak.repo, BYSTANDER);
-    soak.deliver(support::github_pull_request("closed", &soak.repo, &closed))
-        .await;
+    let closed = soak.bot.forge.close(&soak.repo, BYSTANDER);
+    let closed = soak.pr(BYSTANDER).closed(&closed);
+    soak.deliver(closed).await;
     soak.settle().await;
     soak.last_sample = None;
     soak.sample_memory();
@@ -136,6 +137,12 @@ impl Soak {
         }
     }
 
+    /// Pull request `number`, to read what the bot said on it (deliveries
+    /// go through `deliver`, to a random replica).
+    fn pr(&self, number: u64) -> PrHandle<'_> {
+        self.bot.pr(&self.repo, number)
+    }
+
     /// A third of the way in, the database goes away for eight seconds.
     fn schedule_database_restart(&self) -> tokio::task::JoinHandle<()> {
         let link = self.link.clone();
@@ -170,10 +177,7 @@ impl Soak {
             "main",
             &[("infra/network/resources.json", Some(&network))],
         );
-        let pushed = self
-            .bot
-            .forge
-            .push(&self.repo, BYSTANDER, &self.bot.rev(&branch));
+        let pushed = self.pr(BYSTANDER).push_unheard(&branch);
         self.deliver(support::github_pull_request(
             "synchronize",
             &self.repo,
@@ -200,25 +204,22 @@ impl Soak {
             .await;
         self.push_bystander().await;
         self.settle().await;
-        let opened_digest = digest_in(&self.bot.report(&self.repo, number).body);
+        let opened_digest = self.pr(number).digest();
 
         self.comment(number, "outsider-mallory", "/approve").await;
         self.settle().await;
         assert_eq!(
-            self.bot.conclusion(&self.repo, &pr.head_sha).as_deref(),
-            Some("action_required"),
+            self.pr(number).plan_state(),
+            "action_required",
             "PR #{number}: an outsider's /approve counts for nothing: {}",
-            self.bot.report(&self.repo, number).body
+            self.pr(number).report()
         );
 
         let second = self.desired(&branch, component, &format!("{branch}-b"));
         self.bot
             .example
             .branch(&branch, &branch, &[(&resources, Some(&second))]);
-        let pushed = self
-            .bot
-            .forge
-            .push(&self.repo, number, &self.bot.rev(&branch));
+        let pushed = self.pr(number).push_unheard(&branch);
         self.deliver(support::github_pull_request(
             "synchronize",
             &self.repo,
@@ -226,26 +227,26 @@ impl Soak {
         ))
         .await;
         self.settle().await;
-        let digest = digest_in(&self.bot.report(&self.repo, number).body);
+        let digest = self.pr(number).digest();
         assert_ne!(
             digest, opened_digest,
             "PR #{number}: the push moves the digest"
         );
 
-        let planned = members_with_changes(&self.bot.report(&self.repo, number).body);
+        let planned = members_with_changes(&self.pr(number).report());
         self.comment(number, "rev-bob", &format!("/approve {digest}"))
             .await;
         self.settle().await;
         assert_eq!(
-            self.bot.conclusion(&self.repo, &pushed.head_sha).as_deref(),
-            Some("success"),
+            self.pr(number).plan_state(),
+            "success",
             "PR #{number} is approved"
         );
 
         let applied_before = self.bot.applies_run().len();
-        let merged = self.bot.merge(&self.repo, number, &branch);
-        self.deliver(support::github_pull_request("closed", &self.repo, &merged))
-            .await;
+        let merged = self.pr(number).merge_unsettled(MergeMethod::MergeCommit);
+        let closed = self.pr(number).closed(&merged);
+        self.deliver(closed).await;
         if !self.killed && self.started.elapsed() >= self.duration * 2 / 3 {
             self.kill_the_replica_running_a_job().await;
         }
@@ -315,12 +316,12 @@ impl Soak {
                 None | Some("action_required") => {}
                 Some(other) => panic!(
                     "PR #{number}'s run ended {other}: {}",
-                    self.bot.replies(&self.repo, number).join("\n---\n")
+                    self.pr(number).replies().join("\n---\n")
                 ),
             }
             let asked = self
-                .bot
-                .replies(&self.repo, number)
+                .pr(number)
+                .replies()
                 .iter()
                 .rev()
                 .find_map(|reply| line_to_copy(reply))
@@ -333,7 +334,7 @@ impl Soak {
         }
         panic!(
             "PR #{number}'s run did not finish: {}",
-            self.bot.replies(&self.repo, number).join("\n---\n")
+            self.pr(number).replies().join("\n---\n")
         );
     }
 
@@ -385,7 +386,7 @@ impl Soak {
     }
 
     async fn comment(&mut self, pr: u64, who: &str, body: &str) {
-        let id = self.bot.forge.add_comment(&self.repo, pr, who, body);
+        let id = self.pr(pr).comment_unheard(who, body);
         self.deliver(support::github_comment(&self.repo, pr, id, who, body))
             .await;
     }

@@ -8,9 +8,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::fake_forge::{
-    FakeCheckRun, FakeComment, FakePr, FakeStatus, FORGEJO_BOT_LOGIN, FORGEJO_BOT_TOKEN,
-};
+use support::fake_forge::{FakeCheckRun, FakeComment, FakePr, FakeStatus, FORGEJO_BOT_TOKEN};
 use support::{FakeForge, RepoHandle};
 use wavegate::store::{Job, JobStatus, Store};
 
@@ -38,7 +36,7 @@ pub struct Bot {
     pub postgres: Option<PostgresDatabase>,
     /// Someone else wrote to the ledger (the sandbox-off control): `settle`
     /// no longer asserts that it verifies.
-    pub ledger_forged: bool,
+    pub ledger_forged: std::sync::atomic::AtomicBool,
     /// A file every server this bot starts inherits, as this descriptor
     /// number, without close-on-exec (`start_inheriting`).
     pub inherited: Option<(std::fs::File, i32)>,
@@ -145,7 +143,7 @@ impl Bot {
             bootstrap_applies: 0,
             second: None,
             postgres: None,
-            ledger_forged: false,
+            ledger_forged: std::sync::atomic::AtomicBool::new(false),
             inherited: None,
             _machine: machine,
         };
@@ -403,7 +401,7 @@ impl Bot {
     /// ledger must verify at every such point.
     pub async fn settle(&self) -> Vec<Job> {
         let jobs = self.settled().await;
-        if !self.ledger_forged {
+        if !self.ledger_forged.load(std::sync::atomic::Ordering::SeqCst) {
             self.assert_ledger_verifies();
         }
         jobs
@@ -424,9 +422,16 @@ impl Bot {
         .await
     }
 
+    /// The example repository as `acme/infra` on GitHub, with the App installed.
     pub fn github_repo(&self) -> RepoHandle {
         let url = format!("file://{}", self.example.repo.display());
         self.forge.add_github_repo("acme/infra", &url, INSTALLATION)
+    }
+
+    /// The example repository as `acme/infra` on Forgejo.
+    pub fn forgejo_repo(&self) -> RepoHandle {
+        let url = format!("file://{}", self.example.repo.display());
+        self.forge.add_forgejo_repo("acme/infra", &url)
     }
 
     pub fn rev(&self, rev: &str) -> String {
@@ -620,16 +625,6 @@ impl Bot {
         );
     }
 
-    /// Merges PR `pr` (from `branch`) into main with a merge commit and marks it merged in the forge.
-    pub fn merge(&self, repo: &RepoHandle, pr: u64, branch: &str) -> FakePr {
-        self.merge_as(
-            crate::support::common::MergeMethod::MergeCommit,
-            repo,
-            pr,
-            branch,
-        )
-    }
-
     /// Lands PR `pr` (from `branch`) on main by `method` and marks it merged
     /// in the forge with main's new head as its merge commit.
     pub fn merge_as(
@@ -791,24 +786,6 @@ impl Bot {
         std::fs::write(path, outcome.to_string()).unwrap();
     }
 
-    /// `who` comments `body` on PR `pr`, the bot is told and settles; returns the comment's id.
-    pub async fn comment(&self, repo: &RepoHandle, pr: u64, who: &str, body: &str) -> u64 {
-        let id = self.forge.add_comment(repo, pr, who, body);
-        let delivery = if repo.installation.is_some() {
-            support::github_comment(repo, pr, id, who, body)
-        } else {
-            support::forgejo_comment(repo, pr, id, who, body)
-        };
-        let (status, answer) = if repo.installation.is_some() {
-            self.deliver_github(delivery).await
-        } else {
-            self.deliver_forgejo(delivery).await
-        };
-        assert_eq!(status, 202, "{answer}");
-        self.settle().await;
-        id
-    }
-
     /// The reactions on comment `comment`, in the order they were made.
     pub fn reactions(&self, repo: &RepoHandle, comment: u64) -> Vec<String> {
         self.forge
@@ -816,22 +793,6 @@ impl Bot {
             .into_iter()
             .map(|r| r.content)
             .collect()
-    }
-
-    /// The bot's replies (comments that are not the report).
-    pub fn replies(&self, repo: &RepoHandle, pr: u64) -> Vec<String> {
-        self.forge
-            .comments(repo, pr)
-            .into_iter()
-            .filter(|c| c.author_is_bot || c.author == FORGEJO_BOT_LOGIN)
-            .filter(|c| !c.body.contains("<!-- wavegate:report -->"))
-            .map(|c| c.body)
-            .collect()
-    }
-
-    /// The conclusion of the newest check run on `sha`, whatever its name.
-    pub fn conclusion(&self, repo: &RepoHandle, sha: &str) -> Option<String> {
-        self.forge.check_runs(repo, sha).pop()?.conclusion
     }
 
     /// The check runs named `name` on `sha` (GitHub), oldest first.
@@ -861,34 +822,6 @@ impl Drop for Bot {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A PR from `change` onto main, planned, with `rev-bob`, `rev-carol` and
-/// the author allowed to write and `outsider-mallory` to read.
-pub async fn planned(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr, String) {
-    let repo = bot.github_repo();
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    bot.forge.set_permission(&repo, "rev-carol", "write");
-    bot.forge.set_permission(&repo, "dev-alice", "write");
-    bot.forge.set_permission(&repo, "outsider-mallory", "read");
-    let pr = bot.open_pr(&repo, number, "change");
-    bot.deliver_github(support::github_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    let digest = digest_in(&bot.report(&repo, number).body);
-    (repo, pr, digest)
-}
-
-/// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to write.
-pub async fn planned_on_forgejo(bot: &mut Bot, number: u64) -> (RepoHandle, FakePr) {
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.open_pr(&repo, number, "change");
-    bot.deliver_forgejo(support::forgejo_pull_request("opened", &repo, &pr))
-        .await;
-    bot.settle().await;
-    (repo, pr)
 }
 
 /// Whether `pid` is one of `ancestors` or started by one of them.

@@ -86,8 +86,7 @@ pub async fn planned_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
 /// A Forgejo PR from `change` onto main, planned, with `rev-bob` allowed to
 /// write.
 pub async fn planned_pr_on_forgejo(bot: &Bot, number: u64) -> PrHandle<'_> {
-    let url = format!("file://{}", bot.example.repo.display());
-    let repo = bot.forge.add_forgejo_repo("acme/infra", &url);
+    let repo = bot.forgejo_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.opened(&repo, number, "change").await
 }
@@ -144,40 +143,59 @@ impl PrHandle<'_> {
         id
     }
 
+    /// `login` comments `body` on the forge, and its webhook is lost: the
+    /// bot is not told. The comment's id.
+    pub fn comment_unheard(&self, login: &str, body: &str) -> u64 {
+        self.bot
+            .forge
+            .add_comment(&self.repo, self.number, login, body)
+    }
+
+    /// `login` submits a review in `state` (`APPROVED`, `CHANGES_REQUESTED`,
+    /// `COMMENTED`) on the head, and its webhook is lost. The review's id.
+    pub fn review_unheard(&self, login: &str, state: &str) -> u64 {
+        self.bot
+            .forge
+            .add_review(&self.repo, self.number, login, state)
+    }
+
     /// The reactions on comment `comment`, in the order they were made.
     pub fn reactions(&self, comment: u64) -> Vec<String> {
         self.bot.reactions(&self.repo, comment)
     }
 
-    /// The author pushes `branch` onto the pull request; the bot is told and settles.
-    pub async fn push(&mut self, branch: &str) -> FakePr {
+    /// The author pushes `branch` onto the pull request, and its webhook is
+    /// lost: only the forge knows the new head.
+    pub fn push_unheard(&mut self, branch: &str) -> FakePr {
         let pushed = self
             .bot
             .forge
             .push(&self.repo, self.number, &self.bot.rev(branch));
+        self.branch = branch.to_owned();
+        pushed
+    }
+
+    /// The author pushes `branch` onto the pull request; the bot is told and settles.
+    pub async fn push(&mut self, branch: &str) -> FakePr {
+        let pushed = self.push_unheard(branch);
         let delivery = if self.on_github() {
             support::github_pull_request("synchronize", &self.repo, &pushed)
         } else {
             support::forgejo_pull_request("synchronized", &self.repo, &pushed)
         };
         self.bot.tell(&self.repo, delivery).await;
-        self.branch = branch.to_owned();
         pushed
     }
 
     /// `pusher` pushes `branch` onto the pull request; the bot is told and settles.
     pub async fn push_as(&mut self, branch: &str, pusher: &str) -> FakePr {
-        let pushed = self
-            .bot
-            .forge
-            .push(&self.repo, self.number, &self.bot.rev(branch));
+        let pushed = self.push_unheard(branch);
         let delivery = if self.on_github() {
             support::github_pushed_by(&self.repo, &pushed, pusher)
         } else {
             support::forgejo_pushed_by(&self.repo, &pushed, pusher)
         };
         self.bot.tell(&self.repo, delivery).await;
-        self.branch = branch.to_owned();
         pushed
     }
 
@@ -212,6 +230,11 @@ impl PrHandle<'_> {
     /// The report comment's body (there must be exactly one).
     pub fn report(&self) -> String {
         self.bot.report(&self.repo, self.number).body
+    }
+
+    /// The report comment's id.
+    pub fn report_id(&self) -> u64 {
+        self.bot.report(&self.repo, self.number).id
     }
 
     /// The digest the report asks to approve.

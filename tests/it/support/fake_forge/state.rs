@@ -58,7 +58,6 @@ pub struct FakePr {
     pub head_ref: String,
     pub base_ref: String,
     pub author: String,
-    pub author_id: u64,
     pub open: bool,
     pub merged: bool,
     pub merge_sha: Option<String>,
@@ -201,9 +200,22 @@ pub(super) struct State {
     pub(super) app_webhook: Option<AppWebhook>,
     pub(super) hook_deliveries: Vec<FakeHookDelivery>,
     pub(super) outbox: Vec<Outgoing>,
+    /// How far the forge's clock runs behind the wall clock (`set_clock_behind`).
+    pub(super) clock_behind: Duration,
 }
 
 impl State {
+    /// The forge's clock, which dates everything it holds: the wall clock,
+    /// `clock_behind` late.
+    pub(super) fn now(&self) -> SystemTime {
+        SystemTime::now() - self.clock_behind
+    }
+
+    /// The forge's clock in unix seconds.
+    pub(super) fn unix_now(&self) -> u64 {
+        unix_secs(self.now())
+    }
+
     pub(super) fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -224,9 +236,14 @@ impl State {
             .find(|r| r.handle.forge == forge && r.handle.full_name == full_name)
     }
 
+    /// The repository `full_name` on `forge`, which the router found.
+    pub(super) fn repo_at(&mut self, forge: ForgeKind, full_name: &str) -> &mut Repo {
+        self.repo_mut(forge, full_name)
+            .unwrap_or_else(|| panic!("{full_name} is not registered with the fake"))
+    }
+
     pub(super) fn repo_of(&mut self, handle: &RepoHandle) -> &mut Repo {
-        self.repo_mut(handle.forge, &handle.full_name)
-            .unwrap_or_else(|| panic!("{} is not registered with the fake", handle.full_name))
+        self.repo_at(handle.forge, &handle.full_name)
     }
 }
 
