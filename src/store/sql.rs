@@ -367,7 +367,8 @@ impl Store {
             .is_some_and(|at| at.elapsed() <= window)
     }
 
-    pub(super) fn now(&self) -> i64 {
+    /// Now, in unix ms, by the store's clock: what every record and fact is dated by.
+    pub(crate) fn now(&self) -> i64 {
         self.clock.now_ms()
     }
 

@@ -339,7 +339,7 @@ impl JobCtx<'_> {
             members: &members,
             previous_wait: previous_wait.as_ref(),
             failed_before: &failed_before,
-            now: chrono::Utc::now().timestamp_millis(),
+            now: self.store.now(),
         };
         let effects = run::settle(&settle, &mut drive.run.status, &mut drive.run.record);
         let mut io = RunIo {
@@ -534,7 +534,7 @@ impl JobCtx<'_> {
         // An approval expires `approval_ttl` after it was given, unless the
         // run already went through its gate with it.
         let ttl = policy.approval_ttl_ms().filter(|_| !passed);
-        let now = chrono::Utc::now().timestamp_millis();
+        let now = self.store.now();
         let mut dropped = HashSet::new();
         for approval in tally.expired(digest, ttl, now) {
             let lapsed = crate::apply::Lapsed {
@@ -646,7 +646,7 @@ impl JobCtx<'_> {
             gate,
             timeout: drive.rules.stage_timeout(stage),
         });
-        let now = chrono::Utc::now().timestamp_millis();
+        let now = self.store.now();
         let mut observation = StageObservation::Reached { now };
         loop {
             let effects = machine.step(&mut drive.run.record, observation)?;
@@ -672,7 +672,7 @@ impl JobCtx<'_> {
                     StageObservation::Counted {
                         by,
                         mismatch,
-                        now: chrono::Utc::now().timestamp_millis(),
+                        now: self.store.now(),
                     }
                 }
                 [Effect::Done(step)] => return Ok(*step),
@@ -717,7 +717,7 @@ impl JobCtx<'_> {
             held_retry: self.options.held_retry,
         };
         let mut machine = WaveMachine::new(spec);
-        let now = chrono::Utc::now().timestamp_millis();
+        let now = self.store.now();
         let first = Observation::Reached { now };
         let mut io = RunIo {
             run: &mut drive.run,
@@ -744,7 +744,7 @@ impl JobCtx<'_> {
         let mut effects: std::collections::VecDeque<Effect> =
             machine.step(&mut io.run.record, observation)?.into();
         while let Some(effect) = effects.pop_front() {
-            let now = || chrono::Utc::now().timestamp_millis();
+            let now = || self.store.now();
             let answer = match effect {
                 Effect::Lock(members) => {
                     let repo = io.run.repo.id.clone();
@@ -828,7 +828,7 @@ impl JobCtx<'_> {
 
     /// Carries out one of the run's effects that asks nothing back.
     async fn perform(&self, io: &mut RunIo<'_>, effect: Effect) -> Result<()> {
-        let now = || chrono::Utc::now().timestamp_millis();
+        let now = || self.store.now();
         let spent = |gate: GateId, digest: Digest, data: FactData, login: String| NewFact {
             repo: io.run.repo.id.ledger_key(),
             gate,

@@ -346,7 +346,7 @@ impl JobCtx<'_> {
             }));
         }
         if let Some(stage) = waiting_stage {
-            let now = chrono::Utc::now().timestamp_millis();
+            let now = self.store.now();
             let expires_at = run.record.stages.get(stage).and_then(|g| g.expires_at);
             if expires_at.is_some_and(|at| now >= at) {
                 // The run looks again and fails the stage, if it has not yet.

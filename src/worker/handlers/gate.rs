@@ -47,7 +47,7 @@ impl JobCtx<'_> {
                 kind,
                 digest,
                 actor,
-                at: chrono::Utc::now().timestamp_millis(),
+                at: self.store.now(),
                 source,
                 data,
             })
@@ -196,7 +196,7 @@ impl JobCtx<'_> {
         let tally = Tally::new(&facts, plan_scope(plan, reviews_count));
         // Approvals of this digest older than `approval_ttl` no longer count.
         let ttl_ms = policy.as_ref().ok().and_then(Policy::approval_ttl_ms);
-        let now = chrono::Utc::now().timestamp_millis();
+        let now = self.store.now();
         let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
         let mut counted = tally.count(&digest, required, ttl_ms, now);
         if policy.is_err() {
@@ -299,7 +299,7 @@ impl JobCtx<'_> {
                     id: 0,
                     login: self.client.bot_login().await?,
                 },
-                at: chrono::Utc::now().timestamp_millis(),
+                at: self.store.now(),
                 source: Source::Wavegate,
                 data: FactData {
                     members: Some(members),
