@@ -316,7 +316,6 @@ mod tests {
                 host.path().join("data").display().to_string(),
             ),
             ("WAVEGATE_LEDGER_KEY_FILE", key_file.display().to_string()),
-            ("WAVEGATE_SANDBOX", "none".to_owned()),
         ];
         for read in [&secrets, &key_file] {
             let mut vars = base.to_vec();

@@ -426,21 +426,30 @@ mod tests {
 
     use crate::sandbox::testing::{bwrap, Job};
 
-    /// A command in a job of its own, unsandboxed: what the runner itself
-    /// does (the sandboxed runs are below and in `sandbox`).
-    fn spec(script: &str, timeout: Duration) -> CommandSpec {
-        let tmp = std::env::temp_dir();
-        let unconfined = Confinement {
-            kind: CommandKind::Plan,
-            tree: tmp.clone(),
-            files: tmp.clone(),
-            home: tmp,
-        };
-        let job = Job {
-            _dir: tempfile::tempdir().unwrap(),
-            confinement: unconfined,
-        };
-        spec_in(&job, Arc::new(Sandbox::off()), script, timeout)
+    /// A command in a job of its own, in the sandbox as production runs it.
+    struct Sandboxed {
+        /// Kept so the job's directories live as long as the command.
+        _job: Job,
+        spec: CommandSpec,
+    }
+
+    impl std::ops::Deref for Sandboxed {
+        type Target = CommandSpec;
+        fn deref(&self) -> &CommandSpec {
+            &self.spec
+        }
+    }
+
+    impl std::ops::DerefMut for Sandboxed {
+        fn deref_mut(&mut self) -> &mut CommandSpec {
+            &mut self.spec
+        }
+    }
+
+    async fn spec(script: &str, timeout: Duration) -> Sandboxed {
+        let job = Job::new();
+        let spec = spec_in(&job, bwrap().await, script, timeout);
+        Sandboxed { _job: job, spec }
     }
 
     fn spec_in(job: &Job, sandbox: Arc<Sandbox>, script: &str, timeout: Duration) -> CommandSpec {
@@ -462,7 +471,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_run_is_timed_by_kind_and_result() {
-        let mut timed_out = spec("sleep 5", Duration::from_millis(200));
+        let mut timed_out = spec("sleep 5", Duration::from_millis(200)).await;
         timed_out.label = "[apply] metrics@dev".into();
         timed_out.kind = CommandKind::Apply;
         run_command(&timed_out).await.unwrap();
@@ -477,10 +486,14 @@ mod tests {
 
     #[tokio::test]
     async fn output_is_kept_in_order_with_the_exit_status() {
-        let out = run_command(&spec(
-            "echo one; echo two >&2; sleep 0.1; echo three; exit 3",
-            Duration::from_secs(10),
-        ))
+        let out = run_command(
+            &spec(
+                "echo one; echo two >&2; sleep 0.1; echo three; exit 3",
+                Duration::from_secs(10),
+            )
+            .await
+            .spec,
+        )
         .await
         .unwrap();
         assert_eq!(out.termination, Termination::Exited(3));
@@ -491,7 +504,7 @@ mod tests {
     #[tokio::test]
     async fn the_environment_is_scrubbed() {
         std::env::set_var("WAVEGATE_TEST_SECRET_IN_PARENT", "leak");
-        let out = run_command(&spec("env | sort", Duration::from_secs(10)))
+        let out = run_command(&spec("env | sort", Duration::from_secs(10)).await.spec)
             .await
             .unwrap();
         assert!(!out.output.contains("leak"), "{}", out.output);
@@ -573,10 +586,14 @@ mod tests {
 
     #[tokio::test]
     async fn output_over_the_cap_is_cut_with_a_note() {
-        let out = run_command(&spec(
-            "for i in $(seq 1 100); do echo line-$i; done",
-            Duration::from_secs(10),
-        ))
+        let out = run_command(
+            &spec(
+                "for i in $(seq 1 100); do echo line-$i; done",
+                Duration::from_secs(10),
+            )
+            .await
+            .spec,
+        )
         .await
         .unwrap();
         assert!(out.output.starts_with("line-1\nline-2\n"));
@@ -590,9 +607,13 @@ mod tests {
 
     #[tokio::test]
     async fn secrets_are_redacted_from_kept_output() {
-        let out = run_command(&spec("echo password=hunter2", Duration::from_secs(10)))
-            .await
-            .unwrap();
+        let out = run_command(
+            &spec("echo password=hunter2", Duration::from_secs(10))
+                .await
+                .spec,
+        )
+        .await
+        .unwrap();
         assert_eq!(out.output, "password=[redacted]\n");
     }
 
@@ -625,7 +646,7 @@ mod tests {
 
     #[tokio::test]
     async fn lines_are_streamed_with_the_label_and_a_quiet_command_gets_a_heartbeat() {
-        let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10));
+        let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10)).await;
         s.heartbeat = Some(Duration::from_millis(500));
         let log = logged(&s).await;
         assert!(log.contains("[plan] x@dev | hello"), "{log}");
@@ -636,7 +657,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_heartbeat_a_quiet_command_logs_only_what_it_prints() {
-        let mut s = spec("echo hello; sleep 1.2; echo bye", Duration::from_secs(10));
+        let mut s = spec("echo hello; sleep 1.2; echo bye", Duration::from_secs(10)).await;
         s.heartbeat = None;
         let log = logged(&s).await;
         assert!(log.contains("[plan] x@dev | hello"), "{log}");
@@ -646,7 +667,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_program_is_a_clear_error() {
-        let mut s = spec("", Duration::from_secs(1));
+        let mut s = spec("", Duration::from_secs(1)).await;
         s.argv = vec!["./no-such-plan.sh".into()];
         let e = run_command(&s).await.unwrap_err().to_string();
         assert!(
