@@ -4,6 +4,7 @@
 //! fresh plan is covered by something a person approved. The worker runs
 //! the commands and writes the record before and after each one.
 
+pub(crate) mod branches;
 pub(crate) mod machine;
 pub(crate) mod run;
 pub(crate) mod stage;

@@ -61,6 +61,17 @@ impl BaseRules {
         matches!(&self.config, Ok(Some(config)) if config.policy.allow_forks)
     }
 
+    /// `branches` as the file writes it, when these are the default
+    /// branch's rules (`None`: it names none, so merges into the default
+    /// branch apply); a file that does not read names none and says why (a
+    /// broken file never widens where changes apply).
+    pub(crate) fn apply_branches(&self) -> Result<Option<Vec<String>>, String> {
+        match &self.config {
+            Ok(config) => Ok(config.as_ref().and_then(|c| c.branches.clone())),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
     /// The base's stages, in order (none when it has no readable config).
     pub(crate) fn stages(&self) -> Vec<String> {
         match &self.config {
@@ -134,6 +145,22 @@ plan = ["./plan"]
         assert!(!rules.allows_forks());
         assert!(rules.stages().is_empty());
         assert_eq!(rules.gate("prod"), GatePolicy::Always);
+    }
+
+    #[test]
+    fn a_default_branch_config_may_list_the_branches_whose_merges_apply() {
+        assert_eq!(BaseRules::from_file(None).apply_branches(), Ok(None));
+        assert_eq!(BaseRules::from_file(Some(GATED)).apply_branches(), Ok(None));
+        let listed = format!("branches = [\"main\", \"release/2026\"]\n{GATED}");
+        assert_eq!(
+            BaseRules::from_file(Some(&listed)).apply_branches(),
+            Ok(Some(vec!["main".into(), "release/2026".into()]))
+        );
+        let broken = format!("branches = [\"main\"]\n{GATED}\n[[stage]]\nname = \"dev\"\n");
+        let why = BaseRules::from_file(Some(&broken))
+            .apply_branches()
+            .unwrap_err();
+        assert!(why.contains("stage `dev` is defined twice"), "{why}");
     }
 
     #[test]

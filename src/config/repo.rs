@@ -46,6 +46,10 @@ pub(crate) struct RawRepoConfig {
     pub(crate) components: Vec<RawComponent>,
     #[serde(default)]
     pub(crate) policy: Option<Policy>,
+    /// The base branches whose merged pull requests start an apply run; read
+    /// from the default branch's file only (`None`: the default branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) branches: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
@@ -222,6 +226,8 @@ pub struct RepoConfig {
     pub(crate) policy: Policy,
     /// Environment variables passed through to every command.
     pub(crate) env: Vec<String>,
+    /// `branches` as written: where merges apply (`None`: the default branch).
+    pub(crate) branches: Option<Vec<String>>,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -304,6 +310,9 @@ impl RepoConfig {
         };
 
         let ignore = compile_patterns(&raw.ignore, "ignore", &err)?;
+        if let Some(branches) = &raw.branches {
+            check_branches(branches, &err)?;
+        }
 
         if raw.stages.is_empty() {
             return Err(err(
@@ -601,6 +610,7 @@ impl RepoConfig {
             components,
             policy,
             env: defaults.env.clone(),
+            branches: raw.branches.clone(),
             raw,
         })
     }
@@ -734,6 +744,47 @@ fn check_name(
             format!("`{name}` is not a valid name"),
             "use letters, digits, `-`, `_` and `.` only (no `@`, no spaces)",
         ));
+    }
+    Ok(())
+}
+
+/// `branches`: at least one, each a plain branch name (what a pull
+/// request's base is called, not a ref or a pattern), none twice.
+fn check_branches(
+    branches: &[String],
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if branches.is_empty() {
+        return Err(err(
+            "branches".into(),
+            "is empty, so no merge would ever be applied".into(),
+            "name the branches whose merges apply, e.g. `branches = [\"main\"]`, or leave it out to apply merges into the default branch",
+        ));
+    }
+    for (i, branch) in branches.iter().enumerate() {
+        let field = format!("branches[{i}]");
+        let odd = branch.is_empty()
+            || branch.starts_with(['-', '/'])
+            || branch.starts_with("refs/")
+            || branch.ends_with(['/', '.'])
+            || branch.contains("..")
+            || branch
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c));
+        if odd {
+            return Err(err(
+                field,
+                format!("`{branch}` is not a branch name"),
+                "write the branch as a pull request's base names it, e.g. `main` or `release/2026` (no `refs/heads/`, no patterns)",
+            ));
+        }
+        if branches[..i].contains(branch) {
+            return Err(err(
+                field,
+                format!("`{branch}` is listed twice"),
+                "list each branch once",
+            ));
+        }
     }
     Ok(())
 }
@@ -1047,6 +1098,22 @@ approvers = ["alice"]
             (
                 GOOD.replace("gate = \"never\"", "gate = \"sometimes\""),
                 "unknown variant `sometimes`",
+            ),
+            (
+                format!("branches = []\n{GOOD}"),
+                "`branches`: is empty, so no merge would ever be applied",
+            ),
+            (
+                format!("branches = [\"main\", \"refs/heads/release\"]\n{GOOD}"),
+                "`branches[1]`: `refs/heads/release` is not a branch name",
+            ),
+            (
+                format!("branches = [\"release-*\"]\n{GOOD}"),
+                "`branches[0]`: `release-*` is not a branch name",
+            ),
+            (
+                format!("branches = [\"main\", \"main\"]\n{GOOD}"),
+                "`branches[1]`: `main` is listed twice",
             ),
         ];
         for (text, expected) in cases {

@@ -104,6 +104,14 @@ impl ForgeClient {
         }
     }
 
+    /// The repository's default branch, as the forge answers now.
+    pub(crate) async fn default_branch(&self, repo: &RepoRef) -> Result<String> {
+        match self {
+            ForgeClient::GitHub(c) => c.default_branch(repo).await,
+            ForgeClient::Forgejo(c) => c.default_branch(repo).await,
+        }
+    }
+
     pub async fn pull_request(&self, repo: &RepoRef, pr: PrNumber) -> Result<PullRequest> {
         Ok(self.pull_request_state(repo, pr).await?.0)
     }

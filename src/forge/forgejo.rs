@@ -8,7 +8,7 @@ use super::types::{
     since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
     STATUS_DESCRIPTION_LIMIT,
 };
-use super::wire::WirePull;
+use super::wire::{WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, ForgeKind, PrNumber, User};
@@ -319,6 +319,13 @@ impl ForgejoClient {
         reply
             .json::<WirePull<WireUser>>(&call)?
             .into_pull_request(&call)
+    }
+
+    pub(crate) async fn default_branch(&self, repo: &RepoRef) -> Result<String> {
+        let route = format!("/repos/{}", repo.id.full_name);
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
+        Ok(reply.json::<WireRepository>(&call)?.default_branch)
     }
 
     /// A user's permission on the repository. Forgejo answers 403 unless the

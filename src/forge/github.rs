@@ -13,7 +13,7 @@ use super::types::{
     since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
     CHECK_SUMMARY_LIMIT,
 };
-use super::wire::WirePull;
+use super::wire::{WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, ForgeKind, PrNumber, User};
@@ -440,6 +440,16 @@ impl GitHubClient {
         reply
             .json::<WirePull<WireUser>>(&call)?
             .into_pull_request(&call)
+    }
+
+    pub(crate) async fn default_branch(&self, repo: &RepoRef) -> Result<String> {
+        let route = format!("/repos/{}", repo.id.full_name);
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call(repo, Verb::Get, &route, None)
+            .await?
+            .success(&call)?;
+        Ok(reply.json::<WireRepository>(&call)?.default_branch)
     }
 
     /// The budget GitHub last stated for the installation serving `repo`.

@@ -1,5 +1,5 @@
-//! The pull-request shape GitHub's and Forgejo's REST APIs share, read with
-//! our own serde structs; each forge says how it reads a user.
+//! The pull-request and repository shapes GitHub's and Forgejo's REST APIs
+//! share, read with our own serde structs; each forge says how it reads a user.
 
 use super::listing::ListedPull;
 use super::types::unix_ms;
@@ -7,6 +7,12 @@ use super::{PrState, PullRequest};
 use crate::model::{CommitSha, PrNumber, User};
 use anyhow::{anyhow, Result};
 use serde::Deserialize;
+
+/// `GET /repos/{owner}/{repo}` on either forge: what wavegate reads of it.
+#[derive(Deserialize)]
+pub(super) struct WireRepository {
+    pub(super) default_branch: String,
+}
 
 #[derive(Deserialize)]
 struct WireRepo {

@@ -66,10 +66,9 @@ impl Workspace {
             .join(format!("{}.git", clean(repo.name())))
     }
 
-    /// Makes sure every requested commit is in the repository's mirror and
-    /// returns the mirror's path.
-    pub(crate) async fn fetch(&self, request: &FetchRequest<'_>) -> Result<PathBuf> {
-        let mirror = self.mirror_path(request.repo);
+    /// The repository's mirror, created if new, and its lock held.
+    async fn open(&self, repo: &RepoId) -> Result<(PathBuf, tokio::sync::OwnedMutexGuard<bool>)> {
+        let mirror = self.mirror_path(repo);
         let lock = self
             .locks
             .lock()
@@ -77,7 +76,7 @@ impl Workspace {
             .entry(mirror.clone())
             .or_default()
             .clone();
-        let mut pruned = lock.lock().await;
+        let mut pruned = lock.lock_owned().await;
 
         if !mirror.join("HEAD").exists() {
             tokio::fs::create_dir_all(&mirror)
@@ -97,6 +96,13 @@ impl Workspace {
                 .await?;
             *pruned = true;
         }
+        Ok((mirror, pruned))
+    }
+
+    /// Makes sure every requested commit is in the repository's mirror and
+    /// returns the mirror's path.
+    pub(crate) async fn fetch(&self, request: &FetchRequest<'_>) -> Result<PathBuf> {
+        let (mirror, _locked) = self.open(request.repo).await?;
         for (url, sha) in &request.sources {
             if has_commit(&mirror, sha).await {
                 continue;
@@ -104,6 +110,52 @@ impl Workspace {
             fetch_commit(&mirror, url, sha, request.auth).await?;
         }
         Ok(mirror)
+    }
+
+    /// Fetches `branch` as the remote at `url` has it now into the mirror
+    /// and answers the commit it is at.
+    pub(crate) async fn fetch_branch(
+        &self,
+        repo: &RepoId,
+        url: &str,
+        branch: &str,
+        auth: Option<&Secret>,
+    ) -> Result<CommitSha> {
+        let (mirror, _locked) = self.open(repo).await?;
+        let credential = match auth {
+            Some(header) => Credential::new(url, header)?,
+            None => None,
+        };
+        let local = format!("refs/wavegate/branches/{branch}");
+        let fetched = fetching(
+            git(&mirror, credential.as_ref())
+                .args([
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--end-of-options",
+                    url,
+                ])
+                .arg(format!("+refs/heads/{branch}:{local}")),
+        )
+        .await?;
+        if !fetched.status.success() {
+            bail!(
+                "branch `{branch}` could not be fetched from {}: {}",
+                redact_url(url),
+                String::from_utf8_lossy(&fetched.stderr).trim()
+            );
+        }
+        let head = git(&mirror, None)
+            .args(["rev-parse", "--verify", "--end-of-options"])
+            .arg(format!("{local}^{{commit}}"))
+            .output()
+            .await
+            .context("cannot run git rev-parse")?;
+        let sha = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        CommitSha::parse(&sha)
+            .map_err(|e| anyhow::anyhow!("branch `{branch}` fetched, but its head reads as {e}"))
     }
 }
 
@@ -293,6 +345,41 @@ mod tests {
             err.contains(&format!("commit {missing} could not be fetched")),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_branch_is_fetched_as_the_remote_has_it_now() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        std::fs::create_dir(&origin).unwrap();
+        sh(
+            &origin,
+            "git init -q -b main && echo a > a && git add a && git commit -qm one",
+        );
+        let workspace = Workspace::new(&tmp.path().join("data"));
+        let repo = RepoId::new(ForgeKind::GitHub, "acme/infra");
+        let url = format!("file://{}", origin.display());
+        let first = workspace
+            .fetch_branch(&repo, &url, "main", None)
+            .await
+            .unwrap();
+        assert_eq!(first, sha(&sh(&origin, "git rev-parse main")));
+
+        sh(&origin, "echo b > b && git add b && git commit -qm two");
+        let moved = workspace
+            .fetch_branch(&repo, &url, "main", None)
+            .await
+            .unwrap();
+        assert_eq!(moved, sha(&sh(&origin, "git rev-parse main")));
+        assert_ne!(moved, first);
+        assert!(has_commit(&workspace.mirror_path(&repo), &moved).await);
+
+        let err = workspace
+            .fetch_branch(&repo, &url, "trunk", None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("branch `trunk` could not be fetched"), "{err}");
     }
 
     #[test]

@@ -119,6 +119,11 @@ impl Task {
     }
 }
 
+/// The `commands_seen` key of the reply saying a merge applies nothing.
+pub(crate) fn not_applied_source(merge: &CommitSha) -> String {
+    format!("not-applied:{merge}")
+}
+
 /// The `commands_seen` key of a comment.
 pub(crate) fn comment_source(id: u64) -> String {
     format!("comment:{id}")

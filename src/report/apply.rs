@@ -2,8 +2,10 @@
 //! member, what the run waits for with the line to copy, the rounds and
 //! their coverage; and the check's title. Edited in place as the run moves.
 
+use crate::apply::branches::NotApplied;
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
+use crate::config::CONFIG_FILE;
 use crate::model::{utc, CommitSha, Digest};
 use crate::plan::changeset::ChangeSet;
 
@@ -103,6 +105,49 @@ pub(crate) fn wait_help(wait: &Wait) -> String {
         Wait::EarlierAttempt { member, until } => format!(
             "**{member}** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by {} at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.\n",
             utc(*until)
+        ),
+    }
+}
+
+/// The one reply of a merge that starts no apply run.
+pub(crate) fn not_applied(merge: &CommitSha, why: &NotApplied) -> String {
+    let listed = |branches: &[String]| {
+        branches
+            .iter()
+            .map(|b| format!("`{b}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match why {
+        NotApplied::NotListed {
+            base,
+            default_branch,
+            listed: None,
+        } => format!(
+            "Merged into `{base}` as {}: nothing is applied. wavegate applies only merges into `{default_branch}`, the default branch ({CONFIG_FILE} there has no `branches` naming others). To apply merges into `{base}` too, add `branches = [\"{default_branch}\", \"{base}\"]` to {CONFIG_FILE} on `{default_branch}`.",
+            merge.short(),
+        ),
+        NotApplied::NotListed {
+            base,
+            default_branch,
+            listed: Some(branches),
+        } => format!(
+            "Merged into `{base}` as {}: nothing is applied. wavegate applies only merges into {} (`branches` in {CONFIG_FILE} on `{default_branch}`, the default branch{}). To apply merges into `{base}`, add it to `branches` there.",
+            merge.short(),
+            listed(branches),
+            if base == default_branch {
+                ", as it stood before this merge: a pull request's own change to `branches` counts from the next merge"
+            } else {
+                ""
+            },
+        ),
+        NotApplied::Unreadable {
+            base,
+            default_branch,
+            why,
+        } => format!(
+            "Merged into `{base}` as {}: nothing is applied. {CONFIG_FILE} on `{default_branch}`, the default branch, says where merges apply, and it does not read: {why}\n\nFix it on `{default_branch}`; this merge is not applied then: apply it by hand, or open a pull request that changes it again.",
+            merge.short(),
         ),
     }
 }

@@ -82,7 +82,8 @@ pub struct NewJob {
 pub(crate) struct Once {
     pub(crate) repo: RepoId,
     pub(crate) pr: PrNumber,
-    /// `comment:<id>` or `review:<id>:<state>`.
+    /// `comment:<id>` or `review:<id>:<state>`; `not-applied:<merge>` for
+    /// the one reply of a merge that starts no run.
     pub(crate) source: String,
 }
 

@@ -9,6 +9,7 @@
 //! and a crash leaves the job's lease to expire and the job to run again.
 
 use super::gate::plan_scope;
+use crate::apply::branches::{merge_applies, NotApplied};
 use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
 use crate::apply::run::{self, Settle};
 use crate::apply::stage::{StageMachine, StageObservation, StageSpec};
@@ -22,13 +23,13 @@ use crate::forge::{PullRequest, RepoRef};
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
 use crate::git;
-use crate::jobs::Task;
+use crate::jobs::{not_applied_source, Task};
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench};
 use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
-use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, PlanRecord};
+use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, Once, PlanRecord};
 use crate::worker::ctx::JobCtx;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
@@ -131,13 +132,36 @@ impl JobCtx<'_> {
         })
         .await
         .with_context(|| format!("finding the target branch before the merge {merge_sha}"))?;
+        let base = CommitSha::parse(&base).map_err(|e| anyhow!(e))?;
+        if let Err(why) = self.merge_applies(&pr.base_ref, &base).await? {
+            // Said once, whatever redelivers the merge.
+            let said = Once {
+                repo: self.repo.id.clone(),
+                pr: pr.number,
+                source: not_applied_source(merge_sha),
+            };
+            if !self.store.was_seen(&said).await? {
+                self.client
+                    .reply(
+                        self.repo,
+                        pr.number,
+                        &apply_report::not_applied(merge_sha, &why),
+                    )
+                    .await?;
+                self.store.mark_seen(&said).await?;
+            }
+            return Ok(JobOutcome::Skipped(format!(
+                "merges into `{}` do not apply",
+                pr.base_ref
+            )));
+        }
         let (run, created) = self
             .store
             .create_apply_run(NewApplyRun {
                 repo: self.repo.clone(),
                 pr: pr.number,
                 merge_sha: merge_sha.clone(),
-                base_sha: CommitSha::parse(&base).map_err(|e| anyhow!(e))?,
+                base_sha: base,
                 plan_id: plan.id,
                 digest,
             })
@@ -146,6 +170,41 @@ impl JobCtx<'_> {
             tracing::info!(run = run.id, pr = %pr.number, merge = %merge_sha.short(), "apply run started");
         }
         self.drive(run).await
+    }
+
+    /// Whether a merge into `base_ref` starts an apply run, by `branches`
+    /// in the default branch's config: as it stood before this merge when
+    /// the merge is into the default branch (`target_before`), as it stands
+    /// now otherwise.
+    async fn merge_applies(
+        &self,
+        base_ref: &str,
+        target_before: &CommitSha,
+    ) -> Result<Result<(), NotApplied>> {
+        let default_branch = self
+            .client
+            .default_branch(self.repo)
+            .await
+            .context("asking the forge for the repository's default branch")?;
+        let rules_at = if base_ref == default_branch {
+            target_before.clone()
+        } else {
+            let auth = self.client.git_auth_header(self.repo).await?;
+            self.workspace
+                .fetch_branch(
+                    &self.repo.id,
+                    &self.repo.clone_url,
+                    &default_branch,
+                    auth.as_ref(),
+                )
+                .await?
+        };
+        let rules = self.base_rules(&rules_at).await?;
+        Ok(merge_applies(
+            base_ref,
+            &default_branch,
+            rules.apply_branches(),
+        ))
     }
 
     /// Drives the pull request's run on from where its record stands.

@@ -504,24 +504,15 @@ impl JobCtx<'_> {
             login: comment.author.login.clone(),
         };
         let source = Source::Comment { id: comment.id };
-        if let Err(why) = policy::may_override(&policy, &who) {
-            data.refused = Some(why.clone());
-            self.record(
-                &gate,
-                (FactKind::Refused, digest.into(), data),
-                actor,
-                source,
-            )
+        let (kind, said) = match policy::may_override(&policy, &who) {
+            Err(why) => {
+                data.refused = Some(why.clone());
+                (FactKind::Refused, Said::Refused(Refusal::NotOverrider(why)))
+            }
+            Ok(()) => (FactKind::Approved, Said::Done),
+        };
+        self.record(&gate, (kind, digest.into(), data), actor, source)
             .await?;
-            return Ok(Said::Refused(Refusal::NotOverrider(why)));
-        }
-        self.record(
-            &gate,
-            (FactKind::Approved, digest.into(), data),
-            actor,
-            source,
-        )
-        .await?;
-        Ok(Said::Done)
+        Ok(said)
     }
 }

@@ -6,6 +6,7 @@ mod approvals;
 mod approvers;
 mod attacks;
 mod bot;
+mod branches;
 mod forge_clients;
 mod git_paths;
 mod ledger_cli;

@@ -146,6 +146,21 @@ impl Example {
         self.merge_as(MergeMethod::MergeCommit, branch, message)
     }
 
+    /// Merges `branch` into `target` with a merge commit; returns its sha.
+    pub fn merge_into(&self, target: &str, branch: &str, message: &str) -> String {
+        check(self.git(&["checkout", "-q", target]), "git checkout");
+        check(
+            self.git(&["merge", "-q", "--no-ff", "-m", message, branch]),
+            "git merge",
+        );
+        let sha = check(self.git(&["rev-parse", "HEAD"]), "git rev-parse").stdout;
+        check(
+            self.git(&["checkout", "-q", "--detach", "main"]),
+            "git checkout --detach main",
+        );
+        String::from_utf8(sha).unwrap().trim().to_owned()
+    }
+
     /// Lands `branch` on `main` as a forge's merge button would; returns
     /// `main`'s new head (for a rebase, the last re-created commit).
     pub fn merge_as(&self, method: MergeMethod, branch: &str, message: &str) -> String {

@@ -175,6 +175,11 @@ impl FakeForge {
         })
     }
 
+    /// Makes `branch` the repository's default branch.
+    pub fn set_default_branch(&self, repo: &RepoHandle, branch: &str) {
+        self.with(|s| s.repo_of(repo).default_branch = branch.to_owned());
+    }
+
     /// The next request whose method and path start match answers `status`
     /// with `headers` (and a JSON message) instead of being served.
     pub fn fail_next(
@@ -372,6 +377,18 @@ const REPOSITORY_ROUTES: [Routes; 5] = [
 ];
 
 fn repository(state: &mut State, call: &Call, path: &[&str]) -> Answer {
+    if let ("GET", []) = (call.req.method, path) {
+        let repo = state.repo_at(call.forge, call.full_name);
+        return Ok(answer(
+            200,
+            json!({
+                "id": repo.handle.id,
+                "full_name": repo.handle.full_name,
+                "clone_url": repo.handle.clone_url,
+                "default_branch": repo.default_branch,
+            }),
+        ));
+    }
     for route in REPOSITORY_ROUTES {
         if let Some(answer) = route(state, call, path) {
             return answer;

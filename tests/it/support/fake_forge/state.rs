@@ -154,6 +154,8 @@ pub(super) struct Outgoing {
 
 pub(super) struct Repo {
     pub(super) handle: RepoHandle,
+    /// `main` unless a test says otherwise.
+    pub(super) default_branch: String,
     pub(super) permissions: HashMap<String, String>,
     pub(super) prs: Vec<FakePr>,
     pub(super) comments: Vec<FakeComment>,
@@ -251,6 +253,7 @@ impl Repo {
     pub(super) fn new(handle: RepoHandle) -> Self {
         Self {
             handle,
+            default_branch: "main".into(),
             permissions: HashMap::new(),
             prs: Vec::new(),
             comments: Vec::new(),
