@@ -24,6 +24,7 @@ use crate::model::{Digest, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
+use crate::plan::tail::OutputTail;
 use crate::sandbox::process::ProcessId;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -81,8 +82,12 @@ pub(crate) enum Observation {
     },
     /// The apply command of [`Effect::Apply`] started as `process`.
     Started { process: ProcessId },
-    /// The apply command of [`Effect::Apply`] ended.
-    Ended { outcome: ApplyOutcome, now: i64 },
+    /// The apply command of [`Effect::Apply`] ended, having printed `printed`.
+    Ended {
+        outcome: ApplyOutcome,
+        printed: Option<OutputTail>,
+        now: i64,
+    },
     /// [`Effect::Replan`]'s member, planned again, with the override gate's facts.
     Replanned {
         outcome: Box<MemberOutcome>,
@@ -229,7 +234,23 @@ impl<'a> WaveMachine<'a> {
                 record.set(&current.outcome.member, state);
                 effects.push(Effect::Save);
             }
-            Observation::Ended { outcome, now } => self.ended(record, outcome, now, &mut effects),
+            Observation::Ended {
+                outcome,
+                printed,
+                now,
+            } => {
+                let member = &self
+                    .current
+                    .as_ref()
+                    .expect("ended while applying")
+                    .outcome
+                    .member;
+                match printed {
+                    Some(tail) => record.printed.insert(member.clone(), tail),
+                    None => record.printed.remove(member),
+                };
+                self.ended(record, outcome, now, &mut effects);
+            }
             Observation::Replanned {
                 outcome,
                 overrides,
@@ -880,6 +901,7 @@ mod tests {
     fn ended(outcome: ApplyOutcome) -> Observation {
         Observation::Ended {
             outcome,
+            printed: None,
             now: NOW + 5_000,
         }
     }
@@ -983,6 +1005,38 @@ mod tests {
                 note: None
             }
         );
+    }
+
+    #[test]
+    fn what_an_apply_printed_is_saved_with_its_result_and_a_silent_one_replaces_it() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        let printed = OutputTail::of("Apply complete! Resources: 1 added.\n");
+        let effects = step(
+            &mut machine,
+            &mut record,
+            Observation::Ended {
+                outcome: ApplyOutcome::Failed("exit 1".into()),
+                printed: printed.clone(),
+                now: NOW + 5_000,
+            },
+        );
+        assert_eq!(record.printed.get("network@dev"), printed.as_ref());
+        let saved = effects.iter().position(|e| *e == Effect::Save);
+        assert!(saved.is_some(), "kept in the saved record: {effects:?}");
+
+        // The next apply printed nothing: the old output is not shown as its.
+        let mut machine = h.machine();
+        record.set("network@dev", MemberState::NotStarted);
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        step(
+            &mut machine,
+            &mut record,
+            ended(ApplyOutcome::Applied(Map::new())),
+        );
+        assert_eq!(record.printed.get("network@dev"), None);
     }
 
     #[test]
@@ -1346,6 +1400,7 @@ mod tests {
         step(&mut machine, &mut record, planned);
         let held_again = Observation::Ended {
             outcome: ApplyOutcome::Held("terraform lock".into()),
+            printed: None,
             now: due,
         };
         let effects = step(&mut machine, &mut record, held_again);

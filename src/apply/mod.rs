@@ -13,6 +13,7 @@ use crate::config::repo::{Component, GatePolicy};
 use crate::model::{Digest, GateId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
+use crate::plan::tail::OutputTail;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -399,6 +400,9 @@ pub(crate) struct AttemptRecord {
     /// job found them (checked again whenever the run goes on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) lapsed: Vec<Lapsed>,
+    /// The end of what each member's latest apply command printed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) printed: BTreeMap<String, OutputTail>,
 }
 
 /// An approval a run found no longer counting: who, at which gate, why.

@@ -452,8 +452,6 @@ pub(crate) enum ApplyOutcome {
 #[derive(Debug, Clone)]
 pub(crate) struct ApplyRun {
     pub(crate) outcome: ApplyOutcome,
-    /// Not shown anywhere yet: issue 15 puts it in the report and the run's check.
-    #[expect(dead_code, reason = "kept for issue 15's visible apply output")]
     pub(crate) output: String,
 }
 

@@ -10,4 +10,5 @@ pub mod planfile;
 pub(crate) mod preview;
 pub(crate) mod redact;
 pub(crate) mod runner;
+pub(crate) mod tail;
 pub mod terraform;

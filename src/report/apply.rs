@@ -389,6 +389,13 @@ pub(crate) fn render(view: &RunView<'_>) -> String {
             "- `{member}`: the policy denial of `{digest}` was overridden\n"
         ));
     }
+    let printed = printed_details(view.record);
+    if !printed.is_empty() {
+        if !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+        out.push_str(&printed);
+    }
     out
 }
 
@@ -407,6 +414,45 @@ fn failure_details(record: &AttemptRecord) -> String {
         out.push_str(&format!(
             "<details><summary>Why <code>{member}</code> failed</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n\n",
             error.trim_end()
+        ));
+    }
+    out
+}
+
+/// The most characters of apply output one run section shows: the rest of
+/// the comment (and the check, which carries the same text) needs room too.
+const PRINTED_BUDGET: usize = 24_000;
+
+/// What each member's latest apply printed, each collapsed, in the run's order.
+fn printed_details(record: &AttemptRecord) -> String {
+    let in_order = record
+        .layout
+        .iter()
+        .flat_map(|(_, waves)| waves.iter().flatten())
+        .chain(record.printed.keys())
+        .filter_map(|m| Some((m, record.printed.get(m)?)));
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut out, mut used, mut left_out) = (String::new(), 0, 0);
+    for (member, tail) in in_order {
+        if !seen.insert(member) {
+            continue;
+        }
+        if used + tail.text.len() > PRINTED_BUDGET {
+            left_out += 1;
+            continue;
+        }
+        used += tail.text.len();
+        let fence = super::markdown::fence_for(&tail.text);
+        out.push_str(&format!(
+            "<details><summary>What <code>{member}</code>'s apply printed ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n\n",
+            tail.extent(),
+            tail.text
+        ));
+    }
+    if left_out > 0 {
+        out.push_str(&format!(
+            "_✂️ What the applies of {left_out} more member{} printed is not shown: this comment has a size limit. The server's log has it all._\n\n",
+            if left_out == 1 { "" } else { "s" }
         ));
     }
     out
@@ -444,6 +490,7 @@ fn cell(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::tail::OutputTail;
     use serde_json::Map;
 
     #[test]
@@ -591,5 +638,70 @@ mod tests {
             "{}",
             render(&view)
         );
+    }
+
+    #[test]
+    fn what_each_apply_printed_is_shown_collapsed_in_the_runs_order() {
+        let mut record = record();
+        record.wait = None;
+        record.layout = vec![(
+            "dev".to_owned(),
+            vec![vec!["network@dev".to_owned()], vec!["app@dev".to_owned()]],
+        )];
+        let tail = |text: &str| OutputTail::of(text).unwrap();
+        record.printed.insert(
+            "app@dev".into(),
+            tail("Apply complete! Resources: 1 added, 1 changed, 0 destroyed."),
+        );
+        record.printed.insert(
+            "network@dev".into(),
+            tail(
+                "Refreshing state...\nApply complete! Resources: 0 added, 1 changed, 0 destroyed.",
+            ),
+        );
+        let section = printed_details(&record);
+        insta::assert_snapshot!(section, @"
+        <details><summary>What <code>network@dev</code>'s apply printed (all 2 lines)</summary>
+
+        ```text
+        Refreshing state...
+        Apply complete! Resources: 0 added, 1 changed, 0 destroyed.
+        ```
+
+        </details>
+
+        <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
+
+        ```text
+        Apply complete! Resources: 1 added, 1 changed, 0 destroyed.
+        ```
+
+        </details>
+        ");
+    }
+
+    #[test]
+    fn past_the_budget_the_rest_of_the_output_is_said_to_be_left_out() {
+        let mut record = record();
+        let wide: String = (0..30)
+            .map(|i| format!("{i:03} {}\n", "x".repeat(120)))
+            .collect();
+        for i in 0..12 {
+            record
+                .printed
+                .insert(format!("m{i:02}@dev"), OutputTail::of(&wide).unwrap());
+        }
+        let section = printed_details(&record);
+        assert!(
+            section.chars().count() < PRINTED_BUDGET + 2_000,
+            "{}",
+            section.len()
+        );
+        assert_eq!(
+            section.matches("<details>").count(),
+            6,
+            "3,7xx characters each"
+        );
+        assert!(section.ends_with("_✂️ What the applies of 6 more members printed is not shown: this comment has a size limit. The server's log has it all._\n\n"), "{section}");
     }
 }

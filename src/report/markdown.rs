@@ -14,6 +14,7 @@ use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
 use crate::plan::preview::{Approvers, BaseConfig, StagePreview};
+use crate::plan::tail::OutputTail;
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -497,6 +498,9 @@ struct Detail {
     /// The plan command's own text, or a failure with its output.
     text: String,
     text_label: &'static str,
+    /// The end of what a successful plan command printed; the first thing
+    /// left out when the comment runs short.
+    printed: Option<OutputTail>,
 }
 
 const SUMMARY_NOT_BOUND: &str =
@@ -519,6 +523,7 @@ impl Detail {
                 facts: String::new(),
                 text: failure_text(m),
                 text_label: FAILURE,
+                printed: None,
             };
         };
         let title = format!(
@@ -542,6 +547,7 @@ impl Detail {
             } else {
                 SUMMARY_NOT_BOUND
             },
+            printed: OutputTail::of(&m.output),
         }
     }
 
@@ -549,9 +555,10 @@ impl Detail {
         self.bound.iter().map(|l| l.chars().count() + 1).sum()
     }
 
-    /// The section with the first `keep_lines` bound lines and `keep_chars`
-    /// characters of text; whatever is cut is said.
-    fn render(&self, keep_lines: usize, keep_chars: usize) -> String {
+    /// The section with the first `keep_lines` bound lines, `keep_chars`
+    /// characters of text and, if `with_printed`, what the command printed;
+    /// whatever is cut is said.
+    fn render(&self, keep_lines: usize, keep_chars: usize, with_printed: bool) -> String {
         let mut out = format!(
             "<details{}><summary>{}</summary>\n\n",
             if self.destructive { " open" } else { "" },
@@ -599,6 +606,24 @@ impl Detail {
                 "_✂️ {} not shown ({total} characters): this comment has a size limit. `wavegate plan` prints it._\n",
                 self.text_label.trim_end_matches(':')
             );
+        }
+        match &self.printed {
+            Some(tail) if with_printed => {
+                let fence = fence_for(&tail.text);
+                let _ = writeln!(
+                    out,
+                    "<details><summary>What the plan command printed ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n",
+                    tail.extent(),
+                    tail.text
+                );
+            }
+            Some(_) => {
+                let _ = writeln!(
+                    out,
+                    "_✂️ What the plan command printed is not shown: this comment has a size limit. `wavegate plan` prints it._\n"
+                );
+            }
+            None => {}
         }
         out.push_str("</details>\n\n");
         out
@@ -696,7 +721,7 @@ fn details(change: &PlannedChange, budget: usize) -> String {
         .collect();
     let full: String = details
         .iter()
-        .map(|d| d.render(usize::MAX, usize::MAX))
+        .map(|d| d.render(usize::MAX, usize::MAX, true))
         .collect();
     if full.chars().count() <= budget {
         return full;
@@ -704,7 +729,8 @@ fn details(change: &PlannedChange, budget: usize) -> String {
     let omitted_note = |n: usize| {
         format!("_✂️ Plans of {n} more members are not shown: this comment has a size limit. `wavegate plan` prints them all; the digest binds them all._\n\n")
     };
-    let least = |d: &Detail| d.render(0, 0).chars().count();
+    // Short of room, what the commands printed goes first.
+    let least = |d: &Detail| d.render(0, 0, false).chars().count();
     // Which sections fit at all: destructive members first.
     let mut order: Vec<usize> = (0..details.len()).collect();
     order.sort_by_key(|&i| !details[i].destructive);
@@ -739,10 +765,23 @@ fn details(change: &PlannedChange, budget: usize) -> String {
     for (i, c) in text {
         chars[i] = c;
     }
+    // What the commands printed, where whole ones still fit.
+    let mut printed = vec![false; details.len()];
+    for (i, d) in details.iter().enumerate() {
+        let cost = d
+            .render(lines[i], chars[i], true)
+            .chars()
+            .count()
+            .saturating_sub(d.render(lines[i], chars[i], false).chars().count());
+        if shown[i] && d.printed.is_some() && cost <= available {
+            available -= cost;
+            printed[i] = true;
+        }
+    }
     let mut out = String::new();
     for (i, d) in details.iter().enumerate() {
         if shown[i] {
-            out.push_str(&d.render(lines[i], chars[i]));
+            out.push_str(&d.render(lines[i], chars[i], printed[i]));
         }
     }
     let hidden = shown.iter().filter(|s| !**s).count();
@@ -1058,6 +1097,77 @@ mod tests {
         assert!(text.contains(&format!("/approve {}", c.change_set.digest)));
         assert_eq!(text.matches("<details>").count(), 8);
         assert_eq!(text.matches("```").count() % 2, 0, "every fence is closed");
+    }
+
+    #[test]
+    fn what_a_plan_printed_is_shown_collapsed_in_its_section() {
+        let mut m = planned("app@dev", "Plan: 1 to add.");
+        m.output = "Refreshing state...\n\nPlan: 1 to add, 0 to change, 0 to destroy.\n".into();
+        let detail = Detail::of(&m).render(usize::MAX, usize::MAX, true);
+        insta::assert_snapshot!(detail, @r#"
+        <details><summary><code>app@dev</code> — +1 ~0 -0 -/+0</summary>
+
+        ```diff
+        + aws_instance.web (create)
+              size: "small"
+        ```
+
+        Summary written by the plan command (**not bound by the digest**):
+
+        ```
+        Plan: 1 to add.
+        ```
+
+        <details><summary>What the plan command printed (all 3 lines)</summary>
+
+        ```text
+        Refreshing state...
+
+        Plan: 1 to add, 0 to change, 0 to destroy.
+        ```
+
+        </details>
+
+        </details>
+        "#);
+    }
+
+    #[test]
+    fn short_of_room_what_plans_printed_is_left_out_first_and_said_so() {
+        let huge = "~ resource.changed (update)\n".repeat(4000);
+        let printed: String = (0..30).map(|i| format!("refreshing {i}\n")).collect();
+        let members: Vec<MemberOutcome> = (0..8)
+            .map(|i| {
+                let mut m = planned(&format!("c{i}@prod"), &huge);
+                m.output = printed.clone();
+                m
+            })
+            .collect();
+        let text = render(&change(members, vec![], vec![]));
+        assert!(text.chars().count() <= COMMENT_LIMIT);
+        assert_eq!(
+            text.matches(
+                "What the plan command printed is not shown: this comment has a size limit."
+            )
+            .count(),
+            8,
+            "{text}"
+        );
+
+        // With room to spare, each is shown whole.
+        let members: Vec<MemberOutcome> = (0..8)
+            .map(|i| {
+                let mut m = planned(&format!("c{i}@prod"), "small");
+                m.output = printed.clone();
+                m
+            })
+            .collect();
+        let text = render(&change(members, vec![], vec![]));
+        assert_eq!(
+            text.matches("What the plan command printed (all 30 lines)")
+                .count(),
+            8
+        );
     }
 
     #[test]

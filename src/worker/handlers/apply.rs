@@ -27,6 +27,7 @@ use crate::jobs::{not_applied_source, Task};
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, PlanOptions, RecordedOutputs, Workbench};
+use crate::plan::tail::OutputTail;
 use crate::report::apply::{self as apply_report, RunView};
 use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, Once, PlanRecord};
@@ -857,6 +858,7 @@ impl JobCtx<'_> {
                     }
                     Some(Observation::Ended {
                         outcome: run.outcome,
+                        printed: OutputTail::of(&run.output),
                         now: now(),
                     })
                 }

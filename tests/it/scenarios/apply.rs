@@ -66,6 +66,17 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, waiting
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
 
     // A redelivered merge starts nothing new.
@@ -105,11 +116,51 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-1-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@prod (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
+
+    ```text
+    estate: applying dns@prod (1 planned, 0 deployed)
+    estate:  create aws_route53_record.app
+    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
     let hostname = bot.deployed("prod", "app")["aws_lb.app"]["dns_name"].clone();
     assert_eq!(
         bot.deployed("prod", "dns")["aws_route53_record.app"]["records"],
         json!([hostname])
+    );
+    // The merge commit's check carries what the applies printed too.
+    let merge_sha = merged.merge_sha.as_deref().unwrap();
+    let check = bot.check_runs_named(&pr.repo, merge_sha, "wavegate/apply");
+    let summary = check.last().unwrap().output["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted"),
+        "{summary}"
     );
 
     // The approvals were spent; the ledger verifies; later plans read the estate.
@@ -285,7 +336,7 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
 
     </details>
     ");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -308,6 +359,25 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
     - Stage **prod** gate `pr-4-prod`: set `sha256:[digest]`, approved by rev-bob
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (1 line)</summary>
+
+    ```text
+    quota exceeded
+    ```
+
+    </details>
     ");
     assert_eq!(pr.apply_check().state, "failure");
 
@@ -480,6 +550,17 @@ async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - `app@dev`: the policy denial of `sha256:[digest]` was overridden
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
 }
 
@@ -534,6 +615,28 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: dns@prod: address aws_route53_record.app changed action from create to update
       - `dns@prod`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@prod (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
     assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
 

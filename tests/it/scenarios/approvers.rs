@@ -136,6 +136,17 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
     - Stage **prod** gate `pr-73-prod`: set `sha256:[digest]`, waiting
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -231,6 +242,38 @@ async fn a_stage_names_its_own_approvers_and_how_many() {
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-76-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@prod (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
+
+    ```text
+    estate: applying dns@prod (1 planned, 0 deployed)
+    estate:  create aws_route53_record.app
+    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -277,6 +320,38 @@ async fn a_stage_may_count_approving_reviews() {
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-77-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@prod (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
+
+    ```text
+    estate: applying dns@prod (1 planned, 0 deployed)
+    estate:  create aws_route53_record.app
+    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -398,6 +473,17 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     - Stage **prod** gate `pr-80-prod`: set `sha256:[digest]`, expired: [time], with no approval; `/retry` opens a fresh gate
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+
+    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@dev (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
     ");
 
     let late = pr.comment_as("rev-carol", "/approve prod").await;

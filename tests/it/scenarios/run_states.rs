@@ -40,7 +40,7 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     .await;
     assert!(bot.applies_run().is_empty());
     // The holder reads as words, not JSON.
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_section()), @r#"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -52,7 +52,15 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     | dev | 1 | `app@dev` | held by run deploy 7; tried again by itself |
     | prod | 1 | `app@prod` | not started |
     | prod | 2 | `dns@prod` | not started |
-    ");
+
+    <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
+
+    ```text
+    estate: answering with {"holder": {"run": "deploy 7"}, "outcome": "held"} from [tmp]/estate/dev/app.apply-outcome; nothing applied
+    ```
+
+    </details>
+    "#);
     let Check { state, title } = pr.apply_check();
     assert_eq!(
         state, "in_progress",
@@ -100,7 +108,7 @@ async fn a_stood_down_member_ends_the_run_neither_applied_nor_failed() {
 
     // Neutral: no failure, nothing to retry.
     insta::assert_snapshot!(redact(&pr.last_reply()), @"The apply on [short] ended: `app@dev` stood down (a newer push deploys it), so it and what depends on it were not applied. Everything else the merge changes is deployed.");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_section()), @r#"
     ## Apply on merge commit `[short]`: ended
 
     Approved by @rev-bob.
@@ -116,7 +124,36 @@ async fn a_stood_down_member_ends_the_run_neither_applied_nor_failed() {
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-13-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    ");
+
+    <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
+
+    ```text
+    estate: answering with {"outcome": "stood-down", "reason": "a newer push deploys it"} from [tmp]/estate/dev/app.apply-outcome; nothing applied
+    ```
+
+    </details>
+
+    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
+
+    ```text
+    estate: applying app@prod (3 planned, 2 deployed)
+    estate:  update aws_instance.app
+    estate:  create aws_lb.app
+    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+
+    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
+
+    ```text
+    estate: applying dns@prod (1 planned, 0 deployed)
+    estate:  create aws_route53_record.app
+    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
+    ```
+
+    </details>
+    "#);
     assert_eq!(pr.apply_check().state, "neutral");
 }
 
