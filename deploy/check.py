@@ -74,6 +74,9 @@ PENDING_VARS: dict[str, str] = {}
 PENDING_ROUTES: dict[str, str] = {}
 # Set by wavegate for its plan and apply commands: never server settings.
 COMMAND_VARS = {"WAVEGATE_COMPONENT", "WAVEGATE_STAGE", "WAVEGATE_MEMBER"}
+# Families the server reads by pattern (one name per target an operator
+# defines): a prefix the settings strip, and the names of its members.
+VAR_FAMILIES = {"WAVEGATE_NOTIFY_": re.compile(r"^WAVEGATE_NOTIFY_[A-Z0-9_]+_(URL|KEY|FORMAT)$")}
 # Variables whose values are secrets: from a Secret (chart), never a literal.
 SECRET_VARS = {
     "WAVEGATE_GITHUB_PRIVATE_KEY",
@@ -171,6 +174,8 @@ class Source:
         read_in = [ROOT / "src/config/settings.rs", ROOT / "src/main.rs"]
         self.settings = {m for p in read_in if p.exists() for m in call.findall(p.read_text())}
         self.settings -= COMMAND_VARS
+        # A family's prefix is documented by any member (checked below).
+        self.settings -= VAR_FAMILIES.keys()
         self.routes = {
             m
             for p, text in rust.items()
@@ -194,7 +199,9 @@ class Source:
 
 
 def check_var(r: Report, src: Source, name: str, where: str) -> None:
-    if name in src.known_vars:
+    if any(family.match(name) for family in VAR_FAMILIES.values()):
+        r.ok(f"{where}: {name} is of a family the binary reads by pattern")
+    elif name in src.known_vars:
         r.ok(f"{where}: {name} is read by the binary")
     elif name in PENDING_VARS:
         r.warn(f"{where}: {name} is not in src/ yet ({PENDING_VARS[name]}); the binary ignores it until then")
@@ -430,6 +437,18 @@ def check_env_example(r: Report, src: Source) -> None:
         check_var(r, src, name, where)
     for name in sorted(src.settings):
         r.check(name in named, f"{where}: documents {name}", f"{where}: does not document {name}, which the binary reads")
+    for prefix, family in sorted(VAR_FAMILIES.items()):
+        r.check(
+            any(family.match(n) for n in named),
+            f"{where}: documents the {prefix}* family",
+            f"{where}: does not document {prefix}*, which the binary reads",
+        )
+    for name in sorted(n for n in named if n.startswith("WAVEGATE_NOTIFY_") and n.endswith("_KEY")):
+        r.check(
+            named[name] == "",
+            f"{where}: {name} carries no secret",
+            f"{where}: {name} has a value; the example must not hold secrets",
+        )
     for name in sorted(SECRET_VARS & named.keys()):
         value = named[name]
         r.check(

@@ -49,6 +49,10 @@ impl Running {
 /// HTTP server and the workers.
 pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow::Result<Running> {
     use anyhow::Context as _;
+    let worker_options = WorkerOptions {
+        notify: settings.notify.clone(),
+        ..worker_options
+    };
     for warning in
         settings.start_warnings(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
     {

@@ -21,6 +21,7 @@ pub mod git;
 pub mod jobs;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod plan;
 pub mod report;
 pub mod sandbox;

@@ -55,6 +55,13 @@ pub struct DeliveryLabels {
     pub outcome: String,
 }
 
+/// `wavegate_notifications_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    pub outcome: String,
+    pub target: String,
+}
+
 /// `wavegate_job_duration_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
@@ -109,6 +116,7 @@ pub struct StatusLabels {
 /// What the process counts from start to exit.
 pub struct Metrics {
     pub deliveries: Family<DeliveryLabels, Counter>,
+    pub notifications: Family<NotificationLabels, Counter>,
     pub intake_duration: Histogram,
     pub job_duration: RunHistograms<JobLabels>,
     pub command_duration: RunHistograms<CommandLabels>,
@@ -124,6 +132,7 @@ impl Metrics {
     pub fn new() -> Self {
         let metrics = Self {
             deliveries: Family::default(),
+            notifications: Family::default(),
             intake_duration: Histogram::new(INTAKE_BUCKETS.iter().copied()),
             job_duration: Family::new_with_constructor(run_histogram),
             command_duration: Family::new_with_constructor(run_histogram),
@@ -138,6 +147,11 @@ impl Metrics {
             "wavegate_deliveries",
             "Webhook deliveries by forge, event and how the intake answered (queued, recorded, duplicate, ignored, malformed, unauthorized, too_large, error)",
             metrics.deliveries.clone(),
+        );
+        registry.register(
+            "wavegate_notifications",
+            "Notification deliveries by `[notify]` target and outcome (delivered; failed: an attempt that got no 2xx, tried again later; undefined: the target is not defined on this server)",
+            metrics.notifications.clone(),
         );
         registry.register(
             "wavegate_intake_duration_seconds",

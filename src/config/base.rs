@@ -9,7 +9,7 @@
 //! cannot) is gated `always`; forks are allowed only by a base that says so.
 
 use super::repo::{
-    gate_of, stage_policy, stage_timeout, GatePolicy, Policy, RawRepoConfig, RepoConfig,
+    gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy, RawRepoConfig, RepoConfig,
 };
 use super::CONFIG_FILE;
 use std::time::Duration;
@@ -69,6 +69,15 @@ impl BaseRules {
         match &self.config {
             Ok(config) => Ok(config.as_ref().and_then(|c| c.branches.clone())),
             Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// Who hears of the runs of pull requests into this base (none when it
+    /// has no readable config).
+    pub(crate) fn notify(&self) -> Option<&Notify> {
+        match &self.config {
+            Ok(Some(config)) => config.notify.as_ref(),
+            _ => None,
         }
     }
 

@@ -50,6 +50,49 @@ pub(crate) struct RawRepoConfig {
     /// from the default branch's file only (`None`: the default branch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) branches: Option<Vec<String>>,
+    /// Who hears of runs that wait, are refused, applied or failed; read
+    /// from the base like `[policy]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) notify: Option<Notify>,
+}
+
+/// `[notify]`: the targets (each defined in the server's environment,
+/// never here) and the events they hear of.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Notify {
+    pub(crate) to: Vec<String>,
+    #[serde(default = "NotifyEvent::all")]
+    pub(crate) events: Vec<NotifyEvent>,
+}
+
+/// What a run does that a notification tells of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum NotifyEvent {
+    /// A gate waits for an approval.
+    Waiting,
+    /// A plan moved, was denied or is held: the run will not go on as approved.
+    Refused,
+    /// Everything the merge changes is deployed.
+    Applied,
+    /// The run failed.
+    Failed,
+}
+
+impl NotifyEvent {
+    pub(crate) fn all() -> Vec<Self> {
+        vec![Self::Waiting, Self::Refused, Self::Applied, Self::Failed]
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Refused => "refused",
+            Self::Applied => "applied",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
@@ -228,6 +271,7 @@ pub struct RepoConfig {
     pub(crate) env: Vec<String>,
     /// `branches` as written: where merges apply (`None`: the default branch).
     pub(crate) branches: Option<Vec<String>>,
+    pub(crate) notify: Option<Notify>,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -312,6 +356,9 @@ impl RepoConfig {
         let ignore = compile_patterns(&raw.ignore, "ignore", &err)?;
         if let Some(branches) = &raw.branches {
             check_branches(branches, &err)?;
+        }
+        if let Some(notify) = &raw.notify {
+            check_notify(notify, &err)?;
         }
 
         if raw.stages.is_empty() {
@@ -611,6 +658,7 @@ impl RepoConfig {
             policy,
             env: defaults.env.clone(),
             branches: raw.branches.clone(),
+            notify: raw.notify.clone(),
             raw,
         })
     }
@@ -787,6 +835,64 @@ fn check_branches(
         }
     }
     Ok(())
+}
+
+/// `[notify]`: at least one target, each a name the server's environment
+/// can define (`WAVEGATE_NOTIFY_<NAME>_URL`), none twice; events none twice.
+fn check_notify(
+    notify: &Notify,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    if notify.to.is_empty() {
+        return Err(err(
+            "notify.to".into(),
+            "is empty, so no one would hear of anything".into(),
+            "name a target the server defines, e.g. `to = [\"infra-alerts\"]` (WAVEGATE_NOTIFY_INFRA_ALERTS_URL on the server), or remove [notify]",
+        ));
+    }
+    for (i, target) in notify.to.iter().enumerate() {
+        let field = format!("notify.to[{i}]");
+        if target.is_empty()
+            || !target
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        {
+            return Err(err(
+                field,
+                format!("`{target}` is not a target name"),
+                "use letters, digits, `-` and `_`: the server defines the target as WAVEGATE_NOTIFY_<NAME>_URL",
+            ));
+        }
+        if notify.to[..i]
+            .iter()
+            .any(|t| notify_env_name(t) == notify_env_name(target))
+        {
+            return Err(err(
+                field,
+                format!(
+                    "`{target}` is listed twice (as WAVEGATE_NOTIFY_{}_URL)",
+                    notify_env_name(target)
+                ),
+                "list each target once",
+            ));
+        }
+    }
+    for (i, event) in notify.events.iter().enumerate() {
+        if notify.events[..i].contains(event) {
+            return Err(err(
+                format!("notify.events[{i}]"),
+                format!("`{}` is listed twice", event.as_str()),
+                "list each event once",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a notify target's name reads in the server's variables:
+/// `infra-alerts` is `INFRA_ALERTS` (`WAVEGATE_NOTIFY_INFRA_ALERTS_URL`).
+pub(crate) fn notify_env_name(target: &str) -> String {
+    target.to_ascii_uppercase().replace('-', "_")
 }
 
 const STAGE_PLACEHOLDER: &str = "{stage}";
@@ -1114,6 +1220,26 @@ approvers = ["alice"]
             (
                 format!("branches = [\"main\", \"main\"]\n{GOOD}"),
                 "`branches[1]`: `main` is listed twice",
+            ),
+            (
+                format!("{GOOD}\n[notify]\nto = []\n"),
+                "`notify.to`: is empty",
+            ),
+            (
+                format!("{GOOD}\n[notify]\nto = [\"#infra\"]\n"),
+                "`notify.to[0]`: `#infra` is not a target name",
+            ),
+            (
+                format!("{GOOD}\n[notify]\nto = [\"infra-alerts\", \"INFRA_ALERTS\"]\n"),
+                "`notify.to[1]`: `INFRA_ALERTS` is listed twice (as WAVEGATE_NOTIFY_INFRA_ALERTS_URL)",
+            ),
+            (
+                format!("{GOOD}\n[notify]\nto = [\"ops\"]\nevents = [\"applied\", \"stood-down\"]\n"),
+                "unknown variant `stood-down`, expected one of `waiting`, `refused`, `applied`, `failed`",
+            ),
+            (
+                format!("{GOOD}\n[notify]\nto = [\"ops\"]\nevents = [\"failed\", \"failed\"]\n"),
+                "`notify.events[1]`: `failed` is listed twice",
             ),
         ];
         for (text, expected) in cases {

@@ -46,6 +46,77 @@ pub(crate) struct GitHubSettings {
     pub(crate) private_key_file: Option<PathBuf>,
 }
 
+/// Where a `[notify]` target's notifications go, as the operator defines it:
+/// `WAVEGATE_NOTIFY_<NAME>_URL`, `_KEY` (signs JSON deliveries) and `_FORMAT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyTarget {
+    /// Held as a secret: a Slack webhook's URL is its credential.
+    pub(crate) url: Secret,
+    pub(crate) key: Option<Secret>,
+    pub(crate) format: NotifyFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyFormat {
+    /// The notice as JSON, signed with the key like GitHub's webhooks.
+    Json,
+    /// `{"text": …}` for a Slack incoming webhook.
+    Slack,
+}
+
+/// The notify targets a server defines, by name in the variables' spelling.
+pub type NotifyTargets = std::sync::Arc<std::collections::BTreeMap<String, NotifyTarget>>;
+
+/// The notify targets among `vars`, by the name `[notify] to` uses in its
+/// variables' spelling (`INFRA_ALERTS`).
+fn notify_targets(
+    vars: &std::collections::BTreeMap<String, String>,
+) -> Result<std::collections::BTreeMap<String, NotifyTarget>> {
+    let mut targets = std::collections::BTreeMap::new();
+    for name in vars.keys() {
+        let Some(rest) = name.strip_prefix("WAVEGATE_NOTIFY_") else {
+            continue;
+        };
+        let Some(target) = ["_URL", "_KEY", "_FORMAT"]
+            .iter()
+            .find_map(|suffix| rest.strip_suffix(suffix))
+            .filter(|t| !t.is_empty())
+        else {
+            bail!("{name} is not a notify setting; define a target with WAVEGATE_NOTIFY_<NAME>_URL, _KEY and _FORMAT");
+        };
+        if targets.contains_key(target) {
+            continue;
+        }
+        let get = |suffix: &str| {
+            vars.get(&format!("WAVEGATE_NOTIFY_{target}_{suffix}"))
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let url = get("URL").with_context(|| format!("WAVEGATE_NOTIFY_{target}_KEY or _FORMAT is set but WAVEGATE_NOTIFY_{target}_URL is not; set it to where the notifications go"))?;
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            bail!("WAVEGATE_NOTIFY_{target}_URL is not an http(s) URL; give the receiver's address, e.g. https://alerts.example.com/wavegate");
+        }
+        let format = match get("FORMAT").as_deref() {
+            None | Some("json") => NotifyFormat::Json,
+            Some("slack") => NotifyFormat::Slack,
+            Some(other) => bail!("WAVEGATE_NOTIFY_{target}_FORMAT=`{other}` is not a format; use `json` (signed, the default) or `slack`"),
+        };
+        let key = get("KEY").map(Secret::new);
+        if format == NotifyFormat::Json && key.is_none() {
+            bail!("WAVEGATE_NOTIFY_{target}_KEY is not set: JSON notifications are signed (X-Wavegate-Signature-256), so the receiver can tell them from anyone's; set a long random key and give the receiver the same");
+        }
+        targets.insert(
+            target.to_owned(),
+            NotifyTarget {
+                url: Secret::new(url),
+                key,
+                format,
+            },
+        );
+    }
+    Ok(targets)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ForgejoSettings {
     /// The instance root, e.g. `https://codeberg.org`; the API is under `/api/v1`.
@@ -92,6 +163,9 @@ pub struct Settings {
         std::path::PathBuf,
         std::sync::Arc<crate::gate::ledger::LedgerKey>,
     )>,
+    /// The notify targets the environment defines (`WAVEGATE_NOTIFY_*`),
+    /// by name in the variables' spelling; none when read by [`Settings::from_lookup`].
+    pub(crate) notify: NotifyTargets,
 }
 
 /// How log lines are written on standard error.
@@ -183,7 +257,15 @@ const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
 impl Settings {
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Reads settings from a whole environment, notify targets included.
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        let vars: std::collections::BTreeMap<String, String> = vars.into_iter().collect();
+        let mut settings = Self::from_lookup(|name| vars.get(name).cloned())?;
+        settings.notify = std::sync::Arc::new(notify_targets(&vars)?);
+        Ok(settings)
     }
 
     /// Reads settings through `get` (the environment, or a map in tests).
@@ -284,6 +366,7 @@ impl Settings {
             held_retry,
             heartbeat,
             ledger_key,
+            notify: std::sync::Arc::default(),
         })
     }
 }
@@ -330,6 +413,8 @@ impl Settings {
                     .is_some_and(|rest| !rest.starts_with("TEST_"))
             })
             .filter(|n| !KNOWN_VARIABLES.contains(&n.as_str()))
+            // Notify targets are read by pattern; a wrong one fails the start.
+            .filter(|n| !n.starts_with("WAVEGATE_NOTIFY_"))
             .map(|name| {
                 let nearest = KNOWN_VARIABLES
                     .iter()
@@ -546,5 +631,66 @@ mod tests {
             e,
             "WAVEGATE_LOG_FORMAT=`logfmt` is not a log format; use `text` (the default) or `json`"
         );
+    }
+
+    #[test]
+    fn notify_targets_are_read_by_name_and_json_ones_must_be_signed() {
+        let vars = |pairs: &[(&str, &str)]| {
+            Settings::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        };
+        let read = vars(&[
+            (
+                "WAVEGATE_NOTIFY_INFRA_ALERTS_URL",
+                "https://alerts.example.com/hook",
+            ),
+            ("WAVEGATE_NOTIFY_INFRA_ALERTS_KEY", "k3y"),
+            (
+                "WAVEGATE_NOTIFY_CHAT_URL",
+                "https://hooks.slack.com/services/T/B/x",
+            ),
+            ("WAVEGATE_NOTIFY_CHAT_FORMAT", "slack"),
+        ])
+        .unwrap();
+        assert_eq!(read.notify.len(), 2);
+        let alerts = &read.notify["INFRA_ALERTS"];
+        assert_eq!(alerts.format, NotifyFormat::Json);
+        assert_eq!(alerts.key.as_ref().unwrap().expose(), "k3y");
+        assert_eq!(read.notify["CHAT"].format, NotifyFormat::Slack);
+        assert!(
+            !format!("{read:?}").contains("hooks.slack.com"),
+            "the URL is a secret"
+        );
+
+        for (pairs, expected) in [
+            (
+                &[("WAVEGATE_NOTIFY_OPS_URL", "https://x.example")][..],
+                "WAVEGATE_NOTIFY_OPS_KEY is not set: JSON notifications are signed",
+            ),
+            (
+                &[("WAVEGATE_NOTIFY_OPS_KEY", "k")][..],
+                "WAVEGATE_NOTIFY_OPS_URL is not",
+            ),
+            (
+                &[
+                    ("WAVEGATE_NOTIFY_OPS_URL", "alerts.example.com"),
+                    ("WAVEGATE_NOTIFY_OPS_KEY", "k"),
+                ][..],
+                "WAVEGATE_NOTIFY_OPS_URL is not an http(s) URL",
+            ),
+            (
+                &[
+                    ("WAVEGATE_NOTIFY_OPS_URL", "https://x.example"),
+                    ("WAVEGATE_NOTIFY_OPS_FORMAT", "xml"),
+                ][..],
+                "WAVEGATE_NOTIFY_OPS_FORMAT=`xml` is not a format",
+            ),
+            (
+                &[("WAVEGATE_NOTIFY_OPS_ADDRESS", "https://x.example")][..],
+                "WAVEGATE_NOTIFY_OPS_ADDRESS is not a notify setting",
+            ),
+        ] {
+            let e = format!("{:#}", vars(pairs).unwrap_err());
+            assert!(e.contains(expected), "expected `{expected}` in: {e}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 use crate::forge::listing::ListedReview;
 use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
 use crate::model::{CommitSha, PrNumber, RepoId, User};
+use crate::notify::Notice;
 use crate::store::{NewJob, Once, PrHead};
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,14 @@ pub enum Task {
         state: ReviewState,
         commit: Option<CommitSha>,
     },
+    /// Tell a `[notify]` target (by its name in the server's variables)
+    /// of a run's news; a queue of its own, so a slow receiver holds no run up.
+    Notify {
+        repo: RepoRef,
+        pr: PrNumber,
+        target: String,
+        notice: Box<Notice>,
+    },
 }
 
 impl Task {
@@ -56,6 +65,7 @@ impl Task {
             Task::Review { .. } => "review",
             Task::Merged { .. } => "merged",
             Task::Apply { .. } => "apply",
+            Task::Notify { .. } => "notify",
         }
     }
 
@@ -66,7 +76,8 @@ impl Task {
             | Task::Comment { repo, .. }
             | Task::Review { repo, .. }
             | Task::Merged { repo, .. }
-            | Task::Apply { repo, .. } => repo,
+            | Task::Apply { repo, .. }
+            | Task::Notify { repo, .. } => repo,
         }
     }
 
@@ -76,14 +87,18 @@ impl Task {
             Task::Replan { pr, .. }
             | Task::Comment { pr, .. }
             | Task::Review { pr, .. }
-            | Task::Apply { pr, .. } => *pr,
+            | Task::Apply { pr, .. }
+            | Task::Notify { pr, .. } => *pr,
         }
     }
 
     pub fn into_job(self) -> NewJob {
         NewJob {
             kind: self.kind().to_owned(),
-            queue_key: queue_key(&self.repo().id, self.pr_number()),
+            queue_key: match &self {
+                Task::Notify { repo, target, .. } => format!("notify:{}:{target}", repo.id),
+                _ => queue_key(&self.repo().id, self.pr_number()),
+            },
             payload: serde_json::to_value(&self).expect("a task always serialises"),
             max_attempts: MAX_ATTEMPTS,
             once: self.once(),
@@ -109,6 +124,12 @@ impl Task {
                 state,
                 ..
             } if *review_id != 0 => (repo, pr, review_source(*review_id, *state)),
+            Task::Notify {
+                repo,
+                pr,
+                target,
+                notice,
+            } => (repo, pr, notice.once_key(target)),
             _ => return None,
         };
         Some(Once {

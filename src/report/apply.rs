@@ -65,17 +65,31 @@ fn waiting_for(wait: &Wait) -> String {
     }
 }
 
+/// The comment that ends a wait a person ends (the first, when there are
+/// several: one `/override` per denied plan).
+pub(crate) fn line_to_copy(wait: &Wait) -> Option<String> {
+    match wait {
+        Wait::PrApproval { digest, .. } | Wait::Round { digest, .. } => {
+            Some(format!("/approve {digest}"))
+        }
+        Wait::Stage { stage, digest, .. } => Some(format!("/approve {stage} {digest}")),
+        Wait::Override { member, .. } => Some(format!("/override {member} <reason>")),
+        Wait::Lock { .. } | Wait::Holder { .. } | Wait::EarlierAttempt { .. } => None,
+    }
+}
+
 /// What a person can do about the wait, with the line to copy.
 pub(crate) fn wait_help(wait: &Wait) -> String {
+    let line = line_to_copy(wait).unwrap_or_default();
     match wait {
-        Wait::PrApproval { digest, .. } => format!(
-            "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n"
+        Wait::PrApproval { .. } => format!(
+            "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n{line}\n```\n"
         ),
         Wait::Stage { stage, digest, .. } => format!(
-            "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n/approve {stage} {digest}\n```\n"
+            "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n{line}\n```\n"
         ),
         Wait::Round { round, digest, .. } => format!(
-            "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n/approve {digest}\n```\n"
+            "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
         ),
         Wait::Override { .. } => {
             let denials = wait.denials();

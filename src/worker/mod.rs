@@ -49,6 +49,8 @@ pub struct WorkerOptions {
     pub held_retry: Duration,
     /// See `Settings::heartbeat`.
     pub heartbeat: Option<Duration>,
+    /// The `[notify]` targets this server defines (`WAVEGATE_NOTIFY_*`).
+    pub notify: crate::config::settings::NotifyTargets,
 }
 
 impl Default for WorkerOptions {
@@ -59,6 +61,7 @@ impl Default for WorkerOptions {
             plan_concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
             held_retry: crate::apply::HELD_RETRY,
             heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
+            notify: Default::default(),
         }
     }
 }
@@ -326,6 +329,7 @@ impl Worker {
             Task::Merged { pr, merge_sha, .. } => ctx.merged(pr, merge_sha).await,
             Task::Apply { .. } => ctx.resume().await,
             Task::Replan { .. } => ctx.replan().await,
+            Task::Notify { target, notice, .. } => ctx.deliver_notice(target, notice).await,
         }
     }
 

@@ -965,6 +965,7 @@ impl JobCtx<'_> {
                 let run = &*io.run;
                 let said = apply_report::news(&news, &run.merge_sha, &run.base_sha, &run.record);
                 self.client.reply(&run.repo, run.pr, &said).await?;
+                self.notify_of(run, &news, &said).await?;
             }
             question @ (Effect::Lock(_)
             | Effect::Plan(_)

@@ -12,6 +12,7 @@ mod git_paths;
 mod ledger_cli;
 mod merge_methods;
 mod metrics;
+mod notify;
 mod overrides;
 mod plan_example;
 mod reconcile;

@@ -1,8 +1,9 @@
 //! What the scenarios are told in: a stateful fake GitHub/Forgejo over
 //! HTTP, webhook bodies built from the forges' published examples, a check
 //! of recorded requests against the forges' API descriptions, a database
-//! link a test can cut, the bundled example as a fixture (`common`) and the
-//! `Bot` harness around the real `wavegate serve` (`bot`). The benches that
+//! link a test can cut, a notification receiver that checks signatures,
+//! the bundled example as a fixture (`common`) and the `Bot` harness
+//! around the real `wavegate serve` (`bot`). The benches that
 //! drive a server include it with `#[path]`.
 
 pub mod bot;
@@ -12,6 +13,7 @@ pub mod fake_forge;
 pub mod outage;
 pub mod payloads;
 pub mod pr;
+pub mod receiver;
 pub mod redact;
 
 pub use conformance::conformance_violations;

@@ -1,0 +1,388 @@
+//! Notifications of apply runs: which of a run's news a `[notify]` target
+//! hears of (a gate waiting, a plan refused as moved, denied or held, the
+//! run applied or failed; never a stand-down), what a notice says, the key
+//! that makes it one delivery whatever retries or replicas do, and how it
+//! is written for each format and signed. Pure; the worker enqueues each
+//! notice as a job of its own (`Task::Notify`) and delivers it off the run.
+
+use crate::apply::run::News;
+use crate::apply::{AttemptRecord, Wait};
+use crate::config::repo::NotifyEvent;
+use crate::forge::RepoRef;
+use crate::model::{CommitSha, Digest, ForgeKind, GateId, PrNumber};
+use crate::plan::changeset::ChangeSet;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+/// The header a JSON delivery's signature travels in, as GitHub's
+/// `X-Hub-Signature-256`: `sha256=<hex HMAC-SHA256 of the body>`.
+pub(crate) const SIGNATURE_HEADER: &str = "x-wavegate-signature-256";
+
+/// One notification, as a JSON target receives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub(crate) event: NotifyEvent,
+    /// `moved`, `denied` or `held`, for `refused`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refused: Option<String>,
+    pub(crate) forge: ForgeKind,
+    pub(crate) repository: String,
+    pub(crate) pull_request: PrNumber,
+    /// The pull request's page.
+    pub(crate) url: String,
+    pub(crate) run: i64,
+    pub(crate) merge_commit: CommitSha,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gate: Option<GateId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) digest: Option<Digest>,
+    /// The line to comment on the pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approve: Option<String>,
+    /// Who may approve (empty: anyone with write access), for a gate that waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approvers: Option<Vec<String>>,
+    /// The members the event is about.
+    pub(crate) members: Vec<String>,
+    /// What the pull request was told, word for word (Markdown).
+    pub(crate) text: String,
+}
+
+/// The run a notice is about.
+pub(crate) struct RunContext<'a> {
+    pub(crate) repo: &'a RepoRef,
+    pub(crate) pr: PrNumber,
+    pub(crate) run: i64,
+    pub(crate) merge_sha: &'a CommitSha,
+    pub(crate) record: &'a AttemptRecord,
+}
+
+/// The events a piece of news is, with the wait each is about: a failure
+/// with a new wait is two. Waits that end by themselves (a lock, an earlier
+/// apply) and a stand-down are none.
+pub(crate) fn events_of(news: &News) -> Vec<(NotifyEvent, Option<&Wait>)> {
+    let wait = |w: &'_ Wait| -> Option<NotifyEvent> {
+        match w {
+            Wait::PrApproval { .. } | Wait::Stage { .. } => Some(NotifyEvent::Waiting),
+            Wait::Round { .. } | Wait::Override { .. } | Wait::Holder { .. } => {
+                Some(NotifyEvent::Refused)
+            }
+            Wait::Lock { .. } | Wait::EarlierAttempt { .. } => None,
+        }
+    };
+    match news {
+        News::Waits(w) => wait(w).map(|e| (e, Some(w))).into_iter().collect(),
+        News::Failed { meanwhile } => std::iter::once((NotifyEvent::Failed, None))
+            .chain(
+                meanwhile
+                    .as_ref()
+                    .and_then(|w| wait(w).map(|e| (e, Some(w)))),
+            )
+            .collect(),
+        News::Applied => vec![(NotifyEvent::Applied, None)],
+        News::CannotGoOn(_) | News::GaveUp { .. } => vec![(NotifyEvent::Failed, None)],
+        News::Ended => Vec::new(),
+    }
+}
+
+/// The notice of `event` (about `wait`, if any); `text` is what the pull
+/// request was told, `approvers` who may approve the wait's gate.
+pub(crate) fn notice(
+    ctx: &RunContext<'_>,
+    (event, wait): (NotifyEvent, Option<&Wait>),
+    text: &str,
+    approvers: Option<Vec<String>>,
+) -> Notice {
+    let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
+    let record = ctx.record;
+    let (gate, digest, members, refused) = match wait {
+        Some(Wait::PrApproval { gate, digest }) => {
+            (Some(gate), Some(digest), every_member(record), None)
+        }
+        Some(Wait::Stage {
+            stage,
+            gate,
+            digest,
+        }) => (
+            Some(gate),
+            Some(digest),
+            record
+                .stages
+                .get(stage)
+                .map(|g| names(&g.change_set))
+                .unwrap_or_default(),
+            None,
+        ),
+        Some(Wait::Round {
+            round,
+            gate,
+            digest,
+        }) => (
+            Some(gate),
+            Some(digest),
+            record
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| names(&r.change_set))
+                .unwrap_or_default(),
+            Some("moved"),
+        ),
+        Some(w @ Wait::Override { gate, digest, .. }) => (
+            Some(gate),
+            Some(digest),
+            w.denials().into_iter().map(|d| d.member).collect(),
+            Some("denied"),
+        ),
+        Some(Wait::Holder { member, .. }) => (None, None, vec![member.clone()], Some("held")),
+        Some(Wait::Lock { member, .. } | Wait::EarlierAttempt { member, .. }) => {
+            (None, None, vec![member.clone()], None)
+        }
+        None if event == NotifyEvent::Failed => (
+            None,
+            None,
+            crate::apply::run::failed(record).into_iter().collect(),
+            None,
+        ),
+        None => (None, None, every_member(record), None),
+    };
+    Notice {
+        event,
+        refused: refused.map(str::to_owned),
+        forge: ctx.repo.id.forge,
+        repository: ctx.repo.id.full_name.clone(),
+        pull_request: ctx.pr,
+        url: pull_request_url(ctx.repo, ctx.pr),
+        run: ctx.run,
+        merge_commit: ctx.merge_sha.clone(),
+        gate: gate.cloned(),
+        digest: digest.cloned(),
+        approve: wait.and_then(crate::report::apply::line_to_copy),
+        approvers: approvers.filter(|_| wait.is_some_and(Wait::needs_a_person)),
+        members,
+        text: text.to_owned(),
+    }
+}
+
+impl Notice {
+    /// What makes it one delivery to `target`: the run, the event and what
+    /// it is about (the gate and digest waited on; a failure's words), the
+    /// same however often a job says it again.
+    pub(crate) fn once_key(&self, target: &str) -> String {
+        let about = match (&self.gate, &self.digest) {
+            (Some(gate), Some(digest)) => format!("{gate}:{digest}"),
+            _ => {
+                let said = Sha256::digest(format!("{:?}{}", self.members, self.text));
+                hex::encode(&said[..8])
+            }
+        };
+        format!(
+            "notify:{target}:run-{}:{}:{about}",
+            self.run,
+            self.event.as_str()
+        )
+    }
+
+    /// The one line a chat shows.
+    fn headline(&self) -> String {
+        let what = match (self.event, self.refused.as_deref()) {
+            (NotifyEvent::Waiting, _) => "waits for an approval".to_owned(),
+            (NotifyEvent::Refused, Some(why)) => format!("was refused ({why})"),
+            (NotifyEvent::Refused, None) => "was refused".to_owned(),
+            (NotifyEvent::Applied, _) => "applied".to_owned(),
+            (NotifyEvent::Failed, _) => "failed".to_owned(),
+        };
+        format!(
+            "wavegate: the apply of {}{} {what}",
+            self.repository, self.pull_request
+        )
+    }
+
+    /// The body a target of `format` receives.
+    pub(crate) fn body(&self, format: crate::config::settings::NotifyFormat) -> String {
+        use crate::config::settings::NotifyFormat;
+        match format {
+            NotifyFormat::Json => serde_json::to_string(self).expect("a notice serialises"),
+            NotifyFormat::Slack => {
+                let mut text =
+                    format!("*{}* <{}|open the pull request>", self.headline(), self.url);
+                if let Some(line) = &self.approve {
+                    text.push_str(&format!("\n```{line}```"));
+                }
+                if let Some(approvers) = &self.approvers {
+                    text.push_str(&format!(
+                        "\nWho may approve: {}",
+                        if approvers.is_empty() {
+                            "anyone with write access".to_owned()
+                        } else {
+                            approvers.join(", ")
+                        }
+                    ));
+                }
+                serde_json::json!({ "text": text }).to_string()
+            }
+        }
+    }
+}
+
+/// `sha256=<hex>`: the HMAC-SHA256 of `body` under `key`.
+pub(crate) fn signature(key: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The run's members, stage by stage and wave by wave.
+fn every_member(record: &AttemptRecord) -> Vec<String> {
+    record
+        .layout
+        .iter()
+        .flat_map(|(_, waves)| waves.iter().flatten().cloned())
+        .collect()
+}
+
+/// The pull request's page, from where the repository is cloned.
+fn pull_request_url(repo: &RepoRef, pr: PrNumber) -> String {
+    let base = repo
+        .clone_url
+        .trim_end_matches('/')
+        .trim_end_matches(".git");
+    match repo.id.forge {
+        ForgeKind::GitHub => format!("{base}/pull/{}", pr.0),
+        ForgeKind::Forgejo => format!("{base}/pulls/{}", pr.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::MemberState;
+    use crate::config::settings::NotifyFormat;
+    use crate::model::RepoId;
+
+    fn repo() -> RepoRef {
+        RepoRef {
+            id: RepoId::new(ForgeKind::GitHub, "acme/infra"),
+            forge_id: 1,
+            clone_url: "https://github.com/acme/infra.git".into(),
+            installation: Some(9),
+        }
+    }
+
+    fn stage_wait() -> Wait {
+        Wait::Stage {
+            stage: "prod".into(),
+            gate: "pr-7-prod".parse().unwrap(),
+            digest: Digest::repeated('b'),
+        }
+    }
+
+    #[test]
+    fn each_news_is_the_events_a_target_hears_of() {
+        let events = |news: &News| -> Vec<NotifyEvent> {
+            events_of(news).into_iter().map(|(e, _)| e).collect()
+        };
+        assert_eq!(events(&News::Waits(stage_wait())), [NotifyEvent::Waiting]);
+        let moved = Wait::Round {
+            round: 2,
+            gate: "pr-7-round-2".parse().unwrap(),
+            digest: Digest::repeated('c'),
+        };
+        assert_eq!(events(&News::Waits(moved)), [NotifyEvent::Refused]);
+        let held = Wait::Holder {
+            member: "app@dev".into(),
+            holder: "run 7".into(),
+            until: 0,
+        };
+        assert_eq!(events(&News::Waits(held)), [NotifyEvent::Refused]);
+        let lock = Wait::Lock {
+            member: "app@dev".into(),
+            pr: 3,
+        };
+        assert!(events(&News::Waits(lock)).is_empty(), "goes on by itself");
+        assert_eq!(
+            events(&News::Failed {
+                meanwhile: Some(stage_wait())
+            }),
+            [NotifyEvent::Failed, NotifyEvent::Waiting]
+        );
+        assert_eq!(events(&News::Applied), [NotifyEvent::Applied]);
+        assert_eq!(
+            events(&News::CannotGoOn("broken".into())),
+            [NotifyEvent::Failed]
+        );
+        assert!(events(&News::Ended).is_empty(), "nothing for a stand-down");
+    }
+
+    #[test]
+    fn a_waiting_notice_names_the_gate_the_line_to_copy_and_who_may_approve() {
+        let record = AttemptRecord::default();
+        let (repo, merge) = (repo(), CommitSha::parse(&"a".repeat(40)).unwrap());
+        let ctx = RunContext {
+            repo: &repo,
+            pr: PrNumber(7),
+            run: 3,
+            merge_sha: &merge,
+            record: &record,
+        };
+        let wait = stage_wait();
+        let n = notice(
+            &ctx,
+            (NotifyEvent::Waiting, Some(&wait)),
+            "Stage **prod** waits",
+            Some(vec!["team:sre".into()]),
+        );
+        insta::assert_snapshot!(n.body(NotifyFormat::Json), @r#"{"event":"waiting","forge":"github","repository":"acme/infra","pull_request":7,"url":"https://github.com/acme/infra/pull/7","run":3,"merge_commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","gate":"pr-7-prod","digest":"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approve":"/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approvers":["team:sre"],"members":[],"text":"Stage **prod** waits"}"#);
+        insta::assert_snapshot!(n.body(NotifyFormat::Slack), @r#"{"text":"*wavegate: the apply of acme/infra#7 waits for an approval* <https://github.com/acme/infra/pull/7|open the pull request>\n```/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb```\nWho may approve: team:sre"}"#);
+        assert_eq!(
+            n.once_key("INFRA_ALERTS"),
+            format!(
+                "notify:INFRA_ALERTS:run-3:waiting:pr-7-prod:{}",
+                Digest::repeated('b')
+            )
+        );
+    }
+
+    #[test]
+    fn a_failure_said_again_is_the_same_delivery_and_another_failure_is_not() {
+        let mut record = AttemptRecord::default();
+        record.set(
+            "app@prod",
+            MemberState::Failed {
+                error: "quota".into(),
+            },
+        );
+        let (repo, merge) = (repo(), CommitSha::parse(&"a".repeat(40)).unwrap());
+        let ctx = RunContext {
+            repo: &repo,
+            pr: PrNumber(7),
+            run: 3,
+            merge_sha: &merge,
+            record: &record,
+        };
+        let failed = |text: &str| notice(&ctx, (NotifyEvent::Failed, None), text, None);
+        let first = failed("The apply failed: quota");
+        assert_eq!(first.members, ["app@prod"]);
+        assert_eq!(first.approvers, None);
+        assert_eq!(
+            first.once_key("OPS"),
+            failed("The apply failed: quota").once_key("OPS")
+        );
+        assert_ne!(
+            first.once_key("OPS"),
+            failed("The apply failed: disk full").once_key("OPS")
+        );
+        assert_ne!(first.once_key("OPS"), first.once_key("CHAT"));
+    }
+
+    #[test]
+    fn the_signature_is_githubs_scheme() {
+        // GitHub's documented example: secret "It's a Secret to Everybody",
+        // payload "Hello, World!".
+        assert_eq!(
+            signature("It's a Secret to Everybody", b"Hello, World!"),
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+        );
+    }
+}
