@@ -32,6 +32,8 @@ pub struct Notice {
     /// The pull request's page.
     pub(crate) url: String,
     pub(crate) run: i64,
+    /// How often `/retry` started the run over before this.
+    pub(crate) retries: u32,
     pub(crate) merge_commit: CommitSha,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) gate: Option<GateId>,
@@ -155,6 +157,7 @@ pub(crate) fn notice(
         pull_request: ctx.pr,
         url: pull_request_url(ctx.repo, ctx.pr),
         run: ctx.run,
+        retries: record.retries,
         merge_commit: ctx.merge_sha.clone(),
         gate: gate.cloned(),
         digest: digest.cloned(),
@@ -166,9 +169,9 @@ pub(crate) fn notice(
 }
 
 impl Notice {
-    /// What makes it one delivery to `target`: the run, the event and what
-    /// it is about (the gate and digest waited on; a failure's words), the
-    /// same however often a job says it again.
+    /// What makes it one delivery to `target`: the run and how often it was
+    /// retried, the event and what it is about (the gate and digest waited
+    /// on; a failure's words), the same however often a job says it again.
     pub(crate) fn once_key(&self, target: &str) -> String {
         let about = match (&self.gate, &self.digest) {
             (Some(gate), Some(digest)) => format!("{gate}:{digest}"),
@@ -178,8 +181,9 @@ impl Notice {
             }
         };
         format!(
-            "notify:{target}:run-{}:{}:{about}",
+            "notify:{target}:run-{}.{}:{}:{about}",
             self.run,
+            self.retries,
             self.event.as_str()
         )
     }
@@ -233,12 +237,11 @@ pub(crate) fn signature(key: &str, body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// The run's members, stage by stage and wave by wave.
 fn every_member(record: &AttemptRecord) -> Vec<String> {
     record
-        .layout
-        .iter()
-        .flat_map(|(_, waves)| waves.iter().flatten().cloned())
+        .members_in_order()
+        .into_iter()
+        .map(str::to_owned)
         .collect()
 }
 
@@ -333,12 +336,12 @@ mod tests {
             "Stage **prod** waits",
             Some(vec!["team:sre".into()]),
         );
-        insta::assert_snapshot!(n.body(NotifyFormat::Json), @r#"{"event":"waiting","forge":"github","repository":"acme/infra","pull_request":7,"url":"https://github.com/acme/infra/pull/7","run":3,"merge_commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","gate":"pr-7-prod","digest":"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approve":"/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approvers":["team:sre"],"members":[],"text":"Stage **prod** waits"}"#);
+        insta::assert_snapshot!(n.body(NotifyFormat::Json), @r#"{"event":"waiting","forge":"github","repository":"acme/infra","pull_request":7,"url":"https://github.com/acme/infra/pull/7","run":3,"retries":0,"merge_commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","gate":"pr-7-prod","digest":"sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approve":"/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb","approvers":["team:sre"],"members":[],"text":"Stage **prod** waits"}"#);
         insta::assert_snapshot!(n.body(NotifyFormat::Slack), @r#"{"text":"*wavegate: the apply of acme/infra#7 waits for an approval* <https://github.com/acme/infra/pull/7|open the pull request>\n```/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb```\nWho may approve: team:sre"}"#);
         assert_eq!(
             n.once_key("INFRA_ALERTS"),
             format!(
-                "notify:INFRA_ALERTS:run-3:waiting:pr-7-prod:{}",
+                "notify:INFRA_ALERTS:run-3.0:waiting:pr-7-prod:{}",
                 Digest::repeated('b')
             )
         );
@@ -374,6 +377,20 @@ mod tests {
             failed("The apply failed: disk full").once_key("OPS")
         );
         assert_ne!(first.once_key("OPS"), first.once_key("CHAT"));
+        // The same failure after `/retry` is news again.
+        let mut retried = record.clone();
+        retried.reset_for_retry();
+        let ctx = RunContext {
+            record: &retried,
+            ..ctx
+        };
+        let again = notice(
+            &ctx,
+            (NotifyEvent::Failed, None),
+            "The apply failed: quota",
+            None,
+        );
+        assert_ne!(first.once_key("OPS"), again.once_key("OPS"));
     }
 
     #[test]

@@ -86,9 +86,11 @@ def main(argv):
                     else:
                         unknown.append(input_name)
                 files = {k: os.path.join(tmp, f"{name}@{stage}.{k}.json")
-                         for k in ("plan_file", "outputs_file", "inputs_file")}
+                         for k in ("plan_file", "outputs_file", "inputs_file", "carry_file")}
                 with open(files["inputs_file"], "w") as f:
                     json.dump({"known": known, "unknown": sorted(unknown)}, f)
+                with open(files["carry_file"], "w") as f:
+                    json.dump({}, f)  # a first apply carries nothing in
                 values = {"component": name, "stage": stage, "dir": comp["dir"],
                           "root": root, **files}
                 env = {**passed, "WAVEGATE_COMPONENT": name, "WAVEGATE_STAGE": stage,

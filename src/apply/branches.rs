@@ -1,7 +1,8 @@
 //! Which merges start an apply run: those into a branch `branches` names in
 //! the default branch's config (the default branch alone when it names
-//! none). Read from the default branch as it stood before the merge, so no
-//! pull request, and no broken file, widens where changes apply.
+//! none). A merge into the default branch is judged by that branch as it
+//! stood before the merge, any other by the default branch as it stands,
+//! so no pull request, and no broken file, widens where changes apply.
 
 /// Why a merge starts no apply run.
 #[derive(Debug, Clone, PartialEq, Eq)]

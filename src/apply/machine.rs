@@ -82,10 +82,12 @@ pub(crate) enum Observation {
     },
     /// The apply command of [`Effect::Apply`] started as `process`.
     Started { process: ProcessId },
-    /// The apply command of [`Effect::Apply`] ended, having printed `printed`.
+    /// The apply command of [`Effect::Apply`] ended, having printed
+    /// `printed` and carried `carry` (`{"carry": …}` in its outputs file).
     Ended {
         outcome: ApplyOutcome,
         printed: Option<OutputTail>,
+        carry: Option<Map<String, Value>>,
         now: i64,
     },
     /// [`Effect::Replan`]'s member, planned again, with the override gate's facts.
@@ -132,6 +134,11 @@ pub(crate) enum Effect {
     ReadOutputs {
         member: String,
         outputs: Map<String, Value>,
+    },
+    /// The member's later commands in this job get this in `{carry_file}`.
+    Carry {
+        member: String,
+        carry: Map<String, Value>,
     },
     /// Append a `spent` fact: the override of `digest` lets nothing through again.
     SpendOverride { member: String, digest: Digest },
@@ -237,6 +244,7 @@ impl<'a> WaveMachine<'a> {
             Observation::Ended {
                 outcome,
                 printed,
+                carry,
                 now,
             } => {
                 let member = &self
@@ -249,6 +257,15 @@ impl<'a> WaveMachine<'a> {
                     Some(tail) => record.printed.insert(member.clone(), tail),
                     None => record.printed.remove(member),
                 };
+                // Kept until an apply carries something else: a later
+                // command of the member, after a crash or `/retry`, reads it.
+                if let Some(carry) = carry {
+                    record.carried.insert(member.clone(), carry.clone());
+                    effects.push(Effect::Carry {
+                        member: member.clone(),
+                        carry,
+                    });
+                }
                 self.ended(record, outcome, now, &mut effects);
             }
             Observation::Replanned {
@@ -902,6 +919,7 @@ mod tests {
         Observation::Ended {
             outcome,
             printed: None,
+            carry: None,
             now: NOW + 5_000,
         }
     }
@@ -1020,6 +1038,7 @@ mod tests {
             Observation::Ended {
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: printed.clone(),
+                carry: None,
                 now: NOW + 5_000,
             },
         );
@@ -1037,6 +1056,42 @@ mod tests {
             ended(ApplyOutcome::Applied(Map::new())),
         );
         assert_eq!(record.printed.get("network@dev"), None);
+    }
+
+    #[test]
+    fn what_an_apply_carries_is_saved_for_the_members_later_commands_until_it_carries_more() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        let carry = outputs(&[("step", "2 of 3")]);
+        let effects = step(
+            &mut machine,
+            &mut record,
+            Observation::Ended {
+                outcome: ApplyOutcome::Failed("exit 1".into()),
+                printed: None,
+                carry: Some(carry.clone()),
+                now: NOW + 5_000,
+            },
+        );
+        let told = effects.iter().position(|e| {
+            matches!(e, Effect::Carry { member, carry: c } if member == "network@dev" && *c == carry)
+        });
+        let saved = effects.iter().position(|e| *e == Effect::Save);
+        assert!(told.is_some() && saved.is_some(), "{effects:?}");
+        assert_eq!(record.carried.get("network@dev"), Some(&carry));
+
+        // An apply that carries nothing keeps what was carried before.
+        let mut machine = h.machine();
+        record.set("network@dev", MemberState::NotStarted);
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        step(
+            &mut machine,
+            &mut record,
+            ended(ApplyOutcome::Applied(Map::new())),
+        );
+        assert_eq!(record.carried.get("network@dev"), Some(&carry));
     }
 
     #[test]
@@ -1401,6 +1456,7 @@ mod tests {
         let held_again = Observation::Ended {
             outcome: ApplyOutcome::Held("terraform lock".into()),
             printed: None,
+            carry: None,
             now: due,
         };
         let effects = step(&mut machine, &mut record, held_again);

@@ -403,6 +403,18 @@ pub(crate) struct AttemptRecord {
     /// The end of what each member's latest apply command printed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) printed: BTreeMap<String, OutputTail>,
+    /// What each member's applies carried (`{"carry": …}`), for its later
+    /// commands' `{carry_file}`: kept across crashes and `/retry`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) carried: BTreeMap<String, Map<String, Value>>,
+    /// How often `/retry` started the run over: news after a retry is news
+    /// again (its notifications are keyed by it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// An approval a run found no longer counting: who, at which gate, why.
@@ -414,6 +426,14 @@ pub(crate) struct Lapsed {
 }
 
 impl AttemptRecord {
+    /// The run's members, stage by stage and wave by wave.
+    pub(crate) fn members_in_order(&self) -> Vec<&str> {
+        self.layout
+            .iter()
+            .flat_map(|(_, waves)| waves.iter().flatten().map(String::as_str))
+            .collect()
+    }
+
     pub(crate) fn state(&self, member: &str) -> MemberState {
         self.members
             .get(member)
@@ -464,6 +484,7 @@ impl AttemptRecord {
             }
         }
         self.replans.clear();
+        self.retries += 1;
         reset
     }
 

@@ -24,6 +24,7 @@ pub(crate) const PLACEHOLDERS: &[&str] = &[
     "plan_file",
     "outputs_file",
     "inputs_file",
+    "carry_file",
 ];
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);

@@ -257,7 +257,10 @@ const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
 impl Settings {
     pub fn from_env() -> Result<Self> {
-        Self::from_vars(std::env::vars())
+        // A variable that is not UTF-8 is none of wavegate's (and `vars` would panic).
+        Self::from_vars(std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        }))
     }
 
     /// Reads settings from a whole environment, notify targets included.

@@ -153,6 +153,12 @@ impl Workspace {
             .output()
             .await
             .context("cannot run git rev-parse")?;
+        if !head.status.success() {
+            bail!(
+                "branch `{branch}` was fetched but cannot be read in the mirror: {}",
+                String::from_utf8_lossy(&head.stderr).trim()
+            );
+        }
         let sha = String::from_utf8_lossy(&head.stdout).trim().to_owned();
         CommitSha::parse(&sha)
             .map_err(|e| anyhow::anyhow!("branch `{branch}` fetched, but its head reads as {e}"))

@@ -424,6 +424,8 @@ pub(crate) struct Workbench {
     /// (member, output) of every seeded output a plan read.
     seeded_outputs_read: std::collections::BTreeSet<(String, String)>,
     notes: Vec<String>,
+    /// What each member's applies carried for its later commands (`{carry_file}`).
+    carried: HashMap<String, Map<String, Value>>,
 }
 
 struct Ready {
@@ -453,6 +455,9 @@ pub(crate) enum ApplyOutcome {
 pub(crate) struct ApplyRun {
     pub(crate) outcome: ApplyOutcome,
     pub(crate) output: String,
+    /// `{"carry": {...}}` in its outputs file, whatever the outcome: what
+    /// the member's later commands get in `{carry_file}`.
+    pub(crate) carry: Option<Map<String, Value>>,
 }
 
 impl Workbench {
@@ -485,6 +490,7 @@ impl Workbench {
             seeded_used: Default::default(),
             seeded_outputs_read: Default::default(),
             notes: Vec::new(),
+            carried: HashMap::new(),
         })
     }
 
@@ -517,6 +523,11 @@ impl Workbench {
         self.outcomes.get(member)
     }
 
+    /// What an apply of `member` carried: its later commands read it from `{carry_file}`.
+    pub(crate) fn carry(&mut self, member: &str, carry: Map<String, Value>) {
+        self.carried.insert(member.to_owned(), carry);
+    }
+
     /// Outputs a member applied in this run: what its downstreams read from now on.
     pub(crate) fn record_applied(&mut self, member: &str, outputs: Map<String, Value>) {
         self.applied.insert(member.to_owned(), outputs);
@@ -543,6 +554,7 @@ impl Workbench {
         let failed = |why: String| ApplyRun {
             outcome: ApplyOutcome::Failed(why),
             output: String::new(),
+            carry: None,
         };
         let Some((component, stage)) = member
             .split_once('@')
@@ -578,6 +590,7 @@ impl Workbench {
             Ok(run) => run,
             Err(e) => return failed(e.to_string()),
         };
+        let carry = read_carry(&files.dir);
         let outcome = if run.succeeded() {
             read_apply_outcome(&files.dir)
         } else {
@@ -591,6 +604,7 @@ impl Workbench {
         ApplyRun {
             outcome,
             output: run.output,
+            carry,
         }
     }
 
@@ -887,6 +901,19 @@ impl Workbench {
         let member = member_name(&component.name, stage);
         let root_text = root.display().to_string();
         let file = |name: &str| files.dir.join(name).display().to_string();
+        let carried = self.carried.get(&member_name(&component.name, stage));
+        files::write_file(
+            &files.dir,
+            CARRY_FILE,
+            &serde_json::to_vec_pretty(&carried.cloned().unwrap_or_default())
+                .expect("a JSON object serialises"),
+        )
+        .map_err(|e| {
+            format!(
+                "cannot write the carry file of {component}@{stage}: {e}",
+                component = component.name
+            )
+        })?;
         let fill = |arg: &str| {
             arg.replace("{component}", &component.name)
                 .replace("{stage}", stage)
@@ -895,6 +922,7 @@ impl Workbench {
                 .replace("{plan_file}", &file(PLAN_FILE))
                 .replace("{outputs_file}", &file(OUTPUTS_FILE))
                 .replace("{inputs_file}", &file(INPUTS_FILE))
+                .replace("{carry_file}", &file(CARRY_FILE))
         };
         let mut argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
         // A relative program path with a slash is relative to the repository root.
@@ -1029,25 +1057,24 @@ const WRAPPED_WHAT: &str = "`terraform output -json` as it prints it (every outp
 
 /// Reads what an apply command that exited 0 wrote to `{outputs_file}`.
 fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
-    let bytes = match files::read_file(dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
-        Ok(bytes) => bytes,
-        Err(files::FileError::Missing) => return ApplyOutcome::Failed(
+    let map = match outputs_object(dir) {
+        Ok(map) => map,
+        Err(OutputsFileError::Missing) => return ApplyOutcome::Failed(
             "the apply command exited 0 but wrote no outputs file; it must write a JSON object to {outputs_file} (`{}` when there are no outputs)".into()
         ),
-        Err(e) => return ApplyOutcome::Failed(format!(
+        Err(OutputsFileError::Unreadable(e)) => return ApplyOutcome::Failed(format!(
             "the apply command's outputs file cannot be read: {e}"
         )),
-    };
-    let map = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => map,
-        Ok(other) => return ApplyOutcome::Failed(format!(
-            "the apply command wrote {} to its outputs file; it must be a JSON object of outputs or an outcome",
-            super::planfile::kind_of(&other)
+        Err(OutputsFileError::NotAnObject(kind)) => return ApplyOutcome::Failed(format!(
+            "the apply command wrote {kind} to its outputs file; it must be a JSON object of outputs or an outcome"
         )),
-        Err(e) => return ApplyOutcome::Failed(format!(
+        Err(OutputsFileError::NotJson(e)) => return ApplyOutcome::Failed(format!(
             "the apply command wrote an outputs file that is not JSON ({e})"
         )),
     };
+    // What it carries is read by `read_carry`; it is no output.
+    let mut map = map;
+    map.remove("carry");
     if super::terraform::is_wrapped_outputs(&map) {
         return ApplyOutcome::Failed(format!(
             "the apply command wrote {WRAPPED_WHAT} to its outputs file; {}",
@@ -1072,6 +1099,48 @@ fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
     }
 }
 
+/// Why an outputs file does not read as a JSON object.
+enum OutputsFileError {
+    Missing,
+    Unreadable(String),
+    NotJson(String),
+    /// What it is instead (`a string`, `an array`, …).
+    NotAnObject(&'static str),
+}
+
+/// The JSON object an apply command wrote to `{outputs_file}`.
+fn outputs_object(dir: &Path) -> Result<Map<String, Value>, OutputsFileError> {
+    let bytes = match files::read_file(dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(files::FileError::Missing) => return Err(OutputsFileError::Missing),
+        Err(e) => return Err(OutputsFileError::Unreadable(e.to_string())),
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(OutputsFileError::NotAnObject(super::planfile::kind_of(
+            &other,
+        ))),
+        Err(e) => Err(OutputsFileError::NotJson(e.to_string())),
+    }
+}
+
+/// The `carry` object an apply command wrote to `{outputs_file}`, whether it
+/// succeeded or not (a failed apply may leave what a retry needs). A
+/// `carry` that is no object carries nothing, and the log says so; the
+/// apply's outcome stands (it may have applied).
+fn read_carry(dir: &Path) -> Option<Map<String, Value>> {
+    match outputs_object(dir).ok()?.remove("carry")? {
+        Value::Object(carry) => Some(carry),
+        other => {
+            tracing::warn!(
+                "an apply command wrote `carry` as {} to its outputs file; it must be a JSON object, so nothing is carried",
+                super::planfile::kind_of(&other)
+            );
+            None
+        }
+    }
+}
+
 /// A value an apply command wrote, as a person reads it: a string as it
 /// is, an object as `key value` pairs (`{"run": "github:123"}` is `run
 /// github:123`), anything else as JSON.
@@ -1093,6 +1162,7 @@ fn readable(value: &Value) -> String {
 const PLAN_FILE: &str = "plan.json";
 const OUTPUTS_FILE: &str = "outputs.json";
 const INPUTS_FILE: &str = "inputs.json";
+const CARRY_FILE: &str = "carry.json";
 
 /// A member's own directories: its files and its HOME.
 struct MemberFiles {
@@ -1103,6 +1173,42 @@ struct MemberFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_apply_carries_is_read_whatever_its_outcome_and_is_no_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join("outputs.json"), text).unwrap();
+        write(r#"{"vpc_id": "vpc-1", "carry": {"step": 2}}"#);
+        assert_eq!(
+            read_apply_outcome(dir.path()),
+            ApplyOutcome::Applied(serde_json::from_str(r#"{"vpc_id": "vpc-1"}"#).unwrap())
+        );
+        assert_eq!(
+            read_carry(dir.path()),
+            serde_json::from_str(r#"{"step": 2}"#).ok()
+        );
+        // A failed apply (exit 1) may leave only its carry.
+        write(r#"{"carry": {"done": ["a", "b"]}}"#);
+        assert_eq!(
+            read_carry(dir.path()),
+            serde_json::from_str(r#"{"done": ["a", "b"]}"#).ok()
+        );
+        // A carry that is no object carries nothing; the apply still applied.
+        write(r#"{"vpc_id": "vpc-1", "carry": "step 2"}"#);
+        assert_eq!(read_carry(dir.path()), None);
+        assert!(matches!(
+            read_apply_outcome(dir.path()),
+            ApplyOutcome::Applied(_)
+        ));
+        // The carry is no output, so it hides no wrapped ones either.
+        write(r#"{"vpc_id": {"sensitive": false, "type": "string", "value": "v"}, "carry": {}}"#);
+        assert!(matches!(
+            read_apply_outcome(dir.path()),
+            ApplyOutcome::Failed(_)
+        ));
+        std::fs::remove_file(dir.path().join("outputs.json")).unwrap();
+        assert_eq!(read_carry(dir.path()), None);
+    }
 
     #[test]
     fn an_apply_answers_outputs_or_one_of_the_outcomes_and_anything_else_fails_clearly() {

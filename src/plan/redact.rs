@@ -1,5 +1,7 @@
 //! Redaction of secret-looking values in command output before it is kept or
-//! shown: key material, well-known token shapes, and `password=…`-style pairs.
+//! shown: key material, well-known token shapes, `password=…`-style pairs,
+//! and the values of the variables passed on to the command whose names say
+//! they are secrets (`DEPLOY_TOKEN`), wherever they appear bare.
 
 const SECRET_KEYS: &[&str] = &[
     "password",
@@ -33,10 +35,41 @@ pub(crate) const REDACTED: &str = "[redacted]";
 #[derive(Debug, Default)]
 pub(crate) struct Redactor {
     in_private_key: bool,
+    /// Values that are secrets wherever they appear, longest first.
+    values: Vec<String>,
 }
 
+/// The shortest value redacted by name alone: shorter ones (`1`, `dev`)
+/// would blank out ordinary words.
+const SHORTEST_SECRET_VALUE: usize = 8;
+
 impl Redactor {
+    /// A redactor that also hides the values of those of `env` (a command's
+    /// environment) whose names say they are secrets.
+    pub(crate) fn for_env(env: &[(String, String)]) -> Self {
+        let mut values: Vec<String> = env
+            .iter()
+            .filter(|(name, value)| {
+                let name = name.to_ascii_lowercase().replace('-', "_");
+                value.len() >= SHORTEST_SECRET_VALUE
+                    && SECRET_KEYS
+                        .iter()
+                        .any(|k| name.contains(&k.replace('-', "_")))
+            })
+            .map(|(_, value)| value.clone())
+            .collect();
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        values.dedup();
+        Self {
+            in_private_key: false,
+            values,
+        }
+    }
+
     pub(crate) fn line(&mut self, line: &str) -> String {
+        let line = &self.values.iter().fold(line.to_owned(), |line, value| {
+            line.replace(value.as_str(), REDACTED)
+        });
         if self.in_private_key {
             if line.contains("-----END") {
                 self.in_private_key = false;
@@ -202,5 +235,30 @@ mod tests {
     fn ordinary_lines_pass_untouched() {
         let line = "+ aws_instance.web (create) — 1 to add, ünïcode";
         assert_eq!(r(line), line);
+    }
+
+    #[test]
+    fn the_values_of_secret_variables_are_redacted_wherever_they_appear() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut r = Redactor::for_env(&env(&[
+            ("DEPLOY_TOKEN", "s3cr3t-v4lue-99"),
+            ("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI"),
+            ("AWS_PROFILE", "production-account"),
+            ("API_KEY", "short"),
+        ]));
+        assert_eq!(
+            r.line("using s3cr3t-v4lue-99 and wJalrXUtnFEMI/K7MDENG"),
+            "using [redacted] and [redacted]/K7MDENG"
+        );
+        assert_eq!(
+            r.line("profile production-account, key short"),
+            "profile production-account, key short",
+            "names that say nothing secret, and short values, are left"
+        );
     }
 }

@@ -240,7 +240,7 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     drop(tx);
 
     let mut kept = KeptOutput::new(spec.output_cap);
-    let mut redactor = Redactor::default();
+    let mut redactor = Redactor::for_env(&spec.env);
     let mut on_line = |line: String| {
         let line = redactor.line(&line);
         log_line(&spec.label, &line);
@@ -384,11 +384,14 @@ async fn forward_lines(mut pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<String
     }
 }
 
-/// Output kept up to a byte cap; what is cut is counted and said.
+/// Output kept up to a byte cap, and its last lines past it (where the
+/// error or the "complete" line is); what is cut is counted and said.
 struct KeptOutput {
     text: String,
     cap: usize,
     cut: usize,
+    /// The last lines past the cap, at most `TAIL_LINES` of them.
+    last: std::collections::VecDeque<String>,
 }
 
 impl KeptOutput {
@@ -397,6 +400,7 @@ impl KeptOutput {
             text: String::new(),
             cap,
             cut: 0,
+            last: std::collections::VecDeque::new(),
         }
     }
 
@@ -405,16 +409,24 @@ impl KeptOutput {
             self.text.push_str(line);
             self.text.push('\n');
         } else {
-            self.cut += line.len() + 1;
+            self.last.push_back(line.to_owned());
+            if self.last.len() > super::tail::TAIL_LINES {
+                let gone = self.last.pop_front().expect("a line");
+                self.cut += gone.len() + 1;
+            }
         }
     }
 
     fn finish(mut self) -> String {
         if self.cut > 0 {
             self.text.push_str(&format!(
-                "[wavegate: output cut at {} bytes; {} more bytes were not kept]\n",
+                "[wavegate: output cut at {} bytes; {} more bytes were not kept, but for the last lines, which follow]\n",
                 self.cap, self.cut
             ));
+        }
+        for line in self.last {
+            self.text.push_str(&line);
+            self.text.push('\n');
         }
         self.text
     }
@@ -597,12 +609,23 @@ mod tests {
         .await
         .unwrap();
         assert!(out.output.starts_with("line-1\nline-2\n"));
-        assert!(out.output.len() < 300);
         assert!(
             out.output.contains("[wavegate: output cut at 200 bytes;"),
             "{}",
             out.output
         );
+        // The end is kept past the cap: that is where the error is.
+        assert!(
+            out.output.ends_with("line-71\n") || out.output.ends_with("line-100\n"),
+            "{}",
+            out.output
+        );
+        assert!(
+            !out.output.contains("line-50\n"),
+            "the middle is cut: {}",
+            out.output
+        );
+        assert!(out.output.len() < 600);
     }
 
     #[tokio::test]
@@ -615,6 +638,14 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(out.output, "password=[redacted]\n");
+
+        // A secret variable passed on is redacted even when printed bare.
+        let mut printing = spec("echo using $DEPLOY_TOKEN", Duration::from_secs(10)).await;
+        printing
+            .env
+            .push(("DEPLOY_TOKEN".into(), "tok-0123456789".into()));
+        let out = run_command(&printing.spec).await.unwrap();
+        assert_eq!(out.output, "using [redacted]\n");
     }
 
     #[derive(Clone, Default)]

@@ -16,7 +16,8 @@ pub(crate) struct OutputTail {
     pub(crate) text: String,
     /// How many lines are shown.
     pub(crate) shown: usize,
-    /// How many lines the command printed in all.
+    /// How many lines of its output were kept (the runner keeps the first
+    /// 1 MiB and the last lines, and says what it cut between).
     pub(crate) lines: usize,
 }
 

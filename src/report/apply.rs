@@ -282,7 +282,14 @@ pub(crate) fn wait_expiry(record: &AttemptRecord) -> String {
 }
 
 /// The report's apply section.
+#[cfg(test)]
 pub(crate) fn render(view: &RunView<'_>) -> String {
+    render_within(view, crate::report::COMMENT_LIMIT)
+}
+
+/// The run's section in at most about `room` characters: what the applies
+/// printed gets what the rest leaves (at most [`PRINTED_BUDGET`]).
+pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
     let short = &view.merge_sha[..view.merge_sha.len().min(12)];
     let mut out = format!(
         "## Apply on merge commit `{short}`: {}\n\n",
@@ -403,7 +410,8 @@ pub(crate) fn render(view: &RunView<'_>) -> String {
             "- `{member}`: the policy denial of `{digest}` was overridden\n"
         ));
     }
-    let printed = printed_details(view.record);
+    let left = room.saturating_sub(out.chars().count() + 200);
+    let printed = printed_details(view.record, left.min(PRINTED_BUDGET));
     if !printed.is_empty() {
         if !out.ends_with("\n\n") {
             out.push('\n');
@@ -438,12 +446,11 @@ fn failure_details(record: &AttemptRecord) -> String {
 const PRINTED_BUDGET: usize = 24_000;
 
 /// What each member's latest apply printed, each collapsed, in the run's order.
-fn printed_details(record: &AttemptRecord) -> String {
+fn printed_details(record: &AttemptRecord, budget: usize) -> String {
     let in_order = record
-        .layout
-        .iter()
-        .flat_map(|(_, waves)| waves.iter().flatten())
-        .chain(record.printed.keys())
+        .members_in_order()
+        .into_iter()
+        .chain(record.printed.keys().map(String::as_str))
         .filter_map(|m| Some((m, record.printed.get(m)?)));
     let mut seen = std::collections::BTreeSet::new();
     let (mut out, mut used, mut left_out) = (String::new(), 0, 0);
@@ -451,17 +458,18 @@ fn printed_details(record: &AttemptRecord) -> String {
         if !seen.insert(member) {
             continue;
         }
-        if used + tail.text.len() > PRINTED_BUDGET {
+        let block = super::markdown::printed_block(
+            &format!("What <code>{member}</code>'s apply printed"),
+            tail,
+        );
+        let size = block.chars().count() + 1;
+        if used + size > budget {
             left_out += 1;
             continue;
         }
-        used += tail.text.len();
-        let fence = super::markdown::fence_for(&tail.text);
-        out.push_str(&format!(
-            "<details><summary>What <code>{member}</code>'s apply printed ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n\n",
-            tail.extent(),
-            tail.text
-        ));
+        used += size;
+        out.push_str(&block);
+        out.push('\n');
     }
     if left_out > 0 {
         out.push_str(&format!(
@@ -673,7 +681,7 @@ mod tests {
                 "Refreshing state...\nApply complete! Resources: 0 added, 1 changed, 0 destroyed.",
             ),
         );
-        let section = printed_details(&record);
+        let section = printed_details(&record, PRINTED_BUDGET);
         insta::assert_snapshot!(section, @"
         <details><summary>What <code>network@dev</code>'s apply printed (all 2 lines)</summary>
 
@@ -705,7 +713,7 @@ mod tests {
                 .printed
                 .insert(format!("m{i:02}@dev"), OutputTail::of(&wide).unwrap());
         }
-        let section = printed_details(&record);
+        let section = printed_details(&record, PRINTED_BUDGET);
         assert!(
             section.chars().count() < PRINTED_BUDGET + 2_000,
             "{}",

@@ -609,12 +609,10 @@ impl Detail {
         }
         match &self.printed {
             Some(tail) if with_printed => {
-                let fence = fence_for(&tail.text);
                 let _ = writeln!(
                     out,
-                    "<details><summary>What the plan command printed ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n",
-                    tail.extent(),
-                    tail.text
+                    "{}",
+                    printed_block("What the plan command printed", tail)
                 );
             }
             Some(_) => {
@@ -628,6 +626,16 @@ impl Detail {
         out.push_str("</details>\n\n");
         out
     }
+}
+
+/// A collapsed block of what a command printed, `summary` its title.
+pub(super) fn printed_block(summary: &str, tail: &OutputTail) -> String {
+    let fence = fence_for(&tail.text);
+    format!(
+        "<details><summary>{summary} ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n",
+        tail.extent(),
+        tail.text
+    )
 }
 
 fn failure_text(m: &MemberOutcome) -> String {

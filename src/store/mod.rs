@@ -83,7 +83,8 @@ pub(crate) struct Once {
     pub(crate) repo: RepoId,
     pub(crate) pr: PrNumber,
     /// `comment:<id>` or `review:<id>:<state>`; `not-applied:<merge>` for
-    /// the one reply of a merge that starts no run.
+    /// the one reply of a merge that starts no run; `notify:<target>:run-…`
+    /// for one notification (`Notice::once_key`).
     pub(crate) source: String,
 }
 

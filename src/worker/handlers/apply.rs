@@ -389,6 +389,9 @@ impl JobCtx<'_> {
             for (member, outputs) in drive.run.record.applied_outputs() {
                 bench.record_applied(member, outputs.clone());
             }
+            for (member, carry) in &drive.run.record.carried {
+                bench.carry(member, carry.clone());
+            }
             self.stages(&mut drive, &mut bench).await?;
         }
 
@@ -859,11 +862,16 @@ impl JobCtx<'_> {
                     Some(Observation::Ended {
                         outcome: run.outcome,
                         printed: OutputTail::of(&run.output),
+                        carry: run.carry,
                         now: now(),
                     })
                 }
                 Effect::ReadOutputs { member, outputs } => {
                     bench.record_applied(&member, outputs);
+                    None
+                }
+                Effect::Carry { member, carry } => {
+                    bench.carry(&member, carry);
                     None
                 }
                 Effect::Done(step) => return Ok(step),
@@ -974,6 +982,7 @@ impl JobCtx<'_> {
             | Effect::Preview(_)
             | Effect::CountApprovals { .. }
             | Effect::ReadOutputs { .. }
+            | Effect::Carry { .. }
             | Effect::Done(_)) => {
                 return Err(anyhow!(
                     "{question:?} belongs to a wave or a gate and is carried out there"
@@ -1012,9 +1021,11 @@ impl JobCtx<'_> {
             status: run.status,
             record: &run.record,
         };
-        let section = apply_report::render(&view);
+        let report = plan.report.trim_end();
+        let room = crate::report::COMMENT_LIMIT.saturating_sub(report.chars().count() + 2);
+        let section = apply_report::render_within(&view, room);
         let title = apply_report::title(&view);
-        let body = format!("{}\n\n{}", plan.report.trim_end(), section);
+        let body = format!("{report}\n\n{section}");
         let known = self.store.pr(&run.repo.id, run.pr).await?;
         let comment_id = self
             .client

@@ -7,6 +7,7 @@ mod approvers;
 mod attacks;
 mod bot;
 mod branches;
+mod carried;
 mod forge_clients;
 mod git_paths;
 mod ledger_cli;

@@ -70,6 +70,7 @@ async fn a_waiting_gate_and_the_applied_run_are_each_notified_once_across_a_repl
       "merge_commit": "[sha]",
       "pull_request": 31,
       "repository": "acme/infra",
+      "retries": 0,
       "run": 1,
       "text": "(the reply)",
       "url": "file://[tmp]/repo/pull/31"

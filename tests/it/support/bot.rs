@@ -852,6 +852,17 @@ fn descends_from(mut pid: u32, ancestors: &[u32]) -> bool {
 /// A port no server listens on, and one this test process has not handed
 /// out before: a server killed and restarted keeps its port, and another
 /// test given that port in between would receive the first test's webhooks.
+/// A listener on a [`free_port`]: the harness's own servers (the fake forge,
+/// a receiver, a database link) bind here rather than to port 0, so the
+/// kernel never hands one of them a port a bot was given and has not bound yet.
+pub async fn listen_on_a_free_port() -> tokio::net::TcpListener {
+    loop {
+        if let Ok(listener) = tokio::net::TcpListener::bind(("127.0.0.1", free_port())).await {
+            return listener;
+        }
+    }
+}
+
 fn free_port() -> u16 {
     static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 
 pub struct DatabaseLink {
@@ -18,7 +18,7 @@ impl DatabaseLink {
     /// A link to the server `url` names (`postgres://user@host:port/db`).
     pub async fn to(url: &str) -> Self {
         let upstream = authority(url).to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = crate::support::bot::listen_on_a_free_port().await;
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
         let open: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();

@@ -40,7 +40,7 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(receive))
             .with_state((inbox.clone(), key));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = crate::support::bot::listen_on_a_free_port().await;
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();

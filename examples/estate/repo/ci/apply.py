@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE
+"""apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE [CARRY_FILE]
 
 Applies a plan written by plan.py to the simulated estate: updates
 $ESTATE_DIR/<stage>/<component>.json (assigning computed attributes such as
@@ -27,6 +27,11 @@ Files in $ESTATE_DIR/<stage>/ for one member, without a commit:
                              apply: written to OUTPUTS_FILE as the outcome
                              (e.g. {"outcome": "held", "holder": "run 7"}),
                              nothing changes, exit 0. Consumed when used.
+  <component>.carry-apply    a JSON object the apply carries for the member's
+                             later commands: written to OUTPUTS_FILE as
+                             {"carry": ...} before anything else (so a failing
+                             apply leaves it too). Consumed when used.
+What an earlier apply carried (CARRY_FILE, `{}` when nothing) is printed.
 """
 
 import sys
@@ -113,7 +118,7 @@ def pause(root, stage, component, point):
     estate.say("going on")
 
 
-def outcome_hook(root, stage, component, outputs_file):
+def outcome_hook(root, stage, component, outputs_file, carried_out):
     """Answers with the member's .apply-outcome (consumed) instead of applying."""
     hook = os.path.join(root, stage, f"{component}.apply-outcome")
     if not os.path.exists(hook):
@@ -128,18 +133,35 @@ def outcome_hook(root, stage, component, outputs_file):
         os.remove(hook)
     estate.say(f"answering with {json.dumps(queue[0], sort_keys=True)} from {hook}; "
                "nothing applied")
-    estate.write_json(outputs_file, queue[0])
+    estate.write_json(outputs_file, {**queue[0], **carried_out})
     sys.exit(0)
 
 
+def carry(root, stage, component, outputs_file, carry_file):
+    """Prints what was carried in; carries the member's .carry-apply out."""
+    if carry_file:
+        carried = estate.read_json(carry_file, "carry file")
+        if carried:
+            estate.say(f"carried in: {json.dumps(carried, sort_keys=True)}")
+    hook = os.path.join(root, stage, f"{component}.carry-apply")
+    if os.path.exists(hook):
+        out = estate.read_json(hook, "carry")
+        os.remove(hook)
+        estate.write_json(outputs_file, {"carry": out})
+        estate.say(f"carrying out: {json.dumps(out, sort_keys=True)}")
+        return {"carry": out}
+    return {}
+
+
 def main(argv):
-    if len(argv) != 5:
-        estate.die("usage: apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE", code=2)
+    if len(argv) not in (5, 6):
+        estate.die("usage: apply.py COMPONENT STAGE PLAN_FILE OUTPUTS_FILE [CARRY_FILE]", code=2)
     component, stage, plan_file, outputs_file = argv[1:5]
     root = estate.estate_dir()
+    carried_out = carry(root, stage, component, outputs_file, argv[5] if len(argv) == 6 else None)
     pause(root, stage, component, "before")
     estate.fail_hook(".fail-apply", os.path.join(root, stage, f"{component}.fail-apply"))
-    outcome_hook(root, stage, component, outputs_file)
+    outcome_hook(root, stage, component, outputs_file, carried_out)
     who = estate.member(component, stage)
 
     entries = read_plan(plan_file)
@@ -153,7 +175,7 @@ def main(argv):
         for p in problems:
             estate.say(f"cannot apply this plan: {p}")
         estate.say("nothing applied; asking wavegate to plan again")
-        estate.write_json(outputs_file, {"outcome": "replan"})
+        estate.write_json(outputs_file, {"outcome": "replan", **carried_out})
         return
 
     values = {}
@@ -169,7 +191,7 @@ def main(argv):
         if e["action"] in counts:
             estate.say(f"{e['action']:>7} {e['address']}")
     estate.save_state(stage, component, new)
-    estate.write_json(outputs_file, values)
+    estate.write_json(outputs_file, {**values, **carried_out})
     with open(os.path.join(root, "apply-log.jsonl"), "a", encoding="utf-8") as log:
         log.write(json.dumps({"member": who, **counts}, sort_keys=True) + "\n")
     pause(root, stage, component, "after")

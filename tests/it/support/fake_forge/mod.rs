@@ -103,9 +103,7 @@ impl FakeForge {
             .fallback(handle)
             .layer(DefaultBodyLimit::max(32 * 1024 * 1024))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fake forge");
+        let listener = crate::support::bot::listen_on_a_free_port().await;
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("fake forge server");
