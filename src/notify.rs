@@ -10,7 +10,6 @@ use crate::apply::{AttemptRecord, Wait};
 use crate::config::repo::NotifyEvent;
 use crate::forge::RepoRef;
 use crate::model::{CommitSha, Digest, ForgeKind, GateId, PrNumber};
-use crate::plan::changeset::ChangeSet;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -96,58 +95,30 @@ pub(crate) fn notice(
     text: &str,
     approvers: Option<Vec<String>>,
 ) -> Notice {
-    let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
     let record = ctx.record;
-    let (gate, digest, members, refused) = match wait {
-        Some(Wait::PrApproval { gate, digest }) => {
-            (Some(gate), Some(digest), every_member(record), None)
+    let members = match wait {
+        Some(wait) => record
+            .members_of_wait(wait)
+            .unwrap_or_else(|| every_member(record)),
+        None if event == NotifyEvent::Failed => {
+            crate::apply::run::failed(record).into_iter().collect()
         }
-        Some(Wait::Stage {
-            stage,
-            gate,
-            digest,
-        }) => (
-            Some(gate),
-            Some(digest),
-            record
-                .stages
-                .get(stage)
-                .map(|g| names(&g.change_set))
-                .unwrap_or_default(),
-            None,
-        ),
-        Some(Wait::Round {
-            round,
-            gate,
-            digest,
-        }) => (
-            Some(gate),
-            Some(digest),
-            record
-                .rounds
-                .iter()
-                .find(|r| r.number == *round)
-                .map(|r| names(&r.change_set))
-                .unwrap_or_default(),
-            Some("moved"),
-        ),
-        Some(w @ Wait::Override { gate, digest, .. }) => (
-            Some(gate),
-            Some(digest),
-            w.denials().into_iter().map(|d| d.member).collect(),
-            Some("denied"),
-        ),
-        Some(Wait::Holder { member, .. }) => (None, None, vec![member.clone()], Some("held")),
-        Some(Wait::Lock { member, .. } | Wait::EarlierAttempt { member, .. }) => {
-            (None, None, vec![member.clone()], None)
-        }
-        None if event == NotifyEvent::Failed => (
-            None,
-            None,
-            crate::apply::run::failed(record).into_iter().collect(),
-            None,
-        ),
-        None => (None, None, every_member(record), None),
+        None => every_member(record),
+    };
+    let (gate, digest) = match wait {
+        Some(
+            Wait::PrApproval { gate, digest }
+            | Wait::Stage { gate, digest, .. }
+            | Wait::Round { gate, digest, .. }
+            | Wait::Override { gate, digest, .. },
+        ) => (Some(gate), Some(digest)),
+        _ => (None, None),
+    };
+    let refused = match wait {
+        Some(Wait::Round { .. }) => Some("moved"),
+        Some(Wait::Override { .. }) => Some("denied"),
+        Some(Wait::Holder { .. }) => Some("held"),
+        _ => None,
     };
     Notice {
         event,
@@ -273,6 +244,24 @@ mod tests {
         }
     }
 
+    fn merge() -> CommitSha {
+        CommitSha::parse(&"a".repeat(40)).unwrap()
+    }
+
+    fn run_3_of_pr_7<'a>(
+        repo: &'a RepoRef,
+        merge: &'a CommitSha,
+        record: &'a AttemptRecord,
+    ) -> RunContext<'a> {
+        RunContext {
+            repo,
+            pr: PrNumber(7),
+            run: 3,
+            merge_sha: merge,
+            record,
+        }
+    }
+
     fn stage_wait() -> Wait {
         Wait::Stage {
             stage: "prod".into(),
@@ -321,14 +310,8 @@ mod tests {
     #[test]
     fn a_waiting_notice_names_the_gate_the_line_to_copy_and_who_may_approve() {
         let record = AttemptRecord::default();
-        let (repo, merge) = (repo(), CommitSha::parse(&"a".repeat(40)).unwrap());
-        let ctx = RunContext {
-            repo: &repo,
-            pr: PrNumber(7),
-            run: 3,
-            merge_sha: &merge,
-            record: &record,
-        };
+        let (repo, merge) = (repo(), merge());
+        let ctx = run_3_of_pr_7(&repo, &merge, &record);
         let wait = stage_wait();
         let n = notice(
             &ctx,
@@ -356,14 +339,8 @@ mod tests {
                 error: "quota".into(),
             },
         );
-        let (repo, merge) = (repo(), CommitSha::parse(&"a".repeat(40)).unwrap());
-        let ctx = RunContext {
-            repo: &repo,
-            pr: PrNumber(7),
-            run: 3,
-            merge_sha: &merge,
-            record: &record,
-        };
+        let (repo, merge) = (repo(), merge());
+        let ctx = run_3_of_pr_7(&repo, &merge, &record);
         let failed = |text: &str| notice(&ctx, (NotifyEvent::Failed, None), text, None);
         let first = failed("The apply failed: quota");
         assert_eq!(first.members, ["app@prod"]);

@@ -1025,6 +1025,18 @@ mod tests {
         );
     }
 
+    /// `member` planned and applied once more, printing and carrying nothing.
+    fn apply_again_silently(h: &Harness, record: &mut AttemptRecord, member: &MemberPlan) {
+        let mut machine = h.machine();
+        record.set(&member.member, MemberState::NotStarted);
+        to_planned(&mut machine, record, &[member], vec![]);
+        step(
+            &mut machine,
+            record,
+            ended(ApplyOutcome::Applied(Map::new())),
+        );
+    }
+
     #[test]
     fn what_an_apply_printed_is_saved_with_its_result_and_a_silent_one_replaces_it() {
         let net = plan("network@dev", "10.0.0.0/16");
@@ -1047,14 +1059,7 @@ mod tests {
         assert!(saved.is_some(), "kept in the saved record: {effects:?}");
 
         // The next apply printed nothing: the old output is not shown as its.
-        let mut machine = h.machine();
-        record.set("network@dev", MemberState::NotStarted);
-        to_planned(&mut machine, &mut record, &[&net], vec![]);
-        step(
-            &mut machine,
-            &mut record,
-            ended(ApplyOutcome::Applied(Map::new())),
-        );
+        apply_again_silently(&h, &mut record, &net);
         assert_eq!(record.printed.get("network@dev"), None);
     }
 
@@ -1083,14 +1088,7 @@ mod tests {
         assert_eq!(record.carried.get("network@dev"), Some(&carry));
 
         // An apply that carries nothing keeps what was carried before.
-        let mut machine = h.machine();
-        record.set("network@dev", MemberState::NotStarted);
-        to_planned(&mut machine, &mut record, &[&net], vec![]);
-        step(
-            &mut machine,
-            &mut record,
-            ended(ApplyOutcome::Applied(Map::new())),
-        );
+        apply_again_silently(&h, &mut record, &net);
         assert_eq!(record.carried.get("network@dev"), Some(&carry));
     }
 

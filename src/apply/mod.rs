@@ -426,6 +426,32 @@ pub(crate) struct Lapsed {
 }
 
 impl AttemptRecord {
+    /// The members a wait is about, as the record holds them: a stage's
+    /// set, a round's, the denied plans, the member held or caught
+    /// applying or queued; `None` for the pull request's own approval,
+    /// whose set the caller has.
+    pub(crate) fn members_of_wait(&self, wait: &Wait) -> Option<Vec<String>> {
+        let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
+        Some(match wait {
+            Wait::PrApproval { .. } => return None,
+            Wait::Stage { stage, .. } => self
+                .stages
+                .get(stage)
+                .map(|g| names(&g.change_set))
+                .unwrap_or_default(),
+            Wait::Round { round, .. } => self
+                .rounds
+                .iter()
+                .find(|r| r.number == *round)
+                .map(|r| names(&r.change_set))
+                .unwrap_or_default(),
+            Wait::Override { .. } => wait.denials().into_iter().map(|d| d.member).collect(),
+            Wait::Lock { member, .. }
+            | Wait::Holder { member, .. }
+            | Wait::EarlierAttempt { member, .. } => vec![member.clone()],
+        })
+    }
+
     /// The run's members, stage by stage and wave by wave.
     pub(crate) fn members_in_order(&self) -> Vec<&str> {
         self.layout

@@ -191,57 +191,51 @@ fn spent(s: &Settle<'_>, record: &AttemptRecord) -> Vec<Effect> {
 /// What the run's wait asks of a person, for its `pending` fact; none for
 /// waits that end by themselves.
 fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
-    let names =
-        |set: &ChangeSet| -> Vec<String> { set.members.iter().map(|m| m.member.clone()).collect() };
     let pr = s.pr;
-    let pending = |gate: &GateId, digest: &Digest, members, description| Pending {
+    let wait = record.wait.as_ref()?;
+    let members = record.members_of_wait(wait).unwrap_or_else(|| {
+        s.approved
+            .members
+            .iter()
+            .map(|m| m.member.clone())
+            .collect()
+    });
+    let (gate, digest, description) = match wait {
+        Wait::PrApproval { gate, digest } => (
+            gate,
+            digest,
+            format!("merged pull request {pr} waits for an approval of its change set"),
+        ),
+        Wait::Stage { stage, gate, digest } => (
+            gate,
+            digest,
+            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
+        ),
+        Wait::Round { round, gate, digest } => (
+            gate,
+            digest,
+            format!("round {round} of pull request {pr}: plans that moved since they were approved"),
+        ),
+        Wait::Override { gate, digest, .. } => (
+            gate,
+            digest,
+            format!(
+                "the policy denied {}; an overrider may let each through",
+                wait.denials()
+                    .iter()
+                    .map(|d| format!("{}'s plan {} ({})", d.member, d.digest, d.rules.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => return None,
+    };
+    Some(Pending {
         gate: gate.clone(),
         digest: digest.clone(),
         members,
         description,
-    };
-    match record.wait.as_ref()? {
-        Wait::PrApproval { gate, digest } => Some(pending(
-            gate,
-            digest,
-            names(s.approved),
-            format!("merged pull request {pr} waits for an approval of its change set"),
-        )),
-        Wait::Stage { stage, gate, digest } => Some(pending(
-            gate,
-            digest,
-            record.stages.get(stage).map(|g| names(&g.change_set)).unwrap_or_default(),
-            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
-        )),
-        Wait::Round { round, gate, digest } => Some(pending(
-            gate,
-            digest,
-            record
-                .rounds
-                .iter()
-                .find(|r| r.number == *round)
-                .map(|r| names(&r.change_set))
-                .unwrap_or_default(),
-            format!("round {round} of pull request {pr}: plans that moved since they were approved"),
-        )),
-        wait @ Wait::Override { gate, digest, .. } => {
-            let denials = wait.denials();
-            Some(pending(
-                gate,
-                digest,
-                denials.iter().map(|d| d.member.clone()).collect(),
-                format!(
-                    "the policy denied {}; an overrider may let each through",
-                    denials
-                        .iter()
-                        .map(|d| format!("{}'s plan {} ({})", d.member, d.digest, d.rules.join(", ")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ))
-        }
-        Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => None,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -127,19 +127,8 @@ impl Workspace {
             None => None,
         };
         let local = format!("refs/wavegate/branches/{branch}");
-        let fetched = fetching(
-            git(&mirror, credential.as_ref())
-                .args([
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--end-of-options",
-                    url,
-                ])
-                .arg(format!("+refs/heads/{branch}:{local}")),
-        )
-        .await?;
+        let refspec = format!("+refs/heads/{branch}:{local}");
+        let fetched = fetch_one(&mirror, credential.as_ref(), url, &refspec).await?;
         if !fetched.status.success() {
             bail!(
                 "branch `{branch}` could not be fetched from {}: {}",
@@ -185,19 +174,8 @@ async fn fetch_commit(
         Some(header) => Credential::new(url, header)?,
         None => None,
     };
-    let by_sha = fetching(
-        git(mirror, credential.as_ref())
-            .args([
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--end-of-options",
-                url,
-            ])
-            .arg(format!("+{sha}:refs/wavegate/{sha}")),
-    )
-    .await?;
+    let refspec = format!("+{sha}:refs/wavegate/{sha}");
+    let by_sha = fetch_one(mirror, credential.as_ref(), url, &refspec).await?;
     if by_sha.status.success() && has_commit(mirror, sha).await {
         return Ok(());
     }
@@ -237,6 +215,28 @@ async fn fetch_commit(
             &why
         }
     )
+}
+
+/// Fetches one refspec from `url` into the mirror, writing nothing else.
+async fn fetch_one(
+    mirror: &Path,
+    credential: Option<&Credential>,
+    url: &str,
+    refspec: &str,
+) -> Result<std::process::Output> {
+    fetching(
+        git(mirror, credential)
+            .args([
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url,
+            ])
+            .arg(refspec),
+    )
+    .await
 }
 
 /// A fetch that stalls is killed: a fetch holds its mirror's lock.
@@ -298,12 +298,8 @@ mod tests {
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
-    fn sha(text: &str) -> CommitSha {
-        CommitSha::parse(text).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_file_remote_is_mirrored_by_sha_including_unadvertised_commits() {
+    /// A repository `origin` in a fresh temp dir, `main` at one commit.
+    fn origin_with_one_commit() -> (tempfile::TempDir, PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let origin = tmp.path().join("origin");
         std::fs::create_dir(&origin).unwrap();
@@ -311,6 +307,16 @@ mod tests {
             &origin,
             "git init -q -b main && echo a > a && git add a && git commit -qm one",
         );
+        (tmp, origin)
+    }
+
+    fn sha(text: &str) -> CommitSha {
+        CommitSha::parse(text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_remote_is_mirrored_by_sha_including_unadvertised_commits() {
+        let (tmp, origin) = origin_with_one_commit();
         let first = sh(&origin, "git rev-parse HEAD");
         // A commit only a pull-request ref points at: not a branch.
         sh(&origin, "echo b > b && git add b && git commit -qm two && git update-ref refs/pull/7/head HEAD && git reset -q --hard HEAD~1");
@@ -355,13 +361,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_branch_is_fetched_as_the_remote_has_it_now() {
-        let tmp = tempfile::tempdir().unwrap();
-        let origin = tmp.path().join("origin");
-        std::fs::create_dir(&origin).unwrap();
-        sh(
-            &origin,
-            "git init -q -b main && echo a > a && git add a && git commit -qm one",
-        );
+        let (tmp, origin) = origin_with_one_commit();
         let workspace = Workspace::new(&tmp.path().join("data"));
         let repo = RepoId::new(ForgeKind::GitHub, "acme/infra");
         let url = format!("file://{}", origin.display());
