@@ -1268,6 +1268,54 @@ fn comment_job(comment: u64) -> NewJob {
     }
 }
 
+/// A `waiting` notice of run 3's prod gate, for `target`.
+fn notice_job(target: &str) -> NewJob {
+    let notice = crate::notify::Notice {
+        event: crate::config::repo::NotifyEvent::Waiting,
+        refused: None,
+        forge: repo().forge,
+        repository: repo().full_name,
+        pull_request: PrNumber(42),
+        url: "https://forge.example/acme/infra/pull/42".into(),
+        run: 3,
+        retries: 0,
+        merge_commit: CommitSha::parse(&"a".repeat(40)).unwrap(),
+        gate: Some("pr-42-prod".parse().unwrap()),
+        digest: Some(crate::model::Digest::repeated('b')),
+        approve: None,
+        approvers: None,
+        members: vec!["app@prod".into()],
+        text: "Stage prod waits".into(),
+    };
+    crate::jobs::Task::Notify {
+        repo: repo_ref(None),
+        pr: PrNumber(42),
+        target: target.into(),
+        notice: Box::new(notice),
+    }
+    .into_job()
+}
+
+on_both!(fixture_on, a_notice_is_enqueued_once_per_target_however_often_it_is_said, #[tokio::test]);
+async fn a_notice_is_enqueued_once_per_target_however_often_it_is_said(f: Fixture) {
+    // Two replicas (or a job and its retry) say it at once: one job.
+    let (a, b) = tokio::join!(
+        f.store.enqueue_once(notice_job("OPS")),
+        f.store.enqueue_once(notice_job("OPS"))
+    );
+    let enqueued = [a.unwrap(), b.unwrap()];
+    assert_eq!(
+        enqueued.iter().filter(|j| j.is_some()).count(),
+        1,
+        "{enqueued:?}"
+    );
+    assert_eq!(f.store.enqueue_once(notice_job("OPS")).await.unwrap(), None);
+    // Another target hears of it too, in a queue of its own.
+    let chat = notice_job("CHAT");
+    assert_eq!(chat.queue_key, "notify:github:acme/infra:CHAT");
+    assert!(f.store.enqueue_once(chat).await.unwrap().is_some());
+}
+
 on_both!(fixture_on, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test]);
 async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
     // The webhook first: the sweep finds it seen.
