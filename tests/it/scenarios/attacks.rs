@@ -9,11 +9,13 @@
 //! Nothing here believes the script. Every attack is judged from outside
 //! the sandbox: what the bot posted to the forge and wrote to its log, the
 //! ledger, the check, the processes on the host, the files the attack aimed
-//! at, listeners the test holds. The last tests run the same attacks with
-//! `WAVEGATE_SANDBOX=none` and see them get through: the attacks are real,
-//! and these checks can fail.
+//! at, listeners the test holds. The one test with the sandbox off is the
+//! test of the opt-out itself: a server set to `WAVEGATE_SANDBOX=none` says
+//! so in its log and every report, and the same attacks get through there,
+//! so the attacks are real and these checks can fail.
 
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
@@ -1184,9 +1186,9 @@ async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
     verdict.assert_all_blocked();
 }
 
-/// The control: the same attacks with the sandbox off
-/// (`WAVEGATE_SANDBOX=none`, the operator's explicit opt-out) get through,
-/// seen by the same outside checks. The key's sha256 is in the report (2), a
+/// The opt-out, and the control: a server set to `WAVEGATE_SANDBOX=none`
+/// (the operator's explicit choice) says so in its log and in every
+/// report, and the same attacks get through, seen by the same outside checks. The key's sha256 is in the report (2), a
 /// forged approval chained into the ledger turns the check green (3) — and
 /// `wavegate ledger verify` names it, since the plan could write the
 /// database but not sign a fact: the sandbox is what stops the write, the
@@ -1197,11 +1199,36 @@ async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
 /// the checks above can fail. (Even here the server's own git runs with
 /// hooks off: the planted hook never runs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_sandbox_off_the_same_attacks_get_through() {
+async fn a_server_set_to_run_without_a_sandbox_says_so_and_the_same_attacks_get_through() {
     let bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
+    assert!(
+        bot.log()
+            .contains("WAVEGATE_SANDBOX=none: plan and apply commands run without a sandbox"),
+        "{}",
+        bot.log()
+    );
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
     let mut pr = planned_pr(&bot, 35).await;
+    insta::assert_snapshot!(redact(&pr.section("Approve")), @"
+    ### Approve
+
+    Change-set digest (binds every member's plan above):
+
+    ```
+    sha256:[digest]
+    ```
+
+    To approve exactly this plan, comment:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    _⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._
+
+    <!-- wavegate:approvals -->
+    ");
     let digest = pr.digest();
     bot.assert_ledger_verifies();
     // From here on the plan writes to the ledger: `settle` no longer

@@ -1,11 +1,10 @@
 //! The sandbox as an operator meets it: a server whose bubblewrap is
-//! missing starts, says what is wrong and runs nothing; one set to
-//! `WAVEGATE_SANDBOX=none` says so in every report; `wavegate plan` runs
-//! the same sandbox unless told `--no-sandbox`. (What a sandboxed command
-//! cannot do is told in scenarios/attacks.rs.)
+//! missing starts, says what is wrong and runs nothing; `wavegate plan`
+//! runs the same sandbox unless told `--no-sandbox`. (What a sandboxed
+//! command cannot do, and what a server set to `WAVEGATE_SANDBOX=none`
+//! says and lets through, is told in scenarios/attacks.rs.)
 
 use crate::support::common::Example;
-use crate::support::pr::*;
 use crate::support::{bot::*, redact::redact};
 
 /// A directory for PATH with git and python3 but no bubblewrap.
@@ -56,37 +55,6 @@ async fn without_bubblewrap_the_server_starts_says_why_and_runs_nothing() {
     ");
     assert_eq!(pr.plan_state(), "failure");
     assert!(bot.plans_run().is_empty(), "no plan command ran");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_set_to_run_without_a_sandbox_says_so_in_every_report() {
-    let bot = Bot::start_with(&[("WAVEGATE_SANDBOX", "none")]).await;
-    assert!(
-        bot.log()
-            .contains("WAVEGATE_SANDBOX=none: plan and apply commands run without a sandbox"),
-        "{}",
-        bot.log()
-    );
-    let pr = planned_pr(&bot, 42).await;
-    insta::assert_snapshot!(redact(&pr.section("Approve")), @"
-    ### Approve
-
-    Change-set digest (binds every member's plan above):
-
-    ```
-    sha256:[digest]
-    ```
-
-    To approve exactly this plan, comment:
-
-    ```
-    /approve sha256:[digest]
-    ```
-
-    _⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._
-
-    <!-- wavegate:approvals -->
-    ");
 }
 
 #[test]
