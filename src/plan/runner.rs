@@ -661,24 +661,36 @@ mod tests {
         }
     }
 
-    /// What `spec` logs while it runs.
+    /// What `spec` logs while it runs, its lines picked by its label from
+    /// one process-wide subscriber (a thread's own subscriber could miss
+    /// events whose callsite another test's thread reached first).
     async fn logged(spec: &CommandSpec) -> String {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+        let log = LOG.get_or_init(|| {
+            let captured = Captured::default();
+            let writer = captured.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other test sets a global subscriber");
+            captured
+        });
         run_command(spec).await.unwrap();
-        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        log
+        let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+        let label = format!("{} |", spec.label);
+        text.lines()
+            .filter(|l| l.contains(&label))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     #[tokio::test]
     async fn lines_are_streamed_with_the_label_and_a_quiet_command_gets_a_heartbeat() {
         let mut s = spec("echo hello; sleep 2.2; echo bye", Duration::from_secs(10)).await;
         s.heartbeat = Some(Duration::from_millis(500));
+        s.label = "[plan] x@dev".into();
         let log = logged(&s).await;
         assert!(log.contains("[plan] x@dev | hello"), "{log}");
         // How many heartbeats fit depends on the machine's load; one must.
@@ -690,9 +702,10 @@ mod tests {
     async fn without_a_heartbeat_a_quiet_command_logs_only_what_it_prints() {
         let mut s = spec("echo hello; sleep 1.2; echo bye", Duration::from_secs(10)).await;
         s.heartbeat = None;
+        s.label = "[plan] quiet@dev".into();
         let log = logged(&s).await;
-        assert!(log.contains("[plan] x@dev | hello"), "{log}");
-        assert!(log.contains("[plan] x@dev | bye"), "{log}");
+        assert!(log.contains("[plan] quiet@dev | hello"), "{log}");
+        assert!(log.contains("[plan] quiet@dev | bye"), "{log}");
         assert!(!log.contains("still running"), "{log}");
     }
 
