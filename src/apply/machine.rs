@@ -20,7 +20,7 @@ use super::{
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{Digest, GateId, PrNumber};
+use crate::model::{Digest, DigestOver, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
@@ -52,12 +52,18 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) approved: &'a ChangeSet,
     /// The stage's gate, as the base sets it.
     pub(crate) gate: GatePolicy,
+    /// Which members a round's digest binds (`[policy] digest_over`).
+    pub(crate) digest_over: DigestOver,
     /// This host (`sandbox::process::host_id`), written into each attempt.
     pub(crate) host: &'a str,
+    /// This server's process, written into each attempt.
+    pub(crate) server: Option<ProcessId>,
     /// The longest each member's apply command may live.
     pub(crate) lifetimes: BTreeMap<String, Duration>,
     /// How soon a held member is tried again the first time.
     pub(crate) held_retry: Duration,
+    /// At most this many members apply at once (`apply_concurrency`, at least 1).
+    pub(crate) concurrency: usize,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -66,7 +72,8 @@ pub(crate) enum Observation {
     /// The run reached the wave at `now` (unix ms).
     Reached { now: i64 },
     /// [`Effect::Lock`] took every lock. `alive`: for each member caught
-    /// `applying` whose process was started on this host, whether it still runs.
+    /// `applying` by a command started on this host, whether its process
+    /// (before that was known, the server that started it) is still there.
     Locked {
         alive: BTreeMap<String, bool>,
         now: i64,
@@ -80,11 +87,12 @@ pub(crate) enum Observation {
         overrides: Vec<Fact>,
         now: i64,
     },
-    /// The apply command of [`Effect::Apply`] started as `process`.
-    Started { process: ProcessId },
-    /// The apply command of [`Effect::Apply`] ended, having printed
-    /// `printed` and carried `carry` (`{"carry": …}` in its outputs file).
+    /// `member`'s apply command ([`Effect::Apply`]) started as `process`.
+    Started { member: String, process: ProcessId },
+    /// `member`'s apply command ended, having printed `printed` and carried
+    /// `carry` (`{"carry": …}` in its outputs file).
     Ended {
+        member: String,
         outcome: ApplyOutcome,
         printed: Option<OutputTail>,
         carry: Option<Map<String, Value>>,
@@ -99,8 +107,10 @@ pub(crate) enum Observation {
 }
 
 /// What the worker does, in the order given. The ones that ask something
-/// (`Lock`, `Plan`, `Apply`, `Replan`) come last in their list; the
-/// answer is the next observation.
+/// (`Lock`, `Plan`, `Replan`) come last in their list, and only while no
+/// apply runs; the answer is the next observation. `Apply` asks nothing at
+/// once: its command's `Started` and `Ended` come when they happen,
+/// interleaved with the wave's other applies.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
     /// Save the run's record as it stands.
@@ -111,7 +121,7 @@ pub(crate) enum Effect {
     Lock(Vec<String>),
     /// Plan these members on the merge commit: answered `Planned`.
     Plan(Vec<String>),
-    /// Run the member's apply command: answered `Started`, then `Ended`.
+    /// Start the member's apply command: `Started`, then `Ended`, come later.
     Apply(String),
     /// Plan the member again after its apply asked to: answered `Replanned`.
     Replan(String),
@@ -158,7 +168,7 @@ pub(crate) enum Effect {
     Done(Step),
 }
 
-/// The member whose apply is under way, and the plan it applies.
+/// A member whose apply is under way, and the plan it applies.
 #[derive(Debug, Clone)]
 struct Current {
     outcome: MemberOutcome,
@@ -178,7 +188,12 @@ pub(crate) struct WaveMachine<'a> {
     locked: bool,
     /// Covered, allowed and not yet applied, in order.
     queue: VecDeque<MemberOutcome>,
-    current: Option<Current>,
+    /// The members whose apply commands run now (at most `concurrency`).
+    running: BTreeMap<String, Current>,
+    /// Members whose apply asked to plan again. Each is planned again once
+    /// no apply runs, and nothing new starts before: a re-plan that is not
+    /// covered stops the wave as it would one member at a time.
+    replans: VecDeque<String>,
 }
 
 impl<'a> WaveMachine<'a> {
@@ -188,7 +203,8 @@ impl<'a> WaveMachine<'a> {
             pending: Vec::new(),
             locked: false,
             queue: VecDeque::new(),
-            current: None,
+            running: BTreeMap::new(),
+            replans: VecDeque::new(),
         }
     }
 
@@ -234,28 +250,25 @@ impl<'a> WaveMachine<'a> {
                 overrides,
                 now,
             } => self.planned(record, outcomes, &overrides, now, &mut effects)?,
-            Observation::Started { process } => {
-                let current = self.current.as_mut().expect("started while applying");
-                current.attempt.process = Some(process);
-                let state = applying(current);
-                record.set(&current.outcome.member, state);
-                effects.push(Effect::Save);
+            Observation::Started { member, process } => {
+                // A command that ends before its start is told is just ended.
+                if let Some(current) = self.running.get_mut(&member) {
+                    current.attempt.process = Some(process);
+                    let state = applying(current);
+                    record.set(&member, state);
+                    effects.push(Effect::Save);
+                }
             }
             Observation::Ended {
+                member,
                 outcome,
                 printed,
                 carry,
                 now,
             } => {
-                let member = &self
-                    .current
-                    .as_ref()
-                    .expect("ended while applying")
-                    .outcome
-                    .member;
                 match printed {
                     Some(tail) => record.printed.insert(member.clone(), tail),
-                    None => record.printed.remove(member),
+                    None => record.printed.remove(&member),
                 };
                 // Kept until an apply carries something else: a later
                 // command of the member, after a crash or `/retry`, reads it.
@@ -266,7 +279,7 @@ impl<'a> WaveMachine<'a> {
                         carry,
                     });
                 }
-                self.ended(record, outcome, now, &mut effects);
+                self.ended(record, &member, outcome, now, &mut effects);
             }
             Observation::Replanned {
                 outcome,
@@ -347,7 +360,7 @@ impl<'a> WaveMachine<'a> {
     /// `applying` whose plan is now empty had applied before a crash; the
     /// rest must be covered by an approval (else a round opens and the wave
     /// waits) and allowed by the policy or an override (else the wave waits
-    /// for one); then they apply one by one.
+    /// for one); then they apply, up to `concurrency` at once.
     fn planned(
         &mut self,
         record: &mut AttemptRecord,
@@ -431,34 +444,51 @@ impl<'a> WaveMachine<'a> {
             return Ok(());
         }
         self.queue = ready.into();
-        self.next(record, now, effects);
+        self.fill(record, now, effects);
         Ok(())
     }
 
-    /// Starts the next member's apply (one whose plan changes nothing counts
-    /// as applied at once), or ends the wave when none is left.
-    fn next(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
-        while let Some(outcome) = self.queue.pop_front() {
-            if self.start(record, outcome, now, effects) {
-                return;
+    /// Starts applies while fewer than `concurrency` run (a member whose
+    /// plan changes nothing counts as applied at once): the members started
+    /// together are saved (and shown) `applying` before any of their
+    /// commands starts. A re-plan asked for waits until no apply runs, and
+    /// is then the question asked. The wave ends once nothing runs and
+    /// nothing is left.
+    fn fill(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
+        if !self.replans.is_empty() {
+            if self.running.is_empty() {
+                let member = self.replans.pop_front().expect("not empty");
+                effects.push(Effect::Replan(member));
             }
+            return;
         }
-        self.current = None;
-        if self.locked {
-            effects.push(Effect::Unlock);
+        let mut started = Vec::new();
+        while self.running.len() < self.spec.concurrency.max(1) {
+            let Some(outcome) = self.queue.pop_front() else {
+                break;
+            };
+            started.extend(self.start(record, outcome, now, effects));
         }
-        effects.push(Effect::Done(Step::Continue));
+        if !started.is_empty() {
+            effects.extend([Effect::Save, Effect::Publish]);
+            effects.extend(started.into_iter().map(Effect::Apply));
+        } else if self.running.is_empty() {
+            if self.locked {
+                effects.push(Effect::Unlock);
+            }
+            effects.push(Effect::Done(Step::Continue));
+        }
     }
 
-    /// Applies one planned member: `applying` is saved (and shown) before
-    /// the command starts. Returns whether a command was asked for.
+    /// Makes one planned member `applying` (not yet saved) and returns it,
+    /// or counts it as applied at once when its plan changes nothing.
     fn start(
         &mut self,
         record: &mut AttemptRecord,
         outcome: MemberOutcome,
         now: i64,
         effects: &mut Vec<Effect>,
-    ) -> bool {
+    ) -> Option<String> {
         let plan = outcome.plan.as_ref().expect("only planned members apply");
         let member = outcome.member.clone();
         if plan.is_empty() {
@@ -471,8 +501,7 @@ impl<'a> WaveMachine<'a> {
                 Some(NOTHING_TO_CHANGE),
                 effects,
             );
-            self.current = None;
-            return false;
+            return None;
         }
         let lifetime = self
             .spec
@@ -493,31 +522,35 @@ impl<'a> WaveMachine<'a> {
                 started_at: now,
                 deadline: now.saturating_add(lifetime),
                 process: None,
+                server: self.spec.server.clone(),
             },
             held_before,
         };
         record.set(&member, applying(&current));
-        self.current = Some(current);
-        effects.extend([Effect::Save, Effect::Publish, Effect::Apply(member)]);
-        true
+        self.running.insert(member.clone(), current);
+        Some(member)
     }
 
-    /// What became of the current member's apply command.
+    /// What became of a member's apply command. Whatever it was, the
+    /// wave's other applies go on.
     fn ended(
         &mut self,
         record: &mut AttemptRecord,
+        member: &str,
         outcome: ApplyOutcome,
         now: i64,
         effects: &mut Vec<Effect>,
     ) {
-        let current = self.current.take().expect("ended while applying");
+        let Some(current) = self.running.remove(member) else {
+            return;
+        };
         let member = current.outcome.member.clone();
         let digest = current.plan_digest.clone();
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
                 record.replans.remove(&member);
                 applied(record, &member, &digest, outputs, None, effects);
-                self.next(record, now, effects);
+                self.fill(record, now, effects);
                 return;
             }
             ApplyOutcome::Replan(reason) => {
@@ -532,8 +565,9 @@ impl<'a> WaveMachine<'a> {
                     }
                 } else {
                     record.set(&member, MemberState::NotStarted);
-                    self.current = Some(current);
-                    effects.extend([Effect::Save, Effect::Replan(member)]);
+                    self.replans.push_back(member);
+                    effects.push(Effect::Save);
+                    self.fill(record, now, effects);
                     return;
                 }
             }
@@ -559,11 +593,12 @@ impl<'a> WaveMachine<'a> {
         };
         record.set(&member, state);
         effects.push(Effect::Save);
-        self.next(record, now, effects);
+        self.fill(record, now, effects);
     }
 
-    /// The member planned again after `replan`: checked for coverage and
-    /// the policy again, then applied (or the wave waits).
+    /// The member planned again after `replan` (no apply runs now): checked
+    /// for coverage and the policy again, then applied first, before the
+    /// members still queued (or the wave waits).
     fn replanned(
         &mut self,
         record: &mut AttemptRecord,
@@ -572,7 +607,6 @@ impl<'a> WaveMachine<'a> {
         now: i64,
         effects: &mut Vec<Effect>,
     ) -> Result<(), ChangeSetError> {
-        self.current = None;
         if outcome.plan.is_none() {
             record.set(
                 &outcome.member,
@@ -584,7 +618,7 @@ impl<'a> WaveMachine<'a> {
                 },
             );
             effects.push(Effect::Save);
-            self.next(record, now, effects);
+            self.fill(record, now, effects);
             return Ok(());
         }
         if let Coverage::NotCovered(reason) = self.coverage(record, &outcome) {
@@ -603,17 +637,19 @@ impl<'a> WaveMachine<'a> {
             self.stop_and(effects, None);
             return Ok(());
         }
-        if !self.start(record, outcome, now, effects) {
-            self.next(record, now, effects);
-        }
+        self.queue.push_front(outcome);
+        self.fill(record, now, effects);
         Ok(())
     }
 
-    /// The wave stops here in this job: the locks go, a job to look again
-    /// is queued when one is due, and the run stops.
+    /// The wave stops here in this job (it only does while no apply runs):
+    /// the locks go, a job to look again is queued when one is due, and
+    /// the run stops. Members still queued stay as they were, and the next
+    /// job plans them again.
     fn stop_and(&mut self, effects: &mut Vec<Effect>, resume_at: Option<i64>) {
+        debug_assert!(self.running.is_empty(), "stopped while applying");
         self.queue.clear();
-        self.current = None;
+        self.replans.clear();
         effects.extend(resume_at.map(Effect::ResumeAt));
         if self.locked {
             effects.push(Effect::Unlock);
@@ -624,12 +660,17 @@ impl<'a> WaveMachine<'a> {
     /// Whether a fresh plan is covered by what a person approved for the
     /// stage: an approved round, else the stage's own set (gated stages) or
     /// the pull request's. Under `on-destructive`, a plan that deletes or
-    /// replaces is covered only by an approval given in the stage.
+    /// replaces is covered only by an approval given in the stage. Under
+    /// `digest_over = "changing"`, a plan that changes nothing needs no
+    /// approval: no digest binds it, and its apply has nothing to do.
     fn coverage(&self, record: &AttemptRecord, outcome: &MemberOutcome) -> Coverage {
         let plan = outcome
             .plan
             .as_ref()
             .expect("only planned members are checked");
+        if self.spec.digest_over == DigestOver::Changing && plan.is_empty() {
+            return Coverage::Covered;
+        }
         let inputs = outcome.known_inputs();
         let fresh = FreshPlan {
             plan,
@@ -664,7 +705,7 @@ impl<'a> WaveMachine<'a> {
         filled: Vec<String>,
     ) -> Result<(), ChangeSetError> {
         let outcomes: Vec<MemberOutcome> = members.iter().map(|(o, _)| o.clone()).collect();
-        let set = change_set_of(&outcomes)?;
+        let set = change_set_of(&outcomes, self.spec.digest_over)?;
         let reasons: Vec<String> = members
             .iter()
             .filter(|(_, r)| !r.is_empty())
@@ -823,6 +864,7 @@ mod tests {
 
     const NOW: i64 = 1_000_000;
     const HOST: &str = "host-a";
+    const SERVER: ProcessId = ProcessId { pid: 2, start: 1 };
 
     fn empty_plan(member: &str) -> MemberPlan {
         MemberPlan::parse(member, br#"{"summary": "", "entries": [], "empty": true}"#).unwrap()
@@ -835,12 +877,15 @@ mod tests {
     }
 
     /// A wave of `members` in stage dev of pull request 7, run 3, whose
-    /// approved change set is `approved` (approved by erin).
+    /// approved change set is `approved` (approved by erin), applied one
+    /// member at a time unless a test sets `concurrency`.
     struct Harness {
         members: Vec<String>,
         approved: ChangeSet,
         upstreams: BTreeMap<String, Vec<String>>,
         gate: GatePolicy,
+        digest_over: DigestOver,
+        concurrency: usize,
         record: AttemptRecord,
     }
 
@@ -855,6 +900,8 @@ mod tests {
                 approved: set_of(approved),
                 upstreams: BTreeMap::new(),
                 gate: GatePolicy::Always,
+                digest_over: DigestOver::All,
+                concurrency: 1,
                 record,
             }
         }
@@ -868,13 +915,16 @@ mod tests {
                 upstreams: self.upstreams.clone(),
                 approved: &self.approved,
                 gate: self.gate,
+                digest_over: self.digest_over,
                 host: HOST,
+                server: Some(SERVER),
                 lifetimes: self
                     .members
                     .iter()
                     .map(|m| (m.clone(), Duration::from_secs(60)))
                     .collect(),
                 held_retry: Duration::from_secs(30),
+                concurrency: self.concurrency,
             })
         }
     }
@@ -915,8 +965,9 @@ mod tests {
         step(machine, record, planned)
     }
 
-    fn ended(outcome: ApplyOutcome) -> Observation {
+    fn ended(member: &str, outcome: ApplyOutcome) -> Observation {
         Observation::Ended {
+            member: member.into(),
             outcome,
             printed: None,
             carry: None,
@@ -975,6 +1026,7 @@ mod tests {
             started_at: NOW,
             deadline: NOW + 60_000,
             process: None,
+            server: Some(SERVER),
         };
         assert_eq!(
             record.state("network@dev"),
@@ -986,6 +1038,7 @@ mod tests {
 
         let process = ProcessId { pid: 42, start: 9 };
         let started = Observation::Started {
+            member: "network@dev".into(),
             process: process.clone(),
         };
         assert_eq!(step(&mut machine, &mut record, started), [Effect::Save]);
@@ -999,7 +1052,7 @@ mod tests {
             step(
                 &mut machine,
                 &mut record,
-                ended(ApplyOutcome::Applied(out.clone()))
+                ended("network@dev", ApplyOutcome::Applied(out.clone()))
             ),
             [
                 Effect::RecordDeployed {
@@ -1033,7 +1086,7 @@ mod tests {
         step(
             &mut machine,
             record,
-            ended(ApplyOutcome::Applied(Map::new())),
+            ended("network@dev", ApplyOutcome::Applied(Map::new())),
         );
     }
 
@@ -1048,6 +1101,7 @@ mod tests {
             &mut machine,
             &mut record,
             Observation::Ended {
+                member: "network@dev".into(),
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: printed.clone(),
                 carry: None,
@@ -1074,6 +1128,7 @@ mod tests {
             &mut machine,
             &mut record,
             Observation::Ended {
+                member: "network@dev".into(),
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: None,
                 carry: Some(carry.clone()),
@@ -1118,6 +1173,37 @@ mod tests {
     }
 
     #[test]
+    fn under_digest_over_changing_a_plan_that_changes_nothing_needs_no_approval() {
+        // Approved as planned on the head; on the merge commit its no-op moved.
+        let approved = MemberPlan::parse(
+            "dns@dev",
+            br#"{"summary": "", "entries": [{"address": "a", "action": "no-op", "after": {"arn": "1"}}]}"#,
+        )
+        .unwrap();
+        let moved = MemberPlan::parse(
+            "dns@dev",
+            br#"{"summary": "", "entries": [{"address": "a", "action": "no-op", "after": {"arn": "2"}}]}"#,
+        )
+        .unwrap();
+        let mut h = Harness::new(&["dns@dev"], &[&approved]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &[&moved], vec![]),
+            [Effect::Unlock, Effect::Done(Step::Stop)],
+            "under `all` it moved, so a round waits"
+        );
+        h.digest_over = DigestOver::Changing;
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&moved], vec![]);
+        assert_eq!(effects.last(), Some(&Effect::Done(Step::Continue)));
+        assert_eq!(
+            record.state("dns@dev").label(),
+            "applied (nothing to change)"
+        );
+        assert!(record.rounds.is_empty());
+    }
+
+    #[test]
     fn a_member_caught_applying_whose_plan_is_now_empty_had_applied_before_a_crash() {
         let quiet = empty_plan("dns@dev");
         let h = Harness::new(&["dns@dev"], &[&plan("dns@dev", "x")]);
@@ -1132,6 +1218,7 @@ mod tests {
                     started_at: NOW - 10_000,
                     deadline: NOW - 1,
                     process: None,
+                    server: None,
                 }),
             },
         );
@@ -1155,6 +1242,7 @@ mod tests {
                 started_at: NOW - 1_000,
                 deadline: NOW + 50_000,
                 process,
+                server: None,
             }),
         };
         let locked = |alive: &[(&str, bool)]| Observation::Locked {
@@ -1315,7 +1403,7 @@ mod tests {
         let effects = step(
             &mut machine,
             &mut record,
-            ended(ApplyOutcome::Applied(Map::new())),
+            ended("db@dev", ApplyOutcome::Applied(Map::new())),
         );
         assert!(effects.contains(&Effect::SpendOverride {
             member: "db@dev".into(),
@@ -1337,7 +1425,10 @@ mod tests {
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         to_planned(&mut machine, &mut record, &[&net], vec![]);
         for round in 1..=MAX_REPLANS {
-            let asked = ended(ApplyOutcome::Replan(Some("state moved".into())));
+            let asked = ended(
+                "network@dev",
+                ApplyOutcome::Replan(Some("state moved".into())),
+            );
             assert_eq!(
                 step(&mut machine, &mut record, asked),
                 [Effect::Save, Effect::Replan("network@dev".into())],
@@ -1358,7 +1449,11 @@ mod tests {
                 ]
             );
         }
-        let effects = step(&mut machine, &mut record, ended(ApplyOutcome::Replan(None)));
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended("network@dev", ApplyOutcome::Replan(None)),
+        );
         assert_eq!(
             effects,
             [Effect::Save, Effect::Unlock, Effect::Done(Step::Continue)]
@@ -1375,7 +1470,11 @@ mod tests {
         let h = Harness::new(&["network@dev"], &[&net]);
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         to_planned(&mut machine, &mut record, &[&net], vec![]);
-        step(&mut machine, &mut record, ended(ApplyOutcome::Replan(None)));
+        step(
+            &mut machine,
+            &mut record,
+            ended("network@dev", ApplyOutcome::Replan(None)),
+        );
         let replanned = Observation::Replanned {
             outcome: Box::new(outcome(&plan("network@dev", "10.1.0.0/16"))),
             overrides: vec![],
@@ -1404,7 +1503,7 @@ mod tests {
             step(
                 &mut machine,
                 &mut record,
-                ended(ApplyOutcome::Held("terraform lock".into()))
+                ended("network@dev", ApplyOutcome::Held("terraform lock".into()))
             ),
             [
                 Effect::ResumeAt(first_end + 30_000),
@@ -1452,6 +1551,7 @@ mod tests {
         };
         step(&mut machine, &mut record, planned);
         let held_again = Observation::Ended {
+            member: "network@dev".into(),
             outcome: ApplyOutcome::Held("terraform lock".into()),
             printed: None,
             carry: None,
@@ -1475,7 +1575,7 @@ mod tests {
             step(
                 &mut machine,
                 &mut record,
-                ended(ApplyOutcome::Failed("exit 1".into()))
+                ended("network@dev", ApplyOutcome::Failed("exit 1".into()))
             ),
             [
                 Effect::Save,
@@ -1487,7 +1587,7 @@ mod tests {
         step(
             &mut machine,
             &mut record,
-            ended(ApplyOutcome::StoodDown("frozen".into())),
+            ended("dns@dev", ApplyOutcome::StoodDown("frozen".into())),
         );
         assert_eq!(record.state("dns@dev").label(), "stood down: frozen");
 
@@ -1504,6 +1604,274 @@ mod tests {
         );
         assert_eq!(record.state("app@dev").label(), "blocked by network@dev");
         assert_eq!(record.state("web@dev").label(), "blocked by dns@dev");
+    }
+
+    fn applied_effects(member: &str) -> [Effect; 3] {
+        [
+            Effect::RecordDeployed {
+                member: member.into(),
+                outputs: Map::new(),
+            },
+            Effect::Save,
+            Effect::ReadOutputs {
+                member: member.into(),
+                outputs: Map::new(),
+            },
+        ]
+    }
+
+    /// A wave of `members`, each with a plan of its own, applied
+    /// `concurrency` at a time.
+    fn wide(members: &[&str], concurrency: usize) -> (Vec<MemberPlan>, Harness) {
+        let plans: Vec<MemberPlan> = members.iter().map(|m| plan(m, m)).collect();
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let mut h = Harness::new(members, &refs);
+        h.concurrency = concurrency;
+        (plans, h)
+    }
+
+    fn applies(members: &[&str]) -> Vec<Effect> {
+        let mut effects = vec![Effect::Save, Effect::Publish];
+        effects.extend(members.iter().map(|m| Effect::Apply((*m).into())));
+        effects
+    }
+
+    #[test]
+    fn a_wide_wave_applies_up_to_its_concurrency_at_once_each_saved_applying_before_it_starts() {
+        let (plans, h) = wide(&["a@dev", "b@dev", "c@dev", "d@dev"], 2);
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &refs, vec![]),
+            applies(&["a@dev", "b@dev"]),
+            "both saved applying in one save, before either command starts"
+        );
+        let labels = |record: &AttemptRecord| -> Vec<String> {
+            ["a@dev", "b@dev", "c@dev", "d@dev"]
+                .iter()
+                .map(|m| record.state(m).label())
+                .collect()
+        };
+        assert_eq!(
+            labels(&record),
+            ["applying", "applying", "not started", "not started"]
+        );
+
+        let started = |member: &str, pid| Observation::Started {
+            member: member.into(),
+            process: ProcessId { pid, start: 1 },
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, started("b@dev", 8)),
+            [Effect::Save]
+        );
+        assert_eq!(
+            step(&mut machine, &mut record, started("a@dev", 7)),
+            [Effect::Save]
+        );
+
+        // b ends first: its place goes to c, while a still runs.
+        let mut expected = applied_effects("b@dev").to_vec();
+        expected.extend(applies(&["c@dev"]));
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("b@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
+        assert_eq!(
+            labels(&record),
+            ["applying", "applied", "applying", "not started"]
+        );
+        let MemberState::Applying { attempt, .. } = record.state("a@dev") else {
+            panic!("a still applies");
+        };
+        assert_eq!(
+            attempt.unwrap().process,
+            Some(ProcessId { pid: 7, start: 1 })
+        );
+
+        let mut expected = applied_effects("a@dev").to_vec();
+        expected.extend(applies(&["d@dev"]));
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("a@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("d@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            applied_effects("d@dev"),
+            "c still runs, so the wave is not over"
+        );
+        let mut expected = applied_effects("c@dev").to_vec();
+        expected.extend([Effect::Unlock, Effect::Done(Step::Continue)]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("c@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
+    }
+
+    #[test]
+    fn a_failure_hold_or_stand_down_of_one_member_leaves_its_wave_mates_applying() {
+        let (plans, h) = wide(&["a@dev", "b@dev", "c@dev", "d@dev"], 4);
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &refs, vec![]),
+            applies(&["a@dev", "b@dev", "c@dev", "d@dev"])
+        );
+        let end = NOW + 5_000;
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("a@dev", ApplyOutcome::Failed("exit 1".into()))
+            ),
+            [Effect::Save]
+        );
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("b@dev", ApplyOutcome::Held("terraform lock".into()))
+            ),
+            [Effect::ResumeAt(end + 30_000), Effect::Save]
+        );
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("c@dev", ApplyOutcome::StoodDown("frozen".into()))
+            ),
+            [Effect::Save]
+        );
+        let mut expected = applied_effects("d@dev").to_vec();
+        expected.extend([Effect::Unlock, Effect::Done(Step::Continue)]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("d@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
+        let labels: Vec<String> = ["a@dev", "b@dev", "c@dev", "d@dev"]
+            .iter()
+            .map(|m| record.state(m).label())
+            .collect();
+        assert_eq!(labels[0], "failed: exit 1");
+        assert!(labels[1].starts_with("held"), "{}", labels[1]);
+        assert_eq!(labels[2], "stood down: frozen");
+        assert_eq!(labels[3], "applied");
+    }
+
+    #[test]
+    fn a_replan_waits_until_no_apply_runs_and_nothing_new_starts_before_it() {
+        let (plans, h) = wide(&["a@dev", "b@dev", "c@dev"], 2);
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &refs, vec![]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("a@dev", ApplyOutcome::Replan(None))
+            ),
+            [Effect::Save],
+            "b still runs: no re-plan yet, and c does not start"
+        );
+        let mut expected = applied_effects("b@dev").to_vec();
+        expected.push(Effect::Replan("a@dev".into()));
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("b@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
+        assert_eq!(record.state("c@dev"), MemberState::NotStarted);
+        let replanned = Observation::Replanned {
+            outcome: Box::new(outcome(&plans[0])),
+            overrides: vec![],
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, replanned),
+            applies(&["a@dev", "c@dev"]),
+            "the re-planned member first, then the queue"
+        );
+    }
+
+    #[test]
+    fn after_a_crash_mid_wave_what_had_applied_counts_and_the_rest_apply_once_more() {
+        let (plans, h) = wide(&["a@dev", "b@dev", "c@dev"], 3);
+        let mut record = h.record.clone();
+        // A server killed with a and b applying here; c had not started.
+        for (member, pid) in [("a@dev", 11), ("b@dev", 12)] {
+            record.set(
+                member,
+                MemberState::Applying {
+                    plan_digest: plans[0].plan_digest.clone(),
+                    attempt: Some(CommandAttempt {
+                        host: HOST.into(),
+                        started_at: NOW - 1_000,
+                        deadline: NOW + 50_000,
+                        process: Some(ProcessId { pid, start: 1 }),
+                        server: None,
+                    }),
+                },
+            );
+        }
+        let mut machine = h.machine();
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        let gone = Observation::Locked {
+            alive: BTreeMap::from([("a@dev".into(), false), ("b@dev".into(), false)]),
+            now: NOW,
+        };
+        let members: Vec<String> = ["a@dev", "b@dev", "c@dev"].map(String::from).to_vec();
+        assert_eq!(
+            step(&mut machine, &mut record, gone),
+            [Effect::Publish, Effect::Plan(members)]
+        );
+        // a's apply had finished (its plan is empty now); b's had not.
+        let planned = Observation::Planned {
+            outcomes: vec![
+                outcome(&empty_plan("a@dev")),
+                outcome(&plans[1]),
+                outcome(&plans[2]),
+            ],
+            overrides: vec![],
+            now: NOW,
+        };
+        let effects = step(&mut machine, &mut record, planned);
+        assert_eq!(
+            effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Apply(_)))
+                .collect::<Vec<_>>(),
+            [
+                &Effect::Apply("b@dev".into()),
+                &Effect::Apply("c@dev".into())
+            ]
+        );
+        assert!(record
+            .state("a@dev")
+            .label()
+            .starts_with("applied (its apply had finished before a restart"));
     }
 
     #[test]

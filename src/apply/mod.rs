@@ -84,6 +84,11 @@ pub(crate) struct CommandAttempt {
     /// The started process, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) process: Option<crate::sandbox::process::ProcessId>,
+    /// The server that starts it. Every command dies with the server that
+    /// started it (`PR_SET_PDEATHSIG`), so before its own process is known,
+    /// a gone server says the command is gone too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) server: Option<crate::sandbox::process::ProcessId>,
 }
 
 /// Whether an earlier apply command of a member caught `applying` can still
@@ -102,8 +107,9 @@ pub(crate) enum EarlierAttempt {
 pub(crate) const RECHECK_ALIVE_MS: i64 = 2_000;
 
 /// Decides about an earlier attempt. On the host that started it, the
-/// process itself is looked at (`alive`: whether it is still there); from
-/// anywhere else, or without a process to look at, only its deadline tells.
+/// process itself is looked at, or before it was known the server that
+/// started it (`alive`: whether that is still there); from anywhere else, or
+/// without either to look at, only its deadline tells.
 pub(crate) fn earlier_attempt(
     attempt: Option<&CommandAttempt>,
     here: &str,
@@ -116,9 +122,10 @@ pub(crate) fn earlier_attempt(
     if now >= attempt.deadline {
         return EarlierAttempt::Gone;
     }
-    match (attempt.host == here, &attempt.process, alive) {
-        (true, Some(_), Some(false)) => EarlierAttempt::Gone,
-        (true, Some(_), Some(true)) => EarlierAttempt::MayRun {
+    let known = attempt.process.is_some() || attempt.server.is_some();
+    match (attempt.host == here, known, alive) {
+        (true, true, Some(false)) => EarlierAttempt::Gone,
+        (true, true, Some(true)) => EarlierAttempt::MayRun {
             until: (now + RECHECK_ALIVE_MS).min(attempt.deadline),
         },
         _ => EarlierAttempt::MayRun {
@@ -975,6 +982,7 @@ mod tests {
                     started_at: 1,
                     deadline: 2,
                     process: Some(crate::sandbox::process::ProcessId { pid: 7, start: 9 }),
+                    server: Some(crate::sandbox::process::ProcessId { pid: 3, start: 2 }),
                 }),
             },
         );
@@ -1000,7 +1008,38 @@ mod tests {
             started_at: 0,
             deadline,
             process: process.then_some(crate::sandbox::process::ProcessId { pid: 42, start: 7 }),
+            server: None,
         }
+    }
+
+    #[test]
+    fn before_its_process_is_known_an_earlier_apply_on_this_host_goes_with_its_server() {
+        let here = "boot-a/pid:[1]";
+        let saved = CommandAttempt {
+            server: Some(crate::sandbox::process::ProcessId { pid: 9, start: 3 }),
+            ..attempt(here, 100_000, false)
+        };
+        assert_eq!(
+            earlier_attempt(Some(&saved), here, 1_000, Some(false)),
+            EarlierAttempt::Gone,
+            "its server is gone, and took every command it started along"
+        );
+        assert_eq!(
+            earlier_attempt(Some(&saved), here, 1_000, Some(true)),
+            EarlierAttempt::MayRun {
+                until: 1_000 + RECHECK_ALIVE_MS
+            },
+            "its server still runs: it may start it yet"
+        );
+        let elsewhere = CommandAttempt {
+            host: "boot-b/pid:[1]".into(),
+            ..saved
+        };
+        assert_eq!(
+            earlier_attempt(Some(&elsewhere), here, 1_000, Some(false)),
+            EarlierAttempt::MayRun { until: 100_000 },
+            "another host's server cannot be looked at"
+        );
     }
 
     #[test]

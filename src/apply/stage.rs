@@ -8,7 +8,7 @@
 use super::machine::{Effect, Step};
 use super::{stage_needs_approval, AttemptRecord, MemberState, Mismatch, StageGate, Wait};
 use crate::config::repo::GatePolicy;
-use crate::model::{GateId, PrNumber};
+use crate::model::{DigestOver, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::engine::{change_set_of, MemberOutcome};
 use std::time::Duration;
@@ -23,6 +23,8 @@ pub(crate) struct StageSpec<'a> {
     /// Its gate and how long its wait may last, as the base sets them.
     pub(crate) gate: GatePolicy,
     pub(crate) timeout: Option<Duration>,
+    /// Which members the stage's set digest binds (`[policy] digest_over`).
+    pub(crate) digest_over: DigestOver,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -135,7 +137,7 @@ impl<'a> StageMachine<'a> {
             }
             return Ok(vec![Effect::Done(Step::Continue)]);
         }
-        let set = change_set_of(&outcomes)?;
+        let set = change_set_of(&outcomes, self.spec.digest_over)?;
         let known = record.stages.get(stage);
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
             let lasts = |t: Duration| i64::try_from(t.as_millis()).unwrap_or(i64::MAX);
@@ -236,6 +238,7 @@ mod tests {
             waves,
             gate,
             timeout: Some(Duration::from_secs(3600)),
+            digest_over: DigestOver::All,
         })
     }
 

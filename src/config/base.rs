@@ -9,7 +9,8 @@
 //! cannot) is gated `always`; forks are allowed only by a base that says so.
 
 use super::repo::{
-    gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy, RawRepoConfig, RepoConfig,
+    apply_concurrency_of, gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy,
+    RawRepoConfig, RepoConfig,
 };
 use super::CONFIG_FILE;
 use std::time::Duration;
@@ -106,6 +107,12 @@ impl BaseRules {
         stage_policy(self.raw(), policy, stage)
     }
 
+    /// How many members of one of a stage's waves apply at once: the
+    /// stage's `apply_concurrency`, else the top level's, else 4.
+    pub(crate) fn apply_concurrency(&self, stage: &str) -> usize {
+        apply_concurrency_of(self.raw(), stage)
+    }
+
     /// How long a stage's gate waits (`None`: until approved).
     pub(crate) fn stage_timeout(&self, stage: &str) -> Option<Duration> {
         stage_timeout(self.raw(), stage)
@@ -145,6 +152,41 @@ plan = ["./plan"]
         assert_eq!(rules.gate("dev"), GatePolicy::Never);
         assert_eq!(rules.gate("prod"), GatePolicy::Always);
         assert_eq!(rules.stage_timeout("prod"), Some(Duration::from_secs(7200)));
+    }
+
+    #[test]
+    fn a_wave_applies_four_members_at_once_unless_the_base_or_its_stage_says_otherwise() {
+        assert_eq!(BaseRules::from_file(None).apply_concurrency("prod"), 4);
+        assert_eq!(
+            BaseRules::from_file(Some(GATED)).apply_concurrency("prod"),
+            4
+        );
+        let set = format!("apply_concurrency = 8\n{GATED}").replace(
+            "name = \"prod\"\n",
+            "name = \"prod\"\napply_concurrency = 1\n",
+        );
+        let rules = BaseRules::from_file(Some(&set));
+        assert_eq!(rules.apply_concurrency("dev"), 8, "the top level's");
+        assert_eq!(rules.apply_concurrency("prod"), 1, "the stage's own");
+
+        for (bad, expected) in [
+            ("apply_concurrency = 0\n", "`apply_concurrency`: is 0"),
+            ("apply_concurrency = 65\n", "`apply_concurrency`: is 65"),
+        ] {
+            let e = RepoConfig::parse(CONFIG_FILE, &format!("{bad}{GATED}")).unwrap_err();
+            assert!(e.to_string().contains(expected), "{e}");
+            assert!(e.to_string().contains("fix: "), "{e}");
+        }
+        let e = RepoConfig::parse(
+            CONFIG_FILE,
+            &set.replace("apply_concurrency = 1", "apply_concurrency = 0"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`stage[1] (prod).apply_concurrency`: is 0"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::glob::Pattern;
 use crate::model::canonical::{canonical_json_with, NumberForm};
-use crate::model::{DependencyGraph, GateId};
+use crate::model::{DependencyGraph, DigestOver, GateId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -55,6 +55,10 @@ pub(crate) struct RawRepoConfig {
     /// from the base like `[policy]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) notify: Option<Notify>,
+    /// How many members of one wave apply at once (each stage may set its
+    /// own); read from the base like `[policy]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) apply_concurrency: Option<u32>,
 }
 
 /// `[notify]`: the targets (each defined in the server's environment,
@@ -125,6 +129,10 @@ pub(crate) struct RawStage {
     /// How long this stage's gate waits for `/approve <stage>` before it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) timeout: Option<String>,
+    /// How many members of one of this stage's waves apply at once; the top
+    /// level's `apply_concurrency` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) apply_concurrency: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -193,6 +201,10 @@ pub(crate) struct Policy {
     /// How long an approval counts after it was given (`"72h"`); forever when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) approval_ttl: Option<String>,
+    /// Which members the set digests bind: `all`, or `changing` (a member
+    /// whose plan changes nothing is left out).
+    #[serde(default, skip_serializing_if = "DigestOver::is_all")]
+    pub(crate) digest_over: DigestOver,
 }
 
 impl Policy {
@@ -218,6 +230,7 @@ impl Default for Policy {
             review_approvals: false,
             allow_pusher_approval: false,
             approval_ttl: None,
+            digest_over: DigestOver::All,
         }
     }
 }
@@ -361,6 +374,7 @@ impl RepoConfig {
         if let Some(notify) = &raw.notify {
             check_notify(notify, &err)?;
         }
+        check_apply_concurrency(raw.apply_concurrency, "apply_concurrency".into(), &err)?;
 
         if raw.stages.is_empty() {
             return Err(err(
@@ -401,6 +415,7 @@ impl RepoConfig {
                 })?),
                 None => None,
             };
+            check_apply_concurrency(s.apply_concurrency, at("apply_concurrency"), &err)?;
             stages.push(Stage {
                 name: s.name.clone(),
                 gate: s.gate.unwrap_or(GatePolicy::Always),
@@ -699,6 +714,49 @@ pub(crate) fn stage_policy(base: Option<&RawRepoConfig>, policy: &Policy, stage:
         policy.review_approvals = reviews;
     }
     policy
+}
+
+/// How many members of a wave apply at once when the file does not say.
+pub(crate) const DEFAULT_APPLY_CONCURRENCY: usize = 4;
+/// The most `apply_concurrency` may ask for: each apply is a sandboxed
+/// process with its own copy of the member's files.
+const MAX_APPLY_CONCURRENCY: u32 = 64;
+
+fn check_apply_concurrency(
+    value: Option<u32>,
+    field: String,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    match value {
+        Some(0) => Err(err(
+            field,
+            "is 0, so no member would ever apply".into(),
+            "set it to 1 (one member at a time) or more, or leave it out for the default of 4",
+        )),
+        Some(n) if n > MAX_APPLY_CONCURRENCY => Err(err(
+            field,
+            format!("is {n}, more than the {MAX_APPLY_CONCURRENCY} applies wavegate runs at once"),
+            "set it to 64 or less",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// How many members of one of a stage's waves apply at once, read from
+/// the BASE config: the stage's own `apply_concurrency`, else the top
+/// level's, else 4.
+pub(crate) fn apply_concurrency_of(base: Option<&RawRepoConfig>, stage: &str) -> usize {
+    let Some(base) = base else {
+        return DEFAULT_APPLY_CONCURRENCY;
+    };
+    base.stages
+        .iter()
+        .find(|s| s.name == stage)
+        .and_then(|s| s.apply_concurrency)
+        .or(base.apply_concurrency)
+        .map_or(DEFAULT_APPLY_CONCURRENCY, |n| {
+            usize::try_from(n.clamp(1, MAX_APPLY_CONCURRENCY)).unwrap_or(1)
+        })
 }
 
 /// How long a stage's gate waits, read from the BASE config (`None`: it

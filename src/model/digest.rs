@@ -8,6 +8,24 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
+/// Which members a change set's (or a stage's, or a round's) digest binds,
+/// as `[policy] digest_over` on the base says: every member, or only the
+/// members whose plan changes something, so a member that changes nothing
+/// moving does not move the digest an approval names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestOver {
+    #[default]
+    All,
+    Changing,
+}
+
+impl DigestOver {
+    pub(crate) fn is_all(&self) -> bool {
+        *self == DigestOver::All
+    }
+}
+
 /// The prefix of every digest.
 pub const DIGEST_PREFIX: &str = "sha256:";
 

@@ -15,7 +15,7 @@ mod member;
 mod time;
 
 pub(crate) use digest::DIGEST_HEX_DIGITS;
-pub use digest::{Digest, NotADigest, DIGEST_PREFIX};
+pub use digest::{Digest, DigestOver, NotADigest, DIGEST_PREFIX};
 pub use gate_id::GateId;
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};

@@ -11,7 +11,7 @@
 
 use super::planfile::{Counts, MemberPlan};
 use crate::model::canonical::{digest_value_with, NumberForm};
-use crate::model::Digest;
+use crate::model::{Digest, DigestOver};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -70,6 +70,11 @@ pub(crate) struct ChangeSet {
     pub(crate) version: u32,
     /// Sorted by member name.
     pub(crate) members: Vec<ChangeSetMember>,
+    /// Which of `members` the digest binds (all unless the base's policy
+    /// says `changing`); a set of every member writes nothing here, so its
+    /// record and digest are as before the setting existed.
+    #[serde(default, skip_serializing_if = "DigestOver::is_all")]
+    pub(crate) over: DigestOver,
     pub(crate) digest: Digest,
 }
 
@@ -89,7 +94,17 @@ pub(crate) enum ChangeSetError {
 }
 
 impl ChangeSet {
-    pub(crate) fn new(mut members: Vec<ChangeSetMember>) -> Result<Self, ChangeSetError> {
+    /// A set whose digest binds every member.
+    #[cfg(test)]
+    pub(crate) fn new(members: Vec<ChangeSetMember>) -> Result<Self, ChangeSetError> {
+        Self::binding(members, DigestOver::All)
+    }
+
+    /// A set whose digest binds the members `over` says.
+    pub(crate) fn binding(
+        mut members: Vec<ChangeSetMember>,
+        over: DigestOver,
+    ) -> Result<Self, ChangeSetError> {
         members.sort_by(|a, b| a.member.cmp(&b.member));
         if let Some(pair) = members.windows(2).find(|w| w[0].member == w[1].member) {
             return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
@@ -97,6 +112,7 @@ impl ChangeSet {
         let mut set = Self {
             version: CHANGE_SET_VERSION,
             members,
+            over,
             // Computed from the members just below.
             digest: Digest::repeated('0'),
         };
@@ -104,14 +120,22 @@ impl ChangeSet {
         Ok(set)
     }
 
-    /// The digest covers each member's name, status, plan digest, unknown and
-    /// known inputs: what was planned, not the prose around it. Numbers are
-    /// written as the set's version says.
+    /// Whether the digest binds `member`: every member does, except under
+    /// `changing` one whose plan changes nothing.
+    pub(crate) fn binds(&self, member: &ChangeSetMember) -> bool {
+        self.over.is_all() || !member.plan.as_ref().is_some_and(MemberPlan::is_empty)
+    }
+
+    /// The digest covers each bound member's name, status, plan digest,
+    /// unknown and known inputs: what was planned, not the prose around it
+    /// (and, under `changing`, says so). Numbers are written as the set's
+    /// version says.
     pub(crate) fn compute_digest(&self) -> Result<Digest, ChangeSetError> {
         let numbers = number_form(self.version)?;
         let members: Vec<Value> = self
             .members
             .iter()
+            .filter(|m| self.binds(m))
             .map(|m| {
                 json!({
                     "member": m.member,
@@ -122,10 +146,11 @@ impl ChangeSet {
                 })
             })
             .collect();
-        Ok(digest_value_with(
-            &json!({"version": self.version, "members": members}),
-            numbers,
-        ))
+        let mut document = json!({"version": self.version, "members": members});
+        if !self.over.is_all() {
+            document["over"] = json!(self.over);
+        }
+        Ok(digest_value_with(&document, numbers))
     }
 
     /// Re-verifies a record read back: its digest, every member plan's digest,
@@ -210,6 +235,55 @@ mod tests {
                 .unwrap()
                 .digest
         );
+    }
+
+    const NO_OP: &str =
+        r#"{"entries": [{"address": "y", "action": "no-op", "after": {"arn": "arn:1"}}]}"#;
+
+    #[test]
+    fn under_changing_a_member_that_changes_nothing_is_left_out_of_the_digest() {
+        let set = |no_op: &str, create: &str, over| {
+            ChangeSet::binding(
+                vec![planned("a@dev", create), planned("b@dev", no_op)],
+                over,
+            )
+            .unwrap()
+        };
+        let moved_no_op = NO_OP.replace("arn:1", "arn:2");
+        let changing = set(NO_OP, CREATE, DigestOver::Changing);
+        assert!(changing.binds(&changing.members[0]));
+        assert!(!changing.binds(&changing.members[1]));
+        assert_eq!(
+            changing.digest,
+            set(&moved_no_op, CREATE, DigestOver::Changing).digest,
+            "the no-op member moving moves nothing"
+        );
+        assert_ne!(
+            changing.digest,
+            set(NO_OP, &CREATE.replace("1", "2"), DigestOver::Changing).digest,
+            "a changing member moving still does"
+        );
+
+        let all = set(NO_OP, CREATE, DigestOver::All);
+        assert_ne!(
+            all.digest,
+            set(&moved_no_op, CREATE, DigestOver::All).digest
+        );
+        assert_ne!(all.digest, changing.digest, "the setting is bound too");
+        assert_eq!(
+            ChangeSet::binding(vec![planned("a@dev", CREATE)], DigestOver::All)
+                .unwrap()
+                .digest,
+            ChangeSet::new(vec![planned("a@dev", CREATE)])
+                .unwrap()
+                .digest,
+        );
+
+        // A record keeps what it binds, and reads back verified.
+        let text = serde_json::to_string(&changing).unwrap();
+        assert!(text.contains(r#""over":"changing""#), "{text}");
+        assert!(!serde_json::to_string(&all).unwrap().contains("over"));
+        assert_eq!(ChangeSet::from_json(text.as_bytes()).unwrap(), changing);
     }
 
     #[test]

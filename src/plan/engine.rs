@@ -13,7 +13,7 @@ use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
-use crate::model::MemberId;
+use crate::model::{DigestOver, MemberId};
 use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -194,6 +194,9 @@ pub(crate) struct Prepared {
     /// `env` list (a pull request cannot widen its own), none when the base
     /// has no readable config.
     pub(crate) base_env: Vec<String>,
+    /// Which members the change set's digest binds, as the base's policy
+    /// says (every member when the base has no readable config).
+    pub(crate) digest_over: DigestOver,
     pub(crate) preview: Preview,
 }
 
@@ -241,11 +244,14 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     } else {
         Default::default()
     };
-    let base_env = base_text
+    let base_config = base_text
         .as_deref()
-        .and_then(|t| RepoConfig::parse(CONFIG_FILE, t).ok())
-        .map(|c| c.env)
+        .and_then(|t| RepoConfig::parse(CONFIG_FILE, t).ok());
+    let base_env = base_config
+        .as_ref()
+        .map(|c| c.env.clone())
         .unwrap_or_default();
+    let digest_over = base_config.map_or(DigestOver::All, |c| c.policy.digest_over);
     let derivation = fanout::derive(&FanOutInput {
         config: &config,
         changed_paths: &changed,
@@ -260,6 +266,7 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         config,
         derivation,
         base_env,
+        digest_over,
         preview,
     })
 }
@@ -322,7 +329,7 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             blocked_by: m.blocked_by.clone(),
         });
     }
-    let change_set = change_set_of(&members).map_err(anyhow::Error::from)?;
+    let change_set = change_set_of(&members, prepared.digest_over).map_err(anyhow::Error::from)?;
     Ok(PlannedChange {
         base: prepared.base,
         head: prepared.head,
@@ -348,8 +355,9 @@ fn quoted(names: &[String]) -> String {
 /// The change set binding these members' outcomes.
 pub(crate) fn change_set_of(
     members: &[MemberOutcome],
+    over: DigestOver,
 ) -> Result<ChangeSet, super::changeset::ChangeSetError> {
-    ChangeSet::new(
+    ChangeSet::binding(
         members
             .iter()
             .map(|m| ChangeSetMember {
@@ -361,6 +369,7 @@ pub(crate) fn change_set_of(
                 plan: m.plan.clone(),
             })
             .collect(),
+        over,
     )
 }
 

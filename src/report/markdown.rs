@@ -832,10 +832,25 @@ fn approve_block(change: &PlannedChange) -> String {
     let digest = &change.change_set.digest;
     let mut out = String::new();
     let _ = writeln!(out, "### Approve\n");
-    let _ = writeln!(
-        out,
-        "Change-set digest (binds every member's plan above):\n"
-    );
+    let set = &change.change_set;
+    let left_out: Vec<String> = set
+        .members
+        .iter()
+        .filter(|m| !set.binds(m))
+        .map(|m| format!("`{}`", m.member))
+        .collect();
+    if left_out.is_empty() {
+        let _ = writeln!(
+            out,
+            "Change-set digest (binds every member's plan above):\n"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "Change-set digest (binds the plans above that change something: the base's `digest_over = \"changing\"` leaves out {}, whose plans change nothing):\n",
+            left_out.join(", ")
+        );
+    }
     let _ = writeln!(out, "```\n{digest}\n```\n");
     if change.any_failed() {
         let _ = writeln!(out, "A member failed to plan: fix it and push, or comment `/plan` to plan again. An approval now would bind the failure too.\n");

@@ -9,6 +9,7 @@
 //! and a crash leaves the job's lease to expire and the job to run again.
 
 use super::gate::plan_scope;
+use super::in_flight::{ApplyEvent, InFlight};
 use crate::apply::branches::{merge_applies, NotApplied};
 use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
 use crate::apply::run::{self, Settle};
@@ -34,7 +35,7 @@ use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, Once, PlanRecord};
 use crate::worker::ctx::JobCtx;
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 /// The deployed estate as later plans read it.
@@ -708,6 +709,7 @@ impl JobCtx<'_> {
             waves,
             gate,
             timeout: drive.rules.stage_timeout(stage),
+            digest_over: drive.policy.digest_over,
         });
         let now = self.store.now();
         let mut observation = StageObservation::Reached { now };
@@ -775,9 +777,12 @@ impl JobCtx<'_> {
             upstreams,
             approved: &drive.approved,
             gate: drive.rules.gate(stage),
+            digest_over: drive.policy.digest_over,
             host: &host,
+            server: process::identify(std::process::id()),
             lifetimes,
             held_retry: self.options.held_retry,
+            concurrency: drive.rules.apply_concurrency(stage),
         };
         let mut machine = WaveMachine::new(spec);
         let now = self.store.now();
@@ -796,7 +801,12 @@ impl JobCtx<'_> {
     }
 
     /// Feeds `observation` to the machine and carries out what it returns,
-    /// until the wave is done in this job.
+    /// until the wave is done in this job. Applies run side by side
+    /// ([`InFlight`]); what a command did is the next observation once the
+    /// effects before it are carried out. A question (lock, plan, re-plan)
+    /// comes only while no apply runs, so the workbench is changed (outputs
+    /// read, state carried) only then: what an apply left while others ran
+    /// is kept until they are done.
     async fn carry_out_wave(
         &self,
         io: &mut RunIo<'_>,
@@ -804,22 +814,34 @@ impl JobCtx<'_> {
         machine: &mut WaveMachine<'_>,
         observation: Observation,
     ) -> Result<Step> {
-        let mut effects: std::collections::VecDeque<Effect> =
-            machine.step(&mut io.run.record, observation)?.into();
-        while let Some(effect) = effects.pop_front() {
+        let mut effects: VecDeque<Effect> = machine.step(&mut io.run.record, observation)?.into();
+        loop {
+            let (question, for_bench) = self
+                .carry_out_applies(io, bench, machine, &mut effects)
+                .await?;
+            for effect in for_bench {
+                match effect {
+                    Effect::ReadOutputs { member, outputs } => {
+                        bench.record_applied(&member, outputs)
+                    }
+                    Effect::Carry { member, carry } => bench.carry(&member, carry),
+                    other => return Err(anyhow!("{other:?} does not change the workbench")),
+                }
+            }
             let now = || self.store.now();
-            let answer = match effect {
+            let answer = match question {
+                Effect::Done(step) => return Ok(step),
                 Effect::Lock(members) => {
                     let repo = io.run.repo.id.clone();
                     match self.store.lock_members(&repo, io.run.id, &members).await? {
-                        Some((member, holder)) => Some(Observation::LockHeld {
+                        Some((member, holder)) => Observation::LockHeld {
                             member,
                             pr: holder.0,
-                        }),
-                        None => Some(Observation::Locked {
+                        },
+                        None => Observation::Locked {
                             alive: processes_alive(&io.run.record, &members),
                             now: now(),
-                        }),
+                        },
                     }
                 }
                 Effect::Plan(members) => {
@@ -828,64 +850,81 @@ impl JobCtx<'_> {
                         .iter()
                         .map(|m| bench.outcome(m).expect("planned above").clone())
                         .collect();
-                    Some(Observation::Planned {
+                    Observation::Planned {
                         outcomes,
                         overrides: self.override_facts(io.run).await?,
                         now: now(),
-                    })
+                    }
                 }
                 Effect::Replan(member) => {
                     bench.plan_wave(std::slice::from_ref(&member)).await?;
-                    Some(Observation::Replanned {
+                    Observation::Replanned {
                         outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
                         overrides: self.override_facts(io.run).await?,
                         now: now(),
-                    })
-                }
-                Effect::Apply(member) => {
-                    let (started, mut started_process) = tokio::sync::mpsc::unbounded_channel();
-                    let running = bench.apply(&member, Some(started));
-                    tokio::pin!(running);
-                    let run = loop {
-                        tokio::select! {
-                            run = &mut running => break run,
-                            Some(process) = started_process.recv() => {
-                                let told = machine.step(&mut io.run.record, Observation::Started { process })?;
-                                debug_assert_eq!(told, [Effect::Save]);
-                                self.store.save_apply_run(io.run).await?;
-                            }
-                        }
-                    };
-                    if !matches!(run.outcome, ApplyOutcome::Applied(_)) {
-                        tracing::warn!(member, outcome = ?run.outcome, "apply did not complete");
                     }
-                    Some(Observation::Ended {
-                        outcome: run.outcome,
-                        printed: OutputTail::of(&run.output),
-                        carry: run.carry,
-                        now: now(),
-                    })
                 }
-                Effect::ReadOutputs { member, outputs } => {
-                    bench.record_applied(&member, outputs);
-                    None
-                }
-                Effect::Carry { member, carry } => {
-                    bench.carry(&member, carry);
-                    None
-                }
-                Effect::Done(step) => return Ok(step),
-                other => {
-                    self.perform(io, other).await?;
-                    None
-                }
+                other => return Err(anyhow!("{other:?} is not a question of the wave")),
             };
-            if let Some(answer) = answer {
-                debug_assert!(effects.is_empty(), "a question is the last effect");
-                effects = machine.step(&mut io.run.record, answer)?.into();
+            debug_assert!(effects.is_empty(), "a question is the last effect");
+            effects = machine.step(&mut io.run.record, answer)?.into();
+        }
+    }
+
+    /// Carries out `effects` and what the machine answers to the applies'
+    /// starts and ends, until a question or the wave's end comes with no
+    /// apply running. Returns it, with the workbench changes kept meanwhile.
+    async fn carry_out_applies(
+        &self,
+        io: &mut RunIo<'_>,
+        bench: &Workbench,
+        machine: &mut WaveMachine<'_>,
+        effects: &mut VecDeque<Effect>,
+    ) -> Result<(Effect, Vec<Effect>)> {
+        let mut applies = InFlight::new(bench);
+        let mut for_bench = Vec::new();
+        loop {
+            let Some(effect) = effects.pop_front() else {
+                let Some(event) = applies.next().await else {
+                    return Err(anyhow!("the apply machine stopped without ending the wave"));
+                };
+                let observation = match event {
+                    ApplyEvent::Started { member, process } => {
+                        Observation::Started { member, process }
+                    }
+                    ApplyEvent::Ended { member, run } => {
+                        if !matches!(run.outcome, ApplyOutcome::Applied(_)) {
+                            tracing::warn!(member, outcome = ?run.outcome, "apply did not complete");
+                        }
+                        Observation::Ended {
+                            member,
+                            outcome: run.outcome,
+                            printed: OutputTail::of(&run.output),
+                            carry: run.carry,
+                            now: self.store.now(),
+                        }
+                    }
+                };
+                effects.extend(machine.step(&mut io.run.record, observation)?);
+                continue;
+            };
+            match effect {
+                Effect::Apply(member) => applies.start(member),
+                Effect::ReadOutputs { .. } | Effect::Carry { .. } => for_bench.push(effect),
+                question @ (Effect::Lock(_)
+                | Effect::Plan(_)
+                | Effect::Replan(_)
+                | Effect::Done(_)) => {
+                    if !applies.is_idle() {
+                        return Err(anyhow!(
+                            "the apply machine asked {question:?} while applies ran"
+                        ));
+                    }
+                    return Ok((question, for_bench));
+                }
+                other => applies.meanwhile(self.perform(io, other)).await?,
             }
         }
-        Err(anyhow!("the apply machine stopped without ending the wave"))
     }
 
     async fn perform_all(&self, io: &mut RunIo<'_>, effects: Vec<Effect>) -> Result<()> {
@@ -1082,7 +1121,8 @@ impl JobCtx<'_> {
 }
 
 /// For each of `members` caught `applying` by a command started on this
-/// host, whether that command's process still runs.
+/// host, whether that command's process still runs (before it was known,
+/// whether the server that was starting it does).
 fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<String, bool> {
     let here = process::host_id();
     members
@@ -1094,6 +1134,7 @@ fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<Strin
             } if attempt.host == here => attempt
                 .process
                 .as_ref()
+                .or(attempt.server.as_ref())
                 .map(|p| (member.clone(), process::is_alive(p))),
             _ => None,
         })

@@ -9,6 +9,7 @@
 mod apply;
 mod comment;
 mod gate;
+mod in_flight;
 mod notify;
 mod plan;
 mod review;

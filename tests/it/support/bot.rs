@@ -612,6 +612,39 @@ impl Bot {
         );
     }
 
+    /// A branch `name` on top of main that adds `width` components
+    /// `w01`, `w02`, … with no upstream, in dev only: one wave of `width`
+    /// members. Each apply sleeps `slow` seconds first (`.slow-apply`).
+    pub fn branch_with_wide_wave(&self, name: &str, width: usize, slow: f64) {
+        let mut components = String::new();
+        let mut files = Vec::new();
+        for i in 1..=width {
+            let c = format!("w{i:02}");
+            components.push_str(&format!(
+                "[[component]]\nname = \"{c}\"\ndir = \"infra/wide/{c}\"\nstages = [\"dev\"]\n\n"
+            ));
+            files.push((
+                format!("infra/wide/{c}/resources.json"),
+                format!(r#"{{"aws_sqs_queue.{c}": {{"name": "{c}-${{stage}}"}}}}"#),
+            ));
+            files.push((format!("infra/wide/{c}/outputs.json"), "{}".to_owned()));
+            if slow > 0.0 {
+                files.push((format!("infra/wide/{c}/.slow-apply"), format!("{slow}\n")));
+            }
+        }
+        // Declared before [policy], away from any edit of the base's policy.
+        let config = self
+            .example
+            .read("main", "wavegate.toml")
+            .replace("[policy]", &format!("{components}[policy]"));
+        files.push(("wavegate.toml".to_owned(), config));
+        let changes: Vec<(&str, Option<&str>)> = files
+            .iter()
+            .map(|(path, text)| (path.as_str(), Some(text.as_str())))
+            .collect();
+        self.example.branch(name, "main", &changes);
+    }
+
     /// A branch on top of `change` whose app asks for a bigger instance.
     pub fn branch_bigger_app(&self, name: &str) {
         let resources = self

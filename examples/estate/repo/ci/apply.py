@@ -15,6 +15,8 @@ OUTPUTS_FILE gets {"outcome": "replan"} and the exit code is 0.
 Test hooks: `.fail-apply` in the component directory or
 $ESTATE_DIR/<stage>/<component>.fail-apply makes it print that file to stderr
 and exit 1 before anything changes (delete the second one, then /retry).
+`.slow-apply` in the component directory holds a number of seconds the apply
+sleeps before it changes anything (a long apply, as a real one is).
 Files in $ESTATE_DIR/<stage>/ for one member, without a commit:
   <component>.pause-apply    while it exists, pause: `before` (or empty) before
                              anything changes, `after` once the state, the
@@ -118,6 +120,19 @@ def pause(root, stage, component, point):
     estate.say("going on")
 
 
+def slow():
+    """Sleeps as long as the component directory's .slow-apply says."""
+    try:
+        with open(".slow-apply", encoding="utf-8") as f:
+            seconds = float(f.read().strip() or "1")
+    except FileNotFoundError:
+        return
+    except ValueError:
+        estate.die(".slow-apply must hold a number of seconds")
+    estate.say(f"taking {seconds:g}s, as .slow-apply asks")
+    time.sleep(seconds)
+
+
 def outcome_hook(root, stage, component, outputs_file, carried_out):
     """Answers with the member's .apply-outcome (consumed) instead of applying."""
     hook = os.path.join(root, stage, f"{component}.apply-outcome")
@@ -160,6 +175,7 @@ def main(argv):
     root = estate.estate_dir()
     carried_out = carry(root, stage, component, outputs_file, argv[5] if len(argv) == 6 else None)
     pause(root, stage, component, "before")
+    slow()
     estate.fail_hook(".fail-apply", os.path.join(root, stage, f"{component}.fail-apply"))
     outcome_hook(root, stage, component, outputs_file, carried_out)
     who = estate.member(component, stage)
