@@ -65,7 +65,9 @@ pub(crate) struct RunContext<'a> {
 pub(crate) fn events_of(news: &News) -> Vec<(NotifyEvent, Option<&Wait>)> {
     let wait = |w: &'_ Wait| -> Option<NotifyEvent> {
         match w {
-            Wait::PrApproval { .. } | Wait::Stage { .. } => Some(NotifyEvent::Waiting),
+            Wait::PrApproval { .. } | Wait::Stage { .. } | Wait::Hook { .. } => {
+                Some(NotifyEvent::Waiting)
+            }
             Wait::Round { .. } | Wait::Override { .. } | Wait::Holder { .. } => {
                 Some(NotifyEvent::Refused)
             }
@@ -110,7 +112,8 @@ pub(crate) fn notice(
             Wait::PrApproval { gate, digest }
             | Wait::Stage { gate, digest, .. }
             | Wait::Round { gate, digest, .. }
-            | Wait::Override { gate, digest, .. },
+            | Wait::Override { gate, digest, .. }
+            | Wait::Hook { gate, digest, .. },
         ) => (Some(gate), Some(digest)),
         _ => (None, None),
     };

@@ -12,11 +12,13 @@
 //! before the record says `applied`" are properties of an effect list,
 //! tested here without a process, a store or a forge.
 
+use super::hooks::{self, HooksResult};
 use super::run::{News, Pending};
 use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
     Denial, EarlierAttempt, MemberState, Round, Wait, MAX_REPLANS,
 };
+use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
@@ -64,6 +66,12 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) held_retry: Duration,
     /// At most this many members apply at once (`apply_concurrency`, at least 1).
     pub(crate) concurrency: usize,
+    /// The stage has `before.apply` hooks: they run on the wave's plans
+    /// once those are covered and allowed, before its first apply starts.
+    pub(crate) before_apply_hooks: bool,
+    /// The stage has `after.apply` hooks: they run once the wave's applies
+    /// ended, on the members that applied in this job.
+    pub(crate) after_apply_hooks: bool,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -104,6 +112,8 @@ pub(crate) enum Observation {
         overrides: Vec<Fact>,
         now: i64,
     },
+    /// [`Effect::Hooks`]: what the moment's hooks came to.
+    Hooked { result: HooksResult, now: i64 },
 }
 
 /// What the worker does, in the order given. The ones that ask something
@@ -125,6 +135,11 @@ pub(crate) enum Effect {
     Apply(String),
     /// Plan the member again after its apply asked to: answered `Replanned`.
     Replan(String),
+    /// Run the stage's hooks at `moment` for these members: answered `Hooked`.
+    Hooks {
+        moment: Moment,
+        members: Vec<String>,
+    },
     /// Plan these waves' members on the merge commit, wave by wave, to show a
     /// stage's set at its gate: answered `StageObservation::Previewed`.
     Preview(Vec<Vec<String>>),
@@ -194,6 +209,12 @@ pub(crate) struct WaveMachine<'a> {
     /// no apply runs, and nothing new starts before: a re-plan that is not
     /// covered stops the wave as it would one member at a time.
     replans: VecDeque<String>,
+    /// The moment whose hooks were asked to run, until they answer.
+    hooking: Option<Moment>,
+    /// The members whose apply commands applied in this job.
+    applied_here: Vec<String>,
+    /// Whether the `after.apply` hooks ran (once per wave and job).
+    after_applied: bool,
 }
 
 impl<'a> WaveMachine<'a> {
@@ -205,6 +226,9 @@ impl<'a> WaveMachine<'a> {
             queue: VecDeque::new(),
             running: BTreeMap::new(),
             replans: VecDeque::new(),
+            hooking: None,
+            applied_here: Vec::new(),
+            after_applied: false,
         }
     }
 
@@ -286,6 +310,7 @@ impl<'a> WaveMachine<'a> {
                 overrides,
                 now,
             } => self.replanned(record, *outcome, &overrides, now, &mut effects)?,
+            Observation::Hooked { result, now } => self.hooked(record, result, now, &mut effects),
         }
         Ok(effects)
     }
@@ -443,9 +468,43 @@ impl<'a> WaveMachine<'a> {
             self.stop_and(effects, None);
             return Ok(());
         }
+        let members: Vec<String> = ready.iter().map(|o| o.member.clone()).collect();
         self.queue = ready.into();
+        if self.spec.before_apply_hooks && !members.is_empty() {
+            self.hooking = Some(Moment::BeforeApply);
+            effects.push(Effect::Hooks {
+                moment: Moment::BeforeApply,
+                members,
+            });
+            return Ok(());
+        }
         self.fill(record, now, effects);
         Ok(())
+    }
+
+    /// What the hooks asked for came to: the wave goes on (its applies
+    /// start, or it ends), or stops as `hooks::settle` says.
+    fn hooked(
+        &mut self,
+        record: &mut AttemptRecord,
+        result: HooksResult,
+        now: i64,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(moment) = self.hooking.take() else {
+            return;
+        };
+        let members: Vec<String> = match moment {
+            Moment::AfterApply => self.applied_here.clone(),
+            _ => self.queue.iter().map(|o| o.member.clone()).collect(),
+        };
+        match hooks::settle(record, moment, &members, result, Step::Continue) {
+            Some(_) => {
+                effects.push(Effect::Save);
+                self.stop_and(effects, None);
+            }
+            None => self.fill(record, now, effects),
+        }
     }
 
     /// Starts applies while fewer than `concurrency` run (a member whose
@@ -473,6 +532,15 @@ impl<'a> WaveMachine<'a> {
             effects.extend([Effect::Save, Effect::Publish]);
             effects.extend(started.into_iter().map(Effect::Apply));
         } else if self.running.is_empty() {
+            if self.spec.after_apply_hooks && !self.after_applied && !self.applied_here.is_empty() {
+                self.after_applied = true;
+                self.hooking = Some(Moment::AfterApply);
+                effects.push(Effect::Hooks {
+                    moment: Moment::AfterApply,
+                    members: self.applied_here.clone(),
+                });
+                return;
+            }
             if self.locked {
                 effects.push(Effect::Unlock);
             }
@@ -549,6 +617,7 @@ impl<'a> WaveMachine<'a> {
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
                 record.replans.remove(&member);
+                self.applied_here.push(member.clone());
                 applied(record, &member, &digest, outputs, None, effects);
                 self.fill(record, now, effects);
                 return;
@@ -886,6 +955,8 @@ mod tests {
         gate: GatePolicy,
         digest_over: DigestOver,
         concurrency: usize,
+        /// The stage's hooks around applies: (before.apply, after.apply).
+        hooks: (bool, bool),
         record: AttemptRecord,
     }
 
@@ -902,6 +973,7 @@ mod tests {
                 gate: GatePolicy::Always,
                 digest_over: DigestOver::All,
                 concurrency: 1,
+                hooks: (false, false),
                 record,
             }
         }
@@ -925,6 +997,8 @@ mod tests {
                     .collect(),
                 held_retry: Duration::from_secs(30),
                 concurrency: self.concurrency,
+                before_apply_hooks: self.hooks.0,
+                after_apply_hooks: self.hooks.1,
             })
         }
     }
@@ -1005,6 +1079,129 @@ mod tests {
             hash: Digest::repeated('0'),
             sig: None,
         }
+    }
+
+    #[test]
+    fn before_apply_hooks_run_on_the_covered_plans_before_any_apply_and_after_apply_ones_once_the_wave_applied(
+    ) {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let mut h = Harness::new(&["network@dev"], &[&net]);
+        h.hooks = (true, true);
+        let mut record = h.record.clone();
+        let mut machine = h.machine();
+        let wave = vec!["network@dev".to_owned()];
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &[&net], vec![]),
+            [Effect::Hooks {
+                moment: Moment::BeforeApply,
+                members: wave.clone()
+            }],
+            "nothing is applying yet"
+        );
+        assert_eq!(record.state("network@dev"), MemberState::NotStarted);
+        let passed = |now| Observation::Hooked {
+            result: HooksResult::Passed,
+            now,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, passed(NOW)),
+            [
+                Effect::Save,
+                Effect::Publish,
+                Effect::Apply("network@dev".into())
+            ]
+        );
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended("network@dev", ApplyOutcome::Applied(outputs(&[]))),
+        );
+        assert_eq!(
+            effects.last(),
+            Some(&Effect::Hooks {
+                moment: Moment::AfterApply,
+                members: wave
+            }),
+            "{effects:?}"
+        );
+        assert!(
+            !effects.contains(&Effect::Unlock),
+            "the locks are held while it runs"
+        );
+        assert_eq!(
+            step(&mut machine, &mut record, passed(NOW + 6_000)),
+            [Effect::Unlock, Effect::Done(Step::Continue)]
+        );
+    }
+
+    #[test]
+    fn a_before_apply_hook_that_fails_or_waits_stops_the_wave_with_nothing_applied() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let mut h = Harness::new(&["network@dev"], &[&net]);
+        h.hooks = (true, false);
+        let wait = Wait::Hook {
+            stage: "dev".into(),
+            moment: Moment::BeforeApply,
+            hook: "window".into(),
+            gate: GateId::Hook(PrNumber(7), "window".into()),
+            digest: Digest::repeated('e'),
+            members: vec!["network@dev".into()],
+            hold: false,
+        };
+        for result in [
+            HooksResult::Failed("the before.apply hook `window` failed".into()),
+            HooksResult::Waits(wait.clone()),
+        ] {
+            let mut record = h.record.clone();
+            let mut machine = h.machine();
+            to_planned(&mut machine, &mut record, &[&net], vec![]);
+            let hooked = Observation::Hooked {
+                result: result.clone(),
+                now: NOW,
+            };
+            assert_eq!(
+                step(&mut machine, &mut record, hooked),
+                [Effect::Save, Effect::Unlock, Effect::Done(Step::Stop)],
+                "{result:?}"
+            );
+            match result {
+                HooksResult::Waits(_) => {
+                    assert_eq!(record.wait, Some(wait.clone()));
+                    assert!(matches!(
+                        record.state("network@dev"),
+                        MemberState::Waiting { .. }
+                    ));
+                }
+                _ => assert!(matches!(
+                    record.state("network@dev"),
+                    MemberState::Failed { .. }
+                )),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_after_apply_hook_stops_the_run_after_the_wave_with_its_members_applied() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let mut h = Harness::new(&["network@dev"], &[&net]);
+        h.hooks = (false, true);
+        let mut record = h.record.clone();
+        let mut machine = h.machine();
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        step(
+            &mut machine,
+            &mut record,
+            ended("network@dev", ApplyOutcome::Applied(outputs(&[]))),
+        );
+        let failed = Observation::Hooked {
+            result: HooksResult::Failed("the after.apply hook `smoke` failed".into()),
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, failed),
+            [Effect::Save, Effect::Unlock, Effect::Done(Step::Stop)]
+        );
+        assert!(record.state("network@dev").is_applied());
     }
 
     #[test]

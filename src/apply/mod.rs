@@ -5,6 +5,7 @@
 //! the commands and writes the record before and after each one.
 
 pub(crate) mod branches;
+pub(crate) mod hooks;
 pub(crate) mod machine;
 pub(crate) mod run;
 pub(crate) mod stage;
@@ -259,6 +260,19 @@ pub(crate) enum Wait {
     /// An apply of `member` whose server stopped may still be running; the
     /// run looks again at `until` (ms) and never applies it twice.
     EarlierAttempt { member: String, until: i64 },
+    /// A hook of `stage` waits at `gate` for an approval of `digest`: its
+    /// own failure's, or (`hold`) the gate it asked to hold the stage on.
+    Hook {
+        stage: String,
+        moment: crate::config::hooks::Moment,
+        hook: String,
+        gate: GateId,
+        digest: Digest,
+        #[serde(default)]
+        members: Vec<String>,
+        #[serde(default)]
+        hold: bool,
+    },
 }
 
 /// One plan the policy denied: which member, its plan digest, the rules.
@@ -319,6 +333,7 @@ impl Wait {
                 | Wait::Stage { .. }
                 | Wait::Round { .. }
                 | Wait::Override { .. }
+                | Wait::Hook { .. }
         )
     }
 }
@@ -418,6 +433,9 @@ pub(crate) struct AttemptRecord {
     /// again (its notifications are keyed by it).
     #[serde(skip_serializing_if = "is_zero")]
     pub(crate) retries: u32,
+    /// Each hook call's latest outcome, in the order they ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) hooks: Vec<hooks::HookRecord>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -453,6 +471,7 @@ impl AttemptRecord {
                 .map(|r| names(&r.change_set))
                 .unwrap_or_default(),
             Wait::Override { .. } => wait.denials().into_iter().map(|d| d.member).collect(),
+            Wait::Hook { members, .. } => members.clone(),
             Wait::Lock { member, .. }
             | Wait::Holder { member, .. }
             | Wait::EarlierAttempt { member, .. } => vec![member.clone()],
@@ -517,6 +536,10 @@ impl AttemptRecord {
             }
         }
         self.replans.clear();
+        let hooks = self.hooks.len();
+        self.hooks
+            .retain(|h| !matches!(h.state, hooks::HookState::Failed { .. }));
+        reset |= hooks != self.hooks.len();
         self.retries += 1;
         reset
     }
@@ -626,6 +649,9 @@ pub(crate) fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>)
         .iter()
         .any(|s| matches!(s, MemberState::Failed { .. }))
     {
+        return RunStatus::Failed;
+    }
+    if hooks::failed_after_apply(record).is_some() {
         return RunStatus::Failed;
     }
     if record.wait.is_some() || roots.iter().any(|s| matches!(s, MemberState::Held { .. })) {

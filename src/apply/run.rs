@@ -228,6 +228,23 @@ fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
                     .join(", ")
             ),
         ),
+        Wait::Hook {
+            stage,
+            moment,
+            hook,
+            gate,
+            digest,
+            hold,
+            ..
+        } => (
+            gate,
+            digest,
+            if *hold {
+                format!("the {moment} hook `{hook}` of stage {stage} of pull request {pr} holds the stage until this is approved")
+            } else {
+                format!("the {moment} hook `{hook}` of stage {stage} of pull request {pr} failed; approving lets the stage go on")
+            },
+        ),
         Wait::Lock { .. } | Wait::EarlierAttempt { .. } | Wait::Holder { .. } => return None,
     };
     Some(Pending {

@@ -5,8 +5,10 @@
 //! commit that an `/approve <stage>` binds, a gate opened afresh when that
 //! set moves or expired, its timeout, and the wait.
 
+use super::hooks::{self, HooksResult};
 use super::machine::{Effect, Step};
 use super::{stage_needs_approval, AttemptRecord, MemberState, Mismatch, StageGate, Wait};
+use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::model::{DigestOver, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
@@ -25,6 +27,10 @@ pub(crate) struct StageSpec<'a> {
     pub(crate) timeout: Option<Duration>,
     /// Which members the stage's set digest binds (`[policy] digest_over`).
     pub(crate) digest_over: DigestOver,
+    /// The stage has `after.plan` hooks: it is planned even when its gate
+    /// asks for nothing, and the hooks are asked to run on its plans
+    /// before the gate decides.
+    pub(crate) after_plan_hooks: bool,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -42,6 +48,8 @@ pub(crate) enum StageObservation {
         mismatch: Option<Mismatch>,
         now: i64,
     },
+    /// [`Effect::Hooks`]: what the stage's `after.plan` hooks came to.
+    Hooked(HooksResult),
 }
 
 /// A stage's gate, from reaching the stage to the gate's decision in this job.
@@ -50,6 +58,8 @@ pub(crate) struct StageMachine<'a> {
     spec: StageSpec<'a>,
     now: i64,
     previewed: Vec<MemberOutcome>,
+    /// Whether the gate asks for the stage's own approval in this job.
+    asks: bool,
 }
 
 impl<'a> StageMachine<'a> {
@@ -58,6 +68,7 @@ impl<'a> StageMachine<'a> {
             spec,
             now: 0,
             previewed: Vec::new(),
+            asks: false,
         }
     }
 
@@ -76,7 +87,8 @@ impl<'a> StageMachine<'a> {
                     .stages
                     .get(stage)
                     .is_some_and(|g| !g.approved_by.is_empty());
-                if self.spec.gate == GatePolicy::Never || approved {
+                self.asks = self.spec.gate != GatePolicy::Never && !approved;
+                if !self.asks && !self.spec.after_plan_hooks {
                     return Ok(vec![Effect::Done(Step::Continue)]);
                 }
                 let pending = self
@@ -96,6 +108,14 @@ impl<'a> StageMachine<'a> {
                 vec![Effect::Preview(pending)]
             }
             StageObservation::Previewed { outcomes } => self.previewed(record, outcomes)?,
+            StageObservation::Hooked(result) => {
+                let members: Vec<String> =
+                    self.previewed.iter().map(|o| o.member.clone()).collect();
+                match hooks::settle(record, Moment::AfterPlan, &members, result, Step::Continue) {
+                    Some(step) => vec![Effect::Done(step)],
+                    None => self.decide(record)?,
+                }
+            }
             StageObservation::Counted { by, mismatch, now } => {
                 self.counted(record, by, mismatch, now)
             }
@@ -111,7 +131,6 @@ impl<'a> StageMachine<'a> {
         record: &mut AttemptRecord,
         outcomes: Vec<MemberOutcome>,
     ) -> Result<Vec<Effect>, ChangeSetError> {
-        let stage = self.spec.stage;
         let failed: Vec<&MemberOutcome> = outcomes.iter().filter(|o| o.plan.is_none()).collect();
         if !failed.is_empty() {
             for outcome in failed {
@@ -125,6 +144,26 @@ impl<'a> StageMachine<'a> {
             }
             return Ok(vec![Effect::Done(Step::Stop)]);
         }
+        self.previewed = outcomes;
+        if self.spec.after_plan_hooks {
+            let members = self.previewed.iter().map(|o| o.member.clone()).collect();
+            return Ok(vec![Effect::Hooks {
+                moment: Moment::AfterPlan,
+                members,
+            }]);
+        }
+        self.decide(record)
+    }
+
+    /// Whether the stage's plans need its own approval; if so, opens its
+    /// gate on their set (afresh when the set moved or the gate expired)
+    /// and asks who approved it.
+    fn decide(&mut self, record: &mut AttemptRecord) -> Result<Vec<Effect>, ChangeSetError> {
+        if !self.asks {
+            return Ok(vec![Effect::Done(Step::Continue)]);
+        }
+        let stage = self.spec.stage;
+        let outcomes = &self.previewed;
         let destructive = outcomes
             .iter()
             .any(|o| o.plan.as_ref().is_some_and(|p| p.destructive));
@@ -137,7 +176,7 @@ impl<'a> StageMachine<'a> {
             }
             return Ok(vec![Effect::Done(Step::Continue)]);
         }
-        let set = change_set_of(&outcomes, self.spec.digest_over)?;
+        let set = change_set_of(outcomes, self.spec.digest_over)?;
         let known = record.stages.get(stage);
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
             let lasts = |t: Duration| i64::try_from(t.as_millis()).unwrap_or(i64::MAX);
@@ -146,7 +185,6 @@ impl<'a> StageMachine<'a> {
                 .stages
                 .insert(stage.to_owned(), self.opened(set, expires_at));
         }
-        self.previewed = outcomes;
         let gate = &record.stages[stage];
         Ok(vec![Effect::CountApprovals {
             gate: gate.gate.clone(),
@@ -239,6 +277,7 @@ mod tests {
             gate,
             timeout: Some(Duration::from_secs(3600)),
             digest_over: DigestOver::All,
+            after_plan_hooks: false,
         })
     }
 
@@ -285,6 +324,67 @@ mod tests {
             m.step(&mut record, reached).unwrap(),
             [Effect::Done(Step::Continue)]
         );
+    }
+
+    #[test]
+    fn after_plan_hooks_see_the_stages_plans_before_its_gate_decides_even_one_that_asks_nothing() {
+        let waves = waves();
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let previewed = |m: &mut StageMachine<'_>, record: &mut AttemptRecord| {
+            assert_eq!(
+                m.step(record, StageObservation::Reached { now: NOW })
+                    .unwrap(),
+                [Effect::Preview(waves.clone())],
+                "planned for the hooks"
+            );
+            let outcomes = [&net, &app].iter().map(|p| outcome(p)).collect();
+            m.step(record, StageObservation::Previewed { outcomes })
+                .unwrap()
+        };
+        let hooks = Effect::Hooks {
+            moment: Moment::AfterPlan,
+            members: vec!["network@prod".into(), "app@prod".into()],
+        };
+        for gate in [GatePolicy::Never, GatePolicy::Always] {
+            let mut record = AttemptRecord::default();
+            let mut m = machine(&waves, gate);
+            m.spec.after_plan_hooks = true;
+            assert_eq!(
+                previewed(&mut m, &mut record),
+                std::slice::from_ref(&hooks),
+                "{gate:?}"
+            );
+            assert!(
+                record.stages.is_empty(),
+                "no gate opened before the hooks passed"
+            );
+            let next = m
+                .step(&mut record, StageObservation::Hooked(HooksResult::Passed))
+                .unwrap();
+            match gate {
+                GatePolicy::Never => assert_eq!(next, [Effect::Done(Step::Continue)]),
+                _ => assert!(
+                    matches!(next[..], [Effect::CountApprovals { .. }]),
+                    "{next:?}"
+                ),
+            }
+        }
+        // A failing one stops the stage with its members failed, and no gate opens.
+        let mut record = AttemptRecord::default();
+        let mut m = machine(&waves, GatePolicy::Always);
+        m.spec.after_plan_hooks = true;
+        previewed(&mut m, &mut record);
+        let failed = HooksResult::Failed("the after.plan hook `vet` failed".into());
+        assert_eq!(
+            m.step(&mut record, StageObservation::Hooked(failed))
+                .unwrap(),
+            [Effect::Done(Step::Stop)]
+        );
+        assert!(record.stages.is_empty());
+        assert!(matches!(
+            record.state("app@prod"),
+            MemberState::Failed { .. }
+        ));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! approvals until it reads again; a stage the base does not describe (or
 //! cannot) is gated `always`; forks are allowed only by a base that says so.
 
+use super::hooks::{Hook, Moment};
 use super::repo::{
     apply_concurrency_of, gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy,
     RawRepoConfig, RepoConfig,
@@ -117,10 +118,21 @@ impl BaseRules {
     pub(crate) fn stage_timeout(&self, stage: &str) -> Option<Duration> {
         stage_timeout(self.raw(), stage)
     }
+
+    /// The hooks at `moment` of `stage`, the top level's first. Only a base
+    /// whose config reads has any: a run whose base does not read is
+    /// refused before any hook would run.
+    pub(crate) fn hooks(&self, stage: &str, moment: Moment) -> Vec<Hook> {
+        match &self.config {
+            Ok(Some(config)) => config.hooks.at(stage, moment),
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::hooks::OnFailure;
     use super::*;
 
     const GATED: &str = r#"
@@ -187,6 +199,85 @@ plan = ["./plan"]
                 .contains("`stage[1] (prod).apply_concurrency`: is 0"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn hooks_come_from_the_base_the_top_levels_first_and_a_hook_that_cannot_hold_is_refused() {
+        let hooked = format!(
+            "{GATED}
+[[stage.hooks.before.apply]]
+name = \"change-window\"
+command = [\"./hooks/window.sh\", \"{{members_file}}\"]
+on_failure = \"approve\"
+
+[[hooks.before.apply]]
+command = [\"./hooks/lint.sh\", \"{{member}}\", \"{{plan_file}}\"]
+per_member = true
+timeout = \"90s\"
+"
+        );
+        let rules = BaseRules::from_file(Some(&hooked));
+        let prod: Vec<(String, OnFailure, bool)> = rules
+            .hooks("prod", Moment::BeforeApply)
+            .into_iter()
+            .map(|h| (h.name, h.on_failure, h.per_member))
+            .collect();
+        assert_eq!(
+            prod,
+            [
+                ("before-apply-1".to_owned(), OnFailure::Fail, true),
+                ("change-window".to_owned(), OnFailure::Approve, false),
+            ]
+        );
+        assert_eq!(rules.hooks("dev", Moment::BeforeApply).len(), 1);
+        assert_eq!(
+            rules.hooks("dev", Moment::BeforeApply)[0].timeout,
+            Duration::from_secs(90)
+        );
+        assert!(rules.hooks("prod", Moment::AfterApply).is_empty());
+        assert!(BaseRules::from_file(None)
+            .hooks("prod", Moment::BeforePlan)
+            .is_empty());
+
+        for (hook, expected) in [
+            (
+                "[[hooks.after.apply]]\ncommand = [\"x\"]\non_failure = \"approve\"\n",
+                "`hooks.after.apply[0].on_failure`: `approve` cannot be used at after.apply: nothing is left to hold",
+            ),
+            (
+                "[[hooks.after.gate]]\ncommand = [\"x\"]\non_failure = \"approve\"\n",
+                "`approve` cannot be used at after.gate: the gate has already decided",
+            ),
+            (
+                "[[hooks.after.plan]]\ncommand = [\"x\", \"{member}\"]\n",
+                "`{member}` names one member, and the hook runs once for them all",
+            ),
+            (
+                "[[hooks.before.plan]]\ncommand = [\"x\", \"{plan_file}\"]\nper_member = true\n",
+                "nothing is planned yet",
+            ),
+            (
+                "[[hooks.before.plan]]\ncommand = [\"x\", \"{inputs_file}\"]\n",
+                "unknown placeholder `{inputs_file}` in a hook",
+            ),
+            ("[[hooks.before.plan]]\ncommand = []\n", "the command is empty"),
+            (
+                "[[hooks.before.plan]]\nname = \"Window\"\ncommand = [\"x\"]\n",
+                "`Window` is not a hook name",
+            ),
+            (
+                "[[hooks.before.plan]]\nname = \"w\"\ncommand = [\"x\"]\n[[hooks.after.plan]]\nname = \"w\"\ncommand = [\"y\"]\n",
+                "hook `w` is defined twice",
+            ),
+            (
+                "[[hooks.during.plan]]\ncommand = [\"x\"]\n",
+                "unknown field `during`",
+            ),
+        ] {
+            let e = RepoConfig::parse(CONFIG_FILE, &format!("{hook}{GATED}")).unwrap_err();
+            assert!(e.to_string().contains(expected), "{hook}: {e}");
+            assert!(e.to_string().contains("fix: "), "{e}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub(crate) mod base;
 pub(crate) mod glob;
+pub(crate) mod hooks;
 pub mod ledger_key;
 pub mod repo;
 pub mod settings;

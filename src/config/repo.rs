@@ -5,6 +5,7 @@
 //! fix, because the person reading it is a reviewer in a PR comment.
 
 use super::glob::Pattern;
+use super::hooks::{self, Hooks, RawHooks};
 use crate::model::canonical::{canonical_json_with, NumberForm};
 use crate::model::{DependencyGraph, DigestOver, GateId};
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,10 @@ pub(crate) struct RawRepoConfig {
     /// own); read from the base like `[policy]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) apply_concurrency: Option<u32>,
+    /// Commands of the team's own around every stage's plan, gate and
+    /// apply; read from the base like `[policy]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hooks: Option<RawHooks>,
 }
 
 /// `[notify]`: the targets (each defined in the server's environment,
@@ -133,6 +138,9 @@ pub(crate) struct RawStage {
     /// level's `apply_concurrency` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) apply_concurrency: Option<u32>,
+    /// This stage's own hooks, after the top level's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hooks: Option<RawHooks>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -286,6 +294,7 @@ pub struct RepoConfig {
     /// `branches` as written: where merges apply (`None`: the default branch).
     pub(crate) branches: Option<Vec<String>>,
     pub(crate) notify: Option<Notify>,
+    pub(crate) hooks: Hooks,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -391,7 +400,7 @@ impl RepoConfig {
                 return Err(err(
                     field,
                     format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
-                    "rename the stage (`override` and `round-<n>` name a pull request's override and re-plan rounds)",
+                    "rename the stage (`override`, `round-<n>` and `hook-<name>` name a pull request's override, re-plan rounds and hook gates)",
                 ));
             }
             if stages.iter().any(|x: &Stage| x.name == s.name) {
@@ -667,7 +676,14 @@ impl RepoConfig {
                 "set it to 1 or more",
             ));
         }
+        let stage_hooks: Vec<(String, Option<&RawHooks>)> = raw
+            .stages
+            .iter()
+            .map(|s| (s.name.clone(), s.hooks.as_ref()))
+            .collect();
+        let hooks = hooks::validate(raw.hooks.as_ref(), &stage_hooks, &err)?;
         Ok(Self {
+            hooks,
             ignore,
             stages,
             components,

@@ -40,6 +40,8 @@ pub struct FactData {
     pub members: Option<Vec<MemberId>>,
     /// What a pending gate asks, in a sentence.
     pub description: Option<String>,
+    /// What became of a hook's call (`passed`, `failed`, `held`, `approved`).
+    pub outcome: Option<String>,
     /// Keys this version does not read, kept as read.
     pub unknown: BTreeMap<String, Value>,
     /// A `data` that is not an object (only written outside wavegate), kept as read.
@@ -104,6 +106,7 @@ impl FactData {
                 .map(|ms| ms.iter().map(|m| Value::from(m.to_string())).collect()),
         );
         put("description", text(&self.description));
+        put("outcome", text(&self.outcome));
         for (key, value) in &self.unknown {
             map.insert(key.clone(), value.clone());
         }
@@ -156,6 +159,7 @@ impl FactData {
             members: take("members", &is_members)
                 .and_then(|v| v.as_array().map(|a| a.iter().filter_map(member).collect())),
             description: text(take("description", &is_text)),
+            outcome: text(take("outcome", &is_text)),
             unknown: BTreeMap::new(),
             foreign: None,
         };

@@ -104,6 +104,8 @@ pub enum FactKind {
     Refused,
     Revoked,
     Spent,
+    /// What became of a hook's call in a run (`data.outcome`); no approval.
+    Hook,
 }
 
 impl FactKind {
@@ -114,6 +116,7 @@ impl FactKind {
             FactKind::Refused => "refused",
             FactKind::Revoked => "revoked",
             FactKind::Spent => "spent",
+            FactKind::Hook => "hook",
         }
     }
 
@@ -124,6 +127,7 @@ impl FactKind {
             FactKind::Refused,
             FactKind::Revoked,
             FactKind::Spent,
+            FactKind::Hook,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)

@@ -21,6 +21,9 @@ pub enum GateId {
     Round(PrNumber, u32),
     /// An override of a policy's denial.
     Override(PrNumber),
+    /// A hook's own gate (`on_failure = "approve"`), or the gate a hook
+    /// holds a stage on: named by the hook, or by what it wrote.
+    Hook(PrNumber, String),
 }
 
 impl GateId {
@@ -35,13 +38,17 @@ impl GateId {
     #[cfg(test)]
     pub(crate) fn pr(&self) -> PrNumber {
         match self {
-            Self::Pr(pr) | Self::Stage(pr, _) | Self::Round(pr, _) | Self::Override(pr) => *pr,
+            Self::Pr(pr)
+            | Self::Stage(pr, _)
+            | Self::Round(pr, _)
+            | Self::Override(pr)
+            | Self::Hook(pr, _) => *pr,
         }
     }
 
     /// Whether `name` may be a stage's: not one a gate of another kind ends in.
     pub(crate) fn is_reserved_stage_name(name: &str) -> bool {
-        name == "override" || round_number(name).is_some()
+        name == "override" || round_number(name).is_some() || name.starts_with("hook-")
     }
 }
 
@@ -65,6 +72,7 @@ impl fmt::Display for GateId {
             Self::Stage(pr, stage) => write!(f, "pr-{}-{stage}", pr.0),
             Self::Round(pr, round) => write!(f, "pr-{}-round-{round}", pr.0),
             Self::Override(pr) => write!(f, "pr-{}-override", pr.0),
+            Self::Hook(pr, name) => write!(f, "pr-{}-hook-{name}", pr.0),
         }
     }
 }
@@ -73,7 +81,7 @@ impl FromStr for GateId {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let bad = || {
-            format!("`{text}` is not a gate (`pr-<n>`, `pr-<n>-<stage>`, `pr-<n>-round-<n>` or `pr-<n>-override`)")
+            format!("`{text}` is not a gate (`pr-<n>`, `pr-<n>-<stage>`, `pr-<n>-round-<n>`, `pr-<n>-override` or `pr-<n>-hook-<name>`)")
         };
         let rest = text.strip_prefix("pr-").ok_or_else(bad)?;
         let digits = rest
@@ -90,6 +98,8 @@ impl FromStr for GateId {
             .ok_or_else(bad)?;
         Ok(if suffix == "override" {
             Self::Override(pr)
+        } else if let Some(name) = suffix.strip_prefix("hook-").filter(|n| !n.is_empty()) {
+            Self::Hook(pr, name.to_owned())
         } else if let Some(round) = round_number(suffix) {
             Self::Round(pr, round)
         } else {
@@ -129,6 +139,10 @@ mod tests {
             (GateId::Round(pr, 2), "pr-42-round-2"),
             (GateId::Override(pr), "pr-42-override"),
             (
+                GateId::Hook(pr, "change-window".into()),
+                "pr-42-hook-change-window",
+            ),
+            (
                 GateId::Stage(pr, StageName::new("round-x")),
                 "pr-42-round-x",
             ),
@@ -156,7 +170,7 @@ mod tests {
 
     #[test]
     fn override_and_rounds_are_reserved_as_stage_names() {
-        for reserved in ["override", "round-1", "round-12"] {
+        for reserved in ["override", "round-1", "round-12", "hook-x"] {
             assert!(GateId::is_reserved_stage_name(reserved), "{reserved}");
         }
         for free in [

@@ -10,6 +10,9 @@ use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skip
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
+use super::tail::OutputTail;
+use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
+use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
@@ -617,6 +620,139 @@ impl Workbench {
         }
     }
 
+    /// Runs one call of a hook in the sandbox, in the copy of the commit
+    /// (read-only), with its own files: `{members_file}`, a copy of the
+    /// member's latest plan file here as `{plan_file}` (per-member calls),
+    /// the decision file (`after.gate`) and the hold file it may write.
+    pub(crate) async fn run_hook(&self, run: HookCommand<'_>) -> HookRan {
+        let HookCommand {
+            call,
+            hook,
+            members_json,
+            decision,
+            env: extra,
+        } = run;
+        let not_run = |why: String| HookRan {
+            exit: None,
+            described: why,
+            hold: None,
+            printed: None,
+        };
+        let mut name = format!("hook.{}.{}.{}", call.stage, call.moment, call.name);
+        if let Some(member) = &call.member {
+            name.push('.');
+            name.push_str(member);
+        }
+        let files = MemberFiles {
+            dir: self.scratch.path().join("hooks").join(&name),
+            home: self.scratch.path().join("home").join(&name),
+        };
+        for dir in [&files.dir, &files.home] {
+            let _ = std::fs::remove_dir_all(dir);
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                return not_run(format!("cannot create {}: {e}", dir.display()));
+            }
+        }
+        let decided = decision.is_some();
+        let mut written = vec![(MEMBERS_FILE, members_json)];
+        if let Some(decision) = decision {
+            written.push((DECISION_FILE, decision));
+        }
+        if let Some(member) = &call.member {
+            let plan = self
+                .scratch
+                .path()
+                .join("members")
+                .join(member)
+                .join(PLAN_FILE);
+            if let Ok(bytes) = std::fs::read(&plan) {
+                written.push((PLAN_FILE, bytes));
+            }
+        }
+        for (file, bytes) in written {
+            if let Err(e) = files::write_file(&files.dir, file, &bytes) {
+                return not_run(format!("cannot write the hook's {file}: {e}"));
+            }
+        }
+        let root = self.root();
+        let path = |file: &str| files.dir.join(file).display().to_string();
+        let member = call.member.clone().unwrap_or_default();
+        let fill = |arg: &String| {
+            arg.replace("{members_file}", &path(MEMBERS_FILE))
+                .replace("{plan_file}", &path(PLAN_FILE))
+                .replace("{member}", &member)
+                .replace("{stage}", &call.stage)
+                .replace("{root}", &root.display().to_string())
+        };
+        let mut argv: Vec<String> = hook.command.iter().map(fill).collect();
+        if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
+            argv[0] = root.join(&argv[0]).display().to_string();
+        }
+        let mut env = vec![
+            ("PATH".to_owned(), sandbox::default_path()),
+            ("HOME".to_owned(), files.home.display().to_string()),
+            ("WAVEGATE_HOOK".to_owned(), call.moment.to_string()),
+            ("WAVEGATE_HOOK_NAME".to_owned(), call.name.clone()),
+            ("WAVEGATE_STAGE".to_owned(), call.stage.clone()),
+            ("WAVEGATE_MEMBERS_FILE".to_owned(), path(MEMBERS_FILE)),
+            ("WAVEGATE_HOLD".to_owned(), path(HOLD_FILE)),
+        ];
+        if let Some(member) = &call.member {
+            env.push(("WAVEGATE_MEMBER".to_owned(), member.clone()));
+        }
+        if decided {
+            env.push(("WAVEGATE_DECISION".to_owned(), path(DECISION_FILE)));
+        }
+        env.extend(extra);
+        for name in &self.base_env {
+            if let Ok(value) = std::env::var(name) {
+                env.push((name.clone(), value));
+            }
+        }
+        let spec = CommandSpec {
+            label: format!("[hook] {} {}", call.moment, call.name),
+            kind: CommandKind::Hook,
+            argv,
+            cwd: root.clone(),
+            env,
+            timeout: hook.timeout,
+            heartbeat: self.options.heartbeat,
+            output_cap: self.options.output_cap,
+            sandbox: Arc::clone(&self.options.sandbox),
+            confinement: Confinement {
+                kind: CommandKind::Hook,
+                tree: root,
+                files: files.dir.clone(),
+                home: files.home.clone(),
+            },
+            cancel: self.options.cancel.clone(),
+            started: None,
+        };
+        let ran = match runner::run_command(&spec).await {
+            Ok(ran) => ran,
+            Err(e) => return not_run(format!("the hook could not start: {e}")),
+        };
+        let exit = match ran.termination {
+            runner::Termination::Exited(code) => Some(code),
+            _ => None,
+        };
+        let hold = (exit == Some(HOLD_EXIT)).then(|| {
+            match files::read_file(&files.dir, HOLD_FILE, MAX_HOLD_FILE_BYTES) {
+                Ok(bytes) => std::str::from_utf8(&bytes)
+                    .map_err(|_| "is not UTF-8".to_owned())
+                    .and_then(read_hold),
+                Err(files::FileError::Missing) => Err("was not written".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        HookRan {
+            exit,
+            described: ran.describe("the hook", hook.timeout),
+            hold,
+            printed: OutputTail::of(&ran.output),
+        }
+    }
+
     /// Plans `wave`'s members (their upstreams planned or applied already).
     pub(crate) async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
         let mut ready = Vec::new();
@@ -1172,6 +1308,23 @@ const PLAN_FILE: &str = "plan.json";
 const OUTPUTS_FILE: &str = "outputs.json";
 const INPUTS_FILE: &str = "inputs.json";
 const CARRY_FILE: &str = "carry.json";
+const MEMBERS_FILE: &str = "members.json";
+const DECISION_FILE: &str = "decision.json";
+const HOLD_FILE: &str = "hold.json";
+const MAX_HOLD_FILE_BYTES: u64 = 64 * 1024;
+
+/// One call of a hook for [`Workbench::run_hook`].
+pub(crate) struct HookCommand<'a> {
+    pub(crate) call: &'a HookCall,
+    pub(crate) hook: &'a Hook,
+    /// The JSON list of members and their plan digests (`{members_file}`).
+    pub(crate) members_json: Vec<u8>,
+    /// `after.gate`'s decision (`WAVEGATE_DECISION`).
+    pub(crate) decision: Option<Vec<u8>>,
+    /// What the moment adds to the environment (the gate's decision, an
+    /// approved hold).
+    pub(crate) env: Vec<(String, String)>,
+}
 
 /// A member's own directories: its files and its HOME.
 struct MemberFiles {

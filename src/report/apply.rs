@@ -3,6 +3,7 @@
 //! their coverage; and the check's title. Edited in place as the run moves.
 
 use crate::apply::branches::NotApplied;
+use crate::apply::hooks::HookState;
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
@@ -62,6 +63,7 @@ fn waiting_for(wait: &Wait) -> String {
             utc(*until)
         ),
         Wait::Holder { member, holder, .. } => format!("{holder}, which holds {member}"),
+        Wait::Hook { gate, .. } => format!("an approval at {gate}"),
     }
 }
 
@@ -69,9 +71,9 @@ fn waiting_for(wait: &Wait) -> String {
 /// several: one `/override` per denied plan).
 pub(crate) fn line_to_copy(wait: &Wait) -> Option<String> {
     match wait {
-        Wait::PrApproval { digest, .. } | Wait::Round { digest, .. } => {
-            Some(format!("/approve {digest}"))
-        }
+        Wait::PrApproval { digest, .. }
+        | Wait::Round { digest, .. }
+        | Wait::Hook { digest, .. } => Some(format!("/approve {digest}")),
         Wait::Stage { stage, digest, .. } => Some(format!("/approve {stage} {digest}")),
         Wait::Override { member, .. } => Some(format!("/override {member} <reason>")),
         Wait::Lock { .. } | Wait::Holder { .. } | Wait::EarlierAttempt { .. } => None,
@@ -119,6 +121,26 @@ pub(crate) fn wait_help(wait: &Wait) -> String {
         Wait::EarlierAttempt { member, until } => format!(
             "**{member}** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by {} at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.\n",
             utc(*until)
+        ),
+        Wait::Hook {
+            stage,
+            moment,
+            hook,
+            gate,
+            digest,
+            hold: true,
+            ..
+        } => format!(
+            "The {moment} hook `{hook}` holds stage **{stage}** on `{gate}` until digest `{digest}` is approved there; nothing more of the stage is planned or applied until then. Approving runs the hook again, told of the approval:\n\n```\n{line}\n```\n"
+        ),
+        Wait::Hook {
+            stage,
+            moment,
+            hook,
+            digest,
+            ..
+        } => format!(
+            "The {moment} hook `{hook}` failed (the run's section of the report shows what it printed), and its `on_failure = \"approve\"` lets a person let stage **{stage}** go on anyway. Approving binds this failure on these plans (digest `{digest}`):\n\n```\n{line}\n```\n"
         ),
     }
 }
@@ -410,6 +432,7 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
             "- `{member}`: the policy denial of `{digest}` was overridden\n"
         ));
     }
+    out.push_str(&hook_lines(view.record));
     let left = room.saturating_sub(out.chars().count() + 200);
     let printed = printed_details(view.record, left.min(PRINTED_BUDGET));
     if !printed.is_empty() {
@@ -445,23 +468,71 @@ fn failure_details(record: &AttemptRecord) -> String {
 /// the comment (and the check, which carries the same text) needs room too.
 const PRINTED_BUDGET: usize = 24_000;
 
-/// What each member's latest apply printed, each collapsed, in the run's order.
+/// Each hook call's latest outcome, in the order they ran.
+fn hook_lines(record: &AttemptRecord) -> String {
+    let mut out = String::new();
+    for hook in &record.hooks {
+        let call = &hook.call;
+        let how = match &hook.state {
+            HookState::Passed => "passed".to_owned(),
+            HookState::Failed { why } => {
+                format!("failed: {}", why.lines().next().unwrap_or_default())
+            }
+            HookState::Held {
+                gate,
+                digest,
+                hold: true,
+            } => format!("holds the stage on `{gate}` until `{digest}` is approved"),
+            HookState::Held { gate, digest, .. } => {
+                format!("failed; waits at `{gate}` for an approval of `{digest}`")
+            }
+            HookState::Approved { gate, by, .. } => {
+                format!("approved at `{gate}` by {}", by.join(", "))
+            }
+        };
+        let member = call
+            .member
+            .as_ref()
+            .map(|m| format!(", for `{m}`"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "- Hook `{}` ({}, stage {}{member}): {how}\n",
+            call.name, call.moment, call.stage
+        ));
+    }
+    out
+}
+
+/// What each hook call and each member's latest apply printed, each
+/// collapsed: the hooks in the order they ran, then the members in the
+/// run's order.
 fn printed_details(record: &AttemptRecord, budget: usize) -> String {
-    let in_order = record
+    let hooks = record.hooks.iter().filter_map(|h| {
+        let member = h
+            .call
+            .member
+            .as_ref()
+            .map(|m| format!(" for <code>{m}</code>"))
+            .unwrap_or_default();
+        let title = format!(
+            "What the {} hook <code>{}</code>{member} printed",
+            h.call.moment, h.call.name
+        );
+        Some((title, h.printed.as_ref()?))
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    let members = record
         .members_in_order()
         .into_iter()
         .chain(record.printed.keys().map(String::as_str))
-        .filter_map(|m| Some((m, record.printed.get(m)?)));
-    let mut seen = std::collections::BTreeSet::new();
+        .filter(|m| seen.insert(*m))
+        .filter_map(|m| {
+            let title = format!("What <code>{m}</code>'s apply printed");
+            Some((title, record.printed.get(m)?))
+        });
     let (mut out, mut used, mut left_out) = (String::new(), 0, 0);
-    for (member, tail) in in_order {
-        if !seen.insert(member) {
-            continue;
-        }
-        let block = super::markdown::printed_block(
-            &format!("What <code>{member}</code>'s apply printed"),
-            tail,
-        );
+    for (title, tail) in hooks.chain(members) {
+        let block = super::markdown::printed_block(&title, tail);
         let size = block.chars().count() + 1;
         if used + size > budget {
             left_out += 1;
@@ -473,7 +544,7 @@ fn printed_details(record: &AttemptRecord, budget: usize) -> String {
     }
     if left_out > 0 {
         out.push_str(&format!(
-            "_✂️ What the applies of {left_out} more member{} printed is not shown: this comment has a size limit. The server's log has it all._\n\n",
+            "_✂️ What {left_out} more command{} printed is not shown: this comment has a size limit. The server's log has it all._\n\n",
             if left_out == 1 { "" } else { "s" }
         ));
     }
@@ -724,6 +795,6 @@ mod tests {
             6,
             "3,7xx characters each"
         );
-        assert!(section.ends_with("_✂️ What the applies of 6 more members printed is not shown: this comment has a size limit. The server's log has it all._\n\n"), "{section}");
+        assert!(section.ends_with("_✂️ What 6 more commands printed is not shown: this comment has a size limit. The server's log has it all._\n\n"), "{section}");
     }
 }

@@ -162,7 +162,7 @@ pub(crate) fn arguments(
     for path in &settings.apply_write {
         let how = match invocation.confinement.kind {
             CommandKind::Apply => "--bind",
-            CommandKind::Plan | CommandKind::Outputs => "--ro-bind",
+            CommandKind::Plan | CommandKind::Outputs | CommandKind::Hook => "--ro-bind",
         };
         args.bind(how, path, path);
     }

@@ -169,6 +169,8 @@ pub(crate) enum CommandKind {
     Plan,
     Apply,
     Outputs,
+    /// A hook of the team's own: it reads the commit and writes only its own files.
+    Hook,
 }
 
 impl CommandKind {
@@ -177,6 +179,7 @@ impl CommandKind {
             CommandKind::Plan => "plan",
             CommandKind::Apply => "apply",
             CommandKind::Outputs => "outputs",
+            CommandKind::Hook => "hook",
         }
     }
 }

@@ -151,6 +151,11 @@ macro_rules! migrations {
                 name: "redeliveries",
                 sql: include_str!(concat!("migrations/", $backend, "/0009_redeliveries.sql")),
             },
+            Migration {
+                version: 10,
+                name: "hook facts",
+                sql: include_str!(concat!("migrations/", $backend, "/0010_hook_facts.sql")),
+            },
         ]
     };
 }

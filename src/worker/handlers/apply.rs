@@ -8,15 +8,19 @@
 //! approval, an override, a released lock or `/retry` enqueues the next job,
 //! and a crash leaves the job's lease to expire and the job to run again.
 
+mod hooks;
+
 use super::gate::plan_scope;
 use super::in_flight::{ApplyEvent, InFlight};
 use crate::apply::branches::{merge_applies, NotApplied};
+use crate::apply::hooks as hook_rules;
 use crate::apply::machine::{Effect, Observation, Step, WaveMachine, WaveSpec};
 use crate::apply::run::{self, Settle};
 use crate::apply::stage::{StageMachine, StageObservation, StageSpec};
 use crate::apply::{
     run_goes_on, stage_waves, upstream_members, AttemptRecord, MemberState, RunStatus, Wait,
 };
+use crate::config::hooks::Moment;
 use crate::config::repo::{GatePolicy, Policy};
 use crate::config::BaseRules;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
@@ -34,6 +38,7 @@ use crate::sandbox::process;
 use crate::store::{ApplyRunRecord, JobOutcome, NewApplyRun, Once, PlanRecord};
 use crate::worker::ctx::JobCtx;
 use anyhow::{anyhow, Context, Result};
+use hooks::GateDecision;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -58,7 +63,7 @@ struct RunIo<'d> {
 struct Drive {
     run: ApplyRunRecord,
     plan: PlanRecord,
-    approved: ChangeSet,
+    approved: Arc<ChangeSet>,
     policy: Policy,
     /// What the target before the merge decides: stage gates, approvers, timeouts.
     rules: Arc<BaseRules>,
@@ -338,7 +343,7 @@ impl JobCtx<'_> {
         let mut drive = Drive {
             run,
             plan,
-            approved,
+            approved: Arc::new(approved),
             policy,
             rules,
             asked: HashMap::new(),
@@ -674,8 +679,34 @@ impl JobCtx<'_> {
             if done(&drive.run.record) {
                 continue;
             }
+            let open: Vec<String> = all
+                .iter()
+                .filter(|m| {
+                    let state = drive.run.record.state(m);
+                    !state.is_applied() && state != MemberState::Unaffected
+                })
+                .map(|m| (*m).clone())
+                .collect();
+            let at = (stage.as_str(), Moment::BeforePlan);
+            let result = self.run_hooks(drive, bench, at, &open, None).await?;
+            let record = &mut drive.run.record;
+            if hook_rules::settle(record, at.1, &open, result, Step::Continue).is_some() {
+                return Ok(());
+            }
             let gate = drive.rules.gate(&stage);
-            if self.stage_gate(drive, bench, &stage, &waves, gate).await? == Step::Stop {
+            let step = self.stage_gate(drive, bench, &stage, &waves, gate).await?;
+            if !drive.rules.hooks(&stage, Moment::AfterGate).is_empty() {
+                let decision = GateDecision::of(&drive.run.record, &stage, step == Step::Continue);
+                let at = (stage.as_str(), Moment::AfterGate);
+                let result = self
+                    .run_hooks(drive, bench, at, &open, Some(&decision))
+                    .await?;
+                let record = &mut drive.run.record;
+                if hook_rules::settle(record, at.1, &open, result, step).is_some() {
+                    return Ok(());
+                }
+            }
+            if step == Step::Stop {
                 return Ok(());
             }
             for (i, wave) in waves.iter().enumerate() {
@@ -710,6 +741,7 @@ impl JobCtx<'_> {
             gate,
             timeout: drive.rules.stage_timeout(stage),
             digest_over: drive.policy.digest_over,
+            after_plan_hooks: !drive.rules.hooks(stage, Moment::AfterPlan).is_empty(),
         });
         let now = self.store.now();
         let mut observation = StageObservation::Reached { now };
@@ -740,6 +772,12 @@ impl JobCtx<'_> {
                         now: self.store.now(),
                     }
                 }
+                [Effect::Hooks { moment, members }] => {
+                    let at = (stage, *moment);
+                    let members = members.clone();
+                    let result = self.run_hooks(drive, bench, at, &members, None).await?;
+                    StageObservation::Hooked(result)
+                }
                 [Effect::Done(step)] => return Ok(*step),
                 other => return Err(anyhow!("a stage's gate asked for {other:?}")),
             };
@@ -769,13 +807,14 @@ impl JobCtx<'_> {
             lifetimes.insert(member.clone(), bench.apply_lifetime(member));
         }
         let host = process::host_id();
+        let approved = Arc::clone(&drive.approved);
         let spec = WaveSpec {
             run: drive.run.id,
             pr: drive.run.pr,
             stage,
             members: wave,
             upstreams,
-            approved: &drive.approved,
+            approved: &approved,
             gate: drive.rules.gate(stage),
             digest_over: drive.policy.digest_over,
             host: &host,
@@ -783,19 +822,17 @@ impl JobCtx<'_> {
             lifetimes,
             held_retry: self.options.held_retry,
             concurrency: drive.rules.apply_concurrency(stage),
+            before_apply_hooks: !drive.rules.hooks(stage, Moment::BeforeApply).is_empty(),
+            after_apply_hooks: !drive.rules.hooks(stage, Moment::AfterApply).is_empty(),
         };
         let mut machine = WaveMachine::new(spec);
         let now = self.store.now();
         let first = Observation::Reached { now };
-        let mut io = RunIo {
-            run: &mut drive.run,
-            plan: Some(&drive.plan),
-        };
         let carried = self
-            .carry_out_wave(&mut io, bench, &mut machine, first)
+            .carry_out_wave(drive, bench, &mut machine, (stage, first))
             .await;
         if carried.is_err() && machine.holds_locks() {
-            self.release_locks(io.run).await?;
+            self.release_locks(&drive.run).await?;
         }
         carried
     }
@@ -809,15 +846,20 @@ impl JobCtx<'_> {
     /// is kept until they are done.
     async fn carry_out_wave(
         &self,
-        io: &mut RunIo<'_>,
+        drive: &mut Drive,
         bench: &mut Workbench,
         machine: &mut WaveMachine<'_>,
-        observation: Observation,
+        (stage, observation): (&str, Observation),
     ) -> Result<Step> {
-        let mut effects: VecDeque<Effect> = machine.step(&mut io.run.record, observation)?.into();
+        let mut effects: VecDeque<Effect> =
+            machine.step(&mut drive.run.record, observation)?.into();
         loop {
+            let mut io = RunIo {
+                run: &mut drive.run,
+                plan: Some(&drive.plan),
+            };
             let (question, for_bench) = self
-                .carry_out_applies(io, bench, machine, &mut effects)
+                .carry_out_applies(&mut io, bench, machine, &mut effects)
                 .await?;
             for effect in for_bench {
                 match effect {
@@ -832,14 +874,18 @@ impl JobCtx<'_> {
             let answer = match question {
                 Effect::Done(step) => return Ok(step),
                 Effect::Lock(members) => {
-                    let repo = io.run.repo.id.clone();
-                    match self.store.lock_members(&repo, io.run.id, &members).await? {
+                    let repo = drive.run.repo.id.clone();
+                    match self
+                        .store
+                        .lock_members(&repo, drive.run.id, &members)
+                        .await?
+                    {
                         Some((member, holder)) => Observation::LockHeld {
                             member,
                             pr: holder.0,
                         },
                         None => Observation::Locked {
-                            alive: processes_alive(&io.run.record, &members),
+                            alive: processes_alive(&drive.run.record, &members),
                             now: now(),
                         },
                     }
@@ -852,7 +898,7 @@ impl JobCtx<'_> {
                         .collect();
                     Observation::Planned {
                         outcomes,
-                        overrides: self.override_facts(io.run).await?,
+                        overrides: self.override_facts(&drive.run).await?,
                         now: now(),
                     }
                 }
@@ -860,14 +906,20 @@ impl JobCtx<'_> {
                     bench.plan_wave(std::slice::from_ref(&member)).await?;
                     Observation::Replanned {
                         outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
-                        overrides: self.override_facts(io.run).await?,
+                        overrides: self.override_facts(&drive.run).await?,
                         now: now(),
                     }
+                }
+                Effect::Hooks { moment, members } => {
+                    let result = self
+                        .run_hooks(drive, bench, (stage, moment), &members, None)
+                        .await?;
+                    Observation::Hooked { result, now: now() }
                 }
                 other => return Err(anyhow!("{other:?} is not a question of the wave")),
             };
             debug_assert!(effects.is_empty(), "a question is the last effect");
-            effects = machine.step(&mut io.run.record, answer)?.into();
+            effects = machine.step(&mut drive.run.record, answer)?.into();
         }
     }
 
@@ -914,6 +966,7 @@ impl JobCtx<'_> {
                 question @ (Effect::Lock(_)
                 | Effect::Plan(_)
                 | Effect::Replan(_)
+                | Effect::Hooks { .. }
                 | Effect::Done(_)) => {
                     if !applies.is_idle() {
                         return Err(anyhow!(
@@ -1018,6 +1071,7 @@ impl JobCtx<'_> {
             | Effect::Plan(_)
             | Effect::Apply(_)
             | Effect::Replan(_)
+            | Effect::Hooks { .. }
             | Effect::Preview(_)
             | Effect::CountApprovals { .. }
             | Effect::ReadOutputs { .. }

@@ -89,7 +89,10 @@ impl JobCtx<'_> {
                 Command::Approve { stage, digest } => {
                     let run = self.store.apply_run(&self.repo.id, self.pr).await?;
                     let at_run_gate = run.as_ref().is_some_and(|r| {
-                        matches!(r.record.wait, Some(Wait::Stage { .. } | Wait::Round { .. }))
+                        matches!(
+                            r.record.wait,
+                            Some(Wait::Stage { .. } | Wait::Round { .. } | Wait::Hook { .. })
+                        )
                     });
                     let said = match run {
                         Some(run) if at_run_gate => {
@@ -321,6 +324,12 @@ impl JobCtx<'_> {
                 stage,
                 gate,
                 digest,
+            }) => (gate, digest, Some(stage.as_str())),
+            Some(Wait::Hook {
+                stage,
+                gate,
+                digest,
+                ..
             }) => (gate, digest, Some(stage.as_str())),
             Some(Wait::Round {
                 gate,

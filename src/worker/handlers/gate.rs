@@ -321,6 +321,12 @@ pub(super) fn run_gate(run: &ApplyRunRecord) -> Option<(GateId, Digest, Option<S
             gate,
             digest,
         } => Some((gate.clone(), digest.clone(), Some(stage.clone()))),
+        Wait::Hook {
+            stage,
+            gate,
+            digest,
+            ..
+        } => Some((gate.clone(), digest.clone(), Some(stage.clone()))),
         Wait::Round {
             gate,
             digest,

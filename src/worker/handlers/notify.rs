@@ -40,7 +40,7 @@ impl JobCtx<'_> {
                 continue;
             }
             let approvers = match (event.1, &policy) {
-                (Some(Wait::Stage { stage, .. }), Some(policy)) => {
+                (Some(Wait::Stage { stage, .. } | Wait::Hook { stage, .. }), Some(policy)) => {
                     Some(rules.stage_policy(policy, stage).approvers)
                 }
                 (Some(Wait::Round { round, .. }), Some(policy)) => run

@@ -11,6 +11,7 @@ mod carried;
 mod digest_over;
 mod forge_clients;
 mod git_paths;
+mod hooks;
 mod ledger_cli;
 mod merge_methods;
 mod metrics;

@@ -1,0 +1,302 @@
+//! Runs a stage's hooks at one moment for the apply machine: each call in
+//! the sandbox through the workbench, who approved a hook's failure or
+//! hold asked of the ledger, each outcome kept in the record and appended
+//! as a `hook` fact. What the outcome does to the run is
+//! `crate::apply::hooks`'s to decide.
+
+use super::{Drive, JobCtx};
+use crate::apply::hooks::{
+    self, hold_approved_json, HookCall, HookMember, HookRecord, HookState, HooksResult, Verdict,
+};
+use crate::apply::{AttemptRecord, Wait};
+use crate::config::hooks::Moment;
+use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
+use crate::model::{Digest, GateId};
+use crate::plan::engine::{HookCommand, Workbench};
+use crate::report::apply::line_to_copy;
+use anyhow::Result;
+use serde_json::{json, Value};
+
+/// What a stage's gate decided, as its `after.gate` hooks are told.
+pub(super) struct GateDecision {
+    pub(super) status: &'static str,
+    pub(super) gate: Option<GateId>,
+    pub(super) digest: Option<Digest>,
+    pub(super) waiting_since: Option<i64>,
+    pub(super) approve: Option<String>,
+    pub(super) json: Value,
+}
+
+impl GateDecision {
+    /// What stage `stage`'s gate decided (the stage machine went on with
+    /// `went_on`), read from the record it left.
+    pub(super) fn of(record: &AttemptRecord, stage: &str, went_on: bool) -> Self {
+        let gate = record.stages.get(stage);
+        let waiting = match &record.wait {
+            Some(wait @ Wait::Stage { stage: s, .. }) if s == stage => Some(wait),
+            _ => None,
+        };
+        let status = match (went_on, gate) {
+            (true, Some(g)) if !g.approved_by.is_empty() => "approved",
+            (true, _) => "not-required",
+            (false, _) if waiting.is_some() => "waiting",
+            (false, _) => "refused",
+        };
+        let approve = waiting.and_then(line_to_copy);
+        let mismatch = gate.and_then(|g| g.mismatch.as_ref());
+        let json = json!({
+            "status": status,
+            "stage": stage,
+            "gate": gate.map(|g| g.gate.to_string()),
+            "digest": gate.map(|g| g.change_set.digest.clone()),
+            "approved_by": gate.map(|g| g.approved_by.clone()).unwrap_or_default(),
+            "pending": waiting.map(|_| json!({
+                "gate": gate.map(|g| g.gate.to_string()),
+                "digest": gate.map(|g| g.change_set.digest.clone()),
+                "members": record.members_of_wait(waiting.expect("waiting")).unwrap_or_default(),
+                "since": gate.map(|g| g.opened_at),
+            })),
+            "mismatch": mismatch.map(|m| json!({"approved": m.digest, "by": m.by})),
+            "approve": approve,
+        });
+        GateDecision {
+            status,
+            gate: gate.map(|g| g.gate.clone()),
+            digest: gate.map(|g| g.change_set.digest.clone()),
+            waiting_since: waiting.and(gate).map(|g| g.opened_at),
+            approve,
+            json,
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![("WAVEGATE_GATE_STATUS".to_owned(), self.status.to_owned())];
+        let mut put = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                env.push((name.to_owned(), value));
+            }
+        };
+        put("WAVEGATE_GATE", self.gate.as_ref().map(ToString::to_string));
+        put(
+            "WAVEGATE_GATE_DIGEST",
+            self.digest.as_ref().map(ToString::to_string),
+        );
+        put(
+            "WAVEGATE_GATE_WAITING_SINCE",
+            self.waiting_since.map(crate::model::utc),
+        );
+        put("WAVEGATE_GATE_APPROVE", self.approve.clone());
+        env
+    }
+}
+
+impl JobCtx<'_> {
+    /// Runs `stage`'s hooks at `moment` for `members`, the top level's
+    /// first, until one neither passes nor is approved: that one's result
+    /// is the moment's. `decision`: the gate's, for `after.gate`.
+    pub(super) async fn run_hooks(
+        &self,
+        drive: &mut Drive,
+        bench: &Workbench,
+        (stage, moment): (&str, Moment),
+        members: &[String],
+        decision: Option<&GateDecision>,
+    ) -> Result<HooksResult> {
+        let hooks = drive.rules.hooks(stage, moment);
+        if hooks.is_empty() || members.is_empty() {
+            return Ok(HooksResult::Passed);
+        }
+        let listed: Vec<HookMember> = members
+            .iter()
+            .map(|m| HookMember {
+                member: m.clone(),
+                plan_digest: bench
+                    .outcome(m)
+                    .and_then(|o| o.plan.as_ref())
+                    .map(|p| p.plan_digest.clone())
+                    .or_else(|| drive.approved.member(m).and_then(|c| c.plan_digest.clone())),
+            })
+            .collect();
+        let policy = drive.stage_policy(stage);
+        let pr = drive.run.pr;
+        for hook in &hooks {
+            let call = |member: Option<&String>| HookCall {
+                stage: stage.to_owned(),
+                moment,
+                name: hook.name.clone(),
+                member: member.cloned(),
+            };
+            let calls: Vec<(HookCall, Vec<HookMember>)> = if hook.per_member {
+                listed
+                    .iter()
+                    .map(|m| (call(Some(&m.member)), vec![m.clone()]))
+                    .collect()
+            } else {
+                vec![(call(None), listed.clone())]
+            };
+            for (call, shown) in calls {
+                let mut released = None;
+                if let Some((gate, digest)) = hooks::earlier_hold(&drive.run.record, &call) {
+                    let by = self
+                        .run_gate_approvers(drive, (&gate, 0, false), &digest, &policy)
+                        .await?;
+                    if !by.is_empty() {
+                        released = Some((gate, digest, by));
+                    }
+                }
+                // A hold on a digest already approved in this run is
+                // released at once: the hook runs again, told so.
+                let (ran, verdict) = loop {
+                    let mut env = decision.map(GateDecision::env).unwrap_or_default();
+                    if let Some((gate, digest, by)) = &released {
+                        let approved = hold_approved_json(gate, digest, by).to_string();
+                        env.push(("WAVEGATE_HOLD_APPROVED".to_owned(), approved));
+                    }
+                    let members_json =
+                        serde_json::to_vec_pretty(&shown).expect("members serialise");
+                    let decision_json = decision
+                        .map(|d| serde_json::to_vec_pretty(&d.json).expect("JSON serialises"));
+                    let ran = bench
+                        .run_hook(HookCommand {
+                            call: &call,
+                            hook,
+                            members_json,
+                            decision: decision_json,
+                            env,
+                        })
+                        .await;
+                    let hold = released.as_ref().map(|(g, d, _)| (g.clone(), d.clone()));
+                    let verdict = hooks::judge(pr, hook, &call, &shown, &ran, hold.as_ref());
+                    if let (Verdict::Hold { gate, request }, None) = (&verdict, &released) {
+                        let by = self
+                            .run_gate_approvers(drive, (gate, 0, false), &request.digest, &policy)
+                            .await?;
+                        if !by.is_empty() {
+                            released = Some((gate.clone(), request.digest.clone(), by));
+                            continue;
+                        }
+                    }
+                    break (ran, verdict);
+                };
+                let (state, result) = match verdict {
+                    Verdict::Passed => match released {
+                        Some((gate, digest, by)) => {
+                            (HookState::Approved { gate, digest, by }, None)
+                        }
+                        None => (HookState::Passed, None),
+                    },
+                    Verdict::Failed(why) => (
+                        HookState::Failed { why: why.clone() },
+                        Some(HooksResult::Failed(why)),
+                    ),
+                    Verdict::Approvable { gate, digest } => {
+                        let by = self
+                            .run_gate_approvers(drive, (&gate, 0, false), &digest, &policy)
+                            .await?;
+                        if by.is_empty() {
+                            let wait = hook_wait(&call, &gate, &digest, members, false);
+                            let state = HookState::Held {
+                                gate,
+                                digest,
+                                hold: false,
+                            };
+                            (state, Some(HooksResult::Waits(wait)))
+                        } else {
+                            (HookState::Approved { gate, digest, by }, None)
+                        }
+                    }
+                    Verdict::Hold { gate, request } => {
+                        let on: Vec<String> = if request.members.is_empty() {
+                            members.to_vec()
+                        } else {
+                            request.members.clone()
+                        };
+                        let wait = hook_wait(&call, &gate, &request.digest, &on, true);
+                        let state = HookState::Held {
+                            gate,
+                            digest: request.digest,
+                            hold: true,
+                        };
+                        (state, Some(HooksResult::Waits(wait)))
+                    }
+                };
+                tracing::info!(stage, %moment, hook = %call.name, member = ?call.member, outcome = state.word(), "hook ran");
+                self.record_hook(drive, &call, &shown, &state).await?;
+                hooks::remember(
+                    &mut drive.run.record,
+                    HookRecord {
+                        call,
+                        state,
+                        printed: ran.printed,
+                    },
+                );
+                if let Some(result) = result {
+                    return Ok(result);
+                }
+            }
+        }
+        Ok(HooksResult::Passed)
+    }
+
+    /// Appends the `hook` fact of one call's outcome: at the gate it waits
+    /// at or was approved at, else at the hook's own gate, with the digest
+    /// of what it was shown.
+    async fn record_hook(
+        &self,
+        drive: &Drive,
+        call: &HookCall,
+        shown: &[HookMember],
+        state: &HookState,
+    ) -> Result<()> {
+        let (gate, digest) = match state {
+            HookState::Held { gate, digest, .. } | HookState::Approved { gate, digest, .. } => {
+                (gate.clone(), digest.clone())
+            }
+            HookState::Passed | HookState::Failed { .. } => (
+                GateId::Hook(drive.run.pr, call.name.clone()),
+                hooks::hook_digest(call, shown),
+            ),
+        };
+        let mut data = FactData::in_run(drive.run.id, &drive.run.merge_sha);
+        data.outcome = Some(state.word().to_owned());
+        data.description = Some(format!("{} in stage {}", call.label(), call.stage));
+        data.member = call.member.as_ref().and_then(|m| m.parse().ok());
+        if let HookState::Failed { why } = state {
+            data.reason = Some(why.clone());
+        }
+        self.store
+            .append_fact(NewFact {
+                repo: drive.run.repo.id.ledger_key(),
+                gate,
+                kind: FactKind::Hook,
+                digest: digest.into(),
+                actor: Actor {
+                    id: 0,
+                    login: self.client.bot_login().await?,
+                },
+                at: self.store.now(),
+                source: Source::Wavegate,
+                data,
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+fn hook_wait(
+    call: &HookCall,
+    gate: &GateId,
+    digest: &Digest,
+    members: &[String],
+    hold: bool,
+) -> Wait {
+    Wait::Hook {
+        stage: call.stage.clone(),
+        moment: call.moment,
+        hook: call.name.clone(),
+        gate: gate.clone(),
+        digest: digest.clone(),
+        members: members.to_vec(),
+        hold,
+    }
+}
