@@ -379,3 +379,36 @@ async fn a_hook_holds_a_stage_on_another_gate_until_that_digest_is_approved() {
     );
     assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_after_the_plan_or_before_the_apply_waits_the_same_way_with_nothing_applied() {
+    for (moment, number) in [("after.plan", 88), ("before.apply", 89)] {
+        let bot = Bot::start().await;
+        bot.hooks_on_base(&hook(moment, "migrate", ""));
+        let held_on = format!("sha256:{}", "5e".repeat(32));
+        std::fs::write(
+            bot.example.estate.join("hooks/migrate.hold"),
+            format!(r#"{{"gate": "queues", "digest": "{held_on}"}}"#),
+        )
+        .unwrap();
+        let pr = approved_pr(&bot, number).await;
+        pr.merge().await;
+        assert!(bot.applies_run().is_empty(), "{moment}");
+        let asked = pr.last_reply();
+        assert!(
+            asked.starts_with(&format!(
+                "The {moment} hook `migrate` holds stage **dev** on `pr-{number}-hook-queues`"
+            )),
+            "{moment}: {asked}"
+        );
+        assert!(
+            pr.apply_section()
+                .contains("| dev | 1 | `app@dev` | waiting: the "),
+            "{moment}: {}",
+            pr.apply_section()
+        );
+        pr.comment_as("rev-carol", &format!("/approve {held_on}"))
+            .await;
+        assert_eq!(bot.applies_run(), ["app@dev"], "{moment}");
+    }
+}
