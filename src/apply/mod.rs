@@ -735,6 +735,7 @@ mod tests {
                     status: MemberStatus::Planned,
                     plan_digest: Some(p.plan_digest.clone()),
                     unknown_inputs: vec![],
+                    build_inputs: vec![],
                     inputs: Map::new(),
                     plan: Some((*p).clone()),
                 })
@@ -756,6 +757,7 @@ mod tests {
             apply: None,
             outputs: None,
             timeout: Duration::from_secs(1),
+            kind: crate::config::repo::ComponentKind::Infra,
         }
     }
 

@@ -158,6 +158,20 @@ pub(crate) struct RawComponent {
     pub(crate) apply: Option<Vec<String>>,
     pub(crate) outputs: Option<Vec<String>>,
     pub(crate) timeout: Option<String>,
+    /// `build`: it builds and publishes artifacts (an image, a package)
+    /// that other components read as `build:<component>.<output>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<ComponentKind>,
+}
+
+/// What a component is: infrastructure (the default) or a build whose
+/// apply publishes an artifact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentKind {
+    #[default]
+    Infra,
+    Build,
 }
 
 /// When a stage waits for its own approval even if the PR approval covers it.
@@ -259,6 +273,11 @@ pub struct Input {
     pub name: String,
     pub upstream: String,
     pub output: String,
+    /// `build:<component>.<output>`: an artifact the upstream build
+    /// publishes when it applies. While the build is in the change its value
+    /// is left to the build (never fixed in the plan a person approves), so
+    /// it moving is not a change; the build's own plan binds it.
+    pub build: bool,
 }
 
 /// A validated component with every default resolved.
@@ -278,6 +297,7 @@ pub struct Component {
     pub apply: Option<Vec<String>>,
     pub(crate) outputs: Option<Vec<String>>,
     pub(crate) timeout: Duration,
+    pub kind: ComponentKind,
 }
 
 /// A validated `wavegate.toml`.
@@ -591,7 +611,11 @@ impl RepoConfig {
             let mut inputs = Vec::new();
             for (name, reference) in &c.inputs {
                 let field = at(&format!("inputs.{name}"));
-                let Some((upstream, output)) = reference
+                let (build, plain) = match reference.strip_prefix("build:") {
+                    Some(rest) => (true, rest),
+                    None => (false, reference.as_str()),
+                };
+                let Some((upstream, output)) = plain
                     .split_once('.')
                     .filter(|(u, o)| !u.is_empty() && !o.is_empty())
                 else {
@@ -608,10 +632,19 @@ impl RepoConfig {
                         &format!("name one of: {}", names(&raw.components)),
                     ));
                 }
+                let upstream_kind = raw.components[index_of[upstream]].kind.unwrap_or_default();
+                if build && upstream_kind != ComponentKind::Build {
+                    return Err(err(
+                        field,
+                        format!("`{reference}` reads a build artifact, but `{upstream}` is not a build"),
+                        &format!("declare `{upstream}` with `kind = \"build\"`, or read a plain output as `{plain}`"),
+                    ));
+                }
                 inputs.push(Input {
                     name: name.clone(),
                     upstream: upstream.to_owned(),
                     output: output.to_owned(),
+                    build,
                 });
             }
             components.push(Component {
@@ -626,6 +659,7 @@ impl RepoConfig {
                 apply,
                 outputs,
                 timeout,
+                kind: c.kind.unwrap_or_default(),
             });
         }
 
@@ -1123,6 +1157,33 @@ approvers = ["alice"]
     }
 
     #[test]
+    fn a_build_input_reads_an_artifact_of_a_build_component_and_only_of_one() {
+        let with_build = |kind: &str| {
+            format!(
+                "[defaults]\nplan = [\"p\"]\n[[stage]]\nname = \"dev\"\n[[component]]\nname = \"image\"\ndir = \"build/image\"\n{kind}\n[[component]]\nname = \"web\"\ndir = \"infra/web\"\ndepends_on = [\"image\"]\ninputs = {{ image = \"build:image.digest\", tag = \"image.tag\" }}\n"
+            )
+        };
+        let c = RepoConfig::parse("wavegate.toml", &with_build("kind = \"build\"")).unwrap();
+        assert_eq!(c.component("image").unwrap().kind, ComponentKind::Build);
+        assert_eq!(c.component("web").unwrap().kind, ComponentKind::Infra);
+        let inputs: Vec<(&str, bool)> = c
+            .component("web")
+            .unwrap()
+            .inputs
+            .iter()
+            .map(|i| (i.name.as_str(), i.build))
+            .collect();
+        assert_eq!(inputs, [("image", true), ("tag", false)]);
+        let e = error_of(&with_build(""));
+        assert!(
+            e.contains("`component[1] (web).inputs.image`: `build:image.digest` reads a build artifact, but `image` is not a build; fix: declare `image` with `kind = \"build\"`"),
+            "{e}"
+        );
+        let e = error_of(&with_build("kind = \"docker\""));
+        assert!(e.contains("unknown variant `docker`"), "{e}");
+    }
+
+    #[test]
     fn a_good_config_resolves_defaults() {
         let c = RepoConfig::parse("wavegate.toml", GOOD).unwrap();
         assert_eq!(
@@ -1148,7 +1209,8 @@ approvers = ["alice"]
             vec![Input {
                 name: "vpc_id".into(),
                 upstream: "network".into(),
-                output: "vpc_id".into()
+                output: "vpc_id".into(),
+                build: false,
             }]
         );
         assert_eq!(c.ignore.len(), 2);

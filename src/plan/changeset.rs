@@ -48,6 +48,10 @@ pub(crate) struct ChangeSetMember {
     pub(crate) plan_digest: Option<Digest>,
     /// The member's own input names whose values are not known yet.
     pub(crate) unknown_inputs: Vec<String>,
+    /// Its inputs a build in the change publishes when it applies: left to
+    /// the build (its own plan binds them), so their values may move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) build_inputs: Vec<String>,
     /// The input values the plan read, by the member's own input names.
     pub(crate) inputs: Map<String, Value>,
     /// The full plan (absent unless planned), kept so coverage can compare against it.
@@ -127,7 +131,7 @@ impl ChangeSet {
     }
 
     /// The digest covers each bound member's name, status, plan digest,
-    /// unknown and known inputs: what was planned, not the prose around it
+    /// unknown, build and known inputs: what was planned, not the prose around it
     /// (and, under `changing`, says so). Numbers are written as the set's
     /// version says.
     pub(crate) fn compute_digest(&self) -> Result<Digest, ChangeSetError> {
@@ -137,13 +141,18 @@ impl ChangeSet {
             .iter()
             .filter(|m| self.binds(m))
             .map(|m| {
-                json!({
+                let mut bound = json!({
                     "member": m.member,
                     "status": m.status,
                     "planDigest": m.plan_digest,
                     "unknownInputs": m.unknown_inputs,
                     "inputs": m.inputs,
-                })
+                });
+                // Only when there are any: every digest without stays as it was.
+                if !m.build_inputs.is_empty() {
+                    bound["buildInputs"] = json!(m.build_inputs);
+                }
+                bound
             })
             .collect();
         let mut document = json!({"version": self.version, "members": members});
@@ -209,6 +218,7 @@ mod tests {
             status: MemberStatus::Planned,
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
+            build_inputs: vec![],
             inputs: Map::new(),
             plan: Some(plan),
         }

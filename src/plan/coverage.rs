@@ -61,7 +61,8 @@ fn first_difference(
         }
     }
     for name in fresh.inputs.keys() {
-        if !was.inputs.contains_key(name) && !was.unknown_inputs.contains(name) {
+        let left_open = was.unknown_inputs.contains(name) || was.build_inputs.contains(name);
+        if !was.inputs.contains_key(name) && !left_open {
             return Some(format!("input {name} was not read by the approved plan"));
         }
     }
@@ -251,6 +252,7 @@ mod tests {
                 status: MemberStatus::Planned,
                 plan_digest: Some(plan.plan_digest.clone()),
                 unknown_inputs: unknown,
+                build_inputs: vec![],
                 inputs,
                 plan: Some(plan),
             };
@@ -272,6 +274,7 @@ mod tests {
             status: MemberStatus::Planned,
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
+            build_inputs: vec![],
             inputs: Map::new(),
             plan: Some(plan),
         }])
@@ -302,6 +305,29 @@ mod tests {
             Coverage::NotCovered(r) => r,
             Coverage::Covered => panic!("expected not covered"),
         }
+    }
+
+    #[test]
+    fn a_build_input_may_be_known_at_apply_where_the_approved_plan_left_it_to_the_build() {
+        let fresh = r#"{
+            "entries": [
+                {"address": "aws_vpc.main", "action": "update", "after": {"cidr": "10.0.0.0/16", "id": null, "tags": {"a": "1"}}, "unknown": ["id"]},
+                {"address": "aws_subnet.a", "action": "create", "after": {"vpc": "vpc-1", "zone": "a"}}
+            ],
+            "outputs": {"known": {"name": "main"}, "unknown": ["vpc_id"]}
+        }"#;
+        let inputs = json!({"region": "eu", "image": "sha256:abc"});
+        // Read by the approved plan as neither known nor unknown: not covered.
+        let plain = approved_set(&["subnet"], json!({"region": "eu"}));
+        assert_eq!(
+            check_against(&plain, fresh, inputs.clone()),
+            Coverage::NotCovered("net@dev: input image was not read by the approved plan".into())
+        );
+        // Left to the build that publishes it: its value now is no change.
+        let mut built = plain.clone();
+        let net = built.members.iter_mut().find(|m| m.member == "net@dev");
+        net.expect("in the set").build_inputs = vec!["image".into()];
+        assert_eq!(check_against(&built, fresh, inputs), Coverage::Covered);
     }
 
     #[test]

@@ -106,6 +106,10 @@ pub(crate) enum InputSource {
     Recorded,
     /// Nothing could say; passed to the plan as unknown.
     Unknown,
+    /// An artifact a build in this change publishes when it applies
+    /// (`build:<component>.<output>`): passed to the plan as unknown, and
+    /// bound by the build's own plan, never by this one.
+    Build,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -146,6 +150,26 @@ impl MemberOutcome {
         self.inputs
             .iter()
             .filter(|(_, i)| i.source == InputSource::Unknown)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The inputs a build in the change publishes (`build:` inputs whose
+    /// build is planned here and not yet applied).
+    pub(crate) fn build_inputs(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter(|(_, i)| i.source == InputSource::Build)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// What the member's plan command is told it cannot know: the unknown
+    /// inputs and the build inputs.
+    fn unknown_to_the_plan(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter(|(_, i)| matches!(i.source, InputSource::Unknown | InputSource::Build))
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -368,6 +392,7 @@ pub(crate) fn change_set_of(
                 status: m.status,
                 plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
                 unknown_inputs: m.unknown_inputs(),
+                build_inputs: m.build_inputs(),
                 inputs: m.known_inputs(),
                 plan: m.plan.clone(),
             })
@@ -895,6 +920,15 @@ impl Workbench {
                 ),
             };
         }
+        if input.build && self.outcomes.contains_key(&upstream) {
+            return resolved(
+                InputSource::Build,
+                None,
+                Some(format!(
+                    "the build {upstream} publishes it when it applies; its own plan binds it"
+                )),
+            );
+        }
         if let Some(planned) = self.outcomes.get(&upstream).filter(|o| o.plan.is_some()) {
             let plan = planned
                 .plan
@@ -1017,7 +1051,7 @@ impl Workbench {
         outcome: &MemberOutcome,
     ) -> Result<(CommandSpec, MemberFiles), String> {
         let files = self.member_files(&outcome.member, "")?;
-        let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_inputs()});
+        let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
         files::write_file(
             &files.dir,
             INPUTS_FILE,

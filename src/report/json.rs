@@ -44,6 +44,9 @@ pub(crate) struct JsonMember<'a> {
     /// The plan lists no resources: its summary is bound and its apply always runs.
     pub(crate) opaque: bool,
     pub(crate) unknown_inputs: Vec<String>,
+    /// Inputs a build in the change publishes when it applies.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) build_inputs: Vec<String>,
     /// Values of sensitive inputs are left out.
     pub(crate) inputs: BTreeMap<String, ResolvedInput>,
     pub(crate) denied: &'a [String],
@@ -76,6 +79,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
                 .filter(|(_, i)| i.source == InputSource::Unknown)
                 .map(|(n, _)| n.clone())
                 .collect(),
+            build_inputs: m.build_inputs(),
             inputs: m
                 .inputs
                 .iter()

@@ -471,6 +471,12 @@ fn member_notes(m: &MemberOutcome) -> Vec<String> {
                 "`{}` input `{name}` ← `{}` was seeded",
                 m.member, input.reference
             )),
+            InputSource::Build => notes.push(format!(
+                "`{}` input `{name}` ← `build:{}` is a build input: {}; approving this plan does not fix its value",
+                m.member,
+                input.reference,
+                input.why.as_deref().unwrap_or("the build publishes it when it applies")
+            )),
             _ => {}
         }
     }
@@ -936,6 +942,7 @@ mod tests {
                     status: m.status,
                     plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
                     unknown_inputs: m.unknown_inputs(),
+                    build_inputs: vec![],
                     inputs: m.known_inputs(),
                     plan: m.plan.clone(),
                 })

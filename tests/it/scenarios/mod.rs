@@ -7,6 +7,7 @@ mod approvers;
 mod attacks;
 mod bot;
 mod branches;
+mod build_inputs;
 mod carried;
 mod digest_over;
 mod forge_clients;
