@@ -695,7 +695,13 @@ impl JobCtx<'_> {
             }
             let gate = drive.rules.gate(&stage);
             let step = self.stage_gate(drive, bench, &stage, &waves, gate).await?;
-            if !drive.rules.hooks(&stage, Moment::AfterGate).is_empty() {
+            // after.gate runs once the gate decided: it went on, waits, or
+            // expired; not when plans or a hook stopped the stage first.
+            let record = &drive.run.record;
+            let decided = step == Step::Continue
+                || matches!(&record.wait, Some(Wait::Stage { stage: s, .. }) if *s == stage)
+                || record.stages.get(&stage).is_some_and(|g| g.expired);
+            if decided && !drive.rules.hooks(&stage, Moment::AfterGate).is_empty() {
                 let decision = GateDecision::of(&drive.run.record, &stage, step == Step::Continue);
                 let at = (stage.as_str(), Moment::AfterGate);
                 let result = self
