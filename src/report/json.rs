@@ -16,6 +16,12 @@ pub(crate) struct JsonReport<'a> {
     pub(crate) version: u32,
     /// The change-set digest: what `/approve` binds.
     pub(crate) digest: &'a Digest,
+    /// `changing` when the digest binds only the members that change something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) digest_over: Option<&'static str>,
+    /// The members the digest leaves out then.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) unbound: Vec<&'a str>,
     pub(crate) derivation_digest: &'a Digest,
     pub(crate) base: &'a str,
     pub(crate) head: &'a str,
@@ -99,6 +105,14 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
     JsonReport {
         version: REPORT_VERSION,
         digest: &change.change_set.digest,
+        digest_over: (!change.change_set.over.is_all()).then_some("changing"),
+        unbound: change
+            .change_set
+            .members
+            .iter()
+            .filter(|m| !change.change_set.binds(m))
+            .map(|m| m.member.as_str())
+            .collect(),
         derivation_digest: &change.derivation.digest,
         base: &change.base,
         head: &change.head,

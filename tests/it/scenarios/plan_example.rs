@@ -363,13 +363,55 @@ fn the_json_report_matches_its_schema() {
         "change",
         &[("infra/app/.fail-plan", Some("boom\n"))],
     );
-    for head in ["change", "fail"] {
-        let report = example.plan("main", head, &[]).json();
+    // A base whose digests bind the changing members only, and a head with
+    // a build input: the report's optional fields, checked too.
+    let config = example
+        .read("main", "wavegate.toml")
+        .replace("required = 1", "required = 1\ndigest_over = \"changing\"");
+    example.branch("changing", "main", &[("wavegate.toml", Some(&config))]);
+    let built = config.replace(
+        "[policy]",
+        "[[component]]\nname = \"image\"\nkind = \"build\"\ndir = \"build/image\"\nstages = [\"dev\"]\n\n[[component]]\nname = \"web\"\ndir = \"infra/web\"\ndepends_on = [\"image\", \"network\"]\ninputs = { image = \"build:image.digest\" }\nstages = [\"dev\"]\n\n[policy]",
+    );
+    example.branch(
+        "built",
+        "changing",
+        &[
+            ("wavegate.toml", Some(&built)),
+            (
+                "build/image/resources.json",
+                Some(r#"{"aws_ecr_image.web": {"tag": "v2", "_computed": ["digest"]}}"#),
+            ),
+            (
+                "build/image/outputs.json",
+                Some(r#"{"digest": "aws_ecr_image.web.digest"}"#),
+            ),
+            (
+                "infra/web/resources.json",
+                Some(r#"{"aws_ecs_service.web": {"image": "${input.image}"}}"#),
+            ),
+            ("infra/web/outputs.json", Some("{}")),
+            ("infra/network/OWNERS", Some("network-team\n")),
+        ],
+    );
+    for (base, head) in [("main", "change"), ("main", "fail"), ("changing", "built")] {
+        let report = example.plan(base, head, &[]).json();
         let errors: Vec<String> = validator
             .iter_errors(&report)
             .map(|e| format!("{} at {}", e, e.instance_path()))
             .collect();
         assert!(errors.is_empty(), "{head}: {errors:#?}");
+        if head == "built" {
+            assert_eq!(report["digestOver"], "changing");
+            let unbound = report["unbound"].as_array().unwrap();
+            assert!(unbound.contains(&json!("network@dev")), "{report:#}");
+            assert!(!unbound.contains(&json!("web@dev")) && !unbound.contains(&json!("image@dev")));
+            assert_eq!(
+                Run::member(&report, "web@dev")["buildInputs"],
+                json!(["image"])
+            );
+            assert_eq!(Run::member(&report, "web@dev")["unknownInputs"], json!([]));
+        }
     }
     let mut broken = example.plan("main", "change", &[]).json();
     broken["members"][0]["status"] = json!("maybe");
