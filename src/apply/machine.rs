@@ -211,8 +211,6 @@ pub(crate) struct WaveMachine<'a> {
     replans: VecDeque<String>,
     /// The moment whose hooks were asked to run, until they answer.
     hooking: Option<Moment>,
-    /// The members whose apply commands applied in this job.
-    applied_here: Vec<String>,
     /// Whether the `after.apply` hooks ran (once per wave and job).
     after_applied: bool,
 }
@@ -227,7 +225,6 @@ impl<'a> WaveMachine<'a> {
             running: BTreeMap::new(),
             replans: VecDeque::new(),
             hooking: None,
-            applied_here: Vec::new(),
             after_applied: false,
         }
     }
@@ -345,7 +342,9 @@ impl<'a> WaveMachine<'a> {
             }
         }
         if self.pending.is_empty() {
-            effects.push(Effect::Done(Step::Continue));
+            if !self.ask_after_apply(record, effects) {
+                effects.push(Effect::Done(Step::Continue));
+            }
         } else {
             effects.push(Effect::Lock(self.pending.clone()));
         }
@@ -495,7 +494,7 @@ impl<'a> WaveMachine<'a> {
             return;
         };
         let members: Vec<String> = match moment {
-            Moment::AfterApply => self.applied_here.clone(),
+            Moment::AfterApply => self.after_apply_due(record),
             _ => self.queue.iter().map(|o| o.member.clone()).collect(),
         };
         match hooks::settle(record, moment, &members, result, Step::Continue) {
@@ -503,8 +502,43 @@ impl<'a> WaveMachine<'a> {
                 effects.push(Effect::Save);
                 self.stop_and(effects, None);
             }
-            None => self.fill(record, now, effects),
+            None => {
+                if moment == Moment::AfterApply {
+                    for member in &members {
+                        record.after_apply_due.remove(member);
+                    }
+                    effects.push(Effect::Save);
+                }
+                self.fill(record, now, effects);
+            }
         }
+    }
+
+    /// The wave's members that applied and whose `after.apply` hooks have
+    /// not passed yet (in an earlier job too: a crash, a stop, a failure).
+    fn after_apply_due(&self, record: &AttemptRecord) -> Vec<String> {
+        self.spec
+            .members
+            .iter()
+            .filter(|m| record.after_apply_due.contains(*m))
+            .cloned()
+            .collect()
+    }
+
+    /// Asks for the `after.apply` hooks, once per job, while members of
+    /// the wave are due them.
+    fn ask_after_apply(&mut self, record: &AttemptRecord, effects: &mut Vec<Effect>) -> bool {
+        let due = self.after_apply_due(record);
+        if !self.spec.after_apply_hooks || self.after_applied || due.is_empty() {
+            return false;
+        }
+        self.after_applied = true;
+        self.hooking = Some(Moment::AfterApply);
+        effects.push(Effect::Hooks {
+            moment: Moment::AfterApply,
+            members: due,
+        });
+        true
     }
 
     /// Starts applies while fewer than `concurrency` run (a member whose
@@ -532,13 +566,7 @@ impl<'a> WaveMachine<'a> {
             effects.extend([Effect::Save, Effect::Publish]);
             effects.extend(started.into_iter().map(Effect::Apply));
         } else if self.running.is_empty() {
-            if self.spec.after_apply_hooks && !self.after_applied && !self.applied_here.is_empty() {
-                self.after_applied = true;
-                self.hooking = Some(Moment::AfterApply);
-                effects.push(Effect::Hooks {
-                    moment: Moment::AfterApply,
-                    members: self.applied_here.clone(),
-                });
+            if self.ask_after_apply(record, effects) {
                 return;
             }
             if self.locked {
@@ -617,7 +645,10 @@ impl<'a> WaveMachine<'a> {
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
                 record.replans.remove(&member);
-                self.applied_here.push(member.clone());
+                if self.spec.after_apply_hooks {
+                    // Saved with its `applied`: the hooks are owed it until they pass.
+                    record.after_apply_due.insert(member.clone());
+                }
                 applied(record, &member, &digest, outputs, None, effects);
                 self.fill(record, now, effects);
                 return;
@@ -1128,10 +1159,63 @@ mod tests {
             !effects.contains(&Effect::Unlock),
             "the locks are held while it runs"
         );
+        assert!(
+            record.after_apply_due.contains("network@dev"),
+            "owed, and saved so"
+        );
         assert_eq!(
             step(&mut machine, &mut record, passed(NOW + 6_000)),
-            [Effect::Unlock, Effect::Done(Step::Continue)]
+            [Effect::Save, Effect::Unlock, Effect::Done(Step::Continue)]
         );
+        assert!(record.after_apply_due.is_empty());
+    }
+
+    #[test]
+    fn after_apply_hooks_owed_by_an_earlier_job_run_before_the_wave_counts_as_done() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let mut h = Harness::new(&["network@dev"], &[&net]);
+        h.hooks = (false, true);
+        let mut record = h.record.clone();
+        record.set(
+            "network@dev",
+            MemberState::Applied {
+                plan_digest: net.plan_digest.clone(),
+                outputs: outputs(&[]),
+                note: None,
+            },
+        );
+        // It applied, and the job ended (a crash, a failing hook) before its hooks passed.
+        record.after_apply_due.insert("network@dev".into());
+        let mut machine = h.machine();
+        let wave = vec!["network@dev".to_owned()];
+        let hooks = Effect::Hooks {
+            moment: Moment::AfterApply,
+            members: wave,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, Observation::Reached { now: NOW }),
+            std::slice::from_ref(&hooks)
+        );
+        let failed = Observation::Hooked {
+            result: HooksResult::Failed("the after.apply hook `smoke` failed".into()),
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, failed),
+            [Effect::Save, Effect::Done(Step::Stop)]
+        );
+        assert!(record.after_apply_due.contains("network@dev"), "still owed");
+        let mut machine = h.machine();
+        step(&mut machine, &mut record, Observation::Reached { now: NOW });
+        let passed = Observation::Hooked {
+            result: HooksResult::Passed,
+            now: NOW,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, passed),
+            [Effect::Save, Effect::Done(Step::Continue)]
+        );
+        assert!(record.after_apply_due.is_empty());
     }
 
     #[test]

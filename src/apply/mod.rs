@@ -436,6 +436,10 @@ pub(crate) struct AttemptRecord {
     /// Each hook call's latest outcome, in the order they ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) hooks: Vec<hooks::HookRecord>,
+    /// Members that applied and whose stage's `after.apply` hooks have not
+    /// passed for them yet: the wave is not done until they do.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) after_apply_due: BTreeSet<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -48,7 +48,7 @@ pub(crate) struct Settle<'a> {
     pub(crate) approved: &'a ChangeSet,
     /// Every member of the run.
     pub(crate) members: &'a BTreeSet<String>,
-    /// The wait and the failed members as the job found them.
+    /// The wait and what had failed ([`failures`]) as the job found them.
     pub(crate) previous_wait: Option<&'a Wait>,
     pub(crate) failed_before: &'a BTreeSet<String>,
     pub(crate) now: i64,
@@ -90,7 +90,7 @@ pub(crate) fn settle(
     if let Some(Wait::Lock { member, .. }) = &record.wait {
         effects.push(Effect::ResumeIfUnlocked(member.clone()));
     }
-    let newly_failed = *status == RunStatus::Failed && failed(record) != *s.failed_before;
+    let newly_failed = *status == RunStatus::Failed && failures(record) != *s.failed_before;
     let new_wait = record.wait.clone().filter(|_| new_wait);
     let news = match status {
         RunStatus::Failed if newly_failed => Some(News::Failed {
@@ -156,6 +156,23 @@ pub(crate) fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry
 }
 
 /// The members that failed, for telling a new failure from one said before.
+/// Everything that failed: the failed members, and each `after.apply`
+/// hook that failed after its members applied (`Settle::failed_before`).
+pub(crate) fn failures(record: &AttemptRecord) -> BTreeSet<String> {
+    let mut all = failed(record);
+    all.extend(
+        record
+            .hooks
+            .iter()
+            .filter(|h| {
+                h.call.moment == crate::config::hooks::Moment::AfterApply
+                    && matches!(h.state, super::hooks::HookState::Failed { .. })
+            })
+            .map(|h| h.call.label()),
+    );
+    all
+}
+
 pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
     record
         .members
@@ -429,7 +446,7 @@ mod tests {
         );
         assert_eq!(status, RunStatus::Failed);
 
-        job.failed_before = failed(&record);
+        job.failed_before = failures(&record);
         job.previous_wait = Some(wait);
         assert_eq!(
             job.settle(&mut status, &mut record),

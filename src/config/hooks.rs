@@ -1,9 +1,10 @@
 //! Hooks: a team's own commands around each stage's plan, gate and apply
 //! (`[[hooks.<before|after>.<moment>]]` at the top level, for every stage,
 //! and `[[stage.hooks.…]]` for one). What is written here is read from the
-//! base branch only, like `[policy]`: a pull request cannot add, drop or
-//! loosen a hook around its own apply. The commands run in the sandbox like
-//! any repository command.
+//! base branch only, like `[policy]`: a pull request cannot add or drop a
+//! hook, or change its command line or `on_failure`, around its own apply
+//! (the files it runs are the merge commit's, like every command's). The
+//! commands run in the sandbox like any repository command.
 
 use super::repo::{parse_duration, ConfigError};
 use serde::{Deserialize, Serialize};

@@ -28,9 +28,12 @@ pub(crate) fn title(view: &RunView<'_>) -> String {
             count(|s| matches!(s, MemberState::StoodDown { .. }))
         ),
         (RunStatus::Failed, wait) => format!(
-            "Apply failed: {} applied, {} failed; /retry resumes{}",
+            "Apply failed: {} applied, {} failed{}; /retry resumes{}",
             count(MemberState::is_applied),
             count(|s| matches!(s, MemberState::Failed { .. })),
+            crate::apply::hooks::failed_after_apply(view.record)
+                .map(|h| format!(", the after.apply hook `{}` failed", h.call.name))
+                .unwrap_or_default(),
             wait.as_ref()
                 .map(|w| format!(" (also waiting: {})", waiting_for(w)))
                 .unwrap_or_default()
@@ -212,9 +215,13 @@ pub(crate) fn news(
                 .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
                 .map(|(m, s)| format!("`{m}` {}", s.label()))
                 .collect();
-            let stopped = match stopped.is_empty() {
-                true => "a member could not be planned".to_owned(),
-                false => stopped.join("; "),
+            let hook = crate::apply::hooks::failed_after_apply(record)
+                .map(|h| format!("{} failed after its members applied", h.call.label()));
+            let stopped = match (stopped.is_empty(), hook) {
+                (true, Some(hook)) => hook,
+                (true, None) => "a member could not be planned".to_owned(),
+                (false, Some(hook)) => format!("{}; {hook}", stopped.join("; ")),
+                (false, None) => stopped.join("; "),
             };
             let mut said = format!(
                 "The apply on {merge} failed: {stopped}. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover."

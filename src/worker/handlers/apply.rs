@@ -350,7 +350,7 @@ impl JobCtx<'_> {
         };
         drive.run.record.layout = layout;
         drive.run.record.lapsed.clear();
-        let failed_before = run::failed(&drive.run.record);
+        let failed_before = run::failures(&drive.run.record);
         drive.run.status = RunStatus::Running;
         let previous_wait = drive.run.record.wait.take();
 
@@ -667,14 +667,15 @@ impl JobCtx<'_> {
             let all: Vec<&String> = waves.iter().flatten().collect();
             // A member that stood down ended on purpose: its stage is done.
             let done = |r: &AttemptRecord| {
-                all.iter().all(|m| {
-                    let state = r.root_state(m);
-                    state.is_applied()
-                        || matches!(
-                            state,
-                            MemberState::Unaffected | MemberState::StoodDown { .. }
-                        )
-                })
+                all.iter().all(|m| !r.after_apply_due.contains(*m))
+                    && all.iter().all(|m| {
+                        let state = r.root_state(m);
+                        state.is_applied()
+                            || matches!(
+                                state,
+                                MemberState::Unaffected | MemberState::StoodDown { .. }
+                            )
+                    })
             };
             if done(&drive.run.record) {
                 continue;

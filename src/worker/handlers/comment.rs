@@ -2,6 +2,7 @@
 //! which digest it binds, the fact it leaves in the ledger, the reactions
 //! and the one reply that says what was refused and why.
 
+use crate::apply::hooks::HookState;
 use crate::apply::run::Retry;
 use crate::apply::Wait;
 use crate::config::repo::Policy;
@@ -272,6 +273,19 @@ impl JobCtx<'_> {
         if let Some(run) = self.store.apply_run(&self.repo.id, self.pr).await? {
             gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
             gates.push(GateId::Override(self.pr));
+            // The gates of hooks' failures and holds, approved or waiting.
+            let hook_gates = run.record.hooks.iter().filter_map(|h| match &h.state {
+                HookState::Held { gate, .. } | HookState::Approved { gate, .. } => Some(gate),
+                _ => None,
+            });
+            for gate in hook_gates.chain(match &run.record.wait {
+                Some(Wait::Hook { gate, .. }) => Some(gate),
+                _ => None,
+            }) {
+                if !gates.contains(gate) {
+                    gates.push(gate.clone());
+                }
+            }
         }
         let admin = self
             .client
@@ -354,7 +368,10 @@ impl JobCtx<'_> {
                 digest: digest.clone(),
             }));
         }
-        if let Some(stage) = waiting_stage {
+        // Only the stage's own gate expires; a round or a hook waiting in
+        // a stage whose gate went through does not.
+        let at_stage_gate = matches!(run.record.wait, Some(Wait::Stage { .. }));
+        if let Some(stage) = waiting_stage.filter(|_| at_stage_gate) {
             let now = self.store.now();
             let expires_at = run.record.stages.get(stage).and_then(|g| g.expires_at);
             if expires_at.is_some_and(|at| now >= at) {

@@ -21,7 +21,13 @@ for key in sorted(os.environ):
         print(f"{key}={os.environ[key]}")
 if "WAVEGATE_DECISION" in os.environ:
     print("decision status: " + json.load(open(os.environ["WAVEGATE_DECISION"]))["status"])
+if len(sys.argv) > 2:
+    plan = json.load(open(sys.argv[2]))
+    print(f"plan of {os.environ['WAVEGATE_MEMBER']}: {len(plan.get('entries', []))} entries")
 control = pathlib.Path(os.environ["ESTATE_DIR"]) / "hooks"
+if (control / f"{name}.hang").exists():
+    import time
+    time.sleep(120)
 hold = control / f"{name}.hold"
 if hold.exists():
     if os.environ.get("WAVEGATE_HOLD_APPROVED"):
@@ -212,9 +218,27 @@ async fn a_failing_hook_stops_what_comes_after_its_moment() {
             );
         }
 
+        if moment == "after.apply" {
+            // The run says it failed, naming the hook, though every member applied.
+            let said = pr.last_reply();
+            assert!(
+                said.contains("the after.apply hook `guard` failed after its members applied"),
+                "{said}"
+            );
+            assert!(pr
+                .apply_check()
+                .title
+                .contains("the after.apply hook `guard` failed"));
+        }
+
         // `/retry` runs the hook again; passing now, the run goes on.
         bot.hook_passes("guard");
         pr.comment_as("rev-bob", "/retry").await;
+        let section = pr.apply_section();
+        assert!(
+            section.contains(&format!("- Hook `guard` ({moment}, stage dev): passed")),
+            "{moment}: ran again and passed: {section}"
+        );
         assert!(
             bot.applies_run().contains(&"app@dev".to_owned()),
             "{moment}: {}",
@@ -411,4 +435,93 @@ async fn a_hold_after_the_plan_or_before_the_apply_waits_the_same_way_with_nothi
             .await;
         assert_eq!(bot.applies_run(), ["app@dev"], "{moment}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_member_hook_runs_once_for_each_member_with_its_plan_file() {
+    let bot = Bot::start().await;
+    bot.hooks_on_base(
+        "[[hooks.before.apply]]\nname = \"lint\"\nper_member = true\ncommand = [\"python3\", \"ci/hook.py\", \"{members_file}\", \"{plan_file}\"]\n",
+    );
+    let pr = approved_pr(&bot, 93).await;
+    pr.merge().await;
+    let stage_digest = digest_in(&pr.last_reply());
+    pr.comment_as("rev-carol", &format!("/approve prod {stage_digest}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    let section = pr.apply_section();
+    insta::assert_snapshot!(hook_lines(&section), @"
+    - Hook `lint` (before.apply, stage dev, for `app@dev`): passed
+    - Hook `lint` (before.apply, stage prod, for `app@prod`): passed
+    - Hook `lint` (before.apply, stage prod, for `dns@prod`): passed
+    ");
+    for member in ["app@dev", "app@prod", "dns@prod"] {
+        assert!(
+            section.contains(&format!(
+                "before.apply lint in {}: {member}\nplan of {member}: ",
+                &member[member.find('@').unwrap() + 1..]
+            )),
+            "{member}: {section}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_hangs_is_killed_at_its_timeout_and_fails_saying_so() {
+    let bot = Bot::start().await;
+    bot.hooks_on_base(&hook("before.plan", "stuck", "timeout = \"2s\""));
+    std::fs::write(bot.example.estate.join("hooks/stuck.hang"), "").unwrap();
+    let pr = approved_pr(&bot, 94).await;
+    pr.merge().await;
+    assert!(bot.applies_run().is_empty());
+    assert_eq!(pr.apply_check().state, "failure");
+    let section = pr.apply_section();
+    assert!(
+        section.contains("- Hook `stuck` (before.plan, stage dev): failed: the before.plan hook `stuck` failed: the hook did not finish within its timeout of 2s and was killed with everything it started"),
+        "{section}"
+    );
+    bot.until_no_command_survives().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_that_gates_deadline() {
+    let bot = Bot::start().await;
+    bot.edit_base_config(
+        "name = \"prod\"\ngate = \"always\"",
+        "name = \"prod\"\ngate = \"always\"\ntimeout = \"2s\"",
+    );
+    bot.hooks_on_base(
+        "[[stage.hooks.before.apply]]\nname = \"window\"\ncommand = [\"python3\", \"ci/hook.py\", \"{members_file}\"]\non_failure = \"approve\"\n",
+    );
+    bot.hook_exits("window", 1);
+    let pr = approved_pr(&bot, 95).await;
+    pr.merge().await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    let stage_digest = digest_in(&pr.last_reply());
+    pr.comment_as("rev-carol", &format!("/approve prod {stage_digest}"))
+        .await;
+    let asked = pr.last_reply();
+    assert!(
+        asked.starts_with("The before.apply hook `window` failed"),
+        "{asked}"
+    );
+    // prod's gate went through before its 2s ran out; the hook's wait has no deadline.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    pr.comment_as("rev-carol", &format!("/approve {}", digest_in(&asked)))
+        .await;
+    assert_eq!(
+        bot.applies_run(),
+        ["app@dev", "app@prod"],
+        "{}",
+        pr.apply_section()
+    );
+    // The next wave's plans are another digest: its failure is approved on its own.
+    let asked = pr.last_reply();
+    assert!(
+        asked.starts_with("The before.apply hook `window` failed"),
+        "{asked}"
+    );
+    pr.comment_as("rev-carol", &format!("/approve {}", digest_in(&asked)))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
 }
