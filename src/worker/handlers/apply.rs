@@ -26,7 +26,7 @@ use crate::config::BaseRules;
 use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::counting::{Evaluation, Scope, Tally};
-use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
+use crate::gate::ledger::{Fact, FactData, FactKind};
 use crate::git;
 use crate::jobs::{not_applied_source, Task};
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
@@ -996,17 +996,6 @@ impl JobCtx<'_> {
 
     /// Carries out one of the run's effects that asks nothing back.
     async fn perform(&self, io: &mut RunIo<'_>, effect: Effect) -> Result<()> {
-        let now = || self.store.now();
-        let spent = |gate: GateId, digest: Digest, data: FactData, login: String| NewFact {
-            repo: io.run.repo.id.ledger_key(),
-            gate,
-            kind: FactKind::Spent,
-            digest: digest.into(),
-            actor: Actor { id: 0, login },
-            at: now(),
-            source: Source::Wavegate,
-            data,
-        };
         match effect {
             Effect::Save => self.store.save_apply_run(io.run).await?,
             Effect::Publish => {
@@ -1027,13 +1016,13 @@ impl JobCtx<'_> {
                     member: Some(member.parse().map_err(anyhow::Error::msg)?),
                     ..FactData::default()
                 };
-                let fact = spent(gate, digest, data, self.client.bot_login().await?);
-                self.store.append_fact(fact).await?;
+                self.append_own_fact(gate, FactKind::Spent, &digest, data)
+                    .await?;
             }
             Effect::SpendApproval { gate, digest } => {
                 let data = FactData::in_run(io.run.id, &io.run.merge_sha);
-                let fact = spent(gate, digest, data, self.client.bot_login().await?);
-                self.store.append_fact(fact).await?;
+                self.append_own_fact(gate, FactKind::Spent, &digest, data)
+                    .await?;
             }
             Effect::RecordPending(pending) => {
                 self.record_pending(

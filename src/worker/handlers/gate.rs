@@ -289,11 +289,29 @@ impl JobCtx<'_> {
             .collect::<Result<Vec<MemberId>, String>>()
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("the members gate {gate} waits on"))?;
+        let data = FactData {
+            members: Some(members),
+            description: Some(description),
+            ..FactData::default()
+        };
+        self.append_own_fact(gate.to_owned(), FactKind::Pending, digest, data)
+            .await
+    }
+
+    /// Appends a fact wavegate states itself (a gate that waits, a spend, a
+    /// hook's outcome): by the bot, now, from no comment or review.
+    pub(super) async fn append_own_fact(
+        &self,
+        gate: GateId,
+        kind: FactKind,
+        digest: &Digest,
+        data: FactData,
+    ) -> Result<()> {
         self.store
             .append_fact(NewFact {
-                repo: repo_key,
-                gate: gate.to_owned(),
-                kind: FactKind::Pending,
+                repo: self.repo.id.ledger_key(),
+                gate,
+                kind,
                 digest: digest.into(),
                 actor: Actor {
                     id: 0,
@@ -301,11 +319,7 @@ impl JobCtx<'_> {
                 },
                 at: self.store.now(),
                 source: Source::Wavegate,
-                data: FactData {
-                    members: Some(members),
-                    description: Some(description),
-                    ..FactData::default()
-                },
+                data,
             })
             .await?;
         Ok(())

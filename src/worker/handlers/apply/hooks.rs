@@ -10,7 +10,7 @@ use crate::apply::hooks::{
 };
 use crate::apply::{AttemptRecord, Wait};
 use crate::config::hooks::Moment;
-use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
+use crate::gate::ledger::{FactData, FactKind};
 use crate::model::{Digest, GateId};
 use crate::plan::engine::{HookCommand, Workbench};
 use crate::report::apply::line_to_copy;
@@ -264,22 +264,8 @@ impl JobCtx<'_> {
         if let HookState::Failed { why } = state {
             data.reason = Some(why.clone());
         }
-        self.store
-            .append_fact(NewFact {
-                repo: drive.run.repo.id.ledger_key(),
-                gate,
-                kind: FactKind::Hook,
-                digest: digest.into(),
-                actor: Actor {
-                    id: 0,
-                    login: self.client.bot_login().await?,
-                },
-                at: self.store.now(),
-                source: Source::Wavegate,
-                data,
-            })
-            .await?;
-        Ok(())
+        self.append_own_fact(gate, FactKind::Hook, &digest, data)
+            .await
     }
 }
 
