@@ -154,6 +154,13 @@ impl JobCtx<'_> {
         let Some((gate, digest, stage)) = run_gate(run) else {
             return Ok(JobOutcome::Skipped("the run waits for no approval".into()));
         };
+        // A review approves code; a hook's failure or hold is approved only
+        // by an `/approve` of the digest the run posted for it.
+        if matches!(run.record.wait, Some(crate::apply::Wait::Hook { .. })) {
+            return Ok(JobOutcome::Skipped(
+                "a review does not approve a hook's failure or hold; `/approve` its digest".into(),
+            ));
+        }
         let Some(merged) = self.store.plan(run.plan_id).await? else {
             return Ok(JobOutcome::Skipped("the run's plan is gone".into()));
         };

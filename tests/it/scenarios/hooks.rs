@@ -525,3 +525,32 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
 }
+
+/// A stage that counts approving reviews still needs `/approve` of a hook's
+/// failure: a review approves the code, not what a hook found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approving_review_does_not_release_a_hooks_failure() {
+    let bot = Bot::start().await;
+    bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
+    bot.hooks_on_base(&hook("before.apply", "window", "on_failure = \"approve\""));
+    bot.hook_exits("window", 1);
+    let pr = approved_pr(&bot, 96).await;
+    let head = pr.head();
+    let merged = pr.merge().await;
+    assert!(bot.applies_run().is_empty());
+    let asked = pr.last_reply();
+    let review = crate::support::github_review(
+        "submitted",
+        "approved",
+        &pr.repo,
+        &merged,
+        9002,
+        "rev-carol",
+        &head,
+    );
+    bot.tell(&pr.repo, review).await;
+    assert!(bot.applies_run().is_empty(), "{}", pr.apply_section());
+    pr.comment_as("rev-carol", &format!("/approve {}", digest_in(&asked)))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+}
