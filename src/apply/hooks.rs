@@ -313,12 +313,17 @@ pub(crate) fn settle(
     }
 }
 
-/// Whether a hook's failure stands against the run by itself (an
-/// `after.apply` hook's: every member it ran after had applied).
-pub(crate) fn failed_after_apply(record: &AttemptRecord) -> Option<&HookRecord> {
-    record.hooks.iter().find(|h| {
+/// The hook failures that stand against the run by themselves (`after.apply`
+/// hooks': every member they ran after had applied).
+pub(crate) fn failures_after_apply(record: &AttemptRecord) -> impl Iterator<Item = &HookRecord> {
+    record.hooks.iter().filter(|h| {
         h.call.moment == Moment::AfterApply && matches!(h.state, HookState::Failed { .. })
     })
+}
+
+/// The first of them.
+pub(crate) fn failed_after_apply(record: &AttemptRecord) -> Option<&HookRecord> {
+    failures_after_apply(record).next()
 }
 
 /// The JSON a hook finds in `WAVEGATE_HOLD_APPROVED` once its hold was approved.

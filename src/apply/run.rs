@@ -160,16 +160,7 @@ pub(crate) fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry
 /// hook that failed after its members applied (`Settle::failed_before`).
 pub(crate) fn failures(record: &AttemptRecord) -> BTreeSet<String> {
     let mut all = failed(record);
-    all.extend(
-        record
-            .hooks
-            .iter()
-            .filter(|h| {
-                h.call.moment == crate::config::hooks::Moment::AfterApply
-                    && matches!(h.state, super::hooks::HookState::Failed { .. })
-            })
-            .map(|h| h.call.label()),
-    );
+    all.extend(super::hooks::failures_after_apply(record).map(|h| h.call.label()));
     all
 }
 

@@ -6,7 +6,7 @@
 //! (the files it runs are the merge commit's, like every command's). The
 //! commands run in the sandbox like any repository command.
 
-use super::repo::{parse_duration, ConfigError};
+use super::repo::{parse_duration, placeholders, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -302,36 +302,28 @@ fn check_hook_command(
             "give the program and its arguments as a list, e.g. [\"./ci/check.sh\", \"{members_file}\"]".into(),
         ));
     }
-    for arg in argv {
-        let mut rest = arg.as_str();
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
-                break;
-            };
-            let name = &rest[open + 1..open + close];
-            if !HOOK_PLACEHOLDERS.contains(&name) {
-                let known: Vec<String> = HOOK_PLACEHOLDERS
-                    .iter()
-                    .map(|p| format!("{{{p}}}"))
-                    .collect();
-                return Err((
-                    format!("unknown placeholder `{{{name}}}` in a hook"),
-                    format!("use one of: {}", known.join(" ")),
-                ));
-            }
-            if matches!(name, "member" | "plan_file") && !per_member {
-                return Err((
-                    format!("`{{{name}}}` names one member, and the hook runs once for them all"),
-                    "set `per_member = true` (one call per member), or read every member from `{members_file}`".into(),
-                ));
-            }
-            if name == "plan_file" && moment == Moment::BeforePlan {
-                return Err((
-                    "`{plan_file}` at before.plan: nothing is planned yet".into(),
-                    "move the hook to after.plan or before.apply, or drop `{plan_file}`".into(),
-                ));
-            }
-            rest = &rest[open + close + 1..];
+    for name in argv.iter().flat_map(|arg| placeholders(arg)) {
+        if !HOOK_PLACEHOLDERS.contains(&name) {
+            let known: Vec<String> = HOOK_PLACEHOLDERS
+                .iter()
+                .map(|p| format!("{{{p}}}"))
+                .collect();
+            return Err((
+                format!("unknown placeholder `{{{name}}}` in a hook"),
+                format!("use one of: {}", known.join(" ")),
+            ));
+        }
+        if matches!(name, "member" | "plan_file") && !per_member {
+            return Err((
+                format!("`{{{name}}}` names one member, and the hook runs once for them all"),
+                "set `per_member = true` (one call per member), or read every member from `{members_file}`".into(),
+            ));
+        }
+        if name == "plan_file" && moment == Moment::BeforePlan {
+            return Err((
+                "`{plan_file}` at before.plan: nothing is planned yet".into(),
+                "move the hook to after.plan or before.apply, or drop `{plan_file}`".into(),
+            ));
         }
     }
     Ok(())

@@ -1052,6 +1052,18 @@ fn check_dir(dir: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The `{name}`s an argv element uses, in order.
+pub(crate) fn placeholders(arg: &str) -> impl Iterator<Item = &str> {
+    let mut rest = arg;
+    std::iter::from_fn(move || {
+        let open = rest.find('{')?;
+        let close = rest[open..].find('}')?;
+        let name = &rest[open + 1..open + close];
+        rest = &rest[open + close + 1..];
+        Some(name)
+    })
+}
+
 fn check_argv(
     argv: &[String],
     field: &str,
@@ -1060,29 +1072,17 @@ fn check_argv(
     if argv.is_empty() || argv[0].trim().is_empty() {
         return Err(err(field.into(), "the command is empty".into(), "give the program and its arguments as a list, e.g. [\"./ci/plan.sh\", \"{component}\", \"{plan_file}\"]"));
     }
-    for arg in argv {
-        let mut rest = arg.as_str();
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}') else {
-                break;
-            };
-            let name = &rest[open + 1..open + close];
-            if !PLACEHOLDERS.contains(&name) {
-                return Err(err(
-                    field.into(),
-                    format!("unknown placeholder `{{{name}}}`"),
-                    &format!(
-                        "use one of: {}",
-                        PLACEHOLDERS
-                            .iter()
-                            .map(|p| format!("{{{p}}}"))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    ),
-                ));
-            }
-            rest = &rest[open + close + 1..];
-        }
+    if let Some(name) = argv
+        .iter()
+        .flat_map(|arg| placeholders(arg))
+        .find(|name| !PLACEHOLDERS.contains(name))
+    {
+        let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect();
+        return Err(err(
+            field.into(),
+            format!("unknown placeholder `{{{name}}}`"),
+            &format!("use one of: {}", known.join(" ")),
+        ));
     }
     Ok(())
 }

@@ -545,7 +545,7 @@ impl Workbench {
     fn member_files(&self, member: &str, suffix: &str) -> Result<MemberFiles, String> {
         let name = format!("{member}{suffix}");
         let files = MemberFiles {
-            dir: self.scratch.path().join("members").join(&name),
+            dir: self.member_dir(&name),
             home: self.scratch.path().join("home").join(&name),
         };
         for dir in [&files.dir, &files.home] {
@@ -553,6 +553,11 @@ impl Workbench {
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
         Ok(files)
+    }
+
+    /// Where a member's plan, inputs and outputs files are.
+    fn member_dir(&self, name: &str) -> PathBuf {
+        self.scratch.path().join("members").join(name)
     }
 
     /// The latest outcome of a member planned here.
@@ -684,13 +689,7 @@ impl Workbench {
             written.push((DECISION_FILE, decision));
         }
         if let Some(member) = &call.member {
-            let plan = self
-                .scratch
-                .path()
-                .join("members")
-                .join(member)
-                .join(PLAN_FILE);
-            if let Ok(bytes) = std::fs::read(&plan) {
+            if let Ok(bytes) = std::fs::read(self.member_dir(member).join(PLAN_FILE)) {
                 written.push((PLAN_FILE, bytes));
             }
         }
@@ -709,13 +708,8 @@ impl Workbench {
                 .replace("{stage}", &call.stage)
                 .replace("{root}", &root.display().to_string())
         };
-        let mut argv: Vec<String> = hook.command.iter().map(fill).collect();
-        if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
-            argv[0] = root.join(&argv[0]).display().to_string();
-        }
+        let argv: Vec<String> = hook.command.iter().map(fill).collect();
         let mut env = vec![
-            ("PATH".to_owned(), sandbox::default_path()),
-            ("HOME".to_owned(), files.home.display().to_string()),
             ("WAVEGATE_HOOK".to_owned(), call.moment.to_string()),
             ("WAVEGATE_HOOK_NAME".to_owned(), call.name.clone()),
             ("WAVEGATE_STAGE".to_owned(), call.stage.clone()),
@@ -729,30 +723,9 @@ impl Workbench {
             env.push(("WAVEGATE_DECISION".to_owned(), path(DECISION_FILE)));
         }
         env.extend(extra);
-        for name in &self.base_env {
-            if let Ok(value) = std::env::var(name) {
-                env.push((name.clone(), value));
-            }
-        }
-        let spec = CommandSpec {
-            label: format!("[hook] {} {}", call.moment, call.name),
-            kind: CommandKind::Hook,
-            argv,
-            cwd: root.clone(),
-            env,
-            timeout: hook.timeout,
-            heartbeat: self.options.heartbeat,
-            output_cap: self.options.output_cap,
-            sandbox: Arc::clone(&self.options.sandbox),
-            confinement: Confinement {
-                kind: CommandKind::Hook,
-                tree: root,
-                files: files.dir.clone(),
-                home: files.home.clone(),
-            },
-            cancel: self.options.cancel.clone(),
-            started: None,
-        };
+        let label = format!("[hook] {} {}", call.moment, call.name);
+        let command = (argv, root, env);
+        let spec = self.sandboxed(CommandKind::Hook, label, command, &files, hook.timeout);
         let ran = match runner::run_command(&spec).await {
             Ok(ran) => ran,
             Err(e) => return not_run(format!("the hook could not start: {e}")),
@@ -1103,31 +1076,49 @@ impl Workbench {
                 .replace("{inputs_file}", &file(INPUTS_FILE))
                 .replace("{carry_file}", &file(CARRY_FILE))
         };
-        let mut argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
-        // A relative program path with a slash is relative to the repository root.
+        let argv: Vec<String> = template.iter().map(|a| fill(a)).collect();
+        let env = vec![
+            ("WAVEGATE_COMPONENT".to_owned(), component.name.clone()),
+            ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
+            ("WAVEGATE_MEMBER".to_owned(), member.clone()),
+        ];
+        let label = format!("[{}] {member}", kind.as_str());
+        Ok(self.sandboxed(kind, label, (argv, cwd, env), files, component.timeout))
+    }
+
+    /// A command in the sandbox with `files` as its own: a relative program
+    /// path with a slash is the repository root's; the environment is
+    /// `PATH`, `HOME`, `env` and the base branch's pass-through list (a pull
+    /// request cannot ask for more).
+    fn sandboxed(
+        &self,
+        kind: CommandKind,
+        label: String,
+        (mut argv, cwd, own_env): (Vec<String>, PathBuf, Vec<(String, String)>),
+        files: &MemberFiles,
+        timeout: Duration,
+    ) -> CommandSpec {
+        let root = self.root();
         if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
             argv[0] = root.join(&argv[0]).display().to_string();
         }
         let mut env = vec![
             ("PATH".to_owned(), sandbox::default_path()),
             ("HOME".to_owned(), files.home.display().to_string()),
-            ("WAVEGATE_COMPONENT".to_owned(), component.name.clone()),
-            ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
-            ("WAVEGATE_MEMBER".to_owned(), member.clone()),
         ];
-        // The base branch's list: a pull request cannot ask for more.
+        env.extend(own_env);
         for name in &self.base_env {
             if let Ok(value) = std::env::var(name) {
                 env.push((name.clone(), value));
             }
         }
-        Ok(CommandSpec {
-            label: format!("[{}] {member}", kind.as_str()),
+        CommandSpec {
+            label,
             kind,
             argv,
             cwd,
             env,
-            timeout: component.timeout,
+            timeout,
             heartbeat: self.options.heartbeat,
             output_cap: self.options.output_cap,
             sandbox: Arc::clone(&self.options.sandbox),
@@ -1139,7 +1130,7 @@ impl Workbench {
             },
             cancel: self.options.cancel.clone(),
             started: None,
-        })
+        }
     }
 }
 

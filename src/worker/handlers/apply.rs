@@ -666,16 +666,17 @@ impl JobCtx<'_> {
         for (stage, waves) in drive.run.record.layout.clone() {
             let all: Vec<&String> = waves.iter().flatten().collect();
             // A member that stood down ended on purpose: its stage is done.
+            // One still owed its after.apply hooks is not.
             let done = |r: &AttemptRecord| {
-                all.iter().all(|m| !r.after_apply_due.contains(*m))
-                    && all.iter().all(|m| {
-                        let state = r.root_state(m);
-                        state.is_applied()
-                            || matches!(
-                                state,
-                                MemberState::Unaffected | MemberState::StoodDown { .. }
-                            )
-                    })
+                all.iter().all(|m| {
+                    let state = r.root_state(m);
+                    let ended = state.is_applied()
+                        || matches!(
+                            state,
+                            MemberState::Unaffected | MemberState::StoodDown { .. }
+                        );
+                    ended && !r.after_apply_due.contains(*m)
+                })
             };
             if done(&drive.run.record) {
                 continue;

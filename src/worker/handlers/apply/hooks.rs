@@ -43,27 +43,31 @@ impl GateDecision {
             (false, _) => "refused",
         };
         let approve = waiting.and_then(line_to_copy);
-        let mismatch = gate.and_then(|g| g.mismatch.as_ref());
+        let gate_id = gate.map(|g| g.gate.clone());
+        let digest = gate.map(|g| g.change_set.digest.clone());
+        let waiting_since = waiting.and(gate).map(|g| g.opened_at);
         let json = json!({
             "status": status,
             "stage": stage,
-            "gate": gate.map(|g| g.gate.to_string()),
-            "digest": gate.map(|g| g.change_set.digest.clone()),
+            "gate": gate_id.as_ref().map(ToString::to_string),
+            "digest": digest,
             "approved_by": gate.map(|g| g.approved_by.clone()).unwrap_or_default(),
-            "pending": waiting.map(|_| json!({
-                "gate": gate.map(|g| g.gate.to_string()),
-                "digest": gate.map(|g| g.change_set.digest.clone()),
-                "members": record.members_of_wait(waiting.expect("waiting")).unwrap_or_default(),
-                "since": gate.map(|g| g.opened_at),
+            "pending": waiting.map(|wait| json!({
+                "gate": gate_id.as_ref().map(ToString::to_string),
+                "digest": digest,
+                "members": record.members_of_wait(wait).unwrap_or_default(),
+                "since": waiting_since,
             })),
-            "mismatch": mismatch.map(|m| json!({"approved": m.digest, "by": m.by})),
+            "mismatch": gate
+                .and_then(|g| g.mismatch.as_ref())
+                .map(|m| json!({"approved": m.digest, "by": m.by})),
             "approve": approve,
         });
         GateDecision {
             status,
-            gate: gate.map(|g| g.gate.clone()),
-            digest: gate.map(|g| g.change_set.digest.clone()),
-            waiting_since: waiting.and(gate).map(|g| g.opened_at),
+            gate: gate_id,
+            digest,
+            waiting_since,
             approve,
             json,
         }
