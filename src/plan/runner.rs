@@ -537,50 +537,40 @@ mod tests {
 
     #[tokio::test]
     async fn a_hanging_command_and_its_children_are_killed_at_the_timeout() {
-        for sandbox in [Arc::new(Sandbox::off()), bwrap().await] {
-            let job = Job::new();
-            let (script, marker) = hanging(&job);
-            let sandboxed = !sandbox.is_off();
-            let out = run_command(&spec_in(&job, sandbox, &script, Duration::from_millis(500)))
-                .await
-                .unwrap();
-            assert_eq!(
-                out.termination,
-                Termination::TimedOut,
-                "sandboxed: {sandboxed}"
-            );
-            assert!(out.elapsed < Duration::from_secs(10));
-            assert!(out
-                .describe("the plan command", Duration::from_millis(500))
-                .contains("timeout of 500ms"));
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            assert_eq!(
-                std::fs::read_to_string(&marker).unwrap(),
-                "",
-                "the background child was killed too (sandboxed: {sandboxed})"
-            );
-        }
+        let job = Job::new();
+        let (script, marker) = hanging(&job);
+        let spec = spec_in(&job, bwrap().await, &script, Duration::from_millis(500));
+        let out = run_command(&spec).await.unwrap();
+        assert_eq!(out.termination, Termination::TimedOut);
+        assert!(out.elapsed < Duration::from_secs(10));
+        assert!(out
+            .describe("the plan command", Duration::from_millis(500))
+            .contains("timeout of 500ms"));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            std::fs::read_to_string(&marker).unwrap(),
+            "",
+            "the background child was killed too"
+        );
     }
 
     #[tokio::test]
     async fn a_given_up_job_stops_its_command_and_everything_it_started() {
-        for sandbox in [Arc::new(Sandbox::off()), bwrap().await] {
-            let job = Job::new();
-            let (script, marker) = hanging(&job);
-            let (canceller, cancel) = Cancel::new();
-            let mut spec = spec_in(&job, sandbox, &script, Duration::from_secs(60));
-            spec.cancel = cancel;
-            let running = tokio::spawn(async move { run_command(&spec).await });
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            canceller.cancel();
-            let out = running.await.unwrap().unwrap();
-            assert_eq!(out.termination, Termination::Cancelled);
-            assert!(out
-                .describe("the apply command", Duration::ZERO)
-                .contains("given up"));
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            assert_eq!(std::fs::read_to_string(&marker).unwrap(), "");
-        }
+        let job = Job::new();
+        let (script, marker) = hanging(&job);
+        let (canceller, cancel) = Cancel::new();
+        let mut spec = spec_in(&job, bwrap().await, &script, Duration::from_secs(60));
+        spec.cancel = cancel;
+        let running = tokio::spawn(async move { run_command(&spec).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        canceller.cancel();
+        let out = running.await.unwrap().unwrap();
+        assert_eq!(out.termination, Termination::Cancelled);
+        assert!(out
+            .describe("the apply command", Duration::ZERO)
+            .contains("given up"));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "");
     }
 
     #[tokio::test]
