@@ -7,7 +7,11 @@
 //!   2^53 as RFC 8785 writes them, against the same with change-set version
 //!   1's number rule (the writer before RFC 8785 numbers);
 //! - planning 200 members whose plan is a tiny script, against spawning the
-//!   same 200 scripts directly with the same concurrency.
+//!   same 200 scripts directly with the same concurrency;
+//! - discovering 1,400 units (a script in the sandbox walking a nested
+//!   tree, its units validated and derived), against deriving the same
+//!   1,400 components declared in the file, and against running the
+//!   discover script directly.
 //!
 //! `cargo bench --bench engine` prints the ratios at the end.
 
@@ -271,12 +275,124 @@ fn bench_planner(c: &mut Criterion) {
     group.finish();
 }
 
+const UNITS: usize = 1_400;
+
+/// Walks `live/<team>/<unit>/main.tf`; each unit depends on the one before
+/// it in its team, ten to a chain.
+const DISCOVER_SCRIPT: &str = r#"import json, pathlib, sys
+units = []
+for main in sorted(pathlib.Path("live").glob("*/*/main.tf")):
+    unit = main.parent
+    k = int(unit.name[1:])
+    deps = [f"{unit.parent}/u{k - 1:03}"] if k % 10 else []
+    units.append({"path": str(unit), "dependencies": deps})
+json.dump(units, open(sys.argv[1], "w"))
+"#;
+
+fn unit_dir(i: usize) -> String {
+    format!("live/t{:02}/u{:03}", i / 100, i % 100)
+}
+
+/// A repository of 1,400 unit directories whose head changes every tenth,
+/// as a discovering component finds them (`discovering`) or with each
+/// declared in the file.
+fn units_repo(root: &Path, discovering: bool) -> std::path::PathBuf {
+    let repo = root.join(if discovering {
+        "discovered"
+    } else {
+        "declared"
+    });
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let mut config = String::from("[defaults]\nplan = [\"/bin/sh\", \"{root}/plan.sh\", \"{plan_file}\"]\n[[stage]]\nname = \"dev\"\n");
+    if discovering {
+        config.push_str("[[component]]\nname = \"live\"\ndiscover = [\"python3\", \"discover.py\", \"{units_file}\"]\n");
+    }
+    for i in 0..UNITS {
+        let dir = unit_dir(i);
+        if !discovering {
+            config.push_str(&format!(
+                "[[component]]\nname = \"{}\"\ndir = \"{dir}\"\n",
+                dir.replace('/', ".")
+            ));
+            if i % 10 != 0 {
+                config.push_str(&format!(
+                    "depends_on = [\"{}\"]\n",
+                    unit_dir(i - 1).replace('/', ".")
+                ));
+            }
+        }
+        std::fs::create_dir_all(repo.join(&dir)).unwrap();
+        std::fs::write(repo.join(&dir).join("main.tf"), "a\n").unwrap();
+    }
+    std::fs::write(repo.join("wavegate.toml"), config).unwrap();
+    std::fs::write(repo.join("discover.py"), DISCOVER_SCRIPT).unwrap();
+    std::fs::write(repo.join("plan.sh"), PLAN_SCRIPT).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    git(&repo, &["checkout", "-q", "-b", "change"]);
+    for i in (0..UNITS).step_by(10) {
+        std::fs::write(repo.join(unit_dir(i)).join("main.tf"), "b\n").unwrap();
+    }
+    git(&repo, &["commit", "-q", "-am", "change"]);
+    repo
+}
+
+fn bench_discovery(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sandbox = Arc::new(runtime.block_on(Sandbox::probe(SandboxSettings::default())));
+    if let Some(problem) = sandbox.problem() {
+        panic!("discovery runs its command in the sandbox, which needs bubblewrap: {problem}");
+    }
+    let options = |repo: &Path| {
+        let mut options =
+            wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(&sandbox));
+        options.heartbeat = None;
+        options
+    };
+    let (declared, discovered) = (units_repo(dir.path(), false), units_repo(dir.path(), true));
+    let (declared, discovered) = (options(&declared), options(&discovered));
+    let derive = |options: &wavegate::plan::engine::PlanOptions| {
+        let derivation = runtime
+            .block_on(wavegate::plan::engine::derive_change(options))
+            .unwrap();
+        // Every tenth unit changed, and each chain of ten runs downstream of it.
+        assert_eq!(derivation.members().len(), UNITS);
+    };
+    let units_file = dir.path().join("units.json");
+    let checkout = dir.path().join("discovered");
+    let mut group = c.benchmark_group("discovery");
+    group.sample_size(10);
+    group.bench_function(
+        format!("baseline: derive {UNITS} declared components"),
+        |b| b.iter(|| derive(&declared)),
+    );
+    group.bench_function("baseline: run the discover script directly", |b| {
+        b.iter(|| {
+            let status = Command::new("python3")
+                .arg("discover.py")
+                .arg(&units_file)
+                .current_dir(&checkout)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        })
+    });
+    group.bench_function(
+        format!("discover and derive {UNITS} units in the sandbox"),
+        |b| b.iter(|| derive(&discovered)),
+    );
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_derivation,
     bench_digest,
     bench_numbers,
-    bench_planner
+    bench_planner,
+    bench_discovery
 );
 
 /// Reads criterion's estimate for one benchmark (mean, nanoseconds).
@@ -322,6 +438,16 @@ fn main() {
             "planner",
             format!("wavegate plans {MEMBERS} members in the sandbox"),
             format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        ),
+        (
+            "discovery",
+            format!("discover and derive {UNITS} units in the sandbox"),
+            format!("baseline: derive {UNITS} declared components"),
+        ),
+        (
+            "discovery",
+            format!("discover and derive {UNITS} units in the sandbox"),
+            "baseline: run the discover script directly".to_owned(),
         ),
     ] {
         match (mean_ns(group, &subject), mean_ns(group, &baseline)) {

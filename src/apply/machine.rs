@@ -16,7 +16,7 @@ use super::hooks::{self, HooksResult};
 use super::run::{News, Pending};
 use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
-    Denial, EarlierAttempt, MemberState, Round, Wait, MAX_REPLANS,
+    Denial, EarlierAttempt, MemberState, Wait, MAX_REPLANS,
 };
 use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
@@ -143,6 +143,9 @@ pub(crate) enum Effect {
     /// Plan these waves' members on the merge commit, wave by wave, to show a
     /// stage's set at its gate: answered `StageObservation::Previewed`.
     Preview(Vec<Vec<String>>),
+    /// Run the stage's cost command on these members' plans: answered
+    /// `StageObservation::Priced`.
+    Price(Vec<String>),
     /// Who approved `digest` at `gate` (approvals given before `since`, unix
     /// ms, do not count): answered `StageObservation::Counted`.
     CountApprovals {
@@ -775,6 +778,7 @@ impl<'a> WaveMachine<'a> {
         let fresh = FreshPlan {
             plan,
             inputs: &inputs,
+            discovered: outcome.discovered.as_ref(),
         };
         let stage = self.spec.stage;
         let (base, rounds) = record.approved_sets(self.spec.approved, stage);
@@ -811,35 +815,7 @@ impl<'a> WaveMachine<'a> {
             .filter(|(_, r)| !r.is_empty())
             .map(|(_, r)| r.clone())
             .collect();
-        let pr = self.spec.pr;
-        let number = match record
-            .rounds
-            .iter()
-            .find(|r| r.change_set.digest == set.digest)
-        {
-            Some(known) => known.number,
-            None => {
-                let number = record.next_round();
-                record.rounds.push(Round {
-                    number,
-                    gate: GateId::Round(pr, number),
-                    stage: self.spec.stage.to_owned(),
-                    change_set: set.clone(),
-                    reasons: reasons.clone(),
-                    filled,
-                    approved_by: Vec::new(),
-                    mismatch: None,
-                });
-                number
-            }
-        };
-        if !reasons.is_empty() {
-            record.wait = Some(Wait::Round {
-                round: number,
-                gate: GateId::Round(pr, number),
-                digest: set.digest,
-            });
-        }
+        record.open_round((self.spec.pr, self.spec.stage), set, reasons, filled);
         Ok(())
     }
 
@@ -956,8 +932,8 @@ fn applied(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::tests::{outcome, plan, set_of};
-    use crate::gate::ledger::{Actor, FactData, FactKind, NewFact, Source};
+    use crate::apply::tests::{outcome, override_fact, plan, set_of};
+    use crate::gate::ledger::FactKind;
     use crate::plan::changeset::MemberStatus;
     use crate::plan::planfile::MemberPlan;
     use serde_json::json;
@@ -1085,31 +1061,6 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), json!(v)))
             .collect()
-    }
-
-    fn override_fact(member: &str, digest: &Digest, kind: FactKind) -> Fact {
-        Fact {
-            seq: 1,
-            fact: NewFact {
-                repo: "github:1".into(),
-                gate: "pr-7-override".parse().unwrap(),
-                kind,
-                digest: digest.into(),
-                actor: Actor {
-                    id: 11,
-                    login: "olga".into(),
-                },
-                at: NOW - 1,
-                source: Source::Comment { id: 1 },
-                data: FactData {
-                    member: Some(member.parse().unwrap()),
-                    ..FactData::default()
-                },
-            },
-            prev: Digest::repeated('0'),
-            hash: Digest::repeated('0'),
-            sig: None,
-        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub(crate) mod run;
 pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
-use crate::model::{Digest, GateId};
+use crate::model::{Digest, GateId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
 use crate::plan::tail::OutputTail;
@@ -440,6 +440,11 @@ pub(crate) struct AttemptRecord {
     /// passed for them yet: the wave is not done until they do.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) after_apply_due: BTreeSet<String>,
+    /// Each priced stage's cost that let it through (approved and allowed
+    /// or overridden), by stage: it is not priced again in the run, where
+    /// later jobs see only what is left of the stage.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) costs_passed: BTreeMap<String, Digest>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -546,6 +551,44 @@ impl AttemptRecord {
         reset |= hooks != self.hooks.len();
         self.retries += 1;
         reset
+    }
+
+    /// Records a round of `stage`: covered (no `reasons`; `filled` says what
+    /// became known), or waiting at its own gate for an approval of `set`'s
+    /// digest. A round with the digest of one recorded is that round again.
+    pub(crate) fn open_round(
+        &mut self,
+        (pr, stage): (PrNumber, &str),
+        set: ChangeSet,
+        reasons: Vec<String>,
+        filled: Vec<String>,
+    ) {
+        let waits = !reasons.is_empty();
+        let digest = set.digest.clone();
+        let number = match self.rounds.iter().find(|r| r.change_set.digest == digest) {
+            Some(known) => known.number,
+            None => {
+                let number = self.next_round();
+                self.rounds.push(Round {
+                    number,
+                    gate: GateId::Round(pr, number),
+                    stage: stage.to_owned(),
+                    change_set: set,
+                    reasons,
+                    filled,
+                    approved_by: Vec::new(),
+                    mismatch: None,
+                });
+                number
+            }
+        };
+        if waits {
+            self.wait = Some(Wait::Round {
+                round: number,
+                gate: GateId::Round(pr, number),
+                digest,
+            });
+        }
     }
 
     /// What a person approved that may cover a fresh plan in `stage`: that
@@ -703,10 +746,36 @@ pub(crate) fn held_backoff(first: std::time::Duration, tries: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
     use crate::plan::changeset::{ChangeSetMember, MemberStatus};
     use crate::plan::planfile::MemberPlan;
     use std::time::Duration;
 
+    /// An override of `digest` for `member` (or its revoke or spend), given by olga.
+    pub(super) fn override_fact(member: &str, digest: &Digest, kind: FactKind) -> Fact {
+        Fact {
+            seq: 1,
+            fact: NewFact {
+                repo: "github:1".into(),
+                gate: "pr-7-override".parse().unwrap(),
+                kind,
+                digest: digest.into(),
+                actor: Actor {
+                    id: 11,
+                    login: "olga".into(),
+                },
+                at: 999_999,
+                source: Source::Comment { id: 1 },
+                data: FactData {
+                    member: Some(member.parse().unwrap()),
+                    ..FactData::default()
+                },
+            },
+            prev: Digest::repeated('0'),
+            hash: Digest::repeated('0'),
+            sig: None,
+        }
+    }
     pub(super) fn plan(member: &str, cidr: &str) -> MemberPlan {
         let text = format!(
             r#"{{"summary": "", "entries": [{{"address": "aws_vpc.main", "action": "update", "after": {{"cidr": "{cidr}", "id": null}}, "unknown": ["id"]}}]}}"#
@@ -727,6 +796,7 @@ mod tests {
             blocked_by: None,
             inputs: BTreeMap::new(),
             output: String::new(),
+            discovered: None,
         }
     }
 
@@ -740,6 +810,7 @@ mod tests {
                     plan_digest: Some(p.plan_digest.clone()),
                     unknown_inputs: vec![],
                     build_inputs: vec![],
+                    discovered: None,
                     inputs: Map::new(),
                     plan: Some((*p).clone()),
                 })
@@ -762,6 +833,7 @@ mod tests {
             outputs: None,
             timeout: Duration::from_secs(1),
             kind: crate::config::repo::ComponentKind::Infra,
+            discovered: None,
         }
     }
 
@@ -774,6 +846,7 @@ mod tests {
         let fresh = FreshPlan {
             plan: &drifted,
             inputs: &inputs,
+            discovered: None,
         };
         match covered_by_any(&[&pr], &fresh) {
             Coverage::NotCovered(why) => {

@@ -3,22 +3,34 @@
 //! approval (`always`, or `on-destructive` when a plan deletes or
 //! replaces; never when nothing changes), the set of its plans on the merge
 //! commit that an `/approve <stage>` binds, a gate opened afresh when that
-//! set moves or expired, its timeout, and the wait.
+//! set moves or expired, its timeout, and the wait; and the stage's cost
+//! (`cost@<stage>`): bound into its set, covered only by an approval of the
+//! same figures (else a round), denied above `max_monthly_increase` until
+//! an override of exactly that cost.
 
 use super::hooks::{self, HooksResult};
 use super::machine::{Effect, Step};
-use super::{stage_needs_approval, AttemptRecord, MemberState, Mismatch, StageGate, Wait};
+use super::{
+    covered_by_any, stage_needs_approval, AttemptRecord, MemberState, Mismatch, StageGate, Wait,
+};
 use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
+use crate::gate::counting::{Evaluation, Scope, Tally};
+use crate::gate::ledger::Fact;
 use crate::model::{DigestOver, GateId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
+use crate::plan::cost::StageCost;
+use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, MemberOutcome};
 use std::time::Duration;
 
 /// What the machine knows of the stage.
 #[derive(Debug, Clone)]
 pub(crate) struct StageSpec<'a> {
+    pub(crate) run: i64,
     pub(crate) pr: PrNumber,
+    /// The pull request's approved change set.
+    pub(crate) approved: &'a ChangeSet,
     pub(crate) stage: &'a str,
     /// The stage's waves on the merge commit, in order.
     pub(crate) waves: &'a [Vec<String>],
@@ -31,6 +43,8 @@ pub(crate) struct StageSpec<'a> {
     /// asks for nothing, and the hooks are asked to run on its plans
     /// before the gate decides.
     pub(crate) after_plan_hooks: bool,
+    /// The stage has a cost command: it is planned and priced in every job.
+    pub(crate) priced: bool,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -50,6 +64,12 @@ pub(crate) enum StageObservation {
     },
     /// [`Effect::Hooks`]: what the stage's `after.plan` hooks came to.
     Hooked(HooksResult),
+    /// [`Effect::Price`]: the stage's cost, and every fact of the override
+    /// gate (an override of a denied cost, a revoke or a spend).
+    Priced {
+        cost: Box<StageCost>,
+        overrides: Vec<Fact>,
+    },
 }
 
 /// A stage's gate, from reaching the stage to the gate's decision in this job.
@@ -60,6 +80,11 @@ pub(crate) struct StageMachine<'a> {
     previewed: Vec<MemberOutcome>,
     /// Whether the gate asks for the stage's own approval in this job.
     asks: bool,
+    /// Whether the stage is priced in this job: it has a cost command and
+    /// its cost has not let it through yet in the run.
+    pricing: bool,
+    cost: Option<StageCost>,
+    overrides: Vec<Fact>,
 }
 
 impl<'a> StageMachine<'a> {
@@ -69,6 +94,9 @@ impl<'a> StageMachine<'a> {
             now: 0,
             previewed: Vec::new(),
             asks: false,
+            pricing: false,
+            cost: None,
+            overrides: Vec::new(),
         }
     }
 
@@ -88,7 +116,8 @@ impl<'a> StageMachine<'a> {
                     .get(stage)
                     .is_some_and(|g| !g.approved_by.is_empty());
                 self.asks = self.spec.gate != GatePolicy::Never && !approved;
-                if !self.asks && !self.spec.after_plan_hooks {
+                self.pricing = self.spec.priced && !record.costs_passed.contains_key(stage);
+                if !self.asks && !self.spec.after_plan_hooks && !self.pricing {
                     return Ok(vec![Effect::Done(Step::Continue)]);
                 }
                 let pending = self
@@ -113,11 +142,29 @@ impl<'a> StageMachine<'a> {
                     self.previewed.iter().map(|o| o.member.clone()).collect();
                 match hooks::settle(record, Moment::AfterPlan, &members, result, Step::Continue) {
                     Some(step) => vec![Effect::Done(step)],
-                    None => self.decide(record)?,
+                    None => self.planned(record)?,
                 }
             }
+            StageObservation::Priced { cost, overrides } => {
+                if let Some(error) = &cost.error {
+                    for outcome in &self.previewed {
+                        record.set(
+                            &outcome.member,
+                            MemberState::Failed {
+                                error: format!(
+                                    "stage {stage}'s cost command failed on the merge commit: {error}"
+                                ),
+                            },
+                        );
+                    }
+                    return Ok(vec![Effect::Done(Step::Stop)]);
+                }
+                self.cost = Some(*cost);
+                self.overrides = overrides;
+                self.decide(record)?
+            }
             StageObservation::Counted { by, mismatch, now } => {
-                self.counted(record, by, mismatch, now)
+                self.counted(record, by, mismatch, now)?
             }
         })
     }
@@ -152,7 +199,143 @@ impl<'a> StageMachine<'a> {
                 members,
             }]);
         }
+        self.planned(record)
+    }
+
+    /// The stage's plans are made (and its after.plan hooks passed): they
+    /// are priced where the stage has a cost command, else the gate decides.
+    fn planned(&mut self, record: &mut AttemptRecord) -> Result<Vec<Effect>, ChangeSetError> {
+        if self.pricing && !self.previewed.is_empty() {
+            let members = self.previewed.iter().map(|o| o.member.clone()).collect();
+            return Ok(vec![Effect::Price(members)]);
+        }
         self.decide(record)
+    }
+
+    /// The stage's set on the merge commit: its plans and its cost.
+    fn set(&self) -> Result<ChangeSet, ChangeSetError> {
+        change_set_of(&self.previewed, self.spec.digest_over)?
+            .with_costs(self.cost.iter().cloned().collect())
+    }
+
+    /// The gate let the stage through: its cost, where it has one, must be
+    /// one a person approved (else a round waits for the new figures) and
+    /// one the policy allows or an overrider let through (else the stage
+    /// waits for `/override cost@<stage>`).
+    fn go_on(&mut self, record: &mut AttemptRecord) -> Result<Vec<Effect>, ChangeSetError> {
+        let Some(cost) = self.cost.clone() else {
+            return Ok(vec![Effect::Done(Step::Continue)]);
+        };
+        let stage = self.spec.stage;
+        let (base, rounds) = record.approved_sets(self.spec.approved, stage);
+        let approved: Vec<&ChangeSet> = base.iter().chain(&rounds).copied().collect();
+        if !approved
+            .iter()
+            .filter_map(|set| set.cost(stage))
+            .any(|was| cost.same_as(was))
+        {
+            let reason = match approved.iter().find_map(|set| set.cost(stage)) {
+                Some(was) => cost.moved_from(was),
+                None => format!(
+                    "{}: the approved plan was not priced; the stage now costs {} {} a month",
+                    cost.member,
+                    cost.total(),
+                    cost.currency
+                ),
+            };
+            // Approving the round approves the plans it shows too: each
+            // that moved says so beside the cost.
+            let mut reasons = vec![reason.clone()];
+            reasons.extend(
+                self.previewed
+                    .iter()
+                    .filter_map(|o| self.moved(o, &approved)),
+            );
+            let set = self.set()?;
+            record.open_round((self.spec.pr, stage), set, reasons, Vec::new());
+            for outcome in &self.previewed {
+                record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: format!("not covered: {reason}"),
+                    },
+                );
+            }
+            return Ok(vec![Effect::Done(Step::Stop)]);
+        }
+        let passed = |record: &mut AttemptRecord| {
+            record
+                .costs_passed
+                .insert(stage.to_owned(), cost.digest.clone());
+        };
+        if cost.denied.is_empty() || record.overrides.get(&cost.member) == Some(&cost.digest) {
+            passed(record);
+            return Ok(vec![Effect::Done(Step::Continue)]);
+        }
+        let scope = Scope::Override {
+            member: &cost.member,
+            run: self.spec.run,
+        };
+        if let Evaluation::Satisfied { .. } =
+            Tally::new(&self.overrides, scope).evaluate(&cost.digest, 1)
+        {
+            record
+                .overrides
+                .insert(cost.member.clone(), cost.digest.clone());
+            passed(record);
+            // Saved before it is spent: a crash between the two leaves an
+            // override that still counts, never one spent and forgotten.
+            return Ok(vec![
+                Effect::Save,
+                Effect::SpendOverride {
+                    member: cost.member.clone(),
+                    digest: cost.digest.clone(),
+                },
+                Effect::Done(Step::Continue),
+            ]);
+        }
+        let max = cost.max_increase.map_or("?".into(), |m| m.to_string());
+        for outcome in &self.previewed {
+            record.set(
+                &outcome.member,
+                MemberState::Waiting {
+                    reason: format!(
+                        "the policy denied {}: the monthly cost rises by {} {}, more than `max_monthly_increase` ({max})",
+                        cost.member,
+                        cost.increase(),
+                        cost.currency
+                    ),
+                },
+            );
+        }
+        record.wait = Some(Wait::Override {
+            member: cost.member.clone(),
+            gate: GateId::Override(self.spec.pr),
+            digest: cost.digest.clone(),
+            rules: cost.denied.clone(),
+            also: Vec::new(),
+        });
+        Ok(vec![Effect::Done(Step::Stop)])
+    }
+
+    /// Why `outcome`'s plan is not covered by `approved`, if it is not (a
+    /// plan that changes nothing needs nothing under `digest_over =
+    /// "changing"`).
+    fn moved(&self, outcome: &MemberOutcome, approved: &[&ChangeSet]) -> Option<String> {
+        let plan = outcome.plan.as_ref()?;
+        if self.spec.digest_over == DigestOver::Changing && plan.is_empty() {
+            return None;
+        }
+        let inputs = outcome.known_inputs();
+        let fresh = FreshPlan {
+            plan,
+            inputs: &inputs,
+            discovered: outcome.discovered.as_ref(),
+        };
+        match covered_by_any(approved, &fresh) {
+            Coverage::Covered => None,
+            Coverage::NotCovered(reason) => Some(reason),
+        }
     }
 
     /// Whether the stage's plans need its own approval; if so, opens its
@@ -160,7 +343,7 @@ impl<'a> StageMachine<'a> {
     /// and asks who approved it.
     fn decide(&mut self, record: &mut AttemptRecord) -> Result<Vec<Effect>, ChangeSetError> {
         if !self.asks {
-            return Ok(vec![Effect::Done(Step::Continue)]);
+            return self.go_on(record);
         }
         let stage = self.spec.stage;
         let outcomes = &self.previewed;
@@ -174,9 +357,9 @@ impl<'a> StageMachine<'a> {
             if nothing_changes && self.spec.gate != GatePolicy::Never {
                 record.gates_skipped.insert(stage.to_owned());
             }
-            return Ok(vec![Effect::Done(Step::Continue)]);
+            return self.go_on(record);
         }
-        let set = change_set_of(outcomes, self.spec.digest_over)?;
+        let set = self.set()?;
         let known = record.stages.get(stage);
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
             let lasts = |t: Duration| i64::try_from(t.as_millis()).unwrap_or(i64::MAX);
@@ -213,7 +396,7 @@ impl<'a> StageMachine<'a> {
         by: Vec<String>,
         mismatch: Option<Mismatch>,
         now: i64,
-    ) -> Vec<Effect> {
+    ) -> Result<Vec<Effect>, ChangeSetError> {
         let stage = self.spec.stage;
         let gate = record
             .stages
@@ -222,7 +405,7 @@ impl<'a> StageMachine<'a> {
         gate.mismatch = mismatch.filter(|_| by.is_empty());
         if !by.is_empty() {
             gate.approved_by = by;
-            return vec![Effect::Done(Step::Continue)];
+            return self.go_on(record);
         }
         let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
         if let Some(at) = gate.expires_at.filter(|at| now >= *at) {
@@ -238,7 +421,7 @@ impl<'a> StageMachine<'a> {
                     },
                 );
             }
-            return vec![Effect::Done(Step::Stop)];
+            return Ok(vec![Effect::Done(Step::Stop)]);
         }
         for outcome in &self.previewed {
             record.set(
@@ -253,14 +436,17 @@ impl<'a> StageMachine<'a> {
             gate: gate_id,
             digest,
         });
-        vec![Effect::Done(Step::Stop)]
+        Ok(vec![Effect::Done(Step::Stop)])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::tests::{outcome, plan};
+    use crate::apply::tests::{outcome, override_fact, plan, set_of};
+    use crate::gate::ledger::FactKind;
+    use crate::model::Digest;
+    use crate::plan::cost::{Figures, MemberCost};
     use crate::plan::planfile::MemberPlan;
 
     const NOW: i64 = 1_000_000;
@@ -271,14 +457,69 @@ mod tests {
 
     fn machine(waves: &[Vec<String>], gate: GatePolicy) -> StageMachine<'_> {
         StageMachine::new(StageSpec {
+            run: 3,
             pr: PrNumber(7),
+            approved: Box::leak(Box::new(set_of(&[]))),
             stage: "prod",
             waves,
             gate,
             timeout: Some(Duration::from_secs(3600)),
             digest_over: DigestOver::All,
             after_plan_hooks: false,
+            priced: false,
         })
+    }
+
+    /// A stage with a cost command, its pull request approved at `approved`.
+    fn priced<'a>(
+        waves: &'a [Vec<String>],
+        gate: GatePolicy,
+        approved: &'a ChangeSet,
+    ) -> StageMachine<'a> {
+        let mut m = machine(waves, gate);
+        m.spec.approved = approved;
+        m.spec.priced = true;
+        m
+    }
+
+    /// `app@prod` at `monthly` a month (100.00 before), judged by `max`.
+    fn cost(monthly: &str, max: Option<&str>) -> StageCost {
+        let figures = Figures {
+            currency: "USD".into(),
+            members: [(
+                "app@prod".to_owned(),
+                MemberCost {
+                    monthly: monthly.parse().unwrap(),
+                    past: "100".parse().unwrap(),
+                },
+            )]
+            .into(),
+        };
+        StageCost::priced("prod", figures, max.map(|m| m.parse().unwrap()))
+    }
+
+    /// The stage's two plans, approved with the pull request at `monthly`
+    /// (judged by `max`), and the record of its run.
+    fn approved_at(
+        monthly: &str,
+        max: Option<&str>,
+    ) -> (MemberPlan, MemberPlan, ChangeSet, AttemptRecord) {
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let approved = set_of(&[&net, &app])
+            .with_costs(vec![cost(monthly, max)])
+            .unwrap();
+        let record = AttemptRecord {
+            pr_approved_by: vec!["erin".into()],
+            ..AttemptRecord::default()
+        };
+        (net, app, approved, record)
+    }
+
+    fn priced_at(cost: StageCost, overrides: Vec<Fact>) -> StageObservation {
+        StageObservation::Priced {
+            cost: Box::new(cost),
+            overrides,
+        }
     }
 
     /// Reaches the stage and previews `plans`: what the machine asks next.
@@ -547,5 +788,198 @@ mod tests {
             record.state("app@prod").label(),
             "failed: planning on the merge commit failed: exit 2"
         );
+    }
+
+    #[test]
+    fn a_priced_stage_is_planned_and_priced_even_ungated_and_goes_on_at_the_approved_cost() {
+        let waves = waves();
+        let (net, app, approved, mut record) = approved_at("120", None);
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        assert_eq!(
+            preview(&mut m, &mut record, &[&net, &app]),
+            [Effect::Price(vec![
+                "network@prod".into(),
+                "app@prod".into()
+            ])]
+        );
+        let effects = m
+            .step(&mut record, priced_at(cost("120", None), vec![]))
+            .unwrap();
+        assert_eq!(effects, [Effect::Done(Step::Continue)]);
+        assert!(record.rounds.is_empty() && record.wait.is_none());
+    }
+
+    #[test]
+    fn a_cost_that_moved_since_the_approval_waits_for_a_round_naming_the_old_and_new_figures() {
+        let waves = waves();
+        let (net, app, approved, mut record) = approved_at("120", None);
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        preview(&mut m, &mut record, &[&net, &app]);
+        let effects = m
+            .step(&mut record, priced_at(cost("900", None), vec![]))
+            .unwrap();
+        assert_eq!(effects, [Effect::Done(Step::Stop)]);
+        let round = &record.rounds[0];
+        assert_eq!(
+            round.reasons,
+            ["cost@prod: the monthly cost moved from 120.00 USD to 900.00 USD (+780.00) since the approved plan: app@prod 120.00 → 900.00"]
+        );
+        assert_eq!(round.change_set.cost("prod"), Some(&cost("900", None)));
+        assert_eq!(
+            round.change_set.members.len(),
+            2,
+            "with the plans it was shown"
+        );
+        assert_eq!(
+            record.wait,
+            Some(Wait::Round {
+                round: round.number,
+                gate: round.gate.clone(),
+                digest: round.change_set.digest.clone()
+            })
+        );
+        assert!(matches!(
+            record.state("app@prod"),
+            MemberState::Waiting { reason } if reason.starts_with("not covered: cost@prod")
+        ));
+
+        // Once the round is approved, the same figures go on; others do not.
+        record.rounds[0].approved_by = vec!["erin".into()];
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        preview(&mut m, &mut record, &[&net, &app]);
+        let effects = m
+            .step(&mut record, priced_at(cost("900", None), vec![]))
+            .unwrap();
+        assert_eq!(effects, [Effect::Done(Step::Continue)]);
+        assert_eq!(record.costs_passed["prod"], cost("900", None).digest);
+        // Before anything of it applied (a new run of the same record),
+        // another cost is another round.
+        record.costs_passed.clear();
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        preview(&mut m, &mut record, &[&net, &app]);
+        m.step(&mut record, priced_at(cost("901", None), vec![]))
+            .unwrap();
+        assert_eq!(record.rounds.len(), 2, "another cost, another round");
+    }
+
+    #[test]
+    fn a_gated_stage_binds_its_cost_in_the_set_its_approval_names() {
+        let waves = waves();
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let approved = set_of(&[&net, &app])
+            .with_costs(vec![cost("120", None)])
+            .unwrap();
+        let mut record = AttemptRecord::default();
+        let mut m = priced(&waves, GatePolicy::Always, &approved);
+        preview(&mut m, &mut record, &[&net, &app]);
+        let effects = m
+            .step(&mut record, priced_at(cost("900", None), vec![]))
+            .unwrap();
+        let gate = &record.stages["prod"];
+        assert_eq!(gate.change_set.cost("prod"), Some(&cost("900", None)));
+        assert_ne!(gate.change_set.digest, set_of(&[&net, &app]).digest);
+        assert!(
+            matches!(effects[..], [Effect::CountApprovals { ref digest, .. }] if *digest == gate.change_set.digest)
+        );
+        // `/approve prod` of that set approved the cost too: no round.
+        let effects = m.step(&mut record, counted(&["erin"], None, NOW)).unwrap();
+        assert_eq!(effects, [Effect::Done(Step::Continue)]);
+        assert!(record.rounds.is_empty());
+    }
+
+    #[test]
+    fn a_cost_above_the_cap_waits_for_an_override_of_exactly_it_which_is_spent_once() {
+        let waves = waves();
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let dear = cost("900", Some("500"));
+        assert_eq!(dear.denied, ["max_monthly_increase"]);
+        let approved = set_of(&[&net, &app])
+            .with_costs(vec![dear.clone()])
+            .unwrap();
+        let base = AttemptRecord {
+            pr_approved_by: vec!["erin".into()],
+            ..AttemptRecord::default()
+        };
+        let run = |record: &mut AttemptRecord, overrides: Vec<Fact>| {
+            let mut m = priced(&waves, GatePolicy::Never, &approved);
+            preview(&mut m, record, &[&net, &app]);
+            m.step(record, priced_at(dear.clone(), overrides)).unwrap()
+        };
+        let mut record = base.clone();
+        assert_eq!(run(&mut record, vec![]), [Effect::Done(Step::Stop)]);
+        assert_eq!(
+            record.wait,
+            Some(Wait::Override {
+                member: "cost@prod".into(),
+                gate: "pr-7-override".parse().unwrap(),
+                digest: dear.digest.clone(),
+                rules: vec!["max_monthly_increase".into()],
+                also: vec![],
+            })
+        );
+        assert!(matches!(
+            record.state("app@prod"),
+            MemberState::Waiting { reason } if reason.contains("rises by 800.00 USD, more than `max_monthly_increase` (500.00)")
+        ));
+
+        let other = override_fact("cost@prod", &Digest::repeated('9'), FactKind::Approved);
+        let mut record = base.clone();
+        assert_eq!(run(&mut record, vec![other]), [Effect::Done(Step::Stop)]);
+
+        let given = override_fact("cost@prod", &dear.digest, FactKind::Approved);
+        let mut record = base.clone();
+        assert_eq!(
+            run(&mut record, vec![given]),
+            [
+                Effect::Save,
+                Effect::SpendOverride {
+                    member: "cost@prod".into(),
+                    digest: dear.digest.clone()
+                },
+                Effect::Done(Step::Continue)
+            ]
+        );
+        // A later job of the run (the override spent, part of the stage
+        // applied) does not price what is left of it again: it goes on.
+        assert_eq!(record.costs_passed["prod"], dear.digest);
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        let reached = m.step(&mut record, StageObservation::Reached { now: NOW });
+        assert_eq!(reached.unwrap(), [Effect::Done(Step::Continue)]);
+    }
+
+    #[test]
+    fn a_cost_command_that_fails_fails_the_stage_with_its_error() {
+        let waves = waves();
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let approved = set_of(&[&net, &app])
+            .with_costs(vec![cost("120", None)])
+            .unwrap();
+        let mut record = AttemptRecord::default();
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        preview(&mut m, &mut record, &[&net, &app]);
+        let failed = StageCost::failed("prod", "the cost command exited with status 2".into());
+        let effects = m.step(&mut record, priced_at(failed, vec![])).unwrap();
+        assert_eq!(effects, [Effect::Done(Step::Stop)]);
+        assert_eq!(
+            record.state("network@prod"),
+            MemberState::Failed {
+                error: "stage prod's cost command failed on the merge commit: the cost command exited with status 2".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_cost_round_names_every_plan_that_moved_beside_the_cost() {
+        let waves = waves();
+        let (net, _, approved, mut record) = approved_at("120", None);
+        let mut m = priced(&waves, GatePolicy::Never, &approved);
+        let drifted = plan("app@prod", "c");
+        preview(&mut m, &mut record, &[&net, &drifted]);
+        m.step(&mut record, priced_at(cost("900", None), vec![]))
+            .unwrap();
+        let reasons = &record.rounds[0].reasons;
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].starts_with("cost@prod: the monthly cost moved"));
+        assert!(reasons[1].starts_with("app@prod: "), "{reasons:?}");
     }
 }

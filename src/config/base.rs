@@ -8,6 +8,7 @@
 //! approvals until it reads again; a stage the base does not describe (or
 //! cannot) is gated `always`; forks are allowed only by a base that says so.
 
+use super::cost::CostCommand;
 use super::hooks::{Hook, Moment};
 use super::repo::{
     apply_concurrency_of, gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy,
@@ -126,6 +127,15 @@ impl BaseRules {
         match &self.config {
             Ok(Some(config)) => config.hooks.at(stage, moment),
             _ => Vec::new(),
+        }
+    }
+
+    /// The command that prices `stage`'s plans: its own, else the top
+    /// level's; none where the base has no readable config.
+    pub(crate) fn cost(&self, stage: &str) -> Option<&CostCommand> {
+        match &self.config {
+            Ok(Some(config)) => config.cost.at(stage),
+            _ => None,
         }
     }
 }
@@ -325,5 +335,73 @@ timeout = \"90s\"
         let rules = BaseRules::from_file(Some(&invalid));
         assert!(rules.policy().is_err());
         assert_eq!(rules.gate("dev"), GatePolicy::Never);
+    }
+
+    #[test]
+    fn the_cost_command_is_the_bases_the_stages_own_replacing_the_top_levels() {
+        let with = |extra: &str| format!("{extra}\n{GATED}");
+        let top = "[cost]\ncommand = [\"./ci/cost.sh\", \"{members_file}\", \"{cost_file}\"]\n";
+        let text = with(top).replace(
+            "name = \"prod\"\n",
+            "name = \"prod\"\ncost = { command = [\"infracost-wrap\", \"{cost_file}\"], timeout = \"2m\" }\n",
+        );
+        let rules = BaseRules::from_file(Some(&text));
+        assert_eq!(rules.cost("dev").unwrap().command[0], "./ci/cost.sh");
+        let prod = rules.cost("prod").unwrap();
+        assert_eq!(
+            (prod.command[0].as_str(), prod.timeout),
+            ("infracost-wrap", Duration::from_secs(120))
+        );
+        assert!(BaseRules::from_file(Some(GATED)).cost("prod").is_none());
+        assert!(BaseRules::from_file(None).cost("prod").is_none());
+
+        let capped = with("[policy]\nmax_monthly_increase = \"500\"\n").replacen(
+            "[policy]\napprovers",
+            "approvers",
+            1,
+        );
+        let policy = BaseRules::from_file(Some(&capped)).policy().unwrap();
+        assert_eq!(
+            policy
+                .max_monthly_increase
+                .map(|m| m.to_string())
+                .as_deref(),
+            Some("500.00")
+        );
+
+        for (text, expected) in [
+            (
+                with("[cost]\ncommand = [\"./cost\"]\n"),
+                "`cost.command`: the command is not told where to write its figures",
+            ),
+            (
+                with("[cost]\ncommand = [\"./cost\", \"{plan_file}\", \"{cost_file}\"]\n"),
+                "unknown placeholder `{plan_file}` in a cost command",
+            ),
+            (with("[cost]\ncommand = []\n"), "the command is empty"),
+            (
+                with("[cost]\ncommand = [\"./c\", \"{cost_file}\"]\ntimeout = \"soon\"\n"),
+                "`cost.timeout`",
+            ),
+            (
+                with(top)
+                    .replace("name = \"app\"", "name = \"cost\"")
+                    .replace("dir = \"app\"", "dir = \"cost\""),
+                "`cost` is the name of each stage's cost member",
+            ),
+            (
+                capped.replace("\"500\"", "\"lots\""),
+                "`lots` is not an amount",
+            ),
+            (
+                capped.replace("\"500\"", "\"-1\""),
+                "`policy.max_monthly_increase`: is below zero",
+            ),
+        ] {
+            let e = RepoConfig::parse(CONFIG_FILE, &text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expected), "{expected}: {e}");
+        }
     }
 }

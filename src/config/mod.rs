@@ -2,6 +2,8 @@
 //! and its ledger key.
 
 pub(crate) mod base;
+pub(crate) mod cost;
+pub(crate) mod discover;
 pub(crate) mod glob;
 pub(crate) mod hooks;
 pub mod ledger_key;

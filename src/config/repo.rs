@@ -4,11 +4,14 @@
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
 //! fix, because the person reading it is a reviewer in a PR comment.
 
+use super::cost::{self, CostCommands, RawCost};
+use super::discover::{self, Discoverer, Unit};
 use super::glob::Pattern;
 use super::hooks::{self, Hooks, RawHooks};
 use crate::model::canonical::{canonical_json_with, NumberForm};
-use crate::model::{DependencyGraph, DigestOver, GateId};
+use crate::model::{DependencyGraph, DigestOver, GateId, Money};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
@@ -64,6 +67,10 @@ pub(crate) struct RawRepoConfig {
     /// apply; read from the base like `[policy]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) hooks: Option<RawHooks>,
+    /// The command that prices every stage's plans; read from the base
+    /// like `[policy]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cost: Option<RawCost>,
 }
 
 /// `[notify]`: the targets (each defined in the server's environment,
@@ -141,13 +148,22 @@ pub(crate) struct RawStage {
     /// This stage's own hooks, after the top level's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) hooks: Option<RawHooks>,
+    /// The command that prices this stage's plans, instead of the top level's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cost: Option<RawCost>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawComponent {
     pub(crate) name: String,
+    /// Where its commands run; empty for a component that discovers its units.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub(crate) dir: String,
+    /// A command that finds the component's units at plan time, instead
+    /// of a `dir`: each becomes a component of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) discover: Option<Vec<String>>,
     pub(crate) paths: Option<Vec<String>>,
     #[serde(default)]
     pub(crate) depends_on: Vec<String>,
@@ -227,6 +243,10 @@ pub(crate) struct Policy {
     /// whose plan changes nothing is left out).
     #[serde(default, skip_serializing_if = "DigestOver::is_all")]
     pub(crate) digest_over: DigestOver,
+    /// The most a stage's monthly cost may rise (`"500"`, in the cost
+    /// command's currency); more is denied until an overrider lets it through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_monthly_increase: Option<Money>,
 }
 
 impl Policy {
@@ -253,6 +273,7 @@ impl Default for Policy {
             allow_pusher_approval: false,
             approval_ttl: None,
             digest_over: DigestOver::All,
+            max_monthly_increase: None,
         }
     }
 }
@@ -298,6 +319,8 @@ pub struct Component {
     pub(crate) outputs: Option<Vec<String>>,
     pub(crate) timeout: Duration,
     pub kind: ComponentKind,
+    /// A unit a discovery found: what the digests bind of its finding.
+    pub(crate) discovered: Option<Value>,
 }
 
 /// A validated `wavegate.toml`.
@@ -315,6 +338,10 @@ pub struct RepoConfig {
     pub(crate) branches: Option<Vec<String>>,
     pub(crate) notify: Option<Notify>,
     pub(crate) hooks: Hooks,
+    pub(crate) cost: CostCommands,
+    /// Components that find their units at plan time; none left once
+    /// [`RepoConfig::with_units`] put the units in their place.
+    pub(crate) discoverers: Vec<Discoverer>,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -463,6 +490,13 @@ impl RepoConfig {
             })?,
             None => DEFAULT_TIMEOUT,
         };
+        let discoverers = discover::discoverers(&raw, default_timeout, &err)?;
+        let declared: Vec<RawComponent> = raw
+            .components
+            .iter()
+            .filter(|c| c.discover.is_none())
+            .cloned()
+            .collect();
         for (name, argv) in [
             ("plan", &defaults.plan),
             ("apply", &defaults.apply),
@@ -486,7 +520,7 @@ impl RepoConfig {
         }
 
         let mut index_of: HashMap<&str, usize> = HashMap::new();
-        for (i, c) in raw.components.iter().enumerate() {
+        for (i, c) in declared.iter().enumerate() {
             let field = format!("component[{i}].name");
             check_name(&c.name, &field, &err)?;
             if index_of.insert(&c.name, i).is_some() {
@@ -498,15 +532,15 @@ impl RepoConfig {
             }
         }
 
-        let mut components = Vec::with_capacity(raw.components.len());
-        for (i, c) in raw.components.iter().enumerate() {
+        let mut components = Vec::with_capacity(declared.len());
+        for (i, c) in declared.iter().enumerate() {
             let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
             for (j, d) in c.depends_on.iter().enumerate() {
                 if !index_of.contains_key(d.as_str()) {
                     return Err(err(
                         at(&format!("depends_on[{j}]")),
                         format!("unknown component `{d}`"),
-                        &format!("name one of: {}", names(&raw.components)),
+                        &format!("name one of: {}", names(&declared)),
                     ));
                 }
             }
@@ -629,10 +663,10 @@ impl RepoConfig {
                     return Err(err(
                         field,
                         format!("unknown component `{upstream}`"),
-                        &format!("name one of: {}", names(&raw.components)),
+                        &format!("name one of: {}", names(&declared)),
                     ));
                 }
-                let upstream_kind = raw.components[index_of[upstream]].kind.unwrap_or_default();
+                let upstream_kind = declared[index_of[upstream]].kind.unwrap_or_default();
                 if build && upstream_kind != ComponentKind::Build {
                     return Err(err(
                         field,
@@ -660,6 +694,7 @@ impl RepoConfig {
                 outputs,
                 timeout,
                 kind: c.kind.unwrap_or_default(),
+                discovered: None,
             });
         }
 
@@ -716,8 +751,27 @@ impl RepoConfig {
             .map(|s| (s.name.clone(), s.hooks.as_ref()))
             .collect();
         let hooks = hooks::validate(raw.hooks.as_ref(), &stage_hooks, &err)?;
+        let stage_costs: Vec<(String, Option<&RawCost>)> = raw
+            .stages
+            .iter()
+            .map(|s| (s.name.clone(), s.cost.as_ref()))
+            .collect();
+        let names: Vec<String> = components.iter().map(|c| c.name.clone()).collect();
+        let cost = cost::validate(raw.cost.as_ref(), &stage_costs, &names, &err)?;
+        if policy.max_monthly_increase.is_some_and(|m| m < Money::ZERO) {
+            return Err(err(
+                "policy.max_monthly_increase".into(),
+                "is below zero, so every change would be denied".into(),
+                "set 0 or more (`0`: any increase is denied), or leave it out",
+            ));
+        }
+        if !discoverers.is_empty() {
+            check_templates(file, &raw, &err)?;
+        }
         Ok(Self {
             hooks,
+            cost,
+            discoverers,
             ignore,
             stages,
             components,
@@ -727,6 +781,46 @@ impl RepoConfig {
             notify: raw.notify.clone(),
             raw,
         })
+    }
+
+    /// This config with each discovering component's units in its place
+    /// (`found`, by discoverer), validated as if written out: names unique,
+    /// every dependency known, no cycle. The file as written is kept.
+    pub(crate) fn with_units(
+        &self,
+        file: &str,
+        found: &BTreeMap<String, Vec<Unit>>,
+    ) -> Result<Self, ConfigError> {
+        let discovered = |problem: String| {
+            ConfigError {
+            file: file.to_owned(),
+            field: "component.discover".into(),
+            problem,
+            fix: "make the discover command report each unit once, with dependencies on units it reports or components the file declares".into(),
+        }
+        };
+        let expanded = discover::expand(&self.raw, found).map_err(discovered)?;
+        let mut config = Self::validate(file, expanded).map_err(|e| {
+            discovered(format!(
+                "the units discovered do not make a valid config: {}: {}",
+                e.field, e.problem
+            ))
+        })?;
+        let index: HashMap<String, usize> = config
+            .components
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), i))
+            .collect();
+        for (by, units) in found {
+            for unit in units {
+                if let Some(&i) = index.get(&unit.name) {
+                    config.components[i].discovered = Some(unit.bound(by));
+                }
+            }
+        }
+        config.raw = self.raw.clone();
+        Ok(config)
     }
 
     pub fn component(&self, name: &str) -> Option<&Component> {
@@ -828,6 +922,13 @@ pub(crate) fn config_changed_components(
         return head.components.iter().map(|c| c.name.clone()).collect();
     };
     let fingerprint = |v: &dyn erased::Ser| v.canonical();
+    let stages_changed = |stages: &[String]| {
+        stages.iter().any(|s| {
+            let b = base.stages.iter().find(|x| &x.name == s);
+            let h = head.raw.stages.iter().find(|x| &x.name == s);
+            fingerprint(&b) != fingerprint(&h)
+        })
+    };
     let base_entries: HashMap<&str, &RawComponent> = base
         .components
         .iter()
@@ -847,17 +948,27 @@ pub(crate) fn config_changed_components(
             || uses(c.outputs.is_some(), &bd.outputs, &hd.outputs)
             || uses(c.timeout.is_some(), &bd.timeout, &hd.timeout)
             || fingerprint(&bd.env) != fingerprint(&hd.env);
-        let stage_changed = head.component(&c.name).is_some_and(|hc| {
-            hc.stages.iter().any(|s| {
-                let b = base.stages.iter().find(|x| &x.name == s);
-                let h = head.raw.stages.iter().find(|x| &x.name == s);
-                fingerprint(&b) != fingerprint(&h)
-            })
-        });
+        let stage_changed = head
+            .component(&c.name)
+            .is_some_and(|hc| stages_changed(&hc.stages));
         if entry_changed || defaults_changed || stage_changed {
             changed.insert(c.name.clone());
         }
     }
+    // A discovering entry that changed changes every unit it found; so
+    // does a change to a stage a unit runs in.
+    let units: Vec<String> = head
+        .components
+        .iter()
+        .filter(|c| {
+            c.discovered
+                .as_ref()
+                .and_then(|d| d["by"].as_str())
+                .is_some_and(|by| changed.contains(by) || stages_changed(&c.stages))
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    changed.extend(units);
     changed
 }
 
@@ -876,6 +987,42 @@ mod erased {
             )
         }
     }
+}
+
+/// Checks each discovering component as written, as a unit of its own
+/// would be (named after it, in a directory of its name): its name, its
+/// inputs, stages and commands, before any discovery runs.
+fn check_templates(
+    file: &str,
+    raw: &RawRepoConfig,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, c) in raw.components.iter().enumerate() {
+        check_name(&c.name, &format!("component[{i}].name"), err)?;
+    }
+    let probe: BTreeMap<String, Vec<Unit>> = raw
+        .components
+        .iter()
+        .filter(|c| c.discover.is_some())
+        .map(|c| {
+            let unit = Unit {
+                name: c.name.clone(),
+                dir: c.name.clone(),
+                depends_on: Vec::new(),
+                paths: None,
+                stages: None,
+            };
+            (c.name.clone(), vec![unit])
+        })
+        .collect();
+    let expanded = discover::expand(raw, &probe).map_err(|p| {
+        err(
+            "component.discover".into(),
+            p,
+            "correct the discovering component",
+        )
+    })?;
+    RepoConfig::validate(file, expanded).map(|_| ())
 }
 
 fn names(components: &[RawComponent]) -> String {

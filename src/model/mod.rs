@@ -1,7 +1,7 @@
 //! The vocabulary every other module speaks, with no I/O and no import of
 //! the rest of the crate: who and where ([`RepoId`], [`PrNumber`],
 //! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned (canonical
-//! JSON and its [`Digest`]s, [`MemberId`] `component@stage`, [`StageName`]) and where
+//! JSON and its [`Digest`]s, [`MemberId`] `component@stage`, [`StageName`], a cost in [`Money`]) and where
 //! approvals are recorded ([`GateId`]), and the components' dependency
 //! graph ([`DependencyGraph`]). Each has one `Display`/`FromStr`, so a
 //! name is spelled and read in one place.
@@ -12,6 +12,7 @@ mod gate_id;
 mod graph;
 mod ids;
 mod member;
+mod money;
 mod time;
 
 pub(crate) use digest::DIGEST_HEX_DIGITS;
@@ -21,4 +22,5 @@ pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub(crate) use member::MemberId;
 pub use member::StageName;
+pub use money::{Money, NotAnAmount};
 pub(crate) use time::utc;

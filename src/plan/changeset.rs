@@ -9,6 +9,7 @@
 //! verifying. The canonical module's doc says why plan digests need no
 //! version of their own.
 
+use super::cost::StageCost;
 use super::planfile::{Counts, MemberPlan};
 use crate::model::canonical::{digest_value_with, NumberForm};
 use crate::model::{Digest, DigestOver};
@@ -54,6 +55,10 @@ pub(crate) struct ChangeSetMember {
     pub(crate) build_inputs: Vec<String>,
     /// The input values the plan read, by the member's own input names.
     pub(crate) inputs: Map<String, Value>,
+    /// For a unit a discovery found: what it found (bound when present, so
+    /// a unit found otherwise at apply is not covered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) discovered: Option<Value>,
     /// The full plan (absent unless planned), kept so coverage can compare against it.
     pub(crate) plan: Option<MemberPlan>,
 }
@@ -79,6 +84,11 @@ pub(crate) struct ChangeSet {
     /// record and digest are as before the setting existed.
     #[serde(default, skip_serializing_if = "DigestOver::is_all")]
     pub(crate) over: DigestOver,
+    /// Each stage's cost where a cost command is set (`cost@<stage>`, by
+    /// stage): extra members the digest binds; none writes nothing, so a
+    /// set without is as before costs existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) costs: Vec<StageCost>,
     pub(crate) digest: Digest,
 }
 
@@ -93,6 +103,14 @@ pub(crate) enum ChangeSetError {
     DigestMismatch { carried: Digest, actual: Digest },
     #[error("{0}")]
     MemberPlan(String),
+    #[error("`{0}` is both a member and a stage's cost; no component may be named `cost` where a cost command is set")]
+    CostClash(String),
+    #[error("the cost {member} carries digest {carried} but its figures digest to {actual}; it was altered and is not trusted")]
+    CostMismatch {
+        member: String,
+        carried: Digest,
+        actual: Digest,
+    },
     #[error("change set record has version {0}, which this wavegate cannot verify (it reads versions 1 and {CHANGE_SET_VERSION}); run the wavegate release that wrote it, or a newer one")]
     UnknownVersion(u32),
 }
@@ -117,11 +135,46 @@ impl ChangeSet {
             version: CHANGE_SET_VERSION,
             members,
             over,
+            costs: Vec::new(),
             // Computed from the members just below.
             digest: Digest::repeated('0'),
         };
         set.digest = set.compute_digest()?;
         Ok(set)
+    }
+
+    /// The set with these stages' costs bound too (replacing any it had).
+    pub(crate) fn with_costs(mut self, mut costs: Vec<StageCost>) -> Result<Self, ChangeSetError> {
+        costs.sort_by(|a, b| a.member.cmp(&b.member));
+        if let Some(pair) = costs.windows(2).find(|w| w[0].member == w[1].member) {
+            return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
+        }
+        self.costs = costs;
+        self.check_costs()?;
+        self.digest = self.compute_digest()?;
+        Ok(self)
+    }
+
+    /// The cost of `stage`, when the set binds one.
+    pub(crate) fn cost(&self, stage: &str) -> Option<&StageCost> {
+        self.costs.iter().find(|c| c.stage == stage)
+    }
+
+    fn check_costs(&self) -> Result<(), ChangeSetError> {
+        for cost in &self.costs {
+            if self.member(&cost.member).is_some() {
+                return Err(ChangeSetError::CostClash(cost.member.clone()));
+            }
+            let actual = cost.compute_digest();
+            if actual != cost.digest {
+                return Err(ChangeSetError::CostMismatch {
+                    member: cost.member.clone(),
+                    carried: cost.digest.clone(),
+                    actual,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the digest binds `member`: every member does, except under
@@ -132,8 +185,8 @@ impl ChangeSet {
 
     /// The digest covers each bound member's name, status, plan digest,
     /// unknown, build and known inputs: what was planned, not the prose around it
-    /// (and, under `changing`, says so). Numbers are written as the set's
-    /// version says.
+    /// (and, under `changing`, says so); then each stage's cost as one more
+    /// member. Numbers are written as the set's version says.
     pub(crate) fn compute_digest(&self) -> Result<Digest, ChangeSetError> {
         let numbers = number_form(self.version)?;
         let members: Vec<Value> = self
@@ -152,8 +205,12 @@ impl ChangeSet {
                 if !m.build_inputs.is_empty() {
                     bound["buildInputs"] = json!(m.build_inputs);
                 }
+                if let Some(discovered) = &m.discovered {
+                    bound["discovered"] = discovered.clone();
+                }
                 bound
             })
+            .chain(self.costs.iter().map(StageCost::bound))
             .collect();
         let mut document = json!({"version": self.version, "members": members});
         if !self.over.is_all() {
@@ -167,6 +224,7 @@ impl ChangeSet {
     /// rule of the set's version.
     pub(crate) fn verify(&self) -> Result<(), ChangeSetError> {
         let numbers = number_form(self.version)?;
+        self.check_costs()?;
         let actual = self.compute_digest()?;
         if actual != self.digest {
             return Err(ChangeSetError::DigestMismatch {
@@ -219,6 +277,7 @@ mod tests {
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
             build_inputs: vec![],
+            discovered: None,
             inputs: Map::new(),
             plan: Some(plan),
         }
@@ -405,6 +464,52 @@ mod tests {
         assert!(
             text.contains("version 3") && text.contains("reads versions 1 and 2"),
             "{text}"
+        );
+    }
+
+    fn priced(monthly: &str) -> StageCost {
+        let figures = crate::plan::cost::Figures {
+            currency: "USD".into(),
+            members: [(
+                "a@dev".to_owned(),
+                crate::plan::cost::MemberCost {
+                    monthly: monthly.parse().unwrap(),
+                    past: crate::model::Money::ZERO,
+                },
+            )]
+            .into(),
+        };
+        StageCost::priced("dev", figures, None)
+    }
+
+    #[test]
+    fn a_stages_cost_is_one_more_member_the_digest_binds() {
+        let plain = ChangeSet::new(vec![planned("a@dev", CREATE)]).unwrap();
+        let at_120 = plain.clone().with_costs(vec![priced("120")]).unwrap();
+        let at_900 = plain.clone().with_costs(vec![priced("900")]).unwrap();
+        assert_ne!(at_120.digest, plain.digest);
+        assert_ne!(
+            at_120.digest, at_900.digest,
+            "a cost moving moves the digest"
+        );
+        assert_eq!(at_120.cost("dev").unwrap().member, "cost@dev");
+        assert!(!serde_json::to_string(&plain).unwrap().contains("costs"));
+
+        let text = serde_json::to_string(&at_120).unwrap();
+        assert_eq!(ChangeSet::from_json(text.as_bytes()).unwrap(), at_120);
+        let tampered = text.replace(r#""monthly":"120.00""#, r#""monthly":"12.00""#);
+        assert_ne!(tampered, text);
+        assert!(matches!(
+            ChangeSet::from_json(tampered.as_bytes()),
+            Err(ChangeSetError::CostMismatch { .. })
+        ));
+
+        let clash = ChangeSet::new(vec![planned("cost@dev", CREATE)])
+            .unwrap()
+            .with_costs(vec![priced("1")]);
+        assert_eq!(
+            clash.unwrap_err(),
+            ChangeSetError::CostClash("cost@dev".into())
         );
     }
 }

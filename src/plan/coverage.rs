@@ -21,6 +21,8 @@ pub(crate) enum Coverage {
 pub(crate) struct FreshPlan<'a> {
     pub(crate) plan: &'a MemberPlan,
     pub(crate) inputs: &'a Map<String, Value>,
+    /// What its discovery found now, for a unit a discovery found.
+    pub(crate) discovered: Option<&'a Value>,
 }
 
 pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
@@ -39,6 +41,14 @@ pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage 
     else {
         return not("the approved change set has no plan for it".into());
     };
+    if was.discovered.as_ref() != fresh.discovered {
+        let show = |d: Option<&Value>| d.map_or("not discovered".to_owned(), Value::to_string);
+        return not(format!(
+            "its unit was discovered otherwise: {} when approved, {} now",
+            show(was.discovered.as_ref()),
+            show(fresh.discovered)
+        ));
+    }
     // The plans themselves are compared, not their digests: equal digests do
     // not prove equal plans (RFC 8785 binds integers beyond 2^53 as doubles),
     // and an approved set of version 1 digested numbers with another rule.
@@ -253,6 +263,7 @@ mod tests {
                 plan_digest: Some(plan.plan_digest.clone()),
                 unknown_inputs: unknown,
                 build_inputs: vec![],
+                discovered: None,
                 inputs,
                 plan: Some(plan),
             };
@@ -275,6 +286,7 @@ mod tests {
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
             build_inputs: vec![],
+            discovered: None,
             inputs: Map::new(),
             plan: Some(plan),
         }])
@@ -296,6 +308,7 @@ mod tests {
             &FreshPlan {
                 plan: &plan,
                 inputs: inputs.as_object().unwrap(),
+                discovered: None,
             },
         )
     }
@@ -499,6 +512,7 @@ mod tests {
             &FreshPlan {
                 plan: &plan,
                 inputs: &Map::new(),
+                discovered: None,
             },
         ));
         assert_eq!(
@@ -548,6 +562,7 @@ mod tests {
                 &FreshPlan {
                     plan: &fresh,
                     inputs: &set.members[0].inputs,
+                    discovered: None,
                 },
             ),
             Coverage::Covered

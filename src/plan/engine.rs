@@ -5,18 +5,21 @@
 //! A member that fails to plan blocks only its own downstream members; the
 //! rest go on. Nothing here talks to a forge or a store.
 
-use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
+use super::changeset::{ChangeSet, ChangeSetError, ChangeSetMember, MemberStatus};
+use super::cost::{self, StageCost};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
 use super::tail::OutputTail;
 use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
+use crate::config::cost::{CostCommand, CostCommands};
+use crate::config::discover::{read_units, Discoverer, Unit, MAX_UNITS_FILE_BYTES};
 use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
-use crate::model::{DigestOver, MemberId};
+use crate::model::{DigestOver, MemberId, Money};
 use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -143,6 +146,9 @@ pub struct MemberOutcome {
     pub(crate) inputs: BTreeMap<String, ResolvedInput>,
     /// The command's output, redacted and capped.
     pub(crate) output: String,
+    /// What its discovery found, for a unit a discovery found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) discovered: Option<Value>,
 }
 
 impl MemberOutcome {
@@ -208,6 +214,7 @@ impl PlannedChange {
         self.members
             .iter()
             .any(|m| m.status == MemberStatus::PlanFailed)
+            || self.change_set.costs.iter().any(|c| c.error.is_some())
     }
 }
 
@@ -224,7 +231,14 @@ pub(crate) struct Prepared {
     /// Which members the change set's digest binds, as the base's policy
     /// says (every member when the base has no readable config).
     pub(crate) digest_over: DigestOver,
+    /// The base's cost commands and `[policy] max_monthly_increase`: a pull
+    /// request does not choose how its cost is reckoned.
+    pub(crate) costs: CostCommands,
+    pub(crate) max_increase: Option<Money>,
     pub(crate) preview: Preview,
+    /// What the fan-out is derived from (again, once units are discovered).
+    changed: Vec<String>,
+    base_text: Option<String>,
 }
 
 impl Prepared {
@@ -263,14 +277,6 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     let config = RepoConfig::parse(CONFIG_FILE, &head_text)?;
     let changed = git::changed_paths(repo, &base, &head)?;
     let base_text = git::read_file(repo, &base, CONFIG_FILE)?;
-    let config_changed = if changed.iter().any(|p| p == CONFIG_FILE) {
-        let base_raw = base_text
-            .as_deref()
-            .and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
-        config_changed_components(base_raw.as_ref(), &config)
-    } else {
-        Default::default()
-    };
     let base_config = base_text
         .as_deref()
         .and_then(|t| RepoConfig::parse(CONFIG_FILE, t).ok());
@@ -278,15 +284,14 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         .as_ref()
         .map(|c| c.env.clone())
         .unwrap_or_default();
-    let digest_over = base_config.map_or(DigestOver::All, |c| c.policy.digest_over);
-    let derivation = fanout::derive(&FanOutInput {
-        config: &config,
-        changed_paths: &changed,
-        config_changed: &config_changed,
-        stage: options.stage.as_deref(),
-    })
-    .map_err(|e| PlanError::Usage(format!("--stage: {e}")))?;
-    let preview = preview::preview(&base, base_text.as_deref(), &config, &derivation.waves);
+    let digest_over = base_config
+        .as_ref()
+        .map_or(DigestOver::All, |c| c.policy.digest_over);
+    let max_increase = base_config
+        .as_ref()
+        .and_then(|c| c.policy.max_monthly_increase);
+    let costs = base_config.map(|c| c.cost).unwrap_or_default();
+    let (derivation, preview) = derive(options, &base, base_text.as_deref(), &config, &changed)?;
     Ok(Prepared {
         base,
         head,
@@ -294,21 +299,121 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         derivation,
         base_env,
         digest_over,
+        costs,
+        max_increase,
         preview,
+        changed,
+        base_text,
     })
+}
+
+/// The fan-out of `changed` under `config`, and what happens after merge.
+fn derive(
+    options: &PlanOptions,
+    base: &str,
+    base_text: Option<&str>,
+    config: &RepoConfig,
+    changed: &[String],
+) -> Result<(Derivation, Preview), PlanError> {
+    let config_changed = if changed.iter().any(|p| p == CONFIG_FILE) {
+        let base_raw = base_text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
+        config_changed_components(base_raw.as_ref(), config)
+    } else {
+        Default::default()
+    };
+    let derivation = fanout::derive(&FanOutInput {
+        config,
+        changed_paths: changed,
+        config_changed: &config_changed,
+        stage: options.stage.as_deref(),
+    })
+    .map_err(|e| PlanError::Usage(format!("--stage: {e}")))?;
+    let preview = preview::preview(base, base_text, config, &derivation.waves);
+    Ok((derivation, preview))
+}
+
+impl Prepared {
+    /// A workbench of the commit planned, with this config.
+    pub(crate) fn workbench(&self, options: &PlanOptions) -> Result<Workbench, PlanError> {
+        Workbench::open(
+            options.clone(),
+            self.config.clone(),
+            self.base_env.clone(),
+            &self.head,
+        )
+    }
+
+    /// Runs each discovering component's command on `bench`'s commit, puts
+    /// the units it found in its place and derives the fan-out again; the
+    /// workbench plans with the config that names them. A discovery that
+    /// fails, or finds units that do not make a valid config, is said with
+    /// what it printed.
+    pub(crate) async fn discover(
+        &mut self,
+        options: &PlanOptions,
+        bench: &mut Workbench,
+    ) -> Result<(), PlanError> {
+        if self.config.discoverers.is_empty() {
+            return Ok(());
+        }
+        let mut found = BTreeMap::new();
+        for discoverer in self.config.discoverers.clone() {
+            let units = bench.run_discover(&discoverer).await.map_err(|e| {
+                PlanError::Usage(format!(
+                    "component `{}` could not discover its units: {e}",
+                    discoverer.name
+                ))
+            })?;
+            let mut note = format!(
+                "`{}` discovered {} unit{}",
+                discoverer.name,
+                units.len(),
+                if units.len() == 1 { "" } else { "s" }
+            );
+            if !units.is_empty() {
+                let shown: Vec<String> = units
+                    .iter()
+                    .take(20)
+                    .map(|u| format!("`{}`", u.name))
+                    .collect();
+                let more = if units.len() > 20 { ", …" } else { "" };
+                note.push_str(&format!(": {}{more}", shown.join(", ")));
+            }
+            bench.notes.push(note);
+            found.insert(discoverer.name.clone(), units);
+        }
+        self.config = self.config.with_units(CONFIG_FILE, &found)?;
+        bench.config = self.config.clone();
+        (self.derivation, self.preview) = derive(
+            options,
+            &self.base,
+            self.base_text.as_deref(),
+            &self.config,
+            &self.changed,
+        )?;
+        Ok(())
+    }
+}
+
+/// The fan-out of the change between `options.base` and `options.head`,
+/// with the units discovering components find on the head: what would be
+/// planned, without planning it.
+pub async fn derive_change(options: &PlanOptions) -> Result<Derivation, PlanError> {
+    let mut prepared = prepare(options)?;
+    if !prepared.config.discoverers.is_empty() {
+        let mut bench = prepared.workbench(options)?;
+        prepared.discover(options, &mut bench).await?;
+    }
+    Ok(prepared.derivation)
 }
 
 /// Plans the change between `options.base` and `options.head`.
 pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanError> {
-    let prepared = prepare(options)?;
-    check_seeded(&options.seeded, &prepared.config)?;
+    let mut prepared = prepare(options)?;
     let added = prepared.env_added_by_head();
-    let mut bench = Workbench::open(
-        options.clone(),
-        prepared.config,
-        prepared.base_env,
-        &prepared.head,
-    )?;
+    let mut bench = prepared.workbench(options)?;
+    prepared.discover(options, &mut bench).await?;
+    check_seeded(&options.seeded, &prepared.config)?;
     if !added.is_empty() {
         bench.notes.push(format!(
             "{CONFIG_FILE} here passes on {} to commands; the list is read from the base branch, so commands get {} only once this is merged",
@@ -318,6 +423,40 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
     }
     for wave in &prepared.derivation.waves {
         bench.plan_wave(wave).await?;
+    }
+    let mut costs = Vec::new();
+    for stage in &bench.config.stages {
+        let Some(command) = prepared.costs.at(&stage.name) else {
+            continue;
+        };
+        let members: Vec<String> = prepared
+            .derivation
+            .members
+            .iter()
+            .filter(|m| {
+                m.parse::<MemberId>()
+                    .is_ok_and(|m| m.stage() == stage.name.as_str())
+            })
+            .cloned()
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let unplanned: Vec<&String> = members
+            .iter()
+            .filter(|m| bench.outcome(m).is_none_or(|o| o.plan.is_none()))
+            .collect();
+        costs.push(if unplanned.is_empty() {
+            bench
+                .run_cost(&stage.name, command, &members, prepared.max_increase)
+                .await
+        } else {
+            let names: Vec<&str> = unplanned.iter().map(|m| m.as_str()).collect();
+            StageCost::failed(
+                &stage.name,
+                format!("not priced: {} did not plan", names.join(", ")),
+            )
+        });
     }
     let Workbench {
         mut outcomes,
@@ -356,7 +495,15 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             blocked_by: m.blocked_by.clone(),
         });
     }
-    let change_set = change_set_of(&members, prepared.digest_over).map_err(anyhow::Error::from)?;
+    let change_set = change_set_of(&members, prepared.digest_over)
+        .and_then(|set| set.with_costs(costs))
+        .map_err(|e| match e {
+            ChangeSetError::CostClash(member) => PlanError::Usage(format!(
+                "`{member}` is a member here and the base's cost member of its stage; rename the component `{}`",
+                cost::COST_COMPONENT
+            )),
+            other => PlanError::Internal(other.into()),
+        })?;
     Ok(PlannedChange {
         base: prepared.base,
         head: prepared.head,
@@ -394,6 +541,7 @@ pub(crate) fn change_set_of(
                 unknown_inputs: m.unknown_inputs(),
                 build_inputs: m.build_inputs(),
                 inputs: m.known_inputs(),
+                discovered: m.discovered.clone(),
                 plan: m.plan.clone(),
             })
             .collect(),
@@ -556,6 +704,46 @@ impl Workbench {
     }
 
     /// Where a member's plan, inputs and outputs files are.
+    /// Runs one of the job's own commands (`what`, for its errors) in the
+    /// sandbox: the end of what it printed when it succeeded, else why not
+    /// with that end.
+    async fn run_own(
+        &self,
+        (kind, label, what): (CommandKind, String, &str),
+        command: (Vec<String>, PathBuf, Vec<(String, String)>),
+        files: &MemberFiles,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let spec = self.sandboxed(kind, label, command, files, timeout);
+        let ran = runner::run_command(&spec)
+            .await
+            .map_err(|e| format!("{what} could not start: {e}"))?;
+        let tail = ran.tail(10);
+        if ran.succeeded() {
+            return Ok(tail);
+        }
+        let mut error = ran.describe(what, timeout);
+        if !tail.is_empty() {
+            error.push_str(&format!("; last output:\n{tail}"));
+        }
+        Err(error)
+    }
+
+    /// Fresh, empty files and HOME of one of the job's own commands (a hook
+    /// call, a discovery, a pricing) under `scratch/<under>/<name>`.
+    fn own_files(&self, under: &str, name: &str) -> Result<MemberFiles, String> {
+        let files = MemberFiles {
+            dir: self.scratch.path().join(under).join(name),
+            home: self.scratch.path().join("home").join(name),
+        };
+        for dir in [&files.dir, &files.home] {
+            let _ = std::fs::remove_dir_all(dir);
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        Ok(files)
+    }
+
     fn member_dir(&self, name: &str) -> PathBuf {
         self.scratch.path().join("members").join(name)
     }
@@ -673,16 +861,10 @@ impl Workbench {
             name.push('.');
             name.push_str(member);
         }
-        let files = MemberFiles {
-            dir: self.scratch.path().join("hooks").join(&name),
-            home: self.scratch.path().join("home").join(&name),
+        let files = match self.own_files("hooks", &name) {
+            Ok(files) => files,
+            Err(why) => return not_run(why),
         };
-        for dir in [&files.dir, &files.home] {
-            let _ = std::fs::remove_dir_all(dir);
-            if let Err(e) = std::fs::create_dir_all(dir) {
-                return not_run(format!("cannot create {}: {e}", dir.display()));
-            }
-        }
         let decided = decision.is_some();
         let mut written = vec![(MEMBERS_FILE, members_json)];
         if let Some(decision) = decision {
@@ -751,6 +933,117 @@ impl Workbench {
         }
     }
 
+    /// Runs a discovering component's command in the sandbox, in the copy
+    /// of the commit (read-only, its working directory the root): it writes
+    /// the units it found to `{units_file}`.
+    pub(crate) async fn run_discover(&self, discoverer: &Discoverer) -> Result<Vec<Unit>, String> {
+        let files = self.own_files("discover", &format!("discover.{}", discoverer.name))?;
+        let root = self.root();
+        let units_file = files.dir.join(UNITS_FILE).display().to_string();
+        let fill = |arg: &String| {
+            arg.replace("{units_file}", &units_file)
+                .replace("{component}", &discoverer.name)
+                .replace("{root}", &root.display().to_string())
+        };
+        let argv: Vec<String> = discoverer.command.iter().map(fill).collect();
+        let env = vec![
+            ("WAVEGATE_COMPONENT".to_owned(), discoverer.name.clone()),
+            ("WAVEGATE_UNITS_FILE".to_owned(), units_file.clone()),
+        ];
+        let command = (argv, root, env);
+        let label = format!("[discover] {}", discoverer.name);
+        let own = (CommandKind::Plan, label, "the discover command");
+        let tail = self
+            .run_own(own, command, &files, discoverer.timeout)
+            .await?;
+        let with_output = |mut error: String| {
+            if !tail.is_empty() {
+                error.push_str(&format!("; last output:\n{tail}"));
+            }
+            error
+        };
+        let bytes =
+            files::read_file(&files.dir, UNITS_FILE, MAX_UNITS_FILE_BYTES).map_err(|e| {
+                with_output(format!(
+                    "its units file: {e}; write the list of units to `{{units_file}}`"
+                ))
+            })?;
+        read_units(&bytes).map_err(with_output)
+    }
+
+    /// Prices `members` of `stage` with its cost command, in the sandbox and
+    /// the copy of the commit (read-only): `{members_file}` lists each with
+    /// its plan digest and a copy of its latest plan file here; the command
+    /// writes Infracost's JSON to `{cost_file}`. Judged by `max_increase`.
+    pub(crate) async fn run_cost(
+        &self,
+        stage: &str,
+        command: &CostCommand,
+        members: &[String],
+        max_increase: Option<Money>,
+    ) -> StageCost {
+        match self.price(stage, command, members).await {
+            Ok(figures) => StageCost::priced(stage, figures, max_increase),
+            Err(why) => StageCost::failed(stage, why),
+        }
+    }
+
+    async fn price(
+        &self,
+        stage: &str,
+        command: &CostCommand,
+        members: &[String],
+    ) -> Result<cost::Figures, String> {
+        let files = self.own_files("costs", &format!("cost.{stage}"))?;
+        let mut listed = Vec::new();
+        for member in members {
+            let plan_file = format!("{member}.plan.json");
+            let bytes = std::fs::read(self.member_dir(member).join(PLAN_FILE))
+                .map_err(|e| format!("{member} has no plan file to price: {e}"))?;
+            files::write_file(&files.dir, &plan_file, &bytes)
+                .map_err(|e| format!("cannot copy the plan of {member}: {e}"))?;
+            let digest = self
+                .outcomes
+                .get(member)
+                .and_then(|o| o.plan.as_ref())
+                .map(|p| p.plan_digest.clone());
+            listed.push(serde_json::json!({
+                "member": member,
+                "planDigest": digest,
+                "planFile": files.dir.join(&plan_file).display().to_string(),
+            }));
+        }
+        let listed = serde_json::to_vec_pretty(&listed).expect("JSON serialises");
+        files::write_file(&files.dir, MEMBERS_FILE, &listed)
+            .map_err(|e| format!("cannot write the members file: {e}"))?;
+        let root = self.root();
+        let path = |file: &str| files.dir.join(file).display().to_string();
+        let fill = |arg: &String| {
+            arg.replace("{members_file}", &path(MEMBERS_FILE))
+                .replace("{cost_file}", &path(COST_FILE))
+                .replace("{stage}", stage)
+                .replace("{root}", &root.display().to_string())
+        };
+        let argv: Vec<String> = command.command.iter().map(fill).collect();
+        let env = vec![
+            ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
+            ("WAVEGATE_MEMBERS_FILE".to_owned(), path(MEMBERS_FILE)),
+            ("WAVEGATE_COST_FILE".to_owned(), path(COST_FILE)),
+        ];
+        let own = (
+            CommandKind::Cost,
+            format!("[cost] {stage}"),
+            "the cost command",
+        );
+        self.run_own(own, (argv, root, env), &files, command.timeout)
+            .await?;
+        let bytes =
+            files::read_file(&files.dir, COST_FILE, cost::MAX_COST_FILE_BYTES).map_err(|e| {
+                format!("the cost file {COST_FILE}: {e}; write Infracost's JSON to `{{cost_file}}`")
+            })?;
+        cost::read_cost_file(&bytes, members)
+    }
+
     /// Plans `wave`'s members (their upstreams planned or applied already).
     pub(crate) async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
         let mut ready = Vec::new();
@@ -772,6 +1065,7 @@ impl Workbench {
                 blocked_by: None,
                 inputs: BTreeMap::new(),
                 output: String::new(),
+                discovered: component.discovered.clone(),
             };
             if let Some(root) = self.failed_upstream(&component, stage) {
                 outcome.status = MemberStatus::Blocked;
@@ -1334,6 +1628,8 @@ const OUTPUTS_FILE: &str = "outputs.json";
 const INPUTS_FILE: &str = "inputs.json";
 const CARRY_FILE: &str = "carry.json";
 const MEMBERS_FILE: &str = "members.json";
+const COST_FILE: &str = "cost.json";
+const UNITS_FILE: &str = "units.json";
 const DECISION_FILE: &str = "decision.json";
 const HOLD_FILE: &str = "hold.json";
 const MAX_HOLD_FILE_BYTES: u64 = 64 * 1024;

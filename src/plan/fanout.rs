@@ -56,6 +56,13 @@ pub struct Derivation {
     pub(crate) digest: crate::model::Digest,
 }
 
+impl Derivation {
+    /// Every member that runs, in wave order.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FanOutError {
     #[error("unknown stage `{0}`; the config defines: {1}")]
@@ -257,12 +264,23 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         }
     }
     skipped.sort_by(|a, b| a.component.cmp(&b.component));
-    let digest = digest_value(&json!({
+    let mut bound = json!({
         "selected": selected,
         "waves": waves,
         "skipped": skipped,
         "indeterminate": indeterminate,
-    }));
+    });
+    // What discoveries found, only where there are any: every other
+    // derivation digests as before.
+    let discovered: BTreeMap<&str, &serde_json::Value> = config
+        .components
+        .iter()
+        .filter_map(|c| Some((c.name.as_str(), c.discovered.as_ref()?)))
+        .collect();
+    if !discovered.is_empty() {
+        bound["discovered"] = json!(discovered);
+    }
+    let digest = digest_value(&bound);
     Ok(Derivation {
         selected,
         members,

@@ -2,6 +2,7 @@
 //! command runner and the change set a reviewer approves.
 
 pub(crate) mod changeset;
+pub(crate) mod cost;
 pub(crate) mod coverage;
 pub mod engine;
 pub mod fanout;

@@ -84,9 +84,27 @@ pub(crate) fn line_to_copy(wait: &Wait) -> Option<String> {
 }
 
 /// What a person can do about the wait, with the line to copy.
-pub(crate) fn wait_help(wait: &Wait) -> String {
+pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
     let line = line_to_copy(wait).unwrap_or_default();
+    let priced_round = |round: u32| {
+        record
+            .rounds
+            .iter()
+            .find(|r| r.number == round)
+            .filter(|r| {
+                r.reasons
+                    .iter()
+                    .any(|why| crate::plan::cost::is_cost_reason(why))
+            })
+    };
     match wait {
+        Wait::Round { round, digest, .. } if priced_round(*round).is_some() => {
+            let reasons = &priced_round(*round).expect("just found").reasons;
+            format!(
+                "What the stage costs moved since it was approved, so it is not covered (round {round}, digest `{digest}`): {}. Nothing of the stage was applied. Approving this digest approves its plans at that cost and resumes the run:\n\n```\n{line}\n```\n",
+                reasons.join("; ")
+            )
+        }
         Wait::PrApproval { .. } => format!(
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n{line}\n```\n"
         ),
@@ -96,6 +114,19 @@ pub(crate) fn wait_help(wait: &Wait) -> String {
         Wait::Round { round, digest, .. } => format!(
             "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
         ),
+        Wait::Override {
+            member,
+            digest,
+            rules,
+            also,
+            ..
+        } if also.is_empty() && crate::plan::cost::is_cost_denial(member, rules) => {
+            let stage = member.split_once('@').map_or("", |(_, s)| s);
+            format!(
+                "The policy denied the monthly cost of stage **{stage}** (**{member}**, `{digest}`; {}): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:\n\n```\n{line}\n```\n",
+                rules.join(", ")
+            )
+        }
         Wait::Override { .. } => {
             let denials = wait.denials();
             let plans: Vec<String> = denials
@@ -203,8 +234,8 @@ pub(crate) fn news(
     let help = |wait: &Wait| {
         let lapsed = lapsed_lines(record) + &wait_expiry(record);
         match lapsed.is_empty() {
-            true => wait_help(wait),
-            false => format!("{}\n{lapsed}", wait_help(wait)),
+            true => wait_help(wait, record),
+            false => format!("{}\n{lapsed}", wait_help(wait, record)),
         }
     };
     match news {
@@ -336,7 +367,7 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         ));
     }
     if let Some(wait) = &view.record.wait {
-        out.push_str(&wait_help(wait));
+        out.push_str(&wait_help(wait, view.record));
         out.push('\n');
     }
     out.push_str(&lapsed_lines(view.record));
@@ -573,6 +604,23 @@ fn set_lines(set: &ChangeSet) -> String {
                 c.delete
             )
         })
+        .chain(set.costs.iter().map(|cost| {
+            let figures = match &cost.error {
+                Some(_) => "not priced".to_owned(),
+                None => format!(
+                    "{} {} a month ({} on before{})",
+                    cost.total(),
+                    cost.currency,
+                    cost.increase().signed(),
+                    if cost.denied.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; denied: {}", cost.denied.join(", "))
+                    }
+                ),
+            };
+            format!("  - `{}`: {figures}, `{}`\n", cost.member, cost.digest)
+        }))
         .collect()
 }
 

@@ -1,7 +1,8 @@
 //! The JSON report: a stable, documented shape (`schema/report.schema.json`).
 
-use crate::model::Digest;
+use crate::model::{Digest, Money};
 use crate::plan::changeset::MemberStatus;
+use crate::plan::cost::StageCost;
 use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
 use crate::plan::fanout::Skipped;
 use crate::plan::planfile::Counts;
@@ -32,6 +33,62 @@ pub(crate) struct JsonReport<'a> {
     pub(crate) indeterminate: &'a [String],
     pub(crate) seeded: &'a [String],
     pub(crate) notes: &'a [String],
+    /// Each priced stage's cost (`cost@<stage>`), which the digest binds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) costs: Vec<JsonCost<'a>>,
+}
+
+/// A stage's monthly cost with the change, before it and the difference,
+/// per member and in total.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JsonCost<'a> {
+    pub(crate) member: &'a str,
+    pub(crate) stage: &'a str,
+    pub(crate) currency: &'a str,
+    pub(crate) monthly: Money,
+    pub(crate) past: Money,
+    pub(crate) increase: Money,
+    pub(crate) members: Vec<JsonMemberCost<'a>>,
+    pub(crate) denied: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_monthly_increase: Option<Money>,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) digest: &'a Digest,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JsonMemberCost<'a> {
+    pub(crate) member: &'a str,
+    pub(crate) monthly: Money,
+    pub(crate) past: Money,
+    pub(crate) increase: Money,
+}
+
+fn cost(cost: &StageCost) -> JsonCost<'_> {
+    JsonCost {
+        member: &cost.member,
+        stage: &cost.stage,
+        currency: &cost.currency,
+        monthly: cost.total(),
+        past: cost.past_total(),
+        increase: cost.increase(),
+        members: cost
+            .members
+            .iter()
+            .map(|(member, c)| JsonMemberCost {
+                member,
+                monthly: c.monthly,
+                past: c.past,
+                increase: c.increase(),
+            })
+            .collect(),
+        denied: &cost.denied,
+        max_monthly_increase: cost.max_increase,
+        error: cost.error.as_deref(),
+        digest: &cost.digest,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -123,6 +180,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
         indeterminate: &change.derivation.indeterminate,
         seeded: &change.seeded,
         notes: &change.notes,
+        costs: change.change_set.costs.iter().map(cost).collect(),
     }
 }
 
@@ -160,6 +218,7 @@ mod tests {
                 ("user".into(), input(false)),
             ]),
             output: String::new(),
+            discovered: None,
         };
         let change = PlannedChange {
             base: "a".repeat(40),

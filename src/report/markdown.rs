@@ -1,6 +1,7 @@
 //! The PR comment: a warning naming every address deleted or replaced, waves,
 //! every member with its counts and short digest, every component not running
-//! with its reason, indeterminate files, per member the entries its digest
+//! with its reason, each priced stage's cost against the base's,
+//! indeterminate files, per member the entries its digest
 //! binds (with the plan command's own summary under its own label), and the
 //! full digest with the `/approve` line to copy.
 //!
@@ -10,7 +11,9 @@
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
+use crate::model::Money;
 use crate::plan::changeset::MemberStatus;
+use crate::plan::cost::StageCost;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
 use crate::plan::preview::{Approvers, BaseConfig, StagePreview};
@@ -229,6 +232,7 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
             out.push('\n');
         }
     }
+    out.push_str(&cost_section(change, rows));
     if !change.skipped.is_empty() {
         let _ = writeln!(out, "### Not running\n");
         let _ = writeln!(out, "| component | reason |");
@@ -834,6 +838,122 @@ fn lines_within(lines: &[String], chars: usize) -> usize {
         .count()
 }
 
+/// Each priced stage's cost per member, its total and the difference from
+/// the base, and what the policy says of it (at most `rows` member rows).
+fn cost_section(change: &PlannedChange, rows: usize) -> String {
+    let costs = &change.change_set.costs;
+    let mut out = String::new();
+    if costs.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "### Cost\n");
+    let _ = writeln!(out, "| member | monthly | before | change |");
+    let _ = writeln!(out, "|---|--:|--:|--:|");
+    let mut shown = 0;
+    let mut notes = Vec::new();
+    for cost in costs {
+        let unit = |m: Money| {
+            if cost.currency.is_empty() {
+                m.to_string()
+            } else {
+                format!("{m} {}", cost.currency)
+            }
+        };
+        if let Some(error) = &cost.error {
+            let _ = writeln!(out, "| **{}** | ❌ not priced | | |", cost.member);
+            let (first, rest) = error.split_once('\n').unwrap_or((error, ""));
+            let mut note = format!("❌ `{}`: {first}", cost.member);
+            if !rest.trim().is_empty() {
+                let fence = fence_for(rest);
+                note.push_str(&format!(
+                    "\n\n  {fence}\n  {}\n  {fence}",
+                    rest.trim_end().replace('\n', "\n  ")
+                ));
+            }
+            notes.push(note);
+            continue;
+        }
+        for (member, figures) in &cost.members {
+            if shown == rows {
+                break;
+            }
+            shown += 1;
+            let _ = writeln!(
+                out,
+                "| `{member}` | {} | {} | {} |",
+                figures.monthly,
+                figures.past,
+                figures.increase().signed()
+            );
+        }
+        let unpriced: Vec<&str> = change
+            .members
+            .iter()
+            .filter(|m| m.stage == cost.stage && !cost.members.contains_key(&m.member))
+            .map(|m| m.member.as_str())
+            .collect();
+        for member in unpriced {
+            if shown == rows {
+                break;
+            }
+            shown += 1;
+            let _ = writeln!(out, "| `{member}` | not priced | | |");
+        }
+        let _ = writeln!(
+            out,
+            "| **{}** | **{}** | {} | **{}** |",
+            cost.member,
+            unit(cost.total()),
+            unit(cost.past_total()),
+            cost.increase().signed()
+        );
+        if !cost.denied.is_empty() {
+            let max = cost.max_increase.map_or("?".into(), |m| m.to_string());
+            notes.push(format!(
+                "⛔ `{}` is denied by the policy: the monthly cost rises by {}, more than `max_monthly_increase` ({max}). Someone in `policy.overriders` may let exactly this cost through with `/override {} <reason>`",
+                cost.member,
+                unit(cost.increase()),
+                cost.member
+            ));
+        }
+    }
+    if costs.iter().filter(|c| c.error.is_none()).count() > 1 {
+        let priced = costs.iter().filter(|c| c.error.is_none());
+        let sum = |f: fn(&StageCost) -> Money| priced.clone().map(f).sum::<Money>();
+        let _ = writeln!(
+            out,
+            "| **total** | **{}** | {} | **{}** |",
+            sum(StageCost::total),
+            sum(StageCost::past_total),
+            sum(StageCost::increase).signed()
+        );
+    }
+    let priced: usize = change
+        .members
+        .iter()
+        .filter(|m| {
+            costs
+                .iter()
+                .any(|c| c.stage == m.stage && c.error.is_none())
+        })
+        .count();
+    if shown < priced {
+        let _ = writeln!(
+            out,
+            "\n_{} more priced members are not listed: this comment has a size limit. The JSON report lists every one._",
+            priced - shown
+        );
+    }
+    out.push('\n');
+    for note in notes {
+        let _ = writeln!(out, "- {note}");
+    }
+    if !out.ends_with("\n\n") {
+        out.push('\n');
+    }
+    out
+}
+
 fn approve_block(change: &PlannedChange) -> String {
     let digest = &change.change_set.digest;
     let mut out = String::new();
@@ -845,21 +965,35 @@ fn approve_block(change: &PlannedChange) -> String {
         .filter(|m| !set.binds(m))
         .map(|m| format!("`{}`", m.member))
         .collect();
+    let and_costs = if set.costs.is_empty() {
+        ""
+    } else {
+        " and each stage's monthly cost"
+    };
     if left_out.is_empty() {
         let _ = writeln!(
             out,
-            "Change-set digest (binds every member's plan above):\n"
+            "Change-set digest (binds every member's plan above{and_costs}):\n"
         );
     } else {
         let _ = writeln!(
             out,
-            "Change-set digest (binds the plans above that change something: the base's `digest_over = \"changing\"` leaves out {}, whose plans change nothing):\n",
+            "Change-set digest (binds the plans above that change something{and_costs}: the base's `digest_over = \"changing\"` leaves out {}, whose plans change nothing):\n",
             left_out.join(", ")
         );
     }
     let _ = writeln!(out, "```\n{digest}\n```\n");
     if change.any_failed() {
-        let _ = writeln!(out, "A member failed to plan: fix it and push, or comment `/plan` to plan again. An approval now would bind the failure too.\n");
+        let what = if change
+            .members
+            .iter()
+            .any(|m| m.status == MemberStatus::PlanFailed)
+        {
+            "A member failed to plan"
+        } else {
+            "A stage's cost could not be had"
+        };
+        let _ = writeln!(out, "{what}: fix it and push, or comment `/plan` to plan again. An approval now would bind the failure too.\n");
     }
     let _ = writeln!(out, "To approve exactly this plan, comment:\n");
     let _ = writeln!(out, "```\n/approve {digest}\n```");
@@ -926,6 +1060,7 @@ mod tests {
             blocked_by: None,
             inputs: BTreeMap::new(),
             output: String::new(),
+            discovered: None,
         }
     }
 
@@ -943,6 +1078,7 @@ mod tests {
                     plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
                     unknown_inputs: m.unknown_inputs(),
                     build_inputs: vec![],
+                    discovered: None,
                     inputs: m.known_inputs(),
                     plan: m.plan.clone(),
                 })

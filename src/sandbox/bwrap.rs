@@ -162,7 +162,9 @@ pub(crate) fn arguments(
     for path in &settings.apply_write {
         let how = match invocation.confinement.kind {
             CommandKind::Apply => "--bind",
-            CommandKind::Plan | CommandKind::Outputs | CommandKind::Hook => "--ro-bind",
+            CommandKind::Plan | CommandKind::Outputs | CommandKind::Hook | CommandKind::Cost => {
+                "--ro-bind"
+            }
         };
         args.bind(how, path, path);
     }

@@ -171,6 +171,9 @@ pub(crate) enum CommandKind {
     Outputs,
     /// A hook of the team's own: it reads the commit and writes only its own files.
     Hook,
+    /// A cost command: like a hook, it reads the commit and the plans and
+    /// writes only its own files.
+    Cost,
 }
 
 impl CommandKind {
@@ -180,6 +183,7 @@ impl CommandKind {
             CommandKind::Apply => "apply",
             CommandKind::Outputs => "outputs",
             CommandKind::Hook => "hook",
+            CommandKind::Cost => "cost",
         }
     }
 }

@@ -327,6 +327,30 @@ impl JobCtx<'_> {
                 return self.refuse_run(run, &plan, &why).await;
             }
         };
+        let mut prepared = prepared;
+        if !prepared.config.discoverers.is_empty() {
+            if let Some(problem) = self.sandbox.problem() {
+                let why = format!("{problem}. Once the server is fixed, `/retry`");
+                return self.stop_run(run, &plan, &why).await;
+            }
+            // Units are found again on the merge commit: what is applied is
+            // what the discovery finds there (each unit's finding is bound,
+            // so one found otherwise than approved is not covered).
+            let discovered = async {
+                let mut scratch = tokio::task::block_in_place(|| prepared.workbench(&options))?;
+                prepared.discover(&options, &mut scratch).await
+            };
+            match discovered.await {
+                Ok(()) => {}
+                Err(PlanError::Internal(e)) => {
+                    return Err(e.context("discovering units on the merge commit"))
+                }
+                Err(e) => {
+                    let why = format!("the merge commit cannot be planned: {e}");
+                    return self.refuse_run(run, &plan, &why).await;
+                }
+            }
+        }
         let layout: Vec<(String, Vec<Vec<String>>)> = prepared
             .config
             .stages
@@ -742,19 +766,32 @@ impl JobCtx<'_> {
         waves: &[Vec<String>],
         gate: GatePolicy,
     ) -> Result<Step> {
+        let approved = Arc::clone(&drive.approved);
         let mut machine = StageMachine::new(StageSpec {
+            run: drive.run.id,
             pr: drive.run.pr,
+            approved: &approved,
             stage,
             waves,
             gate,
             timeout: drive.rules.stage_timeout(stage),
             digest_over: drive.policy.digest_over,
             after_plan_hooks: !drive.rules.hooks(stage, Moment::AfterPlan).is_empty(),
+            priced: drive.rules.cost(stage).is_some(),
         });
         let now = self.store.now();
         let mut observation = StageObservation::Reached { now };
         loop {
-            let effects = machine.step(&mut drive.run.record, observation)?;
+            let mut effects = machine.step(&mut drive.run.record, observation)?;
+            // What asks nothing back (a save, an override spent) is carried
+            // out first, in order; the last effect is the question.
+            while effects.len() > 1 {
+                let mut io = RunIo {
+                    run: &mut drive.run,
+                    plan: Some(&drive.plan),
+                };
+                self.perform(&mut io, effects.remove(0)).await?;
+            }
             observation = match effects.as_slice() {
                 [Effect::Preview(waves)] => {
                     let mut outcomes = Vec::new();
@@ -785,6 +822,18 @@ impl JobCtx<'_> {
                     let members = members.clone();
                     let result = self.run_hooks(drive, bench, at, &members, None).await?;
                     StageObservation::Hooked(result)
+                }
+                [Effect::Price(members)] => {
+                    let command = drive
+                        .rules
+                        .cost(stage)
+                        .ok_or_else(|| anyhow!("stage {stage} has no cost command to run"))?;
+                    let max = drive.policy.max_monthly_increase;
+                    let cost = bench.run_cost(stage, command, members, max).await;
+                    StageObservation::Priced {
+                        cost: Box::new(cost),
+                        overrides: self.override_facts(&drive.run).await?,
+                    }
                 }
                 [Effect::Done(step)] => return Ok(*step),
                 other => return Err(anyhow!("a stage's gate asked for {other:?}")),
@@ -1070,6 +1119,7 @@ impl JobCtx<'_> {
             | Effect::Replan(_)
             | Effect::Hooks { .. }
             | Effect::Preview(_)
+            | Effect::Price(_)
             | Effect::CountApprovals { .. }
             | Effect::ReadOutputs { .. }
             | Effect::Carry { .. }

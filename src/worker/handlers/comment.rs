@@ -473,21 +473,23 @@ impl JobCtx<'_> {
                 let set: crate::plan::changeset::ChangeSet =
                     serde_json::from_value(plan.change_set.clone())
                         .context("reading the current plan's change set")?;
-                let denied = set
+                let denied_plan = set
                     .member(member)
                     .and_then(|m| m.plan.as_ref())
-                    .filter(|p| !p.denied.is_empty());
-                let Some(denied) = denied else {
+                    .filter(|p| !p.denied.is_empty())
+                    .map(|p| (p.plan_digest.clone(), p.denied.clone()));
+                let denied_cost = || {
+                    set.costs
+                        .iter()
+                        .find(|c| c.member == member && !c.denied.is_empty())
+                        .map(|c| (c.digest.clone(), c.denied.clone()))
+                };
+                let Some((digest, rules)) = denied_plan.or_else(denied_cost) else {
                     return Ok(Said::Refused(Refusal::NotDenied {
                         member: member.to_owned(),
                     }));
                 };
-                (
-                    denied.plan_digest.clone(),
-                    denied.denied.clone(),
-                    plan.base_sha.clone(),
-                    None,
-                )
+                (digest, rules, plan.base_sha.clone(), None)
             }
         };
         let policy = match self.base_policy(&base).await? {

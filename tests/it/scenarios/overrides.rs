@@ -8,23 +8,6 @@ use crate::support::pr::*;
 use crate::support::redact::redact;
 use wavegate::gate::ledger::FactKind;
 
-impl Bot {
-    /// The kinds of the facts at PR `pr`'s override gate, in order.
-    async fn override_facts(&self, pr: u64) -> Vec<(FactKind, String)> {
-        self.store()
-            .await
-            .gate_facts(
-                "github:acme/infra",
-                &format!("pr-{pr}-override").parse().unwrap(),
-            )
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|f| (f.fact.kind, f.fact.digest.to_string()))
-            .collect()
-    }
-}
-
 /// The plan of app@dev breaks a policy rule. sec-sam, an overrider on the
 /// base, lets it through while the pull request is in review; after merge
 /// the fresh plan is the same plan, so it applies without waiting, and the

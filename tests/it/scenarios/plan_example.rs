@@ -394,7 +394,28 @@ fn the_json_report_matches_its_schema() {
             ("infra/network/OWNERS", Some("network-team\n")),
         ],
     );
-    for (base, head) in [("main", "change"), ("main", "fail"), ("changing", "built")] {
+    // A base that prices each stage (prod's pricing fails): the costs, one
+    // with an error, checked too.
+    let cost_py = "import json, os, sys\nif os.environ['WAVEGATE_STAGE'] == 'prod':\n    sys.exit('no prices for prod')\nmembers = json.load(open(sys.argv[1]))\nprojects = [{'name': m['member'], 'breakdown': {'totalMonthlyCost': '12.5'}, 'pastBreakdown': None} for m in members]\njson.dump({'currency': 'USD', 'projects': projects}, open(sys.argv[2], 'w'))\n";
+    let priced = format!(
+        "{}\n[cost]\ncommand = [\"python3\", \"ci/cost.py\", \"{{members_file}}\", \"{{cost_file}}\"]\n",
+        example.read("main", "wavegate.toml")
+    );
+    example.branch(
+        "priced",
+        "main",
+        &[
+            ("wavegate.toml", Some(&priced)),
+            ("ci/cost.py", Some(cost_py)),
+        ],
+    );
+    example.branch("priced-change", "change", &[("ci/cost.py", Some(cost_py))]);
+    for (base, head) in [
+        ("main", "change"),
+        ("main", "fail"),
+        ("changing", "built"),
+        ("priced", "priced-change"),
+    ] {
         let report = example.plan(base, head, &[]).json();
         let errors: Vec<String> = validator
             .iter_errors(&report)
@@ -411,6 +432,16 @@ fn the_json_report_matches_its_schema() {
                 json!(["image"])
             );
             assert_eq!(Run::member(&report, "web@dev")["unknownInputs"], json!([]));
+        }
+        if head == "priced-change" {
+            let costs = report["costs"].as_array().unwrap();
+            assert_eq!(costs[0]["member"], "cost@dev");
+            assert_eq!(costs[0]["monthly"], "12.50");
+            assert_eq!(costs[0]["increase"], "12.50");
+            assert!(costs[1]["error"]
+                .as_str()
+                .unwrap()
+                .contains("no prices for prod"));
         }
     }
     let mut broken = example.plan("main", "change", &[]).json();

@@ -10,6 +10,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use support::fake_forge::{FakeCheckRun, FakeComment, FakePr, FakeStatus, FORGEJO_BOT_TOKEN};
 use support::{FakeForge, RepoHandle};
+use wavegate::gate::ledger::FactKind;
 use wavegate::store::{Job, JobStatus, Store};
 
 pub const GITHUB_SECRET: &str = "github-webhook-secret";
@@ -391,6 +392,27 @@ impl Bot {
 
     pub async fn store(&self) -> Store {
         Store::open(&self.database_url()).await.unwrap()
+    }
+
+    /// The facts at PR `pr`'s override gate, in order: kind and digest.
+    pub async fn override_facts(&self, pr: u64) -> Vec<(FactKind, String)> {
+        self.store()
+            .await
+            .gate_facts(
+                "github:acme/infra",
+                &format!("pr-{pr}-override").parse().unwrap(),
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.fact.kind, f.fact.digest.to_string()))
+            .collect()
+    }
+
+    /// The kinds of the facts at PR `pr`'s override gate, in order.
+    pub async fn override_kinds(&self, pr: u64) -> Vec<FactKind> {
+        let facts = self.override_facts(pr).await;
+        facts.into_iter().map(|(kind, _)| kind).collect()
     }
 
     pub async fn jobs(&self) -> Vec<Job> {
