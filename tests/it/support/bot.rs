@@ -752,9 +752,20 @@ impl Bot {
                     .any(|var| var == marker.as_bytes());
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
                 carries.then(|| {
+                    let status =
+                        std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                    let field = |name: &str| {
+                        status
+                            .lines()
+                            .find_map(|l| l.strip_prefix(name))
+                            .map_or("?", str::trim)
+                            .to_owned()
+                    };
                     format!(
-                        "{pid}: {}",
-                        String::from_utf8_lossy(&cmdline).replace('\0', " ")
+                        "{pid}: {} (state {}, parent {})",
+                        String::from_utf8_lossy(&cmdline).replace('\0', " "),
+                        field("State:"),
+                        field("PPid:"),
                     )
                 })
             })
@@ -762,11 +773,26 @@ impl Bot {
     }
 
     /// Waits until nothing a killed server started is left running.
+    /// On a timeout it names each survivor (state, parent, command line)
+    /// rather than the server's log: what outlived the server is the clue.
     pub async fn until_no_command_survives(&self) {
-        self.until("no command of a killed server survives", || async {
-            self.survivors().is_empty().then_some(())
-        })
-        .await;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let survivors = self.survivors();
+            if survivors.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let log = self.log();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "commands of a killed server still run after 90 s:\n{}\nlast lines of its log:\n{}",
+                    survivors.join("\n"),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The members the apply script applied, in order.
