@@ -457,6 +457,8 @@ mod github {
         state: String,
         commit_id: Option<CommitSha>,
         user: RawUser,
+        #[serde(default)]
+        submitted_at: Option<String>,
     }
 
     #[derive(Deserialize)]
@@ -497,6 +499,7 @@ mod github {
             author: payload.review.user.into_user(reader, "review.user")?,
             state,
             commit: payload.review.commit_id,
+            submitted_at: payload.review.submitted_at.as_deref().and_then(unix_ms),
         }))
     }
 
@@ -710,6 +713,7 @@ mod forgejo {
             author,
             state,
             commit: Some(commit),
+            submitted_at: None,
         }))
     }
 

@@ -110,6 +110,9 @@ pub enum Event {
         author: User,
         state: ReviewState,
         commit: Option<CommitSha>,
+        /// When it was submitted (unix ms, to the second), when the payload
+        /// says (GitHub's does; Forgejo's does not).
+        submitted_at: Option<i64>,
     },
     Installation {
         installation: u64,

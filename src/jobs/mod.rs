@@ -45,6 +45,10 @@ pub enum Task {
         author: User,
         state: ReviewState,
         commit: Option<CommitSha>,
+        /// When it was submitted (unix ms), when known: an approving review
+        /// counts only at a run's gate that waited before it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        submitted_at: Option<i64>,
     },
     /// Tell a `[notify]` target (by its name in the server's variables)
     /// of a run's news; a queue of its own, so a slow receiver holds no run up.
@@ -271,6 +275,7 @@ pub(crate) fn consequence(event: &Event) -> Consequence {
             author,
             state: state @ (ReviewState::Approved | ReviewState::Dismissed),
             commit,
+            submitted_at,
         } => Consequence {
             task: Some(Task::Review {
                 repo: repo.clone(),
@@ -279,6 +284,7 @@ pub(crate) fn consequence(event: &Event) -> Consequence {
                 author: author.clone(),
                 state: *state,
                 commit: commit.clone(),
+                submitted_at: *submitted_at,
             }),
             head: None,
         },
@@ -458,6 +464,7 @@ mod tests {
             },
             state: ReviewState::Approved,
             commit: None,
+            submitted_at: None,
         };
         assert_eq!(review(0).into_job().once, None);
         assert_eq!(

@@ -321,9 +321,10 @@ impl Worker {
                 author,
                 state,
                 commit,
+                submitted_at,
                 ..
             } => {
-                ctx.review_job(*review_id, author, *state, commit.as_ref())
+                ctx.review_job(*review_id, author, *state, commit.as_ref(), *submitted_at)
                     .await
             }
             Task::Merged { pr, merge_sha, .. } => ctx.merged(pr, merge_sha).await,

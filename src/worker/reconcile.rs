@@ -800,6 +800,7 @@ impl Reconciler {
                     author: review.author.clone(),
                     state: review.state,
                     commit: review.commit.clone(),
+                    submitted_at: review.submitted_at,
                 };
                 if let Some(job) = self.store.enqueue_once(task.into_job()).await? {
                     tracing::info!(repo = %repo.id, pr = number.0, review = review.id, %job,

@@ -328,42 +328,11 @@ impl JobCtx<'_> {
             }
         };
         let mut prepared = prepared;
-        if !prepared.config.discoverers.is_empty() {
-            if let Some(problem) = self.sandbox.problem() {
-                let why = format!("{problem}. Once the server is fixed, `/retry`");
-                return self.stop_run(run, &plan, &why).await;
-            }
-            // Units are found again on the merge commit: what is applied is
-            // what the discovery finds there (each unit's finding is bound,
-            // so one found otherwise than approved is not covered).
-            let discovered = async {
-                let mut scratch = tokio::task::block_in_place(|| prepared.workbench(&options))?;
-                prepared.discover(&options, &mut scratch).await
-            };
-            match discovered.await {
-                Ok(()) => {}
-                Err(PlanError::Internal(e)) => {
-                    return Err(e.context("discovering units on the merge commit"))
-                }
-                Err(e) => {
-                    let why = format!("the merge commit cannot be planned: {e}");
-                    return self.refuse_run(run, &plan, &why).await;
-                }
-            }
-        }
-        let layout: Vec<(String, Vec<Vec<String>>)> = prepared
-            .config
-            .stages
-            .iter()
-            .map(|s| {
-                let waves = stage_waves(&prepared.derivation.waves, &s.name);
-                (
-                    s.name.clone(),
-                    waves.into_iter().map(<[String]>::to_vec).collect(),
-                )
-            })
-            .filter(|(_, waves): &(String, Vec<Vec<String>>)| !waves.is_empty())
-            .collect();
+        // Units are found on the merge commit only once the approval
+        // stands (below); until then the layout a job found before stays.
+        let undiscovered = !prepared.config.discoverers.is_empty();
+        let keep = undiscovered && !run.record.layout.is_empty();
+        let layout = layout_of(&prepared);
         let mut drive = Drive {
             run,
             plan,
@@ -372,7 +341,9 @@ impl JobCtx<'_> {
             rules,
             asked: HashMap::new(),
         };
-        drive.run.record.layout = layout;
+        if !keep {
+            drive.run.record.layout = layout;
+        }
         drive.run.record.lapsed.clear();
         let failed_before = run::failures(&drive.run.record);
         drive.run.status = RunStatus::Running;
@@ -386,26 +357,12 @@ impl JobCtx<'_> {
             .map(|m| m.member.clone())
             .collect();
         if step == Step::Continue {
-            let derived: BTreeSet<&String> = prepared.derivation.members.iter().collect();
-            for member in &members {
-                if !derived.contains(member) && !drive.run.record.state(member).is_applied() {
-                    drive.run.record.set(member, MemberState::Unaffected);
-                }
-            }
-            members.extend(prepared.derivation.members.iter().cloned());
             self.refresh_approvals(&mut drive).await?;
             if let Some(problem) = self.sandbox.problem() {
                 let why = format!("{problem}. Once the server is fixed, `/retry`");
                 return self.stop_run(drive.run, &drive.plan, &why).await;
             }
-            let bench = tokio::task::block_in_place(|| {
-                Workbench::open(
-                    options,
-                    prepared.config.clone(),
-                    prepared.base_env.clone(),
-                    drive.run.merge_sha.as_str(),
-                )
-            });
+            let bench = tokio::task::block_in_place(|| prepared.workbench(&options));
             let mut bench = match bench {
                 Ok(bench) => bench,
                 Err(PlanError::Internal(e)) => {
@@ -416,6 +373,28 @@ impl JobCtx<'_> {
                     return self.refuse_run(drive.run, &drive.plan, &why).await;
                 }
             };
+            if undiscovered {
+                // What is applied is what the discovery finds on the merge
+                // commit; each unit's finding is bound, so one found
+                // otherwise than approved is not covered.
+                match prepared.discover(&options, &mut bench).await {
+                    Ok(()) => drive.run.record.layout = layout_of(&prepared),
+                    Err(PlanError::Internal(e)) => {
+                        return Err(e.context("discovering units on the merge commit"))
+                    }
+                    Err(e) => {
+                        let why = format!("the merge commit cannot be planned: {e}");
+                        return self.refuse_run(drive.run, &drive.plan, &why).await;
+                    }
+                }
+            }
+            let derived: BTreeSet<&String> = prepared.derivation.members.iter().collect();
+            for member in &members {
+                if !derived.contains(member) && !drive.run.record.state(member).is_applied() {
+                    drive.run.record.set(member, MemberState::Unaffected);
+                }
+            }
+            members.extend(prepared.derivation.members.iter().cloned());
             for (member, outputs) in drive.run.record.applied_outputs() {
                 bench.record_applied(member, outputs.clone());
             }
@@ -1219,6 +1198,23 @@ impl JobCtx<'_> {
         run.check_id = check_id.or(run.check_id);
         self.store.save_apply_run(run).await
     }
+}
+
+/// Each stage's waves on the merge commit, in order, as `prepared` derives them.
+fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<String>>)> {
+    prepared
+        .config
+        .stages
+        .iter()
+        .map(|s| {
+            let waves = stage_waves(&prepared.derivation.waves, &s.name);
+            (
+                s.name.clone(),
+                waves.into_iter().map(<[String]>::to_vec).collect(),
+            )
+        })
+        .filter(|(_, waves): &(String, Vec<Vec<String>>)| !waves.is_empty())
+        .collect()
 }
 
 /// For each of `members` caught `applying` by a command started on this

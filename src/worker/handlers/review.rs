@@ -22,12 +22,15 @@ pub(crate) struct ReviewIn<'a> {
     pub(crate) author: &'a User,
     pub(crate) state: ReviewState,
     pub(crate) commit: Option<&'a CommitSha>,
+    /// When it was submitted (unix ms), as the forge says.
+    pub(crate) submitted_at: Option<i64>,
 }
 
 /// What became of a review a webhook brought without its id.
 enum Identified {
-    /// Not taken up yet (0: not found on the forge; it is handled as before).
-    Unseen(u64),
+    /// Not taken up yet (0: not found on the forge; it is handled as before),
+    /// and when it was submitted.
+    Unseen(u64, Option<i64>),
     /// The reconciliation sweep took it up already.
     Seen(u64),
 }
@@ -178,25 +181,38 @@ impl JobCtx<'_> {
             }
             Err(why) => return Ok(JobOutcome::Skipped(why)),
         };
-        let verdict = match self.candidate(review.author, &policy).await {
-            Ok(who) => {
-                let pr_author = self
-                    .client
-                    .pull_request(self.repo, run.pr)
-                    .await?
-                    .author
-                    .login;
-                let record = self.store.pr(&self.repo.id, run.pr).await?;
-                let authors = policy::Authors {
-                    author: &pr_author,
-                    pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
-                };
-                policy::may_approve(&policy, authors, &who.as_candidate())
-                    .map_err(|w| w.to_string())
+        // Like a plain `/approve`, a review approves the set a gate showed
+        // only if it was submitted once that gate waited (to the second, as
+        // forges date them).
+        let saw_the_wait = review
+            .submitted_at
+            .is_some_and(|at| at + 1000 > run.record.wait_posted_at);
+        let verdict = if !saw_the_wait {
+            Err(match review.submitted_at {
+                Some(_) => format!("the review was submitted before the run's gate waited, so it did not see the set it would approve; approve it with `/approve {digest}`"),
+                None => format!("the forge did not say when the review was submitted, so it is not clear it saw the set the run's gate waits on; approve it with `/approve {digest}`"),
+            })
+        } else {
+            match self.candidate(review.author, &policy).await {
+                Ok(who) => {
+                    let pr_author = self
+                        .client
+                        .pull_request(self.repo, run.pr)
+                        .await?
+                        .author
+                        .login;
+                    let record = self.store.pr(&self.repo.id, run.pr).await?;
+                    let authors = policy::Authors {
+                        author: &pr_author,
+                        pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
+                    };
+                    policy::may_approve(&policy, authors, &who.as_candidate())
+                        .map_err(|w| w.to_string())
+                }
+                Err(error) => Err(format!(
+                    "wavegate could not check the reviewer's permission: {error:#}"
+                )),
             }
-            Err(error) => Err(format!(
-                "wavegate could not check the reviewer's permission: {error:#}"
-            )),
         };
         let mut data = FactData::in_run(run.id, &run.merge_sha);
         let kind = match verdict {
@@ -248,7 +264,7 @@ impl JobCtx<'_> {
             }
         }
         let Some(found) = jobs::webhook_review(&listed, author, state, commit) else {
-            return Ok(Identified::Unseen(0));
+            return Ok(Identified::Unseen(0, None));
         };
         let once = Once {
             repo: self.repo.id.clone(),
@@ -258,7 +274,7 @@ impl JobCtx<'_> {
         Ok(if self.store.was_seen(&once).await? {
             Identified::Seen(found.id)
         } else {
-            Identified::Unseen(found.id)
+            Identified::Unseen(found.id, found.submitted_at)
         })
     }
 
@@ -270,11 +286,12 @@ impl JobCtx<'_> {
         author: &User,
         state: ReviewState,
         commit: Option<&CommitSha>,
+        submitted_at: Option<i64>,
     ) -> Result<JobOutcome> {
         let identified = review_id == 0;
-        let review_id = if identified {
+        let (review_id, submitted_at) = if identified {
             match self.identify_review(author, state, commit).await? {
-                Identified::Unseen(id) => id,
+                Identified::Unseen(id, at) => (id, at.or(submitted_at)),
                 Identified::Seen(id) => {
                     return Ok(JobOutcome::Skipped(format!(
                         "review {id} was taken up already (by the reconciliation sweep)"
@@ -282,13 +299,14 @@ impl JobCtx<'_> {
                 }
             }
         } else {
-            review_id
+            (review_id, submitted_at)
         };
         let review = ReviewIn {
             id: review_id,
             author,
             state,
             commit,
+            submitted_at,
         };
         self.fetch_gate_bases().await?;
         let outcome = self.handle_review(review).await?;

@@ -356,6 +356,94 @@ async fn a_stage_may_count_approving_reviews() {
     bot.assert_ledger_verifies();
 }
 
+/// A review of the merged head submitted before prod's gate waited did not
+/// see the set the gate waits on (its webhook came late): it is refused,
+/// saying how to approve, and one submitted once the gate waits counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_submitted_before_the_stage_gate_waited_does_not_approve_it() {
+    let bot = Bot::start().await;
+    bot.edit_base_config(
+        "gate = \"always\"",
+        "gate = \"always\"\nreview_approvals = true",
+    );
+    let pr = planned_pr(&bot, 78).await;
+    let head = pr.head();
+    pr.comment_as("rev-bob", "/approve").await;
+    let merged = pr.merge().await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+
+    let (event, body) = support::github_review(
+        "submitted",
+        "approved",
+        &pr.repo,
+        &merged,
+        9002,
+        "rev-carol",
+        &head,
+    );
+    let mut late: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    late["review"]["submitted_at"] = serde_json::json!(support::fake_forge::rfc3339(an_hour_ago));
+    bot.tell(&pr.repo, (event, serde_json::to_vec(&late).unwrap()))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev"], "prod still waits");
+    let facts = bot
+        .store()
+        .await
+        .gate_facts("github:acme/infra", &"pr-78-prod".parse().unwrap())
+        .await
+        .unwrap();
+    let refused = facts
+        .iter()
+        .find(|f| f.fact.kind == wavegate::gate::ledger::FactKind::Refused)
+        .expect("the late review is refused in the ledger");
+    let why = refused.fact.data.reason.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("the review was submitted before the run's gate waited")
+            && why.contains("/approve sha256:"),
+        "{why}"
+    );
+
+    let review = support::github_review(
+        "submitted",
+        "approved",
+        &pr.repo,
+        &merged,
+        9003,
+        "rev-carol",
+        &head,
+    );
+    bot.tell(&pr.repo, review).await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+}
+
+/// On Forgejo the webhook says neither the review's id nor when it was
+/// submitted: the listing does, so a review submitted once prod's gate
+/// waits approves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_a_review_submitted_once_the_stage_gate_waits_approves_it() {
+    let bot = Bot::start().await;
+    bot.edit_base_config(
+        "gate = \"always\"",
+        "gate = \"always\"\nreview_approvals = true",
+    );
+    let pr = planned_pr_on_forgejo(&bot, 79).await;
+    let head = pr.state();
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+
+    bot.forge.set_permission(&pr.repo, "rev-carol", "write");
+    pr.review_unheard("rev-carol", "APPROVED");
+    bot.tell(
+        &pr.repo,
+        support::forgejo_review_approved(&pr.repo, &head, "rev-carol"),
+    )
+    .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    bot.assert_ledger_verifies();
+}
+
 /// Where the stage says nothing, reviews count only as `[policy]` says (off).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_does_not_approve_a_stage_that_does_not_count_reviews() {

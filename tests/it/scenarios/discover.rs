@@ -155,3 +155,34 @@ async fn a_discovery_that_fails_fails_the_plan_with_its_output() {
     );
     assert_eq!(pr.plan_state(), "failure");
 }
+
+/// The discovery on the merge commit is PR code: it runs only once the
+/// approval stands. Revoked before merge, the run waits for an approval
+/// and nothing is discovered (a discovery that would fail fails nothing);
+/// approved again, the units are found and applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_merge_commit_is_discovered_only_once_the_approval_stands() {
+    let bot = Bot::start().await;
+    let pr = tree_pr(&bot, 98).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.comment_as("rev-bob", "/revoke").await;
+    bot.discovery("fail", "");
+
+    pr.merge().await;
+    assert!(bot.applies_run().is_empty());
+    let waiting = pr.last_reply();
+    assert!(
+        waiting.contains("No approval of the merged plan stands"),
+        "{waiting}"
+    );
+    assert!(
+        !pr.report().contains("could not discover"),
+        "{}",
+        pr.report()
+    );
+
+    std::fs::remove_file(bot.example.estate.join("discover").join("fail")).unwrap();
+    pr.comment_as("rev-bob", "/approve").await;
+    let applied = bot.applies_run();
+    assert!(position(&applied, "live.net@dev") < position(&applied, "live.app@dev"));
+}

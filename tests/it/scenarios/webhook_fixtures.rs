@@ -354,6 +354,7 @@ fn github_submitted_review_is_bound_to_its_commit() {
             author: human(21031067, "Codertocat"),
             state: ReviewState::Commented,
             commit: Some(sha(CODERTOCAT_HEAD)),
+            submitted_at: Some(1_557_933_638_000),
         }
     );
 }
@@ -504,6 +505,7 @@ fn gitea_approval_is_by_the_sender_on_the_head_commit() {
             author: human(349, "a_nice_user"),
             state: ReviewState::Approved,
             commit: Some(sha("07977177c2cd7d46bad37b8472a9d50e7acb9d1f")),
+            submitted_at: None,
         }
     );
 }

@@ -322,6 +322,7 @@ pub fn github_review(
     put(&mut d, "/review/id", json!(review_id));
     put(&mut d, "/review/state", json!(state));
     put(&mut d, "/review/commit_id", json!(commit));
+    put(&mut d, "/review/submitted_at", json!(now()));
     patch_github_user(&mut d, "/review/user", author);
     put(&mut d, "/pull_request/number", json!(pr.number));
     put(&mut d, "/pull_request/head/sha", json!(pr.head_sha));
