@@ -18,6 +18,7 @@ use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
     Denial, EarlierAttempt, MemberState, Wait, MAX_REPLANS,
 };
+use crate::config::groups::{Batch, Groups};
 use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
@@ -64,8 +65,11 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) lifetimes: BTreeMap<String, Duration>,
     /// How soon a held member is tried again the first time.
     pub(crate) held_retry: Duration,
-    /// At most this many members apply at once (`apply_concurrency`, at least 1).
+    /// At most this many apply commands run at once (`apply_concurrency`,
+    /// at least 1); a group's call is one.
     pub(crate) concurrency: usize,
+    /// The merge commit's groups: mates queued together apply with one call.
+    pub(crate) groups: &'a Groups,
     /// The stage has `before.apply` hooks: they run on the wave's plans
     /// once those are covered and allowed, before its first apply starts.
     pub(crate) before_apply_hooks: bool,
@@ -133,6 +137,9 @@ pub(crate) enum Effect {
     Plan(Vec<String>),
     /// Start the member's apply command: `Started`, then `Ended`, come later.
     Apply(String),
+    /// Start the apply call of a group's members (mates of one stage): a
+    /// `Started` for each, then an `Ended` for each, come later.
+    ApplyGroup(Vec<String>),
     /// Plan the member again after its apply asked to: answered `Replanned`.
     Replan(String),
     /// Run the stage's hooks at `moment` for these members: answered `Hooked`.
@@ -206,8 +213,11 @@ pub(crate) struct WaveMachine<'a> {
     locked: bool,
     /// Covered, allowed and not yet applied, in order.
     queue: VecDeque<MemberOutcome>,
-    /// The members whose apply commands run now (at most `concurrency`).
+    /// The members whose apply commands run now (at most `concurrency`
+    /// commands).
     running: BTreeMap<String, Current>,
+    /// Of `running`, those applied by a group's call, with the call's first member.
+    in_group_call: BTreeMap<String, String>,
     /// Members whose apply asked to plan again. Each is planned again once
     /// no apply runs, and nothing new starts before: a re-plan that is not
     /// covered stops the wave as it would one member at a time.
@@ -226,6 +236,7 @@ impl<'a> WaveMachine<'a> {
             locked: false,
             queue: VecDeque::new(),
             running: BTreeMap::new(),
+            in_group_call: BTreeMap::new(),
             replans: VecDeque::new(),
             hooking: None,
             after_applied: false,
@@ -559,15 +570,34 @@ impl<'a> WaveMachine<'a> {
             return;
         }
         let mut started = Vec::new();
-        while self.running.len() < self.spec.concurrency.max(1) {
+        while self.commands_running() < self.spec.concurrency.max(1) {
             let Some(outcome) = self.queue.pop_front() else {
                 break;
             };
-            started.extend(self.start(record, outcome, now, effects));
+            // A member planned with its group applies with its group's
+            // call, even when its mates had nothing left to change.
+            let grouped = outcome.plan.as_ref().is_some_and(|p| p.group.is_some());
+            let mut call = vec![outcome];
+            call.extend(self.queued_mates(&call[0].member));
+            let members: Vec<String> = call
+                .into_iter()
+                .filter_map(|outcome| self.start(record, outcome, now, effects))
+                .collect();
+            match members.len() {
+                0 => {}
+                1 if !grouped => started.extend(members.into_iter().map(Effect::Apply)),
+                _ => {
+                    for member in &members {
+                        self.in_group_call
+                            .insert(member.clone(), members[0].clone());
+                    }
+                    started.push(Effect::ApplyGroup(members));
+                }
+            }
         }
         if !started.is_empty() {
             effects.extend([Effect::Save, Effect::Publish]);
-            effects.extend(started.into_iter().map(Effect::Apply));
+            effects.extend(started);
         } else if self.running.is_empty() {
             if self.ask_after_apply(record, effects) {
                 return;
@@ -577,6 +607,34 @@ impl<'a> WaveMachine<'a> {
             }
             effects.push(Effect::Done(Step::Continue));
         }
+    }
+
+    /// How many apply commands run: a group's call counts once.
+    fn commands_running(&self) -> usize {
+        let calls: std::collections::BTreeSet<&String> = self.in_group_call.values().collect();
+        self.running.len() - self.in_group_call.len() + calls.len()
+    }
+
+    /// Takes `member`'s group-mates of its stage out of the queue, when its
+    /// group applies with one call.
+    fn queued_mates(&mut self, member: &str) -> Vec<MemberOutcome> {
+        if self.spec.groups.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<String> = std::iter::once(member.to_owned())
+            .chain(self.queue.iter().map(|o| o.member.clone()))
+            .collect();
+        let Some(Batch::Group { members, .. }) = self.spec.groups.batches(&names).into_iter().find(
+            |b| matches!(b, Batch::Group { members, .. } if members.iter().any(|m| m == member)),
+        ) else {
+            return Vec::new();
+        };
+        let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) = self
+            .queue
+            .drain(..)
+            .partition(|o| members.contains(&o.member));
+        self.queue = rest;
+        mates.into()
     }
 
     /// Makes one planned member `applying` (not yet saved) and returns it,
@@ -643,6 +701,7 @@ impl<'a> WaveMachine<'a> {
         let Some(current) = self.running.remove(member) else {
             return;
         };
+        self.in_group_call.remove(member);
         let member = current.outcome.member.clone();
         let digest = current.plan_digest.clone();
         let state = match outcome {
@@ -693,6 +752,7 @@ impl<'a> WaveMachine<'a> {
             }
             ApplyOutcome::StoodDown(reason) => MemberState::StoodDown { reason },
             ApplyOutcome::Failed(error) => MemberState::Failed { error },
+            ApplyOutcome::NotReached(reason) => MemberState::NotReached { reason },
         };
         record.set(&member, state);
         effects.push(Effect::Save);
@@ -775,10 +835,17 @@ impl<'a> WaveMachine<'a> {
             return Coverage::Covered;
         }
         let inputs = outcome.known_inputs();
+        let applied: std::collections::BTreeSet<String> = record
+            .members
+            .iter()
+            .filter(|(_, s)| s.is_applied())
+            .map(|(m, _)| m.clone())
+            .collect();
         let fresh = FreshPlan {
             plan,
             inputs: &inputs,
             discovered: outcome.discovered.as_ref(),
+            applied: Some(&applied),
         };
         let stage = self.spec.stage;
         let (base, rounds) = record.approved_sets(self.spec.approved, stage);
@@ -964,6 +1031,8 @@ mod tests {
         concurrency: usize,
         /// The stage's hooks around applies: (before.apply, after.apply).
         hooks: (bool, bool),
+        /// The merge commit's groups (none unless a test sets them).
+        groups: Groups,
         record: AttemptRecord,
     }
 
@@ -981,6 +1050,7 @@ mod tests {
                 digest_over: DigestOver::All,
                 concurrency: 1,
                 hooks: (false, false),
+                groups: Groups::default(),
                 record,
             }
         }
@@ -1004,6 +1074,7 @@ mod tests {
                     .collect(),
                 held_retry: Duration::from_secs(30),
                 concurrency: self.concurrency,
+                groups: &self.groups,
                 before_apply_hooks: self.hooks.0,
                 after_apply_hooks: self.hooks.1,
             })
@@ -1866,6 +1937,148 @@ mod tests {
         let mut effects = vec![Effect::Save, Effect::Publish];
         effects.extend(members.iter().map(|m| Effect::Apply((*m).into())));
         effects
+    }
+
+    /// Groups `a` and `b` (`stack`), as a merge commit's config would.
+    fn stacked() -> Groups {
+        crate::config::RepoConfig::parse(
+            "wavegate.toml",
+            r#"
+[defaults]
+plan = ["./plan", "{plan_file}"]
+[[stage]]
+name = "dev"
+[[group]]
+name = "stack"
+components = ["a", "b"]
+plan = ["./stack", "{members_file}"]
+apply = ["./stack", "{members_file}"]
+[[component]]
+name = "a"
+dir = "a"
+[[component]]
+name = "b"
+dir = "b"
+[[component]]
+name = "c"
+dir = "c"
+"#,
+        )
+        .unwrap()
+        .groups
+    }
+
+    #[test]
+    fn a_groups_mates_apply_with_one_call_that_counts_as_one_command() {
+        let (plans, mut h) = wide(&["a@dev", "b@dev", "c@dev"], 2);
+        h.groups = stacked();
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &refs, vec![]),
+            [
+                Effect::Save,
+                Effect::Publish,
+                Effect::ApplyGroup(vec!["a@dev".into(), "b@dev".into()]),
+                Effect::Apply("c@dev".into()),
+            ],
+            "the group's call and c's command: two commands, all saved applying first"
+        );
+        for member in ["a@dev", "b@dev", "c@dev"] {
+            assert_eq!(record.state(member).label(), "applying");
+        }
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended("a@dev", ApplyOutcome::Applied(Map::new())),
+        );
+        assert_eq!(effects, applied_effects("a@dev").to_vec());
+        let reached = "group `stack`'s apply did not reach it before it failed";
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("b@dev", ApplyOutcome::NotReached(reached.into()))
+            ),
+            [Effect::Save]
+        );
+        let b = record.state("b@dev");
+        assert_eq!(b.label(), format!("not started: {reached}"));
+        assert!(b.stops_downstream(), "what reads b cannot go on");
+        assert_eq!(
+            stopped_upstream(&["b@dev".into()], &record),
+            Some("b@dev".into())
+        );
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended("c@dev", ApplyOutcome::Applied(Map::new())),
+        );
+        assert_eq!(
+            effects.last(),
+            Some(&Effect::Done(Step::Continue)),
+            "{effects:?}"
+        );
+    }
+
+    #[test]
+    fn a_member_planned_with_its_group_applies_with_the_groups_call_even_alone() {
+        let bind = |mut plan: MemberPlan| {
+            let mates = ["a@dev".to_owned(), "b@dev".to_owned()];
+            let own: Vec<(String, Digest)> = mates
+                .iter()
+                .map(|m| (m.clone(), Digest::repeated('1')))
+                .collect();
+            plan.group = Some(crate::plan::planfile::GroupBinding {
+                name: "stack".into(),
+                members: mates.to_vec(),
+                digest: crate::plan::planfile::GroupBinding::digest_of("stack", &own),
+            });
+            plan.plan_digest = plan.compute_digest();
+            plan
+        };
+        let a = bind(empty_plan("a@dev"));
+        let b = bind(plan("b@dev", "10.0.0.0/16"));
+        let mut h = Harness::new(&["a@dev", "b@dev"], &[&a, &b]);
+        h.groups = stacked();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let effects = to_planned(&mut machine, &mut record, &[&a, &b], vec![]);
+        assert_eq!(
+            effects[effects.len() - 3..],
+            [
+                Effect::Save,
+                Effect::Publish,
+                Effect::ApplyGroup(vec!["b@dev".into()])
+            ],
+            "a had nothing to change; b's plan is the group's, so the group's call applies it: {effects:?}"
+        );
+        assert_eq!(record.state("a@dev").label(), "applied (nothing to change)");
+    }
+
+    #[test]
+    fn a_lone_mate_applies_with_its_own_command_and_the_group_waits_for_a_free_slot() {
+        let (plans, mut h) = wide(&["c@dev", "a@dev", "b@dev"], 1);
+        h.groups = stacked();
+        let refs: Vec<&MemberPlan> = plans.iter().collect();
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        assert_eq!(
+            to_planned(&mut machine, &mut record, &refs, vec![]),
+            applies(&["c@dev"])
+        );
+        let mut expected = applied_effects("c@dev").to_vec();
+        expected.extend([
+            Effect::Save,
+            Effect::Publish,
+            Effect::ApplyGroup(vec!["a@dev".into(), "b@dev".into()]),
+        ]);
+        assert_eq!(
+            step(
+                &mut machine,
+                &mut record,
+                ended("c@dev", ApplyOutcome::Applied(Map::new()))
+            ),
+            expected
+        );
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub(crate) enum MemberState {
     StoodDown {
         reason: String,
     },
+    /// Its group's apply failed before it reached the member: nothing was
+    /// done to it, and what depends on it cannot go on.
+    NotReached {
+        reason: String,
+    },
     /// In the approved change set, but the merge commit does not touch it.
     Unaffected,
 }
@@ -148,6 +153,7 @@ impl MemberState {
                 | MemberState::Blocked { .. }
                 | MemberState::Held { .. }
                 | MemberState::StoodDown { .. }
+                | MemberState::NotReached { .. }
         )
     }
 
@@ -162,6 +168,7 @@ impl MemberState {
             MemberState::Waiting { reason } => format!("waiting: {reason}"),
             MemberState::Held { holder, .. } => format!("held by {holder}; tried again by itself"),
             MemberState::StoodDown { reason } => format!("stood down: {reason}"),
+            MemberState::NotReached { reason } => format!("not started: {reason}"),
             MemberState::Unaffected => {
                 "not applied: approved, but the merge does not change it against the target before it".into()
             }
@@ -810,6 +817,7 @@ mod tests {
                     plan_digest: Some(p.plan_digest.clone()),
                     unknown_inputs: vec![],
                     build_inputs: vec![],
+                    group_inputs: vec![],
                     discovered: None,
                     inputs: Map::new(),
                     plan: Some((*p).clone()),
@@ -847,6 +855,7 @@ mod tests {
             plan: &drifted,
             inputs: &inputs,
             discovered: None,
+            applied: None,
         };
         match covered_by_any(&[&pr], &fresh) {
             Coverage::NotCovered(why) => {

@@ -331,6 +331,7 @@ impl<'a> StageMachine<'a> {
             plan,
             inputs: &inputs,
             discovered: outcome.discovered.as_ref(),
+            applied: None,
         };
         match covered_by_any(approved, &fresh) {
             Coverage::Covered => None,

@@ -39,19 +39,27 @@ pub(crate) struct Unit {
     pub(crate) depends_on: Vec<String>,
     pub(crate) paths: Option<Vec<String>>,
     pub(crate) stages: Option<Vec<String>>,
+    /// The `[[group]]` it plans and applies with, when the discovery says
+    /// (else its discovering component's).
+    pub(crate) group: Option<String>,
 }
 
 impl Unit {
     /// What the digests bind of it: it found this unit, with these
     /// dependencies, paths and stages.
     pub(crate) fn bound(&self, by: &str) -> Value {
-        json!({
+        let mut bound = json!({
             "by": by,
             "dir": self.dir,
             "depends_on": self.depends_on,
             "paths": self.paths,
             "stages": self.stages,
-        })
+        });
+        // Only when it says: every unit found without one binds as before.
+        if let Some(group) = &self.group {
+            bound["group"] = json!(group);
+        }
+        bound
     }
 }
 
@@ -67,6 +75,8 @@ struct RawUnit {
     paths: Option<Vec<String>>,
     #[serde(default)]
     stages: Option<Vec<String>>,
+    #[serde(default)]
+    group: Option<String>,
 }
 
 fn clean_dir(dir: &str) -> String {
@@ -100,6 +110,7 @@ pub(crate) fn read_units(bytes: &[u8]) -> Result<Vec<Unit>, String> {
             depends_on: unit.depends_on,
             paths: unit.paths,
             stages: unit.stages,
+            group: unit.group,
         });
     }
     let by_dir: BTreeMap<String, String> = units
@@ -255,11 +266,57 @@ pub(crate) fn expand(
                 paths: unit.paths.clone(),
                 depends_on,
                 stages: unit.stages.clone().or_else(|| c.stages.clone()),
+                group: unit.group.clone().or_else(|| c.group.clone()),
                 discover: None,
                 ..c.clone()
             });
         }
+        // A group that lists the discovering component lists its units
+        // (those that do not name a group of their own).
+        for group in &mut expanded.groups {
+            if let Some(at) = group.components.iter().position(|g| g == &c.name) {
+                let names: Vec<String> = units
+                    .iter()
+                    .filter(|u| u.group.as_ref().is_none_or(|own| own == &group.name))
+                    .map(|u| u.name.clone())
+                    .collect();
+                group.components.splice(at..=at, names);
+            }
+        }
     }
+    // A group that stood only for units a discovery did not find this time
+    // has no components: it plans nothing, and is no mistake.
+    let named: BTreeSet<&str> = expanded
+        .components
+        .iter()
+        .filter_map(|c| c.group.as_deref())
+        .collect();
+    let stood_for_units = |group: &str| {
+        raw.groups
+            .iter()
+            .find(|g| g.name == group)
+            .is_some_and(|g| {
+                g.components.is_empty()
+                    || g.components.iter().any(|c| {
+                        raw.components
+                            .iter()
+                            .any(|r| &r.name == c && r.discover.is_some())
+                    })
+            })
+            || raw
+                .components
+                .iter()
+                .any(|c| c.discover.is_some() && c.group.as_deref() == Some(group))
+    };
+    let empty: Vec<String> = expanded
+        .groups
+        .iter()
+        .filter(|g| {
+            g.components.is_empty() && !named.contains(g.name.as_str()) && stood_for_units(&g.name)
+        })
+        .map(|g| g.name.clone())
+        .collect();
+    expanded.groups.retain(|g| !empty.contains(&g.name));
     Ok(expanded)
 }
 
@@ -288,6 +345,36 @@ inputs = { vpc_id = "network.vpc_id" }
 timeout = "5m"
 "#;
 
+    #[test]
+    fn a_group_that_lists_a_discovering_component_lists_its_units_but_those_naming_their_own() {
+        let text = format!(
+            "{DISCOVERING}\n[[group]]\nname = \"live\"\ncomponents = [\"live\"]\nplan = [\"./stack\", \"{{members_file}}\"]\n\
+             [[group]]\nname = \"edge\"\nplan = [\"./stack\", \"{{members_file}}\"]\n"
+        );
+        let config = RepoConfig::parse(CONFIG_FILE, &text).unwrap();
+        let mut cdn = unit("cdn", "live/cdn", &[]);
+        cdn.group = Some("edge".into());
+        let found = BTreeMap::from([(
+            "live".to_owned(),
+            vec![
+                unit("vpc", "live/vpc", &[]),
+                unit("app", "live/app", &["vpc"]),
+                cdn,
+            ],
+        )]);
+        let expanded = config.with_units(CONFIG_FILE, &found).unwrap();
+        assert_eq!(
+            expanded.groups.of("app").unwrap().components,
+            ["vpc", "app"]
+        );
+        assert_eq!(expanded.groups.of("cdn").unwrap().name, "edge");
+
+        // Found nothing this time: the group that stood for the units is no mistake.
+        let none = BTreeMap::from([("live".to_owned(), vec![])]);
+        let expanded = config.with_units(CONFIG_FILE, &none);
+        assert!(expanded.is_ok(), "{:?}", expanded.err());
+    }
+
     fn unit(name: &str, dir: &str, depends_on: &[&str]) -> Unit {
         Unit {
             name: name.into(),
@@ -295,6 +382,7 @@ timeout = "5m"
             depends_on: depends_on.iter().map(|d| (*d).to_owned()).collect(),
             paths: None,
             stages: None,
+            group: None,
         }
     }
 

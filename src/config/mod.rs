@@ -5,6 +5,7 @@ pub(crate) mod base;
 pub(crate) mod cost;
 pub(crate) mod discover;
 pub(crate) mod glob;
+pub(crate) mod groups;
 pub(crate) mod hooks;
 pub mod ledger_key;
 pub mod repo;

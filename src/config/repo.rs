@@ -7,6 +7,7 @@
 use super::cost::{self, CostCommands, RawCost};
 use super::discover::{self, Discoverer, Unit};
 use super::glob::Pattern;
+use super::groups::{self, Groups, RawGroup};
 use super::hooks::{self, Hooks, RawHooks};
 use crate::model::canonical::{canonical_json_with, NumberForm};
 use crate::model::{DependencyGraph, DigestOver, GateId, Money};
@@ -49,6 +50,9 @@ pub(crate) struct RawRepoConfig {
     pub(crate) stages: Vec<RawStage>,
     #[serde(default, rename = "component")]
     pub(crate) components: Vec<RawComponent>,
+    /// Components planned with one call and applied with one call.
+    #[serde(default, rename = "group", skip_serializing_if = "Vec::is_empty")]
+    pub(crate) groups: Vec<RawGroup>,
     #[serde(default)]
     pub(crate) policy: Option<Policy>,
     /// The base branches whose merged pull requests start an apply run; read
@@ -178,6 +182,9 @@ pub(crate) struct RawComponent {
     /// that other components read as `build:<component>.<output>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) kind: Option<ComponentKind>,
+    /// The `[[group]]` it plans and applies with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<String>,
 }
 
 /// What a component is: infrastructure (the default) or a build whose
@@ -342,6 +349,7 @@ pub struct RepoConfig {
     /// Components that find their units at plan time; none left once
     /// [`RepoConfig::with_units`] put the units in their place.
     pub(crate) discoverers: Vec<Discoverer>,
+    pub(crate) groups: Groups,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -712,6 +720,20 @@ impl RepoConfig {
                 "remove one of these depends_on edges; dependencies must form a DAG",
             ));
         }
+        let discovering: BTreeMap<&str, Option<&str>> = raw
+            .components
+            .iter()
+            .filter(|c| c.discover.is_some())
+            .map(|c| (c.name.as_str(), c.group.as_deref()))
+            .collect();
+        let groups = groups::validate(
+            &raw.groups,
+            &declared,
+            &discovering,
+            &graph,
+            default_timeout,
+            &err,
+        )?;
         for (i, c) in components.iter().enumerate() {
             let upstream = graph.upstream_closure(i);
             for input in &c.inputs {
@@ -772,6 +794,7 @@ impl RepoConfig {
             hooks,
             cost,
             discoverers,
+            groups,
             ignore,
             stages,
             components,
@@ -955,6 +978,27 @@ pub(crate) fn config_changed_components(
             changed.insert(c.name.clone());
         }
     }
+    // A group whose entry changed (its commands, its timeout, who is in
+    // it) changes how each of its components plans.
+    for group in &head.groups.all {
+        let b = base.groups.iter().find(|g| g.name == group.name);
+        let h = head.raw.groups.iter().find(|g| g.name == group.name);
+        if fingerprint(&b) != fingerprint(&h) {
+            changed.extend(group.components.iter().cloned());
+        }
+    }
+    // So does a group the head no longer has, for the components it listed.
+    for group in &base.groups {
+        if head.groups.all.iter().all(|g| g.name != group.name) {
+            changed.extend(
+                group
+                    .components
+                    .iter()
+                    .filter(|c| head.component(c).is_some())
+                    .cloned(),
+            );
+        }
+    }
     // A discovering entry that changed changes every unit it found; so
     // does a change to a stage a unit runs in.
     let units: Vec<String> = head
@@ -1011,6 +1055,7 @@ fn check_templates(
                 depends_on: Vec::new(),
                 paths: None,
                 stages: None,
+                group: None,
             };
             (c.name.clone(), vec![unit])
         })
@@ -1033,7 +1078,7 @@ fn names(components: &[RawComponent]) -> String {
         .join(", ")
 }
 
-fn check_name(
+pub(crate) fn check_name(
     name: &str,
     field: &str,
     err: &impl Fn(String, String, &str) -> ConfigError,

@@ -58,7 +58,6 @@ impl<'a> DependencyGraph<'a> {
         self.index.get(name).copied()
     }
 
-    #[cfg(test)]
     pub(crate) fn name(&self, i: usize) -> &'a str {
         self.names[i]
     }
@@ -136,6 +135,48 @@ impl<'a> DependencyGraph<'a> {
         seen
     }
 
+    /// A path of dependencies that leaves `members` and comes back: from a
+    /// member, through at least one component outside them, to a member (as
+    /// `[from, outside…, to]`, each depending on the one before). `None`
+    /// when there is none, so the members can sit in one wave.
+    pub(crate) fn path_outside(&self, members: &BTreeSet<usize>) -> Option<Vec<usize>> {
+        // Breadth first from the outsiders the members feed, so the path
+        // named is a shortest one; `came_from` leads back to a member.
+        let mut came_from: HashMap<usize, usize> = HashMap::new();
+        let mut todo = std::collections::VecDeque::new();
+        for &m in members {
+            for &j in &self.downstream[m] {
+                if !members.contains(&j) && !came_from.contains_key(&j) {
+                    came_from.insert(j, m);
+                    todo.push_back(j);
+                }
+            }
+        }
+        while let Some(i) = todo.pop_front() {
+            for &j in &self.downstream[i] {
+                if came_from.contains_key(&j) {
+                    continue;
+                }
+                came_from.insert(j, i);
+                if members.contains(&j) {
+                    let mut path = vec![j];
+                    let mut at = j;
+                    while let Some(&before) = came_from.get(&at) {
+                        path.push(before);
+                        if members.contains(&before) {
+                            break;
+                        }
+                        at = before;
+                    }
+                    path.reverse();
+                    return Some(path);
+                }
+                todo.push_back(j);
+            }
+        }
+        None
+    }
+
     /// Components in dependency order (upstreams first), ties broken by
     /// name. A graph with a cycle leaves the cycle's components out.
     pub(crate) fn topological_order(&self) -> Vec<usize> {
@@ -164,6 +205,30 @@ mod tests {
 
     fn graph<'a>(edges: &'a [(&'a str, &'a [&'a str])]) -> DependencyGraph<'a> {
         DependencyGraph::new(edges.iter().map(|(n, d)| (*n, d.iter().copied())))
+    }
+
+    #[test]
+    fn a_path_that_leaves_the_members_and_comes_back_is_named() {
+        let g = graph(&[
+            ("a", &[]),
+            ("x", &["a"]),
+            ("b", &["x"]),
+            ("c", &["a"]),
+            ("y", &["c"]),
+        ]);
+        let set = |names: &[&str]| names.iter().map(|n| g.index_of(n).unwrap()).collect();
+        let named = |path: Vec<usize>| path.into_iter().map(|i| g.name(i)).collect::<Vec<_>>();
+        assert_eq!(
+            g.path_outside(&set(&["a", "b"])).map(named),
+            Some(vec!["a", "x", "b"])
+        );
+        assert_eq!(
+            g.path_outside(&set(&["a", "c"])),
+            None,
+            "a direct edge stays inside"
+        );
+        assert_eq!(g.path_outside(&set(&["a", "x", "b"])), None);
+        assert_eq!(g.path_outside(&set(&["b", "y"])), None, "unrelated members");
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) struct ChangeSetMember {
     /// the build (its own plan binds them), so their values may move.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) build_inputs: Vec<String>,
+    /// Its reads of group-mates whose plans did not know the value: the
+    /// group's apply computes them, so their values may move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) group_inputs: Vec<String>,
     /// The input values the plan read, by the member's own input names.
     pub(crate) inputs: Map<String, Value>,
     /// For a unit a discovery found: what it found (bound when present, so
@@ -205,6 +209,9 @@ impl ChangeSet {
                 if !m.build_inputs.is_empty() {
                     bound["buildInputs"] = json!(m.build_inputs);
                 }
+                if !m.group_inputs.is_empty() {
+                    bound["groupInputs"] = json!(m.group_inputs);
+                }
                 if let Some(discovered) = &m.discovered {
                     bound["discovered"] = discovered.clone();
                 }
@@ -277,6 +284,7 @@ mod tests {
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
             build_inputs: vec![],
+            group_inputs: vec![],
             discovered: None,
             inputs: Map::new(),
             plan: Some(plan),

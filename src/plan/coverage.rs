@@ -23,6 +23,9 @@ pub(crate) struct FreshPlan<'a> {
     pub(crate) inputs: &'a Map<String, Value>,
     /// What its discovery found now, for a unit a discovery found.
     pub(crate) discovered: Option<&'a Value>,
+    /// Members this run applied already: an approved group whose members
+    /// applied part way plans the rest as a smaller group.
+    pub(crate) applied: Option<&'a std::collections::BTreeSet<String>>,
 }
 
 pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
@@ -49,6 +52,9 @@ pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage 
             show(fresh.discovered)
         ));
     }
+    if let Some(moved) = regrouped(was_plan, fresh) {
+        return not(moved);
+    }
     // The plans themselves are compared, not their digests: equal digests do
     // not prove equal plans (RFC 8785 binds integers beyond 2^53 as doubles),
     // and an approved set of version 1 digested numbers with another rule.
@@ -56,6 +62,52 @@ pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage 
         Some(reason) => not(reason),
         None => Coverage::Covered,
     }
+}
+
+/// Why `fresh` is not planned with the mates the approved plan had (less
+/// those applied since), if it is not: a plan made with other mates is
+/// not the one approved, whatever it says.
+fn regrouped(was: &MemberPlan, fresh: &FreshPlan<'_>) -> Option<String> {
+    let member = &fresh.plan.member;
+    let alone = || vec![member.clone()];
+    // Mates applied since (a crash's, planned again with nothing to change)
+    // are left out of both sides alike.
+    let left = |members: &[String]| -> Vec<String> {
+        let left: Vec<String> = members
+            .iter()
+            .filter(|m| *m == member || fresh.applied.is_none_or(|a| !a.contains(*m)))
+            .cloned()
+            .collect();
+        if left.len() > 1 {
+            left
+        } else {
+            alone()
+        }
+    };
+    let now = fresh
+        .plan
+        .group
+        .as_ref()
+        .map_or_else(alone, |g| left(&g.members));
+    let expected = was.group.as_ref().map_or_else(alone, |g| left(&g.members));
+    if expected == now {
+        return None;
+    }
+    Some(match &was.group {
+        Some(group) if now.len() > 1 => format!(
+            "the approved plan grouped {}, and the round groups {}",
+            group.members.join(", "),
+            now.join(", ")
+        ),
+        Some(group) => format!(
+            "the approved plan grouped {}, and the round plans {member} without that group",
+            group.members.join(", ")
+        ),
+        None => format!(
+            "the round groups {}, which the approved plan did not",
+            now.join(", ")
+        ),
+    })
 }
 
 fn first_difference(
@@ -71,7 +123,9 @@ fn first_difference(
         }
     }
     for name in fresh.inputs.keys() {
-        let left_open = was.unknown_inputs.contains(name) || was.build_inputs.contains(name);
+        let left_open = was.unknown_inputs.contains(name)
+            || was.build_inputs.contains(name)
+            || was.group_inputs.contains(name);
         if !was.inputs.contains_key(name) && !left_open {
             return Some(format!("input {name} was not read by the approved plan"));
         }
@@ -263,6 +317,7 @@ mod tests {
                 plan_digest: Some(plan.plan_digest.clone()),
                 unknown_inputs: unknown,
                 build_inputs: vec![],
+                group_inputs: vec![],
                 discovered: None,
                 inputs,
                 plan: Some(plan),
@@ -286,6 +341,7 @@ mod tests {
             plan_digest: Some(plan.plan_digest.clone()),
             unknown_inputs: vec![],
             build_inputs: vec![],
+            group_inputs: vec![],
             discovered: None,
             inputs: Map::new(),
             plan: Some(plan),
@@ -309,6 +365,7 @@ mod tests {
                 plan: &plan,
                 inputs: inputs.as_object().unwrap(),
                 discovered: None,
+                applied: None,
             },
         )
     }
@@ -341,6 +398,75 @@ mod tests {
         let net = built.members.iter_mut().find(|m| m.member == "net@dev");
         net.expect("in the set").build_inputs = vec!["image".into()];
         assert_eq!(check_against(&built, fresh, inputs), Coverage::Covered);
+    }
+
+    #[test]
+    fn a_plan_made_with_other_group_mates_is_not_covered_unless_they_applied() {
+        use crate::plan::planfile::GroupBinding;
+        let grouped = |plan: &mut MemberPlan, mates: &[&str]| {
+            let members: Vec<String> = mates.iter().map(|m| (*m).to_owned()).collect();
+            let own: Vec<(String, crate::model::Digest)> = members
+                .iter()
+                .map(|m| (m.clone(), crate::model::Digest::repeated('1')))
+                .collect();
+            plan.group = Some(GroupBinding {
+                name: "stack".into(),
+                members,
+                digest: GroupBinding::digest_of("stack", &own),
+            });
+            plan.plan_digest = plan.compute_digest();
+        };
+        let mut approved = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        grouped(&mut approved, &["db@dev", "net@dev"]);
+        let set = set_of(approved);
+        let inputs = Map::new();
+        let check = |fresh: &MemberPlan, applied: Option<&std::collections::BTreeSet<String>>| {
+            coverage(
+                &set,
+                &FreshPlan {
+                    plan: fresh,
+                    inputs: &inputs,
+                    discovered: None,
+                    applied,
+                },
+            )
+        };
+        let mut same = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        grouped(&mut same, &["db@dev", "net@dev"]);
+        assert_eq!(check(&same, None), Coverage::Covered);
+
+        let mut other = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        grouped(&mut other, &["app@dev", "net@dev"]);
+        assert_eq!(
+            reason(check(&other, None)),
+            "net@dev: the approved plan grouped db@dev, net@dev, and the round groups app@dev, net@dev"
+        );
+
+        let alone = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        assert_eq!(
+            reason(check(&alone, None)),
+            "net@dev: the approved plan grouped db@dev, net@dev, and the round plans net@dev without that group"
+        );
+        let db_applied: std::collections::BTreeSet<String> = ["db@dev".to_owned()].into();
+        assert_eq!(
+            check(&alone, Some(&db_applied)),
+            Coverage::Covered,
+            "what is left of the group after db applied is net alone: its plan is compared as any"
+        );
+
+        let ungrouped = set_of(MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap());
+        assert_eq!(
+            reason(coverage(
+                &ungrouped,
+                &FreshPlan {
+                    plan: &same,
+                    inputs: &inputs,
+                    discovered: None,
+                    applied: None,
+                }
+            )),
+            "net@dev: the round groups db@dev, net@dev, which the approved plan did not"
+        );
     }
 
     #[test]
@@ -513,6 +639,7 @@ mod tests {
                 plan: &plan,
                 inputs: &Map::new(),
                 discovered: None,
+                applied: None,
             },
         ));
         assert_eq!(
@@ -563,6 +690,7 @@ mod tests {
                     plan: &fresh,
                     inputs: &set.members[0].inputs,
                     discovered: None,
+                    applied: None,
                 },
             ),
             Coverage::Covered

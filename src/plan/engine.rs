@@ -15,6 +15,7 @@ use super::tail::OutputTail;
 use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use crate::config::cost::{CostCommand, CostCommands};
 use crate::config::discover::{read_units, Discoverer, Unit, MAX_UNITS_FILE_BYTES};
+use crate::config::groups::Batch;
 use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
@@ -28,6 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+
+mod group;
 
 /// Outputs an earlier apply recorded per member (the store provides them later).
 pub(crate) trait RecordedOutputs: Send + Sync {
@@ -113,6 +116,10 @@ pub(crate) enum InputSource {
     /// (`build:<component>.<output>`): passed to the plan as unknown, and
     /// bound by the build's own plan, never by this one.
     Build,
+    /// An output of a mate the member plans with in one group call: the
+    /// group computes it. Known when the mate's plan knows it; never an
+    /// unknown input, never a reason to hold the member back.
+    Group,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -170,12 +177,28 @@ impl MemberOutcome {
             .collect()
     }
 
+    /// Its reads of group-mates whose plans did not know the value: the
+    /// group's apply computes them, so they may move.
+    pub(crate) fn group_inputs(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .filter(|(_, i)| i.source == InputSource::Group && i.value.is_none())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
     /// What the member's plan command is told it cannot know: the unknown
-    /// inputs and the build inputs.
+    /// inputs, the build inputs and the reads of its group-mates (planned in
+    /// the same call).
     fn unknown_to_the_plan(&self) -> Vec<String> {
         self.inputs
             .iter()
-            .filter(|(_, i)| matches!(i.source, InputSource::Unknown | InputSource::Build))
+            .filter(|(_, i)| {
+                matches!(
+                    i.source,
+                    InputSource::Unknown | InputSource::Build | InputSource::Group
+                )
+            })
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -540,6 +563,7 @@ pub(crate) fn change_set_of(
                 plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
                 unknown_inputs: m.unknown_inputs(),
                 build_inputs: m.build_inputs(),
+                group_inputs: m.group_inputs(),
                 inputs: m.known_inputs(),
                 discovered: m.discovered.clone(),
                 plan: m.plan.clone(),
@@ -620,6 +644,21 @@ struct Ready {
     timeout: Duration,
 }
 
+/// One plan command of a wave: a member's own, or a group's for its mates.
+enum Call {
+    Member(Box<Ready>),
+    Group(Box<group::GroupCall>),
+}
+
+impl Call {
+    fn spec(&self) -> &CommandSpec {
+        match self {
+            Call::Member(ready) => &ready.spec,
+            Call::Group(call) => &call.spec,
+        }
+    }
+}
+
 /// What an apply command said.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ApplyOutcome {
@@ -633,6 +672,8 @@ pub(crate) enum ApplyOutcome {
     StoodDown(String),
     /// Anything else, with what the operator needs to know.
     Failed(String),
+    /// A group's apply never reached the member (it failed before).
+    NotReached(String),
 }
 
 /// An apply command's outcome and its (redacted, capped) output.
@@ -766,10 +807,20 @@ impl Workbench {
     /// The longest an apply command of `member` may live: its timeout, and
     /// the grace after which the sandbox ends it itself.
     pub(crate) fn apply_lifetime(&self, member: &str) -> Duration {
-        let timeout = member
-            .parse::<MemberId>()
-            .ok()
-            .and_then(|member| self.config.component(member.component()))
+        let Ok(member) = member.parse::<MemberId>() else {
+            return self.options.sandbox.deadline_grace();
+        };
+        if let Some(group) = self.group_lifetime(member.component()) {
+            // It may apply with its group's call, which has the group's timeout.
+            let own = self
+                .config
+                .component(member.component())
+                .map_or(Duration::ZERO, |c| c.timeout);
+            return group.max(own + self.options.sandbox.deadline_grace());
+        }
+        let timeout = self
+            .config
+            .component(member.component())
             .map_or(Duration::ZERO, |c| c.timeout);
         timeout + self.options.sandbox.deadline_grace()
     }
@@ -1044,9 +1095,22 @@ impl Workbench {
         cost::read_cost_file(&bytes, members)
     }
 
-    /// Plans `wave`'s members (their upstreams planned or applied already).
+    /// Plans `wave`'s members (their upstreams planned or applied already):
+    /// each on its own, and the mates of a group (`[[group]]`) with one call.
     pub(crate) async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
-        let mut ready = Vec::new();
+        let groups = self.config.groups.clone();
+        let batches = groups.batches(wave);
+        // The group and mates of each member that plans with a group.
+        let mut mates_of: HashMap<&str, (&str, &[String])> = HashMap::new();
+        for batch in &batches {
+            if let Batch::Group { group, members, .. } = batch {
+                for member in members {
+                    mates_of.insert(member, (group.name.as_str(), members));
+                }
+            }
+        }
+        let mut calls = Vec::new();
+        let mut grouped: HashMap<String, MemberOutcome> = HashMap::new();
         for member in wave {
             let id: MemberId = member.parse().expect("member names are component@stage");
             let stage = id.stage().as_str();
@@ -1074,17 +1138,28 @@ impl Workbench {
                 self.outcomes.insert(member.clone(), outcome);
                 continue;
             }
+            let group = mates_of.get(member.as_str()).copied();
             for input in &component.inputs {
-                let resolved = self.resolve_input(input, stage).await;
+                let upstream = member_name(&input.upstream, stage);
+                let resolved = match group {
+                    Some((name, mates)) if mates.contains(&upstream) => {
+                        group::read_of_mate(input, &upstream, name)
+                    }
+                    _ => self.resolve_input(input, stage).await,
+                };
                 outcome.inputs.insert(input.name.clone(), resolved);
             }
+            if group.is_some() {
+                grouped.insert(member.clone(), outcome);
+                continue;
+            }
             match self.prepare_member(&component, stage, &outcome) {
-                Ok((spec, files)) => ready.push(Ready {
+                Ok((spec, files)) => calls.push(Call::Member(Box::new(Ready {
                     outcome,
                     spec,
                     files,
                     timeout: component.timeout,
-                }),
+                }))),
                 Err(e) => {
                     outcome.status = MemberStatus::PlanFailed;
                     outcome.error = Some(e);
@@ -1092,11 +1167,23 @@ impl Workbench {
                 }
             }
         }
+        for batch in batches {
+            if let Batch::Group {
+                group,
+                stage,
+                members,
+            } = batch
+            {
+                if let Some(call) = self.prepare_group(group, &stage, &members, &mut grouped) {
+                    calls.push(Call::Group(Box::new(call)));
+                }
+            }
+        }
 
         let limit = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
         let mut running = tokio::task::JoinSet::new();
-        for (i, r) in ready.iter().enumerate() {
-            let spec = r.spec.clone();
+        for (i, call) in calls.iter().enumerate() {
+            let spec = call.spec().clone();
             let limit = Arc::clone(&limit);
             running.spawn(async move {
                 let _permit = limit
@@ -1107,14 +1194,22 @@ impl Workbench {
             });
         }
         let mut results: Vec<Option<Result<CommandOutcome, runner::SpawnError>>> =
-            (0..ready.len()).map(|_| None).collect();
+            (0..calls.len()).map(|_| None).collect();
         while let Some(joined) = running.join_next().await {
             let (i, result) = joined.map_err(|e| anyhow::anyhow!("a plan task panicked: {e}"))?;
             results[i] = Some(result);
         }
-        for (r, result) in ready.into_iter().zip(results) {
+        for (call, result) in calls.into_iter().zip(results) {
+            let result = result.expect("every task reported");
+            let r = match call {
+                Call::Member(r) => *r,
+                Call::Group(g) => {
+                    self.settle_group(*g, result);
+                    continue;
+                }
+            };
             let mut outcome = r.outcome;
-            match result.expect("every task reported") {
+            match result {
                 Err(e) => {
                     outcome.status = MemberStatus::PlanFailed;
                     outcome.error = Some(e.to_string());

@@ -5,6 +5,7 @@
 //! derivation and the same digest, so it can be shown, approved and re-derived.
 
 use crate::config::glob::PatternIndex;
+use crate::config::groups::{Batch, Fallback};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::model::canonical::digest_value;
 use crate::model::{DependencyGraph, MemberId};
@@ -53,7 +54,22 @@ pub struct Derivation {
     pub(crate) skipped: Vec<Skipped>,
     /// Changed paths no component claims and no ignore pattern covers.
     pub(crate) indeterminate: Vec<String>,
+    /// The groups that plan and apply as one, each in one wave of its stage.
+    pub(crate) groups: Vec<WaveGroup>,
+    /// Members of groups that plan on their own, with why.
+    pub(crate) fallbacks: Vec<Fallback>,
     pub(crate) digest: crate::model::Digest,
+}
+
+/// A group's members in one stage, planned with one call in one wave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct WaveGroup {
+    pub(crate) group: String,
+    pub(crate) stage: String,
+    /// Sorted.
+    pub(crate) members: Vec<String>,
+    /// Which of the stage's waves (from 1).
+    pub(crate) wave: usize,
 }
 
 impl Derivation {
@@ -194,6 +210,8 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     }
 
     let order = graph.topological_order();
+    let mut groups = Vec::new();
+    let mut fallbacks = Vec::new();
     let mut waves = Vec::new();
     let mut members = Vec::new();
     let mut in_some_stage = vec![false; config.components.len()];
@@ -220,12 +238,40 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
                 .unwrap_or(0);
             layer_of[i] = Some(layer);
         }
+        let mut stage_groups = Vec::new();
+        if !config.groups.is_empty() {
+            let present: Vec<String> = order
+                .iter()
+                .filter(|&&i| layer_of[i].is_some())
+                .map(|&i| member_name(&config.components[i].name, &stage.name))
+                .collect();
+            fallbacks.extend(config.groups.fallbacks(&present));
+            for batch in config.groups.batches(&present) {
+                if let Batch::Group { group, members, .. } = batch {
+                    stage_groups.push((group.name.clone(), members));
+                }
+            }
+            if !stage_groups.is_empty() {
+                layer_together(&graph, &stage_groups, &mut layer_of);
+            }
+        }
         let depth = layer_of.iter().flatten().max().map_or(0, |m| m + 1);
         let mut layers: Vec<Vec<String>> = vec![Vec::new(); depth];
         for (i, layer) in layer_of.iter().enumerate() {
             if let Some(layer) = layer {
                 layers[*layer].push(member_name(&config.components[i].name, &stage.name));
             }
+        }
+        for (group, members) in stage_groups {
+            let first = graph
+                .index_of(component_of(&members[0]))
+                .expect("grouped members are components");
+            groups.push(WaveGroup {
+                group,
+                stage: stage.name.clone(),
+                members,
+                wave: layer_of[first].expect("grouped members are here") + 1,
+            });
         }
         for mut layer in layers {
             layer.sort();
@@ -280,6 +326,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     if !discovered.is_empty() {
         bound["discovered"] = json!(discovered);
     }
+    if !groups.is_empty() || !fallbacks.is_empty() {
+        bound["groups"] = json!(groups);
+        bound["fallbacks"] = json!(fallbacks);
+    }
     let digest = digest_value(&bound);
     Ok(Derivation {
         selected,
@@ -287,8 +337,75 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         waves,
         skipped,
         indeterminate,
+        groups,
+        fallbacks,
         digest,
     })
+}
+
+fn component_of(member: &str) -> &str {
+    member
+        .split_once('@')
+        .map_or(member, |(component, _)| component)
+}
+
+/// Layers a stage again so that each group's members (`groups`, as member
+/// names) share one layer: the groups are taken as one node each (their
+/// dependencies leave no group and come back, so that is still a DAG) and
+/// every node sits one layer below its deepest upstream. `layer_of` has a
+/// layer for exactly the components here, and gets the new ones.
+fn layer_together(
+    graph: &DependencyGraph<'_>,
+    groups: &[(String, Vec<String>)],
+    layer_of: &mut [Option<usize>],
+) {
+    let n = layer_of.len();
+    let mut node: Vec<usize> = (0..n).collect();
+    let mut parts: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
+    for (_, members) in groups {
+        let indices: Vec<usize> = members
+            .iter()
+            .filter_map(|m| graph.index_of(component_of(m)))
+            .collect();
+        let lead = indices[0];
+        for &i in &indices[1..] {
+            node[i] = lead;
+            parts[i].clear();
+        }
+        parts[lead] = indices;
+    }
+    let present: Vec<bool> = layer_of.iter().map(Option::is_some).collect();
+    let here = |i: usize| present[i];
+    let mut pending = vec![0usize; n];
+    for i in (0..n).filter(|&i| here(i)) {
+        for &u in graph.upstream(i) {
+            if here(u) && node[u] != node[i] {
+                pending[node[i]] += 1;
+            }
+        }
+    }
+    let mut layer = vec![0usize; n];
+    let mut ready: VecDeque<usize> = (0..n)
+        .filter(|&i| here(i) && node[i] == i && pending[i] == 0)
+        .collect();
+    while let Some(at) = ready.pop_front() {
+        for &i in &parts[at] {
+            for &d in graph.downstream(i) {
+                if !here(d) || node[d] == at {
+                    continue;
+                }
+                let next = node[d];
+                layer[next] = layer[next].max(layer[at] + 1);
+                pending[next] -= 1;
+                if pending[next] == 0 {
+                    ready.push_back(next);
+                }
+            }
+        }
+    }
+    for i in (0..n).filter(|&i| here(i)) {
+        layer_of[i] = Some(layer[node[i]]);
+    }
 }
 
 #[cfg(test)]
@@ -400,6 +517,122 @@ depends_on = ["app"]
             ["envs/{stage}/app/main.tf"],
             "the placeholder is never literal"
         );
+    }
+
+    #[test]
+    fn a_group_sits_in_one_wave_below_the_deepest_upstream_of_any_member() {
+        let config = RepoConfig::parse(
+            "wavegate.toml",
+            r#"
+[defaults]
+plan = ["./plan", "{component}", "{plan_file}"]
+[[stage]]
+name = "dev"
+[[stage]]
+name = "prod"
+[[group]]
+name = "stack"
+components = ["vpc", "db", "app"]
+plan = ["./stack", "{members_file}"]
+[[component]]
+name = "base"
+dir = "base"
+[[component]]
+name = "iam"
+dir = "iam"
+depends_on = ["base"]
+[[component]]
+name = "vpc"
+dir = "vpc"
+[[component]]
+name = "db"
+dir = "db"
+depends_on = ["vpc"]
+[[component]]
+name = "app"
+dir = "app"
+depends_on = ["db", "iam"]
+[[component]]
+name = "dns"
+dir = "dns"
+depends_on = ["app"]
+stages = ["prod"]
+[[component]]
+name = "lone"
+dir = "lone"
+group = "stack"
+stages = ["prod"]
+"#,
+        )
+        .unwrap();
+        let derive_for = |changed: &[&str]| {
+            let paths: Vec<String> = changed.iter().map(|p| p.to_string()).collect();
+            derive(&FanOutInput {
+                config: &config,
+                changed_paths: &paths,
+                config_changed: &BTreeSet::new(),
+                stage: None,
+            })
+            .unwrap()
+        };
+        let d = derive_for(&["base/main.tf", "vpc/main.tf", "lone/main.tf"]);
+        assert_eq!(
+            d.waves,
+            vec![
+                vec!["base@dev"],
+                vec!["iam@dev"],
+                vec!["app@dev", "db@dev", "vpc@dev"],
+                vec!["base@prod"],
+                vec!["iam@prod"],
+                vec!["app@prod", "db@prod", "lone@prod", "vpc@prod"],
+                vec!["dns@prod"],
+            ],
+            "the group waits for iam, which app reads; db reads vpc inside the group"
+        );
+        assert_eq!(
+            d.groups,
+            vec![
+                WaveGroup {
+                    group: "stack".into(),
+                    stage: "dev".into(),
+                    members: vec!["app@dev".into(), "db@dev".into(), "vpc@dev".into()],
+                    wave: 3,
+                },
+                WaveGroup {
+                    group: "stack".into(),
+                    stage: "prod".into(),
+                    members: vec![
+                        "app@prod".into(),
+                        "db@prod".into(),
+                        "lone@prod".into(),
+                        "vpc@prod".into()
+                    ],
+                    wave: 3,
+                },
+            ]
+        );
+        assert!(d.fallbacks.is_empty());
+
+        let d = derive_for(&["app/main.tf"]);
+        assert_eq!(d.groups, vec![]);
+        assert_eq!(
+            d.fallbacks
+                .iter()
+                .map(|f| (f.member.as_str(), f.why.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    "app@dev",
+                    "no other component of group `stack` is in this change in dev"
+                ),
+                (
+                    "app@prod",
+                    "no other component of group `stack` is in this change in prod"
+                ),
+            ]
+        );
+        let ungrouped = derive_paths(&["modules/net/vpc.tf"], None);
+        assert_ne!(d.digest, ungrouped.digest);
     }
 
     #[test]

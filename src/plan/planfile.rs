@@ -207,7 +207,37 @@ pub struct MemberPlan {
     /// its exact digest covers it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub opaque: bool,
+    /// The group it was planned with, whose digest this plan's binds: one
+    /// approval binds the group's composition and every mate's plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<GroupBinding>,
     pub plan_digest: Digest,
+}
+
+/// The group a member was planned with (`[[group]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GroupBinding {
+    pub(crate) name: String,
+    /// Every member planned in the call, sorted.
+    pub(crate) members: Vec<String>,
+    /// [`GroupBinding::digest_of`] over the members' own plans.
+    pub(crate) digest: Digest,
+}
+
+impl GroupBinding {
+    /// The group's digest: its name and each member's plan digest as
+    /// planned on its own (`(member, digest)`, sorted by member).
+    pub(crate) fn digest_of(name: &str, members: &[(String, Digest)]) -> Digest {
+        let listed: Vec<serde_json::Value> = members
+            .iter()
+            .map(|(member, digest)| serde_json::json!({"member": member, "planDigest": digest}))
+            .collect();
+        crate::model::canonical::digest_value(&serde_json::json!({
+            "group": name,
+            "members": listed,
+        }))
+    }
 }
 
 impl MemberPlan {
@@ -343,6 +373,7 @@ impl MemberPlan {
             destructive,
             denied,
             opaque,
+            group: None,
             // Computed from the rest just below.
             plan_digest: Digest::repeated('0'),
         };
@@ -390,7 +421,17 @@ impl MemberPlan {
             }
             w.raw("}");
         }
-        w.raw("],").key("member").string(&self.member);
+        w.raw("]");
+        if let Some(group) = &self.group {
+            w.raw(",")
+                .key("group")
+                .raw("{")
+                .key("digest")
+                .string(group.digest.as_str());
+            w.raw(",").key("members").strings(&group.members);
+            w.raw(",").key("name").string(&group.name).raw("}");
+        }
+        w.raw(",").key("member").string(&self.member);
         if self.opaque {
             w.raw(",").key("opaque").raw("true");
         }
@@ -590,6 +631,23 @@ mod tests {
                 plan.compute_digest_with(NumberForm::Version1),
                 crate::model::canonical::digest_value_with(&document, NumberForm::Version1)
             );
+            // Planned with a group, it binds the group too.
+            let mut grouped = plan.clone();
+            let mates = vec![
+                (plan.member.clone(), plan.plan_digest.clone()),
+                ("z@dev".to_owned(), Digest::repeated('1')),
+            ];
+            grouped.group = Some(GroupBinding {
+                name: "stack".into(),
+                members: mates.iter().map(|(m, _)| m.clone()).collect(),
+                digest: GroupBinding::digest_of("stack", &mates),
+            });
+            document["group"] = json!(grouped.group);
+            assert_eq!(
+                grouped.compute_digest(),
+                crate::model::canonical::digest_value(&document)
+            );
+            assert_ne!(grouped.compute_digest(), plan.plan_digest);
         }
     }
 

@@ -9,6 +9,7 @@ use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
 use crate::model::{utc, CommitSha, Digest};
 use crate::plan::changeset::ChangeSet;
+use crate::plan::tail::OutputTail;
 
 /// Where the run stands, as the report shows it.
 pub(crate) struct RunView<'a> {
@@ -559,15 +560,36 @@ fn printed_details(record: &AttemptRecord, budget: usize) -> String {
         Some((title, h.printed.as_ref()?))
     });
     let mut seen = std::collections::BTreeSet::new();
-    let members = record
+    // Members whose applies printed the same (one group call applies
+    // several): shown once, for all of them.
+    let mut printed: Vec<(Vec<&str>, &OutputTail)> = Vec::new();
+    for m in record
         .members_in_order()
         .into_iter()
         .chain(record.printed.keys().map(String::as_str))
         .filter(|m| seen.insert(*m))
-        .filter_map(|m| {
-            let title = format!("What <code>{m}</code>'s apply printed");
-            Some((title, record.printed.get(m)?))
-        });
+    {
+        let Some(tail) = record.printed.get(m) else {
+            continue;
+        };
+        match printed.iter_mut().find(|(_, t)| t.text == tail.text) {
+            Some((names, _)) => names.push(m),
+            None => printed.push((vec![m], tail)),
+        }
+    }
+    let members = printed.into_iter().map(|(names, tail)| {
+        let title = match names.as_slice() {
+            [one] => format!("What <code>{one}</code>'s apply printed"),
+            many => format!(
+                "What the applies of {} printed, the same for each",
+                many.iter()
+                    .map(|m| format!("<code>{m}</code>"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        (title, tail)
+    });
     let (mut out, mut used, mut left_out) = (String::new(), 0, 0);
     for (title, tail) in hooks.chain(members) {
         let block = super::markdown::printed_block(&title, tail);
@@ -831,10 +853,10 @@ mod tests {
     #[test]
     fn past_the_budget_the_rest_of_the_output_is_said_to_be_left_out() {
         let mut record = record();
-        let wide: String = (0..30)
-            .map(|i| format!("{i:03} {}\n", "x".repeat(120)))
-            .collect();
         for i in 0..12 {
+            let wide: String = (0..30)
+                .map(|line| format!("{i:02}{line:03} {}\n", "x".repeat(120)))
+                .collect();
             record
                 .printed
                 .insert(format!("m{i:02}@dev"), OutputTail::of(&wide).unwrap());

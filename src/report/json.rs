@@ -1,5 +1,6 @@
 //! The JSON report: a stable, documented shape (`schema/report.schema.json`).
 
+use crate::config::groups::Fallback;
 use crate::model::{Digest, Money};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
@@ -36,6 +37,75 @@ pub(crate) struct JsonReport<'a> {
     /// Each priced stage's cost (`cost@<stage>`), which the digest binds.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) costs: Vec<JsonCost<'a>>,
+    /// The groups planned with one call, each in one wave of its stage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) groups: Vec<JsonGroup<'a>>,
+    /// Members of groups that planned on their own, with why.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub(crate) fallbacks: &'a [Fallback],
+}
+
+/// A group's members in one stage, planned with one call.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JsonGroup<'a> {
+    pub(crate) group: &'a str,
+    pub(crate) stage: &'a str,
+    /// Which of the stage's waves (from 1).
+    pub(crate) wave: usize,
+    pub(crate) members: &'a [String],
+    /// The group's digest, which each member's plan digest binds; none when it failed.
+    pub(crate) digest: Option<&'a Digest>,
+    pub(crate) error: Option<&'a str>,
+    /// Each member's reads of its mates, which the group's apply computes.
+    pub(crate) reads: Vec<JsonGroupRead<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JsonGroupRead<'a> {
+    pub(crate) member: &'a str,
+    pub(crate) input: &'a str,
+    /// `component.output` of the mate.
+    pub(crate) reads: &'a str,
+    /// Whether the mate's plan knew the value (then it is bound).
+    pub(crate) known: bool,
+}
+
+fn groups(change: &PlannedChange) -> Vec<JsonGroup<'_>> {
+    let outcome = |member: &str| change.members.iter().find(|m| m.member == member);
+    change
+        .derivation
+        .groups
+        .iter()
+        .map(|g| {
+            let outcomes: Vec<_> = g.members.iter().filter_map(|m| outcome(m)).collect();
+            JsonGroup {
+                group: &g.group,
+                stage: &g.stage,
+                wave: g.wave,
+                members: &g.members,
+                digest: outcomes
+                    .iter()
+                    .find_map(|o| Some(&o.plan.as_ref()?.group.as_ref()?.digest)),
+                error: outcomes.iter().find_map(|o| o.error.as_deref()),
+                reads: outcomes
+                    .iter()
+                    .flat_map(|o| {
+                        o.inputs
+                            .iter()
+                            .filter(|(_, i)| i.source == InputSource::Group)
+                            .map(move |(name, i)| JsonGroupRead {
+                                member: &o.member,
+                                input: name,
+                                reads: &i.reference,
+                                known: i.value.is_some(),
+                            })
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// A stage's monthly cost with the change, before it and the difference,
@@ -110,6 +180,9 @@ pub(crate) struct JsonMember<'a> {
     /// Inputs a build in the change publishes when it applies.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) build_inputs: Vec<String>,
+    /// Reads of group-mates whose plans did not know the value.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) group_inputs: Vec<String>,
     /// Values of sensitive inputs are left out.
     pub(crate) inputs: BTreeMap<String, ResolvedInput>,
     pub(crate) denied: &'a [String],
@@ -143,6 +216,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
                 .map(|(n, _)| n.clone())
                 .collect(),
             build_inputs: m.build_inputs(),
+            group_inputs: m.group_inputs(),
             inputs: m
                 .inputs
                 .iter()
@@ -181,6 +255,8 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
         seeded: &change.seeded,
         notes: &change.notes,
         costs: change.change_set.costs.iter().map(cost).collect(),
+        groups: groups(change),
+        fallbacks: &change.derivation.fallbacks,
     }
 }
 
@@ -229,6 +305,8 @@ mod tests {
                 waves: vec![],
                 skipped: vec![],
                 indeterminate: vec![],
+                groups: Vec::new(),
+                fallbacks: Vec::new(),
                 digest: Digest::repeated('0'),
             },
             members: vec![member],

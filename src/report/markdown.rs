@@ -232,6 +232,7 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
             out.push('\n');
         }
     }
+    out.push_str(&groups_section(change));
     out.push_str(&cost_section(change, rows));
     if !change.skipped.is_empty() {
         let _ = writeln!(out, "### Not running\n");
@@ -459,6 +460,94 @@ fn member_row(m: &MemberOutcome) -> String {
         None => "— | — | — | — | —".to_owned(),
     };
     format!("| `{}` | {status} | {cells} |", m.member)
+}
+
+/// The groups planned with one call (members, wave, the digest their
+/// plans bind, an error), the reads between mates, and the members of
+/// groups that planned on their own, with why.
+fn groups_section(change: &PlannedChange) -> String {
+    let d = &change.derivation;
+    let mut out = String::new();
+    if d.groups.is_empty() && d.fallbacks.is_empty() {
+        return out;
+    }
+    let outcome = |member: &str| change.members.iter().find(|m| m.member == member);
+    let _ = writeln!(
+        out,
+        "### Groups
+"
+    );
+    let mut notes = Vec::new();
+    if !d.groups.is_empty() {
+        let _ = writeln!(
+            out,
+            "Each group's members in a stage are planned with one call and applied with one call, in one wave; each member's plan digest binds the group's digest.\n"
+        );
+        let _ = writeln!(out, "| group | stage | wave | members | group digest |");
+        let _ = writeln!(out, "|---|---|--:|---|---|");
+        for g in &d.groups {
+            let members: Vec<String> = g.members.iter().map(|m| format!("`{m}`")).collect();
+            let digest = g
+                .members
+                .iter()
+                .find_map(|m| outcome(m)?.plan.as_ref()?.group.as_ref())
+                .map_or_else(|| "—".to_owned(), |b| format!("`{}`", b.digest.short()));
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} | {} | {digest} |",
+                g.group,
+                g.stage,
+                g.wave,
+                members.join(", ")
+            );
+            if let Some(error) = g.members.iter().find_map(|m| outcome(m)?.error.as_deref()) {
+                notes.push(format!(
+                    "❌ in {}, {} (so did each of its members)",
+                    g.stage,
+                    crate::apply::failure_summary(error)
+                ));
+                continue;
+            }
+            for member in &g.members {
+                let Some(m) = outcome(member) else { continue };
+                for (name, input) in &m.inputs {
+                    if input.source != InputSource::Group {
+                        continue;
+                    }
+                    notes.push(match (&input.value, input.sensitive) {
+                        (Some(_), true) => format!(
+                            "`{member}` input `{name}` reads its mate's `{}`: (sensitive), as the mate's plan says",
+                            input.reference
+                        ),
+                        (Some(value), false) => format!(
+                            "`{member}` input `{name}` reads its mate's `{}`: `{}`, as the mate's plan says",
+                            input.reference,
+                            short_value(value)
+                        ),
+                        (None, _) => format!(
+                            "`{member}` input `{name}` reads its mate's `{}`, which the group's apply computes (the mate's plan does not know it): approving this plan does not fix its value",
+                            input.reference
+                        ),
+                    });
+                }
+            }
+        }
+        out.push('\n');
+    }
+    for note in notes {
+        let _ = writeln!(out, "- {note}");
+    }
+    if !d.fallbacks.is_empty() {
+        if !d.groups.is_empty() {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "Planned on their own, though in a group:\n");
+        for f in &d.fallbacks {
+            let _ = writeln!(out, "- `{}` (group `{}`): {}", f.member, f.group, f.why);
+        }
+    }
+    out.push('\n');
+    out
 }
 
 fn member_notes(m: &MemberOutcome) -> Vec<String> {
@@ -1078,6 +1167,7 @@ mod tests {
                     plan_digest: m.plan.as_ref().map(|p| p.plan_digest.clone()),
                     unknown_inputs: m.unknown_inputs(),
                     build_inputs: vec![],
+                    group_inputs: vec![],
                     discovered: None,
                     inputs: m.known_inputs(),
                     plan: m.plan.clone(),
@@ -1099,6 +1189,8 @@ mod tests {
                 waves,
                 skipped: Vec::new(),
                 indeterminate,
+                groups: Vec::new(),
+                fallbacks: Vec::new(),
                 digest: crate::model::Digest::repeated('0'),
             },
             members,

@@ -25,6 +25,35 @@ pub fn render(change: &PlannedChange) -> String {
     for (i, wave) in d.waves.iter().enumerate() {
         let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
     }
+    for g in &d.groups {
+        let digest = g
+            .members
+            .iter()
+            .find_map(|m| {
+                let plan = change
+                    .members
+                    .iter()
+                    .find(|o| &o.member == m)?
+                    .plan
+                    .as_ref()?;
+                plan.group.as_ref().map(|b| b.digest.to_string())
+            })
+            .unwrap_or_else(|| "not planned".into());
+        let _ = writeln!(
+            out,
+            "  group {} in {}: {} planned and applied with one call; group digest {digest}",
+            g.group,
+            g.stage,
+            g.members.join(", ")
+        );
+    }
+    for f in &d.fallbacks {
+        let _ = writeln!(
+            out,
+            "  not grouped: {} (group {}): {}",
+            f.member, f.group, f.why
+        );
+    }
     for stage in &change.preview.stages {
         let _ = writeln!(
             out,

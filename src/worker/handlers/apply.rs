@@ -844,7 +844,9 @@ impl JobCtx<'_> {
         }
         let host = process::host_id();
         let approved = Arc::clone(&drive.approved);
+        let groups = bench.config().groups.clone();
         let spec = WaveSpec {
+            groups: &groups,
             run: drive.run.id,
             pr: drive.run.pr,
             stage,
@@ -998,6 +1000,7 @@ impl JobCtx<'_> {
             };
             match effect {
                 Effect::Apply(member) => applies.start(member),
+                Effect::ApplyGroup(members) => applies.start_group(members),
                 Effect::ReadOutputs { .. } | Effect::Carry { .. } => for_bench.push(effect),
                 question @ (Effect::Lock(_)
                 | Effect::Plan(_)
@@ -1095,6 +1098,7 @@ impl JobCtx<'_> {
             question @ (Effect::Lock(_)
             | Effect::Plan(_)
             | Effect::Apply(_)
+            | Effect::ApplyGroup(_)
             | Effect::Replan(_)
             | Effect::Hooks { .. }
             | Effect::Preview(_)

@@ -24,13 +24,16 @@ pub(super) enum ApplyEvent {
     Ended { member: String, run: ApplyRun },
 }
 
-type Running<'b> = Pin<Box<dyn Future<Output = (String, ApplyRun)> + Send + 'b>>;
+/// One apply command: a member's own, or a group's call, which ends for
+/// each of its members.
+type Running<'b> = Pin<Box<dyn Future<Output = Vec<(String, ApplyRun)>> + Send + 'b>>;
 
 /// The wave's running apply commands, borrowing the workbench they run on.
 pub(super) struct InFlight<'b> {
     bench: &'b Workbench,
     running: FuturesUnordered<Running<'b>>,
-    /// Ends that came while something else was awaited.
+    /// Ends that came while something else was awaited (or with another's,
+    /// from one group call).
     ended: VecDeque<(String, ApplyRun)>,
     tell_started: mpsc::UnboundedSender<(String, ProcessId)>,
     started: mpsc::UnboundedReceiver<(String, ProcessId)>,
@@ -67,7 +70,30 @@ impl<'b> InFlight<'b> {
                     run = &mut command => break run,
                 }
             };
-            (member, run)
+            vec![(member, run)]
+        }));
+    }
+
+    /// Starts the apply call of a group's `members` beside the others; its
+    /// start is told for each of them, and so is its end.
+    pub(super) fn start_group(&mut self, members: Vec<String>) {
+        let bench = self.bench;
+        let tell = self.tell_started.clone();
+        self.running.push(Box::pin(async move {
+            let (started, mut started_process) = mpsc::unbounded_channel();
+            let command = bench.apply_group(&members, Some(started));
+            tokio::pin!(command);
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(process) = started_process.recv() => {
+                        for member in &members {
+                            let _ = tell.send((member.clone(), process.clone()));
+                        }
+                    }
+                    runs = &mut command => break runs,
+                }
+            }
         }));
     }
 
@@ -93,7 +119,11 @@ impl<'b> InFlight<'b> {
             Some((member, process)) = self.started.recv() => {
                 Some(ApplyEvent::Started { member, process })
             }
-            Some((member, run)) = self.running.next() => Some(ApplyEvent::Ended { member, run }),
+            Some(runs) = self.running.next() => {
+                self.ended.extend(runs);
+                let (member, run) = self.ended.pop_front()?;
+                Some(ApplyEvent::Ended { member, run })
+            }
         }
     }
 
@@ -105,8 +135,8 @@ impl<'b> InFlight<'b> {
             tokio::select! {
                 biased;
                 done = &mut work => return done,
-                Some(end) = self.running.next(), if !self.running.is_empty() => {
-                    self.ended.push_back(end);
+                Some(ends) = self.running.next(), if !self.running.is_empty() => {
+                    self.ended.extend(ends);
                 }
             }
         }

@@ -14,6 +14,7 @@ mod digest_over;
 mod discover;
 mod forge_clients;
 mod git_paths;
+mod groups;
 mod hooks;
 mod ledger_cli;
 mod merge_methods;

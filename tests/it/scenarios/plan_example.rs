@@ -410,11 +410,19 @@ fn the_json_report_matches_its_schema() {
         ],
     );
     example.branch("priced-change", "change", &[("ci/cost.py", Some(cost_py))]);
+    // A head that groups app and dns: prod plans them with one call (dns
+    // reads its mate app), dev's app plans alone.
+    let grouped = example.read("change", "wavegate.toml").replace(
+        "[policy]",
+        "[[group]]\nname = \"web\"\ncomponents = [\"app\", \"dns\"]\nplan = [\"python3\", \"{root}/ci/group.py\", \"plan\", \"{members_file}\"]\n\n[policy]",
+    );
+    example.branch("grouped", "change", &[("wavegate.toml", Some(&grouped))]);
     for (base, head) in [
         ("main", "change"),
         ("main", "fail"),
         ("changing", "built"),
         ("priced", "priced-change"),
+        ("main", "grouped"),
     ] {
         let report = example.plan(base, head, &[]).json();
         let errors: Vec<String> = validator
@@ -432,6 +440,20 @@ fn the_json_report_matches_its_schema() {
                 json!(["image"])
             );
             assert_eq!(Run::member(&report, "web@dev")["unknownInputs"], json!([]));
+        }
+        if head == "grouped" {
+            let groups = report["groups"].as_array().unwrap();
+            assert_eq!(groups.len(), 1, "{report:#}");
+            assert_eq!(groups[0]["members"], json!(["app@prod", "dns@prod"]));
+            assert_eq!(
+                groups[0]["reads"],
+                json!([{"member": "dns@prod", "input": "hostname", "reads": "app.hostname", "known": false}])
+            );
+            assert_eq!(report["fallbacks"][0]["member"], "app@dev");
+            assert_eq!(
+                Run::member(&report, "dns@prod")["groupInputs"],
+                json!(["hostname"])
+            );
         }
         if head == "priced-change" {
             let costs = report["costs"].as_array().unwrap();

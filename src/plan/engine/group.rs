@@ -1,0 +1,440 @@
+//! A group's members planned with one call and applied with one call
+//! (`[[group]]`, docs/configuration.md#groups).
+//!
+//! The call gets `{members_file}`: every member with its directory and its
+//! own plan, inputs, outputs and carry files, all under the group's job
+//! directory (the one place the sandbox lets it write). It writes one plan
+//! file per member; each member's plan then binds the group's digest, so an
+//! approval binds the composition and every mate's plan. A group that fails
+//! to plan fails each of its members with the group's error. At apply, each
+//! member's outputs file says what became of it: its outputs (applied), or
+//! `{"outcome": "failed"}` / `{"outcome": "not-started"}`.
+
+use super::{
+    files, read_carry, read_plan_file, resolve_dir, runner, ApplyOutcome, ApplyRun, CommandKind,
+    CommandSpec, InputSource, MemberFiles, MemberOutcome, MemberStatus, ResolvedInput, Workbench,
+    CARRY_FILE, INPUTS_FILE, MEMBERS_FILE, OUTPUTS_FILE, PLAN_FILE,
+};
+use crate::config::groups::Group;
+use crate::config::repo::Input;
+use crate::model::MemberId;
+use crate::plan::planfile::GroupBinding;
+use crate::plan::runner::{CommandOutcome, SpawnError};
+use crate::sandbox::process::ProcessId;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A member's read of a mate it plans with: the group computes it. Its
+/// value is filled in once the mate's plan is read, when that plan knows it.
+pub(super) fn read_of_mate(input: &Input, upstream: &str, group: &str) -> ResolvedInput {
+    ResolvedInput {
+        reference: format!("{}.{}", input.upstream, input.output),
+        upstream: upstream.to_owned(),
+        source: InputSource::Group,
+        value: None,
+        why: Some(format!(
+            "{upstream} is planned with it in group `{group}`, whose apply computes {}",
+            input.output
+        )),
+        sensitive: false,
+    }
+}
+
+/// A group's plan call, ready to run.
+pub(super) struct GroupCall {
+    group: Group,
+    stage: String,
+    /// Each member with its files under the group's directory.
+    members: Vec<(MemberOutcome, MemberFiles)>,
+    pub(super) spec: CommandSpec,
+}
+
+/// A group call's directory and HOME name: `:` is in no member's name,
+/// so it is no member's directory.
+fn call_name(what: &str, group: &str, stage: &str) -> String {
+    format!("{what}:{group}@{stage}")
+}
+
+impl Workbench {
+    /// The call that plans `members` of `group` in `stage` (their outcomes
+    /// taken from `waiting`, inputs resolved), or `None` when it cannot be
+    /// made: then each member that was waiting fails with why.
+    pub(super) fn prepare_group(
+        &mut self,
+        group: &Group,
+        stage: &str,
+        members: &[String],
+        waiting: &mut HashMap<String, MemberOutcome>,
+    ) -> Option<GroupCall> {
+        let mut outcomes = Vec::new();
+        let mut missing = None;
+        for member in members {
+            match waiting.remove(member) {
+                Some(outcome) => outcomes.push(outcome),
+                None => missing = missing.or(Some(member.clone())),
+            }
+        }
+        let why = match missing {
+            Some(member) => Err(format!(
+                "{member} is blocked, so the group cannot plan its members together"
+            )),
+            None => self.group_files(group, stage, "plan", &outcomes),
+        };
+        match why {
+            Ok((spec, files)) => Some(GroupCall {
+                group: group.clone(),
+                stage: stage.to_owned(),
+                members: outcomes.into_iter().zip(files).collect(),
+                spec,
+            }),
+            Err(why) => {
+                for mut outcome in outcomes {
+                    outcome.status = MemberStatus::PlanFailed;
+                    outcome.error = Some(format!("group `{}` was not planned: {why}", group.name));
+                    self.outcomes.insert(outcome.member.clone(), outcome);
+                }
+                None
+            }
+        }
+    }
+
+    /// Writes the group's members file and each member's own files under a
+    /// fresh directory of the group's, and builds its command (`what`:
+    /// `plan` or `apply`).
+    fn group_files(
+        &self,
+        group: &Group,
+        stage: &str,
+        what: &str,
+        outcomes: &[MemberOutcome],
+    ) -> Result<(CommandSpec, Vec<MemberFiles>), String> {
+        let (template, kind) = match what {
+            "plan" => (Some(&group.plan), CommandKind::Plan),
+            _ => (group.apply.as_ref(), CommandKind::Apply),
+        };
+        let template = template.ok_or_else(|| {
+            format!(
+                "group `{}` has no {what} command; set `{what}` on its [[group]] entry",
+                group.name
+            )
+        })?;
+        let name = call_name(what, &group.name, stage);
+        let own = self.own_files("groups", &name)?;
+        let root = self.root();
+        let mut listed = Vec::new();
+        let mut member_files = Vec::new();
+        for outcome in outcomes {
+            let component = self
+                .config
+                .component(&outcome.component)
+                .ok_or_else(|| format!("{} is not a component", outcome.component))?;
+            let dir = component.dir_in(stage);
+            let path = resolve_dir(&root, component, &dir)?;
+            let files = MemberFiles {
+                dir: own.dir.join(&outcome.member),
+                home: own.home.clone(),
+            };
+            std::fs::create_dir_all(&files.dir)
+                .map_err(|e| format!("cannot create {}: {e}", files.dir.display()))?;
+            let write = |file: &str, bytes: &[u8]| {
+                files::write_file(&files.dir, file, bytes)
+                    .map_err(|e| format!("cannot write the {file} of {}: {e}", outcome.member))
+            };
+            let carried = self
+                .carried
+                .get(&outcome.member)
+                .cloned()
+                .unwrap_or_default();
+            write(
+                CARRY_FILE,
+                &serde_json::to_vec_pretty(&carried).expect("a JSON object serialises"),
+            )?;
+            let inputs =
+                json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
+            write(
+                INPUTS_FILE,
+                &serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+            )?;
+            if kind == CommandKind::Apply {
+                let plan = std::fs::read(self.member_dir(&outcome.member).join(PLAN_FILE))
+                    .map_err(|e| {
+                        format!(
+                            "{} has no plan file to apply ({e}); it must be planned first",
+                            outcome.member
+                        )
+                    })?;
+                write(PLAN_FILE, &plan)?;
+            }
+            let file = |name: &str| files.dir.join(name).display().to_string();
+            let mut entry = json!({
+                "member": outcome.member,
+                "component": outcome.component,
+                "stage": stage,
+                "dir": dir,
+                "path": path.display().to_string(),
+                "planFile": file(PLAN_FILE),
+                "inputsFile": file(INPUTS_FILE),
+                "carryFile": file(CARRY_FILE),
+            });
+            if kind == CommandKind::Apply {
+                entry["outputsFile"] = json!(file(OUTPUTS_FILE));
+            }
+            listed.push(entry);
+            member_files.push(files);
+        }
+        let document = json!({"group": group.name, "stage": stage, "members": listed});
+        files::write_file(
+            &own.dir,
+            MEMBERS_FILE,
+            &serde_json::to_vec_pretty(&document).expect("JSON serialises"),
+        )
+        .map_err(|e| format!("cannot write the group's members file: {e}"))?;
+        let members_file = own.dir.join(MEMBERS_FILE).display().to_string();
+        let root_text = root.display().to_string();
+        let argv: Vec<String> = template
+            .iter()
+            .map(|arg| {
+                arg.replace("{members_file}", &members_file)
+                    .replace("{group}", &group.name)
+                    .replace("{stage}", stage)
+                    .replace("{root}", &root_text)
+            })
+            .collect();
+        let env = vec![
+            ("WAVEGATE_GROUP".to_owned(), group.name.clone()),
+            ("WAVEGATE_STAGE".to_owned(), stage.to_owned()),
+            ("WAVEGATE_MEMBERS_FILE".to_owned(), members_file),
+        ];
+        let label = format!("[{what}] group {}@{stage}", group.name);
+        let spec = self.sandboxed(kind, label, (argv, root, env), &own, group.timeout);
+        Ok((spec, member_files))
+    }
+
+    /// What a group's plan call came to: every member planned, each plan
+    /// binding the group's digest (and a member's reads of its mates known
+    /// where the mate's plan knows them); or every member failed with the
+    /// group's error.
+    pub(super) fn settle_group(
+        &mut self,
+        call: GroupCall,
+        result: Result<CommandOutcome, SpawnError>,
+    ) {
+        let GroupCall {
+            group,
+            stage,
+            members,
+            spec,
+        } = call;
+        let (output, mut error) = match result {
+            Err(e) => (String::new(), Some(e.to_string())),
+            Ok(run) if !run.succeeded() => {
+                let mut error = run.describe("the group's plan command", spec.timeout);
+                let tail = run.tail(5);
+                if !tail.is_empty() {
+                    error.push_str(&format!("; last output:\n{tail}"));
+                }
+                (run.output, Some(error))
+            }
+            Ok(run) => (run.output, None),
+        };
+        let mut plans = Vec::new();
+        if error.is_none() {
+            for (outcome, files) in &members {
+                match read_plan_file(&outcome.member, files) {
+                    Ok(plan) => plans.push(plan),
+                    Err(e) => {
+                        error = Some(format!("the plan of {}: {e}", outcome.member));
+                        break;
+                    }
+                }
+            }
+        }
+        if error.is_none() {
+            if let Err(e) = self.keep_plan_files(&members) {
+                error = Some(e);
+            }
+        }
+        if let Some(error) = error {
+            tracing::warn!(target: "wavegate::plan", "group {}@{stage} failed to plan: {error}", group.name);
+            for (mut outcome, _) in members {
+                outcome.status = MemberStatus::PlanFailed;
+                outcome.error = Some(format!("group `{}` failed to plan: {error}", group.name));
+                outcome.output = output.clone();
+                self.outcomes.insert(outcome.member.clone(), outcome);
+            }
+            return;
+        }
+        let own: Vec<(String, crate::model::Digest)> = plans
+            .iter()
+            .map(|p| (p.member.clone(), p.plan_digest.clone()))
+            .collect();
+        let binding = GroupBinding {
+            name: group.name.clone(),
+            members: own.iter().map(|(m, _)| m.clone()).collect(),
+            digest: GroupBinding::digest_of(&group.name, &own),
+        };
+        for plan in &mut plans {
+            plan.group = Some(binding.clone());
+            plan.plan_digest = plan.compute_digest();
+        }
+        let by_member: HashMap<String, &crate::plan::planfile::MemberPlan> =
+            plans.iter().map(|p| (p.member.clone(), p)).collect();
+        let mut settled = Vec::new();
+        for (mut outcome, _) in members {
+            for input in outcome.inputs.values_mut() {
+                if input.source != InputSource::Group {
+                    continue;
+                }
+                let output = input
+                    .reference
+                    .split_once('.')
+                    .map_or("", |(_, output)| output);
+                let Some(mate) = by_member.get(&input.upstream) else {
+                    continue;
+                };
+                if let Some(value) = mate.outputs.fully_known(output) {
+                    input.value = Some(value.clone());
+                    input.sensitive = mate.outputs.sensitive.iter().any(|s| s == output);
+                    input.why = None;
+                }
+            }
+            outcome.plan = by_member.get(&outcome.member).map(|p| (*p).clone());
+            outcome.output = output.clone();
+            settled.push(outcome);
+        }
+        for outcome in settled {
+            self.outcomes.insert(outcome.member.clone(), outcome);
+        }
+    }
+
+    /// Copies each member's plan file from the group's directory to the
+    /// member's own, where its apply, hooks and pricing read it.
+    fn keep_plan_files(&self, members: &[(MemberOutcome, MemberFiles)]) -> Result<(), String> {
+        for (outcome, files) in members {
+            let to = self.member_dir(&outcome.member);
+            std::fs::create_dir_all(&to)
+                .map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+            // Read as its plan was: no link the call left is followed.
+            let bytes = files::read_file(&files.dir, PLAN_FILE, super::MAX_PLAN_FILE_BYTES)
+                .map_err(|e| format!("the plan file of {}: {e}", outcome.member))?;
+            files::write_file(&to, PLAN_FILE, &bytes)
+                .map_err(|e| format!("cannot keep the plan of {}: {e}", outcome.member))?;
+        }
+        Ok(())
+    }
+
+    /// The longest a group's apply call may live.
+    pub(crate) fn group_lifetime(&self, component: &str) -> Option<std::time::Duration> {
+        let group = self.config.groups.of(component)?;
+        Some(group.timeout + self.options.sandbox.deadline_grace())
+    }
+
+    /// Applies `members` (mates of one group and stage, each planned here)
+    /// with the group's apply call; `started` hears its process. What
+    /// became of each member, in `members`' order.
+    pub(crate) async fn apply_group(
+        &self,
+        members: &[String],
+        started: Option<tokio::sync::mpsc::UnboundedSender<ProcessId>>,
+    ) -> Vec<(String, ApplyRun)> {
+        let failed_all = |why: String| {
+            members
+                .iter()
+                .map(|m| {
+                    let run = ApplyRun {
+                        outcome: ApplyOutcome::Failed(why.clone()),
+                        output: String::new(),
+                        carry: None,
+                    };
+                    (m.clone(), run)
+                })
+                .collect()
+        };
+        let Some(first) = members.first().and_then(|m| m.parse::<MemberId>().ok()) else {
+            return failed_all("a group apply of no members".into());
+        };
+        let stage = first.stage().to_string();
+        let Some(group) = self.config.groups.of(first.component()).cloned() else {
+            return failed_all(format!(
+                "{} is in no group of the merge commit's config",
+                first
+            ));
+        };
+        let mut outcomes = Vec::new();
+        for member in members {
+            match self.outcomes.get(member) {
+                Some(outcome) => outcomes.push(outcome.clone()),
+                None => return failed_all(format!("{member} was not planned here")),
+            }
+        }
+        let (spec, files) = match self.group_files(&group, &stage, "apply", &outcomes) {
+            Ok(made) => made,
+            Err(why) => return failed_all(why),
+        };
+        let spec = CommandSpec { started, ..spec };
+        let run = match runner::run_command(&spec).await {
+            Ok(run) => run,
+            Err(e) => return failed_all(e.to_string()),
+        };
+        let error = (!run.succeeded()).then(|| {
+            let mut error = run.describe("the group's apply command", group.timeout);
+            let tail = run.tail(5);
+            if !tail.is_empty() {
+                error.push_str(&format!("; last output:\n{tail}"));
+            }
+            error
+        });
+        members
+            .iter()
+            .zip(files)
+            .map(|(member, files)| {
+                let outcome = read_group_outcome(&files.dir, &group.name, error.as_deref());
+                let run = ApplyRun {
+                    outcome,
+                    output: run.output.clone(),
+                    carry: read_carry(&files.dir),
+                };
+                (member.clone(), run)
+            })
+            .collect()
+    }
+}
+
+/// What a group's apply call wrote for one member (`failed`: why the call
+/// as a whole failed, when it did). Its outputs: applied, whatever the
+/// call's exit (it got that far). `{"outcome": "not-started"}`: the call
+/// never reached it. `{"outcome": "failed"}`, or nothing written after the
+/// call failed: failed.
+fn read_group_outcome(dir: &Path, group: &str, failed: Option<&str>) -> ApplyOutcome {
+    let map: Option<Map<String, Value>> =
+        files::read_file(dir, OUTPUTS_FILE, super::MAX_OUTPUTS_FILE_BYTES)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    let said = |key: &str| {
+        map.as_ref()
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    match said("outcome").as_deref() {
+        Some("not-started") => ApplyOutcome::NotReached(said("reason").unwrap_or_else(|| {
+            format!(
+                "group `{group}`'s apply did not reach it{}",
+                failed.map(|_| " before it failed").unwrap_or_default()
+            )
+        })),
+        Some("failed") => ApplyOutcome::Failed(
+            said("error")
+                .or_else(|| failed.map(str::to_owned))
+                .unwrap_or_else(|| format!("group `{group}`'s apply says it failed")),
+        ),
+        Some(other @ ("replan" | "held" | "stood-down")) => ApplyOutcome::Failed(format!(
+            "group `{group}`'s apply wrote outcome `{other}`; a group's apply says of each member its outputs (applied), `failed` or `not-started`"
+        )),
+        _ if map.is_none() && failed.is_some() => {
+            ApplyOutcome::Failed(failed.unwrap_or_default().to_owned())
+        }
+        _ => super::read_apply_outcome(dir),
+    }
+}

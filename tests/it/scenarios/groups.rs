@@ -1,0 +1,293 @@
+//! Component groups (`[[group]]`): a group's members in a stage sit in one
+//! wave, are planned with one call and applied with one call (the example's
+//! `ci/group.py`, as `terragrunt run-all` does a stack). Each member's plan
+//! binds the group's digest; a group that fails to plan fails each member;
+//! a group's apply that fails part way leaves its members applied, failed
+//! or not started, and a retry applies what is left as a smaller group; a
+//! round that groups otherwise than the approved plan is not covered.
+
+use crate::support::bot::*;
+use crate::support::pr::*;
+use crate::support::redact::redact;
+
+/// `data`: network, database and app, planned and applied by `ci/group.py`.
+const GROUP: &str =
+    "[[group]]\nname = \"data\"\ncomponents = [\"network\", \"database\", \"app\"]\n\
+plan = [\"python3\", \"{root}/ci/group.py\", \"plan\", \"{members_file}\"]\n\
+apply = [\"python3\", \"{root}/ci/group.py\", \"apply\", \"{members_file}\"]\n\n";
+
+impl Bot {
+    /// Main with the group `data`, and a branch `name` on it: network adds
+    /// a public subnet, database moves onto it (a read of its mate network
+    /// that network's plan cannot know: the group's apply computes it), app
+    /// and dns as on `change`; `extra` files too.
+    fn stack_branch(&self, name: &str, extra: &[(&str, Option<&str>)]) {
+        self.edit_base_config("[policy]", &format!("{GROUP}[policy]"));
+        let config = self.example.read("main", "wavegate.toml").replace(
+            "inputs = { subnet_id = \"network.subnet_id\" }",
+            "inputs = { subnet_id = \"network.public_subnet_id\" }",
+        );
+        let network = self.example.read("main", "infra/network/resources.json").replace(
+            "  \"aws_vpc.main\": {",
+            "  \"aws_subnet.public\": {\"availability_zone\": \"eu-west-1b\", \"cidr_block\": \"10.0.2.0/24\", \"name\": \"estate-${stage}-public\"},\n  \"aws_vpc.main\": {",
+        );
+        let outputs = "{\"subnet_id\": \"aws_subnet.private.id\", \"public_subnet_id\": \"aws_subnet.public.id\", \"vpc_id\": \"aws_vpc.main.id\"}";
+        let from_change: Vec<(&str, String)> = [
+            "infra/app/resources.json",
+            "infra/app/outputs.json",
+            "infra/dns/resources.json",
+            "infra/dns/outputs.json",
+        ]
+        .into_iter()
+        .map(|p| (p, self.example.read("change", p)))
+        .collect();
+        let mut files: Vec<(&str, Option<&str>)> = vec![
+            ("wavegate.toml", Some(&config)),
+            ("infra/network/resources.json", Some(&network)),
+            ("infra/network/outputs.json", Some(outputs)),
+        ];
+        files.extend(from_change.iter().map(|(p, t)| (*p, Some(t.as_str()))));
+        files.extend_from_slice(extra);
+        self.example.branch(name, "main", &files);
+    }
+}
+
+/// Opens PR `number` from `branch` with rev-bob and rev-carol allowed to approve.
+async fn stack_pr<'b>(bot: &'b Bot, number: u64, branch: &str) -> PrHandle<'b> {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    bot.opened(&repo, number, branch).await
+}
+
+/// The report's section headed `### {title}`, up to the next heading.
+fn section(report: &str, title: &str) -> String {
+    let start = report
+        .find(&format!("### {title}"))
+        .unwrap_or_else(|| panic!("no {title} section in:\n{report}"));
+    let rest = &report[start..];
+    let end = ["\n### ", "\n<details>"]
+        .iter()
+        .filter_map(|next| rest[4..].find(next))
+        .min()
+        .map_or(rest.len(), |i| i + 5);
+    rest[..end].trim_end().to_owned()
+}
+
+/// How many group calls of `what` (plan or apply) the server started for
+/// `group@stage`.
+fn group_calls(bot: &Bot, what: &str, at: &str) -> usize {
+    let started = format!("[{what}] group {at} | estate: {what} group {at}:");
+    bot.log().lines().filter(|l| l.contains(&started)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_planned_with_one_call_and_applied_with_one_call() {
+    let bot = Bot::start().await;
+    bot.stack_branch("stack", &[]);
+    let pr = stack_pr(&bot, 101, "stack").await;
+    let report = pr.report();
+    insta::assert_snapshot!(redact(&section(&report, "Groups")), @r#"
+        ### Groups
+
+        Each group's members in a stage are planned with one call and applied with one call, in one wave; each member's plan digest binds the group's digest.
+
+        | group | stage | wave | members | group digest |
+        |---|---|--:|---|---|
+        | `data` | dev | 1 | `app@dev`, `database@dev`, `network@dev` | `[short]` |
+        | `data` | prod | 1 | `app@prod`, `database@prod`, `network@prod` | `[short]` |
+
+        - `app@dev` input `db_endpoint` reads its mate's `database.endpoint`: `"db-instance-main-8b843667.dev.estate.internal"`, as the mate's plan says
+        - `app@dev` input `vpc_id` reads its mate's `network.vpc_id`: `"vpc-373911f8"`, as the mate's plan says
+        - `database@dev` input `subnet_id` reads its mate's `network.public_subnet_id`, which the group's apply computes (the mate's plan does not know it): approving this plan does not fix its value
+        - `app@prod` input `db_endpoint` reads its mate's `database.endpoint`: `"db-instance-main-de1c88cf.prod.estate.internal"`, as the mate's plan says
+        - `app@prod` input `vpc_id` reads its mate's `network.vpc_id`: `"vpc-5894d133"`, as the mate's plan says
+        - `database@prod` input `subnet_id` reads its mate's `network.public_subnet_id`, which the group's apply computes (the mate's plan does not know it): approving this plan does not fix its value
+        "#);
+    assert_eq!(group_calls(&bot, "plan", "data@dev"), 1);
+    pr.comment_as("rev-bob", "/approve").await;
+
+    pr.merge().await;
+    assert_eq!(
+        bot.applies_run(),
+        ["network@dev", "database@dev", "app@dev"],
+        "one call, in the order the group's tool chose"
+    );
+    assert_eq!(group_calls(&bot, "apply", "data@dev"), 1);
+    let state = |component: &str| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(bot.estate_file("dev", component, ".json")).unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        state("database")["aws_db_instance.main"]["subnet_id"],
+        state("network")["aws_subnet.public"]["id"],
+        "the group's apply gave database the subnet network created in the same call"
+    );
+    let asked = pr.last_reply();
+    pr.comment_as("rev-carol", &format!("/approve prod {}", digest_in(&asked)))
+        .await;
+    let applied = bot.applies_run();
+    assert_eq!(
+        applied[3..],
+        ["network@prod", "database@prod", "app@prod", "dns@prod"]
+    );
+    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_fails_to_plan_fails_each_of_its_members_with_its_error() {
+    let bot = Bot::start().await;
+    bot.stack_branch(
+        "stack-broken",
+        &[(
+            "infra/database/.fail-plan",
+            Some("the database module does not parse\n"),
+        )],
+    );
+    let pr = stack_pr(&bot, 102, "stack-broken").await;
+    let report = pr.report();
+    insta::assert_snapshot!(redact(&section(&report, "Groups")), @"
+        ### Groups
+
+        Each group's members in a stage are planned with one call and applied with one call, in one wave; each member's plan digest binds the group's digest.
+
+        | group | stage | wave | members | group digest |
+        |---|---|--:|---|---|
+        | `data` | dev | 1 | `app@dev`, `database@dev`, `network@dev` | — |
+        | `data` | prod | 1 | `app@prod`, `database@prod`, `network@prod` | — |
+
+        - ❌ in dev, group `data` failed to plan: the group's plan command exited with status 1 (so did each of its members)
+        - ❌ in prod, group `data` failed to plan: the group's plan command exited with status 1 (so did each of its members)
+        ");
+    for member in ["network@dev", "database@dev", "app@dev"] {
+        let row = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{member}` |")))
+            .unwrap_or_else(|| panic!("no row for {member}:\n{report}"));
+        assert!(
+            row.contains("plan-failed") || row.contains("failed"),
+            "{row}"
+        );
+    }
+    assert_eq!(pr.plan_state(), "failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_apply_that_fails_part_way_is_retried_as_a_smaller_group() {
+    let bot = Bot::start().await;
+    bot.stack_branch("stack", &[]);
+    let pr = stack_pr(&bot, 103, "stack").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    let fail = bot.estate_file("dev", "database", ".fail-apply");
+    std::fs::write(&fail, "the database is in maintenance\n").unwrap();
+
+    pr.merge().await;
+    assert_eq!(bot.applies_run(), ["network@dev"]);
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+        ## Apply on merge commit `[short]`: failed
+
+        Approved by @rev-bob.
+
+        | stage | wave | member | state |
+        | --- | --- | --- | --- |
+        | dev | 1 | `app@dev` | not started: group `data`'s apply did not reach it before it failed |
+        | dev | 1 | `database@dev` | failed: the database is in maintenance |
+        | dev | 1 | `network@dev` | applied |
+        | prod | 1 | `app@prod` | not started |
+        | prod | 1 | `database@prod` | not started |
+        | prod | 1 | `network@prod` | not started |
+        | prod | 2 | `dns@prod` | not started |
+
+        <details><summary>What the applies of <code>app@dev</code>, <code>database@dev</code>, <code>network@dev</code> printed, the same for each (all 8 lines)</summary>
+
+        ```text
+        estate: apply group data@dev: app@dev, database@dev, network@dev
+        estate: applying network@dev (3 planned, 2 deployed)
+        estate:  create aws_subnet.public
+        estate: applied network@dev: 1 created, 0 updated, 0 replaced, 0 deleted
+        estate: planning database@dev (1 desired, 1 deployed)
+        estate: Plan: 0 to add, 1 to change, 0 to destroy, 0 to replace.
+        the database is in maintenance
+        estate: error: the group's apply stopped at database@dev
+        ```
+
+        </details>
+        ");
+    assert_eq!(pr.apply_check().state, "failure");
+
+    std::fs::remove_file(&fail).unwrap();
+    pr.comment_as("rev-bob", "/retry").await;
+    assert_eq!(
+        bot.applies_run(),
+        ["network@dev", "database@dev", "app@dev"],
+        "nothing applied twice"
+    );
+    assert_eq!(group_calls(&bot, "apply", "data@dev"), 2);
+    assert!(
+        bot.log()
+            .contains("estate: apply group data@dev: app@dev, database@dev"),
+        "what was left applied as a group of two"
+    );
+    bot.assert_ledger_verifies();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
+    let bot = Bot::start().await;
+    bot.stack_branch("stack", &[]);
+    let pr = stack_pr(&bot, 104, "stack").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    // Before the merge, main takes app out of the group.
+    bot.edit_base_config(
+        "components = [\"network\", \"database\", \"app\"]",
+        "components = [\"network\", \"database\"]",
+    );
+
+    pr.merge().await;
+    assert!(bot.applies_run().is_empty(), "{:?}", bot.applies_run());
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+        The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+        ```
+        /approve sha256:[digest]
+        ```
+        ");
+    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+        ## Apply on merge commit `[short]`: waiting
+
+        Approved by @rev-bob.
+
+        The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+
+        ```
+        /approve sha256:[digest]
+        ```
+
+        | stage | wave | member | state |
+        | --- | --- | --- | --- |
+        | dev | 1 | `database@dev` | waiting: not covered: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
+        | dev | 1 | `network@dev` | waiting: not covered: network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
+        | dev | 2 | `app@dev` | not started |
+        | prod | 1 | `database@prod` | not started |
+        | prod | 1 | `network@prod` | not started |
+        | prod | 2 | `app@prod` | not started |
+        | prod | 3 | `dns@prod` | not started |
+
+        - Round 2 (dev, gate `pr-104-round-2`): digest `sha256:[digest]`, not covered, waiting: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev; network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
+          - `database@dev`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+          - `network@dev`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+        ");
+
+    // Approving the round approves the plans made as grouped now: app,
+    // on its own since, is what the approved plan said of it.
+    let round = digest_in(&pr.last_reply());
+    pr.comment_as("rev-bob", &format!("/approve {round}")).await;
+    assert_eq!(
+        bot.applies_run(),
+        ["network@dev", "database@dev", "app@dev"]
+    );
+    assert_eq!(group_calls(&bot, "apply", "data@dev"), 1);
+}
