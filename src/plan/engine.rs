@@ -187,17 +187,18 @@ impl MemberOutcome {
             .collect()
     }
 
-    /// What the member's plan command is told it cannot know: the unknown
-    /// inputs, the build inputs and the reads of its group-mates (planned in
-    /// the same call).
+    /// What the member's command is told it cannot know: the unknown
+    /// inputs, the build inputs and the reads of its group-mates that no
+    /// plan of the mate knew (all of them, before the group's plan call).
     fn unknown_to_the_plan(&self) -> Vec<String> {
         self.inputs
             .iter()
             .filter(|(_, i)| {
-                matches!(
-                    i.source,
-                    InputSource::Unknown | InputSource::Build | InputSource::Group
-                )
+                i.value.is_none()
+                    && matches!(
+                        i.source,
+                        InputSource::Unknown | InputSource::Build | InputSource::Group
+                    )
             })
             .map(|(n, _)| n.clone())
             .collect()

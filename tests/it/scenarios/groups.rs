@@ -234,6 +234,59 @@ async fn a_group_apply_that_fails_part_way_is_retried_as_a_smaller_group() {
     bot.assert_ledger_verifies();
 }
 
+/// The server dies while the group's call has applied network and waits
+/// in database's apply: after the restart network is found applied (its
+/// plan changes nothing now) and the rest applies as a group of two, each
+/// member once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_call_killed_part_way_applies_each_member_exactly_once() {
+    let mut bot = Bot::start_with(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
+    bot.stack_branch("stack", &[]);
+    let pr = stack_pr(&bot, 105, "stack").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    let pause = bot.estate_file("dev", "database", ".pause-apply");
+    std::fs::write(&pause, "before").unwrap();
+    let merged = pr.merge_unsettled(crate::support::common::MergeMethod::MergeCommit);
+    bot.deliver_github(pr.closed(&merged)).await;
+    let paused = bot.estate_file("dev", "database", ".paused");
+    bot.until("database's apply pauses in the group's call", || async {
+        paused.exists().then_some(())
+    })
+    .await;
+    assert_eq!(bot.applies_run(), ["network@dev"]);
+    let repo = pr.repo.clone();
+    bot.kill();
+    bot.until_no_command_survives().await;
+    std::fs::remove_file(&pause).unwrap();
+
+    bot.start_server().await;
+    bot.settle().await;
+    let pr = bot.pr(&repo, 105);
+    assert_eq!(
+        bot.applies_run(),
+        ["network@dev", "database@dev", "app@dev"],
+        "nothing applied twice"
+    );
+    let section = pr.apply_section();
+    let row = |member: &str| {
+        section
+            .lines()
+            .find(|l| l.contains(&format!("`{member}`")))
+            .unwrap_or_else(|| panic!("no row for {member}:\n{section}"))
+            .to_owned()
+    };
+    assert!(
+        row("network@dev").contains("applied (its apply had finished before a restart"),
+        "{section}"
+    );
+    assert!(row("database@dev").ends_with("| applied |"), "{section}");
+    assert!(
+        bot.log()
+            .contains("estate: apply group data@dev: app@dev, database@dev"),
+        "what was left applied as a group of two"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     let bot = Bot::start().await;
