@@ -5,7 +5,7 @@
 //! `[policy] max_monthly_increase` with a command that prices it at nothing
 //! (the files it runs are the merge commit's, like every command's).
 
-use super::repo::{parse_duration, placeholders, ConfigError};
+use super::repo::{parse_duration, ConfigError, Template};
 use crate::plan::cost::COST_COMPONENT;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -91,33 +91,20 @@ fn validate_one(
     err: &impl Fn(String, String, &str) -> ConfigError,
 ) -> Result<CostCommand, ConfigError> {
     let field = |f: &str| format!("{at}.{f}");
-    if raw.command.is_empty() || raw.command[0].trim().is_empty() {
-        return Err(err(
-            field("command"),
-            "the command is empty".into(),
-            "give the program and its arguments as a list, e.g. [\"./ci/cost.sh\", \"{members_file}\", \"{cost_file}\"]",
-        ));
-    }
-    for name in raw.command.iter().flat_map(|arg| placeholders(arg)) {
-        if !COST_PLACEHOLDERS.contains(&name) {
-            let known: Vec<String> = COST_PLACEHOLDERS
-                .iter()
-                .map(|p| format!("{{{p}}}"))
-                .collect();
-            return Err(err(
-                field("command"),
-                format!("unknown placeholder `{{{name}}}` in a cost command"),
-                &format!("use one of: {}", known.join(" ")),
-            ));
-        }
-    }
-    if !raw.command.iter().any(|arg| arg.contains("{cost_file}")) {
-        return Err(err(
-            field("command"),
-            "the command is not told where to write its figures".into(),
+    let template = Template {
+        what: Some("a cost command"),
+        allowed: COST_PLACEHOLDERS,
+        example: "[\"./ci/cost.sh\", \"{members_file}\", \"{cost_file}\"]",
+        also: "",
+        needs: Some((
+            "cost_file",
+            "the command is not told where to write its figures",
             "pass `{cost_file}`: the command writes Infracost's JSON there",
-        ));
-    }
+        )),
+    };
+    template
+        .check(&raw.command)
+        .map_err(|(problem, fix)| err(field("command"), problem, &fix))?;
     let timeout = match &raw.timeout {
         Some(t) => parse_duration(t).map_err(|p| {
             err(

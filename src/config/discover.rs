@@ -7,7 +7,7 @@
 //! dependencies, validated like a declared one: names unique, every
 //! dependency known, no cycle.
 
-use super::repo::{parse_duration, placeholders, ConfigError, RawComponent, RawRepoConfig};
+use super::repo::{parse_duration, ConfigError, RawComponent, RawRepoConfig, Template};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,33 +178,20 @@ pub(crate) fn discoverers(
                 "drop `paths`, and report `paths` per unit (default: the unit's `<dir>/**`)",
             ));
         }
-        if command.is_empty() || command[0].trim().is_empty() {
-            return Err(err(
-                at("discover"),
-                "the command is empty".into(),
-                "give the program and its arguments, e.g. [\"./ci/units.sh\", \"{units_file}\"]",
-            ));
-        }
-        for name in command.iter().flat_map(|arg| placeholders(arg)) {
-            if !DISCOVER_PLACEHOLDERS.contains(&name) {
-                let known: Vec<String> = DISCOVER_PLACEHOLDERS
-                    .iter()
-                    .map(|p| format!("{{{p}}}"))
-                    .collect();
-                return Err(err(
-                    at("discover"),
-                    format!("unknown placeholder `{{{name}}}` in a discover command"),
-                    &format!("use one of: {}", known.join(" ")),
-                ));
-            }
-        }
-        if !command.iter().any(|arg| arg.contains("{units_file}")) {
-            return Err(err(
-                at("discover"),
-                "the command is not told where to write the units it finds".into(),
+        let template = Template {
+            what: Some("a discover command"),
+            allowed: DISCOVER_PLACEHOLDERS,
+            example: "[\"./ci/units.sh\", \"{units_file}\"]",
+            also: "",
+            needs: Some((
+                "units_file",
+                "the command is not told where to write the units it finds",
                 "pass `{units_file}`: the command writes its list of units there",
-            ));
-        }
+            )),
+        };
+        template
+            .check(command)
+            .map_err(|(problem, fix)| err(at("discover"), problem, &fix))?;
         let timeout = match &c.timeout {
             Some(t) => parse_duration(t)
                 .map_err(|p| err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d"))?,

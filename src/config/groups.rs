@@ -8,7 +8,7 @@
 //! from the head like components and commands: grouping changes how a
 //! change is planned, never who may let it through.
 
-use super::repo::{parse_duration, placeholders, ConfigError, RawComponent};
+use super::repo::{parse_duration, ConfigError, RawComponent, Template};
 use crate::model::{DependencyGraph, MemberId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -316,39 +316,20 @@ fn check_command(
     field: &str,
     err: &impl Fn(String, String, &str) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    if argv.is_empty() || argv[0].trim().is_empty() {
-        return Err(err(
-            field.into(),
-            "the command is empty".into(),
-            "give the program and its arguments as a list, e.g. [\"./ci/stack.sh\", \"plan\", \"{members_file}\"]",
-        ));
-    }
-    if let Some(name) = argv
-        .iter()
-        .flat_map(|arg| placeholders(arg))
-        .find(|name| !GROUP_PLACEHOLDERS.contains(name))
-    {
-        let known: Vec<String> = GROUP_PLACEHOLDERS
-            .iter()
-            .map(|p| format!("{{{p}}}"))
-            .collect();
-        return Err(err(
-            field.into(),
-            format!("unknown placeholder `{{{name}}}` in a group's command"),
-            &format!(
-                "use one of: {} (each member's own files are listed in the members file)",
-                known.join(" ")
-            ),
-        ));
-    }
-    if !argv.iter().any(|arg| arg.contains("{members_file}")) {
-        return Err(err(
-            field.into(),
-            "the command is not told which members it runs for".into(),
+    let template = Template {
+        what: Some("a group's command"),
+        allowed: GROUP_PLACEHOLDERS,
+        example: "[\"./ci/stack.sh\", \"plan\", \"{members_file}\"]",
+        also: " (each member's own files are listed in the members file)",
+        needs: Some((
+            "members_file",
+            "the command is not told which members it runs for",
             "pass `{members_file}`: it lists each member with its directory and files",
-        ));
-    }
-    Ok(())
+        )),
+    };
+    template
+        .check(argv)
+        .map_err(|(problem, fix)| err(field.into(), problem, &fix))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! (the files it runs are the merge commit's, like every command's). The
 //! commands run in the sandbox like any repository command.
 
-use super::repo::{parse_duration, placeholders, ConfigError};
+use super::repo::{parse_duration, placeholders, ConfigError, Template};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -296,23 +296,15 @@ fn check_hook_command(
     moment: Moment,
     per_member: bool,
 ) -> Result<(), (String, String)> {
-    if argv.is_empty() || argv[0].trim().is_empty() {
-        return Err((
-            "the command is empty".into(),
-            "give the program and its arguments as a list, e.g. [\"./ci/check.sh\", \"{members_file}\"]".into(),
-        ));
-    }
+    let template = Template {
+        what: Some("a hook"),
+        allowed: HOOK_PLACEHOLDERS,
+        example: "[\"./ci/check.sh\", \"{members_file}\"]",
+        also: "",
+        needs: None,
+    };
+    template.check(argv)?;
     for name in argv.iter().flat_map(|arg| placeholders(arg)) {
-        if !HOOK_PLACEHOLDERS.contains(&name) {
-            let known: Vec<String> = HOOK_PLACEHOLDERS
-                .iter()
-                .map(|p| format!("{{{p}}}"))
-                .collect();
-            return Err((
-                format!("unknown placeholder `{{{name}}}` in a hook"),
-                format!("use one of: {}", known.join(" ")),
-            ));
-        }
         if matches!(name, "member" | "plan_file") && !per_member {
             return Err((
                 format!("`{{{name}}}` names one member, and the hook runs once for them all"),

@@ -1256,27 +1256,75 @@ pub(crate) fn placeholders(arg: &str) -> impl Iterator<Item = &str> {
     })
 }
 
+/// What an argv template of one kind may hold: the shape of every command
+/// in `wavegate.toml` (a member's, a hook's, a discovery's, a cost's, a
+/// group's) is checked by [`Template::check`].
+pub(crate) struct Template<'a> {
+    /// `a hook`, `a cost command`…, for the unknown-placeholder problem
+    /// (`None`: a member's command, which says nothing more).
+    pub(crate) what: Option<&'a str>,
+    pub(crate) allowed: &'a [&'a str],
+    /// An example of the command, for the fix of an empty one.
+    pub(crate) example: &'a str,
+    /// Said after the list of placeholders in the fix, if anything.
+    pub(crate) also: &'a str,
+    /// A placeholder it must use, with the problem and fix when it does not.
+    pub(crate) needs: Option<(&'a str, &'a str, &'a str)>,
+}
+
+impl Template<'_> {
+    /// The problem and its fix, if `argv` is empty, uses a placeholder not
+    /// allowed, or misses the one needed.
+    pub(crate) fn check(&self, argv: &[String]) -> Result<(), (String, String)> {
+        if argv.is_empty() || argv[0].trim().is_empty() {
+            return Err((
+                "the command is empty".into(),
+                format!(
+                    "give the program and its arguments as a list, e.g. {}",
+                    self.example
+                ),
+            ));
+        }
+        if let Some(name) = argv
+            .iter()
+            .flat_map(|arg| placeholders(arg))
+            .find(|name| !self.allowed.contains(name))
+        {
+            let known: Vec<String> = self.allowed.iter().map(|p| format!("{{{p}}}")).collect();
+            let problem = match self.what {
+                Some(what) => format!("unknown placeholder `{{{name}}}` in {what}"),
+                None => format!("unknown placeholder `{{{name}}}`"),
+            };
+            return Err((
+                problem,
+                format!("use one of: {}{}", known.join(" "), self.also),
+            ));
+        }
+        if let Some((needed, problem, fix)) = self.needs {
+            let written = format!("{{{needed}}}");
+            if !argv.iter().any(|arg| arg.contains(&written)) {
+                return Err((problem.to_owned(), fix.to_owned()));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_argv(
     argv: &[String],
     field: &str,
     err: &impl Fn(String, String, &str) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    if argv.is_empty() || argv[0].trim().is_empty() {
-        return Err(err(field.into(), "the command is empty".into(), "give the program and its arguments as a list, e.g. [\"./ci/plan.sh\", \"{component}\", \"{plan_file}\"]"));
-    }
-    if let Some(name) = argv
-        .iter()
-        .flat_map(|arg| placeholders(arg))
-        .find(|name| !PLACEHOLDERS.contains(name))
-    {
-        let known: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect();
-        return Err(err(
-            field.into(),
-            format!("unknown placeholder `{{{name}}}`"),
-            &format!("use one of: {}", known.join(" ")),
-        ));
-    }
-    Ok(())
+    let template = Template {
+        what: None,
+        allowed: PLACEHOLDERS,
+        example: "[\"./ci/plan.sh\", \"{component}\", \"{plan_file}\"]",
+        also: "",
+        needs: None,
+    };
+    template
+        .check(argv)
+        .map_err(|(problem, fix)| err(field.into(), problem, &fix))
 }
 
 fn resolve_argv(
