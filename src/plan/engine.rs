@@ -359,12 +359,14 @@ fn derive(
 impl Prepared {
     /// A workbench of the commit planned, with this config.
     pub(crate) fn workbench(&self, options: &PlanOptions) -> Result<Workbench, PlanError> {
-        Workbench::open(
+        let mut bench = Workbench::open(
             options.clone(),
             self.config.clone(),
             self.base_env.clone(),
             &self.head,
-        )
+        )?;
+        bench.digest_over = self.digest_over;
+        Ok(bench)
     }
 
     /// Runs each discovering component's command on `bench`'s commit, puts
@@ -636,6 +638,8 @@ pub(crate) struct Workbench {
     notes: Vec<String>,
     /// What each member's applies carried for its later commands (`{carry_file}`).
     carried: HashMap<String, Map<String, Value>>,
+    /// Which members the digests bind (a group's digest too).
+    digest_over: DigestOver,
 }
 
 struct Ready {
@@ -718,6 +722,7 @@ impl Workbench {
             seeded_outputs_read: Default::default(),
             notes: Vec::new(),
             carried: HashMap::new(),
+            digest_over: DigestOver::All,
         })
     }
 

@@ -17,8 +17,8 @@ use super::{
 };
 use crate::config::groups::Group;
 use crate::config::repo::Input;
-use crate::model::MemberId;
-use crate::plan::planfile::GroupBinding;
+use crate::model::{Digest, DigestOver, MemberId};
+use crate::plan::planfile::{GroupBinding, MemberPlan};
 use crate::plan::runner::{CommandOutcome, SpawnError};
 use crate::sandbox::process::ProcessId;
 use serde_json::{json, Map, Value};
@@ -265,20 +265,12 @@ impl Workbench {
             }
             return;
         }
-        let own: Vec<(String, crate::model::Digest)> = plans
-            .iter()
-            .map(|p| (p.member.clone(), p.plan_digest.clone()))
-            .collect();
-        let binding = GroupBinding {
-            name: group.name.clone(),
-            members: own.iter().map(|(m, _)| m.clone()).collect(),
-            digest: GroupBinding::digest_of(&group.name, &own),
-        };
+        let binding = binding_of(&group.name, &plans, self.digest_over);
         for plan in &mut plans {
             plan.group = Some(binding.clone());
             plan.plan_digest = plan.compute_digest();
         }
-        let by_member: HashMap<String, &crate::plan::planfile::MemberPlan> =
+        let by_member: HashMap<String, &MemberPlan> =
             plans.iter().map(|p| (p.member.clone(), p)).collect();
         let mut settled = Vec::new();
         for (mut outcome, _) in members {
@@ -401,6 +393,23 @@ impl Workbench {
     }
 }
 
+/// The group binding each of `plans` gets: the group's members and digest
+/// over their own plans. Under `digest_over = "changing"` a member whose
+/// plan changes nothing is left out of both, as the set digests leave it
+/// out: its moving does not move its mates' digests.
+fn binding_of(name: &str, plans: &[MemberPlan], over: DigestOver) -> GroupBinding {
+    let own: Vec<(String, Digest)> = plans
+        .iter()
+        .filter(|p| over.is_all() || !p.is_empty())
+        .map(|p| (p.member.clone(), p.plan_digest.clone()))
+        .collect();
+    GroupBinding {
+        name: name.to_owned(),
+        members: own.iter().map(|(m, _)| m.clone()).collect(),
+        digest: GroupBinding::digest_of(name, &own),
+    }
+}
+
 /// What a group's apply call wrote for one member (`failed`: why the call
 /// as a whole failed, when it did). Its outputs: applied, whatever the
 /// call's exit (it got that far). `{"outcome": "not-started"}`: the call
@@ -436,5 +445,41 @@ fn read_group_outcome(dir: &Path, group: &str, failed: Option<&str>) -> ApplyOut
             ApplyOutcome::Failed(failed.unwrap_or_default().to_owned())
         }
         _ => super::read_apply_outcome(dir),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(member: &str, text: &str) -> MemberPlan {
+        MemberPlan::parse(member, text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn under_digest_over_changing_a_no_op_mate_is_left_out_of_the_groups_digest() {
+        let app = plan(
+            "app@dev",
+            r#"{"entries": [{"address": "a.b", "action": "create", "after": {}}]}"#,
+        );
+        let idle = plan("vpc@dev", r#"{"entries": [], "empty": true}"#);
+        let drifted = plan(
+            "vpc@dev",
+            r#"{"entries": [{"address": "v.c", "action": "no-op", "after": {"arn": "x"}}], "empty": true}"#,
+        );
+        let all = binding_of("stack", &[app.clone(), idle.clone()], DigestOver::All);
+        assert_eq!(all.members, ["app@dev", "vpc@dev"]);
+        assert_ne!(
+            all.digest,
+            binding_of("stack", &[app.clone(), drifted.clone()], DigestOver::All).digest,
+            "every mate is bound"
+        );
+        let changing = binding_of("stack", &[app.clone(), idle], DigestOver::Changing);
+        assert_eq!(changing.members, ["app@dev"]);
+        assert_eq!(
+            changing,
+            binding_of("stack", &[app, drifted], DigestOver::Changing),
+            "a no-op mate moving moves nothing"
+        );
     }
 }
