@@ -18,7 +18,7 @@ use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
     Denial, EarlierAttempt, MemberState, Wait, MAX_REPLANS,
 };
-use crate::config::groups::{Batch, Groups};
+use crate::config::groups::Groups;
 use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
@@ -618,21 +618,14 @@ impl<'a> WaveMachine<'a> {
     /// Takes `member`'s group-mates of its stage out of the queue, when its
     /// group applies with one call.
     fn queued_mates(&mut self, member: &str) -> Vec<MemberOutcome> {
-        if self.spec.groups.is_empty() {
+        let groups = self.spec.groups;
+        if groups.is_empty() {
             return Vec::new();
         }
-        let names: Vec<String> = std::iter::once(member.to_owned())
-            .chain(self.queue.iter().map(|o| o.member.clone()))
-            .collect();
-        let Some(Batch::Group { members, .. }) = self.spec.groups.batches(&names).into_iter().find(
-            |b| matches!(b, Batch::Group { members, .. } if members.iter().any(|m| m == member)),
-        ) else {
-            return Vec::new();
-        };
         let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) = self
             .queue
             .drain(..)
-            .partition(|o| members.contains(&o.member));
+            .partition(|o| groups.together(member, &o.member));
         self.queue = rest;
         mates.into()
     }

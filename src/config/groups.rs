@@ -128,13 +128,13 @@ impl Groups {
     /// their own, with why: their group cannot sit in one wave, or it is
     /// the only one of its group here.
     pub(crate) fn fallbacks(&self, members: &[String]) -> Vec<Fallback> {
-        let mut here: BTreeMap<usize, Vec<&String>> = BTreeMap::new();
+        let mut here: BTreeMap<usize, Vec<(&String, MemberId)>> = BTreeMap::new();
         for member in members {
-            let Some(component) = component_of(member) else {
+            let Ok(id) = member.parse::<MemberId>() else {
                 continue;
             };
-            if let Some(&group) = self.of.get(component) {
-                here.entry(group).or_default().push(member);
+            if let Some(&group) = self.of.get(id.component()) {
+                here.entry(group).or_default().push((member, id));
             }
         }
         let mut fallbacks = Vec::new();
@@ -142,22 +142,26 @@ impl Groups {
             let group = &self.all[group];
             let why = match (&group.apart, members.as_slice()) {
                 (Some(apart), _) => apart.clone(),
-                (None, [only]) => format!(
+                (None, [(_, only)]) => format!(
                     "no other component of group `{}` is in this change in {}",
                     group.name,
-                    only.parse::<MemberId>()
-                        .map(|m| m.stage().to_string())
-                        .unwrap_or_default()
+                    only.stage()
                 ),
                 (None, _) => continue,
             };
-            fallbacks.extend(members.into_iter().map(|m| Fallback {
+            fallbacks.extend(members.into_iter().map(|(m, _)| Fallback {
                 group: group.name.clone(),
                 member: m.clone(),
                 why: why.clone(),
             }));
         }
         fallbacks
+    }
+
+    /// Whether `a` and `b` plan and apply with one call of their group
+    /// (mates of one stage, in a group that can sit in one wave).
+    pub(crate) fn together(&self, a: &str, b: &str) -> bool {
+        self.placed(a).is_some_and(|at| self.placed(b) == Some(at))
     }
 
     /// The group and stage `member` plans with, if its group can sit in one wave.
@@ -169,10 +173,6 @@ impl Groups {
             .is_none()
             .then(|| (group, id.stage().to_string()))
     }
-}
-
-fn component_of(member: &str) -> Option<&str> {
-    member.split_once('@').map(|(component, _)| component)
 }
 
 /// Checks `[[group]]` entries and each component's `group` against the

@@ -7,7 +7,7 @@
 
 use super::changeset::{ChangeSet, ChangeSetError, ChangeSetMember, MemberStatus};
 use super::cost::{self, StageCost};
-use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
+use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped, WaveGroup};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
@@ -20,7 +20,7 @@ use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
-use crate::model::{DigestOver, MemberId, Money};
+use crate::model::{Digest, DigestOver, MemberId, Money};
 use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -239,6 +239,24 @@ impl PlannedChange {
             .iter()
             .any(|m| m.status == MemberStatus::PlanFailed)
             || self.change_set.costs.iter().any(|c| c.error.is_some())
+    }
+
+    /// The outcomes of `group`'s members that ran, in the group's order.
+    pub(crate) fn group_outcomes<'a>(
+        &'a self,
+        group: &'a WaveGroup,
+    ) -> impl Iterator<Item = &'a MemberOutcome> + 'a {
+        group
+            .members
+            .iter()
+            .filter_map(|m| self.members.iter().find(|o| &o.member == m))
+    }
+
+    /// The digest `group`'s members' plans bind; none when the group's call
+    /// did not plan them.
+    pub(crate) fn group_digest<'a>(&'a self, group: &'a WaveGroup) -> Option<&'a Digest> {
+        self.group_outcomes(group)
+            .find_map(|o| Some(&o.plan.as_ref()?.group.as_ref()?.digest))
     }
 }
 
@@ -813,22 +831,18 @@ impl Workbench {
     /// The longest an apply command of `member` may live: its timeout, and
     /// the grace after which the sandbox ends it itself.
     pub(crate) fn apply_lifetime(&self, member: &str) -> Duration {
+        let grace = self.options.sandbox.deadline_grace();
         let Ok(member) = member.parse::<MemberId>() else {
-            return self.options.sandbox.deadline_grace();
+            return grace;
         };
-        if let Some(group) = self.group_lifetime(member.component()) {
-            // It may apply with its group's call, which has the group's timeout.
-            let own = self
-                .config
-                .component(member.component())
-                .map_or(Duration::ZERO, |c| c.timeout);
-            return group.max(own + self.options.sandbox.deadline_grace());
-        }
-        let timeout = self
+        let own = self
             .config
             .component(member.component())
-            .map_or(Duration::ZERO, |c| c.timeout);
-        timeout + self.options.sandbox.deadline_grace()
+            .map_or(Duration::ZERO, |c| c.timeout)
+            + grace;
+        // It may apply with its group's call, which has the group's timeout.
+        self.group_lifetime(member.component())
+            .map_or(own, |group| group.max(own))
     }
 
     /// Runs `member`'s apply command with the plan file its latest plan here

@@ -264,7 +264,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         }
         for (group, members) in stage_groups {
             let first = graph
-                .index_of(component_of(&members[0]))
+                .index_of(member_id(&members[0]).component())
                 .expect("grouped members are components");
             groups.push(WaveGroup {
                 group,
@@ -343,10 +343,8 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     })
 }
 
-fn component_of(member: &str) -> &str {
-    member
-        .split_once('@')
-        .map_or(member, |(component, _)| component)
+fn member_id(member: &str) -> MemberId {
+    member.parse().expect("derived members are component@stage")
 }
 
 /// Layers a stage again so that each group's members (`groups`, as member
@@ -365,7 +363,7 @@ fn layer_together(
     for (_, members) in groups {
         let indices: Vec<usize> = members
             .iter()
-            .filter_map(|m| graph.index_of(component_of(m)))
+            .filter_map(|m| graph.index_of(member_id(m).component()))
             .collect();
         let lead = indices[0];
         for &i in &indices[1..] {

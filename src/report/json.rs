@@ -73,21 +73,18 @@ pub(crate) struct JsonGroupRead<'a> {
 }
 
 fn groups(change: &PlannedChange) -> Vec<JsonGroup<'_>> {
-    let outcome = |member: &str| change.members.iter().find(|m| m.member == member);
     change
         .derivation
         .groups
         .iter()
         .map(|g| {
-            let outcomes: Vec<_> = g.members.iter().filter_map(|m| outcome(m)).collect();
+            let outcomes: Vec<_> = change.group_outcomes(g).collect();
             JsonGroup {
                 group: &g.group,
                 stage: &g.stage,
                 wave: g.wave,
                 members: &g.members,
-                digest: outcomes
-                    .iter()
-                    .find_map(|o| Some(&o.plan.as_ref()?.group.as_ref()?.digest)),
+                digest: change.group_digest(g),
                 error: outcomes.iter().find_map(|o| o.error.as_deref()),
                 reads: outcomes
                     .iter()

@@ -471,7 +471,6 @@ fn groups_section(change: &PlannedChange) -> String {
     if d.groups.is_empty() && d.fallbacks.is_empty() {
         return out;
     }
-    let outcome = |member: &str| change.members.iter().find(|m| m.member == member);
     let _ = writeln!(
         out,
         "### Groups
@@ -487,11 +486,9 @@ fn groups_section(change: &PlannedChange) -> String {
         let _ = writeln!(out, "|---|---|--:|---|---|");
         for g in &d.groups {
             let members: Vec<String> = g.members.iter().map(|m| format!("`{m}`")).collect();
-            let digest = g
-                .members
-                .iter()
-                .find_map(|m| outcome(m)?.plan.as_ref()?.group.as_ref())
-                .map_or_else(|| "—".to_owned(), |b| format!("`{}`", b.digest.short()));
+            let digest = change
+                .group_digest(g)
+                .map_or_else(|| "—".to_owned(), |d| format!("`{}`", d.short()));
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {digest} |",
@@ -500,7 +497,7 @@ fn groups_section(change: &PlannedChange) -> String {
                 g.wave,
                 members.join(", ")
             );
-            if let Some(error) = g.members.iter().find_map(|m| outcome(m)?.error.as_deref()) {
+            if let Some(error) = change.group_outcomes(g).find_map(|m| m.error.as_deref()) {
                 notes.push(format!(
                     "❌ in {}, {} (so did each of its members)",
                     g.stage,
@@ -508,8 +505,8 @@ fn groups_section(change: &PlannedChange) -> String {
                 ));
                 continue;
             }
-            for member in &g.members {
-                let Some(m) = outcome(member) else { continue };
+            for m in change.group_outcomes(g) {
+                let member = &m.member;
                 for (name, input) in &m.inputs {
                     if input.source != InputSource::Group {
                         continue;

@@ -26,19 +26,9 @@ pub fn render(change: &PlannedChange) -> String {
         let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
     }
     for g in &d.groups {
-        let digest = g
-            .members
-            .iter()
-            .find_map(|m| {
-                let plan = change
-                    .members
-                    .iter()
-                    .find(|o| &o.member == m)?
-                    .plan
-                    .as_ref()?;
-                plan.group.as_ref().map(|b| b.digest.to_string())
-            })
-            .unwrap_or_else(|| "not planned".into());
+        let digest = change
+            .group_digest(g)
+            .map_or_else(|| "not planned".into(), ToString::to_string);
         let _ = writeln!(
             out,
             "  group {} in {}: {} planned and applied with one call; group digest {digest}",

@@ -21,7 +21,7 @@ use crate::model::{Digest, DigestOver, MemberId};
 use crate::plan::planfile::{GroupBinding, MemberPlan};
 use crate::plan::runner::{CommandOutcome, SpawnError};
 use crate::sandbox::process::ProcessId;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -79,7 +79,7 @@ impl Workbench {
             Some(member) => Err(format!(
                 "{member} is blocked, so the group cannot plan its members together"
             )),
-            None => self.group_files(group, stage, "plan", &outcomes),
+            None => self.group_files(group, stage, CommandKind::Plan, &outcomes),
         };
         match why {
             Ok((spec, files)) => Some(GroupCall {
@@ -100,18 +100,19 @@ impl Workbench {
     }
 
     /// Writes the group's members file and each member's own files under a
-    /// fresh directory of the group's, and builds its command (`what`:
-    /// `plan` or `apply`).
+    /// fresh directory of the group's, and builds its command (`kind`:
+    /// plan or apply).
     fn group_files(
         &self,
         group: &Group,
         stage: &str,
-        what: &str,
+        kind: CommandKind,
         outcomes: &[MemberOutcome],
     ) -> Result<(CommandSpec, Vec<MemberFiles>), String> {
-        let (template, kind) = match what {
-            "plan" => (Some(&group.plan), CommandKind::Plan),
-            _ => (group.apply.as_ref(), CommandKind::Apply),
+        let what = kind.as_str();
+        let template = match kind {
+            CommandKind::Plan => Some(&group.plan),
+            _ => group.apply.as_ref(),
         };
         let template = template.ok_or_else(|| {
             format!(
@@ -360,7 +361,7 @@ impl Workbench {
                 None => return failed_all(format!("{member} was not planned here")),
             }
         }
-        let (spec, files) = match self.group_files(&group, &stage, "apply", &outcomes) {
+        let (spec, files) = match self.group_files(&group, &stage, CommandKind::Apply, &outcomes) {
             Ok(made) => made,
             Err(why) => return failed_all(why),
         };
@@ -416,10 +417,7 @@ fn binding_of(name: &str, plans: &[MemberPlan], over: DigestOver) -> GroupBindin
 /// never reached it. `{"outcome": "failed"}`, or nothing written after the
 /// call failed: failed.
 fn read_group_outcome(dir: &Path, group: &str, failed: Option<&str>) -> ApplyOutcome {
-    let map: Option<Map<String, Value>> =
-        files::read_file(dir, OUTPUTS_FILE, super::MAX_OUTPUTS_FILE_BYTES)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    let map = super::outputs_object(dir).ok();
     let said = |key: &str| {
         map.as_ref()
             .and_then(|m| m.get(key))
