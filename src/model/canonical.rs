@@ -52,6 +52,9 @@ use sha2::{Digest as _, Sha256};
 
 use super::digest::Digest;
 
+mod text;
+pub use text::CanonicalJson;
+
 /// How a canonical writer spells a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NumberForm {
@@ -92,6 +95,9 @@ pub struct DigestWriter {
 /// How much output [`DigestWriter`] gathers before it hashes it.
 const DIGEST_BUFFER: usize = 32 * 1024;
 
+/// Output this long is hashed at once instead of gathered.
+const DIRECT_HASH: usize = 256;
+
 impl DigestWriter {
     /// A writer with RFC 8785 numbers.
     pub fn new() -> Self {
@@ -107,14 +113,18 @@ impl DigestWriter {
         }
     }
 
+    #[inline]
     fn bytes(&mut self, bytes: &[u8]) {
+        // A long run (a plan entry's value) is hashed where it lies, not copied.
+        if bytes.len() >= DIRECT_HASH {
+            self.hash.update(&self.buffer);
+            self.buffer.clear();
+            self.hash.update(bytes);
+            return;
+        }
         if self.buffer.len() + bytes.len() > DIGEST_BUFFER {
             self.hash.update(&self.buffer);
             self.buffer.clear();
-            if bytes.len() > DIGEST_BUFFER {
-                self.hash.update(bytes);
-                return;
-            }
         }
         self.buffer.extend_from_slice(bytes);
     }
@@ -126,13 +136,29 @@ impl DigestWriter {
 
     /// `"key":` — keys must be written in canonical (sorted) order by the caller.
     pub fn key(&mut self, key: &str) -> &mut Self {
-        write_string(self, key);
-        self.raw(":")
+        if key.bytes().any(needs_escape) || key.len() + 3 > DIRECT_HASH {
+            write_string(self, key);
+            return self.raw(":");
+        }
+        // A plain key, as the writers of known shapes mostly write: one copy.
+        let mut quoted = [0u8; DIRECT_HASH];
+        quoted[0] = b'"';
+        quoted[1..=key.len()].copy_from_slice(key.as_bytes());
+        quoted[key.len() + 1..key.len() + 3].copy_from_slice(b"\":");
+        self.bytes(&quoted[..key.len() + 3]);
+        self
     }
 
     pub fn value(&mut self, value: &Value) -> &mut Self {
         let numbers = self.numbers;
         write_value(self, value, numbers);
+        self
+    }
+
+    /// A value held as canonical text: its text, unless this writer's number
+    /// rule writes one of its numbers otherwise.
+    pub fn canonical(&mut self, value: &CanonicalJson) -> &mut Self {
+        value.write_to(self);
         self
     }
 

@@ -7,6 +7,7 @@
 use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
 use super::path::ValuePath;
 use super::planfile::MemberPlan;
+use crate::model::canonical::CanonicalJson;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -174,7 +175,7 @@ fn first_difference(
         }
         // What the address is now was shown to the reviewer as the other side
         // of every change; if it moved, the approved change is not this one.
-        if let Some(p) = moved_path(&a.before, &e.before, &ValuePath::root(), &[]) {
+        if let Some(p) = moved_path_of(&a.before, &e.before, &[]) {
             return Some(format!(
                 "address {address} path {} moved before the change (drift since the approved plan)",
                 show(&p)
@@ -184,7 +185,7 @@ fn first_difference(
         if let Some(p) = e.unknown_paths().iter().find(|p| !within(p, &unknown)) {
             return Some(format!("address {address} path {} became unknown", show(p)));
         }
-        if let Some(p) = moved_path(&a.after, &e.after, &ValuePath::root(), &unknown) {
+        if let Some(p) = moved_path_of(&a.after, &e.after, &unknown) {
             return Some(format!("address {address} path {} moved", show(&p)));
         }
     }
@@ -264,6 +265,15 @@ fn show(path: &ValuePath) -> String {
     } else {
         path.to_string()
     }
+}
+
+/// [`moved_path`] of two values held as text: equal texts are equal
+/// values, and only values that differ are read into trees.
+fn moved_path_of(a: &CanonicalJson, b: &CanonicalJson, unknown: &[ValuePath]) -> Option<ValuePath> {
+    if a == b {
+        return None;
+    }
+    moved_path(&a.to_value(), &b.to_value(), &ValuePath::root(), unknown)
 }
 
 /// The first path at which `a` and `b` differ outside `unknown`, if any.

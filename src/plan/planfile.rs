@@ -9,12 +9,15 @@
 //! (issue 12), so validation makes no copies it does not keep: entries are
 //! sorted and checked for repeated addresses through a list of indices, and
 //! a path that is a plain key is kept as written, which is its normal form.
-//! The digest is streamed into SHA-256 ([`DigestWriter`]), never rendered.
+//! Each entry's `after` and `before` are read straight into their canonical
+//! text ([`CanonicalJson`]) with no tree built, and the digest is streamed
+//! into SHA-256 ([`DigestWriter`]), never rendered.
 
 use super::path::ValuePath;
-use crate::model::canonical::{DigestWriter, NumberForm};
+use crate::model::canonical::{CanonicalJson, DigestWriter, NumberForm};
 use crate::model::Digest;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -61,15 +64,17 @@ impl Action {
 pub struct Entry {
     pub address: String,
     pub action: Action,
+    /// What the address becomes, as canonical text: plans run to many
+    /// megabytes, and only coverage and the report look inside.
     #[serde(default)]
-    pub after: Value,
+    pub after: CanonicalJson,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sensitive: Vec<String>,
     /// The address as it is now, when the plan command says (to show what moves).
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub before: Value,
+    #[serde(default, skip_serializing_if = "CanonicalJson::is_null")]
+    pub before: CanonicalJson,
     /// For a `replace`: the paths whose change forces it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forced_by: Vec<String>,
@@ -137,11 +142,11 @@ pub struct Counts {
 /// The plan file exactly as a plan command may write it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawPlanFile {
+struct RawPlanFile<'a> {
     #[serde(default)]
     summary: String,
-    #[serde(default)]
-    entries: Vec<RawEntry>,
+    #[serde(default, borrow)]
+    entries: Vec<RawEntry<'a>>,
     #[serde(default)]
     outputs: Outputs,
     destructive: Option<bool>,
@@ -152,17 +157,18 @@ struct RawPlanFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEntry {
+struct RawEntry<'a> {
     address: String,
     action: Action,
-    #[serde(default)]
-    after: Value,
+    /// Borrowed from the file, made canonical text in [`MemberPlan::from_raw`].
+    #[serde(default, borrow)]
+    after: Option<&'a RawValue>,
     #[serde(default)]
     unknown: Vec<String>,
     #[serde(default)]
     sensitive: Vec<String>,
-    #[serde(default)]
-    before: Value,
+    #[serde(default, borrow)]
+    before: Option<&'a RawValue>,
     #[serde(default)]
     forced_by: Vec<String>,
 }
@@ -286,7 +292,7 @@ impl MemberPlan {
         Self::from_raw(member, raw)
     }
 
-    fn from_raw(member: &str, raw: RawPlanFile) -> Result<Self, PlanFileError> {
+    fn from_raw(member: &str, raw: RawPlanFile<'_>) -> Result<Self, PlanFileError> {
         // Entries are sorted by address through a list of indices (an entry is
         // large to move), and that order finds a repeated address without a
         // set of copies. A repeat is rare: then the entries are checked again
@@ -317,14 +323,21 @@ impl MemberPlan {
                     e.action.as_str()
                 )));
             }
+            let value = |raw: Option<&RawValue>, field: &str| {
+                raw.map_or(Ok(CanonicalJson::null()), |raw| {
+                    CanonicalJson::from_raw(raw).map_err(|error| {
+                        PlanFileError::NotJson(format!("entries[{i}].{field}: {error}"))
+                    })
+                })
+            };
             entries.push(Some(Entry {
                 unknown: normalise_paths(e.unknown, || format!("entries[{i}].unknown"))?,
                 sensitive: normalise_paths(e.sensitive, || format!("entries[{i}].sensitive"))?,
                 forced_by: normalise_paths(e.forced_by, || format!("entries[{i}].forced_by"))?,
+                after: value(e.after, "after")?,
+                before: value(e.before, "before")?,
                 address: e.address,
                 action: e.action,
-                after: e.after,
-                before: e.before,
             }));
         }
         // Addresses are unique here, so this is the order a sort by address gives.
@@ -406,9 +419,9 @@ impl MemberPlan {
             }
             w.raw("{").key("action").string(e.action.as_str());
             w.raw(",").key("address").string(&e.address);
-            w.raw(",").key("after").value(&e.after);
+            w.raw(",").key("after").canonical(&e.after);
             if !e.before.is_null() {
-                w.raw(",").key("before").value(&e.before);
+                w.raw(",").key("before").canonical(&e.before);
             }
             if !e.forced_by.is_empty() {
                 w.raw(",").key("forced_by").strings(&e.forced_by);

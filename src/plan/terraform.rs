@@ -686,8 +686,11 @@ mod tests {
         let entry = &plan.entries[0];
         assert_eq!(entry.action, Action::Replace);
         assert_eq!(entry.unknown, vec!["id"]);
-        assert_eq!(entry.after, json!({"ami": "force-replace"}));
-        assert_eq!(entry.before, json!({"ami": "bar", "id": "placeholder"}));
+        assert_eq!(entry.after.to_value(), json!({"ami": "force-replace"}));
+        assert_eq!(
+            entry.before.to_value(),
+            json!({"ami": "bar", "id": "placeholder"})
+        );
         assert_eq!(entry.forced_by, vec!["ami"]);
         assert!(plan.destructive);
         assert!(
@@ -702,9 +705,18 @@ mod tests {
     fn an_update_and_a_delete_carry_what_the_address_is_now() {
         let plan = plan("basic-delete.json");
         let by_address = |a: &str| plan.entries.iter().find(|e| e.address == a).unwrap();
-        assert_eq!(by_address("test_instance.test").before["ami"], "foo");
-        assert_eq!(by_address("test_instance.test").after["ami"], "bar");
-        assert_eq!(by_address("test_instance.test-delete").before["ami"], "foo");
+        assert_eq!(
+            by_address("test_instance.test").before.to_value()["ami"],
+            "foo"
+        );
+        assert_eq!(
+            by_address("test_instance.test").after.to_value()["ami"],
+            "bar"
+        );
+        assert_eq!(
+            by_address("test_instance.test-delete").before.to_value()["ami"],
+            "foo"
+        );
         assert!(!plan.is_empty() && !plan.opaque);
         let unchanged = self::plan("basic-update.json");
         assert!(
@@ -733,7 +745,7 @@ mod tests {
     fn sensitive_values_are_bound_but_never_summarised() {
         let plan = plan("sensitive-values.json");
         let entry = &plan.entries[0];
-        assert_eq!(entry.after["ami"], "boop");
+        assert_eq!(entry.after.to_value()["ami"], "boop");
         assert!(entry.sensitive.contains(&"ami".to_owned()));
         assert_eq!(plan.outputs.known["test"], "boop");
         assert_eq!(plan.outputs.sensitive, vec!["test"]);
@@ -770,7 +782,7 @@ mod tests {
             .map(|e| e.address.as_str())
             .collect();
         assert_eq!(deleted, ["test_instance.test-delete"]);
-        assert_eq!(plan.entries[1].after, Value::Null);
+        assert!(plan.entries[1].after.is_null());
         assert!(plan.destructive);
         assert!(plan
             .summary

@@ -85,7 +85,7 @@ pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
         lines.push(format!("{INDENT}(every value known after apply)"));
         return lines;
     }
-    let after = marks.leaves(&entry.after);
+    let after = marks.leaves(&entry.after.to_value());
     let forced = |path: &ValuePath| {
         entry
             .forced_by
@@ -116,7 +116,7 @@ pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
         unknown: &[],
         sensitive: &sensitive,
     }
-    .leaves(&entry.before);
+    .leaves(&entry.before.to_value());
     let mut paths: Vec<&ValuePath> = before.keys().chain(after.keys()).collect();
     paths.sort();
     paths.dedup();

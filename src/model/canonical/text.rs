@@ -1,0 +1,691 @@
+//! A JSON value held as its canonical text, for the large values of a plan
+//! (each entry's `after` and `before`).
+//!
+//! Building a `serde_json::Value` tree for every entry of a plan file of many
+//! megabytes, walking it to digest it and freeing it cost several times the
+//! digest itself (issue 12). Most readers never look inside these values: the
+//! digest binds them, the change set stores them. So they are written to
+//! their canonical text as the file is read, in one pass with no tree, and
+//! digesting them is hashing that text. Coverage and the report, which do
+//! look inside, parse the text when they need it ([`CanonicalJson::to_value`]).
+//!
+//! The text is RFC 8785's with one difference that loses nothing: integers
+//! are written digit for digit, as the file has them, where RFC 8785 rounds
+//! those beyond ±2^53 to a double. A value that holds such an integer is
+//! digested through a `Value` (rare); so is a value with a fraction when the
+//! version-1 number rule is asked for, whose doubles can differ from
+//! ECMAScript's on a tie. Every digest is therefore the one a `Value` of the
+//! same JSON gives, byte for byte.
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+use super::{
+    plain_prefix, utf16_cmp, write_f64, write_string, DigestWriter, NumberForm, EXACT_IN_DOUBLE,
+};
+
+/// A JSON value as canonical text (keys sorted by UTF-16 code units, no
+/// whitespace, strings escaped as RFC 8785 says, integers exact). Two values
+/// are equal exactly when their texts are.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CanonicalJson {
+    /// Borrowed only for `null`, which a plan has once per entry that has
+    /// no `before`: no allocation for it.
+    text: Cow<'static, str>,
+    /// It holds an integer beyond ±2^53, which RFC 8785 writes rounded.
+    big_integer: bool,
+    /// It holds a number read as a double (a fraction or an exponent), which
+    /// the version-1 rule may write with other digits.
+    double: bool,
+}
+
+impl CanonicalJson {
+    pub fn null() -> Self {
+        Self {
+            text: Cow::Borrowed("null"),
+            big_integer: false,
+            double: false,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        &*self.text == "null"
+    }
+
+    /// The canonical text of `value`.
+    pub fn from_value(value: &Value) -> Self {
+        Self::deserialize(value).expect("every Value has a canonical text")
+    }
+
+    /// The value as a tree, for readers that look inside it.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.text).expect("canonical text is JSON")
+    }
+
+    /// The text (integers exact: see the module's doc).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Writes the value into `w` as `w`'s number rule says.
+    pub(super) fn write_to(&self, w: &mut DigestWriter) {
+        let text_is_canonical = match w.numbers {
+            NumberForm::Ecmascript => !self.big_integer,
+            NumberForm::Version1 => !self.double,
+        };
+        if text_is_canonical {
+            w.raw(&self.text);
+        } else {
+            w.value(&self.to_value());
+        }
+    }
+}
+
+impl CanonicalJson {
+    /// The canonical text of a JSON value read without a tree. Text a
+    /// canonical writer wrote (serde_json, `jq -cS`, most plan converters)
+    /// is taken as it is, after one scan that checks it byte by byte; any
+    /// other is rewritten.
+    pub fn from_raw(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
+        let text = raw.get();
+        if is_canonical(text.as_bytes()) {
+            return Ok(Self {
+                text: Cow::Owned(text.to_owned()),
+                big_integer: false,
+                double: false,
+            });
+        }
+        serde_json::from_str(text)
+    }
+}
+
+impl Default for CanonicalJson {
+    fn default() -> Self {
+        Self::null()
+    }
+}
+
+impl fmt::Debug for CanonicalJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Display for CanonicalJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for CanonicalJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Written as the JSON it is, not as a string holding it. Storing is
+        // off the hot path, so the check `from_string` makes is affordable.
+        serde_json::value::RawValue::from_string(self.text.clone().into_owned())
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CanonicalJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Every value of a plan is written into one buffer kept per thread,
+        // then copied out at its exact size: growing a fresh buffer for each
+        // entry (and the allocator's work to free them) cost more than the
+        // writing.
+        let written = SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut out) => out.canonicalise(deserializer),
+            Err(_) => Writer::default().canonicalise(deserializer),
+        });
+        written
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Writer> = std::cell::RefCell::default();
+}
+
+/// The text written so far, and where each key of the objects still open
+/// sits in it (one stack for every depth).
+#[derive(Default)]
+struct Writer {
+    text: String,
+    keys: Vec<KeyAt>,
+    big_integer: bool,
+    double: bool,
+}
+
+impl Writer {
+    fn canonicalise<'de, D: Deserializer<'de>>(
+        &mut self,
+        deserializer: D,
+    ) -> Result<CanonicalJson, D::Error> {
+        self.text.clear();
+        self.keys.clear();
+        self.big_integer = false;
+        self.double = false;
+        Canonicalise { out: self }.deserialize(deserializer)?;
+        Ok(CanonicalJson {
+            text: Cow::Owned(self.text.clone()),
+            big_integer: self.big_integer,
+            double: self.double,
+        })
+    }
+
+    /// Compares two keys written in `text` in canonical (UTF-16) order. A key
+    /// with no escape is written as it reads; one with an escape (rare) is
+    /// read back first.
+    fn key_cmp(&self, a: &KeyAt, b: &KeyAt) -> std::cmp::Ordering {
+        let (x, y) = (&self.text[a.key()], &self.text[b.key()]);
+        if !x.contains('\\') && !y.contains('\\') {
+            return utf16_cmp(x, y);
+        }
+        let read = |escaped: &str| -> String {
+            serde_json::from_str(&format!("\"{escaped}\"")).expect("a key this writer escaped")
+        };
+        utf16_cmp(&read(x), &read(y))
+    }
+}
+
+/// A member of an open object: its text starts at `member` (`"key":value`),
+/// and its key's closing quote is at `key_end`.
+#[derive(Clone, Copy)]
+struct KeyAt {
+    member: usize,
+    key_end: usize,
+}
+
+impl KeyAt {
+    fn key(&self) -> std::ops::Range<usize> {
+        self.member + 1..self.key_end
+    }
+}
+
+/// Writes the next value of a deserializer as canonical text.
+struct Canonicalise<'w> {
+    out: &'w mut Writer,
+}
+
+impl<'de> DeserializeSeed<'de> for Canonicalise<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Canonicalise<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.out.text.push_str("null");
+        Ok(())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<(), E> {
+        self.out.text.push_str(if b { "true" } else { "false" });
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, u: u64) -> Result<(), E> {
+        self.out.big_integer |= u >= EXACT_IN_DOUBLE;
+        write_digits(&mut self.out.text, false, u);
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, i: i64) -> Result<(), E> {
+        self.out.big_integer |= i.unsigned_abs() >= EXACT_IN_DOUBLE;
+        write_digits(&mut self.out.text, i < 0, i.unsigned_abs());
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, f: f64) -> Result<(), E> {
+        if !f.is_finite() {
+            return Err(E::custom("a JSON number must be finite"));
+        }
+        self.out.double = true;
+        write_f64(&mut self.out.text, f);
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+        write_string(&mut self.out.text, s);
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let out = self.out;
+        out.text.push('[');
+        let items = out.text.len();
+        loop {
+            let mark = out.text.len();
+            if mark > items {
+                out.text.push(',');
+            }
+            let item = seq.next_element_seed(Canonicalise { out: &mut *out })?;
+            if item.is_none() {
+                out.text.truncate(mark);
+                break;
+            }
+        }
+        out.text.push(']');
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let out = self.out;
+        out.text.push('{');
+        let body = out.text.len();
+        let base = out.keys.len();
+        let mut in_order = true;
+        loop {
+            let mark = out.text.len();
+            if mark > body {
+                out.text.push(',');
+            }
+            let member = out.text.len();
+            if map.next_key_seed(Key { out: &mut *out })?.is_none() {
+                out.text.truncate(mark);
+                break;
+            }
+            let key = KeyAt {
+                member,
+                key_end: out.text.len() - 1,
+            };
+            if let Some(last) = out.keys[base..].last() {
+                in_order &= out.key_cmp(last, &key).is_lt();
+            }
+            out.keys.push(key);
+            out.text.push(':');
+            map.next_value_seed(Canonicalise { out: &mut *out })?;
+        }
+        if !in_order {
+            sort_members(out, body, base);
+        }
+        out.keys.truncate(base);
+        out.text.push('}');
+        Ok(())
+    }
+}
+
+/// Whether `json` (valid JSON) is byte for byte what [`Canonicalise`] would
+/// write for it, with nothing this scan cannot vouch for: no whitespace;
+/// every string escaped as RFC 8785 escapes it; each object's keys, none
+/// with an escape, strictly in UTF-16 order; every number an integer below
+/// 2^53 written as its digits. A `false` only costs the rewrite.
+fn is_canonical(json: &[u8]) -> bool {
+    let mut open: Vec<Open> = Vec::new();
+    let mut i = 0;
+    while i < json.len() {
+        let at_key = match json[i] {
+            b'{' => {
+                open.push(Open::Object { last_key: None });
+                i += 1;
+                json.get(i) != Some(&b'}')
+            }
+            b'[' => {
+                open.push(Open::Array);
+                i += 1;
+                false
+            }
+            b'}' | b']' => {
+                open.pop();
+                i += 1;
+                false
+            }
+            b',' => {
+                i += 1;
+                matches!(open.last(), Some(Open::Object { .. }))
+            }
+            b'"' => match string_end(json, i) {
+                Some(end) => {
+                    i = end;
+                    false
+                }
+                None => return false,
+            },
+            b't' | b'n' => {
+                i += 4;
+                false
+            }
+            b'f' => {
+                i += 5;
+                false
+            }
+            b'-' | b'0'..=b'9' => match integer_end(json, i) {
+                Some(end) => {
+                    i = end;
+                    false
+                }
+                None => return false,
+            },
+            _ => return false,
+        };
+        if at_key {
+            let Some(Open::Object { last_key }) = open.last_mut() else {
+                return false;
+            };
+            match object_key(json, i, last_key) {
+                Some(after_colon) => i = after_colon,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// What [`is_canonical`] is inside of.
+enum Open {
+    Array,
+    /// An object, with where its last key so far sits.
+    Object {
+        last_key: Option<std::ops::Range<usize>>,
+    },
+}
+
+/// Checks the key at `at` (after an object's `{` or `,`) against the last
+/// key of its object, and records it; the index after its `:`.
+fn object_key(
+    json: &[u8],
+    at: usize,
+    last_key: &mut Option<std::ops::Range<usize>>,
+) -> Option<usize> {
+    if json.get(at) != Some(&b'"') {
+        return None;
+    }
+    let end = string_end(json, at)?;
+    let key = at + 1..end - 1;
+    if json[key.clone()].contains(&b'\\') {
+        return None;
+    }
+    if let Some(last) = last_key.take() {
+        let before = std::str::from_utf8(&json[last]).ok()?;
+        let this = std::str::from_utf8(&json[key.clone()]).ok()?;
+        if !utf16_cmp(before, this).is_lt() {
+            return None;
+        }
+    }
+    *last_key = Some(key);
+    (json.get(end) == Some(&b':')).then_some(end + 1)
+}
+
+/// The index after the string starting at `at`, if it is escaped as RFC
+/// 8785 escapes it.
+fn string_end(json: &[u8], at: usize) -> Option<usize> {
+    let mut i = at + 1;
+    loop {
+        i += plain_prefix(&json[i..]);
+        match *json.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => {
+                i += match *json.get(i + 1)? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' => {
+                        // Only a control character without a short escape, in lower case.
+                        let hex = json.get(i + 2..i + 6)?;
+                        let short = matches!(hex, b"0008" | b"0009" | b"000a" | b"000c" | b"000d");
+                        let control = hex[..2] == *b"00"
+                            && matches!(hex[2], b'0' | b'1')
+                            && matches!(hex[3], b'0'..=b'9' | b'a'..=b'f');
+                        if short || !control {
+                            return None;
+                        }
+                        6
+                    }
+                    _ => return None,
+                };
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// The index after the number at `at`, if it is an integer below 2^53
+/// written as its digits (no `-0`, no leading zero, no fraction or exponent).
+fn integer_end(json: &[u8], at: usize) -> Option<usize> {
+    let negative = json[at] == b'-';
+    let digits = at + usize::from(negative);
+    let end = digits
+        + json[digits..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+    let text = &json[digits..end];
+    if text.is_empty()
+        || matches!(json.get(end), Some(b'.' | b'e' | b'E'))
+        || (text[0] == b'0' && (text.len() > 1 || negative))
+        || text.len() > 16
+    {
+        return None;
+    }
+    let value: u64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (value < EXACT_IN_DOUBLE).then_some(end)
+}
+
+/// An integer's digits, without the formatting machinery.
+fn write_digits(text: &mut String, negative: bool, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if negative {
+        text.push('-');
+    }
+    text.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+}
+
+/// Puts the members of the object whose text starts at `body` (its keys from
+/// `base` on the key stack) in canonical order; of a repeated key the last
+/// is kept, as a `Value` keeps it.
+fn sort_members(out: &mut Writer, body: usize, base: usize) {
+    let members = &out.keys[base..];
+    let span = |i: usize| {
+        let start = members[i].member;
+        let end = members
+            .get(i + 1)
+            .map_or(out.text.len(), |next| next.member - 1);
+        start..end
+    };
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by(|&a, &b| out.key_cmp(&members[a], &members[b]).then(a.cmp(&b)));
+    let mut kept: Vec<usize> = Vec::with_capacity(order.len());
+    for i in order {
+        match kept.last_mut() {
+            Some(last) if out.key_cmp(&members[*last], &members[i]).is_eq() => *last = i,
+            _ => kept.push(i),
+        }
+    }
+    let mut sorted = String::with_capacity(out.text.len() - body);
+    for (n, &i) in kept.iter().enumerate() {
+        if n > 0 {
+            sorted.push(',');
+        }
+        sorted.push_str(&out.text[span(i)]);
+    }
+    out.text.truncate(body);
+    out.text.push_str(&sorted);
+}
+
+/// Writes an object's key, escaped, as a string.
+struct Key<'w> {
+    out: &'w mut Writer,
+}
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+        write_string(&mut self.out.text, s);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::canonical::{canonical_json, digest_value_with};
+    use serde_json::json;
+    use serde_json::value::RawValue;
+
+    fn read(text: &str) -> CanonicalJson {
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// Every digest is the one the `Value` of the same JSON gives, with
+    /// either number rule.
+    fn digests_as_a_value_does(text: &str) {
+        let value: Value = serde_json::from_str(text).unwrap();
+        let held = read(text);
+        for numbers in [NumberForm::Ecmascript, NumberForm::Version1] {
+            let mut w = DigestWriter::with_numbers(numbers);
+            held.write_to(&mut w);
+            assert_eq!(
+                w.finish(),
+                digest_value_with(&value, numbers),
+                "{text} with {numbers:?}"
+            );
+        }
+        // Read back, it is the same JSON value (`5.0` may come back as `5`,
+        // `-0` as `0`: the same number to RFC 8785).
+        for numbers in [NumberForm::Ecmascript, NumberForm::Version1] {
+            assert_eq!(
+                digest_value_with(&held.to_value(), numbers),
+                digest_value_with(&value, numbers),
+                "{text} reads back"
+            );
+        }
+        assert_eq!(
+            CanonicalJson::from_value(&value),
+            held,
+            "{text} from a Value"
+        );
+        let raw: &RawValue = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            CanonicalJson::from_raw(raw).unwrap(),
+            held,
+            "{text} from raw text"
+        );
+    }
+
+    #[test]
+    fn text_is_rfc_8785_for_values_without_big_integers() {
+        let text = r#" { "b" : [1, 2.50, -3, 1e21, true, null, {}], "a": {"z": "é\u0001\"", "y": []},
+            "\u20ac": 1, "\ud83d\ude00": 2, "\ufb33": 3, "": -0.0 } "#;
+        let held = read(text);
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(held.as_str(), canonical_json(&value));
+        assert_eq!(
+            held.as_str(),
+            r#"{"":0,"a":{"y":[],"z":"é\u0001\""},"b":[1,2.5,-3,1e+21,true,null,{}],"€":1,"😀":2,"דּ":3}"#
+        );
+    }
+
+    #[test]
+    fn digests_match_a_value_for_every_shape() {
+        for text in [
+            "null",
+            "true",
+            r#""plain""#,
+            "[]",
+            "{}",
+            "[[], [{}], [1, [2, [3]]]]",
+            r#"{"id": "vpc-1", "tags": {"Name": "x", "Env": "prod"}, "ports": [22, 443]}"#,
+            // out of order at several depths, and a key repeated (the last wins)
+            r#"{"z": 1, "a": {"d": 4, "c": 3}, "m": [{"y": 1, "x": 2}], "a": {"k": 0}}"#,
+            r#"{"a": 1, "a": 2}"#,
+            // numbers: big integers, doubles, a version-1 tie
+            r#"{"big": 9007199254740993, "neg": -9007199254740993, "max": 18446744073709551615}"#,
+            r#"{"f": 0.1, "e": 1e-7, "tie": 1424953923781206.25, "i": 5.0, "z": -0}"#,
+            // escapes in keys and strings
+            r#"{"a\"b": "tab\there", "\\": "\u0000\u001f", "é": "\ud83d\ude00"}"#,
+        ] {
+            digests_as_a_value_does(text);
+        }
+    }
+
+    #[test]
+    fn text_is_taken_as_written_only_where_rewriting_it_would_change_nothing() {
+        for (text, as_written) in [
+            (
+                r#"{"a":1,"b":[true,false,null,"x",-5,0,{}],"c":{"d":[]}}"#,
+                true,
+            ),
+            ("[]", true),
+            (r#""plain é😀""#, true),
+            (r#""\u001f\n\"\\\b\f\r\t\u0000""#, true),
+            (r#"{"":0,"€":1,"😀":2,"דּ":3}"#, true),
+            ("9007199254740991", true),
+            // not canonical, so rewritten
+            (r#"{"b":1,"a":2}"#, false),
+            (r#"{"a":1,"a":2}"#, false),
+            (r#"{"a": 1}"#, false),
+            ("[1, 2]", false),
+            (r#"{"":0,"דּ":3,"😀":2}"#, false),
+            (r#"{"a\"b":1}"#, false),
+            (r#""\u000a""#, false),
+            (r#""\u001F""#, false),
+            (r#""\u0041""#, false),
+            (r#""\u2028""#, false),
+            (r#""\/""#, false),
+            ("1.5", false),
+            ("1e2", false),
+            ("-0", false),
+            ("9007199254740992", false),
+            ("-9007199254740993", false),
+        ] {
+            assert_eq!(is_canonical(text.as_bytes()), as_written, "{text}");
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            let held = CanonicalJson::from_raw(raw).unwrap();
+            assert_eq!(held, read(text), "{text}: the same as the rewrite");
+            if as_written {
+                assert_eq!(held.as_str(), text);
+            }
+        }
+    }
+
+    #[test]
+    fn serialises_as_the_json_it_holds() {
+        let held = read(r#"{"b": 1, "a": [true]}"#);
+        let stored = serde_json::to_string(&json!({ "after": held })).unwrap();
+        assert_eq!(stored, r#"{"after":{"a":[true],"b":1}}"#);
+        let back: CanonicalJson = serde_json::from_value(
+            serde_json::from_str::<Value>(&stored).unwrap()["after"].clone(),
+        )
+        .unwrap();
+        assert_eq!(back, held);
+        assert!(CanonicalJson::default().is_null());
+    }
+}
