@@ -23,7 +23,7 @@ use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{Digest, DigestOver, GateId, PrNumber};
+use crate::model::{Digest, DigestOver, GateId, MemberId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
@@ -149,7 +149,7 @@ pub(crate) enum Effect {
     },
     /// Plan these waves' members on the merge commit, wave by wave, to show a
     /// stage's set at its gate: answered `StageObservation::Previewed`.
-    Preview(Vec<Vec<String>>),
+    Preview(Vec<Vec<MemberId>>),
     /// Run the stage's cost command on these members' plans: answered
     /// `StageObservation::Priced`.
     Price(Vec<String>),
@@ -619,13 +619,15 @@ impl<'a> WaveMachine<'a> {
     /// group applies with one call.
     fn queued_mates(&mut self, member: &str) -> Vec<MemberOutcome> {
         let groups = self.spec.groups;
-        if groups.is_empty() {
+        let Some(member) = member.parse().ok().filter(|_| !groups.is_empty()) else {
             return Vec::new();
-        }
-        let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) = self
-            .queue
-            .drain(..)
-            .partition(|o| groups.together(member, &o.member));
+        };
+        let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) =
+            self.queue.drain(..).partition(|o| {
+                o.member
+                    .parse()
+                    .is_ok_and(|mate| groups.together(&member, &mate))
+            });
         self.queue = rest;
         mates.into()
     }

@@ -11,7 +11,7 @@ pub(crate) mod run;
 pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
-use crate::model::{Digest, GateId, PrNumber};
+use crate::model::{Digest, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
 use crate::plan::tail::OutputTail;
@@ -421,7 +421,7 @@ pub(crate) struct AttemptRecord {
     /// Where the run is (stage, 1-based wave), for the report.
     pub(crate) at: Option<(String, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
-    pub(crate) layout: Vec<(String, Vec<Vec<String>>)>,
+    pub(crate) layout: Vec<(String, Vec<Vec<MemberId>>)>,
     /// Stages whose `always` gate was skipped: their plans change nothing.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) gates_skipped: BTreeSet<String>,
@@ -498,7 +498,7 @@ impl AttemptRecord {
     pub(crate) fn members_in_order(&self) -> Vec<&str> {
         self.layout
             .iter()
-            .flat_map(|(_, waves)| waves.iter().flatten().map(String::as_str))
+            .flat_map(|(_, waves)| waves.iter().flatten().map(MemberId::as_str))
             .collect()
     }
 
@@ -684,11 +684,10 @@ pub(crate) fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> 
 }
 
 /// The derivation's waves of one stage, in order.
-pub(crate) fn stage_waves<'a>(waves: &'a [Vec<String>], stage: &str) -> Vec<&'a [String]> {
-    let suffix = format!("@{stage}");
+pub(crate) fn stage_waves<'a>(waves: &'a [Vec<MemberId>], stage: &str) -> Vec<&'a [MemberId]> {
     waves
         .iter()
-        .filter(|w| w.first().is_some_and(|m| m.ends_with(&suffix)))
+        .filter(|w| w.first().is_some_and(|m| m.stage() == stage))
         .map(Vec::as_slice)
         .collect()
 }
@@ -796,7 +795,7 @@ mod tests {
         crate::plan::engine::MemberOutcome {
             member: plan.member.clone(),
             component: id.component().to_owned(),
-            stage: id.stage().as_str().to_owned(),
+            stage: id.stage().to_owned(),
             status: MemberStatus::Planned,
             plan: Some(plan.clone()),
             error: None,
@@ -1111,7 +1110,14 @@ mod tests {
             record
         );
         assert_eq!(
-            stage_waves(&[vec!["a@dev".into()], vec!["a@prod".into()]], "prod").len(),
+            stage_waves(
+                &[
+                    vec!["a@dev".parse().unwrap()],
+                    vec!["a@prod".parse().unwrap()]
+                ],
+                "prod"
+            )
+            .len(),
             1
         );
     }

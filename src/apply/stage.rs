@@ -17,7 +17,7 @@ use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{DigestOver, GateId, PrNumber};
+use crate::model::{DigestOver, GateId, MemberId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
@@ -33,7 +33,7 @@ pub(crate) struct StageSpec<'a> {
     pub(crate) approved: &'a ChangeSet,
     pub(crate) stage: &'a str,
     /// The stage's waves on the merge commit, in order.
-    pub(crate) waves: &'a [Vec<String>],
+    pub(crate) waves: &'a [Vec<MemberId>],
     /// Its gate and how long its wait may last, as the base sets them.
     pub(crate) gate: GatePolicy,
     pub(crate) timeout: Option<Duration>,
@@ -127,7 +127,7 @@ impl<'a> StageMachine<'a> {
                     .map(|wave| {
                         wave.iter()
                             .filter(|m| {
-                                let state = record.state(m);
+                                let state = record.state(m.as_str());
                                 !state.is_applied() && state != MemberState::Unaffected
                             })
                             .cloned()
@@ -452,11 +452,14 @@ mod tests {
 
     const NOW: i64 = 1_000_000;
 
-    fn waves() -> Vec<Vec<String>> {
-        vec![vec!["network@prod".into()], vec!["app@prod".into()]]
+    fn waves() -> Vec<Vec<MemberId>> {
+        vec![
+            vec!["network@prod".parse().unwrap()],
+            vec!["app@prod".parse().unwrap()],
+        ]
     }
 
-    fn machine(waves: &[Vec<String>], gate: GatePolicy) -> StageMachine<'_> {
+    fn machine(waves: &[Vec<MemberId>], gate: GatePolicy) -> StageMachine<'_> {
         StageMachine::new(StageSpec {
             run: 3,
             pr: PrNumber(7),
@@ -473,7 +476,7 @@ mod tests {
 
     /// A stage with a cost command, its pull request approved at `approved`.
     fn priced<'a>(
-        waves: &'a [Vec<String>],
+        waves: &'a [Vec<MemberId>],
         gate: GatePolicy,
         approved: &'a ChangeSet,
     ) -> StageMachine<'a> {

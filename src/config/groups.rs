@@ -51,12 +51,12 @@ pub(crate) struct Group {
 /// one stage with one call each, the rest one by one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Batch<'g> {
-    Alone(String),
+    Alone(MemberId),
     Group {
         group: &'g Group,
         stage: String,
         /// Sorted.
-        members: Vec<String>,
+        members: Vec<MemberId>,
     },
 }
 
@@ -65,7 +65,7 @@ pub(crate) enum Batch<'g> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Fallback {
     pub(crate) group: String,
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) why: String,
 }
 
@@ -88,11 +88,11 @@ impl Groups {
     /// `members` as they plan or apply, in their order (a group where its
     /// first member is): mates of one stage with one call where two or more
     /// of them are here and their group can sit in one wave.
-    pub(crate) fn batches<'g>(&'g self, members: &[String]) -> Vec<Batch<'g>> {
+    pub(crate) fn batches<'g>(&'g self, members: &[MemberId]) -> Vec<Batch<'g>> {
         if self.all.is_empty() {
             return members.iter().cloned().map(Batch::Alone).collect();
         }
-        let mut mates: BTreeMap<(usize, String), Vec<String>> = BTreeMap::new();
+        let mut mates: BTreeMap<(usize, String), Vec<MemberId>> = BTreeMap::new();
         for member in members {
             if let Some((group, stage)) = self.placed(member) {
                 mates
@@ -127,14 +127,11 @@ impl Groups {
     /// Members of groups among `members` (all of one stage) that plan on
     /// their own, with why: their group cannot sit in one wave, or it is
     /// the only one of its group here.
-    pub(crate) fn fallbacks(&self, members: &[String]) -> Vec<Fallback> {
-        let mut here: BTreeMap<usize, Vec<(&String, MemberId)>> = BTreeMap::new();
+    pub(crate) fn fallbacks(&self, members: &[MemberId]) -> Vec<Fallback> {
+        let mut here: BTreeMap<usize, Vec<&MemberId>> = BTreeMap::new();
         for member in members {
-            let Ok(id) = member.parse::<MemberId>() else {
-                continue;
-            };
-            if let Some(&group) = self.of.get(id.component()) {
-                here.entry(group).or_default().push((member, id));
+            if let Some(&group) = self.of.get(member.component()) {
+                here.entry(group).or_default().push(member);
             }
         }
         let mut fallbacks = Vec::new();
@@ -142,14 +139,14 @@ impl Groups {
             let group = &self.all[group];
             let why = match (&group.apart, members.as_slice()) {
                 (Some(apart), _) => apart.clone(),
-                (None, [(_, only)]) => format!(
+                (None, [only]) => format!(
                     "no other component of group `{}` is in this change in {}",
                     group.name,
                     only.stage()
                 ),
                 (None, _) => continue,
             };
-            fallbacks.extend(members.into_iter().map(|(m, _)| Fallback {
+            fallbacks.extend(members.into_iter().map(|m| Fallback {
                 group: group.name.clone(),
                 member: m.clone(),
                 why: why.clone(),
@@ -160,18 +157,17 @@ impl Groups {
 
     /// Whether `a` and `b` plan and apply with one call of their group
     /// (mates of one stage, in a group that can sit in one wave).
-    pub(crate) fn together(&self, a: &str, b: &str) -> bool {
+    pub(crate) fn together(&self, a: &MemberId, b: &MemberId) -> bool {
         self.placed(a).is_some_and(|at| self.placed(b) == Some(at))
     }
 
     /// The group and stage `member` plans with, if its group can sit in one wave.
-    fn placed(&self, member: &str) -> Option<(usize, String)> {
-        let id: MemberId = member.parse().ok()?;
-        let &group = self.of.get(id.component())?;
+    fn placed(&self, member: &MemberId) -> Option<(usize, String)> {
+        let &group = self.of.get(member.component())?;
         self.all[group]
             .apart
             .is_none()
-            .then(|| (group, id.stage().to_string()))
+            .then(|| (group, member.stage().to_owned()))
     }
 }
 
@@ -335,6 +331,7 @@ fn check_command(
 #[cfg(test)]
 mod tests {
     use crate::config::RepoConfig;
+    use crate::model::MemberId;
 
     const GROUPED: &str = r#"
 [defaults]
@@ -367,8 +364,8 @@ stages = ["prod"]
         RepoConfig::parse("wavegate.toml", text).map_err(|e| e.to_string())
     }
 
-    fn names(members: &[&str]) -> Vec<String> {
-        members.iter().map(|m| (*m).to_owned()).collect()
+    fn names(members: &[&str]) -> Vec<MemberId> {
+        members.iter().map(|m| m.parse().unwrap()).collect()
     }
 
     #[test]
@@ -389,12 +386,20 @@ stages = ["prod"]
         let shown: Vec<String> = batches
             .iter()
             .map(|b| match b {
-                super::Batch::Alone(m) => m.clone(),
+                super::Batch::Alone(m) => m.to_string(),
                 super::Batch::Group {
                     group,
                     stage,
                     members,
-                } => format!("{}@{stage}: {}", group.name, members.join(" ")),
+                } => format!(
+                    "{}@{stage}: {}",
+                    group.name,
+                    members
+                        .iter()
+                        .map(MemberId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
             })
             .collect();
         assert_eq!(shown, ["stack@dev: app@dev vpc@dev", "vpc@prod", "x@prod"]);

@@ -426,7 +426,7 @@ fn is_member_name(word: &str) -> bool {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     };
     word.parse::<MemberId>()
-        .is_ok_and(|member| is_name(member.component()) && is_name(member.stage().as_str()))
+        .is_ok_and(|member| is_name(member.component()) && is_name(member.stage()))
 }
 
 fn looks_meant_for_us(word: &str) -> bool {

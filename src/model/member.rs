@@ -3,6 +3,7 @@
 //! config refuses others), so `@` splits a member unambiguously.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Borrow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -14,10 +15,6 @@ pub struct StageName(String);
 impl StageName {
     pub(crate) fn new(name: impl Into<String>) -> Self {
         Self(name.into())
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
     }
 }
 
@@ -33,40 +30,111 @@ impl PartialEq<str> for StageName {
     }
 }
 
-/// One component in one stage: `component@stage`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// One component in one stage: `component@stage`. Held as its name, and
+/// ordered, compared and hashed as that name is, so a list or map of members
+/// sorts exactly as the same names did as strings (reports and digests over
+/// sorted members do not move), and a map keyed by members is read with a
+/// `&str` ([`Borrow`]).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct MemberId {
-    component: String,
-    stage: StageName,
+    name: String,
+    /// Where the `@` is in `name`.
+    at: usize,
 }
 
 impl MemberId {
-    pub(crate) fn new(component: impl Into<String>, stage: impl Into<String>) -> Self {
-        Self {
-            component: component.into(),
-            stage: StageName::new(stage),
-        }
-    }
-
     /// The member's name without building one: `component@stage`.
     pub(crate) fn name_of(component: &str, stage: &str) -> String {
         format!("{component}@{stage}")
     }
 
     pub(crate) fn component(&self) -> &str {
-        &self.component
+        &self.name[..self.at]
     }
 
-    pub(crate) fn stage(&self) -> &StageName {
-        &self.stage
+    pub(crate) fn stage(&self) -> &str {
+        &self.name[self.at + 1..]
+    }
+
+    /// `component@stage`.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.name
+    }
+}
+
+impl PartialEq for MemberId {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for MemberId {}
+
+impl std::hash::Hash for MemberId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl PartialOrd for MemberId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MemberId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+
+impl Borrow<str> for MemberId {
+    fn borrow(&self) -> &str {
+        &self.name
+    }
+}
+
+impl AsRef<str> for MemberId {
+    fn as_ref(&self) -> &str {
+        &self.name
     }
 }
 
 /// Compares with a member as written (`app@prod`), without building one.
 impl PartialEq<str> for MemberId {
     fn eq(&self, other: &str) -> bool {
-        other.split_once('@') == Some((self.component.as_str(), self.stage.as_str()))
+        self.name == other
+    }
+}
+
+impl PartialEq<&str> for MemberId {
+    fn eq(&self, other: &&str) -> bool {
+        self.name == *other
+    }
+}
+
+impl PartialEq<String> for MemberId {
+    fn eq(&self, other: &String) -> bool {
+        &self.name == other
+    }
+}
+
+impl PartialEq<MemberId> for String {
+    fn eq(&self, other: &MemberId) -> bool {
+        *self == other.name
+    }
+}
+
+impl PartialEq<MemberId> for str {
+    fn eq(&self, other: &MemberId) -> bool {
+        self == other.name
+    }
+}
+
+impl PartialEq<MemberId> for &str {
+    fn eq(&self, other: &MemberId) -> bool {
+        *self == other.name
     }
 }
 
@@ -77,7 +145,10 @@ impl FromStr for MemberId {
             Some((component, stage))
                 if !component.is_empty() && !stage.is_empty() && !stage.contains('@') =>
             {
-                Ok(Self::new(component, stage))
+                Ok(Self {
+                    name: text.to_owned(),
+                    at: component.len(),
+                })
             }
             _ => Err(format!(
                 "`{text}` is not a member: write it `component@stage`, like `app@prod`"
@@ -95,13 +166,19 @@ impl TryFrom<String> for MemberId {
 
 impl From<MemberId> for String {
     fn from(member: MemberId) -> Self {
-        member.to_string()
+        member.name
     }
 }
 
 impl fmt::Display for MemberId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&Self::name_of(&self.component, self.stage.as_str()))
+        f.write_str(&self.name)
+    }
+}
+
+impl fmt::Debug for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.name, f)
     }
 }
 
@@ -112,12 +189,9 @@ mod tests {
     #[test]
     fn a_member_reads_and_writes_component_at_stage() {
         let member: MemberId = "app@prod".parse().unwrap();
-        assert_eq!(
-            (member.component(), member.stage().as_str()),
-            ("app", "prod")
-        );
+        assert_eq!((member.component(), member.stage()), ("app", "prod"));
         assert_eq!(member.to_string(), "app@prod");
-        assert_eq!(member, MemberId::new("app", "prod"));
+        assert_eq!(member, *"app@prod");
         for bad in ["app", "@prod", "app@", "a@b@c", ""] {
             let error = bad.parse::<MemberId>().unwrap_err();
             assert!(error.contains("component@stage"), "{bad}: {error}");
@@ -128,13 +202,17 @@ mod tests {
     }
 
     #[test]
-    fn members_sort_by_component_then_stage() {
-        let mut members: Vec<MemberId> = ["dns@prod", "app@prod", "app@dev"]
-            .iter()
-            .map(|m| m.parse().unwrap())
-            .collect();
+    fn members_sort_as_their_names_do() {
+        let names = ["dns@prod", "app@prod", "app-edge@dev", "app@dev"];
+        let mut members: Vec<MemberId> = names.iter().map(|m| m.parse().unwrap()).collect();
         members.sort();
-        let sorted: Vec<String> = members.iter().map(ToString::to_string).collect();
-        assert_eq!(sorted, ["app@dev", "app@prod", "dns@prod"]);
+        let mut sorted_names = names.to_vec();
+        sorted_names.sort();
+        let sorted: Vec<&str> = members.iter().map(MemberId::as_str).collect();
+        assert_eq!(sorted, sorted_names);
+        assert_eq!(sorted, ["app-edge@dev", "app@dev", "app@prod", "dns@prod"]);
+        let by_member: std::collections::BTreeMap<MemberId, u8> =
+            members.into_iter().zip(0..).collect();
+        assert_eq!(by_member.get("app@dev"), Some(&1));
     }
 }

@@ -477,11 +477,8 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             .derivation
             .members
             .iter()
-            .filter(|m| {
-                m.parse::<MemberId>()
-                    .is_ok_and(|m| m.stage() == stage.name.as_str())
-            })
-            .cloned()
+            .filter(|m| m.stage() == stage.name)
+            .map(MemberId::to_string)
             .collect();
         if members.is_empty() {
             continue;
@@ -528,7 +525,7 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
         .derivation
         .members
         .iter()
-        .filter_map(|m| outcomes.remove(m))
+        .filter_map(|m| outcomes.remove(m.as_str()))
         .collect();
     let mut skipped = prepared.derivation.skipped.clone();
     for m in members.iter().filter(|m| m.status == MemberStatus::Blocked) {
@@ -857,9 +854,10 @@ impl Workbench {
             output: String::new(),
             carry: None,
         };
-        let Some((component, stage)) = member
-            .split_once('@')
-            .and_then(|(c, s)| Some((self.config.component(c)?, s)))
+        let id: Option<MemberId> = member.parse().ok();
+        let Some((component, stage)) = id
+            .as_ref()
+            .and_then(|id| Some((self.config.component(id.component())?, id.stage())))
         else {
             return failed(format!(
                 "{member} is not a member of this repository's {CONFIG_FILE}"
@@ -1117,23 +1115,23 @@ impl Workbench {
 
     /// Plans `wave`'s members (their upstreams planned or applied already):
     /// each on its own, and the mates of a group (`[[group]]`) with one call.
-    pub(crate) async fn plan_wave(&mut self, wave: &[String]) -> Result<(), PlanError> {
+    pub(crate) async fn plan_wave(&mut self, wave: &[MemberId]) -> Result<(), PlanError> {
         let groups = self.config.groups.clone();
         let batches = groups.batches(wave);
         // The group and mates of each member that plans with a group.
-        let mut mates_of: HashMap<&str, (&str, &[String])> = HashMap::new();
+        let mut mates_of: HashMap<&str, (&str, &[MemberId])> = HashMap::new();
         for batch in &batches {
             if let Batch::Group { group, members, .. } = batch {
                 for member in members {
-                    mates_of.insert(member, (group.name.as_str(), members));
+                    mates_of.insert(member.as_str(), (group.name.as_str(), members));
                 }
             }
         }
         let mut calls = Vec::new();
         let mut grouped: HashMap<String, MemberOutcome> = HashMap::new();
-        for member in wave {
-            let id: MemberId = member.parse().expect("member names are component@stage");
-            let stage = id.stage().as_str();
+        for id in wave {
+            let member = id.to_string();
+            let stage = id.stage();
             let component = self
                 .config
                 .component(id.component())
@@ -1162,7 +1160,7 @@ impl Workbench {
             for input in &component.inputs {
                 let upstream = member_name(&input.upstream, stage);
                 let resolved = match group {
-                    Some((name, mates)) if mates.contains(&upstream) => {
+                    Some((name, mates)) if mates.iter().any(|m| *m == upstream) => {
                         group::read_of_mate(input, &upstream, name)
                     }
                     _ => self.resolve_input(input, stage).await,

@@ -47,9 +47,9 @@ pub struct Derivation {
     /// Selected components with why each was selected, by name.
     pub(crate) selected: BTreeMap<String, String>,
     /// Members in wave order.
-    pub(crate) members: Vec<String>,
-    /// Stages in order, dependency layers within each: lists of member names.
-    pub(crate) waves: Vec<Vec<String>>,
+    pub(crate) members: Vec<MemberId>,
+    /// Stages in order, dependency layers within each: lists of members.
+    pub(crate) waves: Vec<Vec<MemberId>>,
     /// Components that do not run, by name.
     pub(crate) skipped: Vec<Skipped>,
     /// Changed paths no component claims and no ignore pattern covers.
@@ -67,15 +67,15 @@ pub(crate) struct WaveGroup {
     pub(crate) group: String,
     pub(crate) stage: String,
     /// Sorted.
-    pub(crate) members: Vec<String>,
+    pub(crate) members: Vec<MemberId>,
     /// Which of the stage's waves (from 1).
     pub(crate) wave: usize,
 }
 
 impl Derivation {
     /// Every member that runs, in wave order.
-    pub fn members(&self) -> &[String] {
-        &self.members
+    pub fn member_names(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.members.iter().map(MemberId::as_str)
     }
 }
 
@@ -240,10 +240,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         }
         let mut stage_groups = Vec::new();
         if !config.groups.is_empty() {
-            let present: Vec<String> = order
+            let present: Vec<MemberId> = order
                 .iter()
                 .filter(|&&i| layer_of[i].is_some())
-                .map(|&i| member_name(&config.components[i].name, &stage.name))
+                .map(|&i| member_id(&config.components[i].name, &stage.name))
                 .collect();
             fallbacks.extend(config.groups.fallbacks(&present));
             for batch in config.groups.batches(&present) {
@@ -256,15 +256,15 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             }
         }
         let depth = layer_of.iter().flatten().max().map_or(0, |m| m + 1);
-        let mut layers: Vec<Vec<String>> = vec![Vec::new(); depth];
+        let mut layers: Vec<Vec<MemberId>> = vec![Vec::new(); depth];
         for (i, layer) in layer_of.iter().enumerate() {
             if let Some(layer) = layer {
-                layers[*layer].push(member_name(&config.components[i].name, &stage.name));
+                layers[*layer].push(member_id(&config.components[i].name, &stage.name));
             }
         }
         for (group, members) in stage_groups {
             let first = graph
-                .index_of(member_id(&members[0]).component())
+                .index_of(members[0].component())
                 .expect("grouped members are components");
             groups.push(WaveGroup {
                 group,
@@ -343,8 +343,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
     })
 }
 
-fn member_id(member: &str) -> MemberId {
-    member.parse().expect("derived members are component@stage")
+fn member_id(component: &str, stage: &str) -> MemberId {
+    member_name(component, stage)
+        .parse()
+        .expect("component and stage names hold no `@`")
 }
 
 /// Layers a stage again so that each group's members (`groups`, as member
@@ -354,7 +356,7 @@ fn member_id(member: &str) -> MemberId {
 /// layer for exactly the components here, and gets the new ones.
 fn layer_together(
     graph: &DependencyGraph<'_>,
-    groups: &[(String, Vec<String>)],
+    groups: &[(String, Vec<MemberId>)],
     layer_of: &mut [Option<usize>],
 ) {
     let n = layer_of.len();
@@ -363,7 +365,7 @@ fn layer_together(
     for (_, members) in groups {
         let indices: Vec<usize> = members
             .iter()
-            .filter_map(|m| graph.index_of(member_id(m).component()))
+            .filter_map(|m| graph.index_of(m.component()))
             .collect();
         let lead = indices[0];
         for &i in &indices[1..] {
@@ -593,17 +595,21 @@ stages = ["prod"]
                 WaveGroup {
                     group: "stack".into(),
                     stage: "dev".into(),
-                    members: vec!["app@dev".into(), "db@dev".into(), "vpc@dev".into()],
+                    members: vec![
+                        "app@dev".parse().unwrap(),
+                        "db@dev".parse().unwrap(),
+                        "vpc@dev".parse().unwrap()
+                    ],
                     wave: 3,
                 },
                 WaveGroup {
                     group: "stack".into(),
                     stage: "prod".into(),
                     members: vec![
-                        "app@prod".into(),
-                        "db@prod".into(),
-                        "lone@prod".into(),
-                        "vpc@prod".into()
+                        "app@prod".parse().unwrap(),
+                        "db@prod".parse().unwrap(),
+                        "lone@prod".parse().unwrap(),
+                        "vpc@prod".parse().unwrap()
                     ],
                     wave: 3,
                 },

@@ -83,14 +83,14 @@ impl Preview {
     /// A preview of `waves` where every stage is gated `always` by the
     /// default policy, stages named by their members: for renderer tests.
     #[cfg(test)]
-    pub(crate) fn strictest(base: &str, waves: &[Vec<String>]) -> Self {
+    pub(crate) fn strictest(base: &str, waves: &[Vec<MemberId>]) -> Self {
         let approvers = Approvers::of(&Policy::default());
         let mut stages: Vec<StagePreview> = Vec::new();
         for (i, wave) in waves.iter().enumerate() {
-            let Some(member) = wave.first().and_then(|m| m.parse::<MemberId>().ok()) else {
+            let Some(member) = wave.first() else {
                 continue;
             };
-            let name = member.stage().as_str();
+            let name = member.stage();
             match stages.iter_mut().find(|s| s.name == name) {
                 Some(stage) => stage.waves.push(i),
                 None => stages.push(StagePreview {
@@ -125,7 +125,7 @@ pub(crate) fn preview(
     base: &str,
     base_text: Option<&str>,
     head: &RepoConfig,
-    waves: &[Vec<String>],
+    waves: &[Vec<MemberId>],
 ) -> Preview {
     let (base_config, raw, policy) = match base_text {
         None => (BaseConfig::Absent, None, Policy::default()),
@@ -134,12 +134,6 @@ pub(crate) fn preview(
             Err(e) => (BaseConfig::Invalid(e.to_string()), None, Policy::default()),
         },
     };
-    let stage_of = |member: &str| {
-        member
-            .parse::<MemberId>()
-            .ok()
-            .map(|m| m.stage().as_str().to_owned())
-    };
     let stages = head
         .stages
         .iter()
@@ -147,10 +141,7 @@ pub(crate) fn preview(
             let in_stage: Vec<usize> = waves
                 .iter()
                 .enumerate()
-                .filter(|(_, wave)| {
-                    wave.iter()
-                        .any(|m| stage_of(m).as_deref() == Some(&stage.name))
-                })
+                .filter(|(_, wave)| wave.iter().any(|m| m.stage() == stage.name))
                 .map(|(i, _)| i)
                 .collect();
             if in_stage.is_empty() {
@@ -248,8 +239,11 @@ approvers = ["bob"]
         RepoConfig::parse(CONFIG_FILE, text).unwrap()
     }
 
-    fn waves() -> Vec<Vec<String>> {
-        vec![vec!["app@dev".into()], vec!["app@prod".into()]]
+    fn waves() -> Vec<Vec<MemberId>> {
+        vec![
+            vec!["app@dev".parse().unwrap()],
+            vec!["app@prod".parse().unwrap()],
+        ]
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::apply::hooks::HookState;
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
-use crate::model::{utc, CommitSha, Digest};
+use crate::model::{utc, CommitSha, Digest, MemberId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::tail::OutputTail;
 
@@ -122,7 +122,8 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             also,
             ..
         } if also.is_empty() && crate::plan::cost::is_cost_denial(member, rules) => {
-            let stage = member.split_once('@').map_or("", |(_, s)| s);
+            let id: Option<MemberId> = member.parse().ok();
+            let stage = id.as_ref().map_or("", MemberId::stage);
             format!(
                 "The policy denied the monthly cost of stage **{stage}** (**{member}**, `{digest}`; {}): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:\n\n```\n{line}\n```\n",
                 rules.join(", ")
@@ -739,10 +740,13 @@ mod tests {
     fn a_run_waiting_at_a_stage_shows_every_member_and_the_line_to_copy() {
         let mut record = record();
         record.layout = vec![
-            ("dev".to_owned(), vec![vec!["app@dev".to_owned()]]),
+            ("dev".to_owned(), vec![vec!["app@dev".parse().unwrap()]]),
             (
                 "prod".to_owned(),
-                vec![vec!["app@prod".to_owned()], vec!["dns@prod".to_owned()]],
+                vec![
+                    vec!["app@prod".parse().unwrap()],
+                    vec!["dns@prod".parse().unwrap()],
+                ],
             ),
         ];
         let view = RunView {
@@ -816,7 +820,10 @@ mod tests {
         record.wait = None;
         record.layout = vec![(
             "dev".to_owned(),
-            vec![vec!["network@dev".to_owned()], vec!["app@dev".to_owned()]],
+            vec![
+                vec!["network@dev".parse().unwrap()],
+                vec!["app@dev".parse().unwrap()],
+            ],
         )];
         let tail = |text: &str| OutputTail::of(text).unwrap();
         record.printed.insert(

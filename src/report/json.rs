@@ -1,7 +1,7 @@
 //! The JSON report: a stable, documented shape (`schema/report.schema.json`).
 
 use crate::config::groups::Fallback;
-use crate::model::{Digest, Money};
+use crate::model::{Digest, MemberId, Money};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
 use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
@@ -27,7 +27,7 @@ pub(crate) struct JsonReport<'a> {
     pub(crate) derivation_digest: &'a Digest,
     pub(crate) base: &'a str,
     pub(crate) head: &'a str,
-    pub(crate) waves: &'a [Vec<String>],
+    pub(crate) waves: &'a [Vec<MemberId>],
     pub(crate) selected: &'a BTreeMap<String, String>,
     pub(crate) members: Vec<JsonMember<'a>>,
     pub(crate) skipped: &'a [Skipped],
@@ -53,7 +53,7 @@ pub(crate) struct JsonGroup<'a> {
     pub(crate) stage: &'a str,
     /// Which of the stage's waves (from 1).
     pub(crate) wave: usize,
-    pub(crate) members: &'a [String],
+    pub(crate) members: &'a [MemberId],
     /// The group's digest, which each member's plan digest binds; none when it failed.
     pub(crate) digest: Option<&'a Digest>,
     pub(crate) error: Option<&'a str>,

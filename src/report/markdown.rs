@@ -1172,7 +1172,8 @@ mod tests {
                 .collect(),
         )
         .unwrap();
-        let waves: Vec<Vec<String>> = members.iter().map(|m| vec![m.member.clone()]).collect();
+        let ids: Vec<MemberId> = members.iter().map(|m| m.member.parse().unwrap()).collect();
+        let waves: Vec<Vec<MemberId>> = ids.iter().map(|m| vec![m.clone()]).collect();
         let waves_again = waves.clone();
         PlannedChange {
             base: "a".repeat(40),
@@ -1182,7 +1183,7 @@ mod tests {
                     .iter()
                     .map(|m| (m.component.clone(), "changed".into()))
                     .collect(),
-                members: members.iter().map(|m| m.member.clone()).collect(),
+                members: ids,
                 waves,
                 skipped: Vec::new(),
                 indeterminate,

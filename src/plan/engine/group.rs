@@ -64,15 +64,15 @@ impl Workbench {
         &mut self,
         group: &Group,
         stage: &str,
-        members: &[String],
+        members: &[MemberId],
         waiting: &mut HashMap<String, MemberOutcome>,
     ) -> Option<GroupCall> {
         let mut outcomes = Vec::new();
         let mut missing = None;
         for member in members {
-            match waiting.remove(member) {
+            match waiting.remove(member.as_str()) {
                 Some(outcome) => outcomes.push(outcome),
-                None => missing = missing.or(Some(member.clone())),
+                None => missing = missing.or(Some(member)),
             }
         }
         let why = match missing {

@@ -388,13 +388,20 @@ impl JobCtx<'_> {
                     }
                 }
             }
-            let derived: BTreeSet<&String> = prepared.derivation.members.iter().collect();
+            let derived: BTreeSet<&str> = prepared
+                .derivation
+                .members
+                .iter()
+                .map(MemberId::as_str)
+                .collect();
             for member in &members {
-                if !derived.contains(member) && !drive.run.record.state(member).is_applied() {
+                if !derived.contains(member.as_str())
+                    && !drive.run.record.state(member).is_applied()
+                {
                     drive.run.record.set(member, MemberState::Unaffected);
                 }
             }
-            members.extend(prepared.derivation.members.iter().cloned());
+            members.extend(prepared.derivation.members.iter().map(MemberId::to_string));
             for (member, outputs) in drive.run.record.applied_outputs() {
                 bench.record_applied(member, outputs.clone());
             }
@@ -667,7 +674,7 @@ impl JobCtx<'_> {
 
     async fn stages(&self, drive: &mut Drive, bench: &mut Workbench) -> Result<()> {
         for (stage, waves) in drive.run.record.layout.clone() {
-            let all: Vec<&String> = waves.iter().flatten().collect();
+            let all: Vec<&str> = waves.iter().flatten().map(MemberId::as_str).collect();
             // A member that stood down ended on purpose: its stage is done.
             // One still owed its after.apply hooks is not.
             let done = |r: &AttemptRecord| {
@@ -690,7 +697,7 @@ impl JobCtx<'_> {
                     let state = drive.run.record.state(m);
                     !state.is_applied() && state != MemberState::Unaffected
                 })
-                .map(|m| (*m).clone())
+                .map(|m| (*m).to_owned())
                 .collect();
             let at = (stage.as_str(), Moment::BeforePlan);
             let result = self.run_hooks(drive, bench, at, &open, None).await?;
@@ -742,7 +749,7 @@ impl JobCtx<'_> {
         drive: &mut Drive,
         bench: &mut Workbench,
         stage: &str,
-        waves: &[Vec<String>],
+        waves: &[Vec<MemberId>],
         gate: GatePolicy,
     ) -> Result<Step> {
         let approved = Arc::clone(&drive.approved);
@@ -776,7 +783,11 @@ impl JobCtx<'_> {
                     let mut outcomes = Vec::new();
                     for pending in waves {
                         bench.plan_wave(pending).await?;
-                        outcomes.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
+                        outcomes.extend(
+                            pending
+                                .iter()
+                                .filter_map(|m| bench.outcome(m.as_str()).cloned()),
+                        );
                     }
                     StageObservation::Previewed { outcomes }
                 }
@@ -829,19 +840,20 @@ impl JobCtx<'_> {
         drive: &mut Drive,
         bench: &mut Workbench,
         stage: &str,
-        wave: &[String],
+        wave: &[MemberId],
     ) -> Result<Step> {
         let mut upstreams = BTreeMap::new();
         let mut lifetimes = BTreeMap::new();
         for member in wave {
-            let component = member
-                .parse::<MemberId>()
-                .ok()
-                .and_then(|m| bench.config().component(m.component()))
+            let component = bench
+                .config()
+                .component(member.component())
                 .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
-            upstreams.insert(member.clone(), upstream_members(component, stage));
-            lifetimes.insert(member.clone(), bench.apply_lifetime(member));
+            upstreams.insert(member.to_string(), upstream_members(component, stage));
+            lifetimes.insert(member.to_string(), bench.apply_lifetime(member.as_str()));
         }
+        // The wave machine still takes members as names.
+        let wave: Vec<String> = wave.iter().map(MemberId::to_string).collect();
         let host = process::host_id();
         let approved = Arc::clone(&drive.approved);
         let groups = bench.config().groups.clone();
@@ -850,7 +862,7 @@ impl JobCtx<'_> {
             run: drive.run.id,
             pr: drive.run.pr,
             stage,
-            members: wave,
+            members: &wave,
             upstreams,
             approved: &approved,
             gate: drive.rules.gate(stage),
@@ -929,7 +941,7 @@ impl JobCtx<'_> {
                     }
                 }
                 Effect::Plan(members) => {
-                    bench.plan_wave(&members).await?;
+                    bench.plan_wave(&member_ids(&members)?).await?;
                     let outcomes = members
                         .iter()
                         .map(|m| bench.outcome(m).expect("planned above").clone())
@@ -941,7 +953,9 @@ impl JobCtx<'_> {
                     }
                 }
                 Effect::Replan(member) => {
-                    bench.plan_wave(std::slice::from_ref(&member)).await?;
+                    bench
+                        .plan_wave(&member_ids(std::slice::from_ref(&member))?)
+                        .await?;
                     Observation::Replanned {
                         outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
                         overrides: self.override_facts(&drive.run).await?,
@@ -1205,7 +1219,7 @@ impl JobCtx<'_> {
 }
 
 /// Each stage's waves on the merge commit, in order, as `prepared` derives them.
-fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<String>>)> {
+fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<MemberId>>)> {
     prepared
         .config
         .stages
@@ -1214,10 +1228,10 @@ fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<String>>)> {
             let waves = stage_waves(&prepared.derivation.waves, &s.name);
             (
                 s.name.clone(),
-                waves.into_iter().map(<[String]>::to_vec).collect(),
+                waves.into_iter().map(<[MemberId]>::to_vec).collect(),
             )
         })
-        .filter(|(_, waves): &(String, Vec<Vec<String>>)| !waves.is_empty())
+        .filter(|(_, waves): &(String, Vec<Vec<MemberId>>)| !waves.is_empty())
         .collect()
 }
 
@@ -1240,4 +1254,14 @@ fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<Strin
             _ => None,
         })
         .collect()
+}
+
+/// The members the wave machine names (it still takes them as names), as
+/// members. The derivation wrote them, so they parse.
+fn member_ids(names: &[String]) -> Result<Vec<MemberId>> {
+    names
+        .iter()
+        .map(|name| name.parse().map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()
+        .context("the apply run's members")
 }
