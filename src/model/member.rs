@@ -44,6 +44,16 @@ pub struct MemberId {
 }
 
 impl MemberId {
+    /// `component@stage` of a component and stage the config has checked
+    /// (names of letters, digits, `-`, `_` and `.`).
+    pub(crate) fn of(component: &str, stage: &str) -> Self {
+        debug_assert!(!component.contains('@') && !stage.contains('@'));
+        Self {
+            name: Self::name_of(component, stage),
+            at: component.len(),
+        }
+    }
+
     /// The member's name without building one: `component@stage`.
     pub(crate) fn name_of(component: &str, stage: &str) -> String {
         format!("{component}@{stage}")

@@ -243,7 +243,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             let present: Vec<MemberId> = order
                 .iter()
                 .filter(|&&i| layer_of[i].is_some())
-                .map(|&i| member_id(&config.components[i].name, &stage.name))
+                .map(|&i| MemberId::of(&config.components[i].name, &stage.name))
                 .collect();
             fallbacks.extend(config.groups.fallbacks(&present));
             for batch in config.groups.batches(&present) {
@@ -259,7 +259,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         let mut layers: Vec<Vec<MemberId>> = vec![Vec::new(); depth];
         for (i, layer) in layer_of.iter().enumerate() {
             if let Some(layer) = layer {
-                layers[*layer].push(member_id(&config.components[i].name, &stage.name));
+                layers[*layer].push(MemberId::of(&config.components[i].name, &stage.name));
             }
         }
         for (group, members) in stage_groups {
@@ -341,12 +341,6 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         fallbacks,
         digest,
     })
-}
-
-fn member_id(component: &str, stage: &str) -> MemberId {
-    member_name(component, stage)
-        .parse()
-        .expect("component and stage names hold no `@`")
 }
 
 /// Layers a stage again so that each group's members (`groups`, as member
