@@ -1934,6 +1934,13 @@ mod tests {
         effects
     }
 
+    /// [`wide`], with `a` and `b` grouped ([`stacked`]).
+    fn stacked_wide(members: &[&str], concurrency: usize) -> (Vec<MemberPlan>, Harness) {
+        let (plans, mut h) = wide(members, concurrency);
+        h.groups = stacked();
+        (plans, h)
+    }
+
     /// Groups `a` and `b` (`stack`), as a merge commit's config would.
     fn stacked() -> Groups {
         crate::config::RepoConfig::parse(
@@ -1965,8 +1972,7 @@ dir = "c"
 
     #[test]
     fn a_groups_mates_apply_with_one_call_that_counts_as_one_command() {
-        let (plans, mut h) = wide(&["a@dev", "b@dev", "c@dev"], 2);
-        h.groups = stacked();
+        let (plans, h) = stacked_wide(&["a@dev", "b@dev", "c@dev"], 2);
         let refs: Vec<&MemberPlan> = plans.iter().collect();
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         assert_eq!(
@@ -2052,8 +2058,7 @@ dir = "c"
 
     #[test]
     fn a_lone_mate_applies_with_its_own_command_and_the_group_waits_for_a_free_slot() {
-        let (plans, mut h) = wide(&["c@dev", "a@dev", "b@dev"], 1);
-        h.groups = stacked();
+        let (plans, h) = stacked_wide(&["c@dev", "a@dev", "b@dev"], 1);
         let refs: Vec<&MemberPlan> = plans.iter().collect();
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         assert_eq!(

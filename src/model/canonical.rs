@@ -136,17 +136,8 @@ impl DigestWriter {
 
     /// `"key":` — keys must be written in canonical (sorted) order by the caller.
     pub fn key(&mut self, key: &str) -> &mut Self {
-        if key.bytes().any(needs_escape) || key.len() + 3 > DIRECT_HASH {
-            write_string(self, key);
-            return self.raw(":");
-        }
-        // A plain key, as the writers of known shapes mostly write: one copy.
-        let mut quoted = [0u8; DIRECT_HASH];
-        quoted[0] = b'"';
-        quoted[1..=key.len()].copy_from_slice(key.as_bytes());
-        quoted[key.len() + 1..key.len() + 3].copy_from_slice(b"\":");
-        self.bytes(&quoted[..key.len() + 3]);
-        self
+        write_string(self, key);
+        self.raw(":")
     }
 
     pub fn value(&mut self, value: &Value) -> &mut Self {

@@ -441,10 +441,13 @@ dir = "infra/monitoring"
     }
 
     fn derive_paths(paths: &[&str], stage: Option<&str>) -> Derivation {
-        let config = config();
+        derive_in(&config(), paths, stage)
+    }
+
+    fn derive_in(config: &RepoConfig, paths: &[&str], stage: Option<&str>) -> Derivation {
         let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
         derive(&FanOutInput {
-            config: &config,
+            config,
             changed_paths: &paths,
             config_changed: &BTreeSet::new(),
             stage,
@@ -474,16 +477,7 @@ depends_on = ["app"]
 "#,
         )
         .unwrap();
-        let derive_for = |changed: &[&str]| {
-            let paths: Vec<String> = changed.iter().map(|p| p.to_string()).collect();
-            derive(&FanOutInput {
-                config: &config,
-                changed_paths: &paths,
-                config_changed: &BTreeSet::new(),
-                stage: None,
-            })
-            .unwrap()
-        };
+        let derive_for = |changed: &[&str]| derive_in(&config, changed, None);
         let d = derive_for(&["envs/prod/app/main.tf"]);
         assert_eq!(d.waves, vec![vec!["app@prod"], vec!["dns@prod"]]);
         assert!(d.indeterminate.is_empty());
@@ -559,16 +553,7 @@ stages = ["prod"]
 "#,
         )
         .unwrap();
-        let derive_for = |changed: &[&str]| {
-            let paths: Vec<String> = changed.iter().map(|p| p.to_string()).collect();
-            derive(&FanOutInput {
-                config: &config,
-                changed_paths: &paths,
-                config_changed: &BTreeSet::new(),
-                stage: None,
-            })
-            .unwrap()
-        };
+        let derive_for = |changed: &[&str]| derive_in(&config, changed, None);
         let d = derive_for(&["base/main.tf", "vpc/main.tf", "lone/main.tf"]);
         assert_eq!(
             d.waves,

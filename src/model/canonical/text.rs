@@ -4,9 +4,11 @@
 //! Building a `serde_json::Value` tree for every entry of a plan file of many
 //! megabytes, walking it to digest it and freeing it cost several times the
 //! digest itself (issue 12). Most readers never look inside these values: the
-//! digest binds them, the change set stores them. So they are written to
-//! their canonical text as the file is read, in one pass with no tree, and
-//! digesting them is hashing that text. Coverage and the report, which do
+//! digest binds them, the change set stores them. So each is held as its
+//! canonical text, with no tree: the file's own text when one scan finds it
+//! canonical already ([`CanonicalJson::from_raw`]; what serde_json writes),
+//! else written anew in one pass; digesting it is hashing that text.
+//! Coverage and the report, which do
 //! look inside, parse the text when they need it ([`CanonicalJson::to_value`]).
 //!
 //! The text is RFC 8785's with one difference that loses nothing: integers
