@@ -710,6 +710,32 @@ impl Store {
         Ok(outcome)
     }
 
+    /// Queues again, to run now, every job the store says `worker` holds.
+    /// Only for a worker that runs no job: one whose claim committed though
+    /// its answer was lost, or whose outcome could not be written, would
+    /// otherwise wait out a whole lease. The attempt stays counted.
+    pub(crate) async fn release_held(&self, worker: &str) -> Result<Vec<JobId>> {
+        let _writer = self.writer.lock().await;
+        let now = self.now();
+        let rows = sqlx::query(
+            "UPDATE jobs SET status = 'queued', run_after = $2, lease_owner = NULL,
+                    lease_until = NULL, updated_at = $2
+             WHERE status = 'running' AND lease_owner = $1
+             RETURNING id",
+        )
+        .bind(worker)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("giving back the jobs {worker} holds"))?;
+        let mut released = rows
+            .iter()
+            .map(|row| row.try_get("id").map(JobId))
+            .collect::<Result<Vec<_>, _>>()?;
+        released.sort();
+        Ok(released)
+    }
+
     pub async fn job(&self, id: JobId) -> Result<Option<Job>> {
         let row = sqlx::query(concat!(
             "SELECT ",

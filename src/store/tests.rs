@@ -246,6 +246,35 @@ async fn an_extended_lease_keeps_the_job_from_being_taken_over(f: Fixture) {
     assert_eq!(job.lease_until, Some(START_MS + 50_000));
 }
 
+on_both!(fixture_on, a_worker_gives_back_the_jobs_it_holds_but_does_not_run, #[tokio::test]);
+async fn a_worker_gives_back_the_jobs_it_holds_but_does_not_run(f: Fixture) {
+    let lost_claim = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let later = f.store.enqueue(job("pr-1", 3)).await.unwrap();
+    let others = f.store.enqueue(job("pr-2", 3)).await.unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.store.claim("w2", LEASE).await.unwrap().unwrap();
+    assert!(f.store.claim("w3", LEASE).await.unwrap().is_none());
+
+    assert_eq!(f.store.release_held("w1").await.unwrap(), [lost_claim]);
+
+    let queued = f.store.job(lost_claim).await.unwrap().unwrap();
+    assert_eq!(
+        (queued.status, queued.lease_owner, queued.attempts),
+        (JobStatus::Queued, None, 1),
+        "the attempt stays counted"
+    );
+    let again = f.store.claim("w3", LEASE).await.unwrap().unwrap();
+    assert_eq!(again.id, lost_claim, "at once, still ahead of {later}");
+    assert_eq!(again.attempts, 2);
+    assert!(f.store.release_held("w1").await.unwrap().is_empty());
+    let running = f.store.job(others).await.unwrap().unwrap();
+    assert_eq!(
+        running.lease_owner.as_deref(),
+        Some("w2"),
+        "another's job stays"
+    );
+}
+
 on_both!(fixture_on, a_failed_job_retries_after_backoff_and_dies_after_max_attempts, #[tokio::test]);
 async fn a_failed_job_retries_after_backoff_and_dies_after_max_attempts(f: Fixture) {
     let id = f.store.enqueue(job("pr-1", 2)).await.unwrap();

@@ -118,9 +118,16 @@ impl Worker {
     pub(crate) async fn run(self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(worker = %self.id, "worker started");
         let mut failures = 0u32;
+        // After a failed claim or outcome write the store may say this
+        // worker holds a job it does not run; it gives such jobs back
+        // before claiming again.
+        let mut may_hold = false;
         loop {
             if *shutdown.borrow() {
                 break;
+            }
+            if may_hold {
+                may_hold = !self.give_back_held().await;
             }
             match self.run_next().await {
                 Ok(true) => {
@@ -130,9 +137,10 @@ impl Worker {
                 Ok(false) => failures = 0,
                 Err(error) => {
                     failures = failures.saturating_add(1);
+                    may_hold = true;
                     tracing::error!(
                         worker = %self.id,
-                        "claiming a job failed ({failures} in a row; next try in {}s): {error:#}",
+                        "claiming a job or writing how it ended failed ({failures} in a row; next try in {}s): {error:#}",
                         claim_backoff(failures, self.options.poll).as_secs_f32()
                     );
                 }
@@ -146,6 +154,28 @@ impl Worker {
             }
         }
         tracing::info!(worker = %self.id, "worker stopped");
+    }
+
+    /// Queues again the jobs the store says this worker holds, which it
+    /// does not run: a claim that committed though its answer was lost, or
+    /// an attempt whose outcome could not be written. Without this they
+    /// would wait out their lease (five minutes by default), and every
+    /// later job of their pull request with them. True once the store
+    /// answered.
+    async fn give_back_held(&self) -> bool {
+        match self.store.release_held(&self.id).await {
+            Ok(released) => {
+                for job in released {
+                    tracing::warn!(worker = %self.id, %job,
+                        "job {job} was held by this worker, which does not run it (the store lost the answer to its claim or could not take how it ended): queued to run again now");
+                }
+                true
+            }
+            Err(error) => {
+                tracing::debug!(worker = %self.id, "{error:#}");
+                false
+            }
+        }
     }
 
     /// Claims and runs one job; false when there was none.
@@ -233,13 +263,17 @@ impl Worker {
                     JobOutcome::Done => "done",
                     JobOutcome::Skipped(_) => "skipped",
                 };
-                self.store.complete(job.id, &self.id, outcome).await?;
+                self.store
+                    .complete(job.id, &self.id, outcome)
+                    .await
+                    .with_context(|| format!("writing how job {} ended", job.id))?;
                 Ok(label)
             }
             Err(error) => {
                 let text = format!("{error:#}");
                 tracing::warn!(error = ?error, "job attempt failed");
-                match self.store.fail(job.id, &self.id, &text).await? {
+                let failed = self.store.fail(job.id, &self.id, &text).await;
+                match failed.with_context(|| format!("writing how job {} ended", job.id))? {
                     FailOutcome::Retry { at } => {
                         tracing::info!(job = %job.id, retry_at_ms = at, "job will be retried");
                         Ok("failed")

@@ -301,3 +301,43 @@ async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recove
         "the approval given during the outage counts"
     );
 }
+
+/// The database goes away as a plan ends: the plan cannot be stored, nor
+/// can its failure, so the store still has the job held by a worker that no
+/// longer runs it. Once the database is back that worker gives the job back
+/// and it runs again at once, not when its five-minute lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_end_the_database_missed_runs_again_as_soon_as_it_is_back() {
+    let database = PostgresDatabase::create().await;
+    let link = support::outage::DatabaseLink::to(&database.url).await;
+    let through_link = link.url_for(&database.url);
+    let mut bot = Bot::start_with(&[("WAVEGATE_DATABASE_URL", &through_link)]).await;
+    bot.postgres = Some(database);
+    let repo = bot.github_repo();
+    bot.branch_pausing_plans("paused");
+    let opened = bot.open_pr(&repo, 1, "paused");
+    let (status, body) = bot
+        .deliver_github(support::github_pull_request("opened", &repo, &opened))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    bot.until_plan_pauses().await;
+
+    link.cut();
+    bot.end_pause();
+    bot.until("the end of the plan could not be written", || async {
+        bot.log().contains("writing how job 1 ended").then_some(())
+    })
+    .await;
+    link.restore();
+
+    let jobs = bot.settle().await;
+    assert_eq!(
+        (jobs.len(), jobs[0].status, jobs[0].attempts),
+        (1, JobStatus::Done, 2),
+        "{jobs:#?}"
+    );
+    assert!(bot
+        .log()
+        .contains("job 1 was held by this worker, which does not run it"));
+    bot.report(&repo, 1);
+}

@@ -584,6 +584,33 @@ impl Bot {
         );
     }
 
+    /// A branch `name` on top of `change` whose plans of app wait while
+    /// `$ESTATE_DIR/pause` exists, as it does from now until `end_pause`.
+    pub fn branch_pausing_plans(&self, name: &str) {
+        std::fs::write(self.example.estate.join("pause"), "").unwrap();
+        self.example.branch(
+            name,
+            "change",
+            &[(
+                "infra/app/.pause",
+                Some("plans wait while $ESTATE_DIR/pause exists\n"),
+            )],
+        );
+    }
+
+    /// Waits until a plan of a `branch_pausing_plans` branch waits.
+    pub async fn until_plan_pauses(&self) {
+        self.until("a plan waits", || async {
+            self.command_logs_contain(".pause: waiting").then_some(())
+        })
+        .await;
+    }
+
+    /// Lets the plans of a `branch_pausing_plans` branch go on.
+    pub fn end_pause(&self) {
+        std::fs::remove_file(self.example.estate.join("pause")).unwrap();
+    }
+
     /// Sends only the head of a delivery announcing 26 MiB (the server may
     /// close the connection mid-upload); answers the status line.
     pub async fn announce_too_large(&self) -> String {
@@ -719,17 +746,21 @@ impl Bot {
     /// hangs, then lets later plans through.
     pub async fn until_plan_hangs(&self) {
         self.until("the plan hangs", || async {
-            let logs = std::fs::read_dir(self.dir.path()).ok()?;
-            logs.filter_map(|e| e.ok())
-                .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-                .any(|e| {
-                    std::fs::read_to_string(e.path())
-                        .is_ok_and(|t| t.contains(".hang-once: sleeping until killed"))
-                })
+            self.command_logs_contain(".hang-once: sleeping until killed")
                 .then_some(())
         })
         .await;
         std::fs::remove_file(self.example.estate.join("hang-once")).unwrap();
+    }
+
+    /// Whether a replica's log holds `line` (what commands say is logged).
+    fn command_logs_contain(&self, line: &str) -> bool {
+        let Ok(logs) = std::fs::read_dir(self.dir.path()) else {
+            return false;
+        };
+        logs.filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains(line)))
     }
 
     /// Processes that carry this test's estate in their environment other

@@ -15,6 +15,8 @@ Test hooks, files in the component directory:
   .hang-once     sleep (10 minutes at most) while $ESTATE_DIR/hang-once exists
                  when the plan starts (a test removes it once the first plan
                  hangs, so later plans go through)
+  .pause         wait (10 minutes at most) while $ESTATE_DIR/pause exists,
+                 then plan as usual (a test removes it to let the plan end)
 
 Test hook for one member, without a commit: $ESTATE_DIR/<stage>/<component>.deny,
 each non-empty line the name of a policy rule the plan breaks; the plan file
@@ -50,6 +52,13 @@ def run_hooks(plan_file):
         if os.path.exists(marker):
             estate.say(".hang-once: sleeping until killed")
             time.sleep(600)
+    if os.path.exists(".pause"):
+        marker = os.path.join(estate.estate_dir(), "pause")
+        if os.path.exists(marker):
+            estate.say(".pause: waiting while $ESTATE_DIR/pause exists")
+            deadline = time.monotonic() + 600
+            while os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
     estate.fail_hook(".fail-plan")
     if os.path.exists(".garbage-plan"):
         with open(plan_file, "w", encoding="utf-8") as f:
