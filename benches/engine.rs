@@ -23,6 +23,7 @@ use std::process::Command;
 use std::sync::Arc;
 use wavegate::config::RepoConfig;
 use wavegate::model::canonical::{digest_value_with, NumberForm};
+use wavegate::model::MemberId;
 use wavegate::plan::fanout::{derive, FanOutInput};
 use wavegate::plan::planfile::MemberPlan;
 use wavegate::sandbox::{Sandbox, SandboxSettings};
@@ -150,7 +151,10 @@ fn bench_digest(c: &mut Criterion) {
             "parse, validate and digest a {} MB plan",
             bytes.len() / 1_000_000
         ),
-        |b| b.iter(|| MemberPlan::parse("app@prod", &bytes).unwrap().plan_digest),
+        |b| {
+            let member: MemberId = "app@prod".parse().unwrap();
+            b.iter(|| MemberPlan::parse(&member, &bytes).unwrap().plan_digest)
+        },
     );
     group.finish();
 }

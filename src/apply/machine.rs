@@ -139,7 +139,7 @@ pub(crate) enum Effect {
     Apply(String),
     /// Start the apply call of a group's members (mates of one stage): a
     /// `Started` for each, then an `Ended` for each, come later.
-    ApplyGroup(Vec<String>),
+    ApplyGroup(Vec<MemberId>),
     /// Plan the member again after its apply asked to: answered `Replanned`.
     Replan(String),
     /// Run the stage's hooks at `moment` for these members: answered `Hooked`.
@@ -152,7 +152,7 @@ pub(crate) enum Effect {
     Preview(Vec<Vec<MemberId>>),
     /// Run the stage's cost command on these members' plans: answered
     /// `StageObservation::Priced`.
-    Price(Vec<String>),
+    Price(Vec<MemberId>),
     /// Who approved `digest` at `gate` (approvals given before `since`, unix
     /// ms, do not count): answered `StageObservation::Counted`.
     CountApprovals {
@@ -414,19 +414,19 @@ impl<'a> WaveMachine<'a> {
             let Some(plan) = &outcome.plan else {
                 let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Failed {
                         error: format!("planning on the merge commit failed: {error}"),
                     },
                 );
                 continue;
             };
-            if let MemberState::Applying { .. } = record.state(&outcome.member) {
+            if let MemberState::Applying { .. } = record.state(outcome.member.as_str()) {
                 if plan.is_empty() {
                     let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
                     applied(
                         record,
-                        &outcome.member,
+                        outcome.member.as_str(),
                         &digest,
                         outputs,
                         Some(FINISHED_BEFORE),
@@ -437,7 +437,7 @@ impl<'a> WaveMachine<'a> {
             }
             match self.coverage(record, &outcome) {
                 Coverage::Covered => {
-                    if let Some(was) = self.spec.approved.member(&outcome.member) {
+                    if let Some(was) = self.spec.approved.member(outcome.member.as_str()) {
                         let known = outcome.known_inputs();
                         filled.extend(
                             was.unknown_inputs
@@ -455,7 +455,7 @@ impl<'a> WaveMachine<'a> {
             self.open_round(record, &uncovered, Vec::new())?;
             for (outcome, reason) in &uncovered {
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Waiting {
                         reason: format!("not covered: {reason}"),
                     },
@@ -463,7 +463,7 @@ impl<'a> WaveMachine<'a> {
             }
             for outcome in &ready {
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Waiting {
                         reason: "its wave waits for the plans that moved".into(),
                     },
@@ -481,7 +481,7 @@ impl<'a> WaveMachine<'a> {
             self.stop_and(effects, None);
             return Ok(());
         }
-        let members: Vec<String> = ready.iter().map(|o| o.member.clone()).collect();
+        let members: Vec<String> = ready.iter().map(|o| o.member.to_string()).collect();
         self.queue = ready.into();
         if self.spec.before_apply_hooks && !members.is_empty() {
             self.hooking = Some(Moment::BeforeApply);
@@ -509,7 +509,7 @@ impl<'a> WaveMachine<'a> {
         };
         let members: Vec<String> = match moment {
             Moment::AfterApply => self.after_apply_due(record),
-            _ => self.queue.iter().map(|o| o.member.clone()).collect(),
+            _ => self.queue.iter().map(|o| o.member.to_string()).collect(),
         };
         match hooks::settle(record, moment, &members, result, Step::Continue) {
             Some(_) => {
@@ -578,18 +578,23 @@ impl<'a> WaveMachine<'a> {
             // call, even when its mates had nothing left to change.
             let grouped = outcome.plan.as_ref().is_some_and(|p| p.group.is_some());
             let mut call = vec![outcome];
-            call.extend(self.queued_mates(&call[0].member));
-            let members: Vec<String> = call
+            let first = call[0].member.clone();
+            call.extend(self.queued_mates(&first));
+            let members: Vec<MemberId> = call
                 .into_iter()
                 .filter_map(|outcome| self.start(record, outcome, now, effects))
                 .collect();
             match members.len() {
                 0 => {}
-                1 if !grouped => started.extend(members.into_iter().map(Effect::Apply)),
+                1 if !grouped => started.extend(
+                    members
+                        .into_iter()
+                        .map(|member| Effect::Apply(member.to_string())),
+                ),
                 _ => {
                     for member in &members {
                         self.in_group_call
-                            .insert(member.clone(), members[0].clone());
+                            .insert(member.to_string(), members[0].to_string());
                     }
                     started.push(Effect::ApplyGroup(members));
                 }
@@ -617,17 +622,15 @@ impl<'a> WaveMachine<'a> {
 
     /// Takes `member`'s group-mates of its stage out of the queue, when its
     /// group applies with one call.
-    fn queued_mates(&mut self, member: &str) -> Vec<MemberOutcome> {
+    fn queued_mates(&mut self, member: &MemberId) -> Vec<MemberOutcome> {
         let groups = self.spec.groups;
-        let Some(member) = member.parse().ok().filter(|_| !groups.is_empty()) else {
+        if groups.is_empty() {
             return Vec::new();
-        };
-        let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) =
-            self.queue.drain(..).partition(|o| {
-                o.member
-                    .parse()
-                    .is_ok_and(|mate| groups.together(&member, &mate))
-            });
+        }
+        let (mates, rest): (VecDeque<MemberOutcome>, VecDeque<MemberOutcome>) = self
+            .queue
+            .drain(..)
+            .partition(|o| groups.together(member, &o.member));
         self.queue = rest;
         mates.into()
     }
@@ -640,9 +643,10 @@ impl<'a> WaveMachine<'a> {
         outcome: MemberOutcome,
         now: i64,
         effects: &mut Vec<Effect>,
-    ) -> Option<String> {
+    ) -> Option<MemberId> {
         let plan = outcome.plan.as_ref().expect("only planned members apply");
-        let member = outcome.member.clone();
+        let id = outcome.member.clone();
+        let member = id.to_string();
         if plan.is_empty() {
             let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
             applied(
@@ -679,8 +683,8 @@ impl<'a> WaveMachine<'a> {
             held_before,
         };
         record.set(&member, applying(&current));
-        self.running.insert(member.clone(), current);
-        Some(member)
+        self.running.insert(member, current);
+        Some(id)
     }
 
     /// What became of a member's apply command. Whatever it was, the
@@ -697,7 +701,7 @@ impl<'a> WaveMachine<'a> {
             return;
         };
         self.in_group_call.remove(member);
-        let member = current.outcome.member.clone();
+        let member = current.outcome.member.to_string();
         let digest = current.plan_digest.clone();
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
@@ -767,7 +771,7 @@ impl<'a> WaveMachine<'a> {
     ) -> Result<(), ChangeSetError> {
         if outcome.plan.is_none() {
             record.set(
-                &outcome.member,
+                outcome.member.as_str(),
                 MemberState::Failed {
                     error: format!(
                         "planning again after `replan` failed: {}",
@@ -780,7 +784,7 @@ impl<'a> WaveMachine<'a> {
             return Ok(());
         }
         if let Coverage::NotCovered(reason) = self.coverage(record, &outcome) {
-            let member = outcome.member.clone();
+            let member = outcome.member.to_string();
             self.open_round(record, &[(outcome, reason.clone())], Vec::new())?;
             record.set(
                 &member,
@@ -894,12 +898,12 @@ impl<'a> WaveMachine<'a> {
         let mut denials = Vec::new();
         for outcome in ready {
             let plan = outcome.plan.as_ref().expect("ready members are planned");
-            record.overrides.remove(&outcome.member);
+            record.overrides.remove(outcome.member.as_str());
             if plan.denied.is_empty() {
                 continue;
             }
             let scope = Scope::Override {
-                member: &outcome.member,
+                member: outcome.member.as_str(),
                 run: self.spec.run,
             };
             if let Evaluation::Satisfied { .. } =
@@ -907,11 +911,11 @@ impl<'a> WaveMachine<'a> {
             {
                 record
                     .overrides
-                    .insert(outcome.member.clone(), plan.plan_digest.clone());
+                    .insert(outcome.member.to_string(), plan.plan_digest.clone());
                 continue;
             }
             denials.push(Denial {
-                member: outcome.member.clone(),
+                member: outcome.member.to_string(),
                 digest: plan.plan_digest.clone(),
                 rules: plan.denied.clone(),
             });
@@ -922,7 +926,7 @@ impl<'a> WaveMachine<'a> {
         let named: Vec<&str> = denials.iter().map(|d| d.member.as_str()).collect();
         for o in ready {
             record.set(
-                &o.member,
+                o.member.as_str(),
                 MemberState::Waiting {
                     reason: format!("the policy denied the plan of {}", named.join(", ")),
                 },
@@ -1005,13 +1009,17 @@ mod tests {
     const SERVER: ProcessId = ProcessId { pid: 2, start: 1 };
 
     fn empty_plan(member: &str) -> MemberPlan {
-        MemberPlan::parse(member, br#"{"summary": "", "entries": [], "empty": true}"#).unwrap()
+        MemberPlan::parse(
+            &member.into(),
+            br#"{"summary": "", "entries": [], "empty": true}"#,
+        )
+        .unwrap()
     }
 
     fn destructive_plan(member: &str) -> MemberPlan {
         let text =
             r#"{"summary": "", "entries": [{"address": "aws_vpc.main", "action": "delete"}]}"#;
-        MemberPlan::parse(member, text.as_bytes()).unwrap()
+        MemberPlan::parse(&member.into(), text.as_bytes()).unwrap()
     }
 
     /// A wave of `members` in stage dev of pull request 7, run 3, whose
@@ -1091,7 +1099,7 @@ mod tests {
         plans: &[&MemberPlan],
         overrides: Vec<Fact>,
     ) -> Vec<Effect> {
-        let members: Vec<String> = plans.iter().map(|p| p.member.clone()).collect();
+        let members: Vec<String> = plans.iter().map(|p| p.member.to_string()).collect();
         assert_eq!(
             step(machine, record, Observation::Reached { now: NOW }),
             [Effect::Lock(members.clone())]
@@ -1379,7 +1387,7 @@ mod tests {
     /// `member` planned and applied once more, printing and carrying nothing.
     fn apply_again_silently(h: &Harness, record: &mut AttemptRecord, member: &MemberPlan) {
         let mut machine = h.machine();
-        record.set(&member.member, MemberState::NotStarted);
+        record.set(member.member.as_str(), MemberState::NotStarted);
         to_planned(&mut machine, record, &[member], vec![]);
         step(
             &mut machine,
@@ -1474,12 +1482,12 @@ mod tests {
     fn under_digest_over_changing_a_plan_that_changes_nothing_needs_no_approval() {
         // Approved as planned on the head; on the merge commit its no-op moved.
         let approved = MemberPlan::parse(
-            "dns@dev",
+            &"dns@dev".into(),
             br#"{"summary": "", "entries": [{"address": "a", "action": "no-op", "after": {"arn": "1"}}]}"#,
         )
         .unwrap();
         let moved = MemberPlan::parse(
-            "dns@dev",
+            &"dns@dev".into(),
             br#"{"summary": "", "entries": [{"address": "a", "action": "no-op", "after": {"arn": "2"}}]}"#,
         )
         .unwrap();
@@ -2025,8 +2033,8 @@ dir = "c"
     #[test]
     fn a_member_planned_with_its_group_applies_with_the_groups_call_even_alone() {
         let bind = |mut plan: MemberPlan| {
-            let mates = ["a@dev".to_owned(), "b@dev".to_owned()];
-            let own: Vec<(String, Digest)> = mates
+            let mates: [MemberId; 2] = ["a@dev".into(), "b@dev".into()];
+            let own: Vec<(MemberId, Digest)> = mates
                 .iter()
                 .map(|m| (m.clone(), Digest::repeated('1')))
                 .collect();

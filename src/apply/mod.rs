@@ -472,7 +472,7 @@ impl AttemptRecord {
     /// applying or queued; `None` for the pull request's own approval,
     /// whose set the caller has.
     pub(crate) fn members_of_wait(&self, wait: &Wait) -> Option<Vec<String>> {
-        let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
+        let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.to_string()).collect();
         Some(match wait {
             Wait::PrApproval { .. } => return None,
             Wait::Stage { stage, .. } => self
@@ -786,12 +786,12 @@ mod tests {
         let text = format!(
             r#"{{"summary": "", "entries": [{{"address": "aws_vpc.main", "action": "update", "after": {{"cidr": "{cidr}", "id": null}}, "unknown": ["id"]}}]}}"#
         );
-        MemberPlan::parse(member, text.as_bytes()).unwrap()
+        MemberPlan::parse(&member.into(), text.as_bytes()).unwrap()
     }
 
     /// A member planned as `plan` on the merge commit.
     pub(super) fn outcome(plan: &MemberPlan) -> crate::plan::engine::MemberOutcome {
-        let id: crate::model::MemberId = plan.member.parse().unwrap();
+        let id = plan.member.clone();
         crate::plan::engine::MemberOutcome {
             member: plan.member.clone(),
             component: id.component().to_owned(),

@@ -205,7 +205,7 @@ fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
         s.approved
             .members
             .iter()
-            .map(|m| m.member.clone())
+            .map(|m| m.member.to_string())
             .collect()
     });
     let (gate, digest, description) = match wait {

@@ -138,8 +138,11 @@ impl<'a> StageMachine<'a> {
             }
             StageObservation::Previewed { outcomes } => self.previewed(record, outcomes)?,
             StageObservation::Hooked(result) => {
-                let members: Vec<String> =
-                    self.previewed.iter().map(|o| o.member.clone()).collect();
+                let members: Vec<String> = self
+                    .previewed
+                    .iter()
+                    .map(|o| o.member.to_string())
+                    .collect();
                 match hooks::settle(record, Moment::AfterPlan, &members, result, Step::Continue) {
                     Some(step) => vec![Effect::Done(step)],
                     None => self.planned(record)?,
@@ -149,7 +152,7 @@ impl<'a> StageMachine<'a> {
                 if let Some(error) = &cost.error {
                     for outcome in &self.previewed {
                         record.set(
-                            &outcome.member,
+                            outcome.member.as_str(),
                             MemberState::Failed {
                                 error: format!(
                                     "stage {stage}'s cost command failed on the merge commit: {error}"
@@ -183,7 +186,7 @@ impl<'a> StageMachine<'a> {
             for outcome in failed {
                 let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Failed {
                         error: format!("planning on the merge commit failed: {error}"),
                     },
@@ -193,7 +196,11 @@ impl<'a> StageMachine<'a> {
         }
         self.previewed = outcomes;
         if self.spec.after_plan_hooks {
-            let members = self.previewed.iter().map(|o| o.member.clone()).collect();
+            let members = self
+                .previewed
+                .iter()
+                .map(|o| o.member.to_string())
+                .collect();
             return Ok(vec![Effect::Hooks {
                 moment: Moment::AfterPlan,
                 members,
@@ -255,7 +262,7 @@ impl<'a> StageMachine<'a> {
             record.open_round((self.spec.pr, stage), set, reasons, Vec::new());
             for outcome in &self.previewed {
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Waiting {
                         reason: format!("not covered: {reason}"),
                     },
@@ -297,7 +304,7 @@ impl<'a> StageMachine<'a> {
         let max = cost.max_increase.map_or("?".into(), |m| m.to_string());
         for outcome in &self.previewed {
             record.set(
-                &outcome.member,
+                outcome.member.as_str(),
                 MemberState::Waiting {
                     reason: format!(
                         "the policy denied {}: the monthly cost rises by {} {}, more than `max_monthly_increase` ({max})",
@@ -413,7 +420,7 @@ impl<'a> StageMachine<'a> {
             gate.expired = true;
             for outcome in &self.previewed {
                 record.set(
-                    &outcome.member,
+                    outcome.member.as_str(),
                     MemberState::Failed {
                         error: format!(
                             "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
@@ -426,7 +433,7 @@ impl<'a> StageMachine<'a> {
         }
         for outcome in &self.previewed {
             record.set(
-                &outcome.member,
+                outcome.member.as_str(),
                 MemberState::Waiting {
                     reason: format!("stage {stage} waits for `/approve {stage}`"),
                 },
@@ -733,7 +740,7 @@ mod tests {
         assert_eq!(calm, [Effect::Done(Step::Continue)]);
 
         let gone = MemberPlan::parse(
-            "app@prod",
+            &"app@prod".into(),
             br#"{"summary": "", "entries": [{"address": "x", "action": "delete"}]}"#,
         )
         .unwrap();
@@ -744,7 +751,7 @@ mod tests {
         ));
 
         let quiet = MemberPlan::parse(
-            "app@prod",
+            &"app@prod".into(),
             br#"{"summary": "", "entries": [], "empty": true}"#,
         )
         .unwrap();

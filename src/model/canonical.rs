@@ -165,13 +165,13 @@ impl DigestWriter {
     }
 
     /// An array of strings, as [`Self::value`] writes `json!(items)`.
-    pub fn strings(&mut self, items: &[String]) -> &mut Self {
+    pub fn strings<S: AsRef<str>>(&mut self, items: &[S]) -> &mut Self {
         self.raw("[");
         for (i, item) in items.iter().enumerate() {
             if i > 0 {
                 self.raw(",");
             }
-            write_string(self, item);
+            write_string(self, item.as_ref());
         }
         self.raw("]")
     }

@@ -35,8 +35,8 @@ impl PartialEq<str> for StageName {
 /// sorts exactly as the same names did as strings (reports and digests over
 /// sorted members do not move), and a map keyed by members is read with a
 /// `&str` ([`Borrow`]).
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, Deserialize)]
+#[serde(try_from = "String")]
 pub struct MemberId {
     name: String,
     /// Where the `@` is in `name`.
@@ -174,9 +174,24 @@ impl TryFrom<String> for MemberId {
     }
 }
 
+/// A member written as a literal in a unit test: `"app@dev".into()`.
+#[cfg(test)]
+impl From<&str> for MemberId {
+    fn from(text: &str) -> Self {
+        text.parse()
+            .expect("a test's member is written component@stage")
+    }
+}
+
 impl From<MemberId> for String {
     fn from(member: MemberId) -> Self {
         member.name
+    }
+}
+
+impl Serialize for MemberId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.name)
     }
 }
 

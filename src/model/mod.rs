@@ -20,7 +20,6 @@ pub use digest::{Digest, DigestOver, NotADigest, DIGEST_PREFIX};
 pub use gate_id::GateId;
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
-pub(crate) use member::MemberId;
-pub use member::StageName;
+pub use member::{MemberId, StageName};
 pub use money::{Money, NotAnAmount};
 pub(crate) use time::utc;

@@ -12,7 +12,7 @@
 use super::cost::StageCost;
 use super::planfile::{Counts, MemberPlan};
 use crate::model::canonical::{digest_value_with, NumberForm};
-use crate::model::{Digest, DigestOver};
+use crate::model::{Digest, DigestOver, MemberId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -44,7 +44,7 @@ pub(crate) enum MemberStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ChangeSetMember {
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) status: MemberStatus,
     pub(crate) plan_digest: Option<Digest>,
     /// The member's own input names whose values are not known yet.
@@ -133,7 +133,7 @@ impl ChangeSet {
     ) -> Result<Self, ChangeSetError> {
         members.sort_by(|a, b| a.member.cmp(&b.member));
         if let Some(pair) = members.windows(2).find(|w| w[0].member == w[1].member) {
-            return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
+            return Err(ChangeSetError::DuplicateMember(pair[0].member.to_string()));
         }
         let mut set = Self {
             version: CHANGE_SET_VERSION,
@@ -242,7 +242,7 @@ impl ChangeSet {
         let mut names = BTreeSet::new();
         for m in &self.members {
             if !names.insert(&m.member) {
-                return Err(ChangeSetError::DuplicateMember(m.member.clone()));
+                return Err(ChangeSetError::DuplicateMember(m.member.to_string()));
             }
             if let Some(plan) = &m.plan {
                 plan.verify_with(numbers)
@@ -277,7 +277,7 @@ mod tests {
     use super::*;
 
     fn planned(member: &str, body: &str) -> ChangeSetMember {
-        let plan = MemberPlan::parse(member, body.as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&member.into(), body.as_bytes()).unwrap();
         ChangeSetMember {
             member: member.into(),
             status: MemberStatus::Planned,
@@ -434,7 +434,7 @@ mod tests {
             "entries": member["plan"]["entries"],
             "outputs": member["plan"]["outputs"],
         });
-        let plan = MemberPlan::parse("app@prod", plan_file.to_string().as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&"app@prod".into(), plan_file.to_string().as_bytes()).unwrap();
         assert_eq!(plan.plan_digest, expected["planDigest"].as_str().unwrap());
         assert_ne!(
             plan.plan_digest,

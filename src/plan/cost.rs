@@ -10,7 +10,7 @@
 //! `pastBreakdown.totalMonthlyCost` (what it costs before the change).
 
 use crate::model::canonical::digest_value;
-use crate::model::{Digest, Money};
+use crate::model::{Digest, MemberId, Money};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -250,7 +250,7 @@ struct RawBreakdown {
 
 /// Reads a cost file for `members`: each project named after one of them,
 /// once. What is wrong is said with what to write instead.
-pub(crate) fn read_cost_file(bytes: &[u8], members: &[String]) -> Result<Figures, String> {
+pub(crate) fn read_cost_file(bytes: &[u8], members: &[MemberId]) -> Result<Figures, String> {
     let raw: RawFile = serde_json::from_slice(bytes).map_err(|e| {
         format!("the cost file is not Infracost's JSON ({e}); write {{\"currency\": \"USD\", \"projects\": [{{\"name\": \"<component@stage>\", \"breakdown\": {{\"totalMonthlyCost\": \"12.50\"}}, \"pastBreakdown\": {{\"totalMonthlyCost\": \"10.00\"}}}}]}}")
     })?;
@@ -259,11 +259,12 @@ pub(crate) fn read_cost_file(bytes: &[u8], members: &[String]) -> Result<Figures
         members: BTreeMap::new(),
     };
     for project in raw.projects {
-        if !members.contains(&project.name) {
+        if !members.iter().any(|m| *m == project.name) {
+            let names: Vec<&str> = members.iter().map(MemberId::as_str).collect();
             return Err(format!(
                 "the cost file prices `{}`, which is not one of the stage's members ({}); name each project after its member (`name` in Infracost's config file)",
                 project.name,
-                members.join(", ")
+                names.join(", ")
             ));
         }
         let cost = MemberCost {
@@ -288,8 +289,8 @@ pub(crate) fn read_cost_file(bytes: &[u8], members: &[String]) -> Result<Figures
 mod tests {
     use super::*;
 
-    fn members() -> Vec<String> {
-        vec!["app@prod".into(), "db@prod".into()]
+    fn members() -> Vec<MemberId> {
+        vec![MemberId::of("app", "prod"), MemberId::of("db", "prod")]
     }
 
     fn file(app: &str, app_past: &str) -> String {

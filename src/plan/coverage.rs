@@ -8,6 +8,7 @@ use super::changeset::{ChangeSet, ChangeSetMember, MemberStatus};
 use super::path::ValuePath;
 use super::planfile::MemberPlan;
 use crate::model::canonical::CanonicalJson;
+use crate::model::MemberId;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -73,10 +74,10 @@ fn regrouped(was: &MemberPlan, fresh: &FreshPlan<'_>) -> Option<String> {
     let alone = || vec![member.clone()];
     // Mates applied since (a crash's, planned again with nothing to change)
     // are left out of both sides alike.
-    let left = |members: &[String]| -> Vec<String> {
-        let left: Vec<String> = members
+    let left = |members: &[MemberId]| -> Vec<MemberId> {
+        let left: Vec<MemberId> = members
             .iter()
-            .filter(|m| *m == member || fresh.applied.is_none_or(|a| !a.contains(*m)))
+            .filter(|m| *m == member || fresh.applied.is_none_or(|a| !a.contains(m.as_str())))
             .cloned()
             .collect();
         if left.len() > 1 {
@@ -318,8 +319,8 @@ mod tests {
     }"#;
 
     fn approved_set(unknown_inputs: &[&str], inputs: Value) -> ChangeSet {
-        let plan = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
-        let other = MemberPlan::parse("app@dev", br#"{"entries": []}"#).unwrap();
+        let plan = MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap();
+        let other = MemberPlan::parse(&"app@dev".into(), br#"{"entries": []}"#).unwrap();
         let member =
             |plan: MemberPlan, unknown: Vec<String>, inputs: Map<String, Value>| ChangeSetMember {
                 member: plan.member.clone(),
@@ -368,7 +369,7 @@ mod tests {
     }
 
     fn check_against(set: &ChangeSet, fresh_text: &str, inputs: Value) -> Coverage {
-        let plan = MemberPlan::parse("net@dev", fresh_text.as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&"net@dev".into(), fresh_text.as_bytes()).unwrap();
         coverage(
             set,
             &FreshPlan {
@@ -414,8 +415,8 @@ mod tests {
     fn a_plan_made_with_other_group_mates_is_not_covered_unless_they_applied() {
         use crate::plan::planfile::GroupBinding;
         let grouped = |plan: &mut MemberPlan, mates: &[&str]| {
-            let members: Vec<String> = mates.iter().map(|m| (*m).to_owned()).collect();
-            let own: Vec<(String, crate::model::Digest)> = members
+            let members: Vec<MemberId> = mates.iter().map(|m| (*m).into()).collect();
+            let own: Vec<(MemberId, crate::model::Digest)> = members
                 .iter()
                 .map(|m| (m.clone(), crate::model::Digest::repeated('1')))
                 .collect();
@@ -426,7 +427,7 @@ mod tests {
             });
             plan.plan_digest = plan.compute_digest();
         };
-        let mut approved = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        let mut approved = MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap();
         grouped(&mut approved, &["db@dev", "net@dev"]);
         let set = set_of(approved);
         let inputs = Map::new();
@@ -441,18 +442,18 @@ mod tests {
                 },
             )
         };
-        let mut same = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        let mut same = MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap();
         grouped(&mut same, &["db@dev", "net@dev"]);
         assert_eq!(check(&same, None), Coverage::Covered);
 
-        let mut other = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        let mut other = MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap();
         grouped(&mut other, &["app@dev", "net@dev"]);
         assert_eq!(
             reason(check(&other, None)),
             "net@dev: the approved plan grouped db@dev, net@dev, and the round groups app@dev, net@dev"
         );
 
-        let alone = MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap();
+        let alone = MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap();
         assert_eq!(
             reason(check(&alone, None)),
             "net@dev: the approved plan grouped db@dev, net@dev, and the round plans net@dev without that group"
@@ -464,7 +465,7 @@ mod tests {
             "what is left of the group after db applied is net alone: its plan is compared as any"
         );
 
-        let ungrouped = set_of(MemberPlan::parse("net@dev", APPROVED.as_bytes()).unwrap());
+        let ungrouped = set_of(MemberPlan::parse(&"net@dev".into(), APPROVED.as_bytes()).unwrap());
         assert_eq!(
             reason(coverage(
                 &ungrouped,
@@ -570,7 +571,8 @@ mod tests {
                 &format!(r#""action": "update", "before": {{"cidr": "{cidr}"}}, "after""#),
             )
         };
-        let plan = MemberPlan::parse("net@dev", with_before("10.9.0.0/16").as_bytes()).unwrap();
+        let plan =
+            MemberPlan::parse(&"net@dev".into(), with_before("10.9.0.0/16").as_bytes()).unwrap();
         let set = set_of(plan);
         assert_eq!(
             check_against(&set, &with_before("10.9.0.0/16"), json!({})),
@@ -586,7 +588,7 @@ mod tests {
     fn an_opaque_plan_is_covered_only_by_itself() {
         let approved = |summary: &str| {
             let plan = MemberPlan::parse(
-                "net@dev",
+                &"net@dev".into(),
                 json!({"summary": summary, "outputs": {"unknown": ["v"]}})
                     .to_string()
                     .as_bytes(),
@@ -631,7 +633,7 @@ mod tests {
                 r#"{{"entries": [{{"address": "db", "action": "replace", "after": {{"v": "15"}}, "forced_by": [{forced}]}}]}}"#
             )
         };
-        let plan = MemberPlan::parse("net@dev", replace(r#""v""#).as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&"net@dev".into(), replace(r#""v""#).as_bytes()).unwrap();
         let set = set_of(plan);
         assert_eq!(
             reason(check_against(&set, &replace(r#""v", "zone""#), json!({}))),
@@ -642,7 +644,7 @@ mod tests {
     #[test]
     fn a_member_not_in_the_approved_set_is_not_covered() {
         let set = approved_set(&[], json!({}));
-        let plan = MemberPlan::parse("dns@prod", br#"{"entries": []}"#).unwrap();
+        let plan = MemberPlan::parse(&"dns@prod".into(), br#"{"entries": []}"#).unwrap();
         let r = reason(coverage(
             &set,
             &FreshPlan {
@@ -667,8 +669,10 @@ mod tests {
                 &format!(r#""tags": {{"a": "1"}}, "limit": {n}"#),
             )
         };
-        let approved = MemberPlan::parse("net@dev", big("9007199254740993").as_bytes()).unwrap();
-        let fresh = MemberPlan::parse("net@dev", big("9007199254740992").as_bytes()).unwrap();
+        let approved =
+            MemberPlan::parse(&"net@dev".into(), big("9007199254740993").as_bytes()).unwrap();
+        let fresh =
+            MemberPlan::parse(&"net@dev".into(), big("9007199254740992").as_bytes()).unwrap();
         assert_eq!(approved.plan_digest, fresh.plan_digest);
         let set = set_of(approved);
         assert_eq!(
@@ -688,7 +692,8 @@ mod tests {
         let set = ChangeSet::from_json(&std::fs::read(path).unwrap()).unwrap();
         let stored = set.members[0].plan.as_ref().unwrap();
         let plan_file = json!({"entries": stored.entries, "outputs": stored.outputs});
-        let fresh = MemberPlan::parse("app@prod", plan_file.to_string().as_bytes()).unwrap();
+        let fresh =
+            MemberPlan::parse(&"app@prod".into(), plan_file.to_string().as_bytes()).unwrap();
         assert_ne!(
             fresh.plan_digest, stored.plan_digest,
             "the rules differ here"

@@ -143,7 +143,7 @@ pub(crate) struct ResolvedInput {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberOutcome {
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) component: String,
     pub(crate) stage: String,
     pub(crate) status: MemberStatus,
@@ -473,19 +473,19 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
         let Some(command) = prepared.costs.at(&stage.name) else {
             continue;
         };
-        let members: Vec<String> = prepared
+        let members: Vec<MemberId> = prepared
             .derivation
             .members
             .iter()
             .filter(|m| m.stage() == stage.name)
-            .map(MemberId::to_string)
+            .cloned()
             .collect();
         if members.is_empty() {
             continue;
         }
-        let unplanned: Vec<&String> = members
+        let unplanned: Vec<&MemberId> = members
             .iter()
-            .filter(|m| bench.outcome(m).is_none_or(|o| o.plan.is_none()))
+            .filter(|m| bench.outcome(m.as_str()).is_none_or(|o| o.plan.is_none()))
             .collect();
         costs.push(if unplanned.is_empty() {
             bench
@@ -643,7 +643,7 @@ pub(crate) struct Workbench {
     /// The job's directory: `tree/` (a fresh copy of the commit, no `.git`),
     /// and per member `files/` and `home/`.
     scratch: tempfile::TempDir,
-    outcomes: HashMap<String, MemberOutcome>,
+    outcomes: HashMap<MemberId, MemberOutcome>,
     applied: HashMap<String, Map<String, Value>>,
     /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
     deployed: HashMap<String, Result<Map<String, Value>, String>>,
@@ -1048,7 +1048,7 @@ impl Workbench {
         &self,
         stage: &str,
         command: &CostCommand,
-        members: &[String],
+        members: &[MemberId],
         max_increase: Option<Money>,
     ) -> StageCost {
         match self.price(stage, command, members).await {
@@ -1061,19 +1061,19 @@ impl Workbench {
         &self,
         stage: &str,
         command: &CostCommand,
-        members: &[String],
+        members: &[MemberId],
     ) -> Result<cost::Figures, String> {
         let files = self.own_files("costs", &format!("cost.{stage}"))?;
         let mut listed = Vec::new();
         for member in members {
             let plan_file = format!("{member}.plan.json");
-            let bytes = std::fs::read(self.member_dir(member).join(PLAN_FILE))
+            let bytes = std::fs::read(self.member_dir(member.as_str()).join(PLAN_FILE))
                 .map_err(|e| format!("{member} has no plan file to price: {e}"))?;
             files::write_file(&files.dir, &plan_file, &bytes)
                 .map_err(|e| format!("cannot copy the plan of {member}: {e}"))?;
             let digest = self
                 .outcomes
-                .get(member)
+                .get(member.as_str())
                 .and_then(|o| o.plan.as_ref())
                 .map(|p| p.plan_digest.clone());
             listed.push(serde_json::json!({
@@ -1128,9 +1128,8 @@ impl Workbench {
             }
         }
         let mut calls = Vec::new();
-        let mut grouped: HashMap<String, MemberOutcome> = HashMap::new();
+        let mut grouped: HashMap<MemberId, MemberOutcome> = HashMap::new();
         for id in wave {
-            let member = id.to_string();
             let stage = id.stage();
             let component = self
                 .config
@@ -1138,7 +1137,7 @@ impl Workbench {
                 .expect("derived members name configured components")
                 .clone();
             let mut outcome = MemberOutcome {
-                member: member.clone(),
+                member: id.clone(),
                 component: component.name.clone(),
                 stage: stage.to_owned(),
                 status: MemberStatus::Planned,
@@ -1153,10 +1152,10 @@ impl Workbench {
                 outcome.status = MemberStatus::Blocked;
                 outcome.error = Some(format!("blocked: upstream {root} failed to plan"));
                 outcome.blocked_by = Some(root);
-                self.outcomes.insert(member.clone(), outcome);
+                self.outcomes.insert(id.clone(), outcome);
                 continue;
             }
-            let group = mates_of.get(member.as_str()).copied();
+            let group = mates_of.get(id.as_str()).copied();
             for input in &component.inputs {
                 let upstream = member_name(&input.upstream, stage);
                 let resolved = match group {
@@ -1168,7 +1167,7 @@ impl Workbench {
                 outcome.inputs.insert(input.name.clone(), resolved);
             }
             if group.is_some() {
-                grouped.insert(member.clone(), outcome);
+                grouped.insert(id.clone(), outcome);
                 continue;
             }
             match self.prepare_member(&component, stage, &outcome) {
@@ -1181,7 +1180,7 @@ impl Workbench {
                 Err(e) => {
                     outcome.status = MemberStatus::PlanFailed;
                     outcome.error = Some(e);
-                    self.outcomes.insert(member.clone(), outcome);
+                    self.outcomes.insert(id.clone(), outcome);
                 }
             }
         }
@@ -1264,9 +1263,9 @@ impl Workbench {
     /// The failed member a member's upstreams in this change lead back to, if any.
     fn failed_upstream(&self, component: &Component, stage: &str) -> Option<String> {
         component.depends_on.iter().find_map(|d| {
-            let upstream = self.outcomes.get(&member_name(d, stage))?;
+            let upstream = self.outcomes.get(member_name(d, stage).as_str())?;
             match upstream.status {
-                MemberStatus::PlanFailed => Some(upstream.member.clone()),
+                MemberStatus::PlanFailed => Some(upstream.member.to_string()),
                 MemberStatus::Blocked => upstream.blocked_by.clone(),
                 MemberStatus::Planned => None,
             }
@@ -1300,7 +1299,7 @@ impl Workbench {
                 ),
             };
         }
-        if input.build && self.outcomes.contains_key(&upstream) {
+        if input.build && self.outcomes.contains_key(upstream.as_str()) {
             return resolved(
                 InputSource::Build,
                 None,
@@ -1309,7 +1308,11 @@ impl Workbench {
                 )),
             );
         }
-        if let Some(planned) = self.outcomes.get(&upstream).filter(|o| o.plan.is_some()) {
+        if let Some(planned) = self
+            .outcomes
+            .get(upstream.as_str())
+            .filter(|o| o.plan.is_some())
+        {
             let plan = planned
                 .plan
                 .as_ref()
@@ -1430,7 +1433,7 @@ impl Workbench {
         stage: &str,
         outcome: &MemberOutcome,
     ) -> Result<(CommandSpec, MemberFiles), String> {
-        let files = self.member_files(&outcome.member, "")?;
+        let files = self.member_files(outcome.member.as_str(), "")?;
         let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
         files::write_file(
             &files.dir,
@@ -1616,7 +1619,7 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 }
 
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
-fn read_plan_file(member: &str, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
+fn read_plan_file(member: &MemberId, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
     match files::read_file(&files.dir, PLAN_FILE, MAX_PLAN_FILE_BYTES) {
         Ok(bytes) => MemberPlan::parse(member, &bytes),
         Err(files::FileError::Missing) => Err(PlanFileError::Missing {

@@ -36,7 +36,7 @@ pub(crate) struct Skipped {
     pub(crate) component: String,
     pub(crate) reason: SkipReason,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) member: Option<String>,
+    pub(crate) member: Option<MemberId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) blocked_by: Option<String>,
 }

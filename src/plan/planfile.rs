@@ -15,7 +15,7 @@
 
 use super::path::ValuePath;
 use crate::model::canonical::{CanonicalJson, DigestWriter, NumberForm};
-use crate::model::Digest;
+use crate::model::{Digest, MemberId};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -201,7 +201,7 @@ pub enum PlanFileError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberPlan {
-    pub member: String,
+    pub member: MemberId,
     pub summary: String,
     pub entries: Vec<Entry>,
     pub outputs: Outputs,
@@ -226,7 +226,7 @@ pub struct MemberPlan {
 pub(crate) struct GroupBinding {
     pub(crate) name: String,
     /// Every member planned in the call, sorted.
-    pub(crate) members: Vec<String>,
+    pub(crate) members: Vec<MemberId>,
     /// [`GroupBinding::digest_of`] over the members' own plans.
     pub(crate) digest: Digest,
 }
@@ -234,7 +234,7 @@ pub(crate) struct GroupBinding {
 impl GroupBinding {
     /// The group's digest: its name and each member's plan digest as
     /// planned on its own (`(member, digest)`, sorted by member).
-    pub(crate) fn digest_of(name: &str, members: &[(String, Digest)]) -> Digest {
+    pub(crate) fn digest_of(name: &str, members: &[(MemberId, Digest)]) -> Digest {
         let listed: Vec<serde_json::Value> = members
             .iter()
             .map(|(member, digest)| serde_json::json!({"member": member, "planDigest": digest}))
@@ -248,7 +248,7 @@ impl GroupBinding {
 
 impl MemberPlan {
     /// Reads and validates the plan file a command wrote for `member`.
-    pub fn read(member: &str, path: &Path) -> Result<Self, PlanFileError> {
+    pub fn read(member: &MemberId, path: &Path) -> Result<Self, PlanFileError> {
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.len() > MAX_PLAN_FILE_BYTES {
                 return Err(PlanFileError::Invalid(format!(
@@ -275,7 +275,7 @@ impl MemberPlan {
     }
 
     /// Validates plan-file bytes for `member`.
-    pub fn parse(member: &str, bytes: &[u8]) -> Result<Self, PlanFileError> {
+    pub fn parse(member: &MemberId, bytes: &[u8]) -> Result<Self, PlanFileError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(PlanFileError::Empty);
         }
@@ -292,7 +292,7 @@ impl MemberPlan {
         Self::from_raw(member, raw)
     }
 
-    fn from_raw(member: &str, raw: RawPlanFile<'_>) -> Result<Self, PlanFileError> {
+    fn from_raw(member: &MemberId, raw: RawPlanFile<'_>) -> Result<Self, PlanFileError> {
         // Entries are sorted by address through a list of indices (an entry is
         // large to move), and that order finds a repeated address without a
         // set of copies. A repeat is rare: then the entries are checked again
@@ -379,7 +379,7 @@ impl MemberPlan {
         denied.sort();
         denied.dedup();
         let mut plan = MemberPlan {
-            member: member.to_owned(),
+            member: member.clone(),
             summary: raw.summary,
             entries,
             outputs,
@@ -444,7 +444,7 @@ impl MemberPlan {
             w.raw(",").key("members").strings(&group.members);
             w.raw(",").key("name").string(&group.name).raw("}");
         }
-        w.raw(",").key("member").string(&self.member);
+        w.raw(",").key("member").string(self.member.as_str());
         if self.opaque {
             w.raw(",").key("opaque").raw("true");
         }
@@ -555,7 +555,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(text: &str) -> Result<MemberPlan, PlanFileError> {
-        MemberPlan::parse("app@dev", text.as_bytes())
+        MemberPlan::parse(&"app@dev".into(), text.as_bytes())
     }
 
     /// Found by the plan_file fuzzer (10-minute run): an unknown path made of
@@ -608,7 +608,7 @@ mod tests {
         assert_eq!(parse(swapped).unwrap().plan_digest, a.plan_digest);
         let moved = VALID.replace("10.0.0.0/16", "10.1.0.0/16");
         assert_ne!(parse(&moved).unwrap().plan_digest, a.plan_digest);
-        let other_member = MemberPlan::parse("app@prod", VALID.as_bytes()).unwrap();
+        let other_member = MemberPlan::parse(&"app@prod".into(), VALID.as_bytes()).unwrap();
         assert_ne!(other_member.plan_digest, a.plan_digest);
     }
 
@@ -648,7 +648,7 @@ mod tests {
             let mut grouped = plan.clone();
             let mates = vec![
                 (plan.member.clone(), plan.plan_digest.clone()),
-                ("z@dev".to_owned(), Digest::repeated('1')),
+                ("z@dev".into(), Digest::repeated('1')),
             ];
             grouped.group = Some(GroupBinding {
                 name: "stack".into(),
@@ -844,7 +844,7 @@ mod tests {
             for b in [b'"', b'{', b']', b'0', b'\\', 0xff] {
                 let mut bytes = valid.to_vec();
                 bytes[i] = b;
-                let _ = MemberPlan::parse("app@dev", &bytes);
+                let _ = MemberPlan::parse(&"app@dev".into(), &bytes);
             }
         }
         for odd in [
@@ -859,7 +859,8 @@ mod tests {
 
     #[test]
     fn a_missing_file_says_where_it_was_expected() {
-        let e = MemberPlan::read("app@dev", Path::new("/nonexistent/plan.json")).unwrap_err();
+        let e =
+            MemberPlan::read(&"app@dev".into(), Path::new("/nonexistent/plan.json")).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/plan.json"));
     }
 

@@ -650,7 +650,7 @@ mod tests {
     }
 
     fn plan(name: &str) -> MemberPlan {
-        MemberPlan::parse("x@y", &serde_json::to_vec(&adapt(name)).unwrap()).unwrap()
+        MemberPlan::parse(&"x@y".into(), &serde_json::to_vec(&adapt(name)).unwrap()).unwrap()
     }
 
     #[test]
@@ -673,7 +673,7 @@ mod tests {
             }
             let adapted = adapted.unwrap_or_else(|e| panic!("{name}: {e}"));
             let bytes = serde_json::to_vec(&adapted).unwrap();
-            if let Err(e) = MemberPlan::parse("x@y", &bytes) {
+            if let Err(e) = MemberPlan::parse(&"x@y".into(), &bytes) {
                 panic!("{name}: {e}\n{adapted:#}");
             }
         }
@@ -731,7 +731,7 @@ mod tests {
         let document =
             json!({"format_version": "1.2", "resource_changes": [], "output_changes": {}});
         let plan = MemberPlan::parse(
-            "app@dev",
+            &"app@dev".into(),
             adapt_terraform(document.to_string().as_bytes())
                 .unwrap()
                 .to_string()

@@ -262,7 +262,7 @@ mod tests {
     use super::*;
 
     fn lines(plan_file: &str) -> String {
-        let plan = MemberPlan::parse("web@prod", plan_file.as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&"web@prod".into(), plan_file.as_bytes()).unwrap();
         diff_lines(&plan).join("\n")
     }
 

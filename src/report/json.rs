@@ -93,7 +93,7 @@ fn groups(change: &PlannedChange) -> Vec<JsonGroup<'_>> {
                             .iter()
                             .filter(|(_, i)| i.source == InputSource::Group)
                             .map(move |(name, i)| JsonGroupRead {
-                                member: &o.member,
+                                member: o.member.as_str(),
                                 input: name,
                                 reads: &i.reference,
                                 known: i.value.is_some(),
@@ -192,7 +192,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
         .members
         .iter()
         .map(|m| JsonMember {
-            member: &m.member,
+            member: m.member.as_str(),
             component: &m.component,
             stage: &m.stage,
             status: m.status,

@@ -975,7 +975,7 @@ fn cost_section(change: &PlannedChange, rows: usize) -> String {
         let unpriced: Vec<&str> = change
             .members
             .iter()
-            .filter(|m| m.stage == cost.stage && !cost.members.contains_key(&m.member))
+            .filter(|m| m.stage == cost.stage && !cost.members.contains_key(m.member.as_str()))
             .map(|m| m.member.as_str())
             .collect();
         for member in unpriced {
@@ -1134,7 +1134,7 @@ mod tests {
             "summary": summary,
             "entries": [{"address": "aws_instance.web", "action": "create", "after": {"size": "small"}}],
         });
-        let plan = MemberPlan::parse(member, body.to_string().as_bytes()).unwrap();
+        let plan = MemberPlan::parse(&member.into(), body.to_string().as_bytes()).unwrap();
         let id: MemberId = member.parse().unwrap();
         MemberOutcome {
             member: member.into(),
@@ -1172,7 +1172,7 @@ mod tests {
                 .collect(),
         )
         .unwrap();
-        let ids: Vec<MemberId> = members.iter().map(|m| m.member.parse().unwrap()).collect();
+        let ids: Vec<MemberId> = members.iter().map(|m| m.member.clone()).collect();
         let waves: Vec<Vec<MemberId>> = ids.iter().map(|m| vec![m.clone()]).collect();
         let waves_again = waves.clone();
         PlannedChange {
@@ -1447,7 +1447,7 @@ mod tests {
 
     fn planned_with(member: &str, plan_file: serde_json::Value) -> MemberOutcome {
         let mut m = planned(member, "");
-        m.plan = Some(MemberPlan::parse(member, plan_file.to_string().as_bytes()).unwrap());
+        m.plan = Some(MemberPlan::parse(&member.into(), plan_file.to_string().as_bytes()).unwrap());
         m
     }
 

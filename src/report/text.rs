@@ -1,6 +1,7 @@
 //! The terminal report of `wavegate plan`, written to stderr.
 
 use super::{counts_text, entries, reason_text};
+use crate::model::MemberId;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::engine::{InputSource, PlannedChange};
 use std::fmt::Write as _;
@@ -60,11 +61,16 @@ pub fn render(change: &PlannedChange) -> String {
         let width = change
             .skipped
             .iter()
-            .map(|s| s.member.as_ref().unwrap_or(&s.component).len())
+            .map(|s| {
+                s.member
+                    .as_ref()
+                    .map_or(&s.component[..], MemberId::as_str)
+                    .len()
+            })
             .max()
             .unwrap_or(0);
         for s in &change.skipped {
-            let who = s.member.as_ref().unwrap_or(&s.component);
+            let who = s.member.as_ref().map_or(&s.component[..], MemberId::as_str);
             let _ = writeln!(out, "    {who:width$}  {}", reason_text(s));
         }
     }
@@ -97,7 +103,7 @@ pub fn render(change: &PlannedChange) -> String {
     let width = change
         .members
         .iter()
-        .map(|m| m.member.len())
+        .map(|m| m.member.as_str().len())
         .max()
         .unwrap_or(0);
     for m in &change.members {

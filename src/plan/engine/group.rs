@@ -65,7 +65,7 @@ impl Workbench {
         group: &Group,
         stage: &str,
         members: &[MemberId],
-        waiting: &mut HashMap<String, MemberOutcome>,
+        waiting: &mut HashMap<MemberId, MemberOutcome>,
     ) -> Option<GroupCall> {
         let mut outcomes = Vec::new();
         let mut missing = None;
@@ -133,7 +133,7 @@ impl Workbench {
             let dir = component.dir_in(stage);
             let path = resolve_dir(&root, component, &dir)?;
             let files = MemberFiles {
-                dir: own.dir.join(&outcome.member),
+                dir: own.dir.join(outcome.member.as_str()),
                 home: own.home.clone(),
             };
             std::fs::create_dir_all(&files.dir)
@@ -144,7 +144,7 @@ impl Workbench {
             };
             let carried = self
                 .carried
-                .get(&outcome.member)
+                .get(outcome.member.as_str())
                 .cloned()
                 .unwrap_or_default();
             write(
@@ -158,7 +158,7 @@ impl Workbench {
                 &serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
             )?;
             if kind == CommandKind::Apply {
-                let plan = std::fs::read(self.member_dir(&outcome.member).join(PLAN_FILE))
+                let plan = std::fs::read(self.member_dir(outcome.member.as_str()).join(PLAN_FILE))
                     .map_err(|e| {
                         format!(
                             "{} has no plan file to apply ({e}); it must be planned first",
@@ -271,7 +271,7 @@ impl Workbench {
             plan.group = Some(binding.clone());
             plan.plan_digest = plan.compute_digest();
         }
-        let by_member: HashMap<String, &MemberPlan> =
+        let by_member: HashMap<MemberId, &MemberPlan> =
             plans.iter().map(|p| (p.member.clone(), p)).collect();
         let mut settled = Vec::new();
         for (mut outcome, _) in members {
@@ -283,7 +283,7 @@ impl Workbench {
                     .reference
                     .split_once('.')
                     .map_or("", |(_, output)| output);
-                let Some(mate) = by_member.get(&input.upstream) else {
+                let Some(mate) = by_member.get(input.upstream.as_str()) else {
                     continue;
                 };
                 if let Some(value) = mate.outputs.fully_known(output) {
@@ -305,7 +305,7 @@ impl Workbench {
     /// member's own, where its apply, hooks and pricing read it.
     fn keep_plan_files(&self, members: &[(MemberOutcome, MemberFiles)]) -> Result<(), String> {
         for (outcome, files) in members {
-            let to = self.member_dir(&outcome.member);
+            let to = self.member_dir(outcome.member.as_str());
             std::fs::create_dir_all(&to)
                 .map_err(|e| format!("cannot create {}: {e}", to.display()))?;
             // Read as its plan was: no link the call left is followed.
@@ -328,9 +328,9 @@ impl Workbench {
     /// became of each member, in `members`' order.
     pub(crate) async fn apply_group(
         &self,
-        members: &[String],
+        members: &[MemberId],
         started: Option<tokio::sync::mpsc::UnboundedSender<ProcessId>>,
-    ) -> Vec<(String, ApplyRun)> {
+    ) -> Vec<(MemberId, ApplyRun)> {
         let failed_all = |why: String| {
             members
                 .iter()
@@ -344,7 +344,7 @@ impl Workbench {
                 })
                 .collect()
         };
-        let Some(first) = members.first().and_then(|m| m.parse::<MemberId>().ok()) else {
+        let Some(first) = members.first().cloned() else {
             return failed_all("a group apply of no members".into());
         };
         let stage = first.stage().to_string();
@@ -356,7 +356,7 @@ impl Workbench {
         };
         let mut outcomes = Vec::new();
         for member in members {
-            match self.outcomes.get(member) {
+            match self.outcomes.get(member.as_str()) {
                 Some(outcome) => outcomes.push(outcome.clone()),
                 None => return failed_all(format!("{member} was not planned here")),
             }
@@ -399,7 +399,7 @@ impl Workbench {
 /// plan changes nothing is left out of both, as the set digests leave it
 /// out: its moving does not move its mates' digests.
 fn binding_of(name: &str, plans: &[MemberPlan], over: DigestOver) -> GroupBinding {
-    let own: Vec<(String, Digest)> = plans
+    let own: Vec<(MemberId, Digest)> = plans
         .iter()
         .filter(|p| over.is_all() || !p.is_empty())
         .map(|p| (p.member.clone(), p.plan_digest.clone()))
@@ -451,7 +451,7 @@ mod tests {
     use super::*;
 
     fn plan(member: &str, text: &str) -> MemberPlan {
-        MemberPlan::parse(member, text.as_bytes()).unwrap()
+        MemberPlan::parse(&member.into(), text.as_bytes()).unwrap()
     }
 
     #[test]

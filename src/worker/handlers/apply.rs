@@ -354,7 +354,7 @@ impl JobCtx<'_> {
             .approved
             .members
             .iter()
-            .map(|m| m.member.clone())
+            .map(|m| m.member.to_string())
             .collect();
         if step == Step::Continue {
             self.refresh_approvals(&mut drive).await?;

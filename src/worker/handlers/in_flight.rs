@@ -9,6 +9,7 @@
 //! command's output read and its timeout timed, and keeps the ends that
 //! come for later.
 
+use crate::model::MemberId;
 use crate::plan::engine::{ApplyRun, Workbench};
 use crate::sandbox::process::ProcessId;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -76,7 +77,7 @@ impl<'b> InFlight<'b> {
 
     /// Starts the apply call of a group's `members` beside the others; its
     /// start is told for each of them, and so is its end.
-    pub(super) fn start_group(&mut self, members: Vec<String>) {
+    pub(super) fn start_group(&mut self, members: Vec<MemberId>) {
         let bench = self.bench;
         let tell = self.tell_started.clone();
         self.running.push(Box::pin(async move {
@@ -88,10 +89,12 @@ impl<'b> InFlight<'b> {
                     biased;
                     Some(process) = started_process.recv() => {
                         for member in &members {
-                            let _ = tell.send((member.clone(), process.clone()));
+                            let _ = tell.send((member.to_string(), process.clone()));
                         }
                     }
-                    runs = &mut command => break runs,
+                    runs = &mut command => {
+                        break runs.into_iter().map(|(member, run)| (member.to_string(), run)).collect();
+                    }
                 }
             }
         }));

@@ -507,7 +507,8 @@ fn adapt_terraform_turns_show_json_into_a_plan_file_and_refuses_an_errored_plan(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let plan = wavegate::plan::planfile::MemberPlan::parse("app@dev", &out.stdout).unwrap();
+    let member: wavegate::model::MemberId = "app@dev".parse().unwrap();
+    let plan = wavegate::plan::planfile::MemberPlan::parse(&member, &out.stdout).unwrap();
     assert!(plan.destructive);
     assert_eq!(plan.counts().replace, 1);
     let out = adapt("plan-error.json");
