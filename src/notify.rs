@@ -9,7 +9,7 @@ use crate::apply::run::News;
 use crate::apply::{AttemptRecord, Wait};
 use crate::config::repo::NotifyEvent;
 use crate::forge::RepoRef;
-use crate::model::{CommitSha, Digest, ForgeKind, GateId, PrNumber};
+use crate::model::{CommitSha, Digest, ForgeKind, GateId, MemberId, PrNumber};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -99,9 +99,10 @@ pub(crate) fn notice(
 ) -> Notice {
     let record = ctx.record;
     let members = match wait {
-        Some(wait) => record
-            .members_of_wait(wait)
-            .unwrap_or_else(|| every_member(record)),
+        Some(wait) => record.members_of_wait(wait).map_or_else(
+            || every_member(record),
+            |members| members.iter().map(MemberId::to_string).collect(),
+        ),
         None if event == NotifyEvent::Failed => {
             crate::apply::run::failed(record).into_iter().collect()
         }
@@ -337,7 +338,7 @@ mod tests {
     fn a_failure_said_again_is_the_same_delivery_and_another_failure_is_not() {
         let mut record = AttemptRecord::default();
         record.set(
-            "app@prod",
+            &"app@prod".into(),
             MemberState::Failed {
                 error: "quota".into(),
             },

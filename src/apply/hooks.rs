@@ -11,7 +11,7 @@ use super::machine::Step;
 use super::{AttemptRecord, MemberState, Wait};
 use crate::config::hooks::{Hook, Moment, OnFailure};
 use crate::model::canonical::digest_value;
-use crate::model::{Digest, GateId, PrNumber};
+use crate::model::{Digest, GateId, MemberId, PrNumber};
 use crate::plan::tail::OutputTail;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -24,7 +24,7 @@ pub(crate) const HOLD_EXIT: i32 = 3;
 /// approved one while nothing was planned yet in the job).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct HookMember {
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) plan_digest: Option<Digest>,
 }
 
@@ -35,7 +35,7 @@ pub(crate) struct HookCall {
     pub(crate) moment: Moment,
     pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) member: Option<String>,
+    pub(crate) member: Option<MemberId>,
 }
 
 impl HookCall {
@@ -51,13 +51,21 @@ impl HookCall {
 }
 
 /// What a hook asked to be held on (`WAVEGATE_HOLD`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HoldRequest {
     pub(crate) gate: String,
     pub(crate) digest: Digest,
+    pub(crate) members: Vec<MemberId>,
+}
+
+/// A hold file as written, before its members are read as members.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HoldFile {
+    gate: String,
+    digest: Digest,
     #[serde(default)]
-    pub(crate) members: Vec<String>,
+    members: Vec<String>,
 }
 
 /// How one call of a hook's command ended.
@@ -162,17 +170,24 @@ pub(crate) fn judge(
 
 /// Reads a hold file's text.
 pub(crate) fn read_hold(text: &str) -> Result<HoldRequest, String> {
-    let request: HoldRequest =
-        serde_json::from_str(text).map_err(|e| format!("does not read: {e}"))?;
-    crate::config::hooks::check_hook_name(&request.gate).map_err(|e| {
+    let file: HoldFile = serde_json::from_str(text).map_err(|e| format!("does not read: {e}"))?;
+    crate::config::hooks::check_hook_name(&file.gate).map_err(|e| {
         format!("names a gate wavegate cannot use: {e} (lowercase letters, digits and `-`)")
     })?;
-    for member in &request.members {
-        member
-            .parse::<crate::model::MemberId>()
-            .map_err(|e| format!("lists `{member}`, which is not a member: {e}"))?;
-    }
-    Ok(request)
+    let members = file
+        .members
+        .iter()
+        .map(|member| {
+            member
+                .parse::<MemberId>()
+                .map_err(|e| format!("lists `{member}`, which is not a member: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(HoldRequest {
+        gate: file.gate,
+        digest: file.digest,
+        members,
+    })
 }
 
 /// What became of one call, as the record and the report keep it.
@@ -260,11 +275,11 @@ pub(crate) fn earlier_hold(record: &AttemptRecord, call: &HookCall) -> Option<(G
 pub(crate) fn settle(
     record: &mut AttemptRecord,
     moment: Moment,
-    members: &[String],
+    members: &[MemberId],
     result: HooksResult,
     gate_step: Step,
 ) -> Option<Step> {
-    let open: Vec<&String> = members
+    let open: Vec<&MemberId> = members
         .iter()
         .filter(|m| {
             let state = record.state(m);
@@ -487,7 +502,7 @@ mod tests {
     fn record_with(members: &[(&str, MemberState)]) -> AttemptRecord {
         let mut record = AttemptRecord::default();
         for (m, s) in members {
-            record.set(m, s.clone());
+            record.set(&(*m).into(), s.clone());
         }
         record
     }
@@ -502,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_failure_before_the_apply_fails_the_members_not_yet_applied_and_stops_the_stage() {
-        let members = ["app@prod".to_owned(), "dns@prod".to_owned()];
+        let members: [MemberId; 2] = ["app@prod".into(), "dns@prod".into()];
         for moment in [Moment::BeforePlan, Moment::AfterPlan, Moment::BeforeApply] {
             let mut record = record_with(&[("app@prod", applied())]);
             let step = settle(
@@ -537,13 +552,13 @@ mod tests {
 
     #[test]
     fn a_failing_after_gate_hook_stops_a_stage_that_would_go_on_and_leaves_a_waiting_one_waiting() {
-        let members = ["app@prod".to_owned()];
+        let members: [MemberId; 1] = ["app@prod".into()];
         let failed = || HooksResult::Failed("the after.gate hook failed".into());
         let mut record = AttemptRecord::default();
         let waiting = MemberState::Waiting {
             reason: "stage prod waits".into(),
         };
-        record.set("app@prod", waiting.clone());
+        record.set(&"app@prod".into(), waiting.clone());
         let step = settle(
             &mut record,
             Moment::AfterGate,
@@ -571,7 +586,7 @@ mod tests {
 
     #[test]
     fn a_failing_after_apply_hook_fails_the_run_and_retry_forgets_it() {
-        let members = ["app@prod".to_owned()];
+        let members: [MemberId; 1] = ["app@prod".into()];
         let mut record = record_with(&[("app@prod", applied())]);
         let why = "the after.apply hook `smoke` failed".to_owned();
         let step = settle(
@@ -591,7 +606,7 @@ mod tests {
                 printed: None,
             },
         );
-        let all: BTreeSet<String> = members.iter().cloned().collect();
+        let all: BTreeSet<MemberId> = members.iter().cloned().collect();
         assert_eq!(
             super::super::settled_status(&record, &all),
             super::super::RunStatus::Failed
@@ -605,7 +620,7 @@ mod tests {
 
     #[test]
     fn a_hook_that_waits_makes_its_members_wait_on_its_gate_and_an_earlier_hold_is_found_again() {
-        let members = ["app@prod".to_owned()];
+        let members: [MemberId; 1] = ["app@prod".into()];
         let gate = GateId::Hook(PrNumber(7), "split-queues".into());
         let wait = Wait::Hook {
             stage: "prod".into(),

@@ -48,9 +48,9 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) pr: PrNumber,
     pub(crate) stage: &'a str,
     /// The wave's members, in order.
-    pub(crate) members: &'a [String],
+    pub(crate) members: &'a [MemberId],
     /// Each member's upstreams in this stage, on the merge commit.
-    pub(crate) upstreams: BTreeMap<String, Vec<String>>,
+    pub(crate) upstreams: BTreeMap<MemberId, Vec<MemberId>>,
     /// The pull request's approved change set.
     pub(crate) approved: &'a ChangeSet,
     /// The stage's gate, as the base sets it.
@@ -62,7 +62,7 @@ pub(crate) struct WaveSpec<'a> {
     /// This server's process, written into each attempt.
     pub(crate) server: Option<ProcessId>,
     /// The longest each member's apply command may live.
-    pub(crate) lifetimes: BTreeMap<String, Duration>,
+    pub(crate) lifetimes: BTreeMap<MemberId, Duration>,
     /// How soon a held member is tried again the first time.
     pub(crate) held_retry: Duration,
     /// At most this many apply commands run at once (`apply_concurrency`,
@@ -87,11 +87,11 @@ pub(crate) enum Observation {
     /// `applying` by a command started on this host, whether its process
     /// (before that was known, the server that started it) is still there.
     Locked {
-        alive: BTreeMap<String, bool>,
+        alive: BTreeMap<MemberId, bool>,
         now: i64,
     },
     /// [`Effect::Lock`] found `member` locked by the run of pull request `pr`.
-    LockHeld { member: String, pr: u64 },
+    LockHeld { member: MemberId, pr: u64 },
     /// [`Effect::Plan`]'s members, planned on the merge commit, with every
     /// fact of the run's override gate as the ledger holds it now.
     Planned {
@@ -100,11 +100,14 @@ pub(crate) enum Observation {
         now: i64,
     },
     /// `member`'s apply command ([`Effect::Apply`]) started as `process`.
-    Started { member: String, process: ProcessId },
+    Started {
+        member: MemberId,
+        process: ProcessId,
+    },
     /// `member`'s apply command ended, having printed `printed` and carried
     /// `carry` (`{"carry": …}` in its outputs file).
     Ended {
-        member: String,
+        member: MemberId,
         outcome: ApplyOutcome,
         printed: Option<OutputTail>,
         carry: Option<Map<String, Value>>,
@@ -132,20 +135,20 @@ pub(crate) enum Effect {
     /// Show the run in the pull request's report and the merge commit's check (saves too).
     Publish,
     /// Lock these members for the run: answered `Locked` or `LockHeld`.
-    Lock(Vec<String>),
+    Lock(Vec<MemberId>),
     /// Plan these members on the merge commit: answered `Planned`.
-    Plan(Vec<String>),
+    Plan(Vec<MemberId>),
     /// Start the member's apply command: `Started`, then `Ended`, come later.
-    Apply(String),
+    Apply(MemberId),
     /// Start the apply call of a group's members (mates of one stage): a
     /// `Started` for each, then an `Ended` for each, come later.
     ApplyGroup(Vec<MemberId>),
     /// Plan the member again after its apply asked to: answered `Replanned`.
-    Replan(String),
+    Replan(MemberId),
     /// Run the stage's hooks at `moment` for these members: answered `Hooked`.
     Hooks {
         moment: Moment,
-        members: Vec<String>,
+        members: Vec<MemberId>,
     },
     /// Plan these waves' members on the merge commit, wave by wave, to show a
     /// stage's set at its gate: answered `StageObservation::Previewed`.
@@ -162,21 +165,21 @@ pub(crate) enum Effect {
     },
     /// Record the member's outputs as the deployed estate's.
     RecordDeployed {
-        member: String,
+        member: MemberId,
         outputs: Map<String, Value>,
     },
     /// Later plans in this job read these outputs of the member.
     ReadOutputs {
-        member: String,
+        member: MemberId,
         outputs: Map<String, Value>,
     },
     /// The member's later commands in this job get this in `{carry_file}`.
     Carry {
-        member: String,
+        member: MemberId,
         carry: Map<String, Value>,
     },
     /// Append a `spent` fact: the override of `digest` lets nothing through again.
-    SpendOverride { member: String, digest: Digest },
+    SpendOverride { member: MemberId, digest: Digest },
     /// Queue a job of this run for `at` (unix ms).
     ResumeAt(i64),
     /// Let go of the run's member locks (and resume the runs queued behind them).
@@ -186,7 +189,7 @@ pub(crate) enum Effect {
     /// Append a `spent` fact: the approval of `digest` at `gate` lets nothing through again.
     SpendApproval { gate: GateId, digest: Digest },
     /// Queue a job of this run now if `member`'s lock is free (or its own).
-    ResumeIfUnlocked(String),
+    ResumeIfUnlocked(MemberId),
     /// Tell the pull request.
     Say(News),
     /// The wave is over for this job.
@@ -209,19 +212,19 @@ struct Current {
 pub(crate) struct WaveMachine<'a> {
     spec: WaveSpec<'a>,
     /// The members that go on in this job (asked to be locked).
-    pending: Vec<String>,
+    pending: Vec<MemberId>,
     locked: bool,
     /// Covered, allowed and not yet applied, in order.
     queue: VecDeque<MemberOutcome>,
     /// The members whose apply commands run now (at most `concurrency`
     /// commands).
-    running: BTreeMap<String, Current>,
+    running: BTreeMap<MemberId, Current>,
     /// Of `running`, those applied by a group's call, with the call's first member.
-    in_group_call: BTreeMap<String, String>,
+    in_group_call: BTreeMap<MemberId, MemberId>,
     /// Members whose apply asked to plan again. Each is planned again once
     /// no apply runs, and nothing new starts before: a re-plan that is not
     /// covered stops the wave as it would one member at a time.
-    replans: VecDeque<String>,
+    replans: VecDeque<MemberId>,
     /// The moment whose hooks were asked to run, until they answer.
     hooking: Option<Moment>,
     /// Whether the `after.apply` hooks ran (once per wave and job).
@@ -372,10 +375,10 @@ impl<'a> WaveMachine<'a> {
     fn earlier_apply(
         &self,
         record: &mut AttemptRecord,
-        alive: &BTreeMap<String, bool>,
+        alive: &BTreeMap<MemberId, bool>,
         now: i64,
     ) -> Option<i64> {
-        let mut first: Option<(String, i64)> = None;
+        let mut first: Option<(MemberId, i64)> = None;
         for member in &self.pending {
             let MemberState::Applying { attempt, .. } = record.state(member) else {
                 continue;
@@ -414,7 +417,7 @@ impl<'a> WaveMachine<'a> {
             let Some(plan) = &outcome.plan else {
                 let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Failed {
                         error: format!("planning on the merge commit failed: {error}"),
                     },
@@ -426,7 +429,7 @@ impl<'a> WaveMachine<'a> {
                     let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
                     applied(
                         record,
-                        outcome.member.as_str(),
+                        &outcome.member,
                         &digest,
                         outputs,
                         Some(FINISHED_BEFORE),
@@ -455,7 +458,7 @@ impl<'a> WaveMachine<'a> {
             self.open_round(record, &uncovered, Vec::new())?;
             for (outcome, reason) in &uncovered {
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Waiting {
                         reason: format!("not covered: {reason}"),
                     },
@@ -463,7 +466,7 @@ impl<'a> WaveMachine<'a> {
             }
             for outcome in &ready {
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Waiting {
                         reason: "its wave waits for the plans that moved".into(),
                     },
@@ -481,7 +484,7 @@ impl<'a> WaveMachine<'a> {
             self.stop_and(effects, None);
             return Ok(());
         }
-        let members: Vec<String> = ready.iter().map(|o| o.member.to_string()).collect();
+        let members: Vec<MemberId> = ready.iter().map(|o| o.member.clone()).collect();
         self.queue = ready.into();
         if self.spec.before_apply_hooks && !members.is_empty() {
             self.hooking = Some(Moment::BeforeApply);
@@ -507,9 +510,9 @@ impl<'a> WaveMachine<'a> {
         let Some(moment) = self.hooking.take() else {
             return;
         };
-        let members: Vec<String> = match moment {
+        let members: Vec<MemberId> = match moment {
             Moment::AfterApply => self.after_apply_due(record),
-            _ => self.queue.iter().map(|o| o.member.to_string()).collect(),
+            _ => self.queue.iter().map(|o| o.member.clone()).collect(),
         };
         match hooks::settle(record, moment, &members, result, Step::Continue) {
             Some(_) => {
@@ -530,7 +533,7 @@ impl<'a> WaveMachine<'a> {
 
     /// The wave's members that applied and whose `after.apply` hooks have
     /// not passed yet (in an earlier job too: a crash, a stop, a failure).
-    fn after_apply_due(&self, record: &AttemptRecord) -> Vec<String> {
+    fn after_apply_due(&self, record: &AttemptRecord) -> Vec<MemberId> {
         self.spec
             .members
             .iter()
@@ -586,15 +589,11 @@ impl<'a> WaveMachine<'a> {
                 .collect();
             match members.len() {
                 0 => {}
-                1 if !grouped => started.extend(
-                    members
-                        .into_iter()
-                        .map(|member| Effect::Apply(member.to_string())),
-                ),
+                1 if !grouped => started.extend(members.into_iter().map(Effect::Apply)),
                 _ => {
                     for member in &members {
                         self.in_group_call
-                            .insert(member.to_string(), members[0].to_string());
+                            .insert(member.clone(), members[0].clone());
                     }
                     started.push(Effect::ApplyGroup(members));
                 }
@@ -616,7 +615,7 @@ impl<'a> WaveMachine<'a> {
 
     /// How many apply commands run: a group's call counts once.
     fn commands_running(&self) -> usize {
-        let calls: std::collections::BTreeSet<&String> = self.in_group_call.values().collect();
+        let calls: std::collections::BTreeSet<&MemberId> = self.in_group_call.values().collect();
         self.running.len() - self.in_group_call.len() + calls.len()
     }
 
@@ -645,8 +644,7 @@ impl<'a> WaveMachine<'a> {
         effects: &mut Vec<Effect>,
     ) -> Option<MemberId> {
         let plan = outcome.plan.as_ref().expect("only planned members apply");
-        let id = outcome.member.clone();
-        let member = id.to_string();
+        let member = outcome.member.clone();
         if plan.is_empty() {
             let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
             applied(
@@ -683,8 +681,8 @@ impl<'a> WaveMachine<'a> {
             held_before,
         };
         record.set(&member, applying(&current));
-        self.running.insert(member, current);
-        Some(id)
+        self.running.insert(member.clone(), current);
+        Some(member)
     }
 
     /// What became of a member's apply command. Whatever it was, the
@@ -692,7 +690,7 @@ impl<'a> WaveMachine<'a> {
     fn ended(
         &mut self,
         record: &mut AttemptRecord,
-        member: &str,
+        member: &MemberId,
         outcome: ApplyOutcome,
         now: i64,
         effects: &mut Vec<Effect>,
@@ -701,7 +699,7 @@ impl<'a> WaveMachine<'a> {
             return;
         };
         self.in_group_call.remove(member);
-        let member = current.outcome.member.to_string();
+        let member = current.outcome.member.clone();
         let digest = current.plan_digest.clone();
         let state = match outcome {
             ApplyOutcome::Applied(outputs) => {
@@ -771,7 +769,7 @@ impl<'a> WaveMachine<'a> {
     ) -> Result<(), ChangeSetError> {
         if outcome.plan.is_none() {
             record.set(
-                outcome.member.as_str(),
+                &outcome.member,
                 MemberState::Failed {
                     error: format!(
                         "planning again after `replan` failed: {}",
@@ -784,7 +782,7 @@ impl<'a> WaveMachine<'a> {
             return Ok(());
         }
         if let Coverage::NotCovered(reason) = self.coverage(record, &outcome) {
-            let member = outcome.member.to_string();
+            let member = outcome.member.clone();
             self.open_round(record, &[(outcome, reason.clone())], Vec::new())?;
             record.set(
                 &member,
@@ -834,7 +832,7 @@ impl<'a> WaveMachine<'a> {
             return Coverage::Covered;
         }
         let inputs = outcome.known_inputs();
-        let applied: std::collections::BTreeSet<String> = record
+        let applied: std::collections::BTreeSet<MemberId> = record
             .members
             .iter()
             .filter(|(_, s)| s.is_applied())
@@ -911,11 +909,11 @@ impl<'a> WaveMachine<'a> {
             {
                 record
                     .overrides
-                    .insert(outcome.member.to_string(), plan.plan_digest.clone());
+                    .insert(outcome.member.clone(), plan.plan_digest.clone());
                 continue;
             }
             denials.push(Denial {
-                member: outcome.member.to_string(),
+                member: outcome.member.clone(),
                 digest: plan.plan_digest.clone(),
                 rules: plan.denied.clone(),
             });
@@ -926,7 +924,7 @@ impl<'a> WaveMachine<'a> {
         let named: Vec<&str> = denials.iter().map(|d| d.member.as_str()).collect();
         for o in ready {
             record.set(
-                o.member.as_str(),
+                &o.member,
                 MemberState::Waiting {
                     reason: format!("the policy denied the plan of {}", named.join(", ")),
                 },
@@ -962,7 +960,7 @@ fn applying(current: &Current) -> MemberState {
 /// the override that let it through is spent.
 fn applied(
     record: &mut AttemptRecord,
-    member: &str,
+    member: &MemberId,
     plan_digest: &Digest,
     outputs: Map<String, Value>,
     note: Option<&str>,
@@ -970,7 +968,7 @@ fn applied(
 ) {
     if note.is_none() || !outputs.is_empty() {
         effects.push(Effect::RecordDeployed {
-            member: member.to_owned(),
+            member: member.clone(),
             outputs: outputs.clone(),
         });
     }
@@ -984,12 +982,12 @@ fn applied(
     );
     effects.push(Effect::Save);
     effects.push(Effect::ReadOutputs {
-        member: member.to_owned(),
+        member: member.clone(),
         outputs,
     });
     if let Some(digest) = record.overrides.get(member) {
         effects.push(Effect::SpendOverride {
-            member: member.to_owned(),
+            member: member.clone(),
             digest: digest.clone(),
         });
     }
@@ -1026,9 +1024,9 @@ mod tests {
     /// approved change set is `approved` (approved by erin), applied one
     /// member at a time unless a test sets `concurrency`.
     struct Harness {
-        members: Vec<String>,
+        members: Vec<MemberId>,
         approved: ChangeSet,
-        upstreams: BTreeMap<String, Vec<String>>,
+        upstreams: BTreeMap<MemberId, Vec<MemberId>>,
         gate: GatePolicy,
         digest_over: DigestOver,
         concurrency: usize,
@@ -1046,7 +1044,7 @@ mod tests {
                 ..AttemptRecord::default()
             };
             Harness {
-                members: members.iter().map(|m| (*m).to_owned()).collect(),
+                members: members.iter().map(|m| (*m).into()).collect(),
                 approved: set_of(approved),
                 upstreams: BTreeMap::new(),
                 gate: GatePolicy::Always,
@@ -1099,7 +1097,7 @@ mod tests {
         plans: &[&MemberPlan],
         overrides: Vec<Fact>,
     ) -> Vec<Effect> {
-        let members: Vec<String> = plans.iter().map(|p| p.member.to_string()).collect();
+        let members: Vec<MemberId> = plans.iter().map(|p| p.member.clone()).collect();
         assert_eq!(
             step(machine, record, Observation::Reached { now: NOW }),
             [Effect::Lock(members.clone())]
@@ -1145,7 +1143,7 @@ mod tests {
         h.hooks = (true, true);
         let mut record = h.record.clone();
         let mut machine = h.machine();
-        let wave = vec!["network@dev".to_owned()];
+        let wave: Vec<MemberId> = vec!["network@dev".into()];
         assert_eq!(
             to_planned(&mut machine, &mut record, &[&net], vec![]),
             [Effect::Hooks {
@@ -1202,7 +1200,7 @@ mod tests {
         h.hooks = (false, true);
         let mut record = h.record.clone();
         record.set(
-            "network@dev",
+            &"network@dev".into(),
             MemberState::Applied {
                 plan_digest: net.plan_digest.clone(),
                 outputs: outputs(&[]),
@@ -1212,7 +1210,7 @@ mod tests {
         // It applied, and the job ended (a crash, a failing hook) before its hooks passed.
         record.after_apply_due.insert("network@dev".into());
         let mut machine = h.machine();
-        let wave = vec!["network@dev".to_owned()];
+        let wave: Vec<MemberId> = vec!["network@dev".into()];
         let hooks = Effect::Hooks {
             moment: Moment::AfterApply,
             members: wave,
@@ -1387,7 +1385,7 @@ mod tests {
     /// `member` planned and applied once more, printing and carrying nothing.
     fn apply_again_silently(h: &Harness, record: &mut AttemptRecord, member: &MemberPlan) {
         let mut machine = h.machine();
-        record.set(member.member.as_str(), MemberState::NotStarted);
+        record.set(&member.member, MemberState::NotStarted);
         to_planned(&mut machine, record, &[member], vec![]);
         step(
             &mut machine,
@@ -1516,7 +1514,7 @@ mod tests {
         let mut record = h.record.clone();
         // Caught applying by a server that stopped, its deadline long past.
         record.set(
-            "dns@dev",
+            &"dns@dev".into(),
             MemberState::Applying {
                 plan_digest: Digest::repeated('0'),
                 attempt: Some(CommandAttempt {
@@ -1552,13 +1550,13 @@ mod tests {
             }),
         };
         let locked = |alive: &[(&str, bool)]| Observation::Locked {
-            alive: alive.iter().map(|(m, a)| ((*m).to_owned(), *a)).collect(),
+            alive: alive.iter().map(|(m, a)| ((*m).into(), *a)).collect(),
             now: NOW,
         };
 
         // Started on another host: only its deadline tells.
         let mut record = h.record.clone();
-        record.set("network@dev", caught("host-b", None));
+        record.set(&"network@dev".into(), caught("host-b", None));
         let mut machine = h.machine();
         step(&mut machine, &mut record, Observation::Reached { now: NOW });
         assert_eq!(
@@ -1581,7 +1579,7 @@ mod tests {
         // Started here, and its process is gone: planned again at once.
         let mut record = h.record.clone();
         let process = ProcessId { pid: 5, start: 1 };
-        record.set("network@dev", caught(HOST, Some(process)));
+        record.set(&"network@dev".into(), caught(HOST, Some(process)));
         let mut machine = h.machine();
         step(&mut machine, &mut record, Observation::Reached { now: NOW });
         assert_eq!(
@@ -1900,8 +1898,8 @@ mod tests {
         // The next wave: app depends on network (failed), web on dns (stood down).
         let mut next = Harness::new(&["app@dev", "web@dev"], &[]);
         next.upstreams = BTreeMap::from([
-            ("app@dev".to_owned(), vec!["network@dev".to_owned()]),
-            ("web@dev".to_owned(), vec!["dns@dev".to_owned()]),
+            ("app@dev".into(), vec!["network@dev".into()]),
+            ("web@dev".into(), vec!["dns@dev".into()]),
         ]);
         let mut machine = next.machine();
         assert_eq!(
@@ -2276,7 +2274,7 @@ dir = "c"
         // A server killed with a and b applying here; c had not started.
         for (member, pid) in [("a@dev", 11), ("b@dev", 12)] {
             record.set(
-                member,
+                &member.into(),
                 MemberState::Applying {
                     plan_digest: plans[0].plan_digest.clone(),
                     attempt: Some(CommandAttempt {
@@ -2295,7 +2293,7 @@ dir = "c"
             alive: BTreeMap::from([("a@dev".into(), false), ("b@dev".into(), false)]),
             now: NOW,
         };
-        let members: Vec<String> = ["a@dev", "b@dev", "c@dev"].map(String::from).to_vec();
+        let members: Vec<MemberId> = ["a@dev", "b@dev", "c@dev"].map(MemberId::from).to_vec();
         assert_eq!(
             step(&mut machine, &mut record, gone),
             [Effect::Publish, Effect::Plan(members)]

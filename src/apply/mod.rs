@@ -48,7 +48,7 @@ pub(crate) enum MemberState {
         error: String,
     },
     Blocked {
-        by: String,
+        by: MemberId,
     },
     /// Its wave stopped before applying (a gate, a lock, a denial).
     Waiting {
@@ -248,7 +248,7 @@ pub(crate) enum Wait {
     /// A plan the policy denied, until an overrider lets it through; `also`
     /// lists the other denied plans of the same wave (one wait for all).
     Override {
-        member: String,
+        member: MemberId,
         gate: GateId,
         digest: Digest,
         rules: Vec<String>,
@@ -256,17 +256,17 @@ pub(crate) enum Wait {
         also: Vec<Denial>,
     },
     /// Another run is applying some of this wave's members.
-    Lock { member: String, pr: u64 },
+    Lock { member: MemberId, pr: u64 },
     /// Another run or tool holds `member`'s target (its apply said `held`);
     /// tried again at `until` (ms).
     Holder {
-        member: String,
+        member: MemberId,
         holder: String,
         until: i64,
     },
     /// An apply of `member` whose server stopped may still be running; the
     /// run looks again at `until` (ms) and never applies it twice.
-    EarlierAttempt { member: String, until: i64 },
+    EarlierAttempt { member: MemberId, until: i64 },
     /// A hook of `stage` waits at `gate` for an approval of `digest`: its
     /// own failure's, or (`hold`) the gate it asked to hold the stage on.
     Hook {
@@ -276,7 +276,7 @@ pub(crate) enum Wait {
         gate: GateId,
         digest: Digest,
         #[serde(default)]
-        members: Vec<String>,
+        members: Vec<MemberId>,
         #[serde(default)]
         hold: bool,
     },
@@ -285,7 +285,7 @@ pub(crate) enum Wait {
 /// One plan the policy denied: which member, its plan digest, the rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Denial {
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) digest: Digest,
     pub(crate) rules: Vec<String>,
 }
@@ -408,13 +408,13 @@ impl Round {
 pub(crate) struct AttemptRecord {
     /// Who approved the pull request's digest; empty until someone did.
     pub(crate) pr_approved_by: Vec<String>,
-    pub(crate) members: BTreeMap<String, MemberState>,
+    pub(crate) members: BTreeMap<MemberId, MemberState>,
     pub(crate) stages: BTreeMap<String, StageGate>,
     pub(crate) rounds: Vec<Round>,
     /// Overrides that counted, by member: the plan digest they let through.
-    pub(crate) overrides: BTreeMap<String, Digest>,
+    pub(crate) overrides: BTreeMap<MemberId, Digest>,
     /// How many times in a row each member's apply asked to plan again.
-    pub(crate) replans: BTreeMap<String, u32>,
+    pub(crate) replans: BTreeMap<MemberId, u32>,
     pub(crate) wait: Option<Wait>,
     /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
     pub(crate) wait_posted_at: i64,
@@ -431,11 +431,11 @@ pub(crate) struct AttemptRecord {
     pub(crate) lapsed: Vec<Lapsed>,
     /// The end of what each member's latest apply command printed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) printed: BTreeMap<String, OutputTail>,
+    pub(crate) printed: BTreeMap<MemberId, OutputTail>,
     /// What each member's applies carried (`{"carry": …}`), for its later
     /// commands' `{carry_file}`: kept across crashes and `/retry`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) carried: BTreeMap<String, Map<String, Value>>,
+    pub(crate) carried: BTreeMap<MemberId, Map<String, Value>>,
     /// How often `/retry` started the run over: news after a retry is news
     /// again (its notifications are keyed by it).
     #[serde(skip_serializing_if = "is_zero")]
@@ -446,7 +446,7 @@ pub(crate) struct AttemptRecord {
     /// Members that applied and whose stage's `after.apply` hooks have not
     /// passed for them yet: the wave is not done until they do.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
-    pub(crate) after_apply_due: BTreeSet<String>,
+    pub(crate) after_apply_due: BTreeSet<MemberId>,
     /// Each priced stage's cost that let it through (approved and allowed
     /// or overridden), by stage: it is not priced again in the run, where
     /// later jobs see only what is left of the stage.
@@ -471,8 +471,8 @@ impl AttemptRecord {
     /// set, a round's, the denied plans, the member held or caught
     /// applying or queued; `None` for the pull request's own approval,
     /// whose set the caller has.
-    pub(crate) fn members_of_wait(&self, wait: &Wait) -> Option<Vec<String>> {
-        let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.to_string()).collect();
+    pub(crate) fn members_of_wait(&self, wait: &Wait) -> Option<Vec<MemberId>> {
+        let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
         Some(match wait {
             Wait::PrApproval { .. } => return None,
             Wait::Stage { stage, .. } => self
@@ -502,19 +502,20 @@ impl AttemptRecord {
             .collect()
     }
 
-    pub(crate) fn state(&self, member: &str) -> MemberState {
+    /// A member's state, by its name or its id.
+    pub(crate) fn state(&self, member: impl AsRef<str>) -> MemberState {
         self.members
-            .get(member)
+            .get(member.as_ref())
             .cloned()
             .unwrap_or(MemberState::NotStarted)
     }
 
-    pub(crate) fn set(&mut self, member: &str, state: MemberState) {
-        self.members.insert(member.to_owned(), state);
+    pub(crate) fn set(&mut self, member: &MemberId, state: MemberState) {
+        self.members.insert(member.clone(), state);
     }
 
     /// The outputs every applied member left, for its downstreams to read.
-    pub(crate) fn applied_outputs(&self) -> impl Iterator<Item = (&String, &Map<String, Value>)> {
+    pub(crate) fn applied_outputs(&self) -> impl Iterator<Item = (&MemberId, &Map<String, Value>)> {
         self.members.iter().filter_map(|(m, s)| match s {
             MemberState::Applied { outputs, .. } => Some((m, outputs)),
             _ => None,
@@ -522,7 +523,8 @@ impl AttemptRecord {
     }
 
     /// A member's state, or for a blocked one the state of what blocked it.
-    pub(crate) fn root_state(&self, member: &str) -> MemberState {
+    pub(crate) fn root_state(&self, member: impl AsRef<str>) -> MemberState {
+        let member = member.as_ref();
         let mut state = self.state(member);
         for _ in 0..self.members.len() {
             match &state {
@@ -663,17 +665,17 @@ pub(crate) fn stage_needs_approval(
 }
 
 /// A component's upstream members in `stage`.
-pub(crate) fn upstream_members(component: &Component, stage: &str) -> Vec<String> {
+pub(crate) fn upstream_members(component: &Component, stage: &str) -> Vec<MemberId> {
     component
         .depends_on
         .iter()
-        .map(|d| crate::plan::fanout::member_name(d, stage))
+        .map(|d| MemberId::of(d, stage))
         .collect()
 }
 
 /// The member, among a member's `upstreams`, that stopped it: the failed
 /// (held, stood-down) upstream itself, or what blocked that upstream.
-pub(crate) fn stopped_upstream(upstreams: &[String], record: &AttemptRecord) -> Option<String> {
+pub(crate) fn stopped_upstream(upstreams: &[MemberId], record: &AttemptRecord) -> Option<MemberId> {
     upstreams
         .iter()
         .find_map(|upstream| match record.members.get(upstream)? {
@@ -696,8 +698,11 @@ pub(crate) fn stage_waves<'a>(waves: &'a [Vec<MemberId>], stage: &str) -> Vec<&'
 /// outranks a wait (the wait is still shown and still resumes the rest);
 /// a held member is a wait on its holder; a member that stood down ends
 /// the run neither applied nor failed.
-pub(crate) fn settled_status(record: &AttemptRecord, members: &BTreeSet<String>) -> RunStatus {
-    let roots: Vec<MemberState> = members.iter().map(|m| record.root_state(m)).collect();
+pub(crate) fn settled_status(record: &AttemptRecord, members: &BTreeSet<MemberId>) -> RunStatus {
+    let roots: Vec<MemberState> = members
+        .iter()
+        .map(|m| record.root_state(m.as_str()))
+        .collect();
     if roots
         .iter()
         .any(|s| matches!(s, MemberState::Failed { .. }))
@@ -921,30 +926,30 @@ mod tests {
     fn a_failure_blocks_only_its_own_subtree_and_names_the_root() {
         let mut record = AttemptRecord::default();
         record.set(
-            "network@dev",
+            &"network@dev".into(),
             MemberState::Failed {
                 error: "exit 1".into(),
             },
         );
         record.set(
-            "database@dev",
+            &"database@dev".into(),
             MemberState::Blocked {
                 by: "network@dev".into(),
             },
         );
         let app = component("app", &["database"]);
         assert_eq!(
-            stopped_upstream(&upstream_members(&app, "dev"), &record).as_deref(),
-            Some("network@dev")
+            stopped_upstream(&upstream_members(&app, "dev"), &record),
+            Some("network@dev".into())
         );
         let dns = component("dns", &["network"]);
         assert_eq!(
-            stopped_upstream(&upstream_members(&dns, "dev"), &record).as_deref(),
-            Some("network@dev")
+            stopped_upstream(&upstream_members(&dns, "dev"), &record),
+            Some("network@dev".into())
         );
         let lone = component("lone", &["other"]);
         record.set(
-            "other@dev",
+            &"other@dev".into(),
             MemberState::Applied {
                 plan_digest: Digest::repeated('d'),
                 outputs: Map::new(),
@@ -965,9 +970,9 @@ mod tests {
             outputs: Map::new(),
             note: None,
         };
-        record.set("a@dev", applied.clone());
-        record.set("b@dev", MemberState::Failed { error: "x".into() });
-        record.set("c@dev", MemberState::Blocked { by: "b@dev".into() });
+        record.set(&"a@dev".into(), applied.clone());
+        record.set(&"b@dev".into(), MemberState::Failed { error: "x".into() });
+        record.set(&"c@dev".into(), MemberState::Blocked { by: "b@dev".into() });
         record.replans.insert("b@dev".into(), 3);
         assert!(record.reset_for_retry());
         assert_eq!(record.state("a@dev"), applied);
@@ -979,17 +984,17 @@ mod tests {
 
     #[test]
     fn a_run_settles_applied_only_when_every_member_applied() {
-        let members: BTreeSet<String> = ["a@dev".to_owned(), "b@dev".to_owned()].into();
+        let members: BTreeSet<MemberId> = ["a@dev".into(), "b@dev".into()].into();
         let mut record = AttemptRecord::default();
         let applied = MemberState::Applied {
             plan_digest: Digest::repeated('d'),
             outputs: Map::new(),
             note: None,
         };
-        record.set("a@dev", applied.clone());
-        record.set("b@dev", MemberState::Unaffected);
+        record.set(&"a@dev".into(), applied.clone());
+        record.set(&"b@dev".into(), MemberState::Unaffected);
         assert_eq!(settled_status(&record, &members), RunStatus::Applied);
-        record.set("b@dev", MemberState::Failed { error: "x".into() });
+        record.set(&"b@dev".into(), MemberState::Failed { error: "x".into() });
         assert_eq!(settled_status(&record, &members), RunStatus::Failed);
         record.wait = Some(Wait::Lock {
             member: "c@dev".into(),
@@ -1000,17 +1005,16 @@ mod tests {
             RunStatus::Failed,
             "a failure outranks a wait (which stays in the record, shown)"
         );
-        record.set("b@dev", MemberState::NotStarted);
+        record.set(&"b@dev".into(), MemberState::NotStarted);
         assert_eq!(settled_status(&record, &members), RunStatus::Waiting);
     }
 
     #[test]
     fn a_held_member_is_a_wait_and_a_stood_down_one_ends_the_run_without_failing() {
-        let members: BTreeSet<String> =
-            ["a@dev".to_owned(), "b@dev".to_owned(), "c@dev".to_owned()].into();
+        let members: BTreeSet<MemberId> = ["a@dev".into(), "b@dev".into(), "c@dev".into()].into();
         let mut record = AttemptRecord::default();
         record.set(
-            "a@dev",
+            &"a@dev".into(),
             MemberState::Applied {
                 plan_digest: Digest::repeated('d'),
                 outputs: Map::new(),
@@ -1018,14 +1022,14 @@ mod tests {
             },
         );
         record.set(
-            "b@dev",
+            &"b@dev".into(),
             MemberState::Held {
                 holder: "run 7".into(),
                 tries: 1,
                 retry_at: 5,
             },
         );
-        record.set("c@dev", MemberState::Blocked { by: "b@dev".into() });
+        record.set(&"c@dev".into(), MemberState::Blocked { by: "b@dev".into() });
         assert_eq!(settled_status(&record, &members), RunStatus::Waiting);
         assert_eq!(
             record.root_state("c@dev"),
@@ -1034,7 +1038,7 @@ mod tests {
         );
 
         record.set(
-            "b@dev",
+            &"b@dev".into(),
             MemberState::StoodDown {
                 reason: "a newer push".into(),
             },
@@ -1043,7 +1047,7 @@ mod tests {
         assert!(RunStatus::Ended.is_final());
         assert!(!run_goes_on(RunStatus::Ended, &record));
 
-        record.set("c@dev", MemberState::Failed { error: "x".into() });
+        record.set(&"c@dev".into(), MemberState::Failed { error: "x".into() });
         assert_eq!(settled_status(&record, &members), RunStatus::Failed);
         assert!(
             !run_goes_on(RunStatus::Failed, &record),
@@ -1087,7 +1091,7 @@ mod tests {
     fn the_record_reads_back_what_it_wrote() {
         let mut record = AttemptRecord::default();
         record.set(
-            "a@dev",
+            &"a@dev".into(),
             MemberState::Applying {
                 plan_digest: Digest::repeated('1'),
                 attempt: Some(CommandAttempt {

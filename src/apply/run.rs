@@ -8,7 +8,7 @@
 
 use super::machine::Effect;
 use super::{settled_status, AttemptRecord, MemberState, RunStatus, Wait};
-use crate::model::{Digest, GateId};
+use crate::model::{Digest, GateId, MemberId};
 use crate::plan::changeset::ChangeSet;
 use std::collections::BTreeSet;
 
@@ -35,7 +35,7 @@ pub(crate) enum News {
 pub(crate) struct Pending {
     pub(crate) gate: GateId,
     pub(crate) digest: Digest,
-    pub(crate) members: Vec<String>,
+    pub(crate) members: Vec<MemberId>,
     pub(crate) description: String,
 }
 
@@ -47,7 +47,7 @@ pub(crate) struct Settle<'a> {
     pub(crate) digest: &'a Digest,
     pub(crate) approved: &'a ChangeSet,
     /// Every member of the run.
-    pub(crate) members: &'a BTreeSet<String>,
+    pub(crate) members: &'a BTreeSet<MemberId>,
     /// The wait and what had failed ([`failures`]) as the job found them.
     pub(crate) previous_wait: Option<&'a Wait>,
     pub(crate) failed_before: &'a BTreeSet<String>,
@@ -169,7 +169,7 @@ pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
         .members
         .iter()
         .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
-        .map(|(m, _)| m.clone())
+        .map(|(m, _)| m.to_string())
         .collect()
 }
 
@@ -205,7 +205,7 @@ fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
         s.approved
             .members
             .iter()
-            .map(|m| m.member.to_string())
+            .map(|m| m.member.clone())
             .collect()
     });
     let (gate, digest, description) = match wait {
@@ -298,7 +298,7 @@ mod tests {
     struct Job {
         pr_digest: Digest,
         approved: ChangeSet,
-        members: BTreeSet<String>,
+        members: BTreeSet<MemberId>,
         previous_wait: Option<Wait>,
         failed_before: BTreeSet<String>,
     }
@@ -308,7 +308,7 @@ mod tests {
             Job {
                 pr_digest: Digest::repeated('7'),
                 approved: set_of(&[&plan("app@prod", "a")]),
-                members: members.iter().map(|m| (*m).to_owned()).collect(),
+                members: members.iter().map(|m| (*m).into()).collect(),
                 previous_wait: None,
                 failed_before: BTreeSet::new(),
             }
@@ -332,8 +332,8 @@ mod tests {
     fn a_run_that_applied_spends_every_approval_it_used_lets_go_and_says_so() {
         let job = Job::new(&["app@dev", "app@prod"]);
         let mut record = AttemptRecord::default();
-        record.set("app@dev", applied());
-        record.set("app@prod", applied());
+        record.set(&"app@dev".into(), applied());
+        record.set(&"app@prod".into(), applied());
         record.at = Some(("prod".into(), 1));
         record.stages.insert(
             "prod".into(),
@@ -412,7 +412,7 @@ mod tests {
         let mut job = Job::new(&["app@dev", "db@dev"]);
         let mut record = AttemptRecord::default();
         record.set(
-            "app@dev",
+            &"app@dev".into(),
             MemberState::Failed {
                 error: "exit 1".into(),
             },
@@ -454,7 +454,7 @@ mod tests {
         let job = Job::new(&["app@dev"]);
         let mut record = AttemptRecord::default();
         record.set(
-            "app@dev",
+            &"app@dev".into(),
             MemberState::StoodDown {
                 reason: "frozen".into(),
             },
@@ -490,9 +490,9 @@ mod tests {
     #[test]
     fn retry_starts_a_stopped_run_over_and_leaves_a_going_one_be() {
         let mut record = AttemptRecord::default();
-        record.set("app@dev", applied());
+        record.set(&"app@dev".into(), applied());
         record.set(
-            "db@dev",
+            &"db@dev".into(),
             MemberState::Failed {
                 error: "exit 1".into(),
             },

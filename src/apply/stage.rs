@@ -138,11 +138,8 @@ impl<'a> StageMachine<'a> {
             }
             StageObservation::Previewed { outcomes } => self.previewed(record, outcomes)?,
             StageObservation::Hooked(result) => {
-                let members: Vec<String> = self
-                    .previewed
-                    .iter()
-                    .map(|o| o.member.to_string())
-                    .collect();
+                let members: Vec<MemberId> =
+                    self.previewed.iter().map(|o| o.member.clone()).collect();
                 match hooks::settle(record, Moment::AfterPlan, &members, result, Step::Continue) {
                     Some(step) => vec![Effect::Done(step)],
                     None => self.planned(record)?,
@@ -152,7 +149,7 @@ impl<'a> StageMachine<'a> {
                 if let Some(error) = &cost.error {
                     for outcome in &self.previewed {
                         record.set(
-                            outcome.member.as_str(),
+                            &outcome.member,
                             MemberState::Failed {
                                 error: format!(
                                     "stage {stage}'s cost command failed on the merge commit: {error}"
@@ -186,7 +183,7 @@ impl<'a> StageMachine<'a> {
             for outcome in failed {
                 let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Failed {
                         error: format!("planning on the merge commit failed: {error}"),
                     },
@@ -196,11 +193,7 @@ impl<'a> StageMachine<'a> {
         }
         self.previewed = outcomes;
         if self.spec.after_plan_hooks {
-            let members = self
-                .previewed
-                .iter()
-                .map(|o| o.member.to_string())
-                .collect();
+            let members = self.previewed.iter().map(|o| o.member.clone()).collect();
             return Ok(vec![Effect::Hooks {
                 moment: Moment::AfterPlan,
                 members,
@@ -262,7 +255,7 @@ impl<'a> StageMachine<'a> {
             record.open_round((self.spec.pr, stage), set, reasons, Vec::new());
             for outcome in &self.previewed {
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Waiting {
                         reason: format!("not covered: {reason}"),
                     },
@@ -280,7 +273,7 @@ impl<'a> StageMachine<'a> {
             return Ok(vec![Effect::Done(Step::Continue)]);
         }
         let scope = Scope::Override {
-            member: &cost.member,
+            member: cost.member.as_str(),
             run: self.spec.run,
         };
         if let Evaluation::Satisfied { .. } =
@@ -304,7 +297,7 @@ impl<'a> StageMachine<'a> {
         let max = cost.max_increase.map_or("?".into(), |m| m.to_string());
         for outcome in &self.previewed {
             record.set(
-                outcome.member.as_str(),
+                &outcome.member,
                 MemberState::Waiting {
                     reason: format!(
                         "the policy denied {}: the monthly cost rises by {} {}, more than `max_monthly_increase` ({max})",
@@ -420,7 +413,7 @@ impl<'a> StageMachine<'a> {
             gate.expired = true;
             for outcome in &self.previewed {
                 record.set(
-                    outcome.member.as_str(),
+                    &outcome.member,
                     MemberState::Failed {
                         error: format!(
                             "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
@@ -433,7 +426,7 @@ impl<'a> StageMachine<'a> {
         }
         for outcome in &self.previewed {
             record.set(
-                outcome.member.as_str(),
+                &outcome.member,
                 MemberState::Waiting {
                     reason: format!("stage {stage} waits for `/approve {stage}`"),
                 },

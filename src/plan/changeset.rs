@@ -99,7 +99,7 @@ pub(crate) struct ChangeSet {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum ChangeSetError {
     #[error("member `{0}` appears twice; a set names each member once")]
-    DuplicateMember(String),
+    DuplicateMember(MemberId),
     #[cfg(test)]
     #[error("change set record is not valid: {0}")]
     Malformed(String),
@@ -108,10 +108,10 @@ pub(crate) enum ChangeSetError {
     #[error("{0}")]
     MemberPlan(String),
     #[error("`{0}` is both a member and a stage's cost; no component may be named `cost` where a cost command is set")]
-    CostClash(String),
+    CostClash(MemberId),
     #[error("the cost {member} carries digest {carried} but its figures digest to {actual}; it was altered and is not trusted")]
     CostMismatch {
-        member: String,
+        member: MemberId,
         carried: Digest,
         actual: Digest,
     },
@@ -133,7 +133,7 @@ impl ChangeSet {
     ) -> Result<Self, ChangeSetError> {
         members.sort_by(|a, b| a.member.cmp(&b.member));
         if let Some(pair) = members.windows(2).find(|w| w[0].member == w[1].member) {
-            return Err(ChangeSetError::DuplicateMember(pair[0].member.to_string()));
+            return Err(ChangeSetError::DuplicateMember(pair[0].member.clone()));
         }
         let mut set = Self {
             version: CHANGE_SET_VERSION,
@@ -242,7 +242,7 @@ impl ChangeSet {
         let mut names = BTreeSet::new();
         for m in &self.members {
             if !names.insert(&m.member) {
-                return Err(ChangeSetError::DuplicateMember(m.member.to_string()));
+                return Err(ChangeSetError::DuplicateMember(m.member.clone()));
             }
             if let Some(plan) = &m.plan {
                 plan.verify_with(numbers)
@@ -267,7 +267,9 @@ impl ChangeSet {
         Ok(set)
     }
 
-    pub(crate) fn member(&self, name: &str) -> Option<&ChangeSetMember> {
+    /// A member's line, by its name or its id.
+    pub(crate) fn member(&self, name: impl AsRef<str>) -> Option<&ChangeSetMember> {
+        let name = name.as_ref();
         self.members.iter().find(|m| m.member == name)
     }
 }

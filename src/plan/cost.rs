@@ -27,8 +27,8 @@ pub(crate) const MAX_COST_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Whether a denial of `member` by `rules` is a stage's cost rising too
 /// much (rather than a plan the policy denied).
-pub(crate) fn is_cost_denial(member: &str, rules: &[String]) -> bool {
-    member.starts_with(&format!("{COST_COMPONENT}@")) && rules == [INCREASE_RULE]
+pub(crate) fn is_cost_denial(member: &MemberId, rules: &[String]) -> bool {
+    member.component() == COST_COMPONENT && rules == [INCREASE_RULE]
 }
 
 /// Whether a round's reason is a stage's cost that moved.
@@ -37,8 +37,8 @@ pub(crate) fn is_cost_reason(reason: &str) -> bool {
 }
 
 /// The cost member of `stage`.
-pub(crate) fn cost_member(stage: &str) -> String {
-    format!("{COST_COMPONENT}@{stage}")
+pub(crate) fn cost_member(stage: &str) -> MemberId {
+    MemberId::of(COST_COMPONENT, stage)
 }
 
 /// One member's monthly cost with the change, and without it.
@@ -67,7 +67,7 @@ pub(crate) struct Figures {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct StageCost {
     /// `cost@<stage>`.
-    pub(crate) member: String,
+    pub(crate) member: MemberId,
     pub(crate) stage: String,
     #[serde(default)]
     pub(crate) currency: String,

@@ -27,7 +27,7 @@ pub(crate) struct FreshPlan<'a> {
     pub(crate) discovered: Option<&'a Value>,
     /// Members this run applied already: an approved group whose members
     /// applied part way plans the rest as a smaller group.
-    pub(crate) applied: Option<&'a std::collections::BTreeSet<String>>,
+    pub(crate) applied: Option<&'a std::collections::BTreeSet<MemberId>>,
 }
 
 pub(crate) fn coverage(approved: &ChangeSet, fresh: &FreshPlan<'_>) -> Coverage {
@@ -77,7 +77,7 @@ fn regrouped(was: &MemberPlan, fresh: &FreshPlan<'_>) -> Option<String> {
     let left = |members: &[MemberId]| -> Vec<MemberId> {
         let left: Vec<MemberId> = members
             .iter()
-            .filter(|m| *m == member || fresh.applied.is_none_or(|a| !a.contains(m.as_str())))
+            .filter(|m| *m == member || fresh.applied.is_none_or(|a| !a.contains(*m)))
             .cloned()
             .collect();
         if left.len() > 1 {
@@ -431,7 +431,7 @@ mod tests {
         grouped(&mut approved, &["db@dev", "net@dev"]);
         let set = set_of(approved);
         let inputs = Map::new();
-        let check = |fresh: &MemberPlan, applied: Option<&std::collections::BTreeSet<String>>| {
+        let check = |fresh: &MemberPlan, applied: Option<&std::collections::BTreeSet<MemberId>>| {
             coverage(
                 &set,
                 &FreshPlan {
@@ -458,7 +458,7 @@ mod tests {
             reason(check(&alone, None)),
             "net@dev: the approved plan grouped db@dev, net@dev, and the round plans net@dev without that group"
         );
-        let db_applied: std::collections::BTreeSet<String> = ["db@dev".to_owned()].into();
+        let db_applied: std::collections::BTreeSet<MemberId> = ["db@dev".into()].into();
         assert_eq!(
             check(&alone, Some(&db_applied)),
             Coverage::Covered,

@@ -827,11 +827,8 @@ impl Workbench {
 
     /// The longest an apply command of `member` may live: its timeout, and
     /// the grace after which the sandbox ends it itself.
-    pub(crate) fn apply_lifetime(&self, member: &str) -> Duration {
+    pub(crate) fn apply_lifetime(&self, member: &MemberId) -> Duration {
         let grace = self.options.sandbox.deadline_grace();
-        let Ok(member) = member.parse::<MemberId>() else {
-            return grace;
-        };
         let own = self
             .config
             .component(member.component())
@@ -846,7 +843,7 @@ impl Workbench {
     /// wrote; `started` hears which process it is once it started.
     pub(crate) async fn apply(
         &self,
-        member: &str,
+        member: &MemberId,
         started: Option<tokio::sync::mpsc::UnboundedSender<crate::sandbox::process::ProcessId>>,
     ) -> ApplyRun {
         let failed = |why: String| ApplyRun {
@@ -854,11 +851,8 @@ impl Workbench {
             output: String::new(),
             carry: None,
         };
-        let id: Option<MemberId> = member.parse().ok();
-        let Some((component, stage)) = id
-            .as_ref()
-            .and_then(|id| Some((self.config.component(id.component())?, id.stage())))
-        else {
+        let stage = member.stage();
+        let Some(component) = self.config.component(member.component()) else {
             return failed(format!(
                 "{member} is not a member of this repository's {CONFIG_FILE}"
             ));
@@ -869,7 +863,7 @@ impl Workbench {
                 component.name
             ));
         };
-        let files = match self.member_files(member, "") {
+        let files = match self.member_files(member.as_str(), "") {
             Ok(files) => files,
             Err(why) => return failed(why),
         };
@@ -928,7 +922,7 @@ impl Workbench {
         let mut name = format!("hook.{}.{}.{}", call.stage, call.moment, call.name);
         if let Some(member) = &call.member {
             name.push('.');
-            name.push_str(member);
+            name.push_str(member.as_str());
         }
         let files = match self.own_files("hooks", &name) {
             Ok(files) => files,
@@ -940,7 +934,7 @@ impl Workbench {
             written.push((DECISION_FILE, decision));
         }
         if let Some(member) = &call.member {
-            if let Ok(bytes) = std::fs::read(self.member_dir(member).join(PLAN_FILE)) {
+            if let Ok(bytes) = std::fs::read(self.member_dir(member.as_str()).join(PLAN_FILE)) {
                 written.push((PLAN_FILE, bytes));
             }
         }
@@ -951,11 +945,11 @@ impl Workbench {
         }
         let root = self.root();
         let path = |file: &str| files.dir.join(file).display().to_string();
-        let member = call.member.clone().unwrap_or_default();
+        let member = call.member.as_ref().map_or("", MemberId::as_str);
         let fill = |arg: &String| {
             arg.replace("{members_file}", &path(MEMBERS_FILE))
                 .replace("{plan_file}", &path(PLAN_FILE))
-                .replace("{member}", &member)
+                .replace("{member}", member)
                 .replace("{stage}", &call.stage)
                 .replace("{root}", &root.display().to_string())
         };
@@ -968,7 +962,7 @@ impl Workbench {
             ("WAVEGATE_HOLD".to_owned(), path(HOLD_FILE)),
         ];
         if let Some(member) = &call.member {
-            env.push(("WAVEGATE_MEMBER".to_owned(), member.clone()));
+            env.push(("WAVEGATE_MEMBER".to_owned(), member.to_string()));
         }
         if decided {
             env.push(("WAVEGATE_DECISION".to_owned(), path(DECISION_FILE)));

@@ -122,8 +122,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             also,
             ..
         } if also.is_empty() && crate::plan::cost::is_cost_denial(member, rules) => {
-            let id: Option<MemberId> = member.parse().ok();
-            let stage = id.as_ref().map_or("", MemberId::stage);
+            let stage = member.stage();
             format!(
                 "The policy denied the monthly cost of stage **{stage}** (**{member}**, `{digest}`; {}): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:\n\n```\n{line}\n```\n",
                 rules.join(", ")
@@ -567,7 +566,7 @@ fn printed_details(record: &AttemptRecord, budget: usize) -> String {
     for m in record
         .members_in_order()
         .into_iter()
-        .chain(record.printed.keys().map(String::as_str))
+        .chain(record.printed.keys().map(MemberId::as_str))
         .filter(|m| seen.insert(*m))
     {
         let Some(tail) = record.printed.get(m) else {
@@ -670,12 +669,12 @@ mod tests {
         let base = CommitSha::parse(&"b".repeat(40)).unwrap();
         let mut record = AttemptRecord::default();
         record.set(
-            "app@dev",
+            &"app@dev".into(),
             MemberState::Failed {
                 error: "the apply command exited with status 1; last output:\nError: creating bucket `logs`: AccessDenied".into(),
             },
         );
-        record.set("dns@dev", MemberState::Unaffected);
+        record.set(&"dns@dev".into(), MemberState::Unaffected);
         let lock = Wait::Lock {
             member: "db@dev".into(),
             pr: 3,
@@ -715,7 +714,7 @@ mod tests {
             ..Default::default()
         };
         record.set(
-            "app@dev",
+            &"app@dev".into(),
             MemberState::Applied {
                 plan_digest: Digest::repeated('a'),
                 outputs: Map::new(),
@@ -723,7 +722,7 @@ mod tests {
             },
         );
         record.set(
-            "app@prod",
+            &"app@prod".into(),
             MemberState::Waiting {
                 reason: "stage prod waits for its approval".into(),
             },
@@ -779,7 +778,7 @@ mod tests {
         let mut record = record();
         let wait = record.wait.take();
         record.set(
-            "app@prod",
+            &"app@prod".into(),
             MemberState::Failed {
                 error: "the apply command exited with 1\nmore".into(),
             },
@@ -864,9 +863,10 @@ mod tests {
             let wide: String = (0..30)
                 .map(|line| format!("{i:02}{line:03} {}\n", "x".repeat(120)))
                 .collect();
-            record
-                .printed
-                .insert(format!("m{i:02}@dev"), OutputTail::of(&wide).unwrap());
+            record.printed.insert(
+                MemberId::of(&format!("m{i:02}"), "dev"),
+                OutputTail::of(&wide).unwrap(),
+            );
         }
         let section = printed_details(&record, PRINTED_BUDGET);
         assert!(

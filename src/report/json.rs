@@ -135,7 +135,7 @@ pub(crate) struct JsonMemberCost<'a> {
 
 fn cost(cost: &StageCost) -> JsonCost<'_> {
     JsonCost {
-        member: &cost.member,
+        member: cost.member.as_str(),
         stage: &cost.stage,
         currency: &cost.currency,
         monthly: cost.total(),

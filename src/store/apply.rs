@@ -7,7 +7,7 @@ use super::sql::{commit_sha, plan_columns, plan_from_row};
 use super::{PlanRecord, Store};
 use crate::apply::{AttemptRecord, RunStatus, Wait};
 use crate::forge::RepoRef;
-use crate::model::{CommitSha, Digest, PrNumber, RepoId};
+use crate::model::{CommitSha, Digest, MemberId, PrNumber, RepoId};
 use anyhow::{anyhow, Context, Result};
 use serde_json::{Map, Value};
 use sqlx::any::AnyRow;
@@ -130,8 +130,8 @@ impl Store {
         &self,
         repo: &RepoId,
         run_id: i64,
-        members: &[String],
-    ) -> Result<Option<(String, PrNumber)>> {
+        members: &[MemberId],
+    ) -> Result<Option<(MemberId, PrNumber)>> {
         let _writer = self.writer.lock().await;
         let mut tx = self.begin_write().await?;
         for member in members {
@@ -144,7 +144,7 @@ impl Store {
             )
             .bind(repo.forge.as_str())
             .bind(&repo.full_name)
-            .bind(member)
+            .bind(member.as_str())
             .bind(run_id)
             .bind(self.now())
             .execute(&mut *tx)
@@ -155,7 +155,7 @@ impl Store {
             )
             .bind(repo.forge.as_str())
             .bind(&repo.full_name)
-            .bind(member)
+            .bind(member.as_str())
             .fetch_one(&mut *tx)
             .await?;
             if holder.try_get::<i64, _>("run_id")? != run_id {

@@ -1,6 +1,7 @@
 use super::sql::newest_known_version;
 use super::test_db::{on_both, TestDatabase};
 use super::*;
+use crate::model::MemberId;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -887,7 +888,7 @@ async fn a_merged_pr_gets_one_apply_run_whose_record_reads_back(f: Fixture) {
     assert_eq!(run.record, crate::apply::AttemptRecord::default());
 
     run.record.set(
-        "app@dev",
+        &"app@dev".into(),
         crate::apply::MemberState::Applying {
             plan_digest: Digest::repeated('1'),
             attempt: None,
@@ -908,7 +909,7 @@ on_both!(fixture_on, member_locks_are_all_or_none_and_letting_go_names_the_runs_
 async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behind(f: Fixture) {
     let (first, _) = merged_run(&f, 1).await;
     let (mut second, _) = merged_run(&f, 2).await;
-    let members = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let members = |names: &[&str]| names.iter().map(|n| (*n).into()).collect::<Vec<MemberId>>();
 
     assert_eq!(
         f.store
@@ -930,7 +931,7 @@ async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behin
         .lock_members(&repo(), second.id, &members(&["dns@dev", "app@dev"]))
         .await
         .unwrap();
-    assert_eq!(refused, Some(("app@dev".to_owned(), PrNumber(1))));
+    assert_eq!(refused, Some(("app@dev".into(), PrNumber(1))));
     second.status = crate::apply::RunStatus::Waiting;
     second.record.wait = Some(crate::apply::Wait::Lock {
         member: "app@dev".into(),

@@ -1043,7 +1043,9 @@ impl Reconciler {
     async fn reconcile_run(&self, run: &ApplyRunRecord, sweep: &mut Sweep) -> Result<()> {
         let holder = match &run.record.wait {
             Some(Wait::Lock { member, .. }) if run.status == RunStatus::Waiting => {
-                self.store.member_lock_holder(&run.repo.id, member).await?
+                self.store
+                    .member_lock_holder(&run.repo.id, member.as_str())
+                    .await?
             }
             _ => None,
         };

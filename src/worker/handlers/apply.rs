@@ -350,11 +350,11 @@ impl JobCtx<'_> {
         let previous_wait = drive.run.record.wait.take();
 
         let step = self.pr_approval(&mut drive).await?;
-        let mut members: BTreeSet<String> = drive
+        let mut members: BTreeSet<MemberId> = drive
             .approved
             .members
             .iter()
-            .map(|m| m.member.to_string())
+            .map(|m| m.member.clone())
             .collect();
         if step == Step::Continue {
             self.refresh_approvals(&mut drive).await?;
@@ -388,25 +388,18 @@ impl JobCtx<'_> {
                     }
                 }
             }
-            let derived: BTreeSet<&str> = prepared
-                .derivation
-                .members
-                .iter()
-                .map(MemberId::as_str)
-                .collect();
+            let derived: BTreeSet<&MemberId> = prepared.derivation.members.iter().collect();
             for member in &members {
-                if !derived.contains(member.as_str())
-                    && !drive.run.record.state(member).is_applied()
-                {
+                if !derived.contains(member) && !drive.run.record.state(member).is_applied() {
                     drive.run.record.set(member, MemberState::Unaffected);
                 }
             }
-            members.extend(prepared.derivation.members.iter().map(MemberId::to_string));
+            members.extend(prepared.derivation.members.iter().cloned());
             for (member, outputs) in drive.run.record.applied_outputs() {
-                bench.record_applied(member, outputs.clone());
+                bench.record_applied(member.as_str(), outputs.clone());
             }
             for (member, carry) in &drive.run.record.carried {
-                bench.carry(member, carry.clone());
+                bench.carry(member.as_str(), carry.clone());
             }
             self.stages(&mut drive, &mut bench).await?;
         }
@@ -674,7 +667,7 @@ impl JobCtx<'_> {
 
     async fn stages(&self, drive: &mut Drive, bench: &mut Workbench) -> Result<()> {
         for (stage, waves) in drive.run.record.layout.clone() {
-            let all: Vec<&str> = waves.iter().flatten().map(MemberId::as_str).collect();
+            let all: Vec<&MemberId> = waves.iter().flatten().collect();
             // A member that stood down ended on purpose: its stage is done.
             // One still owed its after.apply hooks is not.
             let done = |r: &AttemptRecord| {
@@ -691,13 +684,13 @@ impl JobCtx<'_> {
             if done(&drive.run.record) {
                 continue;
             }
-            let open: Vec<String> = all
+            let open: Vec<MemberId> = all
                 .iter()
                 .filter(|m| {
                     let state = drive.run.record.state(m);
                     !state.is_applied() && state != MemberState::Unaffected
                 })
-                .map(|m| (*m).to_owned())
+                .map(|m| (*m).clone())
                 .collect();
             let at = (stage.as_str(), Moment::BeforePlan);
             let result = self.run_hooks(drive, bench, at, &open, None).await?;
@@ -849,11 +842,9 @@ impl JobCtx<'_> {
                 .config()
                 .component(member.component())
                 .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
-            upstreams.insert(member.to_string(), upstream_members(component, stage));
-            lifetimes.insert(member.to_string(), bench.apply_lifetime(member.as_str()));
+            upstreams.insert(member.clone(), upstream_members(component, stage));
+            lifetimes.insert(member.clone(), bench.apply_lifetime(member));
         }
-        // The wave machine still takes members as names.
-        let wave: Vec<String> = wave.iter().map(MemberId::to_string).collect();
         let host = process::host_id();
         let approved = Arc::clone(&drive.approved);
         let groups = bench.config().groups.clone();
@@ -862,7 +853,7 @@ impl JobCtx<'_> {
             run: drive.run.id,
             pr: drive.run.pr,
             stage,
-            members: &wave,
+            members: wave,
             upstreams,
             approved: &approved,
             gate: drive.rules.gate(stage),
@@ -914,9 +905,9 @@ impl JobCtx<'_> {
             for effect in for_bench {
                 match effect {
                     Effect::ReadOutputs { member, outputs } => {
-                        bench.record_applied(&member, outputs)
+                        bench.record_applied(member.as_str(), outputs)
                     }
-                    Effect::Carry { member, carry } => bench.carry(&member, carry),
+                    Effect::Carry { member, carry } => bench.carry(member.as_str(), carry),
                     other => return Err(anyhow!("{other:?} does not change the workbench")),
                 }
             }
@@ -941,10 +932,10 @@ impl JobCtx<'_> {
                     }
                 }
                 Effect::Plan(members) => {
-                    bench.plan_wave(&member_ids(&members)?).await?;
+                    bench.plan_wave(&members).await?;
                     let outcomes = members
                         .iter()
-                        .map(|m| bench.outcome(m).expect("planned above").clone())
+                        .map(|m| bench.outcome(m.as_str()).expect("planned above").clone())
                         .collect();
                     Observation::Planned {
                         outcomes,
@@ -953,11 +944,9 @@ impl JobCtx<'_> {
                     }
                 }
                 Effect::Replan(member) => {
-                    bench
-                        .plan_wave(&member_ids(std::slice::from_ref(&member))?)
-                        .await?;
+                    bench.plan_wave(std::slice::from_ref(&member)).await?;
                     Observation::Replanned {
-                        outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
+                        outcome: Box::new(bench.outcome(member.as_str()).expect("planned").clone()),
                         overrides: self.override_facts(&drive.run).await?,
                         now: now(),
                     }
@@ -998,7 +987,7 @@ impl JobCtx<'_> {
                     }
                     ApplyEvent::Ended { member, run } => {
                         if !matches!(run.outcome, ApplyOutcome::Applied(_)) {
-                            tracing::warn!(member, outcome = ?run.outcome, "apply did not complete");
+                            tracing::warn!(%member, outcome = ?run.outcome, "apply did not complete");
                         }
                         Observation::Ended {
                             member,
@@ -1052,14 +1041,14 @@ impl JobCtx<'_> {
             }
             Effect::RecordDeployed { member, outputs } => {
                 self.store
-                    .record_deployed(&io.run.repo.id, &member, &outputs, io.run.id)
+                    .record_deployed(&io.run.repo.id, member.as_str(), &outputs, io.run.id)
                     .await?;
             }
             Effect::SpendOverride { member, digest } => {
                 let gate = GateId::Override(io.run.pr);
                 let data = FactData {
                     run: Some(io.run.id),
-                    member: Some(member.parse().map_err(anyhow::Error::msg)?),
+                    member: Some(member),
                     ..FactData::default()
                 };
                 self.append_own_fact(gate, FactKind::Spent, &digest, data)
@@ -1082,7 +1071,7 @@ impl JobCtx<'_> {
             Effect::ResumeAt(at) => {
                 if let Some(Wait::EarlierAttempt { member, until }) = &io.run.record.wait {
                     tracing::warn!(
-                        member,
+                        %member,
                         until,
                         "an earlier apply may still be running; waiting for it to end"
                     );
@@ -1097,7 +1086,7 @@ impl JobCtx<'_> {
             Effect::ResumeIfUnlocked(member) => {
                 let holder = self
                     .store
-                    .member_lock_holder(&io.run.repo.id, &member)
+                    .member_lock_holder(&io.run.repo.id, member.as_str())
                     .await?;
                 if holder.is_none_or(|h| h == io.run.id) {
                     self.enqueue_resume().await?;
@@ -1238,7 +1227,7 @@ fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<MemberId>>)> {
 /// For each of `members` caught `applying` by a command started on this
 /// host, whether that command's process still runs (before it was known,
 /// whether the server that was starting it does).
-fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<String, bool> {
+fn processes_alive(record: &AttemptRecord, members: &[MemberId]) -> BTreeMap<MemberId, bool> {
     let here = process::host_id();
     members
         .iter()
@@ -1254,14 +1243,4 @@ fn processes_alive(record: &AttemptRecord, members: &[String]) -> BTreeMap<Strin
             _ => None,
         })
         .collect()
-}
-
-/// The members the wave machine names (it still takes them as names), as
-/// members. The derivation wrote them, so they parse.
-fn member_ids(names: &[String]) -> Result<Vec<MemberId>> {
-    names
-        .iter()
-        .map(|name| name.parse().map_err(anyhow::Error::msg))
-        .collect::<Result<_>>()
-        .context("the apply run's members")
 }

@@ -208,11 +208,11 @@ impl JobCtx<'_> {
             };
         }
         if !failed && !matches!(counted.evaluation, Evaluation::Satisfied { .. }) {
-            let members: Vec<String> = plan.change_set["members"]
+            let members: Vec<MemberId> = plan.change_set["members"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                .filter_map(|m| m["member"].as_str()?.parse().ok())
                 .collect();
             let description = format!(
                 "pull request {} waits for an approval of its change set at {} ({} member{})",
@@ -272,7 +272,7 @@ impl JobCtx<'_> {
         &self,
         gate: &GateId,
         digest: &Digest,
-        members: &[String],
+        members: &[MemberId],
         description: String,
     ) -> Result<()> {
         let repo_key = self.repo.id.ledger_key();
@@ -283,14 +283,8 @@ impl JobCtx<'_> {
         {
             return Ok(());
         }
-        let members = members
-            .iter()
-            .map(|m| m.parse())
-            .collect::<Result<Vec<MemberId>, String>>()
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("the members gate {gate} waits on"))?;
         let data = FactData {
-            members: Some(members),
+            members: Some(members.to_vec()),
             description: Some(description),
             ..FactData::default()
         };

@@ -21,13 +21,19 @@ use tokio::sync::mpsc;
 /// What one of the wave's commands did.
 #[derive(Debug)]
 pub(super) enum ApplyEvent {
-    Started { member: String, process: ProcessId },
-    Ended { member: String, run: ApplyRun },
+    Started {
+        member: MemberId,
+        process: ProcessId,
+    },
+    Ended {
+        member: MemberId,
+        run: ApplyRun,
+    },
 }
 
 /// One apply command: a member's own, or a group's call, which ends for
 /// each of its members.
-type Running<'b> = Pin<Box<dyn Future<Output = Vec<(String, ApplyRun)>> + Send + 'b>>;
+type Running<'b> = Pin<Box<dyn Future<Output = Vec<(MemberId, ApplyRun)>> + Send + 'b>>;
 
 /// The wave's running apply commands, borrowing the workbench they run on.
 pub(super) struct InFlight<'b> {
@@ -35,9 +41,9 @@ pub(super) struct InFlight<'b> {
     running: FuturesUnordered<Running<'b>>,
     /// Ends that came while something else was awaited (or with another's,
     /// from one group call).
-    ended: VecDeque<(String, ApplyRun)>,
-    tell_started: mpsc::UnboundedSender<(String, ProcessId)>,
-    started: mpsc::UnboundedReceiver<(String, ProcessId)>,
+    ended: VecDeque<(MemberId, ApplyRun)>,
+    tell_started: mpsc::UnboundedSender<(MemberId, ProcessId)>,
+    started: mpsc::UnboundedReceiver<(MemberId, ProcessId)>,
 }
 
 impl<'b> InFlight<'b> {
@@ -53,7 +59,7 @@ impl<'b> InFlight<'b> {
     }
 
     /// Starts `member`'s apply command beside the others.
-    pub(super) fn start(&mut self, member: String) {
+    pub(super) fn start(&mut self, member: MemberId) {
         let bench = self.bench;
         let tell = self.tell_started.clone();
         self.running.push(Box::pin(async move {
@@ -89,12 +95,10 @@ impl<'b> InFlight<'b> {
                     biased;
                     Some(process) = started_process.recv() => {
                         for member in &members {
-                            let _ = tell.send((member.to_string(), process.clone()));
+                            let _ = tell.send((member.clone(), process.clone()));
                         }
                     }
-                    runs = &mut command => {
-                        break runs.into_iter().map(|(member, run)| (member.to_string(), run)).collect();
-                    }
+                    runs = &mut command => break runs,
                 }
             }
         }));

@@ -11,7 +11,7 @@ use crate::apply::hooks::{
 use crate::apply::{AttemptRecord, Wait};
 use crate::config::hooks::Moment;
 use crate::gate::ledger::{FactData, FactKind};
-use crate::model::{Digest, GateId};
+use crate::model::{Digest, GateId, MemberId};
 use crate::plan::engine::{HookCommand, Workbench};
 use crate::report::apply::line_to_copy;
 use anyhow::Result;
@@ -103,7 +103,7 @@ impl JobCtx<'_> {
         drive: &mut Drive,
         bench: &Workbench,
         (stage, moment): (&str, Moment),
-        members: &[String],
+        members: &[MemberId],
         decision: Option<&GateDecision>,
     ) -> Result<HooksResult> {
         let hooks = drive.rules.hooks(stage, moment);
@@ -115,7 +115,7 @@ impl JobCtx<'_> {
             .map(|m| HookMember {
                 member: m.clone(),
                 plan_digest: bench
-                    .outcome(m)
+                    .outcome(m.as_str())
                     .and_then(|o| o.plan.as_ref())
                     .map(|p| p.plan_digest.clone())
                     .or_else(|| drive.approved.member(m).and_then(|c| c.plan_digest.clone())),
@@ -124,7 +124,7 @@ impl JobCtx<'_> {
         let policy = drive.stage_policy(stage);
         let pr = drive.run.pr;
         for hook in &hooks {
-            let call = |member: Option<&String>| HookCall {
+            let call = |member: Option<&MemberId>| HookCall {
                 stage: stage.to_owned(),
                 moment,
                 name: hook.name.clone(),
@@ -210,7 +210,7 @@ impl JobCtx<'_> {
                         }
                     }
                     Verdict::Hold { gate, request } => {
-                        let on: Vec<String> = if request.members.is_empty() {
+                        let on: Vec<MemberId> = if request.members.is_empty() {
                             members.to_vec()
                         } else {
                             request.members.clone()
@@ -264,7 +264,7 @@ impl JobCtx<'_> {
         let mut data = FactData::in_run(drive.run.id, &drive.run.merge_sha);
         data.outcome = Some(state.word().to_owned());
         data.description = Some(format!("{} in stage {}", call.label(), call.stage));
-        data.member = call.member.as_ref().and_then(|m| m.parse().ok());
+        data.member = call.member.clone();
         if let HookState::Failed { why } = state {
             data.reason = Some(why.clone());
         }
@@ -277,7 +277,7 @@ fn hook_wait(
     call: &HookCall,
     gate: &GateId,
     digest: &Digest,
-    members: &[String],
+    members: &[MemberId],
     hold: bool,
 ) -> Wait {
     Wait::Hook {
