@@ -982,6 +982,51 @@ mod tests {
         assert!(!record.reset_for_retry());
     }
 
+    /// A record saved while members were plain names reads as members and
+    /// is written back unchanged: members, waits, blockers, hooks and a
+    /// stage's cost member all keep the spelling they were stored with.
+    #[test]
+    fn a_record_saved_with_members_as_names_reads_and_writes_back_the_same() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let stored = serde_json::json!({
+            "members": {
+                "app@prod": {"state": "blocked", "by": "network@prod"},
+                "network@prod": {"state": "failed", "error": "boom"},
+            },
+            "overrides": {"cost@prod": digest},
+            "wait": {
+                "for": "override",
+                "member": "cost@prod",
+                "gate": "pr-7-override",
+                "digest": digest,
+                "rules": ["max_monthly_increase"],
+            },
+            "hooks": [{
+                "stage": "prod",
+                "moment": "before.apply",
+                "name": "migrate",
+                "member": "app@prod",
+                "state": {"outcome": "passed"},
+            }],
+            "after_apply_due": ["network@prod"],
+        });
+        let record: AttemptRecord = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(
+            record.state("app@prod"),
+            MemberState::Blocked {
+                by: MemberId::of("network", "prod")
+            }
+        );
+        assert_eq!(
+            record.hooks[0].call.member.as_ref().map(MemberId::stage),
+            Some("prod")
+        );
+        let written = serde_json::to_value(&record).unwrap();
+        for field in ["members", "overrides", "wait", "hooks", "after_apply_due"] {
+            assert_eq!(written[field], stored[field], "{field}");
+        }
+    }
+
     #[test]
     fn a_run_settles_applied_only_when_every_member_applied() {
         let members: BTreeSet<MemberId> = ["a@dev".into(), "b@dev".into()].into();

@@ -42,16 +42,7 @@ impl Bot {
 
     /// On PostgreSQL through a link the test can cut, sweeping every `every`.
     async fn behind_a_link_sweeping_every(every: &str) -> (Bot, support::outage::DatabaseLink) {
-        let database = PostgresDatabase::create().await;
-        let link = support::outage::DatabaseLink::to(&database.url).await;
-        let through_link = link.url_for(&database.url);
-        let mut bot = Bot::start_with(&[
-            ("WAVEGATE_DATABASE_URL", &through_link),
-            ("WAVEGATE_RECONCILE_EVERY", every),
-        ])
-        .await;
-        bot.postgres = Some(database);
-        (bot, link)
+        Bot::behind_a_database_link(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
     }
 
     /// Sweeping every `every` (e.g. `"5s"`).

@@ -257,11 +257,7 @@ fn signal(pid: u32, name: &str) {
 /// `/readyz` says not ready as fast, and both recover by themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recovers() {
-    let database = PostgresDatabase::create().await;
-    let link = support::outage::DatabaseLink::to(&database.url).await;
-    let through_link = link.url_for(&database.url);
-    let mut bot = Bot::start_with(&[("WAVEGATE_DATABASE_URL", &through_link)]).await;
-    bot.postgres = Some(database);
+    let (bot, link) = Bot::behind_a_database_link(&[]).await;
     let pr = planned_pr(&bot, 1).await;
 
     link.cut();
@@ -308,11 +304,7 @@ async fn while_the_database_is_down_a_delivery_is_refused_at_once_and_all_recove
 /// and it runs again at once, not when its five-minute lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_end_the_database_missed_runs_again_as_soon_as_it_is_back() {
-    let database = PostgresDatabase::create().await;
-    let link = support::outage::DatabaseLink::to(&database.url).await;
-    let through_link = link.url_for(&database.url);
-    let mut bot = Bot::start_with(&[("WAVEGATE_DATABASE_URL", &through_link)]).await;
-    bot.postgres = Some(database);
+    let (bot, link) = Bot::behind_a_database_link(&[]).await;
     let repo = bot.github_repo();
     bot.branch_pausing_plans("paused");
     let opened = bot.open_pr(&repo, 1, "paused");

@@ -86,6 +86,21 @@ impl Bot {
         Self::launch(env, true).await
     }
 
+    /// A server (with `env` too) on a fresh PostgreSQL database it reaches
+    /// through a link the test can cut, and the link.
+    pub async fn behind_a_database_link(
+        env: &[(&str, &str)],
+    ) -> (Self, support::outage::DatabaseLink) {
+        let database = PostgresDatabase::create().await;
+        let link = support::outage::DatabaseLink::to(&database.url).await;
+        let through_link = link.url_for(&database.url);
+        let mut env = env.to_vec();
+        env.push(("WAVEGATE_DATABASE_URL", &through_link));
+        let mut bot = Bot::start_with(&env).await;
+        bot.postgres = Some(database);
+        (bot, link)
+    }
+
     /// A server that inherits `file` as descriptor `fd`, without
     /// close-on-exec, as a server inherits whatever its supervisor left open.
     pub async fn start_inheriting(file: std::fs::File, fd: i32) -> Self {
