@@ -169,7 +169,10 @@ pub(crate) struct PatternIndex<'p, T> {
 
 #[derive(Debug, Default)]
 struct Node {
-    children: HashMap<String, usize>,
+    /// Hashed with foldhash: a path's segments are looked up here once
+    /// each, and SipHash was a twelfth of a large fan-out. Its seed is
+    /// random per process, so crafted names cannot aim at collisions.
+    children: HashMap<String, usize, foldhash::fast::RandomState>,
     patterns: Vec<usize>,
 }
 
