@@ -60,7 +60,7 @@ pub(crate) struct HoldRequest {
 
 /// A hold file as written, before its members are read as members.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename = "HoldRequest", deny_unknown_fields)]
 struct HoldFile {
     gate: String,
     digest: Digest,

@@ -170,8 +170,10 @@ pub(crate) struct PatternIndex<'p, T> {
 #[derive(Debug, Default)]
 struct Node {
     /// Hashed with foldhash: a path's segments are looked up here once
-    /// each, and SipHash was a twelfth of a large fan-out. Its seed is
-    /// random per process, so crafted names cannot aim at collisions.
+    /// each, and SipHash was a twelfth of a large fan-out. Its seed varies
+    /// per process (address-space layout), and the keys are the literal
+    /// prefixes of one config's patterns: a config crafted to collide can
+    /// only slow its own fan-out.
     children: HashMap<String, usize, foldhash::fast::RandomState>,
     patterns: Vec<usize>,
 }

@@ -713,18 +713,22 @@ impl Store {
     /// Queues again, to run now, every job the store says `worker` holds.
     /// Only for a worker that runs no job: one whose claim committed though
     /// its answer was lost, or whose outcome could not be written, would
-    /// otherwise wait out a whole lease. The attempt stays counted.
+    /// otherwise wait out a whole lease. It counts as that lease running
+    /// out: the attempt stays counted, with why as its error, so a job on
+    /// its last attempt is dead-lettered saying so.
     pub(crate) async fn release_held(&self, worker: &str) -> Result<Vec<JobId>> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         let rows = sqlx::query(
             "UPDATE jobs SET status = 'queued', run_after = $2, lease_owner = NULL,
-                    lease_until = NULL, updated_at = $2
+                    lease_until = NULL, lease_expiries = lease_expiries + 1,
+                    last_error = $3, updated_at = $2
              WHERE status = 'running' AND lease_owner = $1
              RETURNING id",
         )
         .bind(worker)
         .bind(now)
+        .bind(RELEASED_ERROR)
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("giving back the jobs {worker} holds"))?;
@@ -979,6 +983,9 @@ fn lease_not_held(job: JobId, worker: &str) -> anyhow::Error {
     }
     .into()
 }
+
+/// The error a job given back by its worker keeps ([`Store::release_held`]).
+pub(crate) const RELEASED_ERROR: &str = "its worker lost the database's answer to the claim, or could not write how the attempt ended, while the database was away; it was given back to run again";
 
 pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)

@@ -264,6 +264,10 @@ async fn a_worker_gives_back_the_jobs_it_holds_but_does_not_run(f: Fixture) {
         (JobStatus::Queued, None, 1),
         "the attempt stays counted"
     );
+    assert_eq!(
+        queued.last_error.as_deref(),
+        Some(super::sql::RELEASED_ERROR)
+    );
     let again = f.store.claim("w3", LEASE).await.unwrap().unwrap();
     assert_eq!(again.id, lost_claim, "at once, still ahead of {later}");
     assert_eq!(again.attempts, 2);

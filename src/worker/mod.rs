@@ -172,7 +172,7 @@ impl Worker {
                 true
             }
             Err(error) => {
-                tracing::debug!(worker = %self.id, "{error:#}");
+                tracing::warn!(worker = %self.id, "{error:#}");
                 false
             }
         }

@@ -208,12 +208,14 @@ impl JobCtx<'_> {
             };
         }
         if !failed && !matches!(counted.evaluation, Evaluation::Satisfied { .. }) {
-            let members: Vec<MemberId> = plan.change_set["members"]
+            let members = plan.change_set["members"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(|m| m["member"].as_str()?.parse().ok())
-                .collect();
+                .map(|m| m["member"].as_str().unwrap_or_default().parse())
+                .collect::<Result<Vec<MemberId>, String>>()
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("the members gate {} waits on", GateId::Pr(self.pr)))?;
             let description = format!(
                 "pull request {} waits for an approval of its change set at {} ({} member{})",
                 self.pr,
