@@ -424,7 +424,7 @@ impl<'a> WaveMachine<'a> {
                 );
                 continue;
             };
-            if let MemberState::Applying { .. } = record.state(outcome.member.as_str()) {
+            if let MemberState::Applying { .. } = record.state(&outcome.member) {
                 if plan.is_empty() {
                     let (digest, outputs) = (plan.plan_digest.clone(), plan.outputs.known.clone());
                     applied(
@@ -440,7 +440,7 @@ impl<'a> WaveMachine<'a> {
             }
             match self.coverage(record, &outcome) {
                 Coverage::Covered => {
-                    if let Some(was) = self.spec.approved.member(outcome.member.as_str()) {
+                    if let Some(was) = self.spec.approved.member(&outcome.member) {
                         let known = outcome.known_inputs();
                         filled.extend(
                             was.unknown_inputs
@@ -896,7 +896,7 @@ impl<'a> WaveMachine<'a> {
         let mut denials = Vec::new();
         for outcome in ready {
             let plan = outcome.plan.as_ref().expect("ready members are planned");
-            record.overrides.remove(outcome.member.as_str());
+            record.overrides.remove(&outcome.member);
             if plan.denied.is_empty() {
                 continue;
             }

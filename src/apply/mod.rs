@@ -699,10 +699,7 @@ pub(crate) fn stage_waves<'a>(waves: &'a [Vec<MemberId>], stage: &str) -> Vec<&'
 /// a held member is a wait on its holder; a member that stood down ends
 /// the run neither applied nor failed.
 pub(crate) fn settled_status(record: &AttemptRecord, members: &BTreeSet<MemberId>) -> RunStatus {
-    let roots: Vec<MemberState> = members
-        .iter()
-        .map(|m| record.root_state(m.as_str()))
-        .collect();
+    let roots: Vec<MemberState> = members.iter().map(|m| record.root_state(m)).collect();
     if roots
         .iter()
         .any(|s| matches!(s, MemberState::Failed { .. }))

@@ -127,7 +127,7 @@ impl<'a> StageMachine<'a> {
                     .map(|wave| {
                         wave.iter()
                             .filter(|m| {
-                                let state = record.state(m.as_str());
+                                let state = record.state(m);
                                 !state.is_applied() && state != MemberState::Unaffected
                             })
                             .cloned()

@@ -485,7 +485,7 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
         }
         let unplanned: Vec<&MemberId> = members
             .iter()
-            .filter(|m| bench.outcome(m.as_str()).is_none_or(|o| o.plan.is_none()))
+            .filter(|m| bench.outcome(m).is_none_or(|o| o.plan.is_none()))
             .collect();
         costs.push(if unplanned.is_empty() {
             bench
@@ -644,7 +644,7 @@ pub(crate) struct Workbench {
     /// and per member `files/` and `home/`.
     scratch: tempfile::TempDir,
     outcomes: HashMap<MemberId, MemberOutcome>,
-    applied: HashMap<String, Map<String, Value>>,
+    applied: HashMap<MemberId, Map<String, Value>>,
     /// Outputs read from the deployed estate, per member: Ok(outputs) or why not.
     deployed: HashMap<String, Result<Map<String, Value>, String>>,
     seeded_used: std::collections::BTreeSet<String>,
@@ -652,7 +652,7 @@ pub(crate) struct Workbench {
     seeded_outputs_read: std::collections::BTreeSet<(String, String)>,
     notes: Vec<String>,
     /// What each member's applies carried for its later commands (`{carry_file}`).
-    carried: HashMap<String, Map<String, Value>>,
+    carried: HashMap<MemberId, Map<String, Value>>,
     /// Which members the digests bind (a group's digest too).
     digest_over: DigestOver,
 }
@@ -811,18 +811,18 @@ impl Workbench {
     }
 
     /// The latest outcome of a member planned here.
-    pub(crate) fn outcome(&self, member: &str) -> Option<&MemberOutcome> {
+    pub(crate) fn outcome(&self, member: &MemberId) -> Option<&MemberOutcome> {
         self.outcomes.get(member)
     }
 
     /// What an apply of `member` carried: its later commands read it from `{carry_file}`.
-    pub(crate) fn carry(&mut self, member: &str, carry: Map<String, Value>) {
-        self.carried.insert(member.to_owned(), carry);
+    pub(crate) fn carry(&mut self, member: &MemberId, carry: Map<String, Value>) {
+        self.carried.insert(member.clone(), carry);
     }
 
     /// Outputs a member applied in this run: what its downstreams read from now on.
-    pub(crate) fn record_applied(&mut self, member: &str, outputs: Map<String, Value>) {
-        self.applied.insert(member.to_owned(), outputs);
+    pub(crate) fn record_applied(&mut self, member: &MemberId, outputs: Map<String, Value>) {
+        self.applied.insert(member.clone(), outputs);
     }
 
     /// The longest an apply command of `member` may live: its timeout, and
@@ -1280,7 +1280,7 @@ impl Workbench {
             why,
             sensitive: false,
         };
-        if let Some(applied) = self.applied.get(&upstream) {
+        if let Some(applied) = self.applied.get(upstream.as_str()) {
             return match applied.get(&input.output) {
                 Some(v) => resolved(InputSource::Applied, Some(v.clone()), None),
                 None => resolved(
@@ -1457,7 +1457,7 @@ impl Workbench {
         let member = member_name(&component.name, stage);
         let root_text = root.display().to_string();
         let file = |name: &str| files.dir.join(name).display().to_string();
-        let carried = self.carried.get(&member_name(&component.name, stage));
+        let carried = self.carried.get(member.as_str());
         files::write_file(
             &files.dir,
             CARRY_FILE,

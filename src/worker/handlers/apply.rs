@@ -396,10 +396,10 @@ impl JobCtx<'_> {
             }
             members.extend(prepared.derivation.members.iter().cloned());
             for (member, outputs) in drive.run.record.applied_outputs() {
-                bench.record_applied(member.as_str(), outputs.clone());
+                bench.record_applied(member, outputs.clone());
             }
             for (member, carry) in &drive.run.record.carried {
-                bench.carry(member.as_str(), carry.clone());
+                bench.carry(member, carry.clone());
             }
             self.stages(&mut drive, &mut bench).await?;
         }
@@ -776,11 +776,7 @@ impl JobCtx<'_> {
                     let mut outcomes = Vec::new();
                     for pending in waves {
                         bench.plan_wave(pending).await?;
-                        outcomes.extend(
-                            pending
-                                .iter()
-                                .filter_map(|m| bench.outcome(m.as_str()).cloned()),
-                        );
+                        outcomes.extend(pending.iter().filter_map(|m| bench.outcome(m).cloned()));
                     }
                     StageObservation::Previewed { outcomes }
                 }
@@ -905,9 +901,9 @@ impl JobCtx<'_> {
             for effect in for_bench {
                 match effect {
                     Effect::ReadOutputs { member, outputs } => {
-                        bench.record_applied(member.as_str(), outputs)
+                        bench.record_applied(&member, outputs)
                     }
-                    Effect::Carry { member, carry } => bench.carry(member.as_str(), carry),
+                    Effect::Carry { member, carry } => bench.carry(&member, carry),
                     other => return Err(anyhow!("{other:?} does not change the workbench")),
                 }
             }
@@ -935,7 +931,7 @@ impl JobCtx<'_> {
                     bench.plan_wave(&members).await?;
                     let outcomes = members
                         .iter()
-                        .map(|m| bench.outcome(m.as_str()).expect("planned above").clone())
+                        .map(|m| bench.outcome(m).expect("planned above").clone())
                         .collect();
                     Observation::Planned {
                         outcomes,
@@ -946,7 +942,7 @@ impl JobCtx<'_> {
                 Effect::Replan(member) => {
                     bench.plan_wave(std::slice::from_ref(&member)).await?;
                     Observation::Replanned {
-                        outcome: Box::new(bench.outcome(member.as_str()).expect("planned").clone()),
+                        outcome: Box::new(bench.outcome(&member).expect("planned").clone()),
                         overrides: self.override_facts(&drive.run).await?,
                         now: now(),
                     }

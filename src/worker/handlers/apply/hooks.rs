@@ -115,7 +115,7 @@ impl JobCtx<'_> {
             .map(|m| HookMember {
                 member: m.clone(),
                 plan_digest: bench
-                    .outcome(m.as_str())
+                    .outcome(m)
                     .and_then(|o| o.plan.as_ref())
                     .map(|p| p.plan_digest.clone())
                     .or_else(|| drive.approved.member(m).and_then(|c| c.plan_digest.clone())),
