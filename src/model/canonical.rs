@@ -95,8 +95,10 @@ pub struct DigestWriter {
 /// How much output [`DigestWriter`] gathers before it hashes it.
 const DIGEST_BUFFER: usize = 32 * 1024;
 
-/// Output this long is hashed at once instead of gathered.
-const DIRECT_HASH: usize = 256;
+/// Output this long is hashed where it lies instead of gathered. A plan
+/// entry's value (hundreds of bytes) is gathered: hashing it on its own cost
+/// more than copying it, SHA-256 being fastest over long runs (issue 12).
+const DIRECT_HASH: usize = 16 * 1024;
 
 impl DigestWriter {
     /// A writer with RFC 8785 numbers.
@@ -115,7 +117,6 @@ impl DigestWriter {
 
     #[inline]
     fn bytes(&mut self, bytes: &[u8]) {
-        // A long run (a plan entry's value) is hashed where it lies, not copied.
         if bytes.len() >= DIRECT_HASH {
             self.hash.update(&self.buffer);
             self.buffer.clear();
@@ -136,8 +137,11 @@ impl DigestWriter {
 
     /// `"key":` — keys must be written in canonical (sorted) order by the caller.
     pub fn key(&mut self, key: &str) -> &mut Self {
-        write_string(self, key);
-        self.raw(":")
+        if key.bytes().any(needs_escape) {
+            write_string(self, key);
+            return self.raw(":");
+        }
+        self.raw("\"").raw(key).raw("\":")
     }
 
     pub fn value(&mut self, value: &Value) -> &mut Self {
@@ -326,25 +330,27 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
-/// How many leading bytes, in whole 8-byte words, need no escape: a word at a
-/// time, with the usual bit tricks (`has_less` and `has_zero`, which may flag
-/// a word that holds no such byte above one that does, never miss one).
+/// How many leading bytes need no escape: a word of 8 bytes at a time, with
+/// the usual bit tricks (`has_less` and `has_zero`, which may flag a byte
+/// above one that needs an escape but never miss one, so the lowest flagged
+/// byte is the first that needs one), then the last few bytes one by one.
 fn plain_prefix(bytes: &[u8]) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
     let mut n = 0;
     for chunk in bytes.chunks_exact(8) {
-        let w = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+        let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
         let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
         let quote = has_zero(w ^ (ONES * u64::from(b'"')));
         let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
-        if control | quote | backslash != 0 {
-            break;
+        let flagged = control | quote | backslash;
+        if flagged != 0 {
+            return n + (flagged.trailing_zeros() / 8) as usize;
         }
         n += 8;
     }
-    n
+    n + bytes[n..].iter().take_while(|&&b| !needs_escape(b)).count()
 }
 
 /// The largest integer below which every integer is a double exactly (2^53).

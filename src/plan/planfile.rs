@@ -10,8 +10,9 @@
 //! sorted and checked for repeated addresses through a list of indices, and
 //! a path that is a plain key is kept as written, which is its normal form.
 //! Each entry's `after` and `before` are read straight into their canonical
-//! text ([`CanonicalJson`]) with no tree built, and the digest is streamed
-//! into SHA-256 ([`DigestWriter`]), never rendered.
+//! text ([`CanonicalJson`]) with no tree built: where the file has it
+//! canonical already, a span of the file's one copy, shared by every entry.
+//! The digest is streamed into SHA-256 ([`DigestWriter`]), never rendered.
 
 use super::path::ValuePath;
 use crate::model::canonical::{CanonicalJson, DigestWriter, NumberForm};
@@ -21,6 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Larger plan files are refused rather than read into memory.
 pub const MAX_PLAN_FILE_BYTES: u64 = 256 * 1024 * 1024;
@@ -279,20 +281,25 @@ impl MemberPlan {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(PlanFileError::Empty);
         }
-        let raw: RawPlanFile = serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => match serde_json::from_slice::<Value>(bytes) {
-                Ok(v) if !v.is_object() => PlanFileError::Shape(format!(
-                    "the top level must be an object, found {}",
-                    kind_of(&v)
-                )),
-                _ => PlanFileError::Shape(e.to_string()),
-            },
-            _ => PlanFileError::NotJson(e.to_string()),
-        })?;
-        Self::from_raw(member, raw)
+        // The file's text is kept whole, once: each entry's `after` and
+        // `before` that the file already has canonical is a span of it.
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            // serde_json names where the bytes stop being UTF-8.
+            return Err(match serde_json::from_slice::<RawPlanFile>(bytes) {
+                Err(e) => parse_error(bytes, e),
+                Ok(_) => PlanFileError::NotJson("the file is not UTF-8".to_owned()),
+            });
+        };
+        let file: Arc<str> = Arc::from(text);
+        let raw: RawPlanFile = serde_json::from_str(&file).map_err(|e| parse_error(bytes, e))?;
+        Self::from_raw(member, raw, &file)
     }
 
-    fn from_raw(member: &MemberId, raw: RawPlanFile<'_>) -> Result<Self, PlanFileError> {
+    fn from_raw(
+        member: &MemberId,
+        raw: RawPlanFile<'_>,
+        file: &Arc<str>,
+    ) -> Result<Self, PlanFileError> {
         // Entries are sorted by address through a list of indices (an entry is
         // large to move), and that order finds a repeated address without a
         // set of copies. A repeat is rare: then the entries are checked again
@@ -325,7 +332,7 @@ impl MemberPlan {
             }
             let value = |raw: Option<&RawValue>, field: &str| {
                 raw.map_or(Ok(CanonicalJson::null()), |raw| {
-                    CanonicalJson::from_raw(raw).map_err(|error| {
+                    CanonicalJson::from_raw_in(file, raw).map_err(|error| {
                         PlanFileError::NotJson(format!("entries[{i}].{field}: {error}"))
                     })
                 })
@@ -510,6 +517,20 @@ impl MemberPlan {
     /// Every address the plan deletes or replaces, in address order.
     pub fn destructive_entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.action.is_destructive())
+    }
+}
+
+/// What is wrong with a file serde_json could not read as a plan file.
+fn parse_error(bytes: &[u8], e: serde_json::Error) -> PlanFileError {
+    match e.classify() {
+        serde_json::error::Category::Data => match serde_json::from_slice::<Value>(bytes) {
+            Ok(v) if !v.is_object() => PlanFileError::Shape(format!(
+                "the top level must be an object, found {}",
+                kind_of(&v)
+            )),
+            _ => PlanFileError::Shape(e.to_string()),
+        },
+        _ => PlanFileError::NotJson(e.to_string()),
     }
 }
 

@@ -21,9 +21,10 @@
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
-use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use super::{
     plain_prefix, utf16_cmp, write_f64, write_string, DigestWriter, NumberForm, EXACT_IN_DOUBLE,
@@ -32,11 +33,9 @@ use super::{
 /// A JSON value as canonical text (keys sorted by UTF-16 code units, no
 /// whitespace, strings escaped as RFC 8785 says, integers exact). Two values
 /// are equal exactly when their texts are.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CanonicalJson {
-    /// Borrowed only for `null`, which a plan has once per entry that has
-    /// no `before`: no allocation for it.
-    text: Cow<'static, str>,
+    text: Text,
     /// It holds an integer beyond ±2^53, which RFC 8785 writes rounded.
     big_integer: bool,
     /// It holds a number read as a double (a fraction or an exponent), which
@@ -44,17 +43,42 @@ pub struct CanonicalJson {
     double: bool,
 }
 
+/// Where a value's text lives.
+#[derive(Clone)]
+enum Text {
+    /// `null`, which a plan has once per entry that has no `before`.
+    Null,
+    Owned(Box<str>),
+    /// A span of the file the value was read from, when the file already
+    /// had it canonical: every value of a plan file shares the file's one
+    /// copy, instead of an allocation (and a free) per entry (issue 12).
+    InFile {
+        file: Arc<str>,
+        span: std::ops::Range<usize>,
+    },
+}
+
+impl Text {
+    fn as_str(&self) -> &str {
+        match self {
+            Text::Null => "null",
+            Text::Owned(text) => text,
+            Text::InFile { file, span } => &file[span.clone()],
+        }
+    }
+}
+
 impl CanonicalJson {
     pub fn null() -> Self {
         Self {
-            text: Cow::Borrowed("null"),
+            text: Text::Null,
             big_integer: false,
             double: false,
         }
     }
 
     pub fn is_null(&self) -> bool {
-        &*self.text == "null"
+        self.as_str() == "null"
     }
 
     /// The canonical text of `value`.
@@ -64,12 +88,12 @@ impl CanonicalJson {
 
     /// The value as a tree, for readers that look inside it.
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(&self.text).expect("canonical text is JSON")
+        serde_json::from_str(self.as_str()).expect("canonical text is JSON")
     }
 
     /// The text (integers exact: see the module's doc).
     pub fn as_str(&self) -> &str {
-        &self.text
+        self.text.as_str()
     }
 
     /// Writes the value into `w` as `w`'s number rule says.
@@ -79,7 +103,7 @@ impl CanonicalJson {
             NumberForm::Version1 => !self.double,
         };
         if text_is_canonical {
-            w.raw(&self.text);
+            w.raw(self.as_str());
         } else {
             w.value(&self.to_value());
         }
@@ -91,18 +115,53 @@ impl CanonicalJson {
     /// canonical writer wrote (serde_json, `jq -cS`, most plan converters)
     /// is taken as it is, after one scan that checks it byte by byte; any
     /// other is rewritten.
-    pub fn from_raw(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
+    pub fn from_raw(raw: &RawValue) -> Result<Self, serde_json::Error> {
         let text = raw.get();
-        if is_canonical(text.as_bytes()) {
-            return Ok(Self {
-                text: Cow::Owned(text.to_owned()),
-                big_integer: false,
-                double: false,
-            });
+        if is_canonical(text) {
+            return Ok(Self::canonical_as_read(Text::Owned(text.into())));
         }
         serde_json::from_str(text)
     }
+
+    /// [`Self::from_raw`] for a value read out of `file`: text taken as it is
+    /// stays in `file`, shared, instead of being copied out.
+    pub fn from_raw_in(file: &Arc<str>, raw: &RawValue) -> Result<Self, serde_json::Error> {
+        let text = raw.get();
+        let start = (text.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
+        let span = start..start.saturating_add(text.len());
+        if !file
+            .get(span.clone())
+            .is_some_and(|s| std::ptr::eq(s, text))
+        {
+            return Self::from_raw(raw);
+        }
+        if is_canonical(text) {
+            return Ok(Self::canonical_as_read(Text::InFile {
+                file: Arc::clone(file),
+                span,
+            }));
+        }
+        serde_json::from_str(text)
+    }
+
+    fn canonical_as_read(text: Text) -> Self {
+        Self {
+            text,
+            big_integer: false,
+            double: false,
+        }
+    }
 }
+
+impl PartialEq for CanonicalJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+            && self.big_integer == other.big_integer
+            && self.double == other.double
+    }
+}
+
+impl Eq for CanonicalJson {}
 
 impl Default for CanonicalJson {
     fn default() -> Self {
@@ -112,13 +171,13 @@ impl Default for CanonicalJson {
 
 impl fmt::Debug for CanonicalJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Display for CanonicalJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(self.as_str())
     }
 }
 
@@ -126,7 +185,7 @@ impl Serialize for CanonicalJson {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Written as the JSON it is, not as a string holding it. Storing is
         // off the hot path, so the check `from_string` makes is affordable.
-        serde_json::value::RawValue::from_string(self.text.clone().into_owned())
+        RawValue::from_string(self.as_str().to_owned())
             .map_err(serde::ser::Error::custom)?
             .serialize(serializer)
     }
@@ -171,7 +230,7 @@ impl Writer {
         self.double = false;
         Canonicalise { out: self }.deserialize(deserializer)?;
         Ok(CanonicalJson {
-            text: Cow::Owned(self.text.clone()),
+            text: Text::Owned(self.text.as_str().into()),
             big_integer: self.big_integer,
             double: self.double,
         })
@@ -330,8 +389,24 @@ impl<'de> Visitor<'de> for Canonicalise<'_> {
 /// every string escaped as RFC 8785 escapes it; each object's keys, none
 /// with an escape, strictly in UTF-16 order; every number an integer below
 /// 2^53 written as its digits. A `false` only costs the rewrite.
-fn is_canonical(json: &[u8]) -> bool {
-    let mut open: Vec<Open> = Vec::new();
+fn is_canonical(json: &str) -> bool {
+    // The stack of open arrays and objects is kept per thread: a plan asks
+    // this of every entry's values.
+    OPEN.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut open) => {
+            open.clear();
+            scan_canonical(json, &mut open)
+        }
+        Err(_) => scan_canonical(json, &mut Vec::new()),
+    })
+}
+
+thread_local! {
+    static OPEN: std::cell::RefCell<Vec<Open>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn scan_canonical(text: &str, open: &mut Vec<Open>) -> bool {
+    let json = text.as_bytes();
     let mut i = 0;
     while i < json.len() {
         let at_key = match json[i] {
@@ -382,7 +457,7 @@ fn is_canonical(json: &[u8]) -> bool {
             let Some(Open::Object { last_key }) = open.last_mut() else {
                 return false;
             };
-            match object_key(json, i, last_key) {
+            match object_key(text, i, last_key) {
                 Some(after_colon) => i = after_colon,
                 None => return false,
             }
@@ -403,10 +478,11 @@ enum Open {
 /// Checks the key at `at` (after an object's `{` or `,`) against the last
 /// key of its object, and records it; the index after its `:`.
 fn object_key(
-    json: &[u8],
+    text: &str,
     at: usize,
     last_key: &mut Option<std::ops::Range<usize>>,
 ) -> Option<usize> {
+    let json = text.as_bytes();
     if json.get(at) != Some(&b'"') {
         return None;
     }
@@ -416,9 +492,8 @@ fn object_key(
         return None;
     }
     if let Some(last) = last_key.take() {
-        let before = std::str::from_utf8(&json[last]).ok()?;
-        let this = std::str::from_utf8(&json[key.clone()]).ok()?;
-        if !utf16_cmp(before, this).is_lt() {
+        // Both spans lie between quotes, so they are whole characters.
+        if !utf16_cmp(text.get(last)?, text.get(key.clone())?).is_lt() {
             return None;
         }
     }
@@ -452,7 +527,8 @@ fn string_end(json: &[u8], at: usize) -> Option<usize> {
                     _ => return None,
                 };
             }
-            _ => i += 1,
+            // A control character as it is: not JSON, so not canonical.
+            _ => return None,
         }
     }
 }
@@ -668,7 +744,7 @@ mod tests {
             ("9007199254740992", false),
             ("-9007199254740993", false),
         ] {
-            assert_eq!(is_canonical(text.as_bytes()), as_written, "{text}");
+            assert_eq!(is_canonical(text), as_written, "{text}");
             let raw: &RawValue = serde_json::from_str(text).unwrap();
             let held = CanonicalJson::from_raw(raw).unwrap();
             assert_eq!(held, read(text), "{text}: the same as the rewrite");
@@ -676,6 +752,41 @@ mod tests {
                 assert_eq!(held.as_str(), text);
             }
         }
+    }
+
+    #[test]
+    fn values_a_file_has_canonical_are_held_as_spans_of_it() {
+        #[derive(Deserialize)]
+        struct Entry<'a> {
+            #[serde(borrow)]
+            after: &'a RawValue,
+        }
+        let file: Arc<str> =
+            Arc::from(r#"[{"after":{"a":[1,"x"],"b":null}},{"after":{"b": 1, "a": 2}}]"#);
+        let entries: Vec<Entry> = serde_json::from_str(&file).unwrap();
+        let held: Vec<CanonicalJson> = entries
+            .iter()
+            .map(|e| CanonicalJson::from_raw_in(&file, e.after).unwrap())
+            .collect();
+        assert!(matches!(&held[0].text, Text::InFile { file: f, .. } if Arc::ptr_eq(f, &file)));
+        assert_eq!(held[0].as_str(), r#"{"a":[1,"x"],"b":null}"#);
+        assert!(
+            matches!(held[1].text, Text::Owned(_)),
+            "rewritten, so its own"
+        );
+        assert_eq!(held[1].as_str(), r#"{"a":2,"b":1}"#);
+        assert_eq!(
+            held[0],
+            read(r#"{"b": null, "a": [1, "x"]}"#),
+            "equal to its rewrite"
+        );
+        assert_eq!(Arc::strong_count(&file), 2, "one span holds the file");
+
+        // Text that is not from the file is copied, never sliced out of it.
+        let elsewhere: &RawValue = serde_json::from_str(r#"{"a":[1,"x"],"b":null}"#).unwrap();
+        let copied = CanonicalJson::from_raw_in(&file, elsewhere).unwrap();
+        assert!(matches!(copied.text, Text::Owned(_)));
+        assert_eq!(copied, held[0]);
     }
 
     #[test]
