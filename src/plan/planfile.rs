@@ -273,32 +273,41 @@ impl MemberPlan {
                 )))
             }
         };
-        Self::parse(member, &bytes)
+        Self::parse_owned(member, bytes)
     }
 
     /// Validates plan-file bytes for `member`.
     pub fn parse(member: &MemberId, bytes: &[u8]) -> Result<Self, PlanFileError> {
+        Self::parse_owned(member, bytes.to_vec())
+    }
+
+    /// [`Self::parse`] of bytes it may keep: the file's text is kept whole,
+    /// once, as it was read, and each entry's `after` and `before` that the
+    /// file has canonical already is a span of it.
+    pub fn parse_owned(member: &MemberId, bytes: Vec<u8>) -> Result<Self, PlanFileError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(PlanFileError::Empty);
         }
-        // The file's text is kept whole, once: each entry's `after` and
-        // `before` that the file already has canonical is a span of it.
-        let Ok(text) = std::str::from_utf8(bytes) else {
+        let file = match String::from_utf8(bytes) {
+            Ok(text) => Arc::new(text),
             // serde_json names where the bytes stop being UTF-8.
-            return Err(match serde_json::from_slice::<RawPlanFile>(bytes) {
-                Err(e) => parse_error(bytes, e),
-                Ok(_) => PlanFileError::NotJson("the file is not UTF-8".to_owned()),
-            });
+            Err(e) => {
+                let bytes = e.as_bytes();
+                return Err(match serde_json::from_slice::<RawPlanFile>(bytes) {
+                    Err(e) => parse_error(bytes, e),
+                    Ok(_) => PlanFileError::NotJson("the file is not UTF-8".to_owned()),
+                });
+            }
         };
-        let file: Arc<str> = Arc::from(text);
-        let raw: RawPlanFile = serde_json::from_str(&file).map_err(|e| parse_error(bytes, e))?;
+        let raw: RawPlanFile =
+            serde_json::from_str(&file).map_err(|e| parse_error(file.as_bytes(), e))?;
         Self::from_raw(member, raw, &file)
     }
 
     fn from_raw(
         member: &MemberId,
         raw: RawPlanFile<'_>,
-        file: &Arc<str>,
+        file: &Arc<String>,
     ) -> Result<Self, PlanFileError> {
         // Entries are sorted by address through a list of indices (an entry is
         // large to move), and that order finds a repeated address without a
@@ -538,21 +547,21 @@ fn parse_error(bytes: &[u8], e: serde_json::Error) -> PlanFileError {
 /// (`id`, `user_data`) is its own normal spelling and needs no parse; most
 /// paths in a plan are one. `field` names the list in an error.
 fn normalise_paths(
-    texts: Vec<String>,
+    mut paths: Vec<String>,
     field: impl Fn() -> String,
 ) -> Result<Vec<String>, PlanFileError> {
-    let mut paths = Vec::with_capacity(texts.len());
-    for t in texts {
-        if !t.is_empty()
-            && t.bytes()
+    // In place: a plan has such a list on most entries.
+    for path in &mut paths {
+        if !path.is_empty()
+            && path
+                .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            paths.push(t);
             continue;
         }
-        let p = ValuePath::parse(&t)
+        let parsed = ValuePath::parse(path)
             .map_err(|e| PlanFileError::Invalid(format!("{}: {e}", field())))?;
-        paths.push(p.to_string());
+        *path = parsed.to_string();
     }
     paths.sort();
     paths.dedup();

@@ -53,7 +53,7 @@ enum Text {
     /// had it canonical: every value of a plan file shares the file's one
     /// copy, instead of an allocation (and a free) per entry (issue 12).
     InFile {
-        file: Arc<str>,
+        file: Arc<String>,
         span: std::ops::Range<usize>,
     },
 }
@@ -125,7 +125,7 @@ impl CanonicalJson {
 
     /// [`Self::from_raw`] for a value read out of `file`: text taken as it is
     /// stays in `file`, shared, instead of being copied out.
-    pub fn from_raw_in(file: &Arc<str>, raw: &RawValue) -> Result<Self, serde_json::Error> {
+    pub fn from_raw_in(file: &Arc<String>, raw: &RawValue) -> Result<Self, serde_json::Error> {
         let text = raw.get();
         let start = (text.as_ptr() as usize).wrapping_sub(file.as_ptr() as usize);
         let span = start..start.saturating_add(text.len());
@@ -761,8 +761,8 @@ mod tests {
             #[serde(borrow)]
             after: &'a RawValue,
         }
-        let file: Arc<str> =
-            Arc::from(r#"[{"after":{"a":[1,"x"],"b":null}},{"after":{"b": 1, "a": 2}}]"#);
+        let file =
+            Arc::new(r#"[{"after":{"a":[1,"x"],"b":null}},{"after":{"b": 1, "a": 2}}]"#.to_owned());
         let entries: Vec<Entry> = serde_json::from_str(&file).unwrap();
         let held: Vec<CanonicalJson> = entries
             .iter()
