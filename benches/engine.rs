@@ -152,8 +152,8 @@ fn bench_digest(c: &mut Criterion) {
             bytes.len() / 1_000_000
         ),
         |b| {
-            // As `MemberPlan::read` does: the parse keeps the bytes it was
-            // read into (their copy is set-up, outside the time).
+            // As the planner does with the plan file it reads: the parse keeps
+            // the bytes it was read into (their copy is set-up, outside the time).
             let member: MemberId = "app@prod".parse().unwrap();
             b.iter_batched(
                 || bytes.clone(),

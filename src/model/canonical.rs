@@ -305,9 +305,7 @@ fn write_string<W: std::fmt::Write>(out: &mut W, s: &str) {
         i += plain_prefix(&bytes[i..]);
         let Some(&b) = bytes.get(i) else { break };
         i += 1;
-        if !needs_escape(b) {
-            continue;
-        }
+        debug_assert!(needs_escape(b), "plain_prefix stops only at an escape");
         let _ = out.write_str(&s[plain..i - 1]);
         let _ = match b {
             b'"' => out.write_str("\\\""),

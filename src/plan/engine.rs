@@ -1615,7 +1615,7 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
 fn read_plan_file(member: &MemberId, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
     match files::read_file(&files.dir, PLAN_FILE, MAX_PLAN_FILE_BYTES) {
-        Ok(bytes) => MemberPlan::parse(member, &bytes),
+        Ok(bytes) => MemberPlan::parse_owned(member, bytes),
         Err(files::FileError::Missing) => Err(PlanFileError::Missing {
             path: files.dir.join(PLAN_FILE).display().to_string(),
         }),

@@ -290,7 +290,7 @@ impl MemberPlan {
         }
         let file = match String::from_utf8(bytes) {
             Ok(text) => Arc::new(text),
-            // serde_json names where the bytes stop being UTF-8.
+            // The error serde_json gives for such bytes, as before.
             Err(e) => {
                 let bytes = e.as_bytes();
                 return Err(match serde_json::from_slice::<RawPlanFile>(bytes) {
@@ -355,6 +355,20 @@ impl MemberPlan {
                 address: e.address,
                 action: e.action,
             }));
+        }
+        // A plan keeps its file only while most of the file is its values:
+        // a file that had to be rewritten (pretty-printed, say) would
+        // otherwise be held whole for a few values it had canonical.
+        let in_file: usize = entries
+            .iter()
+            .flatten()
+            .map(|e| e.after.bytes_in_file() + e.before.bytes_in_file())
+            .sum();
+        if in_file < file.len() / 2 {
+            for e in entries.iter_mut().flatten() {
+                e.after.detach();
+                e.before.detach();
+            }
         }
         // Addresses are unique here, so this is the order a sort by address gives.
         let entries: Vec<Entry> = order
@@ -596,6 +610,53 @@ mod tests {
             "before": {"id": "vpc-1"}, "after": {"id": null}, "unknown": ["ښ"]}]}"#;
         let error = parse(text).unwrap_err().to_string();
         assert!(error.contains("unexpected `ښ` at 0"), "{error}");
+    }
+
+    fn held_in_file(plan: &MemberPlan) -> usize {
+        plan.entries
+            .iter()
+            .map(|e| e.after.bytes_in_file() + e.before.bytes_in_file())
+            .sum()
+    }
+
+    #[test]
+    fn a_plan_keeps_its_file_only_while_the_file_is_mostly_its_values() {
+        let entry = |i: usize| {
+            json!({"address": format!("r.n{i}"), "action": "create",
+                   "after": {"id": null, "tags": {"team": "infra"}, "user_data": "x".repeat(200)}})
+        };
+        let entries: Vec<Value> = (0..20).map(entry).collect();
+        let plan_json = json!({"summary": "s", "entries": entries});
+
+        // serde_json writes every value canonical, and the values are most
+        // of the file: the plan holds them as spans of it.
+        let compact = parse(&plan_json.to_string()).unwrap();
+        assert!(held_in_file(&compact) > 0);
+
+        // Pretty-printed, only `{}`-like scraps would be canonical as written:
+        // the plan keeps its own copies and lets the file go.
+        let mut pretty = serde_json::to_string_pretty(&plan_json).unwrap();
+        pretty = pretty.replace(
+            r#""action": "create","#,
+            r#""action": "create", "before": {},"#,
+        );
+        let rewritten = parse(&pretty).unwrap();
+        assert_eq!(held_in_file(&rewritten), 0);
+        assert_eq!(rewritten.entries[0].after, compact.entries[0].after);
+        assert_eq!(rewritten.entries[0].before.as_str(), "{}");
+    }
+
+    #[test]
+    fn an_after_nested_too_deep_to_read_back_is_refused() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let text = format!(
+            r#"{{"entries": [{{"address": "a.b", "action": "create", "after": {deep}}}]}}"#
+        );
+        let error = parse(&text).unwrap_err();
+        assert!(
+            matches!(&error, PlanFileError::NotJson(m) if m.starts_with("entries[0].after: recursion limit")),
+            "{error}"
+        );
     }
 
     const VALID: &str = r#"{

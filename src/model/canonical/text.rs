@@ -32,7 +32,9 @@ use super::{
 
 /// A JSON value as canonical text (keys sorted by UTF-16 code units, no
 /// whitespace, strings escaped as RFC 8785 says, integers exact). Two values
-/// are equal exactly when their texts are.
+/// are equal when their texts are and they were read with the same kinds of
+/// number (`5` and `5.0` have one text, but may digest apart under version
+/// 1's number rule).
 #[derive(Clone)]
 pub struct CanonicalJson {
     text: Text,
@@ -142,6 +144,21 @@ impl CanonicalJson {
             }));
         }
         serde_json::from_str(text)
+    }
+
+    /// How many bytes of a file this value holds as a span of it.
+    pub(crate) fn bytes_in_file(&self) -> usize {
+        match &self.text {
+            Text::InFile { span, .. } => span.len(),
+            Text::Null | Text::Owned(_) => 0,
+        }
+    }
+
+    /// Gives the value its own copy of its text, letting go of the file.
+    pub(crate) fn detach(&mut self) {
+        if let Text::InFile { .. } = self.text {
+            self.text = Text::Owned(self.as_str().into());
+        }
     }
 
     fn canonical_as_read(text: Text) -> Self {
@@ -405,11 +422,16 @@ thread_local! {
     static OPEN: std::cell::RefCell<Vec<Open>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Deeper values are rewritten instead, where serde_json's own recursion
+/// limit (128) refuses what is too deep for any later reader of the text.
+const MAX_SCANNED_DEPTH: usize = 100;
+
 fn scan_canonical(text: &str, open: &mut Vec<Open>) -> bool {
     let json = text.as_bytes();
     let mut i = 0;
     while i < json.len() {
         let at_key = match json[i] {
+            b'{' | b'[' if open.len() == MAX_SCANNED_DEPTH => return false,
             b'{' => {
                 open.push(Open::Object { last_key: None });
                 i += 1;
@@ -787,6 +809,21 @@ mod tests {
         let copied = CanonicalJson::from_raw_in(&file, elsewhere).unwrap();
         assert!(matches!(copied.text, Text::Owned(_)));
         assert_eq!(copied, held[0]);
+    }
+
+    #[test]
+    fn a_value_too_deep_to_read_back_is_refused_not_held() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let deep = nested(110);
+        let raw: &RawValue = serde_json::from_str(&deep).unwrap();
+        let held = CanonicalJson::from_raw(raw).unwrap();
+        assert_eq!(held.as_str(), deep, "rewritten, the same text");
+        assert!(held.to_value().is_array());
+
+        let too_deep = nested(200);
+        let raw: &RawValue = serde_json::from_str(&too_deep).unwrap();
+        let error = CanonicalJson::from_raw(raw).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
     }
 
     #[test]
