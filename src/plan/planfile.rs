@@ -90,6 +90,11 @@ impl Entry {
     pub fn sensitive_paths(&self) -> Vec<ValuePath> {
         parse_paths(&self.sensitive)
     }
+
+    /// How many bytes of its plan file the entry's values hold as spans of it.
+    pub(crate) fn bytes_in_file(&self) -> usize {
+        self.after.bytes_in_file() + self.before.bytes_in_file()
+    }
 }
 
 fn parse_paths(texts: &[String]) -> Vec<ValuePath> {
@@ -359,11 +364,7 @@ impl MemberPlan {
         // A plan keeps its file only while most of the file is its values:
         // a file that had to be rewritten (pretty-printed, say) would
         // otherwise be held whole for a few values it had canonical.
-        let in_file: usize = entries
-            .iter()
-            .flatten()
-            .map(|e| e.after.bytes_in_file() + e.before.bytes_in_file())
-            .sum();
+        let in_file: usize = entries.iter().flatten().map(Entry::bytes_in_file).sum();
         if in_file < file.len() / 2 {
             for e in entries.iter_mut().flatten() {
                 e.after.detach();
@@ -613,10 +614,7 @@ mod tests {
     }
 
     fn held_in_file(plan: &MemberPlan) -> usize {
-        plan.entries
-            .iter()
-            .map(|e| e.after.bytes_in_file() + e.before.bytes_in_file())
-            .sum()
+        plan.entries.iter().map(Entry::bytes_in_file).sum()
     }
 
     #[test]
