@@ -3,7 +3,7 @@
 //! and the target a delivery id is deduplicated within. Pure functions; the
 //! axum extractor that calls them lives with the server.
 
-use super::ForgeKind;
+use super::{Event, ForgeKind};
 use crate::config::settings::Secret;
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
@@ -242,11 +242,38 @@ pub fn dedupe_target(kind: ForgeKind, body: &[u8]) -> String {
         ForgeKind::GitHub => probe.installation.and_then(|i| i.id),
         ForgeKind::Forgejo => None,
     };
+    scope(
+        installation,
+        probe.repository.and_then(|r| r.id),
+        probe.hook_id,
+    )
+}
+
+/// [`dedupe_target`] of a delivery that read as `event`, without reading
+/// the body again when the event names its installation or repository: it
+/// read them from the same fields of the same body, typed alike, so the
+/// answer is the same. Other events are probed.
+pub fn dedupe_target_of(kind: ForgeKind, event: &Event, body: &[u8]) -> String {
+    let repo = match event {
+        Event::PullRequest { repo, .. }
+        | Event::Comment { repo, .. }
+        | Event::Review { repo, .. }
+        | Event::CheckRunRerequested { repo, .. } => repo,
+        Event::Installation { installation, .. } if kind == ForgeKind::GitHub => {
+            return scope(Some(*installation), None, None);
+        }
+        Event::Installation { .. } | Event::Ping => return dedupe_target(kind, body),
+    };
+    let installation = repo.installation.filter(|_| kind == ForgeKind::GitHub);
+    scope(installation, Some(repo.forge_id), None)
+}
+
+fn scope(installation: Option<u64>, repository: Option<u64>, hook: Option<u64>) -> String {
     if let Some(id) = installation {
         format!("installation:{id}")
-    } else if let Some(id) = probe.repository.and_then(|r| r.id) {
+    } else if let Some(id) = repository {
         format!("repo:{id}")
-    } else if let Some(id) = probe.hook_id {
+    } else if let Some(id) = hook {
         format!("hook:{id}")
     } else {
         "forge".to_owned()

@@ -171,7 +171,7 @@ async fn intake(state: &AppState, delivery: VerifiedDelivery) -> Response {
     let consequence = jobs::consequence(&event);
     let record = NewDelivery {
         forge: headers.sender,
-        target: webhook::dedupe_target(headers.sender, &delivery.body),
+        target: webhook::dedupe_target_of(headers.sender, &event, &delivery.body),
         delivery_id: headers.delivery_id.clone(),
         event_type: headers.event_type.clone(),
     };

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use wavegate::forge::events::{parse_forgejo, parse_github, ParseError, Parsed};
-use wavegate::forge::webhook::{dedupe_target, read_headers};
+use wavegate::forge::webhook::{dedupe_target, dedupe_target_of, read_headers};
 use wavegate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
 use wavegate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 
@@ -525,6 +525,24 @@ fn redeliveries_are_deduplicated_per_installation_or_repository() {
         target("forgejo/webhooks/forgejo-pull_request-merged.json"),
         "repo:46534"
     );
+}
+
+#[test]
+fn the_dedupe_target_read_off_an_event_is_the_one_probed_from_its_body() {
+    let mut events = 0;
+    for (relative, _) in DELIVERIES {
+        let Parsed::Event(event) = deliver(relative) else {
+            continue;
+        };
+        let (forge, body) = (forge_of(relative), fixture(relative));
+        assert_eq!(
+            dedupe_target_of(forge, &event, &body),
+            dedupe_target(forge, &body),
+            "{relative}"
+        );
+        events += 1;
+    }
+    assert!(events >= 8, "only {events} fixtures became events");
 }
 
 fn problem_with(relative: &str, edit: impl FnOnce(&mut Value)) -> ParseError {
