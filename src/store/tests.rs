@@ -852,6 +852,42 @@ async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
+on_both!(fixture_on, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test]);
+async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable(f: Fixture) {
+    // The bad head fails after the batch's deliveries were written: the
+    // transaction is undone, then each delivery is written on its own.
+    let (good, bad) = tokio::join!(
+        f.store
+            .record_delivery(delivery("good"), None, Some(head(1, sha('a'), true))),
+        f.store
+            .record_delivery(delivery("bad"), None, Some(head(u64::MAX, sha('b'), true))),
+    );
+    assert!(matches!(good.unwrap(), Intake::Recorded { job: None, .. }));
+    let bad = bad.unwrap_err();
+    assert!(
+        format!("{bad:#}").contains("pull request number"),
+        "{bad:#}"
+    );
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+    let record = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
+    assert_eq!(record.head_sha, sha('a'));
+
+    // No write lock or open transaction was left behind.
+    let later = tokio::time::timeout(
+        Duration::from_secs(2),
+        f.store
+            .record_delivery(delivery("later"), Some(job("pr-1", 3)), None),
+    )
+    .await
+    .expect("the store answers at once");
+    assert!(matches!(
+        later.unwrap(),
+        Intake::Recorded { job: Some(_), .. }
+    ));
+    f.store.enqueue(job("pr-2", 3)).await.unwrap();
+    assert_eq!(f.store.delivery_count().await.unwrap(), 2);
+}
+
 async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
     let plan_id = f
         .store
