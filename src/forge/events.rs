@@ -171,6 +171,22 @@ impl Reader<'_> {
         self.read(body).map(ControlFlow::Continue)
     }
 
+    /// [`Reader::read_decided`] of a delivery decided on its action alone:
+    /// read on when it is one of `acted_on`, else ignored.
+    fn read_acted_on<T: DeserializeOwned>(
+        &self,
+        body: &[u8],
+        acted_on: &[&str],
+        action_of: impl FnOnce(&T) -> &Option<String>,
+    ) -> Result<ControlFlow<Parsed, T>, ParseError> {
+        self.read_decided(
+            body,
+            acted_on,
+            |payload| ActionProbe::of(action_of(payload)),
+            |probe: ActionProbe| probe.decide(self, acted_on),
+        )
+    }
+
     fn malformed(&self, problem: String) -> ParseError {
         ParseError {
             event: self.event.to_owned(),
@@ -328,7 +344,9 @@ fn leading_action(body: &[u8]) -> Option<&str> {
         .strip_prefix(b"\"")?;
     let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
     let plain = rest[end] == b'"';
-    plain.then(|| std::str::from_utf8(&rest[..end]).ok()).flatten()
+    plain
+        .then(|| std::str::from_utf8(&rest[..end]).ok())
+        .flatten()
 }
 
 #[derive(Deserialize)]
@@ -415,12 +433,10 @@ mod github {
     }
 
     pub(super) fn pull_request(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["opened", "reopened", "synchronize", "edited", "closed"];
-        let mut payload: PullRequestEvent = read_on!(reader.read_decided(
+        let mut payload: PullRequestEvent = read_on!(reader.read_acted_on(
             body,
-            ACTED_ON,
-            |p: &PullRequestEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
+            &["opened", "reopened", "synchronize", "edited", "closed"],
+            |p: &PullRequestEvent| &p.action
         ));
         let action = reader.action(payload.action.take())?;
         let pr = payload.pull_request;
@@ -571,12 +587,10 @@ mod github {
     }
 
     pub(super) fn review(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["submitted", "dismissed"];
-        let mut payload: ReviewEvent = read_on!(reader.read_decided(
+        let mut payload: ReviewEvent = read_on!(reader.read_acted_on(
             body,
-            ACTED_ON,
-            |p: &ReviewEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
+            &["submitted", "dismissed"],
+            |p: &ReviewEvent| &p.action
         ));
         let action = reader.action(payload.action.take())?;
         // A dismissed review keeps the state it had; the action is what counts.
@@ -627,12 +641,10 @@ mod github {
     }
 
     pub(super) fn installation(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["created", "deleted"];
-        let mut payload: InstallationEvent = read_on!(reader.read_decided(
+        let mut payload: InstallationEvent = read_on!(reader.read_acted_on(
             body,
-            ACTED_ON,
-            |p: &InstallationEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
+            &["created", "deleted"],
+            |p: &InstallationEvent| &p.action
         ));
         let created = reader.action(payload.action.take())? == "created";
         Ok(event(Event::Installation {
@@ -658,13 +670,8 @@ mod github {
     }
 
     pub(super) fn check_run(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["rerequested"];
-        let payload: CheckRunEvent = read_on!(reader.read_decided(
-            body,
-            ACTED_ON,
-            |p: &CheckRunEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
-        ));
+        let payload: CheckRunEvent =
+            read_on!(reader.read_acted_on(body, &["rerequested"], |p: &CheckRunEvent| &p.action));
         let installation = payload.installation.map(|i| i.id);
         Ok(event(Event::CheckRunRerequested {
             repo: payload.repository.into_ref(ForgeKind::GitHub, installation),
@@ -747,12 +754,10 @@ mod forgejo {
     }
 
     pub(super) fn pull_request(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["opened", "reopened", "synchronized", "edited", "closed"];
-        let mut payload: PullRequestEvent = read_on!(reader.read_decided(
+        let mut payload: PullRequestEvent = read_on!(reader.read_acted_on(
             body,
-            ACTED_ON,
-            |p: &PullRequestEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
+            &["opened", "reopened", "synchronized", "edited", "closed"],
+            |p: &PullRequestEvent| &p.action
         ));
         let action = reader.action(payload.action.take())?;
         let number = payload.number(reader)?;
@@ -800,13 +805,8 @@ mod forgejo {
         body: &[u8],
         state: ReviewState,
     ) -> Result<Parsed, ParseError> {
-        const ACTED_ON: &[&str] = &["reviewed"];
-        let payload: PullRequestEvent = read_on!(reader.read_decided(
-            body,
-            ACTED_ON,
-            |p: &PullRequestEvent| ActionProbe::of(&p.action),
-            |probe| probe.decide(reader, ACTED_ON)
-        ));
+        let payload: PullRequestEvent =
+            read_on!(reader.read_acted_on(body, &["reviewed"], |p: &PullRequestEvent| &p.action));
         let pr = payload.number(reader)?;
         let commit = match payload.commit_id.as_deref().filter(|c| !c.is_empty()) {
             Some(commit) => reader.sha(commit, "commit_id")?,
