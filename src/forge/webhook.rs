@@ -251,8 +251,11 @@ pub fn dedupe_target(kind: ForgeKind, body: &[u8]) -> String {
 
 /// [`dedupe_target`] of a delivery that read as `event`, without reading
 /// the body again when the event names its installation or repository: it
-/// read them from the same fields of the same body, typed alike, so the
-/// answer is the same. Other events are probed.
+/// read them from the same fields of the same body, typed alike, so for
+/// every payload a forge sends the answer is the same (a test holds it to
+/// the fixtures). Only a body the probe cannot read as a whole although the
+/// event read, say with a `hook_id` that is not a number, gets its
+/// repository's target where the probe said `forge`. Other events are probed.
 pub fn dedupe_target_of(kind: ForgeKind, event: &Event, body: &[u8]) -> String {
     let repo = match event {
         Event::PullRequest { repo, .. }

@@ -176,7 +176,7 @@ async fn record_batch(
     let mut tx = Transaction {
         conn,
         backend,
-        commit_sent: false,
+        last_commits: false,
     };
     let written = write_batch(&mut tx, &candidates, now).await;
     if written.is_err() {
@@ -203,11 +203,14 @@ async fn record_batch(
 }
 
 /// A batch's transaction, opened with its first statement and committed
-/// with its last (see the module's doc).
+/// with its last (see the module's doc). Unlike sqlx's own transaction it does not roll back when dropped: the
+/// writer never drops one mid-batch (it is only cancelled when the process
+/// stops), and every error is rolled back by [`record_batch`].
 struct Transaction<'c> {
     conn: &'c mut AnyConnection,
     backend: Backend,
-    commit_sent: bool,
+    /// The last statement carries the `COMMIT` (SQLite).
+    last_commits: bool,
 }
 
 impl Transaction<'_> {
@@ -228,7 +231,7 @@ impl Transaction<'_> {
     fn closing(&mut self, sql: String) -> String {
         match self.backend {
             Backend::Sqlite => {
-                self.commit_sent = true;
+                self.last_commits = true;
                 format!("{sql}; COMMIT")
             }
             Backend::Postgres => sql,
@@ -237,7 +240,7 @@ impl Transaction<'_> {
 
     /// Commits, unless the last statement did.
     async fn commit(&mut self) -> Result<()> {
-        if !self.commit_sent {
+        if !self.last_commits {
             sqlx::query("COMMIT").execute(&mut *self.conn).await?;
         }
         Ok(())
@@ -410,7 +413,11 @@ async fn write_batch(
         upsert
             .execute(&mut *tx.conn)
             .await
-            .context("recording pull request heads")?;
+            .context(if tx.last_commits {
+                "recording pull request heads and committing deliveries"
+            } else {
+                "recording pull request heads"
+            })?;
     }
     tx.commit().await.context("committing deliveries")?;
     Ok((recorded, jobs))
