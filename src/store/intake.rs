@@ -203,9 +203,10 @@ async fn record_batch(
 }
 
 /// A batch's transaction, opened with its first statement and committed
-/// with its last (see the module's doc). Unlike sqlx's own transaction it does not roll back when dropped: the
-/// writer never drops one mid-batch (it is only cancelled when the process
-/// stops), and every error is rolled back by [`record_batch`].
+/// with its last (see the module's doc). Unlike sqlx's own transaction it
+/// does not roll back when dropped: the writer never drops one mid-batch
+/// (it is only cancelled when the process stops), and every error is
+/// rolled back by [`record_batch`].
 struct Transaction<'c> {
     conn: &'c mut AnyConnection,
     backend: Backend,
