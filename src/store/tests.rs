@@ -852,25 +852,128 @@ async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
+on_both!(fixture_on, one_batch_decides_each_delivery_as_if_it_came_alone, #[tokio::test]);
+async fn one_batch_decides_each_delivery_as_if_it_came_alone(f: Fixture) {
+    // Sent together on one thread, they reach the writer as one batch.
+    f.store
+        .record_delivery(delivery("d-0"), Some(comment_job(5)), None)
+        .await
+        .unwrap();
+    let (first, again, comment, same_comment, seen_comment, push) = tokio::join!(
+        f.store.record_delivery(
+            delivery("d-1"),
+            Some(job("pr-1", 3)),
+            Some(head(1, sha('a'), true))
+        ),
+        f.store.record_delivery(
+            delivery("d-1"),
+            Some(job("pr-1", 3)),
+            Some(head(1, sha('a'), true))
+        ),
+        f.store
+            .record_delivery(delivery("d-2"), Some(comment_job(9)), None),
+        f.store
+            .record_delivery(delivery("d-3"), Some(comment_job(9)), None),
+        f.store
+            .record_delivery(delivery("d-4"), Some(comment_job(5)), None),
+        f.store.record_delivery(
+            delivery("d-5"),
+            Some(job("pr-1", 3)),
+            Some(head(1, sha('b'), true))
+        ),
+    );
+    let job_of = |intake: Intake| match intake {
+        Intake::Recorded { job, .. } => job,
+        Intake::Duplicate => panic!("recorded as a duplicate"),
+    };
+    let first = job_of(first.unwrap()).expect("the push queues its plan");
+    assert_eq!(
+        again.unwrap(),
+        Intake::Duplicate,
+        "a redelivery in the same batch"
+    );
+    let comment = job_of(comment.unwrap()).expect("the comment's first delivery runs it");
+    assert_eq!(job_of(same_comment.unwrap()), None, "the comment runs once");
+    assert_eq!(
+        job_of(seen_comment.unwrap()),
+        None,
+        "a comment taken up before"
+    );
+    let push = job_of(push.unwrap()).expect("the second push queues its plan");
+
+    // Jobs queue in the order their deliveries came; the last push is the head.
+    assert!(first.0 < comment.0 && comment.0 < push.0);
+    let queued: Vec<String> = f
+        .store
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|job| job.queue_key)
+        .collect();
+    assert_eq!(
+        queued,
+        [
+            "github:acme/infra#42",
+            "pr-1",
+            "github:acme/infra#42",
+            "pr-1"
+        ]
+    );
+    assert_eq!(f.store.delivery_count().await.unwrap(), 6);
+    let record = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
+    assert_eq!(record.head_sha, sha('b'));
+    let seen = f.store.commands_seen(&repo(), PrNumber(42)).await.unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
 on_both!(fixture_on, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test]);
 async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable(f: Fixture) {
-    // The bad head fails after the batch's deliveries were written: the
-    // transaction is undone, then each delivery is written on its own.
+    // The database refuses the poisoned job after the batch's deliveries
+    // were written: the batch is undone, then each delivery is written on
+    // its own.
+    let pool = raw_pool(&f.url).await;
+    let poison: &[&str] = match f.backend {
+        Backend::Sqlite => &[
+            "CREATE TRIGGER poison BEFORE INSERT ON jobs WHEN NEW.queue_key = 'poison'
+              BEGIN SELECT RAISE(ABORT, 'poisoned job'); END",
+        ],
+        Backend::Postgres => &[
+            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+              BEGIN IF NEW.queue_key = 'poison' THEN RAISE EXCEPTION 'poisoned job'; END IF;
+              RETURN NEW; END $$",
+            "CREATE TRIGGER poison BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION poison()",
+        ],
+    };
+    for sql in poison {
+        sqlx::query(sqlx::AssertSqlSafe(*sql))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     let (good, bad) = tokio::join!(
-        f.store
-            .record_delivery(delivery("good"), None, Some(head(1, sha('a'), true))),
-        f.store
-            .record_delivery(delivery("bad"), None, Some(head(u64::MAX, sha('b'), true))),
+        f.store.record_delivery(
+            delivery("good"),
+            Some(job("pr-1", 3)),
+            Some(head(1, sha('a'), true))
+        ),
+        f.store.record_delivery(
+            delivery("bad"),
+            Some(job("poison", 3)),
+            Some(head(2, sha('b'), true))
+        ),
     );
-    assert!(matches!(good.unwrap(), Intake::Recorded { job: None, .. }));
+    assert!(matches!(
+        good.unwrap(),
+        Intake::Recorded { job: Some(_), .. }
+    ));
     let bad = bad.unwrap_err();
-    assert!(
-        format!("{bad:#}").contains("pull request number"),
-        "{bad:#}"
-    );
+    assert!(format!("{bad:#}").contains("poisoned job"), "{bad:#}");
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
+    assert_eq!(f.store.jobs().await.unwrap().len(), 1);
     let record = f.store.pr(&repo(), PrNumber(1)).await.unwrap().unwrap();
     assert_eq!(record.head_sha, sha('a'));
+    assert!(f.store.pr(&repo(), PrNumber(2)).await.unwrap().is_none());
 
     // No write lock or open transaction was left behind.
     let later = tokio::time::timeout(
@@ -886,6 +989,23 @@ async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writa
     ));
     f.store.enqueue(job("pr-2", 3)).await.unwrap();
     assert_eq!(f.store.delivery_count().await.unwrap(), 2);
+}
+
+on_both!(fixture_on, a_head_the_database_cannot_hold_fails_its_delivery_alone, #[tokio::test]);
+async fn a_head_the_database_cannot_hold_fails_its_delivery_alone(f: Fixture) {
+    let (good, bad) = tokio::join!(
+        f.store
+            .record_delivery(delivery("good"), None, Some(head(1, sha('a'), true))),
+        f.store
+            .record_delivery(delivery("bad"), None, Some(head(u64::MAX, sha('b'), true))),
+    );
+    assert!(matches!(good.unwrap(), Intake::Recorded { job: None, .. }));
+    let bad = bad.unwrap_err();
+    assert!(
+        format!("{bad:#}").contains("pull request number"),
+        "{bad:#}"
+    );
+    assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
 async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
