@@ -6,11 +6,12 @@
 //!
 //! A batch is one round trip to the database. Under load every round trip
 //! waits for the writer to be scheduled again (on SQLite a quarter of a
-//! millisecond each, measured: as long as the fsync), so the database, not
-//! the writer, decides which deliveries are new and writes their jobs, the
-//! comments they take up and their pull requests' heads from that answer:
-//! on SQLite as statements between `BEGIN IMMEDIATE` and `COMMIT` sent
-//! together, on PostgreSQL as one statement (see [`batch_sql`]).
+//! millisecond each, measured: as long as the fsync). So the writer only
+//! drops a delivery repeated within the batch; the database decides which
+//! of the rest are new and writes their jobs, the comments they take up
+//! and their pull requests' heads from that answer: on SQLite as
+//! statements between `BEGIN IMMEDIATE` and `COMMIT` sent together, on
+//! PostgreSQL as one statement (see [`batch_sql`]).
 
 use super::db::to_i64;
 use super::Backend;
@@ -36,12 +37,15 @@ pub(super) struct Request {
     pub(crate) reply: oneshot::Sender<Result<Intake>>,
 }
 
-/// Starts the writer; it ends when the last sender (every `Store` clone) is gone.
+/// Starts the writer; it ends when the last sender (every `Store` clone) is
+/// gone. It keeps its connection between batches when `keeps_connection`
+/// (not when the pool's one connection is the database, as in memory).
 pub(super) fn spawn_writer(
     pool: AnyPool,
     backend: Backend,
     writer: Arc<Mutex<()>>,
     clock: Arc<dyn Clock>,
+    keeps_connection: bool,
 ) -> mpsc::Sender<Request> {
     let (sender, mut receiver) = mpsc::channel::<Request>(4 * MAX_BATCH);
     tokio::spawn(async move {
@@ -58,10 +62,6 @@ pub(super) fn spawn_writer(
                 batch.into_iter().map(|r| (r.item, r.reply)).unzip();
             let _writer = writer.lock().await;
             let now = clock.now_ms();
-            // The writer keeps one connection between batches: no pool
-            // acquire (and its liveness ping) before every commit, and the
-            // batch statements stay prepared on it. After the database
-            // failed on it, it is closed and the next batch takes a fresh one.
             if held.is_none() {
                 match pool.acquire().await {
                     Ok(conn) => held = Some(conn),
@@ -74,58 +74,65 @@ pub(super) fn spawn_writer(
                     }
                 }
             }
-            let conn = held.as_mut().expect("the writer holds a connection");
-            match record_batch(conn, backend, &items, now).await {
+            match write_on_held(&pool, &mut held, backend, &items, now).await {
                 Ok(outcomes) => {
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         let _ = reply.send(Ok(outcome));
                     }
                 }
                 Err(error) if items.len() > 1 => {
-                    close_if_failed_on(&mut held, &error);
                     tracing::warn!(
                         "a batch of {} deliveries failed ({error:#}); writing them one by one",
                         items.len()
                     );
                     for (reply, item) in replies.into_iter().zip(&items) {
-                        let recorded = match pool.acquire().await {
-                            Ok(mut conn) => {
-                                let one = std::slice::from_ref(item);
-                                let written = record_batch(&mut conn, backend, one, now).await;
-                                if written.as_ref().is_err_and(failed_in_database) {
-                                    conn.close_on_drop();
-                                }
-                                written.map(|mut o| o.remove(0))
-                            }
-                            Err(error) => {
-                                Err(anyhow::Error::new(error).context("recording a delivery"))
-                            }
-                        };
-                        let _ = reply.send(recorded);
+                        let one = std::slice::from_ref(item);
+                        let recorded = write_on_held(&pool, &mut held, backend, one, now).await;
+                        let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
                     }
                 }
                 Err(error) => {
-                    close_if_failed_on(&mut held, &error);
                     let _ = replies
                         .into_iter()
                         .next()
                         .map(|reply| reply.send(Err(error)));
                 }
             }
+            if !keeps_connection {
+                held = None;
+            }
         }
     });
     sender
 }
 
-/// Closes the connection when the database failed on it, rather than give
-/// it back to the pool with whatever state the failure left; a batch
-/// refused before it was sent leaves it as it was.
-fn close_if_failed_on(conn: &mut Option<PoolConnection<Any>>, error: &anyhow::Error) {
-    if failed_in_database(error) {
-        if let Some(mut conn) = conn.take() {
-            conn.close_on_drop();
+/// Writes a batch on the writer's connection, taking one from the pool if
+/// it has none. The writer keeps one connection between batches: no pool
+/// acquire (and its liveness ping) before every commit, and the batch
+/// statements stay prepared on it. When the database failed on it, it is
+/// closed rather than given back to the pool with whatever state the
+/// failure left, and the next batch takes a fresh one; a batch refused
+/// before it was sent leaves it as it was.
+async fn write_on_held(
+    pool: &AnyPool,
+    held: &mut Option<PoolConnection<Any>>,
+    backend: Backend,
+    items: &[Item],
+    now: i64,
+) -> Result<Vec<Intake>> {
+    let conn = match held {
+        Some(conn) => conn,
+        None => held.insert(pool.acquire().await.context("recording deliveries")?),
+    };
+    let written = record_batch(conn, backend, items, now).await;
+    if let Err(error) = &written {
+        if failed_in_database(error) {
+            if let Some(mut conn) = held.take() {
+                conn.close_on_drop();
+            }
         }
     }
+    written
 }
 
 fn failed_in_database(error: &anyhow::Error) -> bool {
@@ -144,7 +151,9 @@ fn key(delivery: &NewDelivery) -> (&str, &str, &str) {
 
 /// Writes a batch in one round trip; the outcomes are in the batch's
 /// order. A delivery seen before, or earlier in the same batch, is a
-/// duplicate and writes nothing.
+/// duplicate and writes nothing. Nothing rolls back when the future is
+/// dropped mid-batch: the writer is only cancelled when the process stops,
+/// and its connection goes with it.
 async fn record_batch(
     conn: &mut AnyConnection,
     backend: Backend,
@@ -202,13 +211,27 @@ struct Written {
 
 /// The columns each delivery of a batch is sent with: the delivery, its
 /// job, what the job takes up once, its pull request's head (NULL where it
-/// has none). Both backends read the batch as this one table.
+/// has none). Both backends read the batch as this one table. The batch's
+/// time rides on every row (`received_at`, `comments_since`) so that no
+/// placeholder needs a number on SQLite (see [`values`]).
 const BATCH_COLUMNS: &str = "ord, forge, target, delivery_id, event_type, received_at, \
      job_kind, queue_key, payload, max_attempts, \
      once_forge, once_repo, once_source, once_number, \
      head_forge, head_repo, head_number, head_sha, base_ref, is_open, \
      pusher_head, pusher_id, pusher_login, comments_since";
-const BATCH_WIDTH: usize = 24;
+const BATCH_WIDTH: usize = columns_in(BATCH_COLUMNS);
+
+const fn columns_in(list: &str) -> usize {
+    let bytes = list.as_bytes();
+    let (mut commas, mut at) = (0, 0);
+    while at < bytes.len() {
+        if bytes[at] == b',' {
+            commas += 1;
+        }
+        at += 1;
+    }
+    commas + 1
+}
 
 /// SQLite has no statements that feed one another, so the batch is first
 /// staged in a table of the connection's own (`temp`), each delivery
@@ -216,7 +239,8 @@ const BATCH_WIDTH: usize = 24;
 /// new, `once_new` where its job is the first to take up what it runs
 /// once, `head_last` where its head is the batch's last word on its pull
 /// request. Exact, as the batch holds the write lock from `BEGIN
-/// IMMEDIATE`. Each later statement writes its rows from the staged ones.
+/// IMMEDIATE`, and as no delivery is twice in a batch (the writer drops
+/// repeats). Each later statement writes its rows from the staged ones.
 const SQLITE_STAGE: &str = "CREATE TEMP TABLE IF NOT EXISTS intake_batch (
          ord INTEGER PRIMARY KEY, forge TEXT NOT NULL, target TEXT NOT NULL,
          delivery_id TEXT NOT NULL, event_type TEXT NOT NULL, received_at INTEGER NOT NULL,
@@ -228,14 +252,15 @@ const SQLITE_STAGE: &str = "CREATE TEMP TABLE IF NOT EXISTS intake_batch (
          fresh INTEGER NOT NULL, once_new INTEGER NOT NULL, head_last INTEGER NOT NULL);
      DELETE FROM temp.intake_batch;";
 
-/// Follows the batch's `VALUES` (as `v`).
-const SQLITE_MARK: &str = "v_fresh AS MATERIALIZED (
+/// Follows the batch's `VALUES` (as `v`): each delivery, whether it is new.
+const SQLITE_FRESH: &str = "v_fresh AS MATERIALIZED (
          SELECT v.*, NOT EXISTS (SELECT 1 FROM deliveries d
              WHERE d.forge = v.forge AND d.target = v.target AND d.delivery_id = v.delivery_id
          ) AS fresh
-         FROM v)
-     INSERT INTO temp.intake_batch
-     SELECT b.*,
+         FROM v)";
+
+/// The staged rows: each delivery with its marks.
+const SQLITE_MARKED: &str = "SELECT b.*,
          b.fresh AND b.once_source IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM commands_seen c
                  WHERE c.forge = b.once_forge AND c.repo = b.once_repo
@@ -331,7 +356,9 @@ fn batch_sql(backend: Backend, rows: usize) -> String {
     match backend {
         Backend::Sqlite => format!(
             "BEGIN IMMEDIATE; {SQLITE_STAGE}
-             WITH v ({BATCH_COLUMNS}) AS (VALUES {values}), {SQLITE_MARK};
+             WITH v ({BATCH_COLUMNS}) AS (VALUES {values}), {SQLITE_FRESH}
+             INSERT INTO temp.intake_batch ({BATCH_COLUMNS}, fresh, once_new, head_last)
+             {SQLITE_MARKED};
              {SQLITE_WRITE} {upsert};
              {SQLITE_ANSWER};
              COMMIT"
@@ -422,10 +449,11 @@ async fn write_batch(conn: &mut AnyConnection, batch: BatchQuery) -> Result<Writ
 }
 
 /// The placeholders of `rows` rows of `columns` parameters. On SQLite
-/// they are nameless (`(?, ?), (?, ?)`): the driver looks each numbered
-/// one up by name in a list as long as the statement's, which made a
-/// batch of a hundred deliveries cost milliseconds (measured, `perf`).
-/// PostgreSQL reads only numbered ones (`($1, $2), ($3, $4)`).
+/// they are nameless (`(?, ?), (?, ?)`): the driver asks SQLite the name
+/// of every parameter, which SQLite finds by walking a list of the
+/// statement's numbered ones, so numbered placeholders cost the square of
+/// their count (30 % of SQLite's thread under load, `perf`). PostgreSQL
+/// reads only numbered ones (`($1, $2), ($3, $4)`).
 fn values(backend: Backend, rows: usize, columns: usize) -> String {
     let row = |row: usize| -> String {
         let params: Vec<String> = (1..=columns)

@@ -315,6 +315,7 @@ impl Store {
                 backend,
                 writer.clone(),
                 clock.clone(),
+                !in_memory(&url),
             ),
             pool,
             backend,

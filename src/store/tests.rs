@@ -724,6 +724,28 @@ async fn an_in_memory_store_keeps_its_data_across_calls() {
 }
 
 #[tokio::test]
+async fn an_in_memory_store_answers_after_recording_and_after_a_refused_delivery() {
+    // Its one connection is the intake writer's only while it writes.
+    let store = Store::open("sqlite::memory:").await.unwrap();
+    let answers = async {
+        let (good, bad) = tokio::join!(
+            store.record_delivery(delivery("good"), Some(job("pr-1", 3)), None),
+            store.record_delivery(delivery("bad"), Some(job("pr-2", 0)), None),
+        );
+        assert!(matches!(
+            good.unwrap(),
+            Intake::Recorded { job: Some(_), .. }
+        ));
+        assert!(bad.is_err());
+        store.jobs().await.unwrap().len()
+    };
+    let jobs = tokio::time::timeout(Duration::from_secs(5), answers)
+        .await
+        .expect("the store answers at once");
+    assert_eq!(jobs, 1);
+}
+
+#[tokio::test]
 async fn the_sqlite_file_and_its_journal_are_the_servers_alone() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
