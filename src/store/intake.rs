@@ -1,21 +1,24 @@
 //! Group commit for webhook intake. Deliveries that arrive together are
-//! written by one task in one transaction, and every sender is answered
+//! written by one task in one transaction — one multi-row statement each for
+//! deliveries, jobs and pull-request heads — and every sender is answered
 //! only after the commit. Alone, a delivery is a batch of one; under load a
 //! batch costs about what one delivery did. If a batch fails as a whole, each
 //! of its deliveries is written on its own, so one bad request fails alone.
 //!
-//! A batch is one round trip to the database. Under load every round trip
-//! waits for the writer to be scheduled again (on SQLite a quarter of a
-//! millisecond each, measured: as long as the fsync). So the writer only
-//! drops a delivery repeated within the batch; the database decides which
-//! of the rest are new and writes their jobs, the comments they take up
-//! and their pull requests' heads from that answer: on SQLite as
-//! statements between `BEGIN IMMEDIATE` and `COMMIT` sent together, on
-//! PostgreSQL as one statement (see [`batch_sql`]).
+//! On SQLite every statement is a round trip to the driver's own thread,
+//! and under load each one waits for the writer to be scheduled again (a
+//! quarter of a millisecond each, measured: as long as the fsync). So the
+//! transaction rides with the batch's statements: `BEGIN IMMEDIATE` is sent
+//! with the first and `COMMIT` with the last, and a batch of deliveries with
+//! their pull requests' heads takes two round trips instead of four.
+//! PostgreSQL prepares one statement per query, so there the two are sent
+//! on their own. One round trip per batch (the SQL deciding which
+//! deliveries are new) was built and measured: no faster over HTTP, slower
+//! in bursts (benches/README.md).
 
 use super::db::to_i64;
 use super::Backend;
-use super::{Clock, Intake, JobId, NewDelivery, NewJob, PrHead, StoreError};
+use super::{Clock, Intake, JobId, NewDelivery, NewJob, Once, PrHead, StoreError};
 use anyhow::{Context, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Row};
@@ -139,39 +142,43 @@ fn failed_in_database(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| cause.is::<sqlx::Error>())
 }
 
-/// Which delivery it is: the same delivery id through another hook is
-/// another delivery.
-fn key(delivery: &NewDelivery) -> (&str, &str, &str) {
+type DeliveryKey = (String, String, String);
+type OnceKey = (String, String, String);
+
+fn once_key(once: &Once) -> OnceKey {
     (
-        delivery.forge.as_str(),
-        &delivery.target,
-        &delivery.delivery_id,
+        once.repo.forge.as_str().to_owned(),
+        once.repo.full_name.clone(),
+        once.source.clone(),
     )
 }
 
-/// Writes a batch in one round trip; the outcomes are in the batch's
-/// order. A delivery seen before, or earlier in the same batch, is a
-/// duplicate and writes nothing. Nothing rolls back when the future is
-/// dropped mid-batch: the writer is only cancelled when the process stops,
-/// and its connection goes with it.
+fn key(delivery: &NewDelivery) -> DeliveryKey {
+    (
+        delivery.forge.as_str().to_owned(),
+        delivery.target.clone(),
+        delivery.delivery_id.clone(),
+    )
+}
+
+/// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
+/// the batch's order. A delivery seen before, or earlier in the same batch,
+/// is a duplicate and writes nothing.
 async fn record_batch(
     conn: &mut AnyConnection,
     backend: Backend,
     items: &[Item],
     now: i64,
 ) -> Result<Vec<Intake>> {
-    // Each delivery's place among the batch's candidates; none for a
-    // delivery already earlier in the batch.
     let mut seen = HashSet::new();
-    let mut candidates: Vec<&Item> = Vec::new();
-    let places: Vec<Option<usize>> = items
+    let first_in_batch: Vec<bool> = items
         .iter()
-        .map(|item| {
-            seen.insert(key(&item.delivery)).then(|| {
-                candidates.push(item);
-                candidates.len() - 1
-            })
-        })
+        .map(|i| seen.insert(key(&i.delivery)))
+        .collect();
+    let candidates: Vec<&Item> = items
+        .iter()
+        .zip(&first_in_batch)
+        .filter_map(|(item, first)| first.then_some(item))
         .collect();
     if candidates
         .iter()
@@ -181,271 +188,255 @@ async fn record_batch(
         return Err(StoreError::NoAttemptsAllowed.into());
     }
 
-    let batch = batch_query(backend, &candidates, now)?;
-    let written = write_batch(conn, batch).await;
-    if written.is_err() && backend == Backend::Sqlite {
-        // The batch's statements stopped short of its COMMIT.
-        if let Err(error) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-            tracing::debug!("rolling back a failed intake batch: {error}");
-        }
+    let mut tx = Transaction {
+        conn,
+        backend,
+        last_commits: false,
+    };
+    let written = write_batch(&mut tx, &candidates, now).await;
+    if written.is_err() {
+        tx.roll_back().await;
     }
-    let Written { deliveries, jobs } = written?;
-    Ok(places
-        .into_iter()
-        .map(|place| match place.and_then(|p| deliveries.get(&p)) {
-            Some(&delivery) => Intake::Recorded {
-                delivery,
-                job: jobs.get(&delivery).copied(),
-            },
-            None => Intake::Duplicate,
+    let (recorded, jobs) = written?;
+
+    Ok(items
+        .iter()
+        .zip(first_in_batch)
+        .map(|(item, first)| {
+            let row = first
+                .then(|| recorded.get(&key(&item.delivery)).copied())
+                .flatten();
+            match row {
+                Some(delivery) => Intake::Recorded {
+                    delivery,
+                    job: jobs.get(&delivery).copied(),
+                },
+                None => Intake::Duplicate,
+            }
         })
         .collect())
 }
 
-/// What a batch wrote: each new delivery's row by its place among the
-/// batch's candidates, and the job queued for it by delivery row.
-struct Written {
-    deliveries: HashMap<usize, i64>,
-    jobs: HashMap<i64, JobId>,
+/// A batch's transaction, opened with its first statement and committed
+/// with its last (see the module's doc). Unlike sqlx's own transaction it
+/// does not roll back when dropped: the writer never drops one mid-batch
+/// (it is only cancelled when the process stops), and every error is
+/// rolled back by [`record_batch`].
+struct Transaction<'c> {
+    conn: &'c mut AnyConnection,
+    backend: Backend,
+    /// The last statement carries the `COMMIT` (SQLite).
+    last_commits: bool,
 }
 
-/// The columns each delivery of a batch is sent with: the delivery, its
-/// job, what the job takes up once, its pull request's head (NULL where it
-/// has none). Both backends read the batch as this one table. The batch's
-/// time rides on every row (`received_at`, `comments_since`) so that no
-/// placeholder needs a number on SQLite (see [`values`]).
-const BATCH_COLUMNS: &str = "ord, forge, target, delivery_id, event_type, received_at, \
-     job_kind, queue_key, payload, max_attempts, \
-     once_forge, once_repo, once_source, once_number, \
-     head_forge, head_repo, head_number, head_sha, base_ref, is_open, \
-     pusher_head, pusher_id, pusher_login, comments_since";
-const BATCH_WIDTH: usize = columns_in(BATCH_COLUMNS);
-
-const fn columns_in(list: &str) -> usize {
-    let bytes = list.as_bytes();
-    let (mut commas, mut at) = (0, 0);
-    while at < bytes.len() {
-        if bytes[at] == b',' {
-            commas += 1;
+impl Transaction<'_> {
+    /// `sql`, to be sent first: on SQLite with `BEGIN IMMEDIATE` before it
+    /// (the write lock is taken before anything is read); on PostgreSQL
+    /// `BEGIN` is sent now, on its own.
+    async fn opening(&mut self, sql: String) -> Result<String> {
+        match self.backend {
+            Backend::Sqlite => Ok(format!("BEGIN IMMEDIATE; {sql}")),
+            Backend::Postgres => {
+                sqlx::query("BEGIN").execute(&mut *self.conn).await?;
+                Ok(sql)
+            }
         }
-        at += 1;
     }
-    commas + 1
-}
 
-/// SQLite has no statements that feed one another, so the batch is first
-/// staged in a table of the connection's own (`temp`), each delivery
-/// marked as it stands before anything is written: `fresh` where it is
-/// new, `once_new` where its job is the first to take up what it runs
-/// once, `head_last` where its head is the batch's last word on its pull
-/// request. Exact, as the batch holds the write lock from `BEGIN
-/// IMMEDIATE`, and as no delivery is twice in a batch (the writer drops
-/// repeats). Each later statement writes its rows from the staged ones.
-const SQLITE_STAGE: &str = "CREATE TEMP TABLE IF NOT EXISTS intake_batch (
-         ord INTEGER PRIMARY KEY, forge TEXT NOT NULL, target TEXT NOT NULL,
-         delivery_id TEXT NOT NULL, event_type TEXT NOT NULL, received_at INTEGER NOT NULL,
-         job_kind TEXT, queue_key TEXT, payload TEXT, max_attempts INTEGER,
-         once_forge TEXT, once_repo TEXT, once_source TEXT, once_number INTEGER,
-         head_forge TEXT, head_repo TEXT, head_number INTEGER, head_sha TEXT,
-         base_ref TEXT, is_open INTEGER, pusher_head TEXT, pusher_id INTEGER,
-         pusher_login TEXT, comments_since INTEGER,
-         fresh INTEGER NOT NULL, once_new INTEGER NOT NULL, head_last INTEGER NOT NULL);
-     DELETE FROM temp.intake_batch;";
+    /// `sql`, to be sent last: on SQLite with `COMMIT` after it.
+    fn closing(&mut self, sql: String) -> String {
+        match self.backend {
+            Backend::Sqlite => {
+                self.last_commits = true;
+                format!("{sql}; COMMIT")
+            }
+            Backend::Postgres => sql,
+        }
+    }
 
-/// Follows the batch's `VALUES` (as `v`): each delivery, whether it is new.
-const SQLITE_FRESH: &str = "v_fresh AS MATERIALIZED (
-         SELECT v.*, NOT EXISTS (SELECT 1 FROM deliveries d
-             WHERE d.forge = v.forge AND d.target = v.target AND d.delivery_id = v.delivery_id
-         ) AS fresh
-         FROM v)";
+    /// Commits, unless the last statement did.
+    async fn commit(&mut self) -> Result<()> {
+        if !self.last_commits {
+            sqlx::query("COMMIT").execute(&mut *self.conn).await?;
+        }
+        Ok(())
+    }
 
-/// The staged rows: each delivery with its marks.
-const SQLITE_MARKED: &str = "SELECT b.*,
-         b.fresh AND b.once_source IS NOT NULL
-             AND NOT EXISTS (SELECT 1 FROM commands_seen c
-                 WHERE c.forge = b.once_forge AND c.repo = b.once_repo
-                   AND c.source = b.once_source)
-             AND NOT EXISTS (SELECT 1 FROM v_fresh e
-                 WHERE e.fresh AND e.once_forge = b.once_forge AND e.once_repo = b.once_repo
-                   AND e.once_source = b.once_source AND e.ord < b.ord),
-         b.fresh AND b.head_repo IS NOT NULL
-             AND NOT EXISTS (SELECT 1 FROM v_fresh l
-                 WHERE l.fresh AND l.head_forge = b.head_forge AND l.head_repo = b.head_repo
-                   AND l.head_number = b.head_number AND l.ord > b.ord)
-     FROM v_fresh b";
-
-const SQLITE_WRITE: &str =
-    "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at)
-         SELECT forge, target, delivery_id, event_type, received_at FROM temp.intake_batch
-         WHERE fresh ORDER BY ord;
-     INSERT INTO commands_seen (forge, repo, source, number, recorded_at)
-         SELECT once_forge, once_repo, once_source, once_number, received_at
-         FROM temp.intake_batch
-         WHERE once_new;
-     INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts,
-                       run_after, created_at, updated_at)
-         SELECT d.id, b.job_kind, b.queue_key, b.payload, 'queued', 0, b.max_attempts,
-                b.received_at, b.received_at, b.received_at
-         FROM temp.intake_batch b JOIN deliveries d
-           ON d.forge = b.forge AND d.target = b.target AND d.delivery_id = b.delivery_id
-         WHERE b.fresh AND b.job_kind IS NOT NULL AND (b.once_source IS NULL OR b.once_new)
-         ORDER BY b.ord
-         RETURNING 'job' AS written, delivery_id AS key, id;
-     INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                pusher_head, pusher_id, pusher_login, comments_since)
-         SELECT head_forge, head_repo, head_number, head_sha, base_ref, is_open, received_at,
-                pusher_head, pusher_id, pusher_login, comments_since
-         FROM temp.intake_batch WHERE head_last";
-
-const SQLITE_ANSWER: &str = "SELECT 'delivery' AS written, b.ord AS key, d.id
-     FROM temp.intake_batch b JOIN deliveries d
-       ON d.forge = b.forge AND d.target = b.target AND d.delivery_id = b.delivery_id
-     WHERE b.fresh";
-
-/// PostgreSQL runs the batch as one statement whose parts feed one
-/// another: what `delivered` returns are exactly the new deliveries.
-const POSTGRES_WRITE: &str = "delivered AS (
-         INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at)
-         SELECT forge, target, delivery_id, event_type, received_at FROM batch ORDER BY ord
-         ON CONFLICT (forge, target, delivery_id) DO NOTHING
-         RETURNING id, forge, target, delivery_id),
-     fresh AS (
-         SELECT b.*, d.id AS delivery FROM batch b JOIN delivered d
-           ON d.forge = b.forge AND d.target = b.target AND d.delivery_id = b.delivery_id),
-     firsts AS (
-         SELECT DISTINCT ON (once_forge, once_repo, once_source)
-                ord, once_forge, once_repo, once_source, once_number, received_at
-         FROM fresh WHERE once_source IS NOT NULL
-         ORDER BY once_forge, once_repo, once_source, ord),
-     seen AS (
-         INSERT INTO commands_seen (forge, repo, source, number, recorded_at)
-         SELECT once_forge, once_repo, once_source, once_number, received_at FROM firsts
-         ON CONFLICT (forge, repo, source) DO NOTHING
-         RETURNING forge, repo, source),
-     queued AS (
-         INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts,
-                           run_after, created_at, updated_at)
-         SELECT f.delivery, f.job_kind, f.queue_key, f.payload, 'queued', 0, f.max_attempts,
-                f.received_at, f.received_at, f.received_at
-         FROM fresh f
-         WHERE f.job_kind IS NOT NULL AND (f.once_source IS NULL OR EXISTS (
-             SELECT 1 FROM firsts x JOIN seen s
-               ON s.forge = x.once_forge AND s.repo = x.once_repo AND s.source = x.once_source
-             WHERE x.ord = f.ord))
-         ORDER BY f.ord
-         RETURNING id, delivery_id),
-     heads AS (
-         INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                    pusher_head, pusher_id, pusher_login, comments_since)
-         SELECT DISTINCT ON (head_forge, head_repo, head_number)
-                head_forge, head_repo, head_number, head_sha, base_ref, is_open, received_at,
-                pusher_head, pusher_id, pusher_login, comments_since
-         FROM fresh WHERE head_repo IS NOT NULL
-         ORDER BY head_forge, head_repo, head_number, ord DESC";
-
-const POSTGRES_ANSWER: &str = "SELECT 'delivery' AS written, ord AS key, delivery AS id FROM fresh
-     UNION ALL SELECT 'job', delivery_id, id FROM queued";
-
-/// The batch's SQL: on SQLite its statements between `BEGIN IMMEDIATE` and
-/// `COMMIT`, on PostgreSQL one statement. Either way one round trip, which
-/// answers with a row per new delivery (`key` its place in the batch) and
-/// per job queued (`key` its delivery's row).
-fn batch_sql(backend: Backend, rows: usize) -> String {
-    let values = values(backend, rows, BATCH_WIDTH);
-    let upsert = super::sql::UPSERT_PR_HEAD;
-    match backend {
-        Backend::Sqlite => format!(
-            "BEGIN IMMEDIATE; {SQLITE_STAGE}
-             WITH v ({BATCH_COLUMNS}) AS (VALUES {values}), {SQLITE_FRESH}
-             INSERT INTO temp.intake_batch ({BATCH_COLUMNS}, fresh, once_new, head_last)
-             {SQLITE_MARKED};
-             {SQLITE_WRITE} {upsert};
-             {SQLITE_ANSWER};
-             COMMIT"
-        ),
-        Backend::Postgres => format!(
-            "WITH batch ({BATCH_COLUMNS}) AS (VALUES {values}),
-             {POSTGRES_WRITE} {upsert})
-             {POSTGRES_ANSWER}"
-        ),
+    /// Undoes whatever the batch wrote. A transaction that was never
+    /// opened, or was already ended, makes the database refuse the
+    /// `ROLLBACK`, which is then nothing to report.
+    async fn roll_back(&mut self) {
+        if let Err(error) = sqlx::query("ROLLBACK").execute(&mut *self.conn).await {
+            tracing::debug!("rolling back a failed intake batch: {error}");
+        }
     }
 }
 
-type BatchQuery = sqlx::query::Query<'static, Any, <Any as sqlx::Database>::Arguments>;
-
-/// The batch's query with its rows bound. A row the database could not
-/// hold (a number past its range) is refused here, before anything is sent.
-fn batch_query(backend: Backend, candidates: &[&Item], now: i64) -> Result<BatchQuery> {
-    let sql = batch_sql(backend, candidates.len());
-    let mut batch = sqlx::query(AssertSqlSafe(sql));
-    for (ord, item) in candidates.iter().enumerate() {
+/// Writes the batch's rows; returns the deliveries recorded (a delivery
+/// seen before is not) and the jobs queued, by delivery row.
+async fn write_batch(
+    tx: &mut Transaction<'_>,
+    candidates: &[&Item],
+    now: i64,
+) -> Result<(HashMap<DeliveryKey, i64>, HashMap<i64, JobId>)> {
+    let sql = format!(
+        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) VALUES {}
+         ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",
+        values(tx.backend, candidates.len(), 5)
+    );
+    let mut deliveries = sqlx::query(AssertSqlSafe(tx.opening(sql).await?));
+    for item in candidates {
         let d = &item.delivery;
-        let job = item.job.as_ref();
-        let once = job.and_then(|j| j.once.as_ref());
-        let head = item.head.as_ref();
-        let (pusher_head, pusher_id, pusher_login) = match head {
-            Some(head) => super::sql::pusher_columns(head)?,
-            None => (None, None, None),
-        };
-        batch = batch
-            .bind(i64::try_from(ord)?)
+        deliveries = deliveries
             .bind(d.forge.as_str())
             .bind(d.target.clone())
             .bind(d.delivery_id.clone())
             .bind(d.event_type.clone())
-            .bind(now)
-            .bind(job.map(|j| j.kind.clone()))
-            .bind(job.map(|j| j.queue_key.clone()))
-            .bind(job.map(|j| j.payload.to_string()))
-            .bind(job.map(|j| i64::from(j.max_attempts)))
-            .bind(once.map(|o| o.repo.forge.as_str()))
-            .bind(once.map(|o| o.repo.full_name.clone()))
-            .bind(once.map(|o| o.source.clone()))
-            .bind(
-                once.map(|o| to_i64(o.pr.0, "pull request number"))
-                    .transpose()?,
-            )
-            .bind(head.map(|h| h.repo.forge.as_str()))
-            .bind(head.map(|h| h.repo.full_name.clone()))
-            .bind(
-                head.map(|h| to_i64(h.pr.0, "pull request number"))
-                    .transpose()?,
-            )
-            .bind(head.map(|h| h.head_sha.as_str().to_owned()))
-            .bind(head.map(|h| h.base_ref.clone()))
-            .bind(head.map(|h| i64::from(h.open)))
-            .bind(pusher_head)
-            .bind(pusher_id)
-            .bind(pusher_login)
-            .bind(super::sql::first_comments_mark(now));
+            .bind(now);
     }
-    Ok(batch)
-}
-
-/// Sends the batch and reads what it wrote.
-async fn write_batch(conn: &mut AnyConnection, batch: BatchQuery) -> Result<Written> {
-    let mut written = Written {
-        deliveries: HashMap::new(),
-        jobs: HashMap::new(),
-    };
-    for row in batch
-        .fetch_all(&mut *conn)
+    let mut recorded: HashMap<DeliveryKey, i64> = HashMap::new();
+    for row in deliveries
+        .fetch_all(&mut *tx.conn)
         .await
-        .context("recording deliveries, their jobs and pull request heads")?
+        .context("recording deliveries")?
     {
-        let key: i64 = row.try_get("key")?;
-        let id: i64 = row.try_get("id")?;
-        match row.try_get::<String, _>("written")?.as_str() {
-            "delivery" => {
-                written.deliveries.insert(usize::try_from(key)?, id);
-            }
-            "job" => {
-                written.jobs.insert(key, JobId(id));
-            }
-            other => anyhow::bail!("an intake batch answered an unknown row {other:?}"),
+        recorded.insert(
+            (
+                row.try_get("forge")?,
+                row.try_get("target")?,
+                row.try_get("delivery_id")?,
+            ),
+            row.try_get("id")?,
+        );
+    }
+
+    let fresh: Vec<(i64, &Item)> = candidates
+        .iter()
+        .filter_map(|item| recorded.get(&key(&item.delivery)).map(|row| (*row, *item)))
+        .collect();
+    // A comment or review state runs once, whichever delivery (or the
+    // reconciliation sweep) brings it first: its job only with its row.
+    let mut onces: Vec<&Once> = Vec::new();
+    for once in fresh
+        .iter()
+        .filter_map(|(_, item)| item.job.as_ref()?.once.as_ref())
+    {
+        if !onces.contains(&once) {
+            onces.push(once);
         }
     }
-    Ok(written)
+    let mut unseen: HashSet<OnceKey> = HashSet::new();
+    if !onces.is_empty() {
+        let sql = format!(
+            "INSERT INTO commands_seen (forge, repo, source, number, recorded_at) VALUES {}
+             ON CONFLICT (forge, repo, source) DO NOTHING RETURNING forge, repo, source",
+            values(tx.backend, onces.len(), 5)
+        );
+        let mut insert = sqlx::query(AssertSqlSafe(sql));
+        for once in &onces {
+            insert = insert
+                .bind(once.repo.forge.as_str())
+                .bind(once.repo.full_name.clone())
+                .bind(once.source.clone())
+                .bind(to_i64(once.pr.0, "pull request number")?)
+                .bind(now);
+        }
+        for row in insert
+            .fetch_all(&mut *tx.conn)
+            .await
+            .context("recording the comments taken up")?
+        {
+            unseen.insert((
+                row.try_get("forge")?,
+                row.try_get("repo")?,
+                row.try_get("source")?,
+            ));
+        }
+    }
+    let mut jobs: HashMap<i64, JobId> = HashMap::new();
+    let with_jobs: Vec<(i64, &NewJob)> = fresh
+        .iter()
+        .filter_map(|(row, item)| item.job.as_ref().map(|job| (*row, job)))
+        .filter(|(_, job)| {
+            job.once
+                .as_ref()
+                .is_none_or(|o| unseen.remove(&once_key(o)))
+        })
+        .collect();
+    if !with_jobs.is_empty() {
+        let sql = format!(
+            "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) VALUES {}
+             RETURNING id, delivery_id",
+            values(tx.backend, with_jobs.len(), 10)
+        );
+        let mut insert = sqlx::query(AssertSqlSafe(sql));
+        for (delivery, job) in &with_jobs {
+            insert = insert
+                .bind(*delivery)
+                .bind(job.kind.clone())
+                .bind(job.queue_key.clone())
+                .bind(job.payload.to_string())
+                .bind("queued")
+                .bind(0_i64)
+                .bind(i64::from(job.max_attempts))
+                .bind(now)
+                .bind(now)
+                .bind(now);
+        }
+        for row in insert
+            .fetch_all(&mut *tx.conn)
+            .await
+            .context("enqueueing jobs")?
+        {
+            jobs.insert(row.try_get("delivery_id")?, JobId(row.try_get("id")?));
+        }
+    }
+
+    // One row per pull request: the batch's last word on its head.
+    let mut heads: Vec<&PrHead> = Vec::new();
+    for head in fresh.iter().filter_map(|(_, item)| item.head.as_ref()) {
+        heads.retain(|h| !(h.repo == head.repo && h.pr == head.pr));
+        heads.push(head);
+    }
+    if !heads.is_empty() {
+        let numbers = heads
+            .iter()
+            .map(|h| to_i64(h.pr.0, "pull request number"))
+            .collect::<Result<Vec<_>>>()?;
+        let sql = format!(
+            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
+                                        pusher_head, pusher_id, pusher_login, comments_since) VALUES {}
+             {}",
+            values(tx.backend, heads.len(), 11),
+            super::sql::UPSERT_PR_HEAD
+        );
+        let mut upsert = sqlx::query(AssertSqlSafe(tx.closing(sql)));
+        for (head, number) in heads.iter().zip(numbers) {
+            let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
+            upsert = upsert
+                .bind(head.repo.forge.as_str())
+                .bind(head.repo.full_name.clone())
+                .bind(number)
+                .bind(head.head_sha.as_str().to_owned())
+                .bind(head.base_ref.clone())
+                .bind(i64::from(head.open))
+                .bind(now)
+                .bind(pusher_head)
+                .bind(pusher_id)
+                .bind(pusher_login)
+                .bind(super::sql::first_comments_mark(now));
+        }
+        upsert
+            .execute(&mut *tx.conn)
+            .await
+            .context(if tx.last_commits {
+                "recording pull request heads and committing deliveries"
+            } else {
+                "recording pull request heads"
+            })?;
+    }
+    tx.commit().await.context("committing deliveries")?;
+    Ok((recorded, jobs))
 }
 
 /// The placeholders of `rows` rows of `columns` parameters. On SQLite
