@@ -41,15 +41,15 @@ pub(super) struct Request {
 }
 
 /// Starts the writer; it ends when the last sender (every `Store` clone) is
-/// gone. It keeps its connection between batches when `keeps_connection`
-/// (not when the pool's one connection is the database, as in memory).
+/// gone. It keeps its connection between batches unless that is the pool's
+/// only one (an in-memory database), which every other call needs too.
 pub(super) fn spawn_writer(
     pool: AnyPool,
     backend: Backend,
     writer: Arc<Mutex<()>>,
     clock: Arc<dyn Clock>,
-    keeps_connection: bool,
 ) -> mpsc::Sender<Request> {
+    let keeps_connection = pool.options().get_max_connections() > 1;
     let (sender, mut receiver) = mpsc::channel::<Request>(4 * MAX_BATCH);
     tokio::spawn(async move {
         let mut held: Option<PoolConnection<Any>> = None;

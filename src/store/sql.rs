@@ -315,7 +315,6 @@ impl Store {
                 backend,
                 writer.clone(),
                 clock.clone(),
-                !in_memory(&url),
             ),
             pool,
             backend,
