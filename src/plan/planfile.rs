@@ -318,11 +318,15 @@ impl MemberPlan {
         // large to move), and that order finds a repeated address without a
         // set of copies. A repeat is rare: then the entries are checked again
         // in file order, so that the first defect in the file is the one named.
-        let mut order: Vec<usize> = (0..raw.entries.len()).collect();
-        order.sort_unstable_by(|&a, &b| raw.entries[a].address.cmp(&raw.entries[b].address));
-        let repeats = order
-            .windows(2)
-            .any(|w| raw.entries[w[0]].address == raw.entries[w[1]].address);
+        let mut keyed: Vec<(&str, usize)> = raw
+            .entries
+            .iter()
+            .map(|e| e.address.as_str())
+            .zip(0..)
+            .collect();
+        keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let repeats = keyed.windows(2).any(|w| w[0].0 == w[1].0);
+        let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
         let mut seen = BTreeSet::new();
         let mut entries = Vec::with_capacity(raw.entries.len());
         for (i, e) in raw.entries.into_iter().enumerate() {
