@@ -137,8 +137,9 @@ struct Reader<'e> {
 impl Reader<'_> {
     fn read<T: DeserializeOwned>(&self, body: &[u8]) -> Result<T, ParseError> {
         // The common case, a body that reads, goes without tracking paths;
-        // only a failure is read again to name the field at fault (the same
-        // deserializer, so it fails the same way).
+        // only a failure is read again, as bytes, to name the field at fault
+        // (serde_json reads text and bytes by one grammar, so it fails the
+        // same way).
         if let Ok(value) = from_body(body) {
             return Ok(value);
         }

@@ -314,9 +314,9 @@ impl MemberPlan {
         raw: RawPlanFile<'_>,
         file: &Arc<String>,
     ) -> Result<Self, PlanFileError> {
-        // Entries are sorted by address through a list of indices (an entry is
-        // large to move), and that order finds a repeated address without a
-        // set of copies. A repeat is rare: then the entries are checked again
+        // Entries are sorted by address through (address, index) pairs (an
+        // entry is large to move, and a pair compares without reaching into
+        // it), and that order finds a repeated address without a set of copies. A repeat is rare: then the entries are checked again
         // in file order, so that the first defect in the file is the one named.
         let mut keyed: Vec<(&str, usize)> = raw
             .entries
