@@ -1,20 +1,21 @@
-//! Group commit for webhook intake. Deliveries that arrive together are
-//! written by one task in one transaction — one multi-row statement each for
-//! deliveries, jobs and pull-request heads — and every sender is answered
-//! only after the commit. Alone, a delivery is a batch of one; under load a
-//! batch costs about what one delivery did. If a batch fails as a whole, each
-//! of its deliveries is written on its own, so one bad request fails alone.
+//! Group commit for webhook intake on PostgreSQL and on an in-memory
+//! SQLite database (a SQLite file is written from a thread of its own:
+//! `intake_file.rs`). Deliveries that arrive together are written by one
+//! task in one transaction — one multi-row statement each for deliveries,
+//! jobs and pull-request heads — and every sender is answered only after the
+//! commit. Alone, a delivery is a batch of one; under load a batch costs
+//! about what one delivery did. If a batch fails as a whole, each of its
+//! deliveries is written on its own, so one bad request fails alone. The
+//! rules a batch decides by ([`first_in_batch`], [`last_heads`]) are shared
+//! with the file writer.
 //!
 //! On SQLite every statement is a round trip to the driver's own thread,
-//! and under load each one waits for the writer to be scheduled again (a
-//! quarter of a millisecond each, measured: as long as the fsync). So the
-//! transaction rides with the batch's statements: `BEGIN IMMEDIATE` is sent
-//! with the first and `COMMIT` with the last, and a batch of deliveries with
-//! their pull requests' heads takes two round trips instead of four.
-//! PostgreSQL prepares one statement per query, so there the two are sent
-//! on their own. One round trip per batch (the SQL deciding which
-//! deliveries are new) was built and measured: no faster over HTTP, slower
-//! in bursts (benches/README.md).
+//! so the transaction rides with the batch's statements: `BEGIN IMMEDIATE`
+//! is sent with the first and `COMMIT` with the last. PostgreSQL prepares
+//! one statement per query, so there the two are sent on their own. One
+//! round trip per batch (the SQL deciding which deliveries are new) was
+//! built and measured: no faster over HTTP, slower in bursts
+//! (benches/README.md).
 
 use super::db::to_i64;
 use super::Backend;
@@ -27,7 +28,13 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// Most deliveries in one transaction (SQLite's bound-parameter limit is far).
-const MAX_BATCH: usize = 128;
+pub(super) const MAX_BATCH: usize = 128;
+
+pub(super) const DELIVERY_COLUMNS: &str = "forge, target, delivery_id, event_type, received_at";
+pub(super) const JOB_COLUMNS: &str = "delivery_id, kind, queue_key, payload, status, attempts, \
+     max_attempts, run_after, created_at, updated_at";
+pub(super) const PR_HEAD_COLUMNS: &str = "forge, repo, number, head_sha, base_ref, is_open, \
+     updated_at, pusher_head, pusher_id, pusher_login, comments_since";
 
 pub(super) struct Item {
     pub(crate) delivery: NewDelivery,
@@ -161,6 +168,27 @@ fn key(delivery: &NewDelivery) -> DeliveryKey {
     )
 }
 
+/// Whether each delivery is the first of its key in the batch (a later one
+/// is a duplicate and writes nothing).
+pub(super) fn first_in_batch(items: &[Item]) -> Vec<bool> {
+    let mut seen = HashSet::new();
+    items
+        .iter()
+        .map(|i| seen.insert(key(&i.delivery)))
+        .collect()
+}
+
+/// One head per pull request: the batch's last word on it, in the order
+/// the pull requests first came.
+pub(super) fn last_heads<'i>(fresh: impl Iterator<Item = &'i Item>) -> Vec<&'i PrHead> {
+    let mut heads: Vec<&PrHead> = Vec::new();
+    for head in fresh.filter_map(|item| item.head.as_ref()) {
+        heads.retain(|h| !(h.repo == head.repo && h.pr == head.pr));
+        heads.push(head);
+    }
+    heads
+}
+
 /// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
 /// the batch's order. A delivery seen before, or earlier in the same batch,
 /// is a duplicate and writes nothing.
@@ -170,11 +198,7 @@ async fn record_batch(
     items: &[Item],
     now: i64,
 ) -> Result<Vec<Intake>> {
-    let mut seen = HashSet::new();
-    let first_in_batch: Vec<bool> = items
-        .iter()
-        .map(|i| seen.insert(key(&i.delivery)))
-        .collect();
+    let first_in_batch = first_in_batch(items);
     let candidates: Vec<&Item> = items
         .iter()
         .zip(&first_in_batch)
@@ -280,7 +304,7 @@ async fn write_batch(
     now: i64,
 ) -> Result<(HashMap<DeliveryKey, i64>, HashMap<i64, JobId>)> {
     let sql = format!(
-        "INSERT INTO deliveries (forge, target, delivery_id, event_type, received_at) VALUES {}
+        "INSERT INTO deliveries ({DELIVERY_COLUMNS}) VALUES {}
          ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id, forge, target, delivery_id",
         values(tx.backend, candidates.len(), 5)
     );
@@ -365,7 +389,7 @@ async fn write_batch(
         .collect();
     if !with_jobs.is_empty() {
         let sql = format!(
-            "INSERT INTO jobs (delivery_id, kind, queue_key, payload, status, attempts, max_attempts, run_after, created_at, updated_at) VALUES {}
+            "INSERT INTO jobs ({JOB_COLUMNS}) VALUES {}
              RETURNING id, delivery_id",
             values(tx.backend, with_jobs.len(), 10)
         );
@@ -392,20 +416,14 @@ async fn write_batch(
         }
     }
 
-    // One row per pull request: the batch's last word on its head.
-    let mut heads: Vec<&PrHead> = Vec::new();
-    for head in fresh.iter().filter_map(|(_, item)| item.head.as_ref()) {
-        heads.retain(|h| !(h.repo == head.repo && h.pr == head.pr));
-        heads.push(head);
-    }
+    let heads = last_heads(fresh.iter().map(|(_, item)| *item));
     if !heads.is_empty() {
         let numbers = heads
             .iter()
             .map(|h| to_i64(h.pr.0, "pull request number"))
             .collect::<Result<Vec<_>>>()?;
         let sql = format!(
-            "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
-                                        pusher_head, pusher_id, pusher_login, comments_since) VALUES {}
+            "INSERT INTO pull_requests ({PR_HEAD_COLUMNS}) VALUES {}
              {}",
             values(tx.backend, heads.len(), 11),
             super::sql::UPSERT_PR_HEAD

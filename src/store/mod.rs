@@ -7,6 +7,7 @@ mod apply;
 mod clock;
 mod db;
 mod intake;
+mod intake_file;
 mod ledger;
 mod metrics;
 mod reconcile;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What SQLite waits for a lock another process holds before giving up.
-const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
+pub(super) const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
      PRAGMA synchronous = FULL;";
 
 /// How long the first connection may take before the server says the
@@ -309,13 +309,16 @@ impl Store {
             .await
             .with_context(|| format!("opening the database at `{}`", redact_url(&url)))?;
         let writer: Arc<tokio::sync::Mutex<()>> = Arc::default();
+        // A SQLite file is written from a thread of its own (intake_file.rs);
+        // an in-memory database lives in the pool's one connection.
+        let intake = match sqlite_file(&url) {
+            Some(file) => super::intake_file::spawn_writer(file, writer.clone(), clock.clone())?,
+            None => {
+                super::intake::spawn_writer(pool.clone(), backend, writer.clone(), clock.clone())
+            }
+        };
         let store = Store {
-            intake: super::intake::spawn_writer(
-                pool.clone(),
-                backend,
-                writer.clone(),
-                clock.clone(),
-            ),
+            intake,
             pool,
             backend,
             clock,

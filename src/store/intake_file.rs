@@ -1,0 +1,249 @@
+//! Group commit for webhook intake on a SQLite file, run on a thread of its
+//! own through a synchronous binding. sqlx drives SQLite from a thread of
+//! its own too, so every statement of a batch was a hand-off there and back,
+//! and every row it returned a message; under load those hand-offs, not
+//! SQL, were a fifth of the recording server's CPU (benches/README.md).
+//! Here the batch is one wake-up in and one answer out: the thread takes the
+//! batch off the channel, writes it in one `BEGIN IMMEDIATE` transaction a
+//! row at a time with cached statements (each delivery's insert says itself
+//! whether it was new), and answers every sender after the `COMMIT`.
+//!
+//! What a batch decides is the same as on the other backends
+//! ([`super::intake`]): a delivery seen before, or earlier in the batch,
+//! writes nothing; a comment's command runs once; a pull request's head is
+//! the batch's last word on it; a batch that fails as a whole is written
+//! one delivery at a time, so one bad request fails alone.
+
+use super::intake::{first_in_batch, Item, Request, MAX_BATCH};
+use super::{Clock, Intake, JobId, StoreError};
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Mutex};
+
+/// Starts the writer thread on `file`; it ends when the last sender is gone.
+pub(super) fn spawn_writer(
+    file: PathBuf,
+    writer: Arc<Mutex<()>>,
+    clock: Arc<dyn Clock>,
+) -> Result<mpsc::Sender<Request>> {
+    let (sender, mut receiver) = mpsc::channel::<Request>(4 * MAX_BATCH);
+    std::thread::Builder::new()
+        .name("wavegate-intake".into())
+        .spawn(move || {
+            let mut held: Option<Connection> = None;
+            while let Some(first) = receiver.blocking_recv() {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match receiver.try_recv() {
+                        Ok(request) => batch.push(request),
+                        Err(_) => break,
+                    }
+                }
+                let (items, replies): (Vec<Item>, Vec<_>) =
+                    batch.into_iter().map(|r| (r.item, r.reply)).unzip();
+                let _writer = writer.blocking_lock();
+                let now = clock.now_ms();
+                let outcomes = write_on_held(&file, &mut held, &items, now);
+                match outcomes {
+                    Ok(outcomes) => {
+                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                            let _ = reply.send(Ok(outcome));
+                        }
+                    }
+                    Err(error) if items.len() > 1 => {
+                        tracing::warn!(
+                            "a batch of {} deliveries failed ({error:#}); writing them one by one",
+                            items.len()
+                        );
+                        for (reply, item) in replies.into_iter().zip(&items) {
+                            let one = std::slice::from_ref(item);
+                            let recorded = write_on_held(&file, &mut held, one, now);
+                            let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
+                        }
+                    }
+                    Err(error) => {
+                        if let Some(reply) = replies.into_iter().next() {
+                            let _ = reply.send(Err(error));
+                        }
+                    }
+                }
+            }
+        })
+        .context("starting the intake writer's thread")?;
+    Ok(sender)
+}
+
+/// Writes a batch on the thread's connection, opening one if it has none.
+/// When the database failed on it, it is closed, and the next batch opens
+/// a fresh one; a batch refused before it was sent leaves it as it was.
+fn write_on_held(
+    file: &PathBuf,
+    held: &mut Option<Connection>,
+    items: &[Item],
+    now: i64,
+) -> Result<Vec<Intake>> {
+    let conn = match held {
+        Some(conn) => conn,
+        None => held.insert(open(file)?),
+    };
+    let written = record_batch(conn, items, now);
+    if let Err(error) = &written {
+        if error.chain().any(|cause| cause.is::<rusqlite::Error>()) {
+            *held = None;
+        }
+    }
+    written
+}
+
+fn open(file: &PathBuf) -> Result<Connection> {
+    let conn = Connection::open(file)
+        .with_context(|| format!("opening {} to record deliveries", file.display()))?;
+    conn.execute_batch(super::sql::SQLITE_PRAGMAS)
+        .context("setting up the intake writer's connection")?;
+    Ok(conn)
+}
+
+/// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
+/// the batch's order.
+fn record_batch(conn: &Connection, items: &[Item], now: i64) -> Result<Vec<Intake>> {
+    let first = first_in_batch(items);
+    let candidates: Vec<&Item> = items
+        .iter()
+        .zip(&first)
+        .filter_map(|(item, first)| first.then_some(item))
+        .collect();
+    if candidates
+        .iter()
+        .filter_map(|i| i.job.as_ref())
+        .any(|j| j.max_attempts == 0)
+    {
+        return Err(StoreError::NoAttemptsAllowed.into());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .context("recording deliveries")?;
+    let written = write_batch(conn, &candidates, now).and_then(|written| {
+        conn.execute_batch("COMMIT")
+            .context("committing deliveries")?;
+        Ok(written)
+    });
+    let mut written = match written {
+        Ok(written) => written.into_iter(),
+        Err(error) => {
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                tracing::debug!("rolling back a failed intake batch: {rollback}");
+            }
+            return Err(error);
+        }
+    };
+    Ok(first
+        .into_iter()
+        .map(|first| match first {
+            true => written.next().unwrap_or(Intake::Duplicate),
+            false => Intake::Duplicate,
+        })
+        .collect())
+}
+
+/// Writes the candidates' rows; one outcome per candidate, in order.
+fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<Intake>> {
+    let mut deliveries = conn.prepare_cached(&format!(
+        "INSERT INTO deliveries ({}) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id",
+        super::intake::DELIVERY_COLUMNS
+    ))?;
+    let mut outcomes = Vec::with_capacity(candidates.len());
+    let mut fresh: Vec<&Item> = Vec::new();
+    for item in candidates {
+        let d = &item.delivery;
+        let row: Option<i64> = deliveries
+            .query_row(
+                params![d.forge.as_str(), d.target, d.delivery_id, d.event_type, now],
+                |row| row.get(0),
+            )
+            .optional()
+            .context("recording deliveries")?;
+        let Some(delivery) = row else {
+            outcomes.push(Intake::Duplicate);
+            continue;
+        };
+        let job = match &item.job {
+            Some(job) if takes_up(conn, job, now)? => Some(enqueue(conn, delivery, job, now)?),
+            _ => None,
+        };
+        fresh.push(item);
+        outcomes.push(Intake::Recorded { delivery, job });
+    }
+    let heads = super::intake::last_heads(fresh.iter().copied());
+    if !heads.is_empty() {
+        let mut upsert = conn.prepare_cached(&format!(
+            "INSERT INTO pull_requests ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) {}",
+            super::intake::PR_HEAD_COLUMNS,
+            super::sql::UPSERT_PR_HEAD
+        ))?;
+        for head in heads {
+            let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
+            upsert
+                .execute(params![
+                    head.repo.forge.as_str(),
+                    head.repo.full_name,
+                    super::db::to_i64(head.pr.0, "pull request number")?,
+                    head.head_sha.as_str(),
+                    head.base_ref,
+                    i64::from(head.open),
+                    now,
+                    pusher_head,
+                    pusher_id,
+                    pusher_login,
+                    super::sql::first_comments_mark(now),
+                ])
+                .context("recording pull request heads")?;
+        }
+    }
+    Ok(outcomes)
+}
+
+/// Whether this delivery is the first to bring the job's comment or review
+/// (a job without one always is): whichever delivery, or the
+/// reconciliation sweep, brings it first runs it.
+fn takes_up(conn: &Connection, job: &super::NewJob, now: i64) -> Result<bool> {
+    let Some(once) = &job.once else {
+        return Ok(true);
+    };
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO commands_seen (forge, repo, source, number, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (forge, repo, source) DO NOTHING",
+    )?;
+    let inserted = insert
+        .execute(params![
+            once.repo.forge.as_str(),
+            once.repo.full_name,
+            once.source,
+            super::db::to_i64(once.pr.0, "pull request number")?,
+            now,
+        ])
+        .context("recording the comments taken up")?;
+    Ok(inserted == 1)
+}
+
+fn enqueue(conn: &Connection, delivery: i64, job: &super::NewJob, now: i64) -> Result<JobId> {
+    let mut insert = conn.prepare_cached(&format!(
+        "INSERT INTO jobs ({}) VALUES (?1, ?2, ?3, ?4, 'queued', 0, ?5, ?6, ?6, ?6) RETURNING id",
+        super::intake::JOB_COLUMNS
+    ))?;
+    let id = insert
+        .query_row(
+            params![
+                delivery,
+                job.kind,
+                job.queue_key,
+                job.payload.to_string(),
+                i64::from(job.max_attempts),
+                now,
+            ],
+            |row| row.get(0),
+        )
+        .context("enqueueing jobs")?;
+    Ok(JobId(id))
+}
