@@ -6,8 +6,10 @@
 //! commit. Alone, a delivery is a batch of one; under load a batch costs
 //! about what one delivery did. If a batch fails as a whole, each of its
 //! deliveries is written on its own, so one bad request fails alone. The
-//! rules a batch decides by ([`first_in_batch`], [`last_heads`]) are shared
-//! with the file writer.
+//! rules a batch decides by ([`candidates`], [`last_heads`]) are shared
+//! with the file writer; the one left in SQL, a comment's command taken up
+//! by its first delivery only, is written in each (a multi-row insert here,
+//! a row at a time there): a change to it goes to both.
 //!
 //! On SQLite every statement is a round trip to the driver's own thread,
 //! so the transaction rides with the batch's statements: `BEGIN IMMEDIATE`
@@ -61,15 +63,7 @@ pub(super) fn spawn_writer(
     tokio::spawn(async move {
         let mut held: Option<PoolConnection<Any>> = None;
         while let Some(first) = receiver.recv().await {
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match receiver.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            let (items, replies): (Vec<Item>, Vec<_>) =
-                batch.into_iter().map(|r| (r.item, r.reply)).unzip();
+            let (items, replies) = take_batch(first, &mut receiver);
             let _writer = writer.lock().await;
             let now = clock.now_ms();
             if held.is_none() {
@@ -84,29 +78,11 @@ pub(super) fn spawn_writer(
                     }
                 }
             }
-            match write_on_held(&pool, &mut held, backend, &items, now).await {
-                Ok(outcomes) => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
-                    }
-                }
-                Err(error) if items.len() > 1 => {
-                    tracing::warn!(
-                        "a batch of {} deliveries failed ({error:#}); writing them one by one",
-                        items.len()
-                    );
-                    for (reply, item) in replies.into_iter().zip(&items) {
-                        let one = std::slice::from_ref(item);
-                        let recorded = write_on_held(&pool, &mut held, backend, one, now).await;
-                        let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
-                    }
-                }
-                Err(error) => {
-                    let _ = replies
-                        .into_iter()
-                        .next()
-                        .map(|reply| reply.send(Err(error)));
-                }
+            let written = write_on_held(&pool, &mut held, backend, &items, now).await;
+            for (reply, item) in answer(replies, &items, written) {
+                let one = std::slice::from_ref(item);
+                let recorded = write_on_held(&pool, &mut held, backend, one, now).await;
+                let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
             }
             if !keeps_connection {
                 held = None;
@@ -114,6 +90,55 @@ pub(super) fn spawn_writer(
         }
     });
     sender
+}
+
+pub(super) type Reply = oneshot::Sender<Result<Intake>>;
+
+/// `first` and the requests waiting behind it, up to a batch.
+pub(super) fn take_batch(
+    first: Request,
+    receiver: &mut mpsc::Receiver<Request>,
+) -> (Vec<Item>, Vec<Reply>) {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(_) => break,
+        }
+    }
+    batch.into_iter().map(|r| (r.item, r.reply)).unzip()
+}
+
+/// Answers a batch's senders from its write. A batch of more than one that
+/// failed as a whole is answered by writing each delivery on its own, so
+/// one bad request fails alone: those come back, to be written and answered
+/// one by one.
+pub(super) fn answer(
+    replies: Vec<Reply>,
+    items: &[Item],
+    written: Result<Vec<Intake>>,
+) -> Vec<(Reply, &Item)> {
+    match written {
+        Ok(outcomes) => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(Ok(outcome));
+            }
+            Vec::new()
+        }
+        Err(error) if items.len() > 1 => {
+            tracing::warn!(
+                "a batch of {} deliveries failed ({error:#}); writing them one by one",
+                items.len()
+            );
+            replies.into_iter().zip(items).collect()
+        }
+        Err(error) => {
+            if let Some(reply) = replies.into_iter().next() {
+                let _ = reply.send(Err(error));
+            }
+            Vec::new()
+        }
+    }
 }
 
 /// Writes a batch on the writer's connection, taking one from the pool if
@@ -169,13 +194,28 @@ fn key(delivery: &NewDelivery) -> DeliveryKey {
 }
 
 /// Whether each delivery is the first of its key in the batch (a later one
-/// is a duplicate and writes nothing).
-pub(super) fn first_in_batch(items: &[Item]) -> Vec<bool> {
+/// is a duplicate and writes nothing), and those firsts: the deliveries
+/// the batch writes if they are new. A job allowed no attempt refuses the
+/// batch before anything is written.
+pub(super) fn candidates(items: &[Item]) -> Result<(Vec<bool>, Vec<&Item>)> {
     let mut seen = HashSet::new();
-    items
+    let first: Vec<bool> = items
         .iter()
         .map(|i| seen.insert(key(&i.delivery)))
-        .collect()
+        .collect();
+    let candidates: Vec<&Item> = items
+        .iter()
+        .zip(&first)
+        .filter_map(|(item, first)| first.then_some(item))
+        .collect();
+    if candidates
+        .iter()
+        .filter_map(|i| i.job.as_ref())
+        .any(|j| j.max_attempts == 0)
+    {
+        return Err(StoreError::NoAttemptsAllowed.into());
+    }
+    Ok((first, candidates))
 }
 
 /// One head per pull request: the batch's last word on it, in the order
@@ -198,19 +238,7 @@ async fn record_batch(
     items: &[Item],
     now: i64,
 ) -> Result<Vec<Intake>> {
-    let first_in_batch = first_in_batch(items);
-    let candidates: Vec<&Item> = items
-        .iter()
-        .zip(&first_in_batch)
-        .filter_map(|(item, first)| first.then_some(item))
-        .collect();
-    if candidates
-        .iter()
-        .filter_map(|i| i.job.as_ref())
-        .any(|j| j.max_attempts == 0)
-    {
-        return Err(StoreError::NoAttemptsAllowed.into());
-    }
+    let (first_in_batch, candidates) = candidates(items)?;
 
     let mut tx = Transaction {
         conn,

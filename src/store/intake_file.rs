@@ -1,12 +1,12 @@
 //! Group commit for webhook intake on a SQLite file, run on a thread of its
 //! own through a synchronous binding. sqlx drives SQLite from a thread of
-//! its own too, so every statement of a batch was a hand-off there and back,
-//! and every row it returned a message; under load those hand-offs, not
-//! SQL, were a fifth of the recording server's CPU (benches/README.md).
-//! Here the batch is one wake-up in and one answer out: the thread takes the
-//! batch off the channel, writes it in one `BEGIN IMMEDIATE` transaction a
-//! row at a time with cached statements (each delivery's insert says itself
-//! whether it was new), and answers every sender after the `COMMIT`.
+//! its own too, so there every statement of a batch was a hand-off there
+//! and back, and every row it returned a message; taking those away raised
+//! recorded intake by about a tenth (benches/README.md). Here the batch is
+//! one wake-up in and one answer out: the thread takes the batch off the
+//! channel, writes it in one `BEGIN IMMEDIATE` transaction a row at a time
+//! with cached statements (each delivery's insert says itself whether it
+//! was new), and answers every sender after the `COMMIT`.
 //!
 //! What a batch decides is the same as on the other backends
 //! ([`super::intake`]): a delivery seen before, or earlier in the batch,
@@ -14,8 +14,8 @@
 //! the batch's last word on it; a batch that fails as a whole is written
 //! one delivery at a time, so one bad request fails alone.
 
-use super::intake::{first_in_batch, Item, Request, MAX_BATCH};
-use super::{Clock, Intake, JobId, StoreError};
+use super::intake::{answer, candidates, take_batch, Item, Request, MAX_BATCH};
+use super::{Clock, Intake, JobId};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::PathBuf;
@@ -34,40 +34,14 @@ pub(super) fn spawn_writer(
         .spawn(move || {
             let mut held: Option<Connection> = None;
             while let Some(first) = receiver.blocking_recv() {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match receiver.try_recv() {
-                        Ok(request) => batch.push(request),
-                        Err(_) => break,
-                    }
-                }
-                let (items, replies): (Vec<Item>, Vec<_>) =
-                    batch.into_iter().map(|r| (r.item, r.reply)).unzip();
+                let (items, replies) = take_batch(first, &mut receiver);
                 let _writer = writer.blocking_lock();
                 let now = clock.now_ms();
-                let outcomes = write_on_held(&file, &mut held, &items, now);
-                match outcomes {
-                    Ok(outcomes) => {
-                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                            let _ = reply.send(Ok(outcome));
-                        }
-                    }
-                    Err(error) if items.len() > 1 => {
-                        tracing::warn!(
-                            "a batch of {} deliveries failed ({error:#}); writing them one by one",
-                            items.len()
-                        );
-                        for (reply, item) in replies.into_iter().zip(&items) {
-                            let one = std::slice::from_ref(item);
-                            let recorded = write_on_held(&file, &mut held, one, now);
-                            let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
-                        }
-                    }
-                    Err(error) => {
-                        if let Some(reply) = replies.into_iter().next() {
-                            let _ = reply.send(Err(error));
-                        }
-                    }
+                let written = write_on_held(&file, &mut held, &items, now);
+                for (reply, item) in answer(replies, &items, written) {
+                    let one = std::slice::from_ref(item);
+                    let recorded = write_on_held(&file, &mut held, one, now);
+                    let _ = reply.send(recorded.map(|mut outcomes| outcomes.remove(0)));
                 }
             }
         })
@@ -89,10 +63,12 @@ fn write_on_held(
         None => held.insert(open(file)?),
     };
     let written = record_batch(conn, items, now);
-    if let Err(error) = &written {
-        if error.chain().any(|cause| cause.is::<rusqlite::Error>()) {
-            *held = None;
-        }
+    // A transaction still open (its rollback failed) is not handed on either.
+    let failed_in_database = written.as_ref().is_err_and(|error| {
+        error.chain().any(|cause| cause.is::<rusqlite::Error>()) || !conn.is_autocommit()
+    });
+    if failed_in_database {
+        *held = None;
     }
     written
 }
@@ -102,25 +78,17 @@ fn open(file: &PathBuf) -> Result<Connection> {
         .with_context(|| format!("opening {} to record deliveries", file.display()))?;
     conn.execute_batch(super::sql::SQLITE_PRAGMAS)
         .context("setting up the intake writer's connection")?;
+    // The pool's connections set WAL in the file first; said again so this
+    // connection does not rely on it.
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+        .context("setting up the intake writer's connection")?;
     Ok(conn)
 }
 
 /// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
 /// the batch's order.
 fn record_batch(conn: &Connection, items: &[Item], now: i64) -> Result<Vec<Intake>> {
-    let first = first_in_batch(items);
-    let candidates: Vec<&Item> = items
-        .iter()
-        .zip(&first)
-        .filter_map(|(item, first)| first.then_some(item))
-        .collect();
-    if candidates
-        .iter()
-        .filter_map(|i| i.job.as_ref())
-        .any(|j| j.max_attempts == 0)
-    {
-        return Err(StoreError::NoAttemptsAllowed.into());
-    }
+    let (first, candidates) = candidates(items)?;
     conn.execute_batch("BEGIN IMMEDIATE")
         .context("recording deliveries")?;
     let written = write_batch(conn, &candidates, now).and_then(|written| {

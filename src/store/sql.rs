@@ -2,7 +2,9 @@
 //! replicas): connection setup, our versioned migrations per backend, and
 //! the queries behind every `Store` operation, written once in the SQL both
 //! accept (`$n` parameters, `ON CONFLICT`, `RETURNING`) through sqlx's `Any`
-//! driver. Where they differ it is said here: SQLite writes take its single
+//! driver — except a SQLite file's webhook intake, written through rusqlite
+//! from a thread of its own (`intake_file.rs`). Where they differ it is said
+//! here: SQLite writes take its single
 //! write lock up front (`BEGIN IMMEDIATE`) and WAL, busy timeout and foreign
 //! keys are set per connection; PostgreSQL claims jobs with `FOR UPDATE
 //! SKIP LOCKED` and serialises each repository's ledger appends with a
@@ -491,7 +493,8 @@ impl Store {
     /// was seen before, answers `Intake::Duplicate` and writes nothing else;
     /// otherwise enqueues the job (if any), upserts the pull request's head
     /// (if any) and answers `Intake::Recorded` — all in one transaction,
-    /// shared with the deliveries arriving at the same time (`intake.rs`).
+    /// shared with the deliveries arriving at the same time (`intake.rs`;
+    /// a SQLite file's in `intake_file.rs`).
     pub async fn record_delivery(
         &self,
         delivery: NewDelivery,
