@@ -18,7 +18,7 @@ use super::intake::{answer, candidates, take_batch, Item, Request, MAX_BATCH};
 use super::{Clock, Intake, JobId};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
 
@@ -53,7 +53,7 @@ pub(super) fn spawn_writer(
 /// When the database failed on it, it is closed, and the next batch opens
 /// a fresh one; a batch refused before it was sent leaves it as it was.
 fn write_on_held(
-    file: &PathBuf,
+    file: &Path,
     held: &mut Option<Connection>,
     items: &[Item],
     now: i64,
@@ -73,7 +73,7 @@ fn write_on_held(
     written
 }
 
-fn open(file: &PathBuf) -> Result<Connection> {
+fn open(file: &Path) -> Result<Connection> {
     let conn = Connection::open(file)
         .with_context(|| format!("opening {} to record deliveries", file.display()))?;
     conn.execute_batch(super::sql::SQLITE_PRAGMAS)
@@ -107,9 +107,9 @@ fn record_batch(conn: &Connection, items: &[Item], now: i64) -> Result<Vec<Intak
     };
     Ok(first
         .into_iter()
-        .map(|first| match first {
-            true => written.next().unwrap_or(Intake::Duplicate),
-            false => Intake::Duplicate,
+        .map(|first| {
+            let outcome = first.then(|| written.next()).flatten();
+            outcome.unwrap_or(Intake::Duplicate)
         })
         .collect())
 }
