@@ -1,5 +1,6 @@
-//! Group commit for webhook intake on PostgreSQL and on an in-memory
-//! SQLite database (a SQLite file is written from a thread of its own:
+//! Group commit for webhook intake on PostgreSQL, on an in-memory SQLite
+//! database, and on a SQLite file whose URL sets options such as `mode=ro`
+//! or `vfs` (any other SQLite file is written from a thread of its own:
 //! `intake_file.rs`). Deliveries that arrive together are written by one
 //! task in one transaction — one multi-row statement each for deliveries,
 //! jobs and pull-request heads — and every sender is answered only after the

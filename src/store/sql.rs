@@ -3,7 +3,8 @@
 //! the queries behind every `Store` operation, written once in the SQL both
 //! accept (`$n` parameters, `ON CONFLICT`, `RETURNING`) through sqlx's `Any`
 //! driver — except a SQLite file's webhook intake, written through rusqlite
-//! from a thread of its own (`intake_file.rs`). Where they differ it is said
+//! from a thread of its own (`intake_file.rs`) unless the URL sets options
+//! only sqlx's connections carry out. Where they differ it is said
 //! here: SQLite writes take its single write lock up front (`BEGIN
 //! IMMEDIATE`) and WAL, busy timeout and foreign keys are set per
 //! connection; PostgreSQL claims jobs with `FOR UPDATE SKIP LOCKED` and
@@ -311,9 +312,7 @@ impl Store {
             .await
             .with_context(|| format!("opening the database at `{}`", redact_url(&url)))?;
         let writer: Arc<tokio::sync::Mutex<()>> = Arc::default();
-        // A SQLite file is written from a thread of its own (intake_file.rs);
-        // an in-memory database lives in the pool's one connection.
-        let intake = match sqlite_file(&url) {
+        let intake = match own_thread_intake_file(&url) {
             Some(file) => super::intake_file::spawn_writer(file, writer.clone(), clock.clone())?,
             None => {
                 super::intake::spawn_writer(pool.clone(), backend, writer.clone(), clock.clone())
@@ -1109,6 +1108,23 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     }
     let options = SqliteConnectOptions::from_str(url).ok()?;
     Some(options.get_filename().to_owned())
+}
+
+/// The SQLite file whose deliveries are written from the intake writer's
+/// own thread (`intake_file.rs`): one whose URL asks for nothing beyond
+/// reading and writing it (`mode=rw`, `mode=rwc`, or no options). Anything
+/// else keeps the sqlx writer, which opens its connection as the pool does,
+/// so an option means the same for intake as for every other write:
+/// `mode=ro` refuses deliveries instead of writing them, `vfs`, `immutable`
+/// and `cache` are honoured. An in-memory database lives in the pool's one
+/// connection, so it keeps the sqlx writer too.
+pub(super) fn own_thread_intake_file(url: &str) -> Option<std::path::PathBuf> {
+    let file = sqlite_file(url)?;
+    let options = url.split_once('?').map_or("", |(_, options)| options);
+    options
+        .split('&')
+        .all(|option| matches!(option, "" | "mode=rw" | "mode=rwc"))
+        .then_some(file)
 }
 
 /// Creates the database file readable by the server's user alone (SQLite

@@ -1,6 +1,7 @@
 //! Databases for the store's tests: a SQLite file in a temp dir, or a fresh
 //! PostgreSQL database (dropped afterwards) on the server `.ci/run` starts.
-//! `on_both!` runs one test story on each.
+//! `on_both!` runs one test story on each; `on_each_intake_writer!` runs
+//! it on SQLite a second time, through the other intake writer.
 
 use super::Backend;
 use tempfile::TempDir;
@@ -16,10 +17,7 @@ impl TestDatabase {
     pub(crate) async fn new(backend: Backend) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (url, postgres) = match backend {
-            Backend::Sqlite => (
-                format!("sqlite://{}", dir.path().join("wavegate.db").display()),
-                None,
-            ),
+            Backend::Sqlite => (sqlite_url(&dir), None),
             Backend::Postgres => {
                 let (database, url) = PostgresDatabase::create().await;
                 (url, Some(database))
@@ -31,6 +29,20 @@ impl TestDatabase {
             _postgres: postgres,
         }
     }
+
+    /// A SQLite file whose URL ends in `?{options}`.
+    pub(crate) fn sqlite_with_options(options: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            url: format!("{}?{options}", sqlite_url(&dir)),
+            _dir: dir,
+            _postgres: None,
+        }
+    }
+}
+
+fn sqlite_url(dir: &TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("wavegate.db").display())
 }
 
 /// Where the PostgreSQL tests make their databases (trust auth on these
@@ -113,4 +125,30 @@ macro_rules! on_both {
         }
     };
 }
-pub(super) use on_both;
+
+/// As `on_both!`, with a third run on a SQLite file through the sqlx intake
+/// writer (`$name::sqlite_sqlx_writer`, `$sqlx_fixture()` makes it): a
+/// SQLite file's deliveries are otherwise written from the writer's own
+/// thread, so without it the sqlx writer's SQLite statements would go
+/// untested but for an in-memory database.
+macro_rules! on_each_intake_writer {
+    ($fixture:ident, $sqlx_fixture:ident, $name:ident, #[$test:meta]) => {
+        mod $name {
+            #[$test]
+            async fn sqlite() {
+                super::$name(super::$fixture($crate::store::Backend::Sqlite).await).await
+            }
+
+            #[$test]
+            async fn sqlite_sqlx_writer() {
+                super::$name(super::$sqlx_fixture().await).await
+            }
+
+            #[$test]
+            async fn postgres() {
+                super::$name(super::$fixture($crate::store::Backend::Postgres).await).await
+            }
+        }
+    };
+}
+pub(super) use {on_both, on_each_intake_writer};

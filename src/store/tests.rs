@@ -1,5 +1,5 @@
 use super::sql::newest_known_version;
-use super::test_db::{on_both, TestDatabase};
+use super::test_db::{on_both, on_each_intake_writer, TestDatabase};
 use super::*;
 use crate::model::MemberId;
 use std::collections::BTreeSet;
@@ -17,7 +17,18 @@ struct Fixture {
 }
 
 async fn fixture_on(backend: Backend) -> Fixture {
-    let database = TestDatabase::new(backend).await;
+    fixture_of(TestDatabase::new(backend).await, backend).await
+}
+
+/// A SQLite file whose URL names an option (the default VFS, so nothing
+/// else changes) and so keeps the sqlx intake writer.
+async fn fixture_on_sqlx_writer() -> Fixture {
+    let database = TestDatabase::sqlite_with_options("vfs=unix");
+    assert!(sql::own_thread_intake_file(&database.url).is_none());
+    fixture_of(database, Backend::Sqlite).await
+}
+
+async fn fixture_of(database: TestDatabase, backend: Backend) -> Fixture {
     let clock = Arc::new(ManualClock::new(START_MS));
     let store = Store::open_with_clock(&database.url, clock.clone())
         .await
@@ -86,7 +97,7 @@ fn backoff_starts_at_five_seconds_doubles_and_stops_at_ten_minutes() {
     assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
 }
 
-on_both!(fixture_on, redelivery_is_a_duplicate_and_enqueues_no_second_job, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, redelivery_is_a_duplicate_and_enqueues_no_second_job, #[tokio::test]);
 async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f: Fixture) {
     let first = f
         .store
@@ -106,7 +117,7 @@ async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
-on_both!(fixture_on, a_duplicate_writes_nothing_not_even_the_pr_head, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_duplicate_writes_nothing_not_even_the_pr_head, #[tokio::test]);
 async fn a_duplicate_writes_nothing_not_even_the_pr_head(f: Fixture) {
     f.store
         .record_delivery(delivery("d-1"), None, Some(head(1, sha('a'), true)))
@@ -124,7 +135,7 @@ async fn a_duplicate_writes_nothing_not_even_the_pr_head(f: Fixture) {
     assert_eq!(pr.head_sha, sha('a'));
 }
 
-on_both!(fixture_on, the_same_delivery_id_through_another_hook_is_its_own_delivery, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, the_same_delivery_id_through_another_hook_is_its_own_delivery, #[tokio::test]);
 async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f: Fixture) {
     f.store
         .record_delivery(delivery("d-1"), None, None)
@@ -145,7 +156,7 @@ async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f: Fixtur
     assert_eq!(f.store.delivery_count().await.unwrap(), 2);
 }
 
-on_both!(fixture_on, a_ping_with_no_work_is_still_recorded, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_ping_with_no_work_is_still_recorded, #[tokio::test]);
 async fn a_ping_with_no_work_is_still_recorded(f: Fixture) {
     let ping = NewDelivery {
         event_type: "ping".into(),
@@ -774,6 +785,43 @@ async fn the_sqlite_file_and_its_journal_are_the_servers_alone() {
     assert_eq!(mode("loose.db"), 0o600);
 }
 
+#[test]
+fn a_sqlite_file_s_deliveries_go_to_the_writer_s_own_thread_unless_its_url_asks_for_more() {
+    let own_thread = |url: &str| sql::own_thread_intake_file(url).is_some();
+    assert!(own_thread("sqlite:///srv/wavegate.db"));
+    assert!(own_thread("sqlite:///srv/wavegate.db?mode=rwc"));
+    assert!(own_thread("sqlite:///srv/wavegate.db?mode=rw"));
+    for sqlx_writer in [
+        "sqlite::memory:",
+        "sqlite:///srv/wavegate.db?mode=ro",
+        "sqlite:///srv/wavegate.db?mode=memory",
+        "sqlite:///srv/wavegate.db?mode=rwc&vfs=unix-dotfile",
+        "sqlite:///srv/wavegate.db?immutable=true",
+        "sqlite:///srv/wavegate.db?cache=shared",
+        "postgres://wavegate@db/wavegate",
+    ] {
+        assert!(!own_thread(sqlx_writer), "{sqlx_writer}");
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_database_refuses_deliveries_and_keeps_none() {
+    let database = TestDatabase::new(Backend::Sqlite).await;
+    let writable = Store::open(&database.url).await.unwrap();
+    let read_only = Store::open(&format!("{}?mode=ro", database.url))
+        .await
+        .unwrap();
+
+    let refused = read_only
+        .record_delivery(delivery("d-1"), Some(job("pr-1", 3)), None)
+        .await
+        .unwrap_err();
+
+    assert!(format!("{refused:#}").contains("readonly"), "{refused:#}");
+    assert_eq!(writable.delivery_count().await.unwrap(), 0);
+    assert!(writable.jobs().await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn a_url_of_another_database_is_refused_with_a_hint_not_taken_as_a_file_name() {
     let err = Store::open("mysql://wavegate@localhost/wavegate")
@@ -795,7 +843,7 @@ async fn raw_pool(url: &str) -> sqlx::AnyPool {
     sqlx::AnyPool::connect(url).await.unwrap()
 }
 
-on_both!(fixture_on, deliveries_arriving_together_are_committed_together_and_each_answered_right, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, deliveries_arriving_together_are_committed_together_and_each_answered_right, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
 async fn deliveries_arriving_together_are_committed_together_and_each_answered_right(f: Fixture) {
     // Fifty deliveries, each sent twice, all at once: one of each pair is a duplicate.
     let mut tasks = Vec::new();
@@ -855,7 +903,7 @@ async fn deliveries_arriving_together_are_committed_together_and_each_answered_r
     }
 }
 
-on_both!(fixture_on, a_bad_job_in_a_batch_fails_alone, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_bad_job_in_a_batch_fails_alone, #[tokio::test]);
 async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     let (good, bad) = tokio::join!(
         f.store
@@ -874,7 +922,7 @@ async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
-on_both!(fixture_on, one_batch_decides_each_delivery_as_if_it_came_alone, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, one_batch_decides_each_delivery_as_if_it_came_alone, #[tokio::test]);
 async fn one_batch_decides_each_delivery_as_if_it_came_alone(f: Fixture) {
     // Sent together on one thread, they reach the writer as one batch.
     f.store
@@ -949,7 +997,7 @@ async fn one_batch_decides_each_delivery_as_if_it_came_alone(f: Fixture) {
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
 
-on_both!(fixture_on, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test]);
 async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable(f: Fixture) {
     // The database refuses the poisoned job after the batch's deliveries
     // were written: the batch is undone, then each delivery is written on
@@ -1013,7 +1061,7 @@ async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writa
     assert_eq!(f.store.delivery_count().await.unwrap(), 2);
 }
 
-on_both!(fixture_on, a_head_the_database_cannot_hold_fails_its_delivery_alone, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_head_the_database_cannot_hold_fails_its_delivery_alone, #[tokio::test]);
 async fn a_head_the_database_cannot_hold_fails_its_delivery_alone(f: Fixture) {
     let (good, bad) = tokio::join!(
         f.store
@@ -1528,7 +1576,7 @@ async fn a_notice_is_enqueued_once_per_target_however_often_it_is_said(f: Fixtur
     assert!(f.store.enqueue_once(chat).await.unwrap().is_some());
 }
 
-on_both!(fixture_on, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test]);
+on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test]);
 async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
     // The webhook first: the sweep finds it seen.
     let first = f
