@@ -14,12 +14,15 @@
 //! the batch's last word on it; a batch that fails as a whole is written
 //! one delivery at a time, so one bad request fails alone.
 
-use super::intake::{answer, candidates, take_batch, Item, Request, MAX_BATCH};
+use super::intake::{
+    answer, candidates, take_batch, Item, Request, DELIVERY_COLUMNS, JOB_COLUMNS, MAX_BATCH,
+    PR_HEAD_COLUMNS,
+};
 use super::{Clock, Intake, JobId};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use tokio::sync::{mpsc, Mutex};
 
 /// Starts the writer thread on `file`; it ends when the last sender is gone.
@@ -114,13 +117,28 @@ fn record_batch(conn: &Connection, items: &[Item], now: i64) -> Result<Vec<Intak
         .collect())
 }
 
+// The statements, written once: `prepare_cached` finds each by its text.
+static INSERT_DELIVERY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id"
+    )
+});
+static INSERT_JOB: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, ?2, ?3, ?4, 'queued', 0, ?5, ?6, ?6, ?6) RETURNING id"
+    )
+});
+static UPSERT_PR_HEAD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO pull_requests ({PR_HEAD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) {}",
+        super::sql::UPSERT_PR_HEAD
+    )
+});
+
 /// Writes the candidates' rows; one outcome per candidate, in order.
 fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<Intake>> {
-    let mut deliveries = conn.prepare_cached(&format!(
-        "INSERT INTO deliveries ({}) VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (forge, target, delivery_id) DO NOTHING RETURNING id",
-        super::intake::DELIVERY_COLUMNS
-    ))?;
+    let mut deliveries = conn.prepare_cached(&INSERT_DELIVERY)?;
     let mut outcomes = Vec::with_capacity(candidates.len());
     let mut fresh: Vec<&Item> = Vec::new();
     for item in candidates {
@@ -145,11 +163,7 @@ fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<
     }
     let heads = super::intake::last_heads(fresh.iter().copied());
     if !heads.is_empty() {
-        let mut upsert = conn.prepare_cached(&format!(
-            "INSERT INTO pull_requests ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) {}",
-            super::intake::PR_HEAD_COLUMNS,
-            super::sql::UPSERT_PR_HEAD
-        ))?;
+        let mut upsert = conn.prepare_cached(&UPSERT_PR_HEAD)?;
         for head in heads {
             let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
             upsert
@@ -196,10 +210,7 @@ fn takes_up(conn: &Connection, job: &super::NewJob, now: i64) -> Result<bool> {
 }
 
 fn enqueue(conn: &Connection, delivery: i64, job: &super::NewJob, now: i64) -> Result<JobId> {
-    let mut insert = conn.prepare_cached(&format!(
-        "INSERT INTO jobs ({}) VALUES (?1, ?2, ?3, ?4, 'queued', 0, ?5, ?6, ?6, ?6) RETURNING id",
-        super::intake::JOB_COLUMNS
-    ))?;
+    let mut insert = conn.prepare_cached(&INSERT_JOB)?;
     let id = insert
         .query_row(
             params![

@@ -4,12 +4,12 @@
 //! accept (`$n` parameters, `ON CONFLICT`, `RETURNING`) through sqlx's `Any`
 //! driver — except a SQLite file's webhook intake, written through rusqlite
 //! from a thread of its own (`intake_file.rs`) unless the URL sets options
-//! only sqlx's connections carry out. Where they differ it is said
-//! here: SQLite writes take its single write lock up front (`BEGIN
-//! IMMEDIATE`) and WAL, busy timeout and foreign keys are set per
-//! connection; PostgreSQL claims jobs with `FOR UPDATE SKIP LOCKED` and
-//! serialises each repository's ledger appends with a transaction-scoped
-//! advisory lock, so replicas never fork a chain.
+//! only sqlx's connections carry out. Where they differ it is said here:
+//! SQLite writes take its single write lock up front (`BEGIN IMMEDIATE`)
+//! and WAL, busy timeout and foreign keys are set per connection;
+//! PostgreSQL claims jobs with `FOR UPDATE SKIP LOCKED` and serialises each
+//! repository's ledger appends with a transaction-scoped advisory lock, so
+//! replicas never fork a chain.
 
 use super::db::{begin_write, to_i64, to_opt_digest, to_u64, Backend};
 use super::{

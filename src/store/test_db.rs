@@ -1,7 +1,7 @@
 //! Databases for the store's tests: a SQLite file in a temp dir, or a fresh
 //! PostgreSQL database (dropped afterwards) on the server `.ci/run` starts.
-//! `on_both!` runs one test story on each; `on_each_intake_writer!` runs
-//! it on SQLite a second time, through the other intake writer.
+//! `on_both!` runs one test story on each (and, if told, on a third
+//! database of the test's own making).
 
 use super::Backend;
 use tempfile::TempDir;
@@ -109,9 +109,10 @@ impl Drop for PostgresDatabase {
 
 /// Runs the store test `$name(fixture)` on SQLite and on PostgreSQL, as
 /// `$name::sqlite` and `$name::postgres`; `$fixture(backend)` makes what the
-/// test gets.
+/// test gets. `and $extra on $extra_fixture` adds a third run,
+/// `$name::$extra`, on what `$extra_fixture()` makes.
 macro_rules! on_both {
-    ($fixture:ident, $name:ident, #[$test:meta]) => {
+    ($fixture:ident, $name:ident, #[$test:meta] $(, and $extra:ident on $extra_fixture:ident)?) => {
         mod $name {
             #[$test]
             async fn sqlite() {
@@ -122,33 +123,14 @@ macro_rules! on_both {
             async fn postgres() {
                 super::$name(super::$fixture($crate::store::Backend::Postgres).await).await
             }
+
+            $(
+                #[$test]
+                async fn $extra() {
+                    super::$name(super::$extra_fixture().await).await
+                }
+            )?
         }
     };
 }
-
-/// As `on_both!`, with a third run on a SQLite file through the sqlx intake
-/// writer (`$name::sqlite_sqlx_writer`, `$sqlx_fixture()` makes it): a
-/// SQLite file's deliveries are otherwise written from the writer's own
-/// thread, so without it the sqlx writer's SQLite statements would go
-/// untested but for an in-memory database.
-macro_rules! on_each_intake_writer {
-    ($fixture:ident, $sqlx_fixture:ident, $name:ident, #[$test:meta]) => {
-        mod $name {
-            #[$test]
-            async fn sqlite() {
-                super::$name(super::$fixture($crate::store::Backend::Sqlite).await).await
-            }
-
-            #[$test]
-            async fn sqlite_sqlx_writer() {
-                super::$name(super::$sqlx_fixture().await).await
-            }
-
-            #[$test]
-            async fn postgres() {
-                super::$name(super::$fixture($crate::store::Backend::Postgres).await).await
-            }
-        }
-    };
-}
-pub(super) use {on_both, on_each_intake_writer};
+pub(super) use on_both;

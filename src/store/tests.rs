@@ -1,5 +1,5 @@
 use super::sql::newest_known_version;
-use super::test_db::{on_both, on_each_intake_writer, TestDatabase};
+use super::test_db::{on_both, TestDatabase};
 use super::*;
 use crate::model::MemberId;
 use std::collections::BTreeSet;
@@ -21,7 +21,10 @@ async fn fixture_on(backend: Backend) -> Fixture {
 }
 
 /// A SQLite file whose URL names an option (the default VFS, so nothing
-/// else changes) and so keeps the sqlx intake writer.
+/// else changes) and so keeps the sqlx intake writer: a SQLite file's
+/// deliveries are otherwise written from the file writer's own thread, and
+/// the sqlx writer's SQLite statements would go untested but for an
+/// in-memory database.
 async fn fixture_on_sqlx_writer() -> Fixture {
     let database = TestDatabase::sqlite_with_options("vfs=unix");
     assert!(sql::own_thread_intake_file(&database.url).is_none());
@@ -97,7 +100,7 @@ fn backoff_starts_at_five_seconds_doubles_and_stops_at_ten_minutes() {
     assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, redelivery_is_a_duplicate_and_enqueues_no_second_job, #[tokio::test]);
+on_both!(fixture_on, redelivery_is_a_duplicate_and_enqueues_no_second_job, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f: Fixture) {
     let first = f
         .store
@@ -117,7 +120,7 @@ async fn redelivery_is_a_duplicate_and_enqueues_no_second_job(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_duplicate_writes_nothing_not_even_the_pr_head, #[tokio::test]);
+on_both!(fixture_on, a_duplicate_writes_nothing_not_even_the_pr_head, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_duplicate_writes_nothing_not_even_the_pr_head(f: Fixture) {
     f.store
         .record_delivery(delivery("d-1"), None, Some(head(1, sha('a'), true)))
@@ -135,7 +138,7 @@ async fn a_duplicate_writes_nothing_not_even_the_pr_head(f: Fixture) {
     assert_eq!(pr.head_sha, sha('a'));
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, the_same_delivery_id_through_another_hook_is_its_own_delivery, #[tokio::test]);
+on_both!(fixture_on, the_same_delivery_id_through_another_hook_is_its_own_delivery, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f: Fixture) {
     f.store
         .record_delivery(delivery("d-1"), None, None)
@@ -156,7 +159,7 @@ async fn the_same_delivery_id_through_another_hook_is_its_own_delivery(f: Fixtur
     assert_eq!(f.store.delivery_count().await.unwrap(), 2);
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_ping_with_no_work_is_still_recorded, #[tokio::test]);
+on_both!(fixture_on, a_ping_with_no_work_is_still_recorded, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_ping_with_no_work_is_still_recorded(f: Fixture) {
     let ping = NewDelivery {
         event_type: "ping".into(),
@@ -843,7 +846,7 @@ async fn raw_pool(url: &str) -> sqlx::AnyPool {
     sqlx::AnyPool::connect(url).await.unwrap()
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, deliveries_arriving_together_are_committed_together_and_each_answered_right, #[tokio::test(flavor = "multi_thread", worker_threads = 4)]);
+on_both!(fixture_on, deliveries_arriving_together_are_committed_together_and_each_answered_right, #[tokio::test(flavor = "multi_thread", worker_threads = 4)], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn deliveries_arriving_together_are_committed_together_and_each_answered_right(f: Fixture) {
     // Fifty deliveries, each sent twice, all at once: one of each pair is a duplicate.
     let mut tasks = Vec::new();
@@ -903,7 +906,7 @@ async fn deliveries_arriving_together_are_committed_together_and_each_answered_r
     }
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_bad_job_in_a_batch_fails_alone, #[tokio::test]);
+on_both!(fixture_on, a_bad_job_in_a_batch_fails_alone, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     let (good, bad) = tokio::join!(
         f.store
@@ -922,7 +925,7 @@ async fn a_bad_job_in_a_batch_fails_alone(f: Fixture) {
     assert_eq!(f.store.delivery_count().await.unwrap(), 1);
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, one_batch_decides_each_delivery_as_if_it_came_alone, #[tokio::test]);
+on_both!(fixture_on, one_batch_decides_each_delivery_as_if_it_came_alone, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn one_batch_decides_each_delivery_as_if_it_came_alone(f: Fixture) {
     // Sent together on one thread, they reach the writer as one batch.
     f.store
@@ -997,7 +1000,7 @@ async fn one_batch_decides_each_delivery_as_if_it_came_alone(f: Fixture) {
     assert_eq!(seen.len(), 2, "{seen:?}");
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test]);
+on_both!(fixture_on, a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writable(f: Fixture) {
     // The database refuses the poisoned job after the batch's deliveries
     // were written: the batch is undone, then each delivery is written on
@@ -1061,7 +1064,7 @@ async fn a_batch_that_fails_midway_keeps_nothing_of_it_and_the_store_stays_writa
     assert_eq!(f.store.delivery_count().await.unwrap(), 2);
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_head_the_database_cannot_hold_fails_its_delivery_alone, #[tokio::test]);
+on_both!(fixture_on, a_head_the_database_cannot_hold_fails_its_delivery_alone, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_head_the_database_cannot_hold_fails_its_delivery_alone(f: Fixture) {
     let (good, bad) = tokio::join!(
         f.store
@@ -1576,7 +1579,7 @@ async fn a_notice_is_enqueued_once_per_target_however_often_it_is_said(f: Fixtur
     assert!(f.store.enqueue_once(chat).await.unwrap().is_some());
 }
 
-on_each_intake_writer!(fixture_on, fixture_on_sqlx_writer, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test]);
+on_both!(fixture_on, a_comment_is_taken_up_once_by_the_webhook_or_the_sweep, #[tokio::test], and sqlite_sqlx_writer on fixture_on_sqlx_writer);
 async fn a_comment_is_taken_up_once_by_the_webhook_or_the_sweep(f: Fixture) {
     // The webhook first: the sweep finds it seen.
     let first = f
