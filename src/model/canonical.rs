@@ -332,7 +332,7 @@ fn needs_escape(b: u8) -> bool {
 /// the usual bit tricks (`has_less` and `has_zero`, which may flag a byte
 /// above one that needs an escape but never miss one, so the lowest flagged
 /// byte is the first that needs one), then the last few bytes one by one.
-fn plain_prefix(bytes: &[u8]) -> usize {
+pub(crate) fn plain_prefix(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;

@@ -13,6 +13,9 @@
 //! text ([`CanonicalJson`]) with no tree built: where the file has it
 //! canonical already, a span of the file's one copy, shared by every entry.
 //! The digest is streamed into SHA-256 ([`DigestWriter`]), never rendered.
+//! A file as most plan commands write it is read by hand in one pass
+//! ([`read`]); any other by serde_json, which defines the format and names
+//! its defects.
 
 use super::path::ValuePath;
 use crate::model::canonical::{CanonicalJson, DigestWriter, NumberForm};
@@ -23,6 +26,8 @@ use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
+
+mod read;
 
 /// Larger plan files are refused rather than read into memory.
 pub const MAX_PLAN_FILE_BYTES: u64 = 256 * 1024 * 1024;
@@ -146,14 +151,16 @@ pub struct Counts {
     pub replace: u32,
 }
 
-/// The plan file exactly as a plan command may write it.
+/// The plan file exactly as a plan command may write it, each entry's
+/// `after` and `before` as its reader left them (`V`): a span serde_json
+/// found, or canonical text [`read`] made.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPlanFile<'a> {
+#[serde(deny_unknown_fields, bound(deserialize = "V: Deserialize<'de>"))]
+struct RawPlanFile<V> {
     #[serde(default)]
     summary: String,
-    #[serde(default, borrow)]
-    entries: Vec<RawEntry<'a>>,
+    #[serde(default)]
+    entries: Vec<RawEntry<V>>,
     #[serde(default)]
     outputs: Outputs,
     destructive: Option<bool>,
@@ -163,21 +170,40 @@ struct RawPlanFile<'a> {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEntry<'a> {
+#[serde(deny_unknown_fields, bound(deserialize = "V: Deserialize<'de>"))]
+struct RawEntry<V> {
     address: String,
     action: Action,
-    /// Borrowed from the file, made canonical text in [`MemberPlan::from_raw`].
-    #[serde(default, borrow)]
-    after: Option<&'a RawValue>,
+    /// Made canonical text in [`MemberPlan::from_raw`].
+    #[serde(default)]
+    after: Option<V>,
     #[serde(default)]
     unknown: Vec<String>,
     #[serde(default)]
     sensitive: Vec<String>,
-    #[serde(default, borrow)]
-    before: Option<&'a RawValue>,
+    #[serde(default)]
+    before: Option<V>,
     #[serde(default)]
     forced_by: Vec<String>,
+}
+
+/// An entry's `after` or `before` as a reader left it.
+trait EntryValue {
+    fn into_canonical(self, file: &Arc<String>) -> Result<CanonicalJson, serde_json::Error>;
+}
+
+/// serde_json's span of the file, made canonical text here.
+impl EntryValue for &RawValue {
+    fn into_canonical(self, file: &Arc<String>) -> Result<CanonicalJson, serde_json::Error> {
+        CanonicalJson::from_raw_in(file, self)
+    }
+}
+
+/// Made canonical text by [`read`] already.
+impl EntryValue for CanonicalJson {
+    fn into_canonical(self, _: &Arc<String>) -> Result<CanonicalJson, serde_json::Error> {
+        Ok(self)
+    }
 }
 
 /// Policy rules a plan reports as broken; the plan cannot apply unless overridden.
@@ -298,20 +324,32 @@ impl MemberPlan {
             // The error serde_json gives for such bytes, as before.
             Err(e) => {
                 let bytes = e.as_bytes();
-                return Err(match serde_json::from_slice::<RawPlanFile>(bytes) {
-                    Err(e) => parse_error(bytes, e),
-                    Ok(_) => PlanFileError::NotJson("the file is not UTF-8".to_owned()),
-                });
+                return Err(
+                    match serde_json::from_slice::<RawPlanFile<&RawValue>>(bytes) {
+                        Err(e) => parse_error(bytes, e),
+                        Ok(_) => PlanFileError::NotJson("the file is not UTF-8".to_owned()),
+                    },
+                );
             }
         };
-        let raw: RawPlanFile =
-            serde_json::from_str(&file).map_err(|e| parse_error(file.as_bytes(), e))?;
-        Self::from_raw(member, raw, &file)
+        if let Some(raw) = read::plan_file(&file) {
+            return Self::from_raw(member, raw, &file);
+        }
+        Self::parse_by_serde(member, &file)
     }
 
-    fn from_raw(
+    /// The file read by serde_json, which defines what a plan file is and
+    /// names what is wrong with one: [`read`] leaves every file it is not
+    /// sure of to this.
+    fn parse_by_serde(member: &MemberId, file: &Arc<String>) -> Result<Self, PlanFileError> {
+        let raw: RawPlanFile<&RawValue> =
+            serde_json::from_str(file).map_err(|e| parse_error(file.as_bytes(), e))?;
+        Self::from_raw(member, raw, file)
+    }
+
+    fn from_raw<V: EntryValue>(
         member: &MemberId,
-        raw: RawPlanFile<'_>,
+        raw: RawPlanFile<V>,
         file: &Arc<String>,
     ) -> Result<Self, PlanFileError> {
         // Entries are sorted by address through (address, index) pairs (an
@@ -348,9 +386,9 @@ impl MemberPlan {
                     e.action.as_str()
                 )));
             }
-            let value = |raw: Option<&RawValue>, field: &str| {
-                raw.map_or(Ok(CanonicalJson::null()), |raw| {
-                    CanonicalJson::from_raw_in(file, raw).map_err(|error| {
+            let value = |read: Option<V>, field: &str| {
+                read.map_or(Ok(CanonicalJson::null()), |read| {
+                    read.into_canonical(file).map_err(|error| {
                         PlanFileError::NotJson(format!("entries[{i}].{field}: {error}"))
                     })
                 })

@@ -146,6 +146,23 @@ impl CanonicalJson {
         serde_json::from_str(text)
     }
 
+    /// The value at `at` in `file` and the index after it, when the file has
+    /// it canonical already ([`canonical_end`], which also checks it is JSON):
+    /// held as a span of the file, or as `null`. `None` when it is not, or is
+    /// not JSON: then it is read as any JSON is.
+    pub(crate) fn canonical_in_file(file: &Arc<String>, at: usize) -> Option<(Self, usize)> {
+        let end = with_open(|open| canonical_end(file, at, open))?;
+        let value = if &file[at..end] == "null" {
+            Self::null()
+        } else {
+            Self::canonical_as_read(Text::InFile {
+                file: Arc::clone(file),
+                span: at..end,
+            })
+        };
+        Some((value, end))
+    }
+
     /// How many bytes of a file this value holds as a span of it.
     pub(crate) fn bytes_in_file(&self) -> usize {
         match &self.text {
@@ -401,20 +418,21 @@ impl<'de> Visitor<'de> for Canonicalise<'_> {
     }
 }
 
-/// Whether `json` (valid JSON) is byte for byte what [`Canonicalise`] would
-/// write for it, with nothing this scan cannot vouch for: no whitespace;
-/// every string escaped as RFC 8785 escapes it; each object's keys, none
-/// with an escape, strictly in UTF-16 order; every number an integer below
-/// 2^53 written as its digits. A `false` only costs the rewrite.
+/// Whether `json` is byte for byte what [`Canonicalise`] would write for
+/// it: see [`canonical_end`].
 fn is_canonical(json: &str) -> bool {
-    // The stack of open arrays and objects is kept per thread: a plan asks
-    // this of every entry's values.
+    with_open(|open| canonical_end(json, 0, open)) == Some(json.len())
+}
+
+/// Runs `scan` with this thread's stack of open arrays and objects: a plan
+/// scans every entry's values.
+fn with_open<T>(scan: impl FnOnce(&mut Vec<Open>) -> T) -> T {
     OPEN.with(|cell| match cell.try_borrow_mut() {
         Ok(mut open) => {
             open.clear();
-            scan_canonical(json, &mut open)
+            scan(&mut open)
         }
-        Err(_) => scan_canonical(json, &mut Vec::new()),
+        Err(_) => scan(&mut Vec::new()),
     })
 }
 
@@ -426,69 +444,79 @@ thread_local! {
 /// limit (128) refuses what is too deep for any later reader of the text.
 const MAX_SCANNED_DEPTH: usize = 100;
 
-fn scan_canonical(text: &str, open: &mut Vec<Open>) -> bool {
+/// The index after the JSON value at `at` in `text`, if that value is
+/// valid JSON written byte for byte as [`Canonicalise`] would write it, with
+/// nothing this scan cannot vouch for: no whitespace; every string escaped
+/// as RFC 8785 escapes it; each object's keys, none with an escape, strictly
+/// in UTF-16 order; every number an integer below 2^53 written as its
+/// digits; at most [`MAX_SCANNED_DEPTH`] deep. `None` only costs the
+/// rewrite. It checks the grammar too, so it finds a value's end in a file
+/// no parser has read (the plan-file reader).
+fn canonical_end(text: &str, at: usize, open: &mut Vec<Open>) -> Option<usize> {
     let json = text.as_bytes();
-    let mut i = 0;
-    while i < json.len() {
-        let at_key = match json[i] {
-            b'{' | b'[' if open.len() == MAX_SCANNED_DEPTH => return false,
+    let mut i = at;
+    loop {
+        // A value starts at `i`.
+        match *json.get(i)? {
+            b'{' | b'[' if open.len() == MAX_SCANNED_DEPTH => return None,
+            b'{' if json.get(i + 1) == Some(&b'}') => i += 2,
             b'{' => {
-                open.push(Open::Object { last_key: None });
-                i += 1;
-                json.get(i) != Some(&b'}')
+                let mut last_key = None;
+                i = object_key(text, i + 1, &mut last_key)?;
+                open.push(Open::Object { last_key });
+                continue;
             }
+            b'[' if json.get(i + 1) == Some(&b']') => i += 2,
             b'[' => {
                 open.push(Open::Array);
                 i += 1;
-                false
+                continue;
             }
-            b'}' | b']' => {
-                open.pop();
-                i += 1;
-                false
-            }
-            b',' => {
-                i += 1;
-                matches!(open.last(), Some(Open::Object { .. }))
-            }
-            b'"' => match string_end(json, i) {
-                Some(end) => {
-                    i = end;
-                    false
-                }
-                None => return false,
-            },
-            b't' | b'n' => {
-                i += 4;
-                false
-            }
-            b'f' => {
-                i += 5;
-                false
-            }
-            b'-' | b'0'..=b'9' => match integer_end(json, i) {
-                Some(end) => {
-                    i = end;
-                    false
-                }
-                None => return false,
-            },
-            _ => return false,
-        };
-        if at_key {
-            let Some(Open::Object { last_key }) = open.last_mut() else {
-                return false;
-            };
-            match object_key(text, i, last_key) {
-                Some(after_colon) => i = after_colon,
-                None => return false,
+            b'"' => i = string_end(json, i)?,
+            b't' => i = literal_end(json, i, b"true")?,
+            b'f' => i = literal_end(json, i, b"false")?,
+            b'n' => i = literal_end(json, i, b"null")?,
+            b'-' | b'0'..=b'9' => i = integer_end(json, i)?,
+            _ => return None,
+        }
+        // A value ended at `i`: close what it ends, up to the next value.
+        loop {
+            match open.last_mut() {
+                None => return Some(i),
+                Some(Open::Array) => match *json.get(i)? {
+                    b',' => {
+                        i += 1;
+                        break;
+                    }
+                    b']' => {
+                        open.pop();
+                        i += 1;
+                    }
+                    _ => return None,
+                },
+                Some(Open::Object { last_key }) => match *json.get(i)? {
+                    b',' => {
+                        i = object_key(text, i + 1, last_key)?;
+                        break;
+                    }
+                    b'}' => {
+                        open.pop();
+                        i += 1;
+                    }
+                    _ => return None,
+                },
             }
         }
     }
-    true
 }
 
-/// What [`is_canonical`] is inside of.
+/// The index after `literal` at `at`, if it is there.
+fn literal_end(json: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
+    let end = at + literal.len();
+    (json.get(at..end)? == literal).then_some(end)
+}
+
+/// What [`canonical_end`] is inside of.
 enum Open {
     Array,
     /// An object, with where its last key so far sits.
@@ -774,6 +802,48 @@ mod tests {
                 assert_eq!(held.as_str(), text);
             }
         }
+    }
+
+    #[test]
+    fn the_scan_finds_where_a_value_ends_and_refuses_what_is_not_json() {
+        let end = |text: &str| with_open(|open| canonical_end(text, 0, open));
+        let value = r#"{"a":[1,{},[]],"b":"}\"]","c":{"d":null}}"#;
+        assert_eq!(end(&format!("{value},\"next\":1}}")), Some(value.len()));
+        assert_eq!(end("null,1"), Some(4));
+        assert_eq!(end("[]]"), Some(2));
+        assert_eq!(end("-12}"), Some(3));
+        for not_json in [
+            "[1\"x\"]",
+            "[1,]",
+            "[,1]",
+            r#"{"a":1"b":2}"#,
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1]"#,
+            "[1}",
+            "tru",
+            "nul",
+            "fals",
+            "trux",
+            "[",
+            "{",
+            "\"abc",
+            "-",
+            "",
+            "}",
+            ",",
+        ] {
+            assert!(
+                serde_json::from_str::<Value>(not_json).is_err(),
+                "{not_json}"
+            );
+            assert_eq!(end(not_json), None, "{not_json}");
+        }
+        let held = CanonicalJson::canonical_in_file(&Arc::new(format!("[{value},null]")), 1);
+        assert!(matches!(held, Some((v, end)) if v.as_str() == value && end == value.len() + 1));
+        let null = CanonicalJson::canonical_in_file(&Arc::new("[null]".to_owned()), 1);
+        assert!(matches!(null, Some((v, 5)) if matches!(v.text, Text::Null)));
     }
 
     #[test]
