@@ -8,7 +8,7 @@ use crate::forge::registry::Forges;
 use crate::git::Workspace;
 use crate::sandbox::Sandbox;
 use crate::server::{random_hex, router, setup, AppState};
-use crate::store::Store;
+use crate::store::{Clock, Store, SystemClock};
 use crate::worker::reconcile::Reconciler;
 use crate::worker::{Worker, WorkerOptions};
 use std::os::unix::fs::DirBuilderExt as _;
@@ -73,12 +73,14 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         "opening the database at {}",
         crate::store::redact_url(&settings.database_url)
     );
-    let store = Store::open(&settings.database_url).await.with_context(|| {
-        format!(
-            "WAVEGATE_DATABASE_URL={}",
-            crate::store::redact_url(&settings.database_url)
-        )
-    })?;
+    let store = Store::open_with_clock(&settings.database_url, store_clock())
+        .await
+        .with_context(|| {
+            format!(
+                "WAVEGATE_DATABASE_URL={}",
+                crate::store::redact_url(&settings.database_url)
+            )
+        })?;
     let key = ledger_key(settings, &store).await?;
     let store = store.signing_with(key.clone()).await?;
     match store.signing_start(&key.public()).await? {
@@ -245,6 +247,20 @@ async fn ledger_key(
 /// Checks the operator's sandbox paths against what commands must never see,
 /// then tries the sandbox. One that cannot run here leaves the server up (it
 /// takes webhooks and says what is wrong) with every command refused.
+/// The store's clock: the system's, unless a test build is told to shift it
+/// (`WAVEGATE_TEST_CLOCK_SHIFT_FILE`: see `ShiftedClock`).
+fn store_clock() -> Arc<dyn Clock> {
+    #[cfg(feature = "test-clock")]
+    if let Some(file) = std::env::var_os("WAVEGATE_TEST_CLOCK_SHIFT_FILE") {
+        tracing::warn!(
+            "a test build: the store's clock is the system's moved on by the milliseconds in {}",
+            std::path::Path::new(&file).display()
+        );
+        return Arc::new(crate::store::ShiftedClock::new(file));
+    }
+    Arc::new(SystemClock)
+}
+
 async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
     let database = crate::store::sqlite_file(&settings.database_url);
     let key = settings

@@ -1,5 +1,6 @@
 //! The store's notion of "now", in unix milliseconds. Injected so that leases
-//! and retry backoff can be tested by moving time instead of sleeping.
+//! and retry backoff can be tested by moving time instead of sleeping, and,
+//! in a test build, a running server's time limits too ([`ShiftedClock`]).
 
 #[cfg(test)]
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -20,6 +21,37 @@ impl Clock for SystemClock {
             .map_or(0, |since| {
                 i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
             })
+    }
+}
+
+/// The system's clock moved on by the milliseconds a file holds (none while
+/// it is missing), read at every call: the scenario tests move a running
+/// server's time with it (an approval's `approval_ttl`, a stage's `timeout`)
+/// instead of sleeping through it. Only in a build with the `test-clock`
+/// feature, which the tests turn on and a build for use never has.
+#[cfg(feature = "test-clock")]
+#[derive(Debug)]
+pub(crate) struct ShiftedClock {
+    shift_file: std::path::PathBuf,
+}
+
+#[cfg(feature = "test-clock")]
+impl ShiftedClock {
+    pub(crate) fn new(shift_file: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            shift_file: shift_file.into(),
+        }
+    }
+}
+
+#[cfg(feature = "test-clock")]
+impl Clock for ShiftedClock {
+    fn now_ms(&self) -> i64 {
+        let shift = std::fs::read_to_string(&self.shift_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        SystemClock.now_ms().saturating_add(shift)
     }
 }
 
@@ -51,5 +83,26 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(all(test, feature = "test-clock"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shifted_clock_moves_when_its_file_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("shift");
+        let clock = ShiftedClock::new(&file);
+        let within_a_minute_of = |expected: i64| {
+            let now = clock.now_ms();
+            assert!((now - expected).abs() < 60_000, "{now} vs {expected}");
+        };
+        within_a_minute_of(SystemClock.now_ms());
+        std::fs::write(&file, "3600000\n").unwrap();
+        within_a_minute_of(SystemClock.now_ms() + 3_600_000);
+        std::fs::write(&file, "not a number").unwrap();
+        within_a_minute_of(SystemClock.now_ms());
     }
 }

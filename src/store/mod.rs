@@ -17,6 +17,8 @@ mod sql;
 pub(crate) use apply::{ApplyRunRecord, NewApplyRun};
 #[cfg(test)]
 pub(crate) use clock::ManualClock;
+#[cfg(feature = "test-clock")]
+pub(crate) use clock::ShiftedClock;
 pub(crate) use clock::{Clock, SystemClock};
 pub use db::Backend;
 pub(crate) use metrics::StoreFigures;

@@ -1049,7 +1049,7 @@ impl Reconciler {
             }
             _ => None,
         };
-        if !run_needs_resume(run, holder, chrono::Utc::now().timestamp_millis()) {
+        if !run_needs_resume(run, holder, self.store.now()) {
             return Ok(());
         }
         let task = Task::Apply {

@@ -465,13 +465,13 @@ async fn a_review_does_not_approve_a_stage_that_does_not_count_reviews() {
     assert_eq!(bot.applies_run(), ["app@dev"], "prod still waits");
 }
 
-/// `[policy] approval_ttl = "2s"`: the report says when the approval
-/// expires; merged after that, the run does not count it, says so, and a
-/// fresh `/approve` lets it go on.
+/// `[policy] approval_ttl = "1h"`: the report says when the approval
+/// expires; merged an hour later (by the server's clock), the run does not
+/// count it, says so, and a fresh `/approve` lets it go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_expires_after_the_bases_ttl() {
     let bot = Bot::start().await;
-    bot.edit_base_config("required = 1", "required = 1\napproval_ttl = \"2s\"");
+    bot.edit_base_config("required = 1", "required = 1\napproval_ttl = \"1h\"");
     let pr = planned_pr(&bot, 79).await;
     let digest = pr.digest();
     pr.comment_as("rev-bob", "/approve").await;
@@ -489,7 +489,7 @@ async fn an_approval_expires_after_the_bases_ttl() {
     ");
     assert_eq!(pr.plan_state(), "success");
 
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    bot.advance_clock(std::time::Duration::from_secs(3601));
     pr.merge().await;
     assert!(
         bot.applies_run().is_empty(),
@@ -502,7 +502,7 @@ async fn an_approval_expires_after_the_bases_ttl() {
     /approve sha256:[digest]
     ```
 
-    - @rev-bob's approval at `pr-79` no longer counts: it expired at [time] (`[policy] approval_ttl` is 2s)
+    - @rev-bob's approval at `pr-79` no longer counts: it expired at [time] (`[policy] approval_ttl` is 1h)
 
     An approval counts only while its approver may still approve; someone who may must approve again.
     ");
@@ -512,18 +512,21 @@ async fn an_approval_expires_after_the_bases_ttl() {
     assert_eq!(bot.applies_run(), ["app@dev"]);
 }
 
-/// `[[stage]] timeout = "4s"` on prod: its wait says when it expires; nobody
-/// approves in time, so prod fails with that reason; a late `/approve prod`
-/// is refused; `/retry` opens a fresh gate, which an approval lets through.
+/// `[[stage]] timeout = "1h"` on prod: its wait says when it expires; nobody
+/// approves within the hour (by the server's clock), so prod fails with that
+/// reason; a late `/approve prod` is refused; `/retry` opens a fresh gate,
+/// which an approval lets through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     // Reconciliation finds the expired wait.
     let bot = Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", "1s")]).await;
-    bot.edit_base_config("gate = \"always\"", "gate = \"always\"\ntimeout = \"4s\"");
+    bot.edit_base_config("gate = \"always\"", "gate = \"always\"\ntimeout = \"1h\"");
     let pr = planned_pr(&bot, 80).await;
     pr.comment_as("rev-bob", "/approve").await;
     pr.merge().await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
+    pr.until_a_reply_says("/approve prod sha256:").await;
+    bot.advance_clock(std::time::Duration::from_secs(3601));
     let replies = bot
         .until("prod's wait expires", || async {
             let replies = pr.replies();

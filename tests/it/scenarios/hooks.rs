@@ -488,7 +488,7 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
     let bot = Bot::start().await;
     bot.edit_base_config(
         "name = \"prod\"\ngate = \"always\"",
-        "name = \"prod\"\ngate = \"always\"\ntimeout = \"2s\"",
+        "name = \"prod\"\ngate = \"always\"\ntimeout = \"1h\"",
     );
     bot.hooks_on_base(
         "[[stage.hooks.before.apply]]\nname = \"window\"\ncommand = [\"python3\", \"ci/hook.py\", \"{members_file}\"]\non_failure = \"approve\"\n",
@@ -505,8 +505,8 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
         asked.starts_with("The before.apply hook `window` failed"),
         "{asked}"
     );
-    // prod's gate went through before its 2s ran out; the hook's wait has no deadline.
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // prod's gate went through within its hour; the hook's wait has no deadline.
+    bot.advance_clock(std::time::Duration::from_secs(3601));
     pr.comment_as("rev-carol", &format!("/approve {}", digest_in(&asked)))
         .await;
     assert_eq!(

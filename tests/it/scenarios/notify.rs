@@ -124,13 +124,8 @@ async fn a_held_member_and_a_failed_one_are_notified_and_a_stand_down_is_not() {
         ]),
     );
     pr.merge().await;
-    bot.until("app@dev stood down and prod waits", || async {
-        pr.replies()
-            .iter()
-            .any(|r| r.contains("Stage **prod** waits"))
-            .then_some(())
-    })
-    .await;
+    // app@dev stood down, and prod waits.
+    pr.until_a_reply_says("Stage **prod** waits").await;
     bot.settle().await;
     assert_eq!(
         receiver.events(),

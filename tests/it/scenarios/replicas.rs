@@ -203,13 +203,8 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     // The stopped replica's apply goes on and applies; only then is app@dev
     // planned again, found applied, and the run goes on to prod's gate.
     bot.resume_apply("dev", "app");
-    bot.until("the run reaches prod's gate", || async {
-        pr.replies()
-            .iter()
-            .any(|r| r.contains("Stage **prod** waits for its own approval"))
-            .then_some(())
-    })
-    .await;
+    pr.until_a_reply_says("Stage **prod** waits for its own approval")
+        .await;
     assert_eq!(bot.applies_run(), ["app@dev"], "applied exactly once");
     insta::assert_snapshot!(redact(&pr.apply_section()), @"
     ## Apply on merge commit `[short]`: waiting

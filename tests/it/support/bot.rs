@@ -175,6 +175,25 @@ impl Bot {
         self.dir.path().join("server.log")
     }
 
+    /// Moves the server's store clock (every replica's) on by `by`: an
+    /// approval's `approval_ttl` or a stage's `timeout` runs out without the
+    /// test waiting for it. The server reads the shift at every "now"
+    /// (`ShiftedClock`); it is written whole, so no read sees half of it.
+    pub fn advance_clock(&self, by: Duration) {
+        let file = self.clock_shift_file();
+        let shifted: i64 = std::fs::read_to_string(&file)
+            .map(|text| text.trim().parse().unwrap())
+            .unwrap_or(0);
+        let by = i64::try_from(by.as_millis()).unwrap();
+        let next = file.with_extension("next");
+        std::fs::write(&next, (shifted + by).to_string()).unwrap();
+        std::fs::rename(&next, &file).unwrap();
+    }
+
+    fn clock_shift_file(&self) -> PathBuf {
+        self.dir.path().join("clock-shift-ms")
+    }
+
     pub fn database_url(&self) -> String {
         match &self.postgres {
             Some(database) => database.url.clone(),
@@ -325,6 +344,7 @@ impl Bot {
             .env("WAVEGATE_LISTEN", format!("127.0.0.1:{port}"))
             .env("WAVEGATE_DATABASE_URL", self.database_url())
             .env("WAVEGATE_DATA_DIR", self.dir.path().join(data))
+            .env("WAVEGATE_TEST_CLOCK_SHIFT_FILE", self.clock_shift_file())
             .env("WAVEGATE_GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
             .env("WAVEGATE_GITHUB_API_URL", self.forge.url())
             .env("WAVEGATE_FORGEJO_URL", self.forge.url())

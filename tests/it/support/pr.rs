@@ -266,6 +266,17 @@ impl PrHandle<'_> {
         rest[..end].trim_end().to_owned()
     }
 
+    /// Waits for the bot to reply with `text` (the work goes on without the
+    /// test waiting on it); the first such reply.
+    pub async fn until_a_reply_says(&self, text: &str) -> String {
+        self.bot
+            .until(
+                &format!("a reply on #{} says {text:?}", self.number),
+                || async { self.replies().into_iter().find(|r| r.contains(text)) },
+            )
+            .await
+    }
+
     /// The bot's replies (its comments other than the report), oldest first.
     pub fn replies(&self) -> Vec<String> {
         self.bot
