@@ -244,11 +244,9 @@ async fn ledger_key(
     Ok(key)
 }
 
-/// Checks the operator's sandbox paths against what commands must never see,
-/// then tries the sandbox. One that cannot run here leaves the server up (it
-/// takes webhooks and says what is wrong) with every command refused.
-/// The store's clock: the system's, unless a test build is told to shift it
-/// (`WAVEGATE_TEST_CLOCK_SHIFT_FILE`: see `ShiftedClock`).
+/// The store's clock: the system's, unless a build with the tests'
+/// `test-clock` feature is told to shift it (`WAVEGATE_TEST_CLOCK_SHIFT_FILE`:
+/// see `ShiftedClock`).
 fn store_clock() -> Arc<dyn Clock> {
     #[cfg(feature = "test-clock")]
     if let Some(file) = std::env::var_os("WAVEGATE_TEST_CLOCK_SHIFT_FILE") {
@@ -261,6 +259,9 @@ fn store_clock() -> Arc<dyn Clock> {
     Arc::new(SystemClock)
 }
 
+/// Checks the operator's sandbox paths against what commands must never see,
+/// then tries the sandbox. One that cannot run here leaves the server up (it
+/// takes webhooks and says what is wrong) with every command refused.
 async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
     let database = crate::store::sqlite_file(&settings.database_url);
     let key = settings

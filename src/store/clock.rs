@@ -28,7 +28,9 @@ impl Clock for SystemClock {
 /// it is missing), read at every call: the scenario tests move a running
 /// server's time with it (an approval's `approval_ttl`, a stage's `timeout`)
 /// instead of sleeping through it. Only in a build with the `test-clock`
-/// feature, which the tests turn on and a build for use never has.
+/// feature: the package's dev-dependency on itself turns it on wherever
+/// dev-dependencies are built (`cargo test`, `cargo bench`, `--all-targets`),
+/// never in `cargo build`, `cargo install` or the container image.
 #[cfg(feature = "test-clock")]
 #[derive(Debug)]
 pub(crate) struct ShiftedClock {

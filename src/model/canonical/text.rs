@@ -6,8 +6,10 @@
 //! digest itself (issue 12). Most readers never look inside these values: the
 //! digest binds them, the change set stores them. So each is held as its
 //! canonical text, with no tree: the file's own text when one scan finds it
-//! canonical already ([`CanonicalJson::from_raw`]; what serde_json writes),
-//! else written anew in one pass; digesting it is hashing that text.
+//! canonical already (what serde_json writes; [`CanonicalJson::canonical_in_file`],
+//! which the plan-file reader calls at each value, or [`CanonicalJson::from_raw`]
+//! for a value serde_json found), else written anew in one pass; digesting
+//! it is hashing that text.
 //! Coverage and the report, which do
 //! look inside, parse the text when they need it ([`CanonicalJson::to_value`]).
 //!

@@ -17,21 +17,14 @@
 
 use super::{Action, CanonicalJson, RawEntry, RawPlanFile};
 use crate::model::canonical::plain_prefix;
-use serde::de::DeserializeOwned;
+use serde::de::value::StrDeserializer;
+use serde::de::{DeserializeOwned, IntoDeserializer as _};
+use serde::Deserialize as _;
 use std::sync::Arc;
 
 /// Deeper values are left to serde_json, whose recursion limit (128) counts
 /// from the top of the file.
 const MAX_LENIENT_DEPTH: usize = 100;
-
-const ACTIONS: [Action; 6] = [
-    Action::Create,
-    Action::Update,
-    Action::Delete,
-    Action::Replace,
-    Action::Read,
-    Action::NoOp,
-];
 
 /// The plan file in `file`, when this reader is sure of it; `None` leaves
 /// the file to serde_json.
@@ -124,9 +117,11 @@ impl<'f> Reader<'f> {
         })
     }
 
+    /// An action's name, read by `Action`'s own `Deserialize`.
     fn action(&mut self) -> Option<Action> {
-        let name = self.plain_string()?;
-        ACTIONS.into_iter().find(|action| action.as_str() == name)
+        let name: StrDeserializer<'_, serde::de::value::Error> =
+            self.plain_string()?.into_deserializer();
+        Action::deserialize(name).ok()
     }
 
     /// An entry's value: a span of the file when the file has it canonical
@@ -323,7 +318,9 @@ mod tests {
                     "forced_by": ["bucket"]
                 },
                 {"address": "aws_iam_role.r", "action": "update", "after": "line\nbreak \"quoted\""},
-                {"address": "data.aws_ami.a", "action": "read", "after": null}
+                {"address": "data.aws_ami.a", "action": "read", "after": null},
+                {"address": "aws_eip.old", "action": "delete", "before": {"id": "eip-1"}},
+                {"address": "aws_vpc.main", "action": "no-op", "after": {"id": "vpc-1"}}
             ],
             "outputs": {"known": {"url": "https://x", "n": [1, 2]}, "unknown": ["arn"], "sensitive": ["token"]},
             "destructive": true,

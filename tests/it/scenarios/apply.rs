@@ -453,7 +453,6 @@ async fn a_second_merge_touching_the_same_member_queues_then_is_checked_against_
     bot.until_apply_paused("dev", "app").await;
     let merged_second = second.merge_unsettled(MergeMethod::MergeCommit);
     bot.deliver_github(second.closed(&merged_second)).await;
-    // PR 7 is queued behind PR 6.
     second
         .until_a_reply_says("pull request #6 is applying")
         .await;

@@ -489,7 +489,8 @@ async fn an_approval_expires_after_the_bases_ttl() {
     ");
     assert_eq!(pr.plan_state(), "success");
 
-    bot.advance_clock(std::time::Duration::from_secs(3601));
+    bot.advance_clock(std::time::Duration::from_secs(3601))
+        .await;
     pr.merge().await;
     assert!(
         bot.applies_run().is_empty(),
@@ -526,7 +527,8 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     pr.merge().await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
     pr.until_a_reply_says("/approve prod sha256:").await;
-    bot.advance_clock(std::time::Duration::from_secs(3601));
+    bot.advance_clock(std::time::Duration::from_secs(3601))
+        .await;
     let replies = bot
         .until("prod's wait expires", || async {
             let replies = pr.replies();

@@ -506,7 +506,8 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
         "{asked}"
     );
     // prod's gate went through within its hour; the hook's wait has no deadline.
-    bot.advance_clock(std::time::Duration::from_secs(3601));
+    bot.advance_clock(std::time::Duration::from_secs(3601))
+        .await;
     pr.comment_as("rev-carol", &format!("/approve {}", digest_in(&asked)))
         .await;
     assert_eq!(

@@ -177,9 +177,12 @@ impl Bot {
 
     /// Moves the server's store clock (every replica's) on by `by`: an
     /// approval's `approval_ttl` or a stage's `timeout` runs out without the
-    /// test waiting for it. The server reads the shift at every "now"
-    /// (`ShiftedClock`); it is written whole, so no read sees half of it.
-    pub fn advance_clock(&self, by: Duration) {
+    /// test waiting for it. Every job settles first: a move would expire the
+    /// lease of one still running, and another worker would take it over.
+    /// The server reads the shift at every "now" (`ShiftedClock`); it is
+    /// written whole, so no read sees half of it.
+    pub async fn advance_clock(&self, by: Duration) {
+        self.settle().await;
         let file = self.clock_shift_file();
         let shifted: i64 = std::fs::read_to_string(&file)
             .map(|text| text.trim().parse().unwrap())
