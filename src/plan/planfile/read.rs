@@ -29,11 +29,7 @@ const MAX_LENIENT_DEPTH: usize = 100;
 /// The plan file in `file`, when this reader is sure of it; `None` leaves
 /// the file to serde_json.
 pub(super) fn plan_file(file: &Arc<String>) -> Option<RawPlanFile<CanonicalJson>> {
-    let mut reader = Reader {
-        file,
-        json: file.as_bytes(),
-        at: 0,
-    };
+    let mut reader = Reader { file, at: 0 };
     let mut summary: Option<String> = None;
     let mut entries = None;
     let mut outputs = None;
@@ -50,7 +46,7 @@ pub(super) fn plan_file(file: &Arc<String>) -> Option<RawPlanFile<CanonicalJson>
         _ => None,
     })?;
     reader.skip_whitespace();
-    if reader.at != reader.json.len() {
+    if reader.at != file.len() {
         return None;
     }
     Some(RawPlanFile {
@@ -74,11 +70,14 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
 
 struct Reader<'f> {
     file: &'f Arc<String>,
-    json: &'f [u8],
     at: usize,
 }
 
 impl<'f> Reader<'f> {
+    fn json(&self) -> &'f [u8] {
+        self.file.as_bytes()
+    }
+
     fn entries(&mut self) -> Option<Vec<RawEntry<CanonicalJson>>> {
         let mut entries = Vec::new();
         self.array(|r| {
@@ -163,12 +162,12 @@ impl<'f> Reader<'f> {
     /// A string with no escape, as the file has it; on `None` nothing is read.
     fn plain_string(&mut self) -> Option<&'f str> {
         self.skip_whitespace();
-        if self.json.get(self.at) != Some(&b'"') {
+        if self.json().get(self.at) != Some(&b'"') {
             return None;
         }
         let start = self.at + 1;
-        let end = start + plain_prefix(&self.json[start..]);
-        if self.json.get(end) != Some(&b'"') {
+        let end = start + plain_prefix(&self.json()[start..]);
+        if self.json().get(end) != Some(&b'"') {
             return None;
         }
         self.at = end + 1;
@@ -178,7 +177,7 @@ impl<'f> Reader<'f> {
     /// Any value, read by serde_json from the span [`value_end`] finds.
     fn value<T: DeserializeOwned>(&mut self) -> Option<T> {
         self.skip_whitespace();
-        let end = value_end(self.json, self.at)?;
+        let end = value_end(self.json(), self.at)?;
         let value = serde_json::from_str(&self.file[self.at..end]).ok()?;
         self.at = end;
         Some(value)
@@ -220,13 +219,13 @@ impl<'f> Reader<'f> {
     /// Whether `byte` comes next, after whitespace; if so it is read.
     fn next_is(&mut self, byte: u8) -> bool {
         self.skip_whitespace();
-        let is = self.json.get(self.at) == Some(&byte);
+        let is = self.json().get(self.at) == Some(&byte);
         self.at += usize::from(is);
         is
     }
 
     fn skip_whitespace(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.json.get(self.at) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.json().get(self.at) {
             self.at += 1;
         }
     }
