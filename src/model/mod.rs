@@ -3,7 +3,8 @@
 //! [`CommitSha`], [`User`], [`ForgeKind`]), what was planned (canonical
 //! JSON and its [`Digest`]s, [`MemberId`] `component@stage`, [`StageName`], a cost in [`Money`]) and where
 //! approvals are recorded ([`GateId`]), and the components' dependency
-//! graph ([`DependencyGraph`]). Each has one `Display`/`FromStr`, so a
+//! graph ([`DependencyGraph`]), and text a pull request controls ([`Untrusted`], rendered
+//! inert). Each has one `Display`/`FromStr`, so a
 //! name is spelled and read in one place.
 
 pub mod canonical;
@@ -14,6 +15,7 @@ mod ids;
 mod member;
 mod money;
 mod time;
+pub mod untrusted;
 
 pub(crate) use digest::DIGEST_HEX_DIGITS;
 pub use digest::{Digest, DigestOver, NotADigest, DIGEST_PREFIX};
@@ -23,3 +25,4 @@ pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use member::{MemberId, StageName};
 pub use money::{Money, NotAnAmount};
 pub(crate) use time::utc;
+pub use untrusted::Untrusted;

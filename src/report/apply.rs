@@ -7,6 +7,7 @@ use crate::apply::hooks::HookState;
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
+use crate::model::untrusted::{code, fenced, message};
 use crate::model::{utc, CommitSha, Digest, MemberId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::tail::OutputTail;
@@ -66,7 +67,7 @@ fn waiting_for(wait: &Wait) -> String {
             "an earlier apply of {member} to end (until {} at the latest)",
             utc(*until)
         ),
-        Wait::Holder { member, holder, .. } => format!("{holder}, which holds {member}"),
+        Wait::Holder { member, holder, .. } => format!("{}, which holds {member}", code(holder)),
         Wait::Hook { gate, .. } => format!("an approval at {gate}"),
     }
 }
@@ -103,7 +104,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             let reasons = &priced_round(*round).expect("just found").reasons;
             format!(
                 "What the stage costs moved since it was approved, so it is not covered (round {round}, digest `{digest}`): {}. Nothing of the stage was applied. Approving this digest approves its plans at that cost and resumes the run:\n\n```\n{line}\n```\n",
-                reasons.join("; ")
+                codes(reasons, "; ")
             )
         }
         Wait::PrApproval { .. } => format!(
@@ -125,14 +126,14 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             let stage = member.stage();
             format!(
                 "The policy denied the monthly cost of stage **{stage}** (**{member}**, `{digest}`; {}): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:\n\n```\n{line}\n```\n",
-                rules.join(", ")
+                codes(rules, ", ")
             )
         }
         Wait::Override { .. } => {
             let denials = wait.denials();
             let plans: Vec<String> = denials
                 .iter()
-                .map(|d| format!("**{}** (`{}`; {})", d.member, d.digest, d.rules.join(", ")))
+                .map(|d| format!("**{}** (`{}`; {})", d.member, d.digest, codes(&d.rules, ", ")))
                 .collect();
             let lines: Vec<String> = denials
                 .iter()
@@ -150,7 +151,8 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
         ),
         Wait::Holder { member, holder, until } => format!(
-            "**{member}** is held by {holder}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
+            "**{member}** is held by {}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
+            code(holder),
             utc(*until)
         ),
         Wait::EarlierAttempt { member, until } => format!(
@@ -245,7 +247,7 @@ pub(crate) fn news(
                 .members
                 .iter()
                 .filter(|(_, s)| matches!(s, MemberState::Failed { .. }))
-                .map(|(m, s)| format!("`{m}` {}", s.label()))
+                .map(|(m, s)| format!("`{m}` {}", message(&s.label())))
                 .collect();
             let hook = crate::apply::hooks::failed_after_apply(record)
                 .map(|h| format!("{} failed after its members applied", h.call.label()));
@@ -291,7 +293,7 @@ pub(crate) fn news(
                 .iter()
                 .filter_map(|(m, s)| match s {
                     MemberState::StoodDown { reason } => {
-                        Some(format!("`{m}` stood down ({reason})"))
+                        Some(format!("`{m}` stood down ({})", message(reason)))
                     }
                     _ => None,
                 })
@@ -303,10 +305,11 @@ pub(crate) fn news(
         }
         News::Waits(wait) => help(wait),
         News::CannotGoOn(why_and_fix) => {
-            format!("The apply on {merge} cannot go on: {why_and_fix}.")
+            format!("The apply on {merge} cannot go on: {}.", message(why_and_fix))
         }
         News::GaveUp { attempts, error } => format!(
-            "The apply on {merge} stopped: its job failed {attempts} times, the last with: {error}\n\nWhat applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record."
+            "The apply on {merge} stopped: its job failed {attempts} times, the last with:\n\n{}\n\nWhat applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record.",
+            fenced(error, "text")
         ),
     }
 }
@@ -321,7 +324,9 @@ pub(crate) fn lapsed_lines(record: &AttemptRecord) -> String {
     for lapsed in &record.lapsed {
         out.push_str(&format!(
             "- @{}'s approval at `{}` no longer counts: {}\n",
-            lapsed.by, lapsed.gate, lapsed.why
+            lapsed.by,
+            lapsed.gate,
+            message(&lapsed.why)
         ));
     }
     out.push_str("\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n");
@@ -437,7 +442,7 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
             let filled = if round.filled.is_empty() {
                 String::new()
             } else {
-                format!(" (filled in {})", round.filled.join(", "))
+                format!(" (filled in {})", codes(&round.filled, ", "))
             };
             format!("covered by the approval: only what was unknown moved{filled}")
         } else if let Some(m) = round
@@ -447,16 +452,16 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         {
             format!(
                 "not covered, waiting: {}; @{} approved `{}`, an earlier set of this round, which no longer counts",
-                round.reasons.join("; "),
+                codes(&round.reasons, "; "),
                 m.by,
                 m.digest
             )
         } else if round.approved_by.is_empty() {
-            format!("not covered, waiting: {}", round.reasons.join("; "))
+            format!("not covered, waiting: {}", codes(&round.reasons, "; "))
         } else {
             format!(
                 "not covered ({}), approved by {}",
-                round.reasons.join("; "),
+                codes(&round.reasons, "; "),
                 round.approved_by.join(", ")
             )
         };
@@ -494,10 +499,9 @@ fn failure_details(record: &AttemptRecord) -> String {
         if error.trim_end().lines().nth(1).is_none() {
             continue;
         }
-        let fence = super::markdown::fence_for(error);
         out.push_str(&format!(
-            "<details><summary>Why <code>{member}</code> failed</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n\n",
-            error.trim_end()
+            "<details><summary>Why <code>{member}</code> failed</summary>\n\n{}\n\n</details>\n\n",
+            fenced(error.trim_end(), "text")
         ));
     }
     out
@@ -515,7 +519,10 @@ fn hook_lines(record: &AttemptRecord) -> String {
         let how = match &hook.state {
             HookState::Passed => "passed".to_owned(),
             HookState::Failed { why } => {
-                format!("failed: {}", why.lines().next().unwrap_or_default())
+                format!(
+                    "failed: {}",
+                    message(why.lines().next().unwrap_or_default())
+                )
             }
             HookState::Held {
                 gate,
@@ -632,12 +639,12 @@ fn set_lines(set: &ChangeSet) -> String {
                 None => format!(
                     "{} {} a month ({} on before{})",
                     cost.total(),
-                    cost.currency,
+                    code(&cost.currency),
                     cost.increase().signed(),
                     if cost.denied.is_empty() {
                         String::new()
                     } else {
-                        format!("; denied: {}", cost.denied.join(", "))
+                        format!("; denied: {}", codes(&cost.denied, ", "))
                     }
                 ),
             };
@@ -646,15 +653,26 @@ fn set_lines(set: &ChangeSet) -> String {
         .collect()
 }
 
-/// A table cell: one line, no pipes.
+/// A table cell: the first line of `text`, at most 200 characters, inert
+/// (a state's label can quote what a command or plan file said).
 fn cell(text: &str) -> String {
-    text.lines()
+    let first: String = text
+        .lines()
         .next()
         .unwrap_or("")
-        .replace('|', "\\|")
         .chars()
         .take(200)
-        .collect()
+        .collect();
+    message(&first)
+}
+
+/// Each of `texts` as a code span, joined by `separator`.
+fn codes(texts: &[String], separator: &str) -> String {
+    texts
+        .iter()
+        .map(|t| code(t))
+        .collect::<Vec<_>>()
+        .join(separator)
 }
 
 #[cfg(test)]
@@ -702,7 +720,11 @@ mod tests {
             error: "the forge answered 502".into(),
         };
         insta::assert_snapshot!(news(&gave_up, &merge, &base, &record), @r"
-        The apply on aaaaaaaaaaaa stopped: its job failed 4 times, the last with: the forge answered 502
+        The apply on aaaaaaaaaaaa stopped: its job failed 4 times, the last with:
+
+        ```text
+        the forge answered 502
+        ```
 
         What applied stays applied. This is usually the forge or the network; `/retry` resumes the run from its record.
         ");

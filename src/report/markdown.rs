@@ -11,6 +11,7 @@
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
+use crate::model::untrusted::{self, cell_code, code, fenced, fenced_in, message, Lines};
 use crate::model::Money;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
@@ -269,7 +270,7 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
         );
     }
     for note in &change.notes {
-        let _ = writeln!(out, "> ℹ️ {note}\n");
+        let _ = writeln!(out, "> ℹ️ {}\n", message(note));
     }
     out
 }
@@ -501,7 +502,7 @@ fn groups_section(change: &PlannedChange) -> String {
                 notes.push(format!(
                     "❌ in {}, {} (so did each of its members)",
                     g.stage,
-                    crate::apply::failure_summary(error)
+                    message(&crate::apply::failure_summary(error))
                 ));
                 continue;
             }
@@ -513,17 +514,20 @@ fn groups_section(change: &PlannedChange) -> String {
                     }
                     notes.push(match (&input.value, input.sensitive) {
                         (Some(_), true) => format!(
-                            "`{member}` input `{name}` reads its mate's `{}`: (sensitive), as the mate's plan says",
-                            input.reference
+                            "`{member}` input {} reads its mate's {}: (sensitive), as the mate's plan says",
+                            code(name),
+                            code(&input.reference)
                         ),
                         (Some(value), false) => format!(
-                            "`{member}` input `{name}` reads its mate's `{}`: `{}`, as the mate's plan says",
-                            input.reference,
-                            short_value(value)
+                            "`{member}` input {} reads its mate's {}: {}, as the mate's plan says",
+                            code(name),
+                            code(&input.reference),
+                            code(&short_value(value))
                         ),
                         (None, _) => format!(
-                            "`{member}` input `{name}` reads its mate's `{}`, which the group's apply computes (the mate's plan does not know it): approving this plan does not fix its value",
-                            input.reference
+                            "`{member}` input {} reads its mate's {}, which the group's apply computes (the mate's plan does not know it): approving this plan does not fix its value",
+                            code(name),
+                            code(&input.reference)
                         ),
                     });
                 }
@@ -540,7 +544,13 @@ fn groups_section(change: &PlannedChange) -> String {
         }
         let _ = writeln!(out, "Planned on their own, though in a group:\n");
         for f in &d.fallbacks {
-            let _ = writeln!(out, "- `{}` (group `{}`): {}", f.member, f.group, f.why);
+            let _ = writeln!(
+                out,
+                "- `{}` (group `{}`): {}",
+                f.member,
+                f.group,
+                message(&f.why)
+            );
         }
     }
     out.push('\n');
@@ -552,30 +562,35 @@ fn member_notes(m: &MemberOutcome) -> Vec<String> {
     for (name, input) in &m.inputs {
         match input.source {
             InputSource::Unknown => notes.push(format!(
-                "`{}` input `{name}` ← `{}` is unknown: {}",
+                "`{}` input {} ← {} is unknown: {}",
                 m.member,
-                input.reference,
-                input.why.as_deref().unwrap_or("no source knows it")
+                code(name),
+                code(&input.reference),
+                message(input.why.as_deref().unwrap_or("no source knows it"))
             )),
             InputSource::Seeded => notes.push(format!(
-                "`{}` input `{name}` ← `{}` was seeded",
-                m.member, input.reference
+                "`{}` input {} ← {} was seeded",
+                m.member,
+                code(name),
+                code(&input.reference)
             )),
             InputSource::Build => notes.push(format!(
-                "`{}` input `{name}` ← `build:{}` is a build input: {}; approving this plan does not fix its value",
+                "`{}` input {} ← {} is a build input: {}; approving this plan does not fix its value",
                 m.member,
-                input.reference,
-                input.why.as_deref().unwrap_or("the build publishes it when it applies")
+                code(name),
+                code(&format!("build:{}", input.reference)),
+                message(input.why.as_deref().unwrap_or("the build publishes it when it applies"))
             )),
             _ => {}
         }
     }
     if let Some(plan) = &m.plan {
         if !plan.denied.is_empty() {
+            let rules: Vec<String> = plan.denied.iter().map(|r| code(r)).collect();
             notes.push(format!(
                 "`{}` is denied by policy rules: {}",
                 m.member,
-                plan.denied.join(", ")
+                rules.join(", ")
             ));
         }
     }
@@ -617,7 +632,7 @@ impl Detail {
                 destructive: false,
                 bound: Vec::new(),
                 facts: String::new(),
-                text: failure_text(m),
+                text: untrusted::clean(&failure_text(m), Lines::Keep),
                 text_label: FAILURE,
                 printed: None,
             };
@@ -627,23 +642,26 @@ impl Detail {
             m.member,
             entries::plan_headline(plan)
         );
-        let summary = plan.summary.trim_end();
+        let summary = untrusted::clean(plan.summary.trim_end(), Lines::Keep);
         Self {
             title,
             destructive: plan.destructive,
-            bound: entries::diff_lines(plan),
+            bound: entries::diff_lines(plan)
+                .iter()
+                .map(|line| untrusted::clean(line, Lines::Fold))
+                .collect(),
             facts: member_facts(m, plan),
             text: if summary.trim().is_empty() {
                 "(the plan command wrote no summary)".to_owned()
             } else {
-                summary.to_owned()
+                summary
             },
             text_label: if plan.opaque {
                 SUMMARY_BOUND
             } else {
                 SUMMARY_NOT_BOUND
             },
-            printed: OutputTail::of(&m.output),
+            printed: OutputTail::of(&untrusted::clean(&m.output, Lines::Keep)),
         }
     }
 
@@ -662,9 +680,7 @@ impl Detail {
         );
         if !self.bound.is_empty() {
             let shown = &self.bound[..keep_lines.min(self.bound.len())];
-            let body = shown.join("\n");
-            let fence = fence_for(&body);
-            let _ = writeln!(out, "{fence}diff\n{body}\n{fence}\n");
+            let _ = writeln!(out, "{}\n", fenced(&shown.join("\n"), "diff"));
             if shown.len() < self.bound.len() {
                 let _ = writeln!(
                     out,
@@ -677,23 +693,18 @@ impl Detail {
         out.push_str(&self.facts);
         let total = self.text.chars().count();
         if keep_chars >= total {
-            let fence = fence_for(&self.text);
-            let _ = writeln!(
-                out,
-                "{}\n\n{fence}\n{}\n{fence}\n",
-                self.text_label, self.text
-            );
+            let _ = writeln!(out, "{}\n\n{}\n", self.text_label, fenced(&self.text, ""));
         } else if keep_chars > 0 {
             let cut: String = self.text.chars().take(keep_chars).collect();
             let cut = match cut.rfind('\n') {
                 Some(nl) if nl > 0 => cut[..nl].to_owned(),
                 _ => cut,
             };
-            let fence = fence_for(&cut);
             let _ = writeln!(
                 out,
-                "{}\n\n{fence}\n{cut}\n{fence}\n\n_✂️ Shortened to fit the comment size limit: {} of {total} characters shown. `wavegate plan` prints it all._\n",
+                "{}\n\n{}\n\n_✂️ Shortened to fit the comment size limit: {} of {total} characters shown. `wavegate plan` prints it all._\n",
                 self.text_label,
+                fenced(&cut, ""),
                 cut.chars().count()
             );
         } else {
@@ -726,11 +737,10 @@ impl Detail {
 
 /// A collapsed block of what a command printed, `summary` its title.
 pub(super) fn printed_block(summary: &str, tail: &OutputTail) -> String {
-    let fence = fence_for(&tail.text);
     format!(
-        "<details><summary>{summary} ({})</summary>\n\n{fence}text\n{}\n{fence}\n\n</details>\n",
+        "<details><summary>{summary} ({})</summary>\n\n{}\n\n</details>\n",
         tail.extent(),
-        tail.text
+        fenced(&tail.text, "text")
     )
 }
 
@@ -770,7 +780,7 @@ fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
                 _ if input.sensitive => "(sensitive)".to_owned(),
                 (_, Some(v)) => code(&short_value(v)),
             };
-            format!("`{name}` ← `{}` = {value}", input.reference)
+            format!("{} ← {} = {value}", code(name), code(&input.reference))
         })
         .collect();
     if !inputs.is_empty() {
@@ -788,7 +798,7 @@ fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
             } else {
                 code(&short_value(v))
             };
-            format!("`{name}` = {value}")
+            format!("{} = {value}", code(name))
         })
         .collect();
     shown.extend(
@@ -796,7 +806,7 @@ fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
             .unknown
             .iter()
             .filter(|u| !outputs.known.contains_key(u.as_str()))
-            .map(|u| format!("`{u}` = (known after apply)")),
+            .map(|u| format!("{} = (known after apply)", code(u))),
     );
     if !shown.is_empty() {
         let _ = writeln!(out, "Outputs: {}\n", shown.join(", "));
@@ -942,19 +952,16 @@ fn cost_section(change: &PlannedChange, rows: usize) -> String {
             if cost.currency.is_empty() {
                 m.to_string()
             } else {
-                format!("{m} {}", cost.currency)
+                format!("{m} {}", cell_code(&cost.currency))
             }
         };
         if let Some(error) = &cost.error {
             let _ = writeln!(out, "| **{}** | ❌ not priced | | |", cost.member);
             let (first, rest) = error.split_once('\n').unwrap_or((error, ""));
-            let mut note = format!("❌ `{}`: {first}", cost.member);
+            let mut note = format!("❌ `{}`: {}", cost.member, message(first));
             if !rest.trim().is_empty() {
-                let fence = fence_for(rest);
-                note.push_str(&format!(
-                    "\n\n  {fence}\n  {}\n  {fence}",
-                    rest.trim_end().replace('\n', "\n  ")
-                ));
+                note.push_str("\n\n");
+                note.push_str(&fenced_in(rest.trim_end(), "", "  "));
             }
             notes.push(note);
             continue;
@@ -1092,25 +1099,6 @@ fn approve_block(change: &PlannedChange) -> String {
 /// The footer of every report whose commands ran without a sandbox.
 pub(crate) const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
 
-/// A backtick fence longer than any run of backticks in `body`.
-pub(super) fn fence_for(body: &str) -> String {
-    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    "`".repeat(longest.max(2) + 1)
-}
-
-/// Inline code that survives backticks and pipes inside the text.
-fn code(text: &str) -> String {
-    let text = text.replace('|', "\\|");
-    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let ticks = "`".repeat(longest + 1);
-    let pad = if text.starts_with('`') || text.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{ticks}{pad}{text}{pad}{ticks}")
-}
-
 fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
@@ -1120,7 +1108,7 @@ fn plural(n: usize) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::MemberId;
     use crate::plan::changeset::{ChangeSet, ChangeSetMember};
@@ -1150,7 +1138,7 @@ mod tests {
         }
     }
 
-    fn change(
+    pub(crate) fn change(
         members: Vec<MemberOutcome>,
         skipped: Vec<Skipped>,
         indeterminate: Vec<String>,
@@ -1282,7 +1270,7 @@ mod tests {
         | `dns@dev` | blocked by app@dev |
         | `monitoring` | unaffected |
 
-        **Indeterminate** — no component claims these changed files and no ignore pattern covers them, so nothing was planned for them: `Makefile`, ``a\|b`c``
+        **Indeterminate** — no component claims these changed files and no ignore pattern covers them, so nothing was planned for them: `Makefile`, ``a|b`c``
 
         <details><summary><code>net@dev</code> — +1 ~0 -0 -/+0</summary>
 
@@ -1445,7 +1433,7 @@ mod tests {
         assert!(text.contains(c.change_set.digest.as_str()));
     }
 
-    fn planned_with(member: &str, plan_file: serde_json::Value) -> MemberOutcome {
+    pub(crate) fn planned_with(member: &str, plan_file: serde_json::Value) -> MemberOutcome {
         let mut m = planned(member, "");
         m.plan = Some(MemberPlan::parse(&member.into(), plan_file.to_string().as_bytes()).unwrap());
         m

@@ -6,6 +6,8 @@
 pub(crate) mod apply;
 pub(crate) mod approvals;
 pub(crate) mod entries;
+#[cfg(test)]
+mod inert;
 pub mod json;
 pub mod markdown;
 pub(crate) mod refusal;

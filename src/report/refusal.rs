@@ -4,6 +4,7 @@
 
 use crate::gate::commands;
 use crate::gate::policy::{NotAllowed, Unbound};
+use crate::model::untrusted::{code, message};
 use crate::model::{Digest, GateId};
 use std::fmt;
 
@@ -72,10 +73,17 @@ pub(crate) enum Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Malformed { text, problem, fix } => write!(f, "`{}`: {problem}; {fix}", text.trim()),
+            Self::Malformed { text, problem, fix } => write!(
+                f,
+                "{}: {}; {}",
+                code(text.trim()),
+                message(problem),
+                message(fix)
+            ),
             Self::Unknown { word } => write!(
                 f,
-                "`{word}` is not a wavegate command.\n\n{}",
+                "{} is not a wavegate command.\n\n{}",
+                code(word),
                 commands::help_text()
             ),
             Self::ClosedNothingToPlan => f.write_str(
@@ -84,19 +92,22 @@ impl fmt::Display for Refusal {
             Self::Unbound(why) => write!(f, "{why}"),
             Self::NotAllowed(why) => write!(f, "{why}"),
             Self::BaseConfig(why) | Self::NotAMember(why) | Self::NotOverrider(why) => {
-                f.write_str(why)
+                f.write_str(&message(why))
             }
             Self::PermissionUnknown { error } => {
                 write!(f, "wavegate could not check your permission: {error}")
             }
             Self::NotAStage { stage, stages } => write!(
                 f,
-                "`{stage}` is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
+                "{} is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
+                code(stage),
                 stages.join(", ")
             ),
             Self::StageNotPlannedYet { stage } => write!(
                 f,
-                "`/approve {stage}` approves stage {stage}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`"
+                "{} approves stage {}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`",
+                code(&format!("/approve {stage}")),
+                code(stage)
             ),
             Self::StageExpired { stage, at } => write!(
                 f,
@@ -112,8 +123,9 @@ impl fmt::Display for Refusal {
                 digest,
             } => write!(
                 f,
-                "the apply run waits at `{gate}` (stage {}), not at stage `{named}`; write `/approve {} {digest}`",
+                "the apply run waits at `{gate}` (stage {}), not at stage {}; write `/approve {} {digest}`",
                 waiting.as_deref().unwrap_or("?"),
+                code(named),
                 waiting.as_deref().unwrap_or("")
             ),
             Self::NothingToRevoke => f.write_str(
@@ -131,7 +143,8 @@ impl fmt::Display for Refusal {
             ),
             Self::NotDenied { member } => write!(
                 f,
-                "the policy did not deny a plan of `{member}` in this pull request's current plan; `/override` lets exactly such a plan through"
+                "the policy did not deny a plan of {} in this pull request's current plan; `/override` lets exactly such a plan through",
+                code(member)
             ),
         }
     }

@@ -7,6 +7,7 @@
 
 use super::REPORT_MARKER;
 use crate::config::ConfigError;
+use crate::model::untrusted::{code, fenced, message};
 
 /// A reply: its comment body and the check's one-line title.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,20 +30,20 @@ fn short(sha: &str) -> &str {
 /// The head's `wavegate.toml` is missing or invalid.
 pub(crate) fn config_error(error: &ConfigError, head: &str) -> Reply {
     let place = if error.field.is_empty() {
-        format!("`{}`", error.file)
+        code(&error.file)
     } else {
-        format!("`{}`, field `{}`", error.file, error.field)
+        format!("{}, field {}", code(&error.file), code(&error.field))
     };
     compose(
         &format!("{} cannot be read", error.file),
         &format!(
             "At `{}`, {place}: {}.\n\nNothing was planned, so there is nothing to approve yet.",
             short(head),
-            error.problem
+            message(&error.problem)
         ),
         &format!(
             "{}. Push the fix to this branch and wavegate plans again.",
-            capitalise(&error.fix)
+            message(&capitalise(&error.fix))
         ),
     )
 }
@@ -52,7 +53,8 @@ pub(crate) fn fork_refused(fork: &str, base_ref: &str) -> Reply {
     compose(
         "Pull requests from forks are not planned here",
         &format!(
-            "This pull request comes from `{fork}`. Planning runs the repository's plan commands on the pull request's code, and `policy.allow_forks` is not `true` in `wavegate.toml` on `{base_ref}`, so wavegate did not run anything."
+            "This pull request comes from {}. Planning runs the repository's plan commands on the pull request's code, and `policy.allow_forks` is not `true` in `wavegate.toml` on `{base_ref}`, so wavegate did not run anything.",
+            code(fork)
         ),
         "push the branch to this repository and open the pull request from there, or ask a maintainer to set `allow_forks = true` under `[policy]` on the base branch if running forks' code is acceptable.",
     )
@@ -63,7 +65,8 @@ pub(crate) fn sandbox_unavailable(problem: &str) -> Reply {
     compose(
         "wavegate's sandbox is unavailable on its server",
         &format!(
-            "Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: {problem}. Nothing was run."
+            "Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: {}. Nothing was run.",
+            message(problem)
         ),
         "the server's operator fixes the sandbox (or sets `WAVEGATE_SANDBOX=none` knowingly) and restarts wavegate; then comment `/plan`.",
     )
@@ -74,7 +77,7 @@ pub(crate) fn sandbox_unavailable(problem: &str) -> Reply {
 pub(crate) fn plan_refused(problem: &str, head: &str) -> Reply {
     compose(
         "This pull request cannot be planned",
-        &format!("At `{}`: {problem}.", short(head)),
+        &format!("At `{}`: {}.", short(head), message(problem)),
         "fix the repository so the change can be planned and push again; comment `/plan` to try again without a push.",
     )
 }
@@ -91,8 +94,8 @@ pub(crate) fn gave_up(attempts: u32, error: &str) -> Reply {
     compose(
         "wavegate could not plan this pull request",
         &format!(
-            "It tried {attempts} times; the last error was:\n\n```\n{}\n```",
-            error.replace("```", "'''")
+            "It tried {attempts} times; the last error was:\n\n{}",
+            fenced(&error, "")
         ),
         "this is usually temporary (the forge or the network); push again or re-run the `wavegate/plan` check. If it persists, the operator will find the job in wavegate's dead-letter list.",
     )
@@ -153,6 +156,12 @@ mod tests {
     fn giving_up_quotes_the_error_without_breaking_the_code_block() {
         let reply = gave_up(5, "git fetch failed\n```oops");
         assert!(reply.body.contains("It tried 5 times"));
-        assert_eq!(reply.body.matches("```").count(), 2, "{}", reply.body);
+        assert!(
+            reply
+                .body
+                .contains("````\ngit fetch failed\n```oops\n````\n"),
+            "{}",
+            reply.body
+        );
     }
 }
