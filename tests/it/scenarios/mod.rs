@@ -13,6 +13,7 @@ mod cost;
 mod digest_over;
 mod discover;
 mod forge_clients;
+mod forged_report;
 mod git_paths;
 mod groups;
 mod hooks;
