@@ -227,7 +227,7 @@ impl fmt::Display for Unbound {
                 "there is no plan to approve yet; wait for wavegate's report on this pull request",
             ),
             Unbound::NothingToApprove => f.write_str(
-                "the last report has no digest (nothing was planned, or planning failed); fix what it says and approve the next report",
+                "the last report has nothing to approve: it planned nothing (no component claims the changed files) or could not plan (it says why), and no approval is needed for it; approve the next report that has a digest",
             ),
             Unbound::Replanning { head } => write!(
                 f,

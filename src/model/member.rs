@@ -241,3 +241,63 @@ mod tests {
         assert_eq!(by_member.get("app@dev"), Some(&1));
     }
 }
+
+/// A dependency wave as every report names it: `prod · wave 2`, numbered
+/// within its stage from 1 (the terminal report, the comment, the run's
+/// table and its check say the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaveName<'a> {
+    pub stage: &'a str,
+    pub number: usize,
+}
+
+impl fmt::Display for WaveName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} · wave {}", self.stage, self.number)
+    }
+}
+
+impl WaveName<'_> {
+    /// The name of each of `waves` (stages in order, each stage's layers in
+    /// order, as a derivation lists them), numbered within its stage.
+    pub fn of_each(waves: &[Vec<MemberId>]) -> Vec<WaveName<'_>> {
+        let mut names: Vec<WaveName<'_>> = Vec::with_capacity(waves.len());
+        for wave in waves {
+            let stage = wave.first().map_or("", MemberId::stage);
+            let number = match names.last() {
+                Some(last) if last.stage == stage => last.number + 1,
+                _ => 1,
+            };
+            names.push(WaveName { stage, number });
+        }
+        names
+    }
+}
+
+#[cfg(test)]
+mod wave_name_tests {
+    use super::*;
+
+    #[test]
+    fn waves_are_numbered_within_their_stage() {
+        let waves: Vec<Vec<MemberId>> = vec![
+            vec!["net@dev".into()],
+            vec!["app@dev".into()],
+            vec!["net@prod".into()],
+            vec!["app@prod".into(), "db@prod".into()],
+        ];
+        let names: Vec<String> = WaveName::of_each(&waves)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "dev · wave 1",
+                "dev · wave 2",
+                "prod · wave 1",
+                "prod · wave 2"
+            ]
+        );
+    }
+}

@@ -22,7 +22,7 @@ pub use digest::{Digest, DigestOver, NotADigest, DIGEST_PREFIX};
 pub use gate_id::GateId;
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
-pub use member::{MemberId, StageName};
+pub use member::{MemberId, StageName, WaveName};
 pub use money::{Money, NotAnAmount};
 pub(crate) use time::utc;
 pub use untrusted::Untrusted;

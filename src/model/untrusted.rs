@@ -272,7 +272,12 @@ pub fn fenced_in(text: &str, info: &str, prefix: &str) -> String {
 /// broken so no link is made of them, line breaks shown as `⏎`, capped at
 /// [`LONGEST_PROSE`] characters.
 pub fn prose(text: &str) -> String {
-    let text = capped(clean(text, Lines::Fold), LONGEST_PROSE);
+    escaped(&capped(clean(text, Lines::Fold), LONGEST_PROSE), true)
+}
+
+/// [`prose`] of cleaned, capped text; `line_start` when it may begin a
+/// line, where a block marker would be read.
+fn escaped(text: &str, line_start: bool) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     // Where a block marker (`- `, `1. `, `> `, `=`) would be read: the start.
     let list_number = text.chars().take_while(char::is_ascii_digit).count();
@@ -291,7 +296,10 @@ pub fn prose(text: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if c.is_ascii_punctuation() && (at == 0 || (at == list_number && at > 0)) => {
+            c if line_start
+                && c.is_ascii_punctuation()
+                && (at == 0 || (at == list_number && at > 0)) =>
+            {
                 out.push('\\');
                 out.push(c);
             }
@@ -318,7 +326,7 @@ pub fn message(text: &str) -> String {
             if quoted {
                 out.push_str("\\`");
             }
-            out.push_str(&prose(piece));
+            out.push_str(&escaped(piece, i == 0));
         }
     }
     out

@@ -42,7 +42,13 @@ pub(crate) fn title(view: &RunView<'_>) -> String {
         ),
         (_, Some(wait)) => format!("Waiting: {}", waiting_for(wait)),
         (_, None) => match &view.record.at {
-            Some((stage, wave)) => format!("Applying {stage}, wave {wave}…"),
+            Some((stage, wave)) => format!(
+                "Applying {}…",
+                crate::model::WaveName {
+                    stage,
+                    number: *wave
+                }
+            ),
             None => "Applying…".into(),
         },
     }
@@ -67,7 +73,9 @@ fn waiting_for(wait: &Wait) -> String {
             "an earlier apply of {member} to end (until {} at the latest)",
             utc(*until)
         ),
-        Wait::Holder { member, holder, .. } => format!("{}, which holds {member}", code(holder)),
+        Wait::Holder { member, holder, .. } => {
+            format!("{}, which holds {member}", message(holder))
+        }
         Wait::Hook { gate, .. } => format!("an approval at {gate}"),
     }
 }
@@ -113,9 +121,16 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
         Wait::Stage { stage, digest, .. } => format!(
             "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n{line}\n```\n"
         ),
-        Wait::Round { round, digest, .. } => format!(
-            "The plans below moved since they were approved, so they are not covered (round {round}, digest `{digest}`). Nothing of their wave was applied. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
-        ),
+        Wait::Round { round, digest, .. } => {
+            let listed = record.rounds.iter().find(|r| r.number == *round);
+            let stage = listed.map_or_else(String::new, |r| format!(" of stage **{}**", r.stage));
+            let reasons: String = listed
+                .map(|r| r.reasons.iter().map(|why| format!("- {}\n", message(why))).collect())
+                .unwrap_or_default();
+            format!(
+                "These plans{stage} moved since they were approved, so they are not covered (round {round}, digest `{digest}`):\n\n{reasons}\nNothing of their wave was applied. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
+            )
+        }
         Wait::Override {
             member,
             digest,
@@ -152,7 +167,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
         ),
         Wait::Holder { member, holder, until } => format!(
             "**{member}** is held by {}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
-            code(holder),
+            message(holder),
             utc(*until)
         ),
         Wait::EarlierAttempt { member, until } => format!(
@@ -639,7 +654,7 @@ fn set_lines(set: &ChangeSet) -> String {
                 None => format!(
                     "{} {} a month ({} on before{})",
                     cost.total(),
-                    code(&cost.currency),
+                    message(&cost.currency),
                     cost.increase().signed(),
                     if cost.denied.is_empty() {
                         String::new()

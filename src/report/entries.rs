@@ -120,8 +120,27 @@ pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
     let mut paths: Vec<&ValuePath> = before.keys().chain(after.keys()).collect();
     paths.sort();
     paths.dedup();
+    // A value known only after apply, as Terraform shows it: each old
+    // leaf under it becomes `old → (known after apply)`, never a deletion,
+    // and the unknown parent itself adds no `(none) →` line.
+    let unknown_after: Vec<&ValuePath> = after
+        .iter()
+        .filter(|(_, leaf)| **leaf == Leaf::Unknown)
+        .map(|(path, _)| path)
+        .collect();
+    let strictly_under = |path: &ValuePath, parent: &ValuePath| {
+        path.0.len() > parent.0.len() && path.starts_with(parent)
+    };
+    let unknown = Leaf::Unknown;
     for path in paths {
-        let (old, new) = (before.get(path), after.get(path));
+        let (old, mut new) = (before.get(path), after.get(path));
+        if new.is_none() && unknown_after.iter().any(|u| strictly_under(path, u)) {
+            new = Some(&unknown);
+        }
+        if old.is_none() && new == Some(&unknown) && before.keys().any(|b| strictly_under(b, path))
+        {
+            continue;
+        }
         let moves = match (old, new) {
             (_, Some(Leaf::Unknown)) => true,
             (Some(a), Some(b)) => a.raw() != b.raw(),
@@ -259,6 +278,25 @@ fn shown_path(path: &ValuePath) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_value_known_only_after_apply_reads_as_terraform_shows_it_not_as_a_deletion() {
+        let plan = crate::plan::planfile::MemberPlan::parse(
+            &"net@dev".parse().unwrap(),
+            br#"{"entries": [{"address": "aws_vpc.main", "action": "update",
+                "before": {"output": {"cidr": "10.1.0.0/16", "id": "vpc-1"}, "name": "main"},
+                "after": {"output": null, "name": "main"}, "unknown": ["output"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            diff_lines(&plan),
+            [
+                "~ aws_vpc.main (update)",
+                "      output.cidr: \"10.1.0.0/16\" → (known after apply)",
+                "      output.id: \"vpc-1\" → (known after apply)",
+            ]
+        );
+    }
+
     use super::*;
 
     fn lines(plan_file: &str) -> String {

@@ -206,11 +206,11 @@ fn tables_with_rows(change: &PlannedChange, rows: usize) -> String {
         let _ = writeln!(out, "### Members\n");
         let _ = writeln!(
             out,
-            "| member | status | create | update | delete | replace | plan digest |"
+            "| member | selected because | status | create | update | delete | replace | plan digest |"
         );
-        let _ = writeln!(out, "|---|---|--:|--:|--:|--:|---|");
+        let _ = writeln!(out, "|---|---|---|--:|--:|--:|--:|---|");
         for m in change.members.iter().take(rows) {
-            let _ = writeln!(out, "{}", member_row(m));
+            let _ = writeln!(out, "{}", member_row(m, &why_selected(change, m)));
         }
         if rows < change.members.len() {
             let _ = writeln!(
@@ -302,6 +302,7 @@ fn after_merge(change: &PlannedChange, rows: usize) -> String {
         ),
     };
     let mut listed = 0;
+    let wave_names = crate::model::WaveName::of_each(waves);
     'stages: for stage in &p.stages {
         let _ = writeln!(
             out,
@@ -320,7 +321,7 @@ fn after_merge(change: &PlannedChange, rows: usize) -> String {
             }
             listed += waves[i].len();
             let names: Vec<String> = waves[i].iter().map(|m| format!("`{m}`")).collect();
-            let _ = writeln!(out, "{}. {}", i + 1, names.join(", "));
+            let _ = writeln!(out, "- {}: {}", wave_names[i], names.join(", "));
         }
         out.push('\n');
     }
@@ -428,7 +429,31 @@ fn approvers_text(a: &Approvers) -> String {
     parts.join(" · ")
 }
 
-fn member_row(m: &MemberOutcome) -> String {
+/// Why the fan-out selected `m`, for its row: the changed file that
+/// selected its component (in this stage), its `wavegate.toml` entry, or
+/// the upstream member it is downstream of.
+fn why_selected(change: &PlannedChange, m: &MemberOutcome) -> String {
+    let Some(why) = change.derivation.selected.get(m.component.as_str()) else {
+        return "—".to_owned();
+    };
+    let own_stage = format!(" ({})", m.stage);
+    let why = why
+        .split("; ")
+        .find_map(|part| part.strip_suffix(own_stage.as_str()))
+        .unwrap_or(why);
+    if let Some(upstream) = why.strip_prefix("downstream of ") {
+        return format!("downstream of {}", cell_code(upstream));
+    }
+    if why.ends_with("entry changed") {
+        return message(why);
+    }
+    match why.strip_suffix(" changed") {
+        Some(path) => format!("{} changed", cell_code(path)),
+        None => message(why),
+    }
+}
+
+fn member_row(m: &MemberOutcome, why: &str) -> String {
     let status = match m.status {
         MemberStatus::Planned if m.plan.as_ref().is_some_and(|p| p.is_empty()) => {
             "no changes".to_owned()
@@ -460,7 +485,7 @@ fn member_row(m: &MemberOutcome) -> String {
         }
         None => "— | — | — | — | —".to_owned(),
     };
-    format!("| `{}` | {status} | {cells} |", m.member)
+    format!("| `{}` | {why} | {status} | {cells} |", m.member)
 }
 
 /// The groups planned with one call (members, wave, the digest their
@@ -952,7 +977,7 @@ fn cost_section(change: &PlannedChange, rows: usize) -> String {
             if cost.currency.is_empty() {
                 m.to_string()
             } else {
-                format!("{m} {}", cell_code(&cost.currency))
+                format!("{m} {}", currency_shown(&cost.currency))
             }
         };
         if let Some(error) = &cost.error {
@@ -1050,6 +1075,19 @@ fn cost_section(change: &PlannedChange, rows: usize) -> String {
 fn approve_block(change: &PlannedChange) -> String {
     let digest = &change.change_set.digest;
     let mut out = String::new();
+    if change.members.is_empty() {
+        // Nothing planned: no digest to approve, and none is needed.
+        if !change.derivation.indeterminate.is_empty() {
+            let _ = writeln!(
+                out,
+                "### Approve\n\nNothing was planned, so there is nothing to approve and no approval is needed. If the unclaimed files above are infrastructure, claim them with a component's `dir` or `paths` (or cover them with `ignore`) and push: the next report has a digest to approve."
+            );
+        }
+        if change.unsandboxed {
+            let _ = writeln!(out, "\n{UNSANDBOXED}");
+        }
+        return out;
+    }
     let _ = writeln!(out, "### Approve\n");
     let set = &change.change_set;
     let left_out: Vec<String> = set
@@ -1061,20 +1099,20 @@ fn approve_block(change: &PlannedChange) -> String {
     let and_costs = if set.costs.is_empty() {
         ""
     } else {
-        " and each stage's monthly cost"
+        ", and each stage's monthly cost"
     };
-    if left_out.is_empty() {
-        let _ = writeln!(
-            out,
-            "Change-set digest (binds every member's plan above{and_costs}):\n"
-        );
+    let which = if left_out.is_empty() {
+        "every member above, those with no changes and those that failed included".to_owned()
     } else {
-        let _ = writeln!(
-            out,
-            "Change-set digest (binds the plans above that change something{and_costs}: the base's `digest_over = \"changing\"` leaves out {}, whose plans change nothing):\n",
+        format!(
+            "every member above that changes something (the base's `digest_over = \"changing\"` leaves out {}, whose plans change nothing)",
             left_out.join(", ")
-        );
-    }
+        )
+    };
+    let _ = writeln!(
+        out,
+        "Change-set digest: it binds {which}: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read{and_costs}. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, \"Digests\").\n"
+    );
     let _ = writeln!(out, "```\n{digest}\n```\n");
     if change.any_failed() {
         let what = if change
@@ -1098,6 +1136,16 @@ fn approve_block(change: &PlannedChange) -> String {
 
 /// The footer of every report whose commands ran without a sandbox.
 pub(crate) const UNSANDBOXED: &str = "_⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._";
+
+/// A cost file's currency: a code like `USD` as it is, anything else
+/// (the file is the pull request's) as a code span.
+fn currency_shown(currency: &str) -> String {
+    if currency.len() <= 8 && currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        currency.to_owned()
+    } else {
+        cell_code(currency)
+    }
+}
 
 fn plural(n: usize) -> &'static str {
     if n == 1 {
@@ -1247,19 +1295,19 @@ pub(crate) mod tests {
 
         **dev** — gate `always` (read at the base): waits for `/approve dev` after merge; approvers as for the pull request
 
-        1. `net@dev`
-        2. `app@dev`
-        3. `dns@dev`
+        - dev · wave 1: `net@dev`
+        - dev · wave 2: `app@dev`
+        - dev · wave 3: `dns@dev`
 
         **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
         ### Members
 
-        | member | status | create | update | delete | replace | plan digest |
-        |---|---|--:|--:|--:|--:|---|
-        | `net@dev` | planned | 1 | 0 | 0 | 0 | `f3e62528b0aa` |
-        | `app@dev` | ❌ plan failed | — | — | — | — | — |
-        | `dns@dev` | blocked by `app@dev` | — | — | — | — | — |
+        | member | selected because | status | create | update | delete | replace | plan digest |
+        |---|---|---|--:|--:|--:|--:|---|
+        | `net@dev` | changed | planned | 1 | 0 | 0 | 0 | `f3e62528b0aa` |
+        | `app@dev` | changed | ❌ plan failed | — | — | — | — | — |
+        | `dns@dev` | changed | blocked by `app@dev` | — | — | — | — | — |
 
         - `net@dev` input `zone` ← `dns.zone` is unknown: dns@dev knows zone only after it applies
 
@@ -1304,7 +1352,7 @@ pub(crate) mod tests {
 
         ### Approve
 
-        Change-set digest (binds every member's plan above):
+        Change-set digest: it binds every member above, those with no changes and those that failed included: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, "Digests").
 
         ```
         sha256:<digest>
@@ -1496,19 +1544,19 @@ pub(crate) mod tests {
 
         **prod** — gate `always` (read at the base): waits for `/approve prod` after merge; approvers as for the pull request
 
-        1. `web@prod`
-        2. `schema@prod`
-        3. `dns@prod`
+        - prod · wave 1: `web@prod`
+        - prod · wave 2: `schema@prod`
+        - prod · wave 3: `dns@prod`
 
         **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
         ### Members
 
-        | member | status | create | update | delete | replace | plan digest |
-        |---|---|--:|--:|--:|--:|---|
-        | `web@prod` | planned ⚠️ destructive | 1 | 0 | 0 | 1 | `c6b0f9622a3f` |
-        | `schema@prod` | planned (opaque) ⚠️ destructive | 0 | 0 | 0 | 0 | `98d0edfa1dac` |
-        | `dns@prod` | no changes | 0 | 0 | 0 | 0 | `f7e8307b7569` |
+        | member | selected because | status | create | update | delete | replace | plan digest |
+        |---|---|---|--:|--:|--:|--:|---|
+        | `web@prod` | changed | planned ⚠️ destructive | 1 | 0 | 0 | 1 | `c6b0f9622a3f` |
+        | `schema@prod` | changed | planned (opaque) ⚠️ destructive | 0 | 0 | 0 | 0 | `98d0edfa1dac` |
+        | `dns@prod` | changed | no changes | 0 | 0 | 0 | 0 | `f7e8307b7569` |
 
         <details open><summary><code>web@prod</code> — +1 ~0 -0 -/+1 ⚠️ destructive</summary>
 
@@ -1560,7 +1608,7 @@ pub(crate) mod tests {
 
         ### Approve
 
-        Change-set digest (binds every member's plan above):
+        Change-set digest: it binds every member above, those with no changes and those that failed included: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, "Digests").
 
         ```
         sha256:<digest>

@@ -24,6 +24,13 @@ pub(crate) enum Refusal {
     ClosedNothingToPlan,
     /// The comment names no digest the report showed, or the wrong one.
     Unbound(Unbound),
+    /// An `/approve` at the apply run's gate that does not bind what it
+    /// waits for: why, the stage that waits, and the line to copy.
+    RunUnbound {
+        why: Unbound,
+        stage: Option<String>,
+        line: String,
+    },
     /// The commenter may not approve under the base branch's policy.
     NotAllowed(NotAllowed),
     /// The base branch's config cannot be read, so nothing is approved: why.
@@ -90,6 +97,27 @@ impl fmt::Display for Refusal {
                 "the pull request is closed: there is nothing to plan. After a merge, the apply run plans on the merge commit by itself",
             ),
             Self::Unbound(why) => write!(f, "{why}"),
+            Self::RunUnbound { why, stage, line } => {
+                let waits = stage
+                    .as_ref()
+                    .map_or_else(|| "the apply run".to_owned(), |s| format!("stage {s}"));
+                match why {
+                    Unbound::ReportNewerThanComment { digest, .. } => write!(
+                        f,
+                        "{waits}'s plans on the merge commit were planned again after you wrote your comment (now `{digest}`), so it is not clear which plans you meant: review them in the run's section and approve with `{line}`"
+                    ),
+                    Unbound::Undated { .. } => write!(
+                        f,
+                        "the forge did not say when your comment was written, so it is not clear which plans of {waits} you saw; name them: `{line}`"
+                    ),
+                    Unbound::NotCurrent { named, current } => write!(
+                        f,
+                        "{} is not what {waits} waits for (`{current}`): review the run's section and approve with `{line}`",
+                        code(named)
+                    ),
+                    other => write!(f, "{other}"),
+                }
+            }
             Self::NotAllowed(why) => write!(f, "{why}"),
             Self::BaseConfig(why) | Self::NotAMember(why) | Self::NotOverrider(why) => {
                 f.write_str(&message(why))
@@ -159,6 +187,21 @@ pub(crate) fn reply(login: &str, refusals: &[Refusal]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_the_run_gate_a_refusal_names_the_stage_and_its_own_line() {
+        let digest = Digest::repeated('b');
+        let line = format!("/approve prod {digest}");
+        let replanned = Refusal::RunUnbound {
+            why: Unbound::ReportNewerThanComment {
+                head: "c".repeat(40),
+                digest: digest.clone(),
+            },
+            stage: Some("prod".into()),
+            line: line.clone(),
+        };
+        insta::assert_snapshot!(reply("erin", &[replanned]), @"@erin: stage prod's plans on the merge commit were planned again after you wrote your comment (now `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`), so it is not clear which plans you meant: review them in the run's section and approve with `/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`");
+    }
 
     #[test]
     fn one_reply_names_the_commenter_once_and_each_refusal_in_turn() {

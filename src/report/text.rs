@@ -23,8 +23,11 @@ pub fn render(change: &PlannedChange) -> String {
     if d.waves.is_empty() {
         let _ = writeln!(out, "  nothing to run");
     }
-    for (i, wave) in d.waves.iter().enumerate() {
-        let _ = writeln!(out, "  wave {}: {}", i + 1, wave.join(", "));
+    for (name, wave) in crate::model::WaveName::of_each(&d.waves)
+        .iter()
+        .zip(&d.waves)
+    {
+        let _ = writeln!(out, "  {name}: {}", wave.join(", "));
     }
     for g in &d.groups {
         let digest = change

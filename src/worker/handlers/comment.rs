@@ -395,7 +395,19 @@ impl JobCtx<'_> {
             comment.written_at,
         ) {
             Ok(bound) => bound.to_owned(),
-            Err(why) => return Ok(Said::Refused(Refusal::Unbound(why))),
+            Err(why) => {
+                let line = run
+                    .record
+                    .wait
+                    .as_ref()
+                    .and_then(crate::report::apply::line_to_copy)
+                    .unwrap_or_else(|| format!("/approve {digest}"));
+                return Ok(Said::Refused(Refusal::RunUnbound {
+                    why,
+                    stage: waiting_stage.map(str::to_owned),
+                    line,
+                }));
+            }
         };
         let policy = match self.run_gate_policy(run, waiting_stage).await? {
             Ok(policy) => policy,

@@ -28,7 +28,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     // Before merge there is no stage plan to approve yet.
     let early = pr.comment_as("rev-bob", "/approve prod").await;
     assert_eq!(pr.reactions(early), ["eyes", "confused"]);
-    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: `/approve prod` approves stage prod's own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`");
+    insta::assert_snapshot!(pr.last_reply(), @"@rev-bob: `/approve prod` approves stage `prod`'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`");
     pr.comment_as("rev-bob", "/approve").await;
 
     let merged = pr.merge().await;
@@ -256,20 +256,28 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
     pr.merge().await;
     assert!(bot.applies_run().is_empty(), "nothing of the wave applied");
     let asked = pr.last_reply();
-    insta::assert_snapshot!(redact(&asked), @"
-    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    insta::assert_snapshot!(redact(&asked), @r"
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - app@dev: address aws\_security\_group.app changed action from no-op to update
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
     ```
     ");
     // The reason names the member and the address.
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
 
-    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - app@dev: address aws\_security\_group.app changed action from no-op to update
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -277,11 +285,11 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
 
     | stage | wave | member | state |
     | --- | --- | --- | --- |
-    | dev | 1 | `app@dev` | waiting: not covered: app@dev: address aws_security_group.app changed action from no-op to update |
+    | dev | 1 | `app@dev` | waiting: not covered: app@dev: address aws\_security\_group.app changed action from no-op to update |
     | prod | 1 | `app@prod` | not started |
     | prod | 2 | `dns@prod` | not started |
 
-    - Round 2 (dev, gate `pr-3-round-2`): digest `sha256:[digest]`, not covered, waiting: app@dev: address aws_security_group.app changed action from no-op to update
+    - Round 2 (dev, gate `pr-3-round-2`): digest `sha256:[digest]`, not covered, waiting: `app@dev: address aws_security_group.app changed action from no-op to update`
       - `app@dev`: `sha256:[digest]` (1 to create, 2 to update, 0 to replace, 0 to delete)
     ");
     assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
@@ -490,7 +498,7 @@ async fn a_denied_plan_waits_for_an_overrider_and_an_outsider_cannot_override() 
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
-    The policy denied the plan of **app@dev** (`sha256:[digest]`; no-public-ingress). Nothing of that wave was applied. Someone in `policy.overriders` may let it through, each for exactly that plan:
+    The policy denied the plan of **app@dev** (`sha256:[digest]`; `no-public-ingress`). Nothing of that wave was applied. Someone in `policy.overriders` may let it through, each for exactly that plan:
 
     ```
     /override app@dev <reason>
@@ -581,19 +589,27 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod"]);
     let asked = pr.last_reply();
-    insta::assert_snapshot!(redact(&asked), @"
-    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    insta::assert_snapshot!(redact(&asked), @r"
+    These plans of stage **prod** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - dns@prod: address aws\_route53\_record.app changed action from create to update
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
     ```
     ");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
 
-    The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    These plans of stage **prod** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - dns@prod: address aws\_route53\_record.app changed action from create to update
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -603,12 +619,12 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
     | --- | --- | --- | --- |
     | dev | 1 | `app@dev` | applied |
     | prod | 1 | `app@prod` | applied |
-    | prod | 2 | `dns@prod` | waiting: not covered: dns@prod: address aws_route53_record.app changed action from create to update |
+    | prod | 2 | `dns@prod` | waiting: not covered: dns@prod: address aws\_route53\_record.app changed action from create to update |
 
     - Stage **prod** gate `pr-10-prod`: set `sha256:[digest]`, approved by rev-bob
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: dns@prod: address aws_route53_record.app changed action from create to update
+    - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: `dns@prod: address aws_route53_record.app changed action from create to update`
       - `dns@prod`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
 
     <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
@@ -706,7 +722,10 @@ async fn an_opaque_plan_binds_its_summary_and_always_applies() {
     let mut pr = bot.opened(&repo, 5, "migrations").await;
     let report = pr.report();
     assert!(
-        report.contains("| `schema@dev` | planned (opaque) ⚠️ destructive |"),
+        report
+            .lines()
+            .any(|row| row.starts_with("| `schema@dev` | ")
+                && row.contains(" changed | planned (opaque) ⚠️ destructive |")),
         "{report}"
     );
     assert!(

@@ -558,16 +558,16 @@ async fn the_report_previews_each_stage_as_the_base_decides_it_and_a_loosened_ga
 
     **dev** — gate `never` (read at the base): applies under this pull request's approval
 
-    1. `network@dev`
-    2. `database@dev`
-    3. `app@dev`
+    - dev · wave 1: `network@dev`
+    - dev · wave 2: `database@dev`
+    - dev · wave 3: `app@dev`
 
     **prod** — gate `always` (read at the base): waits for `/approve prod` after merge; approvers (this stage's own): `rev-carol` · 1 approval needed · not the author, nor whoever pushed the head; the wait expires after 24h
 
-    4. `network@prod`
-    5. `database@prod`
-    6. `app@prod`
-    7. `dns@prod`
+    - prod · wave 1: `network@prod`
+    - prod · wave 2: `database@prod`
+    - prod · wave 3: `app@prod`
+    - prod · wave 4: `dns@prod`
 
     **Who may approve this pull request:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 

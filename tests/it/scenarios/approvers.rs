@@ -240,7 +240,7 @@ async fn a_stage_names_its_own_approvers_and_how_many() {
     - Stage **prod** gate `pr-76-prod`: set `sha256:[digest]`, approved by ops-olga, ops-oscar
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - Round 2 (prod, gate `pr-76-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+    - Round 2 (prod, gate `pr-76-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
 
     <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
@@ -318,7 +318,7 @@ async fn a_stage_may_count_approving_reviews() {
     - Stage **prod** gate `pr-77-prod`: set `sha256:[digest]`, approved by rev-carol
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - Round 2 (prod, gate `pr-77-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+    - Round 2 (prod, gate `pr-77-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
 
     <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>

@@ -1210,10 +1210,10 @@ async fn a_server_set_to_run_without_a_sandbox_says_so_and_the_same_attacks_get_
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
     let mut pr = planned_pr(&bot, 35).await;
-    insta::assert_snapshot!(redact(&pr.section("Approve")), @"
+    insta::assert_snapshot!(redact(&pr.section("Approve")), @r#"
     ### Approve
 
-    Change-set digest (binds every member's plan above):
+    Change-set digest: it binds every member above, those with no changes and those that failed included: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, "Digests").
 
     ```
     sha256:[digest]
@@ -1228,7 +1228,7 @@ async fn a_server_set_to_run_without_a_sandbox_says_so_and_the_same_attacks_get_
     _⚠️ Commands ran without a sandbox: this server is set to `WAVEGATE_SANDBOX=none`, so the pull request's code ran as the bot's own user._
 
     <!-- wavegate:approvals -->
-    ");
+    "#);
     let digest = pr.digest();
     bot.assert_ledger_verifies();
     // From here on the plan writes to the ledger: `settle` no longer

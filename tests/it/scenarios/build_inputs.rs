@@ -97,7 +97,7 @@ async fn the_same_read_as_a_plain_input_is_unknown_and_filled_in_by_a_round() {
     pr.merge().await;
     assert_eq!(bot.applies_run(), ["image@dev", "web@dev"]);
     assert!(
-        pr.apply_section().contains("(filled in web@dev.image)"),
+        pr.apply_section().contains("(filled in `web@dev.image`)"),
         "{}",
         pr.apply_section()
     );

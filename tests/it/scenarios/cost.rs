@@ -92,7 +92,7 @@ async fn a_cost_that_moves_after_approval_is_a_round_naming_the_old_and_new_figu
     pr.merge().await;
     assert!(bot.applies_run().is_empty(), "{}", pr.report());
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
-    What the stage costs moved since it was approved, so it is not covered (round 2, digest `sha256:[digest]`): cost@dev: the monthly cost moved from 120.00 USD to 900.00 USD (+780.00) since the approved plan: app@dev 120.00 → 900.00. Nothing of the stage was applied. Approving this digest approves its plans at that cost and resumes the run:
+    What the stage costs moved since it was approved, so it is not covered (round 2, digest `sha256:[digest]`): `cost@dev: the monthly cost moved from 120.00 USD to 900.00 USD (+780.00) since the approved plan: app@dev 120.00 → 900.00`. Nothing of the stage was applied. Approving this digest approves its plans at that cost and resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -140,7 +140,7 @@ async fn a_cost_above_the_cap_waits_for_an_override_of_exactly_that_cost() {
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
-    The policy denied the monthly cost of stage **dev** (**cost@dev**, `sha256:[digest]`; max_monthly_increase): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:
+    The policy denied the monthly cost of stage **dev** (**cost@dev**, `sha256:[digest]`; `max_monthly_increase`): it rises by more than `max_monthly_increase`. Nothing of that stage was applied. Someone in `policy.overriders` may let exactly this cost through:
 
     ```
     /override cost@dev <reason>

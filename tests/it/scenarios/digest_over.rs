@@ -26,7 +26,7 @@ async fn under_digest_over_changing_a_no_op_member_moving_keeps_the_approval() {
     insta::assert_snapshot!(redact(&approve.lines().take(3).collect::<Vec<_>>().join("\n")), @r#"
     ### Approve
 
-    Change-set digest (binds the plans above that change something: the base's `digest_over = "changing"` leaves out `database@dev`, `database@prod`, `network@dev`, `network@prod`, whose plans change nothing):
+    Change-set digest: it binds every member above that changes something (the base's `digest_over = "changing"` leaves out `database@dev`, `database@prod`, `network@dev`, `network@prod`, whose plans change nothing): each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, "Digests").
     "#);
     let digest = pr.digest();
     pr.comment_as("rev-bob", "/approve").await;

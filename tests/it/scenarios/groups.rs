@@ -187,35 +187,35 @@ async fn a_group_apply_that_fails_part_way_is_retried_as_a_smaller_group() {
     pr.merge().await;
     assert_eq!(bot.applies_run(), ["network@dev"]);
     insta::assert_snapshot!(redact(&pr.apply_section()), @"
-        ## Apply on merge commit `[short]`: failed
+    ## Apply on merge commit `[short]`: failed
 
-        Approved by @rev-bob.
+    Approved by @rev-bob.
 
-        | stage | wave | member | state |
-        | --- | --- | --- | --- |
-        | dev | 1 | `app@dev` | not started: group `data`'s apply did not reach it before it failed |
-        | dev | 1 | `database@dev` | failed: the database is in maintenance |
-        | dev | 1 | `network@dev` | applied |
-        | prod | 1 | `app@prod` | not started |
-        | prod | 1 | `database@prod` | not started |
-        | prod | 1 | `network@prod` | not started |
-        | prod | 2 | `dns@prod` | not started |
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `app@dev` | not started: group `data`'s apply did not reach it before it failed |
+    | dev | 1 | `database@dev` | failed: the database is in maintenance |
+    | dev | 1 | `network@dev` | applied |
+    | prod | 1 | `app@prod` | not started |
+    | prod | 1 | `database@prod` | not started |
+    | prod | 1 | `network@prod` | not started |
+    | prod | 2 | `dns@prod` | not started |
 
-        <details><summary>What the applies of <code>app@dev</code>, <code>database@dev</code>, <code>network@dev</code> printed, the same for each (all 8 lines)</summary>
+    <details><summary>What the applies of <code>app@dev</code>, <code>database@dev</code>, <code>network@dev</code> printed, the same for each (all 8 lines)</summary>
 
-        ```text
-        estate: apply group data@dev: app@dev, database@dev, network@dev
-        estate: applying network@dev (3 planned, 2 deployed)
-        estate:  create aws_subnet.public
-        estate: applied network@dev: 1 created, 0 updated, 0 replaced, 0 deleted
-        estate: planning database@dev (1 desired, 1 deployed)
-        estate: Plan: 0 to add, 1 to change, 0 to destroy, 0 to replace.
-        the database is in maintenance
-        estate: error: the group's apply stopped at database@dev
-        ```
+    ```text
+    estate: apply group data@dev: app@dev, database@dev, network@dev
+    estate: applying network@dev (3 planned, 2 deployed)
+    estate:  create aws_subnet.public
+    estate: applied network@dev: 1 created, 0 updated, 0 replaced, 0 deleted
+    estate: planning database@dev (1 desired, 1 deployed)
+    estate: Plan: 0 to add, 1 to change, 0 to destroy, 0 to replace.
+    the database is in maintenance
+    estate: error: the group's apply stopped at database@dev
+    ```
 
-        </details>
-        ");
+    </details>
+    ");
     assert_eq!(pr.apply_check().state, "failure");
 
     std::fs::remove_file(&fail).unwrap();
@@ -302,37 +302,47 @@ async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     pr.merge().await;
     assert!(bot.applies_run().is_empty(), "{:?}", bot.applies_run());
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
-        The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
 
-        ```
-        /approve sha256:[digest]
-        ```
-        ");
+    - database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
+    - network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
     insta::assert_snapshot!(redact(&pr.apply_section()), @"
-        ## Apply on merge commit `[short]`: waiting
+    ## Apply on merge commit `[short]`: waiting
 
-        Approved by @rev-bob.
+    Approved by @rev-bob.
 
-        The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
 
-        ```
-        /approve sha256:[digest]
-        ```
+    - database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
+    - network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
 
-        | stage | wave | member | state |
-        | --- | --- | --- | --- |
-        | dev | 1 | `database@dev` | waiting: not covered: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
-        | dev | 1 | `network@dev` | waiting: not covered: network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
-        | dev | 2 | `app@dev` | not started |
-        | prod | 1 | `database@prod` | not started |
-        | prod | 1 | `network@prod` | not started |
-        | prod | 2 | `app@prod` | not started |
-        | prod | 3 | `dns@prod` | not started |
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
-        - Round 2 (dev, gate `pr-104-round-2`): digest `sha256:[digest]`, not covered, waiting: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev; network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
-          - `database@dev`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
-          - `network@dev`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-        ");
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `database@dev` | waiting: not covered: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
+    | dev | 1 | `network@dev` | waiting: not covered: network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
+    | dev | 2 | `app@dev` | not started |
+    | prod | 1 | `database@prod` | not started |
+    | prod | 1 | `network@prod` | not started |
+    | prod | 2 | `app@prod` | not started |
+    | prod | 3 | `dns@prod` | not started |
+
+    - Round 2 (dev, gate `pr-104-round-2`): digest `sha256:[digest]`, not covered, waiting: `database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev`; `network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev`
+      - `database@dev`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+      - `network@dev`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
 
     // Approving the round approves the plans made as grouped now: app,
     // on its own since, is what the approved plan said of it.

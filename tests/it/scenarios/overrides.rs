@@ -99,7 +99,7 @@ async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
     assert!(bot.applies_run().is_empty());
     // One wait names both, each with the line to copy.
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
-    The policy denied the plans of **cache@dev** (`sha256:[digest]`; encrypted-at-rest), **network@dev** (`sha256:[digest]`; tagged-subnets). Nothing of that wave was applied. Someone in `policy.overriders` may let them through, each for exactly that plan:
+    The policy denied the plans of **cache@dev** (`sha256:[digest]`; `encrypted-at-rest`), **network@dev** (`sha256:[digest]`; `tagged-subnets`). Nothing of that wave was applied. Someone in `policy.overriders` may let them through, each for exactly that plan:
 
     ```
     /override cache@dev <reason>

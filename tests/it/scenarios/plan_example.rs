@@ -25,8 +25,9 @@ fn plan_on_the_example_prints_the_expected_waves() {
     let run = example.plan("main", "change", &[]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
-        run.stderr
-            .contains("  wave 1: app@dev\n  wave 2: app@prod\n  wave 3: dns@prod\n"),
+        run.stderr.contains(
+            "  dev · wave 1: app@dev\n  prod · wave 1: app@prod\n  prod · wave 2: dns@prod\n"
+        ),
         "{}",
         run.stderr
     );

@@ -122,7 +122,7 @@ async fn a_stood_down_member_ends_the_run_neither_applied_nor_failed() {
     - Stage **prod** gate `pr-13-prod`: set `sha256:[digest]`, approved by rev-bob
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - Round 2 (prod, gate `pr-13-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+    - Round 2 (prod, gate `pr-13-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
 
     <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
@@ -191,7 +191,11 @@ async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
     insta::assert_snapshot!(redact(&said), @r"
     The apply on [short] failed: `cache@dev` failed: the apply command exited with status 1. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.
 
-    Meanwhile, elsewhere in the run: The plans below moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`). Nothing of their wave was applied. Approving this digest resumes the run:
+    Meanwhile, elsewhere in the run: These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - database@dev: address aws\_db\_instance.main changed action from no-op to update
+
+    Nothing of their wave was applied. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]

@@ -43,13 +43,13 @@ async fn without_bubblewrap_the_server_starts_says_why_and_runs_nothing() {
 
     // A pull request is told, and nothing of its code runs.
     let pr = bot.opened(&bot.github_repo(), 41, "change").await;
-    insta::assert_snapshot!(redact(&pr.report()), @"
+    insta::assert_snapshot!(redact(&pr.report()), @r"
     <!-- wavegate:report -->
     ## wavegate plan
 
     ❌ **wavegate's sandbox is unavailable on its server**
 
-    Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: bubblewrap (`bwrap`) is not installed; install it (`apt-get install bubblewrap`), or set WAVEGATE_SANDBOX=none to run commands unsandboxed. Nothing was run.
+    Plan commands are code from the pull request, and this server runs them only in its sandbox, which cannot start: bubblewrap (`bwrap`) is not installed; install it (`apt-get install bubblewrap`), or set WAVEGATE\_SANDBOX=none to run commands unsandboxed. Nothing was run.
 
     **What to do:** the server's operator fixes the sandbox (or sets `WAVEGATE_SANDBOX=none` knowingly) and restarts wavegate; then comment `/plan`.
     ");

@@ -634,12 +634,14 @@ fn resident_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// The members a report's table lists as planned with changes (`| `app@dev` | planned |`).
+/// The members a report's table lists as planned with changes
+/// (`| `app@dev` | <why> | planned |`).
 fn members_with_changes(report: &str) -> BTreeSet<String> {
     report
         .lines()
+        .filter(|line| line.contains(" | planned |"))
         .filter_map(|line| line.strip_prefix("| `"))
-        .filter_map(|rest| rest.split_once("` | planned |"))
+        .filter_map(|rest| rest.split_once("` | "))
         .map(|(member, _)| member.to_owned())
         .collect()
 }

@@ -6,6 +6,9 @@
 
 # TERRAFORM=tofu for OpenTofu.
 TERRAFORM=${TERRAFORM:-terraform}
+# Terraform's own switch for running under automation: it stops advising a
+# `terraform apply` of the job's plan path, which is gone once the job ends.
+export TF_IN_AUTOMATION=1
 workspace=
 var_file=
 
@@ -37,7 +40,16 @@ tf_init() {
         set -- "$@" -backend-config="path=$TF_STATE_DIR/$key/terraform.tfstate" \
             -backend-config="workspace_dir=$TF_STATE_DIR/$key/workspaces"
     fi
-    "$TERRAFORM" init "$@"
+    # Quiet unless it fails: its chatter would fill the report's tail of
+    # what the plan command printed.
+    init_log=$(mktemp)
+    "$TERRAFORM" init "$@" >"$init_log" 2>&1 || {
+        status=$?
+        cat "$init_log" >&2
+        rm -f "$init_log"
+        return "$status"
+    }
+    rm -f "$init_log"
 }
 
 # A stage per workspace: select it; `create` also creates it when missing

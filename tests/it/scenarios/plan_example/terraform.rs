@@ -393,6 +393,12 @@ fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
         run.stderr
     );
     assert!(
+        !run.stderr.contains("terraform apply \"")
+            && !run.stderr.contains("successfully initialized"),
+        "no advice to apply a path the job removes, no init chatter: {}",
+        run.stderr
+    );
+    assert!(
         !run.stdout.contains("example-only"),
         "the sensitive output's value is bound, never shown"
     );
