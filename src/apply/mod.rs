@@ -14,6 +14,7 @@ use crate::config::repo::{Component, GatePolicy};
 use crate::model::{Digest, GateId, MemberId, PrNumber};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
+use crate::plan::preview::Approvers;
 use crate::plan::tail::OutputTail;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -366,6 +367,16 @@ pub(crate) struct StageGate {
     /// Nobody approved it in time: its members failed; `/retry` opens a fresh gate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) expired: bool,
+    /// Who may approve it, as the base's policy for the stage says (none on
+    /// a gate recorded before the run kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approvers: Option<Approvers>,
+    /// How its plans compare with the ones reviewed in the pull request:
+    /// why each that the approved change set does not cover moved (empty:
+    /// every plan is the one reviewed; none on a gate recorded before the
+    /// run compared them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) unlike_reviewed: Option<Vec<String>>,
 }
 
 /// An approval that stands for another digest than the one a gate waits for.
@@ -830,6 +841,7 @@ mod tests {
 
     fn component(name: &str, depends_on: &[&str]) -> Component {
         Component {
+            quiet: Vec::new(),
             name: name.into(),
             dir: name.into(),
             paths: vec![],
@@ -912,6 +924,8 @@ mod tests {
                 opened_at: 0,
                 expires_at: None,
                 expired: false,
+                approvers: None,
+                unlike_reviewed: None,
             },
         );
         assert_eq!(count(&record, "prod"), (0, 0));

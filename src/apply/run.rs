@@ -345,6 +345,8 @@ mod tests {
                 opened_at: 0,
                 expires_at: None,
                 expired: false,
+                approvers: None,
+                unlike_reviewed: None,
             },
         );
         record.rounds = vec![round(2, &["erin"]), round(3, &[])];

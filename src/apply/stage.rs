@@ -22,6 +22,7 @@ use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, MemberOutcome};
+use crate::plan::preview::Approvers;
 use std::time::Duration;
 
 /// What the machine knows of the stage.
@@ -45,6 +46,8 @@ pub(crate) struct StageSpec<'a> {
     pub(crate) after_plan_hooks: bool,
     /// The stage has a cost command: it is planned and priced in every job.
     pub(crate) priced: bool,
+    /// Who may approve its gate, as the base's policy for it says.
+    pub(crate) approvers: Approvers,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -377,7 +380,15 @@ impl<'a> StageMachine<'a> {
         }])
     }
 
+    /// The gate opened on `change_set`, with who may approve it and how its
+    /// plans compare with the ones reviewed in the pull request.
     fn opened(&self, change_set: ChangeSet, expires_at: Option<i64>) -> StageGate {
+        let reviewed = [self.spec.approved];
+        let unlike_reviewed = self
+            .previewed
+            .iter()
+            .filter_map(|outcome| self.moved(outcome, &reviewed))
+            .collect();
         StageGate {
             gate: GateId::of(self.spec.pr, Some(self.spec.stage)),
             change_set,
@@ -386,6 +397,8 @@ impl<'a> StageMachine<'a> {
             opened_at: self.now,
             expires_at,
             expired: false,
+            approvers: Some(self.spec.approvers.clone()),
+            unlike_reviewed: Some(unlike_reviewed),
         }
     }
 
@@ -471,6 +484,7 @@ mod tests {
             digest_over: DigestOver::All,
             after_plan_hooks: false,
             priced: false,
+            approvers: Approvers::of(&crate::config::repo::Policy::default()),
         })
     }
 
@@ -676,6 +690,11 @@ mod tests {
         assert_eq!(
             record.state("app@prod").label(),
             "waiting: stage prod waits for `/approve prod`"
+        );
+        assert_eq!(
+            record.stages["prod"].approvers.as_ref().map(|a| a.required),
+            Some(1),
+            "the gate says who may approve it"
         );
 
         // Approved: it goes on, and the mismatch is no longer shown.

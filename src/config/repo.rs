@@ -125,6 +125,9 @@ pub(crate) struct RawDefaults {
     pub(crate) timeout: Option<String>,
     #[serde(default)]
     pub(crate) env: Vec<String>,
+    /// Lines of a successful plan's output the report leaves out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) quiet: Option<super::quiet::RawQuiet>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -185,6 +188,10 @@ pub(crate) struct RawComponent {
     /// The `[[group]]` it plans and applies with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) group: Option<String>,
+    /// Lines of a successful plan's output the report leaves out, instead
+    /// of `[defaults]`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) quiet: Option<super::quiet::RawQuiet>,
 }
 
 /// What a component is: infrastructure (the default) or a build whose
@@ -325,6 +332,9 @@ pub struct Component {
     pub apply: Option<Vec<String>>,
     pub(crate) outputs: Option<Vec<String>>,
     pub(crate) timeout: Duration,
+    /// Patterns of the lines of a successful plan's output the report
+    /// leaves out (`quiet`).
+    pub(crate) quiet: Vec<String>,
     pub kind: ComponentKind,
     /// A unit a discovery found: what the digests bind of its finding.
     pub(crate) discovered: Option<Value>,
@@ -650,6 +660,17 @@ impl RepoConfig {
                 })?,
                 None => default_timeout,
             };
+            let quiet = match c.quiet.as_ref().or(defaults.quiet.as_ref()) {
+                Some(raw) => raw.patterns().map_err(|(problem, fix)| {
+                    let field = if c.quiet.is_some() {
+                        at("quiet")
+                    } else {
+                        "defaults.quiet".into()
+                    };
+                    err(field, problem, fix)
+                })?,
+                None => Vec::new(),
+            };
             let mut inputs = Vec::new();
             for (name, reference) in &c.inputs {
                 let field = at(&format!("inputs.{name}"));
@@ -701,6 +722,7 @@ impl RepoConfig {
                 apply,
                 outputs,
                 timeout,
+                quiet,
                 kind: c.kind.unwrap_or_default(),
                 discovered: None,
             });

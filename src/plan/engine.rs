@@ -662,6 +662,8 @@ struct Ready {
     spec: CommandSpec,
     files: MemberFiles,
     timeout: Duration,
+    /// `quiet`: what of a successful plan's output the report leaves out.
+    quiet: Vec<String>,
 }
 
 /// One plan command of a wave: a member's own, or a group's for its mates.
@@ -1170,6 +1172,7 @@ impl Workbench {
                     spec,
                     files,
                     timeout: component.timeout,
+                    quiet: component.quiet.clone(),
                 }))),
                 Err(e) => {
                     outcome.status = MemberStatus::PlanFailed;
@@ -1237,7 +1240,11 @@ impl Workbench {
                         outcome.error = Some(error);
                     } else {
                         match read_plan_file(&outcome.member, &r.files) {
-                            Ok(plan) => outcome.plan = Some(plan),
+                            Ok(plan) => {
+                                outcome.plan = Some(plan);
+                                outcome.output =
+                                    crate::config::quiet::quieted(&outcome.output, &r.quiet);
+                            }
                             Err(e) => {
                                 outcome.status = MemberStatus::PlanFailed;
                                 outcome.error = Some(e.to_string());

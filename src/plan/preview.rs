@@ -10,7 +10,7 @@ use crate::config::repo::{
     gate_of, stage_policy, GatePolicy, Policy, RawRepoConfig, RepoConfig, CONFIG_FILE,
 };
 use crate::model::MemberId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The base branch's config as the gates will read it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,7 +24,7 @@ pub(crate) enum BaseConfig {
 }
 
 /// Who may approve one gate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Approvers {
     /// Empty: anyone with write access.
@@ -38,7 +38,7 @@ pub(crate) struct Approvers {
 }
 
 impl Approvers {
-    fn of(policy: &Policy) -> Self {
+    pub(crate) fn of(policy: &Policy) -> Self {
         Self {
             approvers: policy.approvers.clone(),
             required: policy.required,

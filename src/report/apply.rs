@@ -118,9 +118,35 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
         Wait::PrApproval { .. } => format!(
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n{line}\n```\n"
         ),
-        Wait::Stage { stage, digest, .. } => format!(
-            "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`):\n\n```\n{line}\n```\n"
-        ),
+        Wait::Stage { stage, digest, .. } => {
+            let gate = record.stages.get(stage);
+            let compared = match gate.and_then(|g| g.unlike_reviewed.as_ref()) {
+                Some(moved) if moved.is_empty() => {
+                    " Each of them is the plan reviewed in this pull request (covered by its approved change set).".to_owned()
+                }
+                Some(moved) => format!(
+                    " Unlike what was reviewed in this pull request:\n\n{}",
+                    moved
+                        .iter()
+                        .map(|why| format!("- {}", message(why)))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+                None => String::new(),
+            };
+            let who = gate
+                .and_then(|g| g.approvers.as_ref())
+                .map(|a| {
+                    format!(
+                        "\n**Who may approve:** {}.\n",
+                        super::markdown::approvers_text(a)
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`).{compared}\n{who}\n```\n{line}\n```\n"
+            )
+        }
         Wait::Round { round, digest, .. } => {
             let listed = record.rounds.iter().find(|r| r.number == *round);
             let stage = listed.map_or_else(String::new, |r| format!(" of stage **{}**", r.stage));
@@ -773,6 +799,57 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_gate_says_who_may_approve_and_whether_its_plans_are_the_reviewed_ones() {
+        let mut record = record();
+        let gate = |unlike_reviewed: Vec<String>| crate::apply::StageGate {
+            gate: "pr-7-prod".parse().unwrap(),
+            change_set: crate::plan::changeset::ChangeSet::new(vec![]).unwrap(),
+            approved_by: vec![],
+            mismatch: None,
+            opened_at: 0,
+            expires_at: None,
+            expired: false,
+            approvers: Some(crate::plan::preview::Approvers {
+                approvers: vec!["team:platform".into()],
+                required: 2,
+                author_may: false,
+                pusher_may: true,
+                reviews_count: false,
+                ttl: None,
+            }),
+            unlike_reviewed: Some(unlike_reviewed),
+        };
+        record.stages.insert("prod".into(), gate(vec![]));
+        let wait = record.wait.clone().unwrap();
+        insta::assert_snapshot!(wait_help(&wait, &record), @"
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+        **Who may approve:** `team:platform` · 2 approvals needed · not the author (whoever pushed the head may).
+
+        ```
+        /approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
+        ```
+        ");
+        record.stages.insert(
+            "prod".into(),
+            gate(vec![
+                "app@prod: address `aws_lb.app` changed action from create to update".into(),
+            ]),
+        );
+        insta::assert_snapshot!(wait_help(&wait, &record), @"
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`). Unlike what was reviewed in this pull request:
+
+        - app@prod: address `aws_lb.app` changed action from create to update
+
+        **Who may approve:** `team:platform` · 2 approvals needed · not the author (whoever pushed the head may).
+
+        ```
+        /approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
+        ```
+        ");
+    }
+
+    #[test]
     fn a_run_waiting_at_a_stage_shows_every_member_and_the_line_to_copy() {
         let mut record = record();
         record.layout = vec![
@@ -790,12 +867,12 @@ mod tests {
             status: RunStatus::Waiting,
             record: &record,
         };
-        insta::assert_snapshot!(render(&view), @r"
+        insta::assert_snapshot!(render(&view), @"
         ## Apply on merge commit `0123456789ab`: waiting
 
         Approved by @rev-bob.
 
-        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`):
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`).
 
         ```
         /approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb

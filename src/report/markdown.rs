@@ -397,7 +397,9 @@ pub(crate) fn stage_meaning(change: &PlannedChange, stage: &StagePreview) -> Str
     text
 }
 
-fn approvers_text(a: &Approvers) -> String {
+/// Who may approve, in one line: logins or teams, how many, and the
+/// author's, the pusher's and reviews' part.
+pub(crate) fn approvers_text(a: &Approvers) -> String {
     let mut parts = vec![if a.approvers.is_empty() {
         "anyone with write access".to_owned()
     } else {
@@ -527,7 +529,7 @@ fn groups_section(change: &PlannedChange) -> String {
                 notes.push(format!(
                     "❌ in {}, {} (so did each of its members)",
                     g.stage,
-                    message(&crate::apply::failure_summary(error))
+                    message(crate::apply::failure_summary(error))
                 ));
                 continue;
             }

@@ -757,6 +757,7 @@ impl JobCtx<'_> {
             digest_over: drive.policy.digest_over,
             after_plan_hooks: !drive.rules.hooks(stage, Moment::AfterPlan).is_empty(),
             priced: drive.rules.cost(stage).is_some(),
+            approvers: crate::plan::preview::Approvers::of(&drive.stage_policy(stage)),
         });
         let now = self.store.now();
         let mut observation = StageObservation::Reached { now };

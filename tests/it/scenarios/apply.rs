@@ -38,7 +38,9 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     assert_eq!(check.title, "Waiting: /approve prod");
     let asked = pr.last_reply();
     insta::assert_snapshot!(redact(&asked), @"
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]
@@ -51,7 +53,9 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]
@@ -98,7 +102,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     // dns@prod read app@prod's hostname, unknown when approved: a covered round.
     let applied = pr.apply_section();
     assert!(applied.contains(
-        "covered by the approval: only what was unknown moved (filled in dns@prod.hostname)"
+        "covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)"
     ));
     insta::assert_snapshot!(redact(&applied), @"
     ## Apply on merge commit `[short]`: applied
@@ -114,7 +118,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     - Stage **prod** gate `pr-1-prod`: set `sha256:[digest]`, approved by rev-carol
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - Round 2 (prod, gate `pr-1-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in dns@prod.hostname)
+    - Round 2 (prod, gate `pr-1-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
 
     <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
@@ -426,7 +430,9 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]
@@ -537,7 +543,9 @@ async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]

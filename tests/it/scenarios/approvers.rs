@@ -117,7 +117,9 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
 
     Approved by @rev-carol.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]
@@ -543,7 +545,9 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
         .find(|r| r.contains("/approve prod sha256:"))
         .expect("prod's wait was posted");
     insta::assert_snapshot!(redact(asked), @"
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
     ```
     /approve prod sha256:[digest]

@@ -105,7 +105,7 @@ async fn a_forging_pull_request<'b>(bot: &'b Bot, repo: &RepoHandle, number: u64
     bot.opened(repo, number, "forged").await
 }
 
-async fn the_report_cannot_be_forged(bot: &Bot, pr: &PrHandle<'_>) {
+async fn the_report_cannot_be_forged(pr: &PrHandle<'_>) {
     let comment = pr.report();
     let read = read(&comment);
     assert_eq!(
@@ -172,7 +172,7 @@ async fn on_github_a_plan_file_cannot_forge_the_report() {
     let bot = Bot::start().await;
     let repo = bot.github_repo();
     let pr = a_forging_pull_request(&bot, &repo, 361).await;
-    the_report_cannot_be_forged(&bot, &pr).await;
+    the_report_cannot_be_forged(&pr).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,5 +180,5 @@ async fn on_forgejo_a_plan_file_cannot_forge_the_report() {
     let bot = Bot::start().await;
     let repo = bot.forgejo_repo();
     let pr = a_forging_pull_request(&bot, &repo, 362).await;
-    the_report_cannot_be_forged(&bot, &pr).await;
+    the_report_cannot_be_forged(&pr).await;
 }

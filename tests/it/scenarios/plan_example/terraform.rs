@@ -398,6 +398,28 @@ fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
         "no advice to apply a path the job removes, no init chatter: {}",
         run.stderr
     );
+    let repo = example.repo.display().to_string();
+    let markdown = example.wavegate(
+        &[
+            "plan",
+            "--repo",
+            &repo,
+            "--base",
+            "main",
+            "--head",
+            "bigger",
+            "--markdown",
+        ],
+        None,
+    );
+    assert!(
+        !markdown.stdout.contains("Saved the plan to")
+            && markdown
+                .stdout
+                .contains("quiet under `quiet` in wavegate.toml left out"),
+        "`quiet = \"terraform\"` leaves the chatter out of what the report shows: {}",
+        markdown.stdout
+    );
     assert!(
         !run.stdout.contains("example-only"),
         "the sensitive output's value is bound, never shown"
