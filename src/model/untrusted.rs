@@ -100,6 +100,12 @@ impl PartialEq<&str> for Untrusted {
     }
 }
 
+impl AsRef<str> for Untrusted {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::borrow::Borrow<str> for Untrusted {
     fn borrow(&self) -> &str {
         &self.0

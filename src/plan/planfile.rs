@@ -19,7 +19,7 @@
 
 use super::path::ValuePath;
 use crate::model::canonical::{CanonicalJson, DigestWriter, NumberForm};
-use crate::model::{Digest, MemberId};
+use crate::model::{Digest, MemberId, Untrusted};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -69,7 +69,8 @@ impl Action {
 /// One resource change, normalised: paths parsed and sorted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    pub address: String,
+    /// Written by the plan command: shown only through [`Untrusted`]'s renderings.
+    pub address: Untrusted,
     pub action: Action,
     /// What the address becomes, as canonical text: plans run to many
     /// megabytes, and only coverage and the report look inside.
@@ -235,12 +236,14 @@ pub enum PlanFileError {
 #[serde(rename_all = "camelCase")]
 pub struct MemberPlan {
     pub member: MemberId,
-    pub summary: String,
+    /// Written by the plan command: shown only through [`Untrusted`]'s renderings.
+    pub summary: Untrusted,
     pub entries: Vec<Entry>,
     pub outputs: Outputs,
     pub destructive: bool,
+    /// The policy rules the plan command says it breaks, as it names them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub denied: Vec<String>,
+    pub denied: Vec<Untrusted>,
     /// The plan lists no resources and does not say it is empty (a migration
     /// tool, a script): its summary is bound, its apply always runs, and only
     /// its exact digest covers it.
@@ -399,7 +402,7 @@ impl MemberPlan {
                 forced_by: normalise_paths(e.forced_by, || format!("entries[{i}].forced_by"))?,
                 after: value(e.after, "after")?,
                 before: value(e.before, "before")?,
-                address: e.address,
+                address: e.address.into(),
                 action: e.action,
             }));
         }
@@ -423,7 +426,7 @@ impl MemberPlan {
             if let Some(e) = entries.iter().find(|e| e.action.changes()) {
                 return Err(PlanFileError::Invalid(format!(
                     "`empty` is true but `{}` is a {}; an empty plan lists only `no-op` and `read` entries: remove `empty` or that entry",
-                    e.address,
+                    e.address.as_str(),
                     e.action.as_str()
                 )));
             }
@@ -453,11 +456,11 @@ impl MemberPlan {
         denied.dedup();
         let mut plan = MemberPlan {
             member: member.clone(),
-            summary: raw.summary,
+            summary: raw.summary.into(),
             entries,
             outputs,
             destructive,
-            denied,
+            denied: denied.into_iter().map(Untrusted::from).collect(),
             opaque,
             group: None,
             // Computed from the rest just below.
@@ -491,7 +494,7 @@ impl MemberPlan {
                 w.raw(",");
             }
             w.raw("{").key("action").string(e.action.as_str());
-            w.raw(",").key("address").string(&e.address);
+            w.raw(",").key("address").string(e.address.as_str());
             w.raw(",").key("after").canonical(&e.after);
             if !e.before.is_null() {
                 w.raw(",").key("before").canonical(&e.before);
@@ -534,7 +537,7 @@ impl MemberPlan {
             .strings(&self.outputs.unknown)
             .raw("}");
         if self.opaque {
-            w.raw(",").key("summary").string(&self.summary);
+            w.raw(",").key("summary").string(self.summary.as_str());
         }
         w.raw("}");
         w.finish()

@@ -695,9 +695,10 @@ mod tests {
         assert!(plan.destructive);
         assert!(
             plan.summary
+                .as_str()
                 .contains("-/+ test_instance.test (replace, forced by ami)"),
             "{}",
-            plan.summary
+            plan.summary.as_str()
         );
     }
 
@@ -749,11 +750,15 @@ mod tests {
         assert!(entry.sensitive.contains(&"ami".to_owned()));
         assert_eq!(plan.outputs.known["test"], "boop");
         assert_eq!(plan.outputs.sensitive, vec!["test"]);
-        assert!(!plan.summary.contains("boop"), "{}", plan.summary);
         assert!(
-            plan.summary.contains("output test = (sensitive)"),
+            !plan.summary.as_str().contains("boop"),
             "{}",
-            plan.summary
+            plan.summary.as_str()
+        );
+        assert!(
+            plan.summary.as_str().contains("output test = (sensitive)"),
+            "{}",
+            plan.summary.as_str()
         );
     }
 
@@ -768,8 +773,9 @@ mod tests {
         assert_eq!(plan.outputs.fully_known("baz"), None);
         assert!(plan
             .summary
+            .as_str()
             .contains("output bar = (partly known after apply)"));
-        assert!(plan.summary.contains("output foo = \"hello\""));
+        assert!(plan.summary.as_str().contains("output foo = \"hello\""));
     }
 
     #[test]
@@ -786,13 +792,17 @@ mod tests {
         assert!(plan.destructive);
         assert!(plan
             .summary
+            .as_str()
             .contains("- test_instance.test-delete (delete)"));
-        assert!(plan.summary.contains("~ test_instance.test (update: ami)"));
+        assert!(plan
+            .summary
+            .as_str()
+            .contains("~ test_instance.test (update: ami)"));
     }
 
     #[test]
     fn moves_and_drift_are_mentioned_but_drift_is_no_entry() {
-        let moved = plan("moved.json").summary;
+        let moved = plan("moved.json").summary.into_string();
         assert!(
             moved.contains("~ test_instance.baz (update: ami; moved from test_instance.foo)"),
             "{moved}"
@@ -802,9 +812,10 @@ mod tests {
         assert!(
             drift
                 .summary
+                .as_str()
                 .ends_with("drift: test_instance.should_refresh"),
             "{}",
-            drift.summary
+            drift.summary.as_str()
         );
     }
 
@@ -830,7 +841,7 @@ mod tests {
 
     #[test]
     fn the_summary_reads_like_a_plan() {
-        let summary = plan("multi-resource-update.json").summary;
+        let summary = plan("multi-resource-update.json").summary.into_string();
         insta::assert_snapshot!(summary, @r"
         = test_instance.test[0] (moved from test_instance.test)
         + test_instance.test[1] (create)

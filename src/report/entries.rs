@@ -66,10 +66,15 @@ pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
         Action::Replace if !entry.forced_by.is_empty() => format!(
             "{} {} (replace; forced by {})",
             symbol(entry.action),
-            entry.address,
+            entry.address.as_str(),
             entry.forced_by.join(", ")
         ),
-        action => format!("{} {} ({})", symbol(action), entry.address, action.as_str()),
+        action => format!(
+            "{} {} ({})",
+            symbol(action),
+            entry.address.as_str(),
+            action.as_str()
+        ),
     };
     let mut lines = vec![heading];
     if entry.action == Action::Delete {
@@ -162,7 +167,7 @@ pub(crate) fn entry_lines(entry: &Entry) -> Vec<String> {
 /// The addresses a plan deletes or replaces, each as `address (action)`.
 pub(crate) fn destructive_addresses(plan: &MemberPlan) -> Vec<String> {
     plan.destructive_entries()
-        .map(|e| format!("{} ({})", e.address, e.action.as_str()))
+        .map(|e| format!("{} ({})", e.address.as_str(), e.action.as_str()))
         .collect()
 }
 

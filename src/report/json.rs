@@ -182,7 +182,7 @@ pub(crate) struct JsonMember<'a> {
     pub(crate) group_inputs: Vec<String>,
     /// Values of sensitive inputs are left out.
     pub(crate) inputs: BTreeMap<String, ResolvedInput>,
-    pub(crate) denied: &'a [String],
+    pub(crate) denied: &'a [crate::model::Untrusted],
     pub(crate) error: Option<&'a str>,
     pub(crate) blocked_by: Option<&'a str>,
 }

@@ -12,7 +12,7 @@
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
 use crate::model::untrusted::{self, cell_code, code, fenced, fenced_in, message, Lines};
-use crate::model::Money;
+use crate::model::{Money, Untrusted};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
 use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
@@ -151,7 +151,7 @@ fn destructive_warning(change: &PlannedChange) -> String {
     for (m, plan) in plans {
         let all: Vec<String> = plan
             .destructive_entries()
-            .map(|e| format!("{} ({})", code(&e.address), e.action.as_str()))
+            .map(|e| format!("{} ({})", e.address.code(), e.action.as_str()))
             .collect();
         addresses += all.len();
         let line = if all.is_empty() && plan.opaque {
@@ -613,7 +613,7 @@ fn member_notes(m: &MemberOutcome) -> Vec<String> {
     }
     if let Some(plan) = &m.plan {
         if !plan.denied.is_empty() {
-            let rules: Vec<String> = plan.denied.iter().map(|r| code(r)).collect();
+            let rules: Vec<String> = plan.denied.iter().map(Untrusted::code).collect();
             notes.push(format!(
                 "`{}` is denied by policy rules: {}",
                 m.member,
@@ -669,7 +669,7 @@ impl Detail {
             m.member,
             entries::plan_headline(plan)
         );
-        let summary = untrusted::clean(plan.summary.trim_end(), Lines::Keep);
+        let summary = untrusted::clean(plan.summary.as_str().trim_end(), Lines::Keep);
         Self {
             title,
             destructive: plan.destructive,
