@@ -342,3 +342,172 @@ fn the_structure_check_sees_a_breakout() {
     assert_ne!(structure(&raw(ATTACKS[1])), structure(&raw("x")));
     assert_eq!(linked("@\u{200b}erin #\u{200b}12 @erin"), ["mention"]);
 }
+
+/// The run's section of the report and what the run tells the pull request,
+/// with every field an apply command, a plan file or a hook controls filled
+/// with `field(i)` (each starting with its placeholder, as above).
+fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
+    use crate::apply::run::News;
+    use crate::apply::{AttemptRecord, Lapsed, MemberState, Round, RunStatus, Wait};
+    use crate::model::{CommitSha, Digest};
+    use crate::plan::changeset::ChangeSet;
+    use crate::plan::tail::OutputTail;
+
+    let f = |i: usize| format!("x{i:02}{}", field(i));
+    // Multi-line so the failure's details are shown whatever the string.
+    let error = |i: usize| format!("{}\nlast output:\n{}", f(i), f(i + 1));
+    let mut record = AttemptRecord {
+        pr_approved_by: vec!["rev-bob".into()],
+        ..Default::default()
+    };
+    let states = [
+        ("app@dev", MemberState::Failed { error: error(0) }),
+        ("db@dev", MemberState::Waiting { reason: f(2) }),
+        (
+            "net@dev",
+            MemberState::Held {
+                holder: f(3),
+                tries: 1,
+                retry_at: 0,
+            },
+        ),
+        ("web@dev", MemberState::StoodDown { reason: f(4) }),
+        ("dns@dev", MemberState::NotReached { reason: f(5) }),
+        (
+            "cdn@dev",
+            MemberState::Applied {
+                plan_digest: Digest::repeated('a'),
+                outputs: Default::default(),
+                note: Some(f(6)),
+            },
+        ),
+    ];
+    for (member, state) in states {
+        record.set(&member.into(), state);
+    }
+    record.printed.insert(
+        "cdn@dev".into(),
+        OutputTail::of(&f(7)).expect("a placeholder is never blank"),
+    );
+    record.lapsed.push(Lapsed {
+        gate: "pr-7".parse().unwrap(),
+        by: "rev-bob".into(),
+        why: f(8),
+    });
+    let set = ChangeSet::new(vec![]).unwrap();
+    record.rounds = vec![
+        Round {
+            number: 2,
+            gate: "pr-7-round-2".parse().unwrap(),
+            stage: "dev".into(),
+            change_set: set.clone(),
+            reasons: vec![f(9), f(10)],
+            filled: vec![],
+            approved_by: vec![],
+            mismatch: None,
+        },
+        Round {
+            number: 3,
+            gate: "pr-7-round-3".parse().unwrap(),
+            stage: "dev".into(),
+            change_set: set,
+            reasons: vec![],
+            filled: vec![f(11)],
+            approved_by: vec![],
+            mismatch: None,
+        },
+    ];
+    let merge = CommitSha::parse(&"a".repeat(40)).unwrap();
+    let base = CommitSha::parse(&"b".repeat(40)).unwrap();
+    let waits = [
+        Wait::Round {
+            round: 2,
+            gate: "pr-7-round-2".parse().unwrap(),
+            digest: Digest::repeated('c'),
+        },
+        Wait::Holder {
+            member: "net@dev".into(),
+            holder: f(3),
+            until: 0,
+        },
+        Wait::Override {
+            member: "app@dev".into(),
+            gate: "pr-7-override".parse().unwrap(),
+            digest: Digest::repeated('d'),
+            rules: vec![f(12)],
+            also: Vec::new(),
+        },
+    ];
+    let mut texts = Vec::new();
+    for wait in waits {
+        record.wait = Some(wait.clone());
+        let view = super::apply::RunView {
+            merge_sha: merge.as_str(),
+            status: RunStatus::Failed,
+            record: &record,
+        };
+        texts.push(super::apply::render_within(&view, super::COMMENT_LIMIT));
+        texts.push(super::apply::news(
+            &News::Waits(wait),
+            &merge,
+            &base,
+            &record,
+        ));
+    }
+    for news in [
+        News::Failed { meanwhile: None },
+        News::Ended,
+        News::CannotGoOn(f(13)),
+        News::GaveUp {
+            attempts: 3,
+            error: error(14),
+        },
+    ] {
+        texts.push(super::apply::news(&news, &merge, &base, &record));
+    }
+    texts.push(super::reply::plan_refused(&f(16), &"c".repeat(40)).body);
+    texts.push(super::reply::gave_up(2, &error(17)).body);
+    texts
+}
+
+/// The run check on one set of strings: `None` when it holds.
+fn run_breaks(strings: &[String]) -> Option<String> {
+    let attacked = run_texts(&|i| strings[i].clone());
+    let plain = run_texts(&|_| String::new());
+    for (n, (attacked, plain)) in attacked.iter().zip(&plain).enumerate() {
+        for marker in [REPORT_MARKER, START, END] {
+            if count(attacked, marker) != count(plain, marker) {
+                return Some(format!(
+                    "text {n}: {marker} occurs {} times:\n{attacked}",
+                    count(attacked, marker)
+                ));
+            }
+        }
+        let (got, want) = (structure(attacked), structure(plain));
+        if got != want {
+            let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+            return Some(format!(
+                "text {n}: the structure differs at element {at}: {:?} where the plain text has {:?}\n\n{attacked}",
+                got.get(at),
+                want.get(at)
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn nothing_an_apply_or_a_plan_writes_changes_the_runs_section_or_replies() {
+    let mut random = Random(0x5eed_1234_abcd_0002);
+    for round in 0..300 {
+        let strings: Vec<String> = (0..FIELDS).map(|_| random.string()).collect();
+        if let Some(why) = run_breaks(&strings) {
+            panic!("round {round}, strings {strings:?}: {why}");
+        }
+    }
+    for attack in ATTACKS {
+        if let Some(why) = run_breaks(&vec![(*attack).to_owned(); FIELDS]) {
+            panic!("{attack:?}: {why}");
+        }
+    }
+}
