@@ -51,6 +51,10 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     use anyhow::Context as _;
     let worker_options = WorkerOptions {
         notify: settings.notify.clone(),
+        docs_url: settings
+            .public_url
+            .as_ref()
+            .map(|url| format!("{url}/docs")),
         ..worker_options
     };
     for warning in

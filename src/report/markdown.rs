@@ -25,19 +25,20 @@ use std::fmt::Write as _;
 #[cfg(test)]
 /// Renders the report within `COMMENT_LIMIT` characters.
 pub(crate) fn render(change: &PlannedChange) -> String {
-    render_within(change, COMMENT_LIMIT)
+    render_within(change, COMMENT_LIMIT, None)
 }
 
 /// Renders the report as planned, leaving room for the approvals section
 /// the bot appends below it ([`super::approvals::appended`]).
-pub(crate) fn render_for_comment(change: &PlannedChange) -> String {
-    render_within(change, COMMENT_LIMIT - super::approvals::ROOM)
+/// `docs` is where the server serves its docs, for the report's links.
+pub(crate) fn render_for_comment(change: &PlannedChange, docs: Option<&str>) -> String {
+    render_within(change, COMMENT_LIMIT - super::approvals::ROOM, docs)
 }
 
 /// The comment the bot posts for a plan nobody approved yet, approvals
 /// section included: what `wavegate plan --markdown` prints.
 pub fn as_posted(change: &PlannedChange) -> String {
-    let report = render_for_comment(change);
+    let report = render_for_comment(change, None);
     if change.members.is_empty() {
         return report;
     }
@@ -61,9 +62,9 @@ pub fn as_posted(change: &PlannedChange) -> String {
 }
 
 /// Renders within `limit` characters; shortening is visible, never silent.
-pub(crate) fn render_within(change: &PlannedChange, limit: usize) -> String {
+pub(crate) fn render_within(change: &PlannedChange, limit: usize, docs: Option<&str>) -> String {
     let head = header(change);
-    let tail = approve_block(change);
+    let tail = approve_block(change, docs);
     let fixed = head.chars().count() + tail.chars().count();
     let mut budget = limit.saturating_sub(fixed);
 
@@ -1074,7 +1075,7 @@ fn cost_section(change: &PlannedChange, rows: usize) -> String {
     out
 }
 
-fn approve_block(change: &PlannedChange) -> String {
+fn approve_block(change: &PlannedChange, docs: Option<&str>) -> String {
     let digest = &change.change_set.digest;
     let mut out = String::new();
     if change.members.is_empty() {
@@ -1111,9 +1112,13 @@ fn approve_block(change: &PlannedChange) -> String {
             left_out.join(", ")
         )
     };
+    let more = match docs {
+        Some(url) => format!("[what each digest binds]({url}/plan-files.md#digests)"),
+        None => "see `docs/plan-files.md`, \"Digests\"".to_owned(),
+    };
     let _ = writeln!(
         out,
-        "Change-set digest: it binds {which}: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read{and_costs}. Not bound: summaries of other plans and what the commands printed (see `docs/plan-files.md`, \"Digests\").\n"
+        "Change-set digest: it binds {which}: each one's status, its plan (entries, outputs, policy denials; the summary only of an opaque plan) and the input values it read{and_costs}. Not bound: summaries of other plans and what the commands printed ({more}).\n"
     );
     let _ = writeln!(out, "```\n{digest}\n```\n");
     if change.any_failed() {

@@ -6,6 +6,7 @@
 //! not record is answered 500 so the forge keeps it for redelivery.
 //! `/metrics` serves Prometheus metrics (`metrics.rs`).
 
+mod docs;
 mod extract;
 mod metrics;
 pub(crate) mod setup;
@@ -63,6 +64,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::handler))
         .route("/webhooks/github", post(github_webhook))
         .route("/webhooks/forgejo", post(forgejo_webhook))
+        .route("/docs/{page}", get(docs::page))
         .route("/setup", get(setup::page_handler))
         .route("/setup/callback", get(setup::callback))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

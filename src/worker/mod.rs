@@ -51,6 +51,9 @@ pub struct WorkerOptions {
     pub heartbeat: Option<Duration>,
     /// The `[notify]` targets this server defines (`WAVEGATE_NOTIFY_*`).
     pub notify: crate::config::settings::NotifyTargets,
+    /// Where this server serves its docs (`WAVEGATE_PUBLIC_URL` + `/docs`),
+    /// for the reports' links; none when it is not reached from outside.
+    pub docs_url: Option<String>,
 }
 
 impl Default for WorkerOptions {
@@ -62,6 +65,7 @@ impl Default for WorkerOptions {
             held_retry: crate::apply::HELD_RETRY,
             heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
             notify: Default::default(),
+            docs_url: None,
         }
     }
 }

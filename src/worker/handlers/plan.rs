@@ -149,7 +149,7 @@ impl JobCtx<'_> {
         change: &PlannedChange,
         check_id: Option<u64>,
     ) -> Result<()> {
-        let body = report::markdown::render_for_comment(change);
+        let body = report::markdown::render_for_comment(change, self.options.docs_url.as_deref());
         let nothing = change.members.is_empty();
         let plan = NewPlan {
             repo: self.repo.id.clone(),

@@ -785,3 +785,33 @@ fn serve_names_an_unreachable_database_with_its_cause_and_warns_about_misspelt_s
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_links_what_the_digest_binds_to_the_docs_this_server_serves() {
+    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_URL", "https://wavegate.example.test/")]).await;
+    let pr = planned_pr(&bot, 41).await;
+    assert!(
+        pr.section("Approve").contains(
+            "[what each digest binds](https://wavegate.example.test/docs/plan-files.md#digests)"
+        ),
+        "{}",
+        pr.report()
+    );
+    let docs = |page: &str| {
+        let url = format!("http://127.0.0.1:{}/docs/{page}", bot.port);
+        let http = bot.http.clone();
+        async move {
+            let answer = http.get(url).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    let (status, page) = docs("plan-files.md").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<h2 id=\"digests\">Digests</h2>"), "{page}");
+    let (status, page) = docs("secrets.md").await;
+    assert_eq!(status, 404);
+    assert!(
+        page.contains("the docs are: approvals-and-applying.md"),
+        "{page}"
+    );
+}
