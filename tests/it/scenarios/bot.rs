@@ -166,7 +166,7 @@ async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() 
 
     ❌ **wavegate.toml cannot be read**
 
-    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `discover`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`, `kind`, `group`.
+    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `discover`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`, `kind`, `group`, `quiet`.
 
     Nothing was planned, so there is nothing to approve yet.
 

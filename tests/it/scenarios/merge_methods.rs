@@ -115,7 +115,9 @@ async fn every_approved_member_applies(forge: Forge) {
         let asked = pr.last_reply();
         insta::allow_duplicates! {
             insta::assert_snapshot!(redact(&asked), @"
-            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+            **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
             ```
             /approve prod sha256:[digest]
@@ -180,7 +182,9 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
         );
         insta::allow_duplicates! {
             insta::assert_snapshot!(redact(&pr.last_reply()), @"
-            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`):
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+
+            **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
             ```
             /approve prod sha256:[digest]
