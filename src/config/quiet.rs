@@ -97,8 +97,10 @@ impl RawQuiet {
     }
 }
 
-/// Whether `line` is one `patterns` quiet.
+/// Whether `line` is one `patterns` quiet (read without colour and other
+/// terminal escapes, as the report shows it).
 fn is_quiet(line: &str, patterns: &[String]) -> bool {
+    let line = crate::model::untrusted::clean(line, crate::model::untrusted::Lines::Fold);
     let line = line.trim_start();
     patterns.iter().any(|p| match p.strip_prefix('*') {
         Some(anywhere) => line.contains(anywhere),
@@ -181,6 +183,19 @@ To perform exactly these actions, run the following command to apply:
         assert!(shown.starts_with("keep\n\n(2 lines quiet"), "{shown}");
         assert_eq!(quieted("nothing quiet", &patterns), "nothing quiet");
         assert_eq!(quieted("x", &[]), "x");
+    }
+
+    #[test]
+    fn coloured_output_is_quieted_as_the_report_shows_it() {
+        let patterns = RawQuiet::Set("terraform".into()).patterns().unwrap();
+        let shown = quieted(
+            "\u{1b}[1mInitializing the backend...\u{1b}[0m\nPlan: 1 to add",
+            &patterns,
+        );
+        assert!(
+            shown.starts_with("Plan: 1 to add\n\n(1 line quiet"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -127,6 +127,13 @@ pub enum Lines {
 /// opens an HTML comment (broken by a zero-width space, so no text a pull
 /// request writes can spell the bot's markers, even inside code).
 pub fn clean(text: &str, lines: Lines) -> String {
+    // Most text (a plan's output, an address) holds nothing to remove.
+    let plain = text
+        .bytes()
+        .all(|b| ((0x20..0x7f).contains(&b) && b != b'<') || b == b'\n' || b == b'\t');
+    if plain && (lines == Lines::Keep || !text.contains('\n')) {
+        return text.to_owned();
+    }
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -141,9 +148,13 @@ pub fn clean(text: &str, lines: Lines) -> String {
             '\n' | '\u{2028}' | '\u{2029}' | '\u{85}' => newline(&mut out, lines),
             '\t' => out.push('\t'),
             c if c.is_control() || is_bidi_control(c) => {}
-            '<' if out_starts_comment(&mut chars) => out.push_str("<!\u{200b}"),
             c => out.push(c),
         }
+    }
+    // Checked on what is left, so a removed character between `<` and
+    // `!--` does not let one through.
+    if out.contains("<!--") {
+        out = out.replace("<!--", "<!\u{200b}--");
     }
     out
 }
@@ -153,18 +164,6 @@ fn newline(out: &mut String, lines: Lines) {
         Lines::Keep => out.push('\n'),
         Lines::Fold => out.push('⏎'),
     }
-}
-
-/// After a `<`: whether `!--` follows (consumed, so the caller writes the
-/// broken form).
-fn out_starts_comment(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> bool {
-    let mut ahead = chars.clone();
-    if ahead.next() == Some('!') && ahead.next() == Some('-') && ahead.next() == Some('-') {
-        chars.next();
-        // The two dashes stay: `<!\u{200b}--` reads as written and opens nothing.
-        return true;
-    }
-    false
 }
 
 /// Skips one escape sequence after ESC: CSI (`[` parameters, a final byte),
@@ -226,7 +225,21 @@ pub fn code(text: &str) -> String {
 /// [`code`] for a cell of a table, where `|` would end the cell even inside
 /// a code span unless escaped (GitHub shows `\|` there as `|`).
 pub fn cell_code(text: &str) -> String {
-    span(capped(clean(text, Lines::Fold), LONGEST_SPAN).replace('|', "\\|"))
+    let text = capped(clean(text, Lines::Fold), LONGEST_SPAN);
+    let mut escaped = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if c == '|' {
+            // A backslash of the text's own before it would escape the
+            // escape: a zero-width space keeps them apart.
+            if escaped.ends_with('\\') {
+                escaped.push('\u{200b}');
+            }
+            escaped.push_str("\\|");
+        } else {
+            escaped.push(c);
+        }
+    }
+    span(escaped)
 }
 
 fn span(text: String) -> String {
@@ -273,10 +286,10 @@ pub fn fenced_in(text: &str, info: &str, prefix: &str) -> String {
 }
 
 /// `text` as running markdown text on one line: every character markdown
-/// or HTML could read escaped, `@` mentions and `#1` references broken by a
-/// zero-width space (both forges link them in text), `://` and `www.`
-/// broken so no link is made of them, line breaks shown as `⏎`, capped at
-/// [`LONGEST_PROSE`] characters.
+/// or HTML could read escaped; `@` (mentions, emails), `#1`, `!1` and
+/// `GH-1` references broken by a zero-width space (the forges link them in
+/// text); `://` and `www.` broken so no link is made of them; line breaks
+/// shown as `⏎`; capped at [`LONGEST_PROSE`] characters.
 pub fn prose(text: &str) -> String {
     escaped(&capped(clean(text, Lines::Fold), LONGEST_PROSE), true)
 }
@@ -285,17 +298,27 @@ pub fn prose(text: &str) -> String {
 /// line, where a block marker would be read.
 fn escaped(text: &str, line_start: bool) -> String {
     let mut out = String::with_capacity(text.len() + 8);
-    // Where a block marker (`- `, `1. `, `> `, `=`) would be read: the start.
-    let list_number = text.chars().take_while(char::is_ascii_digit).count();
+    // Where a block marker (`- `, `1. `, `> `, `=`) would be read: the
+    // first character after leading spaces, or after a list number there.
+    let indent = text.chars().take_while(|c| *c == ' ' || *c == '\t').count();
+    let list_number = indent
+        + text
+            .chars()
+            .skip(indent)
+            .take_while(char::is_ascii_digit)
+            .count();
     let mut chars = text.chars().enumerate().peekable();
     while let Some((at, c)) = chars.next() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            // A mention starts where a word does not (`dns@dev` is none).
-            '@' if !out.ends_with(|c: char| c.is_alphanumeric()) => out.push_str("@\u{200b}"),
+            '@' => out.push_str("@\u{200b}"),
             '#' => out.push_str("\\#\u{200b}"),
+            '!' if chars.peek().is_some_and(|(_, c)| c.is_ascii_digit()) => {
+                out.push_str("\\!\u{200b}")
+            }
+            '-' if out.ends_with("GH") => out.push_str("-\u{200b}"),
             ':' if chars.peek().is_some_and(|(_, c)| *c == '/') => out.push_str(":\u{200b}"),
             '.' if out.ends_with("www") => out.push_str(".\u{200b}"),
             '\\' | '`' | '*' | '_' | '[' | ']' | '!' | '|' | '~' | '$' => {
@@ -304,7 +327,7 @@ fn escaped(text: &str, line_start: bool) -> String {
             }
             c if line_start
                 && c.is_ascii_punctuation()
-                && (at == 0 || (at == list_number && at > 0)) =>
+                && (at == indent || (at == list_number && at > indent)) =>
             {
                 out.push('\\');
                 out.push(c);
@@ -321,6 +344,16 @@ fn escaped(text: &str, line_start: bool) -> String {
 /// [`code`], the rest [`prose`], so it reads as written and nothing in it
 /// is markdown. A quote the text does not close is prose.
 pub fn message(text: &str) -> String {
+    message_with(text, code)
+}
+
+/// [`message`] for a cell of a table: quoted parts through [`cell_code`],
+/// so no `|` in them ends the cell ([`prose`] escapes the others).
+pub fn cell_message(text: &str) -> String {
+    message_with(text, cell_code)
+}
+
+fn message_with(text: &str, code: fn(&str) -> String) -> String {
     let text = capped(clean(text, Lines::Fold), LONGEST_PROSE);
     let pieces: Vec<&str> = text.split('`').collect();
     let mut out = String::with_capacity(text.len() + 16);
@@ -333,25 +366,6 @@ pub fn message(text: &str) -> String {
                 out.push_str("\\`");
             }
             out.push_str(&escaped(piece, i == 0));
-        }
-    }
-    out
-}
-
-/// `text` inside an HTML element (a `<summary>`, say): `&`, `<`, `>` and
-/// quotes escaped, on one line, mentions broken as in [`prose`].
-pub fn html(text: &str) -> String {
-    let text = capped(clean(text, Lines::Fold), LONGEST_PROSE);
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '@' => out.push_str("@\u{200b}"),
-            '#' => out.push_str("#\u{200b}"),
-            c => out.push(c),
         }
     }
     out
@@ -378,6 +392,7 @@ mod tests {
     #[test]
     fn a_table_cell_escapes_its_pipes() {
         assert_eq!(cell_code("a|b"), "`a\\|b`");
+        assert_eq!(cell_code("a\\|b"), "`a\\\u{200b}\\|b`");
         assert_eq!(code("a|b"), "`a|b`");
     }
 
@@ -397,6 +412,9 @@ mod tests {
         assert!(!cleaned.contains("<!--"));
         assert_eq!(cleaned, "x <!\u{200b}-- wavegate:report --> y");
         assert!(!code("<!-- /wavegate:approvals -->").contains("<!--"));
+        for hidden in ["<\0!--", "<\u{202e}!--", "<\u{1b}[m!--", "<!-\0-"] {
+            assert!(!clean(hidden, Lines::Keep).contains("<!--"), "{hidden:?}");
+        }
         assert!(!fenced("<!--", "text").contains("<!--"));
     }
 
@@ -411,7 +429,13 @@ mod tests {
     fn prose_escapes_markdown_and_breaks_mentions_and_links() {
         assert_eq!(prose("*a* [b](c)"), "\\*a\\* \\[b\\](c)");
         assert_eq!(prose("@acme/team"), "@\u{200b}acme/team");
-        assert_eq!(prose("dns@dev (@erin)"), "dns@dev (@\u{200b}erin)");
+        assert_eq!(
+            prose("é@erin ops@evil.io"),
+            "é@\u{200b}erin ops@\u{200b}evil.io"
+        );
+        assert_eq!(prose("!12 GH-12"), "\\!\u{200b}12 GH-\u{200b}12");
+        assert_eq!(prose("  - x"), "  \\- x");
+        assert_eq!(prose(" 1. x"), " 1\\. x");
         assert_eq!(prose("#12"), "\\#\u{200b}12");
         assert_eq!(prose("<b>&"), "&lt;b&gt;&amp;");
         assert_eq!(prose("https://x"), "https:\u{200b}//x");
@@ -432,6 +456,7 @@ mod tests {
             message("@team said `a` and `b"),
             "@\u{200b}team said `a` and \\`b"
         );
+        assert_eq!(cell_message("held by `a|b`"), "held by `a\\|b`");
         assert_eq!(
             message("`<!-- wavegate:report -->`"),
             "`<!\u{200b}-- wavegate:report -->`"

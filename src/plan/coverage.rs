@@ -134,9 +134,14 @@ fn first_difference(
     }
     let now = fresh.plan;
     if was_plan.denied != now.denied {
+        let names = |denied: &[crate::model::Untrusted]| {
+            let quoted: Vec<String> = denied.iter().map(|r| format!("`{}`", r.as_str())).collect();
+            format!("[{}]", quoted.join(", "))
+        };
         return Some(format!(
-            "policy denials changed from {:?} to {:?}",
-            was_plan.denied, now.denied
+            "policy denials changed from {} to {}",
+            names(&was_plan.denied),
+            names(&now.denied)
         ));
     }
     if was_plan.opaque || now.opaque {

@@ -7,7 +7,7 @@ use crate::apply::hooks::HookState;
 use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
-use crate::model::untrusted::{code, fenced, message};
+use crate::model::untrusted::{cell_message, code, fenced, message};
 use crate::model::{utc, CommitSha, Digest, MemberId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::tail::OutputTail;
@@ -73,9 +73,10 @@ fn waiting_for(wait: &Wait) -> String {
             "an earlier apply of {member} to end (until {} at the latest)",
             utc(*until)
         ),
-        Wait::Holder { member, holder, .. } => {
-            format!("{}, which holds {member}", message(holder))
-        }
+        Wait::Holder { member, holder, .. } => format!(
+            "{}, which holds {member}",
+            crate::model::untrusted::clean(holder, crate::model::untrusted::Lines::Fold)
+        ),
         Wait::Hook { gate, .. } => format!("an approval at {gate}"),
     }
 }
@@ -122,7 +123,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             let gate = record.stages.get(stage);
             let compared = match gate.and_then(|g| g.unlike_reviewed.as_ref()) {
                 Some(moved) if moved.is_empty() => {
-                    " Each of them is the plan reviewed in this pull request (covered by its approved change set).".to_owned()
+                    " Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.".to_owned()
                 }
                 Some(moved) => format!(
                     " Unlike what was reviewed in this pull request:\n\n{}",
@@ -704,7 +705,7 @@ fn cell(text: &str) -> String {
         .chars()
         .take(200)
         .collect();
-    message(&first)
+    cell_message(&first)
 }
 
 /// Each of `texts` as a code span, joined by `separator`.

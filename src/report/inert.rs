@@ -90,6 +90,13 @@ const ATTACKS: &[&str] = &[
     "aws_s3_bucket.logs\n\n@acme/platform-team\n<!-- wavegate:report -->\n## wavegate plan\n\n### Approve\n\n```\n/approve sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff\n```\n",
     "x` @acme/platform-team `/approve sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff` ```\n",
     "name`\n/approve sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff\n`",
+    // Found in review: a quoted part's `|` ending a table cell, a marker
+    // behind a character the cleaning removes, a mention after a letter
+    // that is not ASCII, a list marker after spaces.
+    "`@erin [x](https://evil.example) |` no changes | 0 | 0 |",
+    "<\u{0}!-- wavegate:report -->",
+    "é@erin ops@evil.example !12 GH-12",
+    "  - x",
 ];
 
 /// A small deterministic generator (the test must replay what failed).
@@ -184,6 +191,12 @@ fn report(field: &dyn Fn(usize) -> String) -> PlannedChange {
     web.output = f(29);
     let mut planned = change(vec![app, db, web], vec![], vec![f(30), f(31)]);
     planned.notes.push(f(30));
+    // Why each was selected, as the fan-out words it: a changed path, the
+    // component's entry, an upstream.
+    let selected = &mut planned.derivation.selected;
+    selected.insert("app".into(), format!("{} changed (prod)", f(3)));
+    selected.insert("db".into(), format!("{} entry changed", f(10)));
+    selected.insert("web".into(), f(27));
     let mut cost = StageCost::priced("prod", Default::default(), None);
     cost.currency = f(28);
     planned.change_set.costs.push(cost);
@@ -206,7 +219,11 @@ fn structure(markdown: &str) -> Vec<String> {
         | Options::ENABLE_GFM;
     let mut out = Vec::new();
     let mut in_code_block = false;
-    for event in Parser::new_ext(markdown, options) {
+    for (event, at) in Parser::new_ext(markdown, options).into_offset_iter() {
+        if let Event::Start(Tag::TableHead | Tag::TableRow) = &event {
+            // The parser drops cells beyond the header's: count them here.
+            out.push(pipes_of_row(&markdown[at.clone()]));
+        }
         match event {
             Event::Start(Tag::CodeBlock(kind)) => {
                 in_code_block = true;
@@ -237,6 +254,25 @@ fn structure(markdown: &str) -> Vec<String> {
     out
 }
 
+/// A table row's cell count as GitHub splits it: on every `|` that no
+/// backslash escapes, code spans or not.
+fn pipes_of_row(row: &str) -> String {
+    let first_line = row.lines().next().unwrap_or("");
+    let mut pipes = 0;
+    let mut backslashes = 0;
+    for c in first_line.chars() {
+        match c {
+            '\\' => backslashes += 1,
+            '|' if backslashes % 2 == 0 => {
+                pipes += 1;
+                backslashes = 0;
+            }
+            _ => backslashes = 0,
+        }
+    }
+    format!("row of {pipes} pipes")
+}
+
 /// The tags and comments in a piece of HTML, without the text between.
 fn tags(html: &str) -> String {
     let mut out = String::new();
@@ -258,17 +294,19 @@ fn tags(html: &str) -> String {
     out
 }
 
-/// What a forge links in `text`: `@login` mentions, `#1` references, URLs.
+/// What a forge links in `text`: `@login` mentions and emails, `#1`,
+/// `!1` and `GH-1` references, URLs.
 fn linked(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let mut found = Vec::new();
     for (i, c) in chars.iter().enumerate() {
         let next = chars.get(i + 1).copied().unwrap_or(' ');
         match c {
-            '@' if next.is_ascii_alphanumeric() && !(i > 0 && chars[i - 1].is_alphanumeric()) => {
-                found.push("mention".to_owned())
+            '@' if next.is_ascii_alphanumeric() => found.push("mention".to_owned()),
+            '#' | '!' if next.is_ascii_digit() => found.push("reference".to_owned()),
+            '-' if next.is_ascii_digit() && i >= 2 && chars[i - 2..i] == ['G', 'H'] => {
+                found.push("reference".to_owned())
             }
-            '#' if next.is_ascii_digit() => found.push("reference".to_owned()),
             _ => {}
         }
     }
@@ -299,7 +337,11 @@ fn breaks(strings: &[String]) -> Option<String> {
     }
     let (got, want) = (structure(&attacked), structure(&plain));
     if got != want {
-        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+        let at = got
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(got.len().min(want.len()));
         return Some(format!(
             "the structure differs at element {at}: {:?} where the plain report has {:?}\n\n{attacked}",
             got.get(at),
@@ -341,6 +383,14 @@ fn the_structure_check_sees_a_breakout() {
     );
     assert_ne!(structure(&raw(ATTACKS[1])), structure(&raw("x")));
     assert_eq!(linked("@\u{200b}erin #\u{200b}12 @erin"), ["mention"]);
+    assert_eq!(linked("GH-12 !3"), ["reference", "reference"]);
+    let table = |cell: &str| format!("| a | b |\n|---|---|\n| {cell} | c |\n");
+    assert_ne!(
+        structure(&table("`x|y`")),
+        structure(&table("`xy`")),
+        "a `|` in a code span splits a cell, though the parser drops the extra"
+    );
+    assert_eq!(structure(&table("`x\\|y`")), structure(&table("`xy`")));
 }
 
 /// The run's section of the report and what the run tells the pull request,
@@ -389,6 +439,20 @@ fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
         "cdn@dev".into(),
         OutputTail::of(&f(7)).expect("a placeholder is never blank"),
     );
+    record.stages.insert(
+        "dev".into(),
+        crate::apply::StageGate {
+            gate: "pr-7-dev".parse().unwrap(),
+            change_set: ChangeSet::new(vec![]).unwrap(),
+            approved_by: vec![],
+            mismatch: None,
+            opened_at: 0,
+            expires_at: None,
+            expired: false,
+            approvers: None,
+            unlike_reviewed: Some(vec![f(18), f(19)]),
+        },
+    );
     record.lapsed.push(Lapsed {
         gate: "pr-7".parse().unwrap(),
         by: "rev-bob".into(),
@@ -420,6 +484,11 @@ fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
     let merge = CommitSha::parse(&"a".repeat(40)).unwrap();
     let base = CommitSha::parse(&"b".repeat(40)).unwrap();
     let waits = [
+        Wait::Stage {
+            stage: "dev".into(),
+            gate: "pr-7-dev".parse().unwrap(),
+            digest: Digest::repeated('e'),
+        },
         Wait::Round {
             round: 2,
             gate: "pr-7-round-2".parse().unwrap(),
@@ -485,7 +554,11 @@ fn run_breaks(strings: &[String]) -> Option<String> {
         }
         let (got, want) = (structure(attacked), structure(plain));
         if got != want {
-            let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+            let at = got
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(got.len().min(want.len()));
             return Some(format!(
                 "text {n}: the structure differs at element {at}: {:?} where the plain text has {:?}\n\n{attacked}",
                 got.get(at),

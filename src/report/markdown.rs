@@ -11,7 +11,9 @@
 
 use super::{entries, reason_text, COMMENT_LIMIT, REPORT_MARKER};
 use crate::config::repo::{GatePolicy, CONFIG_FILE};
-use crate::model::untrusted::{self, cell_code, code, fenced, fenced_in, message, Lines};
+use crate::model::untrusted::{
+    self, cell_code, cell_message, code, fenced, fenced_in, message, Lines,
+};
 use crate::model::{Money, Untrusted};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
@@ -448,11 +450,11 @@ fn why_selected(change: &PlannedChange, m: &MemberOutcome) -> String {
         return format!("downstream of {}", cell_code(upstream));
     }
     if why.ends_with("entry changed") {
-        return message(why);
+        return cell_message(why);
     }
     match why.strip_suffix(" changed") {
         Some(path) => format!("{} changed", cell_code(path)),
-        None => message(why),
+        None => cell_message(why),
     }
 }
 

@@ -104,7 +104,7 @@ impl fmt::Display for Refusal {
                 match why {
                     Unbound::ReportNewerThanComment { digest, .. } => write!(
                         f,
-                        "{waits}'s plans on the merge commit were planned again after you wrote your comment (now `{digest}`), so it is not clear which plans you meant: review them in the run's section and approve with `{line}`"
+                        "what {waits} waits for was posted after you wrote your comment (now `{digest}`), so it is not clear which you meant: review it in the run's section and approve with `{line}`"
                     ),
                     Unbound::Undated { .. } => write!(
                         f,

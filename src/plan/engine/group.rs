@@ -293,7 +293,11 @@ impl Workbench {
                 }
             }
             outcome.plan = by_member.get(&outcome.member).map(|p| (*p).clone());
-            outcome.output = output.clone();
+            let quiet = self
+                .config
+                .component(&outcome.component)
+                .map_or(&[][..], |c| &c.quiet[..]);
+            outcome.output = crate::config::quiet::quieted(&output, quiet);
             settled.push(outcome);
         }
         for outcome in settled {
