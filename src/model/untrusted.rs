@@ -313,6 +313,18 @@ fn escaped(text: &str, line_start: bool) -> String {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
+            // `app@prod` after a word is neither a mention nor an email.
+            '@' if out.ends_with(|c: char| c.is_ascii_alphanumeric())
+                && !text[text
+                    .char_indices()
+                    .nth(at + 1)
+                    .map_or(text.len(), |(i, _)| i)..]
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+                    .next()
+                    .is_some_and(|domain| domain.trim_end_matches(['.', '-']).contains('.')) =>
+            {
+                out.push('@')
+            }
             '@' => out.push_str("@\u{200b}"),
             '#' => out.push_str("\\#\u{200b}"),
             '!' if chars.peek().is_some_and(|(_, c)| c.is_ascii_digit()) => {
@@ -429,6 +441,7 @@ mod tests {
     fn prose_escapes_markdown_and_breaks_mentions_and_links() {
         assert_eq!(prose("*a* [b](c)"), "\\*a\\* \\[b\\](c)");
         assert_eq!(prose("@acme/team"), "@\u{200b}acme/team");
+        assert_eq!(prose("dns@dev (@erin)"), "dns@dev (@\u{200b}erin)");
         assert_eq!(
             prose("é@erin ops@evil.io"),
             "é@\u{200b}erin ops@\u{200b}evil.io"

@@ -823,7 +823,7 @@ mod tests {
         record.stages.insert("prod".into(), gate(vec![]));
         let wait = record.wait.clone().unwrap();
         insta::assert_snapshot!(wait_help(&wait, &record), @"
-        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+        Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
         **Who may approve:** `team:platform` · 2 approvals needed · not the author (whoever pushed the head may).
 

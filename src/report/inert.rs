@@ -302,7 +302,17 @@ fn linked(text: &str) -> Vec<String> {
     for (i, c) in chars.iter().enumerate() {
         let next = chars.get(i + 1).copied().unwrap_or(' ');
         match c {
-            '@' if next.is_ascii_alphanumeric() => found.push("mention".to_owned()),
+            '@' if next.is_ascii_alphanumeric() => {
+                let after_word = i > 0 && chars[i - 1].is_ascii_alphanumeric();
+                let domain: String = chars[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_alphanumeric() || **c == '.' || **c == '-')
+                    .collect();
+                // An email's domain has a dot inside it, not only at its end.
+                if !after_word || domain.trim_end_matches(['.', '-']).contains('.') {
+                    found.push("mention or email".to_owned())
+                }
+            }
             '#' | '!' if next.is_ascii_digit() => found.push("reference".to_owned()),
             '-' if next.is_ascii_digit() && i >= 2 && chars[i - 2..i] == ['G', 'H'] => {
                 found.push("reference".to_owned())
@@ -382,7 +392,10 @@ fn the_structure_check_sees_a_breakout() {
         "a heading and a marker smuggled through a code span"
     );
     assert_ne!(structure(&raw(ATTACKS[1])), structure(&raw("x")));
-    assert_eq!(linked("@\u{200b}erin #\u{200b}12 @erin"), ["mention"]);
+    assert_eq!(
+        linked("@\u{200b}erin #\u{200b}12 @erin app@prod ops@evil.io"),
+        ["mention or email", "mention or email"]
+    );
     assert_eq!(linked("GH-12 !3"), ["reference", "reference"]);
     let table = |cell: &str| format!("| a | b |\n|---|---|\n| {cell} | c |\n");
     assert_ne!(

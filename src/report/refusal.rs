@@ -200,7 +200,7 @@ mod tests {
             stage: Some("prod".into()),
             line: line.clone(),
         };
-        insta::assert_snapshot!(reply("erin", &[replanned]), @"@erin: stage prod's plans on the merge commit were planned again after you wrote your comment (now `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`), so it is not clear which plans you meant: review them in the run's section and approve with `/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`");
+        insta::assert_snapshot!(reply("erin", &[replanned]), @"@erin: what stage prod waits for was posted after you wrote your comment (now `sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`), so it is not clear which you meant: review it in the run's section and approve with `/approve prod sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb`");
     }
 
     #[test]
