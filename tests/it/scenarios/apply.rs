@@ -38,7 +38,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
     assert_eq!(check.title, "Waiting: /approve prod");
     let asked = pr.last_reply();
     insta::assert_snapshot!(redact(&asked), @"
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
@@ -53,7 +53,7 @@ async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies(
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
@@ -430,7 +430,7 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
@@ -543,7 +543,7 @@ async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 

@@ -117,7 +117,7 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
 
     Approved by @rev-carol.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
@@ -545,7 +545,7 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
         .find(|r| r.contains("/approve prod sha256:"))
         .expect("prod's wait was posted");
     insta::assert_snapshot!(redact(asked), @"
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 

@@ -115,7 +115,7 @@ async fn every_approved_member_applies(forge: Forge) {
         let asked = pr.last_reply();
         insta::allow_duplicates! {
             insta::assert_snapshot!(redact(&asked), @"
-            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
             **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
@@ -182,7 +182,7 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
         );
         insta::allow_duplicates! {
             insta::assert_snapshot!(redact(&pr.last_reply()), @"
-            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+            Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
             **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 

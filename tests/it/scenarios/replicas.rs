@@ -211,7 +211,7 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
 
     Approved by @rev-bob.
 
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each of them is the plan reviewed in this pull request (covered by its approved change set).
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
 
     **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
 
