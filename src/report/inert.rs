@@ -337,28 +337,42 @@ fn count(haystack: &str, needle: &str) -> usize {
 fn breaks(strings: &[String]) -> Option<String> {
     let attacked = as_posted(&report(&|i| strings[i].clone()));
     let plain = as_posted(&report(&|_| String::new()));
+    // The bot's markers once each, so the same counts in `attacked` are too.
     for marker in [REPORT_MARKER, START, END] {
-        if count(&attacked, marker) != 1 {
+        assert_eq!(
+            count(&plain, marker),
+            1,
+            "{marker} in the plain report:\n{plain}"
+        );
+    }
+    difference(&attacked, &plain)
+}
+
+/// How `attacked` differs from `plain`: a marker counted otherwise, or the
+/// first element of their structure that differs; `None` when neither.
+fn difference(attacked: &str, plain: &str) -> Option<String> {
+    for marker in [REPORT_MARKER, START, END] {
+        if count(attacked, marker) != count(plain, marker) {
             return Some(format!(
                 "{marker} occurs {} times:\n{attacked}",
-                count(&attacked, marker)
+                count(attacked, marker)
             ));
         }
     }
-    let (got, want) = (structure(&attacked), structure(&plain));
-    if got != want {
-        let at = got
-            .iter()
-            .zip(&want)
-            .position(|(a, b)| a != b)
-            .unwrap_or(got.len().min(want.len()));
-        return Some(format!(
-            "the structure differs at element {at}: {:?} where the plain report has {:?}\n\n{attacked}",
-            got.get(at),
-            want.get(at)
-        ));
+    let (got, want) = (structure(attacked), structure(plain));
+    if got == want {
+        return None;
     }
-    None
+    let at = got
+        .iter()
+        .zip(&want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    Some(format!(
+        "the structure differs at element {at}: {:?} where the plain text has {:?}\n\n{attacked}",
+        got.get(at),
+        want.get(at)
+    ))
 }
 
 #[test]
@@ -557,26 +571,8 @@ fn run_breaks(strings: &[String]) -> Option<String> {
     let attacked = run_texts(&|i| strings[i].clone());
     let plain = run_texts(&|_| String::new());
     for (n, (attacked, plain)) in attacked.iter().zip(&plain).enumerate() {
-        for marker in [REPORT_MARKER, START, END] {
-            if count(attacked, marker) != count(plain, marker) {
-                return Some(format!(
-                    "text {n}: {marker} occurs {} times:\n{attacked}",
-                    count(attacked, marker)
-                ));
-            }
-        }
-        let (got, want) = (structure(attacked), structure(plain));
-        if got != want {
-            let at = got
-                .iter()
-                .zip(&want)
-                .position(|(a, b)| a != b)
-                .unwrap_or(got.len().min(want.len()));
-            return Some(format!(
-                "text {n}: the structure differs at element {at}: {:?} where the plain text has {:?}\n\n{attacked}",
-                got.get(at),
-                want.get(at)
-            ));
+        if let Some(why) = difference(attacked, plain) {
+            return Some(format!("text {n}: {why}"));
         }
     }
     None
