@@ -1247,6 +1247,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_report_that_planned_nothing_offers_nothing_to_approve() {
+        let c = change(vec![], vec![], vec!["Makefile".into()]);
+        let posted = as_posted(&c);
+        assert!(!posted.contains("/approve"), "{posted}");
+        insta::assert_snapshot!(section_of(&posted, "### Approve"), @"
+        ### Approve
+
+        Nothing was planned, so there is nothing to approve and no approval is needed. If the unclaimed files above are infrastructure, claim them with a component's `dir` or `paths` (or cover them with `ignore`) and push: the next report has a digest to approve.
+        ");
+    }
+
+    fn section_of(report: &str, heading: &str) -> String {
+        report[report.find(heading).expect("the heading")..].to_owned()
+    }
+
+    #[test]
     fn a_failed_and_a_blocked_member_read_as_such() {
         let mut failed = planned("app@dev", "");
         failed.status = MemberStatus::PlanFailed;
