@@ -915,7 +915,7 @@ impl<'a> WaveMachine<'a> {
             denials.push(Denial {
                 member: outcome.member.clone(),
                 digest: plan.plan_digest.clone(),
-                rules: plan.denied.iter().map(|r| r.as_str().to_owned()).collect(),
+                rules: plan.denied_rules(),
             });
         }
         if denials.is_empty() {

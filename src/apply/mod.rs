@@ -379,6 +379,25 @@ pub(crate) struct StageGate {
     pub(crate) unlike_reviewed: Option<Vec<String>>,
 }
 
+#[cfg(test)]
+impl StageGate {
+    /// A gate `gate` opened on `change_set` at 0, never approved, with no
+    /// expiry, approvers or comparison: what a test changes it from.
+    pub(crate) fn open_for_test(gate: &str, change_set: ChangeSet) -> Self {
+        Self {
+            gate: gate.parse().expect("a test's gate is named well"),
+            change_set,
+            approved_by: Vec::new(),
+            mismatch: None,
+            opened_at: 0,
+            expires_at: None,
+            expired: false,
+            approvers: None,
+            unlike_reviewed: None,
+        }
+    }
+}
+
 /// An approval that stands for another digest than the one a gate waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Mismatch {
@@ -916,17 +935,7 @@ mod tests {
         // A gated stage is covered by its own set, never by the pull request's.
         record.stages.insert(
             "prod".into(),
-            StageGate {
-                gate: "pr-1-prod".parse().unwrap(),
-                change_set: pr.clone(),
-                approved_by: vec![],
-                mismatch: None,
-                opened_at: 0,
-                expires_at: None,
-                expired: false,
-                approvers: None,
-                unlike_reviewed: None,
-            },
+            StageGate::open_for_test("pr-1-prod", pr.clone()),
         );
         assert_eq!(count(&record, "prod"), (0, 0));
         record.stages.get_mut("prod").unwrap().approved_by = vec!["carol".into()];

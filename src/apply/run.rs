@@ -338,15 +338,8 @@ mod tests {
         record.stages.insert(
             "prod".into(),
             StageGate {
-                gate: "pr-7-prod".parse().unwrap(),
-                change_set: set_of(&[&plan("app@prod", "a")]),
                 approved_by: vec!["erin".into()],
-                mismatch: None,
-                opened_at: 0,
-                expires_at: None,
-                expired: false,
-                approvers: None,
-                unlike_reviewed: None,
+                ..StageGate::open_for_test("pr-7-prod", set_of(&[&plan("app@prod", "a")]))
             },
         );
         record.rounds = vec![round(2, &["erin"]), round(3, &[])];

@@ -8,9 +8,9 @@
 //! that forges the bot's markers, an `@team` mention, a terminal escape.
 //!
 //! [`Untrusted`] holds such text and has no `Display`: it reaches a comment
-//! through [`Untrusted::code`], [`Untrusted::fenced`] or [`Untrusted::prose`]
-//! (and the same functions over a `&str`, with [`message`] for wavegate's
-//! own words that quote a pull request's), each inert by construction and
+//! through [`code`], [`cell_code`], [`fenced`], [`prose`] or [`message`]
+//! (wavegate's own words that quote a pull request's), each inert by
+//! construction and
 //! the same on GitHub and Forgejo (both render CommonMark with GitHub's
 //! extensions):
 //! - code spans and fences are longer than any run of backticks inside;
@@ -37,10 +37,6 @@ pub const LONGEST_PROSE: usize = 2_000;
 pub struct Untrusted(String);
 
 impl Untrusted {
-    pub fn new(text: impl Into<String>) -> Self {
-        Self(text.into())
-    }
-
     /// The text as written, for comparing, digesting and machine output
     /// (JSON), never for a comment.
     pub fn as_str(&self) -> &str {
@@ -51,28 +47,9 @@ impl Untrusted {
         self.0
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// An inline code span (see [`code`]).
     pub fn code(&self) -> String {
         code(&self.0)
-    }
-
-    /// A code span for a table cell (see [`cell_code`]).
-    pub fn cell_code(&self) -> String {
-        cell_code(&self.0)
-    }
-
-    /// A fenced code block (see [`fenced`]).
-    pub fn fenced(&self, info: &str) -> String {
-        fenced(&self.0, info)
-    }
-
-    /// Escaped running text (see [`prose`]).
-    pub fn prose(&self) -> String {
-        prose(&self.0)
     }
 }
 
@@ -102,12 +79,6 @@ impl PartialEq<&str> for Untrusted {
 
 impl AsRef<str> for Untrusted {
     fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::borrow::Borrow<str> for Untrusted {
-    fn borrow(&self) -> &str {
         &self.0
     }
 }
@@ -257,7 +228,7 @@ fn span(text: String) -> String {
 
 /// A backtick fence longer than any run of backticks in `body` (three at
 /// least), so no line of it closes the block.
-pub fn fence_for(body: &str) -> String {
+fn fence_for(body: &str) -> String {
     "`".repeat(longest_backtick_run(body).max(2) + 1)
 }
 

@@ -583,6 +583,12 @@ impl MemberPlan {
         !self.opaque && !self.entries.iter().any(|e| e.action.changes())
     }
 
+    /// The names of the rules it says it breaks, as the override gate
+    /// records them (rendered as code wherever they are shown).
+    pub(crate) fn denied_rules(&self) -> Vec<String> {
+        self.denied.iter().map(|r| r.as_str().to_owned()).collect()
+    }
+
     /// Every address the plan deletes or replaces, in address order.
     pub fn destructive_entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.action.is_destructive())

@@ -803,13 +803,6 @@ mod tests {
     fn a_stage_gate_says_who_may_approve_and_whether_its_plans_are_the_reviewed_ones() {
         let mut record = record();
         let gate = |unlike_reviewed: Vec<String>| crate::apply::StageGate {
-            gate: "pr-7-prod".parse().unwrap(),
-            change_set: crate::plan::changeset::ChangeSet::new(vec![]).unwrap(),
-            approved_by: vec![],
-            mismatch: None,
-            opened_at: 0,
-            expires_at: None,
-            expired: false,
             approvers: Some(crate::plan::preview::Approvers {
                 approvers: vec!["team:platform".into()],
                 required: 2,
@@ -819,6 +812,10 @@ mod tests {
                 ttl: None,
             }),
             unlike_reviewed: Some(unlike_reviewed),
+            ..crate::apply::StageGate::open_for_test(
+                "pr-7-prod",
+                crate::plan::changeset::ChangeSet::new(vec![]).unwrap(),
+            )
         };
         record.stages.insert("prod".into(), gate(vec![]));
         let wait = record.wait.clone().unwrap();

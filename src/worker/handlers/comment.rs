@@ -489,7 +489,7 @@ impl JobCtx<'_> {
                     .member(member)
                     .and_then(|m| m.plan.as_ref())
                     .filter(|p| !p.denied.is_empty())
-                    .map(|p| (p.plan_digest.clone(), rule_names(&p.denied)));
+                    .map(|p| (p.plan_digest.clone(), p.denied_rules()));
                 let denied_cost = || {
                     set.costs
                         .iter()
@@ -555,10 +555,4 @@ impl JobCtx<'_> {
             .await?;
         Ok(said)
     }
-}
-
-/// The names of the rules a plan says it breaks, as the override gate
-/// records them (rendered as code wherever they are shown).
-fn rule_names(denied: &[crate::model::Untrusted]) -> Vec<String> {
-    denied.iter().map(|r| r.as_str().to_owned()).collect()
 }
