@@ -295,6 +295,12 @@ async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
         ),
         None => tracing::info!("commands run in the sandbox: {}", sandbox.describe()),
     }
+    crate::metrics::global()
+        .sandbox_limits
+        .get_or_create(&crate::metrics::MechanismLabels {
+            mechanism: sandbox.limits_mechanism().to_owned(),
+        })
+        .set(1);
     // SAFETY: geteuid cannot fail.
     if !sandbox.is_off() && sandbox.problem().is_none() && unsafe { libc::geteuid() } == 0 {
         tracing::warn!(

@@ -63,6 +63,10 @@ enum Command {
         /// (they can then read and change whatever you can).
         #[arg(long)]
         no_sandbox: bool,
+        /// The server's execution profiles file, so the plan runs with what
+        /// the bot would give it (default: WAVEGATE_PROFILES).
+        #[arg(long, value_name = "FILE", conflicts_with = "no_sandbox")]
+        profiles: Option<PathBuf>,
     },
     /// Check a repository's wavegate.toml.
     Config {
@@ -140,10 +144,18 @@ enum AdaptTool {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Validate wavegate.toml in the working tree of DIR.
+    /// Validate wavegate.toml in the working tree of DIR, and the
+    /// execution profiles it names against the server's.
     Check {
         #[arg(long, default_value = ".")]
         repo: PathBuf,
+        /// The server's execution profiles file (default: WAVEGATE_PROFILES).
+        #[arg(long, value_name = "FILE")]
+        profiles: Option<PathBuf>,
+        /// The repository as the forge names it (`owner/name`): profiles
+        /// the operator keeps for other repositories are refused.
+        #[arg(long, value_name = "OWNER/NAME")]
+        repository: Option<String>,
     },
 }
 
@@ -168,8 +180,9 @@ fn main() -> ExitCode {
             markdown,
             concurrency,
             no_sandbox,
+            profiles,
         } => {
-            let sandbox = match local_sandbox(no_sandbox) {
+            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref()) {
                 Ok(sandbox) => sandbox,
                 Err(e) => return usage_error(&e),
             };
@@ -190,8 +203,13 @@ fn main() -> ExitCode {
             run_plan(options, json, markdown)
         }
         Command::Config {
-            command: ConfigCommand::Check { repo },
-        } => config_check(repo),
+            command:
+                ConfigCommand::Check {
+                    repo,
+                    profiles,
+                    repository,
+                },
+        } => config_check(repo, profiles.as_deref(), repository.as_deref()),
         Command::Adapt { tool } => adapt(tool),
         Command::Ledger { command } => ledger_command(command),
     }
@@ -451,14 +469,32 @@ async fn shutdown_signal() {
     }
 }
 
+/// The server's sandbox settings as this process's environment says them,
+/// with `profiles` standing for `WAVEGATE_PROFILES` when given.
+fn sandbox_settings(profiles: Option<&std::path::Path>) -> Result<SandboxSettings, String> {
+    let profiles = profiles.map(|p| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_owned())
+            .display()
+            .to_string()
+    });
+    SandboxSettings::from_lookup(|name| match (name, &profiles) {
+        ("WAVEGATE_PROFILES", Some(file)) => Some(file.clone()),
+        _ => std::env::var(name).ok(),
+    })
+    .map_err(|e| format!("{e:#}"))
+}
+
 /// The sandbox `wavegate plan` runs commands in: the bot's, with the same
-/// `WAVEGATE_SANDBOX*` settings, unless `--no-sandbox`.
-fn local_sandbox(no_sandbox: bool) -> Result<std::sync::Arc<Sandbox>, String> {
+/// `WAVEGATE_SANDBOX*` settings and profiles, unless `--no-sandbox`.
+fn local_sandbox(
+    no_sandbox: bool,
+    profiles: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<Sandbox>, String> {
     if no_sandbox {
         return Ok(std::sync::Arc::new(Sandbox::off()));
     }
-    let settings = SandboxSettings::from_lookup(|name| std::env::var(name).ok())
-        .map_err(|e| format!("{e:#}"))?;
+    let settings = sandbox_settings(profiles)?;
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
     let sandbox = runtime.block_on(Sandbox::probe(settings));
     match sandbox.problem() {
@@ -494,7 +530,15 @@ fn run_plan(options: PlanOptions, json: bool, markdown: bool) -> ExitCode {
     }
 }
 
-fn config_check(repo: PathBuf) -> ExitCode {
+fn config_check(
+    repo: PathBuf,
+    profiles: Option<&std::path::Path>,
+    repository: Option<&str>,
+) -> ExitCode {
+    let settings = match sandbox_settings(profiles) {
+        Ok(settings) => settings,
+        Err(e) => return usage_error(&e),
+    };
     let path = repo.join(CONFIG_FILE);
     let text = match std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))
@@ -506,13 +550,18 @@ fn config_check(repo: PathBuf) -> ExitCode {
             ))
         }
     };
-    match RepoConfig::parse(&path.display().to_string(), &text) {
+    let checked = RepoConfig::parse(&path.display().to_string(), &text).and_then(|config| {
+        config.check_profiles(settings.profiles(), repository)?;
+        Ok(config)
+    });
+    match checked {
         Ok(config) => {
             println!(
-                "{}: ok ({} stages, {} components)",
+                "{}: ok ({} stages, {} components; execution profiles on this server: {})",
                 path.display(),
                 config.stages.len(),
-                config.components.len()
+                config.components.len(),
+                settings.profiles().names()
             );
             ExitCode::SUCCESS
         }

@@ -113,6 +113,12 @@ pub struct StatusLabels {
     pub status: String,
 }
 
+/// `wavegate_sandbox_limits`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MechanismLabels {
+    pub mechanism: String,
+}
+
 /// What the process counts from start to exit.
 pub struct Metrics {
     pub deliveries: Family<DeliveryLabels, Counter>,
@@ -124,6 +130,7 @@ pub struct Metrics {
     pub forge_rate_limit_remaining: Family<ForgeLabels, Gauge>,
     pub sweep_requests: Family<AnswerLabels, Counter>,
     pub sweep_last: Family<OfLabels, Gauge>,
+    pub sandbox_limits: Family<MechanismLabels, Gauge>,
     registry: Registry,
 }
 
@@ -140,6 +147,7 @@ impl Metrics {
             forge_rate_limit_remaining: Family::default(),
             sweep_requests: Family::default(),
             sweep_last: Family::default(),
+            sandbox_limits: Family::default(),
             registry: Registry::default(),
         };
         let mut registry = Registry::default();
@@ -187,6 +195,11 @@ impl Metrics {
             "wavegate_sweep_last",
             "The last reconciliation sweep: its counted requests (`of=requests`), its 304s (`of=not_modified`) and the repositories it left for the next sweep to keep the budget's reserve (`of=deferred`)",
             metrics.sweep_last.clone(),
+        );
+        registry.register(
+            "wavegate_sandbox_limits",
+            "What holds the execution profiles' limits on this server: 1 for `cgroup-v2` or `cgroup-v1` (memory and processes; rlimits for disk and CPU time), `rlimits`, or `none`",
+            metrics.sandbox_limits.clone(),
         );
         Self {
             registry,

@@ -80,7 +80,6 @@ impl Pattern {
         &self.text
     }
 
-    #[cfg(test)]
     pub(crate) fn matches(&self, path: &str) -> bool {
         match_parts(&self.parts, Some(path))
     }

@@ -4,6 +4,7 @@
 pub(crate) mod base;
 pub(crate) mod cost;
 pub(crate) mod discover;
+pub(crate) mod execution;
 pub(crate) mod glob;
 pub(crate) mod groups;
 pub(crate) mod hooks;

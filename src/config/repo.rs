@@ -32,7 +32,7 @@ pub(crate) const PLACEHOLDERS: &[&str] = &[
     "carry_file",
 ];
 
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 fn default_ignore() -> Vec<String> {
     vec!["**/*.md".into(), "docs/**".into()]
@@ -158,6 +158,16 @@ pub(crate) struct RawStage {
     /// The command that prices this stage's plans, instead of the top level's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cost: Option<RawCost>,
+    /// The server's execution profile the stage's commands run with; read
+    /// from the base like `[policy]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) profile: Option<super::execution::RawProfileChoice>,
+    /// Members with a profile of their own; read from the base like `profile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jobs: Option<Vec<super::execution::RawJobGroup>>,
+    /// Non-secret literals every command of the stage gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) variables: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -300,6 +310,8 @@ pub struct Stage {
     pub(crate) gate: GatePolicy,
     /// How long its gate waits for `/approve <stage>`; forever when unset.
     pub(crate) timeout: Option<Duration>,
+    /// Its profile, job groups and variables.
+    pub(crate) execution: super::execution::StageExecution,
 }
 
 /// One input: the member's own name for an upstream component's output.
@@ -360,6 +372,8 @@ pub struct RepoConfig {
     /// [`RepoConfig::with_units`] put the units in their place.
     pub(crate) discoverers: Vec<Discoverer>,
     pub(crate) groups: Groups,
+    /// `[defaults] timeout`, or wavegate's: what a component without its own gets.
+    pub(crate) default_timeout: Duration,
 }
 
 /// A config mistake: where, what, and how to fix it.
@@ -490,10 +504,18 @@ impl RepoConfig {
                 None => None,
             };
             check_apply_concurrency(s.apply_concurrency, at("apply_concurrency"), &err)?;
+            let execution = super::execution::check_stage(
+                s.profile.as_ref(),
+                s.jobs.as_deref(),
+                s.variables.as_ref(),
+                &|f: &str| at(f),
+                &err,
+            )?;
             stages.push(Stage {
                 name: s.name.clone(),
                 gate: s.gate.unwrap_or(GatePolicy::Always),
                 timeout,
+                execution,
             });
         }
 
@@ -812,6 +834,18 @@ impl RepoConfig {
         if !discoverers.is_empty() {
             check_templates(file, &raw, &err)?;
         }
+        for (i, stage) in stages.iter().enumerate() {
+            let members = components
+                .iter()
+                .filter(|c| c.stages.contains(&stage.name))
+                .map(|c| c.name.as_str());
+            super::execution::check_coverage(
+                &stage.execution,
+                members,
+                &|f: &str| format!("stage[{i}] ({}).{f}", stage.name),
+                &err,
+            )?;
+        }
         Ok(Self {
             hooks,
             cost,
@@ -822,6 +856,7 @@ impl RepoConfig {
             components,
             policy,
             env: defaults.env.clone(),
+            default_timeout,
             branches: raw.branches.clone(),
             notify: raw.notify.clone(),
             raw,
@@ -870,6 +905,32 @@ impl RepoConfig {
 
     pub fn component(&self, name: &str) -> Option<&Component> {
         self.components.iter().find(|c| c.name == name)
+    }
+
+    /// Every execution profile the file names is one the server defines
+    /// and lets `repository` use (unchecked when `None`): a config error
+    /// otherwise, naming the stage's field and the profiles that exist.
+    pub fn check_profiles(
+        &self,
+        profiles: &crate::sandbox::Profiles,
+        repository: Option<&str>,
+    ) -> Result<(), ConfigError> {
+        for (i, stage) in self.stages.iter().enumerate() {
+            for (field, name) in stage
+                .execution
+                .named(&format!("stage[{i}] ({})", stage.name))
+            {
+                if let Err(problem) = profiles.resolve(name, repository) {
+                    return Err(ConfigError {
+                        file: CONFIG_FILE.into(),
+                        field,
+                        problem,
+                        fix: "name a profile the server defines (`wavegate config check --profiles FILE` lists them)".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn stage(&self, name: &str) -> Option<&Stage> {

@@ -15,13 +15,14 @@ use super::tail::OutputTail;
 use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use crate::config::cost::{CostCommand, CostCommands};
 use crate::config::discover::{read_units, Discoverer, Unit, MAX_UNITS_FILE_BYTES};
+use crate::config::execution::StageExecution;
 use crate::config::groups::Batch;
 use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
 use crate::model::{Digest, DigestOver, MemberId, Money};
-use crate::sandbox::{self, files, CommandKind, Confinement, Sandbox};
+use crate::sandbox::{self, files, CommandKind, Confinement, Profile, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +58,12 @@ pub struct PlanOptions {
     pub(crate) sandbox: Arc<Sandbox>,
     /// Stops the commands when the job is given up.
     pub(crate) cancel: Cancel,
+    /// The repository (`owner/name`) planned, for profiles the operator
+    /// keeps for some repositories; `None` (the local CLI): not checked.
+    pub(crate) repository: Option<String>,
+    /// The head is merged (an apply run): its config is the base branch's
+    /// own, and chooses the profiles and timeouts. Otherwise the base's does.
+    pub(crate) merged: bool,
 }
 
 impl PlanOptions {
@@ -78,6 +85,8 @@ impl PlanOptions {
             heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
             sandbox,
             cancel: Cancel::default(),
+            repository: None,
+            merged: false,
         }
     }
 }
@@ -281,6 +290,11 @@ pub(crate) struct Prepared {
     /// What the fan-out is derived from (again, once units are discovered).
     changed: Vec<String>,
     base_text: Option<String>,
+    /// Each stage's profile choice, as the choosing config says (see
+    /// [`PlanOptions::merged`]).
+    execution: BTreeMap<String, StageExecution>,
+    /// The base's plan timeouts; `None` when the head is merged.
+    plan_timeouts: Option<BaseTimeouts>,
 }
 
 impl Prepared {
@@ -332,9 +346,33 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     let max_increase = base_config
         .as_ref()
         .and_then(|c| c.policy.max_monthly_increase);
+    config.check_profiles(options.sandbox.profiles(), options.repository.as_deref())?;
+    let choosing = if options.merged {
+        Some(&config)
+    } else {
+        base_config.as_ref()
+    };
+    let execution = choosing
+        .map(|c| {
+            c.stages
+                .iter()
+                .map(|s| (s.name.clone(), s.execution.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let plan_timeouts = match (options.merged, &base_config) {
+        (true, _) => None,
+        (false, Some(base)) => Some(BaseTimeouts::of_config(base)),
+        (false, None) => Some(BaseTimeouts {
+            by_component: HashMap::new(),
+            default: crate::config::repo::DEFAULT_TIMEOUT,
+        }),
+    };
     let costs = base_config.map(|c| c.cost).unwrap_or_default();
     let (derivation, preview) = derive(options, &base, base_text.as_deref(), &config, &changed)?;
     Ok(Prepared {
+        execution,
+        plan_timeouts,
         base,
         head,
         config,
@@ -384,6 +422,8 @@ impl Prepared {
             &self.head,
         )?;
         bench.digest_over = self.digest_over;
+        bench.execution = self.execution.clone();
+        bench.plan_timeouts = self.plan_timeouts.clone();
         Ok(bench)
     }
 
@@ -655,13 +695,16 @@ pub(crate) struct Workbench {
     carried: HashMap<MemberId, Map<String, Value>>,
     /// Which members the digests bind (a group's digest too).
     digest_over: DigestOver,
+    /// Each stage's profiles, as the choosing config says.
+    execution: BTreeMap<String, StageExecution>,
+    /// The base's plan timeouts (a pull request's plan); `None`: the config's own.
+    plan_timeouts: Option<BaseTimeouts>,
 }
 
 struct Ready {
     outcome: MemberOutcome,
     spec: CommandSpec,
     files: MemberFiles,
-    timeout: Duration,
     /// `quiet`: what of a successful plan's output the report leaves out.
     quiet: Vec<String>,
 }
@@ -740,6 +783,8 @@ impl Workbench {
             notes: Vec::new(),
             carried: HashMap::new(),
             digest_over: DigestOver::All,
+            execution: BTreeMap::new(),
+            plan_timeouts: None,
         })
     }
 
@@ -773,12 +818,12 @@ impl Workbench {
     /// with that end.
     async fn run_own(
         &self,
-        (kind, label, what): (CommandKind, String, &str),
+        (kind, at, label, what): (CommandKind, Where<'_>, String, &str),
         command: (Vec<String>, PathBuf, Vec<(String, String)>),
         files: &MemberFiles,
         timeout: Duration,
     ) -> Result<String, String> {
-        let spec = self.sandboxed(kind, label, command, files, timeout);
+        let spec = self.sandboxed((kind, at), label, command, files, timeout)?;
         let ran = runner::run_command(&spec)
             .await
             .map_err(|e| format!("{what} could not start: {e}"))?;
@@ -786,7 +831,7 @@ impl Workbench {
         if ran.succeeded() {
             return Ok(tail);
         }
-        let mut error = ran.describe(what, timeout);
+        let mut error = ran.describe(what);
         if !tail.is_empty() {
             error.push_str(&format!("; last output:\n{tail}"));
         }
@@ -889,7 +934,7 @@ impl Workbench {
         let outcome = if run.succeeded() {
             read_apply_outcome(&files.dir)
         } else {
-            let mut error = run.describe("the apply command", component.timeout);
+            let mut error = run.describe("the apply command");
             let tail = run.tail(5);
             if !tail.is_empty() {
                 error.push_str(&format!("; last output:\n{tail}"));
@@ -972,7 +1017,20 @@ impl Workbench {
         env.extend(extra);
         let label = format!("[hook] {} {}", call.moment, call.name);
         let command = (argv, root, env);
-        let spec = self.sandboxed(CommandKind::Hook, label, command, &files, hook.timeout);
+        let at = match &call.member {
+            Some(member) => Where::member(member.component(), &call.stage),
+            None => Where::stage(&call.stage),
+        };
+        let spec = match self.sandboxed(
+            (CommandKind::Hook, at),
+            label,
+            command,
+            &files,
+            hook.timeout,
+        ) {
+            Ok(spec) => spec,
+            Err(why) => return not_run(why),
+        };
         let ran = match runner::run_command(&spec).await {
             Ok(ran) => ran,
             Err(e) => return not_run(format!("the hook could not start: {e}")),
@@ -992,7 +1050,7 @@ impl Workbench {
         });
         HookRan {
             exit,
-            described: ran.describe("the hook", hook.timeout),
+            described: ran.describe("the hook"),
             hold,
             printed: OutputTail::of(&ran.output),
         }
@@ -1017,7 +1075,12 @@ impl Workbench {
         ];
         let command = (argv, root, env);
         let label = format!("[discover] {}", discoverer.name);
-        let own = (CommandKind::Plan, label, "the discover command");
+        let own = (
+            CommandKind::Plan,
+            Where::default(),
+            label,
+            "the discover command",
+        );
         let tail = self
             .run_own(own, command, &files, discoverer.timeout)
             .await?;
@@ -1097,6 +1160,7 @@ impl Workbench {
         ];
         let own = (
             CommandKind::Cost,
+            Where::stage(stage),
             format!("[cost] {stage}"),
             "the cost command",
         );
@@ -1171,7 +1235,6 @@ impl Workbench {
                     outcome,
                     spec,
                     files,
-                    timeout: component.timeout,
                     quiet: component.quiet.clone(),
                 }))),
                 Err(e) => {
@@ -1233,7 +1296,7 @@ impl Workbench {
                     if !run.succeeded() {
                         outcome.status = MemberStatus::PlanFailed;
                         let tail = run.tail(5);
-                        let mut error = run.describe("the plan command", r.timeout);
+                        let mut error = run.describe("the plan command");
                         if !tail.is_empty() {
                             error.push_str(&format!("; last output:\n{tail}"));
                         }
@@ -1411,7 +1474,7 @@ impl Workbench {
             .await
             .map_err(|e| e.to_string())?;
         if !run.succeeded() {
-            return Err(run.describe("its outputs command", component.timeout));
+            return Err(run.describe("its outputs command"));
         }
         let bytes = files::read_file(&files.dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES)
             .map_err(|e| format!("its outputs file cannot be read: {e}"))?;
@@ -1494,21 +1557,61 @@ impl Workbench {
             ("WAVEGATE_MEMBER".to_owned(), member.clone()),
         ];
         let label = format!("[{}] {member}", kind.as_str());
-        Ok(self.sandboxed(kind, label, (argv, cwd, env), files, component.timeout))
+        self.sandboxed(
+            (kind, Where::member(&component.name, stage)),
+            label,
+            (argv, cwd, env),
+            files,
+            component.timeout,
+        )
     }
 
-    /// A command in the sandbox with `files` as its own: a relative program
-    /// path with a slash is the repository root's; the environment is
-    /// `PATH`, `HOME`, `env` and the base branch's pass-through list (a pull
-    /// request cannot ask for more).
+    /// The operator's profile for `kind` commands at `at`: the stage's (or
+    /// its job group's) as the choosing config names it, resolved against
+    /// the server's profiles; `default` outside a stage.
+    fn profile_for(&self, kind: CommandKind, at: Where<'_>) -> Result<Arc<Profile>, String> {
+        let profiles = self.options.sandbox.profiles();
+        let Some(stage) = at.stage else {
+            return Ok(Arc::clone(profiles.default_profile()));
+        };
+        let choice = match self.execution.get(stage) {
+            Some(execution) => match at.component {
+                Some(component) => execution.choice_for(component),
+                None => &execution.profile,
+            },
+            None => return Ok(Arc::clone(profiles.default_profile())),
+        };
+        let name = match kind {
+            CommandKind::Apply => &choice.apply,
+            CommandKind::Plan | CommandKind::Outputs | CommandKind::Hook | CommandKind::Cost => {
+                &choice.plan
+            }
+        };
+        profiles
+            .resolve(name, self.options.repository.as_deref())
+            .map(Arc::clone)
+            .map_err(|why| format!("stage `{stage}` cannot run its commands: {why}"))
+    }
+
+    /// A command in the sandbox with `files` as its own, with the operator's
+    /// profile for `at`: a relative program path with a slash is the
+    /// repository root's; the environment is `PATH`, `HOME`, the base
+    /// branch's pass-through list (a pull request cannot ask for more), the
+    /// stage's `variables`, the profile's `env` and wavegate's own. The
+    /// timeout is at most the profile's `max_timeout`, and a plan's is the
+    /// base's (a pull request cannot lengthen its own). Fails, before
+    /// anything runs, when the profile cannot be used or a path it names
+    /// is missing.
     fn sandboxed(
         &self,
-        kind: CommandKind,
+        (kind, at): (CommandKind, Where<'_>),
         label: String,
         (mut argv, cwd, own_env): (Vec<String>, PathBuf, Vec<(String, String)>),
         files: &MemberFiles,
         timeout: Duration,
-    ) -> CommandSpec {
+    ) -> Result<CommandSpec, String> {
+        let profile = self.profile_for(kind, at)?;
+        profile.check_paths()?;
         let root = self.root();
         if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
             argv[0] = root.join(&argv[0]).display().to_string();
@@ -1517,19 +1620,30 @@ impl Workbench {
             ("PATH".to_owned(), sandbox::default_path()),
             ("HOME".to_owned(), files.home.display().to_string()),
         ];
-        env.extend(own_env);
         for name in &self.base_env {
             if let Ok(value) = std::env::var(name) {
                 env.push((name.clone(), value));
             }
         }
-        CommandSpec {
+        if let Some(stage) = at.stage.and_then(|s| self.config.stage(s)) {
+            env.extend(stage.execution.variables.iter().cloned());
+        }
+        env.extend(profile.env.iter().cloned());
+        env.extend(own_env);
+        let asked = match (kind, &self.plan_timeouts, at.component) {
+            (CommandKind::Plan, Some(base), Some(component)) => base.of(component),
+            _ => timeout,
+        };
+        let capped = asked > profile.max_timeout;
+        Ok(CommandSpec {
             label,
             kind,
             argv,
             cwd,
             env,
-            timeout,
+            timeout: asked.min(profile.max_timeout),
+            timeout_capped: capped,
+            profile,
             heartbeat: self.options.heartbeat,
             output_cap: self.options.output_cap,
             sandbox: Arc::clone(&self.options.sandbox),
@@ -1541,7 +1655,59 @@ impl Workbench {
             },
             cancel: self.options.cancel.clone(),
             started: None,
+        })
+    }
+}
+
+/// Where in the change a command runs: which stage's profile it gets, and
+/// which component's job group.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Where<'a> {
+    pub(crate) stage: Option<&'a str>,
+    pub(crate) component: Option<&'a str>,
+}
+
+impl<'a> Where<'a> {
+    pub(crate) fn stage(stage: &'a str) -> Self {
+        Self {
+            stage: Some(stage),
+            component: None,
         }
+    }
+
+    pub(crate) fn member(component: &'a str, stage: &'a str) -> Self {
+        Self {
+            stage: Some(stage),
+            component: Some(component),
+        }
+    }
+}
+
+/// The plan timeouts of the base branch's config: a pull request's plan
+/// runs for as long as the base allows, never as long as it asks.
+#[derive(Debug, Clone)]
+pub(crate) struct BaseTimeouts {
+    by_component: HashMap<String, Duration>,
+    default: Duration,
+}
+
+impl BaseTimeouts {
+    fn of_config(config: &RepoConfig) -> Self {
+        Self {
+            by_component: config
+                .components
+                .iter()
+                .map(|c| (c.name.clone(), c.timeout))
+                .collect(),
+            default: config.default_timeout,
+        }
+    }
+
+    fn of(&self, component: &str) -> Duration {
+        self.by_component
+            .get(component)
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 

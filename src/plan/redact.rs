@@ -66,6 +66,16 @@ impl Redactor {
         }
     }
 
+    /// Also hides `values` (secrets the operator passes on, whatever their
+    /// names) wherever they appear.
+    pub(crate) fn with_values(mut self, values: &[String]) -> Self {
+        self.values
+            .extend(values.iter().filter(|v| !v.is_empty()).cloned());
+        self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        self.values.dedup();
+        self
+    }
+
     pub(crate) fn line(&mut self, line: &str) -> String {
         let line = &self.values.iter().fold(line.to_owned(), |line, value| {
             line.replace(value.as_str(), REDACTED)

@@ -6,7 +6,8 @@
 
 use super::redact::Redactor;
 use crate::sandbox::process::{self, ProcessId};
-use crate::sandbox::{self, CommandKind, Confinement, Launch, LaunchError, Sandbox};
+use crate::sandbox::profile::{self, LimitHit};
+use crate::sandbox::{self, CommandKind, Confinement, Launch, LaunchError, Profile, Sandbox};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,11 @@ pub(crate) struct CommandSpec {
     /// The whole environment the command sees.
     pub(crate) env: Vec<(String, String)>,
     pub(crate) timeout: Duration,
+    /// The repository asked for longer than the profile's `max_timeout`:
+    /// `timeout` is that maximum.
+    pub(crate) timeout_capped: bool,
+    /// The operator's profile it runs with: paths, network, limits.
+    pub(crate) profile: Arc<Profile>,
     /// How long a quiet command runs before the log says it still runs, and
     /// again each time after; `None`: never.
     pub(crate) heartbeat: Option<Duration>,
@@ -98,6 +104,13 @@ pub(crate) struct CommandOutcome {
     pub(crate) termination: Termination,
     /// stdout and stderr interleaved as they arrived, redacted and capped.
     pub(crate) output: String,
+    /// The timeout it ran with.
+    pub(crate) timeout: Duration,
+    /// The profile's limit that stopped it, if one did.
+    pub(crate) limit: Option<LimitHit>,
+    /// The profile whose `max_timeout` its timeout was, when the
+    /// repository asked for longer.
+    pub(crate) capped_by: Option<String>,
     #[cfg(test)]
     pub(crate) elapsed: Duration,
 }
@@ -108,7 +121,19 @@ impl CommandOutcome {
     }
 
     /// One line saying how the command ended, for a report or an error.
-    pub(crate) fn describe(&self, what: &str, timeout: Duration) -> String {
+    pub(crate) fn describe(&self, what: &str) -> String {
+        let timeout = self.timeout;
+        if let Some(limit) = self.limit {
+            return format!(
+                "{what} was stopped at {limit} (set by the server's execution profile); make it need less, or ask the operator to raise the limit"
+            );
+        }
+        if let (Termination::TimedOut, Some(profile)) = (self.termination, &self.capped_by) {
+            return format!(
+                "{what} did not finish within {}, the longest timeout the server's execution profile `{profile}` allows (its `max_timeout`; wavegate.toml asked for longer), and was killed with everything it started; make it faster, or ask the operator to raise `max_timeout`",
+                humanize(timeout)
+            );
+        }
         match self.termination {
             Termination::Exited(0) => format!("{what} succeeded"),
             Termination::Exited(code) => format!("{what} exited with status {code}"),
@@ -216,6 +241,7 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
         env: &spec.env,
         timeout: spec.timeout,
         confinement: &spec.confinement,
+        profile: &spec.profile,
     };
     let mut launched = spec.sandbox.launch(&launch).await.map_err(|e| match e {
         LaunchError::Spawn { source, .. } => spec.start_error(source.to_string()),
@@ -240,7 +266,7 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     drop(tx);
 
     let mut kept = KeptOutput::new(spec.output_cap);
-    let mut redactor = Redactor::for_env(&spec.env);
+    let mut redactor = Redactor::for_env(&spec.env).with_values(&spec.profile.secrets);
     let mut on_line = |line: String| {
         let line = redactor.line(&line);
         log_line(&spec.label, &line);
@@ -290,7 +316,8 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     // sandbox, its pid namespace ended with it).
     kill_group(group);
     killer.0 = None;
-    launched.finish();
+    let cgroup_hit = launched.limit_hit(&spec.profile.limits);
+    launched.finish().await;
     let drain_until = Instant::now() + DRAIN_GRACE;
     loop {
         tokio::select! {
@@ -307,9 +334,19 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
             return Err(spec.start_error(why));
         }
     }
+    let code = match termination {
+        Termination::Exited(code) => Some(code),
+        Termination::Signalled(sig) => Some(128 + sig),
+        Termination::TimedOut | Termination::Cancelled => None,
+    };
+    let limit = cgroup_hit
+        .or_else(|| code.and_then(|code| profile::limit_hit(&spec.profile.limits, code, &output)));
     Ok(CommandOutcome {
         termination,
         output,
+        timeout: spec.timeout,
+        limit,
+        capped_by: spec.timeout_capped.then(|| spec.profile.name.clone()),
         #[cfg(test)]
         elapsed: started.elapsed(),
     })
@@ -472,6 +509,8 @@ mod tests {
             cwd: job.confinement.tree.clone(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             timeout,
+            timeout_capped: false,
+            profile: Arc::new(Profile::default()),
             heartbeat: Some(Duration::from_millis(100)),
             output_cap: 200,
             sandbox,
@@ -544,7 +583,7 @@ mod tests {
         assert_eq!(out.termination, Termination::TimedOut);
         assert!(out.elapsed < Duration::from_secs(10));
         assert!(out
-            .describe("the plan command", Duration::from_millis(500))
+            .describe("the plan command")
             .contains("timeout of 500ms"));
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert_eq!(
@@ -566,9 +605,7 @@ mod tests {
         canceller.cancel();
         let out = running.await.unwrap().unwrap();
         assert_eq!(out.termination, Termination::Cancelled);
-        assert!(out
-            .describe("the apply command", Duration::ZERO)
-            .contains("given up"));
+        assert!(out.describe("the apply command").contains("given up"));
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert_eq!(std::fs::read_to_string(&marker).unwrap(), "");
     }

@@ -2,11 +2,14 @@
 //! as a pure function of the settings, the host's layout and the command's
 //! confinement, so every rule is checked by a unit test.
 
-use super::{CommandKind, Confinement, Network, SandboxSettings};
+use super::{CommandKind, Confinement, Network, Profile};
 use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Seconds of CPU past its limit a command that ignores SIGXCPU may still use.
+const CPU_KILL_AFTER: u64 = 5;
 
 /// The uid and gid a command runs as inside its user namespace.
 pub(crate) const SANDBOX_UID: u32 = 1000;
@@ -96,14 +99,19 @@ pub(crate) struct Invocation<'a> {
     pub(crate) argv: &'a [String],
     pub(crate) cwd: &'a Path,
     pub(crate) confinement: &'a Confinement,
+    /// The operator's paths, network and limits.
+    pub(crate) profile: &'a Profile,
     /// `timeout` inside the sandbox, as a backstop: the command is killed at
     /// this deadline even if the server that started it cannot kill it.
     pub(crate) backstop: Option<(&'a Path, Duration)>,
+    /// `prlimit` and the limits it sets inside the sandbox (in the
+    /// command's own user namespace, so its process count is the sandbox's
+    /// alone): those of the profile's no cgroup holds.
+    pub(crate) limiter: Option<(&'a Path, super::profile::Limits)>,
 }
 
 /// bwrap's arguments for `invocation`.
 pub(crate) fn arguments(
-    settings: &SandboxSettings,
     layout: &HostLayout,
     fds: &DataFds,
     invocation: &Invocation<'_>,
@@ -116,7 +124,8 @@ pub(crate) fn arguments(
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]);
-    if settings.network != Network::Host {
+    let profile = invocation.profile;
+    if profile.network != Network::Host {
         args.flag("--unshare-net");
     }
     args.flags(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
@@ -152,21 +161,27 @@ pub(crate) fn arguments(
     // sys writable to whoever owns it, and a server running as root runs
     // its commands as root outside their user namespace (core_pattern!).
     args.bind("--ro-bind", Path::new("/proc/sys"), Path::new("/proc/sys"));
-    args.flags(&["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]);
+    for tmp in ["/tmp", "/var/tmp"] {
+        // RAM on the host: as big as the profile's disk at most.
+        if let Some(disk) = profile.limits.disk {
+            args.flags(&["--size", &disk.to_string()]);
+        }
+        args.flags(&["--tmpfs", tmp]);
+    }
 
     // The operator's paths, before the job's own: a job's tree is never
     // hidden under one of them.
-    for path in &settings.read {
+    let applies = invocation.confinement.kind == CommandKind::Apply;
+    for path in &profile.read {
         args.bind("--ro-bind", path, path);
     }
-    for path in &settings.apply_write {
-        let how = match invocation.confinement.kind {
-            CommandKind::Apply => "--bind",
-            CommandKind::Plan | CommandKind::Outputs | CommandKind::Hook | CommandKind::Cost => {
-                "--ro-bind"
-            }
-        };
-        args.bind(how, path, path);
+    for path in &profile.state {
+        args.bind(if applies { "--bind" } else { "--ro-bind" }, path, path);
+    }
+    if applies {
+        for path in &profile.write {
+            args.bind("--bind", path, path);
+        }
     }
     let confinement = invocation.confinement;
     for path in [&confinement.tree, &confinement.files, &confinement.home] {
@@ -186,6 +201,23 @@ pub(crate) fn arguments(
     if let Some((timeout, after)) = invocation.backstop {
         args.path(timeout);
         args.flags(&["--signal=KILL", &format!("{}s", after.as_secs().max(1))]);
+    }
+    if let Some((prlimit, limits)) = invocation.limiter {
+        args.path(prlimit);
+        if let Some(memory) = limits.memory {
+            args.flag(&format!("--as={memory}"));
+        }
+        if let Some(processes) = limits.processes {
+            args.flag(&format!("--nproc={processes}"));
+        }
+        if let Some(disk) = limits.disk {
+            args.flag(&format!("--fsize={disk}"));
+        }
+        if let Some(cpu) = limits.cpu_time {
+            // SIGXCPU at the limit, SIGKILL a little after for one that ignores it.
+            args.flag(&format!("--cpu={cpu}:{}", cpu + CPU_KILL_AFTER));
+        }
+        args.flag("--");
     }
     for arg in invocation.argv {
         args.flag(arg);
@@ -255,13 +287,14 @@ mod tests {
         }
     }
 
-    fn settings(network: Network) -> SandboxSettings {
-        SandboxSettings {
-            mode: super::super::Mode::Bwrap,
-            read: vec!["/opt/tools".into()],
-            apply_write: vec!["/srv/state".into()],
+    fn profile(network: Network) -> Profile {
+        let mut profile = Profile::from_sandbox_settings(
+            vec!["/opt/tools".into()],
+            vec!["/srv/state".into()],
             network,
-        }
+        );
+        profile.write = vec!["/srv/deploy-keys".into()];
+        profile
     }
 
     fn fds() -> DataFds {
@@ -278,14 +311,15 @@ mod tests {
         let argv = vec!["python3".to_owned(), "plan.py".to_owned()];
         let cwd = confinement.tree.join("infra/app");
         arguments(
-            &settings(network),
             &layout(),
             &fds(),
             &Invocation {
                 argv: &argv,
                 cwd: &cwd,
                 confinement: &confinement,
+                profile: &profile(network),
                 backstop: Some((Path::new("/usr/bin/timeout"), Duration::from_secs(130))),
+                limiter: None,
             },
         )
         .into_iter()
@@ -375,6 +409,53 @@ mod tests {
         for args in [&plan, &outputs, &apply] {
             assert!(args.contains("--ro-bind /opt/tools /opt/tools"), "{args}");
         }
+        assert!(
+            apply.contains(" --bind /srv/deploy-keys /srv/deploy-keys"),
+            "{apply}"
+        );
+        for args in [&plan, &outputs] {
+            assert!(
+                !args.contains("/srv/deploy-keys"),
+                "a write path is an apply's alone: {args}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_profiles_limits_bound_tmp_and_are_set_inside_the_sandbox_around_the_command() {
+        let confinement = confinement(CommandKind::Plan);
+        let mut profile = profile(Network::None);
+        profile.limits = crate::sandbox::profile::Limits {
+            memory: Some(2 << 30),
+            processes: Some(64),
+            disk: Some(1 << 30),
+            cpu_time: Some(60),
+        };
+        let args = arguments(
+            &layout(),
+            &fds(),
+            &Invocation {
+                argv: &["python3".into(), "plan.py".into()],
+                cwd: &confinement.tree,
+                confinement: &confinement,
+                profile: &profile,
+                backstop: Some((Path::new("/usr/bin/timeout"), Duration::from_secs(30))),
+                limiter: Some((Path::new("/usr/bin/prlimit"), profile.limits)),
+            },
+        );
+        let args = line(
+            &args
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>(),
+        );
+        assert!(
+            args.contains("--size 1073741824 --tmpfs /tmp --size 1073741824 --tmpfs /var/tmp"),
+            "{args}"
+        );
+        assert!(args.ends_with(
+            "-- /usr/bin/timeout --signal=KILL 30s /usr/bin/prlimit --as=2147483648 --nproc=64 --fsize=1073741824 --cpu=60:65 -- python3 plan.py"
+        ), "{args}");
     }
 
     #[test]
@@ -390,14 +471,15 @@ mod tests {
         fds.resolv = Some(7);
         fds.sync = Some((8, 9));
         let args = arguments(
-            &settings(Network::Egress),
             &layout(),
             &fds,
             &Invocation {
                 argv: &["true".into()],
                 cwd: &confinement.tree,
                 confinement: &confinement,
+                profile: &profile(Network::Egress),
                 backstop: None,
+                limiter: None,
             },
         );
         let args = line(

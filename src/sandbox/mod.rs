@@ -13,10 +13,14 @@
 //! working bubblewrap nothing runs: every launch fails, saying why.
 
 mod bwrap;
+mod cgroup;
 pub(crate) mod files;
 mod net;
 pub(crate) mod process;
+pub mod profile;
 pub(crate) mod spawn;
+
+pub use profile::{Profile, Profiles};
 
 use anyhow::{bail, Result};
 use std::ffi::OsString;
@@ -59,20 +63,21 @@ impl Network {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSettings {
     pub(crate) mode: Mode,
-    /// Host paths bound read-only into every command.
-    pub(crate) read: Vec<PathBuf>,
-    /// Host paths bound read-write into apply commands, read-only into the rest.
-    pub(crate) apply_write: Vec<PathBuf>,
-    pub(crate) network: Network,
+    /// What each stage's commands may see and use; `default` is made of
+    /// the `WAVEGATE_SANDBOX_READ`, `_APPLY_WRITE` and `_NETWORK` settings
+    /// unless the profiles file defines it.
+    pub(crate) profiles: Profiles,
+    /// Whether commands' memory and process limits may be held by cgroups
+    /// (`WAVEGATE_SANDBOX_CGROUPS=auto`, the default) or by rlimits alone (`off`).
+    pub(crate) cgroups: bool,
 }
 
 impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
             mode: Mode::Bwrap,
-            read: Vec::new(),
-            apply_write: Vec::new(),
-            network: Network::None,
+            profiles: Profiles::default(),
+            cgroups: true,
         }
     }
 }
@@ -119,12 +124,40 @@ impl SandboxSettings {
                 })
                 .collect()
         };
+        let read = paths("WAVEGATE_SANDBOX_READ")?;
+        let apply_write = paths("WAVEGATE_SANDBOX_APPLY_WRITE")?;
+        let settings_given = !read.is_empty()
+            || !apply_write.is_empty()
+            || var("WAVEGATE_SANDBOX_NETWORK").is_some();
+        let default = Profile::from_sandbox_settings(read, apply_write, network);
+        let profiles = match var("WAVEGATE_PROFILES") {
+            Some(file) => {
+                let path = PathBuf::from(&file);
+                if !path.is_absolute() {
+                    bail!("WAVEGATE_PROFILES: `{file}` is not an absolute path; name the operator's profiles file from `/`, e.g. /etc/wavegate/profiles.toml");
+                }
+                let lookup = |name: &str| get(name);
+                Profiles::load(&path, &lookup, default, settings_given)?
+            }
+            None => Profiles::only(default),
+        };
+        let cgroups = match var("WAVEGATE_SANDBOX_CGROUPS").map(|v| v.to_ascii_lowercase()).as_deref() {
+            None | Some("auto") => true,
+            Some("off") => false,
+            Some(other) => bail!(
+                "WAVEGATE_SANDBOX_CGROUPS=`{other}` is not a setting; use `auto` (the default: cgroups hold memory and process limits where the server may make them) or `off` (resource limits alone)"
+            ),
+        };
         Ok(Self {
             mode,
-            read: paths("WAVEGATE_SANDBOX_READ")?,
-            apply_write: paths("WAVEGATE_SANDBOX_APPLY_WRITE")?,
-            network,
+            profiles,
+            cgroups,
         })
+    }
+
+    /// The execution profiles: the profiles file's, and `default`.
+    pub fn profiles(&self) -> &Profiles {
+        &self.profiles
     }
 
     /// Refuses operator paths that would show commands what they must never
@@ -133,12 +166,13 @@ impl SandboxSettings {
     /// path above it would show every job).
     pub(crate) fn check_exposure(&self, secrets: &[(&str, &Path)], jobs: &Path) -> Result<()> {
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
-        let lists = [
-            ("WAVEGATE_SANDBOX_READ", &self.read),
-            ("WAVEGATE_SANDBOX_APPLY_WRITE", &self.apply_write),
-        ];
-        for (name, list) in lists {
-            for path in list {
+        for profile in self.profiles.iter() {
+            for (what, path) in profile.paths() {
+                let name = match (profile.from_settings, what) {
+                    (true, "read") => "WAVEGATE_SANDBOX_READ".to_owned(),
+                    (true, _) => "WAVEGATE_SANDBOX_APPLY_WRITE".to_owned(),
+                    (false, _) => format!("`[profile.{}] {what}`", profile.name),
+                };
                 let bound = canonical(path);
                 for (what, secret) in secrets {
                     let secret = canonical(secret);
@@ -228,19 +262,31 @@ pub(crate) struct Launch<'a> {
     /// itself, should the server be unable to.
     pub(crate) timeout: Duration,
     pub(crate) confinement: &'a Confinement,
+    /// What it may see and use besides its own files.
+    pub(crate) profile: &'a Profile,
 }
 
-/// A started command, and what keeps its network up.
+/// A started command, what keeps its network up, and its cgroup.
 pub(crate) struct Launched {
     pub(crate) child: Child,
     network: Option<net::Attached>,
+    cgroup: Option<cgroup::CommandCgroup>,
 }
 
 impl Launched {
-    /// Ends the helpers once the command has ended.
-    pub(crate) fn finish(&mut self) {
+    /// The profile's limit the kernel stopped the command at, by the
+    /// cgroup's own count (memory and processes, where cgroups hold them).
+    pub(crate) fn limit_hit(&self, limits: &profile::Limits) -> Option<profile::LimitHit> {
+        self.cgroup.as_ref().and_then(|c| c.hit(limits))
+    }
+
+    /// Ends the helpers and removes the cgroup once the command has ended.
+    pub(crate) async fn finish(&mut self) {
         if let Some(network) = &mut self.network {
             network.stop();
+        }
+        if let Some(cgroup) = self.cgroup.take() {
+            cgroup.remove().await;
         }
     }
 }
@@ -258,6 +304,9 @@ pub(crate) enum LaunchError {
     },
     #[error("cannot connect the sandbox's network: {0}")]
     Network(String),
+    /// The profile limits commands and this host cannot enforce it.
+    #[error("{0}")]
+    Limits(String),
 }
 
 /// How far past the runner's own timeout the sandbox kills a command itself.
@@ -279,6 +328,10 @@ struct Ready {
     bwrap: PathBuf,
     /// coreutils' `timeout`, for the backstop.
     timeout: Option<PathBuf>,
+    /// util-linux's `prlimit`, which sets a profile's limits inside the sandbox.
+    prlimit: Option<PathBuf>,
+    /// The cgroups commands get, or why none.
+    cgroups: Result<cgroup::Cgroups, String>,
     layout: bwrap::HostLayout,
     egress: Option<net::EgressTools>,
 }
@@ -330,13 +383,31 @@ impl Sandbox {
         let bwrap = find_program("bwrap").ok_or(
             "bubblewrap (`bwrap`) is not installed; install it (`apt-get install bubblewrap`), or set WAVEGATE_SANDBOX=none to run commands unsandboxed",
         )?;
-        let egress = match settings.network {
-            Network::Egress => Some(net::EgressTools::locate()?),
-            Network::None | Network::Host => None,
+        let egress = if settings
+            .profiles
+            .iter()
+            .any(|p| p.network == Network::Egress)
+        {
+            Some(net::EgressTools::locate()?)
+        } else {
+            None
         };
+        let cgroups = if settings.cgroups {
+            cgroup::Cgroups::detect()
+        } else {
+            Err("WAVEGATE_SANDBOX_CGROUPS=off".to_owned())
+        };
+        if let Ok(cgroups) = &cgroups {
+            let swept = cgroups.sweep();
+            if swept > 0 {
+                tracing::info!("removed {swept} command cgroups an earlier server left behind");
+            }
+        }
         Ok(Ready {
             bwrap,
             timeout: find_program("timeout"),
+            prlimit: find_program("prlimit"),
+            cgroups,
             layout: bwrap::HostLayout::read(),
             egress,
         })
@@ -358,6 +429,7 @@ impl Sandbox {
                 env: &env,
                 timeout: Duration::from_secs(30),
                 confinement: &confinement,
+                profile: self.settings.profiles.default_profile(),
             })
             .await
             .map_err(|e| e.to_string())?;
@@ -370,7 +442,7 @@ impl Sandbox {
             (launched.child.wait().await, stderr)
         })
         .await;
-        launched.finish();
+        launched.finish().await;
         match output {
             Ok((Ok(status), _)) if status.success() => Ok(()),
             Ok((status, stderr)) => Err(format!(
@@ -382,11 +454,25 @@ impl Sandbox {
         }
     }
 
+    /// The operator's execution profiles.
+    pub(crate) fn profiles(&self) -> &Profiles {
+        &self.settings.profiles
+    }
+
     /// Why no command can run, when the sandbox is on but unavailable.
     pub fn problem(&self) -> Option<&str> {
         match &self.state {
             State::Unavailable(problem) => Some(problem),
             State::Off | State::Ready(_) => None,
+        }
+    }
+
+    /// What holds the profiles' limits: `cgroup-v2`, `cgroup-v1`,
+    /// `rlimits`, or `none` (no sandbox, or no way to).
+    pub(crate) fn limits_mechanism(&self) -> &'static str {
+        match &self.state {
+            State::Ready(ready) => ready.limits_mechanism(),
+            State::Off | State::Unavailable(_) => "none",
         }
     }
 
@@ -406,12 +492,23 @@ impl Sandbox {
             State::Off => {
                 "off (WAVEGATE_SANDBOX=none): commands run unsandboxed, as the server's user".into()
             }
-            State::Ready(_) => format!(
-                "bubblewrap, network {}{}{}",
-                self.settings.network.as_str(),
-                list(" read-only", &self.settings.read),
-                list(" apply-writable", &self.settings.apply_write),
-            ),
+            State::Ready(ready) => {
+                let profiles: Vec<String> = self
+                    .settings
+                    .profiles
+                    .iter()
+                    .map(|p| p.describe())
+                    .collect();
+                let why = match &ready.cgroups {
+                    Ok(_) => String::new(),
+                    Err(why) => format!(" (no cgroups: {why})"),
+                };
+                format!(
+                    "bubblewrap, limits held by {}{why}; profiles {}",
+                    ready.limits_mechanism(),
+                    profiles.join("; ")
+                )
+            }
             State::Unavailable(problem) => format!("unavailable: {problem}"),
         }
     }
@@ -425,9 +522,28 @@ impl Sandbox {
         };
         let passwd = data_fd(&bwrap::passwd())?;
         let group = data_fd(&bwrap::group())?;
-        let dns = ready.egress.as_ref().and_then(|e| e.dns.as_ref());
+        let profile = launch.profile;
+        let limiter = ready.limiter(profile)?;
+        let cgroup = match &ready.cgroups {
+            Ok(cgroups) => cgroups.create(&profile.limits).map_err(|e| {
+                LaunchError::Limits(format!(
+                    "cannot make the cgroup that holds execution profile `{}`'s limits: {e}",
+                    profile.name
+                ))
+            })?,
+            Err(_) => None,
+        };
+        let join = cgroup
+            .as_ref()
+            .map(cgroup::CommandCgroup::procs_files)
+            .unwrap_or_default();
+        let egress = match profile.network {
+            Network::Egress => ready.egress.as_ref(),
+            Network::None | Network::Host => None,
+        };
+        let dns = egress.and_then(|e| e.dns.as_ref());
         let resolv = dns.map(|d| data_fd(&d.resolv_conf)).transpose()?;
-        let sync = match ready.egress {
+        let sync = match egress {
             Some(_) => Some((
                 pipe().map_err(spawn_error("bwrap"))?,
                 pipe().map_err(spawn_error("bwrap"))?,
@@ -448,14 +564,17 @@ impl Sandbox {
             .as_deref()
             .map(|t| (t, launch.timeout + BACKSTOP_GRACE));
         let args: Vec<OsString> = bwrap::arguments(
-            &self.settings,
             &ready.layout,
             &fds,
             &bwrap::Invocation {
                 argv: launch.argv,
                 cwd: launch.cwd,
                 confinement: launch.confinement,
+                profile,
                 backstop,
+                limiter: limiter
+                    .as_ref()
+                    .map(|(path, limits)| (path.as_path(), *limits)),
             },
         );
         let mut inherit: Vec<RawFd> = vec![fds.passwd, fds.group];
@@ -470,16 +589,20 @@ impl Sandbox {
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)));
         piped(&mut command);
-        let child = spawn::spawn(command, &inherit).map_err(spawn_error("bwrap"))?;
+        let child = spawn::spawn_in(command, &inherit, join).map_err(spawn_error("bwrap"))?;
         drop((passwd, group, resolv));
-        let network = match (sync, &ready.egress) {
+        let network = match (sync, egress) {
             (Some(((info_r, info_w), (block_r, block_w))), Some(tools)) => {
                 drop((info_w, block_r));
                 Some(net::attach(tools, info_r, block_w).await?)
             }
             _ => None,
         };
-        Ok(Launched { child, network })
+        Ok(Launched {
+            child,
+            network,
+            cgroup,
+        })
     }
 
     fn launch_unsandboxed(&self, launch: &Launch<'_>) -> Result<Launched, LaunchError> {
@@ -497,7 +620,49 @@ impl Sandbox {
         Ok(Launched {
             child,
             network: None,
+            cgroup: None,
         })
+    }
+}
+
+impl Ready {
+    /// How limits are held here, for the log, `/readyz` and `/metrics`:
+    /// `cgroup-v2` or `cgroup-v1` (memory and processes; rlimits for disk
+    /// and CPU time), else `rlimits`, else `none`.
+    fn limits_mechanism(&self) -> &'static str {
+        match (&self.cgroups, &self.prlimit) {
+            (Ok(cgroups), _) => cgroups.mechanism(),
+            (Err(_), Some(_)) => "rlimits",
+            (Err(_), None) => "none",
+        }
+    }
+
+    /// `prlimit` and the limits of `profile` it sets (those no cgroup
+    /// holds), if any; an error when the profile sets limits this host
+    /// has no way to hold.
+    fn limiter(
+        &self,
+        profile: &Profile,
+    ) -> Result<Option<(PathBuf, profile::Limits)>, LaunchError> {
+        let mut limits = profile.limits;
+        if let Ok(cgroups) = &self.cgroups {
+            if cgroups.holds_memory() {
+                limits.memory = None;
+            }
+            if cgroups.holds_processes() {
+                limits.processes = None;
+            }
+        }
+        if limits == profile::Limits::default() {
+            return Ok(None);
+        }
+        match &self.prlimit {
+            Some(prlimit) => Ok(Some((prlimit.clone(), limits))),
+            None => Err(LaunchError::Limits(format!(
+                "execution profile `{}` limits its commands and this host cannot hold it: `prlimit` (util-linux) is not installed; install it, or take the limits out of the profile",
+                profile.name
+            ))),
+        }
     }
 }
 
@@ -533,14 +698,6 @@ pub(crate) fn launch_failure(code: i32, output: &str) -> Option<String> {
             .map(|l| l.rsplit_once("': ").map_or(l, |(_, why)| why).to_owned()),
         _ => None,
     }
-}
-
-fn list(what: &str, paths: &[PathBuf]) -> String {
-    if paths.is_empty() {
-        return String::new();
-    }
-    let joined: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    format!(",{what} {}", joined.join(":"))
 }
 
 /// The PATH commands get when the server has none.
@@ -618,6 +775,15 @@ pub(crate) mod testing {
                 _dir: dir,
                 confinement,
             }
+        }
+    }
+
+    /// Settings whose one profile, `default`, is `profile`.
+    pub(crate) fn settings_with(profile: Profile) -> SandboxSettings {
+        SandboxSettings {
+            mode: Mode::Bwrap,
+            profiles: Profiles::only(profile),
+            cgroups: true,
         }
     }
 

@@ -41,14 +41,25 @@ fn spawner() -> &'static mpsc::Sender<Request> {
 /// process dies. `inherit` are descriptors the child keeps, at the same
 /// numbers (they must be open and close-on-exec in this process until the
 /// call returns); every other descriptor wavegate opens is close-on-exec.
-pub(crate) fn spawn(mut command: Command, inherit: &[RawFd]) -> io::Result<Child> {
+pub(crate) fn spawn(command: Command, inherit: &[RawFd]) -> io::Result<Child> {
+    spawn_in(command, inherit, Vec::new())
+}
+
+/// [`spawn`], the child joining the cgroups whose `cgroup.procs` files are
+/// `cgroups` before it execs (so nothing it starts escapes their limits).
+pub(crate) fn spawn_in(
+    mut command: Command,
+    inherit: &[RawFd],
+    cgroups: Vec<std::ffi::CString>,
+) -> io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let inherit = inherit.to_vec();
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (close_range, getrlimit, fcntl, prctl,
-    // getppid); it allocates nothing.
+    // getppid, open, write, close); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            super::cgroup::join_in_child(&cgroups)?;
             // Not even what the server itself inherited open (its
             // supervisor's pipes, sockets, files) reaches the child.
             close_on_exec_from(3);

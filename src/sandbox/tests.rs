@@ -23,12 +23,51 @@ fn bubblewrap_with_no_network_is_the_default() {
     ])
     .unwrap();
     assert_eq!(s.mode, Mode::None);
-    assert_eq!(s.network, Network::Egress);
+    let default = s.profiles.default_profile();
+    assert_eq!(default.network, Network::Egress);
     assert_eq!(
-        s.read,
+        default.read,
         [PathBuf::from("/usr/share"), PathBuf::from("/etc/ssl")]
     );
-    assert_eq!(s.apply_write, [PathBuf::from("/tmp")]);
+    assert_eq!(default.state, [PathBuf::from("/tmp")]);
+}
+
+#[test]
+fn the_profiles_file_is_the_operators_and_a_broken_one_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("profiles.toml");
+    std::fs::write(
+        &file,
+        "[profile.prod]\nenv = { TF_TOKEN = { from_env = \"PROD_TOKEN\" } }\nnetwork = \"egress\"",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let s = settings(&[
+        ("WAVEGATE_PROFILES", &path),
+        ("PROD_TOKEN", "t0k3n-of-prod"),
+    ])
+    .unwrap();
+    assert_eq!(s.profiles.names(), "`default`, `prod`");
+    assert_eq!(s.profiles.get("prod").unwrap().env[0].1, "t0k3n-of-prod");
+    let e = settings(&[("WAVEGATE_PROFILES", &path)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("PROD_TOKEN is not set in the server's environment"),
+        "{e}"
+    );
+    let e = settings(&[("WAVEGATE_PROFILES", "profiles.toml")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("WAVEGATE_PROFILES: `profiles.toml` is not an absolute path"),
+        "{e}"
+    );
+    let e = settings(&[("WAVEGATE_PROFILES", "/no/such/profiles.toml")]).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("cannot read `/no/such/profiles.toml`"),
+        "{e:#}"
+    );
 }
 
 #[test]
@@ -57,9 +96,12 @@ fn operator_paths_that_would_show_a_secret_or_another_job_are_refused() {
     for dir in [&data, &tools, &jobs] {
         std::fs::create_dir(dir).unwrap();
     }
-    let with_read = |read: &Path| SandboxSettings {
-        read: vec![read.to_owned()],
-        ..SandboxSettings::default()
+    let with_read = |read: &Path| {
+        testing::settings_with(Profile::from_sandbox_settings(
+            vec![read.to_owned()],
+            vec![],
+            Network::None,
+        ))
     };
     let secrets = [("the data dir", data.as_path())];
     with_read(&tools).check_exposure(&secrets, &jobs).unwrap();
@@ -76,10 +118,11 @@ fn operator_paths_that_would_show_a_secret_or_another_job_are_refused() {
         .check_exposure(&secrets, &jobs)
         .unwrap_err();
     assert!(inside.to_string().contains("the data dir"), "{inside}");
-    let jobs_too = SandboxSettings {
-        apply_write: vec![host.path().to_owned()],
-        ..SandboxSettings::default()
-    }
+    let jobs_too = testing::settings_with(Profile::from_sandbox_settings(
+        vec![],
+        vec![host.path().to_owned()],
+        Network::None,
+    ))
     .check_exposure(&[], &jobs)
     .unwrap_err();
     assert!(
@@ -99,6 +142,31 @@ async fn run_in(
     kind: CommandKind,
     script: &str,
 ) -> (i32, String) {
+    let profile = sandbox.settings.profiles.default_profile().clone();
+    run_as(sandbox, job, kind, &profile, script).await
+}
+
+/// [`run_in`] with `profile`.
+async fn run_as(
+    sandbox: &Sandbox,
+    job: &testing::Job,
+    kind: CommandKind,
+    profile: &Profile,
+    script: &str,
+) -> (i32, String) {
+    let (code, out, _) = run_limited(sandbox, job, kind, profile, script).await;
+    (code, out)
+}
+
+/// [`run_as`], and the limit that stopped the command, as the runner
+/// tells it: the cgroup's count, else how it ended.
+async fn run_limited(
+    sandbox: &Sandbox,
+    job: &testing::Job,
+    kind: CommandKind,
+    profile: &Profile,
+    script: &str,
+) -> (i32, String, Option<profile::LimitHit>) {
     let confinement = Confinement {
         kind,
         ..job.confinement.clone()
@@ -115,6 +183,7 @@ async fn run_in(
             env: &env,
             timeout: Duration::from_secs(60),
             confinement: &confinement,
+            profile,
         })
         .await
         .unwrap();
@@ -127,13 +196,14 @@ async fn run_in(
         tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err),
     );
     let status = launched.child.wait().await.unwrap();
-    launched.finish();
+    let counted = launched.limit_hit(&profile.limits);
+    launched.finish().await;
     output.extend(out);
     output.extend(err);
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output).into_owned(),
-    )
+    let code = status.code().unwrap_or(-1);
+    let output = String::from_utf8_lossy(&output).into_owned();
+    let hit = counted.or_else(|| profile::limit_hit(&profile.limits, code, &output));
+    (code, output, hit)
 }
 
 #[tokio::test]
@@ -193,10 +263,11 @@ async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
 async fn the_apply_only_path_is_read_only_to_plans_and_writable_to_applies() {
     let state = tempfile::tempdir().unwrap();
     std::fs::write(state.path().join("app.json"), "{}").unwrap();
-    let settings = SandboxSettings {
-        apply_write: vec![state.path().to_owned()],
-        ..SandboxSettings::default()
-    };
+    let settings = testing::settings_with(Profile::from_sandbox_settings(
+        vec![],
+        vec![state.path().to_owned()],
+        Network::None,
+    ));
     let sandbox = testing::bwrap_with(settings).await;
     let job = testing::Job::new();
     let write = format!(
@@ -330,10 +401,11 @@ async fn egress_reaches_out_but_never_the_host_or_metadata_addresses() {
     let loopback_port = loopback.local_addr().unwrap().port();
     loopback.set_nonblocking(true).unwrap();
 
-    let sandbox = testing::bwrap_with(SandboxSettings {
-        network: Network::Egress,
-        ..SandboxSettings::default()
-    })
+    let sandbox = testing::bwrap_with(testing::settings_with(Profile::from_sandbox_settings(
+        vec![],
+        vec![],
+        Network::Egress,
+    )))
     .await;
     let job = testing::Job::new();
     let script = format!(
@@ -369,4 +441,143 @@ PY"#
     let none = testing::bwrap().await;
     let (_, out) = run_in(&none, &job, CommandKind::Plan, &script).await;
     assert!(out.contains("internet blocked"), "{out}");
+}
+
+/// A profile with `limits`, nothing else.
+fn limited(limits: profile::Limits) -> Profile {
+    let mut profile = Profile::from_sandbox_settings(vec![], vec![], Network::None);
+    profile.name = "limited".into();
+    profile.limits = limits;
+    profile
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_stopped_at_the_profiles_memory_limit() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let profile = limited(profile::Limits {
+        memory: Some(256 << 20),
+        ..Default::default()
+    });
+    let bomb = "python3 -c 'x = bytearray(1 << 30); print(\"held\", len(x))'";
+    let (code, out, hit) = run_limited(&sandbox, &job, CommandKind::Plan, &profile, bomb).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("held"), "{out}");
+    assert_eq!(
+        hit,
+        Some(profile::LimitHit::Memory(256 << 20)),
+        "{code}: {out}"
+    );
+    // Without the limit the same command holds its gigabyte.
+    let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, bomb).await;
+    assert_eq!((code, out.trim()), (0, "held 1073741824"));
+
+    // Where no cgroup may be made, the address-space limit holds it.
+    let rlimits = testing::bwrap_with(SandboxSettings {
+        cgroups: false,
+        ..SandboxSettings::default()
+    })
+    .await;
+    assert_eq!(rlimits.limits_mechanism(), "rlimits");
+    let (code, out, hit) = run_limited(&rlimits, &job, CommandKind::Plan, &profile, bomb).await;
+    assert!(out.contains("MemoryError"), "{code}: {out}");
+    assert_eq!(
+        hit,
+        Some(profile::LimitHit::Memory(256 << 20)),
+        "{code}: {out}"
+    );
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_stopped_at_the_process_limit_and_nothing_outlives_it() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let profile = limited(profile::Limits {
+        processes: Some(32),
+        ..Default::default()
+    });
+    // 200 sleepers where 32 are allowed: the rest cannot start.
+    let bomb = "i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo started all";
+    let (code, out, hit) = run_limited(&sandbox, &job, CommandKind::Plan, &profile, bomb).await;
+    assert!(!out.contains("started all") || code != 0, "{code}: {out}");
+    assert_eq!(hit, Some(profile::LimitHit::Processes(32)), "{code}: {out}");
+    // The sleepers went with the sandbox's pid namespace.
+    let sleepers = std::process::Command::new("pgrep")
+        .args(["-f", "^sleep 30$"])
+        .output()
+        .unwrap();
+    assert!(sleepers.stdout.is_empty(), "nothing outlives the command");
+}
+
+#[tokio::test]
+async fn a_disk_bomb_is_stopped_at_the_disk_limit_in_tmp_and_in_the_tree() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let profile = limited(profile::Limits {
+        disk: Some(16 << 20),
+        ..Default::default()
+    });
+    for target in ["/tmp/fill", "fill"] {
+        let bomb = format!("head -c 64M /dev/zero > {target}");
+        let (code, out, hit) =
+            run_limited(&sandbox, &job, CommandKind::Plan, &profile, &bomb).await;
+        assert_eq!(
+            hit,
+            Some(profile::LimitHit::Disk(16 << 20)),
+            "{target}: {code}: {out}"
+        );
+    }
+    let written = std::fs::metadata(job.confinement.tree.join("fill"))
+        .unwrap()
+        .len();
+    assert!(
+        written <= 16 << 20,
+        "the tree's file stopped at the limit: {written}"
+    );
+}
+
+#[tokio::test]
+async fn a_cpu_bomb_is_stopped_at_its_cpu_time() {
+    let sandbox = testing::bwrap().await;
+    let job = testing::Job::new();
+    let profile = limited(profile::Limits {
+        cpu_time: Some(1),
+        ..Default::default()
+    });
+    let (code, out, hit) = run_limited(
+        &sandbox,
+        &job,
+        CommandKind::Plan,
+        &profile,
+        "while :; do :; done",
+    )
+    .await;
+    assert_eq!(hit, Some(profile::LimitHit::CpuTime(1)), "{code}: {out}");
+}
+
+#[tokio::test]
+async fn a_write_path_is_an_applys_alone_and_a_read_path_is_read_only() {
+    let host = tempfile::tempdir().unwrap();
+    let (read, write) = (host.path().join("creds"), host.path().join("keys"));
+    for dir in [&read, &write] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("f"), "secret").unwrap();
+    }
+    let mut profile = Profile::from_sandbox_settings(vec![read.clone()], vec![], Network::None);
+    profile.write = vec![write.clone()];
+    let sandbox = testing::bwrap_with(testing::settings_with(profile.clone())).await;
+    let job = testing::Job::new();
+    let script = format!(
+        "cat {r}/f; echo; touch {r}/new 2>&1 | tail -1; cat {w}/f 2>&1; echo; touch {w}/new && echo wrote",
+        r = read.display(),
+        w = write.display()
+    );
+    let (_, plan) = run_as(&sandbox, &job, CommandKind::Plan, &profile, &script).await;
+    assert!(plan.contains("Read-only file system"), "{plan}");
+    assert!(
+        plan.contains("No such file or directory") && !plan.contains("wrote"),
+        "the plan never sees the write path: {plan}"
+    );
+    let (_, apply) = run_as(&sandbox, &job, CommandKind::Apply, &profile, &script).await;
+    assert!(apply.contains("wrote"), "{apply}");
 }

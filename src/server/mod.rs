@@ -103,7 +103,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 STORE_ANSWER.as_secs()
             ))
         }) {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Ok(()) => (
+            StatusCode::OK,
+            format!(
+                "ready; execution profiles' limits held by {}",
+                state.sandbox.limits_mechanism()
+            ),
+        )
+            .into_response(),
         Err(error) => {
             tracing::warn!("not ready: {error:#}");
             (

@@ -12,8 +12,8 @@
 
 use super::{
     files, read_carry, read_plan_file, resolve_dir, runner, ApplyOutcome, ApplyRun, CommandKind,
-    CommandSpec, InputSource, MemberFiles, MemberOutcome, MemberStatus, ResolvedInput, Workbench,
-    CARRY_FILE, INPUTS_FILE, MEMBERS_FILE, OUTPUTS_FILE, PLAN_FILE,
+    CommandSpec, InputSource, MemberFiles, MemberOutcome, MemberStatus, ResolvedInput, Where,
+    Workbench, CARRY_FILE, INPUTS_FILE, MEMBERS_FILE, OUTPUTS_FILE, PLAN_FILE,
 };
 use crate::config::groups::Group;
 use crate::config::repo::Input;
@@ -208,7 +208,13 @@ impl Workbench {
             ("WAVEGATE_MEMBERS_FILE".to_owned(), members_file),
         ];
         let label = format!("[{what}] group {}@{stage}", group.name);
-        let spec = self.sandboxed(kind, label, (argv, root, env), &own, group.timeout);
+        // One call runs with one profile: its first member's.
+        let first = outcomes.first().map(|o| o.component.as_str());
+        let at = Where {
+            stage: Some(stage),
+            component: first,
+        };
+        let spec = self.sandboxed((kind, at), label, (argv, root, env), &own, group.timeout)?;
         Ok((spec, member_files))
     }
 
@@ -225,12 +231,12 @@ impl Workbench {
             group,
             stage,
             members,
-            spec,
+            spec: _,
         } = call;
         let (output, mut error) = match result {
             Err(e) => (String::new(), Some(e.to_string())),
             Ok(run) if !run.succeeded() => {
-                let mut error = run.describe("the group's plan command", spec.timeout);
+                let mut error = run.describe("the group's plan command");
                 let tail = run.tail(5);
                 if !tail.is_empty() {
                     error.push_str(&format!("; last output:\n{tail}"));
@@ -375,7 +381,7 @@ impl Workbench {
             Err(e) => return failed_all(e.to_string()),
         };
         let error = (!run.succeeded()).then(|| {
-            let mut error = run.describe("the group's apply command", group.timeout);
+            let mut error = run.describe("the group's apply command");
             let tail = run.tail(5);
             if !tail.is_empty() {
                 error.push_str(&format!("; last output:\n{tail}"));

@@ -307,6 +307,8 @@ impl JobCtx<'_> {
             Arc::clone(self.sandbox),
         );
         options.cancel = self.cancel.clone();
+        options.repository = Some(self.repo.id.full_name.clone());
+        options.merged = true;
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);

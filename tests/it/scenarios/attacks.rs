@@ -1036,10 +1036,10 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     let toml = bot.example.read("change", "wavegate.toml");
     let app = "name = \"app\"\ndir = \"infra/app\"\n";
     assert!(toml.contains(app));
-    files.push((
-        "wavegate.toml".into(),
-        toml.replace(app, &format!("{app}timeout = \"10s\"\n")),
-    ));
+    // A plan runs for as long as the base allows.
+    let short = format!("{app}timeout = \"10s\"\n");
+    bot.edit_base_config(app, &short);
+    files.push(("wavegate.toml".into(), toml.replace(app, &short)));
     commit(&bot, "holder", "change", &files, &[]);
     let holder = open_unsettled(&bot, &repo, 41, "holder").await;
 

@@ -121,20 +121,17 @@ fn one_member_moving_moves_its_digest_and_the_change_set_digest_and_nothing_else
 }
 
 #[test]
-fn a_hanging_plan_is_killed_at_its_timeout_and_reported() {
+fn a_hanging_plan_is_killed_at_the_bases_timeout_whatever_the_head_asks_and_reported() {
     let example = Example::deployed();
-    let config = example
-        .read("change", "wavegate.toml")
+    // The base allows 2s; the pull request asks for 2m for its own plans.
+    let base = example
+        .read("main", "wavegate.toml")
         .replace("timeout = \"2m\"", "timeout = \"2s\"");
-    assert!(config.contains("timeout = \"2s\""));
-    example.branch(
-        "hang",
-        "change",
-        &[
-            ("infra/app/.hang", Some("")),
-            ("wavegate.toml", Some(&config)),
-        ],
-    );
+    assert!(base.contains("timeout = \"2s\""));
+    example.branch("main", "main", &[("wavegate.toml", Some(&base))]);
+    let head = example.read("change", "wavegate.toml");
+    assert!(head.contains("timeout = \"2m\""));
+    example.branch("hang", "change", &[("infra/app/.hang", Some(""))]);
     let started = std::time::Instant::now();
     let run = example.plan("main", "hang", &[]);
     assert_eq!(run.code, 1, "{}", run.stderr);
@@ -260,7 +257,12 @@ fn config_check_accepts_the_example() {
         &example.repo.display().to_string(),
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("ok (2 stages, 4 components)"));
+    assert!(
+        run.stdout
+            .contains("ok (2 stages, 4 components; execution profiles on this server: `default`)"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
