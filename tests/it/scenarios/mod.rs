@@ -24,6 +24,7 @@ mod notify;
 mod overrides;
 mod parallel;
 mod plan_example;
+mod profiles;
 mod reconcile;
 mod replicas;
 mod run_states;

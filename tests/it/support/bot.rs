@@ -121,6 +121,23 @@ impl Bot {
         bot
     }
 
+    /// A server whose operator set `variable` to a file holding what
+    /// `write` makes of the example estate and the bot's directory (whose
+    /// paths it may name), written before the server starts.
+    pub async fn start_with_file(
+        env: &[(&str, &str)],
+        variable: &str,
+        write: impl FnOnce(&Example, &Path) -> String,
+    ) -> Self {
+        let mut bot = Self::unstarted(env, true, false).await;
+        let file = bot.dir.path().join("operator-file.toml");
+        std::fs::write(&file, write(&bot.example, bot.dir.path())).unwrap();
+        bot.extra_env
+            .push((variable.into(), file.display().to_string()));
+        bot.start_server().await;
+        bot
+    }
+
     /// A server that is up (`/healthz`) but may not be ready (`/readyz`).
     pub async fn start_unready(env: &[(&str, &str)]) -> Self {
         let mut bot = Self::unstarted(env, true, false).await;

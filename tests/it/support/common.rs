@@ -218,8 +218,14 @@ impl Example {
 
     /// Runs `wavegate ARGS` with the estate in the environment.
     pub fn wavegate(&self, args: &[&str]) -> Run {
+        self.wavegate_with(&[], args)
+    }
+
+    /// [`Example::wavegate`] with `env` besides.
+    pub fn wavegate_with(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
         let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
             .args(args)
+            .envs(env.iter().copied())
             .env("ESTATE_DIR", &self.estate)
             .env("WAVEGATE_LOG", "info")
             // As the bot runs them: sandboxed, the estate read-only to plans.
