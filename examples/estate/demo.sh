@@ -19,6 +19,9 @@ trap 'exit 143' TERM
 repo="$tmp/repo"
 ESTATE_DIR="$tmp/estate"
 export ESTATE_DIR
+# What the plans read, shown to them in the sandbox as the bot would.
+WAVEGATE_SANDBOX_APPLY_WRITE="$ESTATE_DIR${WAVEGATE_SANDBOX_APPLY_WRITE:+:$WAVEGATE_SANDBOX_APPLY_WRITE}"
+export WAVEGATE_SANDBOX_APPLY_WRITE
 mkdir "$ESTATE_DIR" "$tmp/base"
 
 echo "demo: building the example repository in $repo" >&2
@@ -29,5 +32,9 @@ echo "demo: deploying main to the simulated estate in $ESTATE_DIR" >&2
 python3 "$here/bootstrap.py" "$tmp/base" >&2
 
 echo "demo: planning main..change" >&2
-cd "$crate"
-cargo run --quiet -- plan --repo "$repo" --base main --head change "$@"
+if [ -n "${WAVEGATE:-}" ]; then
+    "$WAVEGATE" plan --repo "$repo" --base main --head change "$@"
+else
+    cd "$crate"
+    cargo run --quiet -- plan --repo "$repo" --base main --head change "$@"
+fi

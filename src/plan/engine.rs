@@ -22,7 +22,7 @@ use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
 use crate::model::{Digest, DigestOver, MemberId, Money};
-use crate::sandbox::{self, files, CommandKind, Confinement, Profile, Sandbox};
+use crate::sandbox::{files, CommandKind, Confinement, Profile, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -1617,7 +1617,7 @@ impl Workbench {
             argv[0] = root.join(&argv[0]).display().to_string();
         }
         let mut env = vec![
-            ("PATH".to_owned(), sandbox::default_path()),
+            ("PATH".to_owned(), self.options.sandbox.command_path()),
             ("HOME".to_owned(), files.home.display().to_string()),
         ];
         for name in &self.base_env {

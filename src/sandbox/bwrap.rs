@@ -108,6 +108,8 @@ pub(crate) struct Invocation<'a> {
     /// command's own user namespace, so its process count is the sandbox's
     /// alone): those of the profile's no cgroup holds.
     pub(crate) limiter: Option<(&'a Path, super::profile::Limits)>,
+    /// wavegate's own executable, shown read-only in `OWN_BINARY_DIR`.
+    pub(crate) own_binary: Option<&'a Path>,
 }
 
 /// bwrap's arguments for `invocation`.
@@ -167,6 +169,14 @@ pub(crate) fn arguments(
             args.flags(&["--size", &disk.to_string()]);
         }
         args.flags(&["--tmpfs", tmp]);
+    }
+
+    if let Some(own) = invocation.own_binary {
+        args.bind(
+            "--ro-bind",
+            own,
+            &Path::new(super::OWN_BINARY_DIR).join("wavegate"),
+        );
     }
 
     // The operator's paths, before the job's own: a job's tree is never
@@ -320,6 +330,7 @@ mod tests {
                 profile: &profile(network),
                 backstop: Some((Path::new("/usr/bin/timeout"), Duration::from_secs(130))),
                 limiter: None,
+                own_binary: Some(Path::new("/usr/local/bin/wavegate")),
             },
         )
         .into_iter()
@@ -370,6 +381,10 @@ mod tests {
     fn the_system_is_read_only_and_the_job_writable() {
         let args = line(&args_of(CommandKind::Plan, Network::None));
         assert!(args.contains("--ro-bind /usr /usr"), "{args}");
+        assert!(
+            args.contains("--ro-bind /usr/local/bin/wavegate /run/wavegate/bin/wavegate"),
+            "wavegate itself, for the scripts' `wavegate adapt`: {args}"
+        );
         assert!(args.contains("--symlink usr/bin /bin"), "{args}");
         assert!(args.contains("--ro-bind /lib64 /lib64"), "{args}");
         assert!(
@@ -441,6 +456,7 @@ mod tests {
                 profile: &profile,
                 backstop: Some((Path::new("/usr/bin/timeout"), Duration::from_secs(30))),
                 limiter: Some((Path::new("/usr/bin/prlimit"), profile.limits)),
+                own_binary: None,
             },
         );
         let args = line(
@@ -480,6 +496,7 @@ mod tests {
                 profile: &profile(Network::Egress),
                 backstop: None,
                 limiter: None,
+                own_binary: None,
             },
         );
         let args = line(

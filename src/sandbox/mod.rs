@@ -332,6 +332,9 @@ struct Ready {
     prlimit: Option<PathBuf>,
     /// The cgroups commands get, or why none.
     cgroups: Result<cgroup::Cgroups, String>,
+    /// wavegate's own executable, shown to commands as
+    /// [`OWN_BINARY_DIR`]`/wavegate` (for `wavegate adapt` in their scripts).
+    own_binary: Option<PathBuf>,
     layout: bwrap::HostLayout,
     egress: Option<net::EgressTools>,
 }
@@ -408,6 +411,7 @@ impl Sandbox {
             timeout: find_program("timeout"),
             prlimit: find_program("prlimit"),
             cgroups,
+            own_binary: std::env::current_exe().and_then(std::fs::canonicalize).ok(),
             layout: bwrap::HostLayout::read(),
             egress,
         })
@@ -464,6 +468,23 @@ impl Sandbox {
         match &self.state {
             State::Unavailable(problem) => Some(problem),
             State::Off | State::Ready(_) => None,
+        }
+    }
+
+    /// The PATH commands get: the server's, with `wavegate` itself first
+    /// (in the sandbox, where it is shown at [`OWN_BINARY_DIR`]; unsandboxed,
+    /// its own directory).
+    pub(crate) fn command_path(&self) -> String {
+        let own = match &self.state {
+            State::Ready(ready) if ready.own_binary.is_some() => Some(OWN_BINARY_DIR.to_owned()),
+            State::Ready(_) | State::Unavailable(_) => None,
+            State::Off => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|d| d.display().to_string())),
+        };
+        match own {
+            Some(dir) => format!("{dir}:{}", default_path()),
+            None => default_path(),
         }
     }
 
@@ -575,6 +596,7 @@ impl Sandbox {
                 limiter: limiter
                     .as_ref()
                     .map(|(path, limits)| (path.as_path(), *limits)),
+                own_binary: ready.own_binary.as_deref(),
             },
         );
         let mut inherit: Vec<RawFd> = vec![fds.passwd, fds.group];
@@ -699,6 +721,9 @@ pub(crate) fn launch_failure(code: i32, output: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Where a sandboxed command finds `wavegate` itself, first on its PATH.
+pub(crate) const OWN_BINARY_DIR: &str = "/run/wavegate/bin";
 
 /// The PATH commands get when the server has none.
 pub(crate) fn default_path() -> String {

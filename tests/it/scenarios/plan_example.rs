@@ -4,6 +4,8 @@
 use crate::support::common;
 use common::{Example, Run};
 use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
 
 fn digests(report: &Value) -> Vec<(String, Value)> {
     report["members"]
@@ -520,3 +522,51 @@ fn adapt_terraform_turns_show_json_into_a_plan_file_and_refuses_an_errored_plan(
 }
 
 mod terraform;
+
+/// The README's quick start, step for step (`examples/estate/demo.sh`, on the
+/// built binary instead of `cargo run`): under the default sandbox it plans
+/// what the README says, against the estate `main` deployed, not an empty one.
+#[test]
+fn the_quick_start_plans_what_the_readme_says() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/estate/demo.sh");
+    let run = Command::new("sh")
+        .arg(&demo)
+        .env("WAVEGATE", env!("CARGO_BIN_EXE_wavegate"))
+        .env_remove("WAVEGATE_SANDBOX")
+        .env_remove("WAVEGATE_SANDBOX_APPLY_WRITE")
+        .env_remove("WAVEGATE_PROFILES")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let line = |start: &str| {
+        stderr
+            .lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting `{start}`:\n{stderr}"))
+            .trim()
+            .to_owned()
+    };
+    // `app` in both stages: an update and a new load balancer, against
+    // what `main` deployed (an empty estate would plan to create it all).
+    assert!(
+        line("app@dev").starts_with("app@dev  planned  +1 ~1 -0 -/+0"),
+        "{stderr}"
+    );
+    assert!(
+        line("app@prod").starts_with("app@prod  planned  +1 ~1 -0 -/+0"),
+        "{stderr}"
+    );
+    // The new `dns` in prod, reading an output of `app` known only after apply.
+    assert!(
+        line("dns@prod").starts_with("dns@prod  planned  +1 ~0"),
+        "{stderr}"
+    );
+    assert!(
+        line("unknown input hostname").contains("app@prod knows hostname only after it applies")
+    );
+    // `network` and `database` unaffected.
+    assert_eq!(line("database"), "database  unaffected");
+    assert_eq!(line("network"), "network   unaffected");
+    assert!(!stderr.contains("docs/notes.md"), "ignored: {stderr}");
+}

@@ -50,6 +50,13 @@ def estate_dir():
         die("ESTATE_DIR is not set: export it as the directory holding the simulated "
             "estate (wavegate passes it through because wavegate.toml lists it in "
             "[defaults] env)", code=2)
+    if not os.path.isdir(path):
+        # Planning against an estate it cannot see would propose creating
+        # all of it, with a digest someone could approve: refuse instead.
+        die(f"ESTATE_DIR={path} is not a directory this command can see, so it cannot "
+            "read what is deployed; under wavegate's sandbox the operator lists it as a "
+            "state path (WAVEGATE_SANDBOX_APPLY_WRITE, or `state` in an execution profile)",
+            code=2)
     return path
 
 

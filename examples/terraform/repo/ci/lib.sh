@@ -34,6 +34,12 @@ tf_init() {
     # (s3, gcs, azurerm, ...) pass its key here instead, e.g.
     # -backend-config="key=$WAVEGATE_COMPONENT/$WAVEGATE_STAGE.tfstate".
     if [ -n "${TF_STATE_DIR:-}" ]; then
+        # A state this command cannot see would plan to create everything
+        # that exists: refuse instead.
+        [ -d "$TF_STATE_DIR" ] || {
+            echo "$0: TF_STATE_DIR=$TF_STATE_DIR is not a directory this command can see, so it cannot read the state; under wavegate's sandbox the operator lists it as a state path (WAVEGATE_SANDBOX_APPLY_WRITE, or \`state\` in an execution profile)" >&2
+            return 2
+        }
         key=$WAVEGATE_COMPONENT
         # Without a workspace each stage needs a state of its own.
         [ -n "$workspace" ] || key=$key/$WAVEGATE_STAGE

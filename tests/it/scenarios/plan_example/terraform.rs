@@ -252,20 +252,41 @@ impl TfExample {
             .unwrap()
     }
 
-    /// `wavegate ARGS` as the bot runs commands: sandboxed, the state
-    /// read-only to plans, the fake terraform and wavegate on PATH.
+    /// The recipe's profiles file (docs/terraform.md): the tool directory
+    /// read-only, the state directory read-only to plans and writable to
+    /// applies. wavegate itself is in every sandbox by its own doing.
+    fn profiles(&self) -> PathBuf {
+        let file = self.dir.path().join("profiles.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[profile.default]\nread = [\"{}\"]\nstate = [\"{}\"]\n",
+                fake_dir().display(),
+                self.state.display()
+            ),
+        )
+        .unwrap();
+        file
+    }
+
+    /// `wavegate ARGS` as the bot runs commands: sandboxed with the
+    /// recipe's profiles file, the state read-only to plans, the fake
+    /// terraform on PATH (the only tool directory the sandbox shows).
     fn wavegate(&self, args: &[&str], stdin: Option<&[u8]>) -> Run {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        self.wavegate_with(args, stdin, Some(&self.profiles()))
+    }
+
+    fn wavegate_with(&self, args: &[&str], stdin: Option<&[u8]>, profiles: Option<&Path>) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wavegate"));
+        if let Some(profiles) = profiles {
+            command.env("WAVEGATE_PROFILES", profiles);
+        }
+        let mut child = command
             .args(args)
             .env("PATH", tool_path())
             .env("TF_STATE_DIR", &self.state)
             .env("WAVEGATE_LOG", "info")
             .env("WAVEGATE_SANDBOX", "bwrap")
-            .env(
-                "WAVEGATE_SANDBOX_READ",
-                format!("{}:{}", fake_dir().display(), wavegate_dir().display()),
-            )
-            .env("WAVEGATE_SANDBOX_APPLY_WRITE", &self.state)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -426,6 +447,33 @@ fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
     );
     let again = example.plan("bigger").json();
     assert_eq!(report["digest"], again["digest"], "plans are reproducible");
+}
+
+#[test]
+fn a_plan_that_cannot_see_its_state_fails_loudly_instead_of_planning_to_create_everything() {
+    let example = TfExample::deployed();
+    example.branch(
+        "bigger",
+        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
+    );
+    let repo = example.repo.display().to_string();
+    // No profiles file: the state directory is not in the sandbox.
+    let run = example.wavegate_with(
+        &[
+            "plan", "--repo", &repo, "--base", "main", "--head", "bigger", "--json",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let report = run.json();
+    let dev = Run::member(&report, "app@dev");
+    assert_eq!(dev["status"], "plan-failed", "{dev:#}");
+    let error = dev["error"].as_str().unwrap();
+    assert!(
+        error.contains("is not a directory this command can see, so it cannot read the state"),
+        "{error}"
+    );
 }
 
 #[test]
