@@ -217,7 +217,7 @@ async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
          echo env=$(env | cut -d= -f1 | sort | tr '\\n' ,); echo root=$(ls / | tr '\\n' ,); \
          test -e /proc/{me}/environ && echo server=visible || echo server=hidden; \
          echo private=$(ls /etc/ssl/private 2>&1 | head -1); \
-         echo written > out; echo host=$(hostname)"
+         echo written > out; echo host=$(hostname); echo run=$(find /run | tr '\\n' ,)"
     );
     let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
     assert_eq!(code, 0, "{out}");
@@ -238,9 +238,7 @@ async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
         );
     }
     let root = said("root");
-    for absent in [
-        "root", "home", "work", "srv", "opt", "mnt", "run", "sys", "boot",
-    ] {
+    for absent in ["root", "home", "work", "srv", "opt", "mnt", "sys", "boot"] {
         assert!(
             !root.split(',').any(|entry| entry == absent),
             "/{absent} is not in the sandbox: {root}"
@@ -252,6 +250,11 @@ async fn a_command_sees_its_job_the_system_and_nothing_of_the_server() {
         "the server's process is not in its /proc"
     );
     assert_eq!(said("host"), "wavegate-sandbox");
+    assert_eq!(
+        said("run"),
+        "/run,/run/wavegate,/run/wavegate/bin,/run/wavegate/bin/wavegate,",
+        "of /run, wavegate itself alone"
+    );
     assert_eq!(
         std::fs::read_to_string(job.confinement.tree.join("out")).unwrap(),
         "written\n",
