@@ -10,7 +10,7 @@ use super::cost::{self, StageCost};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped, WaveGroup};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
-use super::runner::{self, Cancel, CommandOutcome, CommandSpec};
+use super::runner::{self, Cancel, CommandOutcome, CommandSpec, Setup};
 use super::tail::OutputTail;
 use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use crate::config::cost::{CostCommand, CostCommands};
@@ -699,6 +699,8 @@ pub(crate) struct Workbench {
     execution: BTreeMap<String, StageExecution>,
     /// The base's plan timeouts (a pull request's plan); `None`: the config's own.
     plan_timeouts: Option<BaseTimeouts>,
+    /// Each (stage, profile)'s setup in this job, made when first needed.
+    setups: std::sync::Mutex<HashMap<(String, String), Arc<Setup>>>,
 }
 
 struct Ready {
@@ -785,6 +787,7 @@ impl Workbench {
             digest_over: DigestOver::All,
             execution: BTreeMap::new(),
             plan_timeouts: None,
+            setups: Default::default(),
         })
     }
 
@@ -1612,23 +1615,16 @@ impl Workbench {
     ) -> Result<CommandSpec, String> {
         let profile = self.profile_for(kind, at)?;
         profile.check_paths()?;
+        let setup = match at.stage {
+            Some(stage) if !profile.setup.is_empty() => Some(self.setup_of(stage, &profile)?),
+            _ => None,
+        };
+        let setup_dir = setup.as_ref().map(|(_, dir)| dir.as_path());
         let root = self.root();
         if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
             argv[0] = root.join(&argv[0]).display().to_string();
         }
-        let mut env = vec![
-            ("PATH".to_owned(), self.options.sandbox.command_path()),
-            ("HOME".to_owned(), files.home.display().to_string()),
-        ];
-        for name in &self.base_env {
-            if let Ok(value) = std::env::var(name) {
-                env.push((name.clone(), value));
-            }
-        }
-        if let Some(stage) = at.stage.and_then(|s| self.config.stage(s)) {
-            env.extend(stage.execution.variables.iter().cloned());
-        }
-        env.extend(profile.env.iter().cloned());
+        let mut env = self.command_env(at.stage, &profile, &files.home, setup_dir);
         env.extend(own_env);
         let asked = match (kind, &self.plan_timeouts, at.component) {
             (CommandKind::Plan, Some(base), Some(component)) => base.of(component),
@@ -1652,10 +1648,126 @@ impl Workbench {
                 tree: root,
                 files: files.dir.clone(),
                 home: files.home.clone(),
+                setup: setup_dir.map(Path::to_owned),
             },
             cancel: self.options.cancel.clone(),
+            setup: setup.map(|(setup, _)| setup),
             started: None,
         })
+    }
+
+    /// The environment of a command of `stage` with `profile`: `PATH`
+    /// (what the setup installed first), `HOME`, the base branch's
+    /// pass-through list (a pull request cannot ask for more), the stage's
+    /// `variables`, the profile's `env` (`{setup_dir}` filled in) and
+    /// `WAVEGATE_SETUP_DIR`.
+    fn command_env(
+        &self,
+        stage: Option<&str>,
+        profile: &Profile,
+        home: &Path,
+        setup_dir: Option<&Path>,
+    ) -> Vec<(String, String)> {
+        let path = self.options.sandbox.command_path();
+        let path = match setup_dir {
+            Some(dir) => format!("{}:{path}", dir.join("bin").display()),
+            None => path,
+        };
+        let mut env = vec![
+            ("PATH".to_owned(), path),
+            ("HOME".to_owned(), home.display().to_string()),
+        ];
+        for name in &self.base_env {
+            if let Ok(value) = std::env::var(name) {
+                env.push((name.clone(), value));
+            }
+        }
+        if let Some(stage) = stage.and_then(|s| self.config.stage(s)) {
+            env.extend(stage.execution.variables.iter().cloned());
+        }
+        let setup_text = setup_dir
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        env.extend(
+            profile
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.replace("{setup_dir}", &setup_text))),
+        );
+        if let Some(dir) = setup_dir {
+            env.push(("WAVEGATE_SETUP_DIR".to_owned(), dir.display().to_string()));
+        }
+        env
+    }
+
+    /// `profile`'s setup for `stage` in this job, made the first time a
+    /// command asks for it, and the directory it leaves its tools and
+    /// logins in (`{setup_dir}`; its `bin/` first on the stage's PATH).
+    fn setup_of(
+        &self,
+        stage: &str,
+        profile: &Arc<Profile>,
+    ) -> Result<(Arc<Setup>, PathBuf), String> {
+        let mut setups = self
+            .setups
+            .lock()
+            .expect("the setups lock is never poisoned");
+        let key = (stage.to_owned(), profile.name.clone());
+        let dir = self
+            .scratch
+            .path()
+            .join("setup")
+            .join(format!("{stage}.{}", profile.name));
+        if let Some(setup) = setups.get(&key) {
+            return Ok((Arc::clone(setup), dir));
+        }
+        let home = dir.join("home");
+        for made in [&dir, &home, &dir.join("bin")] {
+            std::fs::create_dir_all(made)
+                .map_err(|e| format!("cannot create {}: {e}", made.display()))?;
+        }
+        let root = self.root();
+        let dir_text = dir.display().to_string();
+        let mut env = self.command_env(Some(stage), profile, &home, Some(&dir));
+        env.push(("WAVEGATE_STAGE".to_owned(), stage.to_owned()));
+        let commands = profile
+            .setup
+            .iter()
+            .map(|argv| CommandSpec {
+                label: format!("[setup] {stage} {}", profile.name),
+                kind: CommandKind::Plan,
+                argv: argv
+                    .iter()
+                    .map(|a| a.replace("{setup_dir}", &dir_text))
+                    .collect(),
+                cwd: root.clone(),
+                env: env.clone(),
+                timeout: profile.max_timeout,
+                timeout_capped: false,
+                profile: Arc::clone(profile),
+                heartbeat: self.options.heartbeat,
+                output_cap: self.options.output_cap,
+                sandbox: Arc::clone(&self.options.sandbox),
+                // The setup writes its directory; later commands only read it.
+                confinement: Confinement {
+                    kind: CommandKind::Plan,
+                    tree: root.clone(),
+                    files: dir.clone(),
+                    home: home.clone(),
+                    setup: None,
+                },
+                cancel: self.options.cancel.clone(),
+                setup: None,
+                started: None,
+            })
+            .collect();
+        let what = format!(
+            "the setup of execution profile `{}` for stage `{stage}` failed, so none of the stage's commands with it ran",
+            profile.name
+        );
+        let setup = Arc::new(Setup::new(what, commands));
+        setups.insert(key, Arc::clone(&setup));
+        Ok((setup, dir))
     }
 }
 

@@ -45,10 +45,58 @@ pub(crate) struct CommandSpec {
     /// What the command may write.
     pub(crate) confinement: Confinement,
     pub(crate) cancel: Cancel,
+    /// Its profile's setup, run once per job before the first command
+    /// that needs it; `None`: nothing to set up.
+    pub(crate) setup: Option<Arc<Setup>>,
     /// Told which process the command is once it started (an apply's
     /// attempt record keeps it, so a restarted server can tell whether it
     /// still runs).
     pub(crate) started: Option<mpsc::UnboundedSender<ProcessId>>,
+}
+
+/// A profile's `setup` for one stage of a job: its commands, run in order
+/// once (however many commands need it at once), and how that went.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    /// `the setup of execution profile `p` for stage `s``, for its errors.
+    pub(crate) what: String,
+    pub(crate) commands: Vec<CommandSpec>,
+    done: tokio::sync::OnceCell<Result<(), String>>,
+}
+
+impl Setup {
+    pub(crate) fn new(what: String, commands: Vec<CommandSpec>) -> Self {
+        Self {
+            what,
+            commands,
+            done: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Runs the commands the first time; answers how that went every time.
+    async fn run(&self) -> Result<(), String> {
+        self.done
+            .get_or_init(|| async {
+                for spec in &self.commands {
+                    let shown = spec.argv.join(" ");
+                    let ran = run(spec)
+                        .await
+                        .map_err(|e| format!("{}: `{shown}` could not start: {e}", self.what))?;
+                    if !ran.succeeded() {
+                        let mut error =
+                            format!("{}: {}", self.what, ran.describe(&format!("`{shown}`")));
+                        let tail = ran.tail(10);
+                        if !tail.is_empty() {
+                            error.push_str(&format!("; last output:\n{tail}"));
+                        }
+                        return Err(error);
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .clone()
+    }
 }
 
 /// Stops a job's commands when the job is given up (its lease went to
@@ -164,6 +212,9 @@ impl CommandOutcome {
 pub(crate) enum SpawnError {
     #[error("{0}")]
     Sandbox(String),
+    /// Its profile's setup failed: nothing of the stage runs.
+    #[error("{0}")]
+    Setup(String),
     #[error("cannot start `{program}` (cwd {cwd}): {why}; check the command in wavegate.toml and that the program exists and is executable{where_}")]
     Start {
         program: String,
@@ -228,6 +279,9 @@ pub(crate) async fn run_command(spec: &CommandSpec) -> Result<CommandOutcome, Sp
 }
 
 async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
+    if let Some(setup) = &spec.setup {
+        Box::pin(setup.run()).await.map_err(SpawnError::Setup)?;
+    }
     let started = Instant::now();
     let mut cancel = spec.cancel.clone();
     if cancel.is_cancelled() {
@@ -516,6 +570,7 @@ mod tests {
             sandbox,
             confinement: job.confinement.clone(),
             cancel: Cancel::default(),
+            setup: None,
             started: None,
         }
     }

@@ -197,6 +197,9 @@ pub(crate) fn arguments(
     for path in [&confinement.tree, &confinement.files, &confinement.home] {
         args.bind("--bind", path, path);
     }
+    if let Some(setup) = &confinement.setup {
+        args.bind("--ro-bind", setup, setup);
+    }
     args.flag("--chdir");
     args.path(invocation.cwd);
     if let Some((info, block)) = fds.sync {
@@ -294,6 +297,7 @@ mod tests {
             tree: "/tmp/wavegate-job-1/tree".into(),
             files: "/tmp/wavegate-job-1/members/app@dev".into(),
             home: "/tmp/wavegate-job-1/home/app@dev".into(),
+            setup: Some("/tmp/wavegate-job-1/setup/dev.default".into()),
         }
     }
 
@@ -393,6 +397,10 @@ mod tests {
         );
         assert!(args.contains("--ro-bind-data 5 /etc/passwd --ro-bind-data 6 /etc/group"));
         assert!(!args.contains("--bind / "), "never the whole host: {args}");
+        assert!(
+            args.contains("--ro-bind /tmp/wavegate-job-1/setup/dev.default /tmp/wavegate-job-1/setup/dev.default"),
+            "what the setup left is read-only: {args}"
+        );
         for own in ["tree", "members/app@dev", "home/app@dev"] {
             let path = format!("/tmp/wavegate-job-1/{own}");
             assert!(

@@ -233,6 +233,9 @@ pub(crate) struct Confinement {
     pub(crate) files: PathBuf,
     /// Its private `HOME`, empty at first.
     pub(crate) home: PathBuf,
+    /// What its profile's setup left for the stage's commands (tools,
+    /// logins), read-only to them.
+    pub(crate) setup: Option<PathBuf>,
 }
 
 impl Confinement {
@@ -244,6 +247,7 @@ impl Confinement {
             tree: dir.join("tree"),
             files: dir.join("files"),
             home: dir.join("home"),
+            setup: None,
         };
         for path in [&confinement.tree, &confinement.files, &confinement.home] {
             std::fs::create_dir(path)?;

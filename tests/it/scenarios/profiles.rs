@@ -81,6 +81,11 @@ def report():
         except OSError:
             seen.append(name + "=unseen")
     env = os.environ.get
+    setup = env("WAVEGATE_SETUP_DIR")
+    if setup:
+        with open(os.path.join(setup, "ran")) as f:
+            seen.append("setup=" + ",".join(f.read().split()))
+        seen.append("tool=" + subprocess.run(["tool"], capture_output=True, text=True).stdout.strip())
     print("probe", kind, env("WAVEGATE_MEMBER"), "profile=" + str(env("AWS_PROFILE")),
           "region=" + str(env("REGION")), "cloud=" + str(env("CLOUD_TOKEN")), *seen, flush=True)
     if kind == "plan" and os.path.exists(".bomb"):
@@ -327,4 +332,69 @@ fn server_rss_kib(bot: &Bot) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profiles_setup_runs_once_per_job_before_the_stage_and_its_failure_fails_the_stage() {
+    let bot = Bot::start_with_file(&[], "WAVEGATE_PROFILES", |example, _| {
+        let state = example.estate.display();
+        format!(
+            r#"[profile.dev]
+state = ["{state}"]
+env = {{ TOOL_CONFIG = "{{setup_dir}}/tool.conf" }}
+setup = [
+  ["sh", "-c", "echo $WAVEGATE_STAGE >> $WAVEGATE_SETUP_DIR/ran"],
+  ["sh", "-c", "printf '#!/bin/sh\\necho tool 1.11 at $TOOL_CONFIG\\n' > {{setup_dir}}/bin/tool && chmod +x {{setup_dir}}/bin/tool"],
+]
+[profile.prod-read]
+state = ["{state}"]
+setup = [["sh", "-c", "echo the identity provider refused the login >&2; exit 3"]]
+"#
+        )
+    })
+    .await;
+    let toml = |toml: &str| {
+        toml.replace(DEV_STAGE, &format!("{DEV_STAGE}profile = \"dev\"\n"))
+            .replace(
+                PROD_STAGE,
+                &format!("{PROD_STAGE}profile = \"prod-read\"\n"),
+            )
+    };
+    let base = toml(&bot.example.read("main", "wavegate.toml"));
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&base))]);
+    let creds = bot.dir.path().join("creds");
+    let mut files = probed(&bot.example, &creds);
+    files.push((
+        "wavegate.toml".into(),
+        toml(&bot.example.read("change", "wavegate.toml")),
+    ));
+    branch(&bot.example, "setup", &files);
+    let pr = bot.opened(&bot.github_repo(), 8, "setup").await;
+
+    // The outputs commands of network@dev and database@dev and the plan of
+    // app@dev all ran with the dev profile: its setup ran once before them.
+    let dev = probe_line(&bot, "plan", "app@dev");
+    let (_, setup) = dev.split_once(" setup=").expect("the probe saw a setup");
+    let (ran, tool) = setup.split_once(" tool=").unwrap();
+    assert_eq!(ran, "dev", "{dev}");
+    assert!(
+        tool.starts_with("tool 1.11 at /") && tool.ends_with("/setup/dev.dev/tool.conf"),
+        "its tool is first on PATH, `{{setup_dir}}` filled in: {dev}"
+    );
+    let report = pr.report();
+    assert_eq!(pr.plan_state(), "failure", "{report}");
+    assert!(
+        report.contains("the setup of execution profile `prod-read` for stage `prod` failed, so none of the stage's commands with it ran"),
+        "{report}"
+    );
+    assert!(
+        report.contains("the identity provider refused the login"),
+        "{report}"
+    );
+    assert!(
+        !bot.plans_run().iter().any(|m| m.ends_with("@prod")),
+        "no prod plan ran: {:?}",
+        bot.plans_run()
+    );
 }
