@@ -9,7 +9,8 @@ network:
   the binary has; the health check, the probes and the ingress paths name
   routes the server has;
 * the Dockerfile: multi-stage, `cargo build --release --locked`, a runtime of
-  debian:bookworm-slim with git and ca-certificates only, a fixed non-root
+  debian:bookworm-slim with git, ca-certificates and the sandbox's tools
+  only, a fixed non-root
   uid the chart also uses, one port everywhere, every COPY source present and
   not excluded by .dockerignore, every cargo target file inside the context;
 * compose.yaml, Chart.yaml, values.yaml parse; every template has balanced
@@ -18,13 +19,21 @@ network:
   and the ledger key only as read-only files that WAVEGATE_GITHUB_PRIVATE_KEY
   and WAVEGATE_LEDGER_KEY_FILE name (the ledger key required in postgres
   mode, where replicas must share it);
-* the sandbox (docs/operations.md, "The sandbox"): every WAVEGATE_SANDBOX* setting is in
-  the env example, the chart and compose; the image installs bubblewrap,
-  passt and iproute2; the chart's pod and compose's container allow user
+* the sandbox (docs/operations.md, "The sandbox"): every WAVEGATE_SANDBOX* setting and
+  WAVEGATE_PROFILES is in the env example, the chart and compose; the image
+  installs bubblewrap, passt, iproute2 and util-linux (prlimit, for the
+  execution profiles' limits); the chart's pod and compose's container allow user
   namespaces, mounts and a fresh /proc exactly as docs/deployment.md says
   (hostUsers: false, procMount: Unmasked, the seccomp profile in
   deploy/security/, AppArmor) and nothing more: non-root, read-only root, no
   capability, no privilege escalation;
+* execution profiles (docs/operations.md, "Execution profiles"):
+  deploy/profiles.example.toml uses only the fields src/sandbox/profile.rs
+  reads; the chart renders a `profiles` value into a ConfigMap mounted
+  read-only where WAVEGATE_PROFILES points, each of `profileSecrets`
+  read-only under /etc/wavegate/secrets/, and sets no WAVEGATE_SANDBOX_READ,
+  _APPLY_WRITE or _NETWORK beside a [profile.default] (the server refuses
+  both);
 * with the tools at hand (PATH, or deploy/get-tools.sh's directory):
   `helm lint` and `helm template` in both database modes with assertions on
   the output, `kubernetes-validate --strict` on what helm renders, `hadolint`
@@ -91,7 +100,21 @@ SECRET_VARS = {
 FILE_SECRET_VARS = {"WAVEGATE_GITHUB_PRIVATE_KEY", "WAVEGATE_LEDGER_KEY_FILE"}
 ENV_SECRET_VARS = SECRET_VARS - FILE_SECRET_VARS
 # The sandbox's settings: each must be in the env example, the chart and compose.
-SANDBOX_VARS = {"WAVEGATE_SANDBOX", "WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK"}
+SANDBOX_VARS = {
+    "WAVEGATE_SANDBOX",
+    "WAVEGATE_SANDBOX_READ",
+    "WAVEGATE_SANDBOX_APPLY_WRITE",
+    "WAVEGATE_SANDBOX_NETWORK",
+    "WAVEGATE_SANDBOX_CGROUPS",
+    "WAVEGATE_PROFILES",
+}
+# The settings that make up the `default` execution profile without a
+# profiles file: set beside a [profile.default], the server refuses to start.
+DEFAULT_PROFILE_VARS = {"WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE", "WAVEGATE_SANDBOX_NETWORK"}
+PROFILES_EXAMPLE = DEPLOY / "profiles.example.toml"
+# Where the chart mounts the profiles file and the profiles' credential Secrets.
+PROFILES_FILE = "/etc/wavegate/profiles.toml"
+PROFILE_SECRETS_DIR = "/etc/wavegate/secrets"
 SANDBOX_MODES = {"bwrap", "none"}
 SANDBOX_NETWORKS = {"none", "egress", "host"}
 SECURITY = DEPLOY / "security"
@@ -108,9 +131,10 @@ REFUSED_SYSCALLS = {
     "iopl", "ioperm", "settimeofday", "clock_settime", "quotactl", "lookup_dcookie",
 }
 # git for the repositories; bubblewrap, passt (pasta) and iproute2 (ip) for
-# the sandbox every plan/apply/outputs command runs in (docs/operations.md).
-RUNTIME_PACKAGES = {"git", "ca-certificates", "bubblewrap", "passt", "iproute2"}
-SANDBOX_PACKAGES = {"bubblewrap", "passt", "iproute2"}
+# the sandbox every plan/apply/outputs command runs in (docs/operations.md),
+# util-linux (prlimit) for the execution profiles' limits inside it.
+RUNTIME_PACKAGES = {"git", "ca-certificates", "bubblewrap", "passt", "iproute2", "util-linux"}
+SANDBOX_PACKAGES = {"bubblewrap", "passt", "iproute2", "util-linux"}
 RUNTIME_BASE = "debian:bookworm-slim"
 
 
@@ -171,7 +195,9 @@ class Source:
         # Names the server reads: the first argument of a call (`var("…")`,
         # `get("…")`, `try_from_env("…")`) in the settings and in main.rs.
         call = re.compile(r'\b\w+\(\s*"(WAVEGATE_[A-Z0-9_]+)"')
-        read_in = [ROOT / "src/config/settings.rs", ROOT / "src/main.rs"]
+        # src/sandbox/mod.rs reads the sandbox's own (WAVEGATE_SANDBOX*,
+        # WAVEGATE_PROFILES).
+        read_in = [ROOT / "src/config/settings.rs", ROOT / "src/main.rs", ROOT / "src/sandbox/mod.rs"]
         self.settings = {m for p in read_in if p.exists() for m in call.findall(p.read_text())}
         self.settings -= COMMAND_VARS
         # A family's prefix is documented by any member (checked below).
@@ -185,6 +211,10 @@ class Source:
         self.subcommands = self._subcommands((ROOT / "src/main.rs").read_text())
         store = " ".join(t for p, t in rust.items() if "store" in p.parts)
         self.postgres_backend = bool(re.search(r"Backend::Postgres", store))
+        # The fields of a profile in the profiles file (`struct RawProfile`).
+        profile_rs = rust.get(ROOT / "src/sandbox/profile.rs", "")
+        m = re.search(r"struct RawProfile \{(.*?)\n\}", profile_rs, re.S)
+        self.profile_fields = set(re.findall(r"^\s+(\w+):", m.group(1), re.M)) if m else set()
 
     @staticmethod
     def _subcommands(main: str) -> set[str]:
@@ -315,7 +345,7 @@ def check_dockerfile(r: Report, src: Source) -> dict:
     r.check(
         SANDBOX_PACKAGES <= installed,
         f"{where}: runtime installs the sandbox's tools ({', '.join(sorted(SANDBOX_PACKAGES))}: bwrap, pasta, ip)",
-        f"{where}: runtime must install {sorted(SANDBOX_PACKAGES - installed)}: WAVEGATE_SANDBOX=bwrap (the default) runs every command under bubblewrap",
+        f"{where}: runtime must install {sorted(SANDBOX_PACKAGES - installed)}: WAVEGATE_SANDBOX=bwrap (the default) runs every command under bubblewrap, and prlimit sets the execution profiles' limits",
     )
     r.check(
         installed == RUNTIME_PACKAGES,
@@ -543,8 +573,16 @@ def compose_default(value: str) -> str:
 def check_compose_sandbox(r: Report, where: str, doc: dict, bot: dict, env: dict) -> None:
     """compose: the sandbox's settings, what Docker must allow for bubblewrap,
     and the App key as a read-only file."""
-    mode = compose_default(env.get("WAVEGATE_SANDBOX", "bwrap"))
-    network = compose_default(env.get("WAVEGATE_SANDBOX_NETWORK", "none"))
+    # Empty is unset to the server: the default.
+    mode = compose_default(env.get("WAVEGATE_SANDBOX", "bwrap")) or "bwrap"
+    network = compose_default(env.get("WAVEGATE_SANDBOX_NETWORK", "none")) or "none"
+    for name in sorted(DEFAULT_PROFILE_VARS):
+        value = compose_default(env.get(name, ""))
+        r.check(
+            value == "",
+            f"{where}: {name} is unset unless the shell or deploy/.env sets it (a profiles file may define [profile.default])",
+            f"{where}: {name} defaults to `{value}`: beside a profiles file with [profile.default] the server refuses to start; default it to empty",
+        )
     r.check(mode in SANDBOX_MODES, f"{where}: WAVEGATE_SANDBOX defaults to {mode}", f"{where}: WAVEGATE_SANDBOX defaults to `{mode}`, not one of {sorted(SANDBOX_MODES)}")
     r.check(network in SANDBOX_NETWORKS, f"{where}: WAVEGATE_SANDBOX_NETWORK defaults to {network}", f"{where}: WAVEGATE_SANDBOX_NETWORK defaults to `{network}`, not one of {sorted(SANDBOX_NETWORKS)}")
     opts: dict[str, str] = {}
@@ -819,12 +857,12 @@ def check_sandbox_names(r: Report, src: Source) -> None:
         "deploy/compose.yaml": (DEPLOY / "compose.yaml").read_text(),
     }
     for where, text in files.items():
-        found = set(re.findall(r"\b(WAVEGATE_SANDBOX[A-Z0-9_]*)\b", text))
+        found = set(re.findall(r"\b(WAVEGATE_(?:SANDBOX[A-Z0-9_]*|PROFILES))\b", text))
         missing = sorted(names - found)
         r.check(
             not missing,
             f"{where}: names every sandbox setting ({', '.join(sorted(names))})",
-            f"{where}: does not name {', '.join(missing)}: every WAVEGATE_SANDBOX* setting belongs in the env example, the chart and compose",
+            f"{where}: does not name {', '.join(missing)}: every WAVEGATE_SANDBOX* setting and WAVEGATE_PROFILES belong in the env example, the chart and compose",
         )
     pending = sorted(n for n in SANDBOX_VARS if n not in src.known_vars)
     if pending:
@@ -836,6 +874,44 @@ def check_sandbox_names(r: Report, src: Source) -> None:
     for n in sorted(PENDING_VARS):
         if n in src.settings:
             r.warn(f"src/config/settings.rs reads {n} now: remove it from PENDING_VARS in deploy/check.py")
+
+
+def check_profiles_example(r: Report, src: Source) -> None:
+    """deploy/profiles.example.toml: parses, and uses only what the server reads."""
+    where = rel(PROFILES_EXAMPLE)
+    if not r.check(PROFILES_EXAMPLE.exists(), f"{where} exists", f"{where} is missing"):
+        return
+    try:
+        doc = tomllib.loads(PROFILES_EXAMPLE.read_text())
+    except tomllib.TOMLDecodeError as e:
+        r.fail(f"{where}: does not parse: {e}")
+        return
+    unknown_top = sorted(set(doc) - {"profile"})
+    profiles = doc.get("profile", {})
+    r.check(
+        not unknown_top and isinstance(profiles, dict) and bool(profiles),
+        f"{where}: parses, {len(profiles)} profiles ({', '.join(profiles)})",
+        f"{where}: should hold only [profile.NAME] tables, found {unknown_top or 'no profile'}",
+    )
+    if not src.profile_fields:
+        r.fail("src/sandbox/profile.rs: found no `struct RawProfile`, so the example's fields were not checked")
+        return
+    for name, profile in profiles.items():
+        at = f"{where}: [profile.{name}]"
+        r.check(re.fullmatch(r"[A-Za-z0-9_-]+", name) is not None, f"{at}: a valid name", f"{at}: a profile's name is letters, digits, `-` and `_`")
+        unknown = sorted(set(profile) - src.profile_fields)
+        r.check(not unknown, f"{at}: only fields the server reads", f"{at}: {', '.join(unknown)} not among the fields src/sandbox/profile.rs reads ({', '.join(sorted(src.profile_fields))})")
+        network = profile.get("network", "none")
+        r.check(network in SANDBOX_NETWORKS, f"{at}: network {network}", f"{at}: network `{network}` is not one of {sorted(SANDBOX_NETWORKS)}")
+        paths = [p for field in ("read", "state", "write") for p in profile.get(field, [])]
+        bad = [p for p in paths if not str(p).startswith("/") or p == "/"]
+        r.check(not bad, f"{at}: every path absolute", f"{at}: {bad}: paths must be absolute and not `/`")
+        for var in profile.get("env", {}):
+            r.check(
+                var not in ("PATH", "HOME") and not var.startswith("WAVEGATE_"),
+                f"{at}: env {var} is not wavegate's",
+                f"{at}: env {var}: PATH, HOME and WAVEGATE_* cannot be set",
+            )
 
 
 def check_security_profiles(r: Report) -> None:
@@ -1119,8 +1195,9 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
         f"helm package {rel(CHART)} failed:\n{res.stdout}{res.stderr}",
     )
 
-    def template(name: str, pairs: list[str]):
-        res = run([helm, "template", "wg", str(CHART), "--namespace", "infra", *sets(pairs)])
+    def template(name: str, pairs: list[str], files: list[str] = ()):
+        set_files = [a for f in files for a in ("--set-file", f)]
+        res = run([helm, "template", "wg", str(CHART), "--namespace", "infra", *sets(pairs), *set_files])
         if res.returncode != 0:
             r.fail(f"helm template {name}: {res.stderr.strip()}")
             return None
@@ -1243,6 +1320,67 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
             f"helm template sandbox.seccompProfile.type=Unconfined: got {sc.get('seccompProfile')}, {sc.get('appArmorProfile')}",
         )
 
+    # Execution profiles: the file as a ConfigMap mounted read-only where
+    # WAVEGATE_PROFILES points, each credential Secret read-only under
+    # /etc/wavegate/secrets/, and no default-profile settings beside the
+    # file's [profile.default].
+    secrets = ["aws-dev", "aws-prod-read"]
+    profiles_text = PROFILES_EXAMPLE.read_text()
+    defines_default = re.search(r"^\s*\[\s*profile\.default\s*\]", profiles_text, re.M) is not None
+    docs = template("profiles", ["profileSecrets={" + ",".join(secrets) + "}", *GITHUB], [f"profiles={PROFILES_EXAMPLE}"])
+    if docs is not None:
+        where = "helm template profiles"
+        config_map = docs.get("ConfigMap", {})
+        profiles_toml = config_map.get("data", {}).get("profiles.toml", "")
+        r.check(
+            profiles_toml.strip() == profiles_text.strip() and tomllib.loads(profiles_toml) == tomllib.loads(profiles_text),
+            f"{where}: the `profiles` value is ConfigMap {config_map.get('metadata', {}).get('name')}'s profiles.toml, unchanged",
+            f"{where}: the ConfigMap's profiles.toml is not the `profiles` value as given",
+        )
+        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+        c = pod.get("containers", [{}])[0]
+        env = env_of(c)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        r.check(
+            env.get("WAVEGATE_PROFILES", {}).get("value") == PROFILES_FILE,
+            f"{where}: WAVEGATE_PROFILES={PROFILES_FILE}",
+            f"{where}: WAVEGATE_PROFILES should be {PROFILES_FILE}, got {env.get('WAVEGATE_PROFILES')}",
+        )
+        mount = mounts.get(PROFILES_FILE, {})
+        volume = volumes.get(mount.get("name", ""), {})
+        r.check(
+            mount.get("readOnly") is True
+            and mount.get("subPath") == "profiles.toml"
+            and volume.get("configMap", {}).get("name") == config_map.get("metadata", {}).get("name"),
+            f"{where}: the ConfigMap is mounted read-only at {PROFILES_FILE}",
+            f"{where}: {PROFILES_FILE} should be the ConfigMap's profiles.toml, mounted readOnly (mount {mount}, volume {volume})",
+        )
+        for name in secrets:
+            path = f"{PROFILE_SECRETS_DIR}/{name}"
+            mount = mounts.get(path, {})
+            volume = volumes.get(mount.get("name", ""), {})
+            mode = volume.get("secret", {}).get("defaultMode", 0o644)
+            r.check(
+                mount.get("readOnly") is True and volume.get("secret", {}).get("secretName") == name and mode & 0o337 == 0,
+                f"{where}: Secret {name} is mounted read-only at {path} (mode {mode:04o})",
+                f"{where}: Secret {name} should be mounted readOnly at {path}, mode 0400 or 0440 (mount {mount}, volume {volume})",
+            )
+        pod_annotations = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+        r.check(
+            "checksum/profiles" in pod_annotations,
+            f"{where}: a checksum of the profiles rolls the pods when they change (the file is read at start)",
+            f"{where}: no checksum/profiles annotation on the pod (annotations {pod_annotations}): a new profiles file would wait for the next restart",
+        )
+        if defines_default:
+            given = sorted(DEFAULT_PROFILE_VARS & env.keys())
+            r.check(
+                not given,
+                f"{where}: the file defines [profile.default], so none of {', '.join(sorted(DEFAULT_PROFILE_VARS))} is set",
+                f"{where}: {', '.join(given)} set beside [profile.default]: the server refuses to start",
+            )
+        check_key_file(r, "profiles", pod, values, "wavegate-github")
+
     # bwrap needs the pod fields of Kubernetes >= 1.30: an older cluster is refused.
     res = run([helm, "template", "wg", str(CHART), "--kube-version", "1.29.0"])
     r.check(
@@ -1263,6 +1401,8 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
         (["sandbox.network=open"], "sandbox.network"),
         (["sandbox.read={opt/tools}"], "sandbox.read"),
         (["sandbox.applyWrite={/srv:/state}"], "sandbox.applyWrite"),
+        (["sandbox.cgroups=on"], "sandbox.cgroups"),
+        (["profileSecrets={Not/A-Secret}"], "profileSecrets"),
     ):
         res = run([helm, "template", "wg", str(CHART), *sets(pairs)])
         r.check(
@@ -1270,6 +1410,15 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
             f"helm template {' '.join(pairs)}: refused, naming {expect}",
             f"helm template {' '.join(pairs)}: expected a failure naming {expect}, got rc={res.returncode} {res.stderr.strip()[:200]}",
         )
+    # A profiles file with [profile.default] beside the default profile's settings.
+    if defines_default:
+        for pairs in (["sandbox.read={/opt/tools}"], ["sandbox.network=egress"]):
+            res = run([helm, "template", "wg", str(CHART), *sets(pairs), "--set-file", f"profiles={PROFILES_EXAMPLE}"])
+            r.check(
+                res.returncode != 0 and "keep one" in res.stderr,
+                f"helm template profiles + {' '.join(pairs)}: refused, saying keep one",
+                f"helm template profiles + {' '.join(pairs)}: expected a refusal (the server refuses [profile.default] beside WAVEGATE_SANDBOX_*), got rc={res.returncode} {res.stderr.strip()[:200]}",
+            )
     return rendered
 
 
@@ -1358,6 +1507,7 @@ def main() -> int:
     check_compose(r, src, docker)
     values = check_chart_static(r, src, docker)
     check_sandbox_names(r, src)
+    check_profiles_example(r, src)
     check_security_profiles(r)
     check_hadolint(r)
     check_compose_tool(r)

@@ -63,8 +63,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
-{{/* The sandbox mode, checked: bwrap or none. With bwrap, also the network
-mode, the paths and the cluster's version. */}}
+{{/* The sandbox mode, checked: bwrap or none. Also the network mode, the
+paths, the cgroups setting, the execution profiles' settings and, with
+bwrap, the cluster's version. */}}
 {{- define "wavegate.sandboxMode" -}}
 {{- $s := .Values.sandbox }}
 {{- $mode := $s.mode | default "bwrap" }}
@@ -79,6 +80,19 @@ mode, the paths and the cluster's version. */}}
 {{- if or (not (hasPrefix "/" (toString $path))) (contains ":" (toString $path)) }}
 {{- fail (printf "sandbox.%s: %q must be an absolute path without ':'" $key (toString $path)) }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- if not (has ($s.cgroups | default "auto") (list "auto" "off")) }}
+{{- fail (printf "sandbox.cgroups is %q: use auto (cgroups hold the execution profiles' memory and process limits where the pod may make them, else rlimits) or off (rlimits only)" $s.cgroups) }}
+{{- end }}
+{{- if include "wavegate.profilesDefineDefault" . }}
+{{- if or $s.read $s.applyWrite (ne ($s.network | default "none") "none") }}
+{{- fail "profiles defines [profile.default], and sandbox.read, sandbox.applyWrite or sandbox.network say what the default profile shows too (WAVEGATE_SANDBOX_READ, _APPLY_WRITE, _NETWORK): keep one; move them into [profile.default]" }}
+{{- end }}
+{{- end }}
+{{- range $name := .Values.profileSecrets | default list }}
+{{- if not (regexMatch `^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$` (toString $name)) }}
+{{- fail (printf "profileSecrets: %q is not a Secret's name; list the names of existing Secrets in the release's namespace, each mounted at /etc/wavegate/secrets/<name>" (toString $name)) }}
 {{- end }}
 {{- end }}
 {{- if and (eq $mode "bwrap") (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
@@ -106,4 +120,19 @@ sqlite mode lets the bot generate one on the volume. */}}
 {{- else -}}
 {{- required "ledger.keySecret.name: name the Secret holding the ledger key (database.mode is postgres: every replica must sign with the same key, and the data dir does not outlive a pod); create it with `openssl genpkey -algorithm ed25519 -out ledger-key.pem` and `kubectl create secret generic wavegate-ledger --from-file=ledger-key.pem`" .Values.ledger.keySecret.name -}}
 {{- end -}}
+{{- end }}
+
+{{/* "true" when the profiles file (the `profiles` value) defines
+[profile.default]: the sandbox.read/applyWrite/network settings must then
+stay unset, since the server refuses both at start. */}}
+{{- define "wavegate.profilesDefineDefault" -}}
+{{- if regexMatch `(?m)^[ \t]*\[[ \t]*profile\.("default"|'default'|default)[ \t]*\]` (toString (.Values.profiles | default "")) }}true{{ end }}
+{{- end }}
+
+{{/* Where the execution profiles file is mounted, and the profiles' credential Secrets under it. */}}
+{{- define "wavegate.profilesFile" -}}
+/etc/wavegate/profiles.toml
+{{- end }}
+{{- define "wavegate.profileSecretsDir" -}}
+/etc/wavegate/secrets
 {{- end }}
