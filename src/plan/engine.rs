@@ -701,6 +701,11 @@ pub(crate) struct Workbench {
     plan_timeouts: Option<BaseTimeouts>,
     /// Each (stage, profile)'s setup in this job, made when first needed.
     setups: std::sync::Mutex<HashMap<(String, String), Arc<Setup>>>,
+    /// The cached tree commands see at `tree/` through a layer of their
+    /// own; `None`: `tree/` is the job's own copy.
+    lower: Option<PathBuf>,
+    /// Holds the cached tree against eviction while the job lives.
+    _cached: Option<crate::sandbox::trees::CachedTree>,
 }
 
 struct Ready {
@@ -771,8 +776,28 @@ impl Workbench {
             .tempdir()
             .map_err(anyhow::Error::from)?;
         let tree = scratch.path().join("tree");
-        git::export_tree(&options.repo, commit, &tree, &scratch.path().join("index"))?;
+        let index = scratch.path().join("index");
+        // Commands see the cached tree through a private layer each; where
+        // they cannot, the job copies the tree for itself.
+        let cached = match options.sandbox.trees() {
+            Some(trees) => {
+                let commit = git::resolve(&options.repo, commit)?;
+                let cached = trees
+                    .tree(&commit, |dest| {
+                        git::export_tree(&options.repo, &commit, dest, &index)
+                    })
+                    .map_err(|e| e.context("putting the commit's tree into the tree cache"))?;
+                std::fs::create_dir(&tree).map_err(anyhow::Error::from)?;
+                Some(cached)
+            }
+            None => {
+                git::export_tree(&options.repo, commit, &tree, &index)?;
+                None
+            }
+        };
         Ok(Self {
+            lower: cached.as_ref().map(|c| c.path.clone()),
+            _cached: cached,
             options,
             config,
             base_env,
@@ -795,9 +820,15 @@ impl Workbench {
         &self.config
     }
 
-    /// The copy of the commit.
+    /// The commit's files where commands see them.
     fn root(&self) -> PathBuf {
         self.scratch.path().join("tree")
+    }
+
+    /// The commit's files where the server reads them: the cached tree, or
+    /// the job's copy.
+    fn files_root(&self) -> PathBuf {
+        self.lower.clone().unwrap_or_else(|| self.root())
     }
 
     /// A member's plan, inputs and outputs files and its private HOME
@@ -1526,7 +1557,7 @@ impl Workbench {
     ) -> Result<CommandSpec, String> {
         let root = self.root();
         let dir = component.dir_in(stage);
-        let cwd = resolve_dir(&root, component, &dir)?;
+        let cwd = resolve_dir((&root, &self.files_root()), component, &dir)?;
         let member = member_name(&component.name, stage);
         let root_text = root.display().to_string();
         let file = |name: &str| files.dir.join(name).display().to_string();
@@ -1649,6 +1680,7 @@ impl Workbench {
                 files: files.dir.clone(),
                 home: files.home.clone(),
                 setup: setup_dir.map(Path::to_owned),
+                lower: self.lower.clone(),
             },
             cancel: self.options.cancel.clone(),
             setup: setup.map(|(setup, _)| setup),
@@ -1755,6 +1787,7 @@ impl Workbench {
                     files: dir.clone(),
                     home: home.clone(),
                     setup: None,
+                    lower: self.lower.clone(),
                 },
                 cancel: self.options.cancel.clone(),
                 setup: None,
@@ -1823,16 +1856,20 @@ impl BaseTimeouts {
     }
 }
 
-/// A component's `dir` in the tree, which it must not leave (through `..`
+/// A component's `dir` where commands see the tree (`root`), checked where
+/// the server reads it (`files`): it must not leave the tree (through `..`
 /// or a link committed in the repository).
-fn resolve_dir(root: &Path, component: &Component, dir: &str) -> Result<PathBuf, String> {
+fn resolve_dir(
+    (root, files): (&Path, &Path),
+    component: &Component,
+    dir: &str,
+) -> Result<PathBuf, String> {
     let leaves = || {
         format!(
         "directory `{}` of component {} leaves the repository (through a symbolic link); point `dir` in {CONFIG_FILE} at a directory inside it",
         dir, component.name
     )
     };
-    let joined = root.join(dir);
     if Path::new(dir).components().any(|c| {
         !matches!(
             c,
@@ -1841,12 +1878,13 @@ fn resolve_dir(root: &Path, component: &Component, dir: &str) -> Result<PathBuf,
     }) {
         return Err(leaves());
     }
-    let resolved = match std::fs::canonicalize(&joined) {
+    let resolved = match std::fs::canonicalize(files.join(dir)) {
         Ok(resolved) => resolved,
         Err(_) => return Err(format!("directory `{}` of component {} does not exist at this commit; fix `dir` in {CONFIG_FILE}", dir, component.name)),
     };
-    let root = std::fs::canonicalize(root).map_err(|e| format!("cannot read the checkout: {e}"))?;
-    if !resolved.starts_with(&root) {
+    let files =
+        std::fs::canonicalize(files).map_err(|e| format!("cannot read the checkout: {e}"))?;
+    if !resolved.starts_with(&files) {
         return Err(leaves());
     }
     if !resolved.is_dir() {
@@ -1855,7 +1893,7 @@ fn resolve_dir(root: &Path, component: &Component, dir: &str) -> Result<PathBuf,
             dir, component.name
         ));
     }
-    Ok(joined)
+    Ok(root.join(dir))
 }
 
 /// How the job directories of process `pid` are named in the temp dir.

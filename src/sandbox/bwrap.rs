@@ -298,6 +298,7 @@ mod tests {
             files: "/tmp/wavegate-job-1/members/app@dev".into(),
             home: "/tmp/wavegate-job-1/home/app@dev".into(),
             setup: Some("/tmp/wavegate-job-1/setup/dev.default".into()),
+            lower: None,
         }
     }
 

@@ -16,9 +16,11 @@ mod bwrap;
 mod cgroup;
 pub(crate) mod files;
 mod net;
+mod overlay;
 pub(crate) mod process;
 pub mod profile;
 pub(crate) mod spawn;
+pub(crate) mod trees;
 
 pub use profile::{Profile, Profiles};
 
@@ -70,7 +72,13 @@ pub struct SandboxSettings {
     /// Whether commands' memory and process limits may be held by cgroups
     /// (`WAVEGATE_SANDBOX_CGROUPS=auto`, the default) or by rlimits alone (`off`).
     pub(crate) cgroups: bool,
+    /// Bytes of commits' trees kept in the shared tree cache
+    /// (`WAVEGATE_TREE_CACHE_SIZE`); `None` (`off`): each job copies its tree.
+    pub(crate) tree_cache: Option<u64>,
 }
+
+/// What the tree cache keeps unless told otherwise.
+const DEFAULT_TREE_CACHE: u64 = 5 << 30;
 
 impl Default for SandboxSettings {
     fn default() -> Self {
@@ -78,6 +86,7 @@ impl Default for SandboxSettings {
             mode: Mode::Bwrap,
             profiles: Profiles::default(),
             cgroups: true,
+            tree_cache: Some(DEFAULT_TREE_CACHE),
         }
     }
 }
@@ -148,10 +157,18 @@ impl SandboxSettings {
                 "WAVEGATE_SANDBOX_CGROUPS=`{other}` is not a setting; use `auto` (the default: cgroups hold memory and process limits where the server may make them) or `off` (resource limits alone)"
             ),
         };
+        let tree_cache = match var("WAVEGATE_TREE_CACHE_SIZE").as_deref() {
+            None => Some(DEFAULT_TREE_CACHE),
+            Some("off") => None,
+            Some(size) => Some(profile::parse_bytes(size).map_err(|why| {
+                anyhow::anyhow!("WAVEGATE_TREE_CACHE_SIZE: {why}, or `off` to copy each job's tree")
+            })?),
+        };
         Ok(Self {
             mode,
             profiles,
             cgroups,
+            tree_cache,
         })
     }
 
@@ -236,6 +253,10 @@ pub(crate) struct Confinement {
     /// What its profile's setup left for the stage's commands (tools,
     /// logins), read-only to them.
     pub(crate) setup: Option<PathBuf>,
+    /// The cached tree of the commit, seen at `tree` through a private
+    /// writable layer (`tree` itself an empty directory); `None`: `tree`
+    /// is a copy of the job's own.
+    pub(crate) lower: Option<PathBuf>,
 }
 
 impl Confinement {
@@ -248,6 +269,7 @@ impl Confinement {
             files: dir.join("files"),
             home: dir.join("home"),
             setup: None,
+            lower: None,
         };
         for path in [&confinement.tree, &confinement.files, &confinement.home] {
             std::fs::create_dir(path)?;
@@ -270,11 +292,13 @@ pub(crate) struct Launch<'a> {
     pub(crate) profile: &'a Profile,
 }
 
-/// A started command, what keeps its network up, and its cgroup.
+/// A started command, what keeps its network up, its cgroup, and the
+/// mount point of its writable layer.
 pub(crate) struct Launched {
     pub(crate) child: Child,
     network: Option<net::Attached>,
     cgroup: Option<cgroup::CommandCgroup>,
+    layer: Option<PathBuf>,
 }
 
 impl Launched {
@@ -291,6 +315,10 @@ impl Launched {
         }
         if let Some(cgroup) = self.cgroup.take() {
             cgroup.remove().await;
+        }
+        if let Some(layer) = self.layer.take() {
+            // Empty out here: the layer was mounted in the command's namespace.
+            let _ = std::fs::remove_dir(layer);
         }
     }
 }
@@ -339,6 +367,9 @@ struct Ready {
     /// wavegate's own executable, shown to commands as
     /// [`OWN_BINARY_DIR`]`/wavegate` (for `wavegate adapt` in their scripts).
     own_binary: Option<PathBuf>,
+    /// The shared cache of commits' trees, once a command was seen to get a
+    /// private view of one; why not otherwise (each job copies its tree).
+    trees: Result<trees::TreeCache, String>,
     layout: bwrap::HostLayout,
     egress: Option<net::EgressTools>,
 }
@@ -377,8 +408,13 @@ impl Sandbox {
                     settings,
                     state: State::Ready(Box::new(ready)),
                 };
-                if let Err(problem) = sandbox.try_once().await {
+                if let Err(problem) = sandbox.try_once(None).await {
                     sandbox.state = State::Unavailable(problem);
+                    return sandbox;
+                }
+                let trees = sandbox.try_trees().await;
+                if let State::Ready(ready) = &mut sandbox.state {
+                    ready.trees = trees;
                 }
                 return sandbox;
             }
@@ -416,23 +452,66 @@ impl Sandbox {
             prlimit: find_program("prlimit"),
             cgroups,
             own_binary: std::env::current_exe().and_then(std::fs::canonicalize).ok(),
+            trees: Err("not tried yet".into()),
             layout: bwrap::HostLayout::read(),
             egress,
         })
     }
 
-    /// Runs `true` in a sandbox such as every command gets.
-    async fn try_once(&self) -> Result<(), String> {
+    /// Opens the tree cache once a command was seen to read a tree through
+    /// a private layer and write it without changing the tree.
+    async fn try_trees(&self) -> Result<trees::TreeCache, String> {
+        let Some(cap) = self.settings.tree_cache else {
+            return Err("WAVEGATE_TREE_CACHE_SIZE=off".into());
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("wavegate-probe-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a directory to try a tree's view in: {e}"))?;
+        let lower = dir.path().join("lower");
+        std::fs::create_dir(&lower)
+            .and_then(|()| std::fs::write(lower.join("file"), "cached\n"))
+            .map_err(|e| format!("cannot create a tree to try: {e}"))?;
+        self.try_once(Some(&lower)).await.map_err(|why| {
+            format!("a command cannot see a private view of a cached tree here: {why}")
+        })?;
+        if std::fs::read_to_string(lower.join("file")).ok().as_deref() != Some("cached\n")
+            || lower.join("new").exists()
+        {
+            return Err("a command's writes reached the cached tree".into());
+        }
+        trees::TreeCache::open(&std::env::temp_dir().join("wavegate-trees"), cap)
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    /// The shared cache of commits' trees, when commands get private views of them.
+    pub(crate) fn trees(&self) -> Option<&trees::TreeCache> {
+        match &self.state {
+            State::Ready(ready) => ready.trees.as_ref().ok(),
+            State::Off | State::Unavailable(_) => None,
+        }
+    }
+
+    /// Runs `true` in a sandbox such as every command gets (with `lower`:
+    /// reads it through a private view and writes that view).
+    async fn try_once(&self, lower: Option<&Path>) -> Result<(), String> {
         let dir = tempfile::Builder::new()
             .prefix("wavegate-probe-")
             .tempdir()
             .map_err(|e| format!("cannot create a directory to try the sandbox in: {e}"))?;
-        let confinement = Confinement::create_in(dir.path())
+        let mut confinement = Confinement::create_in(dir.path())
             .map_err(|e| format!("cannot create a directory to try the sandbox in: {e}"))?;
+        confinement.lower = lower.map(Path::to_owned);
+        let argv: Vec<String> = match lower {
+            None => vec!["true".to_owned()],
+            Some(_) => ["sh", "-c", "read -r line < file && [ \"$line\" = cached ] && echo written > file && echo new > new"]
+                .map(str::to_owned)
+                .to_vec(),
+        };
         let env = [("PATH".to_owned(), default_path())];
         let launched = self
             .launch(&Launch {
-                argv: &["true".to_owned()],
+                argv: &argv,
                 cwd: &confinement.tree,
                 env: &env,
                 timeout: Duration::from_secs(30),
@@ -528,8 +607,12 @@ impl Sandbox {
                     Ok(_) => String::new(),
                     Err(why) => format!(" (no cgroups: {why})"),
                 };
+                let trees = match &ready.trees {
+                    Ok(_) => "one cached tree per commit, a private layer per command".to_owned(),
+                    Err(why) => format!("a copy of the tree per job ({why})"),
+                };
                 format!(
-                    "bubblewrap, limits held by {}{why}; profiles {}",
+                    "bubblewrap, limits held by {}{why}; {trees}; profiles {}",
                     ready.limits_mechanism(),
                     profiles.join("; ")
                 )
@@ -562,6 +645,20 @@ impl Sandbox {
             .as_ref()
             .map(cgroup::CommandCgroup::procs_files)
             .unwrap_or_default();
+        let (overlay, layer) = match &launch.confinement.lower {
+            Some(lower) => {
+                let layer = layer_dir(&launch.confinement.tree).map_err(spawn_error("bwrap"))?;
+                let spec = overlay::OverlaySpec::new(
+                    lower,
+                    &launch.confinement.tree,
+                    &layer,
+                    profile.limits.disk,
+                )
+                .map_err(spawn_error("bwrap"))?;
+                (Some(spec), Some(layer))
+            }
+            None => (None, None),
+        };
         let egress = match profile.network {
             Network::Egress => ready.egress.as_ref(),
             Network::None | Network::Host => None,
@@ -615,7 +712,15 @@ impl Sandbox {
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)));
         piped(&mut command);
-        let child = spawn::spawn_in(command, &inherit, join).map_err(spawn_error("bwrap"))?;
+        let child = match spawn::spawn_in(command, &inherit, join, overlay) {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(layer) = &layer {
+                    let _ = std::fs::remove_dir(layer);
+                }
+                return Err(spawn_error("bwrap")(e));
+            }
+        };
         drop((passwd, group, resolv));
         let network = match (sync, egress) {
             (Some(((info_r, info_w), (block_r, block_w))), Some(tools)) => {
@@ -628,6 +733,7 @@ impl Sandbox {
             child,
             network,
             cgroup,
+            layer,
         })
     }
 
@@ -647,6 +753,7 @@ impl Sandbox {
             child,
             network: None,
             cgroup: None,
+            layer: None,
         })
     }
 }
@@ -690,6 +797,19 @@ impl Ready {
             ))),
         }
     }
+}
+
+/// A fresh, empty directory beside `tree` for one command's writable layer.
+fn layer_dir(tree: &Path) -> std::io::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let parent = tree.parent().unwrap_or(tree).join("layers");
+    std::fs::create_dir_all(&parent)?;
+    let dir = parent.join(
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string(),
+    );
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
 }
 
 /// stdin closed, stdout and stderr piped, its own process group (killed
@@ -810,9 +930,8 @@ pub(crate) mod testing {
     /// Settings whose one profile, `default`, is `profile`.
     pub(crate) fn settings_with(profile: Profile) -> SandboxSettings {
         SandboxSettings {
-            mode: Mode::Bwrap,
             profiles: Profiles::only(profile),
-            cgroups: true,
+            ..SandboxSettings::default()
         }
     }
 

@@ -42,24 +42,29 @@ fn spawner() -> &'static mpsc::Sender<Request> {
 /// numbers (they must be open and close-on-exec in this process until the
 /// call returns); every other descriptor wavegate opens is close-on-exec.
 pub(crate) fn spawn(command: Command, inherit: &[RawFd]) -> io::Result<Child> {
-    spawn_in(command, inherit, Vec::new())
+    spawn_in(command, inherit, Vec::new(), None)
 }
 
 /// [`spawn`], the child joining the cgroups whose `cgroup.procs` files are
-/// `cgroups` before it execs (so nothing it starts escapes their limits).
+/// `cgroups` before it execs (so nothing it starts escapes their limits),
+/// then mounting `overlay`'s view of a cached tree in namespaces of its own.
 pub(crate) fn spawn_in(
     mut command: Command,
     inherit: &[RawFd],
     cgroups: Vec<std::ffi::CString>,
+    overlay: Option<super::overlay::OverlaySpec>,
 ) -> io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let inherit = inherit.to_vec();
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (close_range, getrlimit, fcntl, prctl,
-    // getppid, open, write, close); it allocates nothing.
+    // getppid, open, write, close, unshare, mount, mkdir); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
             super::cgroup::join_in_child(&cgroups)?;
+            if let Some(overlay) = &overlay {
+                super::overlay::mount_in_child(overlay)?;
+            }
             // Not even what the server itself inherited open (its
             // supervisor's pipes, sockets, files) reaches the child.
             close_on_exec_from(3);

@@ -584,3 +584,44 @@ async fn a_write_path_is_an_applys_alone_and_a_read_path_is_read_only() {
     let (_, apply) = run_as(&sandbox, &job, CommandKind::Apply, &profile, &script).await;
     assert!(apply.contains("wrote"), "{apply}");
 }
+
+#[tokio::test]
+async fn a_command_sees_the_cached_tree_through_a_private_layer_and_never_writes_it() {
+    let sandbox = testing::bwrap().await;
+    assert!(sandbox.trees().is_some(), "{}", sandbox.describe());
+    let job = testing::Job::new();
+    let cached = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cached.path().join("infra")).unwrap();
+    std::fs::write(cached.path().join("infra/main.tf"), "resource").unwrap();
+    let confinement = Confinement {
+        lower: Some(cached.path().to_owned()),
+        ..job.confinement.clone()
+    };
+    let view = testing::Job {
+        _dir: tempfile::tempdir().unwrap(),
+        confinement,
+    };
+    let script =
+        "cat infra/main.tf; echo; echo changed > infra/main.tf; mkdir -p infra/.terraform; \
+                  echo lock > infra/.terraform/lock; cat infra/main.tf; ls -A infra | tr '\\n' ,";
+    let (code, out) = run_in(&sandbox, &view, CommandKind::Plan, script).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out, "resource\nchanged\n.terraform,main.tf,",
+        "the command writes its view"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cached.path().join("infra/main.tf")).unwrap(),
+        "resource",
+        "the cached tree is never written"
+    );
+    assert!(!cached.path().join("infra/.terraform").exists());
+    assert_eq!(
+        std::fs::read_dir(&view.confinement.tree).unwrap().count(),
+        0,
+        "nothing of the view is left on the host"
+    );
+    // A second command starts from the cached tree again.
+    let (_, again) = run_in(&sandbox, &view, CommandKind::Plan, "cat infra/main.tf").await;
+    assert_eq!(again, "resource");
+}

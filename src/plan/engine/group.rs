@@ -131,7 +131,7 @@ impl Workbench {
                 .component(&outcome.component)
                 .ok_or_else(|| format!("{} is not a component", outcome.component))?;
             let dir = component.dir_in(stage);
-            let path = resolve_dir(&root, component, &dir)?;
+            let path = resolve_dir((&root, &self.files_root()), component, &dir)?;
             let files = MemberFiles {
                 dir: own.dir.join(outcome.member.as_str()),
                 home: own.home.clone(),

@@ -1043,17 +1043,26 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     commit(&bot, "holder", "change", &files, &[]);
     let holder = open_unsettled(&bot, &repo, 41, "holder").await;
 
-    // The holder's tree, as anyone on the host can find it.
+    // The holder's job, as anyone on the host can find it (its command's
+    // writable layer is mounted where only it sees it), and the commit's
+    // cached tree, where the secret is on the host.
+    let cached = std::env::temp_dir()
+        .join("wavegate-trees")
+        .join(bot.rev("holder"));
     let job = bot
         .until("the holder's plan holds its tree", || async {
             let holding = bot.log().contains("holding the tree until killed");
             let job = job_dirs().into_iter().find(|dir| {
-                std::fs::read_to_string(dir.join("tree/infra/app/holder-secret.txt"))
-                    .is_ok_and(|text| text == HOLDER_SECRET)
+                std::fs::read_dir(dir.join("layers")).is_ok_and(|mut l| l.next().is_some())
             });
             job.filter(|_| holding)
         })
         .await;
+    assert_eq!(
+        std::fs::read_to_string(cached.join("infra/app/holder-secret.txt")).unwrap(),
+        HOLDER_SECRET,
+        "the holder's tree is the commit's cached tree"
+    );
     let running = bot
         .until("the holder's daemons run", || async {
             let daemons = host.daemons();
@@ -1064,7 +1073,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     let config = json!({
         "members": {"app@dev": {}},
         "attacks": ["other_tree"],
-        "other_tree": job.join("tree"),
+        "other_tree": cached,
     });
     commit(
         &bot,
@@ -1080,7 +1089,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     .await;
     assert_attack_ran(&reader.report(), &["other_tree"]);
     assert!(
-        job.join("tree").exists(),
+        job.join("tree").exists() && cached.is_dir(),
         "the holder still held its tree while the reader's plan ran"
     );
 
@@ -1088,7 +1097,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     let mut verdict = Verdict::default();
     verdict.not_leaked("4 another job's tree read", &said, HOLDER_SECRET.as_bytes());
     verdict.file_not_leaked("4 another job's tree read", &said, HOLDER_SECRET.as_bytes());
-    let planted = job.join("tree/planted-by-another-job");
+    let planted = cached.join("planted-by-another-job");
     verdict.blocked("4 another job's tree written", !planted.exists(), || {
         format!("{} appeared", planted.display())
     });
@@ -1099,7 +1108,7 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     // tree, or run the set-user-id program its plan left there.
     if let Some(seen) = as_another_user(&format!(
         "cat {tree}/infra/app/holder-secret.txt; {tree}/ci/escalate",
-        tree = job.join("tree").display()
+        tree = cached.display()
     )) {
         verdict.blocked(
             "4 another user of the host reads a job's tree",
