@@ -426,7 +426,23 @@ for name, address in [("internet", ("{INTERNET_HOST}", 8443)),
 PY"#
     );
     let (code, out) = run_in(&sandbox, &job, CommandKind::Plan, &script).await;
+    // The same through a private view of a cached tree: the overlay's
+    // namespaces leave the network to the sandbox as before.
+    let cached = tempfile::tempdir().unwrap();
+    let view = testing::Job {
+        _dir: tempfile::tempdir().unwrap(),
+        confinement: Confinement {
+            lower: Some(cached.path().to_owned()),
+            ..job.confinement.clone()
+        },
+    };
+    let (viewed_code, viewed) = run_in(&sandbox, &view, CommandKind::Plan, &script).await;
     drop(internet);
+    assert_eq!(
+        (viewed_code, &viewed),
+        (code, &out),
+        "the same through a view"
+    );
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("internet reached: hello from the internet"),

@@ -398,3 +398,34 @@ setup = [["sh", "-c", "echo the identity provider refused the login >&2; exit 3"
         bot.plans_run()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_group_runs_its_members_with_its_own_profile() {
+    let token = [("WAVEGATE_TEST_DEV_TOKEN", "dev-token-7f3a9c")];
+    let bot = Bot::start_with_file(&token, "WAVEGATE_PROFILES", per_stage_profiles).await;
+    let creds = bot.dir.path().join("creds");
+    let grouped = |toml: &str| {
+        toml.replace(
+            DEV_STAGE,
+            &format!(
+                "{DEV_STAGE}profile = \"dev\"\n\n[[stage.jobs]]\nname = \"apps\"\nmembers = [\"app\"]\nprofile = \"prod-read\"\n\n[[stage.jobs]]\nname = \"foundations\"\nmembers = [\"network\", \"database\"]\nprofile = \"dev\"\n"
+            ),
+        )
+    };
+    let base = grouped(&bot.example.read("main", "wavegate.toml"));
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&base))]);
+    let mut files = probed(&bot.example, &creds);
+    files.push((
+        "wavegate.toml".into(),
+        grouped(&bot.example.read("change", "wavegate.toml")),
+    ));
+    branch(&bot.example, "grouped", &files);
+    let pr = bot.opened(&bot.github_repo(), 9, "grouped").await;
+    assert_eq!(pr.plan_state(), "action_required", "{}", pr.report());
+    assert_eq!(
+        probe_line(&bot, "plan", "app@dev"),
+        "profile=prod-read region=None cloud=None dev=unseen prod-read=prod-read-secret prod-write=unseen",
+        "app is in the `apps` group: its profile, not the stage's"
+    );
+}
