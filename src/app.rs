@@ -282,6 +282,8 @@ async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
     if let Some((ledger_key, _)) = &settings.ledger_key {
         secrets.push(("the ledger key", ledger_key));
     }
+    let tree_cache = crate::sandbox::trees::cache_dir();
+    secrets.push(("every repository's cached trees", &tree_cache));
     settings
         .sandbox
         .check_exposure(&secrets, &std::env::temp_dir())?;

@@ -64,6 +64,11 @@ pub struct PlanOptions {
     /// The head is merged (an apply run): its config is the base branch's
     /// own, and chooses the profiles and timeouts. Otherwise the base's does.
     pub(crate) merged: bool,
+    /// The base may pick execution profiles for a pull request's plans: it
+    /// is a branch whose merges apply, and the head is no fork's. Otherwise
+    /// (anyone who can push a branch could write its `wavegate.toml`, and a
+    /// fork's code is a stranger's) every stage plans with `default`.
+    pub(crate) base_picks_profiles: bool,
 }
 
 impl PlanOptions {
@@ -87,6 +92,7 @@ impl PlanOptions {
             cancel: Cancel::default(),
             repository: None,
             merged: false,
+            base_picks_profiles: true,
         }
     }
 }
@@ -295,6 +301,8 @@ pub(crate) struct Prepared {
     execution: BTreeMap<String, StageExecution>,
     /// The base's plan timeouts; `None` when the head is merged.
     plan_timeouts: Option<BaseTimeouts>,
+    /// Why the base's profile choices were set aside, for the report.
+    profiles_note: Option<String>,
 }
 
 impl Prepared {
@@ -349,9 +357,25 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     config.check_profiles(options.sandbox.profiles(), options.repository.as_deref())?;
     let choosing = if options.merged {
         Some(&config)
-    } else {
+    } else if options.base_picks_profiles {
         base_config.as_ref()
+    } else {
+        None
     };
+    let set_aside = !options.merged
+        && !options.base_picks_profiles
+        && base_config.as_ref().is_some_and(|c| {
+            c.stages.iter().any(|s| {
+                s.execution
+                    != crate::config::execution::StageExecution {
+                        variables: s.execution.variables.clone(),
+                        ..Default::default()
+                    }
+            })
+        });
+    let profiles_note = set_aside.then(|| {
+        "every stage planned with the server's `default` execution profile: the base branch names others, and profiles are picked only for the repository's own pull requests into a branch whose merges apply".to_owned()
+    });
     let execution = choosing
         .map(|c| {
             c.stages
@@ -365,6 +389,8 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         (false, Some(base)) => Some(BaseTimeouts::of_config(base)),
         (false, None) => Some(BaseTimeouts {
             by_component: HashMap::new(),
+            by_discoverer: HashMap::new(),
+            by_group: HashMap::new(),
             default: crate::config::repo::DEFAULT_TIMEOUT,
         }),
     };
@@ -373,6 +399,7 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     Ok(Prepared {
         execution,
         plan_timeouts,
+        profiles_note,
         base,
         head,
         config,
@@ -424,6 +451,7 @@ impl Prepared {
         bench.digest_over = self.digest_over;
         bench.execution = self.execution.clone();
         bench.plan_timeouts = self.plan_timeouts.clone();
+        bench.notes.extend(self.profiles_note.clone());
         Ok(bench)
     }
 
@@ -825,6 +853,16 @@ impl Workbench {
         self.scratch.path().join("tree")
     }
 
+    /// `asked`, the head's timeout for a command, at most what the base
+    /// allows for the same (`base`) in a pull request's run, so it cannot
+    /// lengthen its own; in an apply run the config's own.
+    fn bounded(&self, asked: Duration, base: impl FnOnce(&BaseTimeouts) -> Duration) -> Duration {
+        match &self.plan_timeouts {
+            Some(timeouts) => asked.min(base(timeouts)),
+            None => asked,
+        }
+    }
+
     /// The commit's files where the server reads them: the cached tree, or
     /// the job's copy.
     fn files_root(&self) -> PathBuf {
@@ -1115,9 +1153,10 @@ impl Workbench {
             label,
             "the discover command",
         );
-        let tail = self
-            .run_own(own, command, &files, discoverer.timeout)
-            .await?;
+        let timeout = self.bounded(discoverer.timeout, |base| {
+            base.of_discoverer(&discoverer.name)
+        });
+        let tail = self.run_own(own, command, &files, timeout).await?;
         let with_output = |mut error: String| {
             if !tail.is_empty() {
                 error.push_str(&format!("; last output:\n{tail}"));
@@ -1591,12 +1630,13 @@ impl Workbench {
             ("WAVEGATE_MEMBER".to_owned(), member.clone()),
         ];
         let label = format!("[{}] {member}", kind.as_str());
+        let timeout = self.bounded(component.timeout, |base| base.of(&component.name));
         self.sandboxed(
             (kind, Where::member(&component.name, stage)),
             label,
             (argv, cwd, env),
             files,
-            component.timeout,
+            timeout,
         )
     }
 
@@ -1657,10 +1697,7 @@ impl Workbench {
         }
         let mut env = self.command_env(at.stage, &profile, &files.home, setup_dir);
         env.extend(own_env);
-        let asked = match (kind, &self.plan_timeouts, at.component) {
-            (CommandKind::Plan, Some(base), Some(component)) => base.of(component),
-            _ => timeout,
-        };
+        let asked = timeout;
         let capped = asked > profile.max_timeout;
         Ok(CommandSpec {
             label,
@@ -1709,7 +1746,13 @@ impl Workbench {
             ("PATH".to_owned(), path),
             ("HOME".to_owned(), home.display().to_string()),
         ];
+        let profiles = self.options.sandbox.profiles();
         for name in &self.base_env {
+            // A variable a profile takes a secret from reaches only that
+            // profile's commands, as its own `env` names it.
+            if profiles.is_secret_source(name) {
+                continue;
+            }
             if let Ok(value) = std::env::var(name) {
                 env.push((name.clone(), value));
             }
@@ -1828,11 +1871,14 @@ impl<'a> Where<'a> {
     }
 }
 
-/// The plan timeouts of the base branch's config: a pull request's plan
-/// runs for as long as the base allows, never as long as it asks.
+/// The timeouts of the base branch's config: a pull request's commands
+/// (plans, outputs, discoveries, group calls) run for as long as the base
+/// allows at most, never as long as the head asks.
 #[derive(Debug, Clone)]
 pub(crate) struct BaseTimeouts {
     by_component: HashMap<String, Duration>,
+    by_discoverer: HashMap<String, Duration>,
+    by_group: HashMap<String, Duration>,
     default: Duration,
 }
 
@@ -1844,6 +1890,17 @@ impl BaseTimeouts {
                 .iter()
                 .map(|c| (c.name.clone(), c.timeout))
                 .collect(),
+            by_discoverer: config
+                .discoverers
+                .iter()
+                .map(|d| (d.name.clone(), d.timeout))
+                .collect(),
+            by_group: config
+                .groups
+                .all
+                .iter()
+                .map(|g| (g.name.clone(), g.timeout))
+                .collect(),
             default: config.default_timeout,
         }
     }
@@ -1853,6 +1910,17 @@ impl BaseTimeouts {
             .get(component)
             .copied()
             .unwrap_or(self.default)
+    }
+
+    fn of_discoverer(&self, name: &str) -> Duration {
+        self.by_discoverer
+            .get(name)
+            .copied()
+            .unwrap_or(self.default)
+    }
+
+    fn of_group(&self, name: &str) -> Duration {
+        self.by_group.get(name).copied().unwrap_or(self.default)
     }
 }
 

@@ -320,7 +320,9 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     drop(tx);
 
     let mut kept = KeptOutput::new(spec.output_cap);
-    let mut redactor = Redactor::for_env(&spec.env).with_values(&spec.profile.secrets);
+    // Every profile's secrets, not only this command's: whatever reached it.
+    let mut redactor =
+        Redactor::for_env(&spec.env).with_values(&spec.sandbox.profiles().all_secrets());
     let mut on_line = |line: String| {
         let line = redactor.line(&line);
         log_line(&spec.label, &line);
@@ -393,8 +395,12 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
         Termination::Signalled(sig) => Some(128 + sig),
         Termination::TimedOut | Termination::Cancelled => None,
     };
-    let limit = cgroup_hit
-        .or_else(|| code.and_then(|code| profile::limit_hit(&spec.profile.limits, code, &output)));
+    // A command killed at its timeout or given up says so, whatever else;
+    // a limit a cgroup holds is told by the cgroup's count alone, and only
+    // the limits rlimits hold are read from how the command ended.
+    let rlimited = spec.sandbox.limits_by_rlimit(&spec.profile.limits);
+    let limit =
+        code.and_then(|code| cgroup_hit.or_else(|| profile::limit_hit(&rlimited, code, &output)));
     Ok(CommandOutcome {
         termination,
         output,

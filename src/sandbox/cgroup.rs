@@ -113,8 +113,14 @@ pub(crate) fn own_cgroup(
 }
 
 impl Cgroups {
-    /// The cgroups this server may make for its commands, or why none.
+    /// The cgroups this server may make for its commands, or why none:
+    /// found once per process (delegating a cgroup v2 moves the process).
     pub(crate) fn detect() -> Result<Self, String> {
+        static FOUND: std::sync::OnceLock<Result<Cgroups, String>> = std::sync::OnceLock::new();
+        FOUND.get_or_init(Self::find).clone()
+    }
+
+    fn find() -> Result<Self, String> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")

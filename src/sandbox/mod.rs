@@ -201,6 +201,22 @@ impl SandboxSettings {
                         );
                     }
                 }
+                let inside_a_job = bound
+                    .strip_prefix(canonical(jobs))
+                    .ok()
+                    .and_then(|rest| rest.components().next())
+                    .is_some_and(|first| {
+                        first
+                            .as_os_str()
+                            .to_string_lossy()
+                            .starts_with("wavegate-job-")
+                    });
+                if inside_a_job {
+                    bail!(
+                        "{name}: `{}` is inside a job's directory, which its commands alone may see; list paths of your own",
+                        path.display()
+                    );
+                }
                 if canonical(jobs).starts_with(&bound) {
                     bail!(
                         "{name}: `{}` holds every job's checkout ({}), so one job's command would see another's; list narrower paths",
@@ -480,8 +496,7 @@ impl Sandbox {
         {
             return Err("a command's writes reached the cached tree".into());
         }
-        trees::TreeCache::open(&std::env::temp_dir().join("wavegate-trees"), cap)
-            .map_err(|e| format!("{e:#}"))
+        trees::TreeCache::open(&trees::cache_dir(), cap).map_err(|e| format!("{e:#}"))
     }
 
     /// The shared cache of commits' trees, when commands get private views of them.
@@ -516,7 +531,9 @@ impl Sandbox {
                 env: &env,
                 timeout: Duration::from_secs(30),
                 confinement: &confinement,
-                profile: self.settings.profiles.default_profile(),
+                // No operator path: one missing now (a state volume not yet
+                // mounted) fails the jobs that need it, not the sandbox.
+                profile: &Profile::default(),
             })
             .await
             .map_err(|e| e.to_string())?;
@@ -568,6 +585,14 @@ impl Sandbox {
         match own {
             Some(dir) => format!("{dir}:{}", default_path()),
             None => default_path(),
+        }
+    }
+
+    /// Those of `limits` no cgroup holds here (all of them unsandboxed).
+    pub(crate) fn limits_by_rlimit(&self, limits: &profile::Limits) -> profile::Limits {
+        match &self.state {
+            State::Ready(ready) => ready.rlimited(limits),
+            State::Off | State::Unavailable(_) => *limits,
         }
     }
 
@@ -770,6 +795,20 @@ impl Ready {
         }
     }
 
+    /// Those of `limits` no cgroup holds here: rlimits hold them.
+    fn rlimited(&self, limits: &profile::Limits) -> profile::Limits {
+        let mut rlimited = *limits;
+        if let Ok(cgroups) = &self.cgroups {
+            if cgroups.holds_memory() {
+                rlimited.memory = None;
+            }
+            if cgroups.holds_processes() {
+                rlimited.processes = None;
+            }
+        }
+        rlimited
+    }
+
     /// `prlimit` and the limits of `profile` it sets (those no cgroup
     /// holds), if any; an error when the profile sets limits this host
     /// has no way to hold.
@@ -777,15 +816,7 @@ impl Ready {
         &self,
         profile: &Profile,
     ) -> Result<Option<(PathBuf, profile::Limits)>, LaunchError> {
-        let mut limits = profile.limits;
-        if let Ok(cgroups) = &self.cgroups {
-            if cgroups.holds_memory() {
-                limits.memory = None;
-            }
-            if cgroups.holds_processes() {
-                limits.processes = None;
-            }
-        }
+        let limits = self.rlimited(&profile.limits);
         if limits == profile::Limits::default() {
             return Ok(None);
         }

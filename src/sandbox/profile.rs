@@ -167,6 +167,9 @@ pub struct Profile {
     /// The values taken from the server's environment: redacted wherever
     /// a command prints them, whatever their name.
     pub(crate) secrets: Vec<String>,
+    /// The server's variables they were taken from: never passed on by a
+    /// repository's `env` list.
+    pub(crate) secret_sources: Vec<String>,
     /// Host paths bound read-only.
     pub(crate) read: Vec<PathBuf>,
     /// Host paths a plan reads and an apply writes; each must exist when a job starts.
@@ -205,6 +208,7 @@ impl Profile {
             name: DEFAULT_PROFILE.into(),
             env: Vec::new(),
             secrets: Vec::new(),
+            secret_sources: Vec::new(),
             read,
             state: apply_write,
             write: Vec::new(),
@@ -241,7 +245,7 @@ impl Profile {
         for (what, path) in self.paths() {
             if !path.exists() {
                 return Err(format!(
-                    "the `{what}` path `{}` of execution profile `{}` does not exist on this host, so no command of the job ran (a plan that cannot see its state would plan against nothing); create it, or correct `[profile.{}] {what}` in the server's profiles file",
+                    "the `{what}` path `{}` of execution profile `{}` does not exist on this host, so the command did not run (a plan that cannot see its state would plan against nothing); create it, or correct `[profile.{}] {what}` in the server's profiles file",
                     path.display(),
                     self.name,
                     self.name
@@ -371,6 +375,21 @@ impl Profiles {
         })
     }
 
+    /// Every profile's secret values: no command's output shows any of them.
+    pub(crate) fn all_secrets(&self) -> Vec<String> {
+        self.by_name
+            .values()
+            .flat_map(|p| p.secrets.iter().cloned())
+            .collect()
+    }
+
+    /// Whether `name` is a server variable a profile takes a secret from.
+    pub(crate) fn is_secret_source(&self, name: &str) -> bool {
+        self.by_name
+            .values()
+            .any(|p| p.secret_sources.iter().any(|s| s == name))
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Profile>> {
         self.by_name.get(name)
     }
@@ -426,6 +445,7 @@ fn check_profile(
     }
     let mut env = Vec::new();
     let mut secrets = Vec::new();
+    let mut secret_sources = Vec::new();
     for (var, value) in raw.env {
         if !is_variable_name(&var) {
             bail!("{}: `{var}` is not a variable name; use letters, digits and `_`, not starting with a digit", at("env"));
@@ -446,6 +466,7 @@ fn check_profile(
                     )
                 })?;
                 secrets.push(value.clone());
+                secret_sources.push(from_env);
                 value
             }
         };
@@ -524,6 +545,7 @@ fn check_profile(
         name: name.to_owned(),
         env,
         secrets,
+        secret_sources,
         read: raw.read,
         state: raw.state,
         write: raw.write,

@@ -132,6 +132,25 @@ fn operator_paths_that_would_show_a_secret_or_another_job_are_refused() {
             && jobs_too.to_string().contains("holds every job's checkout"),
         "{jobs_too}"
     );
+    let job = jobs.join("wavegate-job-1-abc");
+    std::fs::create_dir_all(job.join("tree")).unwrap();
+    let in_a_job = with_read(&job.join("tree"))
+        .check_exposure(&[], &jobs)
+        .unwrap_err();
+    assert!(
+        in_a_job.to_string().contains("is inside a job's directory"),
+        "{in_a_job}"
+    );
+    let cache = jobs.join("wavegate-trees");
+    std::fs::create_dir_all(cache.join("0a1b")).unwrap();
+    let cached = [("every repository's cached trees", cache.as_path())];
+    let in_the_cache = with_read(&cache.join("0a1b"))
+        .check_exposure(&cached, &jobs)
+        .unwrap_err();
+    assert!(
+        in_the_cache.to_string().contains("cached trees"),
+        "{in_the_cache}"
+    );
 }
 
 /// Runs `script` with /bin/sh in a sandbox for `job`, as `kind`; answers
@@ -202,7 +221,8 @@ async fn run_limited(
     output.extend(err);
     let code = status.code().unwrap_or(-1);
     let output = String::from_utf8_lossy(&output).into_owned();
-    let hit = counted.or_else(|| profile::limit_hit(&profile.limits, code, &output));
+    let rlimited = sandbox.limits_by_rlimit(&profile.limits);
+    let hit = counted.or_else(|| profile::limit_hit(&rlimited, code, &output));
     (code, output, hit)
 }
 
@@ -516,13 +536,13 @@ async fn a_fork_bomb_is_stopped_at_the_process_limit_and_nothing_outlives_it() {
         ..Default::default()
     });
     // 200 sleepers where 32 are allowed: the rest cannot start.
-    let bomb = "i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo started all";
+    let bomb = "i=0; while [ $i -lt 200 ]; do sleep 30.417 & i=$((i+1)); done; echo started all";
     let (code, out, hit) = run_limited(&sandbox, &job, CommandKind::Plan, &profile, bomb).await;
     assert!(!out.contains("started all") || code != 0, "{code}: {out}");
     assert_eq!(hit, Some(profile::LimitHit::Processes(32)), "{code}: {out}");
     // The sleepers went with the sandbox's pid namespace.
     let sleepers = std::process::Command::new("pgrep")
-        .args(["-f", "^sleep 30$"])
+        .args(["-f", "^sleep 30.417$"])
         .output()
         .unwrap();
     assert!(sleepers.stdout.is_empty(), "nothing outlives the command");

@@ -10,12 +10,19 @@
 //! a job holds a shared lock on its tree for as long as it uses it, and the
 //! least recently used trees beyond the size cap are removed only under an
 //! exclusive lock, so never under a job; what a killed server left half
-//! written is swept at start.
+//! written (its lock free) is swept at start. Locks are `flock`s: the
+//! cache belongs on a local filesystem.
 
 use anyhow::{bail, Context as _, Result};
 use std::fs::File;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+
+/// Where the server keeps the cache: in the temp dir, beside the jobs,
+/// shared by the replicas on one disk.
+pub(crate) fn cache_dir() -> PathBuf {
+    std::env::temp_dir().join("wavegate-trees")
+}
 
 /// Prefix of a tree being written: `.tmp-<commit>-<pid>-<nanos>`.
 const WRITING: &str = ".tmp-";
@@ -75,13 +82,16 @@ impl TreeCache {
                     .unwrap_or_default()
                     .as_nanos()
             ));
-            write(&writing)?;
+            if let Err(e) = write(&writing) {
+                let _ = std::fs::remove_dir_all(&writing);
+                return Err(e);
+            }
+            // Its size first: a tree whose size is known is one eviction sees.
             let size = tree_size(&writing);
+            std::fs::write(self.dir.join(format!("{commit}.size")), size.to_string())
+                .context("recording a cached tree's size")?;
             match std::fs::rename(&writing, &path) {
-                Ok(()) => {
-                    std::fs::write(self.dir.join(format!("{commit}.size")), size.to_string())
-                        .context("recording a cached tree's size")?;
-                }
+                Ok(()) => {}
                 // Another replica wrote it first: theirs is the same.
                 Err(_) if path.is_dir() => {
                     let _ = std::fs::remove_dir_all(&writing);
@@ -169,11 +179,13 @@ impl TreeCache {
             let Some(name) = name.to_str() else {
                 continue;
             };
+            // A writer holds its commit's lock shared until it is done (pids
+            // say nothing across the pid namespaces of replicas on one disk):
+            // a half-written tree whose lock is free is a dead writer's.
             let stale = if let Some(rest) = name.strip_prefix(WRITING) {
-                rest.split('-')
-                    .nth(1)
-                    .and_then(|pid| pid.parse::<u32>().ok())
-                    .is_none_or(|pid| super::process::identify(pid).is_none())
+                let commit = rest.split('-').next().unwrap_or_default();
+                self.lock_file(commit)
+                    .is_ok_and(|lock| flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok())
             } else {
                 name.starts_with(REMOVING)
             };
@@ -284,15 +296,16 @@ mod tests {
             .path()
             .join(format!("{WRITING}{}-999999999-1", commit(1)));
         let removing = dir.path().join(format!("{REMOVING}{}-1", commit(2)));
-        let alive = dir
-            .path()
-            .join(format!("{WRITING}{}-{}-1", commit(3), std::process::id()));
+        let alive = dir.path().join(format!("{WRITING}{}-1-1", commit(3)));
         for d in [&dead, &removing, &alive] {
             std::fs::create_dir(d).unwrap();
         }
+        // A writer (of any replica) holds its commit's lock while it writes.
+        let writer = std::fs::File::create(dir.path().join(format!("{}.lock", commit(3)))).unwrap();
+        flock(&writer, libc::LOCK_SH).unwrap();
         TreeCache::open(dir.path(), 1 << 20).unwrap();
         assert!(!dead.exists() && !removing.exists());
-        assert!(alive.exists(), "a running server's write is left alone");
+        assert!(alive.exists(), "a write in progress is left alone");
         let e = TreeCache::open(dir.path(), 1)
             .unwrap()
             .tree("main", write_files(1))

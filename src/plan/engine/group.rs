@@ -214,7 +214,8 @@ impl Workbench {
             stage: Some(stage),
             component: first,
         };
-        let spec = self.sandboxed((kind, at), label, (argv, root, env), &own, group.timeout)?;
+        let timeout = self.bounded(group.timeout, |base| base.of_group(&group.name));
+        let spec = self.sandboxed((kind, at), label, (argv, root, env), &own, timeout)?;
         Ok((spec, member_files))
     }
 

@@ -183,7 +183,7 @@ impl JobCtx<'_> {
     /// in the default branch's config: as it stood before this merge when
     /// the merge is into the default branch (`target_before`), as it stands
     /// now otherwise.
-    async fn merge_applies(
+    pub(in crate::worker) async fn merge_applies(
         &self,
         base_ref: &str,
         target_before: &CommitSha,

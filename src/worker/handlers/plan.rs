@@ -106,6 +106,14 @@ impl JobCtx<'_> {
         );
         options.cancel = self.cancel.clone();
         options.repository = Some(self.repo.id.full_name.clone());
+        // Profiles are picked by a base whose merges apply, for the
+        // repository's own branches: a fork's plans, and plans into a branch
+        // anyone may push, run with the server's `default`.
+        options.base_picks_profiles = !pr.from_fork
+            && self
+                .merge_applies(&pr.base_ref, &pr.base_sha)
+                .await?
+                .is_ok();
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);

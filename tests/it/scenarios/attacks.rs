@@ -1052,8 +1052,12 @@ async fn a_plan_cannot_reach_another_jobs_tree_and_nothing_outlives_one_killed_a
     let job = bot
         .until("the holder's plan holds its tree", || async {
             let holding = bot.log().contains("holding the tree until killed");
+            // This test's server's jobs alone: others run beside it.
+            let server = format!("wavegate-job-{}-", bot.pid_of(0).expect("the server runs"));
             let job = job_dirs().into_iter().find(|dir| {
-                std::fs::read_dir(dir.join("layers")).is_ok_and(|mut l| l.next().is_some())
+                dir.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&server))
+                    && std::fs::read_dir(dir.join("layers")).is_ok_and(|mut l| l.next().is_some())
             });
             job.filter(|_| holding)
         })

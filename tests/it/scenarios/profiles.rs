@@ -36,7 +36,7 @@ fn per_stage_profiles(example: &Example, dir: &Path) -> String {
     [
         profile(
             "dev",
-            "env = { AWS_PROFILE = \"dev\", CLOUD_TOKEN = { from_env = \"WAVEGATE_TEST_DEV_TOKEN\" } }",
+            "env = { AWS_PROFILE = \"dev\", CLOUD_TOKEN = { from_env = \"DEV_CLOUD_TOKEN\" } }",
         ),
         profile("prod-read", "env = { AWS_PROFILE = \"prod-read\" }"),
         profile("prod-write", "env = { AWS_PROFILE = \"prod-write\" }"),
@@ -47,10 +47,13 @@ fn per_stage_profiles(example: &Example, dir: &Path) -> String {
 const DEV_STAGE: &str = "name = \"dev\"\ngate = \"never\"\n";
 const PROD_STAGE: &str = "name = \"prod\"\ngate = \"always\"\n";
 
-/// `toml` with each stage picking its profiles, as the team writes it.
+/// `toml` with each stage picking its profiles, as the team writes it, and
+/// (a mistake) the source of dev's token in the pass-through list.
 fn with_stage_profiles(toml: &str) -> String {
     assert!(toml.contains(DEV_STAGE) && toml.contains(PROD_STAGE));
-    toml.replace(
+    assert!(toml.contains("env = [\"ESTATE_DIR\"]"));
+    toml.replace("env = [\"ESTATE_DIR\"]", "env = [\"ESTATE_DIR\", \"DEV_CLOUD_TOKEN\"]")
+        .replace(
         DEV_STAGE,
         &format!("{DEV_STAGE}profile = \"dev\"\nvariables = {{ REGION = \"eu-west-1\" }}\n"),
     )
@@ -87,7 +90,8 @@ def report():
             seen.append("setup=" + ",".join(f.read().split()))
         seen.append("tool=" + subprocess.run(["tool"], capture_output=True, text=True).stdout.strip())
     print("probe", kind, env("WAVEGATE_MEMBER"), "profile=" + str(env("AWS_PROFILE")),
-          "region=" + str(env("REGION")), "cloud=" + str(env("CLOUD_TOKEN")), *seen, flush=True)
+          "region=" + str(env("REGION")), "cloud=" + str(env("CLOUD_TOKEN")),
+          "passed=" + str(env("DEV_CLOUD_TOKEN")), *seen, flush=True)
     if kind == "plan" and os.path.exists(".bomb"):
         bomb = open(".bomb").read().strip()
         if bomb == "memory":
@@ -144,7 +148,7 @@ fn probe_line(bot: &Bot, kind: &str, member: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_stage_plans_and_applies_with_its_own_credentials_and_never_sees_anothers() {
-    let token = [("WAVEGATE_TEST_DEV_TOKEN", "dev-token-7f3a9c")];
+    let token = [("DEV_CLOUD_TOKEN", "dev-token-7f3a9c")];
     let bot = Bot::start_with_file(&token, "WAVEGATE_PROFILES", per_stage_profiles).await;
     let creds = bot.dir.path().join("creds");
     let base = with_stage_profiles(&bot.example.read("main", "wavegate.toml"));
@@ -164,13 +168,13 @@ async fn each_stage_plans_and_applies_with_its_own_credentials_and_never_sees_an
     assert_eq!(pr.plan_state(), "action_required", "{}", pr.report());
     assert_eq!(
         probe_line(&bot, "plan", "app@dev"),
-        "profile=dev region=eu-west-1 cloud=[redacted] dev=dev-secret prod-read=unseen prod-write=unseen",
-        "the dev plan sees dev's credentials alone, and its token never reaches the log"
+        "profile=dev region=eu-west-1 cloud=[redacted] passed=None dev=dev-secret prod-read=unseen prod-write=unseen",
+        "the dev plan sees dev's credentials alone, its token never reaches the log, and the token's source is never passed on"
     );
     assert_eq!(
         probe_line(&bot, "plan", "app@prod"),
-        "profile=prod-read region=us-east-1 cloud=None dev=unseen prod-read=prod-read-secret prod-write=unseen",
-        "prod's plan gets the read profile"
+        "profile=prod-read region=us-east-1 cloud=None passed=None dev=unseen prod-read=prod-read-secret prod-write=unseen",
+        "prod's plan gets the read profile, and not dev's token through the pass-through list"
     );
 
     // Approve, merge: dev applies with dev's profile; prod waits, then
@@ -180,7 +184,7 @@ async fn each_stage_plans_and_applies_with_its_own_credentials_and_never_sees_an
     assert_eq!(bot.applies_run(), ["app@dev"]);
     assert_eq!(
         probe_line(&bot, "apply", "app@dev"),
-        "profile=dev region=eu-west-1 cloud=[redacted] dev=dev-secret prod-read=unseen prod-write=unseen"
+        "profile=dev region=eu-west-1 cloud=[redacted] passed=None dev=dev-secret prod-read=unseen prod-write=unseen"
     );
     let digest = digest_in(&pr.last_reply());
     pr.comment_as("rev-bob", &format!("/approve prod {digest}"))
@@ -188,7 +192,7 @@ async fn each_stage_plans_and_applies_with_its_own_credentials_and_never_sees_an
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
     assert_eq!(
         probe_line(&bot, "apply", "app@prod"),
-        "profile=prod-write region=us-east-1 cloud=None dev=unseen prod-read=unseen prod-write=prod-write-secret",
+        "profile=prod-write region=us-east-1 cloud=None passed=None dev=unseen prod-read=unseen prod-write=prod-write-secret",
         "prod's apply gets the write profile"
     );
     assert!(
@@ -199,7 +203,7 @@ async fn each_stage_plans_and_applies_with_its_own_credentials_and_never_sees_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_the_operator_did_not_define_is_refused_in_the_report_and_by_config_check() {
-    let token = [("WAVEGATE_TEST_DEV_TOKEN", "dev-token-7f3a9c")];
+    let token = [("DEV_CLOUD_TOKEN", "dev-token-7f3a9c")];
     let bot = Bot::start_with_file(&token, "WAVEGATE_PROFILES", per_stage_profiles).await;
     let toml = bot
         .example
@@ -262,7 +266,7 @@ async fn a_state_path_that_is_missing_fails_the_plan_before_any_command_runs() {
     assert_eq!(pr.plan_state(), "failure");
     let report = redact(&pr.report());
     assert!(
-        report.contains("the `state` path `[tmp]/no-such-state` of execution profile `prod-read` does not exist on this host, so no command of the job ran"),
+        report.contains("the `state` path `[tmp]/no-such-state` of execution profile `prod-read` does not exist on this host, so the command did not run"),
         "{report}"
     );
     assert!(
@@ -401,7 +405,7 @@ setup = [["sh", "-c", "echo the identity provider refused the login >&2; exit 3"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_group_runs_its_members_with_its_own_profile() {
-    let token = [("WAVEGATE_TEST_DEV_TOKEN", "dev-token-7f3a9c")];
+    let token = [("DEV_CLOUD_TOKEN", "dev-token-7f3a9c")];
     let bot = Bot::start_with_file(&token, "WAVEGATE_PROFILES", per_stage_profiles).await;
     let creds = bot.dir.path().join("creds");
     let grouped = |toml: &str| {
@@ -425,7 +429,49 @@ async fn a_job_group_runs_its_members_with_its_own_profile() {
     assert_eq!(pr.plan_state(), "action_required", "{}", pr.report());
     assert_eq!(
         probe_line(&bot, "plan", "app@dev"),
-        "profile=prod-read region=None cloud=None dev=unseen prod-read=prod-read-secret prod-write=unseen",
+        "profile=prod-read region=None cloud=None passed=None dev=unseen prod-read=prod-read-secret prod-write=unseen",
         "app is in the `apps` group: its profile, not the stage's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forks_plans_run_with_the_default_profile_whatever_the_base_picks() {
+    let token = [("DEV_CLOUD_TOKEN", "dev-token-7f3a9c")];
+    let bot = Bot::start_with_file(&token, "WAVEGATE_PROFILES", per_stage_profiles).await;
+    let creds = bot.dir.path().join("creds");
+    let forks_allowed = |toml: &str| {
+        with_stage_profiles(toml).replace("[policy]\n", "[policy]\nallow_forks = true\n")
+    };
+    let base = forks_allowed(&bot.example.read("main", "wavegate.toml"));
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&base))]);
+    let mut files = probed(&bot.example, &creds);
+    files.push((
+        "wavegate.toml".into(),
+        forks_allowed(&bot.example.read("change", "wavegate.toml")),
+    ));
+    branch(&bot.example, "forked", &files);
+
+    // The same branch, opened from a fork.
+    let repo = bot.github_repo();
+    let pr = bot.open_pr(&repo, 10, "forked");
+    let (event, body) = crate::support::github_pull_request("opened", &repo, &pr);
+    let mut payload: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    payload["pull_request"]["head"]["repo"]["full_name"] = "mallory/infra".into();
+    payload["pull_request"]["head"]["repo"]["clone_url"] =
+        "https://fork.invalid/mallory/infra.git".into();
+    bot.deliver_github((event, serde_json::to_vec(&payload).unwrap()))
+        .await;
+    bot.settle().await;
+
+    assert_eq!(
+        probe_line(&bot, "plan", "app@prod"),
+        "profile=None region=us-east-1 cloud=None passed=None dev=unseen prod-read=unseen prod-write=unseen",
+        "a stranger's code plans with the server's `default`, never prod's read profile"
+    );
+    let report = bot.pr(&repo, 10).report();
+    assert!(
+        report.contains("every stage planned with the server's `default` execution profile"),
+        "{report}"
     );
 }
