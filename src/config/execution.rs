@@ -278,6 +278,33 @@ pub(crate) fn check_coverage<'a>(
     Ok(())
 }
 
+/// The mates of `[[group]]` `group` in a stage run with one profile: one
+/// call plans and applies them all, so their job groups must agree.
+pub(crate) fn check_group_profiles<'a>(
+    execution: &StageExecution,
+    group: &str,
+    mut mates: impl Iterator<Item = &'a String>,
+    at: &dyn Fn(&str) -> String,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let Some(first) = mates.next() else {
+        return Ok(());
+    };
+    let choice = execution.choice_for(first);
+    for mate in mates {
+        if execution.choice_for(mate) != choice {
+            return Err(err(
+                at("jobs"),
+                format!(
+                    "components `{first}` and `{mate}` of group `{group}` run with different profiles here, but one call plans and applies the group"
+                ),
+                "put the group's components in the same job group",
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::RepoConfig;
@@ -391,6 +418,31 @@ profile = { plan = "prod-read", apply = "prod-write" }
         .to_string();
         assert!(
             e.contains("`stage[1] (prod).profile`: `prod read` is not a profile name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_groups_components_plan_with_one_profile() {
+        let e = config(
+            r#"
+[[stage.jobs]]
+name = "tenants"
+members = ["tenant-*"]
+profile = "tenants-prod"
+[[stage.jobs]]
+name = "core"
+members = ["network"]
+profile = "p"
+[[group]]
+name = "all"
+components = ["network", "tenant-a"]
+plan = ["./group-plan.sh", "{members_file}"]
+"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("components `network` and `tenant-a` of group `all` run with different profiles here"),
             "{e}"
         );
     }

@@ -839,12 +839,23 @@ impl RepoConfig {
                 .iter()
                 .filter(|c| c.stages.contains(&stage.name))
                 .map(|c| c.name.as_str());
-            super::execution::check_coverage(
-                &stage.execution,
-                members,
-                &|f: &str| format!("stage[{i}] ({}).{f}", stage.name),
-                &err,
-            )?;
+            let at = |f: &str| format!("stage[{i}] ({}).{f}", stage.name);
+            super::execution::check_coverage(&stage.execution, members, &at, &err)?;
+            // One call plans (and applies) a group's mates with one profile.
+            for group in &groups.all {
+                let mates = group.components.iter().filter(|c| {
+                    components
+                        .iter()
+                        .any(|x| &x.name == *c && x.stages.contains(&stage.name))
+                });
+                super::execution::check_group_profiles(
+                    &stage.execution,
+                    &group.name,
+                    mates,
+                    &at,
+                    &err,
+                )?;
+            }
         }
         Ok(Self {
             hooks,

@@ -348,6 +348,15 @@ mod tests {
         args.join(" ")
     }
 
+    /// bwrap's arguments for `invocation` with `fds`, as one line.
+    fn line_for(fds: &DataFds, invocation: &Invocation<'_>) -> String {
+        let args: Vec<String> = arguments(&layout(), fds, invocation)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        line(&args)
+    }
+
     #[test]
     fn every_namespace_is_new_and_every_capability_dropped() {
         let args = line(&args_of(CommandKind::Plan, Network::None));
@@ -455,8 +464,7 @@ mod tests {
             disk: Some(1 << 30),
             cpu_time: Some(60),
         };
-        let args = arguments(
-            &layout(),
+        let args = line_for(
             &fds(),
             &Invocation {
                 argv: &["python3".into(), "plan.py".into()],
@@ -467,12 +475,6 @@ mod tests {
                 limiter: Some((Path::new("/usr/bin/prlimit"), profile.limits)),
                 own_binary: None,
             },
-        );
-        let args = line(
-            &args
-                .into_iter()
-                .map(|a| a.into_string().unwrap())
-                .collect::<Vec<_>>(),
         );
         assert!(
             args.contains("--size 1073741824 --tmpfs /tmp --size 1073741824 --tmpfs /var/tmp"),
@@ -495,8 +497,7 @@ mod tests {
         let mut fds = fds();
         fds.resolv = Some(7);
         fds.sync = Some((8, 9));
-        let args = arguments(
-            &layout(),
+        let args = line_for(
             &fds,
             &Invocation {
                 argv: &["true".into()],
@@ -507,12 +508,6 @@ mod tests {
                 limiter: None,
                 own_binary: None,
             },
-        );
-        let args = line(
-            &args
-                .into_iter()
-                .map(|a| a.into_string().unwrap())
-                .collect::<Vec<_>>(),
         );
         assert!(args.contains("--ro-bind-data 7 /etc/resolv.conf"), "{args}");
         assert!(!args.contains("--ro-bind /etc/resolv.conf"), "{args}");

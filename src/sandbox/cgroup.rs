@@ -338,8 +338,8 @@ impl CommandCgroup {
     /// Removes the cgroups once the command and everything it started are
     /// gone (the sandbox's pid namespace ends them; an exiting process may
     /// still hold its cgroup a moment).
-    pub(crate) async fn remove(self) {
-        for dir in &self.dirs {
+    pub(crate) async fn remove(mut self) {
+        for dir in std::mem::take(&mut self.dirs).iter() {
             for _ in 0..50 {
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -350,6 +350,17 @@ impl CommandCgroup {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Drop for CommandCgroup {
+    /// A command that never started, or whose run was dropped half-way:
+    /// its cgroups go now (what is left, at the next start's sweep).
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            kill_all(dir);
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

@@ -355,6 +355,10 @@ pub(crate) enum LaunchError {
     /// The profile limits commands and this host cannot enforce it.
     #[error("{0}")]
     Limits(String),
+    /// The server could not give the command its cgroup or its view of
+    /// the tree: the server's problem, not the command's.
+    #[error("the server could not set up the command's sandbox (joining its cgroup, or mounting its private view of the commit's tree): {0}; the operator checks that the server may make user namespaces and mounts in them and manage its cgroups, or sets WAVEGATE_TREE_CACHE_SIZE=off and WAVEGATE_SANDBOX_CGROUPS=off")]
+    Setup(std::io::Error),
 }
 
 /// How far past the runner's own timeout the sandbox kills a command itself.
@@ -737,13 +741,20 @@ impl Sandbox {
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)));
         piped(&mut command);
+        let set_up = overlay.is_some() || !join.is_empty();
         let child = match spawn::spawn_in(command, &inherit, join, overlay) {
             Ok(child) => child,
             Err(e) => {
                 if let Some(layer) = &layer {
                     let _ = std::fs::remove_dir(layer);
                 }
-                return Err(spawn_error("bwrap")(e));
+                // bwrap itself missing is ENOENT from exec; the rest of what
+                // fails before exec is the cgroup or the overlay.
+                return Err(if set_up && e.kind() != std::io::ErrorKind::NotFound {
+                    LaunchError::Setup(e)
+                } else {
+                    spawn_error("bwrap")(e)
+                });
             }
         };
         drop((passwd, group, resolv));

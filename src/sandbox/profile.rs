@@ -158,8 +158,9 @@ pub(crate) fn limit_hit(limits: &Limits, code: i32, output: &str) -> Option<Limi
     None
 }
 
-/// One execution profile, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One execution profile, checked. Its `Debug` names its variables, never
+/// their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Profile {
     pub(crate) name: String,
     /// Variables every command of the profile gets, values resolved.
@@ -186,6 +187,12 @@ pub struct Profile {
     pub(crate) repos: Option<Vec<String>>,
     /// Made of the `WAVEGATE_SANDBOX_*` variables, not the profiles file.
     pub(crate) from_settings: bool,
+}
+
+impl std::fmt::Debug for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
 }
 
 impl Default for Profile {
@@ -674,6 +681,10 @@ mod tests {
             ]
         );
         assert_eq!(p.secrets, vec!["s3cr3t-token-value".to_owned()]);
+        assert!(
+            !format!("{p:?} {profiles:?}").contains("s3cr3t"),
+            "no secret in what a log may print"
+        );
         assert_eq!(p.network, Network::Egress);
         assert_eq!(
             p.limits,
