@@ -38,6 +38,9 @@ const PREFIX: &str = "wavegate-";
 /// One mount from `/proc/self/mountinfo`: where, what type, its super options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mount {
+    /// The directory of the filesystem mounted (`/docker/<id>` where a
+    /// container sees only its own part of a hierarchy).
+    pub(crate) root: String,
     pub(crate) point: PathBuf,
     pub(crate) fstype: String,
     pub(crate) options: Vec<String>,
@@ -49,7 +52,9 @@ pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
         .lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let point = left.split(' ').nth(4)?;
+            let mut fields = left.split(' ');
+            let root = fields.nth(3)?.replace("\\040", " ");
+            let point = fields.next()?;
             let mut right = right.split(' ');
             let fstype = right.next()?.to_owned();
             let _source = right.next();
@@ -60,6 +65,7 @@ pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
                 .map(str::to_owned)
                 .collect();
             Some(Mount {
+                root,
                 point: PathBuf::from(point.replace("\\040", " ")),
                 fstype,
                 options,
@@ -109,7 +115,13 @@ pub(crate) fn own_cgroup(
                 .1,
         ),
     };
-    Some(mount.point.join(path.trim_start_matches('/')))
+    // The membership is named from the hierarchy's root, the mount shows
+    // it from its own: `/docker/<id>/x` under a mount of `/docker/<id>`.
+    let within = match path.strip_prefix(mount.root.trim_end_matches('/')) {
+        Some(rest) if mount.root != "/" && (rest.is_empty() || rest.starts_with('/')) => rest,
+        _ => path.as_str(),
+    };
+    Some(mount.point.join(within.trim_start_matches('/')))
 }
 
 impl Cgroups {
@@ -172,8 +184,33 @@ impl Cgroups {
             make_dir(&leaf).map_err(|e| failed("make a cgroup", e))?;
             std::fs::write(leaf.join("cgroup.procs"), "0")
                 .map_err(|e| failed("move the server into a cgroup", e))?;
-            std::fs::write(own.join("cgroup.subtree_control"), "+memory +pids")
-                .map_err(|e| failed("enable the memory and pids controllers", e))?;
+            // A cgroup with processes of its own cannot enable controllers
+            // below it: whatever else shares the server's (an init, a
+            // healthcheck caught running) moves along; the kernel may also
+            // answer busy a moment after a move.
+            let mut enabled = Err(io::Error::from(io::ErrorKind::ResourceBusy));
+            for _ in 0..5 {
+                for pid in read("cgroup.procs").split_whitespace() {
+                    let _ = std::fs::write(leaf.join("cgroup.procs"), pid);
+                }
+                enabled = std::fs::write(own.join("cgroup.subtree_control"), "+memory +pids");
+                if enabled.is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            enabled.map_err(|e| {
+                let sharing = read("cgroup.procs");
+                if sharing.trim().is_empty() {
+                    failed("enable the memory and pids controllers", e)
+                } else {
+                    format!(
+                        "cannot enable the memory and pids controllers in the server's cgroup v2 ({}): processes that are not the server's share it and cannot be moved ({}): {e}; run wavegate in a cgroup of its own",
+                        own.display(),
+                        sharing.split_whitespace().collect::<Vec<_>>().join(", ")
+                    )
+                }
+            })?;
         }
         let jobs = own.join("wavegate-jobs");
         make_dir(&jobs).map_err(|e| failed("make a cgroup", e))?;
@@ -453,6 +490,18 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/unified/"))
         );
         assert_eq!(own_cgroup(&mounts, &memberships, Some("blkio")), None);
+    }
+
+    #[test]
+    fn a_containers_mount_of_its_own_part_of_a_hierarchy_is_read_from_its_root() {
+        let mounts = mounts(
+            "1045 1040 0:33 /docker/0a1b /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n",
+        );
+        let memberships = memberships("4:memory:/docker/0a1b/jobs\n");
+        assert_eq!(
+            own_cgroup(&mounts, &memberships, Some("memory")),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/jobs"))
+        );
     }
 
     #[test]
