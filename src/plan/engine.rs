@@ -366,11 +366,8 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         && !options.base_picks_profiles
         && base_config.as_ref().is_some_and(|c| {
             c.stages.iter().any(|s| {
-                s.execution
-                    != crate::config::execution::StageExecution {
-                        variables: s.execution.variables.clone(),
-                        ..Default::default()
-                    }
+                s.execution.profile != crate::config::execution::ProfileChoice::default_profile()
+                    || !s.execution.jobs.is_empty()
             })
         });
     let profiles_note = set_aside.then(|| {
@@ -1980,23 +1977,14 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
     };
     let mut removed = 0;
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(JOB_DIR_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
+        if !crate::sandbox::process::left_by_a_dead_process(&entry.file_name(), JOB_DIR_PREFIX) {
             continue;
-        };
+        }
         let own = entry.metadata().is_ok_and(|m| {
             // SAFETY: geteuid cannot fail.
             std::os::unix::fs::MetadataExt::uid(&m) == unsafe { libc::geteuid() } && m.is_dir()
         });
-        if own
-            && crate::sandbox::process::identify(pid).is_none()
-            && std::fs::remove_dir_all(entry.path()).is_ok()
-        {
+        if own && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed += 1;
         }
     }

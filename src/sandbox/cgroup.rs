@@ -302,16 +302,7 @@ impl Cgroups {
                 continue;
             };
             for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(pid) = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix(PREFIX))
-                    .and_then(|rest| rest.split_once('-'))
-                    .and_then(|(pid, _)| pid.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                if super::process::identify(pid).is_none()
+                if super::process::left_by_a_dead_process(&entry.file_name(), PREFIX)
                     && std::fs::remove_dir(entry.path()).is_ok()
                 {
                     removed += 1;

@@ -35,6 +35,16 @@ pub(crate) fn identify(pid: u32) -> Option<ProcessId> {
     Some(ProcessId { pid, start })
 }
 
+/// Whether `name` is `<prefix><pid>-…` and process `pid` no longer runs: a
+/// leftover of a server killed before it could clean up after itself.
+pub(crate) fn left_by_a_dead_process(name: &std::ffi::OsStr, prefix: &str) -> bool {
+    name.to_str()
+        .and_then(|n| n.strip_prefix(prefix))
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        .is_some_and(|pid| identify(pid).is_none())
+}
+
 /// Whether `process` (not merely its pid) is still there; a zombie is gone.
 pub(crate) fn is_alive(process: &ProcessId) -> bool {
     let Some(now) = identify(process.pid) else {
