@@ -497,8 +497,72 @@ fn bench_big_repository(c: &mut Criterion) {
     group.finish();
 }
 
+/// A one-member repository whose plan leaves a 32 MiB binary plan in
+/// `$2`: `carried` puts it beside its plan file (every file there goes back
+/// through the executor seam and is kept for the member's apply), anything
+/// else in its HOME (on the same disk, left behind with the job).
+fn binary_plan_repo(root: &Path, name: &str, kept: &str) -> std::path::PathBuf {
+    let repo = root.join(name);
+    std::fs::create_dir_all(repo.join("app")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(
+        repo.join("wavegate.toml"),
+        format!("[defaults]\nplan = [\"/bin/sh\", \"{{root}}/plan.sh\", \"{{plan_file}}\", \"{kept}\"]\n[[stage]]\nname = \"dev\"\n[[component]]\nname = \"app\"\ndir = \"app\"\n"),
+    )
+    .unwrap();
+    let script = format!(
+        "{PLAN_SCRIPT}if [ \"$2\" = carried ]; then out=$(dirname \"$1\"); else out=$HOME; fi\nhead -c 33554432 /dev/zero > \"$out/tfplan\"\n"
+    );
+    std::fs::write(repo.join("plan.sh"), script).unwrap();
+    std::fs::write(repo.join("app/main.tf"), "a\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    git(&repo, &["checkout", "-q", "-b", "change"]);
+    std::fs::write(repo.join("app/main.tf"), "b\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "change"]);
+    repo
+}
+
+/// What the executor seam costs a member whose plan leaves a large binary
+/// plan for its apply: the files handed back, and kept by the server.
+fn bench_executor(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sandbox = Arc::new(runtime.block_on(Sandbox::probe(SandboxSettings::default())));
+    if let Some(problem) = sandbox.problem() {
+        panic!("the planner runs its commands in the sandbox, which needs bubblewrap: {problem}");
+    }
+    let options = |repo: &Path| {
+        let mut options =
+            wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(&sandbox));
+        options.heartbeat = None;
+        options
+    };
+    let left = options(&binary_plan_repo(dir.path(), "left", "home"));
+    let carried = options(&binary_plan_repo(dir.path(), "carried", "carried"));
+    let plan = |options: &wavegate::plan::engine::PlanOptions| {
+        let change = runtime
+            .block_on(wavegate::plan::engine::plan_change(options))
+            .unwrap();
+        assert!(!change.any_failed());
+    };
+    plan(&left);
+    let mut group = c.benchmark_group("executor");
+    group.sample_size(10);
+    group.bench_function(
+        "baseline: a plan that writes a 32 MiB binary plan into its HOME",
+        |b| b.iter(|| plan(&left)),
+    );
+    group.bench_function(
+        "the same beside its plan file, handed back and kept for the apply",
+        |b| b.iter(|| plan(&carried)),
+    );
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_executor,
     bench_big_repository,
     bench_derivation,
     bench_digest,
@@ -550,6 +614,11 @@ fn main() {
             "planner",
             format!("wavegate plans {MEMBERS} members in the sandbox"),
             format!("baseline: spawn {MEMBERS} plan scripts directly"),
+        ),
+        (
+            "executor",
+            "the same beside its plan file, handed back and kept for the apply".to_owned(),
+            "baseline: a plan that writes a 32 MiB binary plan into its HOME".to_owned(),
         ),
         (
             "discovery",

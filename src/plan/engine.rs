@@ -7,10 +7,11 @@
 
 use super::changeset::{ChangeSet, ChangeSetError, ChangeSetMember, MemberStatus};
 use super::cost::{self, StageCost};
+use super::executor::{Control, Files, Finished, Job, JobName, LocalExecutor, LocalTree};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped, WaveGroup};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
-use super::runner::{self, Cancel, CommandOutcome, CommandSpec, Setup};
+use super::runner::{self, Cancel};
 use super::tail::OutputTail;
 use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use crate::config::cost::{CostCommand, CostCommands};
@@ -22,7 +23,7 @@ use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
 use crate::model::{Digest, DigestOver, MemberId, Money};
-use crate::sandbox::{files, CommandKind, Confinement, Profile, Sandbox};
+use crate::sandbox::{files, CommandKind, Profile, Sandbox};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -724,10 +725,12 @@ pub(crate) struct Workbench {
     execution: BTreeMap<String, StageExecution>,
     /// The base's plan timeouts (a pull request's plan); `None`: the config's own.
     plan_timeouts: Option<BaseTimeouts>,
-    /// Each (stage, profile)'s setup in this job, made when first needed.
-    setups: std::sync::Mutex<HashMap<(String, String), Arc<Setup>>>,
-    /// The cached tree commands see at `tree/` through a layer of their
-    /// own; `None`: `tree/` is the job's own copy.
+    /// The commit, resolved: what every job names.
+    commit: String,
+    /// Where the commands run.
+    executor: Arc<LocalExecutor>,
+    /// The cached tree commands see through a layer of their own; `None`:
+    /// the commit's files are the job's own copy.
     lower: Option<PathBuf>,
     /// Holds the cached tree against eviction while the job lives.
     _cached: Option<crate::sandbox::trees::CachedTree>,
@@ -735,8 +738,7 @@ pub(crate) struct Workbench {
 
 struct Ready {
     outcome: MemberOutcome,
-    spec: CommandSpec,
-    files: MemberFiles,
+    job: Job,
     /// `quiet`: what of a successful plan's output the report leaves out.
     quiet: Vec<String>,
 }
@@ -748,10 +750,10 @@ enum Call {
 }
 
 impl Call {
-    fn spec(&self) -> &CommandSpec {
+    fn job(&self) -> &Job {
         match self {
-            Call::Member(ready) => &ready.spec,
-            Call::Group(call) => &call.spec,
+            Call::Member(ready) => &ready.job,
+            Call::Group(call) => &call.job,
         }
     }
 }
@@ -804,9 +806,9 @@ impl Workbench {
         let index = scratch.path().join("index");
         // Commands see the cached tree through a private layer each; where
         // they cannot, the job copies the tree for itself.
+        let commit = git::resolve(&options.repo, commit)?;
         let cached = match options.sandbox.trees() {
             Some(trees) => {
-                let commit = git::resolve(&options.repo, commit)?;
                 let cached = trees
                     .tree(&commit, |dest| {
                         git::export_tree(&options.repo, &commit, dest, &index)
@@ -816,12 +818,26 @@ impl Workbench {
                 Some(cached)
             }
             None => {
-                git::export_tree(&options.repo, commit, &tree, &index)?;
+                git::export_tree(&options.repo, &commit, &tree, &index)?;
                 None
             }
         };
+        let lower = cached.as_ref().map(|c| c.path.clone());
+        let executor = LocalExecutor::new(
+            Arc::clone(&options.sandbox),
+            LocalTree {
+                commit: commit.clone(),
+                tree,
+                lower: lower.clone(),
+                dir: scratch.path().join("executor"),
+            },
+            options.heartbeat,
+            options.cancel.clone(),
+        );
         Ok(Self {
-            lower: cached.as_ref().map(|c| c.path.clone()),
+            commit,
+            executor: Arc::new(executor),
+            lower,
             _cached: cached,
             options,
             config,
@@ -837,17 +853,11 @@ impl Workbench {
             digest_over: DigestOver::All,
             execution: BTreeMap::new(),
             plan_timeouts: None,
-            setups: Default::default(),
         })
     }
 
     pub(crate) fn config(&self) -> &RepoConfig {
         &self.config
-    }
-
-    /// The commit's files where commands see them.
-    fn root(&self) -> PathBuf {
-        self.scratch.path().join("tree")
     }
 
     /// `asked`, the head's timeout for a command, at most what the base
@@ -863,67 +873,66 @@ impl Workbench {
     /// The commit's files where the server reads them: the cached tree, or
     /// the job's copy.
     fn files_root(&self) -> PathBuf {
-        self.lower.clone().unwrap_or_else(|| self.root())
+        self.lower
+            .clone()
+            .unwrap_or_else(|| self.scratch.path().join("tree"))
     }
 
-    /// A member's plan, inputs and outputs files and its private HOME
-    /// (`suffix` separates those of its `outputs` command), created empty.
-    fn member_files(&self, member: &str, suffix: &str) -> Result<MemberFiles, String> {
-        let name = format!("{member}{suffix}");
-        let files = MemberFiles {
-            dir: self.member_dir(&name),
-            home: self.scratch.path().join("home").join(&name),
-        };
-        for dir in [&files.dir, &files.home] {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        }
-        Ok(files)
-    }
-
-    /// Where a member's plan, inputs and outputs files are.
-    /// Runs one of the job's own commands (`what`, for its errors) in the
-    /// sandbox: the end of what it printed when it succeeded, else why not
-    /// with that end.
-    async fn run_own(
-        &self,
-        (kind, at, label, what): (CommandKind, Where<'_>, String, &str),
-        command: (Vec<String>, PathBuf, Vec<(String, String)>),
-        files: &MemberFiles,
-        timeout: Duration,
-    ) -> Result<String, String> {
-        let spec = self.sandboxed((kind, at), label, command, files, timeout)?;
-        let ran = runner::run_command(&spec)
+    /// Runs one of the job's own commands (`what`, for its errors): what
+    /// it left in its files directory and the end of what it printed when
+    /// it succeeded, else why not with that end.
+    async fn run_own(&self, job: &Job, what: &str) -> Result<(Files, String), String> {
+        let finished = self
+            .executor
+            .run(job, Control::default())
             .await
             .map_err(|e| format!("{what} could not start: {e}"))?;
+        let ran = &finished.outcome;
         let tail = ran.tail(10);
-        if ran.succeeded() {
-            return Ok(tail);
-        }
-        let mut error = ran.describe(what);
-        if !tail.is_empty() {
-            error.push_str(&format!("; last output:\n{tail}"));
-        }
-        Err(error)
-    }
-
-    /// Fresh, empty files and HOME of one of the job's own commands (a hook
-    /// call, a discovery, a pricing) under `scratch/<under>/<name>`.
-    fn own_files(&self, under: &str, name: &str) -> Result<MemberFiles, String> {
-        let files = MemberFiles {
-            dir: self.scratch.path().join(under).join(name),
-            home: self.scratch.path().join("home").join(name),
+        let with_tail = |mut error: String| {
+            if !tail.is_empty() {
+                error.push_str(&format!("; last output:\n{tail}"));
+            }
+            error
         };
-        for dir in [&files.dir, &files.home] {
-            let _ = std::fs::remove_dir_all(dir);
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if !ran.succeeded() {
+            return Err(with_tail(ran.describe(what)));
         }
-        Ok(files)
+        match finished.files {
+            Ok(files) => Ok((files, tail)),
+            Err(why) => Err(with_tail(format!("{what}: {why}"))),
+        }
     }
 
+    /// Where the server keeps what a member's commands carry from one to
+    /// the next (its plan file, what its plan left beside it).
     fn member_dir(&self, name: &str) -> PathBuf {
         self.scratch.path().join("members").join(name)
+    }
+
+    /// Keeps `files`, what a command of `member` left, for its next commands.
+    fn keep_files(&self, member: &MemberId, files: &Files) -> Result<(), String> {
+        let dir = self.member_dir(member.as_str());
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| files.write_into(&dir).map_err(std::io::Error::other))
+            .map_err(|e| format!("cannot keep the files of {member}: {e}"))
+    }
+
+    /// What `member`'s commands left for its next ones.
+    fn kept_files(&self, member: &MemberId) -> Result<Files, String> {
+        Files::collect(&self.member_dir(member.as_str()))
+            .map_err(|e| format!("cannot read the kept files of {member}: {e}"))
+    }
+
+    /// The plan file `member`'s latest plan here wrote.
+    fn kept_plan(&self, member: &MemberId) -> Result<Vec<u8>, String> {
+        files::read_file(
+            &self.member_dir(member.as_str()),
+            PLAN_FILE,
+            MAX_PLAN_FILE_BYTES,
+        )
+        .map_err(|e| format!("{member} has no plan file ({e}); it must be planned first"))
     }
 
     /// The latest outcome of a member planned here.
@@ -979,29 +988,44 @@ impl Workbench {
                 component.name
             ));
         };
-        let files = match self.member_files(member.as_str(), "") {
+        let mut files = match self.kept_files(member) {
             Ok(files) => files,
             Err(why) => return failed(why),
         };
-        if !files.dir.join(PLAN_FILE).is_file() {
+        if !files.contains(PLAN_FILE) {
             return failed(format!(
                 "{member} has no plan file to apply; it must be planned first"
             ));
         }
-        if let Err(e) = files::remove_file(&files.dir, OUTPUTS_FILE) {
-            return failed(format!("cannot clear the outputs file of {member}: {e}"));
-        }
-        let spec = match self.command_spec(CommandKind::Apply, component, stage, template, &files) {
-            Ok(spec) => CommandSpec { started, ..spec },
+        files.remove(OUTPUTS_FILE);
+        let name = JobName::new("apply", member.as_str());
+        let job = match self.member_job(CommandKind::Apply, component, stage, template, name, files)
+        {
+            Ok(job) => job,
             Err(why) => return failed(why),
         };
-        let run = match runner::run_command(&spec).await {
-            Ok(run) => run,
+        let finished = match self.executor.run(&job, Control { started }).await {
+            Ok(finished) => finished,
             Err(e) => return failed(e.to_string()),
         };
-        let carry = read_carry(&files.dir);
+        let run = finished.outcome;
+        let files = match finished.files {
+            Ok(files) => files,
+            Err(why) if run.succeeded() => {
+                return ApplyRun {
+                    outcome: ApplyOutcome::Failed(format!("the apply command: {why}")),
+                    output: run.output,
+                    carry: None,
+                }
+            }
+            Err(_) => Files::default(),
+        };
+        if let Err(why) = self.keep_files(member, &files) {
+            tracing::warn!(target: "wavegate::plan", "{why}");
+        }
+        let carry = read_carry(&files);
         let outcome = if run.succeeded() {
-            read_apply_outcome(&files.dir)
+            read_apply_outcome(&files)
         } else {
             let mut error = run.describe("the apply command");
             let tail = run.tail(5);
@@ -1040,27 +1064,21 @@ impl Workbench {
             name.push('.');
             name.push_str(member.as_str());
         }
-        let files = match self.own_files("hooks", &name) {
-            Ok(files) => files,
-            Err(why) => return not_run(why),
-        };
+        let name = JobName::new("hook", &name);
+        let layout = self.executor.layout(&name);
         let decided = decision.is_some();
-        let mut written = vec![(MEMBERS_FILE, members_json)];
+        let mut files = Files::default();
+        files.insert(MEMBERS_FILE, members_json);
         if let Some(decision) = decision {
-            written.push((DECISION_FILE, decision));
+            files.insert(DECISION_FILE, decision);
         }
         if let Some(member) = &call.member {
-            if let Ok(bytes) = std::fs::read(self.member_dir(member.as_str()).join(PLAN_FILE)) {
-                written.push((PLAN_FILE, bytes));
+            if let Ok(bytes) = self.kept_plan(member) {
+                files.insert(PLAN_FILE, bytes);
             }
         }
-        for (file, bytes) in written {
-            if let Err(e) = files::write_file(&files.dir, file, &bytes) {
-                return not_run(format!("cannot write the hook's {file}: {e}"));
-            }
-        }
-        let root = self.root();
-        let path = |file: &str| files.dir.join(file).display().to_string();
+        let root = layout.root.clone();
+        let path = |file: &str| layout.files.join(file).display().to_string();
         let member = call.member.as_ref().map_or("", MemberId::as_str);
         let fill = |arg: &String| {
             arg.replace("{members_file}", &path(MEMBERS_FILE))
@@ -1090,27 +1108,29 @@ impl Workbench {
             Some(member) => Where::member(member.component(), &call.stage),
             None => Where::stage(&call.stage),
         };
-        let spec = match self.sandboxed(
+        let job = match self.job(
             (CommandKind::Hook, at),
-            label,
+            (name, label),
             command,
-            &files,
+            files,
             hook.timeout,
         ) {
-            Ok(spec) => spec,
+            Ok(job) => job,
             Err(why) => return not_run(why),
         };
-        let ran = match runner::run_command(&spec).await {
-            Ok(ran) => ran,
+        let finished = match self.executor.run(&job, Control::default()).await {
+            Ok(finished) => finished,
             Err(e) => return not_run(format!("the hook could not start: {e}")),
         };
+        let ran = finished.outcome;
         let exit = match ran.termination {
             runner::Termination::Exited(code) => Some(code),
             _ => None,
         };
         let hold = (exit == Some(HOLD_EXIT)).then(|| {
-            match files::read_file(&files.dir, HOLD_FILE, MAX_HOLD_FILE_BYTES) {
-                Ok(bytes) => std::str::from_utf8(&bytes)
+            let left = finished.files.as_ref().map_err(Clone::clone)?;
+            match left.read(HOLD_FILE, MAX_HOLD_FILE_BYTES) {
+                Ok(bytes) => std::str::from_utf8(bytes)
                     .map_err(|_| "is not UTF-8".to_owned())
                     .and_then(read_hold),
                 Err(files::FileError::Missing) => Err("was not written".to_owned()),
@@ -1129,9 +1149,10 @@ impl Workbench {
     /// of the commit (read-only, its working directory the root): it writes
     /// the units it found to `{units_file}`.
     pub(crate) async fn run_discover(&self, discoverer: &Discoverer) -> Result<Vec<Unit>, String> {
-        let files = self.own_files("discover", &format!("discover.{}", discoverer.name))?;
-        let root = self.root();
-        let units_file = files.dir.join(UNITS_FILE).display().to_string();
+        let name = JobName::new("discover", &discoverer.name);
+        let layout = self.executor.layout(&name);
+        let root = layout.root.clone();
+        let units_file = layout.files.join(UNITS_FILE).display().to_string();
         let fill = |arg: &String| {
             arg.replace("{units_file}", &units_file)
                 .replace("{component}", &discoverer.name)
@@ -1144,29 +1165,29 @@ impl Workbench {
         ];
         let command = (argv, root, env);
         let label = format!("[discover] {}", discoverer.name);
-        let own = (
-            CommandKind::Plan,
-            Where::default(),
-            label,
-            "the discover command",
-        );
         let timeout = self.bounded(discoverer.timeout, |base| {
             base.of_discoverer(&discoverer.name)
         });
-        let tail = self.run_own(own, command, &files, timeout).await?;
+        let job = self.job(
+            (CommandKind::Plan, Where::default()),
+            (name, label),
+            command,
+            Files::default(),
+            timeout,
+        )?;
+        let (left, tail) = self.run_own(&job, "the discover command").await?;
         let with_output = |mut error: String| {
             if !tail.is_empty() {
                 error.push_str(&format!("; last output:\n{tail}"));
             }
             error
         };
-        let bytes =
-            files::read_file(&files.dir, UNITS_FILE, MAX_UNITS_FILE_BYTES).map_err(|e| {
-                with_output(format!(
-                    "its units file: {e}; write the list of units to `{{units_file}}`"
-                ))
-            })?;
-        read_units(&bytes).map_err(with_output)
+        let bytes = left.read(UNITS_FILE, MAX_UNITS_FILE_BYTES).map_err(|e| {
+            with_output(format!(
+                "its units file: {e}; write the list of units to `{{units_file}}`"
+            ))
+        })?;
+        read_units(bytes).map_err(with_output)
     }
 
     /// Prices `members` of `stage` with its cost command, in the sandbox and
@@ -1192,14 +1213,16 @@ impl Workbench {
         command: &CostCommand,
         members: &[MemberId],
     ) -> Result<cost::Figures, String> {
-        let files = self.own_files("costs", &format!("cost.{stage}"))?;
+        let name = JobName::new("cost", stage);
+        let layout = self.executor.layout(&name);
+        let mut files = Files::default();
         let mut listed = Vec::new();
         for member in members {
             let plan_file = format!("{member}.plan.json");
-            let bytes = std::fs::read(self.member_dir(member.as_str()).join(PLAN_FILE))
-                .map_err(|e| format!("{member} has no plan file to price: {e}"))?;
-            files::write_file(&files.dir, &plan_file, &bytes)
-                .map_err(|e| format!("cannot copy the plan of {member}: {e}"))?;
+            let bytes = self
+                .kept_plan(member)
+                .map_err(|e| format!("nothing to price: {e}"))?;
+            files.insert(plan_file.clone(), bytes);
             let digest = self
                 .outcomes
                 .get(member.as_str())
@@ -1208,14 +1231,15 @@ impl Workbench {
             listed.push(serde_json::json!({
                 "member": member,
                 "planDigest": digest,
-                "planFile": files.dir.join(&plan_file).display().to_string(),
+                "planFile": layout.files.join(&plan_file).display().to_string(),
             }));
         }
-        let listed = serde_json::to_vec_pretty(&listed).expect("JSON serialises");
-        files::write_file(&files.dir, MEMBERS_FILE, &listed)
-            .map_err(|e| format!("cannot write the members file: {e}"))?;
-        let root = self.root();
-        let path = |file: &str| files.dir.join(file).display().to_string();
+        files.insert(
+            MEMBERS_FILE,
+            serde_json::to_vec_pretty(&listed).expect("JSON serialises"),
+        );
+        let root = layout.root.clone();
+        let path = |file: &str| layout.files.join(file).display().to_string();
         let fill = |arg: &String| {
             arg.replace("{members_file}", &path(MEMBERS_FILE))
                 .replace("{cost_file}", &path(COST_FILE))
@@ -1228,19 +1252,20 @@ impl Workbench {
             ("WAVEGATE_MEMBERS_FILE".to_owned(), path(MEMBERS_FILE)),
             ("WAVEGATE_COST_FILE".to_owned(), path(COST_FILE)),
         ];
-        let own = (
-            CommandKind::Cost,
-            Where::stage(stage),
-            format!("[cost] {stage}"),
-            "the cost command",
-        );
-        self.run_own(own, (argv, root, env), &files, command.timeout)
-            .await?;
-        let bytes =
-            files::read_file(&files.dir, COST_FILE, cost::MAX_COST_FILE_BYTES).map_err(|e| {
+        let job = self.job(
+            (CommandKind::Cost, Where::stage(stage)),
+            (name, format!("[cost] {stage}")),
+            (argv, root, env),
+            files,
+            command.timeout,
+        )?;
+        let (left, _) = self.run_own(&job, "the cost command").await?;
+        let bytes = left
+            .read(COST_FILE, cost::MAX_COST_FILE_BYTES)
+            .map_err(|e| {
                 format!("the cost file {COST_FILE}: {e}; write Infracost's JSON to `{{cost_file}}`")
             })?;
-        cost::read_cost_file(&bytes, members)
+        cost::read_cost_file(bytes, members)
     }
 
     /// Plans `wave`'s members (their upstreams planned or applied already):
@@ -1301,10 +1326,9 @@ impl Workbench {
                 continue;
             }
             match self.prepare_member(&component, stage, &outcome) {
-                Ok((spec, files)) => calls.push(Call::Member(Box::new(Ready {
+                Ok(job) => calls.push(Call::Member(Box::new(Ready {
                     outcome,
-                    spec,
-                    files,
+                    job,
                     quiet: component.quiet.clone(),
                 }))),
                 Err(e) => {
@@ -1330,17 +1354,18 @@ impl Workbench {
         let limit = Arc::new(Semaphore::new(self.options.concurrency.max(1)));
         let mut running = tokio::task::JoinSet::new();
         for (i, call) in calls.iter().enumerate() {
-            let spec = call.spec().clone();
+            let job = call.job().clone();
+            let executor = Arc::clone(&self.executor);
             let limit = Arc::clone(&limit);
             running.spawn(async move {
                 let _permit = limit
                     .acquire_owned()
                     .await
                     .expect("semaphore is never closed");
-                (i, runner::run_command(&spec).await)
+                (i, executor.run(&job, Control::default()).await)
             });
         }
-        let mut results: Vec<Option<Result<CommandOutcome, runner::SpawnError>>> =
+        let mut results: Vec<Option<Result<Finished, runner::SpawnError>>> =
             (0..calls.len()).map(|_| None).collect();
         while let Some(joined) = running.join_next().await {
             let (i, result) = joined.map_err(|e| anyhow::anyhow!("a plan task panicked: {e}"))?;
@@ -1361,7 +1386,10 @@ impl Workbench {
                     outcome.status = MemberStatus::PlanFailed;
                     outcome.error = Some(e.to_string());
                 }
-                Ok(run) => {
+                Ok(Finished {
+                    outcome: run,
+                    files,
+                }) => {
                     outcome.output = run.output.clone();
                     if !run.succeeded() {
                         outcome.status = MemberStatus::PlanFailed;
@@ -1372,7 +1400,16 @@ impl Workbench {
                         }
                         outcome.error = Some(error);
                     } else {
-                        match read_plan_file(&outcome.member, &r.files) {
+                        let read = files
+                            .map_err(|why| format!("the plan command: {why}"))
+                            .and_then(|files| {
+                                let written = self.executor.layout(&r.job.name).files;
+                                let plan = read_plan_file(&outcome.member, &files, &written)
+                                    .map_err(|e| e.to_string())?;
+                                self.keep_files(&outcome.member, &files)?;
+                                Ok(plan)
+                            });
+                        match read {
                             Ok(plan) => {
                                 outcome.plan = Some(plan);
                                 outcome.output =
@@ -1380,7 +1417,7 @@ impl Workbench {
                             }
                             Err(e) => {
                                 outcome.status = MemberStatus::PlanFailed;
-                                outcome.error = Some(e.to_string());
+                                outcome.error = Some(e);
                             }
                         }
                     }
@@ -1538,17 +1575,30 @@ impl Workbench {
             return Err("it has no outputs command".into());
         };
         let member = member_name(&component.name, stage);
-        let files = self.member_files(&member, ".outputs")?;
-        let spec = self.command_spec(CommandKind::Outputs, component, stage, template, &files)?;
-        let run = runner::run_command(&spec)
+        let name = JobName::new("outputs", member.as_str());
+        let job = self.member_job(
+            CommandKind::Outputs,
+            component,
+            stage,
+            template,
+            name,
+            Files::default(),
+        )?;
+        let finished = self
+            .executor
+            .run(&job, Control::default())
             .await
             .map_err(|e| e.to_string())?;
-        if !run.succeeded() {
-            return Err(run.describe("its outputs command"));
+        if !finished.outcome.succeeded() {
+            return Err(finished.outcome.describe("its outputs command"));
         }
-        let bytes = files::read_file(&files.dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES)
+        let left = finished
+            .files
+            .map_err(|why| format!("its outputs command: {why}"))?;
+        let bytes = left
+            .read(OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES)
             .map_err(|e| format!("its outputs file cannot be read: {e}"))?;
-        match serde_json::from_slice::<Value>(&bytes) {
+        match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(map)) if super::terraform::is_wrapped_outputs(&map) => Err(format!(
                 "its outputs command wrote {WRAPPED_WHAT}; {}",
                 super::terraform::WRAPPED_OUTPUTS_FIX
@@ -1561,55 +1611,54 @@ impl Workbench {
         }
     }
 
+    /// The plan job of a member: its inputs file and what it carries; no
+    /// plan file (one left by an earlier plan never passes for this one's).
     fn prepare_member(
         &self,
         component: &Component,
         stage: &str,
         outcome: &MemberOutcome,
-    ) -> Result<(CommandSpec, MemberFiles), String> {
-        let files = self.member_files(outcome.member.as_str(), "")?;
+    ) -> Result<Job, String> {
         let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
-        files::write_file(
-            &files.dir,
+        let mut files = Files::default();
+        files.insert(
             INPUTS_FILE,
-            &serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+            serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+        );
+        let name = JobName::new("plan", outcome.member.as_str());
+        self.member_job(
+            CommandKind::Plan,
+            component,
+            stage,
+            &component.plan,
+            name,
+            files,
         )
-        .map_err(|e| format!("cannot write the inputs file of {}: {e}", outcome.member))?;
-        // A plan file left by an earlier plan never passes for this one's.
-        files::remove_file(&files.dir, PLAN_FILE)
-            .map_err(|e| format!("cannot clear the plan file of {}: {e}", outcome.member))?;
-        let spec =
-            self.command_spec(CommandKind::Plan, component, stage, &component.plan, &files)?;
-        Ok((spec, files))
     }
 
-    fn command_spec(
+    /// A member's `kind` command from `template`, starting with `files`
+    /// and what the member's applies carried (`{carry_file}`).
+    fn member_job(
         &self,
         kind: CommandKind,
         component: &Component,
         stage: &str,
         template: &[String],
-        files: &MemberFiles,
-    ) -> Result<CommandSpec, String> {
-        let root = self.root();
+        name: JobName,
+        mut files: Files,
+    ) -> Result<Job, String> {
+        let layout = self.executor.layout(&name);
         let dir = component.dir_in(stage);
-        let cwd = resolve_dir((&root, &self.files_root()), component, &dir)?;
+        let cwd = resolve_dir((&layout.root, &self.files_root()), component, &dir)?;
         let member = member_name(&component.name, stage);
-        let root_text = root.display().to_string();
-        let file = |name: &str| files.dir.join(name).display().to_string();
+        let root_text = layout.root.display().to_string();
+        let file = |name: &str| layout.files.join(name).display().to_string();
         let carried = self.carried.get(member.as_str());
-        files::write_file(
-            &files.dir,
+        files.insert(
             CARRY_FILE,
-            &serde_json::to_vec_pretty(&carried.cloned().unwrap_or_default())
+            serde_json::to_vec_pretty(&carried.cloned().unwrap_or_default())
                 .expect("a JSON object serialises"),
-        )
-        .map_err(|e| {
-            format!(
-                "cannot write the carry file of {component}@{stage}: {e}",
-                component = component.name
-            )
-        })?;
+        );
         let fill = |arg: &str| {
             arg.replace("{component}", &component.name)
                 .replace("{stage}", stage)
@@ -1628,9 +1677,9 @@ impl Workbench {
         ];
         let label = format!("[{}] {member}", kind.as_str());
         let timeout = self.bounded(component.timeout, |base| base.of(&component.name));
-        self.sandboxed(
+        self.job(
             (kind, Where::member(&component.name, stage)),
-            label,
+            (name, label),
             (argv, cwd, env),
             files,
             timeout,
@@ -1664,183 +1713,50 @@ impl Workbench {
             .map_err(|why| format!("stage `{stage}` cannot run its commands: {why}"))
     }
 
-    /// A command in the sandbox with `files` as its own, with the operator's
-    /// profile for `at`: a relative program path with a slash is the
-    /// repository root's; the environment is `PATH`, `HOME`, the base
-    /// branch's pass-through list (a pull request cannot ask for more), the
-    /// stage's `variables`, the profile's `env` and wavegate's own. The
-    /// timeout is at most the profile's `max_timeout`, and a plan's is the
-    /// base's (a pull request cannot lengthen its own). Fails, before
-    /// anything runs, when the profile cannot be used or a path it names
-    /// is missing.
-    fn sandboxed(
+    /// A command as a job for the executor, starting with `files`, with
+    /// the operator's profile for `at` (by name; the executor applies its
+    /// paths, network, secrets and setup). It passes on the base branch's
+    /// `env` list (a pull request cannot ask for more) and the stage's
+    /// `variables`. The timeout is at most the profile's `max_timeout`,
+    /// and a plan's is the base's (a pull request cannot lengthen its own).
+    /// Fails, before anything runs, when the profile cannot be used here.
+    fn job(
         &self,
         (kind, at): (CommandKind, Where<'_>),
-        label: String,
-        (mut argv, cwd, own_env): (Vec<String>, PathBuf, Vec<(String, String)>),
-        files: &MemberFiles,
+        (name, label): (JobName, String),
+        (argv, cwd, env): (Vec<String>, PathBuf, Vec<(String, String)>),
+        files: Files,
         timeout: Duration,
-    ) -> Result<CommandSpec, String> {
+    ) -> Result<Job, String> {
         let profile = self.profile_for(kind, at)?;
-        profile.check_paths()?;
-        let setup = match at.stage {
-            Some(stage) if !profile.setup.is_empty() => Some(self.setup_of(stage, &profile)?),
-            _ => None,
-        };
-        let setup_dir = setup.as_ref().map(|(_, dir)| dir.as_path());
-        let root = self.root();
-        if argv[0].contains('/') && !Path::new(&argv[0]).is_absolute() {
-            argv[0] = root.join(&argv[0]).display().to_string();
-        }
-        let mut env = self.command_env(at.stage, &profile, &files.home, setup_dir);
-        env.extend(own_env);
-        let asked = timeout;
-        let capped = asked > profile.max_timeout;
-        Ok(CommandSpec {
+        let variables = at
+            .stage
+            .and_then(|s| self.config.stage(s))
+            .map(|stage| stage.execution.variables.clone())
+            .unwrap_or_default();
+        let member = at
+            .component
+            .zip(at.stage)
+            .map(|(component, stage)| MemberId::of(component, stage));
+        Ok(Job {
+            name,
             label,
             kind,
+            member,
+            stage: at.stage.map(str::to_owned),
+            commit: self.commit.clone(),
+            profile: profile.name.clone(),
+            limits: profile.limits,
             argv,
             cwd,
+            pass_env: self.base_env.clone(),
+            variables,
             env,
-            timeout: asked.min(profile.max_timeout),
-            timeout_capped: capped,
-            profile,
-            heartbeat: self.options.heartbeat,
+            timeout: timeout.min(profile.max_timeout),
+            timeout_capped: timeout > profile.max_timeout,
             output_cap: self.options.output_cap,
-            sandbox: Arc::clone(&self.options.sandbox),
-            confinement: Confinement {
-                kind,
-                tree: root,
-                files: files.dir.clone(),
-                home: files.home.clone(),
-                setup: setup_dir.map(Path::to_owned),
-                lower: self.lower.clone(),
-            },
-            cancel: self.options.cancel.clone(),
-            setup: setup.map(|(setup, _)| setup),
-            started: None,
+            files,
         })
-    }
-
-    /// The environment of a command of `stage` with `profile`: `PATH`
-    /// (what the setup installed first), `HOME`, the base branch's
-    /// pass-through list (a pull request cannot ask for more), the stage's
-    /// `variables`, the profile's `env` (`{setup_dir}` filled in) and
-    /// `WAVEGATE_SETUP_DIR`.
-    fn command_env(
-        &self,
-        stage: Option<&str>,
-        profile: &Profile,
-        home: &Path,
-        setup_dir: Option<&Path>,
-    ) -> Vec<(String, String)> {
-        let path = self.options.sandbox.command_path();
-        let path = match setup_dir {
-            Some(dir) => format!("{}:{path}", dir.join("bin").display()),
-            None => path,
-        };
-        let mut env = vec![
-            ("PATH".to_owned(), path),
-            ("HOME".to_owned(), home.display().to_string()),
-        ];
-        let profiles = self.options.sandbox.profiles();
-        for name in &self.base_env {
-            // A variable a profile takes a secret from reaches only that
-            // profile's commands, as its own `env` names it.
-            if profiles.is_secret_source(name) {
-                continue;
-            }
-            if let Ok(value) = std::env::var(name) {
-                env.push((name.clone(), value));
-            }
-        }
-        if let Some(stage) = stage.and_then(|s| self.config.stage(s)) {
-            env.extend(stage.execution.variables.iter().cloned());
-        }
-        let setup_text = setup_dir
-            .map(|d| d.display().to_string())
-            .unwrap_or_default();
-        env.extend(
-            profile
-                .env
-                .iter()
-                .map(|(name, value)| (name.clone(), value.replace("{setup_dir}", &setup_text))),
-        );
-        if let Some(dir) = setup_dir {
-            env.push(("WAVEGATE_SETUP_DIR".to_owned(), dir.display().to_string()));
-        }
-        env
-    }
-
-    /// `profile`'s setup for `stage` in this job, made the first time a
-    /// command asks for it, and the directory it leaves its tools and
-    /// logins in (`{setup_dir}`; its `bin/` first on the stage's PATH).
-    fn setup_of(
-        &self,
-        stage: &str,
-        profile: &Arc<Profile>,
-    ) -> Result<(Arc<Setup>, PathBuf), String> {
-        let mut setups = self
-            .setups
-            .lock()
-            .expect("the setups lock is never poisoned");
-        let key = (stage.to_owned(), profile.name.clone());
-        let dir = self
-            .scratch
-            .path()
-            .join("setup")
-            .join(format!("{stage}.{}", profile.name));
-        if let Some(setup) = setups.get(&key) {
-            return Ok((Arc::clone(setup), dir));
-        }
-        let home = dir.join("home");
-        for made in [&dir, &home, &dir.join("bin")] {
-            std::fs::create_dir_all(made)
-                .map_err(|e| format!("cannot create {}: {e}", made.display()))?;
-        }
-        let root = self.root();
-        let dir_text = dir.display().to_string();
-        let mut env = self.command_env(Some(stage), profile, &home, Some(&dir));
-        env.push(("WAVEGATE_STAGE".to_owned(), stage.to_owned()));
-        let commands = profile
-            .setup
-            .iter()
-            .map(|argv| CommandSpec {
-                label: format!("[setup] {stage} {}", profile.name),
-                kind: CommandKind::Plan,
-                argv: argv
-                    .iter()
-                    .map(|a| a.replace("{setup_dir}", &dir_text))
-                    .collect(),
-                cwd: root.clone(),
-                env: env.clone(),
-                timeout: profile.max_timeout,
-                timeout_capped: false,
-                profile: Arc::clone(profile),
-                heartbeat: self.options.heartbeat,
-                output_cap: self.options.output_cap,
-                sandbox: Arc::clone(&self.options.sandbox),
-                // The setup writes its directory; later commands only read it.
-                confinement: Confinement {
-                    kind: CommandKind::Plan,
-                    tree: root.clone(),
-                    files: dir.clone(),
-                    home: home.clone(),
-                    setup: None,
-                    lower: self.lower.clone(),
-                },
-                cancel: self.options.cancel.clone(),
-                setup: None,
-                started: None,
-            })
-            .collect();
-        let what = format!(
-            "the setup of execution profile `{}` for stage `{stage}` failed, so none of the stage's commands with it ran",
-            profile.name
-        );
-        let setup = Arc::new(Setup::new(what, commands));
-        setups.insert(key, Arc::clone(&setup));
-        Ok((setup, dir))
     }
 }
 
@@ -1992,11 +1908,17 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 }
 
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
-fn read_plan_file(member: &MemberId, files: &MemberFiles) -> Result<MemberPlan, PlanFileError> {
-    match files::read_file(&files.dir, PLAN_FILE, MAX_PLAN_FILE_BYTES) {
-        Ok(bytes) => MemberPlan::parse_owned(member, bytes),
+/// The plan file a plan command left in `files` (its files directory,
+/// `written` where it ran).
+fn read_plan_file(
+    member: &MemberId,
+    files: &Files,
+    written: &Path,
+) -> Result<MemberPlan, PlanFileError> {
+    match files.read(PLAN_FILE, MAX_PLAN_FILE_BYTES) {
+        Ok(bytes) => MemberPlan::parse_owned(member, bytes.to_vec()),
         Err(files::FileError::Missing) => Err(PlanFileError::Missing {
-            path: files.dir.join(PLAN_FILE).display().to_string(),
+            path: written.join(PLAN_FILE).display().to_string(),
         }),
         Err(files::FileError::TooLarge { .. }) => Err(PlanFileError::Invalid(format!(
             "the plan file is larger than {MAX_PLAN_FILE_BYTES} bytes (256 MiB), as much as wavegate reads: split the component"
@@ -2009,8 +1931,8 @@ fn read_plan_file(member: &MemberId, files: &MemberFiles) -> Result<MemberPlan, 
 const WRAPPED_WHAT: &str = "`terraform output -json` as it prints it (every output wrapped in `value`, `type` and `sensitive`), which would give every downstream input the wrapper instead of the value";
 
 /// Reads what an apply command that exited 0 wrote to `{outputs_file}`.
-fn read_apply_outcome(dir: &Path) -> ApplyOutcome {
-    let map = match outputs_object(dir) {
+fn read_apply_outcome(files: &Files) -> ApplyOutcome {
+    let map = match outputs_object(files) {
         Ok(map) => map,
         Err(OutputsFileError::Missing) => return ApplyOutcome::Failed(
             "the apply command exited 0 but wrote no outputs file; it must write a JSON object to {outputs_file} (`{}` when there are no outputs)".into()
@@ -2062,13 +1984,13 @@ enum OutputsFileError {
 }
 
 /// The JSON object an apply command wrote to `{outputs_file}`.
-fn outputs_object(dir: &Path) -> Result<Map<String, Value>, OutputsFileError> {
-    let bytes = match files::read_file(dir, OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
+fn outputs_object(files: &Files) -> Result<Map<String, Value>, OutputsFileError> {
+    let bytes = match files.read(OUTPUTS_FILE, MAX_OUTPUTS_FILE_BYTES) {
         Ok(bytes) => bytes,
         Err(files::FileError::Missing) => return Err(OutputsFileError::Missing),
         Err(e) => return Err(OutputsFileError::Unreadable(e.to_string())),
     };
-    match serde_json::from_slice::<Value>(&bytes) {
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(OutputsFileError::NotAnObject(super::planfile::kind_of(
             &other,
@@ -2081,8 +2003,8 @@ fn outputs_object(dir: &Path) -> Result<Map<String, Value>, OutputsFileError> {
 /// succeeded or not (a failed apply may leave what a retry needs). A
 /// `carry` that is no object carries nothing, and the log says so; the
 /// apply's outcome stands (it may have applied).
-fn read_carry(dir: &Path) -> Option<Map<String, Value>> {
-    match outputs_object(dir).ok()?.remove("carry")? {
+fn read_carry(files: &Files) -> Option<Map<String, Value>> {
+    match outputs_object(files).ok()?.remove("carry")? {
         Value::Object(carry) => Some(carry),
         other => {
             tracing::warn!(
@@ -2136,62 +2058,58 @@ pub(crate) struct HookCommand<'a> {
     pub(crate) env: Vec<(String, String)>,
 }
 
-/// A member's own directories: its files and its HOME.
-struct MemberFiles {
-    dir: PathBuf,
-    home: PathBuf,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn what_an_apply_carries_is_read_whatever_its_outcome_and_is_no_output() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |text: &str| std::fs::write(dir.path().join("outputs.json"), text).unwrap();
-        write(r#"{"vpc_id": "vpc-1", "carry": {"step": 2}}"#);
+        let mut left = Files::default();
+        let mut write = |text: &str| {
+            left.insert(OUTPUTS_FILE, text.as_bytes().to_vec());
+            left.clone()
+        };
+        let files = write(r#"{"vpc_id": "vpc-1", "carry": {"step": 2}}"#);
         assert_eq!(
-            read_apply_outcome(dir.path()),
+            read_apply_outcome(&files),
             ApplyOutcome::Applied(serde_json::from_str(r#"{"vpc_id": "vpc-1"}"#).unwrap())
         );
         assert_eq!(
-            read_carry(dir.path()),
+            read_carry(&files),
             serde_json::from_str(r#"{"step": 2}"#).ok()
         );
         // A failed apply (exit 1) may leave only its carry.
-        write(r#"{"carry": {"done": ["a", "b"]}}"#);
+        let files = write(r#"{"carry": {"done": ["a", "b"]}}"#);
         assert_eq!(
-            read_carry(dir.path()),
+            read_carry(&files),
             serde_json::from_str(r#"{"done": ["a", "b"]}"#).ok()
         );
         // A carry that is no object carries nothing; the apply still applied.
-        write(r#"{"vpc_id": "vpc-1", "carry": "step 2"}"#);
-        assert_eq!(read_carry(dir.path()), None);
+        let files = write(r#"{"vpc_id": "vpc-1", "carry": "step 2"}"#);
+        assert_eq!(read_carry(&files), None);
         assert!(matches!(
-            read_apply_outcome(dir.path()),
+            read_apply_outcome(&files),
             ApplyOutcome::Applied(_)
         ));
         // The carry is no output, so it hides no wrapped ones either.
-        write(r#"{"vpc_id": {"sensitive": false, "type": "string", "value": "v"}, "carry": {}}"#);
+        let files = write(
+            r#"{"vpc_id": {"sensitive": false, "type": "string", "value": "v"}, "carry": {}}"#,
+        );
         assert!(matches!(
-            read_apply_outcome(dir.path()),
+            read_apply_outcome(&files),
             ApplyOutcome::Failed(_)
         ));
-        std::fs::remove_file(dir.path().join("outputs.json")).unwrap();
-        assert_eq!(read_carry(dir.path()), None);
+        assert_eq!(read_carry(&Files::default()), None);
     }
 
     #[test]
     fn an_apply_answers_outputs_or_one_of_the_outcomes_and_anything_else_fails_clearly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("outputs.json");
         let read = |text: Option<&str>| {
-            let _ = std::fs::remove_file(&path);
+            let mut left = Files::default();
             if let Some(text) = text {
-                std::fs::write(&path, text).unwrap();
+                left.insert(OUTPUTS_FILE, text.as_bytes().to_vec());
             }
-            read_apply_outcome(dir.path())
+            read_apply_outcome(&left)
         };
         let outputs = serde_json::json!({"vpc_id": "vpc-1"});
         assert_eq!(

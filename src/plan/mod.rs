@@ -5,6 +5,7 @@ pub(crate) mod changeset;
 pub(crate) mod cost;
 pub(crate) mod coverage;
 pub mod engine;
+pub(crate) mod executor;
 pub mod fanout;
 pub mod path;
 pub mod planfile;

@@ -137,7 +137,8 @@ impl Cancel {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) enum Termination {
     Exited(i32),
     Signalled(i32),
@@ -147,7 +148,8 @@ pub(crate) enum Termination {
     Cancelled,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct CommandOutcome {
     pub(crate) termination: Termination,
     /// stdout and stderr interleaved as they arrived, redacted and capped.
@@ -160,6 +162,7 @@ pub(crate) struct CommandOutcome {
     /// repository asked for longer.
     pub(crate) capped_by: Option<String>,
     #[cfg(test)]
+    #[serde(skip)]
     pub(crate) elapsed: Duration,
 }
 
@@ -212,6 +215,9 @@ impl CommandOutcome {
 pub(crate) enum SpawnError {
     #[error("{0}")]
     Sandbox(String),
+    /// Its profile cannot be used where it would run.
+    #[error("{0}")]
+    Profile(String),
     /// Its profile's setup failed: nothing of the stage runs.
     #[error("{0}")]
     Setup(String),

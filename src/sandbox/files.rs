@@ -145,24 +145,6 @@ pub(crate) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()>
     file.write_all(bytes)
 }
 
-/// Removes `dir/name` if it is there (a link is removed, not followed).
-pub(crate) fn remove_file(dir: &Path, name: &str) -> io::Result<()> {
-    let dir = match open_dir(dir) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let name = c_name(name)?;
-    // SAFETY: valid descriptor and C string.
-    if unsafe { libc::unlinkat(std::os::fd::AsRawFd::as_raw_fd(&dir), name.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ENOENT) {
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,10 +216,6 @@ mod tests {
             .file_type()
             .is_symlink());
 
-        std::os::unix::fs::symlink(&victim, files.join("outputs.json")).unwrap();
-        remove_file(&files, "outputs.json").unwrap();
-        remove_file(&files, "outputs.json").unwrap();
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(write_file(&files, "../escape", b"x").is_err());
     }
 }

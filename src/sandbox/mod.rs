@@ -231,7 +231,8 @@ impl SandboxSettings {
 }
 
 /// What a command is for; apply commands alone may write the apply paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub(crate) enum CommandKind {
     Plan,
     Apply,

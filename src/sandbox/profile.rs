@@ -65,7 +65,8 @@ struct FromEnv {
 
 /// What a command of one profile may use at most; `None`: no limit of
 /// that kind (beyond the host's).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Limits {
     /// Bytes of memory.
     pub(crate) memory: Option<u64>,
@@ -78,7 +79,8 @@ pub(crate) struct Limits {
 }
 
 /// A limit that stopped a command, as a report says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) enum LimitHit {
     Memory(u64),
     Processes(u64),

@@ -11,19 +11,19 @@
 //! `{"outcome": "failed"}` / `{"outcome": "not-started"}`.
 
 use super::{
-    files, read_carry, read_plan_file, resolve_dir, runner, ApplyOutcome, ApplyRun, CommandKind,
-    CommandSpec, InputSource, MemberFiles, MemberOutcome, MemberStatus, ResolvedInput, Where,
-    Workbench, CARRY_FILE, INPUTS_FILE, MEMBERS_FILE, OUTPUTS_FILE, PLAN_FILE,
+    read_carry, read_plan_file, resolve_dir, ApplyOutcome, ApplyRun, CommandKind, InputSource,
+    MemberOutcome, MemberStatus, ResolvedInput, Where, Workbench, CARRY_FILE, INPUTS_FILE,
+    MEMBERS_FILE, OUTPUTS_FILE, PLAN_FILE,
 };
 use crate::config::groups::Group;
 use crate::config::repo::Input;
 use crate::model::{Digest, DigestOver, MemberId};
+use crate::plan::executor::{Control, Files, Finished, Job, JobName};
 use crate::plan::planfile::{GroupBinding, MemberPlan};
-use crate::plan::runner::{CommandOutcome, SpawnError};
+use crate::plan::runner::SpawnError;
 use crate::sandbox::process::ProcessId;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// A member's read of a mate it plans with: the group computes it. Its
 /// value is filled in once the mate's plan is read, when that plan knows it.
@@ -45,15 +45,16 @@ pub(super) fn read_of_mate(input: &Input, upstream: &str, group: &str) -> Resolv
 pub(super) struct GroupCall {
     group: Group,
     stage: String,
-    /// Each member with its files under the group's directory.
-    members: Vec<(MemberOutcome, MemberFiles)>,
-    pub(super) spec: CommandSpec,
+    /// Each member, its files under the group's files directory in a
+    /// directory named as the member.
+    members: Vec<MemberOutcome>,
+    pub(super) job: Job,
 }
 
-/// A group call's directory and HOME name: `:` is in no member's name,
-/// so it is no member's directory.
-fn call_name(what: &str, group: &str, stage: &str) -> String {
-    format!("{what}:{group}@{stage}")
+/// A group call's job name: `:` is in no member's name, so it is no
+/// member's job.
+fn call_name(what: &str, group: &str, stage: &str) -> JobName {
+    JobName::new(what, &format!("group:{group}@{stage}"))
 }
 
 impl Workbench {
@@ -82,11 +83,11 @@ impl Workbench {
             None => self.group_files(group, stage, CommandKind::Plan, &outcomes),
         };
         match why {
-            Ok((spec, files)) => Some(GroupCall {
+            Ok(job) => Some(GroupCall {
                 group: group.clone(),
                 stage: stage.to_owned(),
-                members: outcomes.into_iter().zip(files).collect(),
-                spec,
+                members: outcomes,
+                job,
             }),
             Err(why) => {
                 for mut outcome in outcomes {
@@ -99,16 +100,15 @@ impl Workbench {
         }
     }
 
-    /// Writes the group's members file and each member's own files under a
-    /// fresh directory of the group's, and builds its command (`kind`:
-    /// plan or apply).
+    /// The group's call (`kind`: plan or apply) as a job: its members file,
+    /// and each member's own files in a directory named as the member.
     fn group_files(
         &self,
         group: &Group,
         stage: &str,
         kind: CommandKind,
         outcomes: &[MemberOutcome],
-    ) -> Result<(CommandSpec, Vec<MemberFiles>), String> {
+    ) -> Result<Job, String> {
         let what = kind.as_str();
         let template = match kind {
             CommandKind::Plan => Some(&group.plan),
@@ -121,10 +121,10 @@ impl Workbench {
             )
         })?;
         let name = call_name(what, &group.name, stage);
-        let own = self.own_files("groups", &name)?;
-        let root = self.root();
+        let layout = self.executor.layout(&name);
+        let root = layout.root.clone();
+        let mut files = Files::default();
         let mut listed = Vec::new();
-        let mut member_files = Vec::new();
         for outcome in outcomes {
             let component = self
                 .config
@@ -132,15 +132,8 @@ impl Workbench {
                 .ok_or_else(|| format!("{} is not a component", outcome.component))?;
             let dir = component.dir_in(stage);
             let path = resolve_dir((&root, &self.files_root()), component, &dir)?;
-            let files = MemberFiles {
-                dir: own.dir.join(outcome.member.as_str()),
-                home: own.home.clone(),
-            };
-            std::fs::create_dir_all(&files.dir)
-                .map_err(|e| format!("cannot create {}: {e}", files.dir.display()))?;
-            let write = |file: &str, bytes: &[u8]| {
-                files::write_file(&files.dir, file, bytes)
-                    .map_err(|e| format!("cannot write the {file} of {}: {e}", outcome.member))
+            let mut write = |file: &str, bytes: Vec<u8>| {
+                files.insert(format!("{}/{file}", outcome.member), bytes);
             };
             let carried = self
                 .carried
@@ -149,25 +142,19 @@ impl Workbench {
                 .unwrap_or_default();
             write(
                 CARRY_FILE,
-                &serde_json::to_vec_pretty(&carried).expect("a JSON object serialises"),
-            )?;
+                serde_json::to_vec_pretty(&carried).expect("a JSON object serialises"),
+            );
             let inputs =
                 json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
             write(
                 INPUTS_FILE,
-                &serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
-            )?;
+                serde_json::to_vec_pretty(&inputs).expect("inputs serialise"),
+            );
             if kind == CommandKind::Apply {
-                let plan = std::fs::read(self.member_dir(outcome.member.as_str()).join(PLAN_FILE))
-                    .map_err(|e| {
-                        format!(
-                            "{} has no plan file to apply ({e}); it must be planned first",
-                            outcome.member
-                        )
-                    })?;
-                write(PLAN_FILE, &plan)?;
+                write(PLAN_FILE, self.kept_plan(&outcome.member)?);
             }
-            let file = |name: &str| files.dir.join(name).display().to_string();
+            let own = layout.files.join(outcome.member.as_str());
+            let file = |name: &str| own.join(name).display().to_string();
             let mut entry = json!({
                 "member": outcome.member,
                 "component": outcome.component,
@@ -182,16 +169,13 @@ impl Workbench {
                 entry["outputsFile"] = json!(file(OUTPUTS_FILE));
             }
             listed.push(entry);
-            member_files.push(files);
         }
         let document = json!({"group": group.name, "stage": stage, "members": listed});
-        files::write_file(
-            &own.dir,
+        files.insert(
             MEMBERS_FILE,
-            &serde_json::to_vec_pretty(&document).expect("JSON serialises"),
-        )
-        .map_err(|e| format!("cannot write the group's members file: {e}"))?;
-        let members_file = own.dir.join(MEMBERS_FILE).display().to_string();
+            serde_json::to_vec_pretty(&document).expect("JSON serialises"),
+        );
+        let members_file = layout.files.join(MEMBERS_FILE).display().to_string();
         let root_text = root.display().to_string();
         let argv: Vec<String> = template
             .iter()
@@ -215,57 +199,75 @@ impl Workbench {
             component: first,
         };
         let timeout = self.bounded(group.timeout, |base| base.of_group(&group.name));
-        let spec = self.sandboxed((kind, at), label, (argv, root, env), &own, timeout)?;
-        Ok((spec, member_files))
+        let job = self.job((kind, at), (name, label), (argv, root, env), files, timeout)?;
+        // Its first member named the profile; the call is of them all.
+        Ok(Job {
+            member: None,
+            ..job
+        })
     }
 
     /// What a group's plan call came to: every member planned, each plan
     /// binding the group's digest (and a member's reads of its mates known
     /// where the mate's plan knows them); or every member failed with the
     /// group's error.
-    pub(super) fn settle_group(
-        &mut self,
-        call: GroupCall,
-        result: Result<CommandOutcome, SpawnError>,
-    ) {
+    pub(super) fn settle_group(&mut self, call: GroupCall, result: Result<Finished, SpawnError>) {
         let GroupCall {
             group,
             stage,
             members,
-            spec: _,
+            job,
         } = call;
-        let (output, mut error) = match result {
-            Err(e) => (String::new(), Some(e.to_string())),
-            Ok(run) if !run.succeeded() => {
+        let (output, left, mut error) = match result {
+            Err(e) => (String::new(), Files::default(), Some(e.to_string())),
+            Ok(Finished { outcome: run, .. }) if !run.succeeded() => {
                 let mut error = run.describe("the group's plan command");
                 let tail = run.tail(5);
                 if !tail.is_empty() {
                     error.push_str(&format!("; last output:\n{tail}"));
                 }
-                (run.output, Some(error))
+                (run.output, Files::default(), Some(error))
             }
-            Ok(run) => (run.output, None),
+            Ok(Finished {
+                outcome: run,
+                files: Err(why),
+            }) => (
+                run.output,
+                Files::default(),
+                Some(format!("the group's plan command: {why}")),
+            ),
+            Ok(Finished {
+                outcome: run,
+                files: Ok(left),
+            }) => (run.output, left, None),
         };
+        let written = self.executor.layout(&job.name).files;
         let mut plans = Vec::new();
         if error.is_none() {
-            for (outcome, files) in &members {
-                match read_plan_file(&outcome.member, files) {
+            for outcome in &members {
+                let own = left.under(outcome.member.as_str());
+                let read = read_plan_file(
+                    &outcome.member,
+                    &own,
+                    &written.join(outcome.member.as_str()),
+                )
+                .map_err(|e| format!("the plan of {}: {e}", outcome.member))
+                .and_then(|plan| {
+                    self.keep_files(&outcome.member, &own)?;
+                    Ok(plan)
+                });
+                match read {
                     Ok(plan) => plans.push(plan),
                     Err(e) => {
-                        error = Some(format!("the plan of {}: {e}", outcome.member));
+                        error = Some(e);
                         break;
                     }
                 }
             }
         }
-        if error.is_none() {
-            if let Err(e) = self.keep_plan_files(&members) {
-                error = Some(e);
-            }
-        }
         if let Some(error) = error {
             tracing::warn!(target: "wavegate::plan", "group {}@{stage} failed to plan: {error}", group.name);
-            for (mut outcome, _) in members {
+            for mut outcome in members {
                 outcome.status = MemberStatus::PlanFailed;
                 outcome.error = Some(format!("group `{}` failed to plan: {error}", group.name));
                 outcome.output = output.clone();
@@ -281,7 +283,7 @@ impl Workbench {
         let by_member: HashMap<MemberId, &MemberPlan> =
             plans.iter().map(|p| (p.member.clone(), p)).collect();
         let mut settled = Vec::new();
-        for (mut outcome, _) in members {
+        for mut outcome in members {
             for input in outcome.inputs.values_mut() {
                 if input.source != InputSource::Group {
                     continue;
@@ -310,22 +312,6 @@ impl Workbench {
         for outcome in settled {
             self.outcomes.insert(outcome.member.clone(), outcome);
         }
-    }
-
-    /// Copies each member's plan file from the group's directory to the
-    /// member's own, where its apply, hooks and pricing read it.
-    fn keep_plan_files(&self, members: &[(MemberOutcome, MemberFiles)]) -> Result<(), String> {
-        for (outcome, files) in members {
-            let to = self.member_dir(outcome.member.as_str());
-            std::fs::create_dir_all(&to)
-                .map_err(|e| format!("cannot create {}: {e}", to.display()))?;
-            // Read as its plan was: no link the call left is followed.
-            let bytes = files::read_file(&files.dir, PLAN_FILE, super::MAX_PLAN_FILE_BYTES)
-                .map_err(|e| format!("the plan file of {}: {e}", outcome.member))?;
-            files::write_file(&to, PLAN_FILE, &bytes)
-                .map_err(|e| format!("cannot keep the plan of {}: {e}", outcome.member))?;
-        }
-        Ok(())
     }
 
     /// The longest a group's apply call may live.
@@ -372,14 +358,23 @@ impl Workbench {
                 None => return failed_all(format!("{member} was not planned here")),
             }
         }
-        let (spec, files) = match self.group_files(&group, &stage, CommandKind::Apply, &outcomes) {
-            Ok(made) => made,
+        let job = match self.group_files(&group, &stage, CommandKind::Apply, &outcomes) {
+            Ok(job) => job,
             Err(why) => return failed_all(why),
         };
-        let spec = CommandSpec { started, ..spec };
-        let run = match runner::run_command(&spec).await {
-            Ok(run) => run,
+        let Finished {
+            outcome: run,
+            files,
+        } = match self.executor.run(&job, Control { started }).await {
+            Ok(finished) => finished,
             Err(e) => return failed_all(e.to_string()),
+        };
+        let left = match files {
+            Ok(left) => left,
+            Err(why) if run.succeeded() => {
+                return failed_all(format!("the group's apply command: {why}"))
+            }
+            Err(_) => Files::default(),
         };
         let error = (!run.succeeded()).then(|| {
             let mut error = run.describe("the group's apply command");
@@ -391,13 +386,13 @@ impl Workbench {
         });
         members
             .iter()
-            .zip(files)
-            .map(|(member, files)| {
-                let outcome = read_group_outcome(&files.dir, &group.name, error.as_deref());
+            .map(|member| {
+                let own = left.under(member.as_str());
+                let outcome = read_group_outcome(&own, &group.name, error.as_deref());
                 let run = ApplyRun {
                     outcome,
                     output: run.output.clone(),
-                    carry: read_carry(&files.dir),
+                    carry: read_carry(&own),
                 };
                 (member.clone(), run)
             })
@@ -427,8 +422,8 @@ fn binding_of(name: &str, plans: &[MemberPlan], over: DigestOver) -> GroupBindin
 /// call's exit (it got that far). `{"outcome": "not-started"}`: the call
 /// never reached it. `{"outcome": "failed"}`, or nothing written after the
 /// call failed: failed.
-fn read_group_outcome(dir: &Path, group: &str, failed: Option<&str>) -> ApplyOutcome {
-    let map = super::outputs_object(dir).ok();
+fn read_group_outcome(files: &Files, group: &str, failed: Option<&str>) -> ApplyOutcome {
+    let map = super::outputs_object(files).ok();
     let said = |key: &str| {
         map.as_ref()
             .and_then(|m| m.get(key))
@@ -453,7 +448,7 @@ fn read_group_outcome(dir: &Path, group: &str, failed: Option<&str>) -> ApplyOut
         _ if map.is_none() && failed.is_some() => {
             ApplyOutcome::Failed(failed.unwrap_or_default().to_owned())
         }
-        _ => super::read_apply_outcome(dir),
+        _ => super::read_apply_outcome(files),
     }
 }
 
