@@ -354,16 +354,8 @@ fn units_repo(root: &Path, discovering: bool) -> std::path::PathBuf {
 fn bench_discovery(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let sandbox = Arc::new(runtime.block_on(Sandbox::probe(SandboxSettings::default())));
-    if let Some(problem) = sandbox.problem() {
-        panic!("discovery runs its command in the sandbox, which needs bubblewrap: {problem}");
-    }
-    let options = |repo: &Path| {
-        let mut options =
-            wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(&sandbox));
-        options.heartbeat = None;
-        options
-    };
+    let sandbox = sandbox(&runtime);
+    let options = |repo: &Path| plan_options(repo, &sandbox);
     let (declared, discovered) = (units_repo(dir.path(), false), units_repo(dir.path(), true));
     let (declared, discovered) = (options(&declared), options(&discovered));
     let derive = |options: &wavegate::plan::engine::PlanOptions| {
@@ -405,6 +397,23 @@ fn bench_discovery(c: &mut Criterion) {
     group.finish();
 }
 
+/// The sandbox as production runs it; the engine's benches need bubblewrap.
+fn sandbox(runtime: &tokio::runtime::Runtime) -> Arc<Sandbox> {
+    let sandbox = runtime.block_on(Sandbox::probe(SandboxSettings::default()));
+    if let Some(problem) = sandbox.problem() {
+        panic!("the planner runs its commands in the sandbox, which needs bubblewrap: {problem}");
+    }
+    Arc::new(sandbox)
+}
+
+/// Options to plan `repo`'s `change` branch against `main`, quietly.
+fn plan_options(repo: &Path, sandbox: &Arc<Sandbox>) -> wavegate::plan::engine::PlanOptions {
+    let mut options =
+        wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(sandbox));
+    options.heartbeat = None;
+    options
+}
+
 /// A repository of `files` files of `size` bytes beside one component,
 /// `app`, whose one file the `change` branch edits.
 fn sized_repo(root: &Path, files: usize, size: usize) -> std::path::PathBuf {
@@ -443,17 +452,9 @@ fn sized_repo(root: &Path, files: usize, size: usize) -> std::path::PathBuf {
 fn bench_big_repository(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let sandbox = Arc::new(runtime.block_on(Sandbox::probe(SandboxSettings::default())));
-    if let Some(problem) = sandbox.problem() {
-        panic!("the planner runs its commands in the sandbox, which needs bubblewrap: {problem}");
-    }
+    let sandbox = sandbox(&runtime);
     println!("sandbox: {sandbox:?}");
-    let options = |repo: &Path| {
-        let mut options =
-            wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(&sandbox));
-        options.heartbeat = None;
-        options
-    };
+    let options = |repo: &Path| plan_options(repo, &sandbox);
     let small = options(&sized_repo(dir.path(), 10, 1024));
     let big = options(&sized_repo(dir.path(), 30_000, 8 * 1024));
     let plan = |options: &wavegate::plan::engine::PlanOptions| {
@@ -476,13 +477,7 @@ fn bench_big_repository(c: &mut Criterion) {
     })
     .unwrap();
     let copying = Arc::new(runtime.block_on(Sandbox::probe(copying)));
-    let mut big_copied = wavegate::plan::engine::PlanOptions::new(
-        dir.path().join("repo-30000"),
-        "main",
-        "change",
-        copying,
-    );
-    big_copied.heartbeat = None;
+    let big_copied = plan_options(&dir.path().join("repo-30000"), &copying);
     let mut group = c.benchmark_group("big repository");
     group.sample_size(10);
     group.bench_function("baseline: plan one member of a 10-file repository", |b| {
@@ -528,16 +523,8 @@ fn binary_plan_repo(root: &Path, name: &str, kept: &str) -> std::path::PathBuf {
 fn bench_executor(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let sandbox = Arc::new(runtime.block_on(Sandbox::probe(SandboxSettings::default())));
-    if let Some(problem) = sandbox.problem() {
-        panic!("the planner runs its commands in the sandbox, which needs bubblewrap: {problem}");
-    }
-    let options = |repo: &Path| {
-        let mut options =
-            wavegate::plan::engine::PlanOptions::new(repo, "main", "change", Arc::clone(&sandbox));
-        options.heartbeat = None;
-        options
-    };
+    let sandbox = sandbox(&runtime);
+    let options = |repo: &Path| plan_options(repo, &sandbox);
     let left = options(&binary_plan_repo(dir.path(), "left", "home"));
     let carried = options(&binary_plan_repo(dir.path(), "carried", "carried"));
     let plan = |options: &wavegate::plan::engine::PlanOptions| {
@@ -549,14 +536,12 @@ fn bench_executor(c: &mut Criterion) {
     plan(&left);
     let mut group = c.benchmark_group("executor");
     group.sample_size(10);
-    group.bench_function(
-        "baseline: a plan that writes a 32 MiB binary plan into its HOME",
-        |b| b.iter(|| plan(&left)),
-    );
-    group.bench_function(
-        "the same beside its plan file, handed back and kept for the apply",
-        |b| b.iter(|| plan(&carried)),
-    );
+    group.bench_function("baseline: a 32 MiB binary plan left in HOME", |b| {
+        b.iter(|| plan(&left))
+    });
+    group.bench_function("the same beside the plan file, carried to the apply", |b| {
+        b.iter(|| plan(&carried))
+    });
     group.finish();
 }
 
@@ -617,8 +602,8 @@ fn main() {
         ),
         (
             "executor",
-            "the same beside its plan file, handed back and kept for the apply".to_owned(),
-            "baseline: a plan that writes a 32 MiB binary plan into its HOME".to_owned(),
+            "the same beside the plan file, carried to the apply".to_owned(),
+            "baseline: a 32 MiB binary plan left in HOME".to_owned(),
         ),
         (
             "discovery",

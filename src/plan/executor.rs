@@ -627,24 +627,25 @@ mod tests {
         }
     }
 
+    /// An executor of commit `c0ffee`, its tree `dir/tree` (empty).
+    fn executor_in(sandbox: Arc<Sandbox>, dir: &Path) -> LocalExecutor {
+        let tree = dir.join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        let at = LocalTree {
+            commit: "c0ffee".into(),
+            tree,
+            lower: None,
+            dir: dir.join("executor"),
+        };
+        LocalExecutor::new(sandbox, at, None, Cancel::default())
+    }
+
     #[tokio::test]
     async fn a_job_runs_from_its_description_alone_and_hands_back_every_file_it_left() {
         let sandbox = testing::bwrap().await;
         let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("tree");
-        std::fs::create_dir(&tree).unwrap();
-        std::fs::write(tree.join("main.tf"), "# the commit's file").unwrap();
-        let executor = LocalExecutor::new(
-            sandbox,
-            LocalTree {
-                commit: "c0ffee".into(),
-                tree,
-                lower: None,
-                dir: dir.path().join("executor"),
-            },
-            None,
-            Cancel::default(),
-        );
+        let executor = executor_in(sandbox, dir.path());
+        std::fs::write(dir.path().join("tree/main.tf"), "# the commit's file").unwrap();
         let layout = executor.layout(&JobName::new("plan", "app@dev"));
         let mut files = Files::default();
         files.insert("inputs.json", br#"{"known": {}}"#.to_vec());
@@ -707,19 +708,7 @@ mod tests {
         })
         .await;
         let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("tree");
-        std::fs::create_dir(&tree).unwrap();
-        let executor = LocalExecutor::new(
-            sandbox,
-            LocalTree {
-                commit: "c0ffee".into(),
-                tree,
-                lower: None,
-                dir: dir.path().join("executor"),
-            },
-            None,
-            Cancel::default(),
-        );
+        let executor = executor_in(sandbox, dir.path());
         let layout = executor.layout(&JobName::new("plan", "app@dev"));
         let made = Job {
             profile: "prod".into(),
