@@ -156,13 +156,10 @@ pub(crate) enum Effect {
     /// Run the stage's cost command on these members' plans: answered
     /// `StageObservation::Priced`.
     Price(Vec<MemberId>),
-    /// Who approved `digest` at `gate` (approvals given before `since`, unix
-    /// ms, do not count): answered `StageObservation::Counted`.
-    CountApprovals {
-        gate: GateId,
-        digest: Digest,
-        since: i64,
-    },
+    /// Who approved `digest` at `gate` in this run, whenever they did (an
+    /// approval of exactly this set given before the gate opened counts):
+    /// answered `StageObservation::Counted`.
+    CountApprovals { gate: GateId, digest: Digest },
     /// Record the member's outputs as the deployed estate's.
     RecordDeployed {
         member: MemberId,
@@ -353,7 +350,9 @@ impl<'a> WaveMachine<'a> {
                 .upstreams
                 .get(member)
                 .map_or(&[][..], Vec::as_slice);
-            match stopped_upstream(upstreams, record) {
+            match stopped_upstream(upstreams, record)
+                .or_else(|| waiting_upstream(upstreams, self.spec.members, record))
+            {
                 Some(root) => record.set(member, MemberState::Blocked { by: root }),
                 None => self.pending.push(member.clone()),
             }
@@ -399,9 +398,9 @@ impl<'a> WaveMachine<'a> {
 
     /// The wave's plans: a member whose plan failed fails; one caught
     /// `applying` whose plan is now empty had applied before a crash; the
-    /// rest must be covered by an approval (else a round opens and the wave
-    /// waits) and allowed by the policy or an override (else the wave waits
-    /// for one); then they apply, up to `concurrency` at once.
+    /// rest must be covered by an approval (else it waits for a round, and
+    /// its wave-mates go on) and allowed by the policy or an override (else
+    /// the wave waits for one); then they apply, up to `concurrency` at once.
     fn planned(
         &mut self,
         record: &mut AttemptRecord,
@@ -454,26 +453,27 @@ impl<'a> WaveMachine<'a> {
                 Coverage::NotCovered(reason) => uncovered.push((outcome, reason)),
             }
         }
+        // A plan that moved waits for its round (its dependents with it);
+        // its wave-mates go on. The run waits at one gate at a time: plans
+        // that moved after it started waiting in this job wait for that
+        // first, then for a round of their own.
         if !uncovered.is_empty() {
-            self.open_round(record, &uncovered, Vec::new())?;
+            let earlier = record.wait.as_ref().map(|wait| match wait {
+                Wait::Round { round, .. } => format!("an approval of round {round}"),
+                _ => "what it waits for now".to_owned(),
+            });
+            if earlier.is_none() {
+                self.open_round(record, &uncovered, Vec::new())?;
+            }
             for (outcome, reason) in &uncovered {
-                record.set(
-                    &outcome.member,
-                    MemberState::Waiting {
-                        reason: format!("not covered: {reason}"),
-                    },
-                );
+                let reason = match &earlier {
+                    None => format!("not covered: {reason}"),
+                    Some(wait) => format!(
+                        "not covered: {reason}; its round opens once the run no longer waits for {wait}"
+                    ),
+                };
+                record.set(&outcome.member, MemberState::Waiting { reason });
             }
-            for outcome in &ready {
-                record.set(
-                    &outcome.member,
-                    MemberState::Waiting {
-                        reason: "its wave waits for the plans that moved".into(),
-                    },
-                );
-            }
-            self.stop_and(effects, None);
-            return Ok(());
         }
         if !filled.is_empty() {
             let covered: Vec<(MemberOutcome, String)> =
@@ -940,6 +940,26 @@ impl<'a> WaveMachine<'a> {
         });
         true
     }
+}
+
+/// An upstream of an earlier wave (not a group-mate in `wave`) that still
+/// waits when a later wave is reached: its plan moved, and it waits for
+/// its round. Its dependents wait with it, blocked by it until it applied.
+fn waiting_upstream(
+    upstreams: &[MemberId],
+    wave: &[MemberId],
+    record: &AttemptRecord,
+) -> Option<MemberId> {
+    upstreams
+        .iter()
+        .filter(|upstream| !wave.contains(upstream))
+        .find(|upstream| {
+            matches!(
+                record.members.get(*upstream),
+                Some(MemberState::Waiting { .. })
+            )
+        })
+        .cloned()
 }
 
 const NOTHING_TO_CHANGE: &str = "nothing to change";
@@ -1493,9 +1513,10 @@ mod tests {
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         assert_eq!(
             to_planned(&mut machine, &mut record, &[&moved], vec![]),
-            [Effect::Unlock, Effect::Done(Step::Stop)],
+            [Effect::Unlock, Effect::Done(Step::Continue)],
             "under `all` it moved, so a round waits"
         );
+        assert_eq!(record.rounds.len(), 1);
         h.digest_over = DigestOver::Changing;
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         let effects = to_planned(&mut machine, &mut record, &[&moved], vec![]);
@@ -1616,13 +1637,17 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_that_moved_opens_a_round_and_the_whole_wave_waits_for_it() {
+    fn a_plan_that_moved_waits_for_its_round_while_its_wave_mates_apply() {
         let (net, dns) = (plan("network@dev", "10.0.0.0/16"), plan("dns@dev", "a"));
         let h = Harness::new(&["network@dev", "dns@dev"], &[&net, &dns]);
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         let moved = plan("network@dev", "10.9.0.0/16");
         let effects = to_planned(&mut machine, &mut record, &[&moved, &dns], vec![]);
-        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+        assert_eq!(
+            effects.last(),
+            Some(&Effect::Apply("dns@dev".into())),
+            "dns@dev does not depend on what moved: it applies now"
+        );
         let round = &record.rounds[0];
         assert_eq!(
             (round.number, round.gate.to_string().as_str()),
@@ -1642,15 +1667,78 @@ mod tests {
             .state("network@dev")
             .label()
             .starts_with("waiting: not covered: network@dev"));
-        assert_eq!(
-            record.state("dns@dev").label(),
-            "waiting: its wave waits for the plans that moved"
+        assert_eq!(record.state("dns@dev").label(), "applying");
+        let effects = step(
+            &mut machine,
+            &mut record,
+            ended("dns@dev", ApplyOutcome::Applied(Map::new())),
         );
+        assert_eq!(effects.last(), Some(&Effect::Done(Step::Continue)));
 
         // The same moved plan again is the same round, not a new one.
         let mut machine = h.machine();
-        to_planned(&mut machine, &mut record, &[&moved, &dns], vec![]);
+        to_planned(&mut machine, &mut record, &[&moved], vec![]);
         assert_eq!(record.rounds.len(), 1);
+    }
+
+    #[test]
+    fn what_depends_on_a_moved_plan_waits_with_it_and_a_later_move_waits_for_the_first_round() {
+        // network@dev moved in wave 1; app@dev (on it) and dns@dev (not)
+        // are wave 2.
+        let (net, app, dns) = (
+            plan("network@dev", "10.0.0.0/16"),
+            plan("app@dev", "a"),
+            plan("dns@dev", "a"),
+        );
+        let mut h = Harness::new(&["app@dev", "dns@dev"], &[&net, &app, &dns]);
+        h.upstreams
+            .insert("app@dev".into(), vec!["network@dev".into()]);
+        let mut record = h.record.clone();
+        let moved = plan("network@dev", "10.9.0.0/16");
+        {
+            let mut first = h.machine();
+            first.spec.members = Box::leak(Box::new(["network@dev".into()]));
+            to_planned(&mut first, &mut record, &[&moved], vec![]);
+        }
+        assert!(matches!(record.wait, Some(Wait::Round { round: 2, .. })));
+        let mut machine = h.machine();
+        let reached = step(&mut machine, &mut record, Observation::Reached { now: 0 });
+        assert_eq!(reached, [Effect::Lock(vec!["dns@dev".into()])]);
+        assert_eq!(record.state("app@dev").label(), "blocked by network@dev");
+        assert_eq!(
+            record.root_state("app@dev").label(),
+            record.state("network@dev").label(),
+            "it waits for what it waits on"
+        );
+        // dns@dev moved too: the run already waits for round 2, so it waits
+        // for that first, with no round of its own yet.
+        let dns_moved = plan("dns@dev", "b");
+        let locked = Observation::Locked {
+            alive: BTreeMap::new(),
+            now: 0,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, locked),
+            [Effect::Publish, Effect::Plan(vec!["dns@dev".into()])]
+        );
+        let planned = Observation::Planned {
+            outcomes: vec![outcome(&dns_moved)],
+            overrides: vec![],
+            now: 0,
+        };
+        assert_eq!(
+            step(&mut machine, &mut record, planned),
+            [Effect::Unlock, Effect::Done(Step::Continue)]
+        );
+        assert_eq!(record.rounds.len(), 1);
+        assert!(matches!(record.wait, Some(Wait::Round { round: 2, .. })));
+        assert!(
+            record.state("dns@dev").label().ends_with(
+                "its round opens once the run no longer waits for an approval of round 2"
+            ),
+            "{}",
+            record.state("dns@dev").label()
+        );
     }
 
     #[test]
@@ -1660,7 +1748,7 @@ mod tests {
         h.gate = GatePolicy::OnDestructive;
         let (mut record, mut machine) = (h.record.clone(), h.machine());
         let effects = to_planned(&mut machine, &mut record, &[&gone], vec![]);
-        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Stop)]);
+        assert_eq!(effects, [Effect::Unlock, Effect::Done(Step::Continue)]);
         assert_eq!(
             record.rounds[0].reasons,
             ["network@dev: it now deletes or replaces, and stage dev's gate is on-destructive"]

@@ -482,6 +482,12 @@ pub(crate) struct AttemptRecord {
     /// later jobs see only what is left of the stage.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) costs_passed: BTreeMap<String, Digest>,
+    /// The members each previewed stage's gate, cost and `after.plan`
+    /// hooks were decided over (those that planned on the merge commit): a
+    /// member outside it (one that failed to plan, retried) makes the
+    /// stage decide afresh before it applies.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) stage_decided: BTreeMap<String, BTreeSet<MemberId>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -550,6 +556,60 @@ impl AttemptRecord {
             MemberState::Applied { outputs, .. } => Some((m, outputs)),
             _ => None,
         })
+    }
+
+    /// What stood down for `member` in this run, if anything: it, or
+    /// what blocked it, stood down.
+    pub(crate) fn stood_down_root(&self, member: &MemberId) -> Option<MemberId> {
+        let mut at = member.clone();
+        for _ in 0..=self.members.len() {
+            match self.members.get(&at)? {
+                MemberState::StoodDown { .. } => return Some(at),
+                MemberState::Blocked { by } if *by != at => at = by.clone(),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// A stand-down ends its member's subtree for the run (seeds 003: the
+    /// waves after a stood-down job do not run for it): a member of
+    /// `stage` whose component stood down in an earlier stage stands down
+    /// too, and one whose upstream stood down is blocked by it.
+    pub(crate) fn stand_down_after(
+        &mut self,
+        stage: &str,
+        waves: &[Vec<MemberId>],
+        upstreams: &BTreeMap<MemberId, Vec<MemberId>>,
+    ) {
+        let earlier: Vec<String> = self
+            .layout
+            .iter()
+            .map(|(s, _)| s.clone())
+            .take_while(|s| s != stage)
+            .collect();
+        for member in waves.iter().flatten() {
+            let state = self.state(member);
+            if state.is_applied() || state == MemberState::Unaffected || state.stops_downstream() {
+                continue;
+            }
+            let before = earlier
+                .iter()
+                .find_map(|s| self.stood_down_root(&MemberId::of(member.component(), s)));
+            if let Some(root) = before {
+                let reason = format!("with {root}, which a newer push deploys");
+                self.set(member, MemberState::StoodDown { reason });
+                continue;
+            }
+            let upstream = upstreams
+                .get(member)
+                .into_iter()
+                .flatten()
+                .find_map(|u| self.stood_down_root(u));
+            if let Some(by) = upstream {
+                self.set(member, MemberState::Blocked { by });
+            }
+        }
     }
 
     /// A member's state, or for a blocked one the state of what blocked it.
@@ -980,6 +1040,55 @@ mod tests {
             stopped_upstream(&upstream_members(&lone, "dev"), &record),
             None
         );
+    }
+
+    #[test]
+    fn a_stand_down_ends_its_subtree_in_later_stages_for_the_run() {
+        let id = |m: &str| MemberId::from(m);
+        let prod = vec![vec![id("app@prod"), id("db@prod")], vec![id("dns@prod")]];
+        let mut record = AttemptRecord {
+            layout: vec![
+                ("dev".into(), vec![vec![id("app@dev"), id("db@dev")]]),
+                ("prod".into(), prod.clone()),
+            ],
+            ..AttemptRecord::default()
+        };
+        record.set(
+            &id("app@dev"),
+            MemberState::StoodDown {
+                reason: "a newer push deploys it".into(),
+            },
+        );
+        record.set(
+            &id("db@dev"),
+            MemberState::Applied {
+                plan_digest: Digest::repeated('d'),
+                outputs: Map::new(),
+                note: None,
+            },
+        );
+        let upstreams = BTreeMap::from([(id("dns@prod"), vec![id("app@prod")])]);
+        record.stand_down_after("prod", &prod, &upstreams);
+        assert_eq!(
+            record.state("app@prod").label(),
+            "stood down: with app@dev, which a newer push deploys"
+        );
+        assert_eq!(record.state("dns@prod").label(), "blocked by app@prod");
+        assert_eq!(
+            record.state("db@prod"),
+            MemberState::NotStarted,
+            "not in its subtree"
+        );
+        record.set(
+            &id("db@prod"),
+            MemberState::Applied {
+                plan_digest: Digest::repeated('d'),
+                outputs: Map::new(),
+                note: None,
+            },
+        );
+        let all = record.members.keys().cloned().collect();
+        assert_eq!(settled_status(&record, &all), RunStatus::Ended);
     }
 
     #[test]

@@ -18,11 +18,12 @@ use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
 use crate::model::{DigestOver, GateId, MemberId, PrNumber};
-use crate::plan::changeset::{ChangeSet, ChangeSetError};
+use crate::plan::changeset::{ChangeSet, ChangeSetError, MemberStatus};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::engine::{change_set_of, MemberOutcome};
 use crate::plan::preview::Approvers;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What the machine knows of the stage.
@@ -48,6 +49,8 @@ pub(crate) struct StageSpec<'a> {
     pub(crate) priced: bool,
     /// Who may approve its gate, as the base's policy for it says.
     pub(crate) approvers: Approvers,
+    /// Each member's upstreams in this stage, on the merge commit.
+    pub(crate) upstreams: BTreeMap<MemberId, Vec<MemberId>>,
 }
 
 /// What the worker saw, answering the machine's last effect.
@@ -114,16 +117,10 @@ impl<'a> StageMachine<'a> {
         Ok(match observation {
             StageObservation::Reached { now } => {
                 self.now = now;
-                let approved = record
-                    .stages
-                    .get(stage)
-                    .is_some_and(|g| !g.approved_by.is_empty());
-                self.asks = self.spec.gate != GatePolicy::Never && !approved;
-                self.pricing = self.spec.priced && !record.costs_passed.contains_key(stage);
-                if !self.asks && !self.spec.after_plan_hooks && !self.pricing {
-                    return Ok(vec![Effect::Done(Step::Continue)]);
-                }
-                let pending = self
+                record.stand_down_after(stage, self.spec.waves, &self.spec.upstreams);
+                // What is left to apply: not a member that failed or is
+                // blocked (it waits for `/retry`), nor one that applied.
+                let pending: Vec<Vec<MemberId>> = self
                     .spec
                     .waves
                     .iter()
@@ -131,12 +128,32 @@ impl<'a> StageMachine<'a> {
                         wave.iter()
                             .filter(|m| {
                                 let state = record.state(m);
-                                !state.is_applied() && state != MemberState::Unaffected
+                                !state.is_applied()
+                                    && state != MemberState::Unaffected
+                                    && !state.stops_downstream()
                             })
                             .cloned()
                             .collect()
                     })
                     .collect();
+                // A member the stage was not decided over (it failed to
+                // plan then, and was retried) makes it decide afresh.
+                let decided = record
+                    .stage_decided
+                    .get(stage)
+                    .is_none_or(|over| pending.iter().flatten().all(|m| over.contains(m)));
+                let approved = decided
+                    && record
+                        .stages
+                        .get(stage)
+                        .is_some_and(|g| !g.approved_by.is_empty());
+                self.asks = self.spec.gate != GatePolicy::Never && !approved;
+                self.pricing =
+                    self.spec.priced && !(decided && record.costs_passed.contains_key(stage));
+                let nothing_left = pending.iter().all(Vec::is_empty);
+                if nothing_left || (!self.asks && !self.spec.after_plan_hooks && !self.pricing) {
+                    return Ok(vec![Effect::Done(Step::Continue)]);
+                }
                 vec![Effect::Preview(pending)]
             }
             StageObservation::Previewed { outcomes } => self.previewed(record, outcomes)?,
@@ -172,29 +189,46 @@ impl<'a> StageMachine<'a> {
         })
     }
 
-    /// The stage's plans: one that failed fails the stage (its set cannot
-    /// be shown whole); otherwise the stage goes on, or opens its gate on
-    /// their set (afresh when the set moved or the gate expired) and asks
-    /// who approved it.
+    /// The stage's plans: a member whose plan failed fails, and those that
+    /// depend on it are blocked by it (seeds 001: a failure blocks only its
+    /// subtree); the stage is decided over the members that planned. It
+    /// goes on, or opens its gate on their set (afresh when the set moved
+    /// or the gate expired) and asks who approved it.
     fn previewed(
         &mut self,
         record: &mut AttemptRecord,
         outcomes: Vec<MemberOutcome>,
     ) -> Result<Vec<Effect>, ChangeSetError> {
-        let failed: Vec<&MemberOutcome> = outcomes.iter().filter(|o| o.plan.is_none()).collect();
-        if !failed.is_empty() {
-            for outcome in failed {
-                let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
-                record.set(
-                    &outcome.member,
+        let mut planned = Vec::new();
+        for outcome in outcomes {
+            if outcome.plan.is_some() {
+                planned.push(outcome);
+                continue;
+            }
+            let blocked_by = outcome
+                .blocked_by
+                .as_deref()
+                .filter(|_| outcome.status == MemberStatus::Blocked)
+                .and_then(|by| by.parse::<MemberId>().ok());
+            let state = match blocked_by {
+                Some(by) => MemberState::Blocked { by },
+                None => {
+                    let error = outcome.error.clone().unwrap_or_else(|| "no plan".into());
                     MemberState::Failed {
                         error: format!("planning on the merge commit failed: {error}"),
-                    },
-                );
-            }
+                    }
+                }
+            };
+            record.set(&outcome.member, state);
+        }
+        if planned.is_empty() {
             return Ok(vec![Effect::Done(Step::Stop)]);
         }
-        self.previewed = outcomes;
+        record.stage_decided.insert(
+            self.spec.stage.to_owned(),
+            planned.iter().map(|o| o.member.clone()).collect(),
+        );
+        self.previewed = planned;
         if self.spec.after_plan_hooks {
             let members = self.previewed.iter().map(|o| o.member.clone()).collect();
             return Ok(vec![Effect::Hooks {
@@ -376,7 +410,6 @@ impl<'a> StageMachine<'a> {
         Ok(vec![Effect::CountApprovals {
             gate: gate.gate.clone(),
             digest: gate.change_set.digest.clone(),
-            since: gate.opened_at,
         }])
     }
 
@@ -485,6 +518,7 @@ mod tests {
             after_plan_hooks: false,
             priced: false,
             approvers: Approvers::of(&crate::config::repo::Policy::default()),
+            upstreams: BTreeMap::new(),
         })
     }
 
@@ -575,7 +609,11 @@ mod tests {
         );
 
         let mut m = machine(&waves, GatePolicy::Always);
-        let set = preview(&mut m, &mut record, &[&plan("app@prod", "a")]);
+        let set = preview(
+            &mut m,
+            &mut record,
+            &[&plan("network@prod", "n"), &plan("app@prod", "a")],
+        );
         assert!(matches!(set[..], [Effect::CountApprovals { .. }]));
         m.step(&mut record, counted(&["erin"], None, NOW)).unwrap();
         let mut m = machine(&waves, GatePolicy::Always);
@@ -667,7 +705,6 @@ mod tests {
             [Effect::CountApprovals {
                 gate: "pr-7-prod".parse().unwrap(),
                 digest: gate.change_set.digest.clone(),
-                since: NOW
             }]
         );
         let earlier = Mismatch {
@@ -774,6 +811,82 @@ mod tests {
             [Effect::Done(Step::Continue)]
         );
         assert!(record.gates_skipped.contains("prod"));
+    }
+
+    #[test]
+    fn a_failed_plan_blocks_its_subtree_and_the_gate_is_decided_over_the_members_that_planned() {
+        // network@prod and dns@prod are wave 1; app@prod (on network) wave 2.
+        let waves: Vec<Vec<MemberId>> = vec![
+            vec!["network@prod".into(), "dns@prod".into()],
+            vec!["app@prod".into()],
+        ];
+        let mut record = AttemptRecord::default();
+        let mut m = machine(&waves, GatePolicy::Always);
+        m.step(&mut record, StageObservation::Reached { now: NOW })
+            .unwrap();
+        let dns = plan("dns@prod", "a");
+        let failed = MemberOutcome {
+            plan: None,
+            status: MemberStatus::PlanFailed,
+            error: Some("exit 2".into()),
+            ..outcome(&plan("network@prod", "n"))
+        };
+        let blocked = MemberOutcome {
+            plan: None,
+            status: MemberStatus::Blocked,
+            error: Some("blocked: upstream network@prod failed to plan".into()),
+            blocked_by: Some("network@prod".into()),
+            ..outcome(&plan("app@prod", "b"))
+        };
+        let previewed = StageObservation::Previewed {
+            outcomes: vec![failed, outcome(&dns), blocked],
+        };
+        let asked = m.step(&mut record, previewed).unwrap();
+        let [Effect::CountApprovals { digest, .. }] = &asked[..] else {
+            panic!("the gate asks for its approval: {asked:?}");
+        };
+        assert_eq!(*digest, set_of(&[&dns]).digest, "the set of what planned");
+        assert_eq!(
+            record.state("network@prod").label(),
+            "failed: planning on the merge commit failed: exit 2"
+        );
+        assert_eq!(record.state("app@prod").label(), "blocked by network@prod");
+        assert_eq!(
+            m.step(&mut record, counted(&["erin"], None, NOW)).unwrap(),
+            [Effect::Done(Step::Continue)],
+            "approved, what planned goes on"
+        );
+
+        // A later job (an approval elsewhere) asks nothing again and plans
+        // nothing that failed.
+        let mut m = machine(&waves, GatePolicy::Always);
+        assert_eq!(
+            m.step(&mut record, StageObservation::Reached { now: NOW })
+                .unwrap(),
+            [Effect::Done(Step::Continue)]
+        );
+        // `/retry`: what failed is planned again, and the stage decides
+        // afresh over what is left, so nothing applies past its gate
+        // unapproved.
+        record.reset_for_retry();
+        let mut m = machine(&waves, GatePolicy::Always);
+        assert_eq!(
+            m.step(&mut record, StageObservation::Reached { now: NOW })
+                .unwrap(),
+            [Effect::Preview(vec![
+                vec!["network@prod".into(), "dns@prod".into()],
+                vec!["app@prod".into()]
+            ])]
+        );
+        let (net, app) = (plan("network@prod", "n"), plan("app@prod", "b"));
+        let previewed = StageObservation::Previewed {
+            outcomes: vec![outcome(&net), outcome(&dns), outcome(&app)],
+        };
+        let asked = m.step(&mut record, previewed).unwrap();
+        assert!(
+            matches!(&asked[..], [Effect::CountApprovals { digest, .. }] if *digest == set_of(&[&net, &dns, &app]).digest)
+        );
+        assert!(record.stages["prod"].approved_by.is_empty(), "a fresh gate");
     }
 
     #[test]

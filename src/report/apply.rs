@@ -155,7 +155,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
                 .map(|r| r.reasons.iter().map(|why| format!("- {}\n", message(why))).collect())
                 .unwrap_or_default();
             format!(
-                "These plans{stage} moved since they were approved, so they are not covered (round {round}, digest `{digest}`):\n\n{reasons}\nNothing of their wave was applied. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
+                "These plans{stage} moved since they were approved, so they are not covered (round {round}, digest `{digest}`):\n\n{reasons}\nThey wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:\n\n```\n{line}\n```\n"
             )
         }
         Wait::Override {
@@ -415,6 +415,9 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         ));
     }
     if let Some(wait) = &view.record.wait {
+        if view.status == RunStatus::Failed {
+            out.push_str(&failed_above_wait(view.record));
+        }
         out.push_str(&wait_help(wait, view.record));
         out.push('\n');
     }
@@ -528,6 +531,32 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         out.push_str(&printed);
     }
     out
+}
+
+/// A failed run that still waits elsewhere: what failed, and what waits
+/// for it, before the wait (which is about the rest).
+fn failed_above_wait(record: &AttemptRecord) -> String {
+    let mut out = String::new();
+    for (member, state) in &record.members {
+        if !matches!(state, MemberState::Failed { .. }) {
+            continue;
+        }
+        let blocked: Vec<String> = record
+            .members
+            .iter()
+            .filter(|(_, s)| matches!(s, MemberState::Blocked { by } if by == member))
+            .map(|(m, _)| format!("`{m}`"))
+            .collect();
+        let held = match blocked.len() {
+            0 => String::new(),
+            _ => format!("; blocked by it: {}", blocked.join(", ")),
+        };
+        out.push_str(&format!("- `{member}` {}{held}\n", cell(&state.label())));
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("{out}\n`/retry` plans what failed again. Meanwhile the rest of the run goes on:\n\n")
 }
 
 /// Each failed member's whole failure, the command's last output included,

@@ -499,10 +499,10 @@ impl JobCtx<'_> {
                 .verify()
                 .with_context(|| format!("the recorded set of stage {stage}"))?;
             let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
-            let (since, passed) = (gate.opened_at, !gate.approved_by.is_empty());
+            let passed = !gate.approved_by.is_empty();
             let policy = drive.stage_policy(&stage);
             let by = self
-                .run_gate_approvers(drive, (&gate_id, since, passed), &digest, &policy)
+                .run_gate_approvers(drive, (&gate_id, passed), &digest, &policy)
                 .await?;
             let gate = &drive.run.record.stages[&stage];
             let mismatch = self
@@ -524,7 +524,7 @@ impl JobCtx<'_> {
                 let passed = !round.approved_by.is_empty();
                 let policy = drive.stage_policy(&round.stage.clone());
                 let by = self
-                    .run_gate_approvers(drive, (&gate, 0, passed), &digest, &policy)
+                    .run_gate_approvers(drive, (&gate, passed), &digest, &policy)
                     .await?;
                 let mismatch = self
                     .gate_mismatch(&drive.run, &gate, &digest)
@@ -563,11 +563,13 @@ impl JobCtx<'_> {
     }
 
     /// Who approved `digest` at one of this run's gates, when enough did
-    /// whose approval still counts (asked of the forge again now).
+    /// whose approval still counts (asked of the forge again now), whenever
+    /// in the run they did: an approval of exactly this digest given before
+    /// its gate (re)opened counts, as the seeds count any standing approval.
     async fn run_gate_approvers(
         &self,
         drive: &mut Drive,
-        (gate, since, passed): (&GateId, i64, bool),
+        (gate, passed): (&GateId, bool),
         digest: &Digest,
         policy: &Policy,
     ) -> Result<Vec<String>> {
@@ -579,7 +581,7 @@ impl JobCtx<'_> {
             &facts,
             Scope::Run {
                 run: drive.run.id,
-                since,
+                since: 0,
             },
         );
         let dropped = self
@@ -747,6 +749,12 @@ impl JobCtx<'_> {
         waves: &[Vec<MemberId>],
         gate: GatePolicy,
     ) -> Result<Step> {
+        let mut upstreams = BTreeMap::new();
+        for member in waves.iter().flatten() {
+            if let Some(component) = bench.config().component(member.component()) {
+                upstreams.insert(member.clone(), upstream_members(component, stage));
+            }
+        }
         let approved = Arc::clone(&drive.approved);
         let mut machine = StageMachine::new(StageSpec {
             run: drive.run.id,
@@ -760,6 +768,7 @@ impl JobCtx<'_> {
             after_plan_hooks: !drive.rules.hooks(stage, Moment::AfterPlan).is_empty(),
             priced: drive.rules.cost(stage).is_some(),
             approvers: crate::plan::preview::Approvers::of(&drive.stage_policy(stage)),
+            upstreams,
         });
         let now = self.store.now();
         let mut observation = StageObservation::Reached { now };
@@ -783,14 +792,10 @@ impl JobCtx<'_> {
                     }
                     StageObservation::Previewed { outcomes }
                 }
-                [Effect::CountApprovals {
-                    gate,
-                    digest,
-                    since,
-                }] => {
+                [Effect::CountApprovals { gate, digest }] => {
                     let policy = drive.stage_policy(stage);
                     let by = self
-                        .run_gate_approvers(drive, (gate, *since, false), digest, &policy)
+                        .run_gate_approvers(drive, (gate, false), digest, &policy)
                         .await?;
                     let mismatch = self.gate_mismatch(&drive.run, gate, digest).await?;
                     StageObservation::Counted {

@@ -265,7 +265,7 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
 
     - app@dev: address aws\_security\_group.app changed action from no-op to update
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -281,7 +281,7 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
 
     - app@dev: address aws\_security\_group.app changed action from no-op to update
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -602,7 +602,7 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
 
     - dns@prod: address aws\_route53\_record.app changed action from create to update
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -617,7 +617,7 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
 
     - dns@prod: address aws\_route53\_record.app changed action from create to update
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]

@@ -307,7 +307,7 @@ async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     - database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
     - network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -323,7 +323,7 @@ async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     - database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
     - network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev
 
-    Nothing of their wave was applied. Approving this digest resumes the run:
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
 
     ```
     /approve sha256:[digest]
@@ -333,7 +333,7 @@ async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     | --- | --- | --- | --- |
     | dev | 1 | `database@dev` | waiting: not covered: database@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
     | dev | 1 | `network@dev` | waiting: not covered: network@dev: the approved plan grouped app@dev, database@dev, network@dev, and the round groups database@dev, network@dev |
-    | dev | 2 | `app@dev` | not started |
+    | dev | 2 | `app@dev` | blocked by network@dev |
     | prod | 1 | `database@prod` | not started |
     | prod | 1 | `network@prod` | not started |
     | prod | 2 | `app@prod` | not started |

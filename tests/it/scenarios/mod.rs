@@ -5,6 +5,7 @@ mod apply;
 mod approvals;
 mod approvers;
 mod attacks;
+mod blast_radius;
 mod bot;
 mod branches;
 mod build_inputs;

@@ -124,13 +124,13 @@ async fn a_held_member_and_a_failed_one_are_notified_and_a_stand_down_is_not() {
         ]),
     );
     pr.merge().await;
-    // app@dev stood down, and prod waits.
-    pr.until_a_reply_says("Stage **prod** waits").await;
+    // app@dev stood down, and with it what depends on it in prod.
+    pr.until_a_reply_says("stood down").await;
     bot.settle().await;
     assert_eq!(
         receiver.events(),
         ["refused"],
-        "held; nothing for the stand-down, nor for prod's wait (not an event asked for)"
+        "held; nothing for the stand-down (not an event asked for)"
     );
     let held = &receiver.received()[0];
     assert!(held.verified);
@@ -144,6 +144,16 @@ async fn a_held_member_and_a_failed_one_are_notified_and_a_stand_down_is_not() {
         "{}",
         held.body
     );
+
+    // Retried (the newer push never came): the run that ended spent its
+    // approval, so it is approved again; app@dev applies, prod waits.
+    pr.comment_as("rev-bob", "/retry").await;
+    pr.until_a_reply_says("No approval of the merged plan stands")
+        .await;
+    pr.comment_as("rev-carol", &format!("/approve {}", pr.digest()))
+        .await;
+    pr.until_a_reply_says("Stage **prod** waits").await;
+    assert_eq!(receiver.events(), ["refused"], "a wait is not asked for");
 
     // Prod approved into a failure: that is told, with what failed and why.
     std::fs::write(

@@ -18,9 +18,10 @@ Test hooks, files in the component directory:
   .pause         wait (10 minutes at most) while $ESTATE_DIR/pause exists,
                  then plan as usual (a test removes it to let the plan end)
 
-Test hook for one member, without a commit: $ESTATE_DIR/<stage>/<component>.deny,
+Test hooks for one member, without a commit: $ESTATE_DIR/<stage>/<component>.deny,
 each non-empty line the name of a policy rule the plan breaks; the plan file
-then carries "denied": {"rules": [...]}.
+then carries "denied": {"rules": [...]}. $ESTATE_DIR/<stage>/<component>.fail-plan
+fails the plan as .fail-plan does.
 
 A plan only reads the estate: wavegate runs it in a sandbox where
 $ESTATE_DIR is read-only (WAVEGATE_SANDBOX_APPLY_WRITE), so every line it
@@ -41,7 +42,7 @@ import estate
 SYMBOLS = {"create": "+", "update": "~", "replace": "-/+", "delete": "-"}
 
 
-def run_hooks(plan_file):
+def run_hooks(component, stage, plan_file):
     if os.path.exists(".hang"):
         estate.say(".hang exists: sleeping until killed")
         subprocess.run([sys.executable, "-c", "import time; time.sleep(3600)"])
@@ -59,7 +60,8 @@ def run_hooks(plan_file):
             deadline = time.monotonic() + 600
             while os.path.exists(marker) and time.monotonic() < deadline:
                 time.sleep(0.05)
-    estate.fail_hook(".fail-plan")
+    estate.fail_hook(".fail-plan",
+                     os.path.join(estate.estate_dir(), stage, f"{component}.fail-plan"))
     if os.path.exists(".garbage-plan"):
         with open(plan_file, "w", encoding="utf-8") as f:
             f.write("not json")
@@ -197,7 +199,7 @@ def main(argv):
         estate.die("usage: plan.py COMPONENT STAGE PLAN_FILE [INPUTS_FILE]", code=2)
     component, stage, plan_file = argv[1:4]
     inputs_file = argv[4] if len(argv) == 5 else None
-    run_hooks(plan_file)
+    run_hooks(component, stage, plan_file)
     who = estate.member(component, stage)
 
     inputs = read_inputs(inputs_file)

@@ -142,7 +142,7 @@ impl JobCtx<'_> {
                 let mut released = None;
                 if let Some((gate, digest)) = hooks::earlier_hold(&drive.run.record, &call) {
                     let by = self
-                        .run_gate_approvers(drive, (&gate, 0, false), &digest, &policy)
+                        .run_gate_approvers(drive, (&gate, false), &digest, &policy)
                         .await?;
                     if !by.is_empty() {
                         released = Some((gate, digest, by));
@@ -173,7 +173,7 @@ impl JobCtx<'_> {
                     let verdict = hooks::judge(pr, hook, &call, &shown, &ran, hold.as_ref());
                     if let (Verdict::Hold { gate, request }, None) = (&verdict, &released) {
                         let by = self
-                            .run_gate_approvers(drive, (gate, 0, false), &request.digest, &policy)
+                            .run_gate_approvers(drive, (gate, false), &request.digest, &policy)
                             .await?;
                         if !by.is_empty() {
                             released = Some((gate.clone(), request.digest.clone(), by));
@@ -195,7 +195,7 @@ impl JobCtx<'_> {
                     ),
                     Verdict::Approvable { gate, digest } => {
                         let by = self
-                            .run_gate_approvers(drive, (&gate, 0, false), &digest, &policy)
+                            .run_gate_approvers(drive, (&gate, false), &digest, &policy)
                             .await?;
                         if by.is_empty() {
                             let wait = hook_wait(&call, &gate, &digest, members, false);

@@ -1,0 +1,324 @@
+//! A failure stops only what depends on it: a plan that fails on the merge
+//! commit blocks its own subtree while the rest of its stage is decided,
+//! approved and applied; a plan that moved waits for its round with its
+//! dependents while its wave-mates apply.
+
+use crate::support::bot::*;
+use crate::support::pr::*;
+use crate::support::redact::redact;
+
+/// A branch `name` on main adding components: `base`, `mid` on it, `leaf`
+/// on `mid`, and `solo1`, `solo2` on nothing, each with one queue, in
+/// `stages` (both when `None`), and `extra` appended to wavegate.toml.
+fn branch_of_subtrees(bot: &Bot, name: &str, stages: Option<&str>, extra: &str) {
+    let components = [
+        ("base", None),
+        ("mid", Some("base")),
+        ("leaf", Some("mid")),
+        ("solo1", None),
+        ("solo2", None),
+    ];
+    let mut config = String::new();
+    let mut files = Vec::new();
+    for (component, upstream) in components {
+        config.push_str(&format!(
+            "[[component]]\nname = \"{component}\"\ndir = \"infra/trees/{component}\"\n"
+        ));
+        if let Some(upstream) = upstream {
+            config.push_str(&format!("depends_on = [\"{upstream}\"]\n"));
+        }
+        if let Some(stages) = stages {
+            config.push_str(&format!("stages = [\"{stages}\"]\n"));
+        }
+        config.push('\n');
+        files.push((
+            format!("infra/trees/{component}/resources.json"),
+            format!(r#"{{"aws_sqs_queue.{component}": {{"name": "{component}-${{stage}}"}}}}"#),
+        ));
+        files.push((
+            format!("infra/trees/{component}/outputs.json"),
+            "{}".to_owned(),
+        ));
+    }
+    // Declared before [policy], away from any edit of the base's policy.
+    let toml = bot
+        .example
+        .read("main", "wavegate.toml")
+        .replace("[policy]", &format!("{config}[policy]"));
+    files.push(("wavegate.toml".to_owned(), format!("{toml}{extra}")));
+    let changes: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(path, text)| (path.as_str(), Some(text.as_str())))
+        .collect();
+    bot.example.branch(name, "main", &changes);
+}
+
+async fn approved_pr<'a>(bot: &'a Bot, number: u64, branch: &str) -> PrHandle<'a> {
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.opened(&repo, number, branch).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr
+}
+
+/// Writes `$ESTATE_DIR/<stage>/<component><suffix>`: a test hook, or
+/// the member's deployed state.
+fn write_estate(bot: &Bot, (stage, component, suffix): (&str, &str, &str), text: &str) {
+    let path = bot.estate_file(stage, component, suffix);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The run's section of the report, down to what the applies printed.
+fn section(pr: &PrHandle<'_>) -> String {
+    let section = redact(&pr.apply_section());
+    match section.find("<details><summary>What ") {
+        Some(end) => section[..end].trim_end().to_owned(),
+        None => section,
+    }
+}
+
+/// The digest a reply asks to approve (its last code line's last word).
+fn asked_digest(reply: &str) -> String {
+    let line = reply
+        .lines()
+        .rfind(|l| l.starts_with("/approve"))
+        .unwrap_or_else(|| panic!("no /approve line in {reply}"));
+    line.rsplit(' ').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_plan_in_a_gated_stage_blocks_only_its_subtree_while_the_rest_is_approved_and_applies(
+) {
+    let bot = Bot::start().await;
+    branch_of_subtrees(&bot, "trees", None, "");
+    let pr = approved_pr(&bot, 61, "trees").await;
+
+    // On the merge commit, mid@prod's plan fails (its provider is down).
+    write_estate(&bot, ("prod", "mid", ".fail-plan"), "provider unavailable");
+    pr.merge().await;
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: failed
+
+    Approved by @rev-bob.
+
+    - `mid@prod` failed: planning on the merge commit failed: the plan command exited with status 1; blocked by it: `leaf@prod`
+
+    `/retry` plans what failed again. Meanwhile the rest of the run goes on:
+
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | applied |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | applied |
+    | dev | 3 | `leaf@dev` | applied |
+    | prod | 1 | `base@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 1 | `solo1@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 1 | `solo2@prod` | waiting: stage prod waits for `/approve prod` |
+    | prod | 2 | `mid@prod` | failed: planning on the merge commit failed: the plan command exited with status 1 |
+    | prod | 3 | `leaf@prod` | blocked by mid@prod |
+
+    <details><summary>Why <code>mid@prod</code> failed</summary>
+
+    ```text
+    planning on the merge commit failed: the plan command exited with status 1; last output:
+    provider unavailable
+    ```
+
+    </details>
+
+    - Stage **prod** gate `pr-61-prod`: set `sha256:[digest]`, waiting
+      - `base@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo1@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo2@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+    let stage = asked_digest(&asked);
+    pr.comment_as("rev-bob", &format!("/approve prod {stage}"))
+        .await;
+    let applied = bot.applies_run();
+    for member in ["base@prod", "solo1@prod", "solo2@prod"] {
+        assert!(applied.iter().any(|m| m == member), "{member}: {applied:?}");
+    }
+    for member in ["mid@prod", "leaf@prod"] {
+        assert!(
+            !applied.iter().any(|m| m == member),
+            "{member}: {applied:?}"
+        );
+    }
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: failed
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | applied |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | applied |
+    | dev | 3 | `leaf@dev` | applied |
+    | prod | 1 | `base@prod` | applied |
+    | prod | 1 | `solo1@prod` | applied |
+    | prod | 1 | `solo2@prod` | applied |
+    | prod | 2 | `mid@prod` | failed: planning on the merge commit failed: the plan command exited with status 1 |
+    | prod | 3 | `leaf@prod` | blocked by mid@prod |
+
+    <details><summary>Why <code>mid@prod</code> failed</summary>
+
+    ```text
+    planning on the merge commit failed: the plan command exited with status 1; last output:
+    provider unavailable
+    ```
+
+    </details>
+
+    - Stage **prod** gate `pr-61-prod`: set `sha256:[digest]`, approved by rev-bob
+      - `base@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo1@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo2@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+    assert_eq!(pr.apply_check().state, "failure");
+
+    // Fixed and retried: what failed plans again, and the stage asks
+    // afresh for what it was not decided over.
+    std::fs::remove_file(bot.estate_file("prod", "mid", ".fail-plan")).unwrap();
+    pr.comment_as("rev-bob", "/retry").await;
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(redact(&asked), @r"
+    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
+
+    ```
+    /approve prod sha256:[digest]
+    ```
+    ");
+    let again = asked_digest(&asked);
+    assert_ne!(again, stage, "a set of its own");
+    pr.comment_as("rev-bob", &format!("/approve prod {again}"))
+        .await;
+    let applied = bot.applies_run();
+    assert_eq!(
+        applied.iter().filter(|m| m.ends_with("@prod")).count(),
+        5,
+        "each prod member applied once: {applied:?}"
+    );
+    assert_eq!(pr.apply_check().state, "success");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_never_with_an_after_plan_hook_a_failed_plan_blocks_only_its_subtree() {
+    let bot = Bot::start().await;
+    let hook = "\n[[hooks.after.plan]]\nname = \"look\"\ncommand = [\"true\"]\n";
+    branch_of_subtrees(&bot, "trees", Some("dev"), hook);
+    let pr = approved_pr(&bot, 62, "trees").await;
+    write_estate(&bot, ("dev", "mid", ".fail-plan"), "provider unavailable");
+    pr.merge().await;
+    let mut applied = bot.applies_run();
+    applied.sort();
+    assert_eq!(applied, ["base@dev", "solo1@dev", "solo2@dev"]);
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: failed
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | applied |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | failed: planning on the merge commit failed: the plan command exited with status 1 |
+    | dev | 3 | `leaf@dev` | blocked by mid@dev |
+
+    <details><summary>Why <code>mid@dev</code> failed</summary>
+
+    ```text
+    planning on the merge commit failed: the plan command exited with status 1; last output:
+    provider unavailable
+    ```
+
+    </details>
+    ");
+    assert_eq!(pr.apply_check().state, "failure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_plan_waits_for_its_round_with_its_dependents_while_its_wave_mates_apply() {
+    let bot = Bot::start().await;
+    branch_of_subtrees(&bot, "trees", Some("dev"), "");
+    let pr = approved_pr(&bot, 63, "trees").await;
+
+    // After the approval, someone creates base's queue by hand: its plan
+    // on the merge commit moves (an update, not the create approved).
+    write_estate(
+        &bot,
+        ("dev", "base", ".json"),
+        r#"{"aws_sqs_queue.base": {"name": "hand-made"}}"#,
+    );
+    pr.merge().await;
+    let mut applied = bot.applies_run();
+    applied.sort();
+    assert_eq!(
+        applied,
+        ["solo1@dev", "solo2@dev"],
+        "base's wave-mates apply"
+    );
+    let asked = pr.last_reply();
+    insta::assert_snapshot!(redact(&asked), @r"
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - base@dev: address aws\_sqs\_queue.base changed action from create to update
+
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+    ");
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    These plans of stage **dev** moved since they were approved, so they are not covered (round 2, digest `sha256:[digest]`):
+
+    - base@dev: address aws\_sqs\_queue.base changed action from create to update
+
+    They wait, and so does what depends on them; the rest goes on. Approving this digest resumes the run:
+
+    ```
+    /approve sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | waiting: not covered: base@dev: address aws\_sqs\_queue.base changed action from create to update |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | blocked by base@dev |
+    | dev | 3 | `leaf@dev` | blocked by base@dev |
+
+    - Round 2 (dev, gate `pr-63-round-2`): digest `sha256:[digest]`, not covered, waiting: `base@dev: address aws_sqs_queue.base changed action from create to update`
+      - `base@dev`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
+    ");
+
+    pr.comment_as("rev-bob", &format!("/approve {}", asked_digest(&asked)))
+        .await;
+    let applied = bot.applies_run();
+    assert_eq!(
+        applied[2..],
+        ["base@dev", "mid@dev", "leaf@dev"],
+        "then base, and what waited on it"
+    );
+    assert_eq!(pr.apply_check().state, "success");
+}
