@@ -167,11 +167,10 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn random_seed() -> Result<[u8; 32]> {
-    use std::io::Read as _;
     let mut seed = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut seed))
-        .context("cannot read /dev/urandom for a new ledger key")?;
+    getrandom::fill(&mut seed)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("cannot get random bytes from the kernel for a new ledger key")?;
     Ok(seed)
 }
 

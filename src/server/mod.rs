@@ -49,11 +49,8 @@ pub(crate) struct AppState {
 
 /// `bytes` random bytes as hex, from the kernel.
 pub(crate) fn random_hex(bytes: usize) -> String {
-    use std::io::Read as _;
     let mut buffer = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buffer))
-        .expect("/dev/urandom is readable");
+    getrandom::fill(&mut buffer).expect("the kernel gives random bytes");
     hex::encode(buffer)
 }
 

@@ -1186,3 +1186,47 @@ pub fn redact_url(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `.sql` file of a backend is listed, in order, and each listed
+    /// migration is its file's text: a migration written but not listed
+    /// would never run.
+    #[test]
+    fn every_migration_file_is_listed_for_both_backends() {
+        for (backend, listed) in [
+            ("sqlite", SQLITE_MIGRATIONS),
+            ("postgres", POSTGRES_MIGRATIONS),
+        ] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/store/migrations")
+                .join(backend);
+            let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+                .collect();
+            files.sort();
+            assert_eq!(files.len(), listed.len(), "{backend}: {files:?}");
+            for (file, migration) in files.iter().zip(listed) {
+                let name = file.file_name().unwrap().to_str().unwrap();
+                let version: i64 = name[..4].parse().unwrap();
+                assert_eq!(version, migration.version, "{backend}: {name}");
+                assert_eq!(
+                    std::fs::read_to_string(file).unwrap(),
+                    migration.sql,
+                    "{backend}: {name} is listed as another file"
+                );
+            }
+        }
+        assert_eq!(
+            SQLITE_MIGRATIONS.iter().map(|m| m.name).collect::<Vec<_>>(),
+            POSTGRES_MIGRATIONS
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+        );
+    }
+}
