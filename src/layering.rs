@@ -1,35 +1,59 @@
-//! Which way imports go (DESIGN §11), checked on the source: `model` imports
-//! nothing of the crate; the domain (`plan`, `gate`, `apply`, `report`) and
-//! `config` never import an edge (`forge`, `store`, `server`, `worker`), nor
-//! `git` (but the plan engine's workbench); `forge` never imports the
-//! domain or `git`; `server` (routes only) never imports `worker`, `plan`,
-//! `apply` or the composition root `app`. A path that breaks a rule fails here,
-//! naming the file and the line.
+//! Which way imports go, checked on the source for every top-level module
+//! of the crate: each may import only the modules its entry in [`ALLOWED`]
+//! lists, and the graph of what they import has no cycle. From the bottom:
+//! the vocabulary (`model`, `metrics`); the sandbox; `config`; `git`; the
+//! domain (`gate`, `plan`, then `apply`, then `report`), which never imports
+//! an edge; the edges (`forge`, `store`, `notify`, `jobs`, `server`), where
+//! `forge` never imports the domain and `server` (routes only) never
+//! imports `worker`, `plan`, `apply` or `app`; then `worker` and the
+//! composition root `app`. Test code (a `tests.rs`, or a file's trailing
+//! `#[cfg(test)] mod tests`) may import anything. A path that breaks a rule
+//! fails here, naming the file and the line; a cycle is named whole.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const EDGES: &[&str] = &["forge", "store", "server", "worker"];
-const DOMAIN: &[&str] = &["plan", "gate", "apply", "report"];
+/// What each top-level module may import. A module missing here fails the
+/// check: a new one takes its place in the order deliberately.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("model", &[]),
+    ("metrics", &[]),
+    ("sandbox", &["model"]),
+    ("config", &["model", "sandbox"]),
+    ("git", &["model", "config"]),
+    ("gate", &["model", "config"]),
+    // The plan engine's workbench reads the trees it plans through `git`
+    // and runs its commands in the sandbox.
+    ("plan", &["model", "metrics", "sandbox", "config", "git"]),
+    ("apply", &["model", "sandbox", "config", "gate", "plan"]),
+    ("report", &["model", "config", "gate", "plan", "apply"]),
+    ("forge", &["model", "metrics", "config"]),
+    ("store", &["model", "gate", "apply", "forge"]),
+    ("notify", &["model", "config", "apply", "report", "forge"]),
+    ("jobs", &["model", "forge", "store", "notify"]),
+    // Routes only verify, record and enqueue; `app` starts the workers.
+    (
+        "server",
+        &["model", "metrics", "sandbox", "forge", "store", "jobs"],
+    ),
+    (
+        "worker",
+        &[
+            "model", "metrics", "sandbox", "config", "git", "gate", "plan", "apply", "report",
+            "forge", "store", "notify", "jobs",
+        ],
+    ),
+    (
+        "app",
+        &[
+            "model", "metrics", "sandbox", "config", "git", "gate", "plan", "forge", "store",
+            "server", "worker",
+        ],
+    ),
+];
 
-/// What each module may not import.
-fn forbidden(module: &str) -> Vec<&'static str> {
-    match module {
-        "model" => [
-            EDGES,
-            DOMAIN,
-            &["config", "sandbox", "metrics", "jobs", "git"],
-        ]
-        .concat(),
-        // The plan engine's workbench still reads the trees it plans
-        // through `git` itself; the pure domain never does.
-        "plan" => EDGES.to_vec(),
-        "gate" | "apply" | "report" | "config" => [EDGES, &["git"]].concat(),
-        "forge" => [DOMAIN, &["git"]].concat(),
-        // Routes only verify, record and enqueue; `app` starts the workers.
-        "server" => vec!["worker", "plan", "apply", "app"],
-        _ => Vec::new(),
-    }
-}
+/// The checks themselves.
+const NOT_CHECKED: &[&str] = &["layering"];
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -133,21 +157,104 @@ fn depth_of(file: &Path) -> usize {
     }
 }
 
-#[test]
-fn imports_go_the_way_the_layout_says() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut broken = Vec::new();
-    for module in [
-        "model", "plan", "gate", "apply", "report", "config", "forge",
-    ] {
-        for file in files_under(&src.join(module)) {
+/// The crate's top-level modules: `src/<m>/` and `src/<m>.rs`.
+fn top_level_modules(src: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(src)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_stem()?.to_str()?.to_owned();
+            let module = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
+            (module && name != "lib" && name != "main").then_some(name)
+        })
+        .collect()
+}
+
+/// A module's files, without test code: `tests.rs` files are left out and
+/// a file's trailing `#[cfg(test)] mod tests` is cut off.
+fn code_of(src: &Path, module: &str) -> Vec<(PathBuf, String)> {
+    let mut files = if src.join(module).is_dir() {
+        files_under(&src.join(module))
+    } else {
+        vec![src.join(format!("{module}.rs"))]
+    };
+    files.retain(|f| f.file_name().is_some_and(|n| n != "tests.rs"));
+    files.sort();
+    files
+        .into_iter()
+        .map(|file| {
             let text = std::fs::read_to_string(&file).unwrap();
-            let relative = file.strip_prefix(&src).unwrap();
-            for (line, named) in modules_named(&text, depth_of(relative)) {
-                if forbidden(module).contains(&named.as_str()) {
+            let code = match text.find("#[cfg(test)]\nmod tests") {
+                Some(end) => text[..end].to_owned(),
+                None => text,
+            };
+            (file.strip_prefix(src).unwrap().to_owned(), code)
+        })
+        .collect()
+}
+
+/// A cycle in `graph`, as the modules around it (the first repeated last).
+fn cycle_in(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        at: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|m| m == at) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(at.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(at) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in graph.get(at).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(at.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn every_module_imports_only_what_its_layer_allows_and_nothing_goes_round() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = top_level_modules(&src);
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let mut broken = Vec::new();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in modules
+        .iter()
+        .filter(|m| !NOT_CHECKED.contains(&m.as_str()))
+    {
+        let Some(may) = allowed.get(module.as_str()) else {
+            broken.push(format!(
+                "src/{module}: a module the layering does not place; add it to ALLOWED"
+            ));
+            continue;
+        };
+        for (file, code) in code_of(&src, module) {
+            for (line, named) in modules_named(&code, depth_of(&file)) {
+                if named == *module || !modules.contains(&named) {
+                    continue;
+                }
+                graph
+                    .entry(module.clone())
+                    .or_default()
+                    .insert(named.clone());
+                if !may.contains(&named.as_str()) {
                     broken.push(format!(
                         "{}:{line}: {module} imports {named}",
-                        relative.display()
+                        file.display()
                     ));
                 }
             }
@@ -155,8 +262,31 @@ fn imports_go_the_way_the_layout_says() {
     }
     assert!(
         broken.is_empty(),
-        "imports against DESIGN §11:\n{}",
+        "imports against the layering (src/layering.rs):\n{}",
         broken.join("\n")
+    );
+    assert_eq!(cycle_in(&graph), None, "modules import each other round");
+}
+
+#[test]
+fn the_layering_itself_has_no_cycle_and_a_cycle_is_named_whole() {
+    let layering: BTreeMap<String, BTreeSet<String>> = ALLOWED
+        .iter()
+        .map(|(m, may)| (m.to_string(), may.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    assert_eq!(cycle_in(&layering), None);
+    // `config` importing `apply` (as it did through `HELD_RETRY`) closes
+    // config → … → apply → config.
+    let mut with_a_cycle = layering;
+    with_a_cycle
+        .get_mut("config")
+        .unwrap()
+        .insert("apply".into());
+    let cycle = cycle_in(&with_a_cycle).expect("a cycle");
+    assert_eq!(cycle.first(), cycle.last());
+    assert!(
+        cycle.contains(&"config".to_owned()) && cycle.contains(&"apply".to_owned()),
+        "{cycle:?}"
     );
 }
 

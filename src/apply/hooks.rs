@@ -12,13 +12,10 @@ use super::{AttemptRecord, MemberState, Wait};
 use crate::config::hooks::{Hook, Moment, OnFailure};
 use crate::model::canonical::digest_value;
 use crate::model::{Digest, GateId, MemberId, PrNumber};
+pub(crate) use crate::plan::hook_run::{HoldRequest, HookCall, HookRan, HOLD_EXIT};
 use crate::plan::tail::OutputTail;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-
-/// The exit status with which a hook holds the stage on another gate,
-/// having written `{gate, digest, members}` to the file in `WAVEGATE_HOLD`.
-pub(crate) const HOLD_EXIT: i32 = 3;
 
 /// A member a hook is told of, with the digest of its latest plan (its
 /// approved one while nothing was planned yet in the job).
@@ -26,59 +23,6 @@ pub(crate) const HOLD_EXIT: i32 = 3;
 pub(crate) struct HookMember {
     pub(crate) member: MemberId,
     pub(crate) plan_digest: Option<Digest>,
-}
-
-/// Which call of a hook: at a moment of a stage, for one member or all.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct HookCall {
-    pub(crate) stage: String,
-    pub(crate) moment: Moment,
-    pub(crate) name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) member: Option<MemberId>,
-}
-
-impl HookCall {
-    /// How the report and the run's errors name it.
-    pub(crate) fn label(&self) -> String {
-        let member = self
-            .member
-            .as_ref()
-            .map(|m| format!(" for {m}"))
-            .unwrap_or_default();
-        format!("the {} hook `{}`{member}", self.moment, self.name)
-    }
-}
-
-/// What a hook asked to be held on (`WAVEGATE_HOLD`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HoldRequest {
-    pub(crate) gate: String,
-    pub(crate) digest: Digest,
-    pub(crate) members: Vec<MemberId>,
-}
-
-/// A hold file as written, before its members are read as members.
-#[derive(Deserialize)]
-#[serde(rename = "HoldRequest", deny_unknown_fields)]
-struct HoldFile {
-    gate: String,
-    digest: Digest,
-    #[serde(default)]
-    members: Vec<String>,
-}
-
-/// How one call of a hook's command ended.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct HookRan {
-    /// `Some(status)` when it exited; `None` when it was killed, timed out
-    /// or could not start (`described` says which).
-    pub(crate) exit: Option<i32>,
-    /// One line saying how it ended.
-    pub(crate) described: String,
-    /// What it wrote to `WAVEGATE_HOLD`, read when it exited 3.
-    pub(crate) hold: Option<Result<HoldRequest, String>>,
-    pub(crate) printed: Option<OutputTail>,
 }
 
 /// What one call of a hook comes to, before the ledger is asked.
@@ -166,28 +110,6 @@ pub(crate) fn judge(
             digest: hook_digest(call, members),
         },
     }
-}
-
-/// Reads a hold file's text.
-pub(crate) fn read_hold(text: &str) -> Result<HoldRequest, String> {
-    let file: HoldFile = serde_json::from_str(text).map_err(|e| format!("does not read: {e}"))?;
-    crate::config::hooks::check_hook_name(&file.gate).map_err(|e| {
-        format!("names a gate wavegate cannot use: {e} (lowercase letters, digits and `-`)")
-    })?;
-    let members = file
-        .members
-        .iter()
-        .map(|member| {
-            member
-                .parse::<MemberId>()
-                .map_err(|e| format!("lists `{member}`, which is not a member: {e}"))
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(HoldRequest {
-        gate: file.gate,
-        digest: file.digest,
-        members,
-    })
 }
 
 /// What became of one call, as the record and the report keep it.
@@ -349,6 +271,7 @@ pub(crate) fn hold_approved_json(gate: &GateId, digest: &Digest, by: &[String]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::hook_run::read_hold;
     use std::collections::BTreeSet;
     use std::time::Duration;
 

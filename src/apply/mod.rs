@@ -827,9 +827,7 @@ pub(crate) fn run_goes_on(status: RunStatus, record: &AttemptRecord) -> bool {
     }
 }
 
-/// How soon a held member's apply is tried again the first time, unless
-/// `WAVEGATE_HELD_RETRY` says otherwise.
-pub(crate) const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) use crate::config::settings::HELD_RETRY;
 
 /// How long a held member waits before its apply is tried again (ms):
 /// `first`, doubling with every `held` in a row, at most 15 minutes.

@@ -6,10 +6,12 @@
 //! (the files it runs are the merge commit's, like every command's).
 
 use super::repo::{parse_duration, ConfigError, Template};
-use crate::plan::cost::COST_COMPONENT;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// The component name of each stage's cost member (`cost@<stage>`): no
+/// component of a repository's may have it where a cost command is set.
+pub(crate) const COST_COMPONENT: &str = "cost";
 /// How long a cost command may run when it does not say.
 const DEFAULT_COST_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 

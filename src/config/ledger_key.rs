@@ -7,7 +7,7 @@
 //! data dir nor this file, and `wavegate ledger key` prints its public half
 //! for `wavegate ledger verify --key`.
 
-use crate::gate::ledger::{LedgerKey, PublicKey};
+use crate::model::signing::{LedgerKey, PublicKey};
 use anyhow::{bail, Context, Result};
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};

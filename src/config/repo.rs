@@ -399,19 +399,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Parses a duration such as `90s`, `30m`, `1h30m` or `500ms` (humantime's
-/// grammar: `1h 30m`, `2days` and `5min` read too); zero is refused.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let total = humantime::parse_duration(text.trim()).map_err(|_| {
-        format!("`{text}` is not a duration; write it like `90s`, `30m` or `1h30m`")
-    })?;
-    if total.is_zero() {
-        return Err(format!(
-            "`{text}` is zero; a timeout must be longer than that"
-        ));
-    }
-    Ok(total)
-}
+pub(crate) use crate::model::time::parse_duration;
 
 impl RepoConfig {
     /// Parses and validates the text of `file`.

@@ -7,6 +7,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// How soon a held member's apply is tried again the first time, unless
+/// `WAVEGATE_HELD_RETRY` says otherwise.
+pub(crate) const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 /// A value that must never be printed: `Debug` shows `Secret(…)`, and its
 /// memory is zeroed when dropped (`secrecy`).
 #[derive(Clone)]
@@ -161,7 +164,7 @@ pub struct Settings {
     /// keeps its own in the data dir (`config::ledger_key`).
     pub(crate) ledger_key: Option<(
         std::path::PathBuf,
-        std::sync::Arc<crate::gate::ledger::LedgerKey>,
+        std::sync::Arc<crate::model::signing::LedgerKey>,
     )>,
     /// The notify targets the environment defines (`WAVEGATE_NOTIFY_*`),
     /// by name in the variables' spelling; none when read by [`Settings::from_lookup`].
@@ -336,7 +339,7 @@ impl Settings {
                 .ok()
                 .filter(|d| d.as_secs() >= 1)
                 .with_context(|| format!("WAVEGATE_HELD_RETRY=`{text}` is not a duration of a second or more; write it like `30s` or `2m`"))?,
-            None => crate::apply::HELD_RETRY,
+            None => HELD_RETRY,
         };
         let heartbeat = heartbeat(var("WAVEGATE_HEARTBEAT").as_deref())?;
         let ledger_key = match var("WAVEGATE_LEDGER_KEY_FILE") {
@@ -485,7 +488,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.pem");
-        let key = crate::gate::ledger::LedgerKey::from_seed(&[3; 32]);
+        let key = crate::model::signing::LedgerKey::from_seed(&[3; 32]);
         std::fs::write(&path, key.to_pkcs8_pem().as_bytes()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
         let named = path.display().to_string();

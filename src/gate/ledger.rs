@@ -9,8 +9,6 @@
 pub use super::fact_data::FactData;
 use crate::model::canonical::{DigestWriter, NumberForm};
 use crate::model::{Digest, GateId};
-use base64::Engine as _;
-use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -251,112 +249,13 @@ impl SigningStart {
     }
 }
 
-const KEY_PREFIX: &str = "ed25519:";
-const BASE64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
-
-/// A key that is not one, or a signature that cannot be.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    #[error("`{0}` is not a ledger public key; give it as `wavegate ledger key` prints it: ed25519:<base64 of 32 bytes>")]
-    NotAPublicKey(String),
-    #[error("not an Ed25519 private key in PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`): {0}")]
-    NotAPrivateKey(String),
-}
-
-/// The server's ledger signing key. Nothing but the server holds it; its
-/// `Debug` shows the public half only.
-pub struct LedgerKey(SigningKey);
+pub use crate::model::signing::{KeyError, LedgerKey, PublicKey};
 
 impl LedgerKey {
-    /// The key of a 32-byte secret seed (from the system's random source).
-    pub fn from_seed(seed: &[u8; 32]) -> Self {
-        Self(SigningKey::from_bytes(seed))
-    }
-
-    /// Reads PKCS#8 PEM, as `openssl genpkey -algorithm ed25519` writes it.
-    pub(crate) fn from_pkcs8_pem(text: &str) -> Result<Self, KeyError> {
-        use pkcs8::DecodePrivateKey as _;
-        SigningKey::from_pkcs8_pem(text.trim())
-            .map(Self)
-            .map_err(|e| KeyError::NotAPrivateKey(e.to_string()))
-    }
-
-    /// The key as PKCS#8 PEM (wiped from memory when dropped).
-    pub(crate) fn to_pkcs8_pem(&self) -> pkcs8::der::zeroize::Zeroizing<String> {
-        use pkcs8::EncodePrivateKey as _;
-        self.0
-            .to_pkcs8_pem(pkcs8::LineEnding::LF)
-            .expect("an Ed25519 key encodes as PKCS#8")
-    }
-
-    pub fn public(&self) -> PublicKey {
-        PublicKey(self.0.verifying_key())
-    }
-
-    /// `ed25519:` + base64 of the signature of `hash` (its UTF-8 text, e.g.
-    /// `sha256:…`).
-    pub(crate) fn sign(&self, message: &str) -> String {
-        let signature = self.0.sign(message.as_bytes());
-        format!("{KEY_PREFIX}{}", BASE64.encode(signature.to_bytes()))
-    }
-
     /// `fact`, signed.
     pub fn signed(&self, mut fact: Fact) -> Fact {
         fact.sig = Some(self.sign(fact.hash.as_str()));
         fact
-    }
-}
-
-impl fmt::Debug for LedgerKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LedgerKey({})", self.public())
-    }
-}
-
-/// The public half of a ledger key: what `wavegate ledger verify --key`
-/// checks signatures with. Shown as `ed25519:<base64 of its 32 bytes>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PublicKey(VerifyingKey);
-
-impl PublicKey {
-    /// Whether `sig` is this key's signature of `message` (a fact's hash).
-    /// Strict: a malleated signature or a weak key does not verify.
-    pub(crate) fn verifies(&self, message: &str, sig: &str) -> bool {
-        let Some(bytes) = sig
-            .strip_prefix(KEY_PREFIX)
-            .and_then(|b64| BASE64.decode(b64).ok())
-        else {
-            return false;
-        };
-        let Ok(signature) = ed25519_dalek::Signature::from_slice(&bytes) else {
-            return false;
-        };
-        self.0.verify_strict(message.as_bytes(), &signature).is_ok()
-    }
-}
-
-impl fmt::Display for PublicKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{KEY_PREFIX}{}", BASE64.encode(self.0.as_bytes()))
-    }
-}
-
-impl FromStr for PublicKey {
-    type Err = KeyError;
-
-    fn from_str(text: &str) -> Result<Self, KeyError> {
-        let text = text.trim();
-        let not_one = || KeyError::NotAPublicKey(text.to_owned());
-        let bytes: [u8; 32] = text
-            .strip_prefix(KEY_PREFIX)
-            .and_then(|b64| BASE64.decode(b64).ok())
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or_else(not_one)?;
-        VerifyingKey::from_bytes(&bytes)
-            .ok()
-            .filter(|key| !key.is_weak())
-            .map(Self)
-            .ok_or_else(not_one)
     }
 }
 
@@ -649,6 +548,8 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
+    use crate::model::signing::BASE64;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn sample_chain() -> Vec<Fact> {

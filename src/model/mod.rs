@@ -14,7 +14,8 @@ mod graph;
 mod ids;
 mod member;
 mod money;
-mod time;
+pub(crate) mod signing;
+pub(crate) mod time;
 pub mod untrusted;
 
 pub(crate) use digest::DIGEST_HEX_DIGITS;

@@ -15,9 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// The component part of the cost member: `cost@<stage>`. No component may
-/// be named so where a cost command is set.
-pub(crate) const COST_COMPONENT: &str = "cost";
+pub(crate) use crate::config::cost::COST_COMPONENT;
 
 /// The policy rule a stage's cost is denied by when it rises too much.
 pub(crate) const INCREASE_RULE: &str = "max_monthly_increase";

@@ -9,11 +9,11 @@ use super::changeset::{ChangeSet, ChangeSetError, ChangeSetMember, MemberStatus}
 use super::cost::{self, StageCost};
 use super::executor::{Control, Files, Finished, Job, JobName, LocalExecutor, LocalTree};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped, WaveGroup};
+use super::hook_run::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
 use super::runner::{self, Cancel};
 use super::tail::OutputTail;
-use crate::apply::hooks::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use crate::config::cost::{CostCommand, CostCommands};
 use crate::config::discover::{read_units, Discoverer, Unit, MAX_UNITS_FILE_BYTES};
 use crate::config::execution::StageExecution;

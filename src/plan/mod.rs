@@ -7,6 +7,7 @@ pub(crate) mod coverage;
 pub mod engine;
 pub(crate) mod executor;
 pub mod fanout;
+pub(crate) mod hook_run;
 pub mod path;
 pub mod planfile;
 pub(crate) mod preview;

@@ -234,15 +234,7 @@ pub(crate) enum SpawnError {
 const IN_THE_SANDBOX: &str =
     " inside the sandbox (under /usr, in the repository, or on a WAVEGATE_SANDBOX_READ path)";
 
-pub(crate) fn humanize(d: Duration) -> String {
-    let secs = d.as_secs();
-    match secs {
-        0 => format!("{}ms", d.as_millis()),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
+pub(crate) use crate::model::time::humanize;
 
 impl CommandSpec {
     /// What the command is for: `plan`, `apply` or `outputs`.

@@ -97,7 +97,7 @@ impl std::fmt::Display for LimitHit {
             LimitHit::CpuTime(secs) => write!(
                 f,
                 "its CPU time limit of {}",
-                crate::plan::runner::humanize(Duration::from_secs(*secs))
+                crate::model::time::humanize(Duration::from_secs(*secs))
             ),
         }
     }
@@ -292,7 +292,7 @@ impl Profile {
         }
         parts.push(format!(
             "max_timeout {}",
-            crate::plan::runner::humanize(self.max_timeout)
+            crate::model::time::humanize(self.max_timeout)
         ));
         if !self.env.is_empty() {
             let names: Vec<&str> = self.env.iter().map(|(n, _)| n.as_str()).collect();
@@ -522,7 +522,7 @@ fn check_profile(
         .cpu_time
         .as_deref()
         .map(|t| {
-            crate::config::repo::parse_duration(t)
+            crate::model::time::parse_duration(t)
                 .map(|d| d.as_secs().max(1))
                 .map_err(|why| anyhow::anyhow!("{}: {why}", at("cpu_time")))
         })
@@ -531,7 +531,7 @@ fn check_profile(
         bail!("{}: 0 would let no command start; give the most processes a command may run at once, e.g. 256", at("processes"));
     }
     let max_timeout = match raw.max_timeout.as_deref() {
-        Some(t) => crate::config::repo::parse_duration(t)
+        Some(t) => crate::model::time::parse_duration(t)
             .map_err(|why| anyhow::anyhow!("{}: {why}", at("max_timeout")))?,
         None => DEFAULT_MAX_TIMEOUT,
     };
