@@ -474,6 +474,30 @@ impl<'a> WaveMachine<'a> {
                 };
                 record.set(&outcome.member, MemberState::Waiting { reason });
             }
+            // A group applies with one call: its mates wait with it.
+            let groups = self.spec.groups;
+            let (held, going): (Vec<MemberOutcome>, Vec<MemberOutcome>) =
+                ready.into_iter().partition(|o| {
+                    uncovered
+                        .iter()
+                        .any(|(waiting, _)| groups.together(&o.member, &waiting.member))
+                });
+            ready = going;
+            for outcome in held {
+                let mate = uncovered
+                    .iter()
+                    .find(|(waiting, _)| groups.together(&outcome.member, &waiting.member))
+                    .map(|(waiting, _)| waiting.member.to_string())
+                    .unwrap_or_default();
+                record.set(
+                    &outcome.member,
+                    MemberState::Waiting {
+                        reason: format!(
+                            "its group-mate {mate} waits, and the group applies with one call"
+                        ),
+                    },
+                );
+            }
         }
         if !filled.is_empty() {
             let covered: Vec<(MemberOutcome, String)> =
@@ -1675,10 +1699,13 @@ mod tests {
         );
         assert_eq!(effects.last(), Some(&Effect::Done(Step::Continue)));
 
-        // The same moved plan again is the same round, not a new one.
+        // The same moved plan again (in a later job: the wait taken as it
+        // starts) is the same round, not a new one.
+        record.wait = None;
         let mut machine = h.machine();
         to_planned(&mut machine, &mut record, &[&moved], vec![]);
         assert_eq!(record.rounds.len(), 1);
+        assert!(matches!(record.wait, Some(Wait::Round { round: 2, .. })));
     }
 
     #[test]
@@ -2062,6 +2089,32 @@ dir = "c"
         )
         .unwrap()
         .groups
+    }
+
+    #[test]
+    fn a_group_mate_of_a_moved_plan_waits_with_it_and_the_rest_applies() {
+        let (plans, h) = stacked_wide(&["a@dev", "b@dev", "c@dev"], 2);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        let moved = plan("a@dev", "10.9.9.0/24");
+        let effects = to_planned(
+            &mut machine,
+            &mut record,
+            &[&moved, &plans[1], &plans[2]],
+            vec![],
+        );
+        assert_eq!(
+            effects.last(),
+            Some(&Effect::Apply("c@dev".into())),
+            "c alone: b applies only with a, in the group's one call"
+        );
+        assert!(record
+            .state("a@dev")
+            .label()
+            .starts_with("waiting: not covered"));
+        assert_eq!(
+            record.state("b@dev").label(),
+            "waiting: its group-mate a@dev waits, and the group applies with one call"
+        );
     }
 
     #[test]

@@ -590,7 +590,13 @@ impl AttemptRecord {
             .collect();
         for member in waves.iter().flatten() {
             let state = self.state(member);
-            if state.is_applied() || state == MemberState::Unaffected || state.stops_downstream() {
+            // One caught applying keeps its attempt: whether it may still
+            // run is the wave's to find out.
+            let settled = state.is_applied()
+                || state == MemberState::Unaffected
+                || state.stops_downstream()
+                || matches!(state, MemberState::Applying { .. });
+            if settled {
                 continue;
             }
             let before = earlier

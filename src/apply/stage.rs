@@ -224,10 +224,14 @@ impl<'a> StageMachine<'a> {
         if planned.is_empty() {
             return Ok(vec![Effect::Done(Step::Stop)]);
         }
-        record.stage_decided.insert(
-            self.spec.stage.to_owned(),
-            planned.iter().map(|o| o.member.clone()).collect(),
-        );
+        // Added to, never narrowed: a later preview of what is left (for
+        // hooks or a cost) does not make members decided before undecided.
+        // Coverage still holds each against the gate's current set.
+        record
+            .stage_decided
+            .entry(self.spec.stage.to_owned())
+            .or_default()
+            .extend(planned.iter().map(|o| o.member.clone()));
         self.previewed = planned;
         if self.spec.after_plan_hooks {
             let members = self.previewed.iter().map(|o| o.member.clone()).collect();

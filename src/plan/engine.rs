@@ -12,7 +12,7 @@ use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skip
 use super::hook_run::{read_hold, HookCall, HookRan, HOLD_EXIT};
 use super::planfile::{MemberPlan, PlanFileError, MAX_PLAN_FILE_BYTES};
 use super::preview::{self, Preview};
-use super::runner::{self, Cancel};
+use super::runner::{self, Cancel, CommandOutcome};
 use super::tail::OutputTail;
 use crate::config::cost::{CostCommand, CostCommands};
 use crate::config::discover::{read_units, Discoverer, Unit, MAX_UNITS_FILE_BYTES};
@@ -919,6 +919,12 @@ impl Workbench {
             .map_err(|e| format!("cannot keep the files of {member}: {e}"))
     }
 
+    /// Forgets what `member`'s earlier commands left: it plans afresh, and
+    /// until that plan is made nothing (a hook, a pricing) reads an older one.
+    fn forget_files(&self, member: &MemberId) {
+        let _ = std::fs::remove_dir_all(self.member_dir(member.as_str()));
+    }
+
     /// What `member`'s commands left for its next ones.
     fn kept_files(&self, member: &MemberId) -> Result<Files, String> {
         Files::collect(&self.member_dir(member.as_str()))
@@ -1011,31 +1017,27 @@ impl Workbench {
         let run = finished.outcome;
         let files = match finished.files {
             Ok(files) => files,
+            // What the plan left stays kept: nothing came back to replace it.
             Err(why) if run.succeeded() => {
                 return ApplyRun {
-                    outcome: ApplyOutcome::Failed(format!("the apply command: {why}")),
+                    outcome: ApplyOutcome::Failed(format!(
+                        "the apply command exited 0, but what it left could not be handed back ({why}), so its outputs are not known; it may have applied: look, then `/retry` (a plan that changes nothing applies nothing)"
+                    )),
                     output: run.output,
                     carry: None,
                 }
             }
-            Err(_) => Files::default(),
+            Err(_) => return failed_apply(run, None),
         };
         if let Err(why) = self.keep_files(member, &files) {
             tracing::warn!(target: "wavegate::plan", "{why}");
         }
         let carry = read_carry(&files);
-        let outcome = if run.succeeded() {
-            read_apply_outcome(&files)
-        } else {
-            let mut error = run.describe("the apply command");
-            let tail = run.tail(5);
-            if !tail.is_empty() {
-                error.push_str(&format!("; last output:\n{tail}"));
-            }
-            ApplyOutcome::Failed(error)
-        };
+        if !run.succeeded() {
+            return failed_apply(run, carry);
+        }
         ApplyRun {
-            outcome,
+            outcome: read_apply_outcome(&files),
             output: run.output,
             carry,
         }
@@ -1365,70 +1367,70 @@ impl Workbench {
                 (i, executor.run(&job, Control::default()).await)
             });
         }
-        let mut results: Vec<Option<Result<Finished, runner::SpawnError>>> =
-            (0..calls.len()).map(|_| None).collect();
+        // Each result is settled as it comes, so what a call handed back is
+        // kept on disk and let go before the next (a wave holds at most
+        // `concurrency` calls' files in memory).
+        let mut calls: Vec<Option<Call>> = calls.into_iter().map(Some).collect();
         while let Some(joined) = running.join_next().await {
             let (i, result) = joined.map_err(|e| anyhow::anyhow!("a plan task panicked: {e}"))?;
-            results[i] = Some(result);
+            match calls[i].take().expect("each call reports once") {
+                Call::Member(ready) => self.settle_member(*ready, result),
+                Call::Group(call) => self.settle_group(*call, result),
+            }
         }
-        for (call, result) in calls.into_iter().zip(results) {
-            let result = result.expect("every task reported");
-            let r = match call {
-                Call::Member(r) => *r,
-                Call::Group(g) => {
-                    self.settle_group(*g, result);
-                    continue;
-                }
-            };
-            let mut outcome = r.outcome;
-            match result {
-                Err(e) => {
+        Ok(())
+    }
+
+    /// What a member's plan call came to: planned (its plan file read, and
+    /// what it left kept for its apply), or failed with why.
+    fn settle_member(&mut self, r: Ready, result: Result<Finished, runner::SpawnError>) {
+        let mut outcome = r.outcome;
+        match result {
+            Err(e) => {
+                outcome.status = MemberStatus::PlanFailed;
+                outcome.error = Some(e.to_string());
+            }
+            Ok(Finished {
+                outcome: run,
+                files,
+            }) => {
+                outcome.output = run.output.clone();
+                if !run.succeeded() {
                     outcome.status = MemberStatus::PlanFailed;
-                    outcome.error = Some(e.to_string());
-                }
-                Ok(Finished {
-                    outcome: run,
-                    files,
-                }) => {
-                    outcome.output = run.output.clone();
-                    if !run.succeeded() {
-                        outcome.status = MemberStatus::PlanFailed;
-                        let tail = run.tail(5);
-                        let mut error = run.describe("the plan command");
-                        if !tail.is_empty() {
-                            error.push_str(&format!("; last output:\n{tail}"));
+                    let tail = run.tail(5);
+                    let mut error = run.describe("the plan command");
+                    if !tail.is_empty() {
+                        error.push_str(&format!("; last output:\n{tail}"));
+                    }
+                    outcome.error = Some(error);
+                } else {
+                    let read = files
+                        .map_err(|why| format!("the plan command: {why}"))
+                        .and_then(|files| {
+                            let written = self.executor.layout(&r.job.name).files;
+                            let plan = read_plan_file(&outcome.member, &files, &written)
+                                .map_err(|e| e.to_string())?;
+                            self.keep_files(&outcome.member, &files)?;
+                            Ok(plan)
+                        });
+                    match read {
+                        Ok(plan) => {
+                            outcome.plan = Some(plan);
+                            outcome.output =
+                                crate::config::quiet::quieted(&outcome.output, &r.quiet);
                         }
-                        outcome.error = Some(error);
-                    } else {
-                        let read = files
-                            .map_err(|why| format!("the plan command: {why}"))
-                            .and_then(|files| {
-                                let written = self.executor.layout(&r.job.name).files;
-                                let plan = read_plan_file(&outcome.member, &files, &written)
-                                    .map_err(|e| e.to_string())?;
-                                self.keep_files(&outcome.member, &files)?;
-                                Ok(plan)
-                            });
-                        match read {
-                            Ok(plan) => {
-                                outcome.plan = Some(plan);
-                                outcome.output =
-                                    crate::config::quiet::quieted(&outcome.output, &r.quiet);
-                            }
-                            Err(e) => {
-                                outcome.status = MemberStatus::PlanFailed;
-                                outcome.error = Some(e);
-                            }
+                        Err(e) => {
+                            outcome.status = MemberStatus::PlanFailed;
+                            outcome.error = Some(e);
                         }
                     }
                 }
             }
-            if let Some(e) = &outcome.error {
-                tracing::warn!(target: "wavegate::plan", "{} failed to plan: {e}", outcome.member);
-            }
-            self.outcomes.insert(outcome.member.clone(), outcome);
         }
-        Ok(())
+        if let Some(e) = &outcome.error {
+            tracing::warn!(target: "wavegate::plan", "{} failed to plan: {e}", outcome.member);
+        }
+        self.outcomes.insert(outcome.member.clone(), outcome);
     }
 
     /// The failed member a member's upstreams in this change lead back to, if any.
@@ -1619,6 +1621,7 @@ impl Workbench {
         stage: &str,
         outcome: &MemberOutcome,
     ) -> Result<Job, String> {
+        self.forget_files(&outcome.member);
         let inputs = serde_json::json!({"known": outcome.known_inputs(), "unknown": outcome.unknown_to_the_plan()});
         let mut files = Files::default();
         files.insert(
@@ -1908,6 +1911,20 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 }
 
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
+/// An apply command that did not exit 0, and what it carried.
+fn failed_apply(run: CommandOutcome, carry: Option<Map<String, Value>>) -> ApplyRun {
+    let mut error = run.describe("the apply command");
+    let tail = run.tail(5);
+    if !tail.is_empty() {
+        error.push_str(&format!("; last output:\n{tail}"));
+    }
+    ApplyRun {
+        outcome: ApplyOutcome::Failed(error),
+        output: run.output,
+        carry,
+    }
+}
+
 /// The plan file a plan command left in `files` (its files directory,
 /// `written` where it ran).
 fn read_plan_file(

@@ -161,6 +161,8 @@ pub(crate) struct Files(BTreeMap<String, Entry>);
 #[serde(rename_all = "camelCase")]
 pub(crate) enum Entry {
     File(#[serde(with = "base64_bytes")] Vec<u8>),
+    /// A regular file with an executable bit set: written back executable.
+    Executable(#[serde(with = "base64_bytes")] Vec<u8>),
     /// Not a regular file (a link, a pipe): never read, never carried on,
     /// but named when a file the bot reads is one.
     NotRegular(String),
@@ -176,13 +178,15 @@ impl Files {
     }
 
     pub(crate) fn contains(&self, name: &str) -> bool {
-        matches!(self.0.get(name), Some(Entry::File(_)))
+        self.iter().any(|(file, _)| file == name)
     }
 
     /// The regular files, by name.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
         self.0.iter().filter_map(|(name, entry)| match entry {
-            Entry::File(bytes) => Some((name.as_str(), bytes.as_slice())),
+            Entry::File(bytes) | Entry::Executable(bytes) => {
+                Some((name.as_str(), bytes.as_slice()))
+            }
             Entry::NotRegular(_) => None,
         })
     }
@@ -205,10 +209,10 @@ impl Files {
         match self.0.get(name) {
             None => Err(files::FileError::Missing),
             Some(Entry::NotRegular(kind)) => Err(files::FileError::NotRegular(kind_text(kind))),
-            Some(Entry::File(bytes)) if bytes.len() as u64 > cap => {
+            Some(Entry::File(bytes) | Entry::Executable(bytes)) if bytes.len() as u64 > cap => {
                 Err(files::FileError::TooLarge { cap })
             }
-            Some(Entry::File(bytes)) => Ok(bytes),
+            Some(Entry::File(bytes) | Entry::Executable(bytes)) => Ok(bytes),
         }
     }
 
@@ -255,6 +259,11 @@ impl Files {
                     pending.push(relative);
                     continue;
                 }
+                // Not followed: a link's own mode says nothing.
+                let executable = kind.is_file()
+                    && entry.metadata().is_ok_and(|m| {
+                        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+                    });
                 let bytes = match files::read_file(&path, &name, MAX_CARRIED_BYTES - total) {
                     Ok(bytes) => bytes,
                     Err(files::FileError::NotRegular(kind)) => {
@@ -271,7 +280,12 @@ impl Files {
                     Err(e) => return Err(format!("cannot read {relative}: {e}")),
                 };
                 total += bytes.len() as u64;
-                found.0.insert(relative, Entry::File(bytes));
+                let entry = if executable {
+                    Entry::Executable(bytes)
+                } else {
+                    Entry::File(bytes)
+                };
+                found.0.insert(relative, entry);
             }
         }
         Ok(found)
@@ -279,10 +293,15 @@ impl Files {
 
     /// Writes the regular files into `dir` (created, and its directories).
     pub(crate) fn write_into(&self, dir: &Path) -> Result<(), String> {
-        for (name, bytes) in self.iter() {
+        for (name, entry) in &self.0 {
+            let (bytes, executable) = match entry {
+                Entry::File(bytes) => (bytes, false),
+                Entry::Executable(bytes) => (bytes, true),
+                Entry::NotRegular(_) => continue,
+            };
             let (sub, file) = match name.rsplit_once('/') {
                 Some((sub, file)) => (Some(sub), file),
-                None => (None, name),
+                None => (None, name.as_str()),
             };
             let parent = match sub {
                 Some(sub) if sub.split('/').all(|c| !matches!(c, "" | "." | "..")) => dir.join(sub),
@@ -293,6 +312,12 @@ impl Files {
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
             files::write_file(&parent, file, bytes)
                 .map_err(|e| format!("cannot write the job's {name}: {e}"))?;
+            if executable {
+                // Just created by us, in a directory we just made: no link.
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(parent.join(file), std::fs::Permissions::from_mode(0o755))
+                    .map_err(|e| format!("cannot make the job's {name} executable: {e}"))?;
+            }
         }
         Ok(())
     }
@@ -653,7 +678,8 @@ mod tests {
         let script = r#"cat main.tf
             cd "$WAVEGATE_FILES" && cat inputs.json kept/tfplan && echo " $REGION"
             echo '{"plan": 1}' > plan.json && mkdir -p more && echo deep > more/show.json
-            ln -s /etc/passwd linked.json"#;
+            ln -s /etc/passwd linked.json
+            printf '#!/bin/sh\necho kept\n' > run.sh && chmod +x run.sh"#;
         let made = job(&layout, script, files);
         // What the engine hands an executor is all the executor needs: it
         // goes through JSON (as it will to the forge's CI) and runs as is.
@@ -677,8 +703,26 @@ mod tests {
         let names: Vec<&str> = left.iter().map(|(name, _)| name).collect();
         assert_eq!(
             names,
-            ["inputs.json", "kept/tfplan", "more/show.json", "plan.json"]
+            [
+                "inputs.json",
+                "kept/tfplan",
+                "more/show.json",
+                "plan.json",
+                "run.sh"
+            ]
         );
+        // What the next job starts with is as executable as it was left.
+        let again = tempfile::tempdir().unwrap();
+        left.write_into(again.path()).unwrap();
+        let mode = |name: &str| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::metadata(again.path().join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!((mode("run.sh"), mode("plan.json")), (0o755, 0o644));
         assert_eq!(left.read("plan.json", 100).unwrap(), b"{\"plan\": 1}\n");
         assert_eq!(
             left.read("linked.json", 100).unwrap_err().to_string(),

@@ -71,6 +71,7 @@ impl Workbench {
         let mut outcomes = Vec::new();
         let mut missing = None;
         for member in members {
+            self.forget_files(member);
             match waiting.remove(member.as_str()) {
                 Some(outcome) => outcomes.push(outcome),
                 None => missing = missing.or(Some(member)),
