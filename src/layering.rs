@@ -268,6 +268,34 @@ fn every_module_imports_only_what_its_layer_allows_and_nothing_goes_round() {
     assert_eq!(cycle_in(&graph), None, "modules import each other round");
 }
 
+/// The parts of `plan` that run processes (git, the sandbox): the pure
+/// domain reads what they produce (`plan::outcome`), never them.
+const RUNS_PROCESSES: &[&str] = &["plan::engine", "plan::executor", "plan::runner"];
+
+#[test]
+fn the_pure_domain_never_imports_what_runs_processes() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for module in ["gate", "apply", "report"] {
+        for (file, code) in code_of(&src, module) {
+            for (i, line) in code.lines().enumerate() {
+                let line = line.trim_start();
+                if line.starts_with("//") {
+                    continue;
+                }
+                for part in RUNS_PROCESSES.iter().filter(|p| line.contains(*p)) {
+                    broken.push(format!(
+                        "{}:{}: {module} imports {part}",
+                        file.display(),
+                        i + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
 #[test]
 fn the_layering_itself_has_no_cycle_and_a_cycle_is_named_whole() {
     let layering: BTreeMap<String, BTreeSet<String>> = ALLOWED

@@ -26,7 +26,7 @@ use crate::gate::ledger::Fact;
 use crate::model::{Digest, DigestOver, GateId, MemberId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
-use crate::plan::engine::{change_set_of, ApplyOutcome, MemberOutcome};
+use crate::plan::outcome::{change_set_of, ApplyOutcome, MemberOutcome};
 use crate::plan::tail::OutputTail;
 use crate::sandbox::process::ProcessId;
 use serde_json::{Map, Value};

@@ -886,9 +886,9 @@ mod tests {
     }
 
     /// A member planned as `plan` on the merge commit.
-    pub(super) fn outcome(plan: &MemberPlan) -> crate::plan::engine::MemberOutcome {
+    pub(super) fn outcome(plan: &MemberPlan) -> crate::plan::outcome::MemberOutcome {
         let id = plan.member.clone();
-        crate::plan::engine::MemberOutcome {
+        crate::plan::outcome::MemberOutcome {
             member: plan.member.clone(),
             component: id.component().to_owned(),
             stage: id.stage().to_owned(),

@@ -21,7 +21,7 @@ use crate::model::{DigestOver, GateId, MemberId, PrNumber};
 use crate::plan::changeset::{ChangeSet, ChangeSetError, MemberStatus};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
-use crate::plan::engine::{change_set_of, MemberOutcome};
+use crate::plan::outcome::{change_set_of, MemberOutcome};
 use crate::plan::preview::Approvers;
 use std::collections::BTreeMap;
 use std::time::Duration;

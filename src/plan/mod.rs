@@ -8,6 +8,7 @@ pub mod engine;
 pub(crate) mod executor;
 pub mod fanout;
 pub(crate) mod hook_run;
+pub mod outcome;
 pub mod path;
 pub mod planfile;
 pub(crate) mod preview;

@@ -18,7 +18,7 @@ use super::markdown::tests::{change, planned_with};
 use super::REPORT_MARKER;
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
-use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
+use crate::plan::outcome::{InputSource, PlannedChange, ResolvedInput};
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 use serde_json::json;
 

@@ -4,8 +4,8 @@ use crate::config::groups::Fallback;
 use crate::model::{Digest, MemberId, Money};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
-use crate::plan::engine::{InputSource, PlannedChange, ResolvedInput};
 use crate::plan::fanout::Skipped;
+use crate::plan::outcome::{InputSource, PlannedChange, ResolvedInput};
 use crate::plan::planfile::Counts;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -265,8 +265,8 @@ pub fn to_string(change: &PlannedChange) -> String {
 mod tests {
     use super::*;
     use crate::plan::changeset::ChangeSet;
-    use crate::plan::engine::MemberOutcome;
     use crate::plan::fanout::Derivation;
+    use crate::plan::outcome::MemberOutcome;
 
     #[test]
     fn a_sensitive_input_is_reported_without_its_value() {

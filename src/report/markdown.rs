@@ -17,7 +17,7 @@ use crate::model::untrusted::{
 use crate::model::{Money, Untrusted};
 use crate::plan::changeset::MemberStatus;
 use crate::plan::cost::StageCost;
-use crate::plan::engine::{InputSource, MemberOutcome, PlannedChange};
+use crate::plan::outcome::{InputSource, MemberOutcome, PlannedChange};
 use crate::plan::planfile::MemberPlan;
 use crate::plan::preview::{Approvers, BaseConfig, StagePreview};
 use crate::plan::tail::OutputTail;
@@ -1169,8 +1169,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::model::MemberId;
     use crate::plan::changeset::{ChangeSet, ChangeSetMember};
-    use crate::plan::engine::{MemberOutcome, ResolvedInput};
     use crate::plan::fanout::{Derivation, SkipReason, Skipped};
+    use crate::plan::outcome::{MemberOutcome, ResolvedInput};
     use crate::plan::planfile::MemberPlan;
     use std::collections::BTreeMap;
 
@@ -1279,7 +1279,7 @@ pub(crate) mod tests {
             ResolvedInput {
                 reference: "dns.zone".into(),
                 upstream: "dns@dev".into(),
-                source: crate::plan::engine::InputSource::Unknown,
+                source: crate::plan::outcome::InputSource::Unknown,
                 value: None,
                 why: Some("dns@dev knows zone only after it applies".into()),
                 sensitive: false,
@@ -1537,7 +1537,7 @@ pub(crate) mod tests {
             ResolvedInput {
                 reference: "db.url".into(),
                 upstream: "db@prod".into(),
-                source: crate::plan::engine::InputSource::Recorded,
+                source: crate::plan::outcome::InputSource::Recorded,
                 value: Some(serde_json::json!("postgres://db")),
                 why: None,
                 sensitive: false,

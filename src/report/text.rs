@@ -3,7 +3,7 @@
 use super::{counts_text, entries, reason_text};
 use crate::model::MemberId;
 use crate::plan::changeset::MemberStatus;
-use crate::plan::engine::{InputSource, PlannedChange};
+use crate::plan::outcome::{InputSource, PlannedChange};
 use std::fmt::Write as _;
 
 pub fn render(change: &PlannedChange) -> String {
