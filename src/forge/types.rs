@@ -33,6 +33,27 @@ pub struct CheckReport {
     pub details_url: Option<String>,
 }
 
+impl CheckReport {
+    /// The plan check ([`CHECK_NAME`]) on a pull request's head.
+    pub(crate) fn plan(state: CheckState, title: String, summary: String) -> Self {
+        Self {
+            name: CHECK_NAME,
+            state,
+            title,
+            summary,
+            details_url: None,
+        }
+    }
+
+    /// The apply check ([`APPLY_CHECK_NAME`]) on a merge commit.
+    pub(crate) fn apply(state: CheckState, title: String, summary: String) -> Self {
+        Self {
+            name: APPLY_CHECK_NAME,
+            ..Self::plan(state, title, summary)
+        }
+    }
+}
+
 /// A comment on a pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Comment {

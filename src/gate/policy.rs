@@ -62,18 +62,16 @@ impl fmt::Display for NotAllowed {
 
 /// The `team:<slug>` entries of `approvers`: the teams the worker must ask about.
 pub(crate) fn approver_teams(policy: &Policy) -> Vec<String> {
-    policy
-        .approvers
-        .iter()
-        .filter_map(|a| a.strip_prefix("team:"))
-        .map(str::to_owned)
-        .collect()
+    teams_in(&policy.approvers)
 }
 
 /// The `team:<slug>` entries of `policy.overriders`.
 pub(crate) fn overrider_teams(policy: &Policy) -> Vec<String> {
-    policy
-        .overriders
+    teams_in(&policy.overriders)
+}
+
+fn teams_in(listed: &[String]) -> Vec<String> {
+    listed
         .iter()
         .filter_map(|a| a.strip_prefix("team:"))
         .map(str::to_owned)

@@ -158,6 +158,21 @@ impl PlannedChange {
             || self.change_set.costs.iter().any(|c| c.error.is_some())
     }
 
+    /// The fan-out in one line: `fan-out: 3 selected, 1 unaffected, 0
+    /// indeterminate`.
+    pub(crate) fn fan_out_line(&self) -> String {
+        let unaffected = self
+            .skipped
+            .iter()
+            .filter(|s| s.reason == super::fanout::SkipReason::Unaffected)
+            .count();
+        format!(
+            "fan-out: {} selected, {unaffected} unaffected, {} indeterminate",
+            self.derivation.selected.len(),
+            self.derivation.indeterminate.len()
+        )
+    }
+
     /// The outcomes of `group`'s members that ran, in the group's order.
     pub(crate) fn group_outcomes<'a>(
         &'a self,

@@ -116,18 +116,7 @@ fn header(change: &PlannedChange) -> String {
     if blocked > 0 {
         let _ = write!(line, " · {blocked} blocked");
     }
-    let d = &change.derivation;
-    let unaffected = change
-        .skipped
-        .iter()
-        .filter(|s| s.reason == crate::plan::fanout::SkipReason::Unaffected)
-        .count();
-    let _ = writeln!(
-        out,
-        "{line} · fan-out: {} selected, {unaffected} unaffected, {} indeterminate\n",
-        d.selected.len(),
-        d.indeterminate.len()
-    );
+    let _ = writeln!(out, "{line} · {}\n", change.fan_out_line());
     let _ = writeln!(
         out,
         "Base `{}` → head `{}`\n",

@@ -9,17 +9,7 @@ use std::fmt::Write as _;
 pub fn render(change: &PlannedChange) -> String {
     let mut out = String::new();
     let d = &change.derivation;
-    let unaffected = change
-        .skipped
-        .iter()
-        .filter(|s| s.reason == crate::plan::fanout::SkipReason::Unaffected)
-        .count();
-    let _ = writeln!(
-        out,
-        "fan-out: {} selected, {unaffected} unaffected, {} indeterminate",
-        d.selected.len(),
-        d.indeterminate.len()
-    );
+    let _ = writeln!(out, "{}", change.fan_out_line());
     if d.waves.is_empty() {
         let _ = writeln!(out, "  nothing to run");
     }

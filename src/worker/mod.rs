@@ -419,13 +419,7 @@ impl Worker {
                     task.repo(),
                     &record.head_sha,
                     None,
-                    &CheckReport {
-                        name: crate::forge::types::CHECK_NAME,
-                        state: CheckState::Failure,
-                        title: problem.title,
-                        summary: problem.body,
-                        details_url: None,
-                    },
+                    &CheckReport::plan(CheckState::Failure, problem.title, problem.body),
                 )
                 .await;
         }

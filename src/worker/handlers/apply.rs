@@ -23,7 +23,7 @@ use crate::apply::{
 use crate::config::hooks::Moment;
 use crate::config::repo::{GatePolicy, Policy};
 use crate::config::BaseRules;
-use crate::forge::types::{CheckReport, CheckState, APPLY_CHECK_NAME};
+use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::{PullRequest, RepoRef};
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Fact, FactData, FactKind};
@@ -1195,13 +1195,7 @@ impl JobCtx<'_> {
             RunStatus::Applied => CheckState::Success,
             RunStatus::Ended => CheckState::Neutral,
         };
-        let report = CheckReport {
-            name: APPLY_CHECK_NAME,
-            state,
-            title,
-            summary: body,
-            details_url: None,
-        };
+        let report = CheckReport::apply(state, title, body);
         let check_id = self
             .client
             .publish_check(&run.repo, &run.merge_sha, run.check_id, &report)

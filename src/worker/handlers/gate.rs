@@ -255,13 +255,7 @@ impl JobCtx<'_> {
         } else {
             standing.title(&digest)
         };
-        let report = CheckReport {
-            name: crate::forge::types::CHECK_NAME,
-            state,
-            title,
-            summary: body,
-            details_url: None,
-        };
+        let report = CheckReport::plan(state, title, body);
         let commit = (self.pr, &plan.head_sha);
         self.publish(commit, check_id, report, Some(digest), status)
             .await

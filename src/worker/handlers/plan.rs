@@ -88,13 +88,11 @@ impl JobCtx<'_> {
                 self.repo,
                 &pr.head_sha,
                 known_check,
-                &CheckReport {
-                    name: crate::forge::types::CHECK_NAME,
-                    state: CheckState::InProgress,
-                    title: format!("Planning {}…", pr.head_sha.short()),
-                    summary: "wavegate is planning this change; the report follows.".into(),
-                    details_url: None,
-                },
+                &CheckReport::plan(
+                    CheckState::InProgress,
+                    format!("Planning {}…", pr.head_sha.short()),
+                    "wavegate is planning this change; the report follows.".into(),
+                ),
             )
             .await?;
 
@@ -182,13 +180,7 @@ impl JobCtx<'_> {
             } else {
                 (CheckState::Success, "Nothing to plan".to_owned())
             };
-            let report = CheckReport {
-                name: crate::forge::types::CHECK_NAME,
-                state,
-                title,
-                summary: body,
-                details_url: None,
-            };
+            let report = CheckReport::plan(state, title, body);
             let commit = (pr.number, &pr.head_sha);
             return self.publish(commit, check_id, report, None, "empty").await;
         }
@@ -215,13 +207,7 @@ impl JobCtx<'_> {
     /// Writes a repository-side problem into the report comment and fails
     /// the check; the job is done (retrying cannot fix the repository).
     async fn publish_problem(&self, pr: &PullRequest, problem: Reply) -> Result<JobOutcome> {
-        let report = CheckReport {
-            name: crate::forge::types::CHECK_NAME,
-            state: CheckState::Failure,
-            title: problem.title,
-            summary: problem.body,
-            details_url: None,
-        };
+        let report = CheckReport::plan(CheckState::Failure, problem.title, problem.body);
         self.publish((pr.number, &pr.head_sha), None, report, None, "refused")
             .await?;
         Ok(JobOutcome::Done)
