@@ -397,6 +397,16 @@ fn bench_discovery(c: &mut Criterion) {
     group.finish();
 }
 
+/// Commits what `repo` holds as `main`, then a `change` branch that edits
+/// `app/main.tf`.
+fn commit_base_and_change(repo: &Path) {
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "base"]);
+    git(repo, &["checkout", "-q", "-b", "change"]);
+    std::fs::write(repo.join("app/main.tf"), "b\n").unwrap();
+    git(repo, &["commit", "-q", "-am", "change"]);
+}
+
 /// The sandbox as production runs it; the engine's benches need bubblewrap.
 fn sandbox(runtime: &tokio::runtime::Runtime) -> Arc<Sandbox> {
     let sandbox = runtime.block_on(Sandbox::probe(SandboxSettings::default()));
@@ -441,11 +451,7 @@ fn sized_repo(root: &Path, files: usize, size: usize) -> std::path::PathBuf {
         )
         .unwrap();
     }
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    git(&repo, &["checkout", "-q", "-b", "change"]);
-    std::fs::write(repo.join("app/main.tf"), "b\n").unwrap();
-    git(&repo, &["commit", "-q", "-am", "change"]);
+    commit_base_and_change(&repo);
     repo
 }
 
@@ -510,11 +516,7 @@ fn binary_plan_repo(root: &Path, name: &str, kept: &str) -> std::path::PathBuf {
     );
     std::fs::write(repo.join("plan.sh"), script).unwrap();
     std::fs::write(repo.join("app/main.tf"), "a\n").unwrap();
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    git(&repo, &["checkout", "-q", "-b", "change"]);
-    std::fs::write(repo.join("app/main.tf"), "b\n").unwrap();
-    git(&repo, &["commit", "-q", "-am", "change"]);
+    commit_base_and_change(&repo);
     repo
 }
 
