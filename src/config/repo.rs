@@ -452,72 +452,10 @@ impl RepoConfig {
         }
         check_apply_concurrency(raw.apply_concurrency, "apply_concurrency".into(), &err)?;
 
-        if raw.stages.is_empty() {
-            return Err(err(
-                "stage".into(),
-                "no stages are defined".into(),
-                "add at least one [[stage]] with a `name`, e.g. `[[stage]]\\nname = \"dev\"`",
-            ));
-        }
-        let mut stages = Vec::new();
-        for (i, s) in raw.stages.iter().enumerate() {
-            let field = format!("stage[{i}].name");
-            check_name(&s.name, &field, &err)?;
-            if GateId::is_reserved_stage_name(&s.name) {
-                return Err(err(
-                    field,
-                    format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
-                    "rename the stage (`override`, `round-<n>` and `hook-<name>` name a pull request's override, re-plan rounds and hook gates)",
-                ));
-            }
-            if stages.iter().any(|x: &Stage| x.name == s.name) {
-                return Err(err(
-                    field,
-                    format!("stage `{}` is defined twice", s.name),
-                    "give each stage a distinct name",
-                ));
-            }
-            let at = |f: &str| format!("stage[{i}] ({}).{f}", s.name);
-            if s.required == Some(0) {
-                return Err(err(
-                    at("required"),
-                    "is 0, so nothing would ever need an approval".into(),
-                    "set it to 1 or more, or leave it out to use `[policy] required`",
-                ));
-            }
-            let timeout = match &s.timeout {
-                Some(t) => Some(parse_duration(t).map_err(|p| {
-                    err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d")
-                })?),
-                None => None,
-            };
-            check_apply_concurrency(s.apply_concurrency, at("apply_concurrency"), &err)?;
-            let execution = super::execution::check_stage(
-                s.profile.as_ref(),
-                s.jobs.as_deref(),
-                s.variables.as_ref(),
-                &|f: &str| at(f),
-                &err,
-            )?;
-            stages.push(Stage {
-                name: s.name.clone(),
-                gate: s.gate.unwrap_or(GatePolicy::Always),
-                timeout,
-                execution,
-            });
-        }
+        let stages = validate_stages(&raw.stages, &err)?;
 
         let defaults = &raw.defaults;
-        let default_timeout = match &defaults.timeout {
-            Some(t) => parse_duration(t).map_err(|p| {
-                err(
-                    "defaults.timeout".into(),
-                    p,
-                    "use a number and a unit: ms, s, m, h, d",
-                )
-            })?,
-            None => DEFAULT_TIMEOUT,
-        };
+        let default_timeout = default_timeout(defaults, &err)?;
         let discoverers = discover::discoverers(&raw, default_timeout, &err)?;
         let declared: Vec<RawComponent> = raw
             .components
@@ -525,27 +463,7 @@ impl RepoConfig {
             .filter(|c| c.discover.is_none())
             .cloned()
             .collect();
-        for (name, argv) in [
-            ("plan", &defaults.plan),
-            ("apply", &defaults.apply),
-            ("outputs", &defaults.outputs),
-        ] {
-            if let Some(argv) = argv {
-                check_argv(argv, &format!("defaults.{name}"), &err)?;
-            }
-        }
-        for (i, var) in defaults.env.iter().enumerate() {
-            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(err(
-                    format!("defaults.env[{i}]"),
-                    format!("`{var}` is not an environment variable name"),
-                    "use letters, digits and `_` only",
-                ));
-            }
-            if var.starts_with("WAVEGATE_") {
-                return Err(err(format!("defaults.env[{i}]"), format!("`{var}` is wavegate's own"), "wavegate sets WAVEGATE_* for commands itself and never passes its own settings on; pick another name"));
-            }
-        }
+        check_defaults(defaults, &err)?;
 
         let mut index_of: HashMap<&str, usize> = HashMap::new();
         for (i, c) in declared.iter().enumerate() {
@@ -560,183 +478,18 @@ impl RepoConfig {
             }
         }
 
-        let mut components = Vec::with_capacity(declared.len());
-        for (i, c) in declared.iter().enumerate() {
-            let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
-            for (j, d) in c.depends_on.iter().enumerate() {
-                if !index_of.contains_key(d.as_str()) {
-                    return Err(err(
-                        at(&format!("depends_on[{j}]")),
-                        format!("unknown component `{d}`"),
-                        &format!("name one of: {}", names(&declared)),
-                    ));
-                }
-            }
-            let stage_names: Vec<String> = match &c.stages {
-                Some(list) if list.is_empty() => {
-                    return Err(err(
-                        at("stages"),
-                        "is empty, so this component never runs".into(),
-                        "list at least one stage, or leave `stages` out for every stage",
-                    ))
-                }
-                Some(list) => {
-                    for (j, s) in list.iter().enumerate() {
-                        if !stages.iter().any(|x| &x.name == s) {
-                            let known: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
-                            return Err(err(
-                                at(&format!("stages[{j}]")),
-                                format!("unknown stage `{s}`"),
-                                &format!("name one of: {}", known.join(", ")),
-                            ));
-                        }
-                    }
-                    // Stage order is the file's, whatever order the component lists them in.
-                    stages
-                        .iter()
-                        .filter(|x| list.contains(&x.name))
-                        .map(|x| x.name.clone())
-                        .collect()
-                }
-                None => stages.iter().map(|s| s.name.clone()).collect(),
-            };
-            let dir = fill_path(&c.dir, &c.name, None)
-                .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?
-                .trim_end_matches('/')
-                .to_owned();
-            for stage in &stage_names {
-                let expanded = fill_path(&dir, &c.name, Some(stage.as_str()))
-                    .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?;
-                check_dir(&expanded).map_err(|p| {
-                    err(
-                        at("dir"),
-                        p,
-                        "give the directory relative to the repository root, e.g. `infra/app`",
-                    )
-                })?;
-            }
-            let written: Vec<String> = match &c.paths {
-                Some(p) if p.is_empty() => {
-                    return Err(err(
-                        at("paths"),
-                        "is empty, so no change could ever select this component".into(),
-                        "list at least one pattern, or leave `paths` out to use `<dir>/**`",
-                    ))
-                }
-                Some(p) => p.clone(),
-                None => vec![format!("{dir}/**")],
-            };
-            let mut paths = Vec::new();
-            let mut stage_paths = Vec::new();
-            for (j, text) in written.iter().enumerate() {
-                let field = if c.paths.is_some() {
-                    at(&format!("paths[{j}]"))
-                } else {
-                    at("dir")
-                };
-                let compile = |text: &str| {
-                    Pattern::new(text).map_err(|p| {
-                        err(
-                            field.clone(),
-                            p,
-                            "write a pattern relative to the repository root, e.g. `infra/app/**`",
-                        )
-                    })
-                };
-                let text = fill_path(text, &c.name, None)
-                    .map_err(|p| err(field.clone(), p, PATH_PLACEHOLDER_FIX))?;
-                if text.contains(STAGE_PLACEHOLDER) {
-                    for stage in &stage_names {
-                        let pattern = compile(&text.replace(STAGE_PLACEHOLDER, stage))?;
-                        stage_paths.push((stage.to_owned(), pattern));
-                    }
-                } else {
-                    paths.push(compile(&text)?);
-                }
-            }
-            let plan = match (&c.plan, &defaults.plan) {
-                (Some(argv), _) => {
-                    check_argv(argv, &at("plan"), &err)?;
-                    argv.clone()
-                }
-                (None, Some(argv)) => argv.clone(),
-                (None, None) => return Err(err(at("plan"), "no plan command: neither the component nor [defaults] sets `plan`".into(), "set `plan = [\"./ci/plan.sh\", \"{component}\", \"{stage}\", \"{plan_file}\"]` in [defaults] or on the component")),
-            };
-            let apply = resolve_argv(&c.apply, &defaults.apply, &at("apply"), &err)?;
-            let outputs = resolve_argv(&c.outputs, &defaults.outputs, &at("outputs"), &err)?;
-            let timeout = match &c.timeout {
-                Some(t) => parse_duration(t).map_err(|p| {
-                    err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d")
-                })?,
-                None => default_timeout,
-            };
-            let quiet = match c.quiet.as_ref().or(defaults.quiet.as_ref()) {
-                Some(raw) => raw.patterns().map_err(|(problem, fix)| {
-                    let field = if c.quiet.is_some() {
-                        at("quiet")
-                    } else {
-                        "defaults.quiet".into()
-                    };
-                    err(field, problem, fix)
-                })?,
-                None => Vec::new(),
-            };
-            let mut inputs = Vec::new();
-            for (name, reference) in &c.inputs {
-                let field = at(&format!("inputs.{name}"));
-                let (build, plain) = match reference.strip_prefix("build:") {
-                    Some(rest) => (true, rest),
-                    None => (false, reference.as_str()),
-                };
-                let Some((upstream, output)) = plain
-                    .split_once('.')
-                    .filter(|(u, o)| !u.is_empty() && !o.is_empty())
-                else {
-                    return Err(err(
-                        field,
-                        format!("`{reference}` is not `component.output`"),
-                        "write the upstream component and its output, e.g. `network.vpc_id`",
-                    ));
-                };
-                if !index_of.contains_key(upstream) {
-                    return Err(err(
-                        field,
-                        format!("unknown component `{upstream}`"),
-                        &format!("name one of: {}", names(&declared)),
-                    ));
-                }
-                let upstream_kind = declared[index_of[upstream]].kind.unwrap_or_default();
-                if build && upstream_kind != ComponentKind::Build {
-                    return Err(err(
-                        field,
-                        format!("`{reference}` reads a build artifact, but `{upstream}` is not a build"),
-                        &format!("declare `{upstream}` with `kind = \"build\"`, or read a plain output as `{plain}`"),
-                    ));
-                }
-                inputs.push(Input {
-                    name: name.clone(),
-                    upstream: upstream.to_owned(),
-                    output: output.to_owned(),
-                    build,
-                });
-            }
-            components.push(Component {
-                name: c.name.clone(),
-                dir,
-                paths,
-                stage_paths,
-                depends_on: c.depends_on.clone(),
-                inputs,
-                stages: stage_names,
-                plan,
-                apply,
-                outputs,
-                timeout,
-                quiet,
-                kind: c.kind.unwrap_or_default(),
-                discovered: None,
-            });
-        }
+        let known = Known {
+            declared: &declared,
+            index_of: &index_of,
+            stages: &stages,
+            defaults,
+            default_timeout,
+        };
+        let components = declared
+            .iter()
+            .enumerate()
+            .map(|(i, c)| validate_component(i, c, &known, &err))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let graph = DependencyGraph::new(
             components
@@ -766,21 +519,7 @@ impl RepoConfig {
             default_timeout,
             &err,
         )?;
-        for (i, c) in components.iter().enumerate() {
-            let upstream = graph.upstream_closure(i);
-            for input in &c.inputs {
-                if !upstream.contains(input.upstream.as_str()) {
-                    return Err(err(
-                        format!("component[{i}] ({}).inputs.{}", c.name, input.name),
-                        format!(
-                            "reads `{}.{}` but `{}` is not upstream of `{}`",
-                            input.upstream, input.output, input.upstream, c.name
-                        ),
-                        &format!("add `{}` to `depends_on` of `{}`", input.upstream, c.name),
-                    ));
-                }
-            }
-        }
+        check_inputs_are_upstream(&components, &graph, &err)?;
 
         let policy = raw.policy.clone().unwrap_or_default();
         if let Some(ttl) = &policy.approval_ttl {
@@ -822,29 +561,7 @@ impl RepoConfig {
         if !discoverers.is_empty() {
             check_templates(file, &raw, &err)?;
         }
-        for (i, stage) in stages.iter().enumerate() {
-            let members = components
-                .iter()
-                .filter(|c| c.stages.contains(&stage.name))
-                .map(|c| c.name.as_str());
-            let at = |f: &str| format!("stage[{i}] ({}).{f}", stage.name);
-            super::execution::check_coverage(&stage.execution, members, &at, &err)?;
-            // One call plans (and applies) a group's mates with one profile.
-            for group in &groups.all {
-                let mates = group.components.iter().filter(|c| {
-                    components
-                        .iter()
-                        .any(|x| &x.name == *c && x.stages.contains(&stage.name))
-                });
-                super::execution::check_group_profiles(
-                    &stage.execution,
-                    &group.name,
-                    mates,
-                    &at,
-                    &err,
-                )?;
-            }
-        }
+        check_stage_execution(&stages, &components, &groups, &err)?;
         Ok(Self {
             hooks,
             cost,
@@ -970,6 +687,387 @@ pub(crate) const DEFAULT_APPLY_CONCURRENCY: usize = 4;
 /// The most `apply_concurrency` may ask for: each apply is a sandboxed
 /// process with its own copy of the member's files.
 const MAX_APPLY_CONCURRENCY: u32 = 64;
+
+/// The `[[stage]]` entries: at least one, names usable and distinct, each
+/// one's gate, timeout, apply concurrency and execution checked.
+fn validate_stages(
+    raw: &[RawStage],
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Vec<Stage>, ConfigError> {
+    if raw.is_empty() {
+        return Err(err(
+            "stage".into(),
+            "no stages are defined".into(),
+            "add at least one [[stage]] with a `name`, e.g. `[[stage]]\\nname = \"dev\"`",
+        ));
+    }
+    let mut stages = Vec::new();
+    for (i, s) in raw.iter().enumerate() {
+        let field = format!("stage[{i}].name");
+        check_name(&s.name, &field, err)?;
+        if GateId::is_reserved_stage_name(&s.name) {
+            return Err(err(
+                field,
+                format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
+                "rename the stage (`override`, `round-<n>` and `hook-<name>` name a pull request's override, re-plan rounds and hook gates)",
+            ));
+        }
+        if stages.iter().any(|x: &Stage| x.name == s.name) {
+            return Err(err(
+                field,
+                format!("stage `{}` is defined twice", s.name),
+                "give each stage a distinct name",
+            ));
+        }
+        let at = |f: &str| format!("stage[{i}] ({}).{f}", s.name);
+        if s.required == Some(0) {
+            return Err(err(
+                at("required"),
+                "is 0, so nothing would ever need an approval".into(),
+                "set it to 1 or more, or leave it out to use `[policy] required`",
+            ));
+        }
+        let timeout =
+            match &s.timeout {
+                Some(t) => Some(parse_duration(t).map_err(|p| {
+                    err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d")
+                })?),
+                None => None,
+            };
+        check_apply_concurrency(s.apply_concurrency, at("apply_concurrency"), err)?;
+        let execution = super::execution::check_stage(
+            s.profile.as_ref(),
+            s.jobs.as_deref(),
+            s.variables.as_ref(),
+            &|f: &str| at(f),
+            &err,
+        )?;
+        stages.push(Stage {
+            name: s.name.clone(),
+            gate: s.gate.unwrap_or(GatePolicy::Always),
+            timeout,
+            execution,
+        });
+    }
+    Ok(stages)
+}
+
+/// `[defaults] timeout`, or the built-in default.
+fn default_timeout(
+    defaults: &RawDefaults,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Duration, ConfigError> {
+    Ok(match &defaults.timeout {
+        Some(t) => parse_duration(t).map_err(|p| {
+            err(
+                "defaults.timeout".into(),
+                p,
+                "use a number and a unit: ms, s, m, h, d",
+            )
+        })?,
+        None => DEFAULT_TIMEOUT,
+    })
+}
+
+/// `[defaults]`' commands and pass-through variable names.
+fn check_defaults(
+    defaults: &RawDefaults,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (name, argv) in [
+        ("plan", &defaults.plan),
+        ("apply", &defaults.apply),
+        ("outputs", &defaults.outputs),
+    ] {
+        if let Some(argv) = argv {
+            check_argv(argv, &format!("defaults.{name}"), err)?;
+        }
+    }
+    for (i, var) in defaults.env.iter().enumerate() {
+        if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(err(
+                format!("defaults.env[{i}]"),
+                format!("`{var}` is not an environment variable name"),
+                "use letters, digits and `_` only",
+            ));
+        }
+        if var.starts_with("WAVEGATE_") {
+            return Err(err(format!("defaults.env[{i}]"), format!("`{var}` is wavegate's own"), "wavegate sets WAVEGATE_* for commands itself and never passes its own settings on; pick another name"));
+        }
+    }
+    Ok(())
+}
+
+/// What a component is checked against: the file's declared components
+/// (by index), its stages and its `[defaults]`.
+struct Known<'a> {
+    declared: &'a [RawComponent],
+    index_of: &'a HashMap<&'a str, usize>,
+    stages: &'a [Stage],
+    defaults: &'a RawDefaults,
+    default_timeout: Duration,
+}
+
+/// Component `i` as declared, checked: its dependencies, stages, dir and
+/// paths, commands, timeout, quiet patterns and inputs.
+fn validate_component(
+    i: usize,
+    c: &RawComponent,
+    known: &Known<'_>,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Component, ConfigError> {
+    let Known {
+        declared,
+        index_of,
+        stages,
+        defaults,
+        default_timeout,
+    } = *known;
+
+    let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
+    for (j, d) in c.depends_on.iter().enumerate() {
+        if !index_of.contains_key(d.as_str()) {
+            return Err(err(
+                at(&format!("depends_on[{j}]")),
+                format!("unknown component `{d}`"),
+                &format!("name one of: {}", names(declared)),
+            ));
+        }
+    }
+    let stage_names: Vec<String> = match &c.stages {
+        Some(list) if list.is_empty() => {
+            return Err(err(
+                at("stages"),
+                "is empty, so this component never runs".into(),
+                "list at least one stage, or leave `stages` out for every stage",
+            ))
+        }
+        Some(list) => {
+            for (j, s) in list.iter().enumerate() {
+                if !stages.iter().any(|x| &x.name == s) {
+                    let known: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+                    return Err(err(
+                        at(&format!("stages[{j}]")),
+                        format!("unknown stage `{s}`"),
+                        &format!("name one of: {}", known.join(", ")),
+                    ));
+                }
+            }
+            // Stage order is the file's, whatever order the component lists them in.
+            stages
+                .iter()
+                .filter(|x| list.contains(&x.name))
+                .map(|x| x.name.clone())
+                .collect()
+        }
+        None => stages.iter().map(|s| s.name.clone()).collect(),
+    };
+    let dir = fill_path(&c.dir, &c.name, None)
+        .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?
+        .trim_end_matches('/')
+        .to_owned();
+    for stage in &stage_names {
+        let expanded = fill_path(&dir, &c.name, Some(stage.as_str()))
+            .map_err(|p| err(at("dir"), p, PATH_PLACEHOLDER_FIX))?;
+        check_dir(&expanded).map_err(|p| {
+            err(
+                at("dir"),
+                p,
+                "give the directory relative to the repository root, e.g. `infra/app`",
+            )
+        })?;
+    }
+    let written: Vec<String> = match &c.paths {
+        Some(p) if p.is_empty() => {
+            return Err(err(
+                at("paths"),
+                "is empty, so no change could ever select this component".into(),
+                "list at least one pattern, or leave `paths` out to use `<dir>/**`",
+            ))
+        }
+        Some(p) => p.clone(),
+        None => vec![format!("{dir}/**")],
+    };
+    let mut paths = Vec::new();
+    let mut stage_paths = Vec::new();
+    for (j, text) in written.iter().enumerate() {
+        let field = if c.paths.is_some() {
+            at(&format!("paths[{j}]"))
+        } else {
+            at("dir")
+        };
+        let compile = |text: &str| {
+            Pattern::new(text).map_err(|p| {
+                err(
+                    field.clone(),
+                    p,
+                    "write a pattern relative to the repository root, e.g. `infra/app/**`",
+                )
+            })
+        };
+        let text = fill_path(text, &c.name, None)
+            .map_err(|p| err(field.clone(), p, PATH_PLACEHOLDER_FIX))?;
+        if text.contains(STAGE_PLACEHOLDER) {
+            for stage in &stage_names {
+                let pattern = compile(&text.replace(STAGE_PLACEHOLDER, stage))?;
+                stage_paths.push((stage.to_owned(), pattern));
+            }
+        } else {
+            paths.push(compile(&text)?);
+        }
+    }
+    let plan = match (&c.plan, &defaults.plan) {
+            (Some(argv), _) => {
+                check_argv(argv, &at("plan"), err)?;
+                argv.clone()
+            }
+            (None, Some(argv)) => argv.clone(),
+            (None, None) => return Err(err(at("plan"), "no plan command: neither the component nor [defaults] sets `plan`".into(), "set `plan = [\"./ci/plan.sh\", \"{component}\", \"{stage}\", \"{plan_file}\"]` in [defaults] or on the component")),
+        };
+    let apply = resolve_argv(&c.apply, &defaults.apply, &at("apply"), err)?;
+    let outputs = resolve_argv(&c.outputs, &defaults.outputs, &at("outputs"), err)?;
+    let timeout = match &c.timeout {
+        Some(t) => parse_duration(t)
+            .map_err(|p| err(at("timeout"), p, "use a number and a unit: ms, s, m, h, d"))?,
+        None => default_timeout,
+    };
+    let quiet = match c.quiet.as_ref().or(defaults.quiet.as_ref()) {
+        Some(raw) => raw.patterns().map_err(|(problem, fix)| {
+            let field = if c.quiet.is_some() {
+                at("quiet")
+            } else {
+                "defaults.quiet".into()
+            };
+            err(field, problem, fix)
+        })?,
+        None => Vec::new(),
+    };
+    let inputs = component_inputs(c, &at, (declared, index_of), err)?;
+    Ok(Component {
+        name: c.name.clone(),
+        dir,
+        paths,
+        stage_paths,
+        depends_on: c.depends_on.clone(),
+        inputs,
+        stages: stage_names,
+        plan,
+        apply,
+        outputs,
+        timeout,
+        quiet,
+        kind: c.kind.unwrap_or_default(),
+        discovered: None,
+    })
+}
+
+/// A component's `inputs`: each `component.output` (or `build:…` of a
+/// build) of a declared component.
+fn component_inputs(
+    c: &RawComponent,
+    at: &impl Fn(&str) -> String,
+    (declared, index_of): (&[RawComponent], &HashMap<&str, usize>),
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Vec<Input>, ConfigError> {
+    let mut inputs = Vec::new();
+    for (name, reference) in &c.inputs {
+        let field = at(&format!("inputs.{name}"));
+        let (build, plain) = match reference.strip_prefix("build:") {
+            Some(rest) => (true, rest),
+            None => (false, reference.as_str()),
+        };
+        let Some((upstream, output)) = plain
+            .split_once('.')
+            .filter(|(u, o)| !u.is_empty() && !o.is_empty())
+        else {
+            return Err(err(
+                field,
+                format!("`{reference}` is not `component.output`"),
+                "write the upstream component and its output, e.g. `network.vpc_id`",
+            ));
+        };
+        if !index_of.contains_key(upstream) {
+            return Err(err(
+                field,
+                format!("unknown component `{upstream}`"),
+                &format!("name one of: {}", names(declared)),
+            ));
+        }
+        let upstream_kind = declared[index_of[upstream]].kind.unwrap_or_default();
+        if build && upstream_kind != ComponentKind::Build {
+            return Err(err(
+                    field,
+                    format!("`{reference}` reads a build artifact, but `{upstream}` is not a build"),
+                    &format!("declare `{upstream}` with `kind = \"build\"`, or read a plain output as `{plain}`"),
+                ));
+        }
+        inputs.push(Input {
+            name: name.clone(),
+            upstream: upstream.to_owned(),
+            output: output.to_owned(),
+            build,
+        });
+    }
+    Ok(inputs)
+}
+
+/// Each input reads a component upstream of its own.
+fn check_inputs_are_upstream(
+    components: &[Component],
+    graph: &DependencyGraph<'_>,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, c) in components.iter().enumerate() {
+        let upstream = graph.upstream_closure(i);
+        for input in &c.inputs {
+            if !upstream.contains(input.upstream.as_str()) {
+                return Err(err(
+                    format!("component[{i}] ({}).inputs.{}", c.name, input.name),
+                    format!(
+                        "reads `{}.{}` but `{}` is not upstream of `{}`",
+                        input.upstream, input.output, input.upstream, c.name
+                    ),
+                    &format!("add `{}` to `depends_on` of `{}`", input.upstream, c.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each stage's job groups cover its members once, and a `[[group]]`'s
+/// mates run with one profile in it.
+fn check_stage_execution(
+    stages: &[Stage],
+    components: &[Component],
+    groups: &Groups,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, stage) in stages.iter().enumerate() {
+        let members = components
+            .iter()
+            .filter(|c| c.stages.contains(&stage.name))
+            .map(|c| c.name.as_str());
+        let at = |f: &str| format!("stage[{i}] ({}).{f}", stage.name);
+        super::execution::check_coverage(&stage.execution, members, &at, err)?;
+        // One call plans (and applies) a group's mates with one profile.
+        for group in &groups.all {
+            let mates = group.components.iter().filter(|c| {
+                components
+                    .iter()
+                    .any(|x| &x.name == *c && x.stages.contains(&stage.name))
+            });
+            super::execution::check_group_profiles(
+                &stage.execution,
+                &group.name,
+                mates,
+                &at,
+                &err,
+            )?;
+        }
+    }
+    Ok(())
+}
 
 fn check_apply_concurrency(
     value: Option<u32>,
