@@ -76,49 +76,42 @@ pub struct MemberOutcome {
 }
 
 impl MemberOutcome {
-    pub(crate) fn unknown_inputs(&self) -> Vec<String> {
+    /// The names of its inputs that `keep` keeps.
+    fn inputs_where(&self, keep: impl Fn(&ResolvedInput) -> bool) -> Vec<String> {
         self.inputs
             .iter()
-            .filter(|(_, i)| i.source == InputSource::Unknown)
-            .map(|(n, _)| n.clone())
+            .filter(|(_, input)| keep(input))
+            .map(|(name, _)| name.clone())
             .collect()
+    }
+
+    pub(crate) fn unknown_inputs(&self) -> Vec<String> {
+        self.inputs_where(|i| i.source == InputSource::Unknown)
     }
 
     /// The inputs a build in the change publishes (`build:` inputs whose
     /// build is planned here and not yet applied).
     pub(crate) fn build_inputs(&self) -> Vec<String> {
-        self.inputs
-            .iter()
-            .filter(|(_, i)| i.source == InputSource::Build)
-            .map(|(n, _)| n.clone())
-            .collect()
+        self.inputs_where(|i| i.source == InputSource::Build)
     }
 
     /// Its reads of group-mates whose plans did not know the value: the
     /// group's apply computes them, so they may move.
     pub(crate) fn group_inputs(&self) -> Vec<String> {
-        self.inputs
-            .iter()
-            .filter(|(_, i)| i.source == InputSource::Group && i.value.is_none())
-            .map(|(n, _)| n.clone())
-            .collect()
+        self.inputs_where(|i| i.source == InputSource::Group && i.value.is_none())
     }
 
     /// What the member's command is told it cannot know: the unknown
     /// inputs, the build inputs and the reads of its group-mates that no
     /// plan of the mate knew (all of them, before the group's plan call).
     pub(crate) fn unknown_to_the_plan(&self) -> Vec<String> {
-        self.inputs
-            .iter()
-            .filter(|(_, i)| {
-                i.value.is_none()
-                    && matches!(
-                        i.source,
-                        InputSource::Unknown | InputSource::Build | InputSource::Group
-                    )
-            })
-            .map(|(n, _)| n.clone())
-            .collect()
+        self.inputs_where(|i| {
+            i.value.is_none()
+                && matches!(
+                    i.source,
+                    InputSource::Unknown | InputSource::Build | InputSource::Group
+                )
+        })
     }
 
     pub(crate) fn known_inputs(&self) -> Map<String, Value> {
