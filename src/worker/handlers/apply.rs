@@ -312,24 +312,30 @@ impl JobCtx<'_> {
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);
-        let prepared = tokio::task::block_in_place(|| engine::prepare(&options));
+        let reading = options.clone();
+        let prepared = off_runtime(move || engine::prepare(&reading)).await?;
 
-        let (approved, policy, prepared) = match (approved, policy, prepared) {
-            (Ok(a), Ok(p), Ok(prepared)) => (a, p, prepared),
-            (approved, policy, prepared) => {
-                let why = match (approved, policy, prepared) {
-                    (Err(e), _, _) => format!("the approved change set cannot be trusted: {e}"),
-                    (_, Err(e), _) => e,
-                    (_, _, Err(PlanError::Internal(e))) => {
-                        return Err(e.context("reading the merge commit"))
-                    }
-                    (_, _, Err(e)) => format!("the merge commit cannot be planned: {e}"),
-                    _ => unreachable!("one of them failed"),
-                };
+        // What cannot be trusted is said first, then a policy that does not
+        // read, then a merge commit that cannot be planned.
+        let approved = match approved {
+            Ok(approved) => approved,
+            Err(e) => {
+                let why = format!("the approved change set cannot be trusted: {e}");
                 return self.refuse_run(run, &plan, &why).await;
             }
         };
-        let mut prepared = prepared;
+        let policy = match policy {
+            Ok(policy) => policy,
+            Err(why) => return self.refuse_run(run, &plan, &why).await,
+        };
+        let mut prepared = match prepared {
+            Ok(prepared) => prepared,
+            Err(PlanError::Internal(e)) => return Err(e.context("reading the merge commit")),
+            Err(e) => {
+                let why = format!("the merge commit cannot be planned: {e}");
+                return self.refuse_run(run, &plan, &why).await;
+            }
+        };
         // Units are found on the merge commit only once the approval
         // stands (below); until then the layout a job found before stays.
         let undiscovered = !prepared.config.discoverers.is_empty();
@@ -364,7 +370,13 @@ impl JobCtx<'_> {
                 let why = format!("{problem}. Once the server is fixed, `/retry`");
                 return self.stop_run(drive.run, &drive.plan, &why).await;
             }
-            let bench = tokio::task::block_in_place(|| prepared.workbench(&options));
+            let checking = (prepared, options.clone());
+            let (back, bench) = off_runtime(move || {
+                let bench = checking.0.workbench(&checking.1);
+                (checking.0, bench)
+            })
+            .await?;
+            prepared = back;
             let mut bench = match bench {
                 Ok(bench) => bench,
                 Err(PlanError::Internal(e)) => {
@@ -1203,6 +1215,14 @@ impl JobCtx<'_> {
         run.check_id = check_id.or(run.check_id);
         self.store.save_apply_run(run).await
     }
+}
+
+/// Runs `work` (git, files: blocking) on a thread for blocking work, off the
+/// runtime's own; an `Err` when the thread stopped (it panicked), never a value.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| anyhow!("a blocking task of the run stopped: {e}"))
 }
 
 /// Each stage's waves on the merge commit, in order, as `prepared` derives them.
