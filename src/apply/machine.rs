@@ -476,19 +476,16 @@ impl<'a> WaveMachine<'a> {
             }
             // A group applies with one call: its mates wait with it.
             let groups = self.spec.groups;
-            let (held, going): (Vec<MemberOutcome>, Vec<MemberOutcome>) =
-                ready.into_iter().partition(|o| {
-                    uncovered
-                        .iter()
-                        .any(|(waiting, _)| groups.together(&o.member, &waiting.member))
-                });
-            ready = going;
-            for outcome in held {
+            let mut going = Vec::new();
+            for outcome in ready {
                 let mate = uncovered
                     .iter()
-                    .find(|(waiting, _)| groups.together(&outcome.member, &waiting.member))
-                    .map(|(waiting, _)| waiting.member.to_string())
-                    .unwrap_or_default();
+                    .map(|(waiting, _)| &waiting.member)
+                    .find(|waiting| groups.together(&outcome.member, waiting));
+                let Some(mate) = mate else {
+                    going.push(outcome);
+                    continue;
+                };
                 record.set(
                     &outcome.member,
                     MemberState::Waiting {
@@ -498,6 +495,7 @@ impl<'a> WaveMachine<'a> {
                     },
                 );
             }
+            ready = going;
         }
         if !filled.is_empty() {
             let covered: Vec<(MemberOutcome, String)> =

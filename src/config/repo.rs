@@ -823,7 +823,6 @@ fn validate_component(
         defaults,
         default_timeout,
     } = *known;
-
     let at = |f: &str| format!("component[{i}] ({}).{f}", c.name);
     for (j, d) in c.depends_on.iter().enumerate() {
         if !index_of.contains_key(d.as_str()) {

@@ -542,11 +542,10 @@ pub(crate) struct Workbench {
     commit: String,
     /// Where the commands run.
     executor: Arc<LocalExecutor>,
-    /// The cached tree commands see through a layer of their own; `None`:
-    /// the commit's files are the job's own copy.
-    lower: Option<PathBuf>,
-    /// Holds the cached tree against eviction while the job lives.
-    _cached: Option<crate::sandbox::trees::CachedTree>,
+    /// The cached tree commands see through a layer of their own, held
+    /// against eviction while the job lives; `None`: the commit's files are
+    /// the job's own copy.
+    cached: Option<crate::sandbox::trees::CachedTree>,
 }
 
 struct Ready {
@@ -618,13 +617,12 @@ impl Workbench {
                 None
             }
         };
-        let lower = cached.as_ref().map(|c| c.path.clone());
         let executor = LocalExecutor::new(
             Arc::clone(&options.sandbox),
             LocalTree {
                 commit: commit.clone(),
                 tree,
-                lower: lower.clone(),
+                lower: cached.as_ref().map(|c| c.path.clone()),
                 dir: scratch.path().join("executor"),
             },
             options.heartbeat,
@@ -633,8 +631,7 @@ impl Workbench {
         Ok(Self {
             commit,
             executor: Arc::new(executor),
-            lower,
-            _cached: cached,
+            cached,
             options,
             config,
             base_env,
@@ -669,9 +666,10 @@ impl Workbench {
     /// The commit's files where the server reads them: the cached tree, or
     /// the job's copy.
     fn files_root(&self) -> PathBuf {
-        self.lower
-            .clone()
-            .unwrap_or_else(|| self.scratch.path().join("tree"))
+        match &self.cached {
+            Some(cached) => cached.path.clone(),
+            None => self.scratch.path().join("tree"),
+        }
     }
 
     /// Runs one of the job's own commands (`what`, for its errors): what
@@ -685,18 +683,12 @@ impl Workbench {
             .map_err(|e| format!("{what} could not start: {e}"))?;
         let ran = &finished.outcome;
         let tail = ran.tail(10);
-        let with_tail = |mut error: String| {
-            if !tail.is_empty() {
-                error.push_str(&format!("; last output:\n{tail}"));
-            }
-            error
-        };
         if !ran.succeeded() {
-            return Err(with_tail(ran.describe(what)));
+            return Err(runner::with_last_output(ran.describe(what), &tail));
         }
         match finished.files {
             Ok(files) => Ok((files, tail)),
-            Err(why) => Err(with_tail(format!("{what}: {why}"))),
+            Err(why) => Err(runner::with_last_output(format!("{what}: {why}"), &tail)),
         }
     }
 
@@ -974,12 +966,7 @@ impl Workbench {
             timeout,
         )?;
         let (left, tail) = self.run_own(&job, "the discover command").await?;
-        let with_output = |mut error: String| {
-            if !tail.is_empty() {
-                error.push_str(&format!("; last output:\n{tail}"));
-            }
-            error
-        };
+        let with_output = |error: String| runner::with_last_output(error, &tail);
         let bytes = left.read(UNITS_FILE, MAX_UNITS_FILE_BYTES).map_err(|e| {
             with_output(format!(
                 "its units file: {e}; write the list of units to `{{units_file}}`"
@@ -1193,12 +1180,7 @@ impl Workbench {
                 outcome.output = run.output.clone();
                 if !run.succeeded() {
                     outcome.status = MemberStatus::PlanFailed;
-                    let tail = run.tail(5);
-                    let mut error = run.describe("the plan command");
-                    if !tail.is_empty() {
-                        error.push_str(&format!("; last output:\n{tail}"));
-                    }
-                    outcome.error = Some(error);
+                    outcome.error = Some(run.failure("the plan command"));
                 } else {
                     let read = files
                         .map_err(|why| format!("the plan command: {why}"))
@@ -1709,13 +1691,8 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
 /// An apply command that did not exit 0, and what it carried.
 fn failed_apply(run: CommandOutcome, carry: Option<Map<String, Value>>) -> ApplyRun {
-    let mut error = run.describe("the apply command");
-    let tail = run.tail(5);
-    if !tail.is_empty() {
-        error.push_str(&format!("; last output:\n{tail}"));
-    }
     ApplyRun {
-        outcome: ApplyOutcome::Failed(error),
+        outcome: ApplyOutcome::Failed(run.failure("the apply command")),
         output: run.output,
         carry,
     }

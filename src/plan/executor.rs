@@ -208,7 +208,9 @@ impl Files {
     pub(crate) fn read(&self, name: &str, cap: u64) -> Result<&[u8], files::FileError> {
         match self.0.get(name) {
             None => Err(files::FileError::Missing),
-            Some(Entry::NotRegular(kind)) => Err(files::FileError::NotRegular(kind_text(kind))),
+            Some(Entry::NotRegular(kind)) => {
+                Err(files::FileError::NotRegular(files::kind_named(kind)))
+            }
             Some(Entry::File(bytes) | Entry::Executable(bytes)) if bytes.len() as u64 > cap => {
                 Err(files::FileError::TooLarge { cap })
             }
@@ -321,20 +323,6 @@ impl Files {
         }
         Ok(())
     }
-}
-
-/// The static text of a kind of file, as [`files::FileError`] holds it.
-fn kind_text(kind: &str) -> &'static str {
-    [
-        "a directory",
-        "a symbolic link",
-        "a named pipe",
-        "a socket",
-        "a device",
-    ]
-    .into_iter()
-    .find(|known| *known == kind)
-    .unwrap_or("not a regular file")
 }
 
 /// What a caller tells an executor besides the job.

@@ -83,13 +83,9 @@ impl Setup {
                         .await
                         .map_err(|e| format!("{}: `{shown}` could not start: {e}", self.what))?;
                     if !ran.succeeded() {
-                        let mut error =
+                        let error =
                             format!("{}: {}", self.what, ran.describe(&format!("`{shown}`")));
-                        let tail = ran.tail(10);
-                        if !tail.is_empty() {
-                            error.push_str(&format!("; last output:\n{tail}"));
-                        }
-                        return Err(error);
+                        return Err(with_last_output(error, &ran.tail(10)));
                     }
                 }
                 Ok(())
@@ -199,6 +195,12 @@ impl CommandOutcome {
         }
     }
 
+    /// How it failed, as [`describe`](Self::describe) says, with its last
+    /// output lines.
+    pub(crate) fn failure(&self, what: &str) -> String {
+        with_last_output(self.describe(what), &self.tail(5))
+    }
+
     /// The last `n` non-empty output lines, for an error message.
     pub(crate) fn tail(&self, n: usize) -> String {
         let lines: Vec<&str> = self
@@ -208,6 +210,14 @@ impl CommandOutcome {
             .collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
+}
+
+/// `error`, then `tail` (a command's last output lines) when there is any.
+pub(crate) fn with_last_output(mut error: String, tail: &str) -> String {
+    if !tail.is_empty() {
+        error.push_str(&format!("; last output:\n{tail}"));
+    }
+    error
 }
 
 /// A command that never started.

@@ -62,6 +62,23 @@ fn kind_of(mode: libc::mode_t) -> &'static str {
     }
 }
 
+/// The text [`FileError::NotRegular`] holds for a kind named `text` (as a
+/// command's files come back from where it ran).
+pub(crate) fn kind_named(text: &str) -> &'static str {
+    let formats = [
+        libc::S_IFDIR,
+        libc::S_IFLNK,
+        libc::S_IFIFO,
+        libc::S_IFSOCK,
+        libc::S_IFCHR,
+    ];
+    formats
+        .map(kind_of)
+        .into_iter()
+        .find(|kind| *kind == text)
+        .unwrap_or(kind_of(0))
+}
+
 /// Reads `dir/name`, a file a command wrote: a regular file, not a link, of
 /// at most `cap` bytes.
 pub(crate) fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, FileError> {

@@ -222,11 +222,7 @@ impl Workbench {
         let (output, left, mut error) = match result {
             Err(e) => (String::new(), Files::default(), Some(e.to_string())),
             Ok(Finished { outcome: run, .. }) if !run.succeeded() => {
-                let mut error = run.describe("the group's plan command");
-                let tail = run.tail(5);
-                if !tail.is_empty() {
-                    error.push_str(&format!("; last output:\n{tail}"));
-                }
+                let error = run.failure("the group's plan command");
                 (run.output, Files::default(), Some(error))
             }
             Ok(Finished {
@@ -377,14 +373,7 @@ impl Workbench {
             }
             Err(_) => Files::default(),
         };
-        let error = (!run.succeeded()).then(|| {
-            let mut error = run.describe("the group's apply command");
-            let tail = run.tail(5);
-            if !tail.is_empty() {
-                error.push_str(&format!("; last output:\n{tail}"));
-            }
-            error
-        });
+        let error = (!run.succeeded()).then(|| run.failure("the group's apply command"));
         members
             .iter()
             .map(|member| {

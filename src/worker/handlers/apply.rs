@@ -313,7 +313,7 @@ impl JobCtx<'_> {
         options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);
         let reading = options.clone();
-        let prepared = off_runtime(move || engine::prepare(&reading)).await?;
+        let prepared = git::off_runtime(move || Ok(engine::prepare(&reading))).await?;
 
         // What cannot be trusted is said first, then a policy that does not
         // read, then a merge commit that cannot be planned.
@@ -371,9 +371,9 @@ impl JobCtx<'_> {
                 return self.stop_run(drive.run, &drive.plan, &why).await;
             }
             let checking = (prepared, options.clone());
-            let (back, bench) = off_runtime(move || {
+            let (back, bench) = git::off_runtime(move || {
                 let bench = checking.0.workbench(&checking.1);
-                (checking.0, bench)
+                Ok((checking.0, bench))
             })
             .await?;
             prepared = back;
@@ -1215,14 +1215,6 @@ impl JobCtx<'_> {
         run.check_id = check_id.or(run.check_id);
         self.store.save_apply_run(run).await
     }
-}
-
-/// Runs `work` (git, files: blocking) on a thread for blocking work, off the
-/// runtime's own; an `Err` when the thread stopped (it panicked), never a value.
-async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| anyhow!("a blocking task of the run stopped: {e}"))
 }
 
 /// Each stage's waves on the merge commit, in order, as `prepared` derives them.
