@@ -47,6 +47,9 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) run: i64,
     pub(crate) pr: PrNumber,
     pub(crate) stage: &'a str,
+    /// The wave's own gate (1-based), for a stage approved wave by wave
+    /// (`gate_scope = "wave"`); `None`: the stage's gate holds it.
+    pub(crate) gated_wave: Option<u32>,
     /// The wave's members, in order.
     pub(crate) members: &'a [MemberId],
     /// Each member's upstreams in this stage, on the merge commit.
@@ -867,11 +870,14 @@ impl<'a> WaveMachine<'a> {
             applied: Some(&applied),
         };
         let stage = self.spec.stage;
-        let (base, rounds) = record.approved_sets(self.spec.approved, stage);
+        let wave = self.spec.gated_wave;
+        let (base, rounds) = record.approved_sets(self.spec.approved, stage, wave);
         if covered_by_any(&rounds, &fresh) == Coverage::Covered {
             return Coverage::Covered;
         }
-        let gated = record.stages.contains_key(stage);
+        let gated = record
+            .stages
+            .contains_key(&crate::model::stage_gate_key(stage, wave));
         match covered_by_any(&base, &fresh) {
             Coverage::Covered
                 if self.spec.gate == GatePolicy::OnDestructive && !gated && plan.destructive =>
@@ -1103,6 +1109,7 @@ mod tests {
                 run: 3,
                 pr: PrNumber(7),
                 stage: "dev",
+                gated_wave: None,
                 members: &self.members,
                 upstreams: self.upstreams.clone(),
                 approved: &self.approved,

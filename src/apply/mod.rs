@@ -379,6 +379,17 @@ pub(crate) struct StageGate {
     pub(crate) unlike_reviewed: Option<Vec<String>>,
 }
 
+impl StageGate {
+    /// The stage the gate belongs to (a stage's gate or one wave's always
+    /// names it).
+    pub(crate) fn stage(&self) -> Option<&str> {
+        match &self.gate {
+            GateId::Stage(_, stage) | GateId::Wave(_, stage, _) => Some(stage.as_str()),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 impl StageGate {
     /// A gate `gate` opened on `change_set` at 0, never approved, with no
@@ -488,6 +499,11 @@ pub(crate) struct AttemptRecord {
     /// stage decide afresh before it applies.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) stage_decided: BTreeMap<String, BTreeSet<MemberId>>,
+    /// The approvals (gate and digest) the run has spent, each as soon as
+    /// what it let through had applied: spent once, and still counted as
+    /// given for the rest of this run.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) spent: BTreeSet<(GateId, Digest)>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -511,9 +527,8 @@ impl AttemptRecord {
         let names = |set: &ChangeSet| set.members.iter().map(|m| m.member.clone()).collect();
         Some(match wait {
             Wait::PrApproval { .. } => return None,
-            Wait::Stage { stage, .. } => self
-                .stages
-                .get(stage)
+            Wait::Stage { gate, .. } => self
+                .stage_gate(gate)
                 .map(|g| names(&g.change_set))
                 .unwrap_or_default(),
             Wait::Round { round, .. } => self
@@ -696,17 +711,24 @@ impl AttemptRecord {
         }
     }
 
+    /// The stage gate (a stage's or a wave's) named `gate`.
+    pub(crate) fn stage_gate(&self, gate: &GateId) -> Option<&StageGate> {
+        self.stages.get(&gate.stage_gate_key()?)
+    }
+
     /// What a person approved that may cover a fresh plan in `stage`: that
-    /// stage's own set when its gate asked for one (the pull request's set
-    /// does not stand in for it), else the pull request's set; and the
+    /// stage's own set when its gate asked for one (or `wave`'s of a stage
+    /// approved wave by wave; the pull request's set does not stand in for
+    /// it), else the pull request's set; and the
     /// rounds approved in that stage. Each list is empty until approved.
     pub(crate) fn approved_sets<'a>(
         &'a self,
         pr_set: &'a ChangeSet,
         stage: &str,
+        wave: Option<u32>,
     ) -> (Vec<&'a ChangeSet>, Vec<&'a ChangeSet>) {
         let mut base = Vec::new();
-        match self.stages.get(stage) {
+        match self.stages.get(&crate::model::stage_gate_key(stage, wave)) {
             Some(gate) if !gate.approved_by.is_empty() => base.push(&gate.change_set),
             Some(_) => {}
             None if !self.pr_approved_by.is_empty() => base.push(pr_set),
@@ -972,7 +994,7 @@ mod tests {
         let pr = set_of(&[&plan("net@dev", "10.0.0.0/16")]);
         let mut record = AttemptRecord::default();
         let count = |r: &AttemptRecord, stage: &str| {
-            let (base, rounds) = r.approved_sets(&pr, stage);
+            let (base, rounds) = r.approved_sets(&pr, stage, None);
             (base.len(), rounds.len())
         };
         assert_eq!(count(&record, "dev"), (0, 0));

@@ -173,25 +173,72 @@ pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
         .collect()
 }
 
-/// The approvals an applied run used, each spent so none lets anything
-/// through again: the pull request's, and each approved stage gate and round.
-fn spent(s: &Settle<'_>, record: &AttemptRecord) -> Vec<Effect> {
+/// The approvals an ended run used, each spent so none lets anything
+/// through again: the pull request's, and each approved stage gate (or
+/// wave's) and round not spent yet.
+fn spent(s: &Settle<'_>, record: &mut AttemptRecord) -> Vec<Effect> {
     let pr = crate::model::GateId::Pr(s.pr);
-    std::iter::once((pr, s.digest.clone()))
-        .chain(
-            record
-                .stages
-                .values()
-                .filter(|g| !g.approved_by.is_empty())
-                .map(|g| (g.gate.clone(), g.change_set.digest.clone())),
-        )
-        .chain(
-            record
-                .rounds
+    let used: Vec<(GateId, Digest)> = std::iter::once((pr, s.digest.clone()))
+        .chain(approved_gates(record).map(|(gate, digest, _)| (gate.clone(), digest.clone())))
+        .collect();
+    spend(record, used)
+}
+
+/// The approvals of stage gates (a stage's or one wave's) and rounds
+/// whose every member has applied (or ended without applying, on
+/// purpose), not spent yet: each is spent now rather than when the run
+/// ends (seeds 004: an approval is spent once the wave under it applied),
+/// so a run that fails later and is never retried leaves none standing.
+pub(crate) fn spend_used(record: &mut AttemptRecord) -> Vec<Effect> {
+    let placed: BTreeSet<&MemberId> = record
+        .layout
+        .iter()
+        .flat_map(|(_, waves)| waves.iter().flatten())
+        .collect();
+    let done = |m: &MemberId| {
+        let state = record.state(m);
+        let ended = state.is_applied()
+            || matches!(
+                state,
+                MemberState::StoodDown { .. } | MemberState::Unaffected
+            );
+        ended && !record.after_apply_due.contains(m)
+    };
+    let used: Vec<(GateId, Digest)> = approved_gates(record)
+        .filter(|(_, _, set)| {
+            let mut members = set
+                .members
                 .iter()
-                .filter(|r| !r.approved_by.is_empty())
-                .map(|r| (r.gate.clone(), r.change_set.digest.clone())),
-        )
+                .map(|m| &m.member)
+                .filter(|m| placed.contains(m))
+                .peekable();
+            members.peek().is_some() && members.all(done)
+        })
+        .map(|(gate, digest, _)| (gate.clone(), digest.clone()))
+        .collect();
+    spend(record, used)
+}
+
+/// Each approved stage gate and round of the run: its gate, its digest,
+/// and the set approved.
+fn approved_gates(record: &AttemptRecord) -> impl Iterator<Item = (&GateId, &Digest, &ChangeSet)> {
+    let stages = record
+        .stages
+        .values()
+        .filter(|g| !g.approved_by.is_empty())
+        .map(|g| (&g.gate, &g.change_set.digest, &g.change_set));
+    let rounds = record
+        .rounds
+        .iter()
+        .filter(|r| !r.approved_by.is_empty())
+        .map(|r| (&r.gate, &r.change_set.digest, &r.change_set));
+    stages.chain(rounds)
+}
+
+/// Spends each of `used` that the run has not spent yet, and notes it.
+fn spend(record: &mut AttemptRecord, used: Vec<(GateId, Digest)>) -> Vec<Effect> {
+    used.into_iter()
+        .filter(|used| record.spent.insert(used.clone()))
         .map(|(gate, digest)| Effect::SpendApproval { gate, digest })
         .collect()
 }
@@ -217,7 +264,7 @@ fn pending_of(s: &Settle<'_>, record: &AttemptRecord) -> Option<Pending> {
         Wait::Stage { stage, gate, digest } => (
             gate,
             digest,
-            format!("stage {stage} of pull request {pr} waits for `/approve {stage}` of its plans on the merge commit"),
+            format!("stage {stage} of pull request {pr} waits for `{}` of its plans on the merge commit", gate.approve_words()),
         ),
         Wait::Round { round, gate, digest } => (
             gate,
@@ -362,6 +409,83 @@ mod tests {
             "the unapproved round 3 spends nothing"
         );
         assert_eq!((status, record.at), (RunStatus::Applied, None));
+    }
+
+    #[test]
+    fn an_approval_is_spent_once_what_it_let_through_applied_and_never_twice() {
+        let wave_gate = |gate: &str, members: &[&str]| {
+            let plans: Vec<_> = members.iter().map(|m| plan(m, "a")).collect();
+            StageGate {
+                approved_by: vec!["erin".into()],
+                ..StageGate::open_for_test(gate, set_of(&plans.iter().collect::<Vec<_>>()))
+            }
+        };
+        let mut record = AttemptRecord {
+            layout: vec![(
+                "prod".into(),
+                vec![
+                    vec!["net@prod".into()],
+                    vec!["app@prod".into(), "db@prod".into()],
+                ],
+            )],
+            ..AttemptRecord::default()
+        };
+        record.stages.insert(
+            "prod wave 1".into(),
+            wave_gate("pr-7-prod-wave-1", &["net@prod"]),
+        );
+        record.stages.insert(
+            "prod wave 2".into(),
+            wave_gate("pr-7-prod-wave-2", &["app@prod", "db@prod"]),
+        );
+        let spend = |key: &str, record: &AttemptRecord| Effect::SpendApproval {
+            gate: record.stages[key].gate.clone(),
+            digest: record.stages[key].change_set.digest.clone(),
+        };
+        assert_eq!(spend_used(&mut record), [], "nothing applied yet");
+
+        record.set(&"net@prod".into(), applied());
+        record.after_apply_due.insert("net@prod".into());
+        assert_eq!(spend_used(&mut record), [], "its after.apply hooks are due");
+        record.after_apply_due.clear();
+        assert_eq!(spend_used(&mut record), [spend("prod wave 1", &record)]);
+        assert_eq!(spend_used(&mut record), [], "spent once");
+
+        record.set(&"app@prod".into(), applied());
+        record.set(
+            &"db@prod".into(),
+            MemberState::Failed {
+                error: "boom".into(),
+            },
+        );
+        assert_eq!(
+            spend_used(&mut record),
+            [],
+            "db@prod may still apply under it"
+        );
+        record.set(
+            &"db@prod".into(),
+            MemberState::StoodDown {
+                reason: "a newer push".into(),
+            },
+        );
+        assert_eq!(spend_used(&mut record), [spend("prod wave 2", &record)]);
+
+        // The run's end spends the pull request's approval, and nothing twice.
+        let job = Job::new(&["net@prod", "app@prod", "db@prod"]);
+        let mut status = RunStatus::Running;
+        let effects = job.settle(&mut status, &mut record);
+        let spends: Vec<&Effect> = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::SpendApproval { .. }))
+            .collect();
+        assert_eq!(
+            spends,
+            [&Effect::SpendApproval {
+                gate: "pr-7".parse().unwrap(),
+                digest: job.pr_digest.clone(),
+            }]
+        );
     }
 
     #[test]

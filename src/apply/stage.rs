@@ -34,7 +34,10 @@ pub(crate) struct StageSpec<'a> {
     /// The pull request's approved change set.
     pub(crate) approved: &'a ChangeSet,
     pub(crate) stage: &'a str,
-    /// The stage's waves on the merge commit, in order.
+    /// For a stage approved wave by wave (`gate_scope = "wave"`), the wave
+    /// (1-based) whose gate this is: `waves` is then that wave alone.
+    pub(crate) wave: Option<u32>,
+    /// The stage's waves on the merge commit, in order (or the one wave).
     pub(crate) waves: &'a [Vec<MemberId>],
     /// Its gate and how long its wait may last, as the base sets them.
     pub(crate) gate: GatePolicy,
@@ -118,6 +121,7 @@ impl<'a> StageMachine<'a> {
             StageObservation::Reached { now } => {
                 self.now = now;
                 record.stand_down_after(stage, self.spec.waves, &self.spec.upstreams);
+                let key = self.key();
                 // What is left to apply: not a member that failed or is
                 // blocked (it waits for `/retry`), nor one that applied.
                 let pending: Vec<Vec<MemberId>> = self
@@ -140,12 +144,12 @@ impl<'a> StageMachine<'a> {
                 // plan then, and was retried) makes it decide afresh.
                 let decided = record
                     .stage_decided
-                    .get(stage)
+                    .get(&key)
                     .is_none_or(|over| pending.iter().flatten().all(|m| over.contains(m)));
                 let approved = decided
                     && record
                         .stages
-                        .get(stage)
+                        .get(&key)
                         .is_some_and(|g| !g.approved_by.is_empty());
                 self.asks = self.spec.gate != GatePolicy::Never && !approved;
                 self.pricing =
@@ -229,7 +233,7 @@ impl<'a> StageMachine<'a> {
         // Coverage still holds each against the gate's current set.
         record
             .stage_decided
-            .entry(self.spec.stage.to_owned())
+            .entry(self.key())
             .or_default()
             .extend(planned.iter().map(|o| o.member.clone()));
         self.previewed = planned;
@@ -241,6 +245,19 @@ impl<'a> StageMachine<'a> {
             }]);
         }
         self.planned(record)
+    }
+
+    /// Where the record keeps this gate: by the stage, or the stage's wave.
+    fn key(&self) -> String {
+        crate::model::stage_gate_key(self.spec.stage, self.spec.wave)
+    }
+
+    /// "stage prod's gate", or "the gate of stage prod's wave 2".
+    fn gate_of(&self) -> String {
+        match self.spec.wave {
+            Some(wave) => format!("the gate of stage {}'s wave {wave}", self.spec.stage),
+            None => format!("stage {}'s gate", self.spec.stage),
+        }
     }
 
     /// The stage's plans are made (and its after.plan hooks passed): they
@@ -268,7 +285,7 @@ impl<'a> StageMachine<'a> {
             return Ok(vec![Effect::Done(Step::Continue)]);
         };
         let stage = self.spec.stage;
-        let (base, rounds) = record.approved_sets(self.spec.approved, stage);
+        let (base, rounds) = record.approved_sets(self.spec.approved, stage, self.spec.wave);
         let approved: Vec<&ChangeSet> = base.iter().chain(&rounds).copied().collect();
         if !approved
             .iter()
@@ -387,7 +404,7 @@ impl<'a> StageMachine<'a> {
         if !self.asks {
             return self.go_on(record);
         }
-        let stage = self.spec.stage;
+        let key = self.key();
         let outcomes = &self.previewed;
         let destructive = outcomes
             .iter()
@@ -397,20 +414,19 @@ impl<'a> StageMachine<'a> {
             .all(|o| o.plan.as_ref().is_some_and(|p| p.is_empty()));
         if !stage_needs_approval(self.spec.gate, destructive, nothing_changes) {
             if nothing_changes && self.spec.gate != GatePolicy::Never {
-                record.gates_skipped.insert(stage.to_owned());
+                record.gates_skipped.insert(key);
             }
             return self.go_on(record);
         }
         let set = self.set()?;
-        let known = record.stages.get(stage);
+        let known = record.stages.get(&key);
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
             let lasts = |t: Duration| i64::try_from(t.as_millis()).unwrap_or(i64::MAX);
             let expires_at = self.spec.timeout.map(|t| self.now.saturating_add(lasts(t)));
-            record
-                .stages
-                .insert(stage.to_owned(), self.opened(set, expires_at));
+            let opened = self.opened(set, expires_at);
+            record.stages.insert(key.clone(), opened);
         }
-        let gate = &record.stages[stage];
+        let gate = &record.stages[&key];
         Ok(vec![Effect::CountApprovals {
             gate: gate.gate.clone(),
             digest: gate.change_set.digest.clone(),
@@ -427,7 +443,7 @@ impl<'a> StageMachine<'a> {
             .filter_map(|outcome| self.moved(outcome, &reviewed))
             .collect();
         StageGate {
-            gate: GateId::of(self.spec.pr, Some(self.spec.stage)),
+            gate: GateId::of_stage(self.spec.pr, self.spec.stage, self.spec.wave),
             change_set,
             approved_by: Vec::new(),
             mismatch: None,
@@ -448,10 +464,9 @@ impl<'a> StageMachine<'a> {
         mismatch: Option<Mismatch>,
         now: i64,
     ) -> Result<Vec<Effect>, ChangeSetError> {
-        let stage = self.spec.stage;
         let gate = record
             .stages
-            .get_mut(stage)
+            .get_mut(&self.key())
             .expect("opened before counting");
         gate.mismatch = mismatch.filter(|_| by.is_empty());
         if !by.is_empty() {
@@ -459,6 +474,7 @@ impl<'a> StageMachine<'a> {
             return self.go_on(record);
         }
         let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
+        let (what, approve) = (self.gate_of(), gate_id.approve_words());
         if let Some(at) = gate.expires_at.filter(|at| now >= *at) {
             gate.expired = true;
             for outcome in &self.previewed {
@@ -466,7 +482,7 @@ impl<'a> StageMachine<'a> {
                     &outcome.member,
                     MemberState::Failed {
                         error: format!(
-                            "stage {stage}'s gate expired at {} with no `/approve {stage}` (its `timeout` on the base); `/retry` opens a fresh gate",
+                            "{what} expired at {} with no `{approve}` (its `timeout` on the base); `/retry` opens a fresh gate",
                             crate::model::utc(at)
                         ),
                     },
@@ -474,16 +490,20 @@ impl<'a> StageMachine<'a> {
             }
             return Ok(vec![Effect::Done(Step::Stop)]);
         }
+        let waits = match self.spec.wave {
+            Some(wave) => format!("wave {wave} of stage {}", self.spec.stage),
+            None => format!("stage {}", self.spec.stage),
+        };
         for outcome in &self.previewed {
             record.set(
                 &outcome.member,
                 MemberState::Waiting {
-                    reason: format!("stage {stage} waits for `/approve {stage}`"),
+                    reason: format!("{waits} waits for `{approve}`"),
                 },
             );
         }
         record.wait = Some(Wait::Stage {
-            stage: stage.to_owned(),
+            stage: self.spec.stage.to_owned(),
             gate: gate_id,
             digest,
         });
@@ -515,6 +535,7 @@ mod tests {
             pr: PrNumber(7),
             approved: Box::leak(Box::new(set_of(&[]))),
             stage: "prod",
+            wave: None,
             waves,
             gate,
             timeout: Some(Duration::from_secs(3600)),
@@ -686,6 +707,101 @@ mod tests {
             record.state("app@prod"),
             MemberState::Failed { .. }
         ));
+    }
+
+    #[test]
+    fn a_stage_approved_wave_by_wave_holds_each_wave_at_its_own_gate_bound_to_that_waves_plans() {
+        let waves = waves();
+        let (net, app) = (plan("network@prod", "a"), plan("app@prod", "b"));
+        let mut record = AttemptRecord::default();
+        // Wave 1 alone: its gate binds network@prod's plan only.
+        let mut first = machine(&waves[..1], GatePolicy::Always);
+        first.spec.wave = Some(1);
+        let reached = first
+            .step(&mut record, StageObservation::Reached { now: NOW })
+            .unwrap();
+        assert_eq!(reached, [Effect::Preview(waves[..1].to_vec())]);
+        let outcomes = vec![outcome(&net)];
+        let asked = first
+            .step(&mut record, StageObservation::Previewed { outcomes })
+            .unwrap();
+        let gate = record.stages["prod wave 1"].clone();
+        assert_eq!(gate.gate.to_string(), "pr-7-prod-wave-1");
+        assert_eq!(gate.change_set.digest, set_of(&[&net]).digest);
+        assert_eq!(
+            asked,
+            [Effect::CountApprovals {
+                gate: gate.gate.clone(),
+                digest: gate.change_set.digest.clone(),
+            }]
+        );
+        first.step(&mut record, counted(&[], None, NOW)).unwrap();
+        assert_eq!(
+            record.state("network@prod"),
+            MemberState::Waiting {
+                reason: "wave 1 of stage prod waits for `/approve prod wave 1`".into()
+            }
+        );
+        assert_eq!(
+            record.wait,
+            Some(Wait::Stage {
+                stage: "prod".into(),
+                gate: gate.gate.clone(),
+                digest: gate.change_set.digest.clone(),
+            })
+        );
+        assert!(
+            !record.stages.contains_key("prod"),
+            "the stage as a whole has no gate"
+        );
+
+        // Approved, wave 1 goes on; wave 2 then asks on its own set.
+        let mut first = machine(&waves[..1], GatePolicy::Always);
+        first.spec.wave = Some(1);
+        first
+            .step(&mut record, StageObservation::Reached { now: NOW })
+            .unwrap();
+        first
+            .step(
+                &mut record,
+                StageObservation::Previewed {
+                    outcomes: vec![outcome(&net)],
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            first
+                .step(&mut record, counted(&["erin"], None, NOW))
+                .unwrap(),
+            [Effect::Done(Step::Continue)]
+        );
+        let mut second = machine(&waves[1..], GatePolicy::Always);
+        second.spec.wave = Some(2);
+        second
+            .step(&mut record, StageObservation::Reached { now: NOW })
+            .unwrap();
+        let asked = second
+            .step(
+                &mut record,
+                StageObservation::Previewed {
+                    outcomes: vec![outcome(&app)],
+                },
+            )
+            .unwrap();
+        let gate = &record.stages["prod wave 2"];
+        assert_eq!(gate.gate.to_string(), "pr-7-prod-wave-2");
+        assert_eq!(gate.change_set.digest, set_of(&[&app]).digest);
+        assert!(matches!(asked[..], [Effect::CountApprovals { .. }]));
+        assert_eq!(record.stages["prod wave 1"].approved_by, ["erin"]);
+        // Resumed, the approved wave 1 does not ask again.
+        let mut first = machine(&waves[..1], GatePolicy::Always);
+        first.spec.wave = Some(1);
+        assert_eq!(
+            first
+                .step(&mut record, StageObservation::Reached { now: NOW })
+                .unwrap(),
+            [Effect::Done(Step::Continue)]
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@
 use super::cost::CostCommand;
 use super::hooks::{Hook, Moment};
 use super::repo::{
-    apply_concurrency_of, gate_of, stage_policy, stage_timeout, GatePolicy, Notify, Policy,
-    RawRepoConfig, RepoConfig,
+    apply_concurrency_of, gate_of, gate_scope_of, stage_policy, stage_timeout, GatePolicy,
+    GateScope, Notify, Policy, RawRepoConfig, RepoConfig,
 };
 use super::CONFIG_FILE;
 use std::time::Duration;
@@ -101,6 +101,12 @@ impl BaseRules {
     /// A stage's gate: `always` unless the base says otherwise.
     pub(crate) fn gate(&self, stage: &str) -> GatePolicy {
         gate_of(self.raw(), stage)
+    }
+
+    /// What one approval at a stage's gate covers: the stage, unless the
+    /// base says one wave at a time.
+    pub(crate) fn gate_scope(&self, stage: &str) -> GateScope {
+        gate_scope_of(self.raw(), stage)
     }
 
     /// The policy a stage's gate and its rounds are judged by: `policy`

@@ -136,6 +136,10 @@ pub(crate) struct RawStage {
     pub(crate) name: String,
     #[serde(default)]
     pub(crate) gate: Option<GatePolicy>,
+    /// What one approval of the stage covers: the whole stage (the default),
+    /// or one dependency wave of it (`"wave"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gate_scope: Option<GateScope>,
     /// Who may approve this stage's gate and rounds; `[policy] approvers` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) approvers: Option<Vec<String>>,
@@ -238,6 +242,17 @@ impl fmt::Display for GatePolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What one approval at a stage's gate lets through: the stage's plans on
+/// the merge commit, or one dependency wave's at a time (seeds 001's gated
+/// waves), each bound to its own set digest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum GateScope {
+    #[default]
+    Stage,
+    Wave,
 }
 
 /// Who may let a change through. Read from the base branch only.
@@ -551,6 +566,7 @@ impl RepoConfig {
             .collect();
         let names: Vec<String> = components.iter().map(|c| c.name.clone()).collect();
         let cost = cost::validate(raw.cost.as_ref(), &stage_costs, &names, &err)?;
+        check_wave_gates_unpriced(&raw.stages, &cost, &err)?;
         if policy.max_monthly_increase.is_some_and(|m| m < Money::ZERO) {
             return Err(err(
                 "policy.max_monthly_increase".into(),
@@ -662,6 +678,14 @@ pub(crate) fn gate_of(base: Option<&RawRepoConfig>, stage: &str) -> GatePolicy {
         .unwrap_or(GatePolicy::Always)
 }
 
+/// What one approval at a stage's gate covers, read from the BASE config:
+/// the whole stage unless its entry says `"wave"`.
+pub(crate) fn gate_scope_of(base: Option<&RawRepoConfig>, stage: &str) -> GateScope {
+    base.and_then(|b| b.stages.iter().find(|s| s.name == stage))
+        .and_then(|s| s.gate_scope)
+        .unwrap_or_default()
+}
+
 /// The policy a stage's gate and its rounds are judged by, read from the
 /// BASE config: `[policy]` with the stage's own `approvers`, `required` and
 /// `review_approvals` where its entry sets them.
@@ -709,7 +733,7 @@ fn validate_stages(
             return Err(err(
                 field,
                 format!("`{}` is not a stage name wavegate can use: its gate would read as another kind (`pr-<n>-{}`)", s.name, s.name),
-                "rename the stage (`override`, `round-<n>` and `hook-<name>` name a pull request's override, re-plan rounds and hook gates)",
+                "rename the stage (`override`, `round-<n>`, `hook-<name>` and `<name>-wave-<n>` name a pull request's override, re-plan rounds, hook gates and the gates of a stage's waves)",
             ));
         }
         if stages.iter().any(|x: &Stage| x.name == s.name) {
@@ -735,6 +759,13 @@ fn validate_stages(
                 None => None,
             };
         check_apply_concurrency(s.apply_concurrency, at("apply_concurrency"), err)?;
+        if s.gate_scope == Some(GateScope::Wave) && s.gate == Some(GatePolicy::Never) {
+            return Err(err(
+                at("gate_scope"),
+                "is \"wave\", but the stage's gate is \"never\": there is no gate to hold its waves at".into(),
+                "leave `gate_scope` out, or set `gate` to \"always\" or \"on-destructive\"",
+            ));
+        }
         let execution = super::execution::check_stage(
             s.profile.as_ref(),
             s.jobs.as_deref(),
@@ -750,6 +781,25 @@ fn validate_stages(
         });
     }
     Ok(stages)
+}
+
+/// A stage's cost binds all of its plans at once, so a stage priced by a
+/// cost command is approved as a whole.
+fn check_wave_gates_unpriced(
+    raw: &[RawStage],
+    cost: &cost::CostCommands,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, s) in raw.iter().enumerate() {
+        if s.gate_scope == Some(GateScope::Wave) && cost.at(&s.name).is_some() {
+            return Err(err(
+                format!("stage[{i}] ({}).gate_scope", s.name),
+                "is \"wave\", but the stage has a cost command, whose figures bind the whole stage at once".into(),
+                "leave `gate_scope` out for a priced stage, or give the stage `cost` of its own only where it is approved as a whole",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `[defaults] timeout`, or the built-in default.
@@ -1893,6 +1943,43 @@ approvers = ["alice"]
             assert!(e.contains(expected), "expected `{expected}` in: {e}");
             assert!(e.contains("fix: "), "{e}");
         }
+    }
+
+    #[test]
+    fn a_stage_may_be_approved_wave_by_wave_where_a_gate_holds_it_and_no_cost_binds_it() {
+        let text = GOOD.replace(
+            "name = \"prod\"\n",
+            "name = \"prod\"\ngate_scope = \"wave\"\n",
+        );
+        let base = RepoConfig::parse_raw("wavegate.toml", &text).unwrap();
+        RepoConfig::parse("wavegate.toml", &text).unwrap();
+        assert_eq!(gate_scope_of(Some(&base), "prod"), GateScope::Wave);
+        assert_eq!(gate_scope_of(Some(&base), "dev"), GateScope::Stage);
+        assert_eq!(gate_scope_of(None, "prod"), GateScope::Stage);
+
+        let never = GOOD.replace(
+            "gate = \"never\"",
+            "gate = \"never\"\ngate_scope = \"wave\"",
+        );
+        let e = error_of(&never);
+        assert!(
+            e.contains(
+                "`stage[0] (dev).gate_scope`: is \"wave\", but the stage's gate is \"never\""
+            ),
+            "{e}"
+        );
+        let priced = format!("{text}[cost]\ncommand = [\"./price.sh\", \"{{cost_file}}\"]\n");
+        let e = error_of(&priced);
+        assert!(
+            e.contains(
+                "`stage[1] (prod).gate_scope`: is \"wave\", but the stage has a cost command"
+            ),
+            "{e}"
+        );
+        let e = error_of(&GOOD.replace("name = \"prod\"", "name = \"prod-wave-2\""));
+        assert!(e.contains("(`pr-<n>-prod-wave-2`)"), "{e}");
+        let e = error_of(&text.replace("gate_scope = \"wave\"", "gate_scope = \"waves\""));
+        assert!(e.contains("expected `stage` or `wave`"), "{e}");
     }
 
     #[test]

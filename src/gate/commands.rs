@@ -50,6 +50,9 @@ impl DigestRef {
 pub enum Command {
     Approve {
         stage: Option<String>,
+        /// One dependency wave (1-based) of the stage, for a stage gated
+        /// wave by wave; only with `stage`.
+        wave: Option<u32>,
         digest: Option<DigestRef>,
     },
     Plan,
@@ -107,11 +110,11 @@ pub(crate) struct CommandSpec {
 pub(crate) const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "approve",
-        usage: "/approve [stage] [digest]",
+        usage: "/approve [stage [wave <k>]] [digest]",
         summary:
-            "approve the newest plan, for every stage or only the one named; give the report's \
-                  digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly \
-                  the plan you read",
+            "approve the newest plan, for every stage or only the one named (or one wave of a \
+                  stage approved wave by wave); give the report's digest (`sha256:…`, or its \
+                  first 12 or more hex digits) to approve exactly the plan you read",
     },
     CommandSpec {
         name: "plan",
@@ -233,18 +236,26 @@ fn without_arguments(
 }
 
 fn read_approve(arguments: &str) -> Result<Command, Unreadable> {
-    let words: Vec<&str> = arguments.split_whitespace().take(3).collect();
+    let words: Vec<&str> = arguments.split_whitespace().take(5).collect();
     match words[..] {
         [] => Ok(Command::Approve {
             stage: None,
+            wave: None,
             digest: None,
         }),
+        [first, second, ref after @ ..]
+            if second.eq_ignore_ascii_case("wave") && !is_digest_like(first) =>
+        {
+            read_approve_wave(first, after)
+        }
         [only] if is_digest_like(only) => Ok(Command::Approve {
             stage: None,
+            wave: None,
             digest: Some(read_digest(only, None)?),
         }),
         [only] => Ok(Command::Approve {
             stage: Some(read_stage(only)?),
+            wave: None,
             digest: None,
         }),
         [first, _] if is_digest_like(first) => Err(unreadable(
@@ -265,13 +276,60 @@ fn read_approve(arguments: &str) -> Result<Command, Unreadable> {
             Ok(Command::Approve {
                 digest: Some(read_digest(second, Some(&stage))?),
                 stage: Some(stage),
+                wave: None,
             })
         }
         _ => Err(unreadable(
             "`/approve` takes at most a stage and a digest",
-            "write `/approve`, `/approve <digest>`, `/approve <stage>` or `/approve <stage> <digest>`",
+            "write `/approve`, `/approve <digest>`, `/approve <stage>` or `/approve <stage> <digest>` \
+             (`/approve <stage> wave <k> <digest>` for one wave of a stage approved wave by wave)",
         )),
     }
+}
+
+/// `/approve <stage> wave <k> [digest]`: `after` is what follows `wave`.
+fn read_approve_wave(stage: &str, after: &[&str]) -> Result<Command, Unreadable> {
+    let stage = read_stage(stage)?;
+    let Some(number) = after.first() else {
+        return Err(unreadable(
+            "`wave` needs the wave's number",
+            format!("write `/approve {stage} wave <k>`, with k as the report numbers the stage's waves (1, 2, …)"),
+        ));
+    };
+    let canonical = !number.starts_with('0') && number.bytes().all(|b| b.is_ascii_digit());
+    let Some(wave) = number.parse::<u32>().ok().filter(|_| canonical) else {
+        return Err(unreadable(
+            format!("`{number}` is not a wave's number"),
+            format!("write `/approve {stage} wave <k>`, with k as the report numbers the stage's waves (1, 2, …)"),
+        ));
+    };
+    let approve = format!("{stage} wave {wave}");
+    let digest = match after[1..] {
+        [] => None,
+        [word] if is_digest_like(word) || read_digest_after_trimming(word).is_some() => {
+            Some(read_digest(word, Some(&approve))?)
+        }
+        [word] => {
+            return Err(unreadable(
+                format!("`{word}` is not a digest"),
+                format!(
+                    "after the wave give the report's digest: \
+                     `/approve {approve} sha256:<64 hex digits, or the first 12 or more>`"
+                ),
+            ))
+        }
+        _ => {
+            return Err(unreadable(
+                "`/approve` takes at most a stage, one of its waves and a digest",
+                format!("write `/approve {approve}` or `/approve {approve} <digest>`"),
+            ))
+        }
+    };
+    Ok(Command::Approve {
+        stage: Some(stage),
+        wave: Some(wave),
+        digest,
+    })
 }
 
 /// `sha256:` anything, or 12 or more hex digits: the reviewer meant a digest.
@@ -478,6 +536,7 @@ mod tests {
     fn approve(stage: Option<&str>, digest: Option<DigestRef>) -> Command {
         Command::Approve {
             stage: stage.map(str::to_owned),
+            wave: None,
             digest,
         }
     }
@@ -542,6 +601,62 @@ mod tests {
             only_command("/approve eu-west_2"),
             approve(Some("eu-west_2"), None)
         );
+    }
+
+    #[test]
+    fn approve_one_wave_of_a_stage() {
+        let wave = |k, digest| Command::Approve {
+            stage: Some("prod".into()),
+            wave: Some(k),
+            digest,
+        };
+        assert_eq!(only_command("/approve prod wave 2"), wave(2, None));
+        assert_eq!(only_command("/approve prod Wave 12"), wave(12, None));
+        assert_eq!(
+            only_command(&format!("/approve prod wave 1 sha256:{HEX64}")),
+            wave(1, Some(full()))
+        );
+        for (bad, problem, fix) in [
+            (
+                "/approve prod wave",
+                "needs the wave's number",
+                "/approve prod wave <k>",
+            ),
+            (
+                "/approve prod wave two",
+                "`two` is not a wave's number",
+                "(1, 2, …)",
+            ),
+            (
+                "/approve prod wave 0",
+                "`0` is not a wave's number",
+                "(1, 2, …)",
+            ),
+            (
+                "/approve prod wave 02",
+                "`02` is not a wave's number",
+                "(1, 2, …)",
+            ),
+            (
+                "/approve prod wave 2 now",
+                "`now` is not a digest",
+                "/approve prod wave 2 sha256:",
+            ),
+            (
+                &format!("/approve prod wave 2 sha256:{HEX64} please"),
+                "at most a stage, one of its waves and a digest",
+                "/approve prod wave 2 <digest>",
+            ),
+            (
+                "/approve prod wave 2 sha256:xyz",
+                "is not a digest",
+                "/approve prod wave 2 sha256:",
+            ),
+        ] {
+            let error = only_error(bad);
+            assert!(error.problem.contains(problem), "{bad}: {error:?}");
+            assert!(error.fix.contains(fix), "{bad}: {error:?}");
+        }
     }
 
     #[test]
@@ -933,7 +1048,7 @@ mod tests {
         insta::assert_snapshot!(help_text(), @r"
         wavegate commands: write each at the start of its own line, outside code blocks and quotes.
 
-        - `/approve [stage] [digest]` — approve the newest plan, for every stage or only the one named; give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
+        - `/approve [stage [wave <k>]] [digest]` — approve the newest plan, for every stage or only the one named (or one wave of a stage approved wave by wave); give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
         - `/plan` — plan this pull request again now
         - `/retry` — resume an apply that failed or was stopped
         - `/revoke` — withdraw your approval of this pull request
@@ -960,6 +1075,7 @@ mod tests {
     fn every_declared_usage_parses_into_its_command() {
         let samples = [
             ("[stage]", "prod".to_owned()),
+            ("[stage [wave <k>]]", "prod wave 2".to_owned()),
             ("[digest]", format!("sha256:{HEX64}")),
             ("<member>", "app@prod".to_owned()),
             ("<reason>", "the outage fix".to_owned()),

@@ -16,6 +16,10 @@ impl StageName {
     pub(crate) fn new(name: impl Into<String>) -> Self {
         Self(name.into())
     }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 impl fmt::Display for StageName {

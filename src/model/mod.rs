@@ -21,6 +21,7 @@ pub mod untrusted;
 pub(crate) use digest::DIGEST_HEX_DIGITS;
 pub use digest::{Digest, DigestOver, NotADigest, DIGEST_PREFIX};
 pub use gate_id::GateId;
+pub(crate) use gate_id::{approve_stage_words, stage_gate_key};
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use member::{MemberId, StageName, WaveName};

@@ -7,7 +7,8 @@
 //! the strictest setting. Pure: the engine hands in the texts it read.
 
 use crate::config::repo::{
-    gate_of, stage_policy, GatePolicy, Policy, RawRepoConfig, RepoConfig, CONFIG_FILE,
+    gate_of, gate_scope_of, stage_policy, GatePolicy, GateScope, Policy, RawRepoConfig, RepoConfig,
+    CONFIG_FILE,
 };
 use crate::model::MemberId;
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,9 @@ pub(crate) struct StagePreview {
     pub(crate) gate: GatePolicy,
     /// The base names this stage with a gate; otherwise `always` is the strictest reading.
     pub(crate) gate_at_base: bool,
+    /// The base approves the stage one dependency wave at a time
+    /// (`gate_scope = "wave"`), each wave at its own gate.
+    pub(crate) per_wave: bool,
     pub(crate) approvers: Approvers,
     /// The stage's own approvers differ from `[policy]`.
     pub(crate) own_approvers: bool,
@@ -98,6 +102,7 @@ impl Preview {
                     waves: vec![i],
                     gate: GatePolicy::Always,
                     gate_at_base: true,
+                    per_wave: false,
                     approvers: approvers.clone(),
                     own_approvers: false,
                     timeout: None,
@@ -156,6 +161,7 @@ pub(crate) fn preview(
                 waves: in_stage,
                 gate: gate_of(raw.as_ref(), &stage.name),
                 gate_at_base: entry.is_some_and(|e| e.gate.is_some()),
+                per_wave: gate_scope_of(raw.as_ref(), &stage.name) == GateScope::Wave,
                 own_approvers: own.approvers != policy.approvers
                     || own.required != policy.required
                     || own.review_approvals != policy.review_approvals,
@@ -199,6 +205,17 @@ fn edits(base: Option<&RawRepoConfig>, base_policy: &Policy, head: &RepoConfig) 
             })
             .unwrap_or_default()
         };
+        let scope = gate_scope_of(base, &stage.name);
+        if scope != stage.gate_scope.unwrap_or_default() {
+            edits.push(format!(
+                "`{}`'s gate scope (approved {} at the base)",
+                stage.name,
+                match scope {
+                    GateScope::Stage => "as a whole",
+                    GateScope::Wave => "wave by wave",
+                }
+            ));
+        }
         if settings(at_base) != settings(Some(stage)) {
             edits.push(format!(
                 "`{}`'s approvers, required count, reviews or timeout",
@@ -281,6 +298,24 @@ approvers = ["bob"]
             ]
         );
         assert!(p.edits_policy());
+    }
+
+    #[test]
+    fn a_stage_the_base_approves_wave_by_wave_is_previewed_so_and_a_change_to_that_counts_after_merge(
+    ) {
+        let per_wave = BASE.replace(
+            "timeout = \"24h\"",
+            "timeout = \"24h\"\ngate_scope = \"wave\"",
+        );
+        let p = preview("b", Some(&per_wave), &head(&per_wave), &waves());
+        assert_eq!((p.stages[0].per_wave, p.stages[1].per_wave), (false, true));
+        assert!(p.edits.is_empty());
+        let p = preview("b", Some(&per_wave), &head(BASE), &waves());
+        assert!(p.stages[1].per_wave, "the base decides");
+        assert_eq!(
+            p.edits,
+            ["`prod`'s gate scope (approved wave by wave at the base)"]
+        );
     }
 
     #[test]

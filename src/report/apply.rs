@@ -8,7 +8,7 @@ use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
 use crate::model::untrusted::{cell_message, code, fenced, message};
-use crate::model::{utc, CommitSha, Digest, MemberId};
+use crate::model::{utc, CommitSha, Digest, GateId, MemberId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::tail::OutputTail;
 
@@ -54,10 +54,19 @@ pub(crate) fn title(view: &RunView<'_>) -> String {
     }
 }
 
+/// A stage gate as the record keeps it (`prod`, `prod wave 2`), titled:
+/// "Stage **prod**", "Stage **prod**, wave 2".
+fn titled(key: &str) -> String {
+    match key.split_once(" wave ") {
+        Some((stage, wave)) => format!("Stage **{stage}**, wave {wave}"),
+        None => format!("Stage **{key}**"),
+    }
+}
+
 fn waiting_for(wait: &Wait) -> String {
     match wait {
         Wait::PrApproval { .. } => "an approval of the merged plan".into(),
-        Wait::Stage { stage, .. } => format!("/approve {stage}"),
+        Wait::Stage { gate, .. } => gate.approve_words(),
         Wait::Round { round, .. } => format!("an approval of round {round}"),
         Wait::Override { member, also, .. } if also.is_empty() => format!("/override {member}"),
         Wait::Override { .. } => format!(
@@ -88,7 +97,7 @@ pub(crate) fn line_to_copy(wait: &Wait) -> Option<String> {
         Wait::PrApproval { digest, .. }
         | Wait::Round { digest, .. }
         | Wait::Hook { digest, .. } => Some(format!("/approve {digest}")),
-        Wait::Stage { stage, digest, .. } => Some(format!("/approve {stage} {digest}")),
+        Wait::Stage { gate, digest, .. } => Some(format!("{} {digest}", gate.approve_words())),
         Wait::Override { member, .. } => Some(format!("/override {member} <reason>")),
         Wait::Lock { .. } | Wait::Holder { .. } | Wait::EarlierAttempt { .. } => None,
     }
@@ -119,8 +128,12 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
         Wait::PrApproval { .. } => format!(
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n{line}\n```\n"
         ),
-        Wait::Stage { stage, digest, .. } => {
-            let gate = record.stages.get(stage);
+        Wait::Stage {
+            stage,
+            gate: gate_id,
+            digest,
+        } => {
+            let gate = record.stage_gate(gate_id);
             let compared = match gate.and_then(|g| g.unlike_reviewed.as_ref()) {
                 Some(moved) if moved.is_empty() => {
                     " Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.".to_owned()
@@ -144,9 +157,15 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
                     )
                 })
                 .unwrap_or_default();
-            format!(
-                "Stage **{stage}** waits for its own approval of its plans on the merge commit (set digest `{digest}`).{compared}\n{who}\n```\n{line}\n```\n"
-            )
+            let waits = match gate_id {
+                GateId::Wave(_, _, wave) => format!(
+                    "Wave {wave} of stage **{stage}** (approved wave by wave) waits for its own approval of its plans on the merge commit"
+                ),
+                _ => format!(
+                    "Stage **{stage}** waits for its own approval of its plans on the merge commit"
+                ),
+            };
+            format!("{waits} (set digest `{digest}`).{compared}\n{who}\n```\n{line}\n```\n")
         }
         Wait::Round { round, digest, .. } => {
             let listed = record.rounds.iter().find(|r| r.number == *round);
@@ -377,10 +396,10 @@ pub(crate) fn lapsed_lines(record: &AttemptRecord) -> String {
 
 /// When the stage wait expires, and what then; empty when it does not.
 pub(crate) fn wait_expiry(record: &AttemptRecord) -> String {
-    let Some(Wait::Stage { stage, .. }) = &record.wait else {
+    let Some(Wait::Stage { stage, gate, .. }) = &record.wait else {
         return String::new();
     };
-    match record.stages.get(stage).and_then(|g| g.expires_at) {
+    match record.stage_gate(gate).and_then(|g| g.expires_at) {
         Some(at) => format!(
             "This wait expires: {}. Unapproved by then, stage {stage} fails, and `/retry` opens a fresh gate.\n\n",
             utc(at)
@@ -448,12 +467,13 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         out.push('\n');
     }
     out.push_str(&failure_details(view.record));
-    for stage in &view.record.gates_skipped {
+    for key in &view.record.gates_skipped {
         out.push_str(&format!(
-            "- Stage **{stage}**: its gate was skipped, because its plans on the merge commit change nothing\n"
+            "- {}: its gate was skipped, because its plans on the merge commit change nothing\n",
+            titled(key)
         ));
     }
-    for (stage, gate) in &view.record.stages {
+    for (key, gate) in &view.record.stages {
         let who = if let Some(m) = gate
             .mismatch
             .as_ref()
@@ -477,8 +497,10 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
             format!("approved by {}", gate.approved_by.join(", "))
         };
         out.push_str(&format!(
-            "- Stage **{stage}** gate `{}`: set `{}`, {who}\n",
-            gate.gate, gate.change_set.digest
+            "- {} gate `{}`: set `{}`, {who}\n",
+            titled(key),
+            gate.gate,
+            gate.change_set.digest
         ));
         out.push_str(&set_lines(&gate.change_set));
     }

@@ -313,7 +313,14 @@ fn after_merge(change: &PlannedChange, rows: usize) -> String {
             }
             listed += waves[i].len();
             let names: Vec<String> = waves[i].iter().map(|m| format!("`{m}`")).collect();
-            let _ = writeln!(out, "- {}: {}", wave_names[i], names.join(", "));
+            let gated = match &wave_names[i] {
+                name if stage.per_wave && stage.gate != GatePolicy::Never => format!(
+                    " (its own gate: `{}`)",
+                    crate::model::approve_stage_words(&stage.name, u32::try_from(name.number).ok())
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "- {}: {}{gated}", wave_names[i], names.join(", "));
         }
         out.push('\n');
     }
@@ -351,7 +358,14 @@ pub(crate) fn stage_meaning(change: &PlannedChange, stage: &StagePreview) -> Str
             .iter()
             .filter(|m| m.stage == stage.name)
             .count();
-    let approve = format!("waits for `/approve {}` after merge", stage.name);
+    let approve = if stage.per_wave {
+        format!(
+            "waits after merge for an approval of each of its waves in turn (`/approve {} wave <k>`), each of that wave's own plans",
+            stage.name
+        )
+    } else {
+        format!("waits for `/approve {}` after merge", stage.name)
+    };
     let meaning = match stage.gate {
         GatePolicy::Never => "applies under this pull request's approval".to_owned(),
         GatePolicy::Always if all_planned && plans.iter().all(|(_, p)| p.is_empty()) => {

@@ -44,9 +44,10 @@ pub(crate) enum Refusal {
         stage: String,
         stages: Vec<String>,
     },
-    /// `/approve <stage>` before the apply run reached that stage.
+    /// `/approve <stage> [wave <k>]` before the apply run reached that stage.
     StageNotPlannedYet {
         stage: String,
+        wave: Option<u32>,
     },
     /// `/approve <stage>` after the stage's gate expired (at, unix ms).
     StageExpired {
@@ -55,11 +56,13 @@ pub(crate) enum Refusal {
     },
     /// `/approve` while the run waits for nothing a person approves.
     RunWaitsForNoApproval,
-    /// `/approve <stage>` while the run waits at another stage's gate.
+    /// `/approve <stage> [wave <k>]` while the run waits at another
+    /// stage's gate, or another wave's.
     RunWaitsElsewhere {
         gate: GateId,
         waiting: Option<String>,
         named: String,
+        named_wave: Option<u32>,
         digest: Digest,
     },
     NothingToRevoke,
@@ -131,11 +134,12 @@ impl fmt::Display for Refusal {
                 code(stage),
                 stages.join(", ")
             ),
-            Self::StageNotPlannedYet { stage } => write!(
+            Self::StageNotPlannedYet { stage, wave } => write!(
                 f,
-                "{} approves stage {}'s own plans, which the apply run posts here when it reaches that stage after merge; there is no such plan to approve now. Approve the change itself with `/approve`",
-                code(&format!("/approve {stage}")),
-                code(stage)
+                "{} approves {}'s own plans, which the apply run posts here when it reaches {} after merge; there is no such plan to approve now. Approve the change itself with `/approve`",
+                code(&crate::model::approve_stage_words(stage, *wave)),
+                stage_or_wave(stage, *wave),
+                if wave.is_some() { "that wave" } else { "that stage" }
             ),
             Self::StageExpired { stage, at } => write!(
                 f,
@@ -148,14 +152,23 @@ impl fmt::Display for Refusal {
                 gate,
                 waiting,
                 named,
+                named_wave,
                 digest,
-            } => write!(
-                f,
-                "the apply run waits at `{gate}` (stage {}), not at stage {}; write `/approve {} {digest}`",
-                waiting.as_deref().unwrap_or("?"),
-                code(named),
-                waiting.as_deref().unwrap_or("")
-            ),
+            } => {
+                let at = match gate {
+                    GateId::Wave(_, stage, wave) => format!("stage {stage}'s wave {wave}"),
+                    _ => format!("stage {}", waiting.as_deref().unwrap_or("?")),
+                };
+                let approve = match gate {
+                    GateId::Stage(..) | GateId::Wave(..) => gate.approve_words(),
+                    _ => format!("/approve {}", waiting.as_deref().unwrap_or("")),
+                };
+                write!(
+                    f,
+                    "the apply run waits at `{gate}` ({at}), not at {}; write `{approve} {digest}`",
+                    stage_or_wave(named, *named_wave),
+                )
+            }
             Self::NothingToRevoke => f.write_str(
                 "there is no standing approval for you to revoke; an approval can be revoked by whoever gave it, or by a repository admin",
             ),
@@ -179,6 +192,14 @@ impl fmt::Display for Refusal {
 }
 
 /// The one reply to a comment some of whose commands were refused.
+/// "stage `prod`", or "stage `prod`'s wave 2".
+fn stage_or_wave(stage: &str, wave: Option<u32>) -> String {
+    match wave {
+        Some(wave) => format!("stage {}'s wave {wave}", code(stage)),
+        None => format!("stage {}", code(stage)),
+    }
+}
+
 pub(crate) fn reply(login: &str, refusals: &[Refusal]) -> String {
     let said: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
     format!("@{login}: {}", said.join("\n\n"))
@@ -218,15 +239,31 @@ mod tests {
                 gate: "pr-7-prod".parse().unwrap(),
                 waiting: Some("prod".into()),
                 named: "dev".into(),
+                named_wave: None,
                 digest: Digest::repeated('a'),
             },
+            Refusal::RunWaitsElsewhere {
+                gate: "pr-7-prod-wave-2".parse().unwrap(),
+                waiting: Some("prod".into()),
+                named: "prod".into(),
+                named_wave: Some(3),
+                digest: Digest::repeated('a'),
+            },
+            Refusal::StageNotPlannedYet {
+                stage: "prod".into(),
+                wave: Some(1),
+            },
         ];
-        insta::assert_snapshot!(reply("erin", &refusals), @"
+        insta::assert_snapshot!(reply("erin", &refusals), @r"
         @erin: `qa` is not a stage of this repository (stages: dev, prod); write `/approve` for the whole change, or `/approve <stage>`
 
         stage prod's gate expired at 2025-11-30 00:00:00 UTC with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve
 
         the apply run waits at `pr-7-prod` (stage prod), not at stage `dev`; write `/approve prod sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa`
+
+        the apply run waits at `pr-7-prod-wave-2` (stage prod's wave 2), not at stage `prod`'s wave 3; write `/approve prod wave 2 sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa`
+
+        `/approve prod wave 1` approves stage `prod`'s wave 1's own plans, which the apply run posts here when it reaches that wave after merge; there is no such plan to approve now. Approve the change itself with `/approve`
         ");
     }
 }

@@ -253,10 +253,9 @@ pub(crate) fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, n
         // A stage wait whose `timeout` passed: the run fails that stage.
         // (Not a delayed job: that would hold the pull request's queue,
         // and every `/approve` in it, until then.)
-        (RunStatus::Waiting, Some(Wait::Stage { stage, .. })) => run
+        (RunStatus::Waiting, Some(Wait::Stage { gate, .. })) => run
             .record
-            .stages
-            .get(stage)
+            .stage_gate(gate)
             .and_then(|gate| gate.expires_at)
             .is_some_and(|at| now >= at),
         _ => false,

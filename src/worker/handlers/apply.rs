@@ -21,7 +21,7 @@ use crate::apply::{
     run_goes_on, stage_waves, upstream_members, AttemptRecord, MemberState, RunStatus, Wait,
 };
 use crate::config::hooks::Moment;
-use crate::config::repo::{GatePolicy, Policy};
+use crate::config::repo::{GatePolicy, GateScope, Policy};
 use crate::config::BaseRules;
 use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::{PullRequest, RepoRef};
@@ -503,6 +503,8 @@ impl JobCtx<'_> {
     /// Reads every stage gate and round from the ledger again: approvals
     /// given since the last job count, revoked ones stop counting. The sets
     /// read back from the record are verified against their digests first.
+    /// An approval the run spent (what it let through applied) is not read
+    /// again: it was given, and used.
     async fn refresh_approvals(&self, drive: &mut Drive) -> Result<()> {
         let stages: Vec<String> = drive.run.record.stages.keys().cloned().collect();
         for stage in stages {
@@ -511,8 +513,16 @@ impl JobCtx<'_> {
                 .verify()
                 .with_context(|| format!("the recorded set of stage {stage}"))?;
             let (gate_id, digest) = (gate.gate.clone(), gate.change_set.digest.clone());
+            if drive
+                .run
+                .record
+                .spent
+                .contains(&(gate_id.clone(), digest.clone()))
+            {
+                continue;
+            }
             let passed = !gate.approved_by.is_empty();
-            let policy = drive.stage_policy(&stage);
+            let policy = drive.stage_policy(gate.stage().unwrap_or(&stage));
             let by = self
                 .run_gate_approvers(drive, (&gate_id, passed), &digest, &policy)
                 .await?;
@@ -531,8 +541,9 @@ impl JobCtx<'_> {
                 .change_set
                 .verify()
                 .with_context(|| format!("the recorded set of round {}", round.number))?;
-            if !round.covered() {
-                let (gate, digest) = (round.gate.clone(), round.change_set.digest.clone());
+            let spent = (round.gate.clone(), round.change_set.digest.clone());
+            if !round.covered() && !drive.run.record.spent.contains(&spent) {
+                let (gate, digest) = spent;
                 let passed = !round.approved_by.is_empty();
                 let policy = drive.stage_policy(&round.stage.clone());
                 let by = self
@@ -714,31 +725,24 @@ impl JobCtx<'_> {
             if hook_rules::settle(record, at.1, &open, result, Step::Continue).is_some() {
                 return Ok(());
             }
-            let gate = drive.rules.gate(&stage);
-            let step = self.stage_gate(drive, bench, &stage, &waves, gate).await?;
-            // after.gate runs once the gate decided: it went on, waits, or
-            // expired; not when plans or a hook stopped the stage first.
-            let record = &drive.run.record;
-            let decided = step == Step::Continue
-                || matches!(&record.wait, Some(Wait::Stage { stage: s, .. }) if *s == stage)
-                || record.stages.get(&stage).is_some_and(|g| g.expired);
-            if decided && !drive.rules.hooks(&stage, Moment::AfterGate).is_empty() {
-                let decision = GateDecision::of(&drive.run.record, &stage, step == Step::Continue);
-                let at = (stage.as_str(), Moment::AfterGate);
-                let result = self
-                    .run_hooks(drive, bench, at, &open, Some(&decision))
-                    .await?;
-                let record = &mut drive.run.record;
-                if hook_rules::settle(record, at.1, &open, result, step).is_some() {
-                    return Ok(());
-                }
-            }
-            if step == Step::Stop {
-                return Ok(());
-            }
-            for (i, wave) in waves.iter().enumerate() {
-                drive.run.record.at = Some((stage.clone(), i + 1));
-                if self.wave(drive, bench, &stage, wave).await? == Step::Stop {
+            // The stage's gate holds all of its waves; a stage approved
+            // wave by wave holds each at its own gate, in turn.
+            let held: Vec<(Option<u32>, usize)> = match drive.rules.gate_scope(&stage) {
+                GateScope::Stage => vec![(None, 0)],
+                GateScope::Wave => (0..waves.len())
+                    .map(|i| (Some(u32::try_from(i + 1).unwrap_or(u32::MAX)), i))
+                    .collect(),
+            };
+            for (gated_wave, first) in held {
+                let part = match gated_wave {
+                    Some(_) => &waves[first..=first],
+                    None => &waves[..],
+                };
+                if self
+                    .gate_then_apply(drive, bench, (&stage, gated_wave), (first, part), &open)
+                    .await?
+                    == Step::Stop
+                {
                     return Ok(());
                 }
             }
@@ -750,6 +754,68 @@ impl JobCtx<'_> {
         Ok(())
     }
 
+    /// One gate of `stage` (the stage's, or `gated_wave`'s of a stage
+    /// approved wave by wave), its `after.gate` hooks once it decided, and
+    /// then the waves it holds (`part`, the first of them the stage's
+    /// `first`th, 0-based).
+    async fn gate_then_apply(
+        &self,
+        drive: &mut Drive,
+        bench: &mut Workbench,
+        (stage, gated_wave): (&str, Option<u32>),
+        (first, part): (usize, &[Vec<MemberId>]),
+        open: &[MemberId],
+    ) -> Result<Step> {
+        let gate = drive.rules.gate(stage);
+        let step = self
+            .stage_gate(drive, bench, (stage, gated_wave), part, gate)
+            .await?;
+        // after.gate runs once the gate decided: it went on, waits, or
+        // expired; not when plans or a hook stopped the stage first.
+        let key = crate::model::stage_gate_key(stage, gated_wave);
+        let record = &drive.run.record;
+        let decided = step == Step::Continue
+            || matches!(&record.wait, Some(Wait::Stage { gate, .. }) if gate.stage_gate_key().as_ref() == Some(&key))
+            || record.stages.get(&key).is_some_and(|g| g.expired);
+        if decided && !drive.rules.hooks(stage, Moment::AfterGate).is_empty() {
+            let went_on = step == Step::Continue;
+            let decision = GateDecision::of(&drive.run.record, (stage, gated_wave), went_on);
+            let at = (stage, Moment::AfterGate);
+            let open: Vec<MemberId> = match gated_wave {
+                Some(_) => open
+                    .iter()
+                    .filter(|m| part.iter().flatten().any(|p| p == *m))
+                    .cloned()
+                    .collect(),
+                None => open.to_vec(),
+            };
+            let result = self
+                .run_hooks(drive, bench, at, &open, Some(&decision))
+                .await?;
+            let record = &mut drive.run.record;
+            if hook_rules::settle(record, at.1, &open, result, step).is_some() {
+                return Ok(Step::Stop);
+            }
+        }
+        if step == Step::Stop {
+            return Ok(Step::Stop);
+        }
+        for (i, wave) in part.iter().enumerate() {
+            drive.run.record.at = Some((stage.to_owned(), first + i + 1));
+            let step = self.wave(drive, bench, stage, wave, gated_wave).await?;
+            let used = crate::apply::run::spend_used(&mut drive.run.record);
+            let mut io = RunIo {
+                run: &mut drive.run,
+                plan: Some(&drive.plan),
+            };
+            self.perform_all(&mut io, used).await?;
+            if step == Step::Stop {
+                return Ok(Step::Stop);
+            }
+        }
+        Ok(Step::Continue)
+    }
+
     /// A stage's gate, decided by the apply machine (`crate::apply::stage`):
     /// its plans on the merge commit are previewed wave by wave, and the
     /// ledger and the forge say who approved their set.
@@ -757,7 +823,7 @@ impl JobCtx<'_> {
         &self,
         drive: &mut Drive,
         bench: &mut Workbench,
-        stage: &str,
+        (stage, wave): (&str, Option<u32>),
         waves: &[Vec<MemberId>],
         gate: GatePolicy,
     ) -> Result<Step> {
@@ -773,6 +839,7 @@ impl JobCtx<'_> {
             pr: drive.run.pr,
             approved: &approved,
             stage,
+            wave,
             waves,
             gate,
             timeout: drive.rules.stage_timeout(stage),
@@ -850,6 +917,7 @@ impl JobCtx<'_> {
         bench: &mut Workbench,
         stage: &str,
         wave: &[MemberId],
+        gated_wave: Option<u32>,
     ) -> Result<Step> {
         let mut upstreams = BTreeMap::new();
         let mut lifetimes = BTreeMap::new();
@@ -869,6 +937,7 @@ impl JobCtx<'_> {
             run: drive.run.id,
             pr: drive.run.pr,
             stage,
+            gated_wave,
             members: wave,
             upstreams,
             approved: &approved,

@@ -87,7 +87,11 @@ impl JobCtx<'_> {
                         Said::Done
                     }
                 }
-                Command::Approve { stage, digest } => {
+                Command::Approve {
+                    stage,
+                    wave,
+                    digest,
+                } => {
                     let run = self.store.apply_run(&self.repo.id, self.pr).await?;
                     let at_run_gate = run.as_ref().is_some_and(|r| {
                         matches!(
@@ -97,12 +101,13 @@ impl JobCtx<'_> {
                     });
                     let said = match run {
                         Some(run) if at_run_gate => {
-                            self.approve_run(&comment, stage.as_deref(), digest.as_ref(), &run)
+                            let named = (stage.as_deref(), *wave);
+                            self.approve_run(&comment, named, digest.as_ref(), &run)
                                 .await?
                         }
                         _ => {
-                            self.approve(&comment, stage.as_deref(), digest.as_ref())
-                                .await?
+                            let named = (stage.as_deref(), *wave);
+                            self.approve(&comment, named, digest.as_ref()).await?
                         }
                     };
                     gate_moved |= matches!(said, Said::Done) && !at_run_gate;
@@ -157,7 +162,7 @@ impl JobCtx<'_> {
     async fn approve(
         &self,
         comment: &CommentIn<'_>,
-        stage: Option<&str>,
+        (stage, wave): (Option<&str>, Option<u32>),
         named: Option<&commands::DigestRef>,
     ) -> Result<Said> {
         let record = self.store.pr(&self.repo.id, self.pr).await?;
@@ -196,11 +201,14 @@ impl JobCtx<'_> {
                 .store
                 .apply_run(&self.repo.id, self.pr)
                 .await?
-                .and_then(|run| run.record.stages.get(stage).cloned())
+                .and_then(|run| {
+                    let key = crate::model::stage_gate_key(stage, wave);
+                    run.record.stages.get(&key).cloned()
+                })
                 .filter(|gate| gate.expired);
             if let Some(gate) = expired {
                 return Ok(Said::Refused(Refusal::StageExpired {
-                    stage: stage.to_owned(),
+                    stage: crate::model::stage_gate_key(stage, wave),
                     at: gate.expires_at,
                 }));
             }
@@ -208,6 +216,7 @@ impl JobCtx<'_> {
             // reaches it; there is nothing of it to approve before that.
             return Ok(Said::Refused(Refusal::StageNotPlannedYet {
                 stage: stage.to_owned(),
+                wave,
             }));
         }
         let binding = FactData::at_plan(&plan.head_sha, &plan.base_sha);
@@ -271,6 +280,9 @@ impl JobCtx<'_> {
             );
         }
         if let Some(run) = self.store.apply_run(&self.repo.id, self.pr).await? {
+            // The gates of waves of stages approved wave by wave.
+            let waves = run.record.stages.values().map(|g| &g.gate);
+            gates.extend(waves.filter(|g| matches!(g, GateId::Wave(..))).cloned());
             gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
             gates.push(GateId::Override(self.pr));
             // The gates of hooks' failures and holds, approved or waiting.
@@ -329,7 +341,7 @@ impl JobCtx<'_> {
     async fn approve_run(
         &self,
         comment: &CommentIn<'_>,
-        stage: Option<&str>,
+        (stage, wave): (Option<&str>, Option<u32>),
         named: Option<&commands::DigestRef>,
         run: &ApplyRunRecord,
     ) -> Result<Said> {
@@ -360,25 +372,34 @@ impl JobCtx<'_> {
             ),
             _ => return Ok(Said::Refused(Refusal::RunWaitsForNoApproval)),
         };
-        if let Some(stage) = stage.filter(|s| Some(*s) != waiting_stage) {
+        // `/approve prod` approves the wave of prod the run waits at (its
+        // digest is the one posted); `/approve prod wave 2` only wave 2.
+        let waiting_wave = match gate {
+            GateId::Wave(_, _, wave) => Some(*wave),
+            _ => None,
+        };
+        let elsewhere = stage.is_some_and(|s| Some(s) != waiting_stage)
+            || wave.is_some_and(|w| Some(w) != waiting_wave);
+        if let Some(stage) = stage.filter(|_| elsewhere) {
             return Ok(Said::Refused(Refusal::RunWaitsElsewhere {
                 gate: gate.clone(),
                 waiting: waiting_stage.map(str::to_owned),
                 named: stage.to_owned(),
+                named_wave: wave,
                 digest: digest.clone(),
             }));
         }
-        // Only the stage's own gate expires; a round or a hook waiting in
-        // a stage whose gate went through does not.
+        // Only the stage's own gate (or a wave's) expires; a round or a
+        // hook waiting in a stage whose gate went through does not.
         let at_stage_gate = matches!(run.record.wait, Some(Wait::Stage { .. }));
-        if let Some(stage) = waiting_stage.filter(|_| at_stage_gate) {
+        if let Some(key) = gate.stage_gate_key().filter(|_| at_stage_gate) {
             let now = self.store.now();
-            let expires_at = run.record.stages.get(stage).and_then(|g| g.expires_at);
+            let expires_at = run.record.stages.get(&key).and_then(|g| g.expires_at);
             if expires_at.is_some_and(|at| now >= at) {
                 // The run looks again and fails the stage, if it has not yet.
                 self.enqueue_resume().await?;
                 return Ok(Said::Refused(Refusal::StageExpired {
-                    stage: stage.to_owned(),
+                    stage: key,
                     at: expires_at,
                 }));
             }

@@ -188,12 +188,12 @@ async fn revoke_and_help_and_an_unknown_command() {
     let typo = pr.comment_as("rev-bob", "/aprove").await;
     assert_eq!(pr.reactions(typo), ["eyes", "confused"]);
     // The reply names the typo and includes the help.
-    insta::assert_snapshot!(pr.last_reply(), @"
+    insta::assert_snapshot!(pr.last_reply(), @r"
     @rev-bob: `/aprove` is not a wavegate command.
 
     wavegate commands: write each at the start of its own line, outside code blocks and quotes.
 
-    - `/approve [stage] [digest]` — approve the newest plan, for every stage or only the one named; give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
+    - `/approve [stage [wave <k>]] [digest]` — approve the newest plan, for every stage or only the one named (or one wave of a stage approved wave by wave); give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
     - `/plan` — plan this pull request again now
     - `/retry` — resume an apply that failed or was stopped
     - `/revoke` — withdraw your approval of this pull request

@@ -322,3 +322,158 @@ async fn a_moved_plan_waits_for_its_round_with_its_dependents_while_its_wave_mat
     );
     assert_eq!(pr.apply_check().state, "success");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_approved_wave_by_wave_waits_at_each_waves_own_gate_and_spends_each_as_it_applies()
+{
+    let mut bot = Bot::start().await;
+    // The base approves prod one dependency wave at a time.
+    let base = bot.example.read("main", "wavegate.toml").replace(
+        "name = \"prod\"\ngate = \"always\"\n",
+        "name = \"prod\"\ngate = \"always\"\ngate_scope = \"wave\"\n",
+    );
+    assert!(base.contains("gate_scope"), "{base}");
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&base))]);
+    branch_of_subtrees(&bot, "trees", None, "");
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    let pr = approved_pr(&bot, 63, "trees").await;
+    // Before merge, the report says each wave of prod waits at its own gate.
+    let report = pr.report();
+    assert!(
+        report.contains(
+            "waits after merge for an approval of each of its waves in turn (`/approve prod wave <k>`)"
+        ),
+        "{report}"
+    );
+    for (wave, members) in [
+        (1, "`base@prod`, `solo1@prod`, `solo2@prod`"),
+        (2, "`mid@prod`"),
+        (3, "`leaf@prod`"),
+    ] {
+        let line =
+            format!("- prod · wave {wave}: {members} (its own gate: `/approve prod wave {wave}`)");
+        assert!(report.contains(&line), "{line} in {report}");
+    }
+
+    // Merged: dev applies; prod's first wave waits for its own approval.
+    pr.merge().await;
+    assert_eq!(bot.applies_run().len(), 5, "dev applied");
+    let first = asked_digest(&pr.last_reply());
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: waiting
+
+    Approved by @rev-bob.
+
+    Wave 1 of stage **prod** (approved wave by wave) waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
+
+    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
+
+    ```
+    /approve prod wave 1 sha256:[digest]
+    ```
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | applied |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | applied |
+    | dev | 3 | `leaf@dev` | applied |
+    | prod | 1 | `base@prod` | waiting: wave 1 of stage prod waits for `/approve prod wave 1` |
+    | prod | 1 | `solo1@prod` | waiting: wave 1 of stage prod waits for `/approve prod wave 1` |
+    | prod | 1 | `solo2@prod` | waiting: wave 1 of stage prod waits for `/approve prod wave 1` |
+    | prod | 2 | `mid@prod` | not started |
+    | prod | 3 | `leaf@prod` | not started |
+
+    - Stage **prod**, wave 1 gate `pr-63-prod-wave-1`: set `sha256:[digest]`, waiting
+      - `base@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo1@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo2@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+
+    // An approval of a wave the run does not wait at is refused.
+    pr.comment_as("rev-carol", "/approve prod wave 2").await;
+    insta::assert_snapshot!(redact(&pr.last_reply()), @r"@rev-carol: the apply run waits at `pr-63-prod-wave-1` (stage prod's wave 1), not at stage `prod`'s wave 2; write `/approve prod wave 1 sha256:[digest]`");
+
+    // Wave 1 approved: it applies, and wave 2 waits for an approval of its
+    // own plans, which wave 1's outputs fed.
+    pr.comment_as("rev-carol", &format!("/approve prod wave 1 {first}"))
+        .await;
+    let mut applied = bot.applies_run()[5..].to_vec();
+    applied.sort();
+    assert_eq!(applied, ["base@prod", "solo1@prod", "solo2@prod"]);
+    let second = asked_digest(&pr.last_reply());
+    assert_ne!(first, second);
+    assert!(
+        pr.last_reply().contains("/approve prod wave 2 sha256:"),
+        "{}",
+        pr.last_reply()
+    );
+
+    // The server restarts: the run resumes at the same wave and gate.
+    drop(pr);
+    bot.kill();
+    bot.start_server().await;
+    let pr = bot.pr(&repo, 63);
+    pr.comment_as("rev-carol", &format!("/approve prod wave 2 {second}"))
+        .await;
+    assert_eq!(bot.applies_run()[8..], ["mid@prod"]);
+
+    // `/approve prod` approves the wave the run waits at, as posted.
+    pr.comment_as("rev-carol", "/approve prod").await;
+    assert_eq!(bot.applies_run()[9..], ["leaf@prod"]);
+    assert_eq!(pr.apply_check().state, "success");
+    insta::assert_snapshot!(section(&pr), @r"
+    ## Apply on merge commit `[short]`: applied
+
+    Approved by @rev-bob.
+
+    | stage | wave | member | state |
+    | --- | --- | --- | --- |
+    | dev | 1 | `base@dev` | applied |
+    | dev | 1 | `solo1@dev` | applied |
+    | dev | 1 | `solo2@dev` | applied |
+    | dev | 2 | `mid@dev` | applied |
+    | dev | 3 | `leaf@dev` | applied |
+    | prod | 1 | `base@prod` | applied |
+    | prod | 1 | `solo1@prod` | applied |
+    | prod | 1 | `solo2@prod` | applied |
+    | prod | 2 | `mid@prod` | applied |
+    | prod | 3 | `leaf@prod` | applied |
+
+    - Stage **prod**, wave 1 gate `pr-63-prod-wave-1`: set `sha256:[digest]`, approved by rev-carol
+      - `base@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo1@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+      - `solo2@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Stage **prod**, wave 2 gate `pr-63-prod-wave-2`: set `sha256:[digest]`, approved by rev-carol
+      - `mid@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    - Stage **prod**, wave 3 gate `pr-63-prod-wave-3`: set `sha256:[digest]`, approved by rev-carol
+      - `leaf@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
+    ");
+
+    // Each wave's approval was spent as that wave applied, before the next
+    // wave's was given.
+    let store = bot.store().await;
+    let facts = store.repo_facts("github:acme/infra").await.unwrap();
+    let kinds: Vec<(String, String)> = facts
+        .iter()
+        .map(|f| (f.fact.gate.to_string(), f.fact.kind.as_str().to_owned()))
+        .filter(|(gate, kind)| gate.starts_with("pr-63-prod") && kind != "pending")
+        .collect();
+    let expected = [
+        ("pr-63-prod-wave-1", "approved"),
+        ("pr-63-prod-wave-1", "spent"),
+        ("pr-63-prod-wave-2", "approved"),
+        ("pr-63-prod-wave-2", "spent"),
+        ("pr-63-prod-wave-3", "approved"),
+        ("pr-63-prod-wave-3", "spent"),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .iter()
+        .map(|(g, k)| ((*g).to_owned(), (*k).to_owned()))
+        .collect();
+    assert_eq!(kinds, expected);
+    bot.assert_ledger_verifies();
+}

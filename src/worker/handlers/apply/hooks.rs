@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 /// What a stage's gate decided, as its `after.gate` hooks are told.
 pub(super) struct GateDecision {
     pub(super) status: &'static str,
+    /// The wave (1-based) the gate holds, for a stage approved wave by wave.
+    pub(super) wave: Option<u32>,
     pub(super) gate: Option<GateId>,
     pub(super) digest: Option<Digest>,
     pub(super) waiting_since: Option<i64>,
@@ -28,12 +30,22 @@ pub(super) struct GateDecision {
 }
 
 impl GateDecision {
-    /// What stage `stage`'s gate decided (the stage machine went on with
-    /// `went_on`), read from the record it left.
-    pub(super) fn of(record: &AttemptRecord, stage: &str, went_on: bool) -> Self {
-        let gate = record.stages.get(stage);
+    /// What stage `stage`'s gate decided (or its `wave`'s, for a stage
+    /// approved wave by wave; the stage machine went on with `went_on`),
+    /// read from the record it left.
+    pub(super) fn of(
+        record: &AttemptRecord,
+        (stage, wave): (&str, Option<u32>),
+        went_on: bool,
+    ) -> Self {
+        let key = crate::model::stage_gate_key(stage, wave);
+        let gate = record.stages.get(&key);
         let waiting = match &record.wait {
-            Some(wait @ Wait::Stage { stage: s, .. }) if s == stage => Some(wait),
+            Some(wait @ Wait::Stage { gate, .. })
+                if gate.stage_gate_key().as_ref() == Some(&key) =>
+            {
+                Some(wait)
+            }
             _ => None,
         };
         let status = match (went_on, gate) {
@@ -49,6 +61,7 @@ impl GateDecision {
         let json = json!({
             "status": status,
             "stage": stage,
+            "wave": wave,
             "gate": gate_id.as_ref().map(ToString::to_string),
             "digest": digest,
             "approved_by": gate.map(|g| g.approved_by.clone()).unwrap_or_default(),
@@ -65,6 +78,7 @@ impl GateDecision {
         });
         GateDecision {
             status,
+            wave,
             gate: gate_id,
             digest,
             waiting_since,
@@ -81,6 +95,7 @@ impl GateDecision {
             }
         };
         put("WAVEGATE_GATE", self.gate.as_ref().map(ToString::to_string));
+        put("WAVEGATE_GATE_WAVE", self.wave.map(|w| w.to_string()));
         put(
             "WAVEGATE_GATE_DIGEST",
             self.digest.as_ref().map(ToString::to_string),
