@@ -658,12 +658,34 @@ impl AttemptRecord {
         let mut reset = false;
         // An expired stage gate opens afresh when the run reaches it again.
         self.stages.retain(|_, gate| !gate.expired);
-        for state in self.members.values_mut() {
+        let mut again = BTreeSet::new();
+        for (member, state) in self.members.iter_mut() {
             if state.stops_downstream() || matches!(state, MemberState::Waiting { .. }) {
                 *state = MemberState::NotStarted;
+                again.insert(member.clone());
                 reset = true;
             }
         }
+        // A spent approval lets nothing through again: one whose set holds a
+        // member that starts over is read from the ledger anew (where it is
+        // spent), so that member needs a new approval.
+        let sets: Vec<(&GateId, &Digest, &ChangeSet)> = self
+            .stages
+            .values()
+            .map(|g| (&g.gate, &g.change_set.digest, &g.change_set))
+            .chain(
+                self.rounds
+                    .iter()
+                    .map(|r| (&r.gate, &r.change_set.digest, &r.change_set)),
+            )
+            .collect();
+        let holds_again = |gate: &GateId, digest: &Digest| {
+            sets.iter().any(|(g, d, set)| {
+                *g == gate && *d == digest && set.members.iter().any(|m| again.contains(&m.member))
+            })
+        };
+        self.spent
+            .retain(|(gate, digest)| !holds_again(gate, digest));
         self.replans.clear();
         let hooks = self.hooks.len();
         self.hooks
@@ -951,6 +973,8 @@ mod tests {
             dir: name.into(),
             paths: vec![],
             stage_paths: vec![],
+            files: vec![],
+            stage_files: vec![],
             depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
             inputs: vec![],
             stages: vec!["dev".into()],

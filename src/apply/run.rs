@@ -77,6 +77,9 @@ pub(crate) fn settle(
     if new_wait {
         effects.extend(pending_of(s, record).map(Effect::RecordPending));
     }
+    // Also what a job left used up without spending it (a crash between
+    // an apply and its spend).
+    effects.extend(spend_used(record));
     if status.is_final() {
         effects.extend(spent(s, record));
     }
@@ -470,6 +473,15 @@ mod tests {
             },
         );
         assert_eq!(spend_used(&mut record), [spend("prod wave 2", &record)]);
+        // `/retry` starts db@prod over: wave 2's spent approval is read from
+        // the ledger again (it lets nothing through twice); wave 1's stays.
+        let mut retried = record.clone();
+        retried.reset_for_retry();
+        let wave_1 = &record.stages["prod wave 1"];
+        assert_eq!(
+            retried.spent,
+            [(wave_1.gate.clone(), wave_1.change_set.digest.clone())].into()
+        );
 
         // The run's end spends the pull request's approval, and nothing twice.
         let job = Job::new(&["net@prod", "app@prod", "db@prod"]);

@@ -135,6 +135,7 @@ impl<'a> StageMachine<'a> {
                                 !state.is_applied()
                                     && state != MemberState::Unaffected
                                     && !state.stops_downstream()
+                                    && !self.upstream_stopped(m, record)
                             })
                             .cloned()
                             .collect()
@@ -245,6 +246,15 @@ impl<'a> StageMachine<'a> {
             }]);
         }
         self.planned(record)
+    }
+
+    /// Whether an upstream of `member` in the stage failed, was held or
+    /// stood down (an earlier wave's, at a stage approved wave by wave):
+    /// the member is not planned for the gate, whose set would show a plan
+    /// made without that upstream's outputs; the wave blocks it.
+    fn upstream_stopped(&self, member: &MemberId, record: &AttemptRecord) -> bool {
+        let upstreams = self.spec.upstreams.get(member).map(Vec::as_slice);
+        super::stopped_upstream(upstreams.unwrap_or_default(), record).is_some()
     }
 
     /// Where the record keeps this gate: by the stage, or the stage's wave.
@@ -793,6 +803,26 @@ mod tests {
         assert_eq!(gate.change_set.digest, set_of(&[&app]).digest);
         assert!(matches!(asked[..], [Effect::CountApprovals { .. }]));
         assert_eq!(record.stages["prod wave 1"].approved_by, ["erin"]);
+        // A wave-2 member whose upstream failed to apply in wave 1 is not
+        // planned for wave 2's gate: its plan would lack that upstream.
+        let mut after_failure = record.clone();
+        after_failure.stages.remove("prod wave 2");
+        after_failure.set(
+            &"network@prod".into(),
+            MemberState::Failed {
+                error: "apply failed".into(),
+            },
+        );
+        let mut second = machine(&waves[1..], GatePolicy::Always);
+        second.spec.wave = Some(2);
+        second.spec.upstreams = [("app@prod".into(), vec!["network@prod".into()])].into();
+        assert_eq!(
+            second
+                .step(&mut after_failure, StageObservation::Reached { now: NOW })
+                .unwrap(),
+            [Effect::Done(Step::Continue)],
+            "nothing of wave 2 to decide over"
+        );
         // Resumed, the approved wave 1 does not ask again.
         let mut first = machine(&waves[..1], GatePolicy::Always);
         first.spec.wave = Some(1);

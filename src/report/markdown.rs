@@ -314,7 +314,7 @@ fn after_merge(change: &PlannedChange, rows: usize) -> String {
             listed += waves[i].len();
             let names: Vec<String> = waves[i].iter().map(|m| format!("`{m}`")).collect();
             let gated = match &wave_names[i] {
-                name if stage.per_wave && stage.gate != GatePolicy::Never => format!(
+                name if stage.per_wave && stage.gate == GatePolicy::Always => format!(
                     " (its own gate: `{}`)",
                     crate::model::approve_stage_words(&stage.name, u32::try_from(name.number).ok())
                 ),

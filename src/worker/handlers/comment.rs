@@ -202,13 +202,23 @@ impl JobCtx<'_> {
                 .apply_run(&self.repo.id, self.pr)
                 .await?
                 .and_then(|run| {
-                    let key = crate::model::stage_gate_key(stage, wave);
-                    run.record.stages.get(&key).cloned()
-                })
-                .filter(|gate| gate.expired);
+                    // The stage's gate, or (approved wave by wave) the
+                    // wave's named, or any of its waves' when none is.
+                    run.record.stages.into_values().find(|gate| {
+                        gate.expired
+                            && gate.stage() == Some(stage)
+                            && wave.is_none_or(|w| {
+                                gate.gate.stage_gate_key()
+                                    == Some(crate::model::stage_gate_key(stage, Some(w)))
+                            })
+                    })
+                });
             if let Some(gate) = expired {
                 return Ok(Said::Refused(Refusal::StageExpired {
-                    stage: crate::model::stage_gate_key(stage, wave),
+                    stage: gate
+                        .gate
+                        .stage_gate_key()
+                        .unwrap_or_else(|| stage.to_owned()),
                     at: gate.expires_at,
                 }));
             }
