@@ -563,9 +563,90 @@ fn config_check(
                 config.components.len(),
                 settings.profiles().names()
             );
+            match checkout_files(&repo) {
+                Ok(files) => print_survey(&wavegate::plan::survey::survey(&config, &files)),
+                Err(e) => eprintln!("warning: could not list the checkout's files, so they were not surveyed: {e:#}"),
+            }
             ExitCode::SUCCESS
         }
         Err(e) => usage_error(&e.to_string()),
+    }
+}
+
+/// The files of the checkout at `repo`, relative to it: git's list where it
+/// is a git work tree (what a pull request can change), else every file
+/// under it but `.git`.
+fn checkout_files(repo: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let listed = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .output();
+    if let Some(out) = listed.ok().filter(|o| o.status.success()) {
+        return Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|f| !f.is_empty())
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect());
+    }
+    let mut files = Vec::new();
+    let mut dirs = vec![repo.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                if entry.file_name() != ".git" {
+                    dirs.push(path);
+                }
+            } else if let Ok(relative) = path.strip_prefix(repo) {
+                files.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The members the config expands to, and what in the checkout it leaves
+/// out: directories that are not there, files no component claims.
+fn print_survey(survey: &wavegate::plan::survey::Survey) {
+    println!("members ({}), in waves:", survey.members.len());
+    for m in &survey.members {
+        println!(
+            "  {} · wave {}: {} ({})",
+            m.stage,
+            m.wave,
+            m.member,
+            if m.dir.is_empty() { "no dir" } else { &m.dir }
+        );
+    }
+    for (member, dir) in &survey.missing_dirs {
+        println!(
+            "warning: {member}'s dir `{dir}` is not in the checkout: its plans fail until it is (add it, or fix `dir`)"
+        );
+    }
+    if !survey.unclaimed.is_empty() {
+        const SHOWN: usize = 20;
+        println!(
+            "warning: {} file(s) no component claims and no `ignore` covers: a change to one plans nothing. Claim each with a component's `paths` or `shared` (`[defaults] shared` for every component), or `ignore` it:",
+            survey.unclaimed.len()
+        );
+        for file in survey.unclaimed.iter().take(SHOWN) {
+            println!("  {file}");
+        }
+        if survey.unclaimed.len() > SHOWN {
+            println!("  … and {} more", survey.unclaimed.len() - SHOWN);
+        }
     }
 }
 

@@ -128,6 +128,11 @@ pub(crate) struct RawDefaults {
     /// Lines of a successful plan's output the report leaves out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) quiet: Option<super::quiet::RawQuiet>,
+    /// Patterns of files every component's commands read besides those
+    /// their argv names (a library the scripts source): a change to one
+    /// selects every component.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) shared: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -206,6 +211,10 @@ pub(crate) struct RawComponent {
     /// of `[defaults]`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) quiet: Option<super::quiet::RawQuiet>,
+    /// Patterns of files its commands read besides those their argv names,
+    /// after `[defaults]`' `shared`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) shared: Vec<String>,
 }
 
 /// What a component is: infrastructure (the default) or a build whose
@@ -352,6 +361,12 @@ pub struct Component {
     pub(crate) paths: Vec<Pattern>,
     /// Patterns written with `{stage}`: each selects only its stage's member.
     pub(crate) stage_paths: Vec<(String, Pattern)>,
+    /// The files its commands run or read ([`command_files`]): a change to
+    /// one selects it like a change under `paths`, so that no command
+    /// applies a script no plan ran.
+    pub(crate) files: Vec<Pattern>,
+    /// Those written with `{stage}`, each for its stage's member only.
+    pub(crate) stage_files: Vec<(String, Pattern)>,
     pub(crate) depends_on: Vec<String>,
     pub inputs: Vec<Input>,
     pub stages: Vec<String>,
@@ -992,11 +1007,16 @@ fn validate_component(
         None => Vec::new(),
     };
     let inputs = component_inputs(c, &at, (declared, index_of), err)?;
+    let commands = [Some(&plan), apply.as_ref(), outputs.as_ref()];
+    let (files, stage_files) =
+        command_files(c, defaults, (&dir, &stage_names), commands, &at, err)?;
     Ok(Component {
         name: c.name.clone(),
         dir,
         paths,
         stage_paths,
+        files,
+        stage_files,
         depends_on: c.depends_on.clone(),
         inputs,
         stages: stage_names,
@@ -1008,6 +1028,96 @@ fn validate_component(
         kind: c.kind.unwrap_or_default(),
         discovered: None,
     })
+}
+
+/// Patterns that select a component in every stage, and those (written
+/// with `{stage}`) that select one stage's member only.
+type Claims = (Vec<Pattern>, Vec<(String, Pattern)>);
+
+/// The files a component's commands run or read, as patterns that select
+/// it when they change: each file its `plan`, `apply` and `outputs` argv
+/// names in the repository (`{root}/ci/plan.sh`; a program `ci/plan.sh` or
+/// `./ci/plan.sh` from the root, where commands find it; an argument `./x`
+/// or `../x` from its `dir`, where they run), and the `shared` patterns (`[defaults]`' and its own). One
+/// written with `{stage}` selects only its stage's member.
+fn command_files(
+    c: &RawComponent,
+    defaults: &RawDefaults,
+    (dir, stage_names): (&str, &[String]),
+    commands: [Option<&Vec<String>>; 3],
+    at: &impl Fn(&str) -> String,
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<Claims, ConfigError> {
+    // Named in argv: a word that does not make a pattern names no file.
+    let mut texts: Vec<(Option<String>, String)> = commands
+        .into_iter()
+        .flatten()
+        .flat_map(|argv| argv.iter().enumerate())
+        .filter_map(|(i, word)| repository_file((i == 0, word), &c.name, dir))
+        .map(|path| (None, path))
+        .collect();
+    for (field, list) in [
+        ("defaults.shared".to_owned(), &defaults.shared),
+        (at("shared"), &c.shared),
+    ] {
+        for (j, text) in list.iter().enumerate() {
+            let field = format!("{field}[{j}]");
+            let text = fill_path(text, &c.name, None)
+                .map_err(|p| err(field.clone(), p, PATH_PLACEHOLDER_FIX))?;
+            texts.push((Some(field), text));
+        }
+    }
+    let (mut files, mut stage_files) = (Vec::new(), Vec::new());
+    for (field, text) in texts {
+        let compile = |text: &str| match (Pattern::new(text), &field) {
+            (Ok(pattern), _) => Ok(Some(pattern)),
+            (Err(_), None) => Ok(None),
+            (Err(problem), Some(field)) => Err(err(
+                field.clone(),
+                problem,
+                "write a pattern relative to the repository root, e.g. `ci/lib/**`",
+            )),
+        };
+        if text.contains(STAGE_PLACEHOLDER) {
+            for stage in stage_names {
+                if let Some(pattern) = compile(&text.replace(STAGE_PLACEHOLDER, stage))? {
+                    stage_files.push((stage.clone(), pattern));
+                }
+            }
+        } else if let Some(pattern) = compile(&text)? {
+            files.push(pattern);
+        }
+    }
+    Ok((files, stage_files))
+}
+
+/// The repository path a command's word names, if it names one: after
+/// `{root}/`; the program (`first`) given with a `/` from the root, as the
+/// executor starts it; another word starting `./` or `../` from the
+/// component's `dir`, the command's working directory. With no placeholder
+/// but `{component}` and `{stage}`, and not above the root.
+fn repository_file((first, word): (bool, &str), component: &str, dir: &str) -> Option<String> {
+    let word = word.replace("{component}", component);
+    let relative = match word.strip_prefix("{root}/") {
+        Some(rest) => rest.to_owned(),
+        None if first && word.contains('/') && !word.starts_with(['/', '{']) => word.clone(),
+        None if word.starts_with("./") || word.starts_with("../") => format!("{dir}/{word}"),
+        None => return None,
+    };
+    if relative.replace(STAGE_PLACEHOLDER, "").contains(['{', '}']) {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for segment in relative.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 /// A component's `inputs`: each `component.output` (or `build:…` of a
@@ -1762,6 +1872,14 @@ approvers = ["alice"]
                 "its gate would read as another kind (`pr-<n>-round-2`)",
             ),
             (
+                GOOD.replace("timeout = \"10m\"", "timeout = \"10m\"\nshared = [\"/ci/**\"]"),
+                "`defaults.shared[0]`: `/ci/**` starts with `/`",
+            ),
+            (
+                GOOD.replace("timeout = \"90s\"", "timeout = \"90s\"\nshared = [\"ci/{env}.sh\"]"),
+                "`component[1] (app).shared[0]`: unknown placeholder `{env}`",
+            ),
+            (
                 GOOD.replace("timeout = \"90s\"", "timeout = \"soon\""),
                 "`component[1] (app).timeout`: `soon` is not a duration",
             ),
@@ -1980,6 +2098,36 @@ approvers = ["alice"]
         assert!(e.contains("(`pr-<n>-prod-wave-2`)"), "{e}");
         let e = error_of(&text.replace("gate_scope = \"wave\"", "gate_scope = \"waves\""));
         assert!(e.contains("expected `stage` or `wave`"), "{e}");
+    }
+
+    #[test]
+    fn a_commands_word_names_a_repository_file_from_the_root_or_its_dir() {
+        let file = |word| repository_file((false, word), "app", "infra/{stage}/app");
+        let program = |word| repository_file((true, word), "app", "infra/{stage}/app");
+        assert_eq!(program("./ci/plan.sh").as_deref(), Some("ci/plan.sh"));
+        assert_eq!(program("ci/plan.sh").as_deref(), Some("ci/plan.sh"));
+        assert_eq!(program("terraform"), None, "found on PATH");
+        assert_eq!(program("/usr/bin/python3"), None);
+        assert_eq!(file("{root}/ci/plan.sh").as_deref(), Some("ci/plan.sh"));
+        assert_eq!(
+            file("{root}/ci/{component}.py").as_deref(),
+            Some("ci/app.py")
+        );
+        assert_eq!(file("../../../ci/./lib.sh").as_deref(), Some("ci/lib.sh"));
+        assert_eq!(
+            file("./run.sh").as_deref(),
+            Some("infra/{stage}/app/run.sh")
+        );
+        for none in [
+            "terraform",
+            "{plan_file}",
+            "{root}/x/{plan_file}",
+            "../../../../etc/passwd",
+            "--chdir={root}/x",
+            "{root}/",
+        ] {
+            assert_eq!(file(none), None, "{none}");
+        }
     }
 
     #[test]

@@ -124,6 +124,13 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         for (stage, p) in &c.stage_paths {
             claims.insert(p, (i, Some(stage.as_str())));
         }
+        // The files its commands run or read claim it too.
+        for p in &c.files {
+            claims.insert(p, (i, None));
+        }
+        for (stage, p) in &c.stage_files {
+            claims.insert(p, (i, Some(stage.as_str())));
+        }
     }
     let mut ignored = PatternIndex::new();
     for p in &config.ignore {
@@ -675,6 +682,38 @@ stages = ["prod"]
         assert_eq!(d.indeterminate, vec!["Makefile", "scripts/deploy.sh"]);
         assert!(d.members.is_empty());
         assert_eq!(d.skipped.len(), 5);
+    }
+
+    #[test]
+    fn a_file_the_commands_run_or_read_selects_every_member_that_uses_it() {
+        let config = RepoConfig::parse(
+            "wavegate.toml",
+            &CONFIG
+                .replace(
+                    "plan = [\"./plan\",",
+                    "shared = [\"ci/lib/**\"]\nplan = [\"{root}/ci/plan.sh\",",
+                )
+                .replace(
+                    "name = \"dns\"\n",
+                    "name = \"dns\"\napply = [\"python3\", \"../../ci/zones/{stage}.py\", \"--root={root}/x\"]\nshared = [\"ci/dns.conf\"]\n",
+                ),
+        )
+        .unwrap();
+        let all = ["network", "database", "app", "dns", "monitoring"];
+        for path in ["ci/plan.sh", "ci/lib/common.sh"] {
+            let d = derive_in(&config, &[path], None);
+            assert_eq!(d.selected.len(), all.len(), "{path}: {d:?}");
+            assert_eq!(d.selected["monitoring"], format!("{path} changed"));
+            assert!(d.indeterminate.is_empty(), "{path}");
+        }
+        // dns's own: its apply's script, per stage, and its `shared`.
+        let d = derive_in(&config, &["ci/zones/prod.py"], None);
+        assert_eq!(d.members, ["dns@prod"]);
+        let d = derive_in(&config, &["ci/dns.conf"], None);
+        assert_eq!(d.members, ["dns@prod"]);
+        // A word that is no path, or one above the root, claims nothing.
+        let d = derive_in(&config, &["x", "ci/other.sh"], None);
+        assert_eq!(d.indeterminate, ["ci/other.sh", "x"]);
     }
 
     #[test]

@@ -14,5 +14,6 @@ pub mod planfile;
 pub(crate) mod preview;
 pub(crate) mod redact;
 pub(crate) mod runner;
+pub mod survey;
 pub(crate) mod tail;
 pub mod terraform;

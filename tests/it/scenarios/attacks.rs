@@ -607,6 +607,26 @@ const FORGED_APPROVER: u64 = 990_002;
 /// Pushes onto the pull request (planned from `change`, its report showing
 /// `digest`) a commit that only turns `ci/plan.py` into the attack
 /// `attacks`, aimed at what `host` and `listeners` hold, and settles.
+/// Pushes a harmless edit of `ci/plan.py` onto `change`: like any change to
+/// the script every member's commands run, it plans every member. The
+/// attack's push after it (another edit of that script, whose plans are
+/// the same) binds the digest this returns.
+async fn touch_plan_script(pr: &mut PrHandle<'_>) -> String {
+    let (bot, number) = (pr.bot, pr.number);
+    let plan = bot.example.read("change", "ci/plan.py");
+    let touched = plan.replacen('\n', "\n# touched: every member plans again\n", 1);
+    let branch = format!("touched-{number}");
+    commit(
+        bot,
+        &branch,
+        "change",
+        &[("ci/plan.py".into(), touched)],
+        &[],
+    );
+    pr.push(&branch).await;
+    pr.digest()
+}
+
 async fn push_attack(
     pr: &mut PrHandle<'_>,
     attacks: &[&str],
@@ -615,6 +635,7 @@ async fn push_attack(
     digest: &str,
 ) {
     let (bot, number) = (pr.bot, pr.number);
+    let touched = format!("touched-{number}");
     let config = json!({
         "members": {"app@dev": {}},
         "attacks": attacks,
@@ -636,8 +657,8 @@ async fn push_attack(
     commit(
         bot,
         &branch,
-        "change",
-        &attack_files(bot, "change", &config),
+        &touched,
+        &attack_files(bot, &touched, &config),
         &[],
     );
     pr.push(&branch).await;
@@ -665,7 +686,7 @@ async fn a_plan_that_goes_after_the_servers_secrets_gets_none_of_them() {
     host.plant_secrets();
     let listeners = Listeners::start(&bot).await;
     let mut pr = planned_pr(&bot, 31).await;
-    let digest = pr.digest();
+    let digest = touch_plan_script(&mut pr).await;
     host.plant_mirror_secret();
     let ratelimit = std::fs::read_to_string(PRINTK_RATELIMIT).unwrap();
     let estate_before = snapshot(&host.estate);
@@ -1177,7 +1198,7 @@ async fn a_plan_with_egress_still_reaches_nothing_on_the_host() {
     let host = Host::of(&bot);
     let listeners = Listeners::start(&bot).await;
     let mut pr = planned_pr(&bot, 34).await;
-    let digest = pr.digest();
+    let digest = touch_plan_script(&mut pr).await;
     push_attack(&mut pr, &["connections"], &host, &listeners, &digest).await;
     assert_attack_ran(&pr.report(), &["connections"]);
 
@@ -1242,7 +1263,7 @@ async fn a_server_set_to_run_without_a_sandbox_says_so_and_the_same_attacks_get_
 
     <!-- wavegate:approvals -->
     "#);
-    let digest = pr.digest();
+    let digest = touch_plan_script(&mut pr).await;
     bot.assert_ledger_verifies();
     // From here on the plan writes to the ledger: `settle` no longer
     // asserts that it verifies; this test says what verify finds instead.

@@ -160,13 +160,13 @@ async fn a_broken_config_gets_a_comment_saying_what_to_fix_and_a_failed_check() 
     assert_eq!(jobs[0].attempts, 1);
 
     // The report names the field and says what to do.
-    insta::assert_snapshot!(redact(&pr.report()), @"
+    insta::assert_snapshot!(redact(&pr.report()), @r"
     <!-- wavegate:report -->
     ## wavegate plan
 
     ❌ **wavegate.toml cannot be read**
 
-    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `discover`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`, `kind`, `group`, `quiet`.
+    At `[short]`, `wavegate.toml`: line 4: unknown field `colour`, expected one of `name`, `dir`, `discover`, `paths`, `depends_on`, `inputs`, `stages`, `plan`, `apply`, `outputs`, `timeout`, `kind`, `group`, `quiet`, `shared`.
 
     Nothing was planned, so there is nothing to approve yet.
 

@@ -114,7 +114,6 @@ async fn the_report_cannot_be_forged(pr: &PrHandle<'_>) {
             "wavegate plan",
             "After merge",
             "Members",
-            "Not running",
             "Approve",
             "Approvals"
         ],

@@ -259,11 +259,50 @@ fn config_check_accepts_the_example() {
         &example.repo.display().to_string(),
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    let path = example.repo.display().to_string();
+    insta::assert_snapshot!(run.stdout.replace(&path, "[repo]"), @r"
+    [repo]/wavegate.toml: ok (2 stages, 4 components; execution profiles on this server: `default`)
+    members (7), in waves:
+      dev · wave 1: network@dev (infra/network)
+      dev · wave 2: database@dev (infra/database)
+      dev · wave 3: app@dev (infra/app)
+      prod · wave 1: network@prod (infra/network)
+      prod · wave 2: database@prod (infra/database)
+      prod · wave 3: app@prod (infra/app)
+      prod · wave 4: dns@prod (infra/dns)
+    warning: dns@prod's dir `infra/dns` is not in the checkout: its plans fail until it is (add it, or fix `dir`)
+    ");
+
+    // A file nothing claims is listed: a change to it would plan nothing.
+    std::fs::write(example.repo.join("Makefile"), "deploy:\n\ttrue\n").unwrap();
+    let run = example.wavegate(&["config", "check", "--repo", &path]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
-        run.stdout
-            .contains("ok (2 stages, 4 components; execution profiles on this server: `default`)"),
+        run.stdout.contains("warning: 1 file(s) no component claims and no `ignore` covers: a change to one plans nothing.") && run.stdout.ends_with("\n  Makefile\n"),
         "{}",
         run.stdout
+    );
+}
+
+#[test]
+fn a_change_to_only_a_file_every_command_reads_plans_every_member() {
+    let example = Example::deployed();
+    let library = example.read("main", "ci/estate.py");
+    let edited = format!("{library}\n# a comment is enough: the scripts changed\n");
+    example.branch("library", "main", &[("ci/estate.py", Some(&edited))]);
+    let run = example.plan("main", "library", &[]);
+    // dns@prod's plan fails: main declares it ahead of its code.
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("4 selected, 0 unaffected, 0 indeterminate"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("ci/estate.py changed"),
+        "{}",
+        run.stderr
     );
 }
 

@@ -1,10 +1,11 @@
 //! The Terraform example (examples/terraform): its plan, apply and outputs
 //! scripts, run by the real `wavegate plan` in the sandbox (and, to deploy
 //! `main` and to apply, as wavegate runs them: the config's argv, the
-//! component's directory, a cleared environment), against the fake
-//! `terraform` of examples/terraform/fake, which keeps the real CLI's
-//! contract and refuses what it does not model. A change to the scripts that
-//! breaks that contract fails here.
+//! component's directory, a cleared environment): once against the real
+//! Terraform on PATH, and otherwise against the fake `terraform` of
+//! examples/terraform/fake, which keeps the real CLI's contract and refuses
+//! what it does not model (a stale plan, a state it cannot see). A change
+//! to the scripts that breaks that contract fails here.
 
 use super::common::Run;
 use serde_json::{json, Value};
@@ -28,13 +29,42 @@ fn wavegate_dir() -> PathBuf {
         .to_owned()
 }
 
-/// PATH as the commands see it: the fake `terraform` and `wavegate` first.
-fn tool_path() -> String {
-    format!(
-        "{}:{}:/usr/local/bin:/usr/bin:/bin",
-        fake_dir().display(),
-        wavegate_dir().display()
-    )
+/// Which `terraform` the commands run.
+#[derive(Clone, Copy, PartialEq)]
+enum Terraform {
+    /// examples/terraform/fake: the CLI's contract, and what it refuses.
+    Fake,
+    /// The real one on PATH (Terraform 1.11 on these machines): the
+    /// built-in `terraform_data` and a local backend need no download.
+    Real,
+}
+
+impl Terraform {
+    /// PATH as the commands see it: `wavegate`, and the fake `terraform`
+    /// first where it is the one.
+    fn path(self) -> String {
+        let wavegate = wavegate_dir().display().to_string();
+        match self {
+            Terraform::Fake => format!(
+                "{}:{wavegate}:/usr/local/bin:/usr/bin:/bin",
+                fake_dir().display()
+            ),
+            Terraform::Real => format!("{wavegate}:/usr/local/bin:/usr/bin:/bin"),
+        }
+    }
+
+    /// The real Terraform, which these machines have. Where it is missing
+    /// the test fails saying so, rather than passing without it.
+    fn real() -> Self {
+        let version = Command::new("terraform").arg("version").output();
+        match version {
+            Ok(out) if out.status.success() => Terraform::Real,
+            _ => panic!(
+                "the real Terraform is not on PATH: these tests run the example against it \
+                 (install Terraform >= 1.4; its built-in terraform_data needs no download)"
+            ),
+        }
+    }
 }
 
 /// The name of the directory-per-environment component's member in `stage`.
@@ -74,18 +104,29 @@ struct TfExample {
     dir: TempDir,
     repo: PathBuf,
     state: PathBuf,
+    terraform: Terraform,
 }
 
 impl TfExample {
     /// The example as a git repository (`main`), nothing deployed.
     fn new() -> Self {
+        Self::with(Terraform::Fake)
+    }
+
+    /// The example as a git repository, its commands running `terraform`.
+    fn with(terraform: Terraform) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path().join("repo");
         let state = dir.path().join("state");
         std::fs::create_dir(&state).unwrap();
         copy_tree(&example_dir().join("repo"), &repo);
         std::fs::write(repo.join("wavegate.toml"), config_text()).unwrap();
-        let example = Self { dir, repo, state };
+        let example = Self {
+            dir,
+            repo,
+            state,
+            terraform,
+        };
         check(
             example.git(&["-c", "init.defaultBranch=main", "init", "-q"]),
             "git init",
@@ -242,7 +283,7 @@ impl TfExample {
             .args(&argv[1..])
             .current_dir(tree.join(component.dir.replace("{stage}", stage)))
             .env_clear()
-            .env("PATH", tool_path())
+            .env("PATH", self.terraform.path())
             .env("HOME", &home)
             .env("WAVEGATE_COMPONENT", &component.name)
             .env("WAVEGATE_STAGE", stage)
@@ -257,11 +298,15 @@ impl TfExample {
     /// applies. wavegate itself is in every sandbox by its own doing.
     fn profiles(&self) -> PathBuf {
         let file = self.dir.path().join("profiles.toml");
+        // The real terraform is under /usr, which every sandbox shows.
+        let read = match self.terraform {
+            Terraform::Fake => format!("read = [\"{}\"]\n", fake_dir().display()),
+            Terraform::Real => String::new(),
+        };
         std::fs::write(
             &file,
             format!(
-                "[profile.default]\nread = [\"{}\"]\nstate = [\"{}\"]\n",
-                fake_dir().display(),
+                "[profile.default]\n{read}state = [\"{}\"]\n",
                 self.state.display()
             ),
         )
@@ -283,7 +328,7 @@ impl TfExample {
         }
         let mut child = command
             .args(args)
-            .env("PATH", tool_path())
+            .env("PATH", self.terraform.path())
             .env("TF_STATE_DIR", &self.state)
             .env("WAVEGATE_LOG", "info")
             .env("WAVEGATE_SANDBOX", "bwrap")
@@ -449,6 +494,91 @@ fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
     assert_eq!(report["digest"], again["digest"], "plans are reproducible");
 }
 
+/// The recipe with the real Terraform: `main` deployed by the example's
+/// scripts, a change planned by `wavegate plan` in the sandbox with the
+/// state read-only, and a change to the library every script sources
+/// planning every member.
+#[test]
+fn the_recipe_deploys_and_plans_with_the_real_terraform() {
+    let example = TfExample::with(Terraform::real());
+    let applied = example.deploy("main");
+    let network = outputs_of(&applied, "network@dev");
+    assert_eq!(network["cidr"], "10.1.0.0/16");
+    let vpc_id = network["vpc_id"].as_str().unwrap().to_owned();
+    assert_eq!(vpc_id.len(), 36, "an id terraform_data made: {vpc_id}");
+    let state: Value = serde_json::from_slice(
+        &std::fs::read(
+            example
+                .state
+                .join("network/workspaces/dev/terraform.tfstate"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let real = String::from_utf8(
+        Command::new("terraform")
+            .args(["version", "-json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let real: Value = serde_json::from_str(&real).unwrap();
+    assert_eq!(
+        state["terraform_version"], real["terraform_version"],
+        "the state is the real Terraform's"
+    );
+    assert_eq!(
+        outputs_of(&applied, "app@prod"),
+        &json!({"hostname": "app-prod.example.com"}),
+        "flat, and the sensitive db_password left out"
+    );
+
+    example.branch(
+        "bigger",
+        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
+    );
+    let run = example.plan("bigger");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    let dev = Run::member(&report, "app@dev");
+    assert_eq!(dev["status"], "planned", "{dev:#}");
+    assert_eq!(
+        dev["counts"],
+        json!({"create": 0, "update": 1, "delete": 0, "replace": 0}),
+        "{dev:#}"
+    );
+    assert_eq!(
+        dev["inputs"]["vpc_id"]["value"], vpc_id,
+        "read from network@dev's state by outputs.sh"
+    );
+    let prod = Run::member(&report, "app@prod");
+    assert_eq!(
+        prod["counts"],
+        json!({"create": 0, "update": 0, "delete": 0, "replace": 0}),
+        "{prod:#}"
+    );
+    let again = example.plan("bigger").json();
+    assert_eq!(report["digest"], again["digest"], "plans are reproducible");
+
+    // ci/lib.sh is in `shared`: a change to it alone plans every member,
+    // each with nothing to change.
+    let lib = std::fs::read_to_string(example.repo.join("ci/lib.sh")).unwrap();
+    example.branch("library", &[("ci/lib.sh", &format!("{lib}\n# reviewed\n"))]);
+    let run = example.plan("library");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("ci/lib.sh changed"), "{}", run.stderr);
+    let report = run.json();
+    for member in ["network@dev", "app@dev", "network@prod", "app@prod"] {
+        let planned = Run::member(&report, member);
+        assert_eq!(
+            planned["counts"],
+            json!({"create": 0, "update": 0, "delete": 0, "replace": 0}),
+            "{member}: {planned:#}"
+        );
+    }
+}
+
 #[test]
 fn a_plan_that_cannot_see_its_state_fails_loudly_instead_of_planning_to_create_everything() {
     let example = TfExample::deployed();
@@ -500,20 +630,19 @@ fn a_new_stage_is_planned_only_once_its_workspace_exists() {
 #[test]
 fn an_outputs_command_writing_terraform_output_json_unflattened_is_refused() {
     let example = TfExample::deployed();
-    // outputs.sh without its last step (claimed by no component: network
-    // stays out of the change and its outputs command is what it runs).
+    // outputs.sh without its last step, on main already: a change to it
+    // would plan every member, so only a main that has it runs it for a
+    // member outside the change (network, whose outputs app reads).
     let shipped = std::fs::read_to_string(example_dir().join("repo/ci/outputs.sh")).unwrap();
     let raw = shipped.replace(
         "\"$TERRAFORM\" output -json > \"$dir/output.json\"\nwavegate adapt terraform-outputs < \"$dir/output.json\" > \"$outputs_file\"",
         "\"$TERRAFORM\" output -json > \"$outputs_file\"",
     );
     assert_ne!(raw, shipped);
+    example.branch("main", &[("ci/outputs.sh", &raw)]);
     example.branch(
         "raw",
-        &[
-            ("ci/outputs.sh", &raw),
-            ("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n"),
-        ],
+        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
     );
     let run = example.plan("raw");
     let report = run.json();
