@@ -68,6 +68,32 @@ enum Command {
         #[arg(long, value_name = "FILE", conflicts_with = "no_sandbox")]
         profiles: Option<PathBuf>,
     },
+    /// Deploy every member of one revision of a local checkout, wave by wave,
+    /// with no gate and no approval: to create a new estate's state (the bot
+    /// applies changes after merge, behind its gates).
+    Apply {
+        /// Required: nothing but a local deploy is offered here.
+        #[arg(long)]
+        local: bool,
+        /// The repository checkout.
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// The revision deployed (a branch, tag or commit).
+        #[arg(long = "ref", value_name = "REV")]
+        rev: String,
+        /// Deploy only this stage's members.
+        #[arg(long)]
+        stage: Option<String>,
+        /// The local ledger each apply is appended to (default: `wavegate-local-ledger.jsonl` in the checkout's `.git`).
+        #[arg(long, value_name = "FILE")]
+        ledger: Option<PathBuf>,
+        /// Run the commands without the sandbox the bot runs them in.
+        #[arg(long)]
+        no_sandbox: bool,
+        /// The server's execution profiles file (default: WAVEGATE_PROFILES).
+        #[arg(long, value_name = "FILE", conflicts_with = "no_sandbox")]
+        profiles: Option<PathBuf>,
+    },
     /// Check a repository's wavegate.toml.
     Config {
         #[command(subcommand)]
@@ -201,6 +227,30 @@ fn main() -> ExitCode {
                 }
             }
             run_plan(options, json, markdown)
+        }
+        Command::Apply {
+            local,
+            repo,
+            rev,
+            stage,
+            ledger,
+            no_sandbox,
+            profiles,
+        } => {
+            if !local {
+                return usage_error("`wavegate apply` deploys only with --local: changes are applied by the bot after merge, behind their gates; `apply --local` creates a new estate's state from a local checkout");
+            }
+            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref()) {
+                Ok(sandbox) => sandbox,
+                Err(e) => return usage_error(&e),
+            };
+            let ledger = ledger.unwrap_or_else(|| {
+                let git = repo.join(".git");
+                if git.is_dir() { git } else { repo.clone() }.join("wavegate-local-ledger.jsonl")
+            });
+            let mut options = PlanOptions::new(repo, rev.clone(), rev, sandbox);
+            options.stage = stage;
+            run_apply_local(&options, &ledger)
         }
         Command::Config {
             command:
@@ -519,6 +569,42 @@ fn run_plan(options: PlanOptions, json: bool, markdown: bool) -> ExitCode {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
+            }
+        }
+        Err(PlanError::Config(e)) => usage_error(&e.to_string()),
+        Err(PlanError::Usage(e)) => usage_error(&e),
+        Err(PlanError::Internal(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_apply_local(options: &PlanOptions, ledger: &std::path::Path) -> ExitCode {
+    eprintln!(
+        "WARNING: apply --local deploys every member of this revision with no gate, no approval and no review, and records it only in its own local ledger ({}). It is for creating a new estate's state; changes go through pull requests.",
+        ledger.display()
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    match runtime.block_on(wavegate::plan::bootstrap::apply_local(options, ledger)) {
+        Ok(done) => {
+            use wavegate::plan::bootstrap::Applied;
+            for (member, applied) in &done.members {
+                match applied {
+                    Applied::Applied { plan_digest } => {
+                        println!("applied {member} (plan {plan_digest})")
+                    }
+                    Applied::Failed { error } => println!("failed {member}: {error}"),
+                    Applied::NotTried => println!("not tried {member}: something before it failed"),
+                }
+            }
+            let short = &done.commit[..done.commit.len().min(12)];
+            if done.succeeded() {
+                println!("{short}: every member applied");
+                ExitCode::SUCCESS
+            } else {
+                println!("{short}: stopped at the first member that did not apply; fix it and run again (what applied plans to no change)");
+                ExitCode::from(1)
             }
         }
         Err(PlanError::Config(e)) => usage_error(&e.to_string()),

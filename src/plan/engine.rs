@@ -71,6 +71,13 @@ pub struct PlanOptions {
     /// (anyone who can push a branch could write its `wavegate.toml`, and a
     /// fork's code is a stranger's) every stage plans with `default`.
     pub(crate) base_picks_profiles: bool,
+    /// Every member runs, as if every component changed (`apply --local`).
+    pub(crate) everything: bool,
+    /// The plans are the first step of this process's own applies (`apply
+    /// --local`, which an operator runs on their own checkout): they run
+    /// with the applies' profile and access to the state, since a member's
+    /// first plan may have to create its state's place.
+    pub(crate) deploying: bool,
 }
 
 impl PlanOptions {
@@ -95,6 +102,8 @@ impl PlanOptions {
             repository: None,
             merged: false,
             base_picks_profiles: true,
+            everything: false,
+            deploying: false,
         }
     }
 }
@@ -257,7 +266,9 @@ fn derive(
     config: &RepoConfig,
     changed: &[String],
 ) -> Result<(Derivation, Preview), PlanError> {
-    let config_changed = if changed.iter().any(|p| p == CONFIG_FILE) {
+    let config_changed = if options.everything {
+        config.components.iter().map(|c| c.name.clone()).collect()
+    } else if changed.iter().any(|p| p == CONFIG_FILE) {
         let base_raw = base_text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
         config_changed_components(base_raw.as_ref(), config)
     } else {
@@ -1458,8 +1469,12 @@ impl Workbench {
         ];
         let label = format!("[{}] {member}", kind.as_str());
         let timeout = self.bounded(component.timeout, |base| base.of(&component.name));
+        let access = match kind {
+            CommandKind::Plan if self.options.deploying => CommandKind::Apply,
+            other => other,
+        };
         self.job(
-            (kind, Where::member(&component.name, stage)),
+            (access, Where::member(&component.name, stage)),
             (name, label),
             (argv, cwd, env),
             files,

@@ -1,6 +1,7 @@
 //! The plan engine: fan-out derivation, plan files, digests, coverage, the
 //! command runner and the change set a reviewer approves.
 
+pub mod bootstrap;
 pub(crate) mod changeset;
 pub(crate) mod cost;
 pub(crate) mod coverage;

@@ -609,3 +609,59 @@ fn the_quick_start_plans_what_the_readme_says() {
     assert_eq!(line("network"), "network   unaffected");
     assert!(!stderr.contains("docs/notes.md"), "ignored: {stderr}");
 }
+
+#[test]
+fn apply_local_deploys_main_so_that_a_change_plans_against_it() {
+    let example = Example::undeployed();
+    let repo = example.repo.display().to_string();
+    let refused = example.wavegate(&["apply", "--repo", &repo, "--ref", "main"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("deploys only with --local"),
+        "{}",
+        refused.stderr
+    );
+
+    let run = example.wavegate(&[
+        "apply", "--local", "--repo", &repo, "--ref", "main", "--stage", "dev",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let applied: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("applied ")?.split(' ').next())
+        .collect();
+    assert_eq!(applied, ["network@dev", "database@dev", "app@dev"]);
+
+    // A change then plans against what it deployed, as against the
+    // example's own bootstrap.
+    let bootstrapped = Example::deployed();
+    let ours = example.plan("main", "change", &["--stage", "dev"]).json();
+    let theirs = bootstrapped
+        .plan("main", "change", &["--stage", "dev"])
+        .json();
+    let planned = ours["members"].as_array().unwrap();
+    assert!(!planned.is_empty(), "{ours:#}");
+    for member in planned {
+        let name = member["member"].as_str().unwrap();
+        assert_eq!(member["status"], "planned", "{member:#}");
+        assert_eq!(
+            member["counts"],
+            Run::member(&theirs, name)["counts"],
+            "{name}"
+        );
+    }
+
+    // On main, dns@prod is declared ahead of its code: its plan fails, and
+    // the run says so and stops there.
+    let run = example.wavegate(&["apply", "--local", "--repo", &repo, "--ref", "main"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("failed dns@prod: ")
+            && run
+                .stdout
+                .contains("stopped at the first member that did not apply"),
+        "{}",
+        run.stdout
+    );
+}
