@@ -948,3 +948,60 @@ fn the_fake_terraform_keeps_the_real_contract() {
     assert_eq!(e.status.code(), Some(1), "a plan applies once");
     assert!(String::from_utf8_lossy(&e.stderr).contains("Saved plan is stale"));
 }
+
+/// docs/atlantis.md's worked example, as written: its `wavegate.toml` over
+/// the file tree it shows (with the shipped scripts) passes `config check`
+/// with every member where the doc says and nothing unclaimed.
+#[test]
+fn the_atlantis_migration_example_passes_config_check_as_written() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/atlantis.md"))
+            .unwrap();
+    let example = &doc[doc
+        .find("## A worked example")
+        .expect("the doc has its example")..];
+    let block = |opening: &str| {
+        let start = example.find(opening).expect(opening) + opening.len();
+        example[start..][..example[start..].find("\n```").unwrap()].to_owned()
+    };
+    let tree = block("```\n");
+    let config = block("```toml\n");
+    let dir = tempfile::tempdir().unwrap();
+    for line in tree.lines() {
+        let mut words = line.split_whitespace();
+        let folder = words.next().unwrap();
+        for file in words.take_while(|w| !w.starts_with('#')) {
+            let path = dir.path().join(folder).join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let shipped = example_dir().join("repo").join(folder).join(file);
+            let text = if folder == "ci/" {
+                std::fs::read_to_string(shipped).unwrap()
+            } else {
+                String::new()
+            };
+            std::fs::write(path, text).unwrap();
+        }
+    }
+    std::fs::write(dir.path().join("wavegate.toml"), &config).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["config", "check", "--repo"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let run = Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert_eq!(run.code, 0, "{}\n{config}", run.stderr);
+    assert!(!run.stdout.contains("warning"), "{}", run.stdout);
+    for member in [
+        "staging · wave 1: network@staging (network)",
+        "staging · wave 2: app@staging (envs/staging/app)",
+        "prod · wave 1: network@prod (network)",
+        "prod · wave 2: app@prod (envs/prod/app)",
+        "prod · wave 3: dns@prod (dns)",
+    ] {
+        assert!(run.stdout.contains(member), "{member} in {}", run.stdout);
+    }
+}
