@@ -104,12 +104,15 @@ impl Store {
         Ok(rows.into_iter().map(|(key,)| key).collect())
     }
 
-    /// The apply runs running or waiting, oldest first.
+    /// The apply runs running or waiting, oldest first, and the failed runs
+    /// whose other part still waits at a stage gate (a failure outranks a
+    /// wait in the run's status; the gate's `timeout` runs on).
     pub(crate) async fn unfinished_apply_runs(&self) -> Result<Vec<ApplyRunRecord>> {
         sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
-            " FROM apply_runs WHERE status IN ('running', 'waiting') ORDER BY id"
+            " FROM apply_runs WHERE status IN ('running', 'waiting') \
+             OR (status = 'failed' AND record LIKE '%\"wait\":{\"for\":\"stage\"%') ORDER BY id"
         ))
         .fetch_all(&self.pool)
         .await

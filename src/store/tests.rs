@@ -1480,8 +1480,10 @@ async fn two_replicas_sweeping_at_once_enqueue_one_job_per_pull_request(f: Fixtu
     assert_eq!((jobs.len(), keys.len()), (20, 20));
 }
 
-on_both!(fixture_on, the_unfinished_apply_runs_are_the_running_and_waiting_ones, #[tokio::test]);
-async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f: Fixture) {
+on_both!(fixture_on, the_unfinished_apply_runs_are_the_running_and_waiting_ones_and_failed_ones_a_gate_holds, #[tokio::test]);
+async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones_and_failed_ones_a_gate_holds(
+    f: Fixture,
+) {
     let (_running, _) = merged_run(&f, 1).await;
     let (mut waiting, _) = merged_run(&f, 2).await;
     waiting.status = crate::apply::RunStatus::Waiting;
@@ -1492,6 +1494,16 @@ async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f: Fixture) 
     let (mut failed, _) = merged_run(&f, 4).await;
     failed.status = crate::apply::RunStatus::Failed;
     f.store.save_apply_run(&failed).await.unwrap();
+    // Failed, while another part of it waits at a stage gate (whose
+    // timeout the sweep keeps).
+    let (mut failed_waiting, _) = merged_run(&f, 5).await;
+    failed_waiting.status = crate::apply::RunStatus::Failed;
+    failed_waiting.record.wait = Some(crate::apply::Wait::Stage {
+        stage: "prod".into(),
+        gate: "pr-5-prod".parse().unwrap(),
+        digest: Digest::repeated('a'),
+    });
+    f.store.save_apply_run(&failed_waiting).await.unwrap();
 
     let unfinished: Vec<u64> = f
         .store
@@ -1501,7 +1513,7 @@ async fn the_unfinished_apply_runs_are_the_running_and_waiting_ones(f: Fixture) 
         .iter()
         .map(|r| r.pr.0)
         .collect();
-    assert_eq!(unfinished, [1, 2]);
+    assert_eq!(unfinished, [1, 2, 5]);
 }
 
 on_both!(fixture_on, the_figures_metrics_read_count_queue_ledger_and_runs, #[tokio::test]);

@@ -252,8 +252,9 @@ pub(crate) fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, n
         ) => now >= *until,
         // A stage wait whose `timeout` passed: the run fails that stage.
         // (Not a delayed job: that would hold the pull request's queue,
-        // and every `/approve` in it, until then.)
-        (RunStatus::Waiting, Some(Wait::Stage { gate, .. })) => run
+        // and every `/approve` in it, until then.) Also where another part
+        // of the run failed: the wait is the run's all the same.
+        (RunStatus::Waiting | RunStatus::Failed, Some(Wait::Stage { gate, .. })) => run
             .record
             .stage_gate(gate)
             .and_then(|gate| gate.expires_at)
@@ -1260,6 +1261,33 @@ mod tests {
         );
         assert!(!run_needs_resume(&waiting, None, 4_999));
         assert!(run_needs_resume(&waiting, None, 5_000));
+    }
+
+    #[test]
+    fn a_stage_wait_past_its_timeout_is_resumed_even_where_another_part_of_the_run_failed() {
+        let gate = "pr-7-prod-wave-2".parse::<crate::model::GateId>().unwrap();
+        for status in [RunStatus::Waiting, RunStatus::Failed] {
+            let mut waiting = run(
+                status,
+                Some(Wait::Stage {
+                    stage: "prod".into(),
+                    gate: gate.clone(),
+                    digest: crate::model::Digest::repeated('a'),
+                }),
+            );
+            waiting.record.stages.insert(
+                "prod wave 2".into(),
+                crate::apply::StageGate {
+                    expires_at: Some(5_000),
+                    ..crate::apply::StageGate::open_for_test(
+                        "pr-7-prod-wave-2",
+                        crate::plan::outcome::change_set_of(&[], Default::default()).unwrap(),
+                    )
+                },
+            );
+            assert!(!run_needs_resume(&waiting, None, 4_999), "{status:?}");
+            assert!(run_needs_resume(&waiting, None, 5_000), "{status:?}");
+        }
     }
 
     fn listed(id: u64, author: &str, created: i64, updated: i64) -> Comment {
