@@ -358,6 +358,26 @@ impl TfExample {
         )
     }
 
+    /// Plans a branch `bigger` that changes app's dev instance type:
+    /// app@dev plans one update. The run and its JSON report.
+    fn plan_bigger_app(&self) -> (Run, Value) {
+        self.branch(
+            "bigger",
+            &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
+        );
+        let run = self.plan("bigger");
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let report = run.json();
+        let dev = Run::member(&report, "app@dev");
+        assert_eq!(dev["status"], "planned", "{dev:#}");
+        assert_eq!(
+            dev["counts"],
+            json!({"create": 0, "update": 1, "delete": 0, "replace": 0}),
+            "{dev:#}"
+        );
+        (run, report)
+    }
+
     /// The fake terraform, run in `dir` with the example's state.
     fn terraform(&self, dir: &Path, args: &[&str]) -> Output {
         Command::new(fake_dir().join("terraform"))
@@ -413,20 +433,8 @@ fn deploying_the_example_applies_each_binary_plan_and_writes_flat_outputs() {
 #[test]
 fn wavegate_plan_runs_the_terraform_scripts_in_the_sandbox() {
     let example = TfExample::deployed();
-    example.branch(
-        "bigger",
-        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
-    );
-    let run = example.plan("bigger");
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let report = run.json();
+    let (run, report) = example.plan_bigger_app();
     let dev = Run::member(&report, "app@dev");
-    assert_eq!(dev["status"], "planned", "{dev:#}");
-    assert_eq!(
-        dev["counts"],
-        json!({"create": 0, "update": 1, "delete": 0, "replace": 0}),
-        "{dev:#}"
-    );
     assert_eq!(
         dev["inputs"]["vpc_id"]["source"], "deployed",
         "network is not in the change: outputs.sh read its state, flattened: {dev:#}"
@@ -572,20 +580,8 @@ fn the_recipe_deploys_and_plans_with_the_real_terraform() {
         "the state is the real Terraform's"
     );
 
-    example.branch(
-        "bigger",
-        &[("infra/app/dev.tfvars", "instance_type = \"t3.medium\"\n")],
-    );
-    let run = example.plan("bigger");
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let report = run.json();
+    let (_, report) = example.plan_bigger_app();
     let dev = Run::member(&report, "app@dev");
-    assert_eq!(dev["status"], "planned", "{dev:#}");
-    assert_eq!(
-        dev["counts"],
-        json!({"create": 0, "update": 1, "delete": 0, "replace": 0}),
-        "{dev:#}"
-    );
     assert_eq!(
         dev["inputs"]["vpc_id"]["value"], vpc_id,
         "read from network@dev's state by outputs.sh"
