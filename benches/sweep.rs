@@ -200,7 +200,7 @@ async fn record_reported(store: &Store, repo: &RepoRef, number: u64, head: &str)
                 digest: None,
                 comment_id: Some(1),
                 check_id: None,
-                status: "pending".into(),
+                status: Some(wavegate::store::ReportStatus::AwaitingApproval),
             },
         )
         .await

@@ -211,7 +211,7 @@ pub struct PrRecord {
     /// The head the posted report describes (may lag `head_sha` while re-planning).
     pub report_head: Option<CommitSha>,
     pub(crate) report_digest: Option<Digest>,
-    pub report_status: Option<String>,
+    pub report_status: Option<ReportStatus>,
     /// Who pushed the newest head a push event named (it may be an older
     /// head than `head_sha` when a later one came another way).
     pub(crate) pusher: Option<Pusher>,
@@ -234,7 +234,56 @@ pub struct PrReport {
     pub digest: Option<Digest>,
     pub comment_id: Option<u64>,
     pub check_id: Option<u64>,
-    pub status: String,
+    pub status: Option<ReportStatus>,
+}
+
+/// What the report on a pull request's head came to, as the store keeps
+/// it: what a later job decides by (a refused report has no plan to judge
+/// approvals against; a failed one keeps its check failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportStatus {
+    /// Nothing to plan (at most changed files no component claims).
+    Empty,
+    /// Not planned: the repository's config, a fork, or the sandbox said no.
+    Refused,
+    /// A member failed to plan.
+    Failed,
+    /// Planned, and enough approvals of its digest stand.
+    Approved,
+    /// Planned, and waiting for approvals of its digest.
+    AwaitingApproval,
+}
+
+impl ReportStatus {
+    /// As the store writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Empty => "empty",
+            Self::Refused => "refused",
+            Self::Failed => "failed",
+            Self::Approved => "approved",
+            Self::AwaitingApproval => "awaiting-approval",
+        }
+    }
+
+    const ALL: [Self; 5] = [
+        Self::Empty,
+        Self::Refused,
+        Self::Failed,
+        Self::Approved,
+        Self::AwaitingApproval,
+    ];
+}
+
+impl std::str::FromStr for ReportStatus {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == text)
+            .ok_or_else(|| format!("`{text}` is not a report status"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

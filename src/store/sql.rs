@@ -14,7 +14,7 @@
 use super::db::{begin_write, to_i64, to_opt_digest, to_u64, Backend};
 use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
-    PlanRecord, PrHead, PrRecord, PrReport, StoreError, SystemClock,
+    PlanRecord, PrHead, PrRecord, PrReport, ReportStatus, StoreError, SystemClock,
 };
 use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId};
 use anyhow::{anyhow, bail, Context, Result};
@@ -830,7 +830,7 @@ impl Store {
                 .map(|id| to_i64(id, "check id"))
                 .transpose()?,
         )
-        .bind(&report.status)
+        .bind(report.status.map(ReportStatus::as_str))
         .bind(self.now())
         .execute(&self.pool)
         .await
@@ -1063,7 +1063,13 @@ pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
             .map(commit_sha)
             .transpose()?,
         report_digest: to_opt_digest(row.try_get("report_digest")?, "report digest")?,
-        report_status: row.try_get("report_status")?,
+        // Written empty by earlier versions where nothing was known.
+        report_status: row
+            .try_get::<Option<String>, _>("report_status")?
+            .filter(|text| !text.is_empty())
+            .map(|text| text.parse().map_err(anyhow::Error::msg))
+            .transpose()
+            .context("reading a pull request's report status")?,
         pusher: match (
             row.try_get::<Option<String>, _>("pusher_head")?,
             row.try_get::<Option<i64>, _>("pusher_id")?,

@@ -386,7 +386,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
                 digest: Some(Digest::repeated('1')),
                 comment_id: Some(9001),
                 check_id: Some(77),
-                status: "awaiting-approval".into(),
+                status: Some(ReportStatus::AwaitingApproval),
             },
         )
         .await
@@ -400,7 +400,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
     assert_eq!(pushed.head_sha, sha('b'));
     assert_eq!(pushed.report_head, Some(sha('a')));
     assert_eq!(pushed.report_comment_id, Some(9001));
-    assert_eq!(pushed.report_status.as_deref(), Some("awaiting-approval"));
+    assert_eq!(pushed.report_status, Some(ReportStatus::AwaitingApproval));
 
     f.store
         .set_pr_report(
@@ -411,7 +411,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
                 digest: None,
                 comment_id: None,
                 check_id: Some(78),
-                status: "planning".into(),
+                status: Some(ReportStatus::Failed),
             },
         )
         .await
@@ -434,7 +434,7 @@ async fn pr_head_is_upserted_and_the_report_survives_a_push(f: Fixture) {
             check_id: Some(78),
             report_head: Some(sha('b')),
             report_digest: None,
-            report_status: Some("planning".into()),
+            report_status: Some(ReportStatus::Failed),
             pusher: None,
         }
     );
@@ -448,7 +448,7 @@ async fn a_report_for_an_unknown_pr_is_refused(f: Fixture) {
         digest: None,
         comment_id: Some(1),
         check_id: None,
-        status: "planning".into(),
+        status: Some(ReportStatus::Failed),
     };
     assert!(f
         .store
@@ -1357,7 +1357,7 @@ async fn a_reconciled_plan_is_enqueued_while_the_report_is_not_of_that_head_and_
                 digest: None,
                 comment_id: Some(1),
                 check_id: None,
-                status: "empty".into(),
+                status: Some(ReportStatus::Empty),
             },
         )
         .await
@@ -1746,4 +1746,13 @@ async fn a_redelivery_is_claimed_once_and_recorded_guids_are_found_by_any_target
         f.store.redeliveries_asked(&asked_about).await.unwrap(),
         ["guid-lost".to_owned()].into()
     );
+}
+
+#[test]
+fn each_report_status_reads_back_as_the_status_written_and_no_other_text_does() {
+    for status in ReportStatus::ALL {
+        assert_eq!(status.as_str().parse::<ReportStatus>(), Ok(status));
+        assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+    }
+    assert!("planning".parse::<ReportStatus>().is_err());
 }

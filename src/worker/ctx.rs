@@ -13,7 +13,7 @@ use crate::git::{self, Workspace};
 use crate::model::{CommitSha, Digest, PrNumber};
 use crate::plan::runner::Cancel;
 use crate::sandbox::Sandbox;
-use crate::store::{PrReport, Store};
+use crate::store::{PrReport, ReportStatus, Store};
 use anyhow::{Context, Result};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -101,7 +101,7 @@ impl JobCtx<'_> {
         check_id: Option<u64>,
         report: CheckReport,
         digest: Option<Digest>,
-        status: &str,
+        status: ReportStatus,
     ) -> Result<()> {
         let known = self.store.pr(&self.repo.id, pr).await?;
         let comment_id = self
@@ -128,7 +128,7 @@ impl JobCtx<'_> {
                     digest,
                     comment_id: Some(comment_id),
                     check_id,
-                    status: status.into(),
+                    status: Some(status),
                 },
             )
             .await

@@ -1098,7 +1098,7 @@ mod tests {
             check_id: None,
             report_head: report.map(sha),
             report_digest: None,
-            report_status: report.map(|_| "pending".into()),
+            report_status: report.map(|_| crate::store::ReportStatus::AwaitingApproval),
             pusher: None,
         }
     }

@@ -1259,7 +1259,7 @@ impl JobCtx<'_> {
                             digest: known.report_digest.clone(),
                             comment_id: Some(comment_id),
                             check_id: known.check_id,
-                            status: known.report_status.clone().unwrap_or_default(),
+                            status: known.report_status,
                         },
                     )
                     .await?;

@@ -19,7 +19,7 @@ use crate::gate::policy::{self, Candidate};
 use crate::git;
 use crate::model::{CommitSha, Digest, GateId, MemberId, User};
 use crate::report::approvals::{self, Standing};
-use crate::store::{ApplyRunRecord, PlanRecord, PrRecord};
+use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, ReportStatus};
 use crate::worker::ctx::JobCtx;
 use anyhow::{Context, Result};
 
@@ -67,7 +67,7 @@ impl JobCtx<'_> {
                     && record.report_head.as_ref() == Some(&plan.head_sha)
                     && record.report_digest.is_some()
                     && record.report_digest == plan.digest
-                    && record.report_status.as_deref() != Some("refused") =>
+                    && record.report_status != Some(ReportStatus::Refused) =>
             {
                 Some((record, plan))
             }
@@ -172,7 +172,7 @@ impl JobCtx<'_> {
         let Some((record, plan)) = self.current().await? else {
             return Ok(());
         };
-        let failed = record.report_status.as_deref() == Some("failed");
+        let failed = record.report_status == Some(ReportStatus::Failed);
         self.publish_gate(&plan, failed, record.check_id).await
     }
 
@@ -246,9 +246,9 @@ impl JobCtx<'_> {
             policy.as_ref().err().map(String::as_str),
         );
         let (state, status) = match (failed, standing.satisfied()) {
-            (true, _) => (CheckState::Failure, "failed"),
-            (false, true) => (CheckState::Success, "approved"),
-            (false, false) => (CheckState::ActionRequired, "awaiting-approval"),
+            (true, _) => (CheckState::Failure, ReportStatus::Failed),
+            (false, true) => (CheckState::Success, ReportStatus::Approved),
+            (false, false) => (CheckState::ActionRequired, ReportStatus::AwaitingApproval),
         };
         let title = if failed {
             format!("A member failed to plan; {}", standing.title(&digest))

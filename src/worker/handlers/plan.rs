@@ -8,7 +8,7 @@ use crate::forge::PullRequest;
 use crate::git::FetchRequest;
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
 use crate::report::{self, reply, reply::Reply};
-use crate::store::{JobOutcome, NewPlan, PlanRecord, PrHead};
+use crate::store::{JobOutcome, NewPlan, PlanRecord, PrHead, ReportStatus};
 use crate::worker::ctx::{known_check, JobCtx};
 use anyhow::{Context, Result};
 use std::sync::Arc;
@@ -182,7 +182,9 @@ impl JobCtx<'_> {
             };
             let report = CheckReport::plan(state, title, body);
             let commit = (pr.number, &pr.head_sha);
-            return self.publish(commit, check_id, report, None, "empty").await;
+            return self
+                .publish(commit, check_id, report, None, ReportStatus::Empty)
+                .await;
         }
         // A plan with a digest waits at its gate: the report carries the
         // approvals (earlier ones listed as for an earlier plan). The plan is
@@ -208,8 +210,14 @@ impl JobCtx<'_> {
     /// the check; the job is done (retrying cannot fix the repository).
     async fn publish_problem(&self, pr: &PullRequest, problem: Reply) -> Result<JobOutcome> {
         let report = CheckReport::plan(CheckState::Failure, problem.title, problem.body);
-        self.publish((pr.number, &pr.head_sha), None, report, None, "refused")
-            .await?;
+        self.publish(
+            (pr.number, &pr.head_sha),
+            None,
+            report,
+            None,
+            ReportStatus::Refused,
+        )
+        .await?;
         Ok(JobOutcome::Done)
     }
 

@@ -251,7 +251,10 @@ async fn forgejo_approve_flow_end_to_end() {
     let id = pr.comment_as("rev-bob", "/approve").await;
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert_eq!(pr.plan_state(), "success");
-    assert_eq!(pr.record().await.report_status.as_deref(), Some("approved"));
+    assert_eq!(
+        pr.record().await.report_status,
+        Some(wavegate::store::ReportStatus::Approved)
+    );
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
