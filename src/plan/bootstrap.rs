@@ -77,7 +77,7 @@ pub async fn apply_local(options: &PlanOptions, ledger: &Path) -> Result<Bootstr
                             Applied::Applied { plan_digest }
                         }
                         other => Applied::Failed {
-                            error: format!("its apply did not apply: {other:?}"),
+                            error: not_applied(other),
                         },
                     }
                 }
@@ -100,6 +100,22 @@ pub async fn apply_local(options: &PlanOptions, ledger: &Path) -> Result<Bootstr
         commit: prepared.head,
         members,
     })
+}
+
+/// Why an apply that did not answer with outputs did not apply, in words.
+fn not_applied(outcome: ApplyOutcome) -> String {
+    match outcome {
+        ApplyOutcome::Applied(_) => "it applied".into(),
+        ApplyOutcome::Failed(why) | ApplyOutcome::NotReached(why) => why,
+        ApplyOutcome::Replan(why) => format!(
+            "its apply asked to be planned again{}: run `apply --local` again",
+            why.map(|w| format!(" ({w})")).unwrap_or_default()
+        ),
+        ApplyOutcome::Held(holder) => {
+            format!("its apply answered that {holder} holds it: run again once it lets go")
+        }
+        ApplyOutcome::StoodDown(why) => format!("its apply stood down: {why}"),
+    }
 }
 
 /// The local ledger: one JSON object a line, each with the hash of the
