@@ -810,7 +810,7 @@ fn check_wave_gates_unpriced(
             return Err(err(
                 format!("stage[{i}] ({}).gate_scope", s.name),
                 "is \"wave\", but the stage has a cost command, whose figures bind the whole stage at once".into(),
-                "leave `gate_scope` out for a priced stage, or give the stage `cost` of its own only where it is approved as a whole",
+                "leave `gate_scope` out: a stage approved wave by wave cannot be priced, by a `cost` of its own or the top level's `[cost]`",
             ));
         }
     }
