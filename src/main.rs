@@ -706,34 +706,38 @@ fn checkout_files(repo: &std::path::Path) -> anyhow::Result<Vec<String>> {
 /// The members the config expands to, and what in the checkout it leaves
 /// out: directories that are not there, files no component claims.
 fn print_survey(survey: &wavegate::plan::survey::Survey) {
-    println!("members ({}), in waves:", survey.members.len());
+    use std::fmt::Write as _;
+    let mut text = format!("members ({}), in waves:\n", survey.members.len());
     for m in &survey.members {
-        println!(
-            "  {} · wave {}: {} ({})",
-            m.stage,
-            m.wave,
-            m.member,
-            if m.dir.is_empty() { "no dir" } else { &m.dir }
+        let dir = if m.dir.is_empty() { "no dir" } else { &m.dir };
+        let _ = writeln!(
+            text,
+            "  {} · wave {}: {} ({dir})",
+            m.stage, m.wave, m.member
         );
     }
     for (member, dir) in &survey.missing_dirs {
-        println!(
+        let _ = writeln!(
+            text,
             "warning: {member}'s dir `{dir}` is not in the checkout: its plans fail until it is (add it, or fix `dir`)"
         );
     }
     if !survey.unclaimed.is_empty() {
         const SHOWN: usize = 20;
-        println!(
+        let _ = writeln!(
+            text,
             "warning: {} file(s) no component claims and no `ignore` covers: a change to one plans nothing. Claim each with a component's `paths` or `shared` (`[defaults] shared` for every component), or `ignore` it:",
             survey.unclaimed.len()
         );
         for file in survey.unclaimed.iter().take(SHOWN) {
-            println!("  {file}");
+            let _ = writeln!(text, "  {file}");
         }
         if survey.unclaimed.len() > SHOWN {
-            println!("  … and {} more", survey.unclaimed.len() - SHOWN);
+            let _ = writeln!(text, "  … and {} more", survey.unclaimed.len() - SHOWN);
         }
     }
+    // A reader that stopped early (`| head`) is no error of the check's.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
 }
 
 fn usage_error(message: &str) -> ExitCode {
