@@ -669,23 +669,12 @@ impl AttemptRecord {
         // A spent approval lets nothing through again: one whose set holds a
         // member that starts over is read from the ledger anew (where it is
         // spent), so that member needs a new approval.
-        let sets: Vec<(&GateId, &Digest, &ChangeSet)> = self
-            .stages
-            .values()
-            .map(|g| (&g.gate, &g.change_set.digest, &g.change_set))
-            .chain(
-                self.rounds
-                    .iter()
-                    .map(|r| (&r.gate, &r.change_set.digest, &r.change_set)),
-            )
+        let read_again: Vec<(GateId, Digest)> = self
+            .gate_sets()
+            .filter(|(_, set, _)| set.members.iter().any(|m| again.contains(&m.member)))
+            .map(|(gate, set, _)| (gate.clone(), set.digest.clone()))
             .collect();
-        let holds_again = |gate: &GateId, digest: &Digest| {
-            sets.iter().any(|(g, d, set)| {
-                *g == gate && *d == digest && set.members.iter().any(|m| again.contains(&m.member))
-            })
-        };
-        self.spent
-            .retain(|(gate, digest)| !holds_again(gate, digest));
+        self.spent.retain(|spent| !read_again.contains(spent));
         self.replans.clear();
         let hooks = self.hooks.len();
         self.hooks
@@ -731,6 +720,20 @@ impl AttemptRecord {
                 digest,
             });
         }
+    }
+
+    /// Each stage gate (a stage's or a wave's) and round of the run: its
+    /// gate, its set, and who approved it (none yet: empty).
+    pub(crate) fn gate_sets(&self) -> impl Iterator<Item = (&GateId, &ChangeSet, &[String])> {
+        let stages = self
+            .stages
+            .values()
+            .map(|g| (&g.gate, &g.change_set, g.approved_by.as_slice()));
+        let rounds = self
+            .rounds
+            .iter()
+            .map(|r| (&r.gate, &r.change_set, r.approved_by.as_slice()));
+        stages.chain(rounds)
     }
 
     /// The stage gate (a stage's or a wave's) named `gate`.

@@ -182,7 +182,7 @@ pub(crate) fn failed(record: &AttemptRecord) -> BTreeSet<String> {
 fn spent(s: &Settle<'_>, record: &mut AttemptRecord) -> Vec<Effect> {
     let pr = crate::model::GateId::Pr(s.pr);
     let used: Vec<(GateId, Digest)> = std::iter::once((pr, s.digest.clone()))
-        .chain(approved_gates(record).map(|(gate, digest, _)| (gate.clone(), digest.clone())))
+        .chain(approved_gates(record).map(|(gate, set)| (gate.clone(), set.digest.clone())))
         .collect();
     spend(record, used)
 }
@@ -208,7 +208,7 @@ pub(crate) fn spend_used(record: &mut AttemptRecord) -> Vec<Effect> {
         ended && !record.after_apply_due.contains(m)
     };
     let used: Vec<(GateId, Digest)> = approved_gates(record)
-        .filter(|(_, _, set)| {
+        .filter(|(_, set)| {
             let mut members = set
                 .members
                 .iter()
@@ -217,25 +217,17 @@ pub(crate) fn spend_used(record: &mut AttemptRecord) -> Vec<Effect> {
                 .peekable();
             members.peek().is_some() && members.all(done)
         })
-        .map(|(gate, digest, _)| (gate.clone(), digest.clone()))
+        .map(|(gate, set)| (gate.clone(), set.digest.clone()))
         .collect();
     spend(record, used)
 }
 
-/// Each approved stage gate and round of the run: its gate, its digest,
-/// and the set approved.
-fn approved_gates(record: &AttemptRecord) -> impl Iterator<Item = (&GateId, &Digest, &ChangeSet)> {
-    let stages = record
-        .stages
-        .values()
-        .filter(|g| !g.approved_by.is_empty())
-        .map(|g| (&g.gate, &g.change_set.digest, &g.change_set));
-    let rounds = record
-        .rounds
-        .iter()
-        .filter(|r| !r.approved_by.is_empty())
-        .map(|r| (&r.gate, &r.change_set.digest, &r.change_set));
-    stages.chain(rounds)
+/// Each approved stage gate and round of the run, with the set approved.
+fn approved_gates(record: &AttemptRecord) -> impl Iterator<Item = (&GateId, &ChangeSet)> {
+    record
+        .gate_sets()
+        .filter(|(_, _, by)| !by.is_empty())
+        .map(|(gate, set, _)| (gate, set))
 }
 
 /// Spends each of `used` that the run has not spent yet, and notes it.

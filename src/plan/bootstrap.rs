@@ -51,8 +51,7 @@ impl Bootstrap {
 /// waves, appending each apply to `ledger`.
 pub async fn apply_local(options: &PlanOptions, ledger: &Path) -> Result<Bootstrap, PlanError> {
     let mut options = options.clone();
-    options.everything = true;
-    options.deploying = true;
+    options.bootstrap = true;
     options.merged = true;
     let mut prepared = prepare(&options)?;
     let mut bench = prepared.workbench(&options)?;

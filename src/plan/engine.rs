@@ -71,13 +71,12 @@ pub struct PlanOptions {
     /// (anyone who can push a branch could write its `wavegate.toml`, and a
     /// fork's code is a stranger's) every stage plans with `default`.
     pub(crate) base_picks_profiles: bool,
-    /// Every member runs, as if every component changed (`apply --local`).
-    pub(crate) everything: bool,
-    /// The plans are the first step of this process's own applies (`apply
-    /// --local`, which an operator runs on their own checkout): they run
-    /// with the applies' profile and access to the state, since a member's
-    /// first plan may have to create its state's place.
-    pub(crate) deploying: bool,
+    /// `apply --local`, which an operator runs on their own checkout: every
+    /// member runs, as if every component changed, and its plans, the
+    /// first step of this process's own applies, run with the applies'
+    /// profile and access to the state (a member's first plan may have to
+    /// create its state's place).
+    pub(crate) bootstrap: bool,
 }
 
 impl PlanOptions {
@@ -102,8 +101,7 @@ impl PlanOptions {
             repository: None,
             merged: false,
             base_picks_profiles: true,
-            everything: false,
-            deploying: false,
+            bootstrap: false,
         }
     }
 }
@@ -266,7 +264,7 @@ fn derive(
     config: &RepoConfig,
     changed: &[String],
 ) -> Result<(Derivation, Preview), PlanError> {
-    let config_changed = if options.everything {
+    let config_changed = if options.bootstrap {
         config.components.iter().map(|c| c.name.clone()).collect()
     } else if changed.iter().any(|p| p == CONFIG_FILE) {
         let base_raw = base_text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
@@ -1470,7 +1468,7 @@ impl Workbench {
         let label = format!("[{}] {member}", kind.as_str());
         let timeout = self.bounded(component.timeout, |base| base.of(&component.name));
         let access = match kind {
-            CommandKind::Plan if self.options.deploying => CommandKind::Apply,
+            CommandKind::Plan if self.options.bootstrap => CommandKind::Apply,
             other => other,
         };
         self.job(

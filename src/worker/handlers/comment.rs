@@ -208,8 +208,7 @@ impl JobCtx<'_> {
                         gate.expired
                             && gate.stage() == Some(stage)
                             && wave.is_none_or(|w| {
-                                gate.gate.stage_gate_key()
-                                    == Some(crate::model::stage_gate_key(stage, Some(w)))
+                                gate.gate == GateId::of_stage(self.pr, stage, Some(w))
                             })
                     })
                 });
