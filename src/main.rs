@@ -104,6 +104,12 @@ enum Command {
         #[command(subcommand)]
         tool: AdaptTool,
     },
+    /// The commands `[terraform]` in wavegate.toml runs (in the sandbox, like
+    /// any command): find the root modules, plan, apply, read the outputs.
+    Terraform {
+        #[command(subcommand)]
+        command: TerraformCommand,
+    },
     /// Audit the gate ledger: check its hash chains and signatures, export its facts, print its public key.
     Ledger {
         #[command(subcommand)]
@@ -146,6 +152,65 @@ enum LedgerCommand {
         #[arg(long, value_name = "FILE", conflicts_with = "data_dir")]
         key: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum TerraformCommand {
+    /// Write the root modules of the checkout at ROOT as a units file.
+    Discover {
+        units_file: PathBuf,
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
+    /// Init, select the stage's workspace, plan to a binary plan beside
+    /// PLAN_FILE and write PLAN_FILE from `show -json`.
+    Plan {
+        plan_file: PathBuf,
+        inputs_file: PathBuf,
+        #[command(flatten)]
+        member: TfMember,
+    },
+    /// Apply the binary plan saved beside PLAN_FILE and write the outputs.
+    Apply {
+        plan_file: PathBuf,
+        outputs_file: PathBuf,
+        #[command(flatten)]
+        member: TfMember,
+    },
+    /// Write what is deployed now (`{}` where nothing is).
+    Outputs {
+        outputs_file: PathBuf,
+        #[command(flatten)]
+        member: TfMember,
+    },
+}
+
+/// The member a `wavegate terraform` command runs for.
+#[derive(clap::Args)]
+struct TfMember {
+    /// `terraform` or `tofu`, or the program's absolute path.
+    #[arg(long, default_value = "terraform")]
+    binary: String,
+    #[arg(long)]
+    stage: String,
+    /// The member's directory, relative to the repository root.
+    #[arg(long)]
+    dir: String,
+    /// Where the stage's own directory is (`stage_dirs` filled in): a
+    /// member under it uses the default workspace.
+    #[arg(long)]
+    stage_dir: Option<String>,
+}
+
+impl From<TfMember> for wavegate::plan::terraform_run::TfOptions {
+    fn from(member: TfMember) -> Self {
+        Self {
+            binary: member.binary,
+            stage: member.stage,
+            dir: member.dir,
+            stage_dir: member.stage_dir,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -261,6 +326,7 @@ fn main() -> ExitCode {
                 },
         } => config_check(repo, profiles.as_deref(), repository.as_deref()),
         Command::Adapt { tool } => adapt(tool),
+        Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command),
     }
 }
@@ -642,6 +708,16 @@ fn config_check(
     });
     match checked {
         Ok(config) => {
+            // `[terraform]`'s root modules are found here as a plan finds them.
+            let config = match wavegate::plan::terraform_run::with_roots(&config, &repo) {
+                Ok(config) => config,
+                Err(e) => {
+                    return usage_error(&format!(
+                        "{}: `[terraform]` finds no valid root modules here: {e}",
+                        path.display()
+                    ))
+                }
+            };
             println!(
                 "{}: ok ({} stages, {} components; execution profiles on this server: {})",
                 path.display(),
@@ -764,6 +840,34 @@ fn init_logging(format: LogFormat) {
             .with_current_span(true)
             .with_span_list(true)
             .init(),
+    }
+}
+
+fn terraform(command: TerraformCommand) -> ExitCode {
+    use wavegate::plan::terraform_run as run;
+    let done = match command {
+        TerraformCommand::Discover { units_file, root } => run::discover(&units_file, &root),
+        TerraformCommand::Plan {
+            plan_file,
+            inputs_file,
+            member,
+        } => run::plan(&plan_file, &inputs_file, &member.into()),
+        TerraformCommand::Apply {
+            plan_file,
+            outputs_file,
+            member,
+        } => run::apply(&plan_file, &outputs_file, &member.into()),
+        TerraformCommand::Outputs {
+            outputs_file,
+            member,
+        } => run::outputs(&outputs_file, &member.into()),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wavegate terraform: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

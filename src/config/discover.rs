@@ -42,6 +42,9 @@ pub(crate) struct Unit {
     /// The `[[group]]` it plans and applies with, when the discovery says
     /// (else its discovering component's).
     pub(crate) group: Option<String>,
+    /// Upstream outputs it reads (`name = "component.output"`), besides its
+    /// discovering component's `inputs`.
+    pub(crate) inputs: Option<BTreeMap<String, String>>,
 }
 
 impl Unit {
@@ -58,6 +61,9 @@ impl Unit {
         // Only when it says: every unit found without one binds as before.
         if let Some(group) = &self.group {
             bound["group"] = json!(group);
+        }
+        if let Some(inputs) = &self.inputs {
+            bound["inputs"] = json!(inputs);
         }
         bound
     }
@@ -77,6 +83,8 @@ struct RawUnit {
     stages: Option<Vec<String>>,
     #[serde(default)]
     group: Option<String>,
+    #[serde(default)]
+    inputs: Option<BTreeMap<String, String>>,
 }
 
 fn clean_dir(dir: &str) -> String {
@@ -111,6 +119,7 @@ pub(crate) fn read_units(bytes: &[u8]) -> Result<Vec<Unit>, String> {
             paths: unit.paths,
             stages: unit.stages,
             group: unit.group,
+            inputs: unit.inputs,
         });
     }
     let by_dir: BTreeMap<String, String> = units
@@ -247,11 +256,14 @@ pub(crate) fn expand(
             }
             let mut depends_on = c.depends_on.clone();
             depends_on.extend(unit.depends_on.iter().cloned());
+            let mut inputs = c.inputs.clone();
+            inputs.extend(unit.inputs.clone().unwrap_or_default());
             expanded.components.push(RawComponent {
                 name: unit.name.clone(),
                 dir: unit.dir.clone(),
                 paths: unit.paths.clone(),
                 depends_on,
+                inputs,
                 stages: unit.stages.clone().or_else(|| c.stages.clone()),
                 group: unit.group.clone().or_else(|| c.group.clone()),
                 discover: None,
@@ -370,6 +382,7 @@ timeout = "5m"
             paths: None,
             stages: None,
             group: None,
+            inputs: None,
         }
     }
 

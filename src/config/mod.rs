@@ -12,6 +12,7 @@ pub mod ledger_key;
 pub(crate) mod quiet;
 pub mod repo;
 pub mod settings;
+pub mod terraform;
 
 pub(crate) use base::BaseRules;
 pub use repo::{ConfigError, RepoConfig, CONFIG_FILE};

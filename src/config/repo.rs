@@ -75,6 +75,10 @@ pub(crate) struct RawRepoConfig {
     /// like `[policy]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cost: Option<RawCost>,
+    /// A Terraform or OpenTofu repository planned by wavegate's own
+    /// commands: it stands for a discovering component, `terraform`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) terraform: Option<super::terraform::RawTerraform>,
 }
 
 /// `[notify]`: the targets (each defined in the server's environment,
@@ -440,6 +444,15 @@ impl RepoConfig {
 
     /// Parses without validating: used to compare the base config, which may be broken.
     pub(crate) fn parse_raw(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
+        let mut raw = Self::parse_toml(file, text)?;
+        super::terraform::desugar(&mut raw).map_err(|e| ConfigError {
+            file: file.into(),
+            ..e
+        })?;
+        Ok(raw)
+    }
+
+    fn parse_toml(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
         toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
@@ -1395,6 +1408,7 @@ fn check_templates(
                 paths: None,
                 stages: None,
                 group: None,
+                inputs: None,
             };
             (c.name.clone(), vec![unit])
         })

@@ -66,30 +66,21 @@ pub async fn apply_local(options: &PlanOptions, ledger: &Path) -> Result<Bootstr
         }
         bench.plan_wave(wave).await?;
         for member in wave {
-            let applied = match bench.outcome(member).map(|o| (o.plan.as_ref(), o)) {
-                Some((Some(plan), _)) => {
-                    let plan_digest = plan.plan_digest.to_string();
-                    tracing::info!(target: "wavegate::apply", %member, "applying");
-                    match bench.apply(member, None).await.outcome {
-                        ApplyOutcome::Applied(outputs) => {
-                            bench.record_applied(member, outputs);
-                            Applied::Applied { plan_digest }
-                        }
-                        other => Applied::Failed {
-                            error: not_applied(other),
-                        },
-                    }
+            let mut applied = None;
+            // An apply that asks to be planned again (a stale plan, a
+            // workspace it had to create) is planned and applied again:
+            // nothing here waits for an approval of the new plan.
+            for round in 0..=MAX_REPLANS {
+                if round > 0 {
+                    bench.plan_wave(std::slice::from_ref(member)).await?;
                 }
-                Some((None, outcome)) => Applied::Failed {
-                    error: outcome
-                        .error
-                        .clone()
-                        .unwrap_or_else(|| "it did not plan".into()),
-                },
-                None => Applied::Failed {
-                    error: "it was not planned".into(),
-                },
-            };
+                let (outcome, replan) = apply_planned(&mut bench, member).await;
+                applied = Some(outcome);
+                if !replan {
+                    break;
+                }
+            }
+            let applied = applied.expect("tried at least once");
             stopped |= !matches!(applied, Applied::Applied { .. });
             ledger.append(&prepared.head, member, &applied)?;
             members.push((member.clone(), applied));
@@ -101,13 +92,57 @@ pub async fn apply_local(options: &PlanOptions, ledger: &Path) -> Result<Bootstr
     })
 }
 
+/// How often one member's apply may ask to be planned again.
+const MAX_REPLANS: usize = 2;
+
+/// Applies `member` as planned: what became of it, and whether its apply
+/// asked to be planned again.
+async fn apply_planned(bench: &mut super::engine::Workbench, member: &MemberId) -> (Applied, bool) {
+    match bench.outcome(member).map(|o| (o.plan.as_ref(), o)) {
+        Some((Some(plan), _)) => {
+            let plan_digest = plan.plan_digest.to_string();
+            tracing::info!(target: "wavegate::apply", %member, "applying");
+            match bench.apply(member, None).await.outcome {
+                ApplyOutcome::Applied(outputs) => {
+                    bench.record_applied(member, outputs);
+                    (Applied::Applied { plan_digest }, false)
+                }
+                other => {
+                    let replan = matches!(other, ApplyOutcome::Replan(_));
+                    (
+                        Applied::Failed {
+                            error: not_applied(other),
+                        },
+                        replan,
+                    )
+                }
+            }
+        }
+        Some((None, outcome)) => (
+            Applied::Failed {
+                error: outcome
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "it did not plan".into()),
+            },
+            false,
+        ),
+        None => (
+            Applied::Failed {
+                error: "it was not planned".into(),
+            },
+            false,
+        ),
+    }
+}
+
 /// Why an apply that did not answer with outputs did not apply, in words.
 fn not_applied(outcome: ApplyOutcome) -> String {
     match outcome {
         ApplyOutcome::Applied(_) => "it applied".into(),
         ApplyOutcome::Failed(why) | ApplyOutcome::NotReached(why) => why,
         ApplyOutcome::Replan(why) => format!(
-            "its apply asked to be planned again{}: run `apply --local` again",
+            "its apply asked to be planned again{}, more often than `apply --local` plans again: run it again",
             why.map(|w| format!(" ({w})")).unwrap_or_default()
         ),
         ApplyOutcome::Held(holder) => {

@@ -18,3 +18,4 @@ pub(crate) mod runner;
 pub mod survey;
 pub(crate) mod tail;
 pub mod terraform;
+pub mod terraform_run;

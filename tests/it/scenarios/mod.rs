@@ -31,5 +31,6 @@ mod replicas;
 mod run_states;
 mod sandbox;
 mod soak;
+mod terraform_builtin;
 mod webhook_fixtures;
 mod worker;

@@ -1,0 +1,206 @@
+//! A Terraform monorepo with no scripts of its own, as a team moving from
+//! Atlantis brings it (`examples/terraform-native`): a directory per
+//! environment, shared modules, and `[terraform]` in `wavegate.toml`. The
+//! real `terraform` plans and applies it in the bot's sandbox, with the
+//! state in the operator's state directory; a test fails loudly where no
+//! `terraform` is installed.
+
+use crate::support::bot::*;
+use crate::support::common::{git_in, Example};
+use crate::support::pr::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn native_example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/terraform-native/repo")
+}
+
+/// Fails the test, saying so, where no real Terraform is installed.
+fn require_terraform() {
+    let found = Command::new("terraform").arg("version").output();
+    assert!(
+        found.is_ok_and(|out| out.status.success()),
+        "these tests run the real Terraform, and no `terraform` runs on this machine: install Terraform 1.11 on the PATH (deploy/get-tools.sh)"
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// `main` becomes the native example's tree (one commit on top).
+fn native_main(example: &Example) {
+    let git = |args: &[&str]| {
+        let out = git_in(&example.repo, args);
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["checkout", "-q", "-B", "main", "main"]);
+    git(&["rm", "-rq", "."]);
+    copy_tree(&native_example(), &example.repo);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "A Terraform monorepo"]);
+    git(&["checkout", "-q", "--detach", "main"]);
+}
+
+/// The operator's profiles: the state directory read-only to plans,
+/// writable to applies, and named to the commands as `TF_STATE_DIR`.
+fn state_profile(dir: &Path) -> String {
+    let state = dir.join("tfstate");
+    std::fs::create_dir_all(&state).unwrap();
+    format!(
+        "[profile.default]\nstate = [\"{0}\"]\nenv = {{ TF_STATE_DIR = \"{0}\" }}\n",
+        state.display()
+    )
+}
+
+/// The resource `address`'s attributes as the state of `component@stage` holds them.
+fn deployed(bot: &Bot, component: &str, stage: &str, address: &str) -> Value {
+    let file = bot
+        .dir
+        .path()
+        .join("tfstate")
+        .join(component)
+        .join(stage)
+        .join("terraform.tfstate");
+    let state: Value = serde_json::from_slice(
+        &std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())),
+    )
+    .unwrap();
+    let (module, rest) = address
+        .rsplit_once(".terraform_data.")
+        .unwrap_or(("", address));
+    let name = rest.trim_start_matches("terraform_data.");
+    state["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["name"] == name && r.get("module").and_then(Value::as_str).unwrap_or("") == module
+        })
+        .unwrap_or_else(|| panic!("no {address} in {state:#}"))["instances"][0]["attributes"]
+        .clone()
+}
+
+/// `wavegate apply --local --ref main` as a newcomer runs it, with the
+/// operator's profiles: the lines it printed of each member it applied.
+fn bootstrap(bot: &Bot) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["apply", "--local", "--repo"])
+        .arg(&bot.example.repo)
+        .args(["--ref", "main"])
+        .env(
+            "WAVEGATE_PROFILES",
+            bot.dir.path().join("operator-file.toml"),
+        )
+        .env("WAVEGATE_SANDBOX", "bwrap")
+        .env("WAVEGATE_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("applied ")?.split(' ').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_applied_in_both_stages(
+) {
+    require_terraform();
+    // The operator's `[profile.default]` says where state lives, in place
+    // of the example estate's variable.
+    let bot = Bot::start_with_file(
+        &[("WAVEGATE_SANDBOX_APPLY_WRITE", "")],
+        "WAVEGATE_PROFILES",
+        |_, dir| state_profile(dir),
+    )
+    .await;
+    native_main(&bot.example);
+
+    // Nothing is deployed, and no workspace or state exists: apply --local
+    // creates it all, wave by wave.
+    assert_eq!(
+        bootstrap(&bot),
+        [
+            "network@dev",
+            "app@dev",
+            "dns@dev",
+            "network@prod",
+            "app@prod",
+            "dns@prod"
+        ]
+    );
+    let vpc = deployed(&bot, "network", "dev", "module.network.terraform_data.vpc");
+    let server = deployed(&bot, "app", "dev", "module.app.terraform_data.server");
+    assert_eq!(
+        server["input"]["value"]["vpc_id"], vpc["id"],
+        "app read network's output"
+    );
+
+    // The shared module changes: both stages' app plan an update, dns
+    // downstream plans nothing.
+    let module = bot.example.read("main", "modules/app/main.tf").replace(
+        "instance_type = var.instance_type\n",
+        "instance_type = var.instance_type\n    owner         = \"platform\"\n",
+    );
+    bot.example
+        .branch("change", "main", &[("modules/app/main.tf", Some(&module))]);
+    let pr = planned_pr(&bot, 1).await;
+    let report = pr.report();
+    for line in [
+        "| `app@dev` | `modules/app/main.tf` changed | planned | 0 | 1 | 0 | 0 |",
+        "| `app@prod` | `modules/app/main.tf` changed | planned | 0 | 1 | 0 | 0 |",
+        "| `dns@dev` | downstream of `app` | no changes | 0 | 0 | 0 | 0 |",
+        "`terraform` discovered 3 units: `app`, `dns`, `network`",
+        "input.owner: (none) → \"platform\"",
+    ] {
+        assert!(report.contains(line), "{line}\nnot in\n{report}");
+    }
+    assert!(
+        !report.contains("network@"),
+        "network is unaffected:\n{report}"
+    );
+
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    assert_eq!(
+        deployed(&bot, "app", "dev", "module.app.terraform_data.server")["input"]["value"]["owner"],
+        "platform",
+        "dev applied on merge"
+    );
+    assert_eq!(
+        deployed(&bot, "app", "prod", "module.app.terraform_data.server")["input"]["value"]
+            ["owner"],
+        Value::Null,
+        "prod waits for its own approval"
+    );
+    assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
+
+    pr.comment_as("rev-bob", "/approve prod").await;
+    assert_eq!(
+        deployed(&bot, "app", "prod", "module.app.terraform_data.server")["input"]["value"]
+            ["owner"],
+        "platform"
+    );
+    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+}
