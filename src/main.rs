@@ -726,7 +726,14 @@ fn config_check(
                 settings.profiles().names()
             );
             match checkout_files(&repo) {
-                Ok(files) => print_survey(&wavegate::plan::survey::survey(&config, &files)),
+                Ok(files) => {
+                    match wavegate::plan::rego::check_in(&config, &repo, &files) {
+                            Ok(0) => {}
+                            Ok(read) => println!("Rego policies: {read} file(s) compile, each rule declared (the bot reads them from the base branch)"),
+                            Err(e) => return usage_error(&format!("{}: `[[policy.rego]]`: {e}", path.display())),
+                        }
+                    print_survey(&wavegate::plan::survey::survey(&config, &files))
+                }
                 Err(e) => eprintln!("warning: could not list the checkout's files, so they were not surveyed: {e:#}"),
             }
             ExitCode::SUCCESS

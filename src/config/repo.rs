@@ -299,6 +299,24 @@ pub(crate) struct Policy {
     /// command's currency); more is denied until an overrider lets it through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) max_monthly_increase: Option<Money>,
+    /// Rego policies every member's plan is judged by (`[[policy.rego]]`),
+    /// read from the base like the rest of `[policy]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rego: Vec<RawRego>,
+}
+
+/// `[[policy.rego]]`: Rego files, and the rule whose messages deny a plan.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRego {
+    /// Patterns of `.rego` files at the base commit.
+    pub(crate) files: Vec<String>,
+    /// The rule whose set of messages denies a plan; `data.wavegate.deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) query: Option<String>,
+    /// The stages whose plans it judges; every stage when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) stages: Option<Vec<String>>,
 }
 
 impl Policy {
@@ -326,6 +344,7 @@ impl Default for Policy {
             approval_ttl: None,
             digest_over: DigestOver::All,
             max_monthly_increase: None,
+            rego: Vec::new(),
         }
     }
 }
@@ -595,6 +614,7 @@ impl RepoConfig {
         let names: Vec<String> = components.iter().map(|c| c.name.clone()).collect();
         let cost = cost::validate(raw.cost.as_ref(), &stage_costs, &names, &err)?;
         check_wave_gates_unpriced(&raw.stages, &cost, &err)?;
+        check_rego(&policy.rego, &stages, &err)?;
         if policy.max_monthly_increase.is_some_and(|m| m < Money::ZERO) {
             return Err(err(
                 "policy.max_monthly_increase".into(),
@@ -1446,6 +1466,54 @@ pub(crate) fn check_name(
             format!("`{name}` is not a valid name"),
             "use letters, digits, `-`, `_` and `.` only (no `@`, no spaces)",
         ));
+    }
+    Ok(())
+}
+
+/// `[[policy.rego]]`: files named by valid patterns, a `data.` rule, and
+/// stages the file has. (The files themselves are read, and compiled, at
+/// the base commit when a change is planned.)
+fn check_rego(
+    rego: &[RawRego],
+    stages: &[Stage],
+    err: &impl Fn(String, String, &str) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, entry) in rego.iter().enumerate() {
+        let at = |f: &str| format!("policy.rego[{i}].{f}");
+        if entry.files.is_empty() {
+            return Err(err(
+                at("files"),
+                "names no file, so no plan would be judged".into(),
+                "list the policies' files, e.g. `files = [\"policy/*.rego\"]`",
+            ));
+        }
+        for (j, text) in entry.files.iter().enumerate() {
+            Pattern::new(text).map_err(|p| {
+                err(
+                    format!("policy.rego[{i}].files[{j}]"),
+                    p,
+                    "write a path pattern relative to the repository root, e.g. `policy/*.rego`",
+                )
+            })?;
+        }
+        if let Some(query) = &entry.query {
+            if !query.starts_with("data.") || query.contains(char::is_whitespace) {
+                return Err(err(
+                    at("query"),
+                    format!("`{query}` is not a rule of the policies"),
+                    "name the rule whose messages deny a plan, e.g. `data.wavegate.deny` (the default)",
+                ));
+            }
+        }
+        for stage in entry.stages.iter().flatten() {
+            if !stages.iter().any(|s| &s.name == stage) {
+                return Err(err(
+                    at("stages"),
+                    format!("there is no stage `{stage}`"),
+                    "name stages the file declares, or leave `stages` out to judge every stage",
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -136,7 +136,7 @@ pub(crate) fn desugar(raw: &mut RawRepoConfig) -> Result<(), ConfigError> {
             config_error(
                 &format!("terraform.ignore[{i}]"),
                 problem,
-                "write a directory pattern relative to the repository root, e.g. `modules/**`",
+                "write a directory pattern relative to the repository root, e.g. `examples/**`",
             )
         })?;
     }
@@ -455,7 +455,6 @@ fn identity_keys(kind: &str) -> Option<&'static [&'static str]> {
         "azurerm" => &["storage_account_name", "container_name", "key"],
         "consul" => &["path"],
         "http" => &["address"],
-        "cloud" | "remote" => &["organization"],
         _ => return None,
     })
 }
@@ -463,7 +462,9 @@ fn identity_keys(kind: &str) -> Option<&'static [&'static str]> {
 /// Whether a root whose backend is `root` (in `root_dir`) keeps the state
 /// a `terraform_remote_state` of `reader_dir` reads.
 fn reads_state_of(read: &Backend, reader_dir: &str, root: &Backend, root_dir: &str) -> bool {
-    if read.kind != root.kind {
+    // HCP Terraform's workspaces are named in nested blocks: declare
+    // those dependencies instead.
+    if read.kind != root.kind || matches!(read.kind.as_str(), "cloud" | "remote") {
         return false;
     }
     if read.kind == "local" {
@@ -620,6 +621,9 @@ pub(crate) fn discover_roots(
         if found.backend.is_none() && listing(dir).is_none() {
             continue;
         }
+        if dir.is_empty() {
+            return Err("the repository root holds a root module; wavegate runs each root in a directory of its own: move it into one (e.g. `infra/`), or ignore the root's files".into());
+        }
         let (stage, template) = match template_of(dir) {
             Some((stage, template)) => {
                 if !stages.contains(&stage) {
@@ -711,8 +715,10 @@ pub(crate) fn discover_roots(
                         let Some(kept) = facts[&other.dir].backend.as_ref() else {
                             continue;
                         };
+                        // Terraform reads a relative path from where it
+                        // runs: the root's directory, even in a module.
                         if other.template != *template
-                            && reads_state_of(read, &dir, kept, &other.dir)
+                            && reads_state_of(read, &root.dir, kept, &other.dir)
                         {
                             depends_on.insert(name_of[&other.template].clone());
                         }

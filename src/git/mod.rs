@@ -11,7 +11,7 @@ mod repo;
 
 pub use mirror::{FetchRequest, Workspace};
 pub use repo::{
-    changed_paths, export_tree, is_repository, read_file, resolve, target_before_merge,
+    changed_paths, export_tree, is_repository, list_files, read_file, resolve, target_before_merge,
 };
 
 /// Runs blocking git work on the blocking pool, off the async runtime's threads.

@@ -90,6 +90,32 @@ pub fn read_file(repo: &Path, commit: &str, path: &str) -> Result<Option<String>
     Ok(Some(text))
 }
 
+/// Every file's path at `commit`, sorted.
+pub fn list_files(repo: &Path, commit: &str) -> Result<Vec<String>> {
+    if commit.starts_with('-') {
+        bail!("`{commit}` is not a revision");
+    }
+    let mut command = git(repo);
+    command.args([
+        "ls-tree",
+        "-r",
+        "-z",
+        "--name-only",
+        "--full-tree",
+        "--end-of-options",
+        commit,
+    ]);
+    let output = run(command, &format!("list the files at {commit}"))?;
+    let mut paths: Vec<String> = output
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 /// Paths that differ between the merge base of `base` and `head`, and `head`.
 /// Renames are not detected, so a rename counts on both sides.
 pub fn changed_paths(repo: &Path, base: &str, head: &str) -> Result<Vec<String>> {

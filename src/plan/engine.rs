@@ -148,6 +148,8 @@ pub(crate) struct Prepared {
     plan_timeouts: Option<BaseTimeouts>,
     /// Why the base's profile choices were set aside, for the report.
     profiles_note: Option<String>,
+    /// The base's `[[policy.rego]]`, its files read at the base commit.
+    policies: Arc<super::rego::RegoPolicies>,
 }
 
 impl Prepared {
@@ -236,12 +238,29 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
             default: crate::config::repo::DEFAULT_TIMEOUT,
         }),
     };
+    let policies = match base_config.as_ref().map(|c| c.policy.rego.as_slice()) {
+        Some(rego) if !rego.is_empty() => {
+            let listed = git::list_files(repo, &base)?;
+            super::rego::RegoPolicies::load(rego, &listed, |path| {
+                git::read_file(repo, &base, path)
+                    .map_err(|e| format!("{e:#}"))?
+                    .ok_or_else(|| format!("{path} is not at the base commit"))
+            })
+            .map_err(|e| {
+                PlanError::Usage(format!(
+                    "the base branch's Rego policies cannot judge this change: {e}"
+                ))
+            })?
+        }
+        _ => Default::default(),
+    };
     let costs = base_config.map(|c| c.cost).unwrap_or_default();
     let (derivation, preview) = derive(options, &base, base_text.as_deref(), &config, &changed)?;
     Ok(Prepared {
         execution,
         plan_timeouts,
         profiles_note,
+        policies: Arc::new(policies),
         base,
         head,
         config,
@@ -295,6 +314,7 @@ impl Prepared {
         bench.digest_over = self.digest_over;
         bench.execution = self.execution.clone();
         bench.plan_timeouts = self.plan_timeouts.clone();
+        bench.policies = self.policies.clone();
         bench.notes.extend(self.profiles_note.clone());
         Ok(bench)
     }
@@ -547,6 +567,8 @@ pub(crate) struct Workbench {
     execution: BTreeMap<String, StageExecution>,
     /// The base's plan timeouts (a pull request's plan); `None`: the config's own.
     plan_timeouts: Option<BaseTimeouts>,
+    /// The base's Rego policies, which judge every plan read.
+    policies: Arc<super::rego::RegoPolicies>,
     /// The commit, resolved: what every job names.
     commit: String,
     /// Where the commands run.
@@ -655,6 +677,7 @@ impl Workbench {
             digest_over: DigestOver::All,
             execution: BTreeMap::new(),
             plan_timeouts: None,
+            policies: Default::default(),
         })
     }
 
@@ -1198,7 +1221,7 @@ impl Workbench {
                             let plan = read_plan_file(&outcome.member, &files, &written)
                                 .map_err(|e| e.to_string())?;
                             self.keep_files(&outcome.member, &files)?;
-                            Ok(plan)
+                            self.judged(plan)
                         });
                     match read {
                         Ok(plan) => {
@@ -1218,6 +1241,15 @@ impl Workbench {
             tracing::warn!(target: "wavegate::plan", "{} failed to plan: {e}", outcome.member);
         }
         self.outcomes.insert(outcome.member.clone(), outcome);
+    }
+
+    /// `plan` with the messages the base's Rego policies deny it with among
+    /// its denials.
+    fn judged(&self, mut plan: MemberPlan) -> Result<MemberPlan, String> {
+        if !self.policies.is_empty() {
+            plan.deny(self.policies.judge(&plan)?);
+        }
+        Ok(plan)
     }
 
     /// The failed member a member's upstreams in this change lead back to, if any.

@@ -14,6 +14,7 @@ pub mod path;
 pub mod planfile;
 pub(crate) mod preview;
 pub(crate) mod redact;
+pub mod rego;
 pub(crate) mod runner;
 pub mod survey;
 pub(crate) mod tail;

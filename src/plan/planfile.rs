@@ -474,6 +474,18 @@ impl MemberPlan {
     /// destructiveness and denials. The summary is prose and is bound only
     /// when the plan is opaque (then it is all a reviewer has to go by).
     /// Numbers as RFC 8785 writes them (what new change sets use).
+    /// Adds `rules` to those the plan breaks (the base's Rego policies'
+    /// messages) and digests it again: the digest binds every denial.
+    pub(crate) fn deny(&mut self, rules: Vec<String>) {
+        if rules.is_empty() {
+            return;
+        }
+        self.denied.extend(rules.into_iter().map(Untrusted::from));
+        self.denied.sort();
+        self.denied.dedup();
+        self.plan_digest = self.compute_digest();
+    }
+
     pub fn compute_digest(&self) -> Digest {
         self.compute_digest_with(NumberForm::Ecmascript)
     }

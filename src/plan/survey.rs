@@ -5,6 +5,7 @@
 //! would plan nothing. Pure: the caller lists the checkout's files.
 
 use super::fanout::{derive, FanOutInput};
+use crate::config::glob::Pattern;
 use crate::config::repo::RepoConfig;
 use crate::model::{MemberId, WaveName};
 use std::collections::BTreeSet;
@@ -72,6 +73,19 @@ pub fn survey(config: &RepoConfig, files: &[String]) -> Survey {
     })
     .expect("no stage filter, so no unknown stage")
     .indeterminate;
+    // The Rego policies judge plans (from the base branch); they are no
+    // member's to plan.
+    let policies: Vec<Pattern> = config
+        .policy
+        .rego
+        .iter()
+        .flat_map(|r| &r.files)
+        .filter_map(|p| Pattern::new(p).ok())
+        .collect();
+    let unclaimed = unclaimed
+        .into_iter()
+        .filter(|f| !policies.iter().any(|p| p.matches(f)))
+        .collect();
     Survey {
         members,
         missing_dirs,
@@ -136,5 +150,13 @@ depends_on = ["network"]
             [("app@prod".parse().unwrap(), "envs/prod/app".to_owned())]
         );
         assert_eq!(s.unclaimed, ["Makefile", "ci/lib.sh"]);
+    }
+
+    #[test]
+    fn the_rego_policies_the_config_names_are_not_unclaimed() {
+        let text = format!("{CONFIG}[[policy.rego]]\nfiles = [\"policy/*.rego\"]\n");
+        let config = RepoConfig::parse("wavegate.toml", &text).unwrap();
+        let files = ["policy/terraform.rego".to_owned(), "Makefile".to_owned()];
+        assert_eq!(survey(&config, &files).unclaimed, ["Makefile"]);
     }
 }

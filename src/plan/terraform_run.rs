@@ -15,8 +15,9 @@
 //! - `outputs` writes what is deployed now (`{}` where nothing is).
 //!
 //! A local backend keeps its state under `TF_STATE_DIR` (an execution
-//! profile's `env` and `state`), at the key the example's scripts use, so a
-//! repository moving from them keeps its state. A stage whose workspace
+//! profile's `env` and `state`), at the member's directory: a workspace per
+//! stage keeps them under its `workspaces/`, a directory per stage has one
+//! of its own. A stage whose workspace
 //! does not exist yet (nothing is deployed there) is planned against an
 //! empty state of the plan's own, since plans may not create it; its apply
 //! creates the workspace and answers `replan`, so what applies is a plan
@@ -236,14 +237,20 @@ fn backend_config(options: &TfOptions) -> Result<Vec<String>, String> {
         files: Default::default(),
     };
     let backend = terraform::backend_of(&own)?;
+    // A local backend that names absolute paths for all the states this
+    // member uses keeps them where it says.
+    let absolute = |key: &str| {
+        backend
+            .as_ref()
+            .and_then(|b| b.attrs.get(key))
+            .is_some_and(|p| p.starts_with('/'))
+    };
     let local = match &backend {
         None => true,
         Some(declared) => {
             declared.kind == "local"
-                && !declared
-                    .attrs
-                    .get("path")
-                    .is_some_and(|p| p.starts_with('/'))
+                && !(absolute("path")
+                    && (options.workspace().is_none() || absolute("workspace_dir")))
         }
     };
     if !local {
@@ -266,11 +273,9 @@ fn backend_config(options: &TfOptions) -> Result<Vec<String>, String> {
         std::fs::write(BACKEND_OVERRIDE, "terraform {\n  backend \"local\" {}\n}\n")
             .map_err(|e| format!("cannot write {BACKEND_OVERRIDE}: {e}"))?;
     }
-    let component = std::env::var("WAVEGATE_COMPONENT").unwrap_or_else(|_| "root".into());
-    let mut key = state_dir.join(component);
-    if options.workspace().is_none() {
-        key = key.join(&options.stage);
-    }
+    // Keyed by the member's directory, which no other root shares and no
+    // new root renames (a component's name may grow when one is added).
+    let key = state_dir.join(&options.dir);
     Ok(vec![
         format!(
             "-backend-config=path={}",

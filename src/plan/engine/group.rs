@@ -251,7 +251,7 @@ impl Workbench {
                 .map_err(|e| format!("the plan of {}: {e}", outcome.member))
                 .and_then(|plan| {
                     self.keep_files(&outcome.member, &own)?;
-                    Ok(plan)
+                    self.judged(plan)
                 });
                 match read {
                     Ok(plan) => plans.push(plan),

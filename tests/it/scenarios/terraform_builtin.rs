@@ -8,6 +8,7 @@
 use crate::support::bot::*;
 use crate::support::common::{git_in, Example};
 use crate::support::pr::*;
+use crate::support::redact::redact;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,8 +39,9 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// `main` becomes the native example's tree (one commit on top).
-fn native_main(example: &Example) {
+/// `main` becomes the native example's tree (one commit on top), with
+/// `overriders` in its policy.
+fn native_main(example: &Example, overriders: &[&str]) {
     let git = |args: &[&str]| {
         let out = git_in(&example.repo, args);
         assert!(
@@ -51,6 +53,10 @@ fn native_main(example: &Example) {
     git(&["checkout", "-q", "-B", "main", "main"]);
     git(&["rm", "-rq", "."]);
     copy_tree(&native_example(), &example.repo);
+    let config = example.repo.join("wavegate.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let named = format!("overriders = {overriders:?}");
+    std::fs::write(&config, text.replace("overriders = []", &named)).unwrap();
     git(&["add", "-A"]);
     git(&["commit", "-q", "-m", "A Terraform monorepo"]);
     git(&["checkout", "-q", "--detach", "main"]);
@@ -67,23 +73,28 @@ fn state_profile(dir: &Path) -> String {
     )
 }
 
-/// The resource `address`'s attributes as the state of `component@stage` holds them.
-fn deployed(bot: &Bot, component: &str, stage: &str, address: &str) -> Value {
+/// The state file of `component@stage` as Terraform wrote it: under
+/// `TF_STATE_DIR`, at the member's directory.
+fn state_of(bot: &Bot, component: &str, stage: &str) -> Value {
     let file = bot
         .dir
         .path()
-        .join("tfstate")
-        .join(component)
+        .join("tfstate/envs")
         .join(stage)
+        .join(component)
         .join("terraform.tfstate");
-    let state: Value = serde_json::from_slice(
+    serde_json::from_slice(
         &std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())),
     )
-    .unwrap();
-    let (module, rest) = address
+    .unwrap()
+}
+
+/// The resource `address`'s attributes as the state of `component@stage` holds them.
+fn deployed(bot: &Bot, component: &str, stage: &str, address: &str) -> Value {
+    let state = state_of(bot, component, stage);
+    let (module, name) = address
         .rsplit_once(".terraform_data.")
         .unwrap_or(("", address));
-    let name = rest.trim_start_matches("terraform_data.");
     state["resources"]
         .as_array()
         .unwrap()
@@ -96,7 +107,7 @@ fn deployed(bot: &Bot, component: &str, stage: &str, address: &str) -> Value {
 }
 
 /// `wavegate apply --local --ref main` as a newcomer runs it, with the
-/// operator's profiles: the lines it printed of each member it applied.
+/// operator's profiles: the members it applied, in order.
 fn bootstrap(bot: &Bot) -> Vec<String> {
     let out = Command::new(env!("CARGO_BIN_EXE_wavegate"))
         .args(["apply", "--local", "--repo"])
@@ -123,9 +134,10 @@ fn bootstrap(bot: &Bot) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_applied_in_both_stages(
-) {
+/// The operator's bot with `main` the native example (`overriders` in its
+/// policy), deployed by `apply --local` from nothing: no workspace or state
+/// exists before, it creates them all, wave by wave.
+async fn deployed_monorepo(overriders: &[&str]) -> Bot {
     require_terraform();
     // The operator's `[profile.default]` says where state lives, in place
     // of the example estate's variable.
@@ -135,10 +147,7 @@ async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_app
         |_, dir| state_profile(dir),
     )
     .await;
-    native_main(&bot.example);
-
-    // Nothing is deployed, and no workspace or state exists: apply --local
-    // creates it all, wave by wave.
+    native_main(&bot.example, overriders);
     assert_eq!(
         bootstrap(&bot),
         [
@@ -150,6 +159,13 @@ async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_app
             "dns@prod"
         ]
     );
+    bot
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_applied_in_both_stages(
+) {
+    let bot = deployed_monorepo(&[]).await;
     let vpc = deployed(&bot, "network", "dev", "module.network.terraform_data.vpc");
     let server = deployed(&bot, "app", "dev", "module.app.terraform_data.server");
     assert_eq!(
@@ -183,24 +199,108 @@ async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_app
 
     pr.comment_as("rev-bob", "/approve").await;
     pr.merge().await;
+    let owner = |stage: &str| {
+        deployed(&bot, "app", stage, "module.app.terraform_data.server")["input"]["value"]["owner"]
+            .clone()
+    };
+    assert_eq!(owner("dev"), "platform", "dev applied on merge");
     assert_eq!(
-        deployed(&bot, "app", "dev", "module.app.terraform_data.server")["input"]["value"]["owner"],
-        "platform",
-        "dev applied on merge"
-    );
-    assert_eq!(
-        deployed(&bot, "app", "prod", "module.app.terraform_data.server")["input"]["value"]
-            ["owner"],
+        owner("prod"),
         Value::Null,
         "prod waits for its own approval"
     );
     assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 
     pr.comment_as("rev-bob", "/approve prod").await;
+    assert_eq!(owner("prod"), "platform");
+    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+}
+
+/// The base's Rego policy (examples/terraform-native/repo/policy) denies
+/// deleting in prod: the report says so, and after merge and prod's own
+/// approval the plan waits for an overrider, then applies exactly it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rego_policy_denies_a_destructive_prod_plan_until_an_overrider_lets_it_through() {
+    let bot = deployed_monorepo(&["sec-sam"]).await;
+    let dns = bot.example.read("main", "envs/prod/dns/main.tf");
+    let start = dns.find("resource \"terraform_data\" \"record\"").unwrap();
+    let end = start + dns[start..].find("\n}\n").unwrap() + 3;
+    let retired = format!("{}{}", &dns[..start], &dns[end..]);
+    bot.example.branch(
+        "change",
+        "main",
+        &[("envs/prod/dns/main.tf", Some(&retired))],
+    );
+    let pr = planned_pr(&bot, 2).await;
+    bot.forge.set_permission(&pr.repo, "sec-sam", "write");
+    let report = pr.report();
+    assert!(
+        report.contains("`dns@prod` is denied by policy rules: `no-prod-destroy: terraform_data.record would be deleted in prod`"),
+        "{report}"
+    );
+
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    pr.comment_as("rev-bob", "/approve prod").await;
+    insta::assert_snapshot!(redact(&pr.last_reply()), @"
+    The policy denied the plan of **dns@prod** (`sha256:[digest]`; `no-prod-destroy: terraform_data.record would be deleted in prod`). Nothing of that wave was applied. Someone in `policy.overriders` may let it through, each for exactly that plan:
+
+    ```
+    /override dns@prod <reason>
+    ```
+    ");
+    assert_eq!(pr.apply_check().title, "Waiting: /override dns@prod");
+    let resources = |bot: &Bot| state_of(bot, "dns", "prod")["resources"].clone();
     assert_eq!(
-        deployed(&bot, "app", "prod", "module.app.terraform_data.server")["input"]["value"]
-            ["owner"],
-        "platform"
+        resources(&bot).as_array().unwrap().len(),
+        1,
+        "not applied yet"
+    );
+
+    let done = pr
+        .comment_as(
+            "sec-sam",
+            "/override dns@prod the record moved to the new zone",
+        )
+        .await;
+    assert_eq!(pr.reactions(done), ["eyes", "rocket"]);
+    assert_eq!(
+        resources(&bot),
+        serde_json::json!([]),
+        "the record is deleted"
     );
     assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+}
+
+/// What a migrator runs before pushing: the example passes `config check`,
+/// which lists the members the root modules make, wave by wave, and checks
+/// the Rego policies.
+#[test]
+fn config_check_expands_the_native_example_into_its_members() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["config", "check", "--repo"])
+        .arg(native_example())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(
+        shown,
+        [
+            "Rego policies: 1 file(s) compile, each rule declared (the bot reads them from the base branch)",
+            "members (6), in waves:",
+            "  dev · wave 1: network@dev (envs/dev/network)",
+            "  dev · wave 2: app@dev (envs/dev/app)",
+            "  dev · wave 3: dns@dev (envs/dev/dns)",
+            "  prod · wave 1: network@prod (envs/prod/network)",
+            "  prod · wave 2: app@prod (envs/prod/app)",
+            "  prod · wave 3: dns@prod (envs/prod/dns)",
+        ],
+        "{stdout}"
+    );
 }
