@@ -247,6 +247,10 @@ enum ConfigCommand {
         /// the operator keeps for other repositories are refused.
         #[arg(long, value_name = "OWNER/NAME")]
         repository: Option<String>,
+        /// Take a member whose `dir` is not in the checkout as a warning,
+        /// not an error: a component declared ahead of its code.
+        #[arg(long)]
+        allow_missing_dirs: bool,
     },
 }
 
@@ -323,8 +327,14 @@ fn main() -> ExitCode {
                     repo,
                     profiles,
                     repository,
+                    allow_missing_dirs,
                 },
-        } => config_check(repo, profiles.as_deref(), repository.as_deref()),
+        } => config_check(
+            repo,
+            profiles.as_deref(),
+            repository.as_deref(),
+            allow_missing_dirs,
+        ),
         Command::Adapt { tool } => adapt(tool),
         Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command),
@@ -686,6 +696,7 @@ fn config_check(
     repo: PathBuf,
     profiles: Option<&std::path::Path>,
     repository: Option<&str>,
+    allow_missing_dirs: bool,
 ) -> ExitCode {
     let settings = match sandbox_settings(profiles) {
         Ok(settings) => settings,
@@ -732,7 +743,11 @@ fn config_check(
                             Ok(read) => println!("Rego policies: {read} file(s) compile, each rule declared (the bot reads them from the base branch)"),
                             Err(e) => return usage_error(&format!("{}: `[[policy.rego]]`: {e}", path.display())),
                         }
-                    print_survey(&wavegate::plan::survey::survey(&config, &files))
+                    let survey = wavegate::plan::survey::survey(&config, &files);
+                    print_survey(&survey, allow_missing_dirs);
+                    if !survey.missing_dirs.is_empty() && !allow_missing_dirs {
+                        return ExitCode::from(1);
+                    }
                 }
                 Err(e) => eprintln!("warning: could not list the checkout's files, so they were not surveyed: {e:#}"),
             }
@@ -788,7 +803,7 @@ fn checkout_files(repo: &std::path::Path) -> anyhow::Result<Vec<String>> {
 
 /// The members the config expands to, and what in the checkout it leaves
 /// out: directories that are not there, files no component claims.
-fn print_survey(survey: &wavegate::plan::survey::Survey) {
+fn print_survey(survey: &wavegate::plan::survey::Survey, allow_missing_dirs: bool) {
     use std::fmt::Write as _;
     let mut text = format!("members ({}), in waves:\n", survey.members.len());
     for m in &survey.members {
@@ -800,9 +815,17 @@ fn print_survey(survey: &wavegate::plan::survey::Survey) {
         );
     }
     for (member, dir) in &survey.missing_dirs {
+        let (what, fix) = if allow_missing_dirs {
+            ("warning", "")
+        } else {
+            (
+                "error",
+                "; a component declared ahead of its code passes with --allow-missing-dirs",
+            )
+        };
         let _ = writeln!(
             text,
-            "warning: {member}'s dir `{dir}` is not in the checkout: its plans fail until it is (add it, or fix `dir`)"
+            "{what}: {member}'s dir `{dir}` is not in the checkout: its plans fail until it is (add it, or fix `dir`){fix}"
         );
     }
     if !survey.unclaimed.is_empty() {

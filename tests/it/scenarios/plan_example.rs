@@ -252,14 +252,17 @@ fn a_broken_config_gets_an_error_that_names_the_field() {
 #[test]
 fn config_check_accepts_the_example() {
     let example = Example::undeployed();
-    let run = example.wavegate(&[
-        "config",
-        "check",
-        "--repo",
-        &example.repo.display().to_string(),
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
     let path = example.repo.display().to_string();
+    // dns is declared ahead of its code: refused, unless that is meant.
+    let run = example.wavegate(&["config", "check", "--repo", &path]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("error: dns@prod's dir `infra/dns` is not in the checkout: its plans fail until it is (add it, or fix `dir`); a component declared ahead of its code passes with --allow-missing-dirs"),
+        "{}",
+        run.stdout
+    );
+    let run = example.wavegate(&["config", "check", "--repo", &path, "--allow-missing-dirs"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
     insta::assert_snapshot!(run.stdout.replace(&path, "[repo]"), @r"
     [repo]/wavegate.toml: ok (2 stages, 4 components; execution profiles on this server: `default`)
     members (7), in waves:
@@ -275,7 +278,7 @@ fn config_check_accepts_the_example() {
 
     // A file nothing claims is listed: a change to it would plan nothing.
     std::fs::write(example.repo.join("Makefile"), "deploy:\n\ttrue\n").unwrap();
-    let run = example.wavegate(&["config", "check", "--repo", &path]);
+    let run = example.wavegate(&["config", "check", "--repo", &path, "--allow-missing-dirs"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout.contains("warning: 1 file(s) no component claims and no `ignore` covers: a change to one plans nothing.") && run.stdout.ends_with("\n  Makefile\n"),
