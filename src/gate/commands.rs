@@ -9,7 +9,7 @@
 
 mod rendered;
 
-use crate::model::{Digest, MemberId, DIGEST_HEX_DIGITS, DIGEST_PREFIX};
+use crate::model::{Digest, MemberId, PlanTarget, DIGEST_HEX_DIGITS, DIGEST_PREFIX};
 
 const MIN_PREFIX_HEX_DIGITS: usize = 12;
 /// Damerau–Levenshtein distance within which an unknown `/word` is taken for
@@ -19,6 +19,9 @@ const TYPO_DISTANCE: usize = 2;
 const SHORT_NAME: usize = 4;
 /// Any `/word` starting with this is addressed to us, known or not.
 const BOT_WORD: &str = "wavegate";
+
+/// The most targets one `/plan` may name.
+const MAX_PLAN_TARGETS: usize = 20;
 
 /// What `/approve` names: nothing (the newest report's digest), a full digest, or a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +58,11 @@ pub enum Command {
         wave: Option<u32>,
         digest: Option<DigestRef>,
     },
-    Plan,
+    /// Plan again: everything (`only` empty), or only the members named,
+    /// the rest kept from the plan of the same commit.
+    Plan {
+        only: Vec<PlanTarget>,
+    },
     Retry,
     Revoke,
     Override {
@@ -71,7 +78,7 @@ impl Command {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Approve { .. } => "approve",
-            Self::Plan => "plan",
+            Self::Plan { .. } => "plan",
             Self::Retry => "retry",
             Self::Revoke => "revoke",
             Self::Override { .. } => "override",
@@ -118,8 +125,10 @@ pub(crate) const COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "plan",
-        usage: "/plan",
-        summary: "plan this pull request again now",
+        usage: "/plan [targets]",
+        summary: "plan this pull request again now: everything, or only the targets named \
+                  (`app`, `app@prod`, `-d <dir>`, `-w <workspace>`) and what reads them, the \
+                  rest kept from the plan of the same commit",
     },
     CommandSpec {
         name: "retry",
@@ -208,7 +217,7 @@ fn unreadable(problem: impl Into<String>, fix: impl Into<String>) -> Unreadable 
 fn read_arguments(spec: &CommandSpec, arguments: &str) -> Result<Command, Unreadable> {
     match spec.name {
         "approve" => read_approve(arguments),
-        "plan" => without_arguments(spec, arguments, Command::Plan),
+        "plan" => read_plan(arguments),
         "retry" => without_arguments(spec, arguments, Command::Retry),
         "revoke" => without_arguments(spec, arguments, Command::Revoke),
         "override" => read_override(arguments),
@@ -233,6 +242,77 @@ fn without_arguments(
             format!("write `{}` alone on its line", spec.usage),
         ))
     }
+}
+
+fn read_plan(arguments: &str) -> Result<Command, Unreadable> {
+    const FIX: &str = "write `/plan` for everything, or name what to plan again: \
+        `/plan app`, `/plan app@prod`, `/plan -d envs/prod/app`, `/plan -w prod`";
+    let words: Vec<&str> = arguments.split_whitespace().collect();
+    let mut only = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        let word = words[at];
+        at += 1;
+        let target = match word {
+            "-d" | "-w" | "-p" => {
+                let Some(value) = words.get(at) else {
+                    return Err(unreadable(format!("`{word}` needs a value after it"), FIX));
+                };
+                at += 1;
+                let plain = |what: &str| {
+                    let ok = !value.is_empty()
+                        && !value.starts_with('-')
+                        && value
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_./{}".contains(&b))
+                        && !value.split('/').any(|s| s == "..");
+                    if ok {
+                        Ok((*value).to_owned())
+                    } else {
+                        Err(unreadable(format!("`{value}` is not {what}"), FIX))
+                    }
+                };
+                match word {
+                    "-d" => PlanTarget::Dir(plain("a directory")?.trim_end_matches('/').to_owned()),
+                    "-w" => PlanTarget::Workspace(plain("a workspace")?),
+                    _ => PlanTarget::Component(plain("a component")?),
+                }
+            }
+            flag if flag.starts_with('-') => {
+                return Err(unreadable(
+                    format!("`{flag}` is not a flag of `/plan`"),
+                    FIX,
+                ))
+            }
+            member if member.contains('@') => match member.parse::<MemberId>() {
+                Ok(id) => PlanTarget::Member(id),
+                Err(_) => {
+                    return Err(unreadable(
+                        format!("`{member}` is not a member (`component@stage`)"),
+                        FIX,
+                    ))
+                }
+            },
+            name => {
+                let well_formed = name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+                if !well_formed {
+                    return Err(unreadable(format!("`{name}` is not a component"), FIX));
+                }
+                PlanTarget::Component(name.to_owned())
+            }
+        };
+        only.push(target);
+        if only.len() > MAX_PLAN_TARGETS {
+            return Err(unreadable(
+                format!("`/plan` names more than {MAX_PLAN_TARGETS} targets"),
+                "write `/plan` alone to plan everything again",
+            ));
+        }
+    }
+    only.dedup();
+    Ok(Command::Plan { only })
 }
 
 fn read_approve(arguments: &str) -> Result<Command, Unreadable> {
@@ -554,6 +634,48 @@ mod tests {
     }
 
     #[test]
+    fn plan_names_members_components_directories_and_workspaces_as_atlantis_does() {
+        assert_eq!(
+            only_command("/plan app@prod network -d envs/dev/app/ -w dev -p dns app@prod"),
+            Command::Plan {
+                only: vec![
+                    PlanTarget::Member("app@prod".parse().unwrap()),
+                    PlanTarget::Component("network".into()),
+                    PlanTarget::Dir("envs/dev/app".into()),
+                    PlanTarget::Workspace("dev".into()),
+                    PlanTarget::Component("dns".into()),
+                    PlanTarget::Member("app@prod".parse().unwrap()),
+                ]
+            }
+        );
+        assert_eq!(
+            only_command("/plan app@prod app@prod"),
+            Command::Plan {
+                only: vec![PlanTarget::Member("app@prod".parse().unwrap())]
+            }
+        );
+    }
+
+    #[test]
+    fn a_plan_target_that_does_not_read_says_how_to_write_one() {
+        for (body, problem) in [
+            ("/plan -d", "`-d` needs a value after it"),
+            ("/plan -d ../etc", "`../etc` is not a directory"),
+            ("/plan --all", "`--all` is not a flag of `/plan`"),
+            ("/plan app@", "`app@` is not a member (`component@stage`)"),
+            ("/plan a$b", "`a$b` is not a component"),
+        ] {
+            let error = only_error(body);
+            assert_eq!(error.problem, problem, "{body}");
+            assert!(
+                error.fix.contains("`/plan app@prod`"),
+                "{body}: {}",
+                error.fix
+            );
+        }
+    }
+
+    #[test]
     fn bare_approve_names_the_newest_report() {
         assert_eq!(only_command("/approve"), approve(None, None));
     }
@@ -787,7 +909,7 @@ mod tests {
 
     #[test]
     fn commands_without_arguments() {
-        assert_eq!(only_command("/plan"), Command::Plan);
+        assert_eq!(only_command("/plan"), Command::Plan { only: vec![] });
         assert_eq!(only_command("/retry"), Command::Retry);
         assert_eq!(only_command("/revoke"), Command::Revoke);
         assert_eq!(only_command("/help"), Command::Help);
@@ -796,7 +918,6 @@ mod tests {
     #[test]
     fn text_after_a_command_without_arguments_is_refused_naming_the_form() {
         for (body, form) in [
-            ("/plan now please", "`/plan`"),
             ("/retry prod", "`/retry`"),
             ("/revoke all", "`/revoke`"),
             ("/help me", "`/help`"),
@@ -849,7 +970,7 @@ mod tests {
     #[test]
     fn the_command_word_is_case_insensitive() {
         assert_eq!(only_command("/Approve"), approve(None, None));
-        assert_eq!(only_command("/PLAN"), Command::Plan);
+        assert_eq!(only_command("/PLAN"), Command::Plan { only: vec![] });
     }
 
     #[test]
@@ -859,7 +980,7 @@ mod tests {
             parse(body).commands,
             vec![
                 approve(Some("dev"), None),
-                Command::Plan,
+                Command::Plan { only: vec![] },
                 approve(Some("prod"), None)
             ]
         );
@@ -905,7 +1026,7 @@ mod tests {
         nothing_in("  ```sh\n  /approve\n  ```");
         assert_eq!(
             parse("```\n/approve\n```\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 
@@ -929,7 +1050,7 @@ mod tests {
     fn backticks_with_a_backtick_in_the_info_are_inline_code_not_a_fence() {
         assert_eq!(
             parse("```inline``` text\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 
@@ -939,7 +1060,7 @@ mod tests {
         nothing_in("1. ```\n   /approve\n   ```");
         assert_eq!(
             parse("- ```\n  /approve\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 
@@ -958,7 +1079,10 @@ mod tests {
         nothing_in(">/approve");
         nothing_in("> > /approve");
         nothing_in("   > /approve");
-        assert_eq!(parse("> /approve\n\n/plan").commands, vec![Command::Plan]);
+        assert_eq!(
+            parse("> /approve\n\n/plan").commands,
+            vec![Command::Plan { only: vec![] }]
+        );
     }
 
     #[test]
@@ -969,7 +1093,7 @@ mod tests {
         assert!(parse("> ```\n> /approve\n/plan").commands.is_empty());
         assert_eq!(
             parse("> ```\n> /approve\n\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 
@@ -979,13 +1103,16 @@ mod tests {
         nothing_in("Hello <!--\n/approve\n--> bye");
         assert_eq!(
             parse("<!--\n/approve\n-->\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
         assert_eq!(
             parse("<!-- marker -->\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
-        assert_eq!(parse("<!-->\n/plan").commands, vec![Command::Plan]);
+        assert_eq!(
+            parse("<!-->\n/plan").commands,
+            vec![Command::Plan { only: vec![] }]
+        );
     }
 
     #[test]
@@ -996,13 +1123,16 @@ mod tests {
         );
         assert_eq!(
             parse("/plan <!--\n/approve\n-->").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 
     #[test]
     fn a_fence_marker_inside_an_html_comment_opens_nothing() {
-        assert_eq!(parse("<!--\n```\n-->\n/plan").commands, vec![Command::Plan]);
+        assert_eq!(
+            parse("<!--\n```\n-->\n/plan").commands,
+            vec![Command::Plan { only: vec![] }]
+        );
     }
 
     #[test]
@@ -1045,11 +1175,11 @@ mod tests {
 
     #[test]
     fn help_lists_every_command() {
-        insta::assert_snapshot!(help_text(), @r"
+        insta::assert_snapshot!(help_text(), @"
         wavegate commands: write each at the start of its own line, outside code blocks and quotes.
 
         - `/approve [stage [wave <k>]] [digest]` — approve the newest plan, for every stage or only the one named (or one wave of a stage approved wave by wave); give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
-        - `/plan` — plan this pull request again now
+        - `/plan [targets]` — plan this pull request again now: everything, or only the targets named (`app`, `app@prod`, `-d <dir>`, `-w <workspace>`) and what reads them, the rest kept from the plan of the same commit
         - `/retry` — resume an apply that failed or was stopped
         - `/revoke` — withdraw your approval of this pull request
         - `/override <member> <reason>` — let a plan the policy denied through for one member (`component@stage`), saying why; for the policy's overriders only
@@ -1075,6 +1205,7 @@ mod tests {
     fn every_declared_usage_parses_into_its_command() {
         let samples = [
             ("[stage]", "prod".to_owned()),
+            ("[targets]", "app@prod -d envs/prod/app".to_owned()),
             ("[stage [wave <k>]]", "prod wave 2".to_owned()),
             ("[digest]", format!("sha256:{HEX64}")),
             ("<member>", "app@prod".to_owned()),
@@ -1126,11 +1257,11 @@ mod tests {
         nothing_in("Earlier:\n<blockquote>\n\n> /approve\n\n/approve prod\n\n</blockquote>");
         assert_eq!(
             parse("<blockquote>\n\n/approve\n\n</blockquote>\n\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
         assert_eq!(
             parse("<BlockQuote cite=\"x\">\n\n/approve\n\n</blockquote>\n/plan").commands,
-            vec![Command::Plan],
+            vec![Command::Plan { only: vec![] }],
             "after the closing tag's line, the HTML block's own lines count"
         );
     }
@@ -1146,7 +1277,7 @@ mod tests {
         nothing_in("<pre><code>\n\n/approve\n\n</code></pre>");
         assert_eq!(
             parse("<pre>\n/approve\n</pre>\n\n/plan").commands,
-            vec![Command::Plan]
+            vec![Command::Plan { only: vec![] }]
         );
     }
 

@@ -17,8 +17,14 @@ pub(crate) const MAX_ATTEMPTS: u32 = 5;
 pub enum Task {
     /// Plan the pull request at the head the event named.
     Plan { repo: RepoRef, pr: PullRequest },
-    /// Plan the pull request at whatever its head is now (a re-run was asked for).
-    Replan { repo: RepoRef, pr: PrNumber },
+    /// Plan the pull request at whatever its head is now (a re-run was
+    /// asked for): everything, or only what `only` names.
+    Replan {
+        repo: RepoRef,
+        pr: PrNumber,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        only: Vec<crate::model::PlanTarget>,
+    },
     /// Read a new comment for commands.
     Comment {
         repo: RepoRef,
@@ -245,6 +251,7 @@ pub(crate) fn consequence(event: &Event) -> Consequence {
             task: prs.first().map(|pr| Task::Replan {
                 repo: repo.clone(),
                 pr: *pr,
+                only: Vec::new(),
             }),
             head: None,
         },
@@ -404,7 +411,8 @@ mod tests {
             c.task,
             Some(Task::Replan {
                 repo: repo(),
-                pr: PrNumber(42)
+                pr: PrNumber(42),
+                only: Vec::new(),
             })
         );
         assert_eq!(c.head, None);

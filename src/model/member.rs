@@ -305,3 +305,29 @@ mod wave_name_tests {
         );
     }
 }
+
+/// What `/plan` names to plan again, as Atlantis' `plan` flags do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "by", content = "name")]
+pub enum PlanTarget {
+    /// `app` (or `-p app`): each of the component's members in the change.
+    Component(String),
+    /// `app@prod`: that member.
+    Member(MemberId),
+    /// `-d envs/prod/app`: the members planned in that directory.
+    Dir(String),
+    /// `-w prod`: the members of the stage of that name (a workspace per stage).
+    Workspace(String),
+}
+
+impl fmt::Display for PlanTarget {
+    /// As `/plan` reads it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Component(name) => f.write_str(name),
+            Self::Member(member) => write!(f, "{member}"),
+            Self::Dir(dir) => write!(f, "-d {dir}"),
+            Self::Workspace(workspace) => write!(f, "-w {workspace}"),
+        }
+    }
+}

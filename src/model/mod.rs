@@ -24,7 +24,7 @@ pub use gate_id::GateId;
 pub(crate) use gate_id::{approve_stage_words, stage_gate_key};
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
-pub use member::{MemberId, StageName, WaveName};
+pub use member::{MemberId, PlanTarget, StageName, WaveName};
 pub use money::{Money, NotAnAmount};
 pub(crate) use time::utc;
 pub use untrusted::Untrusted;

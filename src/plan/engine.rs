@@ -77,6 +77,9 @@ pub struct PlanOptions {
     /// profile and access to the state (a member's first plan may have to
     /// create its state's place).
     pub(crate) bootstrap: bool,
+    /// A targeted `/plan`: what it names, and the earlier plans of this
+    /// commit the other members keep.
+    pub(crate) kept: Option<Arc<super::targets::KeptPlans>>,
 }
 
 impl PlanOptions {
@@ -102,6 +105,7 @@ impl PlanOptions {
             merged: false,
             base_picks_profiles: true,
             bootstrap: false,
+            kept: None,
         }
     }
 }
@@ -275,6 +279,52 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     })
 }
 
+/// A targeted `/plan`: the members it does not name (nor reads what they
+/// plan) keep their plans of this commit, said in a note. A target that
+/// names nothing here plans everything, saying why: the report stays whole.
+fn keep_untargeted(prepared: &Prepared, bench: &mut Workbench, kept: &super::targets::KeptPlans) {
+    let members = &prepared.derivation.members;
+    let targeted = match super::targets::targeted(&prepared.config, members, &kept.only) {
+        Ok(targeted) => targeted,
+        Err(why) => {
+            bench
+                .notes
+                .push(format!("⚠️ {why}: everything was planned again"));
+            return;
+        }
+    };
+    let keeping: Vec<&MemberId> = members
+        .iter()
+        .filter(|m| !targeted.contains(*m) && kept.plans.contains_key(*m))
+        .collect();
+    for member in &keeping {
+        bench
+            .kept
+            .insert((*member).clone(), kept.plans[*member].clone());
+    }
+    let names = |list: Vec<&MemberId>| {
+        list.iter()
+            .map(|m| format!("`{m}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let asked: Vec<String> = kept.only.iter().map(|t| t.to_string()).collect();
+    let planned: Vec<&MemberId> = members.iter().filter(|m| !keeping.contains(m)).collect();
+    let mut note = format!(
+        "`/plan {}` planned {} again",
+        asked.join(" "),
+        names(planned)
+    );
+    if !keeping.is_empty() {
+        note.push_str(&format!(
+            "; {} kept from the earlier plan of this commit (`{}`), and the digest binds them as shown",
+            names(keeping),
+            &kept.commit[..kept.commit.len().min(12)]
+        ));
+    }
+    bench.notes.push(note);
+}
+
 /// The fan-out of `changed` under `config`, and what happens after merge.
 fn derive(
     options: &PlanOptions,
@@ -396,6 +446,9 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             quoted(&added),
             if added.len() == 1 { "it" } else { "them" }
         ));
+    }
+    if let Some(kept) = &options.kept {
+        keep_untargeted(&prepared, &mut bench, kept);
     }
     for wave in &prepared.derivation.waves {
         bench.plan_wave(wave).await?;
@@ -569,6 +622,9 @@ pub(crate) struct Workbench {
     plan_timeouts: Option<BaseTimeouts>,
     /// The base's Rego policies, which judge every plan read.
     policies: Arc<super::rego::RegoPolicies>,
+    /// Members a targeted `/plan` does not plan again: their plans of
+    /// this commit, kept.
+    kept: HashMap<MemberId, MemberPlan>,
     /// The commit, resolved: what every job names.
     commit: String,
     /// Where the commands run.
@@ -678,6 +734,7 @@ impl Workbench {
             execution: BTreeMap::new(),
             plan_timeouts: None,
             policies: Default::default(),
+            kept: HashMap::new(),
         })
     }
 
@@ -1120,6 +1177,17 @@ impl Workbench {
                 output: String::new(),
                 discovered: component.discovered.clone(),
             };
+            if let Some(plan) = self.kept.get(id).cloned() {
+                if !mates_of.contains_key(id.as_str()) {
+                    for input in &component.inputs {
+                        let resolved = self.resolve_input(input, stage).await;
+                        outcome.inputs.insert(input.name.clone(), resolved);
+                    }
+                    outcome.plan = Some(plan);
+                    self.outcomes.insert(id.clone(), outcome);
+                    continue;
+                }
+            }
             if let Some(root) = self.failed_upstream(&component, stage) {
                 outcome.status = MemberStatus::Blocked;
                 outcome.error = Some(format!("blocked: upstream {root} failed to plan"));

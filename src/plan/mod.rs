@@ -18,5 +18,6 @@ pub mod rego;
 pub(crate) mod runner;
 pub mod survey;
 pub(crate) mod tail;
+pub mod targets;
 pub mod terraform;
 pub mod terraform_run;

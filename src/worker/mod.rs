@@ -338,7 +338,7 @@ impl Worker {
         self.store.upsert_repository(task.repo()).await?;
         let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
         match &task {
-            Task::Plan { pr, .. } => ctx.plan(pr).await,
+            Task::Plan { pr, .. } => ctx.plan(pr, &[]).await,
             Task::Comment {
                 comment_id,
                 author,
@@ -367,7 +367,7 @@ impl Worker {
             }
             Task::Merged { pr, merge_sha, .. } => ctx.merged(pr, merge_sha).await,
             Task::Apply { .. } => ctx.resume().await,
-            Task::Replan { .. } => ctx.replan().await,
+            Task::Replan { only, .. } => ctx.replan(only).await,
             Task::Notify { target, notice, .. } => ctx.deliver_notice(target, notice).await,
         }
     }

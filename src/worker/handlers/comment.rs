@@ -69,7 +69,7 @@ impl JobCtx<'_> {
                         .await?;
                     Said::Done
                 }
-                Command::Plan => {
+                Command::Plan { only } => {
                     let closed = self
                         .store
                         .pr(&self.repo.id, self.pr)
@@ -81,6 +81,7 @@ impl JobCtx<'_> {
                         let replan = Task::Replan {
                             repo: self.repo.clone(),
                             pr: self.pr,
+                            only: only.clone(),
                         };
                         self.store.enqueue(replan.into_job()).await?;
                         self.wake.notify_one();

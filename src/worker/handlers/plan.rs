@@ -6,7 +6,10 @@
 use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::PullRequest;
 use crate::git::FetchRequest;
+use crate::model::PlanTarget;
+use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, PlanError, PlanOptions, PlannedChange};
+use crate::plan::targets::KeptPlans;
 use crate::report::{self, reply, reply::Reply};
 use crate::store::{JobOutcome, NewPlan, PlanRecord, PrHead, ReportStatus};
 use crate::worker::ctx::{known_check, JobCtx};
@@ -43,7 +46,15 @@ impl JobCtx<'_> {
         ))))
     }
 
-    pub(in crate::worker) async fn plan(&self, pr: &PullRequest) -> Result<JobOutcome> {
+    /// Plans `pr` at its head: every member the change selects, or, for a
+    /// targeted `/plan` (`only` not empty), those it names and what reads
+    /// them, the rest kept from the latest plan when that is of this very
+    /// head and base.
+    pub(in crate::worker) async fn plan(
+        &self,
+        pr: &PullRequest,
+        only: &[PlanTarget],
+    ) -> Result<JobOutcome> {
         if let Some(skip) = self.superseded(pr).await? {
             return Ok(skip);
         }
@@ -115,6 +126,9 @@ impl JobCtx<'_> {
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;
         options.recorded = Some(self.deployed_estate().await?);
+        if !only.is_empty() {
+            options.kept = Some(Arc::new(self.kept_plans(pr, only).await?));
+        }
         // Planning calls git synchronously here and there: it runs on a
         // runtime of its own so webhook intake never waits behind it, in
         // the job's span.
@@ -221,8 +235,39 @@ impl JobCtx<'_> {
         Ok(JobOutcome::Done)
     }
 
-    /// `/plan`: the pull request planned again at its head as the forge has it now.
-    pub(in crate::worker) async fn replan(&self) -> Result<JobOutcome> {
+    /// The plans of the latest plan of `pr`, when it is of this very head
+    /// and base (verified with their change set); none otherwise, so a
+    /// targeted `/plan` plans everything it cannot keep.
+    async fn kept_plans(&self, pr: &PullRequest, only: &[PlanTarget]) -> Result<KeptPlans> {
+        let latest = self.store.latest_plan(&self.repo.id, pr.number).await?;
+        let plans = latest
+            .filter(|l| l.head_sha == pr.head_sha && l.base_sha == pr.base_sha)
+            .and_then(|l| {
+                let set = serde_json::from_value::<ChangeSet>(l.change_set).ok()?;
+                match set.verify() {
+                    Ok(()) => Some(set),
+                    Err(e) => {
+                        tracing::warn!(
+                            "the latest plan of {} does not verify, so /plan keeps none of it: {e}",
+                            pr.number
+                        );
+                        None
+                    }
+                }
+            })
+            .map(|set| {
+                set.members
+                    .into_iter()
+                    .filter_map(|m| m.plan)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        Ok(KeptPlans::new(only.to_vec(), plans, pr.head_sha.as_str()))
+    }
+
+    /// `/plan`: the pull request planned again at its head as the forge has
+    /// it now: everything, or what `only` names.
+    pub(in crate::worker) async fn replan(&self, only: &[PlanTarget]) -> Result<JobOutcome> {
         let current = self
             .client
             .pull_request(self.repo, self.pr)
@@ -238,6 +283,6 @@ impl JobCtx<'_> {
                 pusher: None,
             })
             .await?;
-        self.plan(&current).await
+        self.plan(&current, only).await
     }
 }

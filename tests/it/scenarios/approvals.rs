@@ -194,7 +194,7 @@ async fn revoke_and_help_and_an_unknown_command() {
     wavegate commands: write each at the start of its own line, outside code blocks and quotes.
 
     - `/approve [stage [wave <k>]] [digest]` — approve the newest plan, for every stage or only the one named (or one wave of a stage approved wave by wave); give the report's digest (`sha256:…`, or its first 12 or more hex digits) to approve exactly the plan you read
-    - `/plan` — plan this pull request again now
+    - `/plan [targets]` — plan this pull request again now: everything, or only the targets named (`app`, `app@prod`, `-d <dir>`, `-w <workspace>`) and what reads them, the rest kept from the plan of the same commit
     - `/retry` — resume an apply that failed or was stopped
     - `/revoke` — withdraw your approval of this pull request
     - `/override <member> <reason>` — let a plan the policy denied through for one member (`component@stage`), saying why; for the policy's overriders only

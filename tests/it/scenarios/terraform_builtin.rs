@@ -304,3 +304,61 @@ fn config_check_expands_the_native_example_into_its_members() {
         "{stdout}"
     );
 }
+
+/// `/plan app@prod` plans app@prod, and dns@prod which reads it, again and
+/// keeps dev's plans of the same commit: after someone changed prod's state
+/// by hand, the report shows the drift put back, and the digest moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_targeted_plan_replans_one_member_and_keeps_the_rest_of_the_same_commit() {
+    let bot = deployed_monorepo(&[]).await;
+    let module = bot.example.read("main", "modules/app/main.tf").replace(
+        "instance_type = var.instance_type\n",
+        "instance_type = var.instance_type\n    owner         = \"platform\"\n",
+    );
+    bot.example
+        .branch("change", "main", &[("modules/app/main.tf", Some(&module))]);
+    let pr = planned_pr(&bot, 3).await;
+    let first = pr.digest();
+
+    // Prod's server was resized by hand: its state says so.
+    let file = bot
+        .dir
+        .path()
+        .join("tfstate/envs/prod/app/terraform.tfstate");
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let serial = state["serial"].as_u64().unwrap();
+    state["serial"] = (serial + 1).into();
+    let server = state["resources"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["name"] == "server")
+        .unwrap();
+    server["instances"][0]["attributes"]["input"]["value"]["instance_type"] = "m5.xlarge".into();
+    std::fs::write(&file, state.to_string()).unwrap();
+
+    pr.comment_as("rev-bob", "/plan app@prod").await;
+    let report = pr.report();
+    let note = format!(
+        "`/plan app@prod` planned `app@prod`, `dns@prod` again; `app@dev`, `dns@dev` kept from the earlier plan of this commit (`{}`), and the digest binds them as shown",
+        &pr.head()[..12]
+    );
+    assert!(report.contains(&note), "{note}\nnot in\n{report}");
+    assert!(
+        report.contains("input.instance_type: \"m5.xlarge\" → \"m5.large\""),
+        "the drift is put back:\n{report}"
+    );
+    assert_ne!(
+        pr.digest(),
+        first,
+        "the digest binds the new plan of app@prod"
+    );
+
+    // A target that names nothing here plans everything, and says so.
+    pr.comment_as("rev-bob", "/plan app@qa").await;
+    assert!(
+        pr.report().contains("⚠️ `/plan app@qa` names no member of this change (its members: `app@dev`, `dns@dev`, `app@prod`, `dns@prod`); name one of them, or write `/plan` to plan everything again: everything was planned again"),
+        "{}",
+        pr.report()
+    );
+}
