@@ -51,6 +51,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     use anyhow::Context as _;
     let worker_options = WorkerOptions {
         notify: settings.notify.clone(),
+        operator: settings.operator.clone(),
         docs_url: settings
             .public_url
             .as_ref()

@@ -247,6 +247,11 @@ enum ConfigCommand {
         /// the operator keeps for other repositories are refused.
         #[arg(long, value_name = "OWNER/NAME")]
         repository: Option<String>,
+        /// The operator's central configuration (default:
+        /// WAVEGATE_REPOS_CONFIG): what it imposes on `--repository` is
+        /// merged in, as the bot merges it.
+        #[arg(long, value_name = "FILE")]
+        repos_config: Option<PathBuf>,
         /// Take a member whose `dir` is not in the checkout as a warning,
         /// not an error: a component declared ahead of its code.
         #[arg(long)]
@@ -327,12 +332,13 @@ fn main() -> ExitCode {
                     repo,
                     profiles,
                     repository,
+                    repos_config,
                     allow_missing_dirs,
                 },
         } => config_check(
             repo,
             profiles.as_deref(),
-            repository.as_deref(),
+            (repository.as_deref(), repos_config),
             allow_missing_dirs,
         ),
         Command::Adapt { tool } => adapt(tool),
@@ -695,9 +701,26 @@ fn run_apply_local(options: &PlanOptions, ledger: &std::path::Path) -> ExitCode 
 fn config_check(
     repo: PathBuf,
     profiles: Option<&std::path::Path>,
-    repository: Option<&str>,
+    (repository, repos_config): (Option<&str>, Option<PathBuf>),
     allow_missing_dirs: bool,
 ) -> ExitCode {
+    let repos_config =
+        repos_config.or_else(|| std::env::var_os("WAVEGATE_REPOS_CONFIG").map(PathBuf::from));
+    let imposed = match (&repos_config, repository) {
+        (None, _) => Default::default(),
+        (Some(file), Some(repository)) => {
+            match wavegate::config::operator::OperatorConfig::read(file) {
+                Ok(operator) => operator.for_repo(repository),
+                Err(e) => return usage_error(&format!("{e:#}")),
+            }
+        }
+        (Some(file), None) => {
+            return usage_error(&format!(
+                "{} is the operator's configuration, which applies by repository: name it with --repository owner/name",
+                file.display()
+            ))
+        }
+    };
     let settings = match sandbox_settings(profiles) {
         Ok(settings) => settings,
         Err(e) => return usage_error(&e),
@@ -713,10 +736,11 @@ fn config_check(
             ))
         }
     };
-    let checked = RepoConfig::parse(&path.display().to_string(), &text).and_then(|config| {
-        config.check_profiles(settings.profiles(), repository)?;
-        Ok(config)
-    });
+    let checked =
+        RepoConfig::parse_with(&path.display().to_string(), &text, &imposed).and_then(|config| {
+            config.check_profiles(settings.profiles(), repository)?;
+            Ok(config)
+        });
     match checked {
         Ok(config) => {
             // `[terraform]`'s root modules are found here as a plan finds them.
@@ -736,6 +760,13 @@ fn config_check(
                 config.components.len(),
                 settings.profiles().names()
             );
+            if let Some(from) = config.from_operator() {
+                println!(
+                    "from the operator ({}): {}",
+                    from.source,
+                    from.keys.join(", ")
+                );
+            }
             match checkout_files(&repo) {
                 Ok(files) => {
                     match wavegate::plan::rego::check_in(&config, &repo, &files) {

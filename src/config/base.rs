@@ -31,7 +31,14 @@ pub(crate) struct BaseRules {
 
 impl BaseRules {
     /// The rules of a base whose `wavegate.toml` is `text` (`None`: it has none).
+    #[cfg(test)]
     pub(crate) fn from_file(text: Option<&str>) -> Self {
+        Self::imposed(text, &super::operator::Imposed::default())
+    }
+
+    /// The rules of a base whose `wavegate.toml` is `text`, with what the
+    /// operator imposes on the repository merged in.
+    pub(crate) fn imposed(text: Option<&str>, imposed: &super::operator::Imposed) -> Self {
         let Some(text) = text else {
             return BaseRules {
                 raw: None,
@@ -39,8 +46,8 @@ impl BaseRules {
             };
         };
         BaseRules {
-            raw: RepoConfig::parse_raw(CONFIG_FILE, text).ok(),
-            config: RepoConfig::parse(CONFIG_FILE, text)
+            raw: RepoConfig::parse_raw_with(CONFIG_FILE, text, imposed).ok(),
+            config: RepoConfig::parse_with(CONFIG_FILE, text, imposed)
                 .map(Some)
                 .map_err(|e| e.to_string()),
         }

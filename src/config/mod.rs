@@ -9,6 +9,7 @@ pub(crate) mod glob;
 pub(crate) mod groups;
 pub(crate) mod hooks;
 pub mod ledger_key;
+pub mod operator;
 pub(crate) mod quiet;
 pub mod repo;
 pub mod settings;

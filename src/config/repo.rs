@@ -79,6 +79,10 @@ pub(crate) struct RawRepoConfig {
     /// commands: it stands for a discovering component, `terraform`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) terraform: Option<super::terraform::RawTerraform>,
+    /// What the operator's central configuration gave this file
+    /// (`WAVEGATE_REPOS_CONFIG`), for the report; never written in it.
+    #[serde(skip)]
+    pub(crate) from_operator: Option<super::operator::FromOperator>,
 }
 
 /// `[notify]`: the targets (each defined in the server's environment,
@@ -461,6 +465,59 @@ impl RepoConfig {
         Self::validate(file, raw)
     }
 
+    /// [`RepoConfig::parse`] with what the operator imposes on the
+    /// repository merged in.
+    pub fn parse_with(
+        file: &str,
+        text: &str,
+        imposed: &super::operator::Imposed,
+    ) -> Result<Self, ConfigError> {
+        let raw = Self::parse_raw_with(file, text, imposed)?;
+        Self::validate(file, raw)
+    }
+
+    /// [`RepoConfig::parse_raw`] with what the operator imposes merged in:
+    /// the file is read as it is first (its own mistakes with their lines),
+    /// then with the operator's defaults under it, its locked keys
+    /// checked and its hooks after the file's own.
+    pub(crate) fn parse_raw_with(
+        file: &str,
+        text: &str,
+        imposed: &super::operator::Imposed,
+    ) -> Result<RawRepoConfig, ConfigError> {
+        if imposed.is_empty() {
+            return Self::parse_raw(file, text);
+        }
+        Self::parse_toml(file, text)?;
+        let own: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
+            file: file.into(),
+            field: String::new(),
+            problem: e.message().trim().to_owned(),
+            fix: "correct the TOML".into(),
+        })?;
+        let (merged, from) = imposed.merge(own).map_err(|e| ConfigError {
+            file: file.into(),
+            ..e
+        })?;
+        let mut raw =
+            RawRepoConfig::deserialize(toml::Value::Table(merged)).map_err(|e| ConfigError {
+                file: file.into(),
+                field: String::new(),
+                problem: format!(
+                    "with the operator's settings ({}) merged in, the file does not read: {}",
+                    from.source,
+                    e.message().trim()
+                ),
+                fix: "ask the operator: their defaults or hooks do not fit this file".into(),
+            })?;
+        raw.from_operator = Some(from);
+        super::terraform::desugar(&mut raw).map_err(|e| ConfigError {
+            file: file.into(),
+            ..e
+        })?;
+        Ok(raw)
+    }
+
     /// Parses without validating: used to compare the base config, which may be broken.
     pub(crate) fn parse_raw(file: &str, text: &str) -> Result<RawRepoConfig, ConfigError> {
         let mut raw = Self::parse_toml(file, text)?;
@@ -681,6 +738,15 @@ impl RepoConfig {
         }
         config.raw = self.raw.clone();
         Ok(config)
+    }
+
+    /// What the operator's central configuration gave this file: where
+    /// from, and the keys.
+    pub fn from_operator(&self) -> Option<&super::operator::FromOperator> {
+        self.raw
+            .from_operator
+            .as_ref()
+            .filter(|f| !f.keys.is_empty())
     }
 
     pub fn component(&self, name: &str) -> Option<&Component> {

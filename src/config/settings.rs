@@ -169,6 +169,9 @@ pub struct Settings {
     /// The notify targets the environment defines (`WAVEGATE_NOTIFY_*`),
     /// by name in the variables' spelling; none when read by [`Settings::from_lookup`].
     pub(crate) notify: NotifyTargets,
+    /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`),
+    /// read and checked at start.
+    pub(crate) operator: std::sync::Arc<super::operator::OperatorConfig>,
 }
 
 /// How log lines are written on standard error.
@@ -350,7 +353,12 @@ impl Settings {
             }
             None => None,
         };
+        let operator = match var("WAVEGATE_REPOS_CONFIG") {
+            Some(path) => super::operator::OperatorConfig::read(std::path::Path::new(&path))?,
+            None => Default::default(),
+        };
         Ok(Self {
+            operator: std::sync::Arc::new(operator),
             listen,
             database_url: var("WAVEGATE_DATABASE_URL")
                 .unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
@@ -399,6 +407,7 @@ pub(crate) const KNOWN_VARIABLES: &[&str] = &[
     "WAVEGATE_RECONCILE_BUDGET",
     "WAVEGATE_RECONCILE_EVERY",
     "WAVEGATE_PROFILES",
+    "WAVEGATE_REPOS_CONFIG",
     "WAVEGATE_SANDBOX",
     "WAVEGATE_SANDBOX_APPLY_WRITE",
     "WAVEGATE_SANDBOX_CGROUPS",
@@ -502,6 +511,22 @@ mod tests {
             e.starts_with("WAVEGATE_LEDGER_KEY_FILE names `/no/such/ledger.pem`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_operators_repos_config_is_read_at_start_and_a_bad_one_stops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("repos.toml");
+        std::fs::write(&path, "[[repos]]\nmatch = [\"acme/*\"]\nlocked = [\"policy.required\"]\n").unwrap();
+        let file = path.display().to_string();
+        let read = settings(&[("WAVEGATE_REPOS_CONFIG", &file)]).unwrap();
+        assert!(!read.operator.for_repo("acme/infra").is_empty());
+        assert!(read.operator.for_repo("globex/infra").is_empty());
+        let missing = settings(&[("WAVEGATE_REPOS_CONFIG", "/no/such/repos.toml")]).unwrap_err();
+        assert!(format!("{missing:#}").contains("cannot read it"), "{missing:#}");
+        std::fs::write(&path, "[[repos]]\nmatch = [\"acme\"]\n").unwrap();
+        let broken = settings(&[("WAVEGATE_REPOS_CONFIG", &file)]).unwrap_err();
+        assert!(format!("{broken:#}").contains("is not `owner/name`"), "{broken:#}");
     }
 
     #[test]

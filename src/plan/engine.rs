@@ -80,6 +80,10 @@ pub struct PlanOptions {
     /// A targeted `/plan`: what it names, and the earlier plans of this
     /// commit the other members keep.
     pub(crate) kept: Option<Arc<super::targets::KeptPlans>>,
+    /// What the operator's central configuration imposes on the
+    /// repository (`WAVEGATE_REPOS_CONFIG`): merged into its file, base
+    /// and head alike.
+    pub imposed: Arc<crate::config::operator::Imposed>,
 }
 
 impl PlanOptions {
@@ -106,6 +110,7 @@ impl PlanOptions {
             base_picks_profiles: true,
             bootstrap: false,
             kept: None,
+            imposed: Default::default(),
         }
     }
 }
@@ -154,6 +159,8 @@ pub(crate) struct Prepared {
     profiles_note: Option<String>,
     /// The base's `[[policy.rego]]`, its files read at the base commit.
     policies: Arc<super::rego::RegoPolicies>,
+    /// Which settings the operator's central configuration gave, for the report.
+    operator_note: Option<String>,
 }
 
 impl Prepared {
@@ -189,12 +196,12 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         ),
         fix: format!("add a {CONFIG_FILE} at the repository root (see docs/configuration.md)"),
     })?;
-    let config = RepoConfig::parse(CONFIG_FILE, &head_text)?;
+    let config = RepoConfig::parse_with(CONFIG_FILE, &head_text, &options.imposed)?;
     let changed = git::changed_paths(repo, &base, &head)?;
     let base_text = git::read_file(repo, &base, CONFIG_FILE)?;
     let base_config = base_text
         .as_deref()
-        .and_then(|t| RepoConfig::parse(CONFIG_FILE, t).ok());
+        .and_then(|t| RepoConfig::parse_with(CONFIG_FILE, t, &options.imposed).ok());
     let base_env = base_config
         .as_ref()
         .map(|c| c.env.clone())
@@ -260,7 +267,21 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
     };
     let costs = base_config.map(|c| c.cost).unwrap_or_default();
     let (derivation, preview) = derive(options, &base, base_text.as_deref(), &config, &changed)?;
+    let operator_note = config
+        .raw
+        .from_operator
+        .as_ref()
+        .filter(|from| !from.keys.is_empty())
+        .map(|from| {
+            let keys: Vec<String> = from.keys.iter().map(|k| format!("`{k}`")).collect();
+            format!(
+                "Set by the operator's central configuration, not this repository's file ({}): {}",
+                from.source,
+                keys.join(", ")
+            )
+        });
     Ok(Prepared {
+        operator_note,
         execution,
         plan_timeouts,
         profiles_note,
@@ -336,7 +357,8 @@ fn derive(
     let config_changed = if options.bootstrap {
         config.components.iter().map(|c| c.name.clone()).collect()
     } else if changed.iter().any(|p| p == CONFIG_FILE) {
-        let base_raw = base_text.and_then(|t| RepoConfig::parse_raw(CONFIG_FILE, t).ok());
+        let base_raw = base_text
+            .and_then(|t| RepoConfig::parse_raw_with(CONFIG_FILE, t, &options.imposed).ok());
         config_changed_components(base_raw.as_ref(), config)
     } else {
         Default::default()
@@ -348,7 +370,7 @@ fn derive(
         stage: options.stage.as_deref(),
     })
     .map_err(|e| PlanError::Usage(format!("--stage: {e}")))?;
-    let preview = preview::preview(base, base_text, config, &derivation.waves);
+    let preview = preview::preview(base, base_text, config, &derivation.waves, &options.imposed);
     Ok((derivation, preview))
 }
 
@@ -366,6 +388,7 @@ impl Prepared {
         bench.plan_timeouts = self.plan_timeouts.clone();
         bench.policies = self.policies.clone();
         bench.notes.extend(self.profiles_note.clone());
+        bench.notes.extend(self.operator_note.clone());
         Ok(bench)
     }
 

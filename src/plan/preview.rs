@@ -131,10 +131,11 @@ pub(crate) fn preview(
     base_text: Option<&str>,
     head: &RepoConfig,
     waves: &[Vec<MemberId>],
+    imposed: &crate::config::operator::Imposed,
 ) -> Preview {
     let (base_config, raw, policy) = match base_text {
         None => (BaseConfig::Absent, None, Policy::default()),
-        Some(text) => match RepoConfig::parse(CONFIG_FILE, text) {
+        Some(text) => match RepoConfig::parse_with(CONFIG_FILE, text, imposed) {
             Ok(config) => (BaseConfig::Read, Some(config.raw), config.policy),
             Err(e) => (BaseConfig::Invalid(e.to_string()), None, Policy::default()),
         },
@@ -265,7 +266,13 @@ approvers = ["bob"]
 
     #[test]
     fn each_stage_shows_the_bases_gate_and_approvers() {
-        let p = preview("b".repeat(40).as_str(), Some(BASE), &head(BASE), &waves());
+        let p = preview(
+            "b".repeat(40).as_str(),
+            Some(BASE),
+            &head(BASE),
+            &waves(),
+            &Default::default(),
+        );
         assert_eq!(p.base_config, BaseConfig::Read);
         assert_eq!(p.stages.len(), 2);
         let (dev, prod) = (&p.stages[0], &p.stages[1]);
@@ -288,7 +295,13 @@ approvers = ["bob"]
         let loosened = BASE
             .replace("gate = \"always\"", "gate = \"never\"")
             .replace("approvers = [\"bob\"]", "approvers = [\"mallory\"]");
-        let p = preview("b", Some(BASE), &head(&loosened), &waves());
+        let p = preview(
+            "b",
+            Some(BASE),
+            &head(&loosened),
+            &waves(),
+            &Default::default(),
+        );
         assert_eq!(p.stages[1].gate, GatePolicy::Always, "the base decides");
         assert_eq!(
             p.edits,
@@ -307,10 +320,22 @@ approvers = ["bob"]
             "timeout = \"24h\"",
             "timeout = \"24h\"\ngate_scope = \"wave\"",
         );
-        let p = preview("b", Some(&per_wave), &head(&per_wave), &waves());
+        let p = preview(
+            "b",
+            Some(&per_wave),
+            &head(&per_wave),
+            &waves(),
+            &Default::default(),
+        );
         assert_eq!((p.stages[0].per_wave, p.stages[1].per_wave), (false, true));
         assert!(p.edits.is_empty());
-        let p = preview("b", Some(&per_wave), &head(BASE), &waves());
+        let p = preview(
+            "b",
+            Some(&per_wave),
+            &head(BASE),
+            &waves(),
+            &Default::default(),
+        );
         assert!(p.stages[1].per_wave, "the base decides");
         assert_eq!(
             p.edits,
@@ -320,14 +345,20 @@ approvers = ["bob"]
 
     #[test]
     fn a_base_without_a_config_or_with_a_broken_one_reads_as_the_strictest() {
-        let p = preview("b", None, &head(BASE), &waves());
+        let p = preview("b", None, &head(BASE), &waves(), &Default::default());
         assert_eq!(p.base_config, BaseConfig::Absent);
         assert!(p
             .stages
             .iter()
             .all(|s| s.gate == GatePolicy::Always && !s.gate_at_base));
         assert!(p.pull_request.approvers.is_empty());
-        let p = preview("b", Some("[[stage]]\nname = 1"), &head(BASE), &waves());
+        let p = preview(
+            "b",
+            Some("[[stage]]\nname = 1"),
+            &head(BASE),
+            &waves(),
+            &Default::default(),
+        );
         assert!(matches!(p.base_config, BaseConfig::Invalid(_)));
         assert!(p.stages.iter().all(|s| s.gate == GatePolicy::Always));
     }

@@ -59,6 +59,12 @@ impl<'a> JobCtx<'a> {
 }
 
 impl JobCtx<'_> {
+    /// What the operator's central configuration imposes on this
+    /// repository's `wavegate.toml`.
+    pub(super) fn imposed(&self) -> crate::config::operator::Imposed {
+        self.options.operator.for_repo(&self.repo.id.full_name)
+    }
+
     /// The base branch's rules at `base`, read from the mirror once; an
     /// error (retried with the job) when git cannot read it, never a guess.
     pub(super) async fn base_rules(&self, base: &CommitSha) -> Result<Arc<BaseRules>> {
@@ -83,7 +89,7 @@ impl JobCtx<'_> {
                     base.short()
                 )
             })?;
-        let rules = Arc::new(BaseRules::from_file(text.as_deref()));
+        let rules = Arc::new(BaseRules::imposed(text.as_deref(), &self.imposed()));
         let mut cache = self.base_rules.0.lock().expect("base rules lock poisoned");
         if cache.len() >= BaseRulesCache::KEPT {
             cache.clear();

@@ -54,6 +54,8 @@ pub struct WorkerOptions {
     /// Where this server serves its docs (`WAVEGATE_PUBLIC_URL` + `/docs`),
     /// for the reports' links; none when it is not reached from outside.
     pub docs_url: Option<String>,
+    /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`).
+    pub operator: Arc<crate::config::operator::OperatorConfig>,
 }
 
 impl Default for WorkerOptions {
@@ -66,6 +68,7 @@ impl Default for WorkerOptions {
             heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
             notify: Default::default(),
             docs_url: None,
+            operator: Default::default(),
         }
     }
 }

@@ -308,6 +308,7 @@ impl JobCtx<'_> {
         );
         options.cancel = self.cancel.clone();
         options.repository = Some(self.repo.id.full_name.clone());
+        options.imposed = Arc::new(self.imposed());
         options.merged = true;
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;

@@ -142,7 +142,7 @@ impl JobCtx<'_> {
         let text = git::off_runtime(move || git::read_file(&mirror, at.as_str(), CONFIG_FILE))
             .await
             .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
-        Ok(text.and_then(|t| RepoConfig::parse(CONFIG_FILE, &t).ok()))
+        Ok(text.and_then(|t| RepoConfig::parse_with(CONFIG_FILE, &t, &self.imposed()).ok()))
     }
 
     /// The policy a run's gate is judged by: the base's `[policy]`, with the

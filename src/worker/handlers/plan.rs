@@ -115,6 +115,7 @@ impl JobCtx<'_> {
         );
         options.cancel = self.cancel.clone();
         options.repository = Some(self.repo.id.full_name.clone());
+        options.imposed = Arc::new(self.imposed());
         // Profiles are picked by a base whose merges apply, for the
         // repository's own branches: a fork's plans, and plans into a branch
         // anyone may push, run with the server's `default`.

@@ -555,3 +555,42 @@ async fn an_approving_review_does_not_release_a_hooks_failure() {
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
 }
+
+/// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`) imposes a
+/// hook on every `acme/*` repository: it runs at its moment although the
+/// repository's own `wavegate.toml` names no hook, and the report says
+/// which settings came from the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_the_operator_imposes_runs_although_the_repositorys_file_omits_it() {
+    let bot = Bot::start_with_file(&[], "WAVEGATE_REPOS_CONFIG", |_, _| {
+        r#"
+[[repos]]
+match = ["acme/*"]
+[[repos.hooks.before.apply]]
+name = "operator-window"
+command = ["python3", "-c", "import os; print('change window open for ' + os.environ['WAVEGATE_STAGE'])"]
+"#
+        .into()
+    })
+    .await;
+    assert!(
+        !bot.example.read("main", "wavegate.toml").contains("hooks"),
+        "the repository's own file names no hook"
+    );
+    let pr = approved_pr(&bot, 90).await;
+    let report = pr.report();
+    let note = report
+        .lines()
+        .find(|l| l.contains("Set by the operator's central configuration"))
+        .unwrap_or_else(|| panic!("no note of the operator's settings in\n{report}"));
+    assert!(
+        note.ends_with("entry `acme/*`): `hooks.before.apply (1 imposed)`"),
+        "{note}"
+    );
+
+    pr.merge().await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    let section = pr.apply_section();
+    insta::assert_snapshot!(hook_lines(&section), @"- Hook `operator-window` (before.apply, stage dev): passed");
+    assert!(section.contains("change window open for dev"), "{section}");
+}
