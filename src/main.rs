@@ -839,6 +839,10 @@ fn print_survey(survey: &wavegate::plan::survey::Survey, allow_missing_dirs: boo
     let mut text = format!("members ({}), in waves:\n", survey.members.len());
     for m in &survey.members {
         let dir = if m.dir.is_empty() { "no dir" } else { &m.dir };
+        let dir = match &m.workspace {
+            Some(workspace) => format!("{dir}, workspace {workspace}"),
+            None => dir.to_owned(),
+        };
         let _ = writeln!(
             text,
             "  {} · wave {}: {} ({dir})",

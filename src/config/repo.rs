@@ -740,6 +740,28 @@ impl RepoConfig {
         Ok(config)
     }
 
+    /// The Terraform workspace a member of `[terraform]`'s root modules
+    /// plans in (`default` for a directory per stage); `None` for any
+    /// other component.
+    pub(crate) fn terraform_workspace(&self, component: &Component, stage: &str) -> Option<String> {
+        let terraform = self.raw.terraform.as_ref()?;
+        let by = component.discovered.as_ref()?.get("by")?.as_str()?;
+        if by != super::terraform::COMPONENT {
+            return None;
+        }
+        let per_dir = terraform.stage_dirs.as_deref().is_some_and(|pattern| {
+            super::terraform::StageDirs::new(pattern)
+                .ok()
+                .and_then(|dirs| dirs.split(&component.dir_in(stage)))
+                .is_some()
+        });
+        Some(if per_dir {
+            "default".into()
+        } else {
+            stage.to_owned()
+        })
+    }
+
     /// What the operator's central configuration gave this file: where
     /// from, and the keys.
     pub fn from_operator(&self) -> Option<&super::operator::FromOperator> {

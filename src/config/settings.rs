@@ -517,16 +517,26 @@ mod tests {
     fn the_operators_repos_config_is_read_at_start_and_a_bad_one_stops_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("repos.toml");
-        std::fs::write(&path, "[[repos]]\nmatch = [\"acme/*\"]\nlocked = [\"policy.required\"]\n").unwrap();
+        std::fs::write(
+            &path,
+            "[[repos]]\nmatch = [\"acme/*\"]\nlocked = [\"policy.required\"]\n",
+        )
+        .unwrap();
         let file = path.display().to_string();
         let read = settings(&[("WAVEGATE_REPOS_CONFIG", &file)]).unwrap();
         assert!(!read.operator.for_repo("acme/infra").is_empty());
         assert!(read.operator.for_repo("globex/infra").is_empty());
         let missing = settings(&[("WAVEGATE_REPOS_CONFIG", "/no/such/repos.toml")]).unwrap_err();
-        assert!(format!("{missing:#}").contains("cannot read it"), "{missing:#}");
+        assert!(
+            format!("{missing:#}").contains("cannot read it"),
+            "{missing:#}"
+        );
         std::fs::write(&path, "[[repos]]\nmatch = [\"acme\"]\n").unwrap();
         let broken = settings(&[("WAVEGATE_REPOS_CONFIG", &file)]).unwrap_err();
-        assert!(format!("{broken:#}").contains("is not `owner/name`"), "{broken:#}");
+        assert!(
+            format!("{broken:#}").contains("is not `owner/name`"),
+            "{broken:#}"
+        );
     }
 
     #[test]

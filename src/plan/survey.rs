@@ -18,6 +18,8 @@ pub struct SurveyedMember {
     pub dir: String,
     /// Its wave among its stage's, from 1, when everything changes.
     pub wave: usize,
+    /// For a root module `[terraform]` found: the workspace it runs in.
+    pub workspace: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +55,7 @@ pub fn survey(config: &RepoConfig, files: &[String]) -> Survey {
                 stage: member.stage().to_owned(),
                 dir: component.dir_in(member.stage()),
                 wave: name.number,
+                workspace: config.terraform_workspace(component, member.stage()),
             });
         }
     }

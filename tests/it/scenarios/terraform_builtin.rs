@@ -2,8 +2,9 @@
 //! Atlantis brings it (`examples/terraform-native`): a directory per
 //! environment, shared modules, and `[terraform]` in `wavegate.toml`. The
 //! real `terraform` plans and applies it in the bot's sandbox, with the
-//! state in the operator's state directory; a test fails loudly where no
-//! `terraform` is installed.
+//! state in the operator's state directory and a hook the operator's
+//! central configuration imposes; a test fails loudly where no `terraform`
+//! is installed.
 
 use crate::support::bot::*;
 use crate::support::common::{git_in, Example};
@@ -139,10 +140,33 @@ fn bootstrap(bot: &Bot) -> Vec<String> {
 /// exists before, it creates them all, wave by wave.
 async fn deployed_monorepo(overriders: &[&str]) -> Bot {
     require_terraform();
+    // The operator's central configuration imposes a hook on every `acme/*`
+    // repository, which the example's own file knows nothing of.
+    let repos_config = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .unwrap()
+        .into_temp_path()
+        .keep()
+        .unwrap();
+    std::fs::write(
+        &repos_config,
+        r#"[[repos]]
+match = ["acme/*"]
+[[repos.hooks.before.apply]]
+name = "change-window"
+command = ["python3", "-c", "import os; print('change window open for ' + os.environ['WAVEGATE_STAGE'])"]
+"#,
+    )
+    .unwrap();
+    let repos_config = repos_config.display().to_string();
     // The operator's `[profile.default]` says where state lives, in place
     // of the example estate's variable.
     let bot = Bot::start_with_file(
-        &[("WAVEGATE_SANDBOX_APPLY_WRITE", "")],
+        &[
+            ("WAVEGATE_SANDBOX_APPLY_WRITE", ""),
+            ("WAVEGATE_REPOS_CONFIG", &repos_config),
+        ],
         "WAVEGATE_PROFILES",
         |_, dir| state_profile(dir),
     )
@@ -213,7 +237,21 @@ async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_app
 
     pr.comment_as("rev-bob", "/approve prod").await;
     assert_eq!(owner("prod"), "platform");
-    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+    let section = pr.apply_section();
+    assert_eq!(pr.apply_check().state, "success", "{section}");
+    // The operator's hook ran before each stage's applies.
+    let hooks: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("- Hook "))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            "- Hook `change-window` (before.apply, stage dev): passed",
+            "- Hook `change-window` (before.apply, stage prod): passed"
+        ],
+        "{section}"
+    );
 }
 
 /// The base's Rego policy (examples/terraform-native/repo/policy) denies
@@ -294,12 +332,12 @@ fn config_check_expands_the_native_example_into_its_members() {
         [
             "Rego policies: 1 file(s) compile, each rule declared (the bot reads them from the base branch)",
             "members (6), in waves:",
-            "  dev · wave 1: network@dev (envs/dev/network)",
-            "  dev · wave 2: app@dev (envs/dev/app)",
-            "  dev · wave 3: dns@dev (envs/dev/dns)",
-            "  prod · wave 1: network@prod (envs/prod/network)",
-            "  prod · wave 2: app@prod (envs/prod/app)",
-            "  prod · wave 3: dns@prod (envs/prod/dns)",
+            "  dev · wave 1: network@dev (envs/dev/network, workspace default)",
+            "  dev · wave 2: app@dev (envs/dev/app, workspace default)",
+            "  dev · wave 3: dns@dev (envs/dev/dns, workspace default)",
+            "  prod · wave 1: network@prod (envs/prod/network, workspace default)",
+            "  prod · wave 2: app@prod (envs/prod/app, workspace default)",
+            "  prod · wave 3: dns@prod (envs/prod/dns, workspace default)",
         ],
         "{stdout}"
     );
