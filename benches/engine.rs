@@ -547,8 +547,54 @@ fn bench_executor(c: &mut Criterion) {
     group.finish();
 }
 
+/// Judging a plan of 1,000 entries with the Terraform example's Rego
+/// policy (`[[policy.rego]]`, issue 39), against reading the same plan
+/// file, which every plan costs anyway.
+fn bench_rego(c: &mut Criterion) {
+    let entries: Vec<serde_json::Value> = (0..REGO_ENTRIES)
+        .map(|i| {
+            serde_json::json!({
+                "address": format!("aws_s3_bucket.b{i}"),
+                "action": if i % 10 == 0 { "delete" } else { "update" },
+                "before": {"acl": "private", "tags": {"n": i}},
+                "after": {"acl": "private", "tags": {"n": i + 1}},
+            })
+        })
+        .collect();
+    let bytes = serde_json::json!({ "entries": entries })
+        .to_string()
+        .into_bytes();
+    let member: MemberId = "storage@prod".parse().unwrap();
+    let policy = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/terraform-native/repo/policy/terraform.rego"),
+    )
+    .unwrap();
+    let policies = wavegate::plan::rego::RegoPolicies::of_files(vec![(
+        "policy/terraform.rego".into(),
+        policy,
+    )])
+    .unwrap();
+    let plan = MemberPlan::parse(&member, &bytes).unwrap();
+    assert_eq!(policies.judge(&plan).unwrap().len(), REGO_ENTRIES / 10);
+    let mut group = c.benchmark_group("rego");
+    group.sample_size(20);
+    group.bench_function(
+        format!("baseline: read a plan file of {REGO_ENTRIES} entries"),
+        |b| b.iter(|| MemberPlan::parse(&member, &bytes).unwrap()),
+    );
+    group.bench_function(
+        format!("judge a plan of {REGO_ENTRIES} entries with the example's Rego policy"),
+        |b| b.iter(|| policies.judge(&plan).unwrap()),
+    );
+    group.finish();
+}
+
+const REGO_ENTRIES: usize = 1_000;
+
 criterion_group!(
     benches,
+    bench_rego,
     bench_executor,
     bench_big_repository,
     bench_derivation,
@@ -621,6 +667,11 @@ fn main() {
             "big repository",
             "plan one member of a 30,000-file, 240 MB repository".to_owned(),
             "baseline: plan one member of a 10-file repository".to_owned(),
+        ),
+        (
+            "rego",
+            format!("judge a plan of {REGO_ENTRIES} entries with the example's Rego policy"),
+            format!("baseline: read a plan file of {REGO_ENTRIES} entries"),
         ),
         (
             "big repository",

@@ -704,10 +704,18 @@ fn config_check(
     (repository, repos_config): (Option<&str>, Option<PathBuf>),
     allow_missing_dirs: bool,
 ) -> ExitCode {
+    let asked = repos_config.is_some();
     let repos_config =
         repos_config.or_else(|| std::env::var_os("WAVEGATE_REPOS_CONFIG").map(PathBuf::from));
     let imposed = match (&repos_config, repository) {
         (None, _) => Default::default(),
+        (Some(file), None) if !asked => {
+            eprintln!(
+                "warning: WAVEGATE_REPOS_CONFIG ({}) is not applied: it applies by repository; name it with --repository owner/name",
+                file.display()
+            );
+            Default::default()
+        }
         (Some(file), Some(repository)) => {
             match wavegate::config::operator::OperatorConfig::read(file) {
                 Ok(operator) => operator.for_repo(repository),

@@ -27,6 +27,9 @@ pub(crate) struct BaseRules {
     /// The validated config: `Ok(None)` when the base has none, `Err` with
     /// why when it does not read.
     config: Result<Option<RepoConfig>, String>,
+    /// A base with no config of its own still has what the operator's
+    /// central configuration imposes: its policy and its hooks.
+    operator: Option<(Policy, super::hooks::Hooks)>,
 }
 
 impl BaseRules {
@@ -40,12 +43,27 @@ impl BaseRules {
     /// operator imposes on the repository merged in.
     pub(crate) fn imposed(text: Option<&str>, imposed: &super::operator::Imposed) -> Self {
         let Some(text) = text else {
+            // No file: nothing of the repository's own, and all of the operator's.
+            let operator = (!imposed.is_empty()).then(|| {
+                let raw = RepoConfig::parse_raw_with(CONFIG_FILE, "", imposed).ok()?;
+                let err = |field: String, problem: String, fix: &str| super::repo::ConfigError {
+                    file: CONFIG_FILE.into(),
+                    field,
+                    problem,
+                    fix: fix.into(),
+                };
+                let hooks = super::hooks::validate(raw.hooks.as_ref(), &[], &err).ok()?;
+                Some((raw.policy.clone().unwrap_or_default(), hooks))
+            });
             return BaseRules {
                 raw: None,
                 config: Ok(None),
+                // (Checked at start: the operator's settings read alone.)
+                operator: operator.flatten(),
             };
         };
         BaseRules {
+            operator: None,
             raw: RepoConfig::parse_raw_with(CONFIG_FILE, text, imposed).ok(),
             config: RepoConfig::parse_with(CONFIG_FILE, text, imposed)
                 .map(Some)
@@ -58,7 +76,11 @@ impl BaseRules {
     /// (a broken file never means the loosest policy).
     pub(crate) fn policy(&self) -> Result<Policy, String> {
         match &self.config {
-            Ok(None) => Ok(Policy::default()),
+            Ok(None) => Ok(self
+                .operator
+                .as_ref()
+                .map(|(policy, _)| policy.clone())
+                .unwrap_or_default()),
             Ok(Some(config)) => Ok(config.policy.clone()),
             Err(e) => Err(format!(
                 "approvals are refused until the base branch's {CONFIG_FILE} reads again: {e}"
@@ -139,7 +161,12 @@ impl BaseRules {
     pub(crate) fn hooks(&self, stage: &str, moment: Moment) -> Vec<Hook> {
         match &self.config {
             Ok(Some(config)) => config.hooks.at(stage, moment),
-            _ => Vec::new(),
+            Ok(None) => self
+                .operator
+                .as_ref()
+                .map(|(_, hooks)| hooks.at(stage, moment))
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
         }
     }
 

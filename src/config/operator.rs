@@ -67,6 +67,37 @@ pub struct Imposed {
     entry: Option<RawEntry>,
 }
 
+/// The top-level keys of `wavegate.toml` a locked key may start with.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "ignore",
+    "defaults",
+    "stage",
+    "component",
+    "group",
+    "policy",
+    "branches",
+    "notify",
+    "apply_concurrency",
+    "hooks",
+    "cost",
+    "terraform",
+];
+
+/// Locking a key locks what stands in for it where the file allows:
+/// `policy.required` and each `[[stage]]`'s `required`; `stage.profile`
+/// and the stage's `[[stage.jobs]]`, which pick profiles for members.
+fn locked_with(key: &str) -> Vec<String> {
+    let mut keys = vec![key.to_owned()];
+    match key {
+        "policy.approvers" | "policy.required" | "policy.review_approvals" => {
+            keys.push(key.replacen("policy.", "stage.", 1));
+        }
+        "stage.profile" => keys.push("stage.jobs".into()),
+        _ => {}
+    }
+    keys
+}
+
 fn operator_error(file: &str, problem: String, fix: &str) -> anyhow::Error {
     anyhow::anyhow!("WAVEGATE_REPOS_CONFIG ({file}): {problem}; fix: {fix}")
 }
@@ -108,11 +139,23 @@ impl OperatorConfig {
                 }
             }
             for key in &entry.locked {
-                if key.is_empty() || key.split('.').any(str::is_empty) {
+                let top = key.split('.').next().unwrap_or_default();
+                if key.split('.').any(str::is_empty) || !TOP_LEVEL_KEYS.contains(&top) {
                     return Err(operator_error(
                         file,
-                        format!("repos[{i}].locked: `{key}` is not a key"),
-                        "write a dotted key of wavegate.toml, e.g. `policy.required`",
+                        format!("repos[{i}].locked: `{key}` is not a key of wavegate.toml"),
+                        "write a dotted key of wavegate.toml, e.g. `policy.required` or `stage.profile`",
+                    ));
+                }
+            }
+            // What a repository's plans are (its stages, components, root
+            // modules) is its own; the sandbox's discovery reads the file alone.
+            for key in ["stage", "component", "group", "terraform"] {
+                if entry.defaults.contains_key(key) {
+                    return Err(operator_error(
+                        file,
+                        format!("repos[{i}].defaults.{key}: the operator may not give a repository its `{key}`"),
+                        "give defaults for `policy`, `hooks`, `notify`, `cost` and the like; lock `stage.gate` or `stage.profile` instead of writing stages",
                     ));
                 }
             }
@@ -255,7 +298,8 @@ impl Imposed {
         let Some(entry) = &self.entry else {
             return Ok((own, from));
         };
-        for key in &entry.locked {
+        for key in entry.locked.iter().flat_map(|k| locked_with(k)) {
+            let key = &key;
             let path: Vec<&str> = key.split('.').collect();
             let theirs = lookup(&entry.defaults, &path);
             // `stage.profile` is each `[[stage]]`'s.
@@ -292,7 +336,7 @@ impl Imposed {
                     });
                 }
             }
-            if theirs.is_some() {
+            if theirs.is_some() && !from.keys.contains(key) {
                 from.keys.push(key.clone());
             }
         }
@@ -460,6 +504,32 @@ command = ["./own-check"]
     }
 
     #[test]
+    fn a_locked_policy_key_cannot_come_back_through_a_stage_and_a_locked_profile_not_through_jobs()
+    {
+        let imposed = operator().for_repo("acme/infra-prod");
+        let per_stage = REPO.replace("name = \"dev\"\n", "name = \"dev\"\nrequired = 1\n");
+        let e = RepoConfig::parse_with("wavegate.toml", &per_stage, &imposed).unwrap_err();
+        assert_eq!(e.field, "stage[0].required");
+        let jobs = REPO.replace(
+            "name = \"dev\"\n",
+            "name = \"dev\"\n[[stage.jobs]]\nname = \"all\"\nmembers = [\"**\"]\nprofile = \"prod-write\"\n",
+        );
+        let e = RepoConfig::parse_with("wavegate.toml", &jobs, &imposed).unwrap_err();
+        assert_eq!(e.field, "stage[0].jobs");
+    }
+
+    #[test]
+    fn a_base_with_no_file_still_has_the_operators_policy_and_hooks() {
+        let imposed = operator().for_repo("acme/infra-prod");
+        let rules = crate::config::BaseRules::imposed(None, &imposed);
+        assert_eq!(rules.policy().unwrap().required, 2);
+        let hooks = rules.hooks("prod", crate::config::hooks::Moment::BeforeApply);
+        assert_eq!(hooks.len(), 1);
+        let own = crate::config::BaseRules::imposed(None, &Imposed::default());
+        assert_eq!(own.policy().unwrap().required, 1);
+    }
+
+    #[test]
     fn an_operator_file_that_does_not_read_stops_the_server_naming_the_entry() {
         let error = |text: &str| {
             OperatorConfig::parse("ops.toml", text)
@@ -479,6 +549,16 @@ command = ["./own-check"]
         );
         assert!(error("[[repo]]\nmatch = [\"a/b\"]\n")
             .starts_with("WAVEGATE_REPOS_CONFIG (ops.toml): "));
+        let e = error("[[repos]]\nmatch = [\"a/b\"]\nlocked = [\"polcy.required\"]\n");
+        assert!(
+            e.contains("`polcy.required` is not a key of wavegate.toml"),
+            "{e}"
+        );
+        let e = error("[[repos]]\nmatch = [\"a/b\"]\n[[repos.defaults.stage]]\nname = \"dev\"\n");
+        assert!(
+            e.contains("the operator may not give a repository its `stage`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -680,9 +680,13 @@ pub(crate) fn discover_roots(
     for template in &templates {
         let name = &name_of[template];
         let members: Vec<&Root> = roots.iter().filter(|r| &r.template == template).collect();
-        let mut listed_here: Vec<&RawRoot> =
-            members.iter().filter_map(|r| listing(&r.dir)).collect();
-        listed_here.dedup_by(|a, b| std::ptr::eq(*a, *b));
+        // Each entry once, whether it lists a stage's directory or `{stage}`'s.
+        let mut listed_here: Vec<&RawRoot> = Vec::new();
+        for root in members.iter().filter_map(|r| listing(&r.dir)) {
+            if !listed_here.iter().any(|seen| std::ptr::eq(*seen, root)) {
+                listed_here.push(root);
+            }
+        }
         let mut paths = BTreeSet::from([format!("{template}/**")]);
         let mut depends_on = BTreeSet::new();
         for root in &members {

@@ -311,8 +311,13 @@ fn read_plan(arguments: &str) -> Result<Command, Unreadable> {
             ));
         }
     }
-    only.dedup();
-    Ok(Command::Plan { only })
+    let mut once = Vec::with_capacity(only.len());
+    for target in only {
+        if !once.contains(&target) {
+            once.push(target);
+        }
+    }
+    Ok(Command::Plan { only: once })
 }
 
 fn read_approve(arguments: &str) -> Result<Command, Unreadable> {
@@ -644,7 +649,6 @@ mod tests {
                     PlanTarget::Dir("envs/dev/app".into()),
                     PlanTarget::Workspace("dev".into()),
                     PlanTarget::Component("dns".into()),
-                    PlanTarget::Member("app@prod".parse().unwrap()),
                 ]
             }
         );

@@ -249,19 +249,38 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
             default: crate::config::repo::DEFAULT_TIMEOUT,
         }),
     };
+    let policies_at = |commit: &str, rego: &[crate::config::repo::RawRego]| {
+        let listed = git::list_files(repo, commit).map_err(|e| format!("{e:#}"))?;
+        super::rego::RegoPolicies::load(rego, &listed, |path| {
+            git::read_file(repo, commit, path)
+                .map_err(|e| format!("{e:#}"))?
+                .ok_or_else(|| format!("{path} is not at {commit}"))
+        })
+    };
+    // A change to the policies must leave them working: once merged,
+    // they judge every later change.
+    let rego_patterns: Vec<crate::config::glob::Pattern> = config
+        .policy
+        .rego
+        .iter()
+        .flat_map(|r| &r.files)
+        .filter_map(|p| crate::config::glob::Pattern::new(p).ok())
+        .collect();
+    if changed
+        .iter()
+        .any(|path| rego_patterns.iter().any(|p| p.matches(path)))
+    {
+        policies_at(&head, &config.policy.rego).map_err(|e| {
+            PlanError::Usage(format!(
+                "this change breaks the Rego policies, which would then judge every later change: {e}"
+            ))
+        })?;
+    }
+    // The base's policies judge; ones that cannot deny every plan, saying
+    // why, so that the change fixing them can still be planned.
     let policies = match base_config.as_ref().map(|c| c.policy.rego.as_slice()) {
         Some(rego) if !rego.is_empty() => {
-            let listed = git::list_files(repo, &base)?;
-            super::rego::RegoPolicies::load(rego, &listed, |path| {
-                git::read_file(repo, &base, path)
-                    .map_err(|e| format!("{e:#}"))?
-                    .ok_or_else(|| format!("{path} is not at the base commit"))
-            })
-            .map_err(|e| {
-                PlanError::Usage(format!(
-                    "the base branch's Rego policies cannot judge this change: {e}"
-                ))
-            })?
+            policies_at(&base, rego).unwrap_or_else(|e| super::rego::RegoPolicies::unable(&e))
         }
         _ => Default::default(),
     };
@@ -314,9 +333,22 @@ fn keep_untargeted(prepared: &Prepared, bench: &mut Workbench, kept: &super::tar
             return;
         }
     };
+    // A group plans its mates together, and a cost command prices its
+    // stage's plan files: neither keeps part of what it covers.
+    if members
+        .iter()
+        .any(|m| prepared.config.groups.of(m.component()).is_some())
+    {
+        bench.notes.push(format!(
+            "`/plan {}`: this change plans components in a `[[group]]`, whose mates plan together, so everything was planned again",
+            kept.only.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
+        ));
+        return;
+    }
+    let priced = |m: &MemberId| prepared.costs.at(m.stage()).is_some();
     let keeping: Vec<&MemberId> = members
         .iter()
-        .filter(|m| !targeted.contains(*m) && kept.plans.contains_key(*m))
+        .filter(|m| !targeted.contains(*m) && !priced(m) && kept.plans.contains_key(*m))
         .collect();
     for member in &keeping {
         bench

@@ -470,10 +470,6 @@ impl MemberPlan {
         Ok(plan)
     }
 
-    /// The digest over what the plan binds: member, entries, outputs,
-    /// destructiveness and denials. The summary is prose and is bound only
-    /// when the plan is opaque (then it is all a reviewer has to go by).
-    /// Numbers as RFC 8785 writes them (what new change sets use).
     /// Adds `rules` to those the plan breaks (the base's Rego policies'
     /// messages) and digests it again: the digest binds every denial.
     pub(crate) fn deny(&mut self, rules: Vec<String>) {
@@ -486,6 +482,10 @@ impl MemberPlan {
         self.plan_digest = self.compute_digest();
     }
 
+    /// The digest over what the plan binds: member, entries, outputs,
+    /// destructiveness and denials. The summary is prose and is bound only
+    /// when the plan is opaque (then it is all a reviewer has to go by).
+    /// Numbers as RFC 8785 writes them (what new change sets use).
     pub fn compute_digest(&self) -> Digest {
         self.compute_digest_with(NumberForm::Ecmascript)
     }

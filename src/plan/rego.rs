@@ -8,8 +8,8 @@
 //!
 //! The input is `{"member", "component", "stage", "plan"}`, `plan` being the
 //! member's plan as wavegate read it (`entries` with `address`, `action`,
-//! `before`, `after`; `outputs`; `destructive`); docs/configuration.md#rego
-//! has an example.
+//! `before`, `after`; `outputs`; `destructive`);
+//! docs/configuration.md#rego-policies has an example.
 
 use super::planfile::MemberPlan;
 use crate::config::glob::Pattern;
@@ -48,8 +48,10 @@ struct PolicySet {
 
 /// The base's Rego policies.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RegoPolicies {
+pub struct RegoPolicies {
     sets: Vec<PolicySet>,
+    /// Why the base's policies cannot judge at all: every plan is denied.
+    unable: Option<String>,
 }
 
 impl RegoPolicies {
@@ -99,7 +101,7 @@ impl RegoPolicies {
             }
             sets.push(set);
         }
-        Ok(Self { sets })
+        Ok(Self { sets, unable: None })
     }
 
     #[cfg(test)]
@@ -110,13 +112,42 @@ impl RegoPolicies {
         self
     }
 
+    /// One set of policies, `files` as `(path, text)`, asked for
+    /// [`DEFAULT_QUERY`]: what the benchmarks judge with.
+    pub fn of_files(files: Vec<(String, String)>) -> Result<Self, String> {
+        let listed: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
+        let raw = RawRego {
+            files: listed.clone(),
+            query: None,
+            stages: None,
+        };
+        Self::load(&[raw], &listed, |path| {
+            Ok(files
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, t)| t.clone())
+                .unwrap_or_default())
+        })
+    }
+
+    /// Policies that cannot judge, for `why`: every plan is denied until
+    /// a change fixes them (or an overrider lets a plan through).
+    pub(crate) fn unable(why: &str) -> Self {
+        Self {
+            sets: Vec::new(),
+            unable: Some(format!(
+                "rego-unavailable: the base branch's Rego policies cannot judge this plan ({why}); fix them in a pull request"
+            )),
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
-        self.sets.is_empty()
+        self.sets.is_empty() && self.unable.is_none()
     }
 
     /// The messages the policies deny `plan` with; an error when a policy
     /// cannot be evaluated (the member fails to plan, saying why).
-    pub(crate) fn judge(&self, plan: &MemberPlan) -> Result<Vec<String>, String> {
+    pub fn judge(&self, plan: &MemberPlan) -> Result<Vec<String>, String> {
         let (component, stage) = (plan.member.component(), plan.member.stage());
         let input = json!({
             "member": plan.member.to_string(),
@@ -124,7 +155,7 @@ impl RegoPolicies {
             "stage": stage,
             "plan": plan,
         });
-        let mut denied = Vec::new();
+        let mut denied: Vec<String> = self.unable.iter().cloned().collect();
         for set in &self.sets {
             if set
                 .stages
@@ -359,6 +390,16 @@ mod tests {
         assert!(
             elsewhere.contains("which no rule in policy/terraform.rego declares"),
             "{elsewhere}"
+        );
+    }
+
+    #[test]
+    fn policies_the_base_cannot_compile_deny_every_plan_saying_why() {
+        let unable = RegoPolicies::unable("the Rego policy policy/x.rego does not compile: …");
+        assert!(!unable.is_empty());
+        assert_eq!(
+            unable.judge(&plan("dns@dev", json!([]))).unwrap(),
+            ["rego-unavailable: the base branch's Rego policies cannot judge this plan (the Rego policy policy/x.rego does not compile: …); fix them in a pull request"]
         );
     }
 

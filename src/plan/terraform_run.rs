@@ -258,7 +258,7 @@ fn backend_config(options: &TfOptions) -> Result<Vec<String>, String> {
     }
     let Some(state_dir) = std::env::var_os("TF_STATE_DIR").filter(|d| !d.is_empty()) else {
         return Err(format!(
-            "`{}` keeps its state in a local backend, which would be written inside the job's copy of the commit and lost: set TF_STATE_DIR (an execution profile's `env`, with the directory among its `state` paths), give the backend an absolute `path`, or use a remote backend",
+            "`{}` keeps its state in a local backend, which would be written inside the job's copy of the commit and lost: set TF_STATE_DIR (an execution profile's `env`, with the directory among its `state` paths), give the backend an absolute `path` (and an absolute `workspace_dir` for a workspace per stage), or use a remote backend",
             options.dir
         ));
     };
