@@ -106,14 +106,18 @@ pub fn list_files(repo: &Path, commit: &str) -> Result<Vec<String>> {
         commit,
     ]);
     let output = run(command, &format!("list the files at {commit}"))?;
-    let mut paths: Vec<String> = output
-        .stdout
+    Ok(sorted_paths(&output.stdout))
+}
+
+/// The paths git wrote separated by NUL (`-z`), sorted.
+fn sorted_paths(stdout: &[u8]) -> Vec<String> {
+    let mut paths: Vec<String> = stdout
         .split(|b| *b == 0)
         .filter(|p| !p.is_empty())
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect();
     paths.sort();
-    Ok(paths)
+    paths
 }
 
 /// Paths that differ between the merge base of `base` and `head`, and `head`.
@@ -124,14 +128,7 @@ pub fn changed_paths(repo: &Path, base: &str, head: &str) -> Result<Vec<String>>
         .args(["diff", "--name-only", "-z", "--no-renames", "--no-ext-diff"])
         .arg(format!("{base}...{head}"));
     let output = run(command, &format!("diff {base}...{head}"))?;
-    let mut paths: Vec<String> = output
-        .stdout
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(p).into_owned())
-        .collect();
-    paths.sort();
-    Ok(paths)
+    Ok(sorted_paths(&output.stdout))
 }
 
 /// The target branch as it was just before `merge` landed the pull request

@@ -153,24 +153,14 @@ pub fn discover(units_file: &Path, root: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", units_file.display()))
 }
 
-/// Runs `binary args` in the current directory, its output streamed
-/// through; the error names the command.
-fn run(options: &TfOptions, args: &[&str]) -> Result<(), String> {
-    let status = Command::new(&options.binary)
+/// `binary args`, run under automation with no input.
+fn terraform(options: &TfOptions, args: &[&str]) -> Command {
+    let mut command = Command::new(&options.binary);
+    command
         .args(args)
         .env("TF_IN_AUTOMATION", "1")
-        .stdin(Stdio::null())
-        .status()
-        .map_err(|e| cannot_start(options, e))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{} {}` failed ({status})",
-            options.binary,
-            args.join(" ")
-        ))
-    }
+        .stdin(Stdio::null());
+    command
 }
 
 fn cannot_start(options: &TfOptions, e: std::io::Error) -> String {
@@ -180,48 +170,40 @@ fn cannot_start(options: &TfOptions, e: std::io::Error) -> String {
     )
 }
 
-/// Runs `binary args`, its standard output captured and its standard
-/// error passed through; a failure prints what it wrote.
+fn failed(options: &TfOptions, args: &[&str], status: std::process::ExitStatus) -> String {
+    format!("`{} {}` failed ({status})", options.binary, args.join(" "))
+}
+
+/// Runs `binary args` in the current directory, its output streamed
+/// through; the error names the command.
+fn run(options: &TfOptions, args: &[&str]) -> Result<(), String> {
+    let status = terraform(options, args)
+        .status()
+        .map_err(|e| cannot_start(options, e))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(failed(options, args, status))
+    }
+}
+
+/// Runs `binary args` and answers its standard output; what it printed is
+/// shown (on standard error) only when it fails.
 fn capture(options: &TfOptions, args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = Command::new(&options.binary)
-        .args(args)
-        .env("TF_IN_AUTOMATION", "1")
-        .stdin(Stdio::null())
+    let out = terraform(options, args)
         .output()
         .map_err(|e| cannot_start(options, e))?;
     if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        let _ = std::io::stderr().write_all(&out.stdout);
-        let _ = std::io::stderr().write_all(&out.stderr);
-        Err(format!(
-            "`{} {}` failed ({})",
-            options.binary,
-            args.join(" "),
-            out.status
-        ))
+        return Ok(out.stdout);
     }
+    let _ = std::io::stderr().write_all(&out.stdout);
+    let _ = std::io::stderr().write_all(&out.stderr);
+    Err(failed(options, args, out.status))
 }
 
 /// Runs `binary args` quietly: what it printed is shown only when it fails.
 fn quietly(options: &TfOptions, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(&options.binary)
-        .args(args)
-        .env("TF_IN_AUTOMATION", "1")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| cannot_start(options, e))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let _ = std::io::stderr().write_all(&out.stdout);
-    let _ = std::io::stderr().write_all(&out.stderr);
-    Err(format!(
-        "`{} {}` failed ({})",
-        options.binary,
-        args.join(" "),
-        out.status
-    ))
+    capture(options, args).map(drop)
 }
 
 /// The `-backend-config` arguments of the member's state: under
@@ -404,41 +386,32 @@ pub fn plan(plan_file: &Path, inputs_file: &Path, options: &TfOptions) -> Result
     write(plan_file, adapted.to_string().as_bytes())
 }
 
+/// Copies `from` to `to` as it comes, and answers what went through.
+fn tee(mut from: impl Read, mut to: impl Write) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while let Ok(n) = from.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        let _ = to.write_all(&chunk[..n]);
+        kept.extend_from_slice(&chunk[..n]);
+    }
+    kept
+}
+
 /// Runs `terraform apply` of `binary_plan`, streamed through and kept:
 /// whether it succeeded, and what it printed.
 fn apply_streamed(options: &TfOptions, binary_plan: &Path) -> Result<(bool, String), String> {
-    let mut child = Command::new(&options.binary)
-        .args(["apply", "-input=false", "-no-color"])
-        .arg(binary_plan)
-        .env("TF_IN_AUTOMATION", "1")
-        .stdin(Stdio::null())
+    let plan = binary_plan.display().to_string();
+    let mut child = terraform(options, &["apply", "-input=false", "-no-color", &plan])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| cannot_start(options, e))?;
-    let mut stderr = child.stderr.take().expect("piped");
-    let errors = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut chunk = [0u8; 8192];
-        while let Ok(n) = stderr.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            let _ = std::io::stderr().write_all(&chunk[..n]);
-            kept.extend_from_slice(&chunk[..n]);
-        }
-        kept
-    });
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut kept = Vec::new();
-    let mut chunk = [0u8; 8192];
-    while let Ok(n) = stdout.read(&mut chunk) {
-        if n == 0 {
-            break;
-        }
-        let _ = std::io::stdout().write_all(&chunk[..n]);
-        kept.extend_from_slice(&chunk[..n]);
-    }
+    let stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || tee(stderr, std::io::stderr()));
+    let mut kept = tee(child.stdout.take().expect("piped"), std::io::stdout());
     kept.extend(errors.join().unwrap_or_default());
     let status = child
         .wait()

@@ -7,7 +7,7 @@
 //! is installed.
 
 use crate::support::bot::*;
-use crate::support::common::{git_in, Example};
+use crate::support::common::{copy_tree, git_in, Example};
 use crate::support::pr::*;
 use crate::support::redact::redact;
 use serde_json::Value;
@@ -25,19 +25,6 @@ fn require_terraform() {
         found.is_ok_and(|out| out.status.success()),
         "these tests run the real Terraform, and no `terraform` runs on this machine: install Terraform 1.11 on the PATH (deploy/get-tools.sh)"
     );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// `main` becomes the native example's tree (one commit on top), with
@@ -186,6 +173,17 @@ command = ["python3", "-c", "import os; print('change window open for ' + os.env
     bot
 }
 
+/// A branch `change` that tags the server in the module both stages' `app`
+/// call: each of them plans one update.
+fn tag_the_shared_app_module(bot: &Bot) {
+    let module = bot.example.read("main", "modules/app/main.tf").replace(
+        "instance_type = var.instance_type\n",
+        "instance_type = var.instance_type\n    owner         = \"platform\"\n",
+    );
+    bot.example
+        .branch("change", "main", &[("modules/app/main.tf", Some(&module))]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_applied_in_both_stages(
 ) {
@@ -199,12 +197,7 @@ async fn a_terraform_monorepo_with_no_scripts_is_planned_approved_merged_and_app
 
     // The shared module changes: both stages' app plan an update, dns
     // downstream plans nothing.
-    let module = bot.example.read("main", "modules/app/main.tf").replace(
-        "instance_type = var.instance_type\n",
-        "instance_type = var.instance_type\n    owner         = \"platform\"\n",
-    );
-    bot.example
-        .branch("change", "main", &[("modules/app/main.tf", Some(&module))]);
+    tag_the_shared_app_module(&bot);
     let pr = planned_pr(&bot, 1).await;
     let report = pr.report();
     for line in [
@@ -349,12 +342,7 @@ fn config_check_expands_the_native_example_into_its_members() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_targeted_plan_replans_one_member_and_keeps_the_rest_of_the_same_commit() {
     let bot = deployed_monorepo(&[]).await;
-    let module = bot.example.read("main", "modules/app/main.tf").replace(
-        "instance_type = var.instance_type\n",
-        "instance_type = var.instance_type\n    owner         = \"platform\"\n",
-    );
-    bot.example
-        .branch("change", "main", &[("modules/app/main.tf", Some(&module))]);
+    tag_the_shared_app_module(&bot);
     let pr = planned_pr(&bot, 3).await;
     let first = pr.digest();
 

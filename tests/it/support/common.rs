@@ -258,6 +258,20 @@ impl Example {
     }
 }
 
+/// Copies the directory `from` to `to`, files and subdirectories.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 /// Runs git in `repo` with no user or system config and fixed identities and
 /// dates, so the same files always make the same commits.
 pub fn git_in(repo: &Path, args: &[&str]) -> Output {

@@ -7,7 +7,7 @@
 //! what it does not model (a stale plan, a state it cannot see). A change
 //! to the scripts that breaks that contract fails here.
 
-use super::common::Run;
+use super::common::{copy_tree, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -85,19 +85,6 @@ fn check(output: Output, what: &str) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 struct TfExample {
