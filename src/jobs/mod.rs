@@ -3,7 +3,7 @@
 
 use crate::forge::listing::ListedReview;
 use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
-use crate::model::{CommitSha, PrNumber, RepoId, User};
+use crate::model::{CommitSha, JobKind, PrNumber, RepoId, User};
 use crate::notify::Notice;
 use crate::store::{NewJob, Once, PrHead};
 use serde::{Deserialize, Serialize};
@@ -67,15 +67,15 @@ pub enum Task {
 }
 
 impl Task {
-    pub(crate) fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> JobKind {
         match self {
-            Task::Plan { .. } => "plan",
-            Task::Replan { .. } => "replan",
-            Task::Comment { .. } => "comment",
-            Task::Review { .. } => "review",
-            Task::Merged { .. } => "merged",
-            Task::Apply { .. } => "apply",
-            Task::Notify { .. } => "notify",
+            Task::Plan { .. } => JobKind::Plan,
+            Task::Replan { .. } => JobKind::Replan,
+            Task::Comment { .. } => JobKind::Comment,
+            Task::Review { .. } => JobKind::Review,
+            Task::Merged { .. } => JobKind::Merged,
+            Task::Apply { .. } => JobKind::Apply,
+            Task::Notify { .. } => JobKind::Notify,
         }
     }
 
@@ -104,7 +104,7 @@ impl Task {
 
     pub fn into_job(self) -> NewJob {
         NewJob {
-            kind: self.kind().to_owned(),
+            kind: self.kind(),
             queue_key: match &self {
                 Task::Notify { repo, target, .. } => format!("notify:{}:{target}", repo.id),
                 _ => queue_key(&self.repo().id, self.pr_number()),

@@ -426,7 +426,7 @@ async fn write_batch(
         for (delivery, job) in &with_jobs {
             insert = insert
                 .bind(*delivery)
-                .bind(job.kind.clone())
+                .bind(job.kind.as_str())
                 .bind(job.queue_key.clone())
                 .bind(job.payload.to_string())
                 .bind("queued")

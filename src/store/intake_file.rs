@@ -215,7 +215,7 @@ fn enqueue(conn: &Connection, delivery: i64, job: &super::NewJob, now: i64) -> R
         .query_row(
             params![
                 delivery,
-                job.kind,
+                job.kind.as_str(),
                 job.queue_key,
                 job.payload.to_string(),
                 i64::from(job.max_attempts),

@@ -25,7 +25,7 @@ pub(crate) use metrics::StoreFigures;
 pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
-use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -68,7 +68,7 @@ pub enum Intake {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
-    pub(crate) kind: String,
+    pub(crate) kind: JobKind,
     /// Jobs with the same key (e.g. one pull request) run one at a time, in order.
     pub(crate) queue_key: String,
     pub(crate) payload: serde_json::Value,
@@ -145,7 +145,7 @@ impl fmt::Display for JobStatus {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Job {
     pub(crate) id: JobId,
-    pub kind: String,
+    pub kind: JobKind,
     pub(crate) queue_key: String,
     pub(crate) payload: serde_json::Value,
     pub status: JobStatus,

@@ -905,7 +905,7 @@ pub(super) async fn insert_job(
          RETURNING id",
     )
     .bind(delivery)
-    .bind(&job.kind)
+    .bind(job.kind.as_str())
     .bind(&job.queue_key)
     .bind(job.payload.to_string())
     .bind(i64::from(job.max_attempts))
@@ -1017,7 +1017,10 @@ fn job_from_row(row: &AnyRow) -> Result<Job> {
     let payload: String = row.try_get("payload")?;
     Ok(Job {
         id,
-        kind: row.try_get("kind")?,
+        kind: {
+            let kind: String = row.try_get("kind")?;
+            kind.parse().with_context(|| format!("job {id}"))?
+        },
         queue_key: row.try_get("queue_key")?,
         payload: serde_json::from_str(&payload)
             .with_context(|| format!("job {id} has a payload that is not JSON"))?,

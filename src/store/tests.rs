@@ -56,7 +56,7 @@ fn delivery(id: &str) -> NewDelivery {
 
 fn job(queue_key: &str, max_attempts: u32) -> NewJob {
     NewJob {
-        kind: "plan".into(),
+        kind: JobKind::Plan,
         queue_key: queue_key.into(),
         payload: serde_json::json!({ "key": queue_key }),
         max_attempts,
@@ -1531,7 +1531,7 @@ async fn the_figures_metrics_read_count_queue_ledger_and_runs(f: Fixture) {
 
 fn comment_job(comment: u64) -> NewJob {
     NewJob {
-        kind: "comment".into(),
+        kind: JobKind::Comment,
         queue_key: "github:acme/infra#42".into(),
         payload: serde_json::json!({ "comment": comment }),
         max_attempts: 3,
@@ -1650,7 +1650,7 @@ async fn a_review_found_by_its_job_is_marked_seen_once_and_the_sweep_finds_it(f:
     assert!(f.store.was_seen(&once).await.unwrap());
     assert!(!f.store.mark_seen(&once).await.unwrap(), "once only");
     let sweep = NewJob {
-        kind: "review".into(),
+        kind: JobKind::Review,
         once: Some(once),
         ..comment_job(0)
     };

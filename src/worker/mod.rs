@@ -200,7 +200,7 @@ impl Worker {
         crate::metrics::global()
             .job_duration
             .get_or_create(&crate::metrics::JobLabels {
-                kind: job.kind.clone(),
+                kind: job.kind.to_string(),
                 outcome: outcome_label.to_owned(),
             })
             .observe(started.elapsed().as_secs_f64());

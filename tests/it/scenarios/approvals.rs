@@ -6,6 +6,7 @@ use crate::support::pr::*;
 use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use std::time::Duration;
+use wavegate::model::JobKind;
 use wavegate::store::JobStatus;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +386,7 @@ async fn an_approval_is_never_judged_while_the_base_cannot_be_read() {
             bot.jobs()
                 .await
                 .into_iter()
-                .find(|j| j.kind == "comment" && j.last_error.is_some())
+                .find(|j| j.kind == JobKind::Comment && j.last_error.is_some())
         })
         .await;
     assert!(
@@ -443,7 +444,7 @@ async fn an_approval_on_a_server_without_the_mirror_is_judged_at_the_fetched_bas
         .jobs()
         .await
         .into_iter()
-        .filter(|j| j.kind == "comment")
+        .filter(|j| j.kind == JobKind::Comment)
         .collect();
     assert_eq!(comment_jobs.len(), 1);
     assert_eq!(comment_jobs[0].attempts, 1, "{comment_jobs:#?}");

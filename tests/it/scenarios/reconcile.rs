@@ -6,6 +6,7 @@ use crate::support::pr::*;
 use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use std::time::Duration;
+use wavegate::model::JobKind;
 
 impl Bot {
     async fn reconciling() -> Bot {
@@ -50,7 +51,7 @@ impl Bot {
         Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
     }
 
-    async fn jobs_of_kind(&self, kind: &str) -> usize {
+    async fn jobs_of_kind(&self, kind: JobKind) -> usize {
         self.jobs().await.iter().filter(|j| j.kind == kind).count()
     }
 }
@@ -104,7 +105,11 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
     let mut pr = planned_pr(&bot, 1).await;
     let (first, first_digest) = (pr.report_id(), pr.digest());
     bot.after_sweeps(1).await;
-    assert_eq!(bot.jobs_of_kind("plan").await, 1, "nothing moved: no plan");
+    assert_eq!(
+        bot.jobs_of_kind(JobKind::Plan).await,
+        1,
+        "nothing moved: no plan"
+    );
 
     // The push's delivery is dropped: only the forge knows the new head.
     bot.branch_bigger_app("change-2");
@@ -128,7 +133,11 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
 
     // Later sweeps find nothing more to do.
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("plan").await, 2, "planned once more");
+    assert_eq!(
+        bot.jobs_of_kind(JobKind::Plan).await,
+        2,
+        "planned once more"
+    );
 
     // Closed without merging, and that webhook is lost too.
     bot.forge.close(&pr.repo, 1);
@@ -161,8 +170,8 @@ async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
 
     // The run waits for a person: later sweeps neither start it again nor resume it.
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("merged").await, 1);
-    assert_eq!(bot.jobs_of_kind("apply").await, 0);
+    assert_eq!(bot.jobs_of_kind(JobKind::Merged).await, 1);
+    assert_eq!(bot.jobs_of_kind(JobKind::Apply).await, 0);
     assert_eq!(bot.applies_run(), ["app@dev"]);
     bot.assert_conformant();
 }
@@ -202,14 +211,14 @@ async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
     let (status, answer) = bot.deliver_github(late).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("comment").await, 1);
+    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 1);
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert!(pr.replies().is_empty(), "{:?}", pr.replies());
 
     // A comment whose webhook came is not run again by the sweep either.
     let carol = pr.comment_as("rev-carol", "/approve").await;
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("comment").await, 2);
+    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 2);
     assert_eq!(pr.reactions(carol), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -231,7 +240,7 @@ async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
     let (status, answer) = bot.deliver_forgejo(late).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("comment").await, 1);
+    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 1);
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -257,7 +266,7 @@ async fn an_edited_comment_never_approves_by_the_sweep() {
     })
     .await;
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("comment").await, 0);
+    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 0);
     assert!(pr.reactions(id).is_empty());
     assert_eq!(pr.plan_state(), "action_required");
     bot.assert_conformant();
@@ -389,7 +398,7 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
     bot.settle().await;
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("comment").await, 2, "taken up once");
+    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 2, "taken up once");
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
@@ -471,7 +480,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
     bot.after_sweeps(2).await;
     assert_eq!(bot.forge.redelivery_requests().len(), 1);
     assert_eq!(
-        bot.jobs_of_kind("comment").await,
+        bot.jobs_of_kind(JobKind::Comment).await,
         2,
         "thanks, and the approval once"
     );
@@ -542,16 +551,16 @@ async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_on
     let (status, answer) = bot.deliver_github(late("submitted", "approved")).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 1);
+    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 1);
 
     bot.forge.dismiss_review(&pr.repo, id);
     pr.until_checked("a sweep takes the dismissal up", "action_required")
         .await;
-    assert_eq!(bot.jobs_of_kind("review").await, 2);
+    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 2);
     let (status, answer) = bot.deliver_github(late("dismissed", "dismissed")).await;
     assert_eq!(status, 202, "{answer}");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 2);
+    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 2);
     assert_eq!(pr.plan_state(), "action_required");
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -592,7 +601,7 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
         .jobs()
         .await
         .into_iter()
-        .filter(|j| j.kind == "review")
+        .filter(|j| j.kind == JobKind::Review)
         .collect();
     assert_eq!(reviews.len(), 2, "the sweep's and the late webhook's");
     assert_eq!(
@@ -608,7 +617,7 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     })
     .await;
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 3);
+    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 3);
     assert_eq!(pr.plan_state(), "pending");
 
     // rev-carol approves and this webhook comes: its job takes the review
@@ -622,7 +631,7 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     .await;
     assert_eq!(pr.plan_state(), "success");
     bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind("review").await, 4);
+    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 4);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }

@@ -10,6 +10,7 @@ use crate::support::redact::redact;
 use crate::support::{self, bot::*};
 use std::collections::BTreeSet;
 use support::RepoHandle;
+use wavegate::model::JobKind;
 use wavegate::store::JobStatus;
 
 impl Bot {
@@ -87,7 +88,7 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
         .jobs()
         .await
         .into_iter()
-        .find(|j| j.kind == "plan")
+        .find(|j| j.kind == JobKind::Plan)
         .unwrap();
     assert_eq!((plan_job.status, plan_job.attempts), (JobStatus::Done, 2));
     bot.restart(planner).await;
@@ -126,7 +127,7 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     assert!(jobs
         .iter()
         .all(|j| matches!(j.status, JobStatus::Done | JobStatus::Skipped)));
-    let merged_jobs: Vec<_> = jobs.iter().filter(|j| j.kind == "merged").collect();
+    let merged_jobs: Vec<_> = jobs.iter().filter(|j| j.kind == JobKind::Merged).collect();
     assert_eq!(merged_jobs.len(), 1, "{jobs:#?}");
     // No approval lost: both are in the ledger, spent by the run.
     let facts = store.repo_facts("github:acme/infra").await.unwrap();

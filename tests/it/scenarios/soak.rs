@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::outage::DatabaseLink;
 use support::RepoHandle;
+use wavegate::model::JobKind;
 use wavegate::store::JobStatus;
 
 /// The PR the traffic keeps pushing to and never merges.
@@ -382,7 +383,7 @@ impl Soak {
                 .pid_of(r)
                 .is_some_and(|pid| owner.contains(&format!("-{pid}-")))
         })?;
-        Some((replica, running.kind.clone()))
+        Some((replica, running.kind.to_string()))
     }
 
     async fn comment(&mut self, pr: u64, who: &str, body: &str) {
@@ -530,7 +531,7 @@ impl Soak {
             .filter(|j| !matches!(j.status, JobStatus::Done | JobStatus::Skipped))
             .collect();
         assert!(dead.is_empty(), "jobs that did not finish: {dead:#?}");
-        let merges = jobs.iter().filter(|j| j.kind == "merged").count();
+        let merges = jobs.iter().filter(|j| j.kind == JobKind::Merged).count();
         assert_eq!(merges, self.merged.len(), "one run per merge");
         assert!(
             self.merged.len() >= 2,
