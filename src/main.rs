@@ -261,6 +261,17 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve) {
+        // A command-line tool whose reader stopped early (`| head`) ends
+        // quietly, as other tools do, instead of panicking on the closed
+        // pipe. The server keeps Rust's default: a peer that goes away is
+        // an error it handles.
+        // SAFETY: restoring a signal's default disposition before any
+        // other thread exists has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     // Logging starts before the other settings are read, so that their
     // errors are logged as asked; this one variable is read first.
     let log_format = std::env::var("WAVEGATE_LOG_FORMAT").ok();

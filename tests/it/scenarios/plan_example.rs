@@ -668,3 +668,31 @@ fn apply_local_deploys_main_so_that_a_change_plans_against_it() {
         run.stdout
     );
 }
+
+/// A reader that stops early (`wavegate … | head -1`) ends the command
+/// quietly: no panic on the closed pipe.
+#[test]
+fn a_reader_that_stops_early_ends_the_command_without_a_panic() {
+    let example = Example::undeployed();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["plan", "--repo"])
+        .arg(&example.repo)
+        .args([
+            "--base",
+            "main",
+            "--head",
+            "main",
+            "--markdown",
+            "--no-sandbox",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the command writes a line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "no panic exit: {stderr}");
+}
