@@ -114,6 +114,8 @@ DEFAULT_PROFILE_VARS = {"WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE",
 PROFILES_EXAMPLE = DEPLOY / "profiles.example.toml"
 # Where the chart mounts the profiles file and the profiles' credential Secrets.
 PROFILES_FILE = "/etc/wavegate/profiles.toml"
+# Where the chart mounts the operator's central configuration.
+REPOS_CONFIG_FILE = "/etc/wavegate/repos.toml"
 PROFILE_SECRETS_DIR = "/etc/wavegate/secrets"
 SANDBOX_MODES = {"bwrap", "none"}
 SANDBOX_NETWORKS = {"none", "egress", "host"}
@@ -1380,6 +1382,46 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
                 f"{where}: {', '.join(given)} set beside [profile.default]: the server refuses to start",
             )
         check_key_file(r, "profiles", pod, values, "wavegate-github")
+
+    # The central configuration: the file as a ConfigMap mounted read-only
+    # where WAVEGATE_REPOS_CONFIG points, rolling the pods when it changes.
+    repos_file = out_dir / "repos.toml"
+    repos_text = '[[repos]]\nmatch = ["acme/*"]\nlocked = ["policy.required"]\n[repos.defaults.policy]\nrequired = 2\n'
+    repos_file.write_text(repos_text)
+    docs = template("repos-config", [*GITHUB], [f"reposConfig={repos_file}"])
+    if docs is not None:
+        where = "helm template repos-config"
+        config_map = docs.get("ConfigMap", {})
+        r.check(
+            config_map.get("data", {}).get("repos.toml", "").strip() == repos_text.strip(),
+            f"{where}: the `reposConfig` value is ConfigMap {config_map.get('metadata', {}).get('name')}'s repos.toml, unchanged",
+            f"{where}: the ConfigMap's repos.toml is not the `reposConfig` value as given",
+        )
+        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+        c = pod.get("containers", [{}])[0]
+        env = env_of(c)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        r.check(
+            env.get("WAVEGATE_REPOS_CONFIG", {}).get("value") == REPOS_CONFIG_FILE,
+            f"{where}: WAVEGATE_REPOS_CONFIG={REPOS_CONFIG_FILE}",
+            f"{where}: WAVEGATE_REPOS_CONFIG should be {REPOS_CONFIG_FILE}, got {env.get('WAVEGATE_REPOS_CONFIG')}",
+        )
+        mount = mounts.get(REPOS_CONFIG_FILE, {})
+        volume = volumes.get(mount.get("name", ""), {})
+        r.check(
+            mount.get("readOnly") is True
+            and mount.get("subPath") == "repos.toml"
+            and volume.get("configMap", {}).get("name") == config_map.get("metadata", {}).get("name"),
+            f"{where}: the ConfigMap is mounted read-only at {REPOS_CONFIG_FILE}",
+            f"{where}: {REPOS_CONFIG_FILE} should be the ConfigMap's repos.toml, mounted readOnly (mount {mount}, volume {volume})",
+        )
+        pod_annotations = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+        r.check(
+            "checksum/repos-config" in pod_annotations,
+            f"{where}: a checksum of the central configuration rolls the pods when it changes",
+            f"{where}: no checksum/repos-config annotation on the pod (annotations {pod_annotations})",
+        )
 
     # bwrap needs the pod fields of Kubernetes >= 1.30: an older cluster is refused.
     res = run([helm, "template", "wg", str(CHART), "--kube-version", "1.29.0"])

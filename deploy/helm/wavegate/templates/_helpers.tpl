@@ -133,6 +133,9 @@ stay unset, since the server refuses both at start. */}}
 {{- define "wavegate.profilesFile" -}}
 /etc/wavegate/profiles.toml
 {{- end }}
+{{- define "wavegate.reposConfigFile" -}}
+/etc/wavegate/repos.toml
+{{- end }}
 {{- define "wavegate.profileSecretsDir" -}}
 /etc/wavegate/secrets
 {{- end }}
