@@ -114,6 +114,12 @@ DEFAULT_PROFILE_VARS = {"WAVEGATE_SANDBOX_READ", "WAVEGATE_SANDBOX_APPLY_WRITE",
 PROFILES_EXAMPLE = DEPLOY / "profiles.example.toml"
 # Where the chart mounts the profiles file and the profiles' credential Secrets.
 PROFILES_FILE = "/etc/wavegate/profiles.toml"
+def value_annotation(value: str) -> str:
+    """The pod annotation the chart names after a value (`reposConfig` →
+    `repos-config`)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", value).lower()
+
+
 # Where the chart mounts the operator's central configuration.
 REPOS_CONFIG_FILE = "/etc/wavegate/repos.toml"
 PROFILE_SECRETS_DIR = "/etc/wavegate/secrets"
@@ -1322,6 +1328,46 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
             f"helm template sandbox.seccompProfile.type=Unconfined: got {sc.get('seccompProfile')}, {sc.get('appArmorProfile')}",
         )
 
+    def check_mounted_file(where: str, docs: dict, value: str, key: str, text: str, variable: str, path: str) -> tuple[dict, dict, dict, dict]:
+        """A chart value rendered into a ConfigMap (`key`, the text unchanged),
+        mounted read-only at `path`, which `variable` names, and a checksum
+        of it on the pod so a new file rolls the pods (it is read at start).
+        Answers the pod, its container's env, mounts and volumes."""
+        config_map = docs.get("ConfigMap", {})
+        given = config_map.get("data", {}).get(key, "")
+        r.check(
+            given.strip() == text.strip() and tomllib.loads(given) == tomllib.loads(text),
+            f"{where}: the `{value}` value is ConfigMap {config_map.get('metadata', {}).get('name')}'s {key}, unchanged",
+            f"{where}: the ConfigMap's {key} is not the `{value}` value as given",
+        )
+        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
+        c = pod.get("containers", [{}])[0]
+        env = env_of(c)
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+        r.check(
+            env.get(variable, {}).get("value") == path,
+            f"{where}: {variable}={path}",
+            f"{where}: {variable} should be {path}, got {env.get(variable)}",
+        )
+        mount = mounts.get(path, {})
+        volume = volumes.get(mount.get("name", ""), {})
+        r.check(
+            mount.get("readOnly") is True
+            and mount.get("subPath") == key
+            and volume.get("configMap", {}).get("name") == config_map.get("metadata", {}).get("name"),
+            f"{where}: the ConfigMap is mounted read-only at {path}",
+            f"{where}: {path} should be the ConfigMap's {key}, mounted readOnly (mount {mount}, volume {volume})",
+        )
+        annotation = f"checksum/{value_annotation(value)}"
+        pod_annotations = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+        r.check(
+            annotation in pod_annotations,
+            f"{where}: a checksum of `{value}` rolls the pods when it changes (the file is read at start)",
+            f"{where}: no {annotation} annotation on the pod (annotations {pod_annotations}): a new file would wait for the next restart",
+        )
+        return pod, env, mounts, volumes
+
     # Execution profiles: the file as a ConfigMap mounted read-only where
     # WAVEGATE_PROFILES points, each credential Secret read-only under
     # /etc/wavegate/secrets/, and no default-profile settings beside the
@@ -1332,31 +1378,8 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
     docs = template("profiles", ["profileSecrets={" + ",".join(secrets) + "}", *GITHUB], [f"profiles={PROFILES_EXAMPLE}"])
     if docs is not None:
         where = "helm template profiles"
-        config_map = docs.get("ConfigMap", {})
-        profiles_toml = config_map.get("data", {}).get("profiles.toml", "")
-        r.check(
-            profiles_toml.strip() == profiles_text.strip() and tomllib.loads(profiles_toml) == tomllib.loads(profiles_text),
-            f"{where}: the `profiles` value is ConfigMap {config_map.get('metadata', {}).get('name')}'s profiles.toml, unchanged",
-            f"{where}: the ConfigMap's profiles.toml is not the `profiles` value as given",
-        )
-        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
-        c = pod.get("containers", [{}])[0]
-        env = env_of(c)
-        volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
-        r.check(
-            env.get("WAVEGATE_PROFILES", {}).get("value") == PROFILES_FILE,
-            f"{where}: WAVEGATE_PROFILES={PROFILES_FILE}",
-            f"{where}: WAVEGATE_PROFILES should be {PROFILES_FILE}, got {env.get('WAVEGATE_PROFILES')}",
-        )
-        mount = mounts.get(PROFILES_FILE, {})
-        volume = volumes.get(mount.get("name", ""), {})
-        r.check(
-            mount.get("readOnly") is True
-            and mount.get("subPath") == "profiles.toml"
-            and volume.get("configMap", {}).get("name") == config_map.get("metadata", {}).get("name"),
-            f"{where}: the ConfigMap is mounted read-only at {PROFILES_FILE}",
-            f"{where}: {PROFILES_FILE} should be the ConfigMap's profiles.toml, mounted readOnly (mount {mount}, volume {volume})",
+        pod, env, mounts, volumes = check_mounted_file(
+            where, docs, "profiles", "profiles.toml", profiles_text, "WAVEGATE_PROFILES", PROFILES_FILE
         )
         for name in secrets:
             path = f"{PROFILE_SECRETS_DIR}/{name}"
@@ -1368,12 +1391,6 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
                 f"{where}: Secret {name} is mounted read-only at {path} (mode {mode:04o})",
                 f"{where}: Secret {name} should be mounted readOnly at {path}, mode 0400 or 0440 (mount {mount}, volume {volume})",
             )
-        pod_annotations = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
-        r.check(
-            "checksum/profiles" in pod_annotations,
-            f"{where}: a checksum of the profiles rolls the pods when they change (the file is read at start)",
-            f"{where}: no checksum/profiles annotation on the pod (annotations {pod_annotations}): a new profiles file would wait for the next restart",
-        )
         if defines_default:
             given = sorted(DEFAULT_PROFILE_VARS & env.keys())
             r.check(
@@ -1383,44 +1400,15 @@ def check_helm(r: Report, src: Source, docker: dict, values: dict | None, out_di
             )
         check_key_file(r, "profiles", pod, values, "wavegate-github")
 
-    # The central configuration: the file as a ConfigMap mounted read-only
-    # where WAVEGATE_REPOS_CONFIG points, rolling the pods when it changes.
+    # The central configuration, mounted the same way where
+    # WAVEGATE_REPOS_CONFIG points.
     repos_file = out_dir / "repos.toml"
     repos_text = '[[repos]]\nmatch = ["acme/*"]\nlocked = ["policy.required"]\n[repos.defaults.policy]\nrequired = 2\n'
     repos_file.write_text(repos_text)
     docs = template("repos-config", [*GITHUB], [f"reposConfig={repos_file}"])
     if docs is not None:
-        where = "helm template repos-config"
-        config_map = docs.get("ConfigMap", {})
-        r.check(
-            config_map.get("data", {}).get("repos.toml", "").strip() == repos_text.strip(),
-            f"{where}: the `reposConfig` value is ConfigMap {config_map.get('metadata', {}).get('name')}'s repos.toml, unchanged",
-            f"{where}: the ConfigMap's repos.toml is not the `reposConfig` value as given",
-        )
-        pod = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("spec", {})
-        c = pod.get("containers", [{}])[0]
-        env = env_of(c)
-        volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
-        r.check(
-            env.get("WAVEGATE_REPOS_CONFIG", {}).get("value") == REPOS_CONFIG_FILE,
-            f"{where}: WAVEGATE_REPOS_CONFIG={REPOS_CONFIG_FILE}",
-            f"{where}: WAVEGATE_REPOS_CONFIG should be {REPOS_CONFIG_FILE}, got {env.get('WAVEGATE_REPOS_CONFIG')}",
-        )
-        mount = mounts.get(REPOS_CONFIG_FILE, {})
-        volume = volumes.get(mount.get("name", ""), {})
-        r.check(
-            mount.get("readOnly") is True
-            and mount.get("subPath") == "repos.toml"
-            and volume.get("configMap", {}).get("name") == config_map.get("metadata", {}).get("name"),
-            f"{where}: the ConfigMap is mounted read-only at {REPOS_CONFIG_FILE}",
-            f"{where}: {REPOS_CONFIG_FILE} should be the ConfigMap's repos.toml, mounted readOnly (mount {mount}, volume {volume})",
-        )
-        pod_annotations = docs.get("Deployment", {}).get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
-        r.check(
-            "checksum/repos-config" in pod_annotations,
-            f"{where}: a checksum of the central configuration rolls the pods when it changes",
-            f"{where}: no checksum/repos-config annotation on the pod (annotations {pod_annotations})",
+        check_mounted_file(
+            "helm template repos-config", docs, "reposConfig", "repos.toml", repos_text, "WAVEGATE_REPOS_CONFIG", REPOS_CONFIG_FILE
         )
 
     # bwrap needs the pod fields of Kubernetes >= 1.30: an older cluster is refused.

@@ -20,6 +20,7 @@
 //! head's plan) sees the same result, and the report says which settings
 //! came from the operator.
 
+use super::glob::Pattern;
 use super::repo::ConfigError;
 use serde::Deserialize;
 use std::path::Path;
@@ -202,40 +203,11 @@ impl OperatorConfig {
 }
 
 /// Whether `owner/name` matches `pattern`, `*` standing for any run of
-/// characters within one segment.
+/// characters within one segment, case aside (as the forges name
+/// repositories).
 fn segment_match(pattern: &str, repository: &str) -> bool {
-    let (Some((p_owner, p_name)), Some((owner, name))) =
-        (pattern.split_once('/'), repository.split_once('/'))
-    else {
-        return false;
-    };
-    glob_segment(p_owner, owner) && glob_segment(p_name, name)
-}
-
-fn glob_segment(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern.eq_ignore_ascii_case(text);
-    }
-    let text = text.to_ascii_lowercase();
-    let mut rest = text.as_str();
-    for (i, part) in parts.iter().enumerate() {
-        let part = part.to_ascii_lowercase();
-        if i == 0 {
-            let Some(after) = rest.strip_prefix(part.as_str()) else {
-                return false;
-            };
-            rest = after;
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part.as_str());
-        } else {
-            let Some(at) = rest.find(part.as_str()) else {
-                return false;
-            };
-            rest = &rest[at + part.len()..];
-        }
-    }
-    true
+    Pattern::new(&pattern.to_ascii_lowercase())
+        .is_ok_and(|p| p.matches(&repository.to_ascii_lowercase()))
 }
 
 /// The keys the operator gave a repository, for the report.

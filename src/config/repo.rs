@@ -1228,7 +1228,13 @@ fn repository_file((first, word): (bool, &str), component: &str, dir: &str) -> O
     if relative.replace(STAGE_PLACEHOLDER, "").contains(['{', '}']) {
         return None;
     }
-    let mut parts: Vec<&str> = Vec::new();
+    join_path("", &relative).filter(|path| !path.is_empty())
+}
+
+/// `dir/relative` as a path from the repository root, with `.` and `..`
+/// resolved; `None` when it leaves the repository.
+pub(crate) fn join_path(dir: &str, relative: &str) -> Option<String> {
+    let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
     for segment in relative.split('/') {
         match segment {
             "" | "." => {}
@@ -1238,7 +1244,7 @@ fn repository_file((first, word): (bool, &str), component: &str, dir: &str) -> O
             name => parts.push(name),
         }
     }
-    (!parts.is_empty()).then(|| parts.join("/"))
+    Some(parts.join("/"))
 }
 
 /// A component's `inputs`: each `component.output` (or `build:…` of a

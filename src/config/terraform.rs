@@ -17,7 +17,7 @@
 use super::discover::Unit;
 use super::glob::Pattern;
 use super::quiet::RawQuiet;
-use super::repo::{ConfigError, RawComponent, RawRepoConfig};
+use super::repo::{join_path as join, ConfigError, RawComponent, RawRepoConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -265,17 +265,20 @@ impl StageDirs {
     pub(crate) fn split(&self, dir: &str) -> Option<(String, String)> {
         let parts: Vec<&str> = dir.split('/').collect();
         let n = self.before.len();
-        if parts.len() < n + 1 + self.after.len() {
-            return None;
-        }
-        if parts[..n] != self.before.iter().map(String::as_str).collect::<Vec<_>>()[..]
-            || parts[n + 1..n + 1 + self.after.len()]
-                != self.after.iter().map(String::as_str).collect::<Vec<_>>()[..]
+        let after = parts.get(n + 1..n + 1 + self.after.len())?;
+        if !parts[..n]
+            .iter()
+            .copied()
+            .eq(self.before.iter().map(String::as_str))
+            || !after
+                .iter()
+                .copied()
+                .eq(self.after.iter().map(String::as_str))
         {
             return None;
         }
         let stage = parts[n].to_owned();
-        let mut template: Vec<&str> = parts.clone();
+        let mut template = parts;
         template[n] = "{stage}";
         Some((stage, template.join("/")))
     }
@@ -335,22 +338,6 @@ fn object_literals(expr: &hcl::Expression) -> BTreeMap<String, String> {
             Some((key, literal(value)?.to_owned()))
         })
         .collect()
-}
-
-/// `dir/relative`, with `.` and `..` resolved; `None` when it leaves the
-/// repository.
-fn join(dir: &str, relative: &str) -> Option<String> {
-    let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
-    for segment in relative.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name),
-        }
-    }
-    Some(parts.join("/"))
 }
 
 fn parent(path: &str) -> &str {

@@ -39,8 +39,10 @@ const MAX_MESSAGES: usize = 100;
 /// One `[[policy.rego]]` entry, its files read.
 #[derive(Debug, Clone)]
 struct PolicySet {
-    /// `(path, text)` of each file, at the base commit.
-    files: Vec<(String, String)>,
+    /// Each file's path, at the base commit.
+    files: Vec<String>,
+    /// The files compiled, once: each judgement runs on a copy.
+    engine: regorus::Engine,
     query: String,
     stages: Option<Vec<String>>,
     limit: Duration,
@@ -81,14 +83,15 @@ impl RegoPolicies {
             files.sort();
             files.dedup();
             let set = PolicySet {
-                files,
+                engine: compiled(&files)?,
+                files: files.into_iter().map(|(path, _)| path).collect(),
                 query: entry.query.clone().unwrap_or_else(|| DEFAULT_QUERY.into()),
                 stages: entry.stages.clone(),
                 limit: EVALUATION_LIMIT,
             };
             // A rule the policies do not declare is a mistake, not a pass.
             // (Asked with no input, and briefly: only whether it exists counts.)
-            let mut probe = set.engine()?;
+            let mut probe = set.engine.clone();
             probe.set_execution_timer_config(timer(PROBE_LIMIT));
             if let Err(e) = probe.eval_rule(set.query.clone()) {
                 if e.to_string().contains("not a valid rule path") {
@@ -184,28 +187,25 @@ pub fn check_in(
     Ok(policies.sets.iter().map(|s| s.files.len()).sum())
 }
 
+/// `files` (`(path, text)`) compiled into one engine.
+fn compiled(files: &[(String, String)]) -> Result<regorus::Engine, String> {
+    let mut engine = regorus::Engine::new();
+    for (path, text) in files {
+        engine
+            .add_policy(path.clone(), text.clone())
+            .map_err(|e| format!("the Rego policy {path} does not compile: {e}"))?;
+    }
+    Ok(engine)
+}
+
 impl PolicySet {
     fn names(&self) -> String {
-        self.files
-            .iter()
-            .map(|(path, _)| path.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    fn engine(&self) -> Result<regorus::Engine, String> {
-        let mut engine = regorus::Engine::new();
-        engine.set_execution_timer_config(timer(self.limit));
-        for (path, text) in &self.files {
-            engine
-                .add_policy(path.clone(), text.clone())
-                .map_err(|e| format!("the Rego policy {path} does not compile: {e}"))?;
-        }
-        Ok(engine)
+        self.files.join(", ")
     }
 
     fn judge(&self, input: &serde_json::Value) -> Result<Vec<String>, String> {
-        let mut engine = self.engine()?;
+        let mut engine = self.engine.clone();
+        engine.set_execution_timer_config(timer(self.limit));
         let input = regorus::Value::from_json_str(&input.to_string())
             .map_err(|e| format!("the plan cannot be given to the Rego policies: {e}"))?;
         engine.set_input(input);

@@ -677,14 +677,11 @@ fn a_reader_that_stops_early_ends_the_command_without_a_panic() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
         .args(["plan", "--repo"])
         .arg(&example.repo)
-        .args([
-            "--base",
-            "main",
-            "--head",
-            "main",
-            "--markdown",
-            "--no-sandbox",
-        ])
+        .args(["--base", "main", "--head", "main", "--markdown"])
+        // As the bot runs commands: sandboxed, the estate read-only to plans.
+        .env("ESTATE_DIR", &example.estate)
+        .env("WAVEGATE_SANDBOX", "bwrap")
+        .env("WAVEGATE_SANDBOX_APPLY_WRITE", &example.estate)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
