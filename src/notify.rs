@@ -146,7 +146,8 @@ pub(crate) fn notice(
 impl Notice {
     /// What makes it one delivery to `target`: the run and how often it was
     /// retried, the event and what it is about (the gate and digest waited
-    /// on; a failure's words), the same however often a job says it again.
+    /// on; a failure's words), the same however often a job says it again;
+    /// `commands_seen` keys it `notify:<key>`.
     pub(crate) fn once_key(&self, target: &str) -> String {
         let about = match (&self.gate, &self.digest) {
             (Some(gate), Some(digest)) => format!("{gate}:{digest}"),
@@ -156,7 +157,7 @@ impl Notice {
             }
         };
         format!(
-            "notify:{target}:run-{}.{}:{}:{about}",
+            "{target}:run-{}.{}:{}:{about}",
             self.run,
             self.retries,
             self.event.as_str()
@@ -328,7 +329,7 @@ mod tests {
         assert_eq!(
             n.once_key("INFRA_ALERTS"),
             format!(
-                "notify:INFRA_ALERTS:run-3.0:waiting:pr-7-prod:{}",
+                "INFRA_ALERTS:run-3.0:waiting:pr-7-prod:{}",
                 Digest::repeated('b')
             )
         );

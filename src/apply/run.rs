@@ -1,16 +1,22 @@
 //! A run's transitions outside its waves, as pure functions of its status
-//! and attempt record: how it settles at the end of a job (its status, when
+//! and attempt record: whether the pull request's own approval still
+//! stands, which approvals lapsed (expired, or their approver may no longer
+//! approve), how it settles at the end of a job (its status, when
 //! its wait was posted, the pending fact a new wait leaves, the approvals an
 //! applied run spends, the locks it lets go, what the pull request is
 //! told), how it stops when it cannot go on, how a dead-lettered job stops
 //! it, and what `/retry` does to it. Each returns effects in the order the
 //! worker carries them out; the news is typed, and `report::apply` words it.
 
-use super::machine::Effect;
-use super::{settled_status, AttemptRecord, MemberState, RunStatus, Wait};
+use super::machine::{Effect, Step};
+use super::{settled_status, AttemptRecord, Lapsed, MemberState, RunStatus, Wait};
+use crate::config::repo::Policy;
+use crate::gate::counting::{Evaluation, Tally};
+use crate::gate::ledger::Actor;
+use crate::gate::policy::NotAllowed;
 use crate::model::{Digest, GateId, MemberId};
 use crate::plan::changeset::ChangeSet;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 /// What the pull request is told about its run.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +161,98 @@ pub(crate) fn retry(status: &mut RunStatus, record: &mut AttemptRecord) -> Retry
             Retry::Restarted
         }
         RunStatus::Waiting | RunStatus::Running => Retry::Nudged,
+    }
+}
+
+/// The pull request's own gate, judged again on every job of its run
+/// (`evaluation`: its approvals of `digest` that still count): a revoke
+/// stops the run before anything more applies.
+pub(crate) fn pr_gate(
+    record: &mut AttemptRecord,
+    evaluation: Evaluation,
+    (gate, digest): (GateId, &Digest),
+) -> Step {
+    match evaluation {
+        Evaluation::Satisfied { by, .. } => {
+            record.pr_approved_by = by.into_iter().map(|a| a.login).collect();
+            Step::Continue
+        }
+        _ => {
+            record.pr_approved_by.clear();
+            record.wait = Some(Wait::PrApproval {
+                gate,
+                digest: digest.clone(),
+            });
+            Step::Stop
+        }
+    }
+}
+
+/// The approvals of `digest` at `gate` that expired under `policy`'s
+/// `approval_ttl` at `now` (by seq), each noted in the record's `lapsed`
+/// so the run says why it waits. None expires once the run went through
+/// the gate with it (`passed`).
+pub(crate) fn expired_approvals(
+    record: &mut AttemptRecord,
+    tally: &Tally<'_>,
+    (gate, passed): (&GateId, bool),
+    (digest, policy): (&Digest, &Policy),
+    now: i64,
+) -> HashSet<i64> {
+    let ttl = policy.approval_ttl_ms().filter(|_| !passed);
+    let mut dropped = HashSet::new();
+    for approval in tally.expired(digest, ttl, now) {
+        note_lapsed(
+            record,
+            Lapsed {
+                gate: gate.to_owned(),
+                by: approval.fact.actor.login.clone(),
+                why: format!(
+                    "it expired at {} (`[policy] approval_ttl` is {})",
+                    crate::model::utc(approval.fact.at.saturating_add(ttl.unwrap_or(0))),
+                    policy.approval_ttl.as_deref().unwrap_or("?")
+                ),
+            },
+        );
+        dropped.insert(approval.seq);
+    }
+    dropped
+}
+
+/// The approvals of `digest` at `gate` (by seq) whose approver may no
+/// longer approve, as `verdicts` says of each standing approver (asked of
+/// the forge again whenever a run uses an approval), each noted in the
+/// record's `lapsed`.
+pub(crate) fn lost_approvals(
+    record: &mut AttemptRecord,
+    tally: &Tally<'_>,
+    (gate, digest): (&GateId, &Digest),
+    verdicts: &[(Actor, Result<(), NotAllowed>)],
+) -> HashSet<i64> {
+    let mut lost = HashSet::new();
+    for (actor, verdict) in verdicts {
+        if let Err(why) = verdict {
+            note_lapsed(
+                record,
+                Lapsed {
+                    gate: gate.to_owned(),
+                    by: actor.login.clone(),
+                    why: crate::gate::policy::lapsed_reason(why),
+                },
+            );
+            lost.insert(actor.id);
+        }
+    }
+    tally
+        .approvals_of(digest)
+        .filter(|approval| lost.contains(&approval.fact.actor.id))
+        .map(|approval| approval.seq)
+        .collect()
+}
+
+fn note_lapsed(record: &mut AttemptRecord, lapsed: Lapsed) {
+    if !record.lapsed.contains(&lapsed) {
+        record.lapsed.push(lapsed);
     }
 }
 
@@ -632,5 +730,151 @@ mod tests {
 
         let mut status = RunStatus::Applied;
         assert_eq!(retry(&mut status, &mut record), Retry::NothingLeft);
+    }
+
+    mod approvals {
+        //! Whether a run's gates still count the approvals they were given.
+        use super::*;
+        use crate::gate::counting::Scope;
+        use crate::gate::ledger::testing::{alice, bob, digest, ledger, new_fact};
+        use crate::gate::ledger::FactKind;
+
+        const GIVEN: i64 = 1_700_000_000_000;
+        const HOUR: i64 = 3_600_000;
+
+        fn gate() -> GateId {
+            GateId::Pr(PrNumber(42))
+        }
+
+        fn approvals_of_a_by_alice_and_bob() -> Vec<crate::gate::ledger::Fact> {
+            ledger(vec![
+                new_fact(FactKind::Approved, digest('a'), alice()),
+                new_fact(FactKind::Approved, digest('a'), bob()),
+            ])
+        }
+
+        fn policy(ttl: Option<&str>) -> Policy {
+            Policy {
+                approval_ttl: ttl.map(str::to_owned),
+                ..Policy::default()
+            }
+        }
+
+        #[test]
+        fn the_pull_request_gate_goes_on_while_its_approval_stands_and_names_who_gave_it() {
+            let facts = approvals_of_a_by_alice_and_bob();
+            let tally = Tally::new(&facts, Scope::All);
+            let mut record = AttemptRecord::default();
+            let step = pr_gate(
+                &mut record,
+                tally.evaluate(&digest('a'), 1),
+                (gate(), &digest('a')),
+            );
+            assert_eq!(step, Step::Continue);
+            assert_eq!(record.pr_approved_by, ["alice", "bob"]);
+            assert_eq!(record.wait, None);
+        }
+
+        #[test]
+        fn a_revoked_pull_request_approval_stops_the_run_waiting_for_a_new_one() {
+            let facts = ledger(vec![
+                new_fact(FactKind::Approved, digest('a'), alice()),
+                new_fact(FactKind::Revoked, digest('a'), alice()),
+            ]);
+            let tally = Tally::new(&facts, Scope::All);
+            let mut record = AttemptRecord {
+                pr_approved_by: vec!["alice".into()],
+                ..AttemptRecord::default()
+            };
+            let step = pr_gate(
+                &mut record,
+                tally.evaluate(&digest('a'), 1),
+                (gate(), &digest('a')),
+            );
+            assert_eq!(step, Step::Stop);
+            assert!(record.pr_approved_by.is_empty());
+            assert_eq!(
+                record.wait,
+                Some(Wait::PrApproval {
+                    gate: gate(),
+                    digest: digest('a')
+                })
+            );
+        }
+
+        #[test]
+        fn an_approval_older_than_the_ttl_lapses_and_the_record_says_when_it_expired() {
+            let facts = approvals_of_a_by_alice_and_bob();
+            let tally = Tally::new(&facts, Scope::All);
+            let mut record = AttemptRecord::default();
+            // Alice's approval is a second older than Bob's: only hers expired.
+            let now = GIVEN + HOUR + 500;
+            let ttl = policy(Some("1h"));
+            let dropped = expired_approvals(
+                &mut record,
+                &tally,
+                (&gate(), false),
+                (&digest('a'), &ttl),
+                now,
+            );
+            assert_eq!(dropped, HashSet::from([facts[0].seq]));
+            assert_eq!(record.lapsed.len(), 1);
+            assert_eq!(record.lapsed[0].by, "alice");
+            assert!(
+                record.lapsed[0].why.starts_with("it expired at ")
+                    && record.lapsed[0]
+                        .why
+                        .ends_with("(`[policy] approval_ttl` is 1h)"),
+                "{}",
+                record.lapsed[0].why
+            );
+            // Looked at again in a later job: noted once.
+            expired_approvals(
+                &mut record,
+                &tally,
+                (&gate(), false),
+                (&digest('a'), &ttl),
+                now,
+            );
+            assert_eq!(record.lapsed.len(), 1);
+        }
+
+        #[test]
+        fn nothing_expires_without_a_ttl_or_once_the_run_went_through_the_gate() {
+            let facts = approvals_of_a_by_alice_and_bob();
+            let tally = Tally::new(&facts, Scope::All);
+            let mut record = AttemptRecord::default();
+            let later = GIVEN + 100 * HOUR;
+            let no_ttl = policy(None);
+            let at = (&digest('a'), &no_ttl);
+            assert!(expired_approvals(&mut record, &tally, (&gate(), false), at, later).is_empty());
+            let ttl = policy(Some("1h"));
+            let passed = (&gate(), true);
+            let at = (&digest('a'), &ttl);
+            assert!(expired_approvals(&mut record, &tally, passed, at, later).is_empty());
+            assert!(record.lapsed.is_empty());
+        }
+
+        #[test]
+        fn an_approver_who_may_no_longer_approve_loses_every_approval_of_the_digest() {
+            let facts = ledger(vec![
+                new_fact(FactKind::Approved, digest('a'), alice()),
+                new_fact(FactKind::Approved, digest('a'), bob()),
+                new_fact(FactKind::Approved, digest('a'), alice()),
+            ]);
+            let tally = Tally::new(&facts, Scope::All);
+            let mut record = AttemptRecord::default();
+            let verdicts = [(alice(), Err(NotAllowed::NoWriteAccess)), (bob(), Ok(()))];
+            let lost = lost_approvals(&mut record, &tally, (&gate(), &digest('a')), &verdicts);
+            assert_eq!(lost, HashSet::from([facts[0].seq, facts[2].seq]));
+            assert_eq!(
+                record.lapsed,
+                [Lapsed {
+                    gate: gate(),
+                    by: "alice".into(),
+                    why: crate::gate::policy::lapsed_reason(&NotAllowed::NoWriteAccess),
+                }]
+            );
+        }
     }
 }

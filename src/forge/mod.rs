@@ -72,7 +72,7 @@ pub enum PrAction {
 }
 
 /// The state of a submitted review.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReviewState {
     Approved,

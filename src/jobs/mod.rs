@@ -5,7 +5,7 @@ use crate::forge::listing::ListedReview;
 use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
 use crate::model::{CommitSha, JobKind, PrNumber, RepoId, User};
 use crate::notify::Notice;
-use crate::store::{NewJob, Once, PrHead};
+use crate::store::{NewJob, Once, OnceSource, PrHead};
 use serde::{Deserialize, Serialize};
 
 /// Attempts before a job is dead-lettered with its last error.
@@ -126,20 +126,20 @@ impl Task {
                 pr,
                 comment_id,
                 ..
-            } => (repo, pr, comment_source(*comment_id)),
+            } => (repo, pr, OnceSource::Comment(*comment_id)),
             Task::Review {
                 repo,
                 pr,
                 review_id,
                 state,
                 ..
-            } if *review_id != 0 => (repo, pr, review_source(*review_id, *state)),
+            } if *review_id != 0 => (repo, pr, OnceSource::Review(*review_id, *state)),
             Task::Notify {
                 repo,
                 pr,
                 target,
                 notice,
-            } => (repo, pr, notice.once_key(target)),
+            } => (repo, pr, OnceSource::Notify(notice.once_key(target))),
             _ => return None,
         };
         Some(Once {
@@ -148,28 +148,6 @@ impl Task {
             source,
         })
     }
-}
-
-/// The `commands_seen` key of the reply saying a merge applies nothing.
-pub(crate) fn not_applied_source(merge: &CommitSha) -> String {
-    format!("not-applied:{merge}")
-}
-
-/// The `commands_seen` key of a comment.
-pub(crate) fn comment_source(id: u64) -> String {
-    format!("comment:{id}")
-}
-
-/// The `commands_seen` key of a review in a state: a review approved and
-/// later dismissed is taken up once in each.
-pub(crate) fn review_source(id: u64, state: ReviewState) -> String {
-    let state = match state {
-        ReviewState::Approved => "approved",
-        ReviewState::ChangesRequested => "changes-requested",
-        ReviewState::Commented => "commented",
-        ReviewState::Dismissed => "dismissed",
-    };
-    format!("review:{id}:{state}")
 }
 
 /// The review a webhook without a review id (Forgejo's) was about, among
@@ -477,7 +455,7 @@ mod tests {
         assert_eq!(review(0).into_job().once, None);
         assert_eq!(
             review(9).into_job().once.map(|o| o.source),
-            Some("review:9:approved".to_owned())
+            Some(OnceSource::Review(9, ReviewState::Approved))
         );
     }
 

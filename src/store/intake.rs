@@ -182,7 +182,7 @@ fn once_key(once: &Once) -> OnceKey {
     (
         once.repo.forge.as_str().to_owned(),
         once.repo.full_name.clone(),
-        once.source.clone(),
+        once.source.to_string(),
     )
 }
 
@@ -390,7 +390,7 @@ async fn write_batch(
             insert = insert
                 .bind(once.repo.forge.as_str())
                 .bind(once.repo.full_name.clone())
-                .bind(once.source.clone())
+                .bind(once.source.to_string())
                 .bind(to_i64(once.pr.0, "pull request number")?)
                 .bind(now);
         }

@@ -201,7 +201,7 @@ fn takes_up(conn: &Connection, job: &super::NewJob, now: i64) -> Result<bool> {
         .execute(params![
             once.repo.forge.as_str(),
             once.repo.full_name,
-            once.source,
+            once.source.to_string(),
             super::db::to_i64(once.pr.0, "pull request number")?,
             now,
         ])

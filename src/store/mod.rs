@@ -25,6 +25,7 @@ pub(crate) use metrics::StoreFigures;
 pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
+use crate::forge::ReviewState;
 use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, User};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -85,10 +86,74 @@ pub struct NewJob {
 pub(crate) struct Once {
     pub(crate) repo: RepoId,
     pub(crate) pr: PrNumber,
-    /// `comment:<id>` or `review:<id>:<state>`; `not-applied:<merge>` for
-    /// the one reply of a merge that starts no run; `notify:<target>:run-…`
-    /// for one notification (`Notice::once_key`).
-    pub(crate) source: String,
+    pub(crate) source: OnceSource,
+}
+
+/// What a pull request takes up once only, as `commands_seen` keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum OnceSource {
+    /// `comment:<id>`: a comment's commands.
+    Comment(u64),
+    /// `review:<id>:<state>`: a review in a state (one approved and later
+    /// dismissed is taken up once in each).
+    Review(u64, ReviewState),
+    /// `not-applied:<merge>`: the one reply of a merge that starts no run.
+    NotApplied(CommitSha),
+    /// `notify:<key>`: one notification (`Notice::once_key`).
+    Notify(String),
+}
+
+impl OnceSource {
+    fn review_state(state: ReviewState) -> &'static str {
+        match state {
+            ReviewState::Approved => "approved",
+            ReviewState::ChangesRequested => "changes-requested",
+            ReviewState::Commented => "commented",
+            ReviewState::Dismissed => "dismissed",
+        }
+    }
+}
+
+impl fmt::Display for OnceSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OnceSource::Comment(id) => write!(f, "comment:{id}"),
+            OnceSource::Review(id, state) => {
+                write!(f, "review:{id}:{}", OnceSource::review_state(*state))
+            }
+            OnceSource::NotApplied(merge) => write!(f, "not-applied:{merge}"),
+            OnceSource::Notify(key) => write!(f, "notify:{key}"),
+        }
+    }
+}
+
+impl std::str::FromStr for OnceSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let unknown = || format!("`{text}` is not a key of something taken up once");
+        let (kind, rest) = text.split_once(':').ok_or_else(unknown)?;
+        let id = |digits: &str| digits.parse::<u64>().map_err(|_| unknown());
+        Ok(match kind {
+            "comment" => OnceSource::Comment(id(rest)?),
+            "review" => {
+                let (number, state) = rest.split_once(':').ok_or_else(unknown)?;
+                let state = [
+                    ReviewState::Approved,
+                    ReviewState::ChangesRequested,
+                    ReviewState::Commented,
+                    ReviewState::Dismissed,
+                ]
+                .into_iter()
+                .find(|s| OnceSource::review_state(*s) == state)
+                .ok_or_else(unknown)?;
+                OnceSource::Review(id(number)?, state)
+            }
+            "not-applied" => OnceSource::NotApplied(CommitSha::parse(rest).map_err(|_| unknown())?),
+            "notify" if !rest.is_empty() => OnceSource::Notify(rest.to_owned()),
+            _ => return Err(unknown()),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -10,7 +10,7 @@
 use super::apply::{run_columns, run_from_row};
 use super::db::to_i64;
 use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row};
-use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, PrRecord, Store};
+use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, OnceSource, PrRecord, Store};
 use crate::forge::RepoRef;
 use crate::model::{CommitSha, PrNumber, RepoId};
 use anyhow::{Context, Result};
@@ -235,7 +235,7 @@ impl Store {
         )
         .bind(once.repo.forge.as_str())
         .bind(&once.repo.full_name)
-        .bind(&once.source)
+        .bind(once.source.to_string())
         .bind(to_i64(once.pr.0, "pull request number")?)
         .bind(now)
         .execute(&mut *tx)
@@ -261,7 +261,7 @@ impl Store {
         )
         .bind(once.repo.forge.as_str())
         .bind(&once.repo.full_name)
-        .bind(&once.source)
+        .bind(once.source.to_string())
         .fetch_optional(&self.pool)
         .await
         .with_context(|| format!("looking up {} of {}{}", once.source, once.repo, once.pr))?;
@@ -278,7 +278,7 @@ impl Store {
         )
         .bind(once.repo.forge.as_str())
         .bind(&once.repo.full_name)
-        .bind(&once.source)
+        .bind(once.source.to_string())
         .bind(to_i64(once.pr.0, "pull request number")?)
         .bind(self.now())
         .execute(&self.pool)
@@ -293,7 +293,7 @@ impl Store {
         &self,
         repo: &RepoId,
         pr: PrNumber,
-    ) -> Result<HashSet<String>> {
+    ) -> Result<HashSet<OnceSource>> {
         let rows = sqlx::query_as::<_, (String,)>(
             "SELECT source FROM commands_seen WHERE forge = $1 AND repo = $2 AND number = $3",
         )
@@ -303,7 +303,15 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("reading the comments of {repo}{pr} taken up"))?;
-        Ok(rows.into_iter().map(|(source,)| source).collect())
+        rows.into_iter()
+            .map(|(source,)| {
+                source.parse().map_err(|e: String| {
+                    anyhow::anyhow!(
+                        "{repo}{pr} has a row in commands_seen wavegate cannot read: {e}"
+                    )
+                })
+            })
+            .collect()
     }
 
     /// How far the sweep has read the pull request's comments (the forge's

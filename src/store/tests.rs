@@ -1538,7 +1538,7 @@ fn comment_job(comment: u64) -> NewJob {
         once: Some(Once {
             repo: repo(),
             pr: PrNumber(42),
-            source: format!("comment:{comment}"),
+            source: OnceSource::Comment(comment),
         }),
     }
 }
@@ -1643,7 +1643,7 @@ async fn a_review_found_by_its_job_is_marked_seen_once_and_the_sweep_finds_it(f:
     let once = Once {
         repo: repo(),
         pr: PrNumber(42),
-        source: "review:5:approved".into(),
+        source: OnceSource::Review(5, crate::forge::ReviewState::Approved),
     };
     assert!(!f.store.was_seen(&once).await.unwrap());
     assert!(f.store.mark_seen(&once).await.unwrap());
@@ -1755,4 +1755,37 @@ fn each_report_status_reads_back_as_the_status_written_and_no_other_text_does() 
         assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
     }
     assert!("planning".parse::<ReportStatus>().is_err());
+}
+
+#[test]
+fn what_is_taken_up_once_has_one_text_form_read_back_strictly() {
+    let sources = [
+        OnceSource::Comment(12),
+        OnceSource::Review(9, crate::forge::ReviewState::ChangesRequested),
+        OnceSource::NotApplied(sha('c')),
+        OnceSource::Notify("OPS:run-3.0:waiting:pr-7-prod:ab".into()),
+    ];
+    let texts: Vec<String> = sources.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        texts,
+        [
+            "comment:12",
+            "review:9:changes-requested",
+            &format!("not-applied:{}", "c".repeat(40)),
+            "notify:OPS:run-3.0:waiting:pr-7-prod:ab",
+        ]
+    );
+    for (source, text) in sources.iter().zip(&texts) {
+        assert_eq!(&text.parse::<OnceSource>().unwrap(), source);
+    }
+    for bad in [
+        "comment:x",
+        "review:9:liked",
+        "merge:1",
+        "notify:",
+        "not-applied:abc",
+    ] {
+        let error = bad.parse::<OnceSource>().unwrap_err();
+        assert!(error.contains(bad), "{error}");
+    }
 }

@@ -1,38 +1,197 @@
-//! One job's context: the store, the forge client, the repository and pull
-//! request the job is for, the workspace, and the worker's settings. The
-//! handlers are methods on it, so they never pass the repository and pull
-//! request around; what every handler needs (the base branch's rules at a
-//! commit, fetching a commit, publishing the report and check) lives here.
+//! What a job works with, in small parts each with one role: the
+//! repository on its forge ([`Forge`]), its git mirror and the base
+//! branch's rules read from it ([`Mirror`]), the job queue ([`Queue`]) and
+//! where commands run ([`Runner`]). A handler's signature names the parts it
+//! touches; [`JobCtx`] only carries them to a job's entry point.
 
 use super::{BaseRulesCache, WorkerOptions};
-use crate::config::{BaseRules, CONFIG_FILE};
+use crate::config::operator::{Imposed, OperatorConfig};
+use crate::config::{BaseRules, RepoConfig, CONFIG_FILE};
 use crate::forge::client::ForgeClient;
-use crate::forge::types::CheckReport;
 use crate::forge::RepoRef;
 use crate::git::{self, Workspace};
-use crate::model::{CommitSha, Digest, PrNumber};
+use crate::jobs::Task;
+use crate::model::{CommitSha, PrNumber};
+use crate::plan::engine::PlanOptions;
 use crate::plan::runner::Cancel;
 use crate::sandbox::Sandbox;
-use crate::store::{PrReport, ReportStatus, Store};
+use crate::store::Store;
 use anyhow::{Context, Result};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// What one job's handlers work with; borrowed from its worker for the job.
+/// The repository a job is for, on its forge.
+#[derive(Clone, Copy)]
+pub(super) struct Forge<'a> {
+    pub(super) client: &'a ForgeClient,
+    pub(super) repo: &'a RepoRef,
+}
+
+/// The repository's git mirror on this machine: commits fetched into it,
+/// and the base branch's rules read from it once per commit.
+#[derive(Clone, Copy)]
+pub(super) struct Mirror<'a> {
+    forge: Forge<'a>,
+    workspace: &'a Workspace,
+    rules: &'a BaseRulesCache,
+    operator: &'a OperatorConfig,
+}
+
+impl Mirror<'_> {
+    pub(super) fn path(&self) -> PathBuf {
+        self.workspace.mirror_path(&self.forge.repo.id)
+    }
+
+    /// What the operator's central configuration imposes on this
+    /// repository's `wavegate.toml`.
+    pub(super) fn imposed(&self) -> Imposed {
+        self.operator.for_repo(&self.forge.repo.id.full_name)
+    }
+
+    /// The base branch's rules at `base`, read from the mirror once; an
+    /// error (retried with the job) when git cannot read it, never a guess.
+    pub(super) async fn base_rules(&self, base: &CommitSha) -> Result<Arc<BaseRules>> {
+        let key = (self.forge.repo.id.clone(), base.clone());
+        let cached = self
+            .rules
+            .0
+            .lock()
+            .expect("base rules lock poisoned")
+            .get(&key)
+            .cloned();
+        if let Some(rules) = cached {
+            return Ok(rules);
+        }
+        let text = self.read_config(base).await.with_context(|| {
+            format!(
+                "reading the base branch's {CONFIG_FILE} at {}",
+                base.short()
+            )
+        })?;
+        let rules = Arc::new(BaseRules::imposed(text.as_deref(), &self.imposed()));
+        let mut cache = self.rules.0.lock().expect("base rules lock poisoned");
+        if cache.len() >= BaseRulesCache::KEPT {
+            cache.clear();
+        }
+        cache.insert(key, Arc::clone(&rules));
+        Ok(rules)
+    }
+
+    /// The config at `commit`: `None` when it has none or it does not parse;
+    /// an error when git could not read it.
+    pub(super) async fn config_at(&self, commit: &CommitSha) -> Result<Option<RepoConfig>> {
+        let text = self
+            .read_config(commit)
+            .await
+            .with_context(|| format!("reading {CONFIG_FILE} at {}", commit.short()))?;
+        Ok(text.and_then(|t| RepoConfig::parse_with(CONFIG_FILE, &t, &self.imposed()).ok()))
+    }
+
+    /// `wavegate.toml` at `commit`, read by git off the runtime so webhook
+    /// intake never waits behind it.
+    async fn read_config(&self, commit: &CommitSha) -> Result<Option<String>> {
+        let mirror = self.path();
+        let at = commit.clone();
+        git::off_runtime(move || git::read_file(&mirror, at.as_str(), CONFIG_FILE)).await
+    }
+
+    /// Fetches `commit` from the repository (with the forge's credentials).
+    pub(super) async fn fetch(&self, commit: &CommitSha) -> Result<()> {
+        let auth = self.forge.client.git_auth_header(self.forge.repo).await?;
+        self.workspace
+            .fetch(&git::FetchRequest {
+                repo: &self.forge.repo.id,
+                sources: vec![(&self.forge.repo.clone_url, commit)],
+                auth: auth.as_ref(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Fetches `branch` and answers the commit it points at.
+    pub(super) async fn fetch_branch(&self, branch: &str) -> Result<CommitSha> {
+        let auth = self.forge.client.git_auth_header(self.forge.repo).await?;
+        self.workspace
+            .fetch_branch(
+                &self.forge.repo.id,
+                &self.forge.repo.clone_url,
+                branch,
+                auth.as_ref(),
+            )
+            .await
+    }
+}
+
+/// The job queue, and the workers it wakes.
+#[derive(Clone, Copy)]
+pub(super) struct Queue<'a> {
+    store: &'a Store,
+    wake: &'a Notify,
+}
+
+impl Queue<'_> {
+    pub(super) async fn enqueue(&self, task: Task) -> Result<()> {
+        self.store.enqueue(task.into_job()).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Enqueues `task` unless a job of its once-key was enqueued before.
+    pub(super) async fn enqueue_once(&self, task: Task) -> Result<()> {
+        if self.store.enqueue_once(task.into_job()).await?.is_some() {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Enqueues `task` to run no earlier than `at` (unix ms).
+    pub(super) async fn enqueue_at(&self, task: Task, at: i64) -> Result<()> {
+        self.store.enqueue_at(task.into_job(), at).await?;
+        Ok(())
+    }
+}
+
+/// Where a job's commands run, and how.
+#[derive(Clone, Copy)]
+pub(super) struct Runner<'a> {
+    pub(super) sandbox: &'a Arc<Sandbox>,
+    /// Stops the job's commands when it is given up.
+    cancel: &'a Cancel,
+    pub(super) options: &'a WorkerOptions,
+}
+
+impl Runner<'_> {
+    /// How the plan engine plans `head` against `base` in `mirror`.
+    pub(super) fn plan_options(
+        &self,
+        mirror: &Mirror<'_>,
+        (base, head): (&CommitSha, &CommitSha),
+    ) -> PlanOptions {
+        let mut options = PlanOptions::new(
+            mirror.path(),
+            base.as_str(),
+            head.as_str(),
+            Arc::clone(self.sandbox),
+        );
+        options.cancel = self.cancel.clone();
+        options.repository = Some(mirror.forge.repo.id.full_name.clone());
+        options.imposed = Arc::new(mirror.imposed());
+        options.concurrency = self.options.plan_concurrency;
+        options.heartbeat = self.options.heartbeat;
+        options
+    }
+}
+
+/// The parts of one job, carried to its entry point; borrowed from its
+/// worker for the job.
 pub(super) struct JobCtx<'a> {
     pub(super) store: &'a Store,
-    pub(super) workspace: &'a Workspace,
-    /// Where every plan, apply and outputs command runs.
-    pub(super) sandbox: &'a Arc<Sandbox>,
-    pub(super) options: &'a WorkerOptions,
-    /// Stops the job's commands when it is given up.
-    pub(super) cancel: &'a Cancel,
-    /// Wakes a worker when this job enqueued another.
-    pub(super) wake: &'a Notify,
-    base_rules: &'a BaseRulesCache,
-    pub(super) client: &'a ForgeClient,
-    /// The repository and pull request the job is for.
-    pub(super) repo: &'a RepoRef,
+    pub(super) forge: Forge<'a>,
+    pub(super) mirror: Mirror<'a>,
+    pub(super) queue: Queue<'a>,
+    pub(super) runner: Runner<'a>,
+    /// The pull request the job is for.
     pub(super) pr: PrNumber,
 }
 
@@ -43,119 +202,26 @@ impl<'a> JobCtx<'a> {
         repo: &'a RepoRef,
         pr: PrNumber,
     ) -> Self {
+        let forge = Forge { client, repo };
         Self {
             store: &worker.store,
-            workspace: &worker.workspace,
-            sandbox: &worker.sandbox,
-            options: &worker.options,
-            cancel: &worker.cancel,
-            wake: &worker.wake,
-            base_rules: &worker.base_rules,
-            client,
-            repo,
+            forge,
+            mirror: Mirror {
+                forge,
+                workspace: &worker.workspace,
+                rules: &worker.base_rules,
+                operator: &worker.options.operator,
+            },
+            queue: Queue {
+                store: &worker.store,
+                wake: &worker.wake,
+            },
+            runner: Runner {
+                sandbox: &worker.sandbox,
+                cancel: &worker.cancel,
+                options: &worker.options,
+            },
             pr,
         }
     }
-}
-
-impl JobCtx<'_> {
-    /// What the operator's central configuration imposes on this
-    /// repository's `wavegate.toml`.
-    pub(super) fn imposed(&self) -> crate::config::operator::Imposed {
-        self.options.operator.for_repo(&self.repo.id.full_name)
-    }
-
-    /// The base branch's rules at `base`, read from the mirror once; an
-    /// error (retried with the job) when git cannot read it, never a guess.
-    pub(super) async fn base_rules(&self, base: &CommitSha) -> Result<Arc<BaseRules>> {
-        let key = (self.repo.id.clone(), base.clone());
-        let cached = self
-            .base_rules
-            .0
-            .lock()
-            .expect("base rules lock poisoned")
-            .get(&key)
-            .cloned();
-        if let Some(rules) = cached {
-            return Ok(rules);
-        }
-        let mirror = self.workspace.mirror_path(&self.repo.id);
-        let commit = base.clone();
-        let text = git::off_runtime(move || git::read_file(&mirror, commit.as_str(), CONFIG_FILE))
-            .await
-            .with_context(|| {
-                format!(
-                    "reading the base branch's {CONFIG_FILE} at {}",
-                    base.short()
-                )
-            })?;
-        let rules = Arc::new(BaseRules::imposed(text.as_deref(), &self.imposed()));
-        let mut cache = self.base_rules.0.lock().expect("base rules lock poisoned");
-        if cache.len() >= BaseRulesCache::KEPT {
-            cache.clear();
-        }
-        cache.insert(key, Arc::clone(&rules));
-        Ok(rules)
-    }
-
-    /// The report comment (its body is the check's summary), the check on
-    /// the head, and what the store remembers of both.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn publish(
-        &self,
-        (pr, head): (PrNumber, &CommitSha),
-        check_id: Option<u64>,
-        report: CheckReport,
-        digest: Option<Digest>,
-        status: ReportStatus,
-    ) -> Result<()> {
-        let known = self.store.pr(&self.repo.id, pr).await?;
-        let comment_id = self
-            .client
-            .upsert_report(
-                self.repo,
-                pr,
-                known.as_ref().and_then(|r| r.report_comment_id),
-                crate::report::REPORT_MARKER,
-                &report.summary,
-            )
-            .await?;
-        let check_id = check_id.or_else(|| known_check(known.as_ref(), head));
-        let check_id = self
-            .client
-            .publish_check(self.repo, head, check_id, &report)
-            .await?;
-        self.store
-            .set_pr_report(
-                &self.repo.id,
-                pr,
-                PrReport {
-                    head_sha: head.clone(),
-                    digest,
-                    comment_id: Some(comment_id),
-                    check_id,
-                    status: Some(status),
-                },
-            )
-            .await
-    }
-
-    pub(super) async fn fetch_commit(&self, commit: &CommitSha) -> Result<()> {
-        let auth = self.client.git_auth_header(self.repo).await?;
-        self.workspace
-            .fetch(&crate::git::FetchRequest {
-                repo: &self.repo.id,
-                sources: vec![(&self.repo.clone_url, commit)],
-                auth: auth.as_ref(),
-            })
-            .await?;
-        Ok(())
-    }
-}
-
-/// The check already posted on this head, to be updated rather than repeated.
-pub(super) fn known_check(known: Option<&crate::store::PrRecord>, head: &CommitSha) -> Option<u64> {
-    known
-        .filter(|r| r.report_head.as_ref() == Some(head))
-        .and_then(|r| r.check_id)
 }

@@ -339,9 +339,9 @@ impl Worker {
         let client = self.forges.client(task.repo().id.forge)?;
         // Reconciliation reaches the repository's pull requests through this.
         self.store.upsert_repository(task.repo()).await?;
-        let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
+        let job = JobCtx::new(self, &client, task.repo(), task.pr_number());
         match &task {
-            Task::Plan { pr, .. } => ctx.plan(pr, &[]).await,
+            Task::Plan { pr, .. } => handlers::plan::plan(&job, pr, &[]).await,
             Task::Comment {
                 comment_id,
                 author,
@@ -350,12 +350,13 @@ impl Worker {
                 ..
             } => {
                 let comment = CommentIn {
+                    pr: job.pr,
                     id: *comment_id,
                     author,
                     body,
                     written_at: *written_at,
                 };
-                ctx.handle_comment(comment).await
+                handlers::comment::handle_comment(&job, comment).await
             }
             Task::Review {
                 review_id,
@@ -365,13 +366,17 @@ impl Worker {
                 submitted_at,
                 ..
             } => {
-                ctx.review_job(*review_id, author, *state, commit.as_ref(), *submitted_at)
-                    .await
+                let review = (*review_id, author, *state, commit.as_ref(), *submitted_at);
+                handlers::review::review_job(&job, review).await
             }
-            Task::Merged { pr, merge_sha, .. } => ctx.merged(pr, merge_sha).await,
-            Task::Apply { .. } => ctx.resume().await,
-            Task::Replan { only, .. } => ctx.replan(only).await,
-            Task::Notify { target, notice, .. } => ctx.deliver_notice(target, notice).await,
+            Task::Merged { pr, merge_sha, .. } => {
+                handlers::apply::merged(&job, pr, merge_sha).await
+            }
+            Task::Apply { .. } => handlers::apply::resume(&job).await,
+            Task::Replan { only, .. } => handlers::plan::replan(&job, only).await,
+            Task::Notify { target, notice, .. } => {
+                handlers::notify::deliver_notice(&self.options.notify, target, notice).await
+            }
         }
     }
 
@@ -384,7 +389,7 @@ impl Worker {
             let applied = match self.forges.client(task.repo().id.forge) {
                 Ok(client) => {
                     let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
-                    ctx.apply_gave_up(job.attempts, error).await
+                    handlers::apply::apply_gave_up(&ctx, job.attempts, error).await
                 }
                 Err(error) => Err(error),
             };

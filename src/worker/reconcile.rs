@@ -44,10 +44,10 @@ use crate::forge::listing::{ListedComment, ListedPull, ListedReview, Page};
 use crate::forge::registry::Forges;
 use crate::forge::types::Comment;
 use crate::forge::{PrState, PullRequest, RepoRef, ReviewState};
-use crate::jobs::{comment_source, queue_key, review_source, Task};
+use crate::jobs::{queue_key, Task};
 use crate::metrics;
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
-use crate::store::{ApplyRunRecord, PrRecord, Still, Store};
+use crate::store::{ApplyRunRecord, OnceSource, PrRecord, Still, Store};
 use anyhow::{Context, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -107,10 +107,10 @@ pub(crate) enum Heard {
 
 /// The pure decision for one listed comment, given how far the sweep had
 /// read the pull request's comments (`since`, unix ms) and the sources
-/// taken up so far (`seen`, `comment:<id>`).
+/// taken up so far (`seen`).
 pub(crate) fn comment_heard(
     since: Option<i64>,
-    seen: &HashSet<String>,
+    seen: &HashSet<OnceSource>,
     comment: &Comment,
 ) -> Heard {
     let Some(written) = comment.created_at else {
@@ -118,7 +118,7 @@ pub(crate) fn comment_heard(
     };
     if comment.ours || comment.author.is_bot {
         Heard::Bot
-    } else if seen.contains(&comment_source(comment.id)) {
+    } else if seen.contains(&OnceSource::Comment(comment.id)) {
         Heard::Seen
     } else if since.is_some_and(|since| written < since) {
         Heard::Before
@@ -134,7 +134,7 @@ pub(crate) fn comment_heard(
 /// inclusive, so a comment from that second is listed again and found seen).
 pub(crate) fn comments_to_run<'a>(
     since: Option<i64>,
-    seen: &HashSet<String>,
+    seen: &HashSet<OnceSource>,
     listed: &'a [Comment],
 ) -> (Vec<&'a Comment>, Option<i64>) {
     let mut run: Vec<&Comment> = listed
@@ -172,12 +172,12 @@ pub(crate) enum Reviewed {
 
 /// The pure decision for one listed review, given the pull request's mark
 /// (`mark`, unix ms, the forge's clock) and the sources taken up so far
-/// (`seen`, [`review_source`]). An approval is taken when it was submitted
+/// (`seen`). An approval is taken when it was submitted
 /// at or after the mark; a dismissal also when its approval was taken up
 /// (it was submitted before the mark, but dismissed since).
 pub(crate) fn review_taken(
     mark: Option<i64>,
-    seen: &HashSet<String>,
+    seen: &HashSet<OnceSource>,
     review: &ListedReview,
 ) -> Reviewed {
     if !matches!(review.state, ReviewState::Approved | ReviewState::Dismissed) {
@@ -186,11 +186,11 @@ pub(crate) fn review_taken(
     if review.ours || review.author.is_bot {
         return Reviewed::Bot;
     }
-    if seen.contains(&review_source(review.id, review.state)) {
+    if seen.contains(&OnceSource::Review(review.id, review.state)) {
         return Reviewed::Seen;
     }
     let approval_taken = review.state == ReviewState::Dismissed
-        && seen.contains(&review_source(review.id, ReviewState::Approved));
+        && seen.contains(&OnceSource::Review(review.id, ReviewState::Approved));
     match review.submitted_at {
         _ if approval_taken => Reviewed::Take,
         None => Reviewed::Undated,
@@ -1311,7 +1311,7 @@ mod tests {
 
     #[test]
     fn comments_no_webhook_brought_run_oldest_first_and_the_mark_moves_to_the_newest() {
-        let seen: HashSet<String> = ["comment:2".to_owned()].into();
+        let seen: HashSet<OnceSource> = [OnceSource::Comment(2)].into();
         let comments = [
             listed(3, "rev-bob", 5_000, 5_000),
             listed(1, "rev-bob", 2_000, 2_000),
@@ -1332,7 +1332,7 @@ mod tests {
         let (run, mark) = comments_to_run(None, &HashSet::new(), &comments);
         assert_eq!((ids(&run), mark), (vec![1], Some(2_000)));
         // Listed again (since is inclusive): its row says it was taken up.
-        let seen: HashSet<String> = ["comment:1".to_owned()].into();
+        let seen: HashSet<OnceSource> = [OnceSource::Comment(1)].into();
         let (run, mark) = comments_to_run(mark, &seen, &comments);
         assert_eq!((ids(&run), mark), (vec![], Some(2_000)));
     }
@@ -1431,13 +1431,13 @@ mod tests {
         let approved = review(9, "rev-bob", ReviewState::Approved, Some(5_000));
         assert_eq!(review_taken(Some(5_000), &none, &approved), Reviewed::Take);
         assert_eq!(review_taken(None, &none, &approved), Reviewed::Take);
-        let seen: HashSet<String> = ["review:9:approved".to_owned()].into();
+        let seen: HashSet<OnceSource> = [OnceSource::Review(9, ReviewState::Approved)].into();
         assert_eq!(review_taken(Some(1_000), &seen, &approved), Reviewed::Seen);
         let dismissed = review(9, "rev-bob", ReviewState::Dismissed, Some(5_000));
         assert_eq!(review_taken(Some(1_000), &seen, &dismissed), Reviewed::Take);
-        let both: HashSet<String> = [
-            "review:9:approved".to_owned(),
-            "review:9:dismissed".to_owned(),
+        let both: HashSet<OnceSource> = [
+            OnceSource::Review(9, ReviewState::Approved),
+            OnceSource::Review(9, ReviewState::Dismissed),
         ]
         .into();
         assert_eq!(review_taken(Some(1_000), &both, &dismissed), Reviewed::Seen);
@@ -1463,7 +1463,7 @@ mod tests {
 
     #[test]
     fn a_dismissal_of_an_approval_taken_up_counts_though_submitted_before_the_mark() {
-        let seen: HashSet<String> = ["review:4:approved".to_owned()].into();
+        let seen: HashSet<OnceSource> = [OnceSource::Review(4, ReviewState::Approved)].into();
         let dismissed = review(4, "rev-bob", ReviewState::Dismissed, Some(1_000));
         assert_eq!(review_taken(Some(5_000), &seen, &dismissed), Reviewed::Take);
         let never_taken = review(6, "rev-bob", ReviewState::Dismissed, Some(1_000));

@@ -1,17 +1,17 @@
-//! The handlers of each kind of job, as methods on the job's [`JobCtx`]: a
-//! plan (`plan`), a comment's commands (`comment`), a review (`review`),
-//! what both of those share about a pull request's gate (`gate`), an
-//! apply run, the interpreter of the apply machine (`apply`), and the
-//! notifications of its news (`notify`).
-//!
-//! [`JobCtx`]: super::ctx::JobCtx
+//! The handlers of each kind of job, as free functions whose signatures
+//! name the parts of the job they touch ([`super::ctx`]): a plan (`plan`),
+//! a comment's commands (`comment`), a review (`review`), what both of
+//! those share about a pull request's gate (`gate`), what a pull request
+//! shows of wavegate (`publish`), an apply run, the interpreter of the
+//! apply machine (`apply`), and the notifications of its news (`notify`).
 
-mod apply;
-mod comment;
+pub(super) mod apply;
+pub(super) mod comment;
 mod gate;
 mod in_flight;
-mod notify;
-mod plan;
-mod review;
+pub(super) mod notify;
+pub(super) mod plan;
+mod publish;
+pub(super) mod review;
 
 pub(super) use comment::CommentIn;

@@ -4,16 +4,22 @@
 //! A Forgejo review webhook carries no id: it is found among the pull
 //! request's reviews first.
 
+use super::apply::resume_if_waiting;
 use super::gate::run_gate;
+use super::gate::{
+    candidate, fetch_gate_bases, record_fact, refresh_gate, run_gate_policy, shown_plan,
+};
 use crate::forge::listing::Page;
 use crate::forge::ReviewState;
 use crate::gate::ledger::{Actor, FactData, FactKind, Source};
 use crate::gate::policy::{self};
 use crate::jobs;
+use crate::model::PrNumber;
 use crate::model::{CommitSha, GateId, User};
-use crate::store::Once;
+use crate::store::Store;
 use crate::store::{ApplyRunRecord, JobOutcome};
-use crate::worker::ctx::JobCtx;
+use crate::store::{Once, OnceSource};
+use crate::worker::ctx::{Forge, JobCtx, Mirror, Queue};
 use anyhow::{Context, Result};
 
 /// A review as the review job carries it.
@@ -35,87 +41,182 @@ enum Identified {
     Seen(u64),
 }
 
-impl JobCtx<'_> {
-    /// A review: an approving review (when the base's policy counts reviews)
-    /// approves the digest reported for its commit; a dismissed review
-    /// withdraws whatever that review approved.
-    pub(super) async fn handle_review(&self, review: ReviewIn<'_>) -> Result<JobOutcome> {
-        let gate = GateId::Pr(self.pr);
-        let actor = Actor {
-            id: review.author.id,
-            login: review.author.login.clone(),
-        };
-        let run = self.store.apply_run(&self.repo.id, self.pr).await?;
-        if review.state == ReviewState::Dismissed {
-            // What the review approved: the pull request, or a run's gate.
-            let mut gates = vec![gate.clone()];
-            if let Some(run) = &run {
-                gates.extend(run.record.stages.values().map(|g| g.gate.clone()));
-                gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
-            }
-            let mut revoked = false;
-            for gate in &gates {
-                let facts = self
-                    .store
-                    .gate_facts(&self.repo.id.ledger_key(), gate)
-                    .await?;
-                let approved = facts.iter().rev().find(|f| {
-                    f.fact.kind == FactKind::Approved
-                        && f.fact.source == Source::Review { id: review.id }
-                        && f.fact.actor.id == review.author.id
-                });
-                let Some(approved) = approved.cloned() else {
-                    continue;
-                };
-                let data = approved.fact.data.clone().with_reason("review dismissed");
-                let revoke = (FactKind::Revoked, approved.fact.digest.clone(), data);
-                let source = Source::Review { id: review.id };
-                self.record(gate, revoke, actor.clone(), source).await?;
-                revoked = true;
-            }
-            if !revoked {
-                return Ok(JobOutcome::Skipped(
-                    "the dismissed review approved nothing".into(),
-                ));
-            }
-            self.refresh_gate().await?;
-            return Ok(JobOutcome::Done);
+/// A review: an approving review (when the base's policy counts reviews)
+/// approves the digest reported for its commit; a dismissed review
+/// withdraws whatever that review approved.
+async fn handle_review(job: &JobCtx<'_>, review: ReviewIn<'_>) -> Result<JobOutcome> {
+    let JobCtx {
+        store,
+        forge,
+        mirror,
+        queue,
+        pr,
+        ..
+    } = *job;
+    let mirror = &mirror;
+    let gate = GateId::Pr(pr);
+    let actor = Actor {
+        id: review.author.id,
+        login: review.author.login.clone(),
+    };
+    let run = store.apply_run(&forge.repo.id, pr).await?;
+    if review.state == ReviewState::Dismissed {
+        // What the review approved: the pull request, or a run's gate.
+        let mut gates = vec![gate.clone()];
+        if let Some(run) = &run {
+            gates.extend(run.record.stages.values().map(|g| g.gate.clone()));
+            gates.extend(run.record.rounds.iter().map(|r| r.gate.clone()));
         }
-        if review.state != ReviewState::Approved {
+        let mut revoked = false;
+        for gate in &gates {
+            let facts = store.gate_facts(&forge.repo.id.ledger_key(), gate).await?;
+            let approved = facts.iter().rev().find(|f| {
+                f.fact.kind == FactKind::Approved
+                    && f.fact.source == Source::Review { id: review.id }
+                    && f.fact.actor.id == review.author.id
+            });
+            let Some(approved) = approved.cloned() else {
+                continue;
+            };
+            let data = approved.fact.data.clone().with_reason("review dismissed");
+            let revoke = (FactKind::Revoked, approved.fact.digest.clone(), data);
+            let source = Source::Review { id: review.id };
+            record_fact(store, &forge.repo.id, gate, revoke, (actor.clone(), source)).await?;
+            revoked = true;
+        }
+        if !revoked {
             return Ok(JobOutcome::Skipped(
-                "a review that neither approves nor dismisses".into(),
+                "the dismissed review approved nothing".into(),
             ));
         }
-        if let Some(run) = run.filter(|r| run_gate(r).is_some()) {
-            return self.review_at_run_gate(&review, &run).await;
+        refresh_gate(store, forge, mirror, pr).await?;
+        return Ok(JobOutcome::Done);
+    }
+    if review.state != ReviewState::Approved {
+        return Ok(JobOutcome::Skipped(
+            "a review that neither approves nor dismisses".into(),
+        ));
+    }
+    if let Some(run) = run.filter(|r| run_gate(r).is_some()) {
+        return review_at_run_gate((store, forge, mirror, queue), &review, &run).await;
+    }
+    let Some((record, plan)) = shown_plan(store, &forge.repo.id, pr).await? else {
+        return Ok(JobOutcome::Skipped("no current plan to approve".into()));
+    };
+    let policy = match mirror.base_rules(&plan.base_sha).await?.policy() {
+        Ok(policy) if policy.review_approvals => policy,
+        Ok(_) => return Ok(JobOutcome::Skipped("review approvals are off".into())),
+        Err(why) => return Ok(JobOutcome::Skipped(why)),
+    };
+    let Some(digest) = record.report_digest.clone() else {
+        return Ok(JobOutcome::Skipped("the report has no digest".into()));
+    };
+    if review.commit != Some(&record.head_sha) {
+        return Ok(JobOutcome::Skipped(
+            "the review is of an earlier commit".into(),
+        ));
+    }
+    let verdict = match candidate(forge, review.author, &policy).await {
+        Ok(who) => {
+            let pr_author = forge
+                .client
+                .pull_request(forge.repo, pr)
+                .await?
+                .author
+                .login;
+            let authors = policy::Authors {
+                author: &pr_author,
+                pusher: record.pusher_of(&plan.head_sha),
+            };
+            policy::may_approve(&policy, authors, &who.as_candidate()).map_err(|w| w.to_string())
         }
-        let Some((record, plan)) = self.current().await? else {
-            return Ok(JobOutcome::Skipped("no current plan to approve".into()));
-        };
-        let policy = match self.base_policy(&plan.base_sha).await? {
-            Ok(policy) if policy.review_approvals => policy,
-            Ok(_) => return Ok(JobOutcome::Skipped("review approvals are off".into())),
-            Err(why) => return Ok(JobOutcome::Skipped(why)),
-        };
-        let Some(digest) = record.report_digest.clone() else {
-            return Ok(JobOutcome::Skipped("the report has no digest".into()));
-        };
-        if review.commit != Some(&record.head_sha) {
+        Err(error) => Err(format!(
+            "wavegate could not check the reviewer's permission: {error:#}"
+        )),
+    };
+    let mut data = FactData::at_plan(&plan.head_sha, &plan.base_sha);
+    let kind = match verdict {
+        Ok(()) => FactKind::Approved,
+        Err(reason) => {
+            data.reason = Some(reason);
+            FactKind::Refused
+        }
+    };
+    let source = Source::Review { id: review.id };
+    record_fact(
+        store,
+        &forge.repo.id,
+        &gate,
+        (kind, digest.into(), data),
+        (actor, source),
+    )
+    .await?;
+    refresh_gate(store, forge, mirror, pr).await?;
+    if kind == FactKind::Approved {
+        resume_if_waiting(store, queue, forge.repo, pr).await?;
+    }
+    Ok(JobOutcome::Done)
+}
+
+/// An approving review while the apply run waits at a stage gate or a
+/// round: it approves the digest the run waits for, when that stage's
+/// policy on the base counts reviews and the review is of the merged head.
+async fn review_at_run_gate(
+    (store, forge, mirror, queue): (&Store, Forge<'_>, &Mirror<'_>, Queue<'_>),
+    review: &ReviewIn<'_>,
+    run: &ApplyRunRecord,
+) -> Result<JobOutcome> {
+    let Some((gate, digest, stage)) = run_gate(run) else {
+        return Ok(JobOutcome::Skipped("the run waits for no approval".into()));
+    };
+    // A review approves code; a hook's failure or hold is approved only
+    // by an `/approve` of the digest the run posted for it.
+    if matches!(run.record.wait, Some(crate::apply::Wait::Hook { .. })) {
+        return Ok(JobOutcome::Skipped(
+            "a review does not approve a hook's failure or hold; `/approve` its digest".into(),
+        ));
+    }
+    let Some(merged) = store.plan(run.plan_id).await? else {
+        return Ok(JobOutcome::Skipped("the run's plan is gone".into()));
+    };
+    if review.commit != Some(&merged.head_sha) {
+        return Ok(JobOutcome::Skipped(
+            "the review is not of the merged head".into(),
+        ));
+    }
+    let policy = match run_gate_policy(mirror, run, stage.as_deref()).await? {
+        Ok(policy) if policy.review_approvals => policy,
+        Ok(_) => {
             return Ok(JobOutcome::Skipped(
-                "the review is of an earlier commit".into(),
-            ));
+                "review approvals are off for this stage".into(),
+            ))
         }
-        let verdict = match self.candidate(review.author, &policy).await {
+        Err(why) => return Ok(JobOutcome::Skipped(why)),
+    };
+    // Like a plain `/approve`, a review approves the set a gate showed
+    // only if it was submitted once that gate waited (to the second, as
+    // forges date them).
+    let saw_the_wait = review
+        .submitted_at
+        .is_some_and(|at| at + 1000 > run.record.wait_posted_at);
+    let verdict = if !saw_the_wait {
+        Err(match review.submitted_at {
+                Some(_) => format!("the review was submitted before the run's gate waited, so it did not see the set it would approve; approve it with `/approve {digest}`"),
+                None => format!("the forge did not say when the review was submitted, so it is not clear it saw the set the run's gate waits on; approve it with `/approve {digest}`"),
+            })
+    } else {
+        match candidate(forge, review.author, &policy).await {
             Ok(who) => {
-                let pr_author = self
+                let pr_author = forge
                     .client
-                    .pull_request(self.repo, self.pr)
+                    .pull_request(forge.repo, run.pr)
                     .await?
                     .author
                     .login;
+                let record = store.pr(&forge.repo.id, run.pr).await?;
                 let authors = policy::Authors {
                     author: &pr_author,
-                    pusher: record.pusher_of(&plan.head_sha),
+                    pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
                 };
                 policy::may_approve(&policy, authors, &who.as_candidate())
                     .map_err(|w| w.to_string())
@@ -123,201 +224,120 @@ impl JobCtx<'_> {
             Err(error) => Err(format!(
                 "wavegate could not check the reviewer's permission: {error:#}"
             )),
-        };
-        let mut data = FactData::at_plan(&plan.head_sha, &plan.base_sha);
-        let kind = match verdict {
-            Ok(()) => FactKind::Approved,
-            Err(reason) => {
-                data.reason = Some(reason);
-                FactKind::Refused
-            }
-        };
-        self.record(
-            &gate,
-            (kind, digest.into(), data),
-            actor,
-            Source::Review { id: review.id },
-        )
-        .await?;
-        self.refresh_gate().await?;
-        if kind == FactKind::Approved {
-            self.resume_if_waiting().await?;
         }
-        Ok(JobOutcome::Done)
+    };
+    let mut data = FactData::in_run(run.id, &run.merge_sha);
+    let kind = match verdict {
+        Ok(()) => FactKind::Approved,
+        Err(reason) => {
+            data.reason = Some(reason);
+            FactKind::Refused
+        }
+    };
+    let actor = Actor {
+        id: review.author.id,
+        login: review.author.login.clone(),
+    };
+    let source = Source::Review { id: review.id };
+    record_fact(
+        store,
+        &forge.repo.id,
+        &gate,
+        (kind, digest.into(), data),
+        (actor, source),
+    )
+    .await?;
+    if kind == FactKind::Approved {
+        resume_if_waiting(store, queue, forge.repo, run.pr).await?;
     }
+    Ok(JobOutcome::Done)
+}
 
-    /// An approving review while the apply run waits at a stage gate or a
-    /// round: it approves the digest the run waits for, when that stage's
-    /// policy on the base counts reviews and the review is of the merged head.
-    async fn review_at_run_gate(
-        &self,
-        review: &ReviewIn<'_>,
-        run: &ApplyRunRecord,
-    ) -> Result<JobOutcome> {
-        let Some((gate, digest, stage)) = run_gate(run) else {
-            return Ok(JobOutcome::Skipped("the run waits for no approval".into()));
-        };
-        // A review approves code; a hook's failure or hold is approved only
-        // by an `/approve` of the digest the run posted for it.
-        if matches!(run.record.wait, Some(crate::apply::Wait::Hook { .. })) {
-            return Ok(JobOutcome::Skipped(
-                "a review does not approve a hook's failure or hold; `/approve` its digest".into(),
-            ));
-        }
-        let Some(merged) = self.store.plan(run.plan_id).await? else {
-            return Ok(JobOutcome::Skipped("the run's plan is gone".into()));
-        };
-        if review.commit != Some(&merged.head_sha) {
-            return Ok(JobOutcome::Skipped(
-                "the review is not of the merged head".into(),
-            ));
-        }
-        let policy = match self.run_gate_policy(run, stage.as_deref()).await? {
-            Ok(policy) if policy.review_approvals => policy,
-            Ok(_) => {
-                return Ok(JobOutcome::Skipped(
-                    "review approvals are off for this stage".into(),
-                ))
-            }
-            Err(why) => return Ok(JobOutcome::Skipped(why)),
-        };
-        // Like a plain `/approve`, a review approves the set a gate showed
-        // only if it was submitted once that gate waited (to the second, as
-        // forges date them).
-        let saw_the_wait = review
-            .submitted_at
-            .is_some_and(|at| at + 1000 > run.record.wait_posted_at);
-        let verdict = if !saw_the_wait {
-            Err(match review.submitted_at {
-                Some(_) => format!("the review was submitted before the run's gate waited, so it did not see the set it would approve; approve it with `/approve {digest}`"),
-                None => format!("the forge did not say when the review was submitted, so it is not clear it saw the set the run's gate waits on; approve it with `/approve {digest}`"),
-            })
-        } else {
-            match self.candidate(review.author, &policy).await {
-                Ok(who) => {
-                    let pr_author = self
-                        .client
-                        .pull_request(self.repo, run.pr)
-                        .await?
-                        .author
-                        .login;
-                    let record = self.store.pr(&self.repo.id, run.pr).await?;
-                    let authors = policy::Authors {
-                        author: &pr_author,
-                        pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
-                    };
-                    policy::may_approve(&policy, authors, &who.as_candidate())
-                        .map_err(|w| w.to_string())
-                }
-                Err(error) => Err(format!(
-                    "wavegate could not check the reviewer's permission: {error:#}"
-                )),
-            }
-        };
-        let mut data = FactData::in_run(run.id, &run.merge_sha);
-        let kind = match verdict {
-            Ok(()) => FactKind::Approved,
-            Err(reason) => {
-                data.reason = Some(reason);
-                FactKind::Refused
-            }
-        };
-        let actor = Actor {
-            id: review.author.id,
-            login: review.author.login.clone(),
-        };
-        let source = Source::Review { id: review.id };
-        self.record(&gate, (kind, digest.into(), data), actor, source)
-            .await?;
-        if kind == FactKind::Approved {
-            self.resume_if_waiting().await?;
-        }
-        Ok(JobOutcome::Done)
-    }
-
-    /// Finds the review a webhook named no id of (Forgejo's) among the pull
-    /// request's reviews, so that it and the sweep take it up once between
-    /// them: the sweep keys it by its id. It is recorded as taken up once
-    /// handled, so a failed attempt is retried; a sweep in between may take
-    /// it up a second time.
-    async fn identify_review(
-        &self,
-        author: &User,
-        state: ReviewState,
-        commit: Option<&CommitSha>,
-    ) -> Result<Identified> {
-        let mut listed = Vec::new();
-        for page in 1u32.. {
-            match self
-                .client
-                .pull_reviews_page(self.repo, self.pr, page, None)
-                .await
-                .context("listing the pull request's reviews to find the one the webhook named")?
-            {
-                Page::NotModified => break,
-                Page::Fresh { items, more, .. } => {
-                    listed.extend(items);
-                    if !more {
-                        break;
-                    }
+/// Finds the review a webhook named no id of (Forgejo's) among the pull
+/// request's reviews, so that it and the sweep take it up once between
+/// them: the sweep keys it by its id. It is recorded as taken up once
+/// handled, so a failed attempt is retried; a sweep in between may take
+/// it up a second time.
+async fn identify_review(
+    (store, forge): (&Store, Forge<'_>),
+    pr: PrNumber,
+    author: &User,
+    state: ReviewState,
+    commit: Option<&CommitSha>,
+) -> Result<Identified> {
+    let mut listed = Vec::new();
+    for page in 1u32.. {
+        match forge
+            .client
+            .pull_reviews_page(forge.repo, pr, page, None)
+            .await
+            .context("listing the pull request's reviews to find the one the webhook named")?
+        {
+            Page::NotModified => break,
+            Page::Fresh { items, more, .. } => {
+                listed.extend(items);
+                if !more {
+                    break;
                 }
             }
         }
-        let Some(found) = jobs::webhook_review(&listed, author, state, commit) else {
-            return Ok(Identified::Unseen(0, None));
-        };
+    }
+    let Some(found) = jobs::webhook_review(&listed, author, state, commit) else {
+        return Ok(Identified::Unseen(0, None));
+    };
+    let once = Once {
+        repo: forge.repo.id.clone(),
+        pr,
+        source: OnceSource::Review(found.id, state),
+    };
+    Ok(if store.was_seen(&once).await? {
+        Identified::Seen(found.id)
+    } else {
+        Identified::Unseen(found.id, found.submitted_at)
+    })
+}
+
+/// A review job: the review the webhook named (found first when it came
+/// without its id), judged once, and marked as taken up.
+pub(in crate::worker) async fn review_job(
+    job: &JobCtx<'_>,
+    (review_id, author, state, commit, submitted_at): (
+        u64,
+        &User,
+        ReviewState,
+        Option<&CommitSha>,
+        Option<i64>,
+    ),
+) -> Result<JobOutcome> {
+    let identified = review_id == 0;
+    let (review_id, submitted_at) = if identified {
+        match identify_review((job.store, job.forge), job.pr, author, state, commit).await? {
+            Identified::Unseen(id, at) => (id, at.or(submitted_at)),
+            Identified::Seen(id) => {
+                return Ok(JobOutcome::Skipped(format!(
+                    "review {id} was taken up already (by the reconciliation sweep)"
+                )))
+            }
+        }
+    } else {
+        (review_id, submitted_at)
+    };
+    let review = ReviewIn {
+        id: review_id,
+        author,
+        state,
+        commit,
+        submitted_at,
+    };
+    fetch_gate_bases(job.store, &job.mirror, &job.forge.repo.id, job.pr).await?;
+    let outcome = handle_review(job, review).await?;
+    if identified && review_id != 0 {
         let once = Once {
-            repo: self.repo.id.clone(),
-            pr: self.pr,
-            source: jobs::review_source(found.id, state),
+            repo: job.forge.repo.id.clone(),
+            pr: job.pr,
+            source: OnceSource::Review(review_id, state),
         };
-        Ok(if self.store.was_seen(&once).await? {
-            Identified::Seen(found.id)
-        } else {
-            Identified::Unseen(found.id, found.submitted_at)
-        })
+        job.store.mark_seen(&once).await?;
     }
-
-    /// A review job: the review the webhook named (found first when it came
-    /// without its id), judged once, and marked as taken up.
-    pub(in crate::worker) async fn review_job(
-        &self,
-        review_id: u64,
-        author: &User,
-        state: ReviewState,
-        commit: Option<&CommitSha>,
-        submitted_at: Option<i64>,
-    ) -> Result<JobOutcome> {
-        let identified = review_id == 0;
-        let (review_id, submitted_at) = if identified {
-            match self.identify_review(author, state, commit).await? {
-                Identified::Unseen(id, at) => (id, at.or(submitted_at)),
-                Identified::Seen(id) => {
-                    return Ok(JobOutcome::Skipped(format!(
-                        "review {id} was taken up already (by the reconciliation sweep)"
-                    )))
-                }
-            }
-        } else {
-            (review_id, submitted_at)
-        };
-        let review = ReviewIn {
-            id: review_id,
-            author,
-            state,
-            commit,
-            submitted_at,
-        };
-        self.fetch_gate_bases().await?;
-        let outcome = self.handle_review(review).await?;
-        if identified && review_id != 0 {
-            let once = Once {
-                repo: self.repo.id.clone(),
-                pr: self.pr,
-                source: jobs::review_source(review_id, state),
-            };
-            self.store.mark_seen(&once).await?;
-        }
-        Ok(outcome)
-    }
+    Ok(outcome)
 }

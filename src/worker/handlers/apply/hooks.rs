@@ -4,7 +4,7 @@
 //! as a `hook` fact. What the outcome does to the run is
 //! `crate::apply::hooks`'s to decide.
 
-use super::{Drive, JobCtx};
+use super::{run_gate_approvers, Drive};
 use crate::apply::hooks::{
     self, hold_approved_json, HookCall, HookMember, HookRecord, HookState, HooksResult, Verdict,
 };
@@ -14,6 +14,9 @@ use crate::gate::ledger::{FactData, FactKind};
 use crate::model::{Digest, GateId, MemberId};
 use crate::plan::engine::{HookCommand, Workbench};
 use crate::report::apply::line_to_copy;
+use crate::store::Store;
+use crate::worker::ctx::Forge;
+use crate::worker::handlers::gate::append_own_fact;
 use anyhow::Result;
 use serde_json::{json, Value};
 
@@ -109,183 +112,178 @@ impl GateDecision {
     }
 }
 
-impl JobCtx<'_> {
-    /// Runs `stage`'s hooks at `moment` for `members`, the top level's
-    /// first, until one neither passes nor is approved: that one's result
-    /// is the moment's. `decision`: the gate's, for `after.gate`.
-    pub(super) async fn run_hooks(
-        &self,
-        drive: &mut Drive,
-        bench: &Workbench,
-        (stage, moment): (&str, Moment),
-        members: &[MemberId],
-        decision: Option<&GateDecision>,
-    ) -> Result<HooksResult> {
-        let hooks = drive.rules.hooks(stage, moment);
-        if hooks.is_empty() || members.is_empty() {
-            return Ok(HooksResult::Passed);
-        }
-        let listed: Vec<HookMember> = members
-            .iter()
-            .map(|m| HookMember {
-                member: m.clone(),
-                plan_digest: bench
-                    .outcome(m)
-                    .and_then(|o| o.plan.as_ref())
-                    .map(|p| p.plan_digest.clone())
-                    .or_else(|| drive.approved.member(m).and_then(|c| c.plan_digest.clone())),
-            })
-            .collect();
-        let policy = drive.stage_policy(stage);
-        let pr = drive.run.pr;
-        for hook in &hooks {
-            let call = |member: Option<&MemberId>| HookCall {
-                stage: stage.to_owned(),
-                moment,
-                name: hook.name.clone(),
-                member: member.cloned(),
-            };
-            let calls: Vec<(HookCall, Vec<HookMember>)> = if hook.per_member {
-                listed
-                    .iter()
-                    .map(|m| (call(Some(&m.member)), vec![m.clone()]))
-                    .collect()
-            } else {
-                vec![(call(None), listed.clone())]
-            };
-            for (call, shown) in calls {
-                let mut released = None;
-                if let Some((gate, digest)) = hooks::earlier_hold(&drive.run.record, &call) {
-                    let by = self
-                        .run_gate_approvers(drive, (&gate, false), &digest, &policy)
+/// Runs `stage`'s hooks at `moment` for `members`, the top level's
+/// first, until one neither passes nor is approved: that one's result
+/// is the moment's. `decision`: the gate's, for `after.gate`.
+pub(super) async fn run_hooks(
+    (store, forge): (&Store, Forge<'_>),
+    (drive, bench): (&mut Drive, &Workbench),
+    (stage, moment): (&str, Moment),
+    (members, decision): (&[MemberId], Option<&GateDecision>),
+) -> Result<HooksResult> {
+    let hooks = drive.rules.hooks(stage, moment);
+    if hooks.is_empty() || members.is_empty() {
+        return Ok(HooksResult::Passed);
+    }
+    let listed: Vec<HookMember> = members
+        .iter()
+        .map(|m| HookMember {
+            member: m.clone(),
+            plan_digest: bench
+                .outcome(m)
+                .and_then(|o| o.plan.as_ref())
+                .map(|p| p.plan_digest.clone())
+                .or_else(|| drive.approved.member(m).and_then(|c| c.plan_digest.clone())),
+        })
+        .collect();
+    let policy = drive.stage_policy(stage);
+    let pr = drive.run.pr;
+    for hook in &hooks {
+        let call = |member: Option<&MemberId>| HookCall {
+            stage: stage.to_owned(),
+            moment,
+            name: hook.name.clone(),
+            member: member.cloned(),
+        };
+        let calls: Vec<(HookCall, Vec<HookMember>)> = if hook.per_member {
+            listed
+                .iter()
+                .map(|m| (call(Some(&m.member)), vec![m.clone()]))
+                .collect()
+        } else {
+            vec![(call(None), listed.clone())]
+        };
+        for (call, shown) in calls {
+            let mut released = None;
+            if let Some((gate, digest)) = hooks::earlier_hold(&drive.run.record, &call) {
+                let by =
+                    run_gate_approvers((store, forge), drive, (&gate, false), (&digest, &policy))
                         .await?;
+                if !by.is_empty() {
+                    released = Some((gate, digest, by));
+                }
+            }
+            // A hold on a digest already approved in this run is
+            // released at once: the hook runs again, told so.
+            let (ran, verdict) = loop {
+                let mut env = decision.map(GateDecision::env).unwrap_or_default();
+                if let Some((gate, digest, by)) = &released {
+                    let approved = hold_approved_json(gate, digest, by).to_string();
+                    env.push(("WAVEGATE_HOLD_APPROVED".to_owned(), approved));
+                }
+                let members_json = serde_json::to_vec_pretty(&shown).expect("members serialise");
+                let decision_json =
+                    decision.map(|d| serde_json::to_vec_pretty(&d.json).expect("JSON serialises"));
+                let ran = bench
+                    .run_hook(HookCommand {
+                        call: &call,
+                        hook,
+                        members_json,
+                        decision: decision_json,
+                        env,
+                    })
+                    .await;
+                let hold = released.as_ref().map(|(g, d, _)| (g.clone(), d.clone()));
+                let verdict = hooks::judge(pr, hook, &call, &shown, &ran, hold.as_ref());
+                if let (Verdict::Hold { gate, request }, None) = (&verdict, &released) {
+                    let asked = (&request.digest, &policy);
+                    let by =
+                        run_gate_approvers((store, forge), drive, (gate, false), asked).await?;
                     if !by.is_empty() {
-                        released = Some((gate, digest, by));
+                        released = Some((gate.clone(), request.digest.clone(), by));
+                        continue;
                     }
                 }
-                // A hold on a digest already approved in this run is
-                // released at once: the hook runs again, told so.
-                let (ran, verdict) = loop {
-                    let mut env = decision.map(GateDecision::env).unwrap_or_default();
-                    if let Some((gate, digest, by)) = &released {
-                        let approved = hold_approved_json(gate, digest, by).to_string();
-                        env.push(("WAVEGATE_HOLD_APPROVED".to_owned(), approved));
-                    }
-                    let members_json =
-                        serde_json::to_vec_pretty(&shown).expect("members serialise");
-                    let decision_json = decision
-                        .map(|d| serde_json::to_vec_pretty(&d.json).expect("JSON serialises"));
-                    let ran = bench
-                        .run_hook(HookCommand {
-                            call: &call,
-                            hook,
-                            members_json,
-                            decision: decision_json,
-                            env,
-                        })
-                        .await;
-                    let hold = released.as_ref().map(|(g, d, _)| (g.clone(), d.clone()));
-                    let verdict = hooks::judge(pr, hook, &call, &shown, &ran, hold.as_ref());
-                    if let (Verdict::Hold { gate, request }, None) = (&verdict, &released) {
-                        let by = self
-                            .run_gate_approvers(drive, (gate, false), &request.digest, &policy)
-                            .await?;
-                        if !by.is_empty() {
-                            released = Some((gate.clone(), request.digest.clone(), by));
-                            continue;
-                        }
-                    }
-                    break (ran, verdict);
-                };
-                let (state, result) = match verdict {
-                    Verdict::Passed => match released {
-                        Some((gate, digest, by)) => {
-                            (HookState::Approved { gate, digest, by }, None)
-                        }
-                        None => (HookState::Passed, None),
-                    },
-                    Verdict::Failed(why) => (
-                        HookState::Failed { why: why.clone() },
-                        Some(HooksResult::Failed(why)),
-                    ),
-                    Verdict::Approvable { gate, digest } => {
-                        let by = self
-                            .run_gate_approvers(drive, (&gate, false), &digest, &policy)
-                            .await?;
-                        if by.is_empty() {
-                            let wait = hook_wait(&call, &gate, &digest, members, false);
-                            let state = HookState::Held {
-                                gate,
-                                digest,
-                                hold: false,
-                            };
-                            (state, Some(HooksResult::Waits(wait)))
-                        } else {
-                            (HookState::Approved { gate, digest, by }, None)
-                        }
-                    }
-                    Verdict::Hold { gate, request } => {
-                        let on: Vec<MemberId> = if request.members.is_empty() {
-                            members.to_vec()
-                        } else {
-                            request.members.clone()
-                        };
-                        let wait = hook_wait(&call, &gate, &request.digest, &on, true);
+                break (ran, verdict);
+            };
+            let (state, result) = match verdict {
+                Verdict::Passed => match released {
+                    Some((gate, digest, by)) => (HookState::Approved { gate, digest, by }, None),
+                    None => (HookState::Passed, None),
+                },
+                Verdict::Failed(why) => (
+                    HookState::Failed { why: why.clone() },
+                    Some(HooksResult::Failed(why)),
+                ),
+                Verdict::Approvable { gate, digest } => {
+                    let by = run_gate_approvers(
+                        (store, forge),
+                        drive,
+                        (&gate, false),
+                        (&digest, &policy),
+                    )
+                    .await?;
+                    if by.is_empty() {
+                        let wait = hook_wait(&call, &gate, &digest, members, false);
                         let state = HookState::Held {
                             gate,
-                            digest: request.digest,
-                            hold: true,
+                            digest,
+                            hold: false,
                         };
                         (state, Some(HooksResult::Waits(wait)))
+                    } else {
+                        (HookState::Approved { gate, digest, by }, None)
                     }
-                };
-                tracing::info!(stage, %moment, hook = %call.name, member = ?call.member, outcome = state.word(), "hook ran");
-                self.record_hook(drive, &call, &shown, &state).await?;
-                hooks::remember(
-                    &mut drive.run.record,
-                    HookRecord {
-                        call,
-                        state,
-                        printed: ran.printed,
-                    },
-                );
-                if let Some(result) = result {
-                    return Ok(result);
                 }
+                Verdict::Hold { gate, request } => {
+                    let on: Vec<MemberId> = if request.members.is_empty() {
+                        members.to_vec()
+                    } else {
+                        request.members.clone()
+                    };
+                    let wait = hook_wait(&call, &gate, &request.digest, &on, true);
+                    let state = HookState::Held {
+                        gate,
+                        digest: request.digest,
+                        hold: true,
+                    };
+                    (state, Some(HooksResult::Waits(wait)))
+                }
+            };
+            tracing::info!(stage, %moment, hook = %call.name, member = ?call.member, outcome = state.word(), "hook ran");
+            record_hook((store, forge), drive, (&call, &shown), &state).await?;
+            hooks::remember(
+                &mut drive.run.record,
+                HookRecord {
+                    call,
+                    state,
+                    printed: ran.printed,
+                },
+            );
+            if let Some(result) = result {
+                return Ok(result);
             }
         }
-        Ok(HooksResult::Passed)
     }
+    Ok(HooksResult::Passed)
+}
 
-    /// Appends the `hook` fact of one call's outcome: at the gate it waits
-    /// at or was approved at, else at the hook's own gate, with the digest
-    /// of what it was shown.
-    async fn record_hook(
-        &self,
-        drive: &Drive,
-        call: &HookCall,
-        shown: &[HookMember],
-        state: &HookState,
-    ) -> Result<()> {
-        let (gate, digest) = match state {
-            HookState::Held { gate, digest, .. } | HookState::Approved { gate, digest, .. } => {
-                (gate.clone(), digest.clone())
-            }
-            HookState::Passed | HookState::Failed { .. } => (
-                GateId::Hook(drive.run.pr, call.name.clone()),
-                hooks::hook_digest(call, shown),
-            ),
-        };
-        let mut data = FactData::in_run(drive.run.id, &drive.run.merge_sha);
-        data.outcome = Some(state.word().to_owned());
-        data.description = Some(format!("{} in stage {}", call.label(), call.stage));
-        data.member = call.member.clone();
-        if let HookState::Failed { why } = state {
-            data.reason = Some(why.clone());
+/// Appends the `hook` fact of one call's outcome: at the gate it waits
+/// at or was approved at, else at the hook's own gate, with the digest
+/// of what it was shown.
+async fn record_hook(
+    (store, forge): (&Store, Forge<'_>),
+    drive: &Drive,
+    (call, shown): (&HookCall, &[HookMember]),
+    state: &HookState,
+) -> Result<()> {
+    let (gate, digest) = match state {
+        HookState::Held { gate, digest, .. } | HookState::Approved { gate, digest, .. } => {
+            (gate.clone(), digest.clone())
         }
-        self.append_own_fact(gate, FactKind::Hook, &digest, data)
-            .await
+        HookState::Passed | HookState::Failed { .. } => (
+            GateId::Hook(drive.run.pr, call.name.clone()),
+            hooks::hook_digest(call, shown),
+        ),
+    };
+    let mut data = FactData::in_run(drive.run.id, &drive.run.merge_sha);
+    data.outcome = Some(state.word().to_owned());
+    data.description = Some(format!("{} in stage {}", call.label(), call.stage));
+    data.member = call.member.clone();
+    if let HookState::Failed { why } = state {
+        data.reason = Some(why.clone());
     }
+    append_own_fact(store, forge, (gate, FactKind::Hook, &digest), data).await
 }
 
 fn hook_wait(
