@@ -12,6 +12,8 @@
 //! sandbox sets resource limits instead (`bwrap.rs`).
 
 use super::profile::{LimitHit, Limits};
+use rustix::fs::{self, Mode, OFlags};
+use rustix::process::{Pid, Signal};
 use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -400,12 +402,11 @@ fn kill_all(dir: &Path) {
     };
     for pid in text
         .lines()
-        .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+        .filter_map(|l| l.trim().parse::<i32>().ok())
+        .filter(|pid| *pid > 0)
+        .filter_map(Pid::from_raw)
     {
-        // SAFETY: kill only sends a signal.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
+        let _ = rustix::process::kill_process(pid, Signal::KILL);
     }
 }
 
@@ -428,18 +429,14 @@ fn try_child(dir: &Path) -> io::Result<()> {
 /// calls (open, write, close).
 pub(crate) fn join_in_child(files: &[CString]) -> io::Result<()> {
     for file in files {
-        // SAFETY: open/write/close on a NUL-terminated path owned by the caller.
-        unsafe {
-            let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-            let error = io::Error::last_os_error();
-            libc::close(fd);
-            if written != 1 {
-                return Err(error);
-            }
+        let fd = fs::openat(
+            fs::CWD,
+            file.as_c_str(),
+            OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        if rustix::io::write(&fd, b"0")? != 1 {
+            return Err(io::Error::last_os_error());
         }
     }
     Ok(())

@@ -4,9 +4,11 @@
 //! read into the report; an inputs file linked to one would be overwritten),
 //! reads only regular files, and reads no more than a cap.
 
+use rustix::fs::{self, AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 use std::ffi::CString;
 use std::io::{self, Read as _, Write as _};
-use std::os::fd::{FromRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
@@ -37,18 +39,12 @@ fn c_name(name: &str) -> io::Result<CString> {
 fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     let path = CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))?;
-    // SAFETY: a valid C string; the returned descriptor is owned below.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(fs::openat(
+        fs::CWD,
+        path.as_c_str(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 fn kind_of(mode: libc::mode_t) -> &'static str {
@@ -95,25 +91,19 @@ pub(crate) fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, Fil
         Err(e) => return Err(e.into()),
     };
     let name = c_name(name)?;
-    // SAFETY: valid descriptor and C string; the result is owned below.
-    let fd = unsafe {
-        libc::openat(
-            std::os::fd::AsRawFd::as_raw_fd(&dir),
-            name.as_ptr(),
-            // Non-blocking: a named pipe put there must not hang the bot.
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENOENT) => FileError::Missing,
-            Some(libc::ELOOP) => FileError::NotRegular("a symbolic link"),
-            _ => e.into(),
-        });
-    }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let fd = fs::openat(
+        &dir,
+        name.as_c_str(),
+        // Non-blocking: a named pipe put there must not hang the bot.
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::NOENT => FileError::Missing,
+        Errno::LOOP => FileError::NotRegular("a symbolic link"),
+        e => io::Error::from(e).into(),
+    })?;
+    let file = std::fs::File::from(fd);
     let meta = file.metadata()?;
     let mode = std::os::unix::fs::MetadataExt::mode(&meta) as libc::mode_t;
     if mode & libc::S_IFMT != libc::S_IFREG {
@@ -137,29 +127,17 @@ pub(crate) fn read_file(dir: &Path, name: &str, cap: u64) -> Result<Vec<u8>, Fil
 pub(crate) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let dir = open_dir(dir)?;
     let name = c_name(name)?;
-    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
-    // SAFETY: valid descriptor and C string.
-    if unsafe { libc::unlinkat(dirfd, name.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ENOENT) {
-            return Err(e);
-        }
+    match fs::unlinkat(&dir, name.as_c_str(), AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
     }
-    // SAFETY: valid descriptor and C string; the result is owned below.
-    let fd = unsafe {
-        libc::openat(
-            dirfd,
-            name.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is owned by nothing else.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(bytes)
+    let fd = fs::openat(
+        &dir,
+        name.as_c_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    std::fs::File::from(fd).write_all(bytes)
 }
 
 #[cfg(test)]
@@ -188,9 +166,15 @@ mod tests {
         let e = read_file(&files, "plan.json", 1000).unwrap_err();
         assert!(matches!(e, FileError::NotRegular("a symbolic link")), "{e}");
 
-        let fifo = CString::new(files.join("pipe.json").as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let fifo = files.join("pipe.json");
+        fs::mknodat(
+            fs::CWD,
+            &fifo,
+            fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let e = read_file(&files, "pipe.json", 1000).unwrap_err();
         assert!(matches!(e, FileError::NotRegular("a named pipe")), "{e}");
 

@@ -8,9 +8,10 @@
 //! own addresses unreachable. Then the command starts.
 
 use super::{spawn, LaunchError};
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -81,7 +82,8 @@ fn unreachable(host: &[IpAddr]) -> (Vec<String>, Vec<String>) {
 fn host_addresses() -> Vec<IpAddr> {
     let mut found = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list`, which is walked read-only and freed once.
+    // SAFETY: getifaddrs fills `list`, which is walked read-only and freed
+    // once. rustix has no getifaddrs.
     unsafe {
         if libc::getifaddrs(&mut list) != 0 {
             return found;
@@ -238,7 +240,9 @@ fn open_namespace(pid: i32) -> Result<OwnedFd, String> {
 /// for the command's uid, and only the outer one may configure the network.
 fn owning_user_namespace(net: &OwnedFd) -> Result<OwnedFd, String> {
     const NS_GET_USERNS: libc::c_ulong = 0xb701;
-    // SAFETY: an ioctl on a namespace descriptor we own; it returns a new descriptor (close-on-exec).
+    // SAFETY: an ioctl on a namespace descriptor we own; it returns a new
+    // descriptor (close-on-exec). rustix has no call for this ioctl, and its
+    // generic one would need an unsafe Ioctl impl on top.
     let fd = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
     if fd < 0 {
         return Err(format!(
@@ -252,8 +256,7 @@ fn owning_user_namespace(net: &OwnedFd) -> Result<OwnedFd, String> {
 
 fn start_pasta(tools: &EgressTools, net: &OwnedFd, userns: &OwnedFd) -> Result<Child, String> {
     let (net, userns) = (net.as_raw_fd(), userns.as_raw_fd());
-    // SAFETY: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
+    let uid = rustix::process::geteuid().as_raw();
     let mut command = Command::new(&tools.pasta);
     command
         .args(["--config-net", "--no-map-gw", "--quiet", "--foreground"])
@@ -335,14 +338,12 @@ async fn ip_batch(
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     // SAFETY: setns is a system call, async-signal-safe; the descriptors stay
-    // open until the child has been started.
+    // open until the child has been started, so they are open in the child.
     unsafe {
         command.pre_exec(move || {
-            if libc::setns(userns, libc::CLONE_NEWUSER) != 0
-                || libc::setns(net, libc::CLONE_NEWNET) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+            let (userns, net) = (BorrowedFd::borrow_raw(userns), BorrowedFd::borrow_raw(net));
+            move_into_link_name_space(userns, Some(LinkNameSpaceType::User))?;
+            move_into_link_name_space(net, Some(LinkNameSpaceType::Network))?;
             Ok(())
         });
     }

@@ -8,7 +8,10 @@
 //! is gone with it; the cache is never written. Nothing is mounted in the
 //! server's own namespace, and the namespaces end with the command.
 
-use std::ffi::CString;
+use rustix::fs::{self, Mode, OFlags};
+use rustix::mount::{self, MountFlags, MountPropagationFlags};
+use rustix::thread::UnshareFlags;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::path::Path;
 
@@ -51,8 +54,8 @@ impl OverlaySpec {
                 ));
             }
         }
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
         let upper = layer.join("upper");
         let work = layer.join("work");
         let size = size.map(|s| format!(",size={s}")).unwrap_or_default();
@@ -79,66 +82,49 @@ impl OverlaySpec {
 /// mounts `spec`'s view there. Called in a forked child before exec: only
 /// async-signal-safe calls (unshare, open, write, close, mount, mkdir).
 pub(crate) fn mount_in_child(spec: &OverlaySpec) -> io::Result<()> {
-    // SAFETY: plain system calls on NUL-terminated strings owned by `spec`.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        write_file(c"/proc/self/setgroups", c"deny")?;
-        write_file(c"/proc/self/uid_map", &spec.uid_map)?;
-        write_file(c"/proc/self/gid_map", &spec.gid_map)?;
-        // Nothing mounted here reaches the server's namespace.
-        check(libc::mount(
-            c"none".as_ptr(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ))?;
-        check(libc::mount(
-            c"tmpfs".as_ptr(),
-            spec.layer.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            spec.layer_options.as_ptr().cast(),
-        ))?;
-        for dir in [&spec.upper, &spec.work] {
-            check(libc::mkdir(dir.as_ptr(), 0o755))?;
-        }
-        check(libc::mount(
-            c"overlay".as_ptr(),
-            spec.target.as_ptr(),
-            c"overlay".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            spec.options.as_ptr().cast(),
-        ))?;
+    // SAFETY: what makes unshare unsafe is FILES (threads that no longer
+    // share descriptors), not asked for here; and this child has one thread.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)? };
+    write_file(c"/proc/self/setgroups", c"deny")?;
+    write_file(c"/proc/self/uid_map", &spec.uid_map)?;
+    write_file(c"/proc/self/gid_map", &spec.gid_map)?;
+    // Nothing mounted here reaches the server's namespace.
+    mount::mount_change(
+        c"/",
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+    )?;
+    mount::mount(
+        c"tmpfs",
+        spec.layer.as_c_str(),
+        c"tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        spec.layer_options.as_c_str(),
+    )?;
+    for dir in [&spec.upper, &spec.work] {
+        fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))?;
     }
+    mount::mount(
+        c"overlay",
+        spec.target.as_c_str(),
+        c"overlay",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        spec.options.as_c_str(),
+    )?;
     Ok(())
 }
 
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Writes `content` to `path`, whole, in one call.
-///
-/// # Safety
-/// Only async-signal-safe calls; `path` and `content` are NUL-terminated.
-unsafe fn write_file(path: &std::ffi::CStr, content: &std::ffi::CStr) -> io::Result<()> {
-    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+/// Writes `content` to `path`, whole, in one call; only async-signal-safe
+/// calls.
+fn write_file(path: &CStr, content: &CStr) -> io::Result<()> {
+    let fd = fs::openat(
+        fs::CWD,
+        path,
+        OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
     let bytes = content.to_bytes();
-    let written = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-    let error = io::Error::last_os_error();
-    libc::close(fd);
-    if written != bytes.len() as isize {
-        return Err(error);
+    if rustix::io::write(&fd, bytes)? != bytes.len() {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

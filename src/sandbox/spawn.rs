@@ -6,8 +6,10 @@
 //! process: a child forked on a pool thread would be killed the moment the
 //! pool retired that thread. So every child is forked on this one thread.
 
+use rustix::io::{Errno, FdFlags};
+use rustix::process::Signal;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use tokio::process::{Child, Command};
@@ -54,7 +56,7 @@ pub(crate) fn spawn_in(
     cgroups: Vec<std::ffi::CString>,
     overlay: Option<super::overlay::OverlaySpec>,
 ) -> io::Result<Child> {
-    let parent = std::process::id() as libc::pid_t;
+    let parent = Some(rustix::process::getpid());
     let inherit = inherit.to_vec();
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (close_range, getrlimit, fcntl, prctl,
@@ -69,23 +71,14 @@ pub(crate) fn spawn_in(
             // supervisor's pipes, sockets, files) reaches the child.
             close_on_exec_from(3);
             for fd in &inherit {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
+                // SAFETY: open in the child, as the caller keeps `inherit`
+                // open until the spawn returns.
+                rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(*fd), FdFlags::empty())?;
             }
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) == -1
-            {
-                return Err(io::Error::last_os_error());
-            }
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The server died between the fork and the prctl: go with it.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            if rustix::process::getppid() != parent {
+                return Err(Errno::SRCH.into());
             }
             Ok(())
         });
@@ -105,7 +98,8 @@ pub(crate) fn spawn_in(
 /// forked child between its stdio set-up and exec; what it must keep is
 /// cleared again afterwards.
 fn close_on_exec_from(first: libc::c_uint) {
-    // SAFETY: close_range only changes descriptor flags (Linux 5.11).
+    // SAFETY: close_range only changes descriptor flags (Linux 5.11); rustix
+    // has no close_range.
     let done = unsafe {
         libc::syscall(
             libc::SYS_close_range,
@@ -122,7 +116,9 @@ fn close_on_exec_from(first: libc::c_uint) {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit fills `limit`; fcntl on a closed descriptor fails harmlessly.
+    // SAFETY: getrlimit fills `limit`; fcntl on a closed descriptor fails
+    // harmlessly. (libc: rustix's fcntl takes only descriptors known open,
+    // and its getrlimit cannot report a failure.)
     unsafe {
         let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
             limit.rlim_cur.min(1 << 20) as libc::c_int
@@ -153,9 +149,13 @@ mod tests {
         .join()
         .unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let pid = child.id().expect("not reaped yet") as libc::pid_t;
-        // SAFETY: signal 0 only checks that the process exists.
-        assert_eq!(unsafe { libc::kill(pid, 0) }, 0, "the child is alive");
+        let pid = child.id().expect("not reaped yet") as i32;
+        let pid = rustix::process::Pid::from_raw(pid).expect("a child's pid");
+        assert_eq!(
+            rustix::process::test_kill_process(pid),
+            Ok(()),
+            "the child is alive"
+        );
         let status = child.wait_with_output().await.unwrap().status;
         assert!(status.success(), "it ran to its end: {status:?}");
     }
@@ -183,8 +183,7 @@ mod tests {
 
         // One open without close-on-exec, as the server may have inherited
         // it from whatever started it, is not passed on either.
-        // SAFETY: fcntl on a descriptor this test owns.
-        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+        rustix::io::fcntl_setfd(&write, rustix::io::FdFlags::empty()).unwrap();
         assert_eq!(probe(vec![]).await.trim(), "closed");
         assert_eq!(probe(vec![fd]).await.trim(), "open");
         drop((read, write));

@@ -14,8 +14,8 @@
 //! cache belongs on a local filesystem.
 
 use anyhow::{bail, Context as _, Result};
+use rustix::fs::FlockOperation;
 use std::fs::File;
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 /// Where the server keeps the cache: in the temp dir, beside the jobs,
@@ -71,7 +71,7 @@ impl TreeCache {
             bail!("`{commit}` is not a commit id the tree cache can name a tree by");
         }
         let lock = self.lock_file(commit)?;
-        flock(&lock, libc::LOCK_SH).context("locking a cached tree")?;
+        flock(&lock, FlockOperation::LockShared).context("locking a cached tree")?;
         let path = self.dir.join(commit);
         if !path.is_dir() {
             let writing = self.dir.join(format!(
@@ -104,10 +104,17 @@ impl TreeCache {
             self.evict(commit);
         }
         // The lock file's time is when the tree was last used.
-        // SAFETY: futimens with NULL sets both times to now on an open descriptor.
-        unsafe {
-            libc::futimens(lock.as_raw_fd(), std::ptr::null());
-        }
+        let now = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        };
+        let _ = rustix::fs::futimens(
+            &lock,
+            &rustix::fs::Timestamps {
+                last_access: now,
+                last_modification: now,
+            },
+        );
         Ok(CachedTree { path, _lock: lock })
     }
 
@@ -154,7 +161,7 @@ impl TreeCache {
             let Ok(lock) = self.lock_file(&commit) else {
                 continue;
             };
-            if flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+            if flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err() {
                 continue;
             }
             let removing = self
@@ -184,8 +191,9 @@ impl TreeCache {
             // a half-written tree whose lock is free is a dead writer's.
             let stale = if let Some(rest) = name.strip_prefix(WRITING) {
                 let commit = rest.split('-').next().unwrap_or_default();
-                self.lock_file(commit)
-                    .is_ok_and(|lock| flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_ok())
+                self.lock_file(commit).is_ok_and(|lock| {
+                    flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok()
+                })
             } else {
                 name.starts_with(REMOVING)
             };
@@ -215,13 +223,8 @@ fn tree_size(dir: &Path) -> u64 {
     total
 }
 
-fn flock(file: &File, how: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: flock on a descriptor this function borrows.
-    if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+fn flock(file: &File, how: FlockOperation) -> std::io::Result<()> {
+    Ok(rustix::fs::flock(file, how)?)
 }
 
 #[cfg(test)]
@@ -302,7 +305,7 @@ mod tests {
         }
         // A writer (of any replica) holds its commit's lock while it writes.
         let writer = std::fs::File::create(dir.path().join(format!("{}.lock", commit(3)))).unwrap();
-        flock(&writer, libc::LOCK_SH).unwrap();
+        flock(&writer, FlockOperation::LockShared).unwrap();
         TreeCache::open(dir.path(), 1 << 20).unwrap();
         assert!(!dead.exists() && !removing.exists());
         assert!(alive.exists(), "a write in progress is left alone");
