@@ -304,8 +304,7 @@ async fn start_sandbox(settings: &Settings) -> anyhow::Result<Sandbox> {
             mechanism: sandbox.limits_mechanism().to_owned(),
         })
         .set(1);
-    // SAFETY: geteuid cannot fail.
-    if !sandbox.is_off() && sandbox.problem().is_none() && unsafe { libc::geteuid() } == 0 {
+    if !sandbox.is_off() && sandbox.problem().is_none() && rustix::process::geteuid().is_root() {
         tracing::warn!(
             "wavegate runs as root: its sandboxed commands are root outside their namespaces, so what the sandbox shows them (the system read-only, their job, the WAVEGATE_SANDBOX_* paths) is no longer guarded by file modes; run wavegate as a user of its own (the container image uses uid 10001)"
         );

@@ -267,7 +267,8 @@ fn main() -> ExitCode {
         // pipe. The server keeps Rust's default: a peer that goes away is
         // an error it handles.
         // SAFETY: restoring a signal's default disposition before any
-        // other thread exists has no preconditions.
+        // other thread exists has no preconditions. (rustix has no safe
+        // call for it.)
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }

@@ -28,7 +28,7 @@ pub(crate) fn server_settings_in_env() -> impl Iterator<Item = std::ffi::OsStrin
 }
 
 /// A git command on `repo`; `credential` (a remote's `Authorization`
-/// header) is inherited by this git alone.
+/// header) is inherited by this git alone, started while `credential` lives.
 pub(crate) fn git(repo: &Path, credential: Option<&Credential>) -> Command {
     let mut command = Command::new("git");
     command
@@ -68,12 +68,12 @@ pub(crate) fn git(repo: &Path, credential: Option<&Credential>) -> Command {
             .env("GIT_CONFIG_KEY_0", "include.path")
             .env("GIT_CONFIG_VALUE_0", format!("/proc/self/fd/{fd}"));
         // SAFETY: fcntl is async-signal-safe; it lets this child (and the
-        // remote helper it starts) keep the descriptor across exec.
+        // remote helper it starts) keep the descriptor across exec. It is
+        // open in the child: the command is started while `credential` lives.
         unsafe {
             command.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
                 Ok(())
             });
         }
@@ -120,8 +120,8 @@ pub(crate) struct Credential {
 
 impl Credential {
     pub(crate) fn new(url: &str, header: &Secret) -> Result<Option<Self>> {
+        use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
         use std::io::Write as _;
-        use std::os::fd::{AsRawFd as _, FromRawFd as _};
         let Some(origin) = origin(url) else {
             return Ok(None);
         };
@@ -133,24 +133,17 @@ impl Credential {
             );
         }
         let config = format!("[http \"{origin}\"]\n\textraHeader = Authorization: {value}\n");
-        let name = c"wavegate-git-credential";
-        // SAFETY: a valid C string; the descriptor is owned below.
-        let fd = unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error())
-                .context("cannot hold the git credential in memory");
-        }
-        // SAFETY: just created, owned by nothing else.
-        let file = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let file = memfd_create(
+            c"wavegate-git-credential",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(std::io::Error::from)
+        .context("cannot hold the git credential in memory")?;
         std::fs::File::from(file.try_clone()?)
             .write_all(config.as_bytes())
             .context("cannot hold the git credential in memory")?;
-        let seals =
-            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        let seals = SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL;
+        let _ = fcntl_add_seals(&file, seals);
         Ok(Some(Self { file }))
     }
 }

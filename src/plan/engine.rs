@@ -1846,8 +1846,8 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
             continue;
         }
         let own = entry.metadata().is_ok_and(|m| {
-            // SAFETY: geteuid cannot fail.
-            std::os::unix::fs::MetadataExt::uid(&m) == unsafe { libc::geteuid() } && m.is_dir()
+            std::os::unix::fs::MetadataExt::uid(&m) == rustix::process::geteuid().as_raw()
+                && m.is_dir()
         });
         if own && std::fs::remove_dir_all(entry.path()).is_ok() {
             removed += 1;

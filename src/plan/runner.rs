@@ -447,11 +447,11 @@ async fn next_heartbeat(heartbeat: &mut Option<tokio::time::Interval>) -> Durati
 }
 
 fn kill_group(group: Option<i32>) {
-    if let Some(pgid) = group.filter(|p| *p > 0) {
-        // SAFETY: kill(2) with a negative pid signals the process group we created; no memory is touched.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+    if let Some(pgid) = group
+        .filter(|p| *p > 0)
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
     }
 }
 
