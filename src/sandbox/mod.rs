@@ -15,10 +15,13 @@
 mod bwrap;
 mod cgroup;
 pub(crate) mod files;
+#[allow(unsafe_code)]
 mod net;
+#[allow(unsafe_code)]
 mod overlay;
 pub(crate) mod process;
 pub mod profile;
+#[allow(unsafe_code)]
 pub(crate) mod spawn;
 pub(crate) mod trees;
 
