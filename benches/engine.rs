@@ -478,10 +478,9 @@ fn bench_big_repository(c: &mut Criterion) {
         started.elapsed().as_secs_f64()
     );
     // Before the tree cache: each job wrote the whole tree for itself.
-    let copying = SandboxSettings::from_lookup(|name| {
-        (name == "WAVEGATE_TREE_CACHE_SIZE").then(|| "off".to_owned())
-    })
-    .unwrap();
+    let mut declared = wavegate::config::vars::ServerVars::from_lookup(|_| None).sandbox;
+    declared.tree_cache_size = "off".to_owned();
+    let copying = SandboxSettings::from_vars(&declared, &|_| None).unwrap();
     let copying = Arc::new(runtime.block_on(Sandbox::probe(copying)));
     let big_copied = plan_options(&dir.path().join("repo-30000"), &copying);
     let mut group = c.benchmark_group("big repository");

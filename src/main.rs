@@ -9,12 +9,13 @@ use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wavegate::config::ledger_key;
-use wavegate::config::settings::{LogFormat, DEFAULT_DATABASE_URL};
+use wavegate::config::settings::LogFormat;
+use wavegate::config::vars::ServerVars;
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
 use wavegate::report;
-use wavegate::sandbox::{Sandbox, SandboxSettings};
+use wavegate::sandbox::{Sandbox, SandboxSettings, SandboxVars};
 use wavegate::store::Store;
 
 #[derive(Parser)]
@@ -273,11 +274,11 @@ fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    // Logging starts before the other settings are read, so that their
-    // errors are logged as asked; this one variable is read first.
-    let log_format = std::env::var("WAVEGATE_LOG_FORMAT").ok();
-    match wavegate::config::settings::log_format(log_format.as_deref()) {
-        Ok(format) => init_logging(format),
+    let vars = ServerVars::from_env();
+    // Logging starts before the other settings are checked, so that their
+    // errors are logged as asked.
+    match wavegate::config::settings::log_format(&vars.log_format) {
+        Ok(format) => init_logging(format, &vars.log),
         Err(e) => return usage_error(&format!("{e:#}")),
     }
     match cli.command {
@@ -294,7 +295,7 @@ fn main() -> ExitCode {
             no_sandbox,
             profiles,
         } => {
-            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref()) {
+            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref(), &vars.sandbox) {
                 Ok(sandbox) => sandbox,
                 Err(e) => return usage_error(&e),
             };
@@ -326,7 +327,7 @@ fn main() -> ExitCode {
             if !local {
                 return usage_error("`wavegate apply` deploys only with --local: changes are applied by the bot after merge, behind their gates; `apply --local` creates a new estate's state from a local checkout");
             }
-            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref()) {
+            let sandbox = match local_sandbox(no_sandbox, profiles.as_deref(), &vars.sandbox) {
                 Ok(sandbox) => sandbox,
                 Err(e) => return usage_error(&e),
             };
@@ -352,14 +353,15 @@ fn main() -> ExitCode {
             profiles.as_deref(),
             (repository.as_deref(), repos_config),
             allow_missing_dirs,
+            &vars,
         ),
         Command::Adapt { tool } => adapt(tool),
         Command::Terraform { command } => terraform(command),
-        Command::Ledger { command } => ledger_command(command),
+        Command::Ledger { command } => ledger_command(command, &vars),
     }
 }
 
-fn ledger_command(command: LedgerCommand) -> ExitCode {
+fn ledger_command(command: LedgerCommand, vars: &ServerVars) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
     let done = runtime.block_on(async {
         match command {
@@ -369,16 +371,19 @@ fn ledger_command(command: LedgerCommand) -> ExitCode {
                         Ok(key) => Ok((key, "--key".to_owned())),
                         Err(e) => return Ok(usage_error(&e)),
                     },
-                    None => server_public_key(),
+                    None => server_public_key(vars),
                 };
-                let store = open_ledger(database).await?;
+                let store = open_ledger(database, vars).await?;
                 verify_ledger(&store, key).await
             }
             LedgerCommand::Key { data_dir, key } => {
                 let path = match (key, data_dir) {
                     (Some(file), _) => file,
                     (None, Some(dir)) => ledger_key::in_data_dir(&dir),
-                    (None, None) => ledger_key::server_key_path(|name| std::env::var(name).ok()),
+                    (None, None) => ledger_key::server_key_path(
+                        vars.ledger_key_file.as_deref(),
+                        &vars.data_dir,
+                    ),
                 };
                 if !path.exists() {
                     return Ok(usage_error(&format!(
@@ -390,7 +395,7 @@ fn ledger_command(command: LedgerCommand) -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             LedgerCommand::Export { repo, database } => {
-                let store = open_ledger(database).await?;
+                let store = open_ledger(database, vars).await?;
                 export_ledger(&store, repo).await?;
                 Ok(ExitCode::SUCCESS)
             }
@@ -402,11 +407,8 @@ fn ledger_command(command: LedgerCommand) -> ExitCode {
     })
 }
 
-async fn open_ledger(database: Option<String>) -> anyhow::Result<Store> {
-    let url = database
-        .or_else(|| std::env::var("WAVEGATE_DATABASE_URL").ok())
-        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-    Store::open_existing(&url).await
+async fn open_ledger(database: Option<String>, vars: &ServerVars) -> anyhow::Result<Store> {
+    Store::open_existing(database.as_deref().unwrap_or(&vars.database_url)).await
 }
 
 /// `--key`: the public key's text, or a file holding it.
@@ -424,8 +426,8 @@ fn public_key_given(given: &str) -> Result<ledger::PublicKey, String> {
 
 /// The server's public key, when its key file is readable here, and where
 /// it came from; else why signatures cannot be checked.
-fn server_public_key() -> Result<(ledger::PublicKey, String), String> {
-    let path = ledger_key::server_key_path(|name| std::env::var(name).ok());
+fn server_public_key(vars: &ServerVars) -> Result<(ledger::PublicKey, String), String> {
+    let path = ledger_key::server_key_path(vars.ledger_key_file.as_deref(), &vars.data_dir);
     match ledger_key::public_of(&path) {
         Ok(key) => Ok((key, path.display().to_string())),
         Err(_) if !path.exists() => Err(format!("no ledger key at {}", path.display())),
@@ -613,20 +615,18 @@ async fn shutdown_signal() {
     }
 }
 
-/// The server's sandbox settings as this process's environment says them,
-/// with `profiles` standing for `WAVEGATE_PROFILES` when given.
-fn sandbox_settings(profiles: Option<&std::path::Path>) -> Result<SandboxSettings, String> {
-    let profiles = profiles.map(|p| {
-        std::path::absolute(p)
-            .unwrap_or_else(|_| p.to_owned())
-            .display()
-            .to_string()
-    });
-    SandboxSettings::from_lookup(|name| match (name, &profiles) {
-        ("WAVEGATE_PROFILES", Some(file)) => Some(file.clone()),
-        _ => std::env::var(name).ok(),
-    })
-    .map_err(|e| format!("{e:#}"))
+/// The server's sandbox settings as this process's environment declares
+/// them, with `profiles` standing for `WAVEGATE_PROFILES` when given.
+fn sandbox_settings(
+    profiles: Option<&std::path::Path>,
+    declared: &SandboxVars,
+) -> Result<SandboxSettings, String> {
+    let mut declared = declared.clone();
+    if let Some(p) = profiles {
+        declared.profiles = Some(std::path::absolute(p).unwrap_or_else(|_| p.to_owned()));
+    }
+    SandboxSettings::from_vars(&declared, &|name| std::env::var(name).ok())
+        .map_err(|e| format!("{e:#}"))
 }
 
 /// The sandbox `wavegate plan` runs commands in: the bot's, with the same
@@ -634,11 +634,12 @@ fn sandbox_settings(profiles: Option<&std::path::Path>) -> Result<SandboxSetting
 fn local_sandbox(
     no_sandbox: bool,
     profiles: Option<&std::path::Path>,
+    declared: &SandboxVars,
 ) -> Result<std::sync::Arc<Sandbox>, String> {
     if no_sandbox {
         return Ok(std::sync::Arc::new(Sandbox::off()));
     }
-    let settings = sandbox_settings(profiles)?;
+    let settings = sandbox_settings(profiles, declared)?;
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
     let sandbox = runtime.block_on(Sandbox::probe(settings));
     match sandbox.problem() {
@@ -715,10 +716,10 @@ fn config_check(
     profiles: Option<&std::path::Path>,
     (repository, repos_config): (Option<&str>, Option<PathBuf>),
     allow_missing_dirs: bool,
+    vars: &ServerVars,
 ) -> ExitCode {
     let asked = repos_config.is_some();
-    let repos_config =
-        repos_config.or_else(|| std::env::var_os("WAVEGATE_REPOS_CONFIG").map(PathBuf::from));
+    let repos_config = repos_config.or_else(|| vars.repos_config.clone());
     let imposed = match (&repos_config, repository) {
         (None, _) => Default::default(),
         (Some(file), None) if !asked => {
@@ -741,7 +742,7 @@ fn config_check(
             ))
         }
     };
-    let settings = match sandbox_settings(profiles) {
+    let settings = match sandbox_settings(profiles, &vars.sandbox) {
         Ok(settings) => settings,
         Err(e) => return usage_error(&e),
     };
@@ -906,9 +907,9 @@ fn usage_error(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WAVEGATE_LOG")
-        .unwrap_or_else(|_| "info".into());
+/// `filter` is `WAVEGATE_LOG`'s; one that does not parse logs at `info`.
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
     let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

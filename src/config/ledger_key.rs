@@ -76,20 +76,10 @@ pub fn public_of(path: &Path) -> Result<PublicKey> {
     Ok(key.public())
 }
 
-/// Where the server's key is, as the server would find it through `get`
-/// (the environment): `WAVEGATE_LEDGER_KEY_FILE`, else the data dir's.
-pub fn server_key_path(get: impl Fn(&str) -> Option<String>) -> PathBuf {
-    let var = |name: &str| {
-        get(name)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    match var(VAR) {
-        Some(path) => PathBuf::from(path),
-        None => in_data_dir(Path::new(
-            &var("WAVEGATE_DATA_DIR").unwrap_or_else(|| super::settings::DEFAULT_DATA_DIR.into()),
-        )),
-    }
+/// Where the server's key is: the file `WAVEGATE_LEDGER_KEY_FILE` names,
+/// else the one in `WAVEGATE_DATA_DIR`.
+pub fn server_key_path(key_file: Option<&Path>, data_dir: &Path) -> PathBuf {
+    key_file.map_or_else(|| in_data_dir(data_dir), Path::to_owned)
 }
 
 /// Creates `dir` (0700) or makes it 0700 when others could enter it.
@@ -267,28 +257,26 @@ mod tests {
 
     #[test]
     fn the_server_key_path_follows_the_variable_then_the_data_dir() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
+        let path = |pairs: &[(&str, &str)]| {
+            let vars = crate::config::vars::ServerVars::from_lookup(|name| {
                 pairs
                     .iter()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| v.to_string())
-            }
+            });
+            server_key_path(vars.ledger_key_file.as_deref(), &vars.data_dir)
         };
         assert_eq!(
-            server_key_path(env(&[
+            path(&[
                 (VAR, "/run/secrets/ledger.pem"),
                 ("WAVEGATE_DATA_DIR", "/d")
-            ])),
+            ]),
             PathBuf::from("/run/secrets/ledger.pem")
         );
         assert_eq!(
-            server_key_path(env(&[(VAR, " "), ("WAVEGATE_DATA_DIR", "/d")])),
+            path(&[(VAR, " "), ("WAVEGATE_DATA_DIR", "/d")]),
             PathBuf::from("/d/ledger/key.pem")
         );
-        assert_eq!(
-            server_key_path(env(&[])),
-            PathBuf::from("wavegate-data/ledger/key.pem")
-        );
+        assert_eq!(path(&[]), PathBuf::from("wavegate-data/ledger/key.pem"));
     }
 }

@@ -1,5 +1,5 @@
 //! Configuration: the repository's `wavegate.toml`, the server's settings
-//! and its ledger key.
+//! (declared in `vars`, checked in `settings`) and its ledger key.
 
 pub(crate) mod base;
 pub(crate) mod cost;
@@ -14,6 +14,7 @@ pub(crate) mod quiet;
 pub mod repo;
 pub mod settings;
 pub mod terraform;
+pub mod vars;
 
 pub(crate) use base::BaseRules;
 pub use repo::{ConfigError, RepoConfig, CONFIG_FILE};

@@ -1,6 +1,8 @@
-//! Server settings, from `WAVEGATE_*` environment variables. Every variable is
-//! named in its error, and secrets never appear in `Debug` output or logs.
+//! Server settings, checked: what the `WAVEGATE_*` variables declared in
+//! `config::vars` say, and the notify targets read by prefix. Every variable
+//! is named in its error, and secrets never appear in `Debug` output or logs.
 
+use super::vars::ServerVars;
 use anyhow::{bail, Context, Result};
 use secrecy::{ExposeSecret, SecretString};
 use std::fmt;
@@ -77,7 +79,7 @@ fn notify_targets(
 ) -> Result<std::collections::BTreeMap<String, NotifyTarget>> {
     let mut targets = std::collections::BTreeMap::new();
     for name in vars.keys() {
-        let Some(rest) = name.strip_prefix("WAVEGATE_NOTIFY_") else {
+        let Some(rest) = name.strip_prefix(super::vars::NOTIFY_PREFIX) else {
             continue;
         };
         let Some(target) = ["_URL", "_KEY", "_FORMAT"]
@@ -184,47 +186,34 @@ pub enum LogFormat {
     Json,
 }
 
-/// Reads `WAVEGATE_LOG_FORMAT` (unset or empty: text). `main` calls this
-/// before anything else is read, since logging starts first.
-pub fn log_format(value: Option<&str>) -> Result<LogFormat> {
-    match value.map(str::trim).filter(|v| !v.is_empty()) {
-        None => Ok(LogFormat::Text),
-        Some(v) if v.eq_ignore_ascii_case("text") => Ok(LogFormat::Text),
-        Some(v) if v.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
-        Some(other) => bail!(
+/// Reads `WAVEGATE_LOG_FORMAT`. `main` calls this before anything else is
+/// checked, since logging starts first.
+pub fn log_format(value: &str) -> Result<LogFormat> {
+    match value.trim() {
+        v if v.eq_ignore_ascii_case("text") => Ok(LogFormat::Text),
+        v if v.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
+        other => bail!(
             "WAVEGATE_LOG_FORMAT=`{other}` is not a log format; use `text` (the default) or `json`"
         ),
     }
 }
 
-/// How often reconciliation sweeps unless `WAVEGATE_RECONCILE_EVERY` says otherwise.
-const DEFAULT_RECONCILE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// Reads `WAVEGATE_RECONCILE_EVERY` (trimmed; unset: every 5 minutes): a
-/// duration of a second or more, or `off` (or `0`) for no reconciliation at
-/// all, at start included.
-fn reconcile_every(value: Option<&str>) -> Result<Option<std::time::Duration>> {
-    match value {
-        None => Ok(Some(DEFAULT_RECONCILE_EVERY)),
-        Some(v) if v.eq_ignore_ascii_case("off") || v == "0" => Ok(None),
-        Some(text) => crate::config::repo::parse_duration(text)
-            .ok()
-            .filter(|d| d.as_secs() >= 1)
-            .map(Some)
-            .with_context(|| format!("WAVEGATE_RECONCILE_EVERY=`{text}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile")),
+/// Reads `WAVEGATE_RECONCILE_EVERY`: a duration of a second or more, or
+/// `off` (or `0`) for no reconciliation at all, at start included.
+fn reconcile_every(text: &str) -> Result<Option<std::time::Duration>> {
+    if text.eq_ignore_ascii_case("off") || text == "0" {
+        return Ok(None);
     }
+    crate::config::repo::parse_duration(text)
+        .ok()
+        .filter(|d| d.as_secs() >= 1)
+        .map(Some)
+        .with_context(|| format!("WAVEGATE_RECONCILE_EVERY=`{text}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile"))
 }
 
-/// Default share of each forge budget a sweep may spend
-/// (`WAVEGATE_RECONCILE_BUDGET`); the rest is kept for jobs.
-pub(crate) const DEFAULT_BUDGET_SHARE: f64 = 0.5;
-
-/// Reads `WAVEGATE_RECONCILE_BUDGET` (unset: 50%): a percentage from 1 to
-/// 100, with or without its `%`.
-fn reconcile_budget(value: Option<&str>) -> Result<f64> {
-    let Some(text) = value else {
-        return Ok(DEFAULT_BUDGET_SHARE);
-    };
+/// Reads `WAVEGATE_RECONCILE_BUDGET`: a percentage from 1 to 100, with or
+/// without its `%`.
+fn reconcile_budget(text: &str) -> Result<f64> {
     text.trim_end_matches('%')
         .trim()
         .parse::<f64>()
@@ -240,10 +229,7 @@ pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_sec
 /// `WAVEGATE_HEARTBEAT`: how long a quiet plan or apply command runs before
 /// the log says "still running after Ns" (and again each time after);
 /// `0` turns it off.
-fn heartbeat(text: Option<&str>) -> Result<Option<std::time::Duration>> {
-    let Some(text) = text else {
-        return Ok(Some(DEFAULT_HEARTBEAT));
-    };
+fn heartbeat(text: &str) -> Result<Option<std::time::Duration>> {
     if text == "0" {
         return Ok(None);
     }
@@ -253,13 +239,6 @@ fn heartbeat(text: Option<&str>) -> Result<Option<std::time::Duration>> {
         .map(Some)
         .with_context(|| format!("WAVEGATE_HEARTBEAT=`{text}` is not a duration of a second or more; write it like `30s` or `2m`, or `0` for no heartbeat"))
 }
-
-const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Where the bot keeps its mirrors and its ledger key unless `WAVEGATE_DATA_DIR` says otherwise.
-pub(crate) const DEFAULT_DATA_DIR: &str = "wavegate-data";
-/// Where the bot keeps its database unless `WAVEGATE_DATABASE_URL` says otherwise.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://wavegate.db";
-const DEFAULT_GITHUB_API: &str = "https://api.github.com";
 
 impl Settings {
     pub fn from_env() -> Result<Self> {
@@ -279,37 +258,39 @@ impl Settings {
 
     /// Reads settings through `get` (the environment, or a map in tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let var = |name: &str| {
-            get(name)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let listen_text = var("WAVEGATE_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_text
-            .parse()
-            .with_context(|| format!("WAVEGATE_LISTEN=`{listen_text}` is not an address; use host:port, e.g. 127.0.0.1:8080"))?;
-        let data_dir =
-            PathBuf::from(var("WAVEGATE_DATA_DIR").unwrap_or_else(|| DEFAULT_DATA_DIR.into()));
-        let github = match (var("WAVEGATE_GITHUB_APP_ID"), get("WAVEGATE_GITHUB_PRIVATE_KEY").filter(|k| !k.trim().is_empty())) {
+        Self::check(&ServerVars::from_lookup(&get), &get)
+    }
+
+    /// The settings `vars` declare, checked; `env` is the environment the
+    /// profiles file's `from_env` secrets are read from.
+    fn check(vars: &ServerVars, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let listen = vars.listen.parse().with_context(|| {
+            format!(
+                "WAVEGATE_LISTEN=`{}` is not an address; use host:port, e.g. 127.0.0.1:8080",
+                vars.listen
+            )
+        })?;
+        let github = match (&vars.github_app_id, &vars.github_private_key) {
             (Some(id), Some(key)) => Some(GitHubSettings {
                 app_id: id.parse().with_context(|| format!("WAVEGATE_GITHUB_APP_ID=`{id}` is not a number; use the App ID from the App's settings page"))?,
-                private_key: Secret::new(read_pem(&key)?),
-                private_key_file: (!key.contains("-----BEGIN")).then(|| PathBuf::from(key.trim())),
+                private_key: Secret::new(read_pem(key.expose())?),
+                private_key_file: (!key.expose().contains("-----BEGIN")).then(|| PathBuf::from(key.expose())),
             }),
             (None, None) => None,
             (Some(_), None) => bail!("WAVEGATE_GITHUB_APP_ID is set but WAVEGATE_GITHUB_PRIVATE_KEY is not; set it to the App's private key (PEM text or a path to the .pem file)"),
             (None, Some(_)) => bail!("WAVEGATE_GITHUB_PRIVATE_KEY is set but WAVEGATE_GITHUB_APP_ID is not; set it to the App ID from the App's settings page"),
         };
-        let forgejo = match (var("WAVEGATE_FORGEJO_URL"), var("WAVEGATE_FORGEJO_TOKEN")) {
-            (Some(url), Some(token)) => Some(ForgejoSettings { url: url.trim_end_matches('/').to_owned(), token: Secret::new(token) }),
+        let forgejo = match (&vars.forgejo_url, &vars.forgejo_token) {
+            (Some(url), Some(token)) => Some(ForgejoSettings { url: url.trim_end_matches('/').to_owned(), token: token.clone() }),
             (None, None) => None,
             (Some(_), None) => bail!("WAVEGATE_FORGEJO_URL is set but WAVEGATE_FORGEJO_TOKEN is not; create an access token for the bot user (scopes: repository, issue) and set it"),
             (None, Some(_)) => bail!("WAVEGATE_FORGEJO_TOKEN is set but WAVEGATE_FORGEJO_URL is not; set it to the instance root, e.g. https://codeberg.org"),
         };
-        let secrets = |name: &str| -> Vec<Secret> {
-            var(name)
+        let secrets = |list: &Option<Secret>| -> Vec<Secret> {
+            list.as_ref()
                 .map(|v| {
-                    v.split(',')
+                    v.expose()
+                        .split(',')
                         .map(str::trim)
                         .filter(|s| !s.is_empty())
                         .map(Secret::new)
@@ -317,61 +298,56 @@ impl Settings {
                 })
                 .unwrap_or_default()
         };
-        let workers = match var("WAVEGATE_WORKERS") {
-            Some(n) => n
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .with_context(|| format!("WAVEGATE_WORKERS=`{n}` is not a positive number"))?,
-            None => 2,
-        };
-        let job_lease = match var("WAVEGATE_JOB_LEASE") {
-            Some(text) => crate::config::repo::parse_duration(&text)
-                .ok()
-                .filter(|d| d.as_secs() >= 1)
-                .with_context(|| format!("WAVEGATE_JOB_LEASE=`{text}` is not a duration of a second or more; write it like `90s` or `5m`"))?,
-            None => std::time::Duration::from_secs(300),
-        };
-        let reconcile_every = reconcile_every(var("WAVEGATE_RECONCILE_EVERY").as_deref())?;
-        let reconcile_budget = reconcile_budget(var("WAVEGATE_RECONCILE_BUDGET").as_deref())?;
+        let workers = vars
+            .workers
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .with_context(|| {
+                format!(
+                    "WAVEGATE_WORKERS=`{}` is not a positive number",
+                    vars.workers
+                )
+            })?;
+        let job_lease = crate::config::repo::parse_duration(&vars.job_lease)
+            .ok()
+            .filter(|d| d.as_secs() >= 1)
+            .with_context(|| format!("WAVEGATE_JOB_LEASE=`{}` is not a duration of a second or more; write it like `90s` or `5m`", vars.job_lease))?;
+        let reconcile_every = reconcile_every(&vars.reconcile_every)?;
+        let reconcile_budget = reconcile_budget(&vars.reconcile_budget)?;
         // Read by main before logging starts; checked here so a bad value fails the start.
-        log_format(get("WAVEGATE_LOG_FORMAT").as_deref())?;
-        let sandbox = crate::sandbox::SandboxSettings::from_lookup(&get)?;
-        let held_retry = match var("WAVEGATE_HELD_RETRY") {
-            Some(text) => crate::config::repo::parse_duration(&text)
-                .ok()
-                .filter(|d| d.as_secs() >= 1)
-                .with_context(|| format!("WAVEGATE_HELD_RETRY=`{text}` is not a duration of a second or more; write it like `30s` or `2m`"))?,
-            None => HELD_RETRY,
-        };
-        let heartbeat = heartbeat(var("WAVEGATE_HEARTBEAT").as_deref())?;
-        let ledger_key = match var("WAVEGATE_LEDGER_KEY_FILE") {
+        log_format(&vars.log_format)?;
+        let sandbox = crate::sandbox::SandboxSettings::from_vars(&vars.sandbox, env)?;
+        let held_retry = crate::config::repo::parse_duration(&vars.held_retry)
+            .ok()
+            .filter(|d| d.as_secs() >= 1)
+            .with_context(|| format!("WAVEGATE_HELD_RETRY=`{}` is not a duration of a second or more; write it like `30s` or `2m`", vars.held_retry))?;
+        let heartbeat = heartbeat(&vars.heartbeat)?;
+        let ledger_key = match &vars.ledger_key_file {
             Some(path) => {
-                let path = PathBuf::from(path);
-                let key = super::ledger_key::read_named(&path)?;
-                Some((path, std::sync::Arc::new(key)))
+                let key = super::ledger_key::read_named(path)?;
+                Some((path.clone(), std::sync::Arc::new(key)))
             }
             None => None,
         };
-        let operator = match var("WAVEGATE_REPOS_CONFIG") {
-            Some(path) => super::operator::OperatorConfig::read(std::path::Path::new(&path))?,
+        let operator = match &vars.repos_config {
+            Some(path) => super::operator::OperatorConfig::read(path)?,
             None => Default::default(),
         };
         Ok(Self {
             operator: std::sync::Arc::new(operator),
             listen,
-            database_url: var("WAVEGATE_DATABASE_URL")
-                .unwrap_or_else(|| DEFAULT_DATABASE_URL.into()),
-            data_dir,
-            github_api_url: var("WAVEGATE_GITHUB_API_URL")
-                .unwrap_or_else(|| DEFAULT_GITHUB_API.into())
-                .trim_end_matches('/')
-                .to_owned(),
+            database_url: vars.database_url.clone(),
+            data_dir: vars.data_dir.clone(),
+            github_api_url: vars.github_api_url.trim_end_matches('/').to_owned(),
             github,
-            github_webhook_secrets: secrets("WAVEGATE_GITHUB_WEBHOOK_SECRET"),
+            github_webhook_secrets: secrets(&vars.github_webhook_secret),
             forgejo,
-            forgejo_webhook_secrets: secrets("WAVEGATE_FORGEJO_WEBHOOK_SECRET"),
-            public_url: var("WAVEGATE_PUBLIC_URL").map(|u| u.trim_end_matches('/').to_owned()),
+            forgejo_webhook_secrets: secrets(&vars.forgejo_webhook_secret),
+            public_url: vars
+                .public_url
+                .as_ref()
+                .map(|u| u.trim_end_matches('/').to_owned()),
             workers,
             job_lease,
             reconcile_every,
@@ -385,63 +361,17 @@ impl Settings {
     }
 }
 
-/// Every `WAVEGATE_*` variable the server reads; any other is a typo or a leftover.
-pub(crate) const KNOWN_VARIABLES: &[&str] = &[
-    "WAVEGATE_DATABASE_URL",
-    "WAVEGATE_DATA_DIR",
-    "WAVEGATE_FORGEJO_TOKEN",
-    "WAVEGATE_FORGEJO_URL",
-    "WAVEGATE_FORGEJO_WEBHOOK_SECRET",
-    "WAVEGATE_GITHUB_API_URL",
-    "WAVEGATE_GITHUB_APP_ID",
-    "WAVEGATE_GITHUB_PRIVATE_KEY",
-    "WAVEGATE_GITHUB_WEBHOOK_SECRET",
-    "WAVEGATE_HEARTBEAT",
-    "WAVEGATE_HELD_RETRY",
-    "WAVEGATE_JOB_LEASE",
-    "WAVEGATE_LEDGER_KEY_FILE",
-    "WAVEGATE_LISTEN",
-    "WAVEGATE_LOG",
-    "WAVEGATE_LOG_FORMAT",
-    "WAVEGATE_PUBLIC_URL",
-    "WAVEGATE_RECONCILE_BUDGET",
-    "WAVEGATE_RECONCILE_EVERY",
-    "WAVEGATE_PROFILES",
-    "WAVEGATE_REPOS_CONFIG",
-    "WAVEGATE_SANDBOX",
-    "WAVEGATE_SANDBOX_APPLY_WRITE",
-    "WAVEGATE_SANDBOX_CGROUPS",
-    "WAVEGATE_SANDBOX_NETWORK",
-    "WAVEGATE_SANDBOX_READ",
-    "WAVEGATE_TREE_CACHE_SIZE",
-    "WAVEGATE_WORKERS",
-];
-
 impl Settings {
     /// What a server starting with these settings warns about before it
     /// serves, given the names of the variables in its environment:
     /// `WAVEGATE_*` names it does not read (with the nearest one it does),
     /// and a configured forge without a webhook secret.
     pub(crate) fn start_warnings(&self, names: impl IntoIterator<Item = String>) -> Vec<String> {
-        let mut warnings: Vec<String> = names
+        let mut warnings: Vec<String> = super::vars::unknown(names)
             .into_iter()
-            // The test suite's own variables (`…_TEST_…`) are not the server's.
-            .filter(|n| {
-                n.strip_prefix("WAVEGATE_")
-                    .is_some_and(|rest| !rest.starts_with("TEST_"))
-            })
-            .filter(|n| !KNOWN_VARIABLES.contains(&n.as_str()))
-            // Notify targets are read by pattern; a wrong one fails the start.
-            .filter(|n| !n.starts_with("WAVEGATE_NOTIFY_"))
-            .map(|name| {
-                let nearest = KNOWN_VARIABLES
-                    .iter()
-                    .min_by_key(|known| strsim::levenshtein(known, &name))
-                    .filter(|known| strsim::levenshtein(known, &name) <= 4);
-                match nearest {
-                    Some(known) => format!("{name} is not a setting wavegate reads, so it is ignored; did you mean {known}?"),
-                    None => format!("{name} is not a setting wavegate reads, so it is ignored; the settings are listed in docs/configuration.md"),
-                }
+            .map(|(name, nearest)| match nearest {
+                Some(known) => format!("{name} is not a setting wavegate reads, so it is ignored; did you mean {known}?"),
+                None => format!("{name} is not a setting wavegate reads, so it is ignored; the settings are listed in docs/configuration.md"),
             })
             .collect();
         warnings.sort();
@@ -664,10 +594,9 @@ mod tests {
     #[test]
     fn the_log_format_is_text_unless_json_is_asked_for() {
         assert!(settings(&[("WAVEGATE_LOG_FORMAT", " JSON ")]).is_ok());
-        assert_eq!(log_format(Some(" JSON ")).unwrap(), LogFormat::Json);
-        assert_eq!(log_format(Some("text")).unwrap(), LogFormat::Text);
-        assert_eq!(log_format(Some("")).unwrap(), LogFormat::Text);
-        assert_eq!(log_format(None).unwrap(), LogFormat::Text);
+        assert!(settings(&[("WAVEGATE_LOG_FORMAT", " ")]).is_ok());
+        assert_eq!(log_format(" JSON ").unwrap(), LogFormat::Json);
+        assert_eq!(log_format("text").unwrap(), LogFormat::Text);
         let e = settings(&[("WAVEGATE_LOG_FORMAT", "logfmt")])
             .unwrap_err()
             .to_string();

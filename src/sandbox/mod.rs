@@ -80,7 +80,8 @@ pub struct SandboxSettings {
     pub(crate) tree_cache: Option<u64>,
 }
 
-/// What the tree cache keeps unless told otherwise.
+/// What the tree cache keeps unless told otherwise: the `5GiB`
+/// `WAVEGATE_TREE_CACHE_SIZE` declares (the tests hold the two together).
 const DEFAULT_TREE_CACHE: u64 = 5 << 30;
 
 impl Default for SandboxSettings {
@@ -94,22 +95,71 @@ impl Default for SandboxSettings {
     }
 }
 
+/// The sandbox's settings as the operator declares them, one field a
+/// variable, before they are checked; the server's own declaration
+/// (`config::vars`) takes them in, so they are read, listed and known to
+/// the start-up warning with the rest.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SandboxVars {
+    /// `bwrap` (bubblewrap), or `none`: commands run unsandboxed, as the
+    /// server's user (a warning at start and in every report's footer).
+    #[arg(
+        long,
+        env = "WAVEGATE_SANDBOX",
+        value_name = "MODE",
+        default_value = "bwrap"
+    )]
+    pub sandbox: String,
+    /// The operator's execution profiles file, an absolute path: what each
+    /// profile's commands see and use.
+    #[arg(long, env = "WAVEGATE_PROFILES", value_name = "FILE")]
+    pub profiles: Option<PathBuf>,
+    /// The `default` profile's `read` (unless the profiles file defines
+    /// `[profile.default]`): host paths bound read-only into every command,
+    /// `:`-separated.
+    #[arg(long, env = "WAVEGATE_SANDBOX_READ", value_name = "PATHS")]
+    pub sandbox_read: Option<String>,
+    /// The `default` profile's `state` (likewise): host paths bound
+    /// read-write into apply commands and read-only into the others,
+    /// `:`-separated.
+    #[arg(long, env = "WAVEGATE_SANDBOX_APPLY_WRITE", value_name = "PATHS")]
+    pub sandbox_apply_write: Option<String>,
+    /// The `default` profile's `network` (likewise): `none` (unset: the
+    /// sandbox's own loopback only), `egress` (outbound only) or `host`.
+    #[arg(long, env = "WAVEGATE_SANDBOX_NETWORK", value_name = "NETWORK")]
+    pub sandbox_network: Option<String>,
+    /// `auto`: profiles' memory and process limits are held by cgroups
+    /// where the server may make them, else by rlimits; `off`: rlimits only.
+    #[arg(
+        long,
+        env = "WAVEGATE_SANDBOX_CGROUPS",
+        value_name = "MODE",
+        default_value = "auto"
+    )]
+    pub sandbox_cgroups: String,
+    /// How much of commits' trees the shared tree cache keeps (`5GiB`,
+    /// `512MiB`, `10GB`), or `off` to copy each job's tree.
+    #[arg(
+        long,
+        env = "WAVEGATE_TREE_CACHE_SIZE",
+        value_name = "SIZE",
+        default_value = "5GiB"
+    )]
+    pub tree_cache_size: String,
+}
+
 impl SandboxSettings {
-    /// Reads the `WAVEGATE_SANDBOX*` variables through `get`.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let var = |name: &str| {
-            get(name)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let mode = match var("WAVEGATE_SANDBOX").map(|v| v.to_ascii_lowercase()).as_deref() {
-            None | Some("bwrap") => Mode::Bwrap,
-            Some("none") => Mode::None,
-            Some(other) => bail!(
+    /// Checks the settings `vars` declare. `env` is the server's
+    /// environment, where the profiles file's `from_env` secrets are read.
+    pub fn from_vars(vars: &SandboxVars, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let mode = match vars.sandbox.to_ascii_lowercase().as_str() {
+            "bwrap" => Mode::Bwrap,
+            "none" => Mode::None,
+            other => bail!(
                 "WAVEGATE_SANDBOX=`{other}` is not a sandbox; use `bwrap` (the default: bubblewrap) or `none` (commands run unsandboxed, as the server's user)"
             ),
         };
-        let network = match var("WAVEGATE_SANDBOX_NETWORK").map(|v| v.to_ascii_lowercase()).as_deref() {
+        let network = match vars.sandbox_network.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None | Some("none") => Network::None,
             Some("egress") => Network::Egress,
             Some("host") => Network::Host,
@@ -117,8 +167,8 @@ impl SandboxSettings {
                 "WAVEGATE_SANDBOX_NETWORK=`{other}` is not a network; use `none` (the default: no network), `egress` (outbound only, e.g. for Terraform providers) or `host` (the host's network, its loopback services included)"
             ),
         };
-        let paths = |name: &str| -> Result<Vec<PathBuf>> {
-            let Some(list) = var(name) else {
+        let paths = |name: &str, list: &Option<String>| -> Result<Vec<PathBuf>> {
+            let Some(list) = list else {
                 return Ok(Vec::new());
             };
             list.split(':')
@@ -136,34 +186,30 @@ impl SandboxSettings {
                 })
                 .collect()
         };
-        let read = paths("WAVEGATE_SANDBOX_READ")?;
-        let apply_write = paths("WAVEGATE_SANDBOX_APPLY_WRITE")?;
-        let settings_given = !read.is_empty()
-            || !apply_write.is_empty()
-            || var("WAVEGATE_SANDBOX_NETWORK").is_some();
+        let read = paths("WAVEGATE_SANDBOX_READ", &vars.sandbox_read)?;
+        let apply_write = paths("WAVEGATE_SANDBOX_APPLY_WRITE", &vars.sandbox_apply_write)?;
+        let settings_given =
+            !read.is_empty() || !apply_write.is_empty() || vars.sandbox_network.is_some();
         let default = Profile::from_sandbox_settings(read, apply_write, network);
-        let profiles = match var("WAVEGATE_PROFILES") {
-            Some(file) => {
-                let path = PathBuf::from(&file);
+        let profiles = match &vars.profiles {
+            Some(path) => {
                 if !path.is_absolute() {
-                    bail!("WAVEGATE_PROFILES: `{file}` is not an absolute path; name the operator's profiles file from `/`, e.g. /etc/wavegate/profiles.toml");
+                    bail!("WAVEGATE_PROFILES: `{}` is not an absolute path; name the operator's profiles file from `/`, e.g. /etc/wavegate/profiles.toml", path.display());
                 }
-                let lookup = |name: &str| get(name);
-                Profiles::load(&path, &lookup, default, settings_given)?
+                Profiles::load(path, env, default, settings_given)?
             }
             None => Profiles::only(default),
         };
-        let cgroups = match var("WAVEGATE_SANDBOX_CGROUPS").map(|v| v.to_ascii_lowercase()).as_deref() {
-            None | Some("auto") => true,
-            Some("off") => false,
-            Some(other) => bail!(
+        let cgroups = match vars.sandbox_cgroups.to_ascii_lowercase().as_str() {
+            "auto" => true,
+            "off" => false,
+            other => bail!(
                 "WAVEGATE_SANDBOX_CGROUPS=`{other}` is not a setting; use `auto` (the default: cgroups hold memory and process limits where the server may make them) or `off` (resource limits alone)"
             ),
         };
-        let tree_cache = match var("WAVEGATE_TREE_CACHE_SIZE").as_deref() {
-            None => Some(DEFAULT_TREE_CACHE),
-            Some("off") => None,
-            Some(size) => Some(profile::parse_bytes(size).map_err(|why| {
+        let tree_cache = match vars.tree_cache_size.as_str() {
+            "off" => None,
+            size => Some(profile::parse_bytes(size).map_err(|why| {
                 anyhow::anyhow!("WAVEGATE_TREE_CACHE_SIZE: {why}, or `off` to copy each job's tree")
             })?),
         };

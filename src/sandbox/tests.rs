@@ -9,7 +9,9 @@ fn settings(vars: &[(&str, &str)]) -> Result<SandboxSettings> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    SandboxSettings::from_lookup(|name| map.get(name).cloned())
+    let get = |name: &str| map.get(name).cloned();
+    let declared = crate::config::vars::ServerVars::from_lookup(get);
+    SandboxSettings::from_vars(&declared.sandbox, &get)
 }
 
 #[test]
