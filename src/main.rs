@@ -4,13 +4,13 @@
 //! the gate ledger).
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wavegate::config::ledger_key;
 use wavegate::config::settings::LogFormat;
-use wavegate::config::vars::ServerVars;
+use wavegate::config::vars::{self, ServerVars};
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
@@ -31,7 +31,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the bot: webhooks in, reports out. Settings come from WAVEGATE_* variables (see README).
+    /// Run the bot: webhooks in, reports out. Settings come from WAVEGATE_* variables (`serve --help` lists them).
     Serve,
     /// Plan a change between two revisions of a local repository, as the bot would.
     Plan {
@@ -261,7 +261,9 @@ enum ConfigCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command =
+        Cli::command().mut_subcommand("serve", |serve| serve.after_long_help(vars::listing()));
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     if !matches!(cli.command, Command::Serve) {
         // A command-line tool whose reader stopped early (`| head`) ends
         // quietly, as other tools do, instead of panicking on the closed

@@ -3,12 +3,14 @@
 //! [`SandboxVars`] flattened in), with its default and what it is for. The
 //! values come through a lookup, the process environment in the binary and a
 //! map in the tests, trimmed, an empty one counting as unset; `Settings`
-//! checks them. The same declaration tells the start-up warning which
-//! names are settings, besides the families read by prefix ([`FAMILIES`]).
+//! checks them. The same declaration lists the variables under `wavegate
+//! serve --help` and tells the start-up warning which names are settings,
+//! besides the families read by prefix ([`FAMILIES`]).
 
 use super::settings::{Secret, DEFAULT_HEARTBEAT, HELD_RETRY};
 use crate::sandbox::SandboxVars;
 use clap::{Args as _, FromArgMatches as _};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// The server's settings as the operator gives them, before they are checked.
@@ -150,14 +152,29 @@ fn secret(text: &str) -> Result<Secret, std::convert::Infallible> {
 /// The prefix of the notify targets' variables.
 pub(crate) const NOTIFY_PREFIX: &str = "WAVEGATE_NOTIFY_";
 
-/// Prefixes of the variables read by prefix, one name per member: the
-/// start-up warning takes any name with one as known.
-pub(crate) const FAMILIES: &[&str] = &[
+/// Variables read by prefix, one name per member: the start-up warning
+/// takes any name with the prefix as known.
+pub(crate) struct Family {
+    pub(crate) prefix: &'static str,
+    /// How `serve --help` lists it; `None`: not a setting.
+    pub(crate) listed: Option<(&'static str, &'static str)>,
+}
+
+pub(crate) const FAMILIES: &[Family] = &[
     // A name of the family that is not a target's fails the start instead.
-    NOTIFY_PREFIX,
+    Family {
+        prefix: NOTIFY_PREFIX,
+        listed: Some((
+            "WAVEGATE_NOTIFY_<NAME>_URL, _KEY, _FORMAT",
+            "A `[notify] to` target: where its notices go, the key that signs them (required for `json`) and their format, `json` (default) or `slack`",
+        )),
+    },
     // The test suite's hooks, such as a test build's clock
     // (`WAVEGATE_TEST_CLOCK_SHIFT_FILE`).
-    "WAVEGATE_TEST_",
+    Family {
+        prefix: "WAVEGATE_TEST_",
+        listed: None,
+    },
 ];
 
 /// The declaration as clap holds it.
@@ -213,7 +230,7 @@ pub(crate) fn unknown(names: impl IntoIterator<Item = String>) -> Vec<(String, O
         .into_iter()
         .filter(|name| name.starts_with("WAVEGATE_"))
         .filter(|name| !declared.contains(name))
-        .filter(|name| !FAMILIES.iter().any(|prefix| name.starts_with(prefix)))
+        .filter(|name| !FAMILIES.iter().any(|f| name.starts_with(f.prefix)))
         .map(|name| {
             let nearest = declared
                 .iter()
@@ -223,6 +240,33 @@ pub(crate) fn unknown(names: impl IntoIterator<Item = String>) -> Vec<(String, O
             (name, nearest)
         })
         .collect()
+}
+
+/// The variables as `wavegate serve --help` lists them.
+pub fn listing() -> String {
+    let mut text = String::from(
+        "Settings, from the environment (docs/configuration.md); an empty variable takes its default:\n",
+    );
+    for arg in declaration().get_arguments() {
+        let Some(name) = arg.get_env() else {
+            continue;
+        };
+        let default = arg
+            .get_default_values()
+            .first()
+            .map(|d| format!(" [default: {}]", d.to_string_lossy()))
+            .unwrap_or_default();
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        let _ = write!(
+            text,
+            "\n  {}{default}\n          {help}\n",
+            name.to_string_lossy()
+        );
+    }
+    for (name, help) in FAMILIES.iter().filter_map(|f| f.listed) {
+        let _ = write!(text, "\n  {name}\n          {help}\n");
+    }
+    text
 }
 
 #[cfg(test)]
@@ -298,5 +342,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_help_lists_every_variable_and_family() {
+        let listing = listing();
+        for name in declared() {
+            assert!(listing.contains(&format!("\n  {name}")), "{name}");
+        }
+        assert!(listing.contains("\n  WAVEGATE_LISTEN [default: 127.0.0.1:8080]\n          Address to serve on, host:port\n"), "{listing}");
+        assert!(listing.contains("WAVEGATE_NOTIFY_<NAME>_URL"));
+        assert!(!listing.contains("WAVEGATE_TEST_"));
     }
 }
