@@ -200,13 +200,13 @@ class Source:
         # Every exact "WAVEGATE_X" literal anywhere: a name deploy/ may set.
         self.known_vars = {m for text in rust.values() for m in literal.findall(text)}
         self.known_vars -= COMMAND_VARS
-        # Names the server reads: the first argument of a call (`var("…")`,
-        # `get("…")`, `try_from_env("…")`) in the settings and in main.rs.
-        call = re.compile(r'\b\w+\(\s*"(WAVEGATE_[A-Z0-9_]+)"')
-        # src/sandbox/mod.rs reads the sandbox's own (WAVEGATE_SANDBOX*,
-        # WAVEGATE_PROFILES).
-        read_in = [ROOT / "src/config/settings.rs", ROOT / "src/main.rs", ROOT / "src/sandbox/mod.rs"]
-        self.settings = {m for p in read_in if p.exists() for m in call.findall(p.read_text())}
+        # Names the server reads: each declared once, as a clap argument's
+        # `env = "…"` (src/config/vars.rs; the sandbox's own, WAVEGATE_SANDBOX*
+        # and WAVEGATE_PROFILES, in src/sandbox/mod.rs). The families it reads
+        # by prefix are VAR_FAMILIES.
+        declared = re.compile(r'\benv\s*=\s*"(WAVEGATE_[A-Z0-9_]+)"')
+        read_in = [ROOT / "src/config/vars.rs", ROOT / "src/sandbox/mod.rs"]
+        self.settings = {m for p in read_in if p.exists() for m in declared.findall(p.read_text())}
         self.settings -= COMMAND_VARS
         # A family's prefix is documented by any member (checked below).
         self.settings -= VAR_FAMILIES.keys()
@@ -244,7 +244,7 @@ def check_var(r: Report, src: Source, name: str, where: str) -> None:
     elif name in PENDING_VARS:
         r.warn(f"{where}: {name} is not in src/ yet ({PENDING_VARS[name]}); the binary ignores it until then")
     else:
-        r.fail(f"{where}: {name} is not a variable wavegate reads (src/config/settings.rs, src/main.rs)")
+        r.fail(f"{where}: {name} is not a variable wavegate reads (declared in src/config/vars.rs, src/sandbox/mod.rs)")
 
 
 def check_route(r: Report, src: Source, path: str, where: str, prefix: bool = False) -> None:
@@ -877,11 +877,11 @@ def check_sandbox_names(r: Report, src: Source) -> None:
         r.warn(
             "src/ does not mention " + ", ".join(pending) + " yet: deploy/ sets them ahead of the sandbox's code "
             "(PENDING_VARS in deploy/check.py), so each use below is a warning, not a failure, until "
-            "src/config/settings.rs reads them"
+            "src/config/vars.rs declares them"
         )
     for n in sorted(PENDING_VARS):
         if n in src.settings:
-            r.warn(f"src/config/settings.rs reads {n} now: remove it from PENDING_VARS in deploy/check.py")
+            r.warn(f"src/config/vars.rs declares {n} now: remove it from PENDING_VARS in deploy/check.py")
 
 
 def check_profiles_example(r: Report, src: Source) -> None:
@@ -1528,7 +1528,7 @@ def main() -> int:
     if yaml is None:
         r.skip("PyYAML is not installed: `pip install pyyaml` (or run deploy/get-tools.sh); the YAML checks below are skipped")
     src = Source()
-    r.check(bool(src.settings), f"src: the binary reads {len(src.settings)} WAVEGATE_* settings", "src: found no WAVEGATE_* settings in src/config/settings.rs and src/main.rs")
+    r.check(bool(src.settings), f"src: the binary reads {len(src.settings)} WAVEGATE_* settings", "src: found no WAVEGATE_* settings declared in src/config/vars.rs and src/sandbox/mod.rs")
     r.check({"serve"} <= src.subcommands, f"src: subcommands {', '.join(sorted(src.subcommands))}", "src: found no `serve` subcommand in src/main.rs")
     r.check({"/healthz", "/readyz"} <= src.routes, f"src: routes {', '.join(sorted(src.routes))}", "src: /healthz and /readyz not found in src/server/")
 
