@@ -1,6 +1,7 @@
-//! The store's leaf: which database it is, how a write transaction begins
-//! on each, and the integer conversions every table needs. The other store
-//! files import it; it imports none of them.
+//! The store's leaf: which database it is, what every SQLite connection
+//! sets, how a write transaction begins on each, and the integer
+//! conversions every table needs. The other store files import it; it
+//! imports none of them.
 
 use anyhow::{anyhow, Result};
 use sqlx::AnyPool;
@@ -11,6 +12,10 @@ pub enum Backend {
     Sqlite,
     Postgres,
 }
+
+/// What SQLite waits for a lock another process holds before giving up.
+pub(super) const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
+     PRAGMA synchronous = FULL;";
 
 pub(super) async fn begin_write(
     pool: &AnyPool,

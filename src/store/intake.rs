@@ -455,11 +455,11 @@ async fn write_batch(
             "INSERT INTO pull_requests ({PR_HEAD_COLUMNS}) VALUES {}
              {}",
             values(tx.backend, heads.len(), 11),
-            super::sql::UPSERT_PR_HEAD
+            super::pr_head::UPSERT_PR_HEAD
         );
         let mut upsert = sqlx::query(AssertSqlSafe(tx.closing(sql)));
         for (head, number) in heads.iter().zip(numbers) {
-            let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
+            let (pusher_head, pusher_id, pusher_login) = super::pr_head::pusher_columns(head)?;
             upsert = upsert
                 .bind(head.repo.forge.as_str())
                 .bind(head.repo.full_name.clone())
@@ -471,7 +471,7 @@ async fn write_batch(
                 .bind(pusher_head)
                 .bind(pusher_id)
                 .bind(pusher_login)
-                .bind(super::sql::first_comments_mark(now));
+                .bind(super::pr_head::first_comments_mark(now));
         }
         upsert
             .execute(&mut *tx.conn)

@@ -79,7 +79,7 @@ fn write_on_held(
 fn open(file: &Path) -> Result<Connection> {
     let conn = Connection::open(file)
         .with_context(|| format!("opening {} to record deliveries", file.display()))?;
-    conn.execute_batch(super::sql::SQLITE_PRAGMAS)
+    conn.execute_batch(super::db::SQLITE_PRAGMAS)
         .context("setting up the intake writer's connection")?;
     // The pool's connections set WAL in the file first; said again so this
     // connection does not rely on it.
@@ -132,7 +132,7 @@ static INSERT_JOB: LazyLock<String> = LazyLock::new(|| {
 static UPSERT_PR_HEAD: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO pull_requests ({PR_HEAD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) {}",
-        super::sql::UPSERT_PR_HEAD
+        super::pr_head::UPSERT_PR_HEAD
     )
 });
 
@@ -165,7 +165,7 @@ fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<
     if !heads.is_empty() {
         let mut upsert = conn.prepare_cached(&UPSERT_PR_HEAD)?;
         for head in heads {
-            let (pusher_head, pusher_id, pusher_login) = super::sql::pusher_columns(head)?;
+            let (pusher_head, pusher_id, pusher_login) = super::pr_head::pusher_columns(head)?;
             upsert
                 .execute(params![
                     head.repo.forge.as_str(),
@@ -178,7 +178,7 @@ fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<
                     pusher_head,
                     pusher_id,
                     pusher_login,
-                    super::sql::first_comments_mark(now),
+                    super::pr_head::first_comments_mark(now),
                 ])
                 .context("recording pull request heads")?;
         }

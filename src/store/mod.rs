@@ -10,6 +10,7 @@ mod intake;
 mod intake_file;
 mod ledger;
 mod metrics;
+mod pr_head;
 mod reconcile;
 mod redeliveries;
 mod sql;

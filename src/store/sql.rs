@@ -11,7 +11,8 @@
 //! repository's ledger appends with a transaction-scoped advisory lock, so
 //! replicas never fork a chain.
 
-use super::db::{begin_write, to_i64, to_opt_digest, to_u64, Backend};
+use super::db::{begin_write, to_i64, to_opt_digest, to_u64, Backend, SQLITE_PRAGMAS};
+use super::pr_head::{first_comments_mark, pusher_columns, UPSERT_PR_HEAD};
 use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, ReportStatus, StoreError, SystemClock,
@@ -26,10 +27,6 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What SQLite waits for a lock another process holds before giving up.
-pub(super) const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON; \
-     PRAGMA synchronous = FULL;";
 
 /// How long the first connection may take before the server says the
 /// database does not answer.
@@ -916,36 +913,6 @@ pub(super) async fn insert_job(
     .with_context(|| format!("enqueueing a {} job for {}", job.kind, job.queue_key))?
     .try_get("id")?;
     Ok(JobId(id))
-}
-
-/// What a head's upsert sets, the pusher kept when the head names none.
-pub(super) const UPSERT_PR_HEAD: &str = "ON CONFLICT (forge, repo, number) DO UPDATE
-         SET head_sha = excluded.head_sha, base_ref = excluded.base_ref,
-             is_open = excluded.is_open, updated_at = excluded.updated_at,
-             pusher_head = COALESCE(excluded.pusher_head, pull_requests.pusher_head),
-             pusher_id = COALESCE(excluded.pusher_id, pull_requests.pusher_id),
-             pusher_login = COALESCE(excluded.pusher_login, pull_requests.pusher_login)";
-
-/// Where the sweep starts reading a pull request's comments when the bot
-/// first hears of it (the upsert keeps it after): a minute before, for the
-/// forge's clock. Comments from before were the webhooks' (or of a pull
-/// request the bot never heard of), and are not run by the sweep.
-pub(super) fn first_comments_mark(now: i64) -> i64 {
-    now.saturating_sub(60_000)
-}
-
-/// The pusher columns of a head: all three, or none.
-pub(super) fn pusher_columns(
-    head: &PrHead,
-) -> Result<(Option<String>, Option<i64>, Option<String>)> {
-    Ok(match &head.pusher {
-        Some(user) => (
-            Some(head.head_sha.as_str().to_owned()),
-            Some(to_i64(user.id, "pusher id")?),
-            Some(user.login.clone()),
-        ),
-        None => (None, None, None),
-    })
 }
 
 async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Result<()> {
