@@ -7,7 +7,7 @@
 //! The worker runs the commands (`worker::handlers::hooks`) and asks the
 //! ledger who approved; everything it then does to the run comes from here.
 
-use super::machine::Step;
+use super::effect::Step;
 use super::{AttemptRecord, MemberState, Wait};
 use crate::config::hooks::{Hook, Moment, OnFailure};
 use crate::model::canonical::digest_value;

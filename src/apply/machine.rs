@@ -12,8 +12,8 @@
 //! before the record says `applied`" are properties of an effect list,
 //! tested here without a process, a store or a forge.
 
+pub(crate) use super::effect::{Effect, Step};
 use super::hooks::{self, HooksResult};
-use super::run::{News, Pending};
 use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
     Denial, EarlierAttempt, MemberState, Wait, MAX_REPLANS,
@@ -32,13 +32,6 @@ use crate::sandbox::process::ProcessId;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
-
-/// Whether the run goes on past a wave, or stops there (it waits or failed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    Continue,
-    Stop,
-}
 
 /// What the machine knows of the run for the whole wave.
 #[derive(Debug, Clone)]
@@ -124,76 +117,6 @@ pub(crate) enum Observation {
     },
     /// [`Effect::Hooks`]: what the moment's hooks came to.
     Hooked { result: HooksResult, now: i64 },
-}
-
-/// What the worker does, in the order given. The ones that ask something
-/// (`Lock`, `Plan`, `Replan`) come last in their list, and only while no
-/// apply runs; the answer is the next observation. `Apply` asks nothing at
-/// once: its command's `Started` and `Ended` come when they happen,
-/// interleaved with the wave's other applies.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Effect {
-    /// Save the run's record as it stands.
-    Save,
-    /// Show the run in the pull request's report and the merge commit's check (saves too).
-    Publish,
-    /// Lock these members for the run: answered `Locked` or `LockHeld`.
-    Lock(Vec<MemberId>),
-    /// Plan these members on the merge commit: answered `Planned`.
-    Plan(Vec<MemberId>),
-    /// Start the member's apply command: `Started`, then `Ended`, come later.
-    Apply(MemberId),
-    /// Start the apply call of a group's members (mates of one stage): a
-    /// `Started` for each, then an `Ended` for each, come later.
-    ApplyGroup(Vec<MemberId>),
-    /// Plan the member again after its apply asked to: answered `Replanned`.
-    Replan(MemberId),
-    /// Run the stage's hooks at `moment` for these members: answered `Hooked`.
-    Hooks {
-        moment: Moment,
-        members: Vec<MemberId>,
-    },
-    /// Plan these waves' members on the merge commit, wave by wave, to show a
-    /// stage's set at its gate: answered `StageObservation::Previewed`.
-    Preview(Vec<Vec<MemberId>>),
-    /// Run the stage's cost command on these members' plans: answered
-    /// `StageObservation::Priced`.
-    Price(Vec<MemberId>),
-    /// Who approved `digest` at `gate` in this run, whenever they did (an
-    /// approval of exactly this set given before the gate opened counts):
-    /// answered `StageObservation::Counted`.
-    CountApprovals { gate: GateId, digest: Digest },
-    /// Record the member's outputs as the deployed estate's.
-    RecordDeployed {
-        member: MemberId,
-        outputs: Map<String, Value>,
-    },
-    /// Later plans in this job read these outputs of the member.
-    ReadOutputs {
-        member: MemberId,
-        outputs: Map<String, Value>,
-    },
-    /// The member's later commands in this job get this in `{carry_file}`.
-    Carry {
-        member: MemberId,
-        carry: Map<String, Value>,
-    },
-    /// Append a `spent` fact: the override of `digest` lets nothing through again.
-    SpendOverride { member: MemberId, digest: Digest },
-    /// Queue a job of this run for `at` (unix ms).
-    ResumeAt(i64),
-    /// Let go of the run's member locks (and resume the runs queued behind them).
-    Unlock,
-    /// Append the `pending` fact of a gate the run now waits at (once per digest).
-    RecordPending(Pending),
-    /// Append a `spent` fact: the approval of `digest` at `gate` lets nothing through again.
-    SpendApproval { gate: GateId, digest: Digest },
-    /// Queue a job of this run now if `member`'s lock is free (or its own).
-    ResumeIfUnlocked(MemberId),
-    /// Tell the pull request.
-    Say(News),
-    /// The wave is over for this job.
-    Done(Step),
 }
 
 /// A member whose apply is under way, and the plan it applies.

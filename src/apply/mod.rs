@@ -5,6 +5,7 @@
 //! the commands and writes the record before and after each one.
 
 pub(crate) mod branches;
+pub(crate) mod effect;
 pub(crate) mod hooks;
 pub(crate) mod machine;
 pub(crate) mod run;

@@ -8,7 +8,8 @@
 //! it, and what `/retry` does to it. Each returns effects in the order the
 //! worker carries them out; the news is typed, and `report::apply` words it.
 
-use super::machine::{Effect, Step};
+pub(crate) use super::effect::News;
+use super::effect::{Effect, Pending, Step};
 use super::{settled_status, AttemptRecord, Lapsed, MemberState, RunStatus, Wait};
 use crate::config::repo::Policy;
 use crate::gate::counting::{Evaluation, Tally};
@@ -17,33 +18,6 @@ use crate::gate::policy::NotAllowed;
 use crate::model::{Digest, GateId, MemberId};
 use crate::plan::changeset::ChangeSet;
 use std::collections::{BTreeSet, HashSet};
-
-/// What the pull request is told about its run.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum News {
-    /// Members failed that had not before; `meanwhile`: a wait that is new too.
-    Failed { meanwhile: Option<Wait> },
-    /// Every member the merge changes is deployed.
-    Applied,
-    /// Nothing failed or waits, but a member stood down.
-    Ended,
-    /// The run waits, and did not before (or waits for something else now).
-    Waits(Wait),
-    /// The run cannot go on (a broken config, a tampered record, the
-    /// sandbox): why, and what to do.
-    CannotGoOn(String),
-    /// Its job failed `attempts` times, the last with `error`.
-    GaveUp { attempts: u32, error: String },
-}
-
-/// A gate the run waits at for a person, for its `pending` fact.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Pending {
-    pub(crate) gate: GateId,
-    pub(crate) digest: Digest,
-    pub(crate) members: Vec<MemberId>,
-    pub(crate) description: String,
-}
 
 /// What settling a run needs besides its status and record.
 #[derive(Debug, Clone)]
