@@ -10,9 +10,9 @@
 
 use super::cost::CostCommand;
 use super::hooks::{Hook, Moment};
+use super::raw::{GatePolicy, GateScope, Notify, Policy, RawRepoConfig};
 use super::repo::{
-    apply_concurrency_of, gate_of, gate_scope_of, stage_policy, stage_timeout, GatePolicy,
-    GateScope, Notify, Policy, RawRepoConfig, RepoConfig,
+    apply_concurrency_of, gate_of, gate_scope_of, stage_policy, stage_timeout, RepoConfig,
 };
 use super::CONFIG_FILE;
 use std::time::Duration;
@@ -46,7 +46,7 @@ impl BaseRules {
             // No file: nothing of the repository's own, and all of the operator's.
             let operator = (!imposed.is_empty()).then(|| {
                 let raw = RepoConfig::parse_raw_with(CONFIG_FILE, "", imposed).ok()?;
-                let err = |field: String, problem: String, fix: &str| super::repo::ConfigError {
+                let err = |field: String, problem: String, fix: &str| super::check::ConfigError {
                     file: CONFIG_FILE.into(),
                     field,
                     problem,

@@ -5,7 +5,7 @@
 //! `[policy] max_monthly_increase` with a command that prices it at nothing
 //! (the files it runs are the merge commit's, like every command's).
 
-use super::repo::{parse_duration, ConfigError, Template};
+use super::check::{parse_duration, ConfigError, Template};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 

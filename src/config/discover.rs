@@ -7,7 +7,8 @@
 //! dependencies, validated like a declared one: names unique, every
 //! dependency known, no cycle.
 
-use super::repo::{parse_duration, ConfigError, RawComponent, RawRepoConfig, Template};
+use super::check::{parse_duration, ConfigError, Template};
+use super::raw::{RawComponent, RawRepoConfig};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};

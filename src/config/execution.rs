@@ -6,8 +6,8 @@
 //! holds is the server's (`sandbox::profile`), and which file's choice
 //! counts (the base branch's) is the engine's.
 
+use super::check::ConfigError;
 use super::glob::Pattern;
-use super::repo::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -177,7 +177,7 @@ pub(crate) fn check_stage(
         }
         for (i, raw) in jobs.iter().enumerate() {
             let field = |f: &str| at(&format!("jobs[{i}] ({}).{f}", raw.name));
-            super::repo::check_name(&raw.name, &field("name"), err)?;
+            super::check::check_name(&raw.name, &field("name"), err)?;
             if groups.iter().any(|g| g.name == raw.name) {
                 return Err(err(
                     field("name"),

@@ -8,30 +8,15 @@
 //! from the head like components and commands: grouping changes how a
 //! change is planned, never who may let it through.
 
-use super::repo::{parse_duration, ConfigError, RawComponent, Template};
+use super::check::{parse_duration, ConfigError, Template};
+use super::raw::{RawComponent, RawGroup};
 use crate::model::{DependencyGraph, MemberId};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Placeholders a group's command may use.
 pub(crate) const GROUP_PLACEHOLDERS: &[&str] = &["members_file", "group", "stage", "root"];
-
-/// `[[group]]` as written.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawGroup {
-    pub(crate) name: String,
-    /// Its components (a component may instead say `group = "<name>"`;
-    /// a discovering component stands for every unit it finds).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) components: Vec<String>,
-    pub(crate) plan: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) apply: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) timeout: Option<String>,
-}
 
 /// A validated group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +172,7 @@ pub(crate) fn validate(
     let mut listed_in: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, g) in raw.iter().enumerate() {
         let at = |f: &str| format!("group[{i}] ({}).{f}", g.name);
-        super::repo::check_name(&g.name, &format!("group[{i}].name"), err)?;
+        super::check::check_name(&g.name, &format!("group[{i}].name"), err)?;
         if all.iter().any(|x| x.name == g.name) {
             return Err(err(
                 format!("group[{i}].name"),

@@ -6,7 +6,7 @@
 //! (the files it runs are the merge commit's, like every command's). The
 //! commands run in the sandbox like any repository command.
 
-use super::repo::{parse_duration, placeholders, ConfigError, Template};
+use super::check::{parse_duration, placeholders, ConfigError, Template};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;

@@ -20,8 +20,9 @@
 //! head's plan) sees the same result, and the report says which settings
 //! came from the operator.
 
+use super::check::ConfigError;
 use super::glob::Pattern;
-use super::repo::ConfigError;
+pub use super::raw::FromOperator;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -168,7 +169,7 @@ impl OperatorConfig {
             let merged = imposed
                 .merge(toml::Table::new())
                 .map_err(|e| operator_error(file, format!("repos[{i}]: {}", e.problem), &e.fix))?;
-            super::repo::RawRepoConfig::deserialize(toml::Value::Table(merged.0)).map_err(|e| {
+            super::raw::RawRepoConfig::deserialize(toml::Value::Table(merged.0)).map_err(|e| {
                 operator_error(
                     file,
                     format!("repos[{i}].defaults or hooks do not read as wavegate.toml: {e}"),
@@ -208,15 +209,6 @@ impl OperatorConfig {
 fn segment_match(pattern: &str, repository: &str) -> bool {
     Pattern::new(&pattern.to_ascii_lowercase())
         .is_ok_and(|p| p.matches(&repository.to_ascii_lowercase()))
-}
-
-/// The keys the operator gave a repository, for the report.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FromOperator {
-    pub source: String,
-    /// Dotted keys taken from the operator's defaults or locked to them,
-    /// and the hook moments it added hooks to.
-    pub keys: Vec<String>,
 }
 
 fn lookup<'t>(table: &'t toml::Table, path: &[&str]) -> Option<&'t toml::Value> {

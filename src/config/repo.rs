@@ -2,23 +2,27 @@
 //! which components a change to the file itself touches.
 //!
 //! Every mistake becomes a [`ConfigError`] naming the file, the field and the
-//! fix, because the person reading it is a reviewer in a PR comment.
+//! fix, because the person reading it is a reviewer in a PR comment. The
+//! file as written is `raw.rs`; each section's checks are in its own file.
 
+pub use super::check::ConfigError;
+use super::check::{check_name, join_path, parse_duration, Template};
 use super::cost::{self, CostCommands, RawCost};
 use super::discover::{self, Discoverer, Unit};
 use super::glob::Pattern;
-use super::groups::{self, Groups, RawGroup};
+use super::groups::{self, Groups};
 use super::hooks::{self, Hooks, RawHooks};
+pub use super::raw::{ComponentKind, CONFIG_FILE};
+pub(crate) use super::raw::{
+    GatePolicy, GateScope, NotifyEvent, Policy, RawRego, RawRepoConfig, RawStage,
+};
+use super::raw::{Notify, RawComponent, RawDefaults};
 use crate::model::canonical::{canonical_json_with, NumberForm};
-use crate::model::{DependencyGraph, DigestOver, GateId, Money};
-use serde::{Deserialize, Serialize};
+use crate::model::{DependencyGraph, GateId, Money};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
 use std::time::Duration;
-
-/// Where the repo config lives, relative to the repository root.
-pub const CONFIG_FILE: &str = "wavegate.toml";
 
 /// Placeholders an argv template may use.
 pub(crate) const PLACEHOLDERS: &[&str] = &[
@@ -33,325 +37,6 @@ pub(crate) const PLACEHOLDERS: &[&str] = &[
 ];
 
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-fn default_ignore() -> Vec<String> {
-    vec!["**/*.md".into(), "docs/**".into()]
-}
-
-/// The file as written. Field names are the documented ones; anything else is refused.
-#[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRepoConfig {
-    #[serde(default = "default_ignore")]
-    pub(crate) ignore: Vec<String>,
-    #[serde(default)]
-    pub(crate) defaults: RawDefaults,
-    #[serde(default, rename = "stage")]
-    pub(crate) stages: Vec<RawStage>,
-    #[serde(default, rename = "component")]
-    pub(crate) components: Vec<RawComponent>,
-    /// Components planned with one call and applied with one call.
-    #[serde(default, rename = "group", skip_serializing_if = "Vec::is_empty")]
-    pub(crate) groups: Vec<RawGroup>,
-    #[serde(default)]
-    pub(crate) policy: Option<Policy>,
-    /// The base branches whose merged pull requests start an apply run; read
-    /// from the default branch's file only (`None`: the default branch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) branches: Option<Vec<String>>,
-    /// Who hears of runs that wait, are refused, applied or failed; read
-    /// from the base like `[policy]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) notify: Option<Notify>,
-    /// How many members of one wave apply at once (each stage may set its
-    /// own); read from the base like `[policy]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) apply_concurrency: Option<u32>,
-    /// Commands of the team's own around every stage's plan, gate and
-    /// apply; read from the base like `[policy]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) hooks: Option<RawHooks>,
-    /// The command that prices every stage's plans; read from the base
-    /// like `[policy]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) cost: Option<RawCost>,
-    /// A Terraform or OpenTofu repository planned by wavegate's own
-    /// commands: it stands for a discovering component, `terraform`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) terraform: Option<super::terraform::RawTerraform>,
-    /// What the operator's central configuration gave this file
-    /// (`WAVEGATE_REPOS_CONFIG`), for the report; never written in it.
-    #[serde(skip)]
-    pub(crate) from_operator: Option<super::operator::FromOperator>,
-}
-
-/// `[notify]`: the targets (each defined in the server's environment,
-/// never here) and the events they hear of.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Notify {
-    pub(crate) to: Vec<String>,
-    #[serde(default = "NotifyEvent::all")]
-    pub(crate) events: Vec<NotifyEvent>,
-}
-
-/// What a run does that a notification tells of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum NotifyEvent {
-    /// A gate waits for an approval.
-    Waiting,
-    /// A plan moved, was denied or is held: the run will not go on as approved.
-    Refused,
-    /// Everything the merge changes is deployed.
-    Applied,
-    /// The run failed.
-    Failed,
-}
-
-impl NotifyEvent {
-    pub(crate) fn all() -> Vec<Self> {
-        vec![Self::Waiting, Self::Refused, Self::Applied, Self::Failed]
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Waiting => "waiting",
-            Self::Refused => "refused",
-            Self::Applied => "applied",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawDefaults {
-    pub(crate) plan: Option<Vec<String>>,
-    pub(crate) apply: Option<Vec<String>>,
-    pub(crate) outputs: Option<Vec<String>>,
-    pub(crate) timeout: Option<String>,
-    #[serde(default)]
-    pub(crate) env: Vec<String>,
-    /// Lines of a successful plan's output the report leaves out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) quiet: Option<super::quiet::RawQuiet>,
-    /// Patterns of files every component's commands read besides those
-    /// their argv names (a library the scripts source): a change to one
-    /// selects every component.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) shared: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawStage {
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) gate: Option<GatePolicy>,
-    /// What one approval of the stage covers: the whole stage (the default),
-    /// or one dependency wave of it (`"wave"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) gate_scope: Option<GateScope>,
-    /// Who may approve this stage's gate and rounds; `[policy] approvers` when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) approvers: Option<Vec<String>>,
-    /// Distinct approvers this stage's gate and rounds need; `[policy] required` when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) required: Option<u32>,
-    /// Whether approving reviews count at this stage's gate and rounds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) review_approvals: Option<bool>,
-    /// How long this stage's gate waits for `/approve <stage>` before it expires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) timeout: Option<String>,
-    /// How many members of one of this stage's waves apply at once; the top
-    /// level's `apply_concurrency` when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) apply_concurrency: Option<u32>,
-    /// This stage's own hooks, after the top level's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) hooks: Option<RawHooks>,
-    /// The command that prices this stage's plans, instead of the top level's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) cost: Option<RawCost>,
-    /// The server's execution profile the stage's commands run with; read
-    /// from the base like `[policy]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) profile: Option<super::execution::RawProfileChoice>,
-    /// Members with a profile of their own; read from the base like `profile`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) jobs: Option<Vec<super::execution::RawJobGroup>>,
-    /// Non-secret literals every command of the stage gets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) variables: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawComponent {
-    pub(crate) name: String,
-    /// Where its commands run; empty for a component that discovers its units.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub(crate) dir: String,
-    /// A command that finds the component's units at plan time, instead
-    /// of a `dir`: each becomes a component of its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) discover: Option<Vec<String>>,
-    pub(crate) paths: Option<Vec<String>>,
-    #[serde(default)]
-    pub(crate) depends_on: Vec<String>,
-    #[serde(default)]
-    pub(crate) inputs: BTreeMap<String, String>,
-    pub(crate) stages: Option<Vec<String>>,
-    pub(crate) plan: Option<Vec<String>>,
-    pub(crate) apply: Option<Vec<String>>,
-    pub(crate) outputs: Option<Vec<String>>,
-    pub(crate) timeout: Option<String>,
-    /// `build`: it builds and publishes artifacts (an image, a package)
-    /// that other components read as `build:<component>.<output>`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) kind: Option<ComponentKind>,
-    /// The `[[group]]` it plans and applies with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) group: Option<String>,
-    /// Lines of a successful plan's output the report leaves out, instead
-    /// of `[defaults]`'s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) quiet: Option<super::quiet::RawQuiet>,
-    /// Patterns of files its commands read besides those their argv names,
-    /// after `[defaults]`' `shared`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) shared: Vec<String>,
-}
-
-/// What a component is: infrastructure (the default) or a build whose
-/// apply publishes an artifact.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ComponentKind {
-    #[default]
-    Infra,
-    Build,
-}
-
-/// When a stage waits for its own approval even if the PR approval covers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum GatePolicy {
-    Always,
-    OnDestructive,
-    Never,
-}
-
-impl GatePolicy {
-    /// As `wavegate.toml` writes it.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            GatePolicy::Always => "always",
-            GatePolicy::OnDestructive => "on-destructive",
-            GatePolicy::Never => "never",
-        }
-    }
-}
-
-impl fmt::Display for GatePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What one approval at a stage's gate lets through: the stage's plans on
-/// the merge commit, or one dependency wave's at a time (seeds 001's gated
-/// waves), each bound to its own set digest.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum GateScope {
-    #[default]
-    Stage,
-    Wave,
-}
-
-/// Who may let a change through. Read from the base branch only.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Policy {
-    #[serde(default)]
-    pub(crate) approvers: Vec<String>,
-    #[serde(default = "one")]
-    pub(crate) required: u32,
-    #[serde(default)]
-    pub(crate) allow_self_approval: bool,
-    #[serde(default)]
-    pub(crate) allow_forks: bool,
-    #[serde(default)]
-    pub(crate) overriders: Vec<String>,
-    #[serde(default)]
-    pub(crate) review_approvals: bool,
-    /// Whether whoever pushed the pull request's current head may approve
-    /// it. By default they are treated like its author.
-    #[serde(default)]
-    pub(crate) allow_pusher_approval: bool,
-    /// How long an approval counts after it was given (`"72h"`); forever when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) approval_ttl: Option<String>,
-    /// Which members the set digests bind: `all`, or `changing` (a member
-    /// whose plan changes nothing is left out).
-    #[serde(default, skip_serializing_if = "DigestOver::is_all")]
-    pub(crate) digest_over: DigestOver,
-    /// The most a stage's monthly cost may rise (`"500"`, in the cost
-    /// command's currency); more is denied until an overrider lets it through.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) max_monthly_increase: Option<Money>,
-    /// Rego policies every member's plan is judged by (`[[policy.rego]]`),
-    /// read from the base like the rest of `[policy]`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) rego: Vec<RawRego>,
-}
-
-/// `[[policy.rego]]`: Rego files, and the rule whose messages deny a plan.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRego {
-    /// Patterns of `.rego` files at the base commit.
-    pub(crate) files: Vec<String>,
-    /// The rule whose set of messages denies a plan; `data.wavegate.deny`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) query: Option<String>,
-    /// The stages whose plans it judges; every stage when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) stages: Option<Vec<String>>,
-}
-
-impl Policy {
-    /// `approval_ttl` in milliseconds (`None`: approvals do not expire).
-    pub(crate) fn approval_ttl_ms(&self) -> Option<i64> {
-        let ttl = parse_duration(self.approval_ttl.as_deref()?).ok()?;
-        Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
-    }
-}
-
-fn one() -> u32 {
-    1
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            approvers: Vec::new(),
-            required: 1,
-            allow_self_approval: false,
-            allow_forks: false,
-            overriders: Vec::new(),
-            review_approvals: false,
-            allow_pusher_approval: false,
-            approval_ttl: None,
-            digest_over: DigestOver::All,
-            max_monthly_increase: None,
-            rego: Vec::new(),
-        }
-    }
-}
 
 /// A validated stage.
 #[derive(Debug, Clone, PartialEq)]
@@ -432,31 +117,6 @@ pub struct RepoConfig {
     /// `[defaults] timeout`, or wavegate's: what a component without its own gets.
     pub(crate) default_timeout: Duration,
 }
-
-/// A config mistake: where, what, and how to fix it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub(crate) file: String,
-    pub(crate) field: String,
-    pub(crate) problem: String,
-    pub(crate) fix: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}: {}; fix: {}", self.file, self.problem, self.fix)
-        } else {
-            write!(
-                f,
-                "{}: `{}`: {}; fix: {}",
-                self.file, self.field, self.problem, self.fix
-            )
-        }
-    }
-}
-
-pub(crate) use crate::model::time::parse_duration;
 
 impl RepoConfig {
     /// Parses and validates the text of `file`.
@@ -764,7 +424,7 @@ impl RepoConfig {
 
     /// What the operator's central configuration gave this file: where
     /// from, and the keys.
-    pub fn from_operator(&self) -> Option<&super::operator::FromOperator> {
+    pub fn from_operator(&self) -> Option<&super::raw::FromOperator> {
         self.raw
             .from_operator
             .as_ref()
@@ -1231,22 +891,6 @@ fn repository_file((first, word): (bool, &str), component: &str, dir: &str) -> O
     join_path("", &relative).filter(|path| !path.is_empty())
 }
 
-/// `dir/relative` as a path from the repository root, with `.` and `..`
-/// resolved; `None` when it leaves the repository.
-pub(crate) fn join_path(dir: &str, relative: &str) -> Option<String> {
-    let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
-    for segment in relative.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name),
-        }
-    }
-    Some(parts.join("/"))
-}
-
 /// A component's `inputs`: each `component.output` (or `build:…` of a
 /// build) of a declared component.
 fn component_inputs(
@@ -1545,25 +1189,6 @@ fn names(components: &[RawComponent]) -> String {
         .join(", ")
 }
 
-pub(crate) fn check_name(
-    name: &str,
-    field: &str,
-    err: &impl Fn(String, String, &str) -> ConfigError,
-) -> Result<(), ConfigError> {
-    if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(err(
-            field.into(),
-            format!("`{name}` is not a valid name"),
-            "use letters, digits, `-`, `_` and `.` only (no `@`, no spaces)",
-        ));
-    }
-    Ok(())
-}
-
 /// `[[policy.rego]]`: files named by valid patterns, a `data.` rule, and
 /// stages the file has. (The files themselves are read, and compiled, at
 /// the base commit when a change is planned.)
@@ -1757,72 +1382,6 @@ fn check_dir(dir: &str) -> Result<(), String> {
         return Err(format!("`{dir}` leaves the repository through `..`"));
     }
     Ok(())
-}
-
-/// The `{name}`s an argv element uses, in order.
-pub(crate) fn placeholders(arg: &str) -> impl Iterator<Item = &str> {
-    let mut rest = arg;
-    std::iter::from_fn(move || {
-        let open = rest.find('{')?;
-        let close = rest[open..].find('}')?;
-        let name = &rest[open + 1..open + close];
-        rest = &rest[open + close + 1..];
-        Some(name)
-    })
-}
-
-/// What an argv template of one kind may hold: the shape of every command
-/// in `wavegate.toml` (a member's, a hook's, a discovery's, a cost's, a
-/// group's) is checked by [`Template::check`].
-pub(crate) struct Template<'a> {
-    /// `a hook`, `a cost command`…, for the unknown-placeholder problem
-    /// (`None`: a member's command, which says nothing more).
-    pub(crate) what: Option<&'a str>,
-    pub(crate) allowed: &'a [&'a str],
-    /// An example of the command, for the fix of an empty one.
-    pub(crate) example: &'a str,
-    /// Said after the list of placeholders in the fix, if anything.
-    pub(crate) also: &'a str,
-    /// A placeholder it must use, with the problem and fix when it does not.
-    pub(crate) needs: Option<(&'a str, &'a str, &'a str)>,
-}
-
-impl Template<'_> {
-    /// The problem and its fix, if `argv` is empty, uses a placeholder not
-    /// allowed, or misses the one needed.
-    pub(crate) fn check(&self, argv: &[String]) -> Result<(), (String, String)> {
-        if argv.is_empty() || argv[0].trim().is_empty() {
-            return Err((
-                "the command is empty".into(),
-                format!(
-                    "give the program and its arguments as a list, e.g. {}",
-                    self.example
-                ),
-            ));
-        }
-        if let Some(name) = argv
-            .iter()
-            .flat_map(|arg| placeholders(arg))
-            .find(|name| !self.allowed.contains(name))
-        {
-            let known: Vec<String> = self.allowed.iter().map(|p| format!("{{{p}}}")).collect();
-            let problem = match self.what {
-                Some(what) => format!("unknown placeholder `{{{name}}}` in {what}"),
-                None => format!("unknown placeholder `{{{name}}}`"),
-            };
-            return Err((
-                problem,
-                format!("use one of: {}{}", known.join(" "), self.also),
-            ));
-        }
-        if let Some((needed, problem, fix)) = self.needs {
-            let written = format!("{{{needed}}}");
-            if !argv.iter().any(|arg| arg.contains(&written)) {
-                return Err((problem.to_owned(), fix.to_owned()));
-            }
-        }
-        Ok(())
-    }
 }
 
 fn check_argv(

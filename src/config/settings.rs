@@ -204,7 +204,7 @@ fn reconcile_every(text: &str) -> Result<Option<std::time::Duration>> {
     if text.eq_ignore_ascii_case("off") || text == "0" {
         return Ok(None);
     }
-    crate::config::repo::parse_duration(text)
+    super::check::parse_duration(text)
         .ok()
         .filter(|d| d.as_secs() >= 1)
         .map(Some)
@@ -233,7 +233,7 @@ fn heartbeat(text: &str) -> Result<Option<std::time::Duration>> {
     if text == "0" {
         return Ok(None);
     }
-    crate::config::repo::parse_duration(text)
+    super::check::parse_duration(text)
         .ok()
         .filter(|d| d.as_secs() >= 1)
         .map(Some)

@@ -14,11 +14,11 @@
 //! and the tests read a tree the same way; the digests bind what it found
 //! like any discovery's units.
 
+use super::check::{join_path as join, ConfigError};
 use super::discover::Unit;
 use super::glob::Pattern;
 use super::quiet::RawQuiet;
-use super::repo::{join_path as join, ConfigError, RawComponent, RawRepoConfig};
-use serde::{Deserialize, Serialize};
+use super::raw::{RawComponent, RawRepoConfig, RawRoot, RawTerraform, StagesBy};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The discovering component `[terraform]` stands for.
@@ -26,71 +26,6 @@ pub(crate) const COMPONENT: &str = "terraform";
 
 /// The most `.tf` files one discovery reads.
 pub const MAX_TF_FILES: usize = 20_000;
-
-/// `[terraform]` as written.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawTerraform {
-    /// `terraform` (the default) or `tofu`: the program the commands run,
-    /// found on the commands' `PATH`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) binary: Option<String>,
-    /// The stages of a root outside `stage_dirs`.
-    #[serde(default, skip_serializing_if = "StagesBy::is_workspace")]
-    pub(crate) stages: StagesBy,
-    /// Where a directory per stage lives (`envs/{stage}`): a root under
-    /// `envs/dev/` runs in stage `dev` only, in the default workspace, and
-    /// `envs/dev/dns` and `envs/prod/dns` are one component.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) stage_dirs: Option<String>,
-    /// Directories never searched for roots (patterns), besides hidden
-    /// ones and `.terraform`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) ignore: Vec<String>,
-    /// Roots with settings of their own; a listed directory is a root even
-    /// when its files declare no backend.
-    #[serde(default, rename = "root", skip_serializing_if = "Vec::is_empty")]
-    pub(crate) roots: Vec<RawRoot>,
-}
-
-/// Which stages a root outside `stage_dirs` runs in.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum StagesBy {
-    /// Every stage, each in the workspace of its name.
-    #[default]
-    Workspace,
-    /// The stages it has a `<stage>.tfvars` for, each in the workspace of
-    /// its name.
-    VarFile,
-}
-
-impl StagesBy {
-    fn is_workspace(&self) -> bool {
-        *self == StagesBy::Workspace
-    }
-}
-
-/// `[[terraform.root]]`: one root's own settings.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRoot {
-    pub(crate) dir: String,
-    /// Its component's name, instead of the one wavegate derives from `dir`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) name: Option<String>,
-    /// Roots it applies after (names or directories), besides those whose
-    /// state it reads.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) depends_on: Vec<String>,
-    /// Upstream outputs passed as variables (`vpc_id = "network.vpc_id"`);
-    /// each upstream is a dependency.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) inputs: BTreeMap<String, String>,
-    /// The stages it runs in, instead of what `stages` gives it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) stages: Option<Vec<String>>,
-}
 
 fn config_error(field: &str, problem: String, fix: &str) -> ConfigError {
     ConfigError {
