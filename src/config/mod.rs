@@ -14,6 +14,7 @@ pub mod operator;
 pub(crate) mod quiet;
 pub(crate) mod raw;
 pub mod repo;
+mod secret;
 pub mod settings;
 pub mod terraform;
 pub mod vars;

@@ -2,44 +2,13 @@
 //! `config::vars` say, and the notify targets read by prefix. Every variable
 //! is named in its error, and secrets never appear in `Debug` output or logs.
 
+pub use super::secret::Secret;
 use super::vars::ServerVars;
+pub use super::vars::DEFAULT_HEARTBEAT;
+pub(crate) use super::vars::HELD_RETRY;
 use anyhow::{bail, Context, Result};
-use secrecy::{ExposeSecret, SecretString};
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// How soon a held member's apply is tried again the first time, unless
-/// `WAVEGATE_HELD_RETRY` says otherwise.
-pub(crate) const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
-/// A value that must never be printed: `Debug` shows `Secret(…)`, and its
-/// memory is zeroed when dropped (`secrecy`).
-#[derive(Clone)]
-pub struct Secret(SecretString);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(SecretString::from(value.into()))
-    }
-
-    pub fn expose(&self) -> &str {
-        self.0.expose_secret()
-    }
-}
-
-impl PartialEq for Secret {
-    fn eq(&self, other: &Self) -> bool {
-        self.expose() == other.expose()
-    }
-}
-
-impl Eq for Secret {}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(…)")
-    }
-}
 
 #[derive(Debug, Clone)]
 pub(crate) struct GitHubSettings {
@@ -223,9 +192,6 @@ fn reconcile_budget(text: &str) -> Result<f64> {
         .with_context(|| format!("WAVEGATE_RECONCILE_BUDGET=`{text}` is not a share of the forge's request budget; write a percentage from 1 to 100, like `50%`"))
 }
 
-/// How long a quiet command runs before the log says it still runs.
-pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// `WAVEGATE_HEARTBEAT`: how long a quiet plan or apply command runs before
 /// the log says "still running after Ns" (and again each time after);
 /// `0` turns it off.
@@ -309,7 +275,7 @@ impl Settings {
                     vars.workers
                 )
             })?;
-        let job_lease = crate::config::repo::parse_duration(&vars.job_lease)
+        let job_lease = super::check::parse_duration(&vars.job_lease)
             .ok()
             .filter(|d| d.as_secs() >= 1)
             .with_context(|| format!("WAVEGATE_JOB_LEASE=`{}` is not a duration of a second or more; write it like `90s` or `5m`", vars.job_lease))?;
@@ -318,7 +284,7 @@ impl Settings {
         // Read by main before logging starts; checked here so a bad value fails the start.
         log_format(&vars.log_format)?;
         let sandbox = crate::sandbox::SandboxSettings::from_vars(&vars.sandbox, env)?;
-        let held_retry = crate::config::repo::parse_duration(&vars.held_retry)
+        let held_retry = super::check::parse_duration(&vars.held_retry)
             .ok()
             .filter(|d| d.as_secs() >= 1)
             .with_context(|| format!("WAVEGATE_HELD_RETRY=`{}` is not a duration of a second or more; write it like `30s` or `2m`", vars.held_retry))?;

@@ -7,11 +7,17 @@
 //! serve --help` and tells the start-up warning which names are settings,
 //! besides the families read by prefix ([`FAMILIES`]).
 
-use super::settings::{Secret, DEFAULT_HEARTBEAT, HELD_RETRY};
+use super::secret::Secret;
 use crate::sandbox::SandboxVars;
 use clap::{Args as _, FromArgMatches as _};
 use std::fmt::Write as _;
 use std::path::PathBuf;
+
+/// How soon a held member's apply is tried again the first time, unless
+/// `WAVEGATE_HELD_RETRY` says otherwise.
+pub(crate) const HELD_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a quiet command runs before the log says it still runs.
+pub const DEFAULT_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The server's settings as the operator gives them, before they are checked.
 #[derive(clap::Args, Clone, Debug)]
