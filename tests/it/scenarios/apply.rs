@@ -3,17 +3,9 @@
 //! estate, whose apply script logs every apply so nothing twice goes unseen.
 
 use crate::support::bot::*;
-use crate::support::common::MergeMethod;
 use crate::support::pr::*;
 use crate::support::redact::redact;
-use serde_json::{json, Value};
-
-impl Bot {
-    fn deployed(&self, stage: &str, component: &str) -> Value {
-        let path = self.estate_file(stage, component, ".json");
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap_or("{}".into())).unwrap()
-    }
-}
+use serde_json::json;
 
 /// The digest a reply asks to approve (the first `sha256:` in it).
 fn asked_digest(reply: &str) -> String {
@@ -412,8 +404,7 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
 
     // app@dev changes the estate, then the server dies before it hears so.
     bot.pause_apply("dev", "app", "after");
-    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(pr.closed(&merged)).await;
+    pr.merge_unsettled().await;
     bot.until_apply_paused("dev", "app").await;
     let repo = pr.repo.clone();
     // The apply dies with its server: nothing it started is left to go on.
@@ -463,11 +454,9 @@ async fn a_second_merge_touching_the_same_member_queues_then_is_checked_against_
 
     // PR 6's run is applying app@dev when PR 7 merges.
     bot.pause_apply("dev", "app", "before");
-    let merged = first.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(first.closed(&merged)).await;
+    first.merge_unsettled().await;
     bot.until_apply_paused("dev", "app").await;
-    let merged_second = second.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(second.closed(&merged_second)).await;
+    second.merge_unsettled().await;
     second
         .until_a_reply_says("pull request #6 is applying")
         .await;
@@ -691,35 +680,33 @@ else:
         json.dump({}, f)
 "#;
 
-impl Bot {
-    /// A branch `name` from main adding a `schema` component (dev only)
-    /// whose migration script writes opaque plans, with `migrations` in it.
-    fn branch_with_migrations(&self, name: &str, from: &str, migrations: &[&str]) {
-        let config = self.example.read("main", "wavegate.toml").replace(
-            "[policy]",
-            "[[component]]\nname = \"schema\"\ndir = \"infra/schema\"\nstages = [\"dev\"]\n\
-             plan = [\"python3\", \"migrate.py\", \"plan\", \"{plan_file}\"]\n\
-             apply = [\"python3\", \"migrate.py\", \"apply\", \"{plan_file}\", \"{outputs_file}\"]\n\n[policy]",
-        );
-        let mut files = vec![
-            ("wavegate.toml".to_owned(), Some(config)),
-            (
-                "infra/schema/migrate.py".to_owned(),
-                Some(MIGRATE_PY.to_owned()),
-            ),
-        ];
-        for m in migrations {
-            files.push((
-                format!("infra/schema/migrations/{m}.sql"),
-                Some(format!("-- {m}\n")),
-            ));
-        }
-        let files: Vec<(&str, Option<&str>)> = files
-            .iter()
-            .map(|(p, c)| (p.as_str(), c.as_deref()))
-            .collect();
-        self.example.branch(name, from, &files);
+/// A branch `name` from main adding a `schema` component (dev only)
+/// whose migration script writes opaque plans, with `migrations` in it.
+fn branch_with_migrations(bot: &Bot, name: &str, from: &str, migrations: &[&str]) {
+    let config = bot.example.read("main", "wavegate.toml").replace(
+        "[policy]",
+        "[[component]]\nname = \"schema\"\ndir = \"infra/schema\"\nstages = [\"dev\"]\n\
+         plan = [\"python3\", \"migrate.py\", \"plan\", \"{plan_file}\"]\n\
+         apply = [\"python3\", \"migrate.py\", \"apply\", \"{plan_file}\", \"{outputs_file}\"]\n\n[policy]",
+    );
+    let mut files = vec![
+        ("wavegate.toml".to_owned(), Some(config)),
+        (
+            "infra/schema/migrate.py".to_owned(),
+            Some(MIGRATE_PY.to_owned()),
+        ),
+    ];
+    for m in migrations {
+        files.push((
+            format!("infra/schema/migrations/{m}.sql"),
+            Some(format!("-- {m}\n")),
+        ));
     }
+    let files: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_deref()))
+        .collect();
+    bot.example.branch(name, from, &files);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -727,7 +714,7 @@ async fn an_opaque_plan_binds_its_summary_and_always_applies() {
     let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
-    bot.branch_with_migrations("migrations", "main", &["0042_add_index"]);
+    branch_with_migrations(&bot, "migrations", "main", &["0042_add_index"]);
     let mut pr = bot.opened(&repo, 5, "migrations").await;
     let report = pr.report();
     assert!(
@@ -748,7 +735,7 @@ async fn an_opaque_plan_binds_its_summary_and_always_applies() {
     let first = digest_in(&report);
 
     // Another migration changes nothing a resource list could show, and still moves the digest.
-    bot.branch_with_migrations("migrations-2", "migrations", &["0043_drop_users"]);
+    branch_with_migrations(&bot, "migrations-2", "migrations", &["0043_drop_users"]);
     pr.push("migrations-2").await;
     let report = pr.report();
     assert!(

@@ -522,7 +522,7 @@ async fn an_approval_expires_after_the_bases_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     // Reconciliation finds the expired wait.
-    let bot = Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", "1s")]).await;
+    let bot = Bot::reconciling_every("1s").await;
     bot.edit_base_config("gate = \"always\"", "gate = \"always\"\ntimeout = \"1h\"");
     let pr = planned_pr(&bot, 80).await;
     pr.comment_as("rev-bob", "/approve").await;

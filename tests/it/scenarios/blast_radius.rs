@@ -53,29 +53,12 @@ fn branch_of_subtrees(bot: &Bot, name: &str, stages: Option<&str>, extra: &str) 
     bot.example.branch(name, "main", &changes);
 }
 
-async fn approved_pr<'a>(bot: &'a Bot, number: u64, branch: &str) -> PrHandle<'a> {
-    let repo = bot.github_repo();
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.opened(&repo, number, branch).await;
-    pr.comment_as("rev-bob", "/approve").await;
-    pr
-}
-
 /// Writes `$ESTATE_DIR/<stage>/<component><suffix>`: a test hook, or
 /// the member's deployed state.
 fn write_estate(bot: &Bot, (stage, component, suffix): (&str, &str, &str), text: &str) {
     let path = bot.estate_file(stage, component, suffix);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
-}
-
-/// The run's section of the report, down to what the applies printed.
-fn section(pr: &PrHandle<'_>) -> String {
-    let section = redact(&pr.apply_section());
-    match section.find("<details><summary>What ") {
-        Some(end) => section[..end].trim_end().to_owned(),
-        None => section,
-    }
 }
 
 /// The digest a reply asks to approve (its last code line's last word).
@@ -92,13 +75,13 @@ async fn a_failed_plan_in_a_gated_stage_blocks_only_its_subtree_while_the_rest_i
 ) {
     let bot = Bot::start().await;
     branch_of_subtrees(&bot, "trees", None, "");
-    let pr = approved_pr(&bot, 61, "trees").await;
+    let pr = approved_pr_on(&bot, &bot.github_repo(), 61, "trees").await;
 
     // On the merge commit, mid@prod's plan fails (its provider is down).
     write_estate(&bot, ("prod", "mid", ".fail-plan"), "provider unavailable");
     pr.merge().await;
     let asked = pr.last_reply();
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -155,7 +138,7 @@ async fn a_failed_plan_in_a_gated_stage_blocks_only_its_subtree_while_the_rest_i
             "{member}: {applied:?}"
         );
     }
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -221,13 +204,13 @@ async fn under_never_with_an_after_plan_hook_a_failed_plan_blocks_only_its_subtr
     let bot = Bot::start().await;
     let hook = "\n[[hooks.after.plan]]\nname = \"look\"\ncommand = [\"true\"]\n";
     branch_of_subtrees(&bot, "trees", Some("dev"), hook);
-    let pr = approved_pr(&bot, 62, "trees").await;
+    let pr = approved_pr_on(&bot, &bot.github_repo(), 62, "trees").await;
     write_estate(&bot, ("dev", "mid", ".fail-plan"), "provider unavailable");
     pr.merge().await;
     let mut applied = bot.applies_run();
     applied.sort();
     assert_eq!(applied, ["base@dev", "solo1@dev", "solo2@dev"]);
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -256,7 +239,7 @@ async fn under_never_with_an_after_plan_hook_a_failed_plan_blocks_only_its_subtr
 async fn a_moved_plan_waits_for_its_round_with_its_dependents_while_its_wave_mates_apply() {
     let bot = Bot::start().await;
     branch_of_subtrees(&bot, "trees", Some("dev"), "");
-    let pr = approved_pr(&bot, 63, "trees").await;
+    let pr = approved_pr_on(&bot, &bot.github_repo(), 63, "trees").await;
 
     // After the approval, someone creates base's queue by hand: its plan
     // on the merge commit moves (an update, not the create approved).
@@ -285,7 +268,7 @@ async fn a_moved_plan_waits_for_its_round_with_its_dependents_while_its_wave_mat
     /approve sha256:[digest]
     ```
     ");
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -338,7 +321,7 @@ async fn a_stage_approved_wave_by_wave_waits_at_each_waves_own_gate_and_spends_e
     branch_of_subtrees(&bot, "trees", None, "");
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-carol", "write");
-    let pr = approved_pr(&bot, 63, "trees").await;
+    let pr = approved_pr_on(&bot, &repo, 63, "trees").await;
     // Before merge, the report says each wave of prod waits at its own gate.
     let report = pr.report();
     assert!(
@@ -361,7 +344,7 @@ async fn a_stage_approved_wave_by_wave_waits_at_each_waves_own_gate_and_spends_e
     pr.merge().await;
     assert_eq!(bot.applies_run().len(), 5, "dev applied");
     let first = asked_digest(&pr.last_reply());
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -425,7 +408,7 @@ async fn a_stage_approved_wave_by_wave_waits_at_each_waves_own_gate_and_spends_e
     pr.comment_as("rev-carol", "/approve prod").await;
     assert_eq!(bot.applies_run()[9..], ["leaf@prod"]);
     assert_eq!(pr.apply_check().state, "success");
-    insta::assert_snapshot!(section(&pr), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: applied
 
     Approved by @rev-bob.

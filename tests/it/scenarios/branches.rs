@@ -7,40 +7,6 @@
 use crate::support::bot::*;
 use crate::support::pr::*;
 use crate::support::redact::redact;
-use crate::support::{self, fake_forge::RepoHandle};
-
-impl Bot {
-    /// PR #`number` from `branch` onto `base`, planned, `rev-bob` allowed to write.
-    async fn opened_onto(
-        &self,
-        repo: &RepoHandle,
-        number: u64,
-        branch: &str,
-        base: &str,
-    ) -> PrHandle<'_> {
-        self.forge.set_permission(repo, "rev-bob", "write");
-        let pr = self.forge.open_pr(
-            repo,
-            number,
-            &self.rev(branch),
-            &self.rev(base),
-            branch,
-            base,
-            "dev-alice",
-        );
-        self.tell(repo, support::github_pull_request("opened", repo, &pr))
-            .await;
-        self.pr(repo, number)
-    }
-
-    /// Merges the PR's branch into `base` (a merge commit); the bot is told.
-    async fn merge_into(&self, pr: &PrHandle<'_>, base: &str) {
-        let message = format!("Merge pull request #{} from {}", pr.number, pr.branch);
-        let sha = self.example.merge_into(base, &pr.branch, &message);
-        let merged = self.forge.merge(&pr.repo, pr.number, &sha);
-        self.tell(&pr.repo, pr.closed(&merged)).await;
-    }
-}
 
 /// The bot's replies about merges that apply nothing.
 fn not_applied(pr: &PrHandle<'_>) -> Vec<String> {
@@ -55,6 +21,7 @@ async fn a_pull_request_into_another_branch_is_planned_and_approved_but_its_merg
 {
     let bot = Bot::start().await;
     let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.example.git(&["branch", "release", "main"]);
     let pr = bot.opened_onto(&repo, 7, "change", "release").await;
     assert_eq!(
@@ -65,7 +32,7 @@ async fn a_pull_request_into_another_branch_is_planned_and_approved_but_its_merg
     pr.comment_as("rev-bob", "/approve").await;
     assert_eq!(pr.plan_state(), "success");
 
-    bot.merge_into(&pr, "release").await;
+    pr.merge_into("release").await;
     assert!(bot.applies_run().is_empty(), "{:?}", bot.applies_run());
     let merge_sha = pr.state().merge_sha.unwrap();
     assert!(
@@ -91,6 +58,7 @@ async fn a_branch_the_default_branch_lists_applies_its_merges() {
         "branches = [\"main\", \"release\"]\nignore = [",
     );
     let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.example.git(&["branch", "release", "main"]);
     bot.example.branch(
         "onto-release",
@@ -103,7 +71,7 @@ async fn a_branch_the_default_branch_lists_applies_its_merges() {
     let pr = bot.opened_onto(&repo, 8, "onto-release", "release").await;
     pr.comment_as("rev-bob", "/approve").await;
 
-    bot.merge_into(&pr, "release").await;
+    pr.merge_into("release").await;
     assert_eq!(bot.applies_run(), ["app@dev"], "dev applies, prod waits");
     assert!(not_applied(&pr).is_empty(), "{:#?}", pr.replies());
 }
@@ -113,6 +81,7 @@ async fn a_change_that_adds_its_own_base_to_branches_does_not_apply_itself() {
     let bot = Bot::start().await;
     bot.edit_base_config("ignore = [", "branches = [\"release\"]\nignore = [");
     let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
     // `change`'s edits, on main as it is now, with main added to `branches`.
     let config = bot.example.read("main", "wavegate.toml").replace(
         "branches = [\"release\"]",

@@ -6,38 +6,36 @@
 
 use crate::support::bot::*;
 
-impl Bot {
-    /// A branch on main adding the build `image` (kind build; its digest is
-    /// known once it applies) and `web`, which runs that image.
-    fn branch_with_build(&self, name: &str, reference: &str) {
-        let config = self.example.read("main", "wavegate.toml").replace(
-            "[policy]",
-            &format!(
-                "[[component]]\nname = \"image\"\nkind = \"build\"\ndir = \"build/image\"\nstages = [\"dev\"]\n\n\
-                 [[component]]\nname = \"web\"\ndir = \"infra/web\"\ndepends_on = [\"image\"]\ninputs = {{ image = \"{reference}\" }}\nstages = [\"dev\"]\n\n[policy]"
+/// A branch on main adding the build `image` (kind build; its digest is
+/// known once it applies) and `web`, which runs that image.
+fn branch_with_build(bot: &Bot, name: &str, reference: &str) {
+    let config = bot.example.read("main", "wavegate.toml").replace(
+        "[policy]",
+        &format!(
+            "[[component]]\nname = \"image\"\nkind = \"build\"\ndir = \"build/image\"\nstages = [\"dev\"]\n\n\
+             [[component]]\nname = \"web\"\ndir = \"infra/web\"\ndepends_on = [\"image\"]\ninputs = {{ image = \"{reference}\" }}\nstages = [\"dev\"]\n\n[policy]"
+        ),
+    );
+    bot.example.branch(
+        name,
+        "main",
+        &[
+            ("wavegate.toml", Some(&config)),
+            (
+                "build/image/resources.json",
+                Some(r#"{"aws_ecr_image.web": {"repository": "web", "tag": "v2", "_computed": ["digest"]}}"#),
             ),
-        );
-        self.example.branch(
-            name,
-            "main",
-            &[
-                ("wavegate.toml", Some(&config)),
-                (
-                    "build/image/resources.json",
-                    Some(r#"{"aws_ecr_image.web": {"repository": "web", "tag": "v2", "_computed": ["digest"]}}"#),
-                ),
-                (
-                    "build/image/outputs.json",
-                    Some(r#"{"digest": "aws_ecr_image.web.digest"}"#),
-                ),
-                (
-                    "infra/web/resources.json",
-                    Some(r#"{"aws_ecs_service.web": {"name": "web-${stage}", "image": "${input.image}"}}"#),
-                ),
-                ("infra/web/outputs.json", Some("{}")),
-            ],
-        );
-    }
+            (
+                "build/image/outputs.json",
+                Some(r#"{"digest": "aws_ecr_image.web.digest"}"#),
+            ),
+            (
+                "infra/web/resources.json",
+                Some(r#"{"aws_ecs_service.web": {"name": "web-${stage}", "image": "${input.image}"}}"#),
+            ),
+            ("infra/web/outputs.json", Some("{}")),
+        ],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +43,7 @@ async fn a_build_input_is_left_to_the_build_and_read_from_what_it_published() {
     let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
-    bot.branch_with_build("image", "build:image.digest");
+    branch_with_build(&bot, "image", "build:image.digest");
     let pr = bot.opened(&repo, 91, "image").await;
     let report = pr.report();
     assert!(
@@ -66,14 +64,8 @@ async fn a_build_input_is_left_to_the_build_and_read_from_what_it_published() {
         !section.contains("- Round "),
         "no round for a build input: {section}"
     );
-    let deployed: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(bot.estate_file("dev", "web", ".json")).unwrap(),
-    )
-    .unwrap();
-    let published: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(bot.estate_file("dev", "image", ".json")).unwrap(),
-    )
-    .unwrap();
+    let deployed = bot.deployed("dev", "web");
+    let published = bot.deployed("dev", "image");
     assert_eq!(
         deployed["aws_ecs_service.web"]["image"], published["aws_ecr_image.web"]["digest"],
         "web runs the image the build published"
@@ -85,7 +77,7 @@ async fn the_same_read_as_a_plain_input_is_unknown_and_filled_in_by_a_round() {
     let bot = Bot::start().await;
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
-    bot.branch_with_build("plain", "image.digest");
+    branch_with_build(&bot, "plain", "image.digest");
     let pr = bot.opened(&repo, 92, "plain").await;
     assert!(
         pr.report()

@@ -33,34 +33,32 @@ print(f"priced {len(projects)} members of {os.environ['WAVEGATE_STAGE']}")
 json.dump({"version": "0.2", "currency": "USD", "projects": projects}, open(sys.argv[2], "w"))
 "#;
 
-impl Bot {
-    /// Commits the cost command on main, with `policy` lines added to
-    /// `[policy]`, and its script on main and on the change.
-    fn cost_on_base(&self, policy: &str) {
-        let config = self.example.read("main", "wavegate.toml");
-        let config = config.replace("required = 1", &format!("required = 1\n{policy}"));
-        let config = format!(
-            "{config}\n[cost]\ncommand = [\"python3\", \"ci/cost.py\", \"{{members_file}}\", \"{{cost_file}}\"]\n"
-        );
-        self.example.branch(
-            "main",
-            "main",
-            &[
-                ("ci/cost.py", Some(COST_PY)),
-                ("wavegate.toml", Some(&config)),
-            ],
-        );
-        // The pull request's branch carries the script too: its plan runs
-        // the command line of the base on the files of the head.
-        self.example
-            .branch("change", "change", &[("ci/cost.py", Some(COST_PY))]);
-        std::fs::create_dir_all(self.example.estate.join("cost")).unwrap();
-    }
+/// Commits the cost command on main, with `policy` lines added to
+/// `[policy]`, and its script on main and on the change.
+fn cost_on_base(bot: &Bot, policy: &str) {
+    let config = bot.example.read("main", "wavegate.toml");
+    let config = config.replace("required = 1", &format!("required = 1\n{policy}"));
+    let config = format!(
+        "{config}\n[cost]\ncommand = [\"python3\", \"ci/cost.py\", \"{{members_file}}\", \"{{cost_file}}\"]\n"
+    );
+    bot.example.branch(
+        "main",
+        "main",
+        &[
+            ("ci/cost.py", Some(COST_PY)),
+            ("wavegate.toml", Some(&config)),
+        ],
+    );
+    // The pull request's branch carries the script too: its plan runs
+    // the command line of the base on the files of the head.
+    bot.example
+        .branch("change", "change", &[("ci/cost.py", Some(COST_PY))]);
+    std::fs::create_dir_all(bot.example.estate.join("cost")).unwrap();
+}
 
-    /// Prices `member` at `monthly` a month from now on.
-    fn price(&self, member: &str, monthly: &str) {
-        std::fs::write(self.example.estate.join("cost").join(member), monthly).unwrap();
-    }
+/// Prices `member` at `monthly` a month from now on.
+fn price(bot: &Bot, member: &str, monthly: &str) {
+    std::fs::write(bot.example.estate.join("cost").join(member), monthly).unwrap();
 }
 
 /// app@dev costs 120.00 a month when approved; by merge it costs 900.00.
@@ -69,9 +67,9 @@ impl Bot {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_that_moves_after_approval_is_a_round_naming_the_old_and_new_figures() {
     let bot = Bot::start().await;
-    bot.cost_on_base("");
-    bot.price("app@dev", "120");
-    bot.price("app@dev.past", "100");
+    cost_on_base(&bot, "");
+    price(&bot, "app@dev", "120");
+    price(&bot, "app@dev.past", "100");
     let pr = planned_pr(&bot, 90).await;
     insta::assert_snapshot!(pr.section("Cost"), @"
     ### Cost
@@ -88,7 +86,7 @@ async fn a_cost_that_moves_after_approval_is_a_round_naming_the_old_and_new_figu
     let approved = pr.digest();
     pr.comment_as("rev-bob", "/approve").await;
 
-    bot.price("app@dev", "900");
+    price(&bot, "app@dev", "900");
     pr.merge().await;
     assert!(bot.applies_run().is_empty(), "{}", pr.report());
     insta::assert_snapshot!(redact(&pr.last_reply()), @"
@@ -126,8 +124,11 @@ async fn a_cost_that_moves_after_approval_is_a_round_naming_the_old_and_new_figu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_above_the_cap_waits_for_an_override_of_exactly_that_cost() {
     let bot = Bot::start().await;
-    bot.cost_on_base("overriders = [\"sec-sam\"]\nmax_monthly_increase = \"100\"");
-    bot.price("app@dev", "510");
+    cost_on_base(
+        &bot,
+        "overriders = [\"sec-sam\"]\nmax_monthly_increase = \"100\"",
+    );
+    price(&bot, "app@dev", "510");
     let pr = planned_pr(&bot, 91).await;
     bot.forge.set_permission(&pr.repo, "sec-sam", "write");
     let cost = pr.section("Cost");
@@ -176,7 +177,7 @@ async fn a_cost_above_the_cap_waits_for_an_override_of_exactly_that_cost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_command_that_fails_fails_the_plan_with_its_output() {
     let bot = Bot::start().await;
-    bot.cost_on_base("");
+    cost_on_base(&bot, "");
     std::fs::write(bot.example.estate.join("cost").join("fail"), "").unwrap();
     let pr = planned_pr(&bot, 92).await;
     insta::assert_snapshot!(pr.section("Cost"), @"
@@ -218,8 +219,11 @@ async fn a_cost_command_that_fails_fails_the_plan_with_its_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_of_the_cost_in_review_lets_exactly_that_cost_through() {
     let bot = Bot::start().await;
-    bot.cost_on_base("overriders = [\"sec-sam\"]\nmax_monthly_increase = \"100\"");
-    bot.price("app@dev", "510");
+    cost_on_base(
+        &bot,
+        "overriders = [\"sec-sam\"]\nmax_monthly_increase = \"100\"",
+    );
+    price(&bot, "app@dev", "510");
     let pr = planned_pr(&bot, 93).await;
     bot.forge.set_permission(&pr.repo, "sec-sam", "write");
     pr.comment_as("rev-bob", "/approve").await;

@@ -35,39 +35,37 @@ fn resources(name: &str) -> String {
     format!(r#"{{"null_resource.{name}": {{"name": "{name}-${{stage}}"}}}}"#)
 }
 
-impl Bot {
-    /// A branch `name` on `change` that adds the discovering component
-    /// `live` (dev only) and a nested tree of three units: `live/net`,
-    /// `live/net/db` (depends on net) and `live/app` (depends on db).
-    fn branch_with_discovered_tree(&self, name: &str) {
-        let config = self.example.read("change", "wavegate.toml").replace(
-            "[policy]",
-            "[[component]]\nname = \"live\"\ndiscover = [\"python3\", \"ci/discover.py\", \"{units_file}\"]\nstages = [\"dev\"]\n\n[policy]",
-        );
-        let (net, db, app) = (resources("net"), resources("db"), resources("app"));
-        self.example.branch(
-            name,
-            "change",
-            &[
-                ("wavegate.toml", Some(&config)),
-                ("ci/discover.py", Some(DISCOVER_PY)),
-                ("live/net/resources.json", Some(&net)),
-                ("live/net/db/resources.json", Some(&db)),
-                ("live/net/db/deps.txt", Some("live/net\n")),
-                ("live/app/resources.json", Some(&app)),
-                ("live/app/deps.txt", Some("live/net/db\n")),
-            ],
-        );
-        std::fs::create_dir_all(self.example.estate.join("discover")).unwrap();
-    }
+/// A branch `name` on `change` that adds the discovering component
+/// `live` (dev only) and a nested tree of three units: `live/net`,
+/// `live/net/db` (depends on net) and `live/app` (depends on db).
+fn branch_with_discovered_tree(bot: &Bot, name: &str) {
+    let config = bot.example.read("change", "wavegate.toml").replace(
+        "[policy]",
+        "[[component]]\nname = \"live\"\ndiscover = [\"python3\", \"ci/discover.py\", \"{units_file}\"]\nstages = [\"dev\"]\n\n[policy]",
+    );
+    let (net, db, app) = (resources("net"), resources("db"), resources("app"));
+    bot.example.branch(
+        name,
+        "change",
+        &[
+            ("wavegate.toml", Some(&config)),
+            ("ci/discover.py", Some(DISCOVER_PY)),
+            ("live/net/resources.json", Some(&net)),
+            ("live/net/db/resources.json", Some(&db)),
+            ("live/net/db/deps.txt", Some("live/net\n")),
+            ("live/app/resources.json", Some(&app)),
+            ("live/app/deps.txt", Some("live/net/db\n")),
+        ],
+    );
+    std::fs::create_dir_all(bot.example.estate.join("discover")).unwrap();
+}
 
-    fn discovery(&self, file: &str, text: &str) {
-        std::fs::write(self.example.estate.join("discover").join(file), text).unwrap();
-    }
+fn discovery(bot: &Bot, file: &str, text: &str) {
+    std::fs::write(bot.example.estate.join("discover").join(file), text).unwrap();
 }
 
 async fn tree_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
-    bot.branch_with_discovered_tree("tree");
+    branch_with_discovered_tree(bot, "tree");
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.opened(&repo, number, "tree").await
@@ -121,7 +119,7 @@ async fn a_unit_discovered_otherwise_at_apply_is_not_covered_by_the_approval() {
     let pr = tree_pr(&bot, 96).await;
     pr.comment_as("rev-bob", "/approve").await;
 
-    bot.discovery("live.app.deps", "live/net\n");
+    discovery(&bot, "live.app.deps", "live/net\n");
     pr.merge().await;
     let applied = bot.applies_run();
     assert!(
@@ -140,8 +138,8 @@ async fn a_unit_discovered_otherwise_at_apply_is_not_covered_by_the_approval() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discovery_that_fails_fails_the_plan_with_its_output() {
     let bot = Bot::start().await;
-    bot.branch_with_discovered_tree("tree");
-    bot.discovery("fail", "");
+    branch_with_discovered_tree(&bot, "tree");
+    discovery(&bot, "fail", "");
     let repo = bot.github_repo();
     let pr = bot.opened(&repo, 97, "tree").await;
     let report = pr.report();
@@ -166,7 +164,7 @@ async fn the_merge_commit_is_discovered_only_once_the_approval_stands() {
     let pr = tree_pr(&bot, 98).await;
     pr.comment_as("rev-bob", "/approve").await;
     pr.comment_as("rev-bob", "/revoke").await;
-    bot.discovery("fail", "");
+    discovery(&bot, "fail", "");
 
     pr.merge().await;
     assert!(bot.applies_run().is_empty());

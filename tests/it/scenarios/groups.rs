@@ -16,40 +16,38 @@ const GROUP: &str =
 plan = [\"python3\", \"{root}/ci/group.py\", \"plan\", \"{members_file}\"]\n\
 apply = [\"python3\", \"{root}/ci/group.py\", \"apply\", \"{members_file}\"]\n\n";
 
-impl Bot {
-    /// Main with the group `data`, and a branch `name` on it: network adds
-    /// a public subnet, database moves onto it (a read of its mate network
-    /// that network's plan cannot know: the group's apply computes it), app
-    /// and dns as on `change`; `extra` files too.
-    fn stack_branch(&self, name: &str, extra: &[(&str, Option<&str>)]) {
-        self.edit_base_config("[policy]", &format!("{GROUP}[policy]"));
-        let config = self.example.read("main", "wavegate.toml").replace(
-            "inputs = { subnet_id = \"network.subnet_id\" }",
-            "inputs = { subnet_id = \"network.public_subnet_id\" }",
-        );
-        let network = self.example.read("main", "infra/network/resources.json").replace(
-            "  \"aws_vpc.main\": {",
-            "  \"aws_subnet.public\": {\"availability_zone\": \"eu-west-1b\", \"cidr_block\": \"10.0.2.0/24\", \"name\": \"estate-${stage}-public\"},\n  \"aws_vpc.main\": {",
-        );
-        let outputs = "{\"subnet_id\": \"aws_subnet.private.id\", \"public_subnet_id\": \"aws_subnet.public.id\", \"vpc_id\": \"aws_vpc.main.id\"}";
-        let from_change: Vec<(&str, String)> = [
-            "infra/app/resources.json",
-            "infra/app/outputs.json",
-            "infra/dns/resources.json",
-            "infra/dns/outputs.json",
-        ]
-        .into_iter()
-        .map(|p| (p, self.example.read("change", p)))
-        .collect();
-        let mut files: Vec<(&str, Option<&str>)> = vec![
-            ("wavegate.toml", Some(&config)),
-            ("infra/network/resources.json", Some(&network)),
-            ("infra/network/outputs.json", Some(outputs)),
-        ];
-        files.extend(from_change.iter().map(|(p, t)| (*p, Some(t.as_str()))));
-        files.extend_from_slice(extra);
-        self.example.branch(name, "main", &files);
-    }
+/// Main with the group `data`, and a branch `name` on it: network adds
+/// a public subnet, database moves onto it (a read of its mate network
+/// that network's plan cannot know: the group's apply computes it), app
+/// and dns as on `change`; `extra` files too.
+fn stack_branch(bot: &Bot, name: &str, extra: &[(&str, Option<&str>)]) {
+    bot.edit_base_config("[policy]", &format!("{GROUP}[policy]"));
+    let config = bot.example.read("main", "wavegate.toml").replace(
+        "inputs = { subnet_id = \"network.subnet_id\" }",
+        "inputs = { subnet_id = \"network.public_subnet_id\" }",
+    );
+    let network = bot.example.read("main", "infra/network/resources.json").replace(
+        "  \"aws_vpc.main\": {",
+        "  \"aws_subnet.public\": {\"availability_zone\": \"eu-west-1b\", \"cidr_block\": \"10.0.2.0/24\", \"name\": \"estate-${stage}-public\"},\n  \"aws_vpc.main\": {",
+    );
+    let outputs = "{\"subnet_id\": \"aws_subnet.private.id\", \"public_subnet_id\": \"aws_subnet.public.id\", \"vpc_id\": \"aws_vpc.main.id\"}";
+    let from_change: Vec<(&str, String)> = [
+        "infra/app/resources.json",
+        "infra/app/outputs.json",
+        "infra/dns/resources.json",
+        "infra/dns/outputs.json",
+    ]
+    .into_iter()
+    .map(|p| (p, bot.example.read("change", p)))
+    .collect();
+    let mut files: Vec<(&str, Option<&str>)> = vec![
+        ("wavegate.toml", Some(&config)),
+        ("infra/network/resources.json", Some(&network)),
+        ("infra/network/outputs.json", Some(outputs)),
+    ];
+    files.extend(from_change.iter().map(|(p, t)| (*p, Some(t.as_str()))));
+    files.extend_from_slice(extra);
+    bot.example.branch(name, "main", &files);
 }
 
 /// Opens PR `number` from `branch` with rev-bob and rev-carol allowed to approve.
@@ -58,20 +56,6 @@ async fn stack_pr<'b>(bot: &'b Bot, number: u64, branch: &str) -> PrHandle<'b> {
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.forge.set_permission(&repo, "rev-carol", "write");
     bot.opened(&repo, number, branch).await
-}
-
-/// The report's section headed `### {title}`, up to the next heading.
-fn section(report: &str, title: &str) -> String {
-    let start = report
-        .find(&format!("### {title}"))
-        .unwrap_or_else(|| panic!("no {title} section in:\n{report}"));
-    let rest = &report[start..];
-    let end = ["\n### ", "\n<details>"]
-        .iter()
-        .filter_map(|next| rest[4..].find(next))
-        .min()
-        .map_or(rest.len(), |i| i + 5);
-    rest[..end].trim_end().to_owned()
 }
 
 /// How many group calls of `what` (plan or apply) the server started for
@@ -84,10 +68,9 @@ fn group_calls(bot: &Bot, what: &str, at: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_is_planned_with_one_call_and_applied_with_one_call() {
     let bot = Bot::start().await;
-    bot.stack_branch("stack", &[]);
+    stack_branch(&bot, "stack", &[]);
     let pr = stack_pr(&bot, 101, "stack").await;
-    let report = pr.report();
-    insta::assert_snapshot!(redact(&section(&report, "Groups")), @r#"
+    insta::assert_snapshot!(redact(&pr.section("Groups")), @r#"
         ### Groups
 
         Each group's members in a stage are planned with one call and applied with one call, in one wave; each member's plan digest binds the group's digest.
@@ -114,12 +97,7 @@ async fn a_group_is_planned_with_one_call_and_applied_with_one_call() {
         "one call, in the order the group's tool chose"
     );
     assert_eq!(group_calls(&bot, "apply", "data@dev"), 1);
-    let state = |component: &str| -> serde_json::Value {
-        serde_json::from_str(
-            &std::fs::read_to_string(bot.estate_file("dev", component, ".json")).unwrap(),
-        )
-        .unwrap()
-    };
+    let state = |component: &str| bot.deployed("dev", component);
     assert_eq!(
         state("database")["aws_db_instance.main"]["subnet_id"],
         state("network")["aws_subnet.public"]["id"],
@@ -140,7 +118,8 @@ async fn a_group_is_planned_with_one_call_and_applied_with_one_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_that_fails_to_plan_fails_each_of_its_members_with_its_error() {
     let bot = Bot::start().await;
-    bot.stack_branch(
+    stack_branch(
+        &bot,
         "stack-broken",
         &[(
             "infra/database/.fail-plan",
@@ -149,7 +128,7 @@ async fn a_group_that_fails_to_plan_fails_each_of_its_members_with_its_error() {
     );
     let pr = stack_pr(&bot, 102, "stack-broken").await;
     let report = pr.report();
-    insta::assert_snapshot!(redact(&section(&report, "Groups")), @"
+    insta::assert_snapshot!(redact(&pr.section("Groups")), @"
         ### Groups
 
         Each group's members in a stage are planned with one call and applied with one call, in one wave; each member's plan digest binds the group's digest.
@@ -178,7 +157,7 @@ async fn a_group_that_fails_to_plan_fails_each_of_its_members_with_its_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_apply_that_fails_part_way_is_retried_as_a_smaller_group() {
     let bot = Bot::start().await;
-    bot.stack_branch("stack", &[]);
+    stack_branch(&bot, "stack", &[]);
     let pr = stack_pr(&bot, 103, "stack").await;
     pr.comment_as("rev-bob", "/approve").await;
     let fail = bot.estate_file("dev", "database", ".fail-apply");
@@ -241,13 +220,12 @@ async fn a_group_apply_that_fails_part_way_is_retried_as_a_smaller_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_call_killed_part_way_applies_each_member_exactly_once() {
     let mut bot = Bot::start_with(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
-    bot.stack_branch("stack", &[]);
+    stack_branch(&bot, "stack", &[]);
     let pr = stack_pr(&bot, 105, "stack").await;
     pr.comment_as("rev-bob", "/approve").await;
     let pause = bot.estate_file("dev", "database", ".pause-apply");
     std::fs::write(&pause, "before").unwrap();
-    let merged = pr.merge_unsettled(crate::support::common::MergeMethod::MergeCommit);
-    bot.deliver_github(pr.closed(&merged)).await;
+    pr.merge_unsettled().await;
     let paused = bot.estate_file("dev", "database", ".paused");
     bot.until("database's apply pauses in the group's call", || async {
         paused.exists().then_some(())
@@ -290,7 +268,7 @@ async fn a_group_call_killed_part_way_applies_each_member_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_that_groups_otherwise_than_the_approved_plan_is_not_covered() {
     let bot = Bot::start().await;
-    bot.stack_branch("stack", &[]);
+    stack_branch(&bot, "stack", &[]);
     let pr = stack_pr(&bot, 104, "stack").await;
     pr.comment_as("rev-bob", "/approve").await;
     // Before the merge, main takes app out of the group.

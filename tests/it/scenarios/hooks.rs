@@ -41,41 +41,39 @@ if code.exists():
     sys.exit(int(code.read_text()))
 "#;
 
-impl Bot {
-    /// Commits the example's hook script and `hooks` (TOML) on main: the
-    /// base the next pull request is planned against and applied by.
-    fn hooks_on_base(&self, hooks: &str) {
-        let config = self.example.read("main", "wavegate.toml");
-        let config = format!("{config}\n{hooks}");
-        self.example.branch(
-            "main",
-            "main",
-            &[
-                ("ci/hook.py", Some(HOOK_PY)),
-                ("wavegate.toml", Some(&config)),
-            ],
-        );
-        std::fs::create_dir_all(self.example.estate.join("hooks")).unwrap();
-    }
+/// Commits the example's hook script and `hooks` (TOML) on main: the
+/// base the next pull request is planned against and applied by.
+fn hooks_on_base(bot: &Bot, hooks: &str) {
+    let config = bot.example.read("main", "wavegate.toml");
+    let config = format!("{config}\n{hooks}");
+    bot.example.branch(
+        "main",
+        "main",
+        &[
+            ("ci/hook.py", Some(HOOK_PY)),
+            ("wavegate.toml", Some(&config)),
+        ],
+    );
+    std::fs::create_dir_all(bot.example.estate.join("hooks")).unwrap();
+}
 
-    /// Makes hook `name` exit with `code`.
-    fn hook_exits(&self, name: &str, code: i32) {
-        let path = self
-            .example
+/// Makes hook `name` exit with `code`.
+fn hook_exits(bot: &Bot, name: &str, code: i32) {
+    let path = bot
+        .example
+        .estate
+        .join("hooks")
+        .join(format!("{name}.exit"));
+    std::fs::write(path, code.to_string()).unwrap();
+}
+
+fn hook_passes(bot: &Bot, name: &str) {
+    let _ = std::fs::remove_file(
+        bot.example
             .estate
             .join("hooks")
-            .join(format!("{name}.exit"));
-        std::fs::write(path, code.to_string()).unwrap();
-    }
-
-    fn hook_passes(&self, name: &str) {
-        let _ = std::fs::remove_file(
-            self.example
-                .estate
-                .join("hooks")
-                .join(format!("{name}.exit")),
-        );
-    }
+            .join(format!("{name}.exit")),
+    );
 }
 
 fn hook(moment: &str, name: &str, extra: &str) -> String {
@@ -93,12 +91,6 @@ fn hook_lines(section: &str) -> String {
         .join("\n")
 }
 
-async fn approved_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
-    let pr = planned_pr(bot, number).await;
-    pr.comment_as("rev-bob", "/approve").await;
-    pr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_moment_runs_in_its_order_and_each_outcome_is_reported_and_recorded() {
     let bot = Bot::start().await;
@@ -112,7 +104,7 @@ async fn every_moment_runs_in_its_order_and_each_outcome_is_reported_and_recorde
     .iter()
     .map(|(moment, name)| hook(moment, name, ""))
     .collect();
-    bot.hooks_on_base(&hooks);
+    hooks_on_base(&bot, &hooks);
     let pr = approved_pr(&bot, 81).await;
 
     pr.merge().await;
@@ -197,8 +189,8 @@ async fn a_failing_hook_stops_what_comes_after_its_moment() {
         ("after.apply", vec!["app@dev"], "failure"),
     ] {
         let bot = Bot::start().await;
-        bot.hooks_on_base(&hook(moment, "guard", ""));
-        bot.hook_exits("guard", 1);
+        hooks_on_base(&bot, &hook(moment, "guard", ""));
+        hook_exits(&bot, "guard", 1);
         let pr = approved_pr(&bot, 82).await;
         pr.merge().await;
         assert_eq!(bot.applies_run(), applied, "{moment}");
@@ -232,7 +224,7 @@ async fn a_failing_hook_stops_what_comes_after_its_moment() {
         }
 
         // `/retry` runs the hook again; passing now, the run goes on.
-        bot.hook_passes("guard");
+        hook_passes(&bot, "guard");
         pr.comment_as("rev-bob", "/retry").await;
         let section = pr.apply_section();
         assert!(
@@ -256,8 +248,8 @@ async fn a_failing_hook_stops_what_comes_after_its_moment() {
 async fn a_failing_after_gate_hook_stops_a_stage_that_would_apply_and_leaves_a_waiting_one_waiting()
 {
     let bot = Bot::start().await;
-    bot.hooks_on_base(&hook("after.gate", "gate-check", ""));
-    bot.hook_exits("gate-check", 1);
+    hooks_on_base(&bot, &hook("after.gate", "gate-check", ""));
+    hook_exits(&bot, "gate-check", 1);
     let pr = approved_pr(&bot, 83).await;
     pr.merge().await;
     // dev's gate is `never` (not-required): the failing hook stops it.
@@ -273,10 +265,10 @@ async fn a_failing_after_gate_hook_stops_a_stage_that_would_apply_and_leaves_a_w
     );
 
     // Once it passes, dev applies; prod waits, and the failing hook leaves it waiting.
-    bot.hook_passes("gate-check");
+    hook_passes(&bot, "gate-check");
     pr.comment_as("rev-bob", "/retry").await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    bot.hook_exits("gate-check", 1);
+    hook_exits(&bot, "gate-check", 1);
     let stage_digest = digest_in(&pr.last_reply());
     let section = pr.apply_section();
     assert!(
@@ -298,12 +290,11 @@ async fn a_failing_after_gate_hook_stops_a_stage_that_would_apply_and_leaves_a_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_hook_that_may_be_approved_waits_for_an_approval_of_its_failure() {
     let bot = Bot::start().await;
-    bot.hooks_on_base(&hook(
-        "before.apply",
-        "change-window",
-        "on_failure = \"approve\"",
-    ));
-    bot.hook_exits("change-window", 1);
+    hooks_on_base(
+        &bot,
+        &hook("before.apply", "change-window", "on_failure = \"approve\""),
+    );
+    hook_exits(&bot, "change-window", 1);
     let pr = approved_pr(&bot, 84).await;
     pr.merge().await;
     assert!(bot.applies_run().is_empty());
@@ -337,8 +328,8 @@ async fn a_failing_hook_that_may_be_approved_waits_for_an_approval_of_its_failur
 async fn an_approvable_failure_before_the_plan_or_after_it_waits_the_same_way() {
     for (moment, number) in [("before.plan", 86), ("after.plan", 87)] {
         let bot = Bot::start().await;
-        bot.hooks_on_base(&hook(moment, "vet", "on_failure = \"approve\""));
-        bot.hook_exits("vet", 1);
+        hooks_on_base(&bot, &hook(moment, "vet", "on_failure = \"approve\""));
+        hook_exits(&bot, "vet", 1);
         let pr = approved_pr(&bot, number).await;
         pr.merge().await;
         assert!(bot.applies_run().is_empty(), "{moment}");
@@ -363,7 +354,7 @@ async fn an_approvable_failure_before_the_plan_or_after_it_waits_the_same_way() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_holds_a_stage_on_another_gate_until_that_digest_is_approved() {
     let bot = Bot::start().await;
-    bot.hooks_on_base(&hook("before.plan", "migrate", ""));
+    hooks_on_base(&bot, &hook("before.plan", "migrate", ""));
     let held_on = format!("sha256:{}", "4d".repeat(32));
     std::fs::write(
         bot.example.estate.join("hooks/migrate.hold"),
@@ -408,7 +399,7 @@ async fn a_hook_holds_a_stage_on_another_gate_until_that_digest_is_approved() {
 async fn a_hold_after_the_plan_or_before_the_apply_waits_the_same_way_with_nothing_applied() {
     for (moment, number) in [("after.plan", 88), ("before.apply", 89)] {
         let bot = Bot::start().await;
-        bot.hooks_on_base(&hook(moment, "migrate", ""));
+        hooks_on_base(&bot, &hook(moment, "migrate", ""));
         let held_on = format!("sha256:{}", "5e".repeat(32));
         std::fs::write(
             bot.example.estate.join("hooks/migrate.hold"),
@@ -440,7 +431,7 @@ async fn a_hold_after_the_plan_or_before_the_apply_waits_the_same_way_with_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_member_hook_runs_once_for_each_member_with_its_plan_file() {
     let bot = Bot::start().await;
-    bot.hooks_on_base(
+    hooks_on_base(&bot,
         "[[hooks.before.apply]]\nname = \"lint\"\nper_member = true\ncommand = [\"python3\", \"ci/hook.py\", \"{members_file}\", \"{plan_file}\"]\n",
     );
     let pr = approved_pr(&bot, 93).await;
@@ -469,7 +460,7 @@ async fn a_per_member_hook_runs_once_for_each_member_with_its_plan_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_that_hangs_is_killed_at_its_timeout_and_fails_saying_so() {
     let bot = Bot::start().await;
-    bot.hooks_on_base(&hook("before.plan", "stuck", "timeout = \"2s\""));
+    hooks_on_base(&bot, &hook("before.plan", "stuck", "timeout = \"2s\""));
     std::fs::write(bot.example.estate.join("hooks/stuck.hang"), "").unwrap();
     let pr = approved_pr(&bot, 94).await;
     pr.merge().await;
@@ -490,10 +481,10 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
         "name = \"prod\"\ngate = \"always\"",
         "name = \"prod\"\ngate = \"always\"\ntimeout = \"1h\"",
     );
-    bot.hooks_on_base(
+    hooks_on_base(&bot,
         "[[stage.hooks.before.apply]]\nname = \"window\"\ncommand = [\"python3\", \"ci/hook.py\", \"{members_file}\"]\non_failure = \"approve\"\n",
     );
-    bot.hook_exits("window", 1);
+    hook_exits(&bot, "window", 1);
     let pr = approved_pr(&bot, 95).await;
     pr.merge().await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
@@ -533,8 +524,11 @@ async fn a_hook_waiting_in_a_stage_whose_gate_went_through_is_approved_after_tha
 async fn an_approving_review_does_not_release_a_hooks_failure() {
     let bot = Bot::start().await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
-    bot.hooks_on_base(&hook("before.apply", "window", "on_failure = \"approve\""));
-    bot.hook_exits("window", 1);
+    hooks_on_base(
+        &bot,
+        &hook("before.apply", "window", "on_failure = \"approve\""),
+    );
+    hook_exits(&bot, "window", 1);
     let pr = approved_pr(&bot, 96).await;
     let head = pr.head();
     let merged = pr.merge().await;

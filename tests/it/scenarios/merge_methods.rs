@@ -8,6 +8,7 @@ use crate::support::bot::*;
 use crate::support::common::MergeMethod;
 use crate::support::pr::*;
 use crate::support::redact::redact;
+use crate::support::RepoHandle;
 
 const METHODS: [MergeMethod; 4] = [
     MergeMethod::MergeCommit,
@@ -22,70 +23,65 @@ enum Forge {
     Forgejo,
 }
 
-impl Bot {
-    /// The `change` branch's files at `paths`, to commit elsewhere.
-    fn change_files(&self, paths: &[&str]) -> Vec<(String, String)> {
-        paths
-            .iter()
-            .map(|p| ((*p).to_owned(), self.example.read("change", p)))
-            .collect()
+/// The example repository on `forge`.
+fn repo_on(bot: &Bot, forge: Forge) -> RepoHandle {
+    match forge {
+        Forge::GitHub => bot.github_repo(),
+        Forge::Forgejo => bot.forgejo_repo(),
     }
+}
 
-    /// A branch of two commits on main: `first` (files), then the rest of
-    /// the `change` branch's infrastructure.
-    fn two_commit_branch(&self, name: &str, first: &[(String, String)]) {
-        let step = format!("{name}-first");
-        let files = |list: &[(String, String)]| -> Vec<(String, Option<String>)> {
-            list.iter()
-                .map(|(p, t)| (p.clone(), Some(t.clone())))
-                .collect()
-        };
-        let first = files(first);
-        let first: Vec<(&str, Option<&str>)> = first
-            .iter()
-            .map(|(p, t)| (p.as_str(), t.as_deref()))
-            .collect();
-        self.example.branch(&step, "main", &first);
-        let rest = files(&self.change_files(&[
+/// The `change` branch's files at `paths`, to commit elsewhere.
+fn change_files(bot: &Bot, paths: &[&str]) -> Vec<(String, String)> {
+    paths
+        .iter()
+        .map(|p| ((*p).to_owned(), bot.example.read("change", p)))
+        .collect()
+}
+
+/// A branch of two commits on main: `first` (files), then the rest of
+/// the `change` branch's infrastructure.
+fn two_commit_branch(bot: &Bot, name: &str, first: &[(String, String)]) {
+    let step = format!("{name}-first");
+    let files = |list: &[(String, String)]| -> Vec<(String, Option<String>)> {
+        list.iter()
+            .map(|(p, t)| (p.clone(), Some(t.clone())))
+            .collect()
+    };
+    let first = files(first);
+    let first: Vec<(&str, Option<&str>)> = first
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_deref()))
+        .collect();
+    bot.example.branch(&step, "main", &first);
+    let rest = files(&change_files(
+        bot,
+        &[
             "infra/app/resources.json",
             "infra/app/outputs.json",
             "infra/dns/resources.json",
             "infra/dns/outputs.json",
-        ]));
-        let rest: Vec<(&str, Option<&str>)> = rest
-            .iter()
-            .map(|(p, t)| (p.as_str(), t.as_deref()))
-            .collect();
-        self.example.branch(name, &step, &rest);
-    }
-
-    /// PR `number` from `branch`, opened and planned on `forge`, approved by rev-bob.
-    async fn approved_pr(&self, forge: Forge, number: u64, branch: &str) -> PrHandle<'_> {
-        let repo = match forge {
-            Forge::GitHub => self.github_repo(),
-            Forge::Forgejo => self.forgejo_repo(),
-        };
-        self.forge.set_permission(&repo, "rev-bob", "write");
-        let pr = self.opened(&repo, number, branch).await;
-        pr.comment_as("rev-bob", "/approve").await;
-        pr
-    }
+        ],
+    ));
+    let rest: Vec<(&str, Option<&str>)> = rest
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_deref()))
+        .collect();
+    bot.example.branch(name, &step, &rest);
 }
 
-impl PrHandle<'_> {
-    /// Lands it by `method` (for a rebase, main moved on meanwhile) and
-    /// tells the bot.
-    async fn land(&self, method: MergeMethod) {
-        if method == MergeMethod::Rebase {
-            // The target moved on meanwhile: the rebase re-creates every commit.
-            self.bot.example.branch(
-                "main",
-                "main",
-                &[("docs/meanwhile.md", Some("main moved on\n"))],
-            );
-        }
-        self.merge_by(method).await;
+/// Lands it by `method` (for a rebase, main moved on meanwhile) and
+/// tells the bot.
+async fn land(pr: &PrHandle<'_>, method: MergeMethod) {
+    if method == MergeMethod::Rebase {
+        // The target moved on meanwhile: the rebase re-creates every commit.
+        pr.bot.example.branch(
+            "main",
+            "main",
+            &[("docs/meanwhile.md", Some("main moved on\n"))],
+        );
     }
+    pr.merge_by(method).await;
 }
 
 /// Each method on `forge`: a pull request of two commits (the network's
@@ -99,12 +95,13 @@ async fn every_approved_member_applies(forge: Forge) {
             .example
             .read("main", "infra/network/resources.json")
             .replace("estate-${stage}-private", "estate-${stage}-private-a");
-        bot.two_commit_branch(
+        two_commit_branch(
+            &bot,
             "two-steps",
             &[("infra/network/resources.json".into(), network)],
         );
-        let pr = bot.approved_pr(forge, number, "two-steps").await;
-        pr.land(method).await;
+        let pr = approved_pr_on(&bot, &repo_on(&bot, forge), number, "two-steps").await;
+        land(&pr, method).await;
         let mut dev = bot.applies_run();
         dev.sort();
         assert_eq!(
@@ -172,9 +169,9 @@ async fn an_earlier_commit_that_loosens_the_prod_gate_does_not_govern_its_own_ap
             "name = \"prod\"\ngate = \"never\"",
         );
         assert_ne!(config, loosened, "the example's prod gate is `always`");
-        bot.two_commit_branch("loosen", &[("wavegate.toml".into(), loosened)]);
-        let pr = bot.approved_pr(forge, 70, "loosen").await;
-        pr.land(method).await;
+        two_commit_branch(&bot, "loosen", &[("wavegate.toml".into(), loosened)]);
+        let pr = approved_pr_on(&bot, &repo_on(&bot, forge), 70, "loosen").await;
+        land(&pr, method).await;
         assert_eq!(
             bot.applies_run(),
             ["app@dev"],
@@ -206,14 +203,14 @@ async fn approved_members_the_merge_does_not_change_are_named_not_passed_off_as_
         "change",
         &[("docs/again.md", Some("the same change\n"))],
     );
-    let first = bot.approved_pr(Forge::GitHub, 80, "change").await;
+    let first = approved_pr_on(&bot, &repo_on(&bot, Forge::GitHub), 80, "change").await;
     bot.forge.set_permission(&first.repo, "rev-carol", "write");
     let second = bot.opened(&first.repo, 81, "change-again").await;
     second.comment_as("rev-carol", "/approve").await;
 
-    first.land(MergeMethod::MergeCommit).await;
+    land(&first, MergeMethod::MergeCommit).await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    second.land(MergeMethod::MergeCommit).await;
+    land(&second, MergeMethod::MergeCommit).await;
     assert_eq!(bot.applies_run(), ["app@dev"], "nothing applied twice");
     insta::assert_snapshot!(redact(&second.last_reply()), @"Applied on [short]: every member the merge changes is deployed. Not applied: `app@dev`, `app@prod`, `dns@prod`, approved when planned but unchanged by the merge against [short] (the target before it), so there was nothing to apply.");
 }

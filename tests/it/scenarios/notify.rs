@@ -11,17 +11,15 @@ use serde_json::json;
 
 const KEY: &str = "receiver-key-6b1f0e";
 
-impl Bot {
-    /// The base tells `infra-alerts` of `events` (every event: `None`).
-    fn notify_infra_alerts(&self, events: Option<&str>) {
-        let events = events
-            .map(|e| format!("events = {e}\n"))
-            .unwrap_or_default();
-        self.edit_base_config(
-            "[[stage]]\nname = \"dev\"",
-            &format!("[notify]\nto = [\"infra-alerts\"]\n{events}\n[[stage]]\nname = \"dev\""),
-        );
-    }
+/// The base tells `infra-alerts` of `events` (every event: `None`).
+fn notify_infra_alerts(bot: &Bot, events: Option<&str>) {
+    let events = events
+        .map(|e| format!("events = {e}\n"))
+        .unwrap_or_default();
+    bot.edit_base_config(
+        "[[stage]]\nname = \"dev\"",
+        &format!("[notify]\nto = [\"infra-alerts\"]\n{events}\n[[stage]]\nname = \"dev\""),
+    );
 }
 
 fn target_of(receiver: &Receiver) -> [(&'static str, String); 2] {
@@ -37,7 +35,7 @@ async fn a_waiting_gate_and_the_applied_run_are_each_notified_once_across_a_repl
     let env = target_of(&receiver);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let mut bot = Bot::start_replicated(&env).await;
-    bot.notify_infra_alerts(None);
+    notify_infra_alerts(&bot, None);
     let pr = planned_pr(&bot, 31).await;
     pr.comment_as("rev-bob", "/approve").await;
     assert!(receiver.received().is_empty(), "nothing before merge");
@@ -111,7 +109,7 @@ async fn a_held_member_and_a_failed_one_are_notified_and_a_stand_down_is_not() {
     let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     env.push(("WAVEGATE_HELD_RETRY", "1s"));
     let bot = Bot::start_with(&env).await;
-    bot.notify_infra_alerts(Some("[\"refused\", \"failed\"]"));
+    notify_infra_alerts(&bot, Some("[\"refused\", \"failed\"]"));
     let pr = planned_pr(&bot, 32).await;
     pr.comment_as("rev-bob", "/approve").await;
     // Held by another deploy, then it stands down: the run ends.

@@ -5,7 +5,6 @@
 //! and a server killed mid-wave applies nothing twice.
 
 use crate::support::bot::*;
-use crate::support::common::MergeMethod;
 use crate::support::pr::*;
 use crate::support::redact::redact;
 
@@ -40,8 +39,7 @@ async fn a_wide_wave_applies_four_members_at_once_and_the_live_report_shows_each
     for i in 1..=6 {
         bot.pause_apply("dev", &format!("w{i:02}"), "before");
     }
-    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(pr.closed(&merged)).await;
+    pr.merge_unsettled().await;
 
     // Four start (the default `apply_concurrency`); the rest wait their turn.
     bot.until("four applies run at once", || async {
@@ -114,8 +112,7 @@ async fn a_failure_in_a_wide_wave_leaves_its_wave_mates_applying() {
 async fn a_twenty_member_wave_killed_mid_apply_applies_each_member_exactly_once() {
     let mut bot = Bot::start_with(&[("WAVEGATE_JOB_LEASE", "2s")]).await;
     let pr = wide_pr(&bot, 53, 20, 1.0).await;
-    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(pr.closed(&merged)).await;
+    pr.merge_unsettled().await;
 
     // Some members applied, others are mid-apply, when the server dies.
     bot.until("a few members applied", || async {

@@ -8,105 +8,66 @@ use crate::support::{self, bot::*};
 use std::time::Duration;
 use wavegate::model::JobKind;
 
-impl Bot {
-    async fn reconciling() -> Bot {
-        Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", "1s")]).await
-    }
-
-    /// How many times the fake forge was asked for `path` (GET).
-    fn listed(&self, path: &str) -> usize {
-        self.forge
-            .requests()
-            .iter()
-            .filter(|r| r.method == "GET" && r.path == path)
-            .count()
-    }
-
-    /// Sweeps started so far, as the forge sees them: each sweep first lists
-    /// the App's webhook deliveries (and so does the server once the
-    /// database answers again after refusing a delivery).
-    fn sweeps_started(&self) -> usize {
-        self.listed("/app/hook/deliveries")
-    }
-
-    /// Waits until `n` more sweeps have started and finished (sweeps run one
-    /// after another: the n-th has finished once the next one started),
-    /// then for every job.
-    async fn after_sweeps(&self, n: usize) {
-        let target = self.sweeps_started() + n + 1;
-        self.until(&format!("{n} more sweeps"), || async {
-            (self.sweeps_started() >= target).then_some(())
-        })
-        .await;
-        self.settle().await;
-    }
-
-    /// On PostgreSQL through a link the test can cut, sweeping every `every`.
-    async fn behind_a_link_sweeping_every(every: &str) -> (Bot, support::outage::DatabaseLink) {
-        Bot::behind_a_database_link(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
-    }
-
-    /// Sweeping every `every` (e.g. `"5s"`).
-    async fn reconciling_every(every: &str) -> Bot {
-        Bot::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
-    }
-
-    async fn jobs_of_kind(&self, kind: JobKind) -> usize {
-        self.jobs().await.iter().filter(|j| j.kind == kind).count()
-    }
+/// How many times the fake forge was asked for `path` (GET).
+fn listed(bot: &Bot, path: &str) -> usize {
+    bot.forge
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .count()
 }
 
-impl PrHandle<'_> {
-    /// rev-bob's `/approve`, delivered by the forge while the database is
-    /// away: answered 503. Its comment id and delivery guid.
-    async fn approve_refused_with_503(&self) -> (u64, String) {
-        let id = self.comment_unheard("rev-bob", "/approve");
-        let delivery = support::github_comment(&self.repo, self.number, id, "rev-bob", "/approve");
-        let (status, body, guid) = self.bot.deliver_via_forge(delivery).await;
-        assert_eq!(status, 503, "{body}");
-        (id, guid)
-    }
+/// Sweeps started so far, as the forge sees them: each sweep first lists
+/// the App's webhook deliveries (and so does the server once the
+/// database answers again after refusing a delivery).
+fn sweeps_started(bot: &Bot) -> usize {
+    listed(bot, "/app/hook/deliveries")
+}
 
-    /// Waits until its plan check is `state` (a sweep took something up),
-    /// then for every job.
-    async fn until_checked(&self, what: &str, state: &str) {
-        self.bot
-            .until(what, || async {
-                (self.plan_state() == state).then_some(())
-            })
-            .await;
-        self.bot.settle().await;
-    }
+/// Waits until `n` more sweeps have started and finished (sweeps run one
+/// after another: the n-th has finished once the next one started),
+/// then for every job.
+async fn after_sweeps(bot: &Bot, n: usize) {
+    let target = sweeps_started(bot) + n + 1;
+    bot.until(&format!("{n} more sweeps"), || async {
+        (sweeps_started(bot) >= target).then_some(())
+    })
+    .await;
+    bot.settle().await;
+}
 
-    /// Waits until comment `id` has a reaction (a sweep took it up), then for
-    /// every job.
-    async fn until_reacted(&self, what: &str, id: u64) {
-        self.bot
-            .until(what, || async {
-                (!self.reactions(id).is_empty()).then_some(())
-            })
-            .await;
-        self.bot.settle().await;
-    }
+/// On PostgreSQL through a link the test can cut, sweeping every `every`.
+async fn behind_a_link_sweeping_every(every: &str) -> (Bot, support::outage::DatabaseLink) {
+    Bot::behind_a_database_link(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
+}
 
-    /// Waits until the redelivered approval makes the check succeed, then
-    /// for every job; the one redelivery asked of GitHub.
-    async fn once_the_approval_counts(&self) -> support::RecordedRequest {
-        self.until_checked("the approval counts", "success").await;
-        let mut asked = self.bot.forge.redelivery_requests();
-        assert_eq!(asked.len(), 1, "{asked:#?}");
-        asked.pop().unwrap()
-    }
+/// rev-bob's `/approve`, delivered by the forge while the database is
+/// away: answered 503. Its comment id and delivery guid.
+async fn approve_refused_with_503(pr: &PrHandle<'_>) -> (u64, String) {
+    let id = pr.comment_unheard("rev-bob", "/approve");
+    let delivery = support::github_comment(&pr.repo, pr.number, id, "rev-bob", "/approve");
+    let (status, body, guid) = pr.bot.deliver_via_forge(delivery).await;
+    assert_eq!(status, 503, "{body}");
+    (id, guid)
+}
+
+/// Waits until the redelivered approval makes the check succeed, then
+/// for every job; the one redelivery asked of GitHub.
+async fn once_the_approval_counts(pr: &PrHandle<'_>) -> support::RecordedRequest {
+    pr.until_checked("the approval counts", "success").await;
+    let mut asked = pr.bot.forge.redelivery_requests();
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    asked.pop().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let mut pr = planned_pr(&bot, 1).await;
     let (first, first_digest) = (pr.report_id(), pr.digest());
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
     assert_eq!(
-        bot.jobs_of_kind(JobKind::Plan).await,
+        bot.jobs_of(JobKind::Plan).await.len(),
         1,
         "nothing moved: no plan"
     );
@@ -132,9 +93,9 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
         .contains(&second_digest));
 
     // Later sweeps find nothing more to do.
-    bot.after_sweeps(2).await;
+    after_sweeps(&bot, 2).await;
     assert_eq!(
-        bot.jobs_of_kind(JobKind::Plan).await,
+        bot.jobs_of(JobKind::Plan).await.len(),
         2,
         "planned once more"
     );
@@ -145,19 +106,19 @@ async fn a_push_whose_webhook_was_lost_is_planned_by_the_next_sweep() {
         (!pr.record().await.open).then_some(())
     })
     .await;
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
     assert_eq!(bot.jobs().await.len(), 2, "closing causes no work");
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr(&bot, 1).await;
     pr.comment_as("rev-bob", "/approve").await;
 
     // Merged on the forge; the `closed` delivery never arrives.
-    pr.merge_unsettled(MergeMethod::MergeCommit);
+    pr.merge_unheard(MergeMethod::MergeCommit);
     bot.until("a sweep starts the apply run and dev applies", || async {
         (bot.applies_run() == ["app@dev"]).then_some(())
     })
@@ -169,19 +130,19 @@ async fn a_merge_whose_webhook_was_lost_starts_its_apply_run_once() {
     assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 
     // The run waits for a person: later sweeps neither start it again nor resume it.
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Merged).await, 1);
-    assert_eq!(bot.jobs_of_kind(JobKind::Apply).await, 0);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Merged).await.len(), 1);
+    assert_eq!(bot.jobs_of(JobKind::Apply).await.len(), 0);
     assert_eq!(bot.applies_run(), ["app@dev"]);
     bot.assert_conformant();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr(&bot, 1).await;
     let digest = pr.digest();
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
 
     // rev-bob approves; the delivery never arrives.
     let id = pr.comment_unheard("rev-bob", "Looks right.\n\n/approve");
@@ -210,15 +171,15 @@ async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
     let late = support::github_comment(&pr.repo, 1, id, "rev-bob", "Looks right.\n\n/approve");
     let (status, answer) = bot.deliver_github(late).await;
     assert_eq!(status, 202, "{answer}");
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 1);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Comment).await.len(), 1);
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert!(pr.replies().is_empty(), "{:?}", pr.replies());
 
     // A comment whose webhook came is not run again by the sweep either.
     let carol = pr.comment_as("rev-carol", "/approve").await;
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 2);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Comment).await.len(), 2);
     assert_eq!(pr.reactions(carol), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -226,10 +187,10 @@ async fn an_approval_whose_webhook_was_lost_is_taken_up_by_the_sweep_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr_on_forgejo(&bot, 2).await;
     assert_eq!(pr.plan_state(), "pending");
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
 
     let id = pr.comment_unheard("rev-bob", "/approve");
     pr.until_checked("a sweep takes the approval up", "success")
@@ -239,8 +200,8 @@ async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
     let late = support::forgejo_comment(&pr.repo, 2, id, "rev-bob", "/approve");
     let (status, answer) = bot.deliver_forgejo(late).await;
     assert_eq!(status, 202, "{answer}");
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 1);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Comment).await.len(), 1);
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -248,9 +209,9 @@ async fn on_forgejo_an_approval_whose_webhook_was_lost_is_taken_up_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_comment_never_approves_by_the_sweep() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr(&bot, 3).await;
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
 
     // Written as a remark, edited into an approval; neither webhook came
     // (an edit is never a command anyway).
@@ -265,8 +226,8 @@ async fn an_edited_comment_never_approves_by_the_sweep() {
             .then_some(())
     })
     .await;
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 0);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Comment).await.len(), 0);
     assert!(pr.reactions(id).is_empty());
     assert_eq!(pr.plan_state(), "action_required");
     bot.assert_conformant();
@@ -278,7 +239,7 @@ async fn an_approval_taken_up_by_the_sweep_binds_to_the_report_before_it_was_wri
     let bot = Bot::reconciling_every("6s").await;
     let mut pr = planned_pr(&bot, 4).await;
     let first = pr.digest();
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
 
     // rev-bob approves the report he saw (the delivery is lost); a push
     // lands after, and its plan is posted more than a second after he wrote
@@ -305,10 +266,10 @@ async fn an_approval_taken_up_by_the_sweep_binds_to_the_report_before_it_was_wri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_repository_is_swept_on_304s_that_spend_no_budget() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr(&bot, 1).await;
     let installation = pr.repo.installation.unwrap();
-    bot.after_sweeps(2).await;
+    after_sweeps(&bot, 2).await;
 
     // Nothing changes: every listing is answered 304, and GitHub's budget
     // does not move.
@@ -316,7 +277,7 @@ async fn a_quiet_repository_is_swept_on_304s_that_spend_no_budget() {
         bot.forge.budget_used(installation),
         bot.forge.not_modified(),
     );
-    bot.after_sweeps(3).await;
+    after_sweeps(&bot, 3).await;
     assert_eq!(bot.forge.budget_used(installation), spent);
     assert!(
         bot.forge.not_modified() >= not_modified + 6,
@@ -363,7 +324,7 @@ async fn a_sweep_leaves_the_budgets_reserve_to_jobs_until_the_window_resets() {
     })
     .await;
     let id = pr.comment_unheard("rev-bob", "/approve");
-    bot.after_sweeps(2).await;
+    after_sweeps(&bot, 2).await;
     assert!(pr.reactions(id).is_empty(), "the comment waits");
 
     // The window resets: the next sweep takes the approval up.
@@ -375,11 +336,10 @@ async fn a_sweep_leaves_the_budgets_reserve_to_jobs_until_the_window_resets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applies_prod() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     let pr = planned_pr(&bot, 1).await;
     pr.comment_as("rev-bob", "/approve").await;
-    let merged = pr.merge_unsettled(MergeMethod::MergeCommit);
-    bot.deliver_github(pr.closed(&merged)).await;
+    pr.merge_unsettled().await;
     bot.until("dev applies and prod waits", || async {
         (bot.applies_run() == ["app@dev"]).then_some(())
     })
@@ -397,8 +357,12 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
     .await;
     bot.settle().await;
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Comment).await, 2, "taken up once");
+    after_sweeps(&bot, 2).await;
+    assert_eq!(
+        bot.jobs_of(JobKind::Comment).await.len(),
+        2,
+        "taken up once"
+    );
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
@@ -410,7 +374,7 @@ async fn a_stage_approval_on_a_merged_pull_request_whose_webhook_was_lost_applie
 /// recorded though GitHub logged it failed is never asked for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
-    let (bot, link) = Bot::behind_a_link_sweeping_every("1s").await;
+    let (bot, link) = behind_a_link_sweeping_every("1s").await;
     let pr = planned_pr(&bot, 1).await;
     let digest = pr.digest();
 
@@ -425,7 +389,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
         .log_webhook_attempt("answer-lost-guid", "issue_comment", answer_lost.1, 504);
 
     link.cut();
-    let (id, guid) = pr.approve_refused_with_503().await;
+    let (id, guid) = approve_refused_with_503(&pr).await;
     let failed = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (failed.guid.as_str(), failed.status_code),
@@ -441,7 +405,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
             .then_some(())
     })
     .await;
-    let asked = pr.once_the_approval_counts().await;
+    let asked = once_the_approval_counts(&pr).await;
     assert_eq!(
         asked.path,
         format!("/app/hook/deliveries/{}/attempts", failed.id)
@@ -477,10 +441,10 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
     ");
 
     // Later sweeps list the same log and ask for nothing more.
-    bot.after_sweeps(2).await;
+    after_sweeps(&bot, 2).await;
     assert_eq!(bot.forge.redelivery_requests().len(), 1);
     assert_eq!(
-        bot.jobs_of_kind(JobKind::Comment).await,
+        bot.jobs_of(JobKind::Comment).await.len(),
         2,
         "thanks, and the approval once"
     );
@@ -493,7 +457,7 @@ async fn a_delivery_refused_while_the_database_was_down_is_redelivered_once() {
 /// a webhook, approve and revoke; their webhooks arriving late do nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_once() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
     let pr = planned_pr(&bot, 5).await;
     let digest = pr.digest();
@@ -504,10 +468,10 @@ async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_on
             .filter(|r| r.method == "GET" && r.path.ends_with("/pulls/5/reviews"))
             .count()
     };
-    bot.after_sweeps(3).await;
+    after_sweeps(&bot, 3).await;
     let before = review_lists(&bot);
     assert!(before > 0, "read after the start");
-    bot.after_sweeps(3).await;
+    after_sweeps(&bot, 3).await;
     assert_eq!(
         review_lists(&bot),
         before,
@@ -550,17 +514,17 @@ async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_on
     };
     let (status, answer) = bot.deliver_github(late("submitted", "approved")).await;
     assert_eq!(status, 202, "{answer}");
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 1);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Review).await.len(), 1);
 
     bot.forge.dismiss_review(&pr.repo, id);
     pr.until_checked("a sweep takes the dismissal up", "action_required")
         .await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 2);
+    assert_eq!(bot.jobs_of(JobKind::Review).await.len(), 2);
     let (status, answer) = bot.deliver_github(late("dismissed", "dismissed")).await;
     assert_eq!(status, 202, "{answer}");
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 2);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Review).await.len(), 2);
     assert_eq!(pr.plan_state(), "action_required");
     bot.assert_ledger_verifies();
     bot.assert_conformant();
@@ -568,11 +532,11 @@ async fn an_approving_review_and_its_dismissal_whose_webhooks_were_lost_count_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
-    let bot = Bot::reconciling().await;
+    let bot = Bot::reconciling_every("1s").await;
     bot.edit_base_config("required = 1", "required = 1\nreview_approvals = true");
     let pr = planned_pr_on_forgejo(&bot, 6).await;
     assert_eq!(pr.plan_state(), "pending");
-    bot.after_sweeps(1).await;
+    after_sweeps(&bot, 1).await;
 
     let id = pr.review_unheard("rev-bob", "APPROVED");
     pr.until_checked("a sweep takes the approving review up", "success")
@@ -596,13 +560,8 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     let late = support::forgejo_review_approved(&pr.repo, &head, "rev-bob");
     let (status, answer) = bot.deliver_forgejo(late).await;
     assert_eq!(status, 202, "{answer}");
-    bot.after_sweeps(2).await;
-    let reviews: Vec<_> = bot
-        .jobs()
-        .await
-        .into_iter()
-        .filter(|j| j.kind == JobKind::Review)
-        .collect();
+    after_sweeps(&bot, 2).await;
+    let reviews = bot.jobs_of(JobKind::Review).await;
     assert_eq!(reviews.len(), 2, "the sweep's and the late webhook's");
     assert_eq!(
         reviews[1].outcome.as_deref(),
@@ -616,8 +575,8 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
         (pr.plan_state() == "pending").then_some(())
     })
     .await;
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 3);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Review).await.len(), 3);
     assert_eq!(pr.plan_state(), "pending");
 
     // rev-carol approves and this webhook comes: its job takes the review
@@ -630,8 +589,8 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
     )
     .await;
     assert_eq!(pr.plan_state(), "success");
-    bot.after_sweeps(2).await;
-    assert_eq!(bot.jobs_of_kind(JobKind::Review).await, 4);
+    after_sweeps(&bot, 2).await;
+    assert_eq!(bot.jobs_of(JobKind::Review).await.len(), 4);
     bot.assert_ledger_verifies();
     bot.assert_conformant();
 }
@@ -641,21 +600,21 @@ async fn on_forgejo_an_approving_review_whose_webhook_was_lost_counts_once() {
 /// GitHub for its failed deliveries as soon as the database answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back() {
-    let (bot, link) = Bot::behind_a_link_sweeping_every("1h").await;
+    let (bot, link) = behind_a_link_sweeping_every("1h").await;
     let pr = planned_pr(&bot, 1).await;
     bot.until("the sweep at start", || async {
-        (bot.sweeps_started() >= 1).then_some(())
+        (sweeps_started(&bot) >= 1).then_some(())
     })
     .await;
     // A sweep lists the open pull requests of the repository; the server
     // asking for failed deliveries once the database is back does not.
-    let sweeps = bot.listed("/repos/acme/infra/pulls");
+    let sweeps = listed(&bot, "/repos/acme/infra/pulls");
 
     link.cut();
-    let (id, guid) = pr.approve_refused_with_503().await;
+    let (id, guid) = approve_refused_with_503(&pr).await;
 
     link.restore();
-    pr.once_the_approval_counts().await;
+    once_the_approval_counts(&pr).await;
     let redelivered = bot.forge.hook_deliveries().pop().unwrap();
     assert_eq!(
         (
@@ -667,7 +626,7 @@ async fn a_refused_delivery_is_asked_for_again_as_soon_as_the_database_is_back()
     );
     assert_eq!(pr.reactions(id), ["eyes", "rocket"]);
     assert_eq!(
-        bot.listed("/repos/acme/infra/pulls"),
+        listed(&bot, "/repos/acme/infra/pulls"),
         sweeps,
         "no sweep ran meanwhile"
     );

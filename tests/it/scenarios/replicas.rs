@@ -13,64 +13,34 @@ use support::RepoHandle;
 use wavegate::model::JobKind;
 use wavegate::store::JobStatus;
 
-impl Bot {
-    /// Sends a delivery to a random replica, then redelivers it (same id)
-    /// to the other; exactly one of the two is recorded.
-    async fn deliver_twice(&self, delivery: (String, Vec<u8>)) -> usize {
-        let id = format!("delivery-{}", self.next_delivery());
-        let first = coin();
-        let (status, body) = self.post_github_to(first, &delivery, &id).await;
-        assert_eq!(status, 202, "{body}");
-        assert_ne!(body["status"], "duplicate", "{body}");
-        let (status, again) = self.post_github_to(1 - first, &delivery, &id).await;
-        assert_eq!((status, again["status"].as_str()), (202, Some("duplicate")));
-        first
-    }
-
-    /// Starts a killed replica again (the load balancer sends it work again).
-    async fn restart(&mut self, replica: usize) {
-        if replica == 0 {
-            self.start_server().await;
-        } else {
-            self.start_second().await;
-        }
-    }
-
-    /// Which replica holds the running job, by the pid in its worker id.
-    async fn replica_running_a_job(&self) -> usize {
-        self.until("a job is running", || async {
-            let jobs = self.jobs().await;
-            let owner = jobs
-                .iter()
-                .find(|j| j.status == JobStatus::Running)?
-                .lease_owner
-                .clone()?;
-            (0..2).find(|&r| {
-                self.pid_of(r)
-                    .is_some_and(|pid| owner.contains(&format!("-{pid}-")))
-            })
-        })
-        .await
-    }
+/// Sends a delivery to a random replica, then redelivers it (same id)
+/// to the other; exactly one of the two is recorded.
+async fn deliver_twice(bot: &Bot, delivery: (String, Vec<u8>)) -> usize {
+    let id = format!("delivery-{}", bot.next_delivery());
+    let first = coin();
+    let (status, body) = bot.post_github_to(first, &delivery, &id).await;
+    assert_eq!(status, 202, "{body}");
+    assert_ne!(body["status"], "duplicate", "{body}");
+    let (status, again) = bot.post_github_to(1 - first, &delivery, &id).await;
+    assert_eq!((status, again["status"].as_str()), (202, Some("duplicate")));
+    first
 }
 
-impl PrHandle<'_> {
-    /// `who` comments `body`, delivered to a random replica and redelivered
-    /// to the other; settles.
-    async fn comment_twice(&self, who: &str, body: &str) {
-        let id = self.comment_unheard(who, body);
-        let delivery = support::github_comment(&self.repo, self.number, id, who, body);
-        self.bot.deliver_twice(delivery).await;
-        self.bot.settle().await;
-    }
+/// `who` comments `body`, delivered to a random replica and redelivered
+/// to the other; settles.
+async fn comment_twice(pr: &PrHandle<'_>, who: &str, body: &str) {
+    let id = pr.comment_unheard(who, body);
+    let delivery = support::github_comment(&pr.repo, pr.number, id, who, body);
+    deliver_twice(pr.bot, delivery).await;
+    pr.bot.settle().await;
+}
 
-    /// Merged; the `closed` delivery goes to a random replica and is
-    /// redelivered to the other (no settling: a replica may be killed first).
-    async fn merge_twice(&self) -> FakePr {
-        let merged = self.merge_unsettled(support::common::MergeMethod::MergeCommit);
-        self.bot.deliver_twice(self.closed(&merged)).await;
-        merged
-    }
+/// Merged; the `closed` delivery goes to a random replica and is
+/// redelivered to the other (no settling: a replica may be killed first).
+async fn merge_twice(pr: &PrHandle<'_>) -> FakePr {
+    let merged = pr.merge_unheard(support::common::MergeMethod::MergeCommit);
+    deliver_twice(pr.bot, pr.closed(&merged)).await;
+    merged
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,15 +61,14 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
         .find(|j| j.kind == JobKind::Plan)
         .unwrap();
     assert_eq!((plan_job.status, plan_job.attempts), (JobStatus::Done, 2));
-    bot.restart(planner).await;
+    bot.restart_replica(planner).await;
 
     let pr = bot.pr(&repo, 31);
-    pr.comment_twice("rev-bob", &format!("/approve {}", pr.digest()))
-        .await;
+    comment_twice(&pr, "rev-bob", &format!("/approve {}", pr.digest())).await;
 
     // Mid-apply: app@dev changed the estate; its replica dies before saying so.
     bot.pause_apply("dev", "app", "after");
-    pr.merge_twice().await;
+    merge_twice(&pr).await;
     bot.until_apply_paused("dev", "app").await;
     let applier = bot.replica_running_a_job().await;
     bot.kill_replica(applier);
@@ -107,13 +76,12 @@ async fn two_replicas_survive_a_sigkill_mid_plan_and_mid_apply_and_nothing_happe
     bot.resume_apply("dev", "app");
     bot.settle().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
-    bot.restart(applier).await;
+    bot.restart_replica(applier).await;
 
     // The same pull request, as the replicas left it.
     let pr = bot.pr(&repo, 31);
     let stage = digest_in(&pr.last_reply());
-    pr.comment_twice("rev-carol", &format!("/approve prod {stage}"))
-        .await;
+    comment_twice(&pr, "rev-carol", &format!("/approve prod {stage}")).await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
     assert_eq!(pr.apply_check().state, "success");
 
@@ -156,8 +124,7 @@ async fn open_slow_pr(bot: &Bot) -> RepoHandle {
     bot.forge.set_permission(&repo, "rev-carol", "write");
     bot.branch_hanging_first_plan("slow");
     let pr = bot.open_pr(&repo, 31, "slow");
-    bot.deliver_twice(support::github_pull_request("opened", &repo, &pr))
-        .await;
+    deliver_twice(bot, support::github_pull_request("opened", &repo, &pr)).await;
     repo
 }
 
@@ -171,15 +138,13 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     let opened = bot.open_pr(&repo, 32, "change");
-    bot.deliver_twice(support::github_pull_request("opened", &repo, &opened))
-        .await;
+    deliver_twice(&bot, support::github_pull_request("opened", &repo, &opened)).await;
     bot.settle().await;
     let pr = bot.pr(&repo, 32);
-    pr.comment_twice("rev-bob", &format!("/approve {}", pr.digest()))
-        .await;
+    comment_twice(&pr, "rev-bob", &format!("/approve {}", pr.digest())).await;
 
     bot.pause_apply("dev", "app", "before");
-    pr.merge_twice().await;
+    merge_twice(&pr).await;
     bot.until_apply_paused("dev", "app").await;
     let applier = bot.replica_running_a_job().await;
     let stopped = bot.pid_of(applier).unwrap();
@@ -230,11 +195,7 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     ");
-    let waits: Vec<String> = pr
-        .replies()
-        .into_iter()
-        .filter(|r| r.contains("was applying when the server running it stopped"))
-        .collect();
+    let waits = pr.replies_saying("was applying when the server running it stopped");
     assert_eq!(waits.len(), 1, "looking again is not news: {waits:#?}");
     insta::assert_snapshot!(redact(&waits[0]), @"**app@dev** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by [time] at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.");
     bot.kill_replica(applier);

@@ -5,24 +5,9 @@
 //! gate.
 
 use crate::support::bot::*;
-use crate::support::common::MergeMethod;
 use crate::support::pr::*;
 use crate::support::redact::redact;
 use serde_json::json;
-
-impl PrHandle<'_> {
-    /// Merges it and tells the bot, without waiting for the bot to settle.
-    async fn merge_and_deliver(&self) {
-        let merged = self.merge_unsettled(MergeMethod::MergeCommit);
-        let (status, _) = self.bot.deliver_github(self.closed(&merged)).await;
-        assert_eq!(status, 202);
-    }
-
-    /// How many of its replies say `text`.
-    fn said(&self, text: &str) -> usize {
-        self.replies().iter().filter(|r| r.contains(text)).count()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go() {
@@ -33,9 +18,11 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     let held = json!({"outcome": "held", "holder": {"run": "deploy 7"}});
     bot.apply_outcome("dev", "app", json!([held, held, {"outcome": "replan"}]));
 
-    pr.merge_and_deliver().await;
+    pr.merge_unsettled().await;
     bot.until("the run says app@dev is held", || async {
-        (pr.said("**app@dev** is held by run deploy 7") > 0).then_some(())
+        (!pr.replies_saying("**app@dev** is held by run deploy 7")
+            .is_empty())
+        .then_some(())
     })
     .await;
     assert!(bot.applies_run().is_empty());
@@ -71,7 +58,11 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     // It is tried again by itself (held once more, then a replan) and applies.
     bot.settle().await;
     assert_eq!(bot.applies_run(), ["app@dev"], "applied once");
-    assert_eq!(pr.said("is held by"), 1, "said once, not at every try");
+    assert_eq!(
+        pr.replies_saying("is held by").len(),
+        1,
+        "said once, not at every try"
+    );
     let planned = bot.plans_run().iter().filter(|m| *m == "app@dev").count();
     assert!(
         planned >= 4,
@@ -101,7 +92,7 @@ async fn a_stood_down_member_ends_its_subtree_for_the_run_neither_applied_nor_fa
             .count()
     };
     let planned_for_review = prod_plans();
-    pr.merge_and_deliver().await;
+    pr.merge_unsettled().await;
     bot.settle().await;
     // The newer push deploys app, and what depends on it, in every stage:
     // prod neither plans nor asks for them in this run.
@@ -161,7 +152,7 @@ async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
         "instance_class",
         json!("db.t3.large"),
     );
-    pr.merge_and_deliver().await;
+    pr.merge_unsettled().await;
     bot.settle().await;
 
     assert_eq!(bot.applies_run(), ["network@dev"]);
@@ -209,7 +200,7 @@ async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
     assert_eq!(applied, ["app@dev", "database@dev", "network@dev"]);
     assert_eq!(pr.apply_check().state, "failure");
     assert_eq!(
-        pr.said("failed: `cache@dev` failed"),
+        pr.replies_saying("failed: `cache@dev` failed").len(),
         1,
         "the failure is said once"
     );
@@ -233,7 +224,7 @@ async fn a_stage_whose_plans_change_nothing_skips_its_gate_and_says_so() {
     let bot = Bot::start().await;
     let pr = planned_pr(&bot, 15).await;
     pr.comment_as("rev-bob", "/approve").await;
-    pr.merge_and_deliver().await;
+    pr.merge_unsettled().await;
     bot.settle().await;
     let asked = pr.last_reply();
     pr.comment_as("rev-bob", &format!("/approve prod {}", digest_in(&asked)))
@@ -254,7 +245,7 @@ async fn a_stage_whose_plans_change_nothing_skips_its_gate_and_says_so() {
     );
     let dev_only = bot.opened(&pr.repo, 16, "dev-only").await;
     dev_only.comment_as("rev-bob", "/approve").await;
-    dev_only.merge_and_deliver().await;
+    dev_only.merge_unsettled().await;
     bot.settle().await;
 
     assert_eq!(
@@ -285,7 +276,7 @@ async fn a_stage_gate_says_who_approved_an_earlier_set_of_it() {
     let pr = planned_pr(&bot, 17).await;
     pr.comment_as("rev-bob", "/approve").await;
     pr.comment_as("rev-carol", "/approve").await;
-    pr.merge_and_deliver().await;
+    pr.merge_unsettled().await;
     bot.settle().await;
     let asked = pr.last_reply();
     let first = digest_in(&asked);

@@ -245,7 +245,7 @@ impl Soak {
         );
 
         let applied_before = self.bot.applies_run().len();
-        let merged = self.pr(number).merge_unsettled(MergeMethod::MergeCommit);
+        let merged = self.pr(number).merge_unheard(MergeMethod::MergeCommit);
         let closed = self.pr(number).closed(&merged);
         self.deliver(closed).await;
         if !self.killed && self.started.elapsed() >= self.duration * 2 / 3 {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use support::fake_forge::{FakeCheckRun, FakeComment, FakePr, FakeStatus, FORGEJO_BOT_TOKEN};
 use support::{FakeForge, RepoHandle};
 use wavegate::gate::ledger::FactKind;
+use wavegate::model::JobKind;
 use wavegate::store::{Job, JobStatus, Store};
 
 pub const GITHUB_SECRET: &str = "github-webhook-secret";
@@ -108,6 +109,11 @@ impl Bot {
         bot.inherited = Some((file, fd));
         bot.start_server().await;
         bot
+    }
+
+    /// A server whose reconciliation sweep runs every `every` (e.g. `"1s"`).
+    pub async fn reconciling_every(every: &str) -> Self {
+        Self::start_with(&[("WAVEGATE_RECONCILE_EVERY", every)]).await
     }
 
     /// A server with no GitHub App configured (the set-up page creates one).
@@ -271,6 +277,33 @@ impl Bot {
         let child = self.spawn(port, "second");
         self.second = Some((port, Some(child)));
         self.until_ready(port).await;
+    }
+
+    /// Starts a killed replica again (the load balancer sends it work again).
+    pub async fn restart_replica(&mut self, replica: usize) {
+        if replica == 0 {
+            self.start_server().await;
+        } else {
+            self.start_second().await;
+        }
+    }
+
+    /// Waits until a job runs; the replica running it, by the pid in its
+    /// lease owner.
+    pub async fn replica_running_a_job(&self) -> usize {
+        self.until("a job is running", || async {
+            let jobs = self.jobs().await;
+            let owner = jobs
+                .iter()
+                .find(|j| j.status == JobStatus::Running)?
+                .lease_owner
+                .clone()?;
+            (0..2).find(|&r| {
+                self.pid_of(r)
+                    .is_some_and(|pid| owner.contains(&format!("-{pid}-")))
+            })
+        })
+        .await
     }
 
     /// The port of replica 0 (the first) or 1 (the second).
@@ -472,6 +505,13 @@ impl Bot {
 
     pub async fn jobs(&self) -> Vec<Job> {
         self.store().await.jobs().await.unwrap()
+    }
+
+    /// The jobs of `kind`, in the store's order.
+    pub async fn jobs_of(&self, kind: JobKind) -> Vec<Job> {
+        let mut jobs = self.jobs().await;
+        jobs.retain(|j| j.kind == kind);
+        jobs
     }
 
     /// Waits until every job is finished (done, skipped or dead); the
@@ -906,6 +946,15 @@ impl Bot {
             .estate
             .join(stage)
             .join(format!("{component}{suffix}"))
+    }
+
+    /// The member's deployed state (`$ESTATE_DIR/<stage>/<component>.json`);
+    /// it must be deployed.
+    pub fn deployed(&self, stage: &str, component: &str) -> Value {
+        let path = self.estate_file(stage, component, ".json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{component}@{stage} is not deployed ({e})"));
+        serde_json::from_str(&text).unwrap()
     }
 
     /// Changes a deployed attribute by hand, so a fresh plan of the member differs.

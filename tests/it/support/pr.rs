@@ -48,7 +48,27 @@ impl Bot {
     /// dev-alice opens PR `number` from `branch` onto main; the bot is told
     /// (GitHub or Forgejo) and settles.
     pub async fn opened(&self, repo: &RepoHandle, number: u64, branch: &str) -> PrHandle<'_> {
-        let pr = self.open_pr(repo, number, branch);
+        self.opened_onto(repo, number, branch, "main").await
+    }
+
+    /// dev-alice opens PR `number` from `branch` onto `base`; the bot is told
+    /// (GitHub or Forgejo) and settles.
+    pub async fn opened_onto(
+        &self,
+        repo: &RepoHandle,
+        number: u64,
+        branch: &str,
+        base: &str,
+    ) -> PrHandle<'_> {
+        let pr = self.forge.open_pr(
+            repo,
+            number,
+            &self.rev(branch),
+            &self.rev(base),
+            branch,
+            base,
+            "dev-alice",
+        );
         let delivery = if repo.installation.is_some() {
             support::github_pull_request("opened", repo, &pr)
         } else {
@@ -61,13 +81,19 @@ impl Bot {
     /// Delivers `delivery` as `repo`'s forge would, asserts it was
     /// accepted, and settles.
     pub async fn tell(&self, repo: &RepoHandle, delivery: (String, Vec<u8>)) {
+        self.tell_unsettled(repo, delivery).await;
+        self.settle().await;
+    }
+
+    /// Delivers `delivery` as `repo`'s forge would and asserts it was
+    /// accepted, without waiting for the bot to settle.
+    pub async fn tell_unsettled(&self, repo: &RepoHandle, delivery: (String, Vec<u8>)) {
         let (status, answer) = if repo.installation.is_some() {
             self.deliver_github(delivery).await
         } else {
             self.deliver_forgejo(delivery).await
         };
         assert_eq!(status, 202, "{answer}");
-        self.settle().await;
     }
 }
 
@@ -89,6 +115,27 @@ pub async fn planned_pr_on_forgejo(bot: &Bot, number: u64) -> PrHandle<'_> {
     let repo = bot.forgejo_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     bot.opened(&repo, number, "change").await
+}
+
+/// `planned_pr`, approved by `rev-bob`.
+pub async fn approved_pr(bot: &Bot, number: u64) -> PrHandle<'_> {
+    let pr = planned_pr(bot, number).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr
+}
+
+/// A PR of `repo` from `branch` onto main, planned, with `rev-bob` allowed
+/// to write and approving it.
+pub async fn approved_pr_on<'a>(
+    bot: &'a Bot,
+    repo: &RepoHandle,
+    number: u64,
+    branch: &str,
+) -> PrHandle<'a> {
+    bot.forge.set_permission(repo, "rev-bob", "write");
+    let pr = bot.opened(repo, number, branch).await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr
 }
 
 impl PrHandle<'_> {
@@ -206,14 +253,33 @@ impl PrHandle<'_> {
 
     /// Lands it on main by `method`; the bot is told and settles.
     pub async fn merge_by(&self, method: MergeMethod) -> FakePr {
-        let merged = self.merge_unsettled(method);
+        let merged = self.merge_unheard(method);
+        self.bot.tell(&self.repo, self.closed(&merged)).await;
+        merged
+    }
+
+    /// Merges it (a merge commit) into main and tells the bot, without
+    /// waiting for it to settle (a wait the test makes itself follows).
+    pub async fn merge_unsettled(&self) -> FakePr {
+        let merged = self.merge_unheard(MergeMethod::MergeCommit);
+        self.bot
+            .tell_unsettled(&self.repo, self.closed(&merged))
+            .await;
+        merged
+    }
+
+    /// Merges its branch into `base` (a merge commit); the bot is told and settles.
+    pub async fn merge_into(&self, base: &str) -> FakePr {
+        let message = format!("Merge pull request #{} from {}", self.number, self.branch);
+        let sha = self.bot.example.merge_into(base, &self.branch, &message);
+        let merged = self.bot.forge.merge(&self.repo, self.number, &sha);
         self.bot.tell(&self.repo, self.closed(&merged)).await;
         merged
     }
 
     /// Lands it on main by `method` and marks it merged in the forge; the bot
     /// is not told (see `closed`).
-    pub fn merge_unsettled(&self, method: MergeMethod) -> FakePr {
+    pub fn merge_unheard(&self, method: MergeMethod) -> FakePr {
         self.bot
             .merge_as(method, &self.repo, self.number, &self.branch)
     }
@@ -266,6 +332,19 @@ impl PrHandle<'_> {
         rest[..end].trim_end().to_owned()
     }
 
+    /// The apply section without what each member's apply printed (its
+    /// `<details>` "What … printed" blocks): the run's own account.
+    pub fn apply_summary(&self) -> String {
+        let mut section = self.apply_section();
+        while let Some(start) = section.find("\n\n<details><summary>What ") {
+            let end = section[start..]
+                .find("</details>")
+                .map_or(section.len(), |e| start + e + "</details>".len());
+            section.replace_range(start..end, "");
+        }
+        section
+    }
+
     /// Waits for the bot to reply with `text` (the work goes on without the
     /// test waiting on it); the first such reply.
     pub async fn until_a_reply_says(&self, text: &str) -> String {
@@ -287,6 +366,13 @@ impl PrHandle<'_> {
             .filter(|c| !c.body.contains(REPORT_MARKER))
             .map(|c| c.body)
             .collect()
+    }
+
+    /// The bot's replies that say `text`, oldest first.
+    pub fn replies_saying(&self, text: &str) -> Vec<String> {
+        let mut replies = self.replies();
+        replies.retain(|r| r.contains(text));
+        replies
     }
 
     /// The bot's newest reply (there must be one).
@@ -334,6 +420,28 @@ impl PrHandle<'_> {
     /// The state of the `wavegate/plan` check on the head.
     pub fn plan_state(&self) -> String {
         self.plan_check().state
+    }
+
+    /// Waits until the plan check on the head is `state` (the bot took
+    /// something up without being told), then settles.
+    pub async fn until_checked(&self, what: &str, state: &str) {
+        self.bot
+            .until(what, || async {
+                (self.plan_state() == state).then_some(())
+            })
+            .await;
+        self.bot.settle().await;
+    }
+
+    /// Waits until comment `id` has a reaction (the bot took it up without
+    /// being told), then settles.
+    pub async fn until_reacted(&self, what: &str, id: u64) {
+        self.bot
+            .until(what, || async {
+                (!self.reactions(id).is_empty()).then_some(())
+            })
+            .await;
+        self.bot.settle().await;
     }
 
     /// What the store keeps of it.
