@@ -265,7 +265,7 @@ async fn drift_after_approval_is_not_covered_until_its_new_digest_is_approved() 
     ```
     ");
     // The reason names the member and the address.
-    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -341,7 +341,7 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
 
     </details>
     ");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -364,25 +364,6 @@ async fn a_failure_blocks_only_its_subtree_and_retry_applies_the_rest_once() {
     - Stage **prod** gate `pr-4-prod`: set `sha256:[digest]`, approved by rev-bob
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>app@prod</code>'s apply printed (1 line)</summary>
-
-    ```text
-    quota exceeded
-    ```
-
-    </details>
     ");
     assert_eq!(pr.apply_check().state, "failure");
 
@@ -417,28 +398,14 @@ async fn a_server_killed_mid_apply_resumes_after_restart_without_applying_twice(
     bot.settle().await;
     let pr = bot.pr(&repo, 5);
     assert_eq!(bot.applies_run(), ["app@dev"], "not applied twice");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_table()), @"
     ## Apply on merge commit `[short]`: waiting
-
-    Approved by @rev-bob.
-
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
-
-    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
-
-    ```
-    /approve prod sha256:[digest]
-    ```
 
     | stage | wave | member | state |
     | --- | --- | --- | --- |
     | dev | 1 | `app@dev` | applied (its apply had finished before a restart; planned again, nothing was left to change) |
     | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
     | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
-
-    - Stage **prod** gate `pr-5-prod`: set `sha256:[digest]`, waiting
-      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
-      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     ");
     assert_eq!(pr.apply_check().title, "Waiting: /approve prod");
 }
@@ -528,40 +495,21 @@ async fn an_overrider_on_the_base_policy_lets_the_denied_plan_through() {
         .await;
     assert_eq!(pr.reactions(done), ["eyes", "rocket"]);
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    let summary = redact(&pr.apply_summary());
+    assert!(
+        summary
+            .lines()
+            .any(|l| l == "- `app@dev`: the policy denial of `sha256:[digest]` was overridden"),
+        "{summary}"
+    );
+    insta::assert_snapshot!(redact(&pr.apply_table()), @"
     ## Apply on merge commit `[short]`: waiting
-
-    Approved by @rev-bob.
-
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
-
-    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
-
-    ```
-    /approve prod sha256:[digest]
-    ```
 
     | stage | wave | member | state |
     | --- | --- | --- | --- |
     | dev | 1 | `app@dev` | applied |
     | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
     | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
-
-    - Stage **prod** gate `pr-9-prod`: set `sha256:[digest]`, waiting
-      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
-      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-    - `app@dev`: the policy denial of `sha256:[digest]` was overridden
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
 }
 
@@ -598,7 +546,7 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
     /approve sha256:[digest]
     ```
     ");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @r"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -624,28 +572,6 @@ async fn a_round_whose_plan_moved_beyond_its_unknown_inputs_waits_for_its_own_ap
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-10-round-2`): digest `sha256:[digest]`, not covered, waiting: `dns@prod: address aws_route53_record.app changed action from create to update`
       - `dns@prod`: `sha256:[digest]` (0 to create, 1 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@prod (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
     assert_eq!(pr.apply_check().title, "Waiting: an approval of round 2");
 

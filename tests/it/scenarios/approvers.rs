@@ -89,7 +89,7 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
             "No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:\n\n```\n/approve {digest}\n```\n\n- @rev-bob's approval at `pr-73` no longer counts: they no longer have write access to the repository\n\nAn approval counts only while its approver may still approve; someone who may must approve again.\n\n"
         )
     );
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: waiting
 
     No approval of the merged plan stands (none was given, or it was revoked): nothing more is applied until it is approved:
@@ -112,7 +112,7 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
     pr.comment_as("rev-carol", &format!("/approve {digest}"))
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"]);
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-carol.
@@ -138,17 +138,6 @@ async fn an_approver_who_lost_write_access_no_longer_counts_at_apply() {
     - Stage **prod** gate `pr-73-prod`: set `sha256:[digest]`, waiting
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -228,7 +217,7 @@ async fn a_stage_names_its_own_approvers_and_how_many() {
     assert_eq!(bot.applies_run(), ["app@dev"], "one of two");
     pr.comment_as("ops-oscar", "/approve prod").await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: applied
 
     Approved by @rev-bob.
@@ -244,38 +233,6 @@ async fn a_stage_names_its_own_approvers_and_how_many() {
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-76-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@prod (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
-
-    ```text
-    estate: applying dns@prod (1 planned, 0 deployed)
-    estate:  create aws_route53_record.app
-    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -306,7 +263,7 @@ async fn a_stage_may_count_approving_reviews() {
     );
     bot.tell(&pr.repo, review).await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: applied
 
     Approved by @rev-bob.
@@ -322,38 +279,6 @@ async fn a_stage_may_count_approving_reviews() {
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     - Round 2 (prod, gate `pr-77-round-2`): digest `sha256:[digest]`, covered by the approval: only what was unknown moved (filled in `dns@prod.hostname`)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>app@prod</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@prod (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@prod: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
-
-    <details><summary>What <code>dns@prod</code>'s apply printed (all 3 lines)</summary>
-
-    ```text
-    estate: applying dns@prod (1 planned, 0 deployed)
-    estate:  create aws_route53_record.app
-    estate: applied dns@prod: 1 created, 0 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
     bot.assert_ledger_verifies();
 }
@@ -556,7 +481,7 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     This wait expires: [time]. Unapproved by then, stage prod fails, and `/retry` opens a fresh gate.
     ");
     insta::assert_snapshot!(redact(replies.last().unwrap()), @"The apply on [short] failed: `app@prod` failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate; `dns@prod` failed: stage prod's gate expired at [time] with no `/approve prod` (its `timeout` on the base); `/retry` opens a fresh gate. Members that applied stay applied; `/retry` plans what failed again and applies what the approvals cover.");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: failed
 
     Approved by @rev-bob.
@@ -570,17 +495,6 @@ async fn a_stage_wait_expires_and_retry_opens_a_fresh_gate() {
     - Stage **prod** gate `pr-80-prod`: set `sha256:[digest]`, expired: [time], with no approval; `/retry` opens a fresh gate
       - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
       - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
-
-    <details><summary>What <code>app@dev</code>'s apply printed (all 4 lines)</summary>
-
-    ```text
-    estate: applying app@dev (3 planned, 2 deployed)
-    estate:  update aws_instance.app
-    estate:  create aws_lb.app
-    estate: applied app@dev: 1 created, 1 updated, 0 replaced, 0 deleted
-    ```
-
-    </details>
     ");
 
     let late = pr.comment_as("rev-carol", "/approve prod").await;

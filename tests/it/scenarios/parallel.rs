@@ -47,7 +47,7 @@ async fn a_wide_wave_applies_four_members_at_once_and_the_live_report_shows_each
             .then_some(())
     })
     .await;
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @"
     ## Apply on merge commit `[short]`: running
 
     Approved by @rev-bob.

@@ -172,28 +172,14 @@ async fn a_replica_that_stops_mid_apply_is_waited_for_and_nothing_applies_twice(
     pr.until_a_reply_says("Stage **prod** waits for its own approval")
         .await;
     assert_eq!(bot.applies_run(), ["app@dev"], "applied exactly once");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @"
+    insta::assert_snapshot!(redact(&pr.apply_table()), @"
     ## Apply on merge commit `[short]`: waiting
-
-    Approved by @rev-bob.
-
-    Stage **prod** waits for its own approval of its plans on the merge commit (set digest `sha256:[digest]`). Each is covered by this pull request's approval: the plan reviewed, or one whose only differences are values it could not know then.
-
-    **Who may approve:** anyone with write access · 1 approval needed · not the author, nor whoever pushed the head.
-
-    ```
-    /approve prod sha256:[digest]
-    ```
 
     | stage | wave | member | state |
     | --- | --- | --- | --- |
     | dev | 1 | `app@dev` | applied (its apply had finished before a restart; planned again, nothing was left to change) |
     | prod | 1 | `app@prod` | waiting: stage prod waits for `/approve prod` |
     | prod | 2 | `dns@prod` | waiting: stage prod waits for `/approve prod` |
-
-    - Stage **prod** gate `pr-32-prod`: set `sha256:[digest]`, waiting
-      - `app@prod`: `sha256:[digest]` (1 to create, 1 to update, 0 to replace, 0 to delete)
-      - `dns@prod`: `sha256:[digest]` (1 to create, 0 to update, 0 to replace, 0 to delete)
     ");
     let waits = pr.replies_saying("was applying when the server running it stopped");
     assert_eq!(waits.len(), 1, "looking again is not news: {waits:#?}");

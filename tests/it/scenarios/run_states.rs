@@ -27,7 +27,7 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     .await;
     assert!(bot.applies_run().is_empty());
     // The holder reads as words, not JSON.
-    insta::assert_snapshot!(redact(&pr.apply_section()), @r#"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r#"
     ## Apply on merge commit `[short]`: waiting
 
     Approved by @rev-bob.
@@ -39,14 +39,6 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     | dev | 1 | `app@dev` | held by run deploy 7; tried again by itself |
     | prod | 1 | `app@prod` | not started |
     | prod | 2 | `dns@prod` | not started |
-
-    <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
-
-    ```text
-    estate: answering with {"holder": {"run": "deploy 7"}, "outcome": "held"} from [tmp]/estate/dev/app.apply-outcome; nothing applied
-    ```
-
-    </details>
     "#);
     let Check { state, title } = pr.apply_check();
     assert_eq!(
@@ -103,7 +95,7 @@ async fn a_stood_down_member_ends_its_subtree_for_the_run_neither_applied_nor_fa
     insta::assert_snapshot!(redact(&pr.last_reply()), @r"
     The apply on [short] ended: `app@dev` stood down (a newer push deploys it); `app@prod` stood down (with app@dev, which a newer push deploys), so it and what depends on it were not applied. Everything else the merge changes is deployed.
     ");
-    insta::assert_snapshot!(redact(&pr.apply_section()), @r#"
+    insta::assert_snapshot!(redact(&pr.apply_summary()), @r#"
     ## Apply on merge commit `[short]`: ended
 
     Approved by @rev-bob.
@@ -113,14 +105,6 @@ async fn a_stood_down_member_ends_its_subtree_for_the_run_neither_applied_nor_fa
     | dev | 1 | `app@dev` | stood down: a newer push deploys it |
     | prod | 1 | `app@prod` | stood down: with app@dev, which a newer push deploys |
     | prod | 2 | `dns@prod` | blocked by app@prod |
-
-    <details><summary>What <code>app@dev</code>'s apply printed (1 line)</summary>
-
-    ```text
-    estate: answering with {"outcome": "stood-down", "reason": "a newer push deploys it"} from [tmp]/estate/dev/app.apply-outcome; nothing applied
-    ```
-
-    </details>
     "#);
 
     assert_eq!(pr.apply_check().state, "neutral");

@@ -345,6 +345,16 @@ impl PrHandle<'_> {
         section
     }
 
+    /// The apply section's heading (the run's state) and its table of
+    /// members (each member's state).
+    pub fn apply_table(&self) -> String {
+        let section = self.apply_section();
+        let mut lines = section.lines();
+        let heading = lines.next().unwrap_or_default();
+        let table: Vec<&str> = lines.filter(|l| l.starts_with('|')).collect();
+        format!("{heading}\n\n{}", table.join("\n"))
+    }
+
     /// Waits for the bot to reply with `text` (the work goes on without the
     /// test waiting on it); the first such reply.
     pub async fn until_a_reply_says(&self, text: &str) -> String {
