@@ -7,11 +7,6 @@ use crate::support::pr::*;
 use crate::support::redact::redact;
 use serde_json::json;
 
-/// The digest a reply asks to approve (the first `sha256:` in it).
-fn asked_digest(reply: &str) -> String {
-    digest_in(reply)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_merge_dev_applies_prod_waits_for_its_own_approval_then_applies() {
     let bot = Bot::start().await;

@@ -440,12 +440,7 @@ async fn an_approval_on_a_server_without_the_mirror_is_judged_at_the_fetched_bas
         bot.jobs().await,
         bot.log()
     );
-    let comment_jobs: Vec<_> = bot
-        .jobs()
-        .await
-        .into_iter()
-        .filter(|j| j.kind == JobKind::Comment)
-        .collect();
+    let comment_jobs = bot.jobs_of(JobKind::Comment).await;
     assert_eq!(comment_jobs.len(), 1);
     assert_eq!(comment_jobs[0].attempts, 1, "{comment_jobs:#?}");
 }

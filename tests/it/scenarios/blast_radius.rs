@@ -61,15 +61,6 @@ fn write_estate(bot: &Bot, (stage, component, suffix): (&str, &str, &str), text:
     std::fs::write(path, text).unwrap();
 }
 
-/// The digest a reply asks to approve (its last code line's last word).
-fn asked_digest(reply: &str) -> String {
-    let line = reply
-        .lines()
-        .rfind(|l| l.starts_with("/approve"))
-        .unwrap_or_else(|| panic!("no /approve line in {reply}"));
-    line.rsplit(' ').next().unwrap().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_plan_in_a_gated_stage_blocks_only_its_subtree_while_the_rest_is_approved_and_applies(
 ) {

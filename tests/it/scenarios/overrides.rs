@@ -121,10 +121,6 @@ async fn a_wave_with_several_denied_plans_waits_once_listing_them_all() {
     let mut applied = bot.applies_run();
     applied.sort();
     assert_eq!(applied, ["app@dev", "cache@dev", "network@dev"]);
-    let waits = pr
-        .replies()
-        .iter()
-        .filter(|r| r.contains("The policy denied"))
-        .count();
+    let waits = pr.replies_saying("The policy denied").len();
     assert_eq!(waits, 1, "said once");
 }

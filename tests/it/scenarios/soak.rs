@@ -366,11 +366,7 @@ impl Soak {
                 .await;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        if victim == 0 {
-            self.bot.start_server().await;
-        } else {
-            self.bot.start_second().await;
-        }
+        self.bot.restart_replica(victim).await;
     }
 
     /// The replica holding a running job, and the job's kind.

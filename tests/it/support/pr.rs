@@ -469,6 +469,15 @@ impl PrHandle<'_> {
     }
 }
 
+/// The digest a reply asks to approve (the last word of its last `/approve` line).
+pub fn asked_digest(reply: &str) -> String {
+    let line = reply
+        .lines()
+        .rfind(|l| l.starts_with("/approve"))
+        .unwrap_or_else(|| panic!("no /approve line in {reply}"));
+    line.rsplit(' ').next().unwrap().to_owned()
+}
+
 /// The part of `report` under `### {heading}`, up to the next `##`/`###`
 /// heading or `<details>`, trimmed.
 pub fn section(report: &str, heading: &str) -> Option<String> {
