@@ -43,7 +43,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("apply", &["model", "sandbox", "config", "gate", "plan"]),
     ("report", &["model", "config", "gate", "plan", "apply"]),
     ("forge", &["model", "metrics", "config"]),
-    ("store", &["model", "gate", "apply", "forge"]),
+    ("store", &["model", "gate", "plan", "apply", "forge"]),
     ("notify", &["model", "config", "apply", "report", "forge"]),
     ("jobs", &["model", "forge", "store", "notify"]),
     // Routes only verify, record and enqueue; `app` starts the workers.

@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(events(&News::Waits(held)), [NotifyEvent::Refused]);
         let lock = Wait::Lock {
             member: "app@dev".into(),
-            pr: 3,
+            pr: crate::model::PrNumber(3),
         };
         assert!(events(&News::Waits(lock)).is_empty(), "goes on by itself");
         assert_eq!(

@@ -87,7 +87,7 @@ pub(crate) enum Observation {
         now: i64,
     },
     /// [`Effect::Lock`] found `member` locked by the run of pull request `pr`.
-    LockHeld { member: MemberId, pr: u64 },
+    LockHeld { member: MemberId, pr: PrNumber },
     /// [`Effect::Plan`]'s members, planned on the merge commit, with every
     /// fact of the run's override gate as the ledger holds it now.
     Planned {
@@ -191,7 +191,7 @@ impl<'a> WaveMachine<'a> {
                     record.set(
                         m,
                         MemberState::Waiting {
-                            reason: format!("queued behind pull request #{pr}"),
+                            reason: format!("queued behind pull request {pr}"),
                         },
                     );
                 }
@@ -1568,7 +1568,7 @@ mod tests {
         step(&mut machine, &mut record, Observation::Reached { now: NOW });
         let held = Observation::LockHeld {
             member: "dns@dev".into(),
-            pr: 5,
+            pr: PrNumber(5),
         };
         assert_eq!(
             step(&mut machine, &mut record, held),
@@ -1583,7 +1583,7 @@ mod tests {
             record.wait,
             Some(Wait::Lock {
                 member: "dns@dev".into(),
-                pr: 5
+                pr: PrNumber(5)
             })
         );
     }

@@ -258,7 +258,7 @@ pub(crate) enum Wait {
         also: Vec<Denial>,
     },
     /// Another run is applying some of this wave's members.
-    Lock { member: MemberId, pr: u64 },
+    Lock { member: MemberId, pr: PrNumber },
     /// Another run or tool holds `member`'s target (its apply said `held`);
     /// tried again at `until` (ms).
     Holder {
@@ -1226,7 +1226,7 @@ mod tests {
         assert_eq!(settled_status(&record, &members), RunStatus::Failed);
         record.wait = Some(Wait::Lock {
             member: "c@dev".into(),
-            pr: 2,
+            pr: PrNumber(2),
         });
         assert_eq!(
             settled_status(&record, &members),

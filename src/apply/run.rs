@@ -614,7 +614,7 @@ mod tests {
         );
         let wait = Wait::Lock {
             member: "db@dev".into(),
-            pr: 3,
+            pr: crate::model::PrNumber(3),
         };
         record.wait = Some(wait.clone());
         let mut status = RunStatus::Running;

@@ -77,7 +77,7 @@ fn waiting_for(wait: &Wait) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        Wait::Lock { member, pr } => format!("{member}, which pull request #{pr} is applying"),
+        Wait::Lock { member, pr } => format!("{member}, which pull request {pr} is applying"),
         Wait::EarlierAttempt { member, until } => format!(
             "an earlier apply of {member} to end (until {} at the latest)",
             utc(*until)
@@ -209,7 +209,7 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
             )
         }
         Wait::Lock { member, pr } => format!(
-            "Queued: pull request #{pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
+            "Queued: pull request {pr} is applying **{member}**. This run goes on by itself once it lets go, planning again first.\n"
         ),
         Wait::Holder { member, holder, until } => format!(
             "**{member}** is held by {}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
@@ -788,7 +788,7 @@ mod tests {
         record.set(&"dns@dev".into(), MemberState::Unaffected);
         let lock = Wait::Lock {
             member: "db@dev".into(),
-            pr: 3,
+            pr: crate::model::PrNumber(3),
         };
         let failed = News::Failed {
             meanwhile: Some(lock),

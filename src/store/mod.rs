@@ -28,6 +28,7 @@ pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
 use crate::forge::ReviewState;
 use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, User};
+use crate::plan::changeset::ChangeSet;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -359,12 +360,32 @@ pub(crate) struct NewPlan {
     pub(crate) head_sha: CommitSha,
     pub(crate) base_sha: CommitSha,
     pub(crate) digest: Option<Digest>,
-    pub(crate) change_set: serde_json::Value,
+    pub(crate) change_set: ChangeSet,
     /// The report as posted, without its approvals section.
     pub(crate) report: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+impl NewPlan {
+    /// The record this plan is once saved, for judging its gate before it
+    /// is (its time is when it was posted, so it is saved after).
+    pub(crate) fn as_posted(&self) -> anyhow::Result<PlanRecord> {
+        Ok(PlanRecord {
+            id: 0,
+            repo: self.repo.clone(),
+            pr: self.pr,
+            head_sha: self.head_sha.clone(),
+            base_sha: self.base_sha.clone(),
+            digest: self.digest.clone(),
+            change_set: serde_json::to_value(&self.change_set)?,
+            created_at: 0,
+            report: self.report.clone(),
+        })
+    }
+}
+
+/// A plan as the store holds it. Its change set is read only through
+/// [`PlanRecord::change_set`], which verifies it.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PlanRecord {
     pub(crate) id: i64,
     pub(crate) repo: RepoId,
@@ -372,9 +393,37 @@ pub(crate) struct PlanRecord {
     pub(crate) head_sha: CommitSha,
     pub(crate) base_sha: CommitSha,
     pub(crate) digest: Option<Digest>,
-    pub(crate) change_set: serde_json::Value,
+    change_set: serde_json::Value,
     pub(crate) created_at: i64,
     pub(crate) report: String,
+}
+
+/// A plan whose change set, as the store holds it, does not read or does
+/// not verify: it was changed since it was planned, or written by a
+/// wavegate that spoke another form. Nothing it holds may be trusted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plan {plan}'s change set cannot be trusted: {why}")]
+pub(crate) struct Untrusted {
+    plan: i64,
+    why: String,
+}
+
+impl PlanRecord {
+    /// The plan's change set, verified against its digest (and the digest
+    /// the plan was saved with); an error, never a value, when it does not.
+    pub(crate) fn change_set(&self) -> Result<ChangeSet, Untrusted> {
+        let untrusted = |why: String| Untrusted { plan: self.id, why };
+        let set = serde_json::from_value::<ChangeSet>(self.change_set.clone())
+            .map_err(|e| untrusted(format!("it does not read as a change set: {e}")))?;
+        set.verify().map_err(|e| untrusted(e.to_string()))?;
+        match &self.digest {
+            Some(digest) if *digest != set.digest => Err(untrusted(format!(
+                "it digests to {}, but the plan was saved as {digest}",
+                set.digest
+            ))),
+            _ => Ok(set),
+        }
+    }
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(5);

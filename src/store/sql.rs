@@ -853,7 +853,7 @@ impl Store {
         .bind(plan.head_sha.as_str())
         .bind(plan.base_sha.as_str())
         .bind(plan.digest.as_ref().map(Digest::as_str))
-        .bind(plan.change_set.to_string())
+        .bind(serde_json::to_string(&plan.change_set)?)
         .bind(self.now())
         .bind(&plan.report)
         .fetch_one(&self.pool)

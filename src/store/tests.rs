@@ -464,8 +464,8 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved(f: Fixture) {
         pr: PrNumber(n),
         head_sha,
         base_sha: sha('0'),
-        digest: Some(Digest::repeated('2')),
-        change_set: serde_json::json!({ "members": [{ "member": "app@dev" }] }),
+        digest: Some(empty_set().digest),
+        change_set: empty_set(),
         report: format!("report of PR {n}"),
     };
     f.store.save_plan(plan(sha('a'), 1)).await.unwrap();
@@ -483,7 +483,7 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved(f: Fixture) {
     assert_eq!(latest.id, newest);
     assert_eq!(latest.head_sha, sha('b'));
     assert_eq!(latest.base_sha, sha('0'));
-    assert_eq!(latest.change_set, plan(sha('b'), 1).change_set);
+    assert_eq!(latest.change_set(), Ok(plan(sha('b'), 1).change_set));
     assert_eq!(latest.report, "report of PR 1");
     assert_eq!(latest.digest, plan(sha('b'), 1).digest);
     assert_eq!(latest.created_at, START_MS + 1_000);
@@ -1090,7 +1090,7 @@ async fn merged_run(f: &Fixture, pr: u64) -> (ApplyRunRecord, bool) {
             head_sha: sha('a'),
             base_sha: sha('0'),
             digest: Some(Digest::repeated('2')),
-            change_set: serde_json::json!({}),
+            change_set: empty_set(),
             report: String::new(),
         })
         .await
@@ -1168,7 +1168,7 @@ async fn member_locks_are_all_or_none_and_letting_go_names_the_runs_queued_behin
     second.status = crate::apply::RunStatus::Waiting;
     second.record.wait = Some(crate::apply::Wait::Lock {
         member: "app@dev".into(),
-        pr: 1,
+        pr: PrNumber(1),
     });
     f.store.save_apply_run(&second).await.unwrap();
 
@@ -1788,4 +1788,49 @@ fn what_is_taken_up_once_has_one_text_form_read_back_strictly() {
         let error = bad.parse::<OnceSource>().unwrap_err();
         assert!(error.contains(bad), "{error}");
     }
+}
+
+fn empty_set() -> crate::plan::changeset::ChangeSet {
+    crate::plan::outcome::change_set_of(&[], Default::default()).unwrap()
+}
+
+on_both!(fixture_on, a_plan_changed_in_the_store_is_never_read_as_a_change_set, #[tokio::test]);
+async fn a_plan_changed_in_the_store_is_never_read_as_a_change_set(f: Fixture) {
+    let set = empty_set();
+    let id = f
+        .store
+        .save_plan(NewPlan {
+            repo: repo(),
+            pr: PrNumber(1),
+            head_sha: sha('a'),
+            base_sha: sha('0'),
+            digest: Some(set.digest.clone()),
+            change_set: set.clone(),
+            report: String::new(),
+        })
+        .await
+        .unwrap();
+    let read = || async { f.store.plan(id).await.unwrap().unwrap().change_set() };
+    assert_eq!(read().await, Ok(set.clone()));
+
+    let mut moved = serde_json::to_value(&set).unwrap();
+    moved["digest"] = serde_json::json!(Digest::repeated('9'));
+    let pool = raw_pool(&f.url).await;
+    let tamper = |text: String| {
+        sqlx::query("UPDATE plans SET change_set = $1")
+            .bind(text)
+            .execute(&pool)
+    };
+    tamper(moved.to_string()).await.unwrap();
+    let why = read().await.unwrap_err().to_string();
+    assert!(
+        why.starts_with(&format!("plan {id}'s change set cannot be trusted: ")),
+        "{why}"
+    );
+
+    tamper(r#"{"members": "all of them"}"#.into())
+        .await
+        .unwrap();
+    let why = read().await.unwrap_err().to_string();
+    assert!(why.contains("does not read as a change set"), "{why}");
 }

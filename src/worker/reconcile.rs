@@ -1227,7 +1227,7 @@ mod tests {
             RunStatus::Waiting,
             Some(Wait::Lock {
                 member: "app@dev".into(),
-                pr: 2,
+                pr: PrNumber(2),
             }),
         );
         assert!(!run_needs_resume(&waiting, Some(4), 0), "run 4 holds it");

@@ -284,9 +284,9 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
     })?;
     let rules = job.mirror.base_rules(&run.base_sha).await?;
     let policy = rules.policy();
-    let approved = serde_json::from_value::<ChangeSet>(plan.change_set.clone())
+    let approved = plan
+        .change_set()
         .map_err(|e| e.to_string())
-        .and_then(|set| set.verify().map(|()| set).map_err(|e| e.to_string()))
         .and_then(|set| {
             if set.digest == run.digest {
                 Ok(set)
@@ -959,10 +959,7 @@ async fn carry_out_wave(
             Effect::Lock(members) => {
                 let repo = drive.run.repo.id.clone();
                 match store.lock_members(&repo, drive.run.id, &members).await? {
-                    Some((member, holder)) => Observation::LockHeld {
-                        member,
-                        pr: holder.0,
-                    },
+                    Some((member, pr)) => Observation::LockHeld { member, pr },
                     None => Observation::Locked {
                         alive: processes_alive(&drive.run.record, &members),
                         now: now(),

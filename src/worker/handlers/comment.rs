@@ -562,9 +562,9 @@ async fn override_denial(
             let Some((_, plan)) = shown_plan(store, &forge.repo.id, comment.pr).await? else {
                 return Ok(Said::Refused(Refusal::NoPlanToOverride));
             };
-            let set: crate::plan::changeset::ChangeSet =
-                serde_json::from_value(plan.change_set.clone())
-                    .context("reading the current plan's change set")?;
+            let set = plan
+                .change_set()
+                .context("reading the current plan's change set")?;
             let denied_plan = set
                 .member(member)
                 .and_then(|m| m.plan.as_ref())

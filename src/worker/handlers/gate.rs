@@ -194,14 +194,10 @@ pub(super) async fn publish_gate(
         };
     }
     if !failed && !matches!(counted.evaluation, Evaluation::Satisfied { .. }) {
-        let members = plan.change_set["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| m["member"].as_str().unwrap_or_default().parse())
-            .collect::<Result<Vec<MemberId>, String>>()
-            .map_err(anyhow::Error::msg)
+        let set = plan
+            .change_set()
             .with_context(|| format!("the members gate {gate} waits on"))?;
+        let members: Vec<MemberId> = set.members.into_iter().map(|m| m.member).collect();
         let description = format!(
             "pull request {} waits for an approval of its change set at {} ({} member{})",
             plan.pr,

@@ -10,12 +10,11 @@ use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::PullRequest;
 use crate::model::PlanTarget;
 use crate::model::RepoId;
-use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, PlanError, PlannedChange};
 use crate::plan::targets::KeptPlans;
 use crate::report::{self, reply, reply::Reply};
 use crate::store::Store;
-use crate::store::{JobOutcome, NewPlan, PlanRecord, PrHead, ReportStatus};
+use crate::store::{JobOutcome, NewPlan, PrHead, ReportStatus};
 use crate::worker::ctx::{Forge, JobCtx, Mirror};
 use anyhow::{Context, Result};
 use std::sync::Arc;
@@ -174,7 +173,7 @@ async fn publish_plan(
         head_sha: pr.head_sha.clone(),
         base_sha: pr.base_sha.clone(),
         digest: (!nothing).then(|| change.change_set.digest.clone()),
-        change_set: serde_json::to_value(&change.change_set)?,
+        change_set: change.change_set.clone(),
         report: body.clone(),
     };
     if nothing {
@@ -203,17 +202,7 @@ async fn publish_plan(
     // A plan with a digest waits at its gate: the report carries the
     // approvals (earlier ones listed as for an earlier plan). The plan is
     // saved once posted: its time is when reviewers could see it.
-    let posted = PlanRecord {
-        id: 0,
-        repo: plan.repo.clone(),
-        pr: plan.pr,
-        head_sha: plan.head_sha.clone(),
-        base_sha: plan.base_sha.clone(),
-        digest: plan.digest.clone(),
-        change_set: plan.change_set.clone(),
-        created_at: 0,
-        report: body,
-    };
+    let posted = plan.as_posted()?;
     let failed = change.any_failed();
     publish_gate(store, forge, mirror, &posted, (failed, check_id)).await?;
     store.save_plan(plan).await?;
@@ -252,17 +241,11 @@ async fn kept_plans(
     let latest = store.latest_plan(repo, pr.number).await?;
     let plans = latest
         .filter(|l| l.head_sha == pr.head_sha && l.base_sha == pr.base_sha)
-        .and_then(|l| {
-            let set = serde_json::from_value::<ChangeSet>(l.change_set).ok()?;
-            match set.verify() {
-                Ok(()) => Some(set),
-                Err(e) => {
-                    tracing::warn!(
-                        "the latest plan of {} does not verify, so /plan keeps none of it: {e}",
-                        pr.number
-                    );
-                    None
-                }
+        .and_then(|l| match l.change_set() {
+            Ok(set) => Some(set),
+            Err(e) => {
+                tracing::warn!("/plan on {} keeps nothing: {e}", pr.number);
+                None
             }
         })
         .map(|set| {

@@ -190,7 +190,7 @@ mod tests {
         });
         let lock = waiting_for(Wait::Lock {
             member: MemberId::from("app@prod"),
-            pr: 8,
+            pr: PrNumber(8),
         });
         let none = AttemptRecord::default();
         assert_eq!(
