@@ -388,8 +388,8 @@ impl Worker {
         if matches!(task, Task::Merged { .. } | Task::Apply { .. }) {
             let applied = match self.forges.client(task.repo().id.forge) {
                 Ok(client) => {
-                    let ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
-                    handlers::apply::apply_gave_up(&ctx, job.attempts, error).await
+                    let job_ctx = JobCtx::new(self, &client, task.repo(), task.pr_number());
+                    handlers::apply::apply_gave_up(&job_ctx, job.attempts, error).await
                 }
                 Err(error) => Err(error),
             };
