@@ -13,7 +13,7 @@ use crate::config::repo::Policy;
 use crate::forge::types::{Permission, Reaction};
 use crate::gate::commands::{self, Command};
 use crate::gate::counting::{self};
-use crate::gate::ledger::{Actor, FactData, FactKind, Source};
+use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::jobs::Task;
 use crate::model::{CommitSha, Digest, GateId, PrNumber, User};
@@ -287,10 +287,6 @@ async fn judge_approval(
         author: &pr_author,
         pusher: record.as_ref().and_then(|r| r.pusher_of(head)),
     };
-    let actor = Actor {
-        id: comment.author.id,
-        login: comment.author.login.clone(),
-    };
     let source = Source::Comment { id: comment.id };
     let (kind, said) = match policy::may_approve(policy, authors, &who.as_candidate()) {
         Ok(()) => (FactKind::Approved, Said::Done),
@@ -304,7 +300,7 @@ async fn judge_approval(
         &forge.repo.id,
         &gate,
         (kind, digest.into(), data),
-        (actor, source),
+        (comment.author, source),
     )
     .await?;
     Ok(said)
@@ -355,10 +351,6 @@ async fn revoke(
         .permission(forge.repo, &comment.author.login)
         .await
         .is_ok_and(|p| p == Permission::Admin);
-    let actor = Actor {
-        id: comment.author.id,
-        login: comment.author.login.clone(),
-    };
     let source = Source::Comment { id: comment.id };
     let current = plan.as_ref().and_then(|p| {
         let binding = FactData::at_plan(&p.head_sha, &p.base_sha);
@@ -378,7 +370,7 @@ async fn revoke(
                 &forge.repo.id,
                 gate,
                 revoke,
-                (actor.clone(), source.clone()),
+                (comment.author, source.clone()),
             )
             .await?;
             revoked = true;
@@ -619,10 +611,6 @@ async fn override_denial(
         run: for_run,
         ..FactData::default()
     };
-    let actor = Actor {
-        id: comment.author.id,
-        login: comment.author.login.clone(),
-    };
     let source = Source::Comment { id: comment.id };
     let (kind, said) = match policy::may_override(&policy, &who) {
         Err(why) => {
@@ -636,7 +624,7 @@ async fn override_denial(
         &forge.repo.id,
         &gate,
         (kind, digest.into(), data),
-        (actor, source),
+        (comment.author, source),
     )
     .await?;
     Ok(said)

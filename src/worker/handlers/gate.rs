@@ -31,13 +31,13 @@ pub(super) fn plan_scope(plan: &PlanRecord, reviews_count: bool) -> Scope<'_> {
     }
 }
 
-/// Appends a fact a person's comment or review gave.
+/// Appends a fact a person gave: `by` whom, in which comment or review.
 pub(super) async fn record_fact(
     store: &Store,
     repo: &RepoId,
     gate: &GateId,
     (kind, digest, data): (FactKind, FactDigest, FactData),
-    (actor, source): (Actor, Source),
+    (by, source): (&User, Source),
 ) -> Result<()> {
     store
         .append_fact(NewFact {
@@ -45,7 +45,10 @@ pub(super) async fn record_fact(
             gate: gate.to_owned(),
             kind,
             digest,
-            actor,
+            actor: Actor {
+                id: by.id,
+                login: by.login.clone(),
+            },
             at: store.now(),
             source,
             data,

@@ -11,7 +11,7 @@ use super::gate::{
 };
 use crate::forge::listing::Page;
 use crate::forge::ReviewState;
-use crate::gate::ledger::{Actor, FactData, FactKind, Source};
+use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::gate::policy::{self};
 use crate::jobs;
 use crate::model::PrNumber;
@@ -55,10 +55,6 @@ async fn handle_review(job: &JobCtx<'_>, review: ReviewIn<'_>) -> Result<JobOutc
     } = *job;
     let mirror = &mirror;
     let gate = GateId::Pr(pr);
-    let actor = Actor {
-        id: review.author.id,
-        login: review.author.login.clone(),
-    };
     let run = store.apply_run(&forge.repo.id, pr).await?;
     if review.state == ReviewState::Dismissed {
         // What the review approved: the pull request, or a run's gate.
@@ -81,7 +77,7 @@ async fn handle_review(job: &JobCtx<'_>, review: ReviewIn<'_>) -> Result<JobOutc
             let data = approved.fact.data.clone().with_reason("review dismissed");
             let revoke = (FactKind::Revoked, approved.fact.digest.clone(), data);
             let source = Source::Review { id: review.id };
-            record_fact(store, &forge.repo.id, gate, revoke, (actor.clone(), source)).await?;
+            record_fact(store, &forge.repo.id, gate, revoke, (review.author, source)).await?;
             revoked = true;
         }
         if !revoked {
@@ -148,7 +144,7 @@ async fn handle_review(job: &JobCtx<'_>, review: ReviewIn<'_>) -> Result<JobOutc
         &forge.repo.id,
         &gate,
         (kind, digest.into(), data),
-        (actor, source),
+        (review.author, source),
     )
     .await?;
     refresh_gate(store, forge, mirror, pr).await?;
@@ -234,17 +230,13 @@ async fn review_at_run_gate(
             FactKind::Refused
         }
     };
-    let actor = Actor {
-        id: review.author.id,
-        login: review.author.login.clone(),
-    };
     let source = Source::Review { id: review.id };
     record_fact(
         store,
         &forge.repo.id,
         &gate,
         (kind, digest.into(), data),
-        (actor, source),
+        (review.author, source),
     )
     .await?;
     if kind == FactKind::Approved {
