@@ -284,19 +284,16 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
     })?;
     let rules = job.mirror.base_rules(&run.base_sha).await?;
     let policy = rules.policy();
-    let approved = plan
-        .change_set()
-        .map_err(|e| e.to_string())
-        .and_then(|set| {
-            if set.digest == run.digest {
-                Ok(set)
-            } else {
-                Err(format!(
-                    "plan {} digests to {}, not the approved {}",
-                    run.plan_id, set.digest, run.digest
-                ))
-            }
-        });
+    let approved = plan.change_set().map_err(|e| e.to_string()).and_then(|set| {
+        if set.digest == run.digest {
+            Ok(set)
+        } else {
+            Err(format!(
+                "the approved change set cannot be trusted: plan {} digests to {}, not the approved {}",
+                run.plan_id, set.digest, run.digest
+            ))
+        }
+    });
     let mut options = job
         .runner
         .plan_options(&job.mirror, (&run.base_sha, &run.merge_sha));
@@ -309,10 +306,7 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
     // read, then a merge commit that cannot be planned.
     let approved = match approved {
         Ok(approved) => approved,
-        Err(e) => {
-            let why = format!("the approved change set cannot be trusted: {e}");
-            return refuse_run(job, run, &plan, &why).await;
-        }
+        Err(why) => return refuse_run(job, run, &plan, &why).await,
     };
     let policy = match policy {
         Ok(policy) => policy,

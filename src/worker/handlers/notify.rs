@@ -66,7 +66,6 @@ pub(super) async fn notify_of(
     Ok(())
 }
 
-/// Delivers one notice to `target`; an error retries the job later.
 /// Delivers one notice to `target`, as this server defines it among
 /// `targets`; an error retries the job later.
 pub(in crate::worker) async fn deliver_notice(
