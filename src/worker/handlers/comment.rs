@@ -4,7 +4,8 @@
 
 use super::apply::{enqueue_resume, resume_if_waiting};
 use super::gate::{
-    candidate, fetch_gate_bases, record_fact, refresh_gate, run_gate_policy, shown_plan,
+    fetch_gate_bases, judge_approver, record_approval, record_fact, refresh_gate, run_gate_policy,
+    shown_plan, Approver,
 };
 use crate::apply::hooks::HookState;
 use crate::apply::run::Retry;
@@ -266,43 +267,23 @@ async fn judge_approval(
     (store, forge): (&Store, Forge<'_>),
     (pr, head, comment): (PrNumber, &CommitSha, &CommentIn<'_>),
     policy: &Policy,
-    (gate, digest, mut data): (GateId, Digest, FactData),
+    (gate, digest, data): (GateId, Digest, FactData),
 ) -> Result<Said> {
-    let who = match candidate(forge, comment.author, policy).await {
-        Ok(who) => who,
-        Err(error) => {
-            return Ok(Said::Refused(Refusal::PermissionUnknown {
-                error: format!("{error:#}"),
-            }))
-        }
-    };
-    let pr_author = forge
-        .client
-        .pull_request(forge.repo, pr)
-        .await?
-        .author
-        .login;
-    let record = store.pr(&forge.repo.id, pr).await?;
-    let authors = policy::Authors {
-        author: &pr_author,
-        pusher: record.as_ref().and_then(|r| r.pusher_of(head)),
-    };
-    let source = Source::Comment { id: comment.id };
-    let (kind, said) = match policy::may_approve(policy, authors, &who.as_candidate()) {
-        Ok(()) => (FactKind::Approved, Said::Done),
-        Err(why) => {
-            data.reason = Some(why.to_string());
-            (FactKind::Refused, Said::Refused(Refusal::NotAllowed(why)))
-        }
-    };
-    record_fact(
-        store,
-        &forge.repo.id,
-        &gate,
-        (kind, digest.into(), data),
-        (comment.author, source),
-    )
-    .await?;
+    let (refused, said) =
+        match judge_approver((store, forge), (pr, head), comment.author, policy).await? {
+            Approver::May => (None, Said::Done),
+            Approver::MayNot(why) => (
+                Some(why.to_string()),
+                Said::Refused(Refusal::NotAllowed(why)),
+            ),
+            Approver::Unknown(error) => {
+                return Ok(Said::Refused(Refusal::PermissionUnknown {
+                    error: format!("{error:#}"),
+                }))
+            }
+        };
+    let by = (comment.author, Source::Comment { id: comment.id });
+    record_approval((store, &forge.repo.id), &gate, (&digest, data), refused, by).await?;
     Ok(said)
 }
 

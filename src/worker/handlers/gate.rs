@@ -16,7 +16,7 @@ use crate::forge::types::{CheckReport, CheckState};
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Actor, FactData, FactDigest, FactKind, NewFact, Source};
 use crate::gate::policy::{self, Candidate};
-use crate::model::{Digest, GateId, MemberId, PrNumber, RepoId, User};
+use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, RepoId, User};
 use crate::report::approvals::{self, Standing};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, ReportStatus, Store};
 use crate::worker::ctx::{Forge, Mirror};
@@ -97,6 +97,66 @@ pub(super) async fn candidate(forge: Forge<'_>, who: &User, policy: &Policy) -> 
         can_write: permission.can_write(),
         teams,
     })
+}
+
+/// What the forge and the base's `policy` say of `who` approving pull
+/// request `pr` at `head` (which they must not have authored or pushed).
+pub(super) enum Approver {
+    May,
+    MayNot(policy::NotAllowed),
+    /// The forge could not say what `who` may do.
+    Unknown(anyhow::Error),
+}
+
+/// Judges `who` as an approver of pull request `pr` at `head` under
+/// `policy`; an error only when the forge cannot say who authored it.
+pub(super) async fn judge_approver(
+    (store, forge): (&Store, Forge<'_>),
+    (pr, head): (PrNumber, &CommitSha),
+    who: &User,
+    policy: &Policy,
+) -> Result<Approver> {
+    let who = match candidate(forge, who, policy).await {
+        Ok(who) => who,
+        Err(error) => return Ok(Approver::Unknown(error)),
+    };
+    let pr_author = forge
+        .client
+        .pull_request(forge.repo, pr)
+        .await?
+        .author
+        .login;
+    let record = store.pr(&forge.repo.id, pr).await?;
+    let authors = policy::Authors {
+        author: &pr_author,
+        pusher: record.as_ref().and_then(|r| r.pusher_of(head)),
+    };
+    Ok(
+        match policy::may_approve(policy, authors, &who.as_candidate()) {
+            Ok(()) => Approver::May,
+            Err(why) => Approver::MayNot(why),
+        },
+    )
+}
+
+/// Records a person's approval of `digest` at `gate` with `data`, or, when
+/// it is `refused` (why), the refusal; answers which it recorded.
+pub(super) async fn record_approval(
+    (store, repo): (&Store, &RepoId),
+    gate: &GateId,
+    (digest, mut data): (&Digest, FactData),
+    refused: Option<String>,
+    said: (&User, Source),
+) -> Result<FactKind> {
+    let kind = match refused {
+        None => FactKind::Approved,
+        Some(why) => {
+            data.reason = Some(why);
+            FactKind::Refused
+        }
+    };
+    record_fact(store, repo, gate, (kind, digest.into(), data), said).await?;
+    Ok(kind)
 }
 
 /// Makes sure the mirror holds the commits this pull request's gates are

@@ -7,12 +7,13 @@
 use super::apply::resume_if_waiting;
 use super::gate::run_gate;
 use super::gate::{
-    candidate, fetch_gate_bases, record_fact, refresh_gate, run_gate_policy, shown_plan,
+    fetch_gate_bases, judge_approver, record_approval, record_fact, refresh_gate, run_gate_policy,
+    shown_plan, Approver,
 };
+use crate::config::repo::Policy;
 use crate::forge::listing::Page;
 use crate::forge::ReviewState;
 use crate::gate::ledger::{FactData, FactKind, Source};
-use crate::gate::policy::{self};
 use crate::jobs;
 use crate::model::PrNumber;
 use crate::model::{CommitSha, GateId, User};
@@ -112,41 +113,12 @@ async fn handle_review(job: &JobCtx<'_>, review: ReviewIn<'_>) -> Result<JobOutc
             "the review is of an earlier commit".into(),
         ));
     }
-    let verdict = match candidate(forge, review.author, &policy).await {
-        Ok(who) => {
-            let pr_author = forge
-                .client
-                .pull_request(forge.repo, pr)
-                .await?
-                .author
-                .login;
-            let authors = policy::Authors {
-                author: &pr_author,
-                pusher: record.pusher_of(&plan.head_sha),
-            };
-            policy::may_approve(&policy, authors, &who.as_candidate()).map_err(|w| w.to_string())
-        }
-        Err(error) => Err(format!(
-            "wavegate could not check the reviewer's permission: {error:#}"
-        )),
-    };
-    let mut data = FactData::at_plan(&plan.head_sha, &plan.base_sha);
-    let kind = match verdict {
-        Ok(()) => FactKind::Approved,
-        Err(reason) => {
-            data.reason = Some(reason);
-            FactKind::Refused
-        }
-    };
-    let source = Source::Review { id: review.id };
-    record_fact(
-        store,
-        &forge.repo.id,
-        &gate,
-        (kind, digest.into(), data),
-        (review.author, source),
-    )
-    .await?;
+    let at = (pr, &plan.head_sha);
+    let refused = refused_reviewer((store, forge), at, review.author, &policy).await?;
+    let data = FactData::at_plan(&plan.head_sha, &plan.base_sha);
+    let by = (review.author, Source::Review { id: review.id });
+    let kind =
+        record_approval((store, &forge.repo.id), &gate, (&digest, data), refused, by).await?;
     refresh_gate(store, forge, mirror, pr).await?;
     if kind == FactKind::Approved {
         resume_if_waiting(store, queue, forge.repo, pr).await?;
@@ -195,54 +167,42 @@ async fn review_at_run_gate(
     let saw_the_wait = review
         .submitted_at
         .is_some_and(|at| at + 1000 > run.record.wait_posted_at);
-    let verdict = if !saw_the_wait {
-        Err(match review.submitted_at {
+    let refused = if !saw_the_wait {
+        Some(match review.submitted_at {
                 Some(_) => format!("the review was submitted before the run's gate waited, so it did not see the set it would approve; approve it with `/approve {digest}`"),
                 None => format!("the forge did not say when the review was submitted, so it is not clear it saw the set the run's gate waits on; approve it with `/approve {digest}`"),
             })
     } else {
-        match candidate(forge, review.author, &policy).await {
-            Ok(who) => {
-                let pr_author = forge
-                    .client
-                    .pull_request(forge.repo, run.pr)
-                    .await?
-                    .author
-                    .login;
-                let record = store.pr(&forge.repo.id, run.pr).await?;
-                let authors = policy::Authors {
-                    author: &pr_author,
-                    pusher: record.as_ref().and_then(|r| r.pusher_of(&merged.head_sha)),
-                };
-                policy::may_approve(&policy, authors, &who.as_candidate())
-                    .map_err(|w| w.to_string())
-            }
-            Err(error) => Err(format!(
-                "wavegate could not check the reviewer's permission: {error:#}"
-            )),
-        }
+        let at = (run.pr, &merged.head_sha);
+        refused_reviewer((store, forge), at, review.author, &policy).await?
     };
-    let mut data = FactData::in_run(run.id, &run.merge_sha);
-    let kind = match verdict {
-        Ok(()) => FactKind::Approved,
-        Err(reason) => {
-            data.reason = Some(reason);
-            FactKind::Refused
-        }
-    };
-    let source = Source::Review { id: review.id };
-    record_fact(
-        store,
-        &forge.repo.id,
-        &gate,
-        (kind, digest.into(), data),
-        (review.author, source),
-    )
-    .await?;
+    let data = FactData::in_run(run.id, &run.merge_sha);
+    let by = (review.author, Source::Review { id: review.id });
+    let kind =
+        record_approval((store, &forge.repo.id), &gate, (&digest, data), refused, by).await?;
     if kind == FactKind::Approved {
         resume_if_waiting(store, queue, forge.repo, run.pr).await?;
     }
     Ok(JobOutcome::Done)
+}
+
+/// Why a reviewer's approval of pull request `pr` at `head` is refused
+/// under `policy`, if it is.
+async fn refused_reviewer(
+    (store, forge): (&Store, Forge<'_>),
+    at: (PrNumber, &CommitSha),
+    reviewer: &User,
+    policy: &Policy,
+) -> Result<Option<String>> {
+    Ok(
+        match judge_approver((store, forge), at, reviewer, policy).await? {
+            Approver::May => None,
+            Approver::MayNot(why) => Some(why.to_string()),
+            Approver::Unknown(error) => Some(format!(
+                "wavegate could not check the reviewer's permission: {error:#}"
+            )),
+        },
+    )
 }
 
 /// Finds the review a webhook named no id of (Forgejo's) among the pull
