@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use wavegate::gate::ledger::{self, Actor, Fact, FactData, FactKind, LedgerKey, NewFact, Source};
-use wavegate::model::CommitSha;
+use wavegate::model::{CommitSha, UnixMs};
 
 fn sha(c: char) -> CommitSha {
     CommitSha::parse(&c.to_string().repeat(40)).unwrap()
@@ -35,7 +35,7 @@ fn approval(repo: &str, n: u64) -> NewFact {
             id: 1000 + n % 7,
             login: format!("reviewer-{}", n % 7),
         },
-        at: 1_764_460_800_000 + i64::try_from(n).unwrap(),
+        at: UnixMs::from_millis(1_764_460_800_000 + i64::try_from(n).unwrap()),
         source: Source::Comment { id: 9_000_000 + n },
         data: FactData {
             member: Some("app@prod".parse().unwrap()),
@@ -82,7 +82,7 @@ fn bench_fact(c: &mut Criterion) {
 
     let signed = chain_of(CHAIN, Some(&key));
     let public = key.public();
-    let start = ledger::SigningStart::new(&key, 0, Default::default());
+    let start = ledger::SigningStart::new(&key, UnixMs::from_millis(0), Default::default());
     let mut group = c.benchmark_group("verify");
     group.bench_function("baseline: verify a chain of 1000 facts", |b| {
         b.iter(|| ledger::verify(&signed, None).unwrap())

@@ -542,8 +542,8 @@ fn describe_verified(verified: &ledger::Verified) -> String {
 
 /// What a fact says, to name it: `approved sha256:… by alice (id 7) at …`.
 fn describe_fact(fact: &ledger::Fact) -> String {
-    let at = chrono::DateTime::from_timestamp_millis(fact.fact.at)
-        .map_or_else(|| fact.fact.at.to_string(), |t| t.to_rfc3339());
+    let at = chrono::DateTime::from_timestamp_millis(fact.fact.at.millis())
+        .map_or_else(|| fact.fact.at.millis().to_string(), |t| t.to_rfc3339());
     format!(
         "{} {} at gate {} by {} (id {}) at {at}",
         fact.fact.kind, fact.fact.digest, fact.fact.gate, fact.fact.actor.login, fact.fact.actor.id

@@ -238,6 +238,7 @@ mod tests {
     use super::*;
     use crate::apply::MemberState;
     use crate::config::settings::NotifyFormat;
+    use crate::model::time::in_tests::unix;
     use crate::model::RepoId;
 
     fn repo() -> RepoRef {
@@ -290,7 +291,7 @@ mod tests {
         let held = Wait::Holder {
             member: "app@dev".into(),
             holder: "run 7".into(),
-            until: 0,
+            until: unix(0),
         };
         assert_eq!(events(&News::Waits(held)), [NotifyEvent::Refused]);
         let lock = Wait::Lock {

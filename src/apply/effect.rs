@@ -5,7 +5,7 @@
 
 use super::Wait;
 use crate::config::hooks::Moment;
-use crate::model::{Digest, GateId, MemberId};
+use crate::model::{Digest, GateId, MemberId, UnixMs};
 use serde_json::{Map, Value};
 
 /// What the worker does, in the order given. The ones that ask something
@@ -63,7 +63,7 @@ pub(crate) enum Effect {
     /// Append a `spent` fact: the override of `digest` lets nothing through again.
     SpendOverride { member: MemberId, digest: Digest },
     /// Queue a job of this run for `at` (unix ms).
-    ResumeAt(i64),
+    ResumeAt(UnixMs),
     /// Let go of the run's member locks (and resume the runs queued behind them).
     Unlock,
     /// Append the `pending` fact of a gate the run now waits at (once per digest).

@@ -23,7 +23,7 @@ use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{Digest, DigestOver, GateId, MemberId, PrNumber};
+use crate::model::{Digest, DigestOver, GateId, MemberId, PrNumber, UnixMs};
 use crate::plan::changeset::{ChangeSet, ChangeSetError};
 use crate::plan::coverage::{Coverage, FreshPlan};
 use crate::plan::outcome::{change_set_of, ApplyOutcome, MemberOutcome};
@@ -78,13 +78,13 @@ pub(crate) struct WaveSpec<'a> {
 #[derive(Debug, Clone)]
 pub(crate) enum Observation {
     /// The run reached the wave at `now` (unix ms).
-    Reached { now: i64 },
+    Reached { now: UnixMs },
     /// [`Effect::Lock`] took every lock. `alive`: for each member caught
     /// `applying` by a command started on this host, whether its process
     /// (before that was known, the server that started it) is still there.
     Locked {
         alive: BTreeMap<MemberId, bool>,
-        now: i64,
+        now: UnixMs,
     },
     /// [`Effect::Lock`] found `member` locked by the run of pull request `pr`.
     LockHeld { member: MemberId, pr: PrNumber },
@@ -93,7 +93,7 @@ pub(crate) enum Observation {
     Planned {
         outcomes: Vec<MemberOutcome>,
         overrides: Vec<Fact>,
-        now: i64,
+        now: UnixMs,
     },
     /// `member`'s apply command ([`Effect::Apply`]) started as `process`.
     Started {
@@ -107,16 +107,16 @@ pub(crate) enum Observation {
         outcome: ApplyOutcome,
         printed: Option<OutputTail>,
         carry: Option<Map<String, Value>>,
-        now: i64,
+        now: UnixMs,
     },
     /// [`Effect::Replan`]'s member, planned again, with the override gate's facts.
     Replanned {
         outcome: Box<MemberOutcome>,
         overrides: Vec<Fact>,
-        now: i64,
+        now: UnixMs,
     },
     /// [`Effect::Hooks`]: what the moment's hooks came to.
-    Hooked { result: HooksResult, now: i64 },
+    Hooked { result: HooksResult, now: UnixMs },
 }
 
 /// A member whose apply is under way, and the plan it applies.
@@ -256,7 +256,7 @@ impl<'a> WaveMachine<'a> {
     /// unaffected, not stopped (a held one once its time came, a blocked one
     /// once what blocked it applied); one whose upstream stopped is marked
     /// blocked by it instead. Any left are asked to be locked.
-    fn reached(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
+    fn reached(&mut self, record: &mut AttemptRecord, now: UnixMs, effects: &mut Vec<Effect>) {
         self.pending.clear();
         for member in self.spec.members {
             let state = record.state(member);
@@ -301,9 +301,9 @@ impl<'a> WaveMachine<'a> {
         &self,
         record: &mut AttemptRecord,
         alive: &BTreeMap<MemberId, bool>,
-        now: i64,
-    ) -> Option<i64> {
-        let mut first: Option<(MemberId, i64)> = None;
+        now: UnixMs,
+    ) -> Option<UnixMs> {
+        let mut first: Option<(MemberId, UnixMs)> = None;
         for member in &self.pending {
             let MemberState::Applying { attempt, .. } = record.state(member) else {
                 continue;
@@ -332,7 +332,7 @@ impl<'a> WaveMachine<'a> {
         record: &mut AttemptRecord,
         outcomes: Vec<MemberOutcome>,
         overrides: &[Fact],
-        now: i64,
+        now: UnixMs,
         effects: &mut Vec<Effect>,
     ) -> Result<(), ChangeSetError> {
         let mut ready = Vec::new();
@@ -452,7 +452,7 @@ impl<'a> WaveMachine<'a> {
         &mut self,
         record: &mut AttemptRecord,
         result: HooksResult,
-        now: i64,
+        now: UnixMs,
         effects: &mut Vec<Effect>,
     ) {
         let Some(moment) = self.hooking.take() else {
@@ -512,7 +512,7 @@ impl<'a> WaveMachine<'a> {
     /// commands starts. A re-plan asked for waits until no apply runs, and
     /// is then the question asked. The wave ends once nothing runs and
     /// nothing is left.
-    fn fill(&mut self, record: &mut AttemptRecord, now: i64, effects: &mut Vec<Effect>) {
+    fn fill(&mut self, record: &mut AttemptRecord, now: UnixMs, effects: &mut Vec<Effect>) {
         if !self.replans.is_empty() {
             if self.running.is_empty() {
                 let member = self.replans.pop_front().expect("not empty");
@@ -588,7 +588,7 @@ impl<'a> WaveMachine<'a> {
         &mut self,
         record: &mut AttemptRecord,
         outcome: MemberOutcome,
-        now: i64,
+        now: UnixMs,
         effects: &mut Vec<Effect>,
     ) -> Option<MemberId> {
         let plan = outcome.plan.as_ref().expect("only planned members apply");
@@ -611,7 +611,6 @@ impl<'a> WaveMachine<'a> {
             .get(&member)
             .copied()
             .unwrap_or_default();
-        let lifetime = i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX);
         let held_before = match record.state(&member) {
             MemberState::Held { tries, .. } => tries,
             _ => 0,
@@ -622,7 +621,7 @@ impl<'a> WaveMachine<'a> {
             attempt: CommandAttempt {
                 host: self.spec.host.to_owned(),
                 started_at: now,
-                deadline: now.saturating_add(lifetime),
+                deadline: now + lifetime,
                 process: None,
                 server: self.spec.server.clone(),
             },
@@ -640,7 +639,7 @@ impl<'a> WaveMachine<'a> {
         record: &mut AttemptRecord,
         member: &MemberId,
         outcome: ApplyOutcome,
-        now: i64,
+        now: UnixMs,
         effects: &mut Vec<Effect>,
     ) {
         let Some(current) = self.running.remove(member) else {
@@ -680,7 +679,7 @@ impl<'a> WaveMachine<'a> {
             }
             ApplyOutcome::Held(holder) => {
                 let tries = current.held_before + 1;
-                let retry_at = now.saturating_add(held_backoff(self.spec.held_retry, tries));
+                let retry_at = now + held_backoff(self.spec.held_retry, tries);
                 if record.wait.is_none() {
                     record.wait = Some(Wait::Holder {
                         member: member.clone(),
@@ -712,7 +711,7 @@ impl<'a> WaveMachine<'a> {
         record: &mut AttemptRecord,
         outcome: MemberOutcome,
         overrides: &[Fact],
-        now: i64,
+        now: UnixMs,
         effects: &mut Vec<Effect>,
     ) -> Result<(), ChangeSetError> {
         if outcome.plan.is_none() {
@@ -754,7 +753,7 @@ impl<'a> WaveMachine<'a> {
     /// the locks go, a job to look again is queued when one is due, and
     /// the run stops. Members still queued stay as they were, and the next
     /// job plans them again.
-    fn stop_and(&mut self, effects: &mut Vec<Effect>, resume_at: Option<i64>) {
+    fn stop_and(&mut self, effects: &mut Vec<Effect>, resume_at: Option<UnixMs>) {
         debug_assert!(self.running.is_empty(), "stopped while applying");
         self.queue.clear();
         self.replans.clear();
@@ -969,11 +968,12 @@ mod tests {
     use super::*;
     use crate::apply::tests::{outcome, override_fact, plan, set_of};
     use crate::gate::ledger::FactKind;
+    use crate::model::time::in_tests::{millis, unix};
     use crate::plan::changeset::MemberStatus;
     use crate::plan::planfile::MemberPlan;
     use serde_json::json;
 
-    const NOW: i64 = 1_000_000;
+    const NOW: UnixMs = unix(1_000_000);
     const HOST: &str = "host-a";
     const SERVER: ProcessId = ProcessId { pid: 2, start: 1 };
 
@@ -1096,7 +1096,7 @@ mod tests {
             outcome,
             printed: None,
             carry: None,
-            now: NOW + 5_000,
+            now: NOW + millis(5_000),
         }
     }
 
@@ -1159,7 +1159,7 @@ mod tests {
             "owed, and saved so"
         );
         assert_eq!(
-            step(&mut machine, &mut record, passed(NOW + 6_000)),
+            step(&mut machine, &mut record, passed(NOW + millis(6_000))),
             [Effect::Save, Effect::Unlock, Effect::Done(Step::Continue)]
         );
         assert!(record.after_apply_due.is_empty());
@@ -1300,7 +1300,7 @@ mod tests {
         let expected_attempt = CommandAttempt {
             host: HOST.into(),
             started_at: NOW,
-            deadline: NOW + 60_000,
+            deadline: NOW + millis(60_000),
             process: None,
             server: Some(SERVER),
         };
@@ -1381,7 +1381,7 @@ mod tests {
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: printed.clone(),
                 carry: None,
-                now: NOW + 5_000,
+                now: NOW + millis(5_000),
             },
         );
         assert_eq!(record.printed.get("network@dev"), printed.as_ref());
@@ -1408,7 +1408,7 @@ mod tests {
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: None,
                 carry: Some(carry.clone()),
-                now: NOW + 5_000,
+                now: NOW + millis(5_000),
             },
         );
         let told = effects.iter().position(|e| {
@@ -1492,8 +1492,8 @@ mod tests {
                 plan_digest: Digest::repeated('0'),
                 attempt: Some(CommandAttempt {
                     host: "host-b".into(),
-                    started_at: NOW - 10_000,
-                    deadline: NOW - 1,
+                    started_at: NOW - millis(10_000),
+                    deadline: NOW - millis(1),
                     process: None,
                     server: None,
                 }),
@@ -1516,8 +1516,8 @@ mod tests {
             plan_digest: net.plan_digest.clone(),
             attempt: Some(CommandAttempt {
                 host: host.into(),
-                started_at: NOW - 1_000,
-                deadline: NOW + 50_000,
+                started_at: NOW - millis(1_000),
+                deadline: NOW + millis(50_000),
                 process,
                 server: None,
             }),
@@ -1536,7 +1536,7 @@ mod tests {
             step(&mut machine, &mut record, locked(&[])),
             [
                 Effect::Publish,
-                Effect::ResumeAt(NOW + 50_000),
+                Effect::ResumeAt(NOW + millis(50_000)),
                 Effect::Unlock,
                 Effect::Done(Step::Stop)
             ]
@@ -1545,7 +1545,7 @@ mod tests {
             record.wait,
             Some(Wait::EarlierAttempt {
                 member: "network@dev".into(),
-                until: NOW + 50_000
+                until: NOW + millis(50_000)
             })
         );
 
@@ -1657,7 +1657,11 @@ mod tests {
         }
         assert!(matches!(record.wait, Some(Wait::Round { round: 2, .. })));
         let mut machine = h.machine();
-        let reached = step(&mut machine, &mut record, Observation::Reached { now: 0 });
+        let reached = step(
+            &mut machine,
+            &mut record,
+            Observation::Reached { now: unix(0) },
+        );
         assert_eq!(reached, [Effect::Lock(vec!["dns@dev".into()])]);
         assert_eq!(record.state("app@dev").label(), "blocked by network@dev");
         assert_eq!(
@@ -1670,7 +1674,7 @@ mod tests {
         let dns_moved = plan("dns@dev", "b");
         let locked = Observation::Locked {
             alive: BTreeMap::new(),
-            now: 0,
+            now: unix(0),
         };
         assert_eq!(
             step(&mut machine, &mut record, locked),
@@ -1679,7 +1683,7 @@ mod tests {
         let planned = Observation::Planned {
             outcomes: vec![outcome(&dns_moved)],
             overrides: vec![],
-            now: 0,
+            now: unix(0),
         };
         assert_eq!(
             step(&mut machine, &mut record, planned),
@@ -1845,7 +1849,7 @@ mod tests {
         let mut record = h.record.clone();
         let mut machine = h.machine();
         to_planned(&mut machine, &mut record, &[&net], vec![]);
-        let first_end = NOW + 5_000;
+        let first_end = NOW + millis(5_000);
         assert_eq!(
             step(
                 &mut machine,
@@ -1853,7 +1857,7 @@ mod tests {
                 ended("network@dev", ApplyOutcome::Held("terraform lock".into()))
             ),
             [
-                Effect::ResumeAt(first_end + 30_000),
+                Effect::ResumeAt(first_end + millis(30_000)),
                 Effect::Save,
                 Effect::Unlock,
                 Effect::Done(Step::Continue)
@@ -1864,7 +1868,7 @@ mod tests {
             Some(Wait::Holder {
                 member: "network@dev".into(),
                 holder: "terraform lock".into(),
-                until: first_end + 30_000
+                until: first_end + millis(30_000)
             })
         );
 
@@ -1872,7 +1876,7 @@ mod tests {
         record.wait = None;
         let mut machine = h.machine();
         let early = Observation::Reached {
-            now: first_end + 29_999,
+            now: first_end + millis(29_999),
         };
         assert_eq!(
             step(&mut machine, &mut record, early),
@@ -1881,7 +1885,7 @@ mod tests {
 
         // At its time it applies again; held once more, it waits twice as long.
         let mut machine = h.machine();
-        let due = first_end + 30_000;
+        let due = first_end + millis(30_000);
         step(&mut machine, &mut record, Observation::Reached { now: due });
         step(
             &mut machine,
@@ -1905,7 +1909,7 @@ mod tests {
             now: due,
         };
         let effects = step(&mut machine, &mut record, held_again);
-        assert_eq!(effects[0], Effect::ResumeAt(due + 60_000));
+        assert_eq!(effects[0], Effect::ResumeAt(due + millis(60_000)));
         assert!(matches!(
             record.state("network@dev"),
             MemberState::Held { tries: 2, .. }
@@ -2253,7 +2257,7 @@ dir = "c"
             to_planned(&mut machine, &mut record, &refs, vec![]),
             applies(&["a@dev", "b@dev", "c@dev", "d@dev"])
         );
-        let end = NOW + 5_000;
+        let end = NOW + millis(5_000);
         assert_eq!(
             step(
                 &mut machine,
@@ -2268,7 +2272,7 @@ dir = "c"
                 &mut record,
                 ended("b@dev", ApplyOutcome::Held("terraform lock".into()))
             ),
-            [Effect::ResumeAt(end + 30_000), Effect::Save]
+            [Effect::ResumeAt(end + millis(30_000)), Effect::Save]
         );
         assert_eq!(
             step(
@@ -2348,8 +2352,8 @@ dir = "c"
                     plan_digest: plans[0].plan_digest.clone(),
                     attempt: Some(CommandAttempt {
                         host: HOST.into(),
-                        started_at: NOW - 1_000,
-                        deadline: NOW + 50_000,
+                        started_at: NOW - millis(1_000),
+                        deadline: NOW + millis(50_000),
                         process: Some(ProcessId { pid, start: 1 }),
                         server: None,
                     }),

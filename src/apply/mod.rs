@@ -12,7 +12,7 @@ pub(crate) mod run;
 pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
-use crate::model::{Digest, GateId, MemberId, PrNumber};
+use crate::model::{Digest, GateId, MemberId, PrNumber, UnixMs};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
 use crate::plan::preview::Approvers;
@@ -64,7 +64,7 @@ pub(crate) enum MemberState {
         #[serde(default)]
         tries: u32,
         #[serde(default)]
-        retry_at: i64,
+        retry_at: UnixMs,
     },
     /// Its apply ended it without applying, on purpose: not a failure.
     StoodDown {
@@ -85,10 +85,10 @@ pub(crate) struct CommandAttempt {
     /// The host that started it (`sandbox::process::host_id`).
     pub(crate) host: String,
     /// Milliseconds since the epoch.
-    pub(crate) started_at: i64,
+    pub(crate) started_at: UnixMs,
     /// Past this (ms) the command is gone whatever became of its server: the
     /// sandbox kills it itself at its timeout plus a grace.
-    pub(crate) deadline: i64,
+    pub(crate) deadline: UnixMs,
     /// The started process, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) process: Option<crate::sandbox::process::ProcessId>,
@@ -107,12 +107,12 @@ pub(crate) enum EarlierAttempt {
     Gone,
     /// Look again at `until` (ms).
     MayRun {
-        until: i64,
+        until: UnixMs,
     },
 }
 
-/// How often a process seen alive on this host is looked at again (ms).
-pub(crate) const RECHECK_ALIVE_MS: i64 = 2_000;
+/// How often a process seen alive on this host is looked at again.
+pub(crate) const RECHECK_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Decides about an earlier attempt. On the host that started it, the
 /// process itself is looked at, or before it was known the server that
@@ -121,7 +121,7 @@ pub(crate) const RECHECK_ALIVE_MS: i64 = 2_000;
 pub(crate) fn earlier_attempt(
     attempt: Option<&CommandAttempt>,
     here: &str,
-    now: i64,
+    now: UnixMs,
     alive: Option<bool>,
 ) -> EarlierAttempt {
     let Some(attempt) = attempt else {
@@ -134,7 +134,7 @@ pub(crate) fn earlier_attempt(
     match (attempt.host == here, known, alive) {
         (true, true, Some(false)) => EarlierAttempt::Gone,
         (true, true, Some(true)) => EarlierAttempt::MayRun {
-            until: (now + RECHECK_ALIVE_MS).min(attempt.deadline),
+            until: (now + RECHECK_ALIVE).min(attempt.deadline),
         },
         _ => EarlierAttempt::MayRun {
             until: attempt.deadline,
@@ -264,11 +264,11 @@ pub(crate) enum Wait {
     Holder {
         member: MemberId,
         holder: String,
-        until: i64,
+        until: UnixMs,
     },
     /// An apply of `member` whose server stopped may still be running; the
     /// run looks again at `until` (ms) and never applies it twice.
-    EarlierAttempt { member: MemberId, until: i64 },
+    EarlierAttempt { member: MemberId, until: UnixMs },
     /// A hook of `stage` waits at `gate` for an approval of `digest`: its
     /// own failure's, or (`hold`) the gate it asked to hold the stage on.
     Hook {
@@ -361,10 +361,10 @@ pub(crate) struct StageGate {
     pub(crate) mismatch: Option<Mismatch>,
     /// When the gate opened (unix ms): approvals given before it do not count.
     #[serde(default)]
-    pub(crate) opened_at: i64,
+    pub(crate) opened_at: UnixMs,
     /// When its wait expires (the base's `[[stage]] timeout`), if ever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) expires_at: Option<i64>,
+    pub(crate) expires_at: Option<UnixMs>,
     /// Nobody approved it in time: its members failed; `/retry` opens a fresh gate.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) expired: bool,
@@ -401,7 +401,7 @@ impl StageGate {
             change_set,
             approved_by: Vec::new(),
             mismatch: None,
-            opened_at: 0,
+            opened_at: UnixMs::EPOCH,
             expires_at: None,
             expired: false,
             approvers: None,
@@ -459,7 +459,7 @@ pub(crate) struct AttemptRecord {
     pub(crate) replans: BTreeMap<MemberId, u32>,
     pub(crate) wait: Option<Wait>,
     /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
-    pub(crate) wait_posted_at: i64,
+    pub(crate) wait_posted_at: UnixMs,
     /// Where the run is (stage, 1-based wave), for the report.
     pub(crate) at: Option<(String, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
@@ -885,18 +885,18 @@ pub(crate) use crate::config::settings::HELD_RETRY;
 
 /// How long a held member waits before its apply is tried again (ms):
 /// `first`, doubling with every `held` in a row, at most 15 minutes.
-pub(crate) fn held_backoff(first: std::time::Duration, tries: u32) -> i64 {
-    const MOST_MS: i64 = 15 * 60_000;
-    i64::try_from(first.as_millis())
-        .unwrap_or(MOST_MS)
-        .saturating_mul(1_i64 << tries.saturating_sub(1).min(20))
-        .min(MOST_MS)
+pub(crate) fn held_backoff(first: std::time::Duration, tries: u32) -> std::time::Duration {
+    const MOST: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+    first
+        .saturating_mul(1_u32 << tries.saturating_sub(1).min(20))
+        .min(MOST)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gate::ledger::{Actor, Fact, FactData, FactKind, NewFact, Source};
+    use crate::model::time::in_tests::unix;
     use crate::plan::changeset::{ChangeSetMember, MemberStatus};
     use crate::plan::planfile::MemberPlan;
     use std::time::Duration;
@@ -914,7 +914,7 @@ mod tests {
                     id: 11,
                     login: "olga".into(),
                 },
-                at: 999_999,
+                at: unix(999_999),
                 source: Source::Comment { id: 1 },
                 data: FactData {
                     member: Some(member.parse().unwrap()),
@@ -1254,7 +1254,7 @@ mod tests {
             MemberState::Held {
                 holder: "run 7".into(),
                 tries: 1,
-                retry_at: 5,
+                retry_at: unix(5),
             },
         );
         record.set(&"c@dev".into(), MemberState::Blocked { by: "b@dev".into() });
@@ -1295,11 +1295,12 @@ mod tests {
     #[test]
     fn a_held_apply_is_tried_again_later_each_time_it_stays_held() {
         let first = std::time::Duration::from_secs(30);
-        assert_eq!(held_backoff(first, 1), 30_000);
-        assert_eq!(held_backoff(first, 2), 60_000);
-        assert_eq!(held_backoff(first, 3), 120_000);
-        assert_eq!(held_backoff(first, 10), 15 * 60_000, "at most 15 minutes");
-        assert_eq!(held_backoff(first, 200), 15 * 60_000);
+        let minutes = |n: u64| std::time::Duration::from_secs(60 * n);
+        assert_eq!(held_backoff(first, 1), first);
+        assert_eq!(held_backoff(first, 2), minutes(1));
+        assert_eq!(held_backoff(first, 3), minutes(2));
+        assert_eq!(held_backoff(first, 10), minutes(15), "at most 15 minutes");
+        assert_eq!(held_backoff(first, 200), minutes(15));
     }
 
     #[test]
@@ -1324,8 +1325,8 @@ mod tests {
                 plan_digest: Digest::repeated('1'),
                 attempt: Some(CommandAttempt {
                     host: "boot/pid:[1]".into(),
-                    started_at: 1,
-                    deadline: 2,
+                    started_at: unix(1),
+                    deadline: unix(2),
                     process: Some(crate::sandbox::process::ProcessId { pid: 7, start: 9 }),
                     server: Some(crate::sandbox::process::ProcessId { pid: 3, start: 2 }),
                 }),
@@ -1354,10 +1355,10 @@ mod tests {
         );
     }
 
-    fn attempt(host: &str, deadline: i64, process: bool) -> CommandAttempt {
+    fn attempt(host: &str, deadline: UnixMs, process: bool) -> CommandAttempt {
         CommandAttempt {
             host: host.into(),
-            started_at: 0,
+            started_at: unix(0),
             deadline,
             process: process.then_some(crate::sandbox::process::ProcessId { pid: 42, start: 7 }),
             server: None,
@@ -1369,17 +1370,17 @@ mod tests {
         let here = "boot-a/pid:[1]";
         let saved = CommandAttempt {
             server: Some(crate::sandbox::process::ProcessId { pid: 9, start: 3 }),
-            ..attempt(here, 100_000, false)
+            ..attempt(here, unix(100_000), false)
         };
         assert_eq!(
-            earlier_attempt(Some(&saved), here, 1_000, Some(false)),
+            earlier_attempt(Some(&saved), here, unix(1_000), Some(false)),
             EarlierAttempt::Gone,
             "its server is gone, and took every command it started along"
         );
         assert_eq!(
-            earlier_attempt(Some(&saved), here, 1_000, Some(true)),
+            earlier_attempt(Some(&saved), here, unix(1_000), Some(true)),
             EarlierAttempt::MayRun {
-                until: 1_000 + RECHECK_ALIVE_MS
+                until: unix(1_000) + RECHECK_ALIVE
             },
             "its server still runs: it may start it yet"
         );
@@ -1388,8 +1389,10 @@ mod tests {
             ..saved
         };
         assert_eq!(
-            earlier_attempt(Some(&elsewhere), here, 1_000, Some(false)),
-            EarlierAttempt::MayRun { until: 100_000 },
+            earlier_attempt(Some(&elsewhere), here, unix(1_000), Some(false)),
+            EarlierAttempt::MayRun {
+                until: unix(100_000)
+            },
             "another host's server cannot be looked at"
         );
     }
@@ -1397,21 +1400,23 @@ mod tests {
     #[test]
     fn an_earlier_apply_on_this_host_is_gone_once_its_process_is() {
         let here = "boot-a/pid:[1]";
-        let started = attempt(here, 100_000, true);
+        let started = attempt(here, unix(100_000), true);
         assert_eq!(
-            earlier_attempt(Some(&started), here, 1_000, Some(false)),
+            earlier_attempt(Some(&started), here, unix(1_000), Some(false)),
             EarlierAttempt::Gone
         );
         assert_eq!(
-            earlier_attempt(Some(&started), here, 1_000, Some(true)),
+            earlier_attempt(Some(&started), here, unix(1_000), Some(true)),
             EarlierAttempt::MayRun {
-                until: 1_000 + RECHECK_ALIVE_MS
+                until: unix(1_000) + RECHECK_ALIVE
             },
             "alive: looked at again soon"
         );
         assert_eq!(
-            earlier_attempt(Some(&started), here, 99_000, Some(true)),
-            EarlierAttempt::MayRun { until: 100_000 },
+            earlier_attempt(Some(&started), here, unix(99_000), Some(true)),
+            EarlierAttempt::MayRun {
+                until: unix(100_000)
+            },
             "never later than its deadline"
         );
     }
@@ -1420,26 +1425,34 @@ mod tests {
     fn an_earlier_apply_elsewhere_or_without_a_known_process_waits_for_its_deadline() {
         let here = "boot-a/pid:[1]";
         for (what, earlier) in [
-            ("another host", attempt("boot-b/pid:[1]", 100_000, true)),
+            (
+                "another host",
+                attempt("boot-b/pid:[1]", unix(100_000), true),
+            ),
             (
                 "another pid namespace",
-                attempt("boot-a/pid:[2]", 100_000, true),
+                attempt("boot-a/pid:[2]", unix(100_000), true),
             ),
-            ("no process recorded yet", attempt(here, 100_000, false)),
+            (
+                "no process recorded yet",
+                attempt(here, unix(100_000), false),
+            ),
         ] {
             assert_eq!(
-                earlier_attempt(Some(&earlier), here, 1_000, Some(false)),
-                EarlierAttempt::MayRun { until: 100_000 },
+                earlier_attempt(Some(&earlier), here, unix(1_000), Some(false)),
+                EarlierAttempt::MayRun {
+                    until: unix(100_000)
+                },
                 "{what}"
             );
             assert_eq!(
-                earlier_attempt(Some(&earlier), here, 100_000, None),
+                earlier_attempt(Some(&earlier), here, unix(100_000), None),
                 EarlierAttempt::Gone,
                 "{what}: past its deadline"
             );
         }
         assert_eq!(
-            earlier_attempt(None, here, 0, None),
+            earlier_attempt(None, here, unix(0), None),
             EarlierAttempt::Gone,
             "a record from before attempts were kept"
         );

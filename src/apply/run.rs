@@ -15,7 +15,7 @@ use crate::config::repo::Policy;
 use crate::gate::counting::{Evaluation, Tally};
 use crate::gate::ledger::Actor;
 use crate::gate::policy::NotAllowed;
-use crate::model::{Digest, GateId, MemberId};
+use crate::model::{Digest, GateId, MemberId, UnixMs};
 use crate::plan::changeset::ChangeSet;
 use std::collections::{BTreeSet, HashSet};
 
@@ -31,7 +31,7 @@ pub(crate) struct Settle<'a> {
     /// The wait and what had failed ([`failures`]) as the job found them.
     pub(crate) previous_wait: Option<&'a Wait>,
     pub(crate) failed_before: &'a BTreeSet<String>,
-    pub(crate) now: i64,
+    pub(crate) now: UnixMs,
 }
 
 /// The end of a job: the run's status, then what is recorded, spent, let
@@ -171,9 +171,9 @@ pub(crate) fn expired_approvals(
     tally: &Tally<'_>,
     (gate, passed): (&GateId, bool),
     (digest, policy): (&Digest, &Policy),
-    now: i64,
+    now: UnixMs,
 ) -> HashSet<i64> {
-    let ttl = policy.approval_ttl_ms().filter(|_| !passed);
+    let ttl = policy.approval_ttl().filter(|_| !passed);
     let mut dropped = HashSet::new();
     for approval in tally.expired(digest, ttl, now) {
         note_lapsed(
@@ -183,7 +183,7 @@ pub(crate) fn expired_approvals(
                 by: approval.fact.actor.login.clone(),
                 why: format!(
                     "it expired at {} (`[policy] approval_ttl` is {})",
-                    crate::model::utc(approval.fact.at.saturating_add(ttl.unwrap_or(0))),
+                    approval.fact.at + ttl.unwrap_or_default(),
                     policy.approval_ttl.as_deref().unwrap_or("?")
                 ),
             },
@@ -382,10 +382,11 @@ mod tests {
     use super::*;
     use crate::apply::tests::{plan, set_of};
     use crate::apply::{Round, StageGate};
+    use crate::model::time::in_tests::unix;
     use crate::model::PrNumber;
     use serde_json::Map;
 
-    const NOW: i64 = 5_000;
+    const NOW: UnixMs = unix(5_000);
 
     fn applied() -> MemberState {
         MemberState::Applied {
@@ -597,9 +598,13 @@ mod tests {
 
         // The next job finds the same wait: shown again, not said again.
         job.previous_wait = Some(wait);
-        record.wait_posted_at = 1;
+        record.wait_posted_at = unix(1);
         assert_eq!(job.settle(&mut status, &mut record), [Effect::Publish]);
-        assert_eq!(record.wait_posted_at, 1, "the wait was posted earlier");
+        assert_eq!(
+            record.wait_posted_at,
+            unix(1),
+            "the wait was posted earlier"
+        );
     }
 
     #[test]
@@ -712,9 +717,11 @@ mod tests {
         use crate::gate::counting::Scope;
         use crate::gate::ledger::testing::{alice, bob, digest, ledger, new_fact};
         use crate::gate::ledger::FactKind;
+        use std::time::Duration;
 
-        const GIVEN: i64 = 1_700_000_000_000;
-        const HOUR: i64 = 3_600_000;
+        /// When `new_fact` dates a fact.
+        const GIVEN: UnixMs = UnixMs::from_millis(1_700_000_000_000);
+        const HOUR: Duration = Duration::from_secs(3600);
 
         fn gate() -> GateId {
             GateId::Pr(PrNumber(42))
@@ -782,7 +789,7 @@ mod tests {
             let tally = Tally::new(&facts, Scope::All);
             let mut record = AttemptRecord::default();
             // Alice's approval is a second older than Bob's: only hers expired.
-            let now = GIVEN + HOUR + 500;
+            let now = GIVEN + HOUR + Duration::from_millis(500);
             let ttl = policy(Some("1h"));
             let dropped = expired_approvals(
                 &mut record,

@@ -17,7 +17,7 @@ use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{DigestOver, GateId, MemberId, PrNumber};
+use crate::model::{DigestOver, GateId, MemberId, PrNumber, UnixMs};
 use crate::plan::changeset::{ChangeSet, ChangeSetError, MemberStatus};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
@@ -60,7 +60,7 @@ pub(crate) struct StageSpec<'a> {
 #[derive(Debug, Clone)]
 pub(crate) enum StageObservation {
     /// The run reached the stage at `now` (unix ms).
-    Reached { now: i64 },
+    Reached { now: UnixMs },
     /// [`Effect::Preview`]'s members, planned on the merge commit wave by wave.
     Previewed { outcomes: Vec<MemberOutcome> },
     /// [`Effect::CountApprovals`]: who approved the digest there (empty
@@ -69,7 +69,7 @@ pub(crate) enum StageObservation {
     Counted {
         by: Vec<String>,
         mismatch: Option<Mismatch>,
-        now: i64,
+        now: UnixMs,
     },
     /// [`Effect::Hooks`]: what the stage's `after.plan` hooks came to.
     Hooked(HooksResult),
@@ -85,7 +85,7 @@ pub(crate) enum StageObservation {
 #[derive(Debug)]
 pub(crate) struct StageMachine<'a> {
     spec: StageSpec<'a>,
-    now: i64,
+    now: UnixMs,
     previewed: Vec<MemberOutcome>,
     /// Whether the gate asks for the stage's own approval in this job.
     asks: bool,
@@ -100,7 +100,7 @@ impl<'a> StageMachine<'a> {
     pub(crate) fn new(spec: StageSpec<'a>) -> Self {
         StageMachine {
             spec,
-            now: 0,
+            now: UnixMs::EPOCH,
             previewed: Vec::new(),
             asks: false,
             pricing: false,
@@ -431,8 +431,7 @@ impl<'a> StageMachine<'a> {
         let set = self.set()?;
         let known = record.stages.get(&key);
         if known.is_none_or(|g| g.change_set.digest != set.digest || g.expired) {
-            let lasts = |t: Duration| i64::try_from(t.as_millis()).unwrap_or(i64::MAX);
-            let expires_at = self.spec.timeout.map(|t| self.now.saturating_add(lasts(t)));
+            let expires_at = self.spec.timeout.map(|t| self.now + t);
             let opened = self.opened(set, expires_at);
             record.stages.insert(key.clone(), opened);
         }
@@ -445,7 +444,7 @@ impl<'a> StageMachine<'a> {
 
     /// The gate opened on `change_set`, with who may approve it and how its
     /// plans compare with the ones reviewed in the pull request.
-    fn opened(&self, change_set: ChangeSet, expires_at: Option<i64>) -> StageGate {
+    fn opened(&self, change_set: ChangeSet, expires_at: Option<UnixMs>) -> StageGate {
         let reviewed = [self.spec.approved];
         let unlike_reviewed = self
             .previewed
@@ -472,7 +471,7 @@ impl<'a> StageMachine<'a> {
         record: &mut AttemptRecord,
         by: Vec<String>,
         mismatch: Option<Mismatch>,
-        now: i64,
+        now: UnixMs,
     ) -> Result<Vec<Effect>, ChangeSetError> {
         let gate = record
             .stages
@@ -493,7 +492,7 @@ impl<'a> StageMachine<'a> {
                     MemberState::Failed {
                         error: format!(
                             "{what} expired at {} with no `{approve}` (its `timeout` on the base); `/retry` opens a fresh gate",
-                            crate::model::utc(at)
+                            at
                         ),
                     },
                 );
@@ -526,11 +525,12 @@ mod tests {
     use super::*;
     use crate::apply::tests::{outcome, override_fact, plan, set_of};
     use crate::gate::ledger::FactKind;
+    use crate::model::time::in_tests::{millis, unix};
     use crate::model::Digest;
     use crate::plan::cost::{Figures, MemberCost};
     use crate::plan::planfile::MemberPlan;
 
-    const NOW: i64 = 1_000_000;
+    const NOW: UnixMs = unix(1_000_000);
 
     fn waves() -> Vec<Vec<MemberId>> {
         vec![
@@ -624,7 +624,7 @@ mod tests {
             .unwrap()
     }
 
-    fn counted(by: &[&str], mismatch: Option<Mismatch>, now: i64) -> StageObservation {
+    fn counted(by: &[&str], mismatch: Option<Mismatch>, now: UnixMs) -> StageObservation {
         StageObservation::Counted {
             by: by.iter().map(|b| (*b).to_owned()).collect(),
             mismatch,
@@ -848,7 +848,7 @@ mod tests {
                 gate.opened_at,
                 gate.expires_at
             ),
-            ("pr-7-prod", NOW, Some(NOW + 3_600_000))
+            ("pr-7-prod", NOW, Some(NOW + millis(3_600_000)))
         );
         assert_eq!(
             asked,
@@ -907,7 +907,9 @@ mod tests {
         preview(&mut m, &mut record, &[&plan("app@prod", "a")]);
         m.step(&mut record, counted(&[], None, NOW)).unwrap();
 
-        let later = StageObservation::Reached { now: NOW + 10 };
+        let later = StageObservation::Reached {
+            now: NOW + millis(10),
+        };
         let same = vec![outcome(&plan("app@prod", "a"))];
         let mut m = machine(&waves, GatePolicy::Always);
         m.step(&mut record, later.clone()).unwrap();
@@ -925,7 +927,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             record.stages["prod"].opened_at,
-            NOW + 10,
+            NOW + millis(10),
             "approvals before it do not count"
         );
     }
@@ -1045,7 +1047,7 @@ mod tests {
         let mut record = AttemptRecord::default();
         let mut m = machine(&waves, GatePolicy::Always);
         preview(&mut m, &mut record, &[&plan("app@prod", "a")]);
-        let late = counted(&[], None, NOW + 3_600_000);
+        let late = counted(&[], None, NOW + millis(3_600_000));
         assert_eq!(
             m.step(&mut record, late).unwrap(),
             [Effect::Done(Step::Stop)]

@@ -306,10 +306,9 @@ pub(crate) struct RawRego {
 }
 
 impl Policy {
-    /// `approval_ttl` in milliseconds (`None`: approvals do not expire).
-    pub(crate) fn approval_ttl_ms(&self) -> Option<i64> {
-        let ttl = parse_duration(self.approval_ttl.as_deref()?).ok()?;
-        Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+    /// How long an approval counts (`None`: approvals do not expire).
+    pub(crate) fn approval_ttl(&self) -> Option<std::time::Duration> {
+        parse_duration(self.approval_ttl.as_deref()?).ok()
     }
 }
 

@@ -9,7 +9,7 @@ use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::types::{CheckReport, Comment, Permission, Reaction};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
-use crate::model::{CommitSha, PrNumber};
+use crate::model::{CommitSha, PrNumber, UnixMs};
 use anyhow::Result;
 use base64::Engine;
 use std::sync::Arc;
@@ -70,7 +70,7 @@ impl ForgeClient {
         &self,
         repo: &RepoRef,
         pr: PrNumber,
-        since: Option<i64>,
+        since: Option<UnixMs>,
     ) -> Result<Vec<Comment>> {
         match self {
             ForgeClient::GitHub(c) => c.comments(repo, pr, since).await,
@@ -147,7 +147,7 @@ impl ForgeClient {
     pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
-        since: Option<i64>,
+        since: Option<UnixMs>,
         page: u32,
         etag: Option<&str>,
     ) -> Result<Page<ListedComment>> {

@@ -13,6 +13,7 @@
 //! straight from the body slice (up to 25 MiB), never through a
 //! `serde_json::Value`.
 
+use super::types::unix_ms;
 use super::{Event, PrAction, PullRequest, RepoRef, ReviewState};
 use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -33,13 +34,6 @@ pub enum Parsed {
 pub struct ParseError {
     pub event: String,
     pub problem: String,
-}
-
-/// An RFC 3339 time as unix milliseconds; `None` when it does not read.
-fn unix_ms(text: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.timestamp_millis())
 }
 
 /// Reads a GitHub delivery; `event_type` is the `X-GitHub-Event` header.

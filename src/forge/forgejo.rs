@@ -11,7 +11,7 @@ use super::types::{
 use super::wire::{WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
-use crate::model::{CommitSha, ForgeKind, PrNumber, User};
+use crate::model::{CommitSha, ForgeKind, PrNumber, UnixMs, User};
 use anyhow::{anyhow, Context, Result};
 use reqwest::Method;
 use serde::Deserialize;
@@ -136,7 +136,7 @@ impl ForgejoClient {
         &self,
         repo: &RepoRef,
         pr: PrNumber,
-        since: Option<i64>,
+        since: Option<UnixMs>,
     ) -> Result<Vec<Comment>> {
         let me = self.me().await?.login.clone();
         let since = since.map_or_else(String::new, |t| format!("?since={}", since_param(t)));
@@ -173,7 +173,7 @@ impl ForgejoClient {
     pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
-        since: Option<i64>,
+        since: Option<UnixMs>,
         page: u32,
         etag: Option<&str>,
     ) -> Result<Page<ListedComment>> {

@@ -16,7 +16,7 @@ use super::types::{
 use super::wire::{WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
-use crate::model::{CommitSha, ForgeKind, PrNumber, User};
+use crate::model::{CommitSha, ForgeKind, PrNumber, UnixMs, User};
 use anyhow::{anyhow, Context, Result};
 use octocrab::models::AppId;
 use octocrab::Octocrab;
@@ -233,7 +233,7 @@ impl GitHubClient {
     /// were read.
     pub(crate) async fn hook_deliveries(
         &self,
-        since: i64,
+        since: UnixMs,
         most_pages: usize,
     ) -> Result<HookDeliveries> {
         let mut listed = HookDeliveries::default();
@@ -334,7 +334,7 @@ impl GitHubClient {
         &self,
         repo: &RepoRef,
         pr: PrNumber,
-        since: Option<i64>,
+        since: Option<UnixMs>,
     ) -> Result<Vec<Comment>> {
         let since = since.map_or_else(String::new, |t| format!("&since={}", since_param(t)));
         let mut all = Vec::new();
@@ -483,7 +483,7 @@ impl GitHubClient {
     pub(crate) async fn repo_comments_page(
         &self,
         repo: &RepoRef,
-        since: Option<i64>,
+        since: Option<UnixMs>,
         page: u32,
         etag: Option<&str>,
     ) -> Result<Page<ListedComment>> {
@@ -743,7 +743,7 @@ pub(crate) struct HookDelivery {
     /// `X-GitHub-Delivery`, shared by every attempt of one event.
     pub(crate) guid: String,
     /// Unix ms.
-    pub(crate) delivered_at: i64,
+    pub(crate) delivered_at: UnixMs,
     /// What the bot answered; 0 when nothing answered.
     pub(crate) status_code: u16,
     pub(crate) redelivery: bool,
@@ -957,6 +957,7 @@ fn fit_summary(summary: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::in_tests::unix;
 
     #[test]
     fn a_summary_within_the_limit_is_left_alone() {
@@ -1010,7 +1011,7 @@ mod tests {
             HookDelivery {
                 id: 12345678,
                 guid: "0b989ba4-242f-11e5-81e1-c7b6966d2516".into(),
-                delivered_at: 1_559_523_436_000,
+                delivered_at: unix(1_559_523_436_000),
                 status_code: 200,
                 redelivery: false,
                 event: "issues".into(),

@@ -8,7 +8,7 @@
 use super::retry::Reply;
 use super::types::Comment;
 use super::{PrState, PullRequest, ReviewState};
-use crate::model::{CommitSha, PrNumber, User};
+use crate::model::{CommitSha, PrNumber, UnixMs, User};
 use reqwest::header::HeaderMap;
 use serde::de::DeserializeOwned;
 
@@ -31,7 +31,7 @@ pub(crate) struct ListedPull {
     pub(crate) pr: PullRequest,
     pub(crate) state: PrState,
     /// When it last changed (unix ms, the forge's clock).
-    pub(crate) updated_at: Option<i64>,
+    pub(crate) updated_at: Option<UnixMs>,
 }
 
 /// A comment from a repository's listing, with the issue or pull request
@@ -54,7 +54,7 @@ pub struct ListedReview {
     /// The commit it was given at.
     pub commit: Option<CommitSha>,
     /// When it was submitted (unix ms, the forge's clock).
-    pub submitted_at: Option<i64>,
+    pub submitted_at: Option<UnixMs>,
 }
 
 /// A listed review's state in our terms, from the forge's word (GitHub

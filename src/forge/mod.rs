@@ -13,7 +13,7 @@ pub mod types;
 pub mod webhook;
 mod wire;
 
-use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, UnixMs, User};
 use serde::{Deserialize, Serialize};
 
 /// The repository an event is about, with what the worker needs to fetch it.
@@ -101,7 +101,7 @@ pub enum Event {
         author: User,
         body: String,
         /// When the comment was written (unix ms), as the forge says.
-        written_at: Option<i64>,
+        written_at: Option<UnixMs>,
     },
     Review {
         repo: RepoRef,
@@ -112,7 +112,7 @@ pub enum Event {
         commit: Option<CommitSha>,
         /// When it was submitted (unix ms, to the second), when the payload
         /// says (GitHub's does; Forgejo's does not).
-        submitted_at: Option<i64>,
+        submitted_at: Option<UnixMs>,
     },
     Installation {
         installation: u64,

@@ -2,7 +2,7 @@
 //! (`client`) and each client (`github`, `forgejo`): checks, comments,
 //! permissions, reactions, and how both forges write times.
 
-use crate::model::User;
+use crate::model::{UnixMs, User};
 
 /// The plan check's name (GitHub) or status context (Forgejo), on a head.
 pub const CHECK_NAME: &str = "wavegate/plan";
@@ -63,23 +63,23 @@ pub struct Comment {
     /// Written by this bot (GitHub: a Bot account; Forgejo: the token's user).
     pub(crate) ours: bool,
     /// When it was written and last edited (unix ms), as the forge says.
-    pub created_at: Option<i64>,
-    pub updated_at: Option<i64>,
+    pub created_at: Option<UnixMs>,
+    pub updated_at: Option<UnixMs>,
 }
 
 /// `since` as both forges read it: RFC 3339, UTC, to the second (rounded
 /// down, so that the comment `since` came from is listed again).
-pub(crate) fn since_param(since: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(since)
+pub(crate) fn since_param(since: UnixMs) -> String {
+    chrono::DateTime::from_timestamp_millis(since.millis())
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// Unix ms of an RFC 3339 time, as the forges write them.
-pub(super) fn unix_ms(text: &str) -> Option<i64> {
+pub(super) fn unix_ms(text: &str) -> Option<UnixMs> {
     chrono::DateTime::parse_from_rfc3339(text)
         .ok()
-        .map(|t| t.timestamp_millis())
+        .map(|t| UnixMs::from_millis(t.timestamp_millis()))
 }
 
 /// A user's permission on a repository, weakest first.

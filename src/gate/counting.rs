@@ -6,9 +6,10 @@
 
 use super::fact_data::FactData;
 use super::ledger::{Actor, Fact, FactDigest, FactKind, NewFact, Source};
-use crate::model::CommitSha;
 use crate::model::Digest;
+use crate::model::{CommitSha, UnixMs};
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 /// Which of a gate's facts bear on the decision at hand.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +25,7 @@ pub(crate) enum Scope<'a> {
     },
     /// A gate of one apply run: the approvals given in that run, at or after
     /// `since` (a gate opened afresh counts only the approvals given since).
-    Run { run: i64, since: i64 },
+    Run { run: i64, since: UnixMs },
     /// The override of one member's denied plan: given in run `run`, or
     /// during review (before any run).
     Override { member: &'a str, run: i64 },
@@ -62,7 +63,7 @@ pub(crate) struct Elsewhere {
     pub(crate) digest: Digest,
     pub(crate) given: Given,
     /// When it was given (unix ms).
-    pub(crate) at: i64,
+    pub(crate) at: UnixMs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +88,7 @@ pub(crate) enum Evaluation {
 pub(crate) struct Counted {
     pub(crate) evaluation: Evaluation,
     /// When each counted approver last approved (unix ms), by login.
-    pub(crate) approved_at: Vec<(String, i64)>,
+    pub(crate) approved_at: Vec<(String, UnixMs)>,
     /// Standing approvals that count for another digest or plan.
     pub(crate) elsewhere: Vec<Elsewhere>,
     /// Standing approvals of the digest that expired (`at`: when given).
@@ -226,28 +227,28 @@ impl<'a> Tally<'a> {
     }
 
     /// The standing approvals of `digest` (given for the plan judged) older
-    /// than `ttl_ms` at `now`, by seq.
+    /// than `ttl` at `now`, by seq.
     pub(crate) fn expired<'t>(
         &'t self,
         digest: &'t Digest,
-        ttl_ms: Option<i64>,
-        now: i64,
+        ttl: Option<Duration>,
+        now: UnixMs,
     ) -> Vec<&'t Fact> {
         self.approvals_of(digest)
-            .filter(|f| super::policy::expired(f.fact.at, ttl_ms, now))
+            .filter(|f| super::policy::expired(f.fact.at, ttl, now))
             .collect()
     }
 
     /// Where the gate stands for `digest`, `required` approvals needed, each
-    /// counting for `ttl_ms` after it was given (none: for ever).
+    /// counting for `ttl` after it was given (none: for ever).
     pub(crate) fn count(
         &self,
         digest: &Digest,
         required: usize,
-        ttl_ms: Option<i64>,
-        now: i64,
+        ttl: Option<Duration>,
+        now: UnixMs,
     ) -> Counted {
-        let expired = self.expired(digest, ttl_ms, now);
+        let expired = self.expired(digest, ttl, now);
         let dropped: HashSet<i64> = expired.iter().map(|fact| fact.seq).collect();
         let mut approved_at = BTreeMap::new();
         for ballot in self.standing() {
@@ -401,6 +402,7 @@ pub(crate) fn revoke(
 mod tests {
     use super::*;
     use crate::gate::ledger::{self, testing::*};
+    use crate::model::time::in_tests::{millis, unix};
 
     fn evaluate(facts: &[Fact], digest: &Digest, required: usize) -> Evaluation {
         Tally::new(facts, Scope::All).evaluate(digest, required)
@@ -410,7 +412,7 @@ mod tests {
         Tally::new(facts, Scope::All).elsewhere(digest)
     }
 
-    fn elsewhere(by: Actor, d: char, at: i64) -> Elsewhere {
+    fn elsewhere(by: Actor, d: char, at: UnixMs) -> Elsewhere {
         Elsewhere {
             by,
             digest: digest(d),
@@ -775,9 +777,9 @@ mod tests {
             _ => Vec::new(),
         };
         assert_eq!(count(7, opened), vec![alice()]);
-        assert_eq!(count(7, opened + 1), vec![]);
-        assert_eq!(count(8, 0), vec![bob()]);
-        assert_eq!(count(9, 0), vec![]);
+        assert_eq!(count(7, opened + millis(1)), vec![]);
+        assert_eq!(count(8, unix(0)), vec![bob()]);
+        assert_eq!(count(9, unix(0)), vec![]);
     }
 
     #[test]
@@ -813,8 +815,8 @@ mod tests {
             new_fact(FactKind::Approved, digest('a'), bob()),
         ]);
         let tally = Tally::new(&facts, Scope::All);
-        let now = facts[1].fact.at + 500;
-        let counted = tally.count(&digest('a'), 1, Some(1_000), now);
+        let now = facts[1].fact.at + millis(500);
+        let counted = tally.count(&digest('a'), 1, Some(millis(1_000)), now);
         assert!(
             matches!(&counted.evaluation, Evaluation::Satisfied { by, .. } if *by == vec![bob()])
         );

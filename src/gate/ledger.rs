@@ -8,7 +8,7 @@
 
 pub use super::fact_data::FactData;
 use crate::model::canonical::{DigestWriter, NumberForm};
-use crate::model::{Digest, GateId};
+use crate::model::{Digest, GateId, UnixMs};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -166,7 +166,7 @@ pub struct NewFact {
     pub digest: FactDigest,
     pub actor: Actor,
     /// Unix milliseconds.
-    pub at: i64,
+    pub at: UnixMs,
     pub source: Source,
     /// The plan or run it was given in, why, and the like.
     pub data: FactData,
@@ -207,7 +207,7 @@ pub struct SigningStart {
     /// The public key, as [`PublicKey`] prints it.
     pub(crate) key: String,
     /// Unix ms.
-    pub(crate) since: i64,
+    pub(crate) since: UnixMs,
     pub heads: std::collections::BTreeMap<String, LedgerHead>,
     pub(crate) sig: String,
 }
@@ -215,7 +215,7 @@ pub struct SigningStart {
 impl SigningStart {
     pub fn new(
         key: &LedgerKey,
-        since: i64,
+        since: UnixMs,
         heads: std::collections::BTreeMap<String, LedgerHead>,
     ) -> Self {
         let public = key.public().to_string();
@@ -232,11 +232,14 @@ impl SigningStart {
     /// it), then the key, the time and the heads as JSON (sorted by repository).
     fn message(
         key: &str,
-        since: i64,
+        since: UnixMs,
         heads: &std::collections::BTreeMap<String, LedgerHead>,
     ) -> String {
         let heads = serde_json::to_string(heads).expect("heads serialise");
-        format!("wavegate ledger signing start\nkey {key}\nsince {since}\nheads {heads}")
+        format!(
+            "wavegate ledger signing start\nkey {key}\nsince {}\nheads {heads}",
+            since.millis()
+        )
     }
 
     /// Whether `key` made this record, unchanged.
@@ -526,7 +529,7 @@ pub(crate) mod testing {
             kind,
             digest: digest.into(),
             actor,
-            at: 1_700_000_000_000,
+            at: UnixMs::from_millis(1_700_000_000_000),
             source: Source::Comment { id: 500 },
             data: FactData::default(),
         }
@@ -536,7 +539,7 @@ pub(crate) mod testing {
     pub(crate) fn ledger(facts: Vec<NewFact>) -> Vec<Fact> {
         let mut chained: Vec<Fact> = Vec::new();
         for (offset, mut new) in (0..).zip(facts) {
-            new.at += offset * 1000;
+            new.at += std::time::Duration::from_secs(offset);
             let fact = chain(chained.last(), new);
             chained.push(fact);
         }
@@ -549,6 +552,7 @@ mod tests {
     use super::testing::*;
     use super::*;
     use crate::model::signing::BASE64;
+    use crate::model::time::in_tests::{millis, unix};
     use base64::Engine as _;
     use serde_json::json;
 
@@ -770,7 +774,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
                 (last.fact.repo.clone(), head)
             })
             .collect();
-        SigningStart::new(key, 1_700_000_000_000, heads)
+        SigningStart::new(key, unix(1_700_000_000_000), heads)
     }
 
     fn checked<'a>(key: &'a PublicKey, start: &'a SigningStart) -> Option<SignatureCheck<'a>> {
@@ -996,7 +1000,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
             facts
                 .iter()
                 .map(|f| NewFact {
-                    at: f.fact.at - 5_000,
+                    at: f.fact.at - millis(5_000),
                     ..f.fact.clone()
                 })
                 .take(4)
@@ -1029,7 +1033,7 @@ MC4CAQAwBQYDK2VwBCIEIA+mzp+zW5m8Jqkin8Czeuehw8h1aojyPDx4Se8O0ZLT
         moved.heads.get_mut(REPO).unwrap().seq = 2;
         assert!(!moved.verifies(&key.public()));
         let mut later = start.clone();
-        later.since += 1;
+        later.since += millis(1);
         assert!(!later.verifies(&key.public()));
         let mut more = start.clone();
         more.heads.insert(

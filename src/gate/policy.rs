@@ -7,8 +7,9 @@
 
 use super::commands::DigestRef;
 use crate::config::repo::Policy;
-use crate::model::Digest;
+use crate::model::{Digest, UnixMs};
 use std::fmt;
+use std::time::Duration;
 
 /// The person behind a command or review, as far as the policy cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,13 +177,13 @@ pub(crate) fn lapsed_reason(why: &NotAllowed) -> String {
 }
 
 /// When an approval given at `at` (unix ms) expires under a ttl (`None`: never).
-pub(crate) fn expires_at(at: i64, ttl_ms: Option<i64>) -> Option<i64> {
-    ttl_ms.map(|ttl| at.saturating_add(ttl))
+pub(crate) fn expires_at(at: UnixMs, ttl: Option<Duration>) -> Option<UnixMs> {
+    ttl.map(|ttl| at + ttl)
 }
 
 /// Whether an approval given at `at` has expired by `now`.
-pub(crate) fn expired(at: i64, ttl_ms: Option<i64>, now: i64) -> bool {
-    expires_at(at, ttl_ms).is_some_and(|end| now >= end)
+pub(crate) fn expired(at: UnixMs, ttl: Option<Duration>, now: UnixMs) -> bool {
+    expires_at(at, ttl).is_some_and(|end| now >= end)
 }
 
 /// What the bot last reported on the pull request.
@@ -193,7 +194,7 @@ pub(crate) struct ReportSeen<'a> {
     /// Its change-set digest; `None` when nothing could be planned.
     pub(crate) digest: Option<&'a Digest>,
     /// When it was posted (unix ms, wavegate's clock).
-    pub(crate) posted_at: i64,
+    pub(crate) posted_at: UnixMs,
 }
 
 /// Why an `/approve` binds nothing.
@@ -257,7 +258,7 @@ pub(crate) fn bind<'a>(
     named: Option<&DigestRef>,
     report: Option<&ReportSeen<'a>>,
     head_now: &str,
-    comment_written_at: Option<i64>,
+    comment_written_at: Option<UnixMs>,
 ) -> Result<&'a Digest, Unbound> {
     let report = report.ok_or(Unbound::NoReport)?;
     if report.head != head_now {
@@ -275,7 +276,7 @@ pub(crate) fn bind<'a>(
         // Forges date comments to the second: a comment from the second the
         // report was posted in is taken to have seen it.
         None => match comment_written_at {
-            Some(written) if written + 1000 <= report.posted_at => {
+            Some(written) if written + Duration::from_secs(1) <= report.posted_at => {
                 Err(Unbound::ReportNewerThanComment {
                     head: report.head.to_owned(),
                     digest: current.clone(),
@@ -292,6 +293,7 @@ pub(crate) fn bind<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::in_tests::{millis, unix};
 
     fn policy(approvers: &[&str], self_ok: bool) -> Policy {
         Policy {
@@ -434,13 +436,16 @@ mod tests {
 
     #[test]
     fn an_approval_expires_its_ttl_after_it_was_given() {
-        assert_eq!(expires_at(1_000, Some(2_000)), Some(3_000));
-        assert!(!expired(1_000, Some(2_000), 2_999));
-        assert!(expired(1_000, Some(2_000), 3_000));
-        assert!(!expired(1_000, None, i64::MAX), "no ttl: never");
+        assert_eq!(
+            expires_at(unix(1_000), Some(millis(2_000))),
+            Some(unix(3_000))
+        );
+        assert!(!expired(unix(1_000), Some(millis(2_000)), unix(2_999)));
+        assert!(expired(unix(1_000), Some(millis(2_000)), unix(3_000)));
+        assert!(!expired(unix(1_000), None, UnixMs::MAX), "no ttl: never");
     }
 
-    fn report<'a>(head: &'a str, digest: Option<&'a Digest>, at: i64) -> ReportSeen<'a> {
+    fn report<'a>(head: &'a str, digest: Option<&'a Digest>, at: UnixMs) -> ReportSeen<'a> {
         ReportSeen {
             head,
             digest,
@@ -451,27 +456,30 @@ mod tests {
     #[test]
     fn a_plain_approve_binds_the_report_posted_before_the_comment() {
         let d1 = Digest::repeated('1');
-        let seen = report("h1", Some(&d1), 100);
-        assert_eq!(bind(None, Some(&seen), "h1", Some(150)), Ok(&d1));
+        let seen = report("h1", Some(&d1), unix(100));
+        assert_eq!(bind(None, Some(&seen), "h1", Some(unix(150))), Ok(&d1));
         assert_eq!(
-            bind(None, Some(&seen), "h1", Some(0)),
+            bind(None, Some(&seen), "h1", Some(unix(0))),
             Ok(&d1),
             "the same second"
         );
         assert_eq!(
-            bind(None, Some(&seen), "h1", Some(-1000)),
+            bind(None, Some(&seen), "h1", Some(unix(-1000))),
             Err(Unbound::ReportNewerThanComment {
                 head: "h1".into(),
                 digest: d1.clone()
             })
         );
         assert_eq!(
-            bind(None, Some(&seen), "h2", Some(150)),
+            bind(None, Some(&seen), "h2", Some(unix(150))),
             Err(Unbound::Replanning { head: "h2".into() })
         );
-        assert_eq!(bind(None, None, "h1", Some(150)), Err(Unbound::NoReport));
         assert_eq!(
-            bind(None, Some(&report("h1", None, 100)), "h1", None),
+            bind(None, None, "h1", Some(unix(150))),
+            Err(Unbound::NoReport)
+        );
+        assert_eq!(
+            bind(None, Some(&report("h1", None, unix(100))), "h1", None),
             Err(Unbound::NothingToApprove)
         );
         assert_eq!(
@@ -484,11 +492,14 @@ mod tests {
     #[test]
     fn a_named_digest_must_be_the_current_one() {
         let (d1, d2) = (Digest::repeated('1'), Digest::repeated('2'));
-        let seen = report("h1", Some(&d1), 100);
+        let seen = report("h1", Some(&d1), unix(100));
         let prefix = DigestRef::Prefix("111111111111".into());
-        assert_eq!(bind(Some(&prefix), Some(&seen), "h1", Some(50)), Ok(&d1));
+        assert_eq!(
+            bind(Some(&prefix), Some(&seen), "h1", Some(unix(50))),
+            Ok(&d1)
+        );
         let stale = DigestRef::Full(d2.clone());
-        let refused = bind(Some(&stale), Some(&seen), "h1", Some(150)).unwrap_err();
+        let refused = bind(Some(&stale), Some(&seen), "h1", Some(unix(150))).unwrap_err();
         assert_eq!(
             refused,
             Unbound::NotCurrent {

@@ -3,7 +3,7 @@
 
 use crate::forge::listing::ListedReview;
 use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
-use crate::model::{CommitSha, JobKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, JobKind, PrNumber, RepoId, UnixMs, User};
 use crate::notify::Notice;
 use crate::store::{NewJob, Once, OnceSource, PrHead};
 use serde::{Deserialize, Serialize};
@@ -32,7 +32,7 @@ pub enum Task {
         comment_id: u64,
         author: User,
         body: String,
-        written_at: Option<i64>,
+        written_at: Option<UnixMs>,
     },
     /// A merged pull request: start its apply run (once) and drive it.
     Merged {
@@ -54,7 +54,7 @@ pub enum Task {
         /// When it was submitted (unix ms), when known: an approving review
         /// counts only at a run's gate that waited before it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        submitted_at: Option<i64>,
+        submitted_at: Option<UnixMs>,
     },
     /// Tell a `[notify]` target (by its name in the server's variables)
     /// of a run's news; a queue of its own, so a slow receiver holds no run up.
@@ -280,6 +280,7 @@ pub(crate) fn consequence(event: &Event) -> Consequence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::in_tests::unix;
     use crate::model::{CommitSha, ForgeKind, User};
 
     fn repo() -> RepoRef {
@@ -401,7 +402,7 @@ mod tests {
         assert_eq!(consequence(&Event::Ping), Consequence::default());
     }
 
-    fn listed(id: u64, login: &str, state: ReviewState, head: char, at: i64) -> ListedReview {
+    fn listed(id: u64, login: &str, state: ReviewState, head: char, at: UnixMs) -> ListedReview {
         ListedReview {
             id,
             author: User {
@@ -425,11 +426,11 @@ mod tests {
         };
         let head = CommitSha::parse(&"a".repeat(40)).unwrap();
         let reviews = [
-            listed(3, "rev-bob", ReviewState::Approved, 'a', 1_000),
-            listed(4, "rev-bob", ReviewState::Approved, 'a', 2_000),
-            listed(5, "rev-bob", ReviewState::Approved, 'c', 3_000),
-            listed(6, "rev-carol", ReviewState::Approved, 'a', 4_000),
-            listed(7, "rev-bob", ReviewState::Commented, 'a', 5_000),
+            listed(3, "rev-bob", ReviewState::Approved, 'a', unix(1_000)),
+            listed(4, "rev-bob", ReviewState::Approved, 'a', unix(2_000)),
+            listed(5, "rev-bob", ReviewState::Approved, 'c', unix(3_000)),
+            listed(6, "rev-carol", ReviewState::Approved, 'a', unix(4_000)),
+            listed(7, "rev-bob", ReviewState::Commented, 'a', unix(5_000)),
         ];
         let found = webhook_review(&reviews, &bob, ReviewState::Approved, Some(&head));
         assert_eq!(found.map(|r| r.id), Some(4));

@@ -28,5 +28,5 @@ pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use job_kind::{JobKind, UnknownJobKind};
 pub use member::{MemberId, PlanTarget, StageName, WaveName};
 pub use money::{Money, NotAnAmount};
-pub(crate) use time::utc;
+pub use time::UnixMs;
 pub use untrusted::Untrusted;

@@ -8,7 +8,7 @@ use crate::apply::run::News;
 use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::config::CONFIG_FILE;
 use crate::model::untrusted::{cell_message, code, fenced, message};
-use crate::model::{utc, CommitSha, Digest, GateId, MemberId};
+use crate::model::{CommitSha, Digest, GateId, MemberId};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::tail::OutputTail;
 
@@ -80,7 +80,7 @@ fn waiting_for(wait: &Wait) -> String {
         Wait::Lock { member, pr } => format!("{member}, which pull request {pr} is applying"),
         Wait::EarlierAttempt { member, until } => format!(
             "an earlier apply of {member} to end (until {} at the latest)",
-            utc(*until)
+            until
         ),
         Wait::Holder { member, holder, .. } => format!(
             "{}, which holds {member}",
@@ -214,11 +214,11 @@ pub(crate) fn wait_help(wait: &Wait, record: &AttemptRecord) -> String {
         Wait::Holder { member, holder, until } => format!(
             "**{member}** is held by {}: its apply found the target in use and changed nothing. wavegate tries again by itself (next at {}, then less often while it stays held); nothing needs doing here.\n",
             message(holder),
-            utc(*until)
+            until
         ),
         Wait::EarlierAttempt { member, until } => format!(
             "**{member}** was applying when the server running it stopped, and that apply may still be running elsewhere. wavegate plans it again only once it cannot be (by {} at the latest, when its sandbox ends it), so nothing applies twice. The run goes on by itself.\n",
-            utc(*until)
+            until
         ),
         Wait::Hook {
             stage,
@@ -402,7 +402,7 @@ pub(crate) fn wait_expiry(record: &AttemptRecord) -> String {
     match record.stage_gate(gate).and_then(|g| g.expires_at) {
         Some(at) => format!(
             "This wait expires: {}. Unapproved by then, stage {stage} fails, and `/retry` opens a fresh gate.\n\n",
-            utc(at)
+            at
         ),
         None => String::new(),
     }
@@ -486,11 +486,11 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         } else if gate.expired {
             format!(
                 "expired: {}, with no approval; `/retry` opens a fresh gate",
-                gate.expires_at.map(utc).unwrap_or_default()
+                gate.expires_at.map(|at| at.to_string()).unwrap_or_default()
             )
         } else if gate.approved_by.is_empty() {
             match gate.expires_at {
-                Some(at) => format!("waiting (expires: {})", utc(at)),
+                Some(at) => format!("waiting (expires: {})", at),
                 None => "waiting".to_owned(),
             }
         } else {

@@ -7,7 +7,7 @@
 
 use crate::gate::counting::{Counted, Elsewhere, Evaluation, Given};
 use crate::gate::ledger::LedgerHead;
-use crate::model::Digest;
+use crate::model::{Digest, UnixMs};
 use std::fmt::Write as _;
 
 pub(crate) const START: &str = "<!-- wavegate:approvals -->";
@@ -25,8 +25,8 @@ pub(crate) struct Standing {
     pub(crate) policy_changed: bool,
     /// The repository's newest ledger fact when the section was written.
     pub(crate) ledger_head: Option<LedgerHead>,
-    /// `[policy] approval_ttl` (ms): each approval shows when it expires.
-    pub(crate) ttl_ms: Option<i64>,
+    /// `[policy] approval_ttl`: each approval shows when it expires.
+    pub(crate) ttl: Option<std::time::Duration>,
 }
 
 impl Standing {
@@ -45,7 +45,7 @@ impl Standing {
             },
             policy_changed,
             ledger_head: None,
-            ttl_ms: None,
+            ttl: None,
         }
     }
 
@@ -89,10 +89,10 @@ fn shown(approval: &Elsewhere) -> String {
     }
 }
 
-fn when(at: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(at)
+fn when(at: UnixMs) -> String {
+    chrono::DateTime::from_timestamp_millis(at.millis())
         .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_else(|| at.to_string())
+        .unwrap_or_else(|| at.millis().to_string())
 }
 
 /// The comment as posted: the report as planned, then the approvals section
@@ -142,7 +142,7 @@ pub(crate) fn render(standing: &Standing, digest: &Digest) -> String {
             .approved_at
             .iter()
             .find(|(login, _)| *login == actor.login)
-            .and_then(|(_, at)| standing.ttl_ms.map(|ttl| at.saturating_add(ttl)))
+            .and_then(|(_, at)| standing.ttl.map(|ttl| *at + ttl))
             .map(|end| format!(", expires: {}", when(end)))
             .unwrap_or_default();
         let _ = writeln!(
@@ -202,7 +202,7 @@ pub(crate) fn render(standing: &Standing, digest: &Digest) -> String {
             "\nExpired (`[policy] approval_ttl`; kept in the ledger, no longer counting — approve again):"
         );
         for expired in &standing.counted.expired {
-            let end = expired.at.saturating_add(standing.ttl_ms.unwrap_or(0));
+            let end = expired.at + standing.ttl.unwrap_or_default();
             let _ = writeln!(
                 out,
                 "- @{} approved {} ({}; expired: {})",
@@ -228,6 +228,7 @@ pub(crate) fn render(standing: &Standing, digest: &Digest) -> String {
 mod tests {
     use super::*;
     use crate::gate::ledger::Actor;
+    use crate::model::time::in_tests::unix;
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -240,7 +241,7 @@ mod tests {
         }
     }
 
-    fn approval(login: &str, digest: &str, given: Given, at: i64) -> Elsewhere {
+    fn approval(login: &str, digest: &str, given: Given, at: UnixMs) -> Elsewhere {
         Elsewhere {
             by: actor(login),
             digest: digest.parse().unwrap(),
@@ -265,10 +266,10 @@ mod tests {
                     count: 1,
                     required: 2,
                 },
-                approved_at: vec![("bob".into(), 1_764_460_800_000)],
+                approved_at: vec![("bob".into(), unix(1_764_460_800_000))],
                 elsewhere: vec![
-                    approval("carol", D0, Given::Judged, 1_764_457_200_000),
-                    approval("dave", D1, earlier('c'), 1_764_457_260_000),
+                    approval("carol", D0, Given::Judged, unix(1_764_457_200_000)),
+                    approval("dave", D1, earlier('c'), unix(1_764_457_260_000)),
                 ],
                 expired: Vec::new(),
             },
@@ -277,7 +278,7 @@ mod tests {
                 seq: 12,
                 hash: D2.parse().unwrap(),
             }),
-            ttl_ms: None,
+            ttl: None,
         };
         insta::assert_snapshot!(render(&standing, &D1.parse().unwrap()), @r"
         <!-- wavegate:approvals -->
@@ -309,13 +310,18 @@ mod tests {
                     count: 1,
                     required: 2,
                 },
-                approved_at: vec![("bob".into(), 1_764_460_800_000)],
+                approved_at: vec![("bob".into(), unix(1_764_460_800_000))],
                 elsewhere: Vec::new(),
-                expired: vec![approval("carol", D1, Given::Judged, 1_764_450_000_000)],
+                expired: vec![approval(
+                    "carol",
+                    D1,
+                    Given::Judged,
+                    unix(1_764_450_000_000),
+                )],
             },
             policy_changed: false,
             ledger_head: None,
-            ttl_ms: Some(3_600_000),
+            ttl: Some(std::time::Duration::from_secs(3600)),
         };
         insta::assert_snapshot!(render(&standing, &D1.parse().unwrap()), @r"
         <!-- wavegate:approvals -->

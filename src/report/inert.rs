@@ -435,6 +435,7 @@ fn the_structure_check_sees_a_breakout() {
 fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
     use crate::apply::run::News;
     use crate::apply::{AttemptRecord, Lapsed, MemberState, Round, RunStatus, Wait};
+    use crate::model::time::in_tests::unix;
     use crate::model::{CommitSha, Digest};
     use crate::plan::changeset::ChangeSet;
     use crate::plan::tail::OutputTail;
@@ -454,7 +455,7 @@ fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
             MemberState::Held {
                 holder: f(3),
                 tries: 1,
-                retry_at: 0,
+                retry_at: unix(0),
             },
         ),
         ("web@dev", MemberState::StoodDown { reason: f(4) }),
@@ -526,7 +527,7 @@ fn run_texts(field: &dyn Fn(usize) -> String) -> Vec<String> {
         Wait::Holder {
             member: "net@dev".into(),
             holder: f(3),
-            until: 0,
+            until: unix(0),
         },
         Wait::Override {
             member: "app@dev".into(),

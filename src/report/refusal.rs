@@ -5,7 +5,7 @@
 use crate::gate::commands;
 use crate::gate::policy::{NotAllowed, Unbound};
 use crate::model::untrusted::{code, message};
-use crate::model::{Digest, GateId};
+use crate::model::{Digest, GateId, UnixMs};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub(crate) enum Refusal {
     /// `/approve <stage>` after the stage's gate expired (at, unix ms).
     StageExpired {
         stage: String,
-        at: Option<i64>,
+        at: Option<UnixMs>,
     },
     /// `/approve` while the run waits for nothing a person approves.
     RunWaitsForNoApproval,
@@ -144,7 +144,7 @@ impl fmt::Display for Refusal {
             Self::StageExpired { stage, at } => write!(
                 f,
                 "stage {stage}'s gate expired{} with no approval (its `timeout` on the base branch), so its members did not apply; `/retry` opens a fresh gate for it, which you can then approve",
-                at.map(|at| format!(" at {}", crate::model::utc(at)))
+                at.map(|at| format!(" at {at}"))
                     .unwrap_or_default()
             ),
             Self::RunWaitsForNoApproval => f.write_str("the apply run waits for no approval"),
@@ -208,6 +208,7 @@ pub(crate) fn reply(login: &str, refusals: &[Refusal]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::in_tests::unix;
 
     #[test]
     fn at_the_run_gate_a_refusal_names_the_stage_and_its_own_line() {
@@ -233,7 +234,7 @@ mod tests {
             },
             Refusal::StageExpired {
                 stage: "prod".into(),
-                at: Some(1_764_460_800_000),
+                at: Some(unix(1_764_460_800_000)),
             },
             Refusal::RunWaitsElsewhere {
                 gate: "pr-7-prod".parse().unwrap(),

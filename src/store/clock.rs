@@ -2,12 +2,13 @@
 //! and retry backoff can be tested by moving time instead of sleeping, and,
 //! in a test build, a running server's time limits too ([`ShiftedClock`]).
 
+use crate::model::UnixMs;
 #[cfg(test)]
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub(crate) trait Clock: Send + Sync {
-    fn now_ms(&self) -> i64;
+    fn now(&self) -> UnixMs;
 }
 
 /// Wall-clock time.
@@ -15,12 +16,14 @@ pub(crate) trait Clock: Send + Sync {
 pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| {
-                i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-            })
+    fn now(&self) -> UnixMs {
+        UnixMs::from_millis(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| {
+                    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+                }),
+        )
     }
 }
 
@@ -48,12 +51,12 @@ impl ShiftedClock {
 
 #[cfg(feature = "test-clock")]
 impl Clock for ShiftedClock {
-    fn now_ms(&self) -> i64 {
+    fn now(&self) -> UnixMs {
         let shift = std::fs::read_to_string(&self.shift_file)
             .ok()
             .and_then(|text| text.trim().parse::<i64>().ok())
             .unwrap_or(0);
-        SystemClock.now_ms().saturating_add(shift)
+        UnixMs::from_millis(SystemClock.now().millis().saturating_add(shift))
     }
 }
 
@@ -66,9 +69,9 @@ pub(crate) struct ManualClock {
 
 #[cfg(test)]
 impl ManualClock {
-    pub(crate) fn new(start_ms: i64) -> Self {
+    pub(crate) fn new(start: UnixMs) -> Self {
         Self {
-            now_ms: AtomicI64::new(start_ms),
+            now_ms: AtomicI64::new(start.millis()),
         }
     }
 
@@ -76,15 +79,15 @@ impl ManualClock {
         self.now_ms.fetch_add(ms, Ordering::SeqCst);
     }
 
-    pub(crate) fn set(&self, ms: i64) {
-        self.now_ms.store(ms, Ordering::SeqCst);
+    pub(crate) fn set(&self, at: UnixMs) {
+        self.now_ms.store(at.millis(), Ordering::SeqCst);
     }
 }
 
 #[cfg(test)]
 impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.now_ms.load(Ordering::SeqCst)
+    fn now(&self) -> UnixMs {
+        UnixMs::from_millis(self.now_ms.load(Ordering::SeqCst))
     }
 }
 
@@ -98,13 +101,13 @@ mod tests {
         let file = dir.path().join("shift");
         let clock = ShiftedClock::new(&file);
         let within_a_minute_of = |expected: i64| {
-            let now = clock.now_ms();
+            let now = clock.now().millis();
             assert!((now - expected).abs() < 60_000, "{now} vs {expected}");
         };
-        within_a_minute_of(SystemClock.now_ms());
+        within_a_minute_of(SystemClock.now().millis());
         std::fs::write(&file, "3600000\n").unwrap();
-        within_a_minute_of(SystemClock.now_ms() + 3_600_000);
+        within_a_minute_of(SystemClock.now().millis() + 3_600_000);
         std::fs::write(&file, "not a number").unwrap();
-        within_a_minute_of(SystemClock.now_ms());
+        within_a_minute_of(SystemClock.now().millis());
     }
 }

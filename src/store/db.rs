@@ -1,8 +1,9 @@
 //! The store's leaf: which database it is, what every SQLite connection
 //! sets, how a write transaction begins on each, and the integer
-//! conversions every table needs. The other store files import it; it
+//! conversions every table needs (times included). The other store files import it; it
 //! imports none of them.
 
+use crate::model::UnixMs;
 use anyhow::{anyhow, Result};
 use sqlx::AnyPool;
 
@@ -47,4 +48,46 @@ pub(super) fn to_opt_digest(
     what: &str,
 ) -> Result<Option<crate::model::Digest>> {
     text.map(|text| to_digest(text, what)).transpose()
+}
+
+/// A time is stored as its milliseconds, a `BIGINT`/`INTEGER` column, so
+/// queries bind and read a [`UnixMs`] directly.
+impl sqlx::Type<sqlx::Any> for UnixMs {
+    fn type_info() -> sqlx::any::AnyTypeInfo {
+        <i64 as sqlx::Type<sqlx::Any>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::any::AnyTypeInfo) -> bool {
+        <i64 as sqlx::Type<sqlx::Any>>::compatible(ty)
+    }
+}
+
+impl sqlx::Encode<'_, sqlx::Any> for UnixMs {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <sqlx::Any as sqlx::Database>::ArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Encode<sqlx::Any>>::encode_by_ref(&self.millis(), buf)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Any> for UnixMs {
+    fn decode(
+        value: <sqlx::Any as sqlx::Database>::ValueRef<'r>,
+    ) -> Result<Self, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Decode<sqlx::Any>>::decode(value).map(UnixMs::from_millis)
+    }
+}
+
+/// The intake file (SQLite through rusqlite) stores times the same way.
+impl rusqlite::ToSql for UnixMs {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::from(self.millis()))
+    }
+}
+
+impl rusqlite::types::FromSql for UnixMs {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        <i64 as rusqlite::types::FromSql>::column_result(value).map(UnixMs::from_millis)
+    }
 }

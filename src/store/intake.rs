@@ -23,6 +23,7 @@
 use super::db::to_i64;
 use super::Backend;
 use super::{Clock, Intake, JobId, NewDelivery, NewJob, Once, PrHead, StoreError};
+use crate::model::UnixMs;
 use anyhow::{Context, Result};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Row};
@@ -66,7 +67,7 @@ pub(super) fn spawn_writer(
         while let Some(first) = receiver.recv().await {
             let (items, replies) = take_batch(first, &mut receiver);
             let _writer = writer.lock().await;
-            let now = clock.now_ms();
+            let now = clock.now();
             if held.is_none() {
                 match pool.acquire().await {
                     Ok(conn) => held = Some(conn),
@@ -154,7 +155,7 @@ async fn write_on_held(
     held: &mut Option<PoolConnection<Any>>,
     backend: Backend,
     items: &[Item],
-    now: i64,
+    now: UnixMs,
 ) -> Result<Vec<Intake>> {
     let conn = match held {
         Some(conn) => conn,
@@ -237,7 +238,7 @@ async fn record_batch(
     conn: &mut AnyConnection,
     backend: Backend,
     items: &[Item],
-    now: i64,
+    now: UnixMs,
 ) -> Result<Vec<Intake>> {
     let (first_in_batch, candidates) = candidates(items)?;
 
@@ -330,7 +331,7 @@ impl Transaction<'_> {
 async fn write_batch(
     tx: &mut Transaction<'_>,
     candidates: &[&Item],
-    now: i64,
+    now: UnixMs,
 ) -> Result<(HashMap<DeliveryKey, i64>, HashMap<i64, JobId>)> {
     let sql = format!(
         "INSERT INTO deliveries ({DELIVERY_COLUMNS}) VALUES {}

@@ -19,6 +19,7 @@ use super::intake::{
     PR_HEAD_COLUMNS,
 };
 use super::{Clock, Intake, JobId};
+use crate::model::UnixMs;
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -39,7 +40,7 @@ pub(super) fn spawn_writer(
             while let Some(first) = receiver.blocking_recv() {
                 let (items, replies) = take_batch(first, &mut receiver);
                 let _writer = writer.blocking_lock();
-                let now = clock.now_ms();
+                let now = clock.now();
                 let written = write_on_held(&file, &mut held, &items, now);
                 for (reply, item) in answer(replies, &items, written) {
                     let one = std::slice::from_ref(item);
@@ -59,7 +60,7 @@ fn write_on_held(
     file: &Path,
     held: &mut Option<Connection>,
     items: &[Item],
-    now: i64,
+    now: UnixMs,
 ) -> Result<Vec<Intake>> {
     let conn = match held {
         Some(conn) => conn,
@@ -90,7 +91,7 @@ fn open(file: &Path) -> Result<Connection> {
 
 /// Writes a batch in one `BEGIN IMMEDIATE` transaction; the outcomes are in
 /// the batch's order.
-fn record_batch(conn: &Connection, items: &[Item], now: i64) -> Result<Vec<Intake>> {
+fn record_batch(conn: &Connection, items: &[Item], now: UnixMs) -> Result<Vec<Intake>> {
     let (first, candidates) = candidates(items)?;
     conn.execute_batch("BEGIN IMMEDIATE")
         .context("recording deliveries")?;
@@ -137,7 +138,7 @@ static UPSERT_PR_HEAD: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// Writes the candidates' rows; one outcome per candidate, in order.
-fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<Intake>> {
+fn write_batch(conn: &Connection, candidates: &[&Item], now: UnixMs) -> Result<Vec<Intake>> {
     let mut deliveries = conn.prepare_cached(&INSERT_DELIVERY)?;
     let mut outcomes = Vec::with_capacity(candidates.len());
     let mut fresh: Vec<&Item> = Vec::new();
@@ -189,7 +190,7 @@ fn write_batch(conn: &Connection, candidates: &[&Item], now: i64) -> Result<Vec<
 /// Whether this delivery is the first to bring the job's comment or review
 /// (a job without one always is): whichever delivery, or the
 /// reconciliation sweep, brings it first runs it.
-fn takes_up(conn: &Connection, job: &super::NewJob, now: i64) -> Result<bool> {
+fn takes_up(conn: &Connection, job: &super::NewJob, now: UnixMs) -> Result<bool> {
     let Some(once) = &job.once else {
         return Ok(true);
     };
@@ -209,7 +210,7 @@ fn takes_up(conn: &Connection, job: &super::NewJob, now: i64) -> Result<bool> {
     Ok(inserted == 1)
 }
 
-fn enqueue(conn: &Connection, delivery: i64, job: &super::NewJob, now: i64) -> Result<JobId> {
+fn enqueue(conn: &Connection, delivery: i64, job: &super::NewJob, now: UnixMs) -> Result<JobId> {
     let mut insert = conn.prepare_cached(&INSERT_JOB)?;
     let id = insert
         .query_row(

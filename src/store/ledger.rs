@@ -342,7 +342,9 @@ mod tests {
                 id: actor_id,
                 login: format!("user{actor_id}"),
             },
-            at: 1_700_000_000_000 + i64::try_from(comment).unwrap(),
+            at: crate::model::UnixMs::from_millis(
+                1_700_000_000_000 + i64::try_from(comment).unwrap(),
+            ),
             source: Source::Comment { id: comment },
             data: FactData::default(),
         }
@@ -574,7 +576,7 @@ mod tests {
         forge_fact(&store, approval(INFRA, "pr-1", 666, 4), None).await;
         let other_key = LedgerKey::from_seed(&[8; 32]);
         let mut forged = approval(INFRA, "pr-1", 667, 5);
-        forged.at += 1;
+        forged.at += std::time::Duration::from_millis(1);
         let last = store.repo_facts(INFRA).await.unwrap().pop();
         let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
         forge_fact(&store, forged, Some(other_key.sign(hash.as_str()))).await;
@@ -625,7 +627,7 @@ mod tests {
         // Then forged ones: unsigned, and signed by some other key.
         forge_fact(&store, approval(INFRA, "pr-1", 666, 3), None).await;
         let mut forged = approval(INFRA, "pr-1", 667, 4);
-        forged.at += 1;
+        forged.at += std::time::Duration::from_millis(1);
         let last = store.repo_facts(INFRA).await.unwrap().pop();
         let hash = ledger::chain(last.as_ref(), forged.clone()).hash;
         let other = LedgerKey::from_seed(&[8; 32]);

@@ -3,6 +3,7 @@
 //! PostgreSQL answer alike; counts are BIGINT (`i64`) on both.
 
 use super::{JobId, Store};
+use crate::model::UnixMs;
 use anyhow::{Context, Result};
 
 /// Counts read from the store for one scrape.
@@ -29,7 +30,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .context("counting jobs")?;
-        let (oldest,) = sqlx::query_as::<_, (Option<i64>,)>(
+        let (oldest,) = sqlx::query_as::<_, (Option<UnixMs>,)>(
             "SELECT MIN(created_at) FROM jobs WHERE status = 'queued'",
         )
         .fetch_one(&self.pool)
@@ -48,7 +49,9 @@ impl Store {
         .context("counting apply runs")?;
         Ok(StoreFigures {
             jobs,
-            oldest_queued_ms: oldest.map_or(0, |at| self.now().saturating_sub(at).max(0)),
+            oldest_queued_ms: oldest.map_or(0, |at| {
+                i64::try_from(self.now().since(at).as_millis()).unwrap_or(i64::MAX)
+            }),
             facts,
             apply_runs,
         })

@@ -27,7 +27,7 @@ pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 
 use crate::forge::ReviewState;
-use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, User};
+use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, UnixMs, User};
 use crate::plan::changeset::ChangeSet;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -218,15 +218,15 @@ pub struct Job {
     pub status: JobStatus,
     pub attempts: u32,
     pub(crate) max_attempts: u32,
-    pub(crate) run_after: i64,
+    pub(crate) run_after: UnixMs,
     /// The worker running it, or the last one that did.
     pub lease_owner: Option<String>,
-    pub(crate) lease_until: Option<i64>,
+    pub(crate) lease_until: Option<UnixMs>,
     pub last_error: Option<String>,
     /// Why a job was skipped.
     pub outcome: Option<String>,
-    pub(crate) created_at: i64,
-    pub(crate) updated_at: i64,
+    pub(crate) created_at: UnixMs,
+    pub(crate) updated_at: UnixMs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,7 +240,7 @@ pub(crate) enum JobOutcome {
 pub(crate) enum FailOutcome {
     /// Queued again, runnable from `at` (unix ms).
     Retry {
-        at: i64,
+        at: UnixMs,
     },
     Dead,
 }
@@ -377,7 +377,7 @@ impl NewPlan {
             base_sha: self.base_sha.clone(),
             digest: self.digest.clone(),
             change_set: serde_json::to_value(&self.change_set)?,
-            created_at: 0,
+            created_at: UnixMs::EPOCH,
             report: self.report.clone(),
         })
     }
@@ -394,7 +394,7 @@ pub(crate) struct PlanRecord {
     pub(crate) base_sha: CommitSha,
     pub(crate) digest: Option<Digest>,
     change_set: serde_json::Value,
-    pub(crate) created_at: i64,
+    pub(crate) created_at: UnixMs,
     pub(crate) report: String,
 }
 

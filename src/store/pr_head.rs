@@ -3,6 +3,7 @@
 
 use super::db::to_i64;
 use super::PrHead;
+use crate::model::UnixMs;
 use anyhow::Result;
 
 /// What a head's upsert sets, the pusher kept when the head names none.
@@ -17,8 +18,8 @@ pub(super) const UPSERT_PR_HEAD: &str = "ON CONFLICT (forge, repo, number) DO UP
 /// first hears of it (the upsert keeps it after): a minute before, for the
 /// forge's clock. Comments from before were the webhooks' (or of a pull
 /// request the bot never heard of), and are not run by the sweep.
-pub(super) fn first_comments_mark(now: i64) -> i64 {
-    now.saturating_sub(60_000)
+pub(super) fn first_comments_mark(now: UnixMs) -> UnixMs {
+    now - std::time::Duration::from_secs(60)
 }
 
 /// The pusher columns of a head: all three, or none.

@@ -12,7 +12,7 @@ use super::db::to_i64;
 use super::sql::{insert_job, pr_columns, pr_from_row, repo_from_row};
 use super::{ApplyRunRecord, Backend, JobId, NewJob, Once, OnceSource, PrRecord, Store};
 use crate::forge::RepoRef;
-use crate::model::{CommitSha, PrNumber, RepoId};
+use crate::model::{CommitSha, PrNumber, RepoId, UnixMs};
 use anyhow::{Context, Result};
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
@@ -316,8 +316,8 @@ impl Store {
 
     /// How far the sweep has read the pull request's comments (the forge's
     /// newest `updated_at` listed, unix ms); None: from the start.
-    pub async fn comments_since(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<i64>> {
-        let row = sqlx::query_as::<_, (Option<i64>,)>(
+    pub async fn comments_since(&self, repo: &RepoId, pr: PrNumber) -> Result<Option<UnixMs>> {
+        let row = sqlx::query_as::<_, (Option<UnixMs>,)>(
             "SELECT comments_since FROM pull_requests WHERE forge = $1 AND repo = $2 AND number = $3",
         )
         .bind(repo.forge.as_str())
@@ -333,8 +333,8 @@ impl Store {
     pub(crate) async fn comment_marks(
         &self,
         repo: &RepoId,
-    ) -> Result<HashMap<PrNumber, Option<i64>>> {
-        let rows = sqlx::query_as::<_, (i64, Option<i64>)>(
+    ) -> Result<HashMap<PrNumber, Option<UnixMs>>> {
+        let rows = sqlx::query_as::<_, (i64, Option<UnixMs>)>(
             "SELECT number, comments_since FROM pull_requests WHERE forge = $1 AND repo = $2",
         )
         .bind(repo.forge.as_str())
@@ -353,7 +353,7 @@ impl Store {
 
     /// Moves every pull request's comment mark in the repository forward to
     /// `to`: the repository's comments were read up to there.
-    pub(crate) async fn advance_repo_comment_marks(&self, repo: &RepoId, to: i64) -> Result<()> {
+    pub(crate) async fn advance_repo_comment_marks(&self, repo: &RepoId, to: UnixMs) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(
             "UPDATE pull_requests SET comments_since = $3
@@ -376,7 +376,7 @@ impl Store {
         &self,
         repo: &RepoId,
         pr: PrNumber,
-        to: i64,
+        to: UnixMs,
     ) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(

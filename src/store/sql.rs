@@ -17,7 +17,7 @@ use super::{
     Clock, FailOutcome, Intake, Job, JobId, JobOutcome, JobStatus, NewDelivery, NewJob, NewPlan,
     PlanRecord, PrHead, PrRecord, PrReport, ReportStatus, StoreError, SystemClock,
 };
-use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId};
+use crate::model::{CommitSha, Digest, ForgeKind, PrNumber, RepoId, UnixMs};
 use anyhow::{anyhow, bail, Context, Result};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::migrate::{MigrateError, MigrationSource, MigrationType, Migrator};
@@ -374,8 +374,8 @@ impl Store {
     }
 
     /// Now, in unix ms, by the store's clock: what every record and fact is dated by.
-    pub(crate) fn now(&self) -> i64 {
-        self.clock.now_ms()
+    pub(crate) fn now(&self) -> UnixMs {
+        self.clock.now()
     }
 
     async fn migrate(&self) -> Result<()> {
@@ -523,7 +523,7 @@ impl Store {
 
     /// Enqueues a job that is not claimed before `run_after` (ms since the
     /// epoch). Later jobs of its queue wait behind it.
-    pub(crate) async fn enqueue_at(&self, job: NewJob, run_after: i64) -> Result<JobId> {
+    pub(crate) async fn enqueue_at(&self, job: NewJob, run_after: UnixMs) -> Result<JobId> {
         let _writer = self.writer.lock().await;
         let mut conn = self.pool.acquire().await?;
         let now = self.now();
@@ -538,7 +538,7 @@ impl Store {
     pub(crate) async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Job>> {
         let _writer = self.writer.lock().await;
         let now = self.now();
-        let lease_until = now.saturating_add(millis(lease));
+        let lease_until = now + lease;
         let mut tx = self.begin_write().await?;
         loop {
             let next = match self.backend {
@@ -616,7 +616,7 @@ impl Store {
         )
         .bind(id.0)
         .bind(worker)
-        .bind(now.saturating_add(millis(lease)))
+        .bind(now + lease)
         .bind(now)
         .execute(&self.pool)
         .await
@@ -694,7 +694,7 @@ impl Store {
             FailOutcome::Dead
         } else {
             let wait = super::backoff(u32::try_from(attempts).unwrap_or(u32::MAX));
-            let at = now.saturating_add(millis(wait));
+            let at = now + wait;
             sqlx::query(
                 "UPDATE jobs SET status = 'queued', run_after = $2, lease_owner = NULL,
                         lease_until = NULL, last_error = $3, updated_at = $4
@@ -889,8 +889,8 @@ pub(super) async fn insert_job(
     conn: &mut AnyConnection,
     job: &NewJob,
     delivery: Option<i64>,
-    now: i64,
-    run_after: i64,
+    now: UnixMs,
+    run_after: UnixMs,
 ) -> Result<JobId> {
     if job.max_attempts == 0 {
         return Err(StoreError::NoAttemptsAllowed.into());
@@ -915,7 +915,7 @@ pub(super) async fn insert_job(
     Ok(JobId(id))
 }
 
-async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: i64) -> Result<()> {
+async fn upsert_pr_head(conn: &mut AnyConnection, head: &PrHead, now: UnixMs) -> Result<()> {
     let (pusher_head, pusher_id, pusher_login) = pusher_columns(head)?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, updated_at,
@@ -958,10 +958,6 @@ fn lease_not_held(job: JobId, worker: &str) -> anyhow::Error {
 
 /// The error a job given back by its worker keeps ([`Store::release_held`]).
 pub(crate) const RELEASED_ERROR: &str = "its worker lost the database's answer to the claim, or could not write how the attempt ended, while the database was away; it was given back to run again";
-
-pub(super) fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
 
 fn to_u32(value: i64, what: &str) -> Result<u32> {
     u32::try_from(value).map_err(|_| anyhow!("stored {what} {value} is out of range"))

@@ -1,11 +1,12 @@
 use super::sql::newest_known_version;
 use super::test_db::{on_both, TestDatabase};
 use super::*;
-use crate::model::MemberId;
+use crate::model::time::in_tests::millis;
+use crate::model::{MemberId, UnixMs};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-const START_MS: i64 = 1_700_000_000_000;
+const START: UnixMs = UnixMs::from_millis(1_700_000_000_000);
 const LEASE: Duration = Duration::from_secs(30);
 
 struct Fixture {
@@ -32,7 +33,7 @@ async fn fixture_on_sqlx_writer() -> Fixture {
 }
 
 async fn fixture_of(database: TestDatabase, backend: Backend) -> Fixture {
-    let clock = Arc::new(ManualClock::new(START_MS));
+    let clock = Arc::new(ManualClock::new(START));
     let store = Store::open_with_clock(&database.url, clock.clone())
         .await
         .unwrap();
@@ -184,7 +185,7 @@ async fn jobs_of_one_pr_run_one_at_a_time_while_other_prs_go_on(f: Fixture) {
     assert_eq!(claimed.status, JobStatus::Running);
     assert_eq!(claimed.attempts, 1);
     assert_eq!(claimed.lease_owner.as_deref(), Some("w1"));
-    assert_eq!(claimed.lease_until, Some(START_MS + 30_000));
+    assert_eq!(claimed.lease_until, Some(START + millis(30_000)));
 
     let meanwhile = f.store.claim("w2", LEASE).await.unwrap().unwrap();
     assert_eq!(meanwhile.id, other_pr);
@@ -258,7 +259,7 @@ async fn an_extended_lease_keeps_the_job_from_being_taken_over(f: Fixture) {
 
     assert!(f.store.claim("w2", LEASE).await.unwrap().is_none());
     let job = f.store.job(id).await.unwrap().unwrap();
-    assert_eq!(job.lease_until, Some(START_MS + 50_000));
+    assert_eq!(job.lease_until, Some(START + millis(50_000)));
 }
 
 on_both!(fixture_on, a_worker_gives_back_the_jobs_it_holds_but_does_not_run, #[tokio::test]);
@@ -301,13 +302,13 @@ async fn a_failed_job_retries_after_backoff_and_dies_after_max_attempts(f: Fixtu
 
     let outcome = f.store.fail(id, "w1", "forge answered 502").await.unwrap();
 
-    let retry_at = START_MS + backoff(1).as_millis() as i64;
+    let retry_at = START + backoff(1);
     assert_eq!(outcome, FailOutcome::Retry { at: retry_at });
     let waiting = f.store.job(id).await.unwrap().unwrap();
     assert_eq!(waiting.status, JobStatus::Queued);
     assert_eq!(waiting.run_after, retry_at);
     assert_eq!(waiting.last_error.as_deref(), Some("forge answered 502"));
-    f.clock.set(retry_at - 1);
+    f.clock.set(retry_at - millis(1));
     assert!(f.store.claim("w1", LEASE).await.unwrap().is_none());
 
     f.clock.set(retry_at);
@@ -486,7 +487,7 @@ async fn the_latest_plan_of_a_pr_is_the_last_saved(f: Fixture) {
     assert_eq!(latest.change_set(), Ok(plan(sha('b'), 1).change_set));
     assert_eq!(latest.report, "report of PR 1");
     assert_eq!(latest.digest, plan(sha('b'), 1).digest);
-    assert_eq!(latest.created_at, START_MS + 1_000);
+    assert_eq!(latest.created_at, START + millis(1_000));
     assert!(f
         .store
         .latest_plan(&repo(), PrNumber(3))
@@ -1667,7 +1668,7 @@ async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_mo
         .unwrap();
     let pr = PrNumber(42);
     // A minute before the bot first heard of it, kept by later heads.
-    let first = START_MS - 60_000;
+    let first = START - millis(60_000);
     assert_eq!(
         f.store.comments_since(&repo(), pr).await.unwrap(),
         Some(first)
@@ -1682,16 +1683,16 @@ async fn the_comment_mark_starts_a_minute_before_the_pr_was_heard_of_and_only_mo
         Some(first)
     );
     f.store
-        .advance_comments_since(&repo(), pr, START_MS + 5_000)
+        .advance_comments_since(&repo(), pr, START + millis(5_000))
         .await
         .unwrap();
     f.store
-        .advance_comments_since(&repo(), pr, START_MS)
+        .advance_comments_since(&repo(), pr, START)
         .await
         .unwrap();
     assert_eq!(
         f.store.comments_since(&repo(), pr).await.unwrap(),
-        Some(START_MS + 5_000)
+        Some(START + millis(5_000))
     );
 }
 

@@ -11,7 +11,7 @@ use crate::forge::client::ForgeClient;
 use crate::forge::RepoRef;
 use crate::git::{self, Workspace};
 use crate::jobs::Task;
-use crate::model::{CommitSha, PrNumber};
+use crate::model::{CommitSha, PrNumber, UnixMs};
 use crate::plan::engine::PlanOptions;
 use crate::plan::runner::Cancel;
 use crate::sandbox::Sandbox;
@@ -146,7 +146,7 @@ impl Queue<'_> {
     }
 
     /// Enqueues `task` to run no earlier than `at` (unix ms).
-    pub(super) async fn enqueue_at(&self, task: Task, at: i64) -> Result<()> {
+    pub(super) async fn enqueue_at(&self, task: Task, at: UnixMs) -> Result<()> {
         self.store.enqueue_at(task.into_job(), at).await?;
         Ok(())
     }

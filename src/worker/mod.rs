@@ -282,7 +282,7 @@ impl Worker {
                 let failed = self.store.fail(job.id, &self.id, &text).await;
                 match failed.with_context(|| format!("writing how job {} ended", job.id))? {
                     FailOutcome::Retry { at } => {
-                        tracing::info!(job = %job.id, retry_at_ms = at, "job will be retried");
+                        tracing::info!(job = %job.id, retry_at_ms = at.millis(), "job will be retried");
                         Ok("failed")
                     }
                     FailOutcome::Dead => {

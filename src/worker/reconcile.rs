@@ -46,7 +46,7 @@ use crate::forge::types::Comment;
 use crate::forge::{PrState, PullRequest, RepoRef, ReviewState};
 use crate::jobs::{queue_key, Task};
 use crate::metrics;
-use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId};
+use crate::model::{CommitSha, ForgeKind, PrNumber, RepoId, UnixMs};
 use crate::store::{ApplyRunRecord, OnceSource, PrRecord, Still, Store};
 use anyhow::{Context, Result};
 use std::collections::{HashMap, HashSet};
@@ -109,7 +109,7 @@ pub(crate) enum Heard {
 /// read the pull request's comments (`since`, unix ms) and the sources
 /// taken up so far (`seen`).
 pub(crate) fn comment_heard(
-    since: Option<i64>,
+    since: Option<UnixMs>,
     seen: &HashSet<OnceSource>,
     comment: &Comment,
 ) -> Heard {
@@ -133,10 +133,10 @@ pub(crate) fn comment_heard(
 /// newest `updated_at` listed (the forge's clock, not ours; `since` is
 /// inclusive, so a comment from that second is listed again and found seen).
 pub(crate) fn comments_to_run<'a>(
-    since: Option<i64>,
+    since: Option<UnixMs>,
     seen: &HashSet<OnceSource>,
     listed: &'a [Comment],
-) -> (Vec<&'a Comment>, Option<i64>) {
+) -> (Vec<&'a Comment>, Option<UnixMs>) {
     let mut run: Vec<&Comment> = listed
         .iter()
         .filter(|c| comment_heard(since, seen, c) == Heard::Run)
@@ -176,7 +176,7 @@ pub(crate) enum Reviewed {
 /// at or after the mark; a dismissal also when its approval was taken up
 /// (it was submitted before the mark, but dismissed since).
 pub(crate) fn review_taken(
-    mark: Option<i64>,
+    mark: Option<UnixMs>,
     seen: &HashSet<OnceSource>,
     review: &ListedReview,
 ) -> Reviewed {
@@ -205,7 +205,7 @@ pub(crate) fn review_taken(
 /// first would not move `updated_at`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReviewsRead {
-    pub(crate) updated_at: Option<i64>,
+    pub(crate) updated_at: Option<UnixMs>,
     pub(crate) confirmed: bool,
 }
 
@@ -216,8 +216,8 @@ pub(crate) struct ReviewsRead {
 /// they are not to be).
 pub(crate) fn reviews_due(
     read: Option<ReviewsRead>,
-    updated_at: Option<i64>,
-    mark: Option<i64>,
+    updated_at: Option<UnixMs>,
+    mark: Option<UnixMs>,
 ) -> (bool, ReviewsRead) {
     let due = match read {
         Some(read) => read.updated_at != updated_at || !read.confirmed,
@@ -240,7 +240,11 @@ pub(crate) fn reviews_due(
 /// look again (`until`) has come (`now`, ms); one waiting at a stage gate
 /// once that wait expired. Runs waiting for a person are otherwise left to
 /// that person.
-pub(crate) fn run_needs_resume(run: &ApplyRunRecord, lock_holder: Option<i64>, now: i64) -> bool {
+pub(crate) fn run_needs_resume(
+    run: &ApplyRunRecord,
+    lock_holder: Option<i64>,
+    now: UnixMs,
+) -> bool {
     match (run.status, &run.record.wait) {
         (RunStatus::Running, _) => true,
         (RunStatus::Waiting, Some(Wait::Lock { .. })) => {
@@ -301,9 +305,9 @@ struct Listings {
     pulls: Vec<PullsPage>,
     /// How far the repository's comments were read (unix ms, the forge's
     /// clock; None: not yet this run of the server).
-    comments_since: Option<i64>,
+    comments_since: Option<UnixMs>,
     /// The `since` the comment pages' `ETag`s were given for, and those.
-    comment_etags: Option<(Option<i64>, Vec<Option<String>>)>,
+    comment_etags: Option<(Option<UnixMs>, Vec<Option<String>>)>,
     /// Per open pull request: when its reviews were read.
     reviews_read: HashMap<PrNumber, ReviewsRead>,
     /// Per pull request: the `ETag` of each page of its reviews.
@@ -311,7 +315,7 @@ struct Listings {
     /// Per pull request: its mark when its reviews were last read. A
     /// review not listed then was submitted after it, even if the comment
     /// listing has moved the mark past it since.
-    review_marks: HashMap<PrNumber, Option<i64>>,
+    review_marks: HashMap<PrNumber, Option<UnixMs>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -338,10 +342,10 @@ pub(crate) fn sweep_order(mut repos: Vec<RepoId>, deferred: &HashSet<RepoId>) ->
 /// Where a repository's comment listing starts when the server has not
 /// read it yet: the earliest mark of the pull requests it sweeps for (a
 /// pull request without one: from the start).
-pub(crate) fn first_comments_since(marks: &[Option<i64>]) -> Option<i64> {
+pub(crate) fn first_comments_since(marks: &[Option<UnixMs>]) -> Option<UnixMs> {
     marks
         .iter()
-        .try_fold(None::<i64>, |earliest, mark| {
+        .try_fold(None::<UnixMs>, |earliest, mark| {
             mark.map(|m| Some(earliest.map_or(m, |e| e.min(m))))
         })
         .flatten()
@@ -772,7 +776,7 @@ impl Reconciler {
         client: &ForgeClient,
         repo: &RepoRef,
         number: PrNumber,
-        mark: Option<i64>,
+        mark: Option<UnixMs>,
         listings: &mut Listings,
         sweep: &mut Sweep,
         busy: &mut HashSet<String>,
@@ -1006,7 +1010,7 @@ impl Reconciler {
         &self,
         repo: &RepoRef,
         number: PrNumber,
-        since: Option<i64>,
+        since: Option<UnixMs>,
         listed: &[Comment],
         sweep: &mut Sweep,
         busy: &mut HashSet<String>,
@@ -1081,6 +1085,7 @@ impl Reconciler {
 mod tests {
     use super::*;
     use crate::apply::AttemptRecord;
+    use crate::model::time::in_tests::unix;
     use crate::model::{ForgeKind, User};
 
     fn sha(c: char) -> CommitSha {
@@ -1218,7 +1223,11 @@ mod tests {
 
     #[test]
     fn a_running_run_with_nothing_driving_it_resumes() {
-        assert!(run_needs_resume(&run(RunStatus::Running, None), None, 0));
+        assert!(run_needs_resume(
+            &run(RunStatus::Running, None),
+            None,
+            unix(0)
+        ));
     }
 
     #[test]
@@ -1230,9 +1239,15 @@ mod tests {
                 pr: PrNumber(2),
             }),
         );
-        assert!(!run_needs_resume(&waiting, Some(4), 0), "run 4 holds it");
-        assert!(run_needs_resume(&waiting, None, 0));
-        assert!(run_needs_resume(&waiting, Some(5), 0), "it holds it itself");
+        assert!(
+            !run_needs_resume(&waiting, Some(4), unix(0)),
+            "run 4 holds it"
+        );
+        assert!(run_needs_resume(&waiting, None, unix(0)));
+        assert!(
+            run_needs_resume(&waiting, Some(5), unix(0)),
+            "it holds it itself"
+        );
     }
 
     #[test]
@@ -1244,10 +1259,18 @@ mod tests {
         assert!(!run_needs_resume(
             &run(RunStatus::Waiting, Some(approval)),
             None,
-            0
+            unix(0)
         ));
-        assert!(!run_needs_resume(&run(RunStatus::Applied, None), None, 0));
-        assert!(!run_needs_resume(&run(RunStatus::Failed, None), None, 0));
+        assert!(!run_needs_resume(
+            &run(RunStatus::Applied, None),
+            None,
+            unix(0)
+        ));
+        assert!(!run_needs_resume(
+            &run(RunStatus::Failed, None),
+            None,
+            unix(0)
+        ));
     }
 
     #[test]
@@ -1256,11 +1279,11 @@ mod tests {
             RunStatus::Waiting,
             Some(Wait::EarlierAttempt {
                 member: "app@dev".into(),
-                until: 5_000,
+                until: unix(5_000),
             }),
         );
-        assert!(!run_needs_resume(&waiting, None, 4_999));
-        assert!(run_needs_resume(&waiting, None, 5_000));
+        assert!(!run_needs_resume(&waiting, None, unix(4_999)));
+        assert!(run_needs_resume(&waiting, None, unix(5_000)));
     }
 
     #[test]
@@ -1278,15 +1301,15 @@ mod tests {
             waiting.record.stages.insert(
                 "prod wave 2".into(),
                 crate::apply::StageGate {
-                    expires_at: Some(5_000),
+                    expires_at: Some(unix(5_000)),
                     ..crate::apply::StageGate::open_for_test(
                         "pr-7-prod-wave-2",
                         crate::plan::outcome::change_set_of(&[], Default::default()).unwrap(),
                     )
                 },
             );
-            assert!(!run_needs_resume(&waiting, None, 4_999), "{status:?}");
-            assert!(run_needs_resume(&waiting, None, 5_000), "{status:?}");
+            assert!(!run_needs_resume(&waiting, None, unix(4_999)), "{status:?}");
+            assert!(run_needs_resume(&waiting, None, unix(5_000)), "{status:?}");
         }
     }
 
@@ -1300,8 +1323,8 @@ mod tests {
                 is_bot: author.ends_with("[bot]"),
             },
             ours: author == "wavegate[bot]",
-            created_at: Some(created),
-            updated_at: Some(updated),
+            created_at: Some(unix(created)),
+            updated_at: Some(unix(updated)),
         }
     }
 
@@ -1318,23 +1341,32 @@ mod tests {
             listed(2, "rev-carol", 3_000, 3_000),
             listed(4, "wavegate[bot]", 4_000, 6_000),
         ];
-        let (run, mark) = comments_to_run(Some(1_000), &seen, &comments);
+        let (run, mark) = comments_to_run(Some(unix(1_000)), &seen, &comments);
         assert_eq!(ids(&run), [1, 3], "2 was seen, 4 is the bot's");
-        assert_eq!(mark, Some(6_000));
-        assert_eq!(comment_heard(Some(1_000), &seen, &comments[1]), Heard::Run);
-        assert_eq!(comment_heard(Some(1_000), &seen, &comments[2]), Heard::Seen);
-        assert_eq!(comment_heard(Some(1_000), &seen, &comments[3]), Heard::Bot);
+        assert_eq!(mark, Some(unix(6_000)));
+        assert_eq!(
+            comment_heard(Some(unix(1_000)), &seen, &comments[1]),
+            Heard::Run
+        );
+        assert_eq!(
+            comment_heard(Some(unix(1_000)), &seen, &comments[2]),
+            Heard::Seen
+        );
+        assert_eq!(
+            comment_heard(Some(unix(1_000)), &seen, &comments[3]),
+            Heard::Bot
+        );
     }
 
     #[test]
     fn a_second_sweep_runs_nothing_more_and_keeps_its_mark() {
         let comments = [listed(1, "rev-bob", 2_000, 2_000)];
         let (run, mark) = comments_to_run(None, &HashSet::new(), &comments);
-        assert_eq!((ids(&run), mark), (vec![1], Some(2_000)));
+        assert_eq!((ids(&run), mark), (vec![1], Some(unix(2_000))));
         // Listed again (since is inclusive): its row says it was taken up.
         let seen: HashSet<OnceSource> = [OnceSource::Comment(1)].into();
         let (run, mark) = comments_to_run(mark, &seen, &comments);
-        assert_eq!((ids(&run), mark), (vec![], Some(2_000)));
+        assert_eq!((ids(&run), mark), (vec![], Some(unix(2_000))));
     }
 
     #[test]
@@ -1343,7 +1375,7 @@ mod tests {
         assert_eq!(comment_heard(None, &HashSet::new(), &edited), Heard::Edited);
         let (run, mark) = comments_to_run(None, &HashSet::new(), std::slice::from_ref(&edited));
         assert!(run.is_empty());
-        assert_eq!(mark, Some(9_000), "read past it");
+        assert_eq!(mark, Some(unix(9_000)), "read past it");
     }
 
     #[test]
@@ -1351,7 +1383,7 @@ mod tests {
         // Listed because it was edited after the mark; written before it.
         let old = listed(6, "rev-bob", 1_000, 8_000);
         assert_eq!(
-            comment_heard(Some(5_000), &HashSet::new(), &old),
+            comment_heard(Some(unix(5_000)), &HashSet::new(), &old),
             Heard::Before
         );
         let mut undated = listed(7, "rev-bob", 0, 0);
@@ -1364,12 +1396,12 @@ mod tests {
         // A comment from the mark's own second is new.
         let same = listed(8, "rev-bob", 5_000, 5_000);
         assert_eq!(
-            comment_heard(Some(5_000), &HashSet::new(), &same),
+            comment_heard(Some(unix(5_000)), &HashSet::new(), &same),
             Heard::Run
         );
         let listed = [old, undated, same];
-        let (run, mark) = comments_to_run(Some(5_000), &HashSet::new(), &listed);
-        assert_eq!((ids(&run), mark), (vec![8], Some(8_000)));
+        let (run, mark) = comments_to_run(Some(unix(5_000)), &HashSet::new(), &listed);
+        assert_eq!((ids(&run), mark), (vec![8], Some(unix(8_000))));
     }
 
     #[test]
@@ -1402,11 +1434,11 @@ mod tests {
     #[test]
     fn a_repositorys_first_comment_listing_starts_at_its_earliest_mark() {
         assert_eq!(
-            first_comments_since(&[Some(30), Some(10), Some(20)]),
-            Some(10)
+            first_comments_since(&[Some(unix(30)), Some(unix(10)), Some(unix(20))]),
+            Some(unix(10))
         );
         // A pull request without a mark reads from the start.
-        assert_eq!(first_comments_since(&[Some(30), None]), None);
+        assert_eq!(first_comments_since(&[Some(unix(30)), None]), None);
         assert_eq!(first_comments_since(&[]), None);
     }
 
@@ -1421,7 +1453,7 @@ mod tests {
             ours: false,
             state,
             commit: Some(sha('a')),
-            submitted_at: submitted,
+            submitted_at: submitted.map(unix),
         }
     }
 
@@ -1429,18 +1461,30 @@ mod tests {
     fn an_approval_or_dismissal_no_webhook_brought_is_taken_once() {
         let none = HashSet::new();
         let approved = review(9, "rev-bob", ReviewState::Approved, Some(5_000));
-        assert_eq!(review_taken(Some(5_000), &none, &approved), Reviewed::Take);
+        assert_eq!(
+            review_taken(Some(unix(5_000)), &none, &approved),
+            Reviewed::Take
+        );
         assert_eq!(review_taken(None, &none, &approved), Reviewed::Take);
         let seen: HashSet<OnceSource> = [OnceSource::Review(9, ReviewState::Approved)].into();
-        assert_eq!(review_taken(Some(1_000), &seen, &approved), Reviewed::Seen);
+        assert_eq!(
+            review_taken(Some(unix(1_000)), &seen, &approved),
+            Reviewed::Seen
+        );
         let dismissed = review(9, "rev-bob", ReviewState::Dismissed, Some(5_000));
-        assert_eq!(review_taken(Some(1_000), &seen, &dismissed), Reviewed::Take);
+        assert_eq!(
+            review_taken(Some(unix(1_000)), &seen, &dismissed),
+            Reviewed::Take
+        );
         let both: HashSet<OnceSource> = [
             OnceSource::Review(9, ReviewState::Approved),
             OnceSource::Review(9, ReviewState::Dismissed),
         ]
         .into();
-        assert_eq!(review_taken(Some(1_000), &both, &dismissed), Reviewed::Seen);
+        assert_eq!(
+            review_taken(Some(unix(1_000)), &both, &dismissed),
+            Reviewed::Seen
+        );
     }
 
     #[test]
@@ -1456,7 +1500,10 @@ mod tests {
         ours.ours = true;
         assert_eq!(review_taken(None, &none, &ours), Reviewed::Bot);
         let old = review(4, "rev-bob", ReviewState::Approved, Some(4_999));
-        assert_eq!(review_taken(Some(5_000), &none, &old), Reviewed::Before);
+        assert_eq!(
+            review_taken(Some(unix(5_000)), &none, &old),
+            Reviewed::Before
+        );
         let undated = review(5, "rev-bob", ReviewState::Approved, None);
         assert_eq!(review_taken(None, &none, &undated), Reviewed::Undated);
     }
@@ -1465,10 +1512,13 @@ mod tests {
     fn a_dismissal_of_an_approval_taken_up_counts_though_submitted_before_the_mark() {
         let seen: HashSet<OnceSource> = [OnceSource::Review(4, ReviewState::Approved)].into();
         let dismissed = review(4, "rev-bob", ReviewState::Dismissed, Some(1_000));
-        assert_eq!(review_taken(Some(5_000), &seen, &dismissed), Reviewed::Take);
+        assert_eq!(
+            review_taken(Some(unix(5_000)), &seen, &dismissed),
+            Reviewed::Take
+        );
         let never_taken = review(6, "rev-bob", ReviewState::Dismissed, Some(1_000));
         assert_eq!(
-            review_taken(Some(5_000), &seen, &never_taken),
+            review_taken(Some(unix(5_000)), &seen, &never_taken),
             Reviewed::Before
         );
     }
@@ -1481,27 +1531,39 @@ mod tests {
         };
         // First sweep after a start: changed at or after its mark, or unknown.
         assert_eq!(
-            reviews_due(None, Some(5_000), Some(5_000)),
-            (true, read(5_000, false))
+            reviews_due(None, Some(unix(5_000)), Some(unix(5_000))),
+            (true, read(unix(5_000), false))
         );
         assert_eq!(
-            reviews_due(None, Some(4_000), Some(5_000)),
-            (false, read(4_000, true))
+            reviews_due(None, Some(unix(4_000)), Some(unix(5_000))),
+            (false, read(unix(4_000), true))
         );
-        assert!(reviews_due(None, Some(4_000), None).0);
+        assert!(reviews_due(None, Some(unix(4_000)), None).0);
         // Read once more with nothing changed (a review from the same
         // second), then left alone until it changes.
         assert_eq!(
-            reviews_due(Some(read(5_000, false)), Some(5_000), Some(5_000)),
-            (true, read(5_000, true))
+            reviews_due(
+                Some(read(unix(5_000), false)),
+                Some(unix(5_000)),
+                Some(unix(5_000))
+            ),
+            (true, read(unix(5_000), true))
         );
         assert_eq!(
-            reviews_due(Some(read(5_000, true)), Some(5_000), Some(5_000)),
-            (false, read(5_000, true))
+            reviews_due(
+                Some(read(unix(5_000), true)),
+                Some(unix(5_000)),
+                Some(unix(5_000))
+            ),
+            (false, read(unix(5_000), true))
         );
         assert_eq!(
-            reviews_due(Some(read(5_000, true)), Some(7_000), Some(5_000)),
-            (true, read(7_000, false))
+            reviews_due(
+                Some(read(unix(5_000), true)),
+                Some(unix(7_000)),
+                Some(unix(5_000))
+            ),
+            (true, read(unix(7_000), false))
         );
     }
 }

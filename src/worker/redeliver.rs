@@ -16,7 +16,7 @@
 use crate::forge::client::ForgeClient;
 use crate::forge::github::HookDelivery;
 use crate::forge::registry::Forges;
-use crate::model::ForgeKind;
+use crate::model::{ForgeKind, UnixMs};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashSet};
@@ -53,7 +53,7 @@ pub(crate) fn redeliveries_due(
     for attempt in listed {
         by_guid.entry(&attempt.guid).or_default().push(attempt);
     }
-    let mut due: Vec<(i64, Due)> = by_guid
+    let mut due: Vec<(UnixMs, Due)> = by_guid
         .into_iter()
         .filter(|(guid, attempts)| {
             !recorded.contains(*guid)
@@ -80,20 +80,16 @@ pub(crate) fn redeliveries_due(
 
 /// From when (unix ms) to list: the last listing's start less the margin,
 /// or as far back as GitHub keeps deliveries.
-pub(crate) fn listing_since(last_listed: Option<i64>, now: i64) -> i64 {
-    let kept = now - millis(DELIVERIES_KEPT);
-    last_listed.map_or(kept, |last| (last - millis(LISTING_MARGIN)).max(kept))
-}
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+pub(crate) fn listing_since(last_listed: Option<UnixMs>, now: UnixMs) -> UnixMs {
+    let kept = now - DELIVERIES_KEPT;
+    last_listed.map_or(kept, |last| (last - LISTING_MARGIN).max(kept))
 }
 
 /// This server's memory of when it last listed the App's deliveries; one
 /// listing at a time.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Redeliverer {
-    last_listed: Arc<tokio::sync::Mutex<Option<i64>>>,
+    last_listed: Arc<tokio::sync::Mutex<Option<UnixMs>>>,
 }
 
 impl Redeliverer {
@@ -108,7 +104,7 @@ impl Redeliverer {
             return Ok(0);
         };
         let mut last_listed = self.last_listed.lock().await;
-        let started = chrono::Utc::now().timestamp_millis();
+        let started = UnixMs::from_millis(chrono::Utc::now().timestamp_millis());
         let since = listing_since(*last_listed, started);
         let listed = github
             .hook_deliveries(since, MOST_PAGES)
@@ -154,8 +150,9 @@ impl Redeliverer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::time::in_tests::{millis, unix};
 
-    fn attempt(id: u64, guid: &str, delivered_at: i64, status_code: u16) -> HookDelivery {
+    fn attempt(id: u64, guid: &str, delivered_at: UnixMs, status_code: u16) -> HookDelivery {
         HookDelivery {
             id,
             guid: guid.into(),
@@ -178,9 +175,9 @@ mod tests {
     #[test]
     fn a_failed_delivery_never_recorded_is_asked_for_by_its_newest_failed_attempt() {
         let listed = [
-            attempt(1, "a", 1_000, 503),
-            attempt(101, "a", 5_000, 502),
-            attempt(2, "b", 2_000, 0),
+            attempt(1, "a", unix(1_000), 503),
+            attempt(101, "a", unix(5_000), 502),
+            attempt(2, "b", unix(2_000), 0),
         ];
         let due = redeliveries_due(&listed, &set(&[]), &set(&[]));
         assert_eq!(ids(&due), [2, 101], "oldest event first, once each");
@@ -190,10 +187,10 @@ mod tests {
     #[test]
     fn an_event_answered_2xx_once_or_recorded_by_the_store_is_delivered() {
         let listed = [
-            attempt(1, "retried-by-hand", 1_000, 503),
-            attempt(102, "retried-by-hand", 2_000, 202),
-            attempt(3, "answer-lost", 3_000, 504),
-            attempt(4, "fine", 4_000, 200),
+            attempt(1, "retried-by-hand", unix(1_000), 503),
+            attempt(102, "retried-by-hand", unix(2_000), 202),
+            attempt(3, "answer-lost", unix(3_000), 504),
+            attempt(4, "fine", unix(4_000), 200),
         ];
         let due = redeliveries_due(&listed, &set(&["answer-lost"]), &set(&[]));
         assert!(due.is_empty(), "{due:?}");
@@ -201,23 +198,20 @@ mod tests {
 
     #[test]
     fn an_event_asked_for_before_is_not_asked_again_even_if_it_failed_again() {
-        let listed = [attempt(1, "a", 1_000, 503), attempt(103, "a", 9_000, 503)];
+        let listed = [
+            attempt(1, "a", unix(1_000), 503),
+            attempt(103, "a", unix(9_000), 503),
+        ];
         assert!(redeliveries_due(&listed, &set(&[]), &set(&["a"])).is_empty());
     }
 
     #[test]
     fn listing_reaches_back_to_the_last_listing_less_a_margin_and_never_past_what_github_keeps() {
-        let now = 10 * millis(DELIVERIES_KEPT);
-        assert_eq!(listing_since(None, now), now - millis(DELIVERIES_KEPT));
-        let last = now - 60_000;
-        assert_eq!(
-            listing_since(Some(last), now),
-            last - millis(LISTING_MARGIN)
-        );
-        let long_ago = now - 2 * millis(DELIVERIES_KEPT);
-        assert_eq!(
-            listing_since(Some(long_ago), now),
-            now - millis(DELIVERIES_KEPT)
-        );
+        let now = UnixMs::EPOCH + 10 * DELIVERIES_KEPT;
+        assert_eq!(listing_since(None, now), now - DELIVERIES_KEPT);
+        let last = now - millis(60_000);
+        assert_eq!(listing_since(Some(last), now), last - LISTING_MARGIN);
+        let long_ago = now - 2 * DELIVERIES_KEPT;
+        assert_eq!(listing_since(Some(long_ago), now), now - DELIVERIES_KEPT);
     }
 }

@@ -31,8 +31,8 @@ use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Fact, FactData, FactKind};
 use crate::git;
 use crate::jobs::Task;
-use crate::model::RepoId;
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
+use crate::model::{RepoId, UnixMs};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, RecordedOutputs, Workbench};
 use crate::plan::tail::OutputTail;
@@ -550,7 +550,7 @@ async fn gate_mismatch(
     let facts = store.gate_facts(&run.repo.id.ledger_key(), gate).await?;
     let scope = Scope::Run {
         run: run.id,
-        since: 0,
+        since: UnixMs::EPOCH,
     };
     Ok(match Tally::new(&facts, scope).evaluate(digest, 1) {
         Evaluation::Mismatch(approved) => Some(crate::apply::Mismatch {
@@ -578,7 +578,7 @@ async fn run_gate_approvers(
         &facts,
         Scope::Run {
             run: drive.run.id,
-            since: 0,
+            since: UnixMs::EPOCH,
         },
     );
     let dropped = still_counting(
@@ -1098,7 +1098,7 @@ async fn perform(job: &JobCtx<'_>, io: &mut RunIo<'_>, effect: Effect) -> Result
             if let Some(Wait::EarlierAttempt { member, until }) = &io.run.record.wait {
                 tracing::warn!(
                     %member,
-                    until,
+                    until = until.millis(),
                     "an earlier apply may still be running; waiting for it to end"
                 );
             }

@@ -17,7 +17,7 @@ use crate::gate::counting::{self};
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::jobs::Task;
-use crate::model::{CommitSha, Digest, GateId, PrNumber, User};
+use crate::model::{CommitSha, Digest, GateId, PrNumber, UnixMs, User};
 use crate::report::refusal::{self, Refusal};
 use crate::store::Store;
 use crate::store::{ApplyRunRecord, JobOutcome};
@@ -30,7 +30,7 @@ pub(crate) struct CommentIn<'a> {
     pub(crate) id: u64,
     pub(crate) author: &'a User,
     pub(crate) body: &'a str,
-    pub(crate) written_at: Option<i64>,
+    pub(crate) written_at: Option<UnixMs>,
 }
 
 /// What became of one command.
@@ -197,7 +197,7 @@ async fn approve(
             posted_at: plan
                 .as_ref()
                 .filter(|p| Some(&p.head_sha) == r.report_head.as_ref())
-                .map_or(i64::MAX, |p| p.created_at),
+                .map_or(UnixMs::MAX, |p| p.created_at),
         })
     });
     let head_now = record.as_ref().map_or("", |r| r.head_sha.as_str());

@@ -244,10 +244,10 @@ pub(super) async fn publish_gate(
     let reviews_count = policy.as_ref().is_ok_and(|p| p.review_approvals);
     let tally = Tally::new(&facts, plan_scope(plan, reviews_count));
     // Approvals of this digest older than `approval_ttl` no longer count.
-    let ttl_ms = policy.as_ref().ok().and_then(Policy::approval_ttl_ms);
+    let ttl = policy.as_ref().ok().and_then(Policy::approval_ttl);
     let now = store.now();
     let required = policy.as_ref().map_or(1, |p| p.required.max(1) as usize);
-    let mut counted = tally.count(&digest, required, ttl_ms, now);
+    let mut counted = tally.count(&digest, required, ttl, now);
     if policy.is_err() {
         // A base policy that cannot be read approves nothing.
         counted.evaluation = Evaluation::Waiting {
@@ -275,7 +275,7 @@ pub(super) async fn publish_gate(
     let standing = Standing {
         counted,
         ledger_head,
-        ttl_ms,
+        ttl,
         policy_changed: match &policy {
             Ok(base) => mirror
                 .config_at(&plan.head_sha)

@@ -15,13 +15,14 @@ use crate::forge::listing::Page;
 use crate::forge::ReviewState;
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::jobs;
-use crate::model::PrNumber;
 use crate::model::{CommitSha, GateId, User};
+use crate::model::{PrNumber, UnixMs};
 use crate::store::Store;
 use crate::store::{ApplyRunRecord, JobOutcome};
 use crate::store::{Once, OnceSource};
 use crate::worker::ctx::{Forge, JobCtx, Mirror, Queue};
 use anyhow::{Context, Result};
+use std::time::Duration;
 
 /// A review as the review job carries it.
 pub(crate) struct ReviewIn<'a> {
@@ -30,14 +31,14 @@ pub(crate) struct ReviewIn<'a> {
     pub(crate) state: ReviewState,
     pub(crate) commit: Option<&'a CommitSha>,
     /// When it was submitted (unix ms), as the forge says.
-    pub(crate) submitted_at: Option<i64>,
+    pub(crate) submitted_at: Option<UnixMs>,
 }
 
 /// What became of a review a webhook brought without its id.
 enum Identified {
     /// Not taken up yet (0: not found on the forge; it is handled as before),
     /// and when it was submitted.
-    Unseen(u64, Option<i64>),
+    Unseen(u64, Option<UnixMs>),
     /// The reconciliation sweep took it up already.
     Seen(u64),
 }
@@ -166,7 +167,7 @@ async fn review_at_run_gate(
     // forges date them).
     let saw_the_wait = review
         .submitted_at
-        .is_some_and(|at| at + 1000 > run.record.wait_posted_at);
+        .is_some_and(|at| at + Duration::from_secs(1) > run.record.wait_posted_at);
     let refused = if !saw_the_wait {
         Some(match review.submitted_at {
                 Some(_) => format!("the review was submitted before the run's gate waited, so it did not see the set it would approve; approve it with `/approve {digest}`"),
@@ -258,7 +259,7 @@ pub(in crate::worker) async fn review_job(
         &User,
         ReviewState,
         Option<&CommitSha>,
-        Option<i64>,
+        Option<UnixMs>,
     ),
 ) -> Result<JobOutcome> {
     let identified = review_id == 0;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tempfile::TempDir;
 use wavegate::config::ledger_key;
 use wavegate::gate::ledger::{self, Actor, Fact, FactKind, LedgerHead, NewFact, Source};
+use wavegate::model::UnixMs;
 use wavegate::store::Store;
 
 const INFRA: &str = "github:acme/infra";
@@ -44,7 +45,7 @@ fn fact(repo: &str, gate: &str, kind: FactKind, login: &str, comment: u64) -> Ne
             id: comment * 10,
             login: login.into(),
         },
-        at: 1_700_000_000_000 + i64::try_from(comment).unwrap(),
+        at: UnixMs::from_millis(1_700_000_000_000 + i64::try_from(comment).unwrap()),
         source: Source::Comment { id: comment },
         data: Default::default(),
     }
@@ -122,7 +123,7 @@ async fn forge_approval(url: &str, repo: &str, login: &str) -> Fact {
     .bind(forged.fact.digest.to_string())
     .bind(i64::try_from(forged.fact.actor.id).unwrap())
     .bind(login)
-    .bind(forged.fact.at)
+    .bind(forged.fact.at.millis())
     .bind(serde_json::to_string(&forged.fact.source).unwrap())
     .bind("null")
     .bind(forged.prev.as_str())

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use wavegate::forge::events::{parse_forgejo, parse_github, ParseError, Parsed};
 use wavegate::forge::webhook::{dedupe_target, dedupe_target_of, read_headers};
 use wavegate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
-use wavegate::model::{CommitSha, ForgeKind, PrNumber, RepoId, User};
+use wavegate::model::{CommitSha, ForgeKind, PrNumber, RepoId, UnixMs, User};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
@@ -337,7 +337,7 @@ fn github_comment_on_a_pull_request_is_a_command_candidate() {
             author: human(21031067, "Codertocat"),
             body: "You are totally right! I'll get this fixed right away.".into(),
             // 2019-05-15T15:20:21Z
-            written_at: Some(1_557_933_621_000),
+            written_at: Some(UnixMs::from_millis(1_557_933_621_000)),
         }
     );
 }
@@ -354,7 +354,7 @@ fn github_submitted_review_is_bound_to_its_commit() {
             author: human(21031067, "Codertocat"),
             state: ReviewState::Commented,
             commit: Some(sha(CODERTOCAT_HEAD)),
-            submitted_at: Some(1_557_933_638_000),
+            submitted_at: Some(UnixMs::from_millis(1_557_933_638_000)),
         }
     );
 }
@@ -476,7 +476,7 @@ fn gitea_comment_on_a_pull_request_is_a_command_candidate() {
             author: human(1, "example"),
             body: "example".into(),
             // 2022-03-09T16:31:34+09:00
-            written_at: Some(1_646_811_094_000),
+            written_at: Some(UnixMs::from_millis(1_646_811_094_000)),
         }
     );
 }

@@ -11,7 +11,7 @@ use crate::apply::hooks::{
 use crate::apply::{AttemptRecord, Wait};
 use crate::config::hooks::Moment;
 use crate::gate::ledger::{FactData, FactKind};
-use crate::model::{Digest, GateId, MemberId};
+use crate::model::{Digest, GateId, MemberId, UnixMs};
 use crate::plan::engine::{HookCommand, Workbench};
 use crate::report::apply::line_to_copy;
 use crate::store::Store;
@@ -27,7 +27,7 @@ pub(super) struct GateDecision {
     pub(super) wave: Option<u32>,
     pub(super) gate: Option<GateId>,
     pub(super) digest: Option<Digest>,
-    pub(super) waiting_since: Option<i64>,
+    pub(super) waiting_since: Option<UnixMs>,
     pub(super) approve: Option<String>,
     pub(super) json: Value,
 }
@@ -105,7 +105,7 @@ impl GateDecision {
         );
         put(
             "WAVEGATE_GATE_WAITING_SINCE",
-            self.waiting_since.map(crate::model::utc),
+            self.waiting_since.map(|at| at.to_string()),
         );
         put("WAVEGATE_GATE_APPROVE", self.approve.clone());
         env
