@@ -279,8 +279,10 @@ fn main() -> ExitCode {
     let vars = ServerVars::from_env();
     // Logging starts before the other settings are checked, so that their
     // errors are logged as asked.
-    match wavegate::config::settings::log_format(&vars.log_format) {
-        Ok(format) => init_logging(format, &vars.log),
+    match wavegate::config::settings::log_format(&vars.log_format)
+        .and_then(|format| Ok((format, log_filter(&vars.log)?)))
+    {
+        Ok((format, filter)) => init_logging(format, filter),
         Err(e) => return usage_error(&format!("{e:#}")),
     }
     match cli.command {
@@ -909,9 +911,18 @@ fn usage_error(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// `filter` is `WAVEGATE_LOG`'s; one that does not parse logs at `info`.
-fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| "info".into());
+/// Reads `WAVEGATE_LOG`: a filter that does not parse is refused, not
+/// quietly replaced by `info` (an operator asking for `debug` would never
+/// learn why it does not show).
+fn log_filter(text: &str) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|e| {
+        anyhow::anyhow!(
+            "WAVEGATE_LOG=`{text}` is not a log filter ({e}); write it like `info` or `info,wavegate=debug`"
+        )
+    })
+}
+
+fn init_logging(format: LogFormat, filter: tracing_subscriber::EnvFilter) {
     let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -268,6 +268,23 @@ async fn json_logs_carry_the_job_span_on_every_line_of_the_job() {
 }
 
 #[test]
+fn a_log_filter_that_does_not_read_is_refused_naming_the_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .arg("serve")
+        .env_clear()
+        .env("WAVEGATE_LOG", "wavegate=loud")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("WAVEGATE_LOG=`wavegate=loud` is not a log filter (")
+            && stderr.contains("write it like `info` or `info,wavegate=debug`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_unknown_log_format_is_refused_naming_the_variable() {
     let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
         .arg("serve")
