@@ -207,7 +207,7 @@ impl From<TfMember> for wavegate::plan::terraform_run::TfOptions {
     fn from(member: TfMember) -> Self {
         Self {
             binary: member.binary,
-            stage: member.stage,
+            stage: wavegate::model::StageName::new(member.stage),
             dir: member.dir,
             stage_dir: member.stage_dir,
         }

@@ -12,7 +12,7 @@ pub(crate) mod run;
 pub(crate) mod stage;
 
 use crate::config::repo::{Component, GatePolicy};
-use crate::model::{Digest, GateId, MemberId, PrNumber, UnixMs};
+use crate::model::{Digest, GateId, MemberId, PrNumber, StageName, UnixMs};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::coverage::{coverage, Coverage, FreshPlan};
 use crate::plan::preview::Approvers;
@@ -237,7 +237,7 @@ pub(crate) enum Wait {
     PrApproval { gate: GateId, digest: Digest },
     /// A stage whose gate asks for its own approval of its set digest.
     Stage {
-        stage: String,
+        stage: StageName,
         gate: GateId,
         digest: Digest,
     },
@@ -272,7 +272,7 @@ pub(crate) enum Wait {
     /// A hook of `stage` waits at `gate` for an approval of `digest`: its
     /// own failure's, or (`hold`) the gate it asked to hold the stage on.
     Hook {
-        stage: String,
+        stage: StageName,
         moment: crate::config::hooks::Moment,
         hook: String,
         gate: GateId,
@@ -423,7 +423,7 @@ pub(crate) struct Mismatch {
 pub(crate) struct Round {
     pub(crate) number: u32,
     pub(crate) gate: GateId,
-    pub(crate) stage: String,
+    pub(crate) stage: StageName,
     pub(crate) change_set: ChangeSet,
     /// Why each member was not covered; empty for a covered round.
     pub(crate) reasons: Vec<String>,
@@ -461,9 +461,9 @@ pub(crate) struct AttemptRecord {
     /// When `wait` was posted (unix ms): an `/approve` written earlier did not see it.
     pub(crate) wait_posted_at: UnixMs,
     /// Where the run is (stage, 1-based wave), for the report.
-    pub(crate) at: Option<(String, usize)>,
+    pub(crate) at: Option<(StageName, usize)>,
     /// Each stage's waves on the merge commit, in order, for the report.
-    pub(crate) layout: Vec<(String, Vec<Vec<MemberId>>)>,
+    pub(crate) layout: Vec<(StageName, Vec<Vec<MemberId>>)>,
     /// Stages whose `always` gate was skipped: their plans change nothing.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub(crate) gates_skipped: BTreeSet<String>,
@@ -598,7 +598,7 @@ impl AttemptRecord {
         waves: &[Vec<MemberId>],
         upstreams: &BTreeMap<MemberId, Vec<MemberId>>,
     ) {
-        let earlier: Vec<String> = self
+        let earlier: Vec<StageName> = self
             .layout
             .iter()
             .map(|(s, _)| s.clone())
@@ -617,7 +617,7 @@ impl AttemptRecord {
             }
             let before = earlier
                 .iter()
-                .find_map(|s| self.stood_down_root(&MemberId::of(member.component(), s)));
+                .find_map(|s| self.stood_down_root(&MemberId::of(member.component(), s.as_str())));
             if let Some(root) = before {
                 let reason = format!("with {root}, which a newer push deploys");
                 self.set(member, MemberState::StoodDown { reason });
@@ -704,7 +704,7 @@ impl AttemptRecord {
                 self.rounds.push(Round {
                     number,
                     gate: GateId::Round(pr, number),
-                    stage: stage.to_owned(),
+                    stage: StageName::new(stage),
                     change_set: set,
                     reasons,
                     filled,
@@ -939,7 +939,7 @@ mod tests {
         crate::plan::outcome::MemberOutcome {
             member: plan.member.clone(),
             component: id.component().to_owned(),
-            stage: id.stage().to_owned(),
+            stage: StageName::new(id.stage()),
             status: MemberStatus::Planned,
             plan: Some(plan.clone()),
             error: None,

@@ -17,7 +17,7 @@ use crate::config::hooks::Moment;
 use crate::config::repo::GatePolicy;
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::Fact;
-use crate::model::{DigestOver, GateId, MemberId, PrNumber, UnixMs};
+use crate::model::{DigestOver, GateId, MemberId, PrNumber, StageName, UnixMs};
 use crate::plan::changeset::{ChangeSet, ChangeSetError, MemberStatus};
 use crate::plan::cost::StageCost;
 use crate::plan::coverage::{Coverage, FreshPlan};
@@ -512,7 +512,7 @@ impl<'a> StageMachine<'a> {
             );
         }
         record.wait = Some(Wait::Stage {
-            stage: self.spec.stage.to_owned(),
+            stage: StageName::new(self.spec.stage),
             gate: gate_id,
             digest,
         });

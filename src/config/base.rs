@@ -15,6 +15,7 @@ use super::repo::{
     apply_concurrency_of, gate_of, gate_scope_of, stage_policy, stage_timeout, RepoConfig,
 };
 use super::CONFIG_FILE;
+use crate::model::StageName;
 use std::time::Duration;
 
 /// The base branch's rules, as read from its config at one commit.
@@ -114,7 +115,7 @@ impl BaseRules {
     }
 
     /// The base's stages, in order (none when it has no readable config).
-    pub(crate) fn stages(&self) -> Vec<String> {
+    pub(crate) fn stages(&self) -> Vec<StageName> {
         match &self.config {
             Ok(Some(config)) => config.stages.iter().map(|s| s.name.clone()).collect(),
             _ => Vec::new(),

@@ -10,7 +10,7 @@
 
 use super::check::{parse_duration, ConfigError, Template};
 use super::raw::{RawComponent, RawGroup};
-use crate::model::{DependencyGraph, MemberId};
+use crate::model::{DependencyGraph, MemberId, StageName};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -39,7 +39,7 @@ pub(crate) enum Batch<'g> {
     Alone(MemberId),
     Group {
         group: &'g Group,
-        stage: String,
+        stage: StageName,
         /// Sorted.
         members: Vec<MemberId>,
     },
@@ -77,7 +77,7 @@ impl Groups {
         if self.all.is_empty() {
             return members.iter().cloned().map(Batch::Alone).collect();
         }
-        let mut mates: BTreeMap<(usize, String), Vec<MemberId>> = BTreeMap::new();
+        let mut mates: BTreeMap<(usize, StageName), Vec<MemberId>> = BTreeMap::new();
         for member in members {
             if let Some((group, stage)) = self.placed(member) {
                 mates
@@ -147,12 +147,12 @@ impl Groups {
     }
 
     /// The group and stage `member` plans with, if its group can sit in one wave.
-    fn placed(&self, member: &MemberId) -> Option<(usize, String)> {
+    fn placed(&self, member: &MemberId) -> Option<(usize, StageName)> {
         let &group = self.of.get(member.component())?;
         self.all[group]
             .apart
             .is_none()
-            .then(|| (group, member.stage().to_owned()))
+            .then(|| (group, StageName::new(member.stage())))
     }
 }
 

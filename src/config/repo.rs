@@ -18,7 +18,7 @@ pub(crate) use super::raw::{
 };
 use super::raw::{Notify, RawComponent, RawDefaults};
 use crate::model::canonical::{canonical_json_with, NumberForm};
-use crate::model::{DependencyGraph, GateId, Money};
+use crate::model::{DependencyGraph, GateId, Money, StageName};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -41,7 +41,7 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// A validated stage.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stage {
-    pub name: String,
+    pub name: StageName,
     /// `Always` when the file does not say: the strictest reading.
     pub(crate) gate: GatePolicy,
     /// How long its gate waits for `/approve <stage>`; forever when unset.
@@ -72,16 +72,16 @@ pub struct Component {
     /// Patterns that select the component in every stage it runs in.
     pub(crate) paths: Vec<Pattern>,
     /// Patterns written with `{stage}`: each selects only its stage's member.
-    pub(crate) stage_paths: Vec<(String, Pattern)>,
+    pub(crate) stage_paths: Vec<(StageName, Pattern)>,
     /// The files its commands run or read ([`command_files`]): a change to
     /// one selects it like a change under `paths`, so that no command
     /// applies a script no plan ran.
     pub(crate) files: Vec<Pattern>,
     /// Those written with `{stage}`, each for its stage's member only.
-    pub(crate) stage_files: Vec<(String, Pattern)>,
+    pub(crate) stage_files: Vec<(StageName, Pattern)>,
     pub(crate) depends_on: Vec<String>,
     pub inputs: Vec<Input>,
-    pub stages: Vec<String>,
+    pub stages: Vec<StageName>,
     pub plan: Vec<String>,
     pub apply: Option<Vec<String>>,
     pub(crate) outputs: Option<Vec<String>>,
@@ -570,7 +570,7 @@ fn validate_stages(
             &err,
         )?;
         stages.push(Stage {
-            name: s.name.clone(),
+            name: StageName::new(s.name.clone()),
             gate: s.gate.unwrap_or(GatePolicy::Always),
             timeout,
             execution,
@@ -679,7 +679,7 @@ fn validate_component(
             ));
         }
     }
-    let stage_names: Vec<String> = match &c.stages {
+    let stage_names: Vec<StageName> = match &c.stages {
         Some(list) if list.is_empty() => {
             return Err(err(
                 at("stages"),
@@ -689,7 +689,7 @@ fn validate_component(
         }
         Some(list) => {
             for (j, s) in list.iter().enumerate() {
-                if !stages.iter().any(|x| &x.name == s) {
+                if !stages.iter().any(|x| x.name == *s) {
                     let known: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
                     return Err(err(
                         at(&format!("stages[{j}]")),
@@ -701,7 +701,7 @@ fn validate_component(
             // Stage order is the file's, whatever order the component lists them in.
             stages
                 .iter()
-                .filter(|x| list.contains(&x.name))
+                .filter(|x| list.iter().any(|s| x.name == *s))
                 .map(|x| x.name.clone())
                 .collect()
         }
@@ -754,8 +754,8 @@ fn validate_component(
             .map_err(|p| err(field.clone(), p, PATH_PLACEHOLDER_FIX))?;
         if text.contains(STAGE_PLACEHOLDER) {
             for stage in &stage_names {
-                let pattern = compile(&text.replace(STAGE_PLACEHOLDER, stage))?;
-                stage_paths.push((stage.to_owned(), pattern));
+                let pattern = compile(&text.replace(STAGE_PLACEHOLDER, stage.as_str()))?;
+                stage_paths.push((stage.clone(), pattern));
             }
         } else {
             paths.push(compile(&text)?);
@@ -813,7 +813,7 @@ fn validate_component(
 
 /// Patterns that select a component in every stage, and those (written
 /// with `{stage}`) that select one stage's member only.
-type Claims = (Vec<Pattern>, Vec<(String, Pattern)>);
+type Claims = (Vec<Pattern>, Vec<(StageName, Pattern)>);
 
 /// The files a component's commands run or read, as patterns that select
 /// it when they change: each file its `plan`, `apply` and `outputs` argv
@@ -824,7 +824,7 @@ type Claims = (Vec<Pattern>, Vec<(String, Pattern)>);
 fn command_files(
     c: &RawComponent,
     defaults: &RawDefaults,
-    (dir, stage_names): (&str, &[String]),
+    (dir, stage_names): (&str, &[StageName]),
     commands: [Option<&Vec<String>>; 3],
     at: &impl Fn(&str) -> String,
     err: &impl Fn(String, String, &str) -> ConfigError,
@@ -861,7 +861,7 @@ fn command_files(
         };
         if text.contains(STAGE_PLACEHOLDER) {
             for stage in stage_names {
-                if let Some(pattern) = compile(&text.replace(STAGE_PLACEHOLDER, stage))? {
+                if let Some(pattern) = compile(&text.replace(STAGE_PLACEHOLDER, stage.as_str()))? {
                     stage_files.push((stage.clone(), pattern));
                 }
             }
@@ -1055,10 +1055,10 @@ pub(crate) fn config_changed_components(
         return head.components.iter().map(|c| c.name.clone()).collect();
     };
     let fingerprint = |v: &dyn erased::Ser| v.canonical();
-    let stages_changed = |stages: &[String]| {
+    let stages_changed = |stages: &[StageName]| {
         stages.iter().any(|s| {
-            let b = base.stages.iter().find(|x| &x.name == s);
-            let h = head.raw.stages.iter().find(|x| &x.name == s);
+            let b = base.stages.iter().find(|x| x.name == *s);
+            let h = head.raw.stages.iter().find(|x| x.name == *s);
             fingerprint(&b) != fingerprint(&h)
         })
     };

@@ -13,11 +13,11 @@ use std::str::FromStr;
 pub struct StageName(String);
 
 impl StageName {
-    pub(crate) fn new(name: impl Into<String>) -> Self {
+    pub fn new(name: impl Into<String>) -> Self {
         Self(name.into())
     }
 
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -28,9 +28,66 @@ impl fmt::Display for StageName {
     }
 }
 
+/// A map or set keyed by stage names is read with a `&str`.
+impl Borrow<str> for StageName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for StageName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl PartialEq<str> for StageName {
     fn eq(&self, other: &str) -> bool {
         self.0 == other
+    }
+}
+
+impl PartialEq<&str> for StageName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for StageName {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<StageName> for str {
+    fn eq(&self, other: &StageName) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<StageName> for &str {
+    fn eq(&self, other: &StageName) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<StageName> for String {
+    fn eq(&self, other: &StageName) -> bool {
+        *self == other.0
+    }
+}
+
+/// A stage written as a literal in a unit test: `"prod".into()`.
+#[cfg(test)]
+impl From<&str> for StageName {
+    fn from(name: &str) -> Self {
+        Self::new(name)
+    }
+}
+
+impl From<StageName> for String {
+    fn from(stage: StageName) -> Self {
+        stage.0
     }
 }
 
@@ -228,6 +285,25 @@ mod tests {
         let json = serde_json::to_string(&member).unwrap();
         assert_eq!(json, "\"app@prod\"");
         assert_eq!(serde_json::from_str::<MemberId>(&json).unwrap(), member);
+    }
+
+    #[test]
+    fn a_stage_name_reads_and_writes_as_its_name() {
+        let stage = StageName::new("eu-west.1");
+        assert_eq!(stage.to_string(), "eu-west.1");
+        assert_eq!(stage, "eu-west.1");
+        let json = serde_json::to_string(&stage).unwrap();
+        assert_eq!(json, "\"eu-west.1\"");
+        assert_eq!(serde_json::from_str::<StageName>(&json).unwrap(), stage);
+        let by_stage: std::collections::BTreeMap<StageName, u8> =
+            [(StageName::new("prod"), 1), (stage, 2)]
+                .into_iter()
+                .collect();
+        assert_eq!(
+            serde_json::to_string(&by_stage).unwrap(),
+            r#"{"eu-west.1":2,"prod":1}"#
+        );
+        assert_eq!(by_stage.get("prod"), Some(&1));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `pastBreakdown.totalMonthlyCost` (what it costs before the change).
 
 use crate::model::canonical::digest_value;
-use crate::model::{Digest, MemberId, Money};
+use crate::model::{Digest, MemberId, Money, StageName};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -66,7 +66,7 @@ pub(crate) struct Figures {
 pub(crate) struct StageCost {
     /// `cost@<stage>`.
     pub(crate) member: MemberId,
-    pub(crate) stage: String,
+    pub(crate) stage: StageName,
     #[serde(default)]
     pub(crate) currency: String,
     /// The members the file priced; one it left out is not priced.
@@ -90,7 +90,7 @@ impl StageCost {
     pub(crate) fn priced(stage: &str, figures: Figures, max_increase: Option<Money>) -> Self {
         let mut cost = StageCost {
             member: cost_member(stage),
-            stage: stage.to_owned(),
+            stage: StageName::new(stage),
             currency: figures.currency,
             members: figures.members,
             denied: Vec::new(),
@@ -109,7 +109,7 @@ impl StageCost {
     pub(crate) fn failed(stage: &str, error: String) -> Self {
         let mut cost = StageCost {
             member: cost_member(stage),
-            stage: stage.to_owned(),
+            stage: StageName::new(stage),
             currency: String::new(),
             members: BTreeMap::new(),
             denied: Vec::new(),

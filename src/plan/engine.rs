@@ -24,7 +24,7 @@ use crate::config::hooks::Hook;
 use crate::config::repo::{config_changed_components, Component};
 use crate::config::{ConfigError, RepoConfig, CONFIG_FILE};
 use crate::git;
-use crate::model::{DigestOver, MemberId, Money};
+use crate::model::{DigestOver, MemberId, Money, StageName};
 use crate::sandbox::{files, CommandKind, Profile, Sandbox};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -152,7 +152,7 @@ pub(crate) struct Prepared {
     base_text: Option<String>,
     /// Each stage's profile choice, as the choosing config says (see
     /// [`PlanOptions::merged`]).
-    execution: BTreeMap<String, StageExecution>,
+    execution: BTreeMap<StageName, StageExecution>,
     /// The base's plan timeouts; `None` when the head is merged.
     plan_timeouts: Option<BaseTimeouts>,
     /// Why the base's profile choices were set aside, for the report.
@@ -510,7 +510,7 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
     }
     let mut costs = Vec::new();
     for stage in &bench.config.stages {
-        let Some(command) = prepared.costs.at(&stage.name) else {
+        let Some(command) = prepared.costs.at(stage.name.as_str()) else {
             continue;
         };
         let members: Vec<MemberId> = prepared
@@ -529,12 +529,17 @@ pub async fn plan_change(options: &PlanOptions) -> Result<PlannedChange, PlanErr
             .collect();
         costs.push(if unplanned.is_empty() {
             bench
-                .run_cost(&stage.name, command, &members, prepared.max_increase)
+                .run_cost(
+                    stage.name.as_str(),
+                    command,
+                    &members,
+                    prepared.max_increase,
+                )
                 .await
         } else {
             let names: Vec<&str> = unplanned.iter().map(|m| m.as_str()).collect();
             StageCost::failed(
-                &stage.name,
+                stage.name.as_str(),
                 format!("not priced: {} did not plan", names.join(", ")),
             )
         });
@@ -672,7 +677,7 @@ pub(crate) struct Workbench {
     /// Which members the digests bind (a group's digest too).
     digest_over: DigestOver,
     /// Each stage's profiles, as the choosing config says.
-    execution: BTreeMap<String, StageExecution>,
+    execution: BTreeMap<StageName, StageExecution>,
     /// The base's plan timeouts (a pull request's plan); `None`: the config's own.
     plan_timeouts: Option<BaseTimeouts>,
     /// The base's Rego policies, which judge every plan read.
@@ -1018,14 +1023,14 @@ impl Workbench {
             arg.replace("{members_file}", &path(MEMBERS_FILE))
                 .replace("{plan_file}", &path(PLAN_FILE))
                 .replace("{member}", member)
-                .replace("{stage}", &call.stage)
+                .replace("{stage}", call.stage.as_str())
                 .replace("{root}", &root.display().to_string())
         };
         let argv: Vec<String> = hook.command.iter().map(fill).collect();
         let mut env = vec![
             ("WAVEGATE_HOOK".to_owned(), call.moment.to_string()),
             ("WAVEGATE_HOOK_NAME".to_owned(), call.name.clone()),
-            ("WAVEGATE_STAGE".to_owned(), call.stage.clone()),
+            ("WAVEGATE_STAGE".to_owned(), call.stage.to_string()),
             ("WAVEGATE_MEMBERS_FILE".to_owned(), path(MEMBERS_FILE)),
             ("WAVEGATE_HOLD".to_owned(), path(HOLD_FILE)),
         ];
@@ -1039,8 +1044,8 @@ impl Workbench {
         let label = format!("[hook] {} {}", call.moment, call.name);
         let command = (argv, root, env);
         let at = match &call.member {
-            Some(member) => Where::member(member.component(), &call.stage),
-            None => Where::stage(&call.stage),
+            Some(member) => Where::member(member.component(), call.stage.as_str()),
+            None => Where::stage(call.stage.as_str()),
         };
         let job = match self.job(
             (CommandKind::Hook, at),
@@ -1223,7 +1228,7 @@ impl Workbench {
             let mut outcome = MemberOutcome {
                 member: id.clone(),
                 component: component.name.clone(),
-                stage: stage.to_owned(),
+                stage: StageName::new(stage),
                 status: MemberStatus::Planned,
                 plan: None,
                 error: None,
@@ -1285,7 +1290,9 @@ impl Workbench {
                 members,
             } = batch
             {
-                if let Some(call) = self.prepare_group(group, &stage, &members, &mut grouped) {
+                if let Some(call) =
+                    self.prepare_group(group, stage.as_str(), &members, &mut grouped)
+                {
                     calls.push(Call::Group(Box::new(call)));
                 }
             }
@@ -1692,7 +1699,7 @@ impl Workbench {
             label,
             kind,
             member,
-            stage: at.stage.map(str::to_owned),
+            stage: at.stage.map(StageName::new),
             commit: self.commit.clone(),
             profile: profile.name.clone(),
             limits: profile.limits,

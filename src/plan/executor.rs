@@ -12,7 +12,7 @@
 //! the server's own host, is the first.
 
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec, Setup, SpawnError};
-use crate::model::MemberId;
+use crate::model::{MemberId, StageName};
 use crate::sandbox::process::ProcessId;
 use crate::sandbox::profile::Limits;
 use crate::sandbox::{files, CommandKind, Confinement, Profile, Sandbox};
@@ -41,7 +41,7 @@ pub(crate) struct Job {
     /// The member it is of (a group's call and a stage's hook are of none).
     pub(crate) member: Option<MemberId>,
     /// The stage whose profile it runs with (its setup is the stage's).
-    pub(crate) stage: Option<String>,
+    pub(crate) stage: Option<StageName>,
     /// The commit whose tree it runs in (the layout's `root`).
     pub(crate) commit: String,
     /// The operator's profile, by name: its paths, network, secrets and
@@ -411,7 +411,7 @@ impl LocalExecutor {
             .map_err(SpawnError::Sandbox)?;
         let setup = match &job.stage {
             Some(stage) if !profile.setup.is_empty() => Some(
-                self.setup_of(stage, &profile, job)
+                self.setup_of(stage.as_str(), &profile, job)
                     .map_err(SpawnError::Sandbox)?,
             ),
             _ => None,

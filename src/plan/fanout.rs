@@ -8,7 +8,7 @@ use crate::config::glob::PatternIndex;
 use crate::config::groups::{Batch, Fallback};
 use crate::config::{RepoConfig, CONFIG_FILE};
 use crate::model::canonical::digest_value;
-use crate::model::{DependencyGraph, MemberId};
+use crate::model::{DependencyGraph, MemberId, StageName};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -65,7 +65,7 @@ pub struct Derivation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct WaveGroup {
     pub(crate) group: String,
-    pub(crate) stage: String,
+    pub(crate) stage: StageName,
     /// Sorted.
     pub(crate) members: Vec<MemberId>,
     /// Which of the stage's waves (from 1).
@@ -250,7 +250,7 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
             let present: Vec<MemberId> = order
                 .iter()
                 .filter(|&&i| layer_of[i].is_some())
-                .map(|&i| MemberId::of(&config.components[i].name, &stage.name))
+                .map(|&i| MemberId::of(&config.components[i].name, stage.name.as_str()))
                 .collect();
             fallbacks.extend(config.groups.fallbacks(&present));
             for batch in config.groups.batches(&present) {
@@ -266,7 +266,10 @@ pub fn derive(input: &FanOutInput<'_>) -> Result<Derivation, FanOutError> {
         let mut layers: Vec<Vec<MemberId>> = vec![Vec::new(); depth];
         for (i, layer) in layer_of.iter().enumerate() {
             if let Some(layer) = layer {
-                layers[*layer].push(MemberId::of(&config.components[i].name, &stage.name));
+                layers[*layer].push(MemberId::of(
+                    &config.components[i].name,
+                    stage.name.as_str(),
+                ));
             }
         }
         for (group, members) in stage_groups {

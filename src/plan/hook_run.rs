@@ -3,7 +3,7 @@
 //! fills these in; the apply rules (`apply::hooks`) judge them.
 
 use crate::config::hooks::Moment;
-use crate::model::{Digest, MemberId};
+use crate::model::{Digest, MemberId, StageName};
 use crate::plan::tail::OutputTail;
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ pub(crate) const HOLD_EXIT: i32 = 3;
 /// Which call of a hook: at a moment of a stage, for one member or all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct HookCall {
-    pub(crate) stage: String,
+    pub(crate) stage: StageName,
     pub(crate) moment: Moment,
     pub(crate) name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

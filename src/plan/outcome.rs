@@ -8,7 +8,7 @@ use super::changeset::{ChangeSet, ChangeSetError, ChangeSetMember, MemberStatus}
 use super::fanout::{Derivation, Skipped, WaveGroup};
 use super::planfile::MemberPlan;
 use super::preview::Preview;
-use crate::model::{Digest, DigestOver, MemberId};
+use crate::model::{Digest, DigestOver, MemberId, StageName};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub(crate) struct ResolvedInput {
 pub struct MemberOutcome {
     pub(crate) member: MemberId,
     pub(crate) component: String,
-    pub(crate) stage: String,
+    pub(crate) stage: StageName,
     pub(crate) status: MemberStatus,
     pub(crate) plan: Option<MemberPlan>,
     pub(crate) error: Option<String>,

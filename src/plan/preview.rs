@@ -10,7 +10,7 @@ use crate::config::repo::{
     gate_of, gate_scope_of, stage_policy, GatePolicy, GateScope, Policy, RawRepoConfig, RepoConfig,
     CONFIG_FILE,
 };
-use crate::model::MemberId;
+use crate::model::{MemberId, StageName};
 use serde::{Deserialize, Serialize};
 
 /// The base branch's config as the gates will read it.
@@ -55,7 +55,7 @@ impl Approvers {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StagePreview {
-    pub(crate) name: String,
+    pub(crate) name: StageName,
     /// Indices into the derivation's waves that belong to this stage.
     pub(crate) waves: Vec<usize>,
     pub(crate) gate: GatePolicy,
@@ -98,7 +98,7 @@ impl Preview {
             match stages.iter_mut().find(|s| s.name == name) {
                 Some(stage) => stage.waves.push(i),
                 None => stages.push(StagePreview {
-                    name: name.to_owned(),
+                    name: StageName::new(name),
                     waves: vec![i],
                     gate: GatePolicy::Always,
                     gate_at_base: true,
@@ -156,13 +156,13 @@ pub(crate) fn preview(
             let entry = raw
                 .as_ref()
                 .and_then(|r| r.stages.iter().find(|s| s.name == stage.name));
-            let own = stage_policy(raw.as_ref(), &policy, &stage.name);
+            let own = stage_policy(raw.as_ref(), &policy, stage.name.as_str());
             Some(StagePreview {
                 name: stage.name.clone(),
                 waves: in_stage,
-                gate: gate_of(raw.as_ref(), &stage.name),
+                gate: gate_of(raw.as_ref(), stage.name.as_str()),
                 gate_at_base: entry.is_some_and(|e| e.gate.is_some()),
-                per_wave: gate_scope_of(raw.as_ref(), &stage.name) == GateScope::Wave,
+                per_wave: gate_scope_of(raw.as_ref(), stage.name.as_str()) == GateScope::Wave,
                 own_approvers: own.approvers != policy.approvers
                     || own.required != policy.required
                     || own.review_approvals != policy.review_approvals,

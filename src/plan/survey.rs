@@ -7,14 +7,14 @@
 use super::fanout::{derive, FanOutInput};
 use crate::config::glob::Pattern;
 use crate::config::repo::RepoConfig;
-use crate::model::{MemberId, WaveName};
+use crate::model::{MemberId, StageName, WaveName};
 use std::collections::BTreeSet;
 
 /// One member as the config expands it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SurveyedMember {
     pub member: MemberId,
-    pub stage: String,
+    pub stage: StageName,
     pub dir: String,
     /// Its wave among its stage's, from 1, when everything changes.
     pub wave: usize,
@@ -52,7 +52,7 @@ pub fn survey(config: &RepoConfig, files: &[String]) -> Survey {
                 .expect("the derivation's members are the config's");
             members.push(SurveyedMember {
                 member: member.clone(),
-                stage: member.stage().to_owned(),
+                stage: StageName::new(member.stage()),
                 dir: component.dir_in(member.stage()),
                 wave: name.number,
                 workspace: config.terraform_workspace(component, member.stage()),

@@ -24,6 +24,7 @@
 //! made against the real workspace and checked against the approval.
 
 use crate::config::terraform::{self, TfTree};
+use crate::model::StageName;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,7 +35,7 @@ use std::process::{Command, Stdio};
 #[derive(Debug, Clone)]
 pub struct TfOptions {
     pub binary: String,
-    pub stage: String,
+    pub stage: StageName,
     pub dir: String,
     pub stage_dir: Option<String>,
 }
@@ -340,7 +341,7 @@ pub fn plan(plan_file: &Path, inputs_file: &Path, options: &TfOptions) -> Result
             &["init", "-input=false", "-no-color", "-reconfigure"],
         )?;
         select_workspace(options, true)?;
-        write(&files.join(SCRATCH_MARK), options.stage.as_bytes())?;
+        write(&files.join(SCRATCH_MARK), options.stage.as_str().as_bytes())?;
         eprintln!(
             "wavegate: the workspace `{}` does not exist yet, so nothing is deployed there: planned against an empty state; the apply creates the workspace and plans again against it",
             options.stage

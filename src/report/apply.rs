@@ -45,7 +45,7 @@ pub(crate) fn title(view: &RunView<'_>) -> String {
             Some((stage, wave)) => format!(
                 "Applying {}…",
                 crate::model::WaveName {
-                    stage,
+                    stage: stage.as_str(),
                     number: *wave
                 }
             ),
@@ -902,9 +902,9 @@ mod tests {
     fn a_run_waiting_at_a_stage_shows_every_member_and_the_line_to_copy() {
         let mut record = record();
         record.layout = vec![
-            ("dev".to_owned(), vec![vec!["app@dev".parse().unwrap()]]),
+            ("dev".into(), vec![vec!["app@dev".parse().unwrap()]]),
             (
-                "prod".to_owned(),
+                "prod".into(),
                 vec![
                     vec!["app@prod".parse().unwrap()],
                     vec!["dns@prod".parse().unwrap()],
@@ -981,7 +981,7 @@ mod tests {
         let mut record = record();
         record.wait = None;
         record.layout = vec![(
-            "dev".to_owned(),
+            "dev".into(),
             vec![
                 vec!["network@dev".parse().unwrap()],
                 vec!["app@dev".parse().unwrap()],

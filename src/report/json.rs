@@ -81,7 +81,7 @@ fn groups(change: &PlannedChange) -> Vec<JsonGroup<'_>> {
             let outcomes: Vec<_> = change.group_outcomes(g).collect();
             JsonGroup {
                 group: &g.group,
-                stage: &g.stage,
+                stage: g.stage.as_str(),
                 wave: g.wave,
                 members: &g.members,
                 digest: change.group_digest(g),
@@ -136,7 +136,7 @@ pub(crate) struct JsonMemberCost<'a> {
 fn cost(cost: &StageCost) -> JsonCost<'_> {
     JsonCost {
         member: cost.member.as_str(),
-        stage: &cost.stage,
+        stage: cost.stage.as_str(),
         currency: &cost.currency,
         monthly: cost.total(),
         past: cost.past_total(),
@@ -194,7 +194,7 @@ pub(crate) fn report(change: &PlannedChange) -> JsonReport<'_> {
         .map(|m| JsonMember {
             member: m.member.as_str(),
             component: &m.component,
-            stage: &m.stage,
+            stage: m.stage.as_str(),
             status: m.status,
             plan_digest: m.plan.as_ref().map(|p| &p.plan_digest),
             counts: m.plan.as_ref().map(|p| p.counts()).unwrap_or_default(),

@@ -316,7 +316,10 @@ fn after_merge(change: &PlannedChange, rows: usize) -> String {
             let gated = match &wave_names[i] {
                 name if stage.per_wave && stage.gate == GatePolicy::Always => format!(
                     " (its own gate: `{}`)",
-                    crate::model::approve_stage_words(&stage.name, u32::try_from(name.number).ok())
+                    crate::model::approve_stage_words(
+                        stage.name.as_str(),
+                        u32::try_from(name.number).ok()
+                    )
                 ),
                 _ => String::new(),
             };
@@ -1187,7 +1190,7 @@ pub(crate) mod tests {
         MemberOutcome {
             member: member.into(),
             component: id.component().into(),
-            stage: id.stage().to_string(),
+            stage: id.stage().into(),
             status: MemberStatus::Planned,
             plan: Some(plan),
             error: None,

@@ -5,7 +5,7 @@
 use crate::gate::commands;
 use crate::gate::policy::{NotAllowed, Unbound};
 use crate::model::untrusted::{code, message};
-use crate::model::{Digest, GateId, UnixMs};
+use crate::model::{Digest, GateId, StageName, UnixMs};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub(crate) enum Refusal {
     /// waits for: why, the stage that waits, and the line to copy.
     RunUnbound {
         why: Unbound,
-        stage: Option<String>,
+        stage: Option<StageName>,
         line: String,
     },
     /// The commenter may not approve under the base branch's policy.
@@ -42,11 +42,11 @@ pub(crate) enum Refusal {
     /// `/approve <stage>` naming no stage of the base branch's config.
     NotAStage {
         stage: String,
-        stages: Vec<String>,
+        stages: Vec<StageName>,
     },
     /// `/approve <stage> [wave <k>]` before the apply run reached that stage.
     StageNotPlannedYet {
-        stage: String,
+        stage: StageName,
         wave: Option<u32>,
     },
     /// `/approve <stage>` after the stage's gate expired (at, unix ms).
@@ -60,7 +60,7 @@ pub(crate) enum Refusal {
     /// stage's gate, or another wave's.
     RunWaitsElsewhere {
         gate: GateId,
-        waiting: Option<String>,
+        waiting: Option<StageName>,
         named: String,
         named_wave: Option<u32>,
         digest: Digest,
@@ -132,13 +132,17 @@ impl fmt::Display for Refusal {
                 f,
                 "{} is not a stage of this repository (stages: {}); write `/approve` for the whole change, or `/approve <stage>`",
                 code(stage),
-                stages.join(", ")
+                stages
+                    .iter()
+                    .map(StageName::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Self::StageNotPlannedYet { stage, wave } => write!(
                 f,
                 "{} approves {}'s own plans, which the apply run posts here when it reaches {} after merge; there is no such plan to approve now. Approve the change itself with `/approve`",
-                code(&crate::model::approve_stage_words(stage, *wave)),
-                stage_or_wave(stage, *wave),
+                code(&crate::model::approve_stage_words(stage.as_str(), *wave)),
+                stage_or_wave(stage.as_str(), *wave),
                 if wave.is_some() { "that wave" } else { "that stage" }
             ),
             Self::StageExpired { stage, at } => write!(
@@ -157,11 +161,11 @@ impl fmt::Display for Refusal {
             } => {
                 let at = match gate {
                     GateId::Wave(_, stage, wave) => format!("stage {stage}'s wave {wave}"),
-                    _ => format!("stage {}", waiting.as_deref().unwrap_or("?")),
+                    _ => format!("stage {}", waiting.as_ref().map_or("?", StageName::as_str)),
                 };
                 let approve = match gate {
                     GateId::Stage(..) | GateId::Wave(..) => gate.approve_words(),
-                    _ => format!("/approve {}", waiting.as_deref().unwrap_or("")),
+                    _ => format!("/approve {}", waiting.as_ref().map_or("", StageName::as_str)),
                 };
                 write!(
                     f,

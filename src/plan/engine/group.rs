@@ -17,7 +17,7 @@ use super::{
 };
 use crate::config::groups::Group;
 use crate::config::repo::Input;
-use crate::model::{Digest, DigestOver, MemberId};
+use crate::model::{Digest, DigestOver, MemberId, StageName};
 use crate::plan::executor::{Control, Files, Finished, Job, JobName};
 use crate::plan::planfile::{GroupBinding, MemberPlan};
 use crate::plan::runner::SpawnError;
@@ -44,7 +44,7 @@ pub(super) fn read_of_mate(input: &Input, upstream: &str, group: &str) -> Resolv
 /// A group's plan call, ready to run.
 pub(super) struct GroupCall {
     group: Group,
-    stage: String,
+    stage: StageName,
     /// Each member, its files under the group's files directory in a
     /// directory named as the member.
     members: Vec<MemberOutcome>,
@@ -86,7 +86,7 @@ impl Workbench {
         match why {
             Ok(job) => Some(GroupCall {
                 group: group.clone(),
-                stage: stage.to_owned(),
+                stage: StageName::new(stage),
                 members: outcomes,
                 job,
             }),

@@ -31,8 +31,7 @@ use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Fact, FactData, FactKind};
 use crate::git;
 use crate::jobs::Task;
-use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber};
-use crate::model::{RepoId, UnixMs};
+use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, RepoId, StageName, UnixMs};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, RecordedOutputs, Workbench};
 use crate::plan::tail::OutputTail;
@@ -526,7 +525,7 @@ async fn refresh_approvals((store, forge): (&Store, Forge<'_>), drive: &mut Driv
         if !round.covered() && !drive.run.record.spent.contains(&spent) {
             let (gate, digest) = spent;
             let passed = !round.approved_by.is_empty();
-            let policy = drive.stage_policy(&round.stage.clone());
+            let policy = drive.stage_policy(round.stage.as_str());
             let by = run_gate_approvers((store, forge), drive, (&gate, passed), (&digest, &policy))
                 .await?;
             let mismatch = gate_mismatch(store, &drive.run, &gate, &digest)
@@ -684,7 +683,7 @@ async fn stages(job: &JobCtx<'_>, drive: &mut Drive, bench: &mut Workbench) -> R
         }
         // The stage's gate holds all of its waves; a stage approved
         // wave by wave holds each at its own gate, in turn.
-        let held: Vec<(Option<u32>, usize)> = match drive.rules.gate_scope(&stage) {
+        let held: Vec<(Option<u32>, usize)> = match drive.rules.gate_scope(stage.as_str()) {
             GateScope::Stage => vec![(None, 0)],
             GateScope::Wave => (0..waves.len())
                 .map(|i| (Some(u32::try_from(i + 1).unwrap_or(u32::MAX)), i))
@@ -698,7 +697,7 @@ async fn stages(job: &JobCtx<'_>, drive: &mut Drive, bench: &mut Workbench) -> R
             if gate_then_apply(
                 job,
                 (drive, bench),
-                (&stage, gated_wave),
+                (stage.as_str(), gated_wave),
                 (first, part),
                 &open,
             )
@@ -759,7 +758,7 @@ async fn gate_then_apply(
         return Ok(Step::Stop);
     }
     for (i, wave) in part.iter().enumerate() {
-        drive.run.record.at = Some((stage.to_owned(), first + i + 1));
+        drive.run.record.at = Some((StageName::new(stage), first + i + 1));
         let step = wave_of(job, (drive, bench), (stage, gated_wave), wave).await?;
         let used = crate::apply::run::spend_used(&mut drive.run.record);
         let mut io = RunIo {
@@ -1159,19 +1158,19 @@ async fn release_locks((store, queue): (&Store, Queue<'_>), run: &ApplyRunRecord
 }
 
 /// Each stage's waves on the merge commit, in order, as `prepared` derives them.
-fn layout_of(prepared: &engine::Prepared) -> Vec<(String, Vec<Vec<MemberId>>)> {
+fn layout_of(prepared: &engine::Prepared) -> Vec<(StageName, Vec<Vec<MemberId>>)> {
     prepared
         .config
         .stages
         .iter()
         .map(|s| {
-            let waves = stage_waves(&prepared.derivation.waves, &s.name);
+            let waves = stage_waves(&prepared.derivation.waves, s.name.as_str());
             (
                 s.name.clone(),
                 waves.into_iter().map(<[MemberId]>::to_vec).collect(),
             )
         })
-        .filter(|(_, waves): &(String, Vec<Vec<MemberId>>)| !waves.is_empty())
+        .filter(|(_, waves): &(StageName, Vec<Vec<MemberId>>)| !waves.is_empty())
         .collect()
 }
 

@@ -17,7 +17,7 @@ use crate::gate::counting::{self};
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::gate::policy::{self, Candidate, ReportSeen};
 use crate::jobs::Task;
-use crate::model::{CommitSha, Digest, GateId, PrNumber, UnixMs, User};
+use crate::model::{CommitSha, Digest, GateId, PrNumber, StageName, UnixMs, User};
 use crate::report::refusal::{self, Refusal};
 use crate::store::Store;
 use crate::store::{ApplyRunRecord, JobOutcome};
@@ -246,7 +246,7 @@ async fn approve(
         // A stage's set is planned on the merge commit when the apply run
         // reaches it; there is nothing of it to approve before that.
         return Ok(Said::Refused(Refusal::StageNotPlannedYet {
-            stage: stage.to_owned(),
+            stage: StageName::new(stage),
             wave,
         }));
     }
@@ -304,7 +304,7 @@ async fn revoke(
                 .await?
                 .stages()
                 .iter()
-                .map(|stage| GateId::of(comment.pr, Some(stage))),
+                .map(|stage| GateId::of(comment.pr, Some(stage.as_str()))),
         );
     }
     if let Some(run) = store.apply_run(&forge.repo.id, comment.pr).await? {
@@ -413,7 +413,7 @@ async fn approve_run(
     if let Some(stage) = stage.filter(|_| elsewhere) {
         return Ok(Said::Refused(Refusal::RunWaitsElsewhere {
             gate: gate.clone(),
-            waiting: waiting_stage.map(str::to_owned),
+            waiting: waiting_stage.map(StageName::new),
             named: stage.to_owned(),
             named_wave: wave,
             digest: digest.clone(),
@@ -455,7 +455,7 @@ async fn approve_run(
                 .unwrap_or_else(|| format!("/approve {digest}"));
             return Ok(Said::Refused(Refusal::RunUnbound {
                 why,
-                stage: waiting_stage.map(str::to_owned),
+                stage: waiting_stage.map(StageName::new),
                 line,
             }));
         }

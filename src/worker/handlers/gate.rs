@@ -16,7 +16,7 @@ use crate::forge::types::{CheckReport, CheckState};
 use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Actor, FactData, FactDigest, FactKind, NewFact, Source};
 use crate::gate::policy::{self, Candidate};
-use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, RepoId, User};
+use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, RepoId, StageName, User};
 use crate::report::approvals::{self, Standing};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, ReportStatus, Store};
 use crate::worker::ctx::{Forge, Mirror};
@@ -369,7 +369,7 @@ pub(super) async fn append_own_fact(
 
 /// The gate a run waits at for a person's approval: its name, the digest,
 /// and the stage it belongs to (a round's stage).
-pub(super) fn run_gate(run: &ApplyRunRecord) -> Option<(GateId, Digest, Option<String>)> {
+pub(super) fn run_gate(run: &ApplyRunRecord) -> Option<(GateId, Digest, Option<StageName>)> {
     match run.record.wait.as_ref()? {
         Wait::Stage {
             stage,

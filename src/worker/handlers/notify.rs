@@ -40,14 +40,14 @@ pub(super) async fn notify_of(
         }
         let approvers = match (event.1, &policy) {
             (Some(Wait::Stage { stage, .. } | Wait::Hook { stage, .. }), Some(policy)) => {
-                Some(rules.stage_policy(policy, stage).approvers)
+                Some(rules.stage_policy(policy, stage.as_str()).approvers)
             }
             (Some(Wait::Round { round, .. }), Some(policy)) => run
                 .record
                 .rounds
                 .iter()
                 .find(|r| r.number == *round)
-                .map(|r| rules.stage_policy(policy, &r.stage).approvers),
+                .map(|r| rules.stage_policy(policy, r.stage.as_str()).approvers),
             (Some(Wait::Override { .. }), Some(policy)) => Some(policy.overriders.clone()),
             (Some(_), Some(policy)) => Some(policy.approvers.clone()),
             _ => None,

@@ -15,8 +15,7 @@ use crate::forge::listing::Page;
 use crate::forge::ReviewState;
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::jobs;
-use crate::model::{CommitSha, GateId, User};
-use crate::model::{PrNumber, UnixMs};
+use crate::model::{CommitSha, GateId, PrNumber, StageName, UnixMs, User};
 use crate::store::Store;
 use crate::store::{ApplyRunRecord, JobOutcome};
 use crate::store::{Once, OnceSource};
@@ -153,7 +152,7 @@ async fn review_at_run_gate(
             "the review is not of the merged head".into(),
         ));
     }
-    let policy = match run_gate_policy(mirror, run, stage.as_deref()).await? {
+    let policy = match run_gate_policy(mirror, run, stage.as_ref().map(StageName::as_str)).await? {
         Ok(policy) if policy.review_approvals => policy,
         Ok(_) => {
             return Ok(JobOutcome::Skipped(

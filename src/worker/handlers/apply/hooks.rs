@@ -11,7 +11,7 @@ use crate::apply::hooks::{
 use crate::apply::{AttemptRecord, Wait};
 use crate::config::hooks::Moment;
 use crate::gate::ledger::{FactData, FactKind};
-use crate::model::{Digest, GateId, MemberId, UnixMs};
+use crate::model::{Digest, GateId, MemberId, StageName, UnixMs};
 use crate::plan::engine::{HookCommand, Workbench};
 use crate::report::apply::line_to_copy;
 use crate::store::Store;
@@ -140,7 +140,7 @@ pub(super) async fn run_hooks(
     let pr = drive.run.pr;
     for hook in &hooks {
         let call = |member: Option<&MemberId>| HookCall {
-            stage: stage.to_owned(),
+            stage: StageName::new(stage),
             moment,
             name: hook.name.clone(),
             member: member.cloned(),

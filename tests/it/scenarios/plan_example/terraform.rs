@@ -220,8 +220,9 @@ impl TfExample {
                     json!({"known": known, "unknown": []}).to_string(),
                 )
                 .unwrap();
-                let run =
-                    |template: &[String]| self.command(&tree, component, &stage, template, &files);
+                let run = |template: &[String]| {
+                    self.command(&tree, component, stage.as_str(), template, &files)
+                };
                 check(run(&component.plan), &format!("the plan of {member}"));
                 check(
                     run(component.apply.as_ref().unwrap()),
