@@ -9,6 +9,7 @@ use crate::git::Workspace;
 use crate::sandbox::Sandbox;
 use crate::server::{random_hex, router, setup, AppState};
 use crate::store::{Clock, Store, SystemClock};
+use crate::web;
 use crate::worker::reconcile::Reconciler;
 use crate::worker::{Worker, WorkerOptions};
 use std::os::unix::fs::DirBuilderExt as _;
@@ -132,10 +133,14 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         sandbox: sandbox.clone(),
         refused: refused.clone(),
     };
+    let pages = web::WebState {
+        store: store.clone(),
+        open: settings.public_pages,
+    };
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
     tasks.push(tokio::spawn(async move {
-        let served = axum::serve(listener, router(state))
+        let served = axum::serve(listener, router(state).merge(web::router(pages)))
             .with_graceful_shutdown(async move {
                 let _ = http_stopping.wait_for(|stop| *stop).await;
             })

@@ -51,6 +51,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "server",
         &["model", "metrics", "sandbox", "forge", "store", "jobs"],
     ),
+    // The pages read every record to show it; they change nothing.
+    (
+        "web",
+        &[
+            "model", "config", "gate", "plan", "apply", "report", "forge", "store",
+        ],
+    ),
     (
         "worker",
         &[
@@ -62,7 +69,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "app",
         &[
             "model", "metrics", "sandbox", "config", "git", "gate", "plan", "forge", "store",
-            "server", "worker",
+            "server", "web", "worker",
         ],
     ),
 ];

@@ -30,6 +30,7 @@ pub mod report;
 pub mod sandbox;
 pub mod server;
 pub mod store;
+pub mod web;
 pub mod worker;
 
 #[cfg(test)]

@@ -112,6 +112,9 @@ pub struct Settings {
     pub(crate) forgejo_webhook_secrets: Vec<Secret>,
     /// Where this server is reached from outside (the manifest flow's URLs).
     pub(crate) public_url: Option<String>,
+    /// Whether the pages and the JSON API are shown to anyone who reaches
+    /// the server (`WAVEGATE_PUBLIC_PAGES`).
+    pub(crate) public_pages: bool,
     /// Worker tasks claiming jobs.
     pub(crate) workers: usize,
     /// How long a claimed job is held without renewal; a crashed server's
@@ -163,6 +166,17 @@ pub fn log_format(value: &str) -> Result<LogFormat> {
         v if v.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
         other => bail!(
             "WAVEGATE_LOG_FORMAT=`{other}` is not a log format; use `text` (the default) or `json`"
+        ),
+    }
+}
+
+/// Reads `WAVEGATE_PUBLIC_PAGES`: `on` or `off`.
+fn public_pages(text: &str) -> Result<bool> {
+    match text.trim() {
+        v if v.eq_ignore_ascii_case("on") => Ok(true),
+        v if v.eq_ignore_ascii_case("off") => Ok(false),
+        other => bail!(
+            "WAVEGATE_PUBLIC_PAGES=`{other}` is neither `on` nor `off`; `on` shows the pages to anyone who reaches this server, `off` (the default) shows none"
         ),
     }
 }
@@ -300,7 +314,9 @@ impl Settings {
             Some(path) => super::operator::OperatorConfig::read(path)?,
             None => Default::default(),
         };
+        let public_pages = public_pages(&vars.public_pages)?;
         Ok(Self {
+            public_pages,
             operator: std::sync::Arc::new(operator),
             listen,
             database_url: vars.database_url.clone(),
@@ -569,6 +585,28 @@ mod tests {
         assert_eq!(
             e,
             "WAVEGATE_LOG_FORMAT=`logfmt` is not a log format; use `text` (the default) or `json`"
+        );
+    }
+
+    #[test]
+    fn the_pages_are_closed_unless_opened_with_on() {
+        assert!(!settings(&[]).unwrap().public_pages);
+        assert!(
+            settings(&[("WAVEGATE_PUBLIC_PAGES", " ON ")])
+                .unwrap()
+                .public_pages
+        );
+        assert!(
+            !settings(&[("WAVEGATE_PUBLIC_PAGES", "off")])
+                .unwrap()
+                .public_pages
+        );
+        let e = settings(&[("WAVEGATE_PUBLIC_PAGES", "yes")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("WAVEGATE_PUBLIC_PAGES=`yes` is neither `on` nor `off`;"),
+            "{e}"
         );
     }
 

@@ -82,6 +82,15 @@ pub struct ServerVars {
     /// unset: the request's host.
     #[arg(long, env = "WAVEGATE_PUBLIC_URL", value_name = "URL")]
     pub(crate) public_url: Option<String>,
+    /// `on`: the pages and the JSON API (`/repos`, `/api/v1/…`) are shown to
+    /// anyone who reaches this server; `off`: every one answers 404.
+    #[arg(
+        long,
+        env = "WAVEGATE_PUBLIC_PAGES",
+        value_name = "on|off",
+        default_value = "off"
+    )]
+    pub(crate) public_pages: String,
     /// Jobs run at once.
     #[arg(long, env = "WAVEGATE_WORKERS", value_name = "N", default_value = "2")]
     pub(crate) workers: String,

@@ -29,6 +29,17 @@ impl fmt::Display for ForgeKind {
     }
 }
 
+impl std::str::FromStr for ForgeKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        [ForgeKind::GitHub, ForgeKind::Forgejo]
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+            .ok_or_else(|| format!("`{text}` is not a forge wavegate knows; use github or forgejo"))
+    }
+}
+
 /// A repository: its forge and `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RepoId {

@@ -63,7 +63,7 @@ fn titled(key: &str) -> String {
     }
 }
 
-fn waiting_for(wait: &Wait) -> String {
+pub(crate) fn waiting_for(wait: &Wait) -> String {
     match wait {
         Wait::PrApproval { .. } => "an approval of the merged plan".into(),
         Wait::Stage { gate, .. } => gate.approve_words(),

@@ -9,7 +9,7 @@ use super::Store;
 use crate::gate::ledger::{
     self, Actor, Fact, FactKind, LedgerHead, LedgerKey, NewFact, PublicKey, SigningStart,
 };
-use crate::model::GateId;
+use crate::model::{GateId, PrNumber};
 use anyhow::{anyhow, Context, Result};
 use sqlx::any::AnyRow;
 use sqlx::Row;
@@ -99,19 +99,11 @@ impl Store {
         .iter()
         .map(fact_from_row)
         .collect::<Result<_>>()?;
-        let (Some(key), Some(start)) = (&self.ledger_key, &self.signing) else {
-            return Ok(facts);
-        };
-        let public = key.public();
-        let signed_from = start.heads.get(repo).map_or(0, |head| head.seq);
+        let counts = self.fact_counts(repo);
         Ok(facts
             .into_iter()
             .filter(|fact| {
-                let counts = fact.seq <= signed_from
-                    || fact
-                        .sig
-                        .as_deref()
-                        .is_some_and(|sig| public.verifies(fact.hash.as_str(), sig));
+                let counts = counts(fact);
                 if !counts {
                     tracing::error!(
                         repo,
@@ -123,6 +115,58 @@ impl Store {
                 counts
             })
             .collect())
+    }
+
+    /// Whether a fact of `repo` counts: on a store that signs, one written
+    /// after signing began must carry this server's signature.
+    fn fact_counts(&self, repo: &str) -> impl Fn(&Fact) -> bool {
+        let signer = self
+            .ledger_key
+            .as_ref()
+            .zip(self.signing.as_ref())
+            .map(|(key, start)| {
+                (
+                    key.public(),
+                    start.heads.get(repo).map_or(0, |head| head.seq),
+                )
+            });
+        move |fact: &Fact| match &signer {
+            None => true,
+            Some((public, signed_from)) => {
+                fact.seq <= *signed_from
+                    || fact
+                        .sig
+                        .as_deref()
+                        .is_some_and(|sig| public.verifies(fact.hash.as_str(), sig))
+            }
+        }
+    }
+
+    /// The facts of one pull request's gates (`pr-42` and every `pr-42-…`:
+    /// its stages, waves, rounds, hooks and overrides), in seq order, each
+    /// with whether it counts ([`Store::gate_facts`] drops those that do not).
+    pub(crate) async fn pr_facts(&self, repo: &str, pr: PrNumber) -> Result<Vec<(Fact, bool)>> {
+        let gate = GateId::Pr(pr).to_string();
+        let counts = self.fact_counts(repo);
+        sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts WHERE repo = $1 AND (gate = $2 OR gate LIKE $3) ORDER BY seq"
+        ))
+        .bind(repo)
+        .bind(&gate)
+        .bind(format!("{gate}-%"))
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the ledger facts of {repo} pull request {pr}"))?
+        .iter()
+        .map(|row| {
+            fact_from_row(row).map(|fact| {
+                let counted = counts(&fact);
+                (fact, counted)
+            })
+        })
+        .collect()
     }
 
     /// A repository's whole chain, in seq order.
@@ -401,6 +445,47 @@ mod tests {
             Tally::new(&gate, Scope::All).evaluate(appended[0].fact.digest.digest().unwrap(), 2),
             Evaluation::Satisfied { count: 2, .. }
         ));
+    }
+
+    on_both!(fixture_on, a_pull_requests_facts_are_those_of_its_own_gates_and_say_whether_they_count, #[tokio::test]);
+    async fn a_pull_requests_facts_are_those_of_its_own_gates_and_say_whether_they_count(
+        f: Fixture,
+    ) {
+        for (gate, comment) in [
+            ("pr-4", 1),
+            ("pr-42", 2),
+            ("pr-4-prod", 3),
+            ("pr-4-prod-wave-2", 4),
+            ("pr-5", 5),
+        ] {
+            f.store
+                .append_fact(approval(INFRA, gate, 7, comment))
+                .await
+                .unwrap();
+        }
+        f.store
+            .append_fact(approval(SITE, "pr-4", 7, 6))
+            .await
+            .unwrap();
+        let key = Arc::new(LedgerKey::from_seed(&[3; 32]));
+        let store = f.store.clone().signing_with(key).await.unwrap();
+        // Written outside wavegate after signing began: shown, counting for nothing.
+        forge_fact(&store, approval(INFRA, "pr-4-prod", 9, 7), None).await;
+
+        let facts = store.pr_facts(INFRA, PrNumber(4)).await.unwrap();
+        let shown: Vec<(String, bool)> = facts
+            .iter()
+            .map(|(fact, counts)| (fact.fact.gate.to_string(), *counts))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("pr-4".to_owned(), true),
+                ("pr-4-prod".to_owned(), true),
+                ("pr-4-prod-wave-2".to_owned(), true),
+                ("pr-4-prod".to_owned(), false),
+            ]
+        );
     }
 
     on_both!(fixture_on, the_database_refuses_to_change_or_remove_a_fact, #[tokio::test]);

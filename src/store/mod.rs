@@ -10,6 +10,7 @@ mod intake;
 mod intake_file;
 mod ledger;
 mod metrics;
+mod pages;
 mod pr_head;
 mod reconcile;
 mod redeliveries;
@@ -23,6 +24,7 @@ pub(crate) use clock::ShiftedClock;
 pub(crate) use clock::{Clock, SystemClock};
 pub use db::Backend;
 pub(crate) use metrics::StoreFigures;
+pub(crate) use pages::{PullRow, PullState};
 pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
 

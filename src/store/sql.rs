@@ -964,10 +964,8 @@ fn to_u32(value: i64, what: &str) -> Result<u32> {
 }
 
 fn forge_kind(text: &str) -> Result<ForgeKind> {
-    [ForgeKind::GitHub, ForgeKind::Forgejo]
-        .into_iter()
-        .find(|kind| kind.as_str() == text)
-        .ok_or_else(|| anyhow!("stored forge `{text}` is not one wavegate knows"))
+    text.parse()
+        .map_err(|_| anyhow!("stored forge `{text}` is not one wavegate knows"))
 }
 
 pub(super) fn commit_sha(text: String) -> Result<CommitSha> {

@@ -1835,3 +1835,77 @@ async fn a_plan_changed_in_the_store_is_never_read_as_a_change_set(f: Fixture) {
     let why = read().await.unwrap_err().to_string();
     assert!(why.contains("does not read as a change set"), "{why}");
 }
+
+on_both!(fixture_on, a_repositorys_pull_requests_are_listed_newest_first_by_where_they_stand, #[tokio::test]);
+async fn a_repositorys_pull_requests_are_listed_newest_first_by_where_they_stand(f: Fixture) {
+    // #1 awaits an approval, #2 failed to plan, #3 closed unmerged, #4
+    // merged and applying, #5 needs nothing from anyone.
+    for (pr, open) in [(1, true), (2, true), (3, false), (4, false), (5, true)] {
+        let id = format!("opened-{pr}");
+        f.store
+            .record_delivery(delivery(&id), None, Some(head(pr, sha('a'), open)))
+            .await
+            .unwrap();
+    }
+    for (pr, status) in [
+        (1, ReportStatus::AwaitingApproval),
+        (2, ReportStatus::Failed),
+        (5, ReportStatus::Empty),
+    ] {
+        let report = PrReport {
+            head_sha: sha('a'),
+            digest: None,
+            comment_id: None,
+            check_id: None,
+            status: Some(status),
+        };
+        f.store
+            .set_pr_report(&repo(), PrNumber(pr), report)
+            .await
+            .unwrap();
+    }
+    merged_run(&f, 4).await;
+    let elsewhere = PrHead {
+        repo: RepoId::new(ForgeKind::Forgejo, "acme/site"),
+        ..head(6, sha('a'), true)
+    };
+    f.store
+        .record_delivery(delivery("elsewhere"), None, Some(elsewhere))
+        .await
+        .unwrap();
+
+    let listed = |state: Option<PullState>, before: Option<u64>, limit: u32| {
+        let store = f.store.clone();
+        async move {
+            store
+                .pull_rows(&repo(), state, before.map(PrNumber), limit)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.pr.0)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(None, None, 50).await, [5, 4, 3, 2, 1]);
+    assert_eq!(listed(Some(PullState::Waiting), None, 50).await, [1]);
+    assert_eq!(listed(Some(PullState::Applying), None, 50).await, [4]);
+    assert_eq!(listed(Some(PullState::Failed), None, 50).await, [2]);
+    assert_eq!(listed(Some(PullState::Done), None, 50).await, [3]);
+    assert_eq!(listed(None, Some(4), 2).await, [3, 2], "a page below #4");
+
+    let rows = f.store.pull_rows(&repo(), None, None, 50).await.unwrap();
+    let states: Vec<Option<PullState>> = rows.iter().map(PullRow::state).collect();
+    assert_eq!(
+        states,
+        [
+            None,
+            Some(PullState::Applying),
+            Some(PullState::Done),
+            Some(PullState::Failed),
+            Some(PullState::Waiting),
+        ],
+        "the row's own state agrees with the filter"
+    );
+    let run = rows[1].run.expect("#4's run");
+    assert_eq!(run.status, crate::apply::RunStatus::Running);
+}

@@ -23,6 +23,7 @@ mod merge_methods;
 mod metrics;
 mod notify;
 mod overrides;
+mod pages;
 mod parallel;
 mod plan_example;
 mod profiles;

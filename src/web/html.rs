@@ -1,0 +1,290 @@
+//! The pages as HTML: plain, server-rendered, no script. maud escapes every
+//! splice, so a command's output, a login or a report's text is shown as
+//! the text it is; nothing here marks a string as markup.
+
+use super::view::{PullView, PullsView, RepoView, RunView};
+use crate::store::PullState;
+use maud::{html, Markup, DOCTYPE};
+
+/// The style sheet every page links (served at `/assets/wavegate.css`).
+pub(crate) const STYLE: &str = "\
+body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:72rem;padding:1rem 1.5rem;color:#1b1f24}\
+a{color:#0a58ca}nav{margin-bottom:1rem}nav a{margin-right:.75rem}\
+table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem}\
+th,td{border-bottom:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertical-align:top}\
+pre{background:#f6f8fa;border:1px solid #d0d7de;padding:.6rem;overflow-x:auto;white-space:pre-wrap;max-height:32rem}\
+code,pre{font:13px/1.4 ui-monospace,monospace}\
+.state{font-weight:600}.waiting{color:#9a6700}.applying{color:#0969da}.failed{color:#cf222e}.done{color:#1a7f37}\
+.muted{color:#57606a}.warn{color:#cf222e;font-weight:600}";
+
+fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · wavegate" }
+                link rel="stylesheet" href="/assets/wavegate.css";
+            }
+            body {
+                nav { a href="/repos" { "Repositories" } }
+                (body)
+            }
+        }
+    }
+}
+
+fn state_badge(state: Option<&str>) -> Markup {
+    match state {
+        Some(state) => html! { span class={ "state " (state) } { (state) } },
+        None => html! { span class="muted" { "—" } },
+    }
+}
+
+pub(crate) fn repos(repos: &[RepoView]) -> Markup {
+    page(
+        "Repositories",
+        html! {
+            h1 { "Repositories" }
+            @if repos.is_empty() {
+                p class="muted" { "No repository has sent wavegate an event yet." }
+            } @else {
+                table {
+                    thead { tr { th { "Forge" } th { "Repository" } } }
+                    tbody {
+                        @for repo in repos {
+                            tr {
+                                td { (repo.forge) }
+                                td { a href=(repo.page) { (repo.name) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn pulls(view: &PullsView) -> Markup {
+    let repo = &view.repo;
+    page(
+        &repo.name,
+        html! {
+            h1 { (repo.name) }
+            p {
+                "Show: "
+                @if view.state.is_none() { strong { "all" } } @else { a href=(repo.page) { "all" } }
+                @for state in PullState::ALL {
+                    " · "
+                    @if view.state == Some(state.as_str()) {
+                        strong { (state.as_str()) }
+                    } @else {
+                        a href={ (repo.page) "?state=" (state.as_str()) } { (state.as_str()) }
+                    }
+                }
+                " · " a href=(repo.api) { "JSON" }
+            }
+            @if view.pulls.is_empty() {
+                p class="muted" { "No pull request here." }
+            } @else {
+                table {
+                    thead {
+                        tr { th { "Pull request" } th { "State" } th { "Report" } th { "Run" } th { "Head" } th { "Updated" } }
+                    }
+                    tbody {
+                        @for pull in &view.pulls {
+                            tr {
+                                td {
+                                    a href=(pull.page) { "#" (pull.number) }
+                                    @if !pull.open { " " span class="muted" { "(closed)" } }
+                                }
+                                td { (state_badge(pull.state)) }
+                                td { (pull.report.unwrap_or("—")) }
+                                td {
+                                    @match &pull.run {
+                                        Some(run) => { "run " (run.id) ": " (run.status) }
+                                        None => span class="muted" { "none" },
+                                    }
+                                }
+                                td { code { (short(&pull.head)) } }
+                                td { (pull.updated_at) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(next) = &view.next {
+                p { a href={ (repo.page) (next) } { "Older pull requests →" } }
+            }
+        },
+    )
+}
+
+pub(crate) fn pull(view: &PullView) -> Markup {
+    let repo = &view.repo;
+    let title = format!("{} #{}", repo.name, view.number);
+    page(
+        &title,
+        html! {
+            p { a href=(repo.page) { (repo.name) } }
+            h1 { "Pull request #" (view.number) " " (state_badge(view.state)) }
+            table {
+                tbody {
+                    tr { th { "Head" } td { code { (view.head) } } }
+                    tr { th { "Base" } td { (view.base_ref) } }
+                    tr { th { "Open" } td { @if view.open { "yes" } @else { "no" } } }
+                    tr { th { "Report" } td { (view.report_status.unwrap_or("—")) } }
+                    tr { th { "Digest" } td { code { (view.digest.as_deref().unwrap_or("—")) } } }
+                }
+            }
+            @if let Some(run) = &view.run { (run_section(run)) }
+            h2 { "Approvals and other facts in the ledger" }
+            @if view.facts.is_empty() {
+                p class="muted" { "None yet." }
+            } @else {
+                table {
+                    thead { tr { th { "Seq" } th { "Gate" } th { "Fact" } th { "By" } th { "At" } th { "Digest" } } }
+                    tbody {
+                        @for fact in &view.facts {
+                            tr {
+                                td { (fact.seq) }
+                                td { (fact.gate) }
+                                td {
+                                    (fact.kind)
+                                    @if !fact.counts {
+                                        " " span class="warn" { "not signed by this server: counts for nothing" }
+                                    }
+                                }
+                                td { (fact.by) }
+                                td { (fact.at) }
+                                td { code { (short_digest(&fact.digest)) } }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Report" }
+            @match &view.report {
+                Some(report) => pre { (report) },
+                None => p class="muted" { "Not planned yet." },
+            }
+        },
+    )
+}
+
+fn run_section(run: &RunView) -> Markup {
+    html! {
+        h2 { "Apply run " (run.id) ": " span class={ "state " (run_class(run.status)) } { (run.status) } }
+        p {
+            "Merge " code { (short(&run.merge_sha)) } ", digest " code { (short_digest(&run.digest)) }
+            @if !run.approved_by.is_empty() { ", approved by " (run.approved_by.join(", ")) }
+            @if let Some(at) = &run.at { ". At " (at) }
+            "."
+        }
+        @if let Some(waiting) = &run.waiting_for {
+            p { strong { "Waiting for " } (waiting) }
+        }
+        @for stage in &run.stages {
+            h3 { "Stage " (stage.stage) }
+            @for (n, wave) in stage.waves.iter().enumerate() {
+                table {
+                    thead { tr { th { "Wave " (n + 1) } th { "State" } } }
+                    tbody {
+                        @for member in wave {
+                            tr {
+                                td { (member.member) }
+                                td {
+                                    (member.state)
+                                    @if let Some(output) = &member.output {
+                                        details {
+                                            summary { "Output (" (output.extent) ")" }
+                                            pre { (output.text) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_class(status: &str) -> &'static str {
+    match status {
+        "running" => "applying",
+        "waiting" => "waiting",
+        "failed" => "failed",
+        _ => "done",
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+fn short_digest(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
+/// A page that says what is missing, and what to do.
+pub(crate) fn problem(title: &str, message: &str) -> Markup {
+    page(title, html! { h1 { (title) } p { (message) } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::view::{MemberView, OutputView, StageView};
+
+    #[test]
+    fn what_a_command_printed_or_a_person_wrote_is_shown_as_text_never_as_markup() {
+        let hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+        let view = PullView {
+            repo: RepoView::of(&crate::model::RepoId::new(
+                crate::model::ForgeKind::GitHub,
+                "acme/infra",
+            )),
+            number: 7,
+            head: "a".repeat(40),
+            base_ref: hostile.into(),
+            open: true,
+            state: Some("waiting"),
+            report_status: Some("awaiting-approval"),
+            digest: None,
+            report: Some(hostile.into()),
+            facts: Vec::new(),
+            run: Some(RunView {
+                id: 1,
+                status: "failed",
+                merge_sha: "b".repeat(40),
+                digest: "sha256:00".into(),
+                approved_by: vec![hostile.into()],
+                at: None,
+                waiting_for: Some(hostile.into()),
+                stages: vec![StageView {
+                    stage: "dev".into(),
+                    waves: vec![vec![MemberView {
+                        member: "app@dev".into(),
+                        state: hostile.into(),
+                        output: Some(OutputView {
+                            text: hostile.into(),
+                            extent: "1 line".into(),
+                        }),
+                    }]],
+                }],
+            }),
+        };
+        let page = pull(&view).into_string();
+        assert!(!page.contains("<script"), "{page}");
+        assert!(!page.contains("<img"), "{page}");
+        assert_eq!(
+            page.matches("&lt;script&gt;alert(1)&lt;/script&gt;")
+                .count(),
+            6,
+            "each of the six places shows it as text: {page}"
+        );
+    }
+}

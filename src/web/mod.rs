@@ -1,0 +1,276 @@
+//! The pages and the JSON API: what the store knows of each repository's
+//! pull requests, apply runs and ledger facts, read-only, as server-rendered
+//! HTML and as JSON under `/api/v1/`, both built from the same views
+//! (`view.rs`).
+//!
+//! Until visitors can log in with the forge, the pages are shown only when
+//! the operator opens them to whoever reaches the server
+//! (`WAVEGATE_PUBLIC_PAGES=on`); otherwise every path here answers 404 and
+//! says how to open them. Every answer carries a content security policy
+//! that allows no script and nothing from elsewhere.
+
+mod html;
+mod view;
+
+use crate::model::{ForgeKind, PrNumber, RepoId};
+use crate::store::{PullState, Store};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use view::{PullView, PullsView, RepoView};
+
+/// Pull requests on one page of a repository's list.
+pub(crate) const PAGE: u32 = 50;
+
+#[derive(Clone)]
+pub(crate) struct WebState {
+    pub(crate) store: Store,
+    /// `WAVEGATE_PUBLIC_PAGES`: shown to anyone who reaches the server.
+    pub(crate) open: bool,
+}
+
+pub(crate) fn router(state: WebState) -> Router {
+    Router::new()
+        .route("/repos", get(repos_page))
+        .route("/repos/{forge}/{owner}/{name}", get(pulls_page))
+        .route(
+            "/repos/{forge}/{owner}/{name}/pulls/{number}",
+            get(pull_page),
+        )
+        .route("/api/v1/repos", get(repos_api))
+        .route("/api/v1/repos/{forge}/{owner}/{name}/pulls", get(pulls_api))
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/pulls/{number}",
+            get(pull_api),
+        )
+        .route("/assets/wavegate.css", get(style))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            only_when_open,
+        ))
+        .layer(middleware::map_response(with_security_headers))
+        .with_state(state)
+}
+
+async fn only_when_open(State(state): State<WebState>, request: Request, next: Next) -> Response {
+    if state.open {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::NOT_FOUND,
+        "The pages are off. An operator opens them to anyone who can reach this server with WAVEGATE_PUBLIC_PAGES=on.\n",
+    )
+        .into_response()
+}
+
+async fn with_security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+             frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+async fn style() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        html::STYLE,
+    )
+}
+
+/// Why a page or an API call has no answer; an API call gets it as JSON.
+#[derive(Debug)]
+enum Problem {
+    NotFound(String),
+    BadQuery(String),
+    Internal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Problem {
+    fn from(error: anyhow::Error) -> Self {
+        Problem::Internal(error)
+    }
+}
+
+impl Problem {
+    fn status_and_message(self) -> (StatusCode, String) {
+        match self {
+            Problem::NotFound(message) => (StatusCode::NOT_FOUND, message),
+            Problem::BadQuery(message) => (StatusCode::BAD_REQUEST, message),
+            Problem::Internal(error) => {
+                tracing::error!(error = ?error, "a page could not be read from the store");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "The store could not be read; the server's log says why.".into(),
+                )
+            }
+        }
+    }
+}
+
+/// A problem shown as a page.
+struct PageProblem(Problem);
+
+impl From<Problem> for PageProblem {
+    fn from(problem: Problem) -> Self {
+        PageProblem(problem)
+    }
+}
+
+impl From<anyhow::Error> for PageProblem {
+    fn from(error: anyhow::Error) -> Self {
+        PageProblem(Problem::Internal(error))
+    }
+}
+
+impl IntoResponse for PageProblem {
+    fn into_response(self) -> Response {
+        let (status, message) = self.0.status_and_message();
+        let title = status.canonical_reason().unwrap_or("Error");
+        (status, Html(html::problem(title, &message).into_string())).into_response()
+    }
+}
+
+/// A problem answered as `{"error": "…"}`.
+struct ApiProblem(Problem);
+
+impl From<Problem> for ApiProblem {
+    fn from(problem: Problem) -> Self {
+        ApiProblem(problem)
+    }
+}
+
+impl From<anyhow::Error> for ApiProblem {
+    fn from(error: anyhow::Error) -> Self {
+        ApiProblem(Problem::Internal(error))
+    }
+}
+
+impl IntoResponse for ApiProblem {
+    fn into_response(self) -> Response {
+        let (status, message) = self.0.status_and_message();
+        (status, Json(serde_json::json!({ "error": message }))).into_response()
+    }
+}
+
+/// `{forge}/{owner}/{name}` of a repository the store knows.
+async fn known_repo(
+    store: &Store,
+    (forge, owner, name): &(String, String, String),
+) -> Result<RepoId, Problem> {
+    let kind: ForgeKind = forge.parse().map_err(Problem::NotFound)?;
+    let repo = RepoId::new(kind, format!("{owner}/{name}"));
+    if store.repositories().await?.contains_key(&repo) {
+        Ok(repo)
+    } else {
+        Err(Problem::NotFound(format!(
+            "wavegate knows no repository {repo}: none of its events reached this server"
+        )))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    before: Option<u64>,
+}
+
+async fn known_repos(store: &Store) -> Result<Vec<RepoView>, Problem> {
+    let mut repos: Vec<RepoId> = store.repositories().await?.into_keys().collect();
+    repos.sort_by(|a, b| (a.forge.as_str(), &a.full_name).cmp(&(b.forge.as_str(), &b.full_name)));
+    Ok(repos.iter().map(RepoView::of).collect())
+}
+
+async fn pulls_of(
+    store: &Store,
+    path: &(String, String, String),
+    query: ListQuery,
+) -> Result<PullsView, Problem> {
+    let repo = known_repo(store, path).await?;
+    let state = query
+        .state
+        .as_deref()
+        .filter(|state| !state.is_empty())
+        .map(str::parse::<PullState>)
+        .transpose()
+        .map_err(Problem::BadQuery)?;
+    let rows = store
+        .pull_rows(&repo, state, query.before.map(PrNumber), PAGE)
+        .await?;
+    Ok(PullsView::of(&repo, state, &rows, PAGE))
+}
+
+async fn pull_of(
+    store: &Store,
+    (forge, owner, name, number): (String, String, String, u64),
+) -> Result<PullView, Problem> {
+    let repo = known_repo(store, &(forge, owner, name)).await?;
+    let pr = PrNumber(number);
+    let Some(record) = store.pr(&repo, pr).await? else {
+        return Err(Problem::NotFound(format!(
+            "wavegate has heard of no pull request {pr} in {repo}"
+        )));
+    };
+    let plan = store.latest_plan(&repo, pr).await?;
+    let facts = store.pr_facts(&repo.ledger_key(), pr).await?;
+    let run = store.apply_run(&repo, pr).await?;
+    Ok(PullView::of(&record, plan.as_ref(), &facts, run.as_ref()))
+}
+
+async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageProblem> {
+    let repos = known_repos(&state.store).await?;
+    Ok(Html(html::repos(&repos).into_string()))
+}
+
+async fn pulls_page(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Result<Html<String>, PageProblem> {
+    let view = pulls_of(&state.store, &path, query).await?;
+    Ok(Html(html::pulls(&view).into_string()))
+}
+
+async fn pull_page(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String, u64)>,
+) -> Result<Html<String>, PageProblem> {
+    let view = pull_of(&state.store, path).await?;
+    Ok(Html(html::pull(&view).into_string()))
+}
+
+async fn repos_api(State(state): State<WebState>) -> Result<Json<Vec<RepoView>>, ApiProblem> {
+    Ok(Json(known_repos(&state.store).await?))
+}
+
+async fn pulls_api(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<PullsView>, ApiProblem> {
+    Ok(Json(pulls_of(&state.store, &path, query).await?))
+}
+
+async fn pull_api(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String, u64)>,
+) -> Result<Json<PullView>, ApiProblem> {
+    Ok(Json(pull_of(&state.store, path).await?))
+}

@@ -1,0 +1,252 @@
+//! What a page shows, built once from the store's records and rendered
+//! twice: as HTML (`html.rs`) and as the JSON of `/api/v1/…`. A view holds
+//! text, never markup; whatever a command printed or a person wrote stays
+//! text here and is escaped where it is rendered.
+
+use crate::apply::{AttemptRecord, RunStatus};
+use crate::gate::ledger::Fact;
+use crate::model::{PrNumber, RepoId, UnixMs};
+use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, PullRow, PullState};
+use serde::Serialize;
+
+/// A repository, with where its page and its API live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct RepoView {
+    pub(crate) forge: &'static str,
+    pub(crate) name: String,
+    pub(crate) page: String,
+    pub(crate) api: String,
+}
+
+impl RepoView {
+    pub(crate) fn of(repo: &RepoId) -> Self {
+        let path = format!("repos/{}/{}", repo.forge.as_str(), repo.full_name);
+        Self {
+            forge: repo.forge.as_str(),
+            name: repo.full_name.clone(),
+            page: format!("/{path}"),
+            api: format!("/api/v1/{path}/pulls"),
+        }
+    }
+
+    pub(crate) fn pull_page(&self, pr: PrNumber) -> String {
+        format!("{}/pulls/{}", self.page, pr.0)
+    }
+}
+
+/// One pull request in a repository's list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct PullRowView {
+    pub(crate) number: u64,
+    pub(crate) head: String,
+    pub(crate) open: bool,
+    /// waiting, applying, failed or done; none for an open pull request
+    /// whose plan needs nothing from anyone (or is being planned).
+    pub(crate) state: Option<&'static str>,
+    pub(crate) report: Option<&'static str>,
+    pub(crate) run: Option<RunRowView>,
+    pub(crate) updated_at: UnixMs,
+    pub(crate) page: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct RunRowView {
+    pub(crate) id: i64,
+    pub(crate) status: &'static str,
+    pub(crate) updated_at: UnixMs,
+}
+
+/// A repository's pull requests, one page of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct PullsView {
+    pub(crate) repo: RepoView,
+    /// The filter asked for.
+    pub(crate) state: Option<&'static str>,
+    pub(crate) pulls: Vec<PullRowView>,
+    /// The query of the next page (`?before=…`), when there may be one.
+    pub(crate) next: Option<String>,
+}
+
+impl PullsView {
+    pub(crate) fn of(repo: &RepoId, state: Option<PullState>, rows: &[PullRow], page: u32) -> Self {
+        let repo = RepoView::of(repo);
+        let pulls: Vec<PullRowView> = rows
+            .iter()
+            .map(|row| PullRowView {
+                number: row.pr.0,
+                head: row.head_sha.to_string(),
+                open: row.open,
+                state: row.state().map(PullState::as_str),
+                report: row.report_status.map(|status| status.as_str()),
+                run: row.run.map(|run| RunRowView {
+                    id: run.id,
+                    status: run.status.as_str(),
+                    updated_at: run.updated_at,
+                }),
+                updated_at: row.updated_at,
+                page: repo.pull_page(row.pr),
+            })
+            .collect();
+        let next = (pulls.len() == page as usize)
+            .then(|| pulls.last())
+            .flatten()
+            .map(|last| match state {
+                Some(state) => format!("?state={}&before={}", state.as_str(), last.number),
+                None => format!("?before={}", last.number),
+            });
+        Self {
+            repo,
+            state: state.map(PullState::as_str),
+            pulls,
+            next,
+        }
+    }
+}
+
+/// A pull request: its report, the ledger facts of its gates and its run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct PullView {
+    pub(crate) repo: RepoView,
+    pub(crate) number: u64,
+    pub(crate) head: String,
+    pub(crate) base_ref: String,
+    pub(crate) open: bool,
+    pub(crate) state: Option<&'static str>,
+    pub(crate) report_status: Option<&'static str>,
+    /// The digest of the change set last reported.
+    pub(crate) digest: Option<String>,
+    /// The report as posted (markdown), for the newest head planned.
+    pub(crate) report: Option<String>,
+    pub(crate) facts: Vec<FactView>,
+    pub(crate) run: Option<RunView>,
+}
+
+impl PullView {
+    pub(crate) fn of(
+        pr: &PrRecord,
+        plan: Option<&PlanRecord>,
+        facts: &[(Fact, bool)],
+        run: Option<&ApplyRunRecord>,
+    ) -> Self {
+        Self {
+            repo: RepoView::of(&pr.repo),
+            number: pr.pr.0,
+            head: pr.head_sha.to_string(),
+            base_ref: pr.base_ref.clone(),
+            open: pr.open,
+            state: PullState::of(pr.open, pr.report_status, run.map(|run| run.status))
+                .map(PullState::as_str),
+            report_status: pr.report_status.map(|status| status.as_str()),
+            digest: pr.report_digest.as_ref().map(ToString::to_string),
+            report: plan.map(|plan| plan.report.clone()),
+            facts: facts.iter().map(FactView::of).collect(),
+            run: run.map(RunView::of),
+        }
+    }
+}
+
+/// A fact of the ledger, and whether it counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct FactView {
+    pub(crate) seq: i64,
+    pub(crate) gate: String,
+    pub(crate) kind: String,
+    pub(crate) digest: String,
+    pub(crate) by: String,
+    pub(crate) at: UnixMs,
+    /// False for a fact written outside wavegate (not signed by its key).
+    pub(crate) counts: bool,
+}
+
+impl FactView {
+    fn of((fact, counts): &(Fact, bool)) -> Self {
+        Self {
+            seq: fact.seq,
+            gate: fact.fact.gate.to_string(),
+            kind: fact.fact.kind.to_string(),
+            digest: fact.fact.digest.to_string(),
+            by: fact.fact.actor.login.clone(),
+            at: fact.fact.at,
+            counts: *counts,
+        }
+    }
+}
+
+/// An apply run by stage and wave, each member with its state and what its
+/// latest command printed last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct RunView {
+    pub(crate) id: i64,
+    pub(crate) status: &'static str,
+    pub(crate) merge_sha: String,
+    pub(crate) digest: String,
+    pub(crate) approved_by: Vec<String>,
+    /// The stage and wave it is at (`prod wave 2`).
+    pub(crate) at: Option<String>,
+    /// What it waits for, when it waits.
+    pub(crate) waiting_for: Option<String>,
+    pub(crate) stages: Vec<StageView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct StageView {
+    pub(crate) stage: String,
+    pub(crate) waves: Vec<Vec<MemberView>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct MemberView {
+    pub(crate) member: String,
+    pub(crate) state: String,
+    /// The end of its latest command's output (redacted when it ran).
+    pub(crate) output: Option<OutputView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct OutputView {
+    pub(crate) text: String,
+    /// "all 3 lines", "last 30 of 120 lines".
+    pub(crate) extent: String,
+}
+
+impl RunView {
+    fn of(run: &ApplyRunRecord) -> Self {
+        let record: &AttemptRecord = &run.record;
+        let stages = record
+            .layout
+            .iter()
+            .map(|(stage, waves)| StageView {
+                stage: stage.to_string(),
+                waves: waves
+                    .iter()
+                    .map(|wave| {
+                        wave.iter()
+                            .map(|member| MemberView {
+                                member: member.to_string(),
+                                state: record.state(member).label(),
+                                output: record.printed.get(member).map(|tail| OutputView {
+                                    text: tail.text.clone(),
+                                    extent: tail.extent(),
+                                }),
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            })
+            .collect();
+        Self {
+            id: run.id,
+            status: run.status.as_str(),
+            merge_sha: run.merge_sha.to_string(),
+            digest: run.digest.to_string(),
+            approved_by: record.pr_approved_by.clone(),
+            at: record
+                .at
+                .as_ref()
+                .filter(|_| !run.status.is_final() || run.status == RunStatus::Failed)
+                .map(|(stage, wave)| format!("{stage} wave {wave}")),
+            waiting_for: record.wait.as_ref().map(crate::report::apply::waiting_for),
+            stages,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The pages and the JSON API over the real binary: closed unless the
+//! operator opens them; opened, a repository lists its pull requests by
+//! where they stand, a pull request shows its run by stage and wave with
+//! each member's state and the ledger facts of its gates, and the JSON says
+//! the same. Every answer forbids scripts.
+
+use crate::support::bot::*;
+use crate::support::pr::*;
+use serde_json::Value;
+
+async fn get(bot: &Bot, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+    let answer = bot.http.get(bot.url(path)).send().await.unwrap();
+    let status = answer.status().as_u16();
+    let headers = answer.headers().clone();
+    (status, answer.text().await.unwrap(), headers)
+}
+
+async fn json(bot: &Bot, path: &str) -> Value {
+    let (status, body, _) = get(bot, path).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn numbers(list: &Value) -> Vec<u64> {
+    list["pulls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pull| pull["number"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_pages_are_closed_unless_the_operator_opens_them() {
+    let bot = Bot::start().await;
+    let _pr = approved_pr(&bot, 1).await;
+    for path in [
+        "/repos",
+        "/repos/github/acme/infra/pulls/1",
+        "/api/v1/repos/github/acme/infra/pulls",
+    ] {
+        let (status, body, _) = get(&bot, path).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(body.contains("WAVEGATE_PUBLIC_PAGES=on"), "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
+    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_PAGES", "on")]).await;
+    // #2 is opened while #1 is still open, so it too has a change to approve.
+    let _open = planned_pr(&bot, 2).await;
+    let merged = approved_pr(&bot, 1).await;
+    merged.merge().await;
+
+    let repos = json(&bot, "/api/v1/repos").await;
+    assert_eq!(repos[0]["forge"], "github");
+    assert_eq!(repos[0]["name"], "acme/infra");
+
+    // #1's run applied dev and waits at prod's gate; #2 awaits its approval.
+    let pulls = "/api/v1/repos/github/acme/infra/pulls";
+    assert_eq!(numbers(&json(&bot, pulls).await), [2, 1]);
+    assert_eq!(
+        numbers(&json(&bot, &format!("{pulls}?state=waiting")).await),
+        [2, 1]
+    );
+    assert!(numbers(&json(&bot, &format!("{pulls}?state=done")).await).is_empty());
+    assert_eq!(
+        numbers(&json(&bot, &format!("{pulls}?before=2")).await),
+        [1]
+    );
+    let (status, body, _) = get(&bot, &format!("{pulls}?state=stuck")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("`stuck` is not a state to list; use waiting, applying, failed or done"),
+        "{body}"
+    );
+
+    let pull = json(&bot, &format!("{pulls}/1")).await;
+    assert_eq!(pull["state"], "waiting");
+    let run = &pull["run"];
+    assert_eq!(run["status"], "waiting");
+    assert_eq!(run["approved_by"], serde_json::json!(["rev-bob"]));
+    assert_eq!(run["waiting_for"], "/approve prod");
+    let member = |stage: usize, name: &str| -> Value {
+        run["stages"][stage]["waves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|wave| wave.as_array().unwrap().iter().cloned())
+            .find(|m| m["member"] == name)
+            .unwrap_or_else(|| panic!("{name} in {run:#}"))
+    };
+    assert_eq!(member(0, "app@dev")["state"], "applied");
+    assert_eq!(
+        member(1, "app@prod")["state"],
+        "waiting: stage prod waits for `/approve prod`"
+    );
+    let approval = pull["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|fact| fact["kind"] == "approved" && fact["gate"] == "pr-1")
+        .unwrap_or_else(|| panic!("an approval of pr-1 in {pull:#}"));
+    assert_eq!(approval["by"], "rev-bob");
+    assert_eq!(approval["counts"], true);
+
+    // The page says the same, and may run no script.
+    let (status, page, headers) = get(&bot, "/repos/github/acme/infra/pulls/1").await;
+    assert_eq!(status, 200);
+    for shown in [
+        "Apply run",
+        "app@dev",
+        "applied",
+        "rev-bob",
+        "/approve prod",
+    ] {
+        assert!(page.contains(shown), "{shown} in\n{page}");
+    }
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.starts_with("default-src 'none';"), "{policy}");
+    let (status, list, _) = get(&bot, "/repos/github/acme/infra?state=waiting").await;
+    assert_eq!(status, 200);
+    assert!(
+        list.contains("href=\"/repos/github/acme/infra/pulls/2\""),
+        "{list}"
+    );
+
+    let (status, body, _) = get(&bot, "/repos/github/acme/elsewhere").await;
+    assert_eq!(status, 404);
+    assert!(
+        body.contains("wavegate knows no repository github:acme/elsewhere"),
+        "{body}"
+    );
+    let (status, body, _) = get(&bot, "/api/v1/repos/github/acme/infra/pulls/9").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("no pull request #9"), "{body}");
+}
