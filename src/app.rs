@@ -57,6 +57,10 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             .public_url
             .as_ref()
             .map(|url| format!("{url}/docs")),
+        pages_url: settings
+            .public_url
+            .clone()
+            .filter(|_| settings.public_pages),
         ..worker_options
     };
     for warning in

@@ -45,6 +45,15 @@ impl CheckReport {
         }
     }
 
+    /// The check, linking to the page that shows more (the pull request's,
+    /// when this server shows its pages).
+    pub(crate) fn linked(self, details_url: Option<String>) -> Self {
+        Self {
+            details_url,
+            ..self
+        }
+    }
+
     /// The apply check ([`APPLY_CHECK_NAME`]) on a merge commit.
     pub(crate) fn apply(state: CheckState, title: String, summary: String) -> Self {
         Self {

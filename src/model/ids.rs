@@ -56,6 +56,16 @@ impl RepoId {
         }
     }
 
+    /// Where its page is on this server: `/repos/github/acme/infra`.
+    pub(crate) fn page_path(&self) -> String {
+        format!("/repos/{}/{}", self.forge, self.full_name)
+    }
+
+    /// Where one of its pull requests' page is: `/repos/github/acme/infra/pulls/42`.
+    pub(crate) fn pull_page_path(&self, pr: PrNumber) -> String {
+        format!("{}/pulls/{}", self.page_path(), pr.0)
+    }
+
     pub(crate) fn owner(&self) -> &str {
         self.full_name
             .split_once('/')

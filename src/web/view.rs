@@ -5,7 +5,7 @@
 
 use crate::apply::{AttemptRecord, RunStatus};
 use crate::gate::ledger::Fact;
-use crate::model::{PrNumber, RepoId, UnixMs};
+use crate::model::{RepoId, UnixMs};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, PullRow, PullState};
 use serde::Serialize;
 
@@ -20,17 +20,13 @@ pub(crate) struct RepoView {
 
 impl RepoView {
     pub(crate) fn of(repo: &RepoId) -> Self {
-        let path = format!("repos/{}/{}", repo.forge.as_str(), repo.full_name);
+        let page = repo.page_path();
         Self {
             forge: repo.forge.as_str(),
             name: repo.full_name.clone(),
-            page: format!("/{path}"),
-            api: format!("/api/v1/{path}/pulls"),
+            api: format!("/api/v1{page}/pulls"),
+            page,
         }
-    }
-
-    pub(crate) fn pull_page(&self, pr: PrNumber) -> String {
-        format!("{}/pulls/{}", self.page, pr.0)
     }
 }
 
@@ -68,8 +64,8 @@ pub(crate) struct PullsView {
 }
 
 impl PullsView {
-    pub(crate) fn of(repo: &RepoId, state: Option<PullState>, rows: &[PullRow], page: u32) -> Self {
-        let repo = RepoView::of(repo);
+    pub(crate) fn of(id: &RepoId, state: Option<PullState>, rows: &[PullRow], page: u32) -> Self {
+        let repo = RepoView::of(id);
         let pulls: Vec<PullRowView> = rows
             .iter()
             .map(|row| PullRowView {
@@ -84,7 +80,7 @@ impl PullsView {
                     updated_at: run.updated_at,
                 }),
                 updated_at: row.updated_at,
-                page: repo.pull_page(row.pr),
+                page: id.pull_page_path(row.pr),
             })
             .collect();
         let next = (pulls.len() == page as usize)

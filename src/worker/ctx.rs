@@ -26,6 +26,16 @@ use tokio::sync::Notify;
 pub(super) struct Forge<'a> {
     pub(super) client: &'a ForgeClient,
     pub(super) repo: &'a RepoRef,
+    /// Where this server shows its pages, when it does (a check links its
+    /// pull request's page).
+    pub(super) pages: Option<&'a str>,
+}
+
+impl Forge<'_> {
+    /// The page of pull request `pr`, when this server shows its pages.
+    pub(super) fn pull_page(&self, pr: PrNumber) -> Option<String> {
+        super::pull_page_url(self.pages, &self.repo.id, pr)
+    }
 }
 
 /// The repository's git mirror on this machine: commits fetched into it,
@@ -202,7 +212,11 @@ impl<'a> JobCtx<'a> {
         repo: &'a RepoRef,
         pr: PrNumber,
     ) -> Self {
-        let forge = Forge { client, repo };
+        let forge = Forge {
+            client,
+            repo,
+            pages: worker.options.pages_url.as_deref(),
+        };
         Self {
             store: &worker.store,
             forge,

@@ -22,7 +22,7 @@ use crate::forge::registry::Forges;
 use crate::forge::types::{CheckReport, CheckState};
 use crate::git::Workspace;
 use crate::jobs::Task;
-use crate::model::{CommitSha, RepoId};
+use crate::model::{CommitSha, PrNumber, RepoId};
 use crate::plan::runner::Cancel;
 use crate::report::reply;
 use crate::sandbox::Sandbox;
@@ -54,6 +54,9 @@ pub struct WorkerOptions {
     /// Where this server serves its docs (`WAVEGATE_PUBLIC_URL` + `/docs`),
     /// for the reports' links; none when it is not reached from outside.
     pub docs_url: Option<String>,
+    /// Where this server shows its pages (`WAVEGATE_PUBLIC_URL`, when
+    /// `WAVEGATE_PUBLIC_PAGES=on`): each check links its pull request's page.
+    pub pages_url: Option<String>,
     /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`).
     pub operator: Arc<crate::config::operator::OperatorConfig>,
 }
@@ -68,6 +71,7 @@ impl Default for WorkerOptions {
             heartbeat: Some(crate::config::DEFAULT_HEARTBEAT),
             notify: Default::default(),
             docs_url: None,
+            pages_url: None,
             operator: Default::default(),
         }
     }
@@ -427,7 +431,13 @@ impl Worker {
                     task.repo(),
                     &record.head_sha,
                     None,
-                    &CheckReport::plan(CheckState::Failure, problem.title, problem.body),
+                    &CheckReport::plan(CheckState::Failure, problem.title, problem.body).linked(
+                        pull_page_url(
+                            self.options.pages_url.as_deref(),
+                            &task.repo().id,
+                            task.pr_number(),
+                        ),
+                    ),
                 )
                 .await;
         }
@@ -435,6 +445,12 @@ impl Worker {
             tracing::warn!(job = %job.id, "could not tell the pull request that its job gave up: {e:#}");
         }
     }
+}
+
+/// The page of pull request `pr` on this server (`pages`: where it shows
+/// them), for a check's link.
+pub(crate) fn pull_page_url(pages: Option<&str>, repo: &RepoId, pr: PrNumber) -> Option<String> {
+    pages.map(|base| format!("{base}{}", repo.pull_page_path(pr)))
 }
 
 /// A task that ends when its handle is dropped.

@@ -100,7 +100,8 @@ pub(in crate::worker) async fn plan(
                 CheckState::InProgress,
                 format!("Planning {}…", pr.head_sha.short()),
                 "wavegate is planning this change; the report follows.".into(),
-            ),
+            )
+            .linked(forge.pull_page(pr.number)),
         )
         .await?;
 

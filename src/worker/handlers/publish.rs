@@ -42,6 +42,7 @@ pub(super) async fn publish_report(
     let check_id = shown
         .check_id
         .or_else(|| known_check(known.as_ref(), shown.head));
+    let report = report.linked(forge.pull_page(shown.pr));
     let check_id = forge
         .client
         .publish_check(forge.repo, shown.head, check_id, &report)
@@ -107,7 +108,8 @@ pub(super) async fn publish_run(
                 .await?;
         }
     }
-    let report = CheckReport::apply(run_check_state(run.status, &run.record), title, body);
+    let report = CheckReport::apply(run_check_state(run.status, &run.record), title, body)
+        .linked(forge.pull_page(run.pr));
     let check_id = forge
         .client
         .publish_check(&run.repo, &run.merge_sha, run.check_id, &report)

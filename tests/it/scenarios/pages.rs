@@ -32,8 +32,9 @@ fn numbers(list: &Value) -> Vec<u64> {
 
 #[tokio::test]
 async fn the_pages_are_closed_unless_the_operator_opens_them() {
-    let bot = Bot::start().await;
-    let _pr = approved_pr(&bot, 1).await;
+    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_URL", "https://wavegate.example")]).await;
+    let pr = approved_pr(&bot, 1).await;
+    assert_eq!(pr.plan_check().link, None, "no page to link");
     for path in [
         "/repos",
         "/repos/github/acme/infra/pulls/1",
@@ -47,11 +48,25 @@ async fn the_pages_are_closed_unless_the_operator_opens_them() {
 
 #[tokio::test]
 async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
-    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_PAGES", "on")]).await;
+    let bot = Bot::start_with(&[
+        ("WAVEGATE_PUBLIC_PAGES", "on"),
+        ("WAVEGATE_PUBLIC_URL", "https://wavegate.example"),
+    ])
+    .await;
     // #2 is opened while #1 is still open, so it too has a change to approve.
     let _open = planned_pr(&bot, 2).await;
     let merged = approved_pr(&bot, 1).await;
     merged.merge().await;
+
+    // Each check links the pull request's page.
+    let page = |n: u64| {
+        Some(format!(
+            "https://wavegate.example/repos/github/acme/infra/pulls/{n}"
+        ))
+    };
+    // (#2's head is #1's, and a commit's checks are shared: its newest is #1's.)
+    assert_eq!(merged.plan_check().link, page(1));
+    assert_eq!(merged.apply_check().link, page(1));
 
     let repos = json(&bot, "/api/v1/repos").await;
     assert_eq!(repos[0]["forge"], "github");
@@ -135,4 +150,16 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     let (status, body, _) = get(&bot, "/api/v1/repos/github/acme/infra/pulls/9").await;
     assert_eq!(status, 404);
     assert!(body.contains("no pull request #9"), "{body}");
+
+    // A Forgejo commit status links its pull request's page the same way.
+    let on_forgejo = planned_pr_on_forgejo(&bot, 3).await;
+    assert_eq!(
+        on_forgejo.plan_check().link.as_deref(),
+        Some("https://wavegate.example/repos/forgejo/acme/infra/pulls/3")
+    );
+    // Its change is #1's, merged already (both repositories are the same
+    // estate): nothing to plan, and nobody is waited for.
+    let pull = json(&bot, "/api/v1/repos/forgejo/acme/infra/pulls/3").await;
+    assert_eq!(pull["report_status"], "empty");
+    assert_eq!(pull["state"], Value::Null);
 }

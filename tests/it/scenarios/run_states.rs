@@ -40,7 +40,7 @@ async fn a_held_apply_waits_on_its_holder_and_goes_on_by_itself_once_it_lets_go(
     | prod | 1 | `app@prod` | not started |
     | prod | 2 | `dns@prod` | not started |
     "#);
-    let Check { state, title } = pr.apply_check();
+    let Check { state, title, .. } = pr.apply_check();
     assert_eq!(
         state, "in_progress",
         "a wait on a holder is no failure (no conclusion yet): {title}"
@@ -163,7 +163,7 @@ async fn a_failure_outranks_a_wait_which_is_still_shown_and_resumes_its_part() {
 
     </details>
     ");
-    let Check { state, title } = pr.apply_check();
+    let Check { state, title, .. } = pr.apply_check();
     assert_eq!(state, "failure");
     assert!(
         title.contains("1 failed") && title.contains("also waiting: an approval of round 2"),

@@ -22,6 +22,8 @@ const REPORT_MARKER: &str = "<!-- wavegate:report -->";
 pub struct Check {
     pub state: String,
     pub title: String,
+    /// Where it links (GitHub's `details_url`, Forgejo's `target_url`).
+    pub link: Option<String>,
 }
 
 /// One pull request of one repository in one bot.
@@ -413,6 +415,7 @@ impl PrHandle<'_> {
             Check {
                 state: run.conclusion.unwrap_or(run.status),
                 title: run.output["title"].as_str().unwrap_or_default().to_owned(),
+                link: run.details_url,
             }
         } else {
             let status = self
@@ -423,6 +426,7 @@ impl PrHandle<'_> {
             Check {
                 state: status.state,
                 title: status.description,
+                link: status.target_url.filter(|url| !url.is_empty()),
             }
         }
     }
