@@ -488,7 +488,7 @@ async fn verify_ledger(
             }
         };
         match ledger::verify(&facts, check) {
-            Ok(verified) => println!("{repo}: {}", describe_verified(&verified)),
+            Ok(verified) => println!("{repo}: {verified}"),
             Err(broken) => {
                 all_intact = false;
                 println!("{broken}");
@@ -519,27 +519,6 @@ async fn verify_ledger(
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `3 facts, chain intact, all signed; head seq 3 sha256:…`.
-fn describe_verified(verified: &ledger::Verified) -> String {
-    let plural = if verified.facts == 1 { "" } else { "s" };
-    let mut line = format!("{} fact{plural}, chain intact", verified.facts);
-    if let Some(signatures) = verified.signatures {
-        match (signatures.signed, signatures.unsigned) {
-            (_, 0) => line.push_str(", all signed"),
-            (0, unsigned) => {
-                line.push_str(&format!(", {unsigned} unsigned (written before signing)"))
-            }
-            (signed, unsigned) => line.push_str(&format!(
-                ", {signed} signed, {unsigned} unsigned (written before signing)"
-            )),
-        }
-    }
-    if let Some(head) = &verified.head {
-        line.push_str(&format!("; head seq {} {}", head.seq, head.hash));
-    }
-    line
 }
 
 /// What a fact says, to name it: `approved sha256:… by alice (id 7) at …`.

@@ -387,6 +387,28 @@ pub struct Verified {
     pub signatures: Option<Signatures>,
 }
 
+/// `3 facts, chain intact, all signed; head seq 3 sha256:…`.
+impl fmt::Display for Verified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = if self.facts == 1 { "" } else { "s" };
+        write!(f, "{} fact{plural}, chain intact", self.facts)?;
+        if let Some(signatures) = self.signatures {
+            match (signatures.signed, signatures.unsigned) {
+                (_, 0) => write!(f, ", all signed")?,
+                (0, unsigned) => write!(f, ", {unsigned} unsigned (written before signing)")?,
+                (signed, unsigned) => write!(
+                    f,
+                    ", {signed} signed, {unsigned} unsigned (written before signing)"
+                )?,
+            }
+        }
+        if let Some(head) = &self.head {
+            write!(f, "; head seq {} {}", head.seq, head.hash)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Signatures {
     /// Facts whose signature verifies.

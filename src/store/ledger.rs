@@ -169,6 +169,43 @@ impl Store {
         .collect()
     }
 
+    /// Up to `limit` of a repository's facts below seq `before` (from its
+    /// head when `None`), newest first, each with whether it counts.
+    pub(crate) async fn repo_facts_page(
+        &self,
+        repo: &str,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(Fact, bool)>> {
+        let counts = self.fact_counts(repo);
+        sqlx::query(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts WHERE repo = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+        ))
+        .bind(repo)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading a page of the ledger of {repo}"))?
+        .iter()
+        .map(|row| {
+            fact_from_row(row).map(|fact| {
+                let counted = counts(&fact);
+                (fact, counted)
+            })
+        })
+        .collect()
+    }
+
+    /// The key this store signs facts with and its record of when signing
+    /// began, to verify a chain with; `None` on a store that does not sign.
+    pub(crate) fn signer(&self) -> Option<(PublicKey, std::sync::Arc<SigningStart>)> {
+        let key = self.ledger_key.as_ref()?;
+        Some((key.public(), self.signing.clone()?))
+    }
+
     /// A repository's whole chain, in seq order.
     pub async fn repo_facts(&self, repo: &str) -> Result<Vec<Fact>> {
         sqlx::query(concat!(
@@ -486,6 +523,38 @@ mod tests {
                 ("pr-4-prod".to_owned(), false),
             ]
         );
+    }
+
+    on_both!(fixture_on, a_repositorys_ledger_is_read_a_page_at_a_time_newest_first, #[tokio::test]);
+    async fn a_repositorys_ledger_is_read_a_page_at_a_time_newest_first(f: Fixture) {
+        for comment in 1..=5 {
+            f.store
+                .append_fact(approval(INFRA, "pr-1", 7, comment))
+                .await
+                .unwrap();
+        }
+        f.store
+            .append_fact(approval(SITE, "pr-1", 7, 6))
+            .await
+            .unwrap();
+        let page = |before: Option<i64>| {
+            let store = f.store.clone();
+            async move {
+                store
+                    .repo_facts_page(INFRA, before, 2)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|(fact, counts)| {
+                        assert!(counts);
+                        fact.seq
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(page(None).await, [5, 4]);
+        assert_eq!(page(Some(4)).await, [3, 2]);
+        assert_eq!(page(Some(2)).await, [1]);
     }
 
     on_both!(fixture_on, the_database_refuses_to_change_or_remove_a_fact, #[tokio::test]);

@@ -2,7 +2,7 @@
 //! splice, so a command's output, a login or a report's text is shown as
 //! the text it is; nothing here marks a string as markup.
 
-use super::view::{PullView, PullsView, RepoView, RunView};
+use super::view::{FactView, LedgerView, PullView, PullsView, RepoView, RunView};
 use crate::store::PullState;
 use maud::{html, Markup, DOCTYPE};
 
@@ -83,6 +83,7 @@ pub(crate) fn pulls(view: &PullsView) -> Markup {
                         a href={ (repo.page) "?state=" (state.as_str()) } { (state.as_str()) }
                     }
                 }
+                " · " a href={ (repo.page) "/ledger" } { "ledger" }
                 " · " a href=(repo.api) { "JSON" }
             }
             @if view.pulls.is_empty() {
@@ -140,34 +141,70 @@ pub(crate) fn pull(view: &PullView) -> Markup {
             }
             @if let Some(run) = &view.run { (run_section(run)) }
             h2 { "Approvals and other facts in the ledger" }
-            @if view.facts.is_empty() {
-                p class="muted" { "None yet." }
-            } @else {
-                table {
-                    thead { tr { th { "Seq" } th { "Gate" } th { "Fact" } th { "By" } th { "At" } th { "Digest" } } }
-                    tbody {
-                        @for fact in &view.facts {
-                            tr {
-                                td { (fact.seq) }
-                                td { (fact.gate) }
-                                td {
-                                    (fact.kind)
-                                    @if !fact.counts {
-                                        " " span class="warn" { "not signed by this server: counts for nothing" }
-                                    }
-                                }
-                                td { (fact.by) }
-                                td { (fact.at) }
-                                td { code { (short_digest(&fact.digest)) } }
-                            }
-                        }
-                    }
-                }
-            }
+            (facts_table(&view.facts))
             h2 { "Report" }
             @match &view.report {
                 Some(report) => pre { (report) },
                 None => p class="muted" { "Not planned yet." },
+            }
+        },
+    )
+}
+
+fn facts_table(facts: &[FactView]) -> Markup {
+    html! {
+        @if facts.is_empty() {
+            p class="muted" { "None yet." }
+        } @else {
+            table {
+                thead { tr { th { "Seq" } th { "Gate" } th { "Fact" } th { "By" } th { "At" } th { "Digest" } } }
+                tbody {
+                    @for fact in facts {
+                        tr {
+                            td { (fact.seq) }
+                            td { (fact.gate) }
+                            td {
+                                (fact.kind)
+                                @if !fact.counts {
+                                    " " span class="warn" { "not signed by this server: counts for nothing" }
+                                }
+                            }
+                            td { (fact.by) }
+                            td { (fact.at) }
+                            td { code { (short_digest(&fact.digest)) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn ledger(view: &LedgerView) -> Markup {
+    let repo = &view.repo;
+    page(
+        &format!("{} ledger", repo.name),
+        html! {
+            p { a href=(repo.page) { (repo.name) } }
+            h1 { "Gate ledger" }
+            @if view.verified {
+                p { span class="state done" { "Verified" } ": " (view.verification) }
+            } @else {
+                p { span class="warn" { "Does not verify" } ": " (view.verification) }
+            }
+            p {
+                "Signed with "
+                @match &view.key {
+                    Some(key) => code { (key) },
+                    None => span class="muted" { "no key (this server does not sign)" },
+                }
+                @if let Some(head) = &view.head {
+                    "; head: seq " (head.seq) " " code { (head.hash) }
+                }
+            }
+            (facts_table(&view.facts))
+            @if let Some(next) = &view.next {
+                p { a href={ (repo.page) "/ledger" (next) } { "Older facts →" } }
             }
         },
     )

@@ -12,6 +12,7 @@
 mod html;
 mod view;
 
+use crate::gate::ledger;
 use crate::model::{ForgeKind, PrNumber, RepoId};
 use crate::store::{PullState, Store};
 use axum::extract::{Path, Query, Request, State};
@@ -21,7 +22,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
-use view::{PullView, PullsView, RepoView};
+use view::{LedgerView, PullView, PullsView, RepoView};
 
 /// Pull requests on one page of a repository's list.
 pub(crate) const PAGE: u32 = 50;
@@ -41,7 +42,12 @@ pub(crate) fn router(state: WebState) -> Router {
             "/repos/{forge}/{owner}/{name}/pulls/{number}",
             get(pull_page),
         )
+        .route("/repos/{forge}/{owner}/{name}/ledger", get(ledger_page))
         .route("/api/v1/repos", get(repos_api))
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/ledger",
+            get(ledger_api),
+        )
         .route("/api/v1/repos/{forge}/{owner}/{name}/pulls", get(pulls_api))
         .route(
             "/api/v1/repos/{forge}/{owner}/{name}/pulls/{number}",
@@ -232,6 +238,53 @@ async fn pull_of(
     let facts = store.pr_facts(&repo.ledger_key(), pr).await?;
     let run = store.apply_run(&repo, pr).await?;
     Ok(PullView::of(&record, plan.as_ref(), &facts, run.as_ref()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerQuery {
+    before: Option<i64>,
+}
+
+/// The ledger of a repository: its whole chain verified (hashes, and with
+/// the server's key its signatures), and one page of its facts.
+async fn ledger_of(
+    store: &Store,
+    path: &(String, String, String),
+    query: LedgerQuery,
+) -> Result<LedgerView, Problem> {
+    let repo = known_repo(store, path).await?;
+    let key = repo.ledger_key();
+    let signer = store.signer();
+    let check = signer
+        .as_ref()
+        .map(|(key, start)| ledger::SignatureCheck { key, start });
+    let verified = ledger::verify(&store.repo_facts(&key).await?, check);
+    let facts = store.repo_facts_page(&key, query.before, PAGE).await?;
+    Ok(LedgerView::of(
+        &repo,
+        signer.as_ref().map(|(key, _)| key),
+        &verified,
+        &facts,
+        PAGE,
+    ))
+}
+
+async fn ledger_page(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+    Query(query): Query<LedgerQuery>,
+) -> Result<Html<String>, PageProblem> {
+    let view = ledger_of(&state.store, &path, query).await?;
+    Ok(Html(html::ledger(&view).into_string()))
+}
+
+async fn ledger_api(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+    Query(query): Query<LedgerQuery>,
+) -> Result<Json<LedgerView>, ApiProblem> {
+    Ok(Json(ledger_of(&state.store, &path, query).await?))
 }
 
 async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageProblem> {

@@ -4,7 +4,7 @@
 //! text here and is escaped where it is rendered.
 
 use crate::apply::{AttemptRecord, RunStatus};
-use crate::gate::ledger::Fact;
+use crate::gate::ledger::{BrokenLink, Fact, PublicKey, Verified};
 use crate::model::{RepoId, UnixMs};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, PullRow, PullState};
 use serde::Serialize;
@@ -243,6 +243,68 @@ impl RunView {
                 .map(|(stage, wave)| format!("{stage} wave {wave}")),
             waiting_for: record.wait.as_ref().map(crate::report::apply::waiting_for),
             stages,
+        }
+    }
+}
+
+/// A repository's ledger: whether its chain verifies (or where it breaks),
+/// the key that signs it, and one page of its facts, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LedgerView {
+    pub(crate) repo: RepoView,
+    /// The public key facts are signed with; none when the server signs none.
+    pub(crate) key: Option<String>,
+    /// The whole chain hashes through, and each fact after signing began
+    /// carries the key's signature.
+    pub(crate) verified: bool,
+    /// "3 facts, chain intact, all signed; head seq 3 sha256:…", or what
+    /// breaks it and where.
+    pub(crate) verification: String,
+    /// The newest fact's seq and hash.
+    pub(crate) head: Option<HeadView>,
+    pub(crate) facts: Vec<FactView>,
+    /// The query of the next page (`?before=…`), when there may be one.
+    pub(crate) next: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct HeadView {
+    pub(crate) seq: i64,
+    pub(crate) hash: String,
+}
+
+impl LedgerView {
+    pub(crate) fn of(
+        id: &RepoId,
+        key: Option<&PublicKey>,
+        verified: &Result<Verified, BrokenLink>,
+        facts: &[(Fact, bool)],
+        page: u32,
+    ) -> Self {
+        let facts: Vec<FactView> = facts.iter().map(FactView::of).collect();
+        let next = (facts.len() == page as usize)
+            .then(|| facts.last())
+            .flatten()
+            .filter(|last| last.seq > 1)
+            .map(|last| format!("?before={}", last.seq));
+        Self {
+            repo: RepoView::of(id),
+            key: key.map(ToString::to_string),
+            verified: verified.is_ok(),
+            verification: match verified {
+                Ok(verified) => verified.to_string(),
+                Err(broken) => broken.to_string(),
+            },
+            head: verified
+                .as_ref()
+                .ok()
+                .and_then(|verified| verified.head.as_ref())
+                .map(|head| HeadView {
+                    seq: head.seq,
+                    hash: head.hash.to_string(),
+                }),
+            facts,
+            next,
         }
     }
 }

@@ -103,7 +103,7 @@ fn wavegate(args: &[&str]) -> Output {
 /// Appends an approval the way whoever holds the database could: chained
 /// after the repository's last fact with a correctly computed hash, but
 /// not signed (no one but the server has the key).
-async fn forge_approval(url: &str, repo: &str, login: &str) -> Fact {
+pub(crate) async fn forge_approval(url: &str, repo: &str, login: &str) -> Fact {
     use sqlx::Connection as _;
     let store = Store::open(url).await.unwrap();
     let last = store.repo_facts(repo).await.unwrap().pop();

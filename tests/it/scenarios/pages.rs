@@ -163,3 +163,54 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     assert_eq!(pull["report_status"], "empty");
     assert_eq!(pull["state"], Value::Null);
 }
+
+#[tokio::test]
+async fn the_ledger_page_verifies_the_chain_and_says_when_a_fact_was_forged() {
+    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_PAGES", "on")]).await;
+    let _pr = approved_pr(&bot, 1).await;
+
+    // The repository's ledger verifies, signed with the server's key, and
+    // lists its facts newest first.
+    let ledger = json(&bot, "/api/v1/repos/github/acme/infra/ledger").await;
+    assert_eq!(ledger["verified"], true, "{ledger:#}");
+    assert!(
+        ledger["key"].as_str().unwrap().starts_with("ed25519:"),
+        "{ledger:#}"
+    );
+    let verification = ledger["verification"].as_str().unwrap();
+    assert!(
+        verification.contains("chain intact, all signed"),
+        "{verification}"
+    );
+    let seqs: Vec<i64> = ledger["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|fact| fact["seq"].as_i64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] > w[1]), "{seqs:?}");
+    assert_eq!(ledger["head"]["seq"], seqs[0]);
+
+    // Whoever holds the database appends an approval: the page says the
+    // ledger does not verify, and the fact counts for nothing.
+    bot.ledger_forged
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let forged = crate::scenarios::ledger_cli::forge_approval(
+        &bot.database_url(),
+        "github:acme/infra",
+        "mallory",
+    )
+    .await;
+    let ledger = json(&bot, "/api/v1/repos/github/acme/infra/ledger").await;
+    assert_eq!(ledger["verified"], false, "{ledger:#}");
+    let verification = ledger["verification"].as_str().unwrap();
+    assert!(
+        verification.contains(&format!("{}", forged.seq)),
+        "{verification}"
+    );
+    assert_eq!(ledger["facts"][0]["by"], "mallory");
+    assert_eq!(ledger["facts"][0]["counts"], false);
+    let (status, page, _) = get(&bot, "/repos/github/acme/infra/ledger").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Does not verify"), "{page}");
+}
