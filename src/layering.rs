@@ -55,7 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "web",
         &[
-            "model", "config", "gate", "plan", "apply", "report", "forge", "store",
+            "model", "config", "gate", "plan", "apply", "report", "forge", "store", "jobs",
         ],
     ),
     (

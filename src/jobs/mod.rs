@@ -171,7 +171,12 @@ pub(crate) fn webhook_review<'a>(
 
 /// Jobs with one key run one at a time: one pull request's jobs, in order.
 pub(crate) fn queue_key(repo: &RepoId, pr: PrNumber) -> String {
-    format!("{}:{}#{}", repo.forge, repo.full_name, pr.0)
+    format!("{}{}", queue_key_prefix(repo), pr.0)
+}
+
+/// What the queue keys of every pull request of `repo` start with.
+pub(crate) fn queue_key_prefix(repo: &RepoId) -> String {
+    format!("{}:{}#", repo.forge, repo.full_name)
 }
 
 /// What an event means for the store: the job it causes, if any, and the

@@ -41,6 +41,15 @@ pub(crate) struct ApplyRunRecord {
     pub(crate) check_id: Option<u64>,
 }
 
+/// A member an apply run holds locked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemberLock {
+    pub(crate) member: String,
+    pub(crate) run_id: i64,
+    pub(crate) pr: PrNumber,
+    pub(crate) since: crate::model::UnixMs,
+}
+
 macro_rules! run_columns {
     () => {
         "id, repo_ref, number, merge_sha, base_sha, plan_id, digest, status, record, check_id, \
@@ -122,6 +131,31 @@ impl Store {
         .await
         .with_context(|| format!("saving apply run {}", run.id))?;
         Ok(())
+    }
+
+    /// The members of `repo` a run holds locked, by member, with the run's
+    /// pull request.
+    pub(crate) async fn member_locks(&self, repo: &RepoId) -> Result<Vec<MemberLock>> {
+        sqlx::query(
+            "SELECT l.member, l.run_id, r.number, l.acquired_at FROM member_locks l
+             JOIN apply_runs r ON r.id = l.run_id
+             WHERE l.forge = $1 AND l.repo = $2 ORDER BY l.member",
+        )
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the member locks of {repo}"))?
+        .iter()
+        .map(|row| {
+            Ok(MemberLock {
+                member: row.try_get("member")?,
+                run_id: row.try_get("run_id")?,
+                pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
+                since: row.try_get("acquired_at")?,
+            })
+        })
+        .collect()
     }
 
     /// Takes the locks of `members` for `run_id`, all or none. When another

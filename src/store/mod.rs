@@ -16,7 +16,7 @@ mod reconcile;
 mod redeliveries;
 mod sql;
 
-pub(crate) use apply::{ApplyRunRecord, NewApplyRun};
+pub(crate) use apply::{ApplyRunRecord, MemberLock, NewApplyRun};
 #[cfg(test)]
 pub(crate) use clock::ManualClock;
 #[cfg(feature = "test-clock")]

@@ -766,6 +766,27 @@ impl Store {
             .collect()
     }
 
+    /// Up to `limit` jobs whose queue key starts with `prefix` (one
+    /// repository's: `jobs::queue_key_prefix`), queued, running or dead,
+    /// newest first.
+    pub(crate) async fn unfinished_jobs(&self, prefix: &str, limit: u32) -> Result<Vec<Job>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE status IN ('queued', 'running', 'dead') \
+             AND substr(queue_key, 1, CAST($1 AS INTEGER)) = $2 ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(i64::try_from(prefix.len())?)
+        .bind(prefix)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the unfinished jobs of {prefix}…"))?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
     pub async fn delivery_count(&self) -> Result<i64> {
         let count: i64 = sqlx::query("SELECT COUNT(*) FROM deliveries")
             .fetch_one(&self.pool)

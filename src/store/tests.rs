@@ -1909,3 +1909,57 @@ async fn a_repositorys_pull_requests_are_listed_newest_first_by_where_they_stand
     let run = rows[1].run.expect("#4's run");
     assert_eq!(run.status, crate::apply::RunStatus::Running);
 }
+
+on_both!(fixture_on, a_repositorys_locks_and_unfinished_jobs_are_listed_and_no_other_repositorys, #[tokio::test]);
+async fn a_repositorys_locks_and_unfinished_jobs_are_listed_and_no_other_repositorys(f: Fixture) {
+    let (run, _) = merged_run(&f, 4).await;
+    let members: Vec<MemberId> = vec!["dns@dev".into(), "app@dev".into()];
+    f.store
+        .lock_members(&repo(), run.id, &members)
+        .await
+        .unwrap();
+    let locks = f.store.member_locks(&repo()).await.unwrap();
+    let held: Vec<(&str, i64, PrNumber)> = locks
+        .iter()
+        .map(|lock| (lock.member.as_str(), lock.run_id, lock.pr))
+        .collect();
+    assert_eq!(
+        held,
+        [
+            ("app@dev", run.id, PrNumber(4)),
+            ("dns@dev", run.id, PrNumber(4))
+        ]
+    );
+    assert_eq!(locks[0].since, START);
+
+    // `github:acme/infra#` is the repository's prefix: `…/infra2`'s jobs
+    // and finished ones are not listed.
+    let done = f
+        .store
+        .enqueue(job("github:acme/infra#1", 3))
+        .await
+        .unwrap();
+    f.store.claim("w1", LEASE).await.unwrap().unwrap();
+    f.store
+        .complete(done, "w1", JobOutcome::Done)
+        .await
+        .unwrap();
+    let queued = f
+        .store
+        .enqueue(job("github:acme/infra#2", 3))
+        .await
+        .unwrap();
+    f.store
+        .enqueue(job("github:acme/infra2#2", 3))
+        .await
+        .unwrap();
+    let listed: Vec<JobId> = f
+        .store
+        .unfinished_jobs("github:acme/infra#", 50)
+        .await
+        .unwrap()
+        .iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(listed, [queued]);
+}

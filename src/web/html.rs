@@ -2,7 +2,7 @@
 //! splice, so a command's output, a login or a report's text is shown as
 //! the text it is; nothing here marks a string as markup.
 
-use super::view::{FactView, LedgerView, PullView, PullsView, RepoView, RunView};
+use super::view::{FactView, LedgerView, PullView, PullsView, QueueView, RepoView, RunView};
 use crate::store::PullState;
 use maud::{html, Markup, DOCTYPE};
 
@@ -84,6 +84,7 @@ pub(crate) fn pulls(view: &PullsView) -> Markup {
                     }
                 }
                 " · " a href={ (repo.page) "/ledger" } { "ledger" }
+                " · " a href={ (repo.page) "/queue" } { "locks and queue" }
                 " · " a href=(repo.api) { "JSON" }
             }
             @if view.pulls.is_empty() {
@@ -205,6 +206,55 @@ pub(crate) fn ledger(view: &LedgerView) -> Markup {
             (facts_table(&view.facts))
             @if let Some(next) = &view.next {
                 p { a href={ (repo.page) "/ledger" (next) } { "Older facts →" } }
+            }
+        },
+    )
+}
+
+pub(crate) fn queue(view: &QueueView) -> Markup {
+    let repo = &view.repo;
+    page(
+        &format!("{} locks and queue", repo.name),
+        html! {
+            p { a href=(repo.page) { (repo.name) } }
+            h1 { "Locks and queue" }
+            h2 { "Members locked by an apply run" }
+            @if view.locks.is_empty() {
+                p class="muted" { "None." }
+            } @else {
+                table {
+                    thead { tr { th { "Member" } th { "Held by" } th { "Since" } } }
+                    tbody {
+                        @for lock in &view.locks {
+                            tr {
+                                td { (lock.member) }
+                                td { a href=(lock.page) { "run " (lock.run) " of #" (lock.pr) } }
+                                td { (lock.since) }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Jobs queued, running or dead" }
+            @if view.jobs.is_empty() {
+                p class="muted" { "None." }
+            } @else {
+                table {
+                    thead { tr { th { "Job" } th { "Kind" } th { "Pull request" } th { "Status" } th { "Attempts" } th { "Not before" } th { "Last error" } } }
+                    tbody {
+                        @for job in &view.jobs {
+                            tr {
+                                td { (job.id) }
+                                td { (job.kind) }
+                                td { (job.key) }
+                                td { span class={ "state " (if job.status == "dead" { "failed" } else { "waiting" }) } { (job.status) } }
+                                td { (job.attempts) " of " (job.max_attempts) }
+                                td { (job.run_after) }
+                                td { @if let Some(error) = &job.last_error { pre { (error) } } }
+                            }
+                        }
+                    }
+                }
             }
         },
     )

@@ -22,7 +22,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
-use view::{LedgerView, PullView, PullsView, RepoView};
+use view::{LedgerView, PullView, PullsView, QueueView, RepoView};
 
 /// Pull requests on one page of a repository's list.
 pub(crate) const PAGE: u32 = 50;
@@ -43,7 +43,9 @@ pub(crate) fn router(state: WebState) -> Router {
             get(pull_page),
         )
         .route("/repos/{forge}/{owner}/{name}/ledger", get(ledger_page))
+        .route("/repos/{forge}/{owner}/{name}/queue", get(queue_page))
         .route("/api/v1/repos", get(repos_api))
+        .route("/api/v1/repos/{forge}/{owner}/{name}/queue", get(queue_api))
         .route(
             "/api/v1/repos/{forge}/{owner}/{name}/ledger",
             get(ledger_api),
@@ -285,6 +287,31 @@ async fn ledger_api(
     Query(query): Query<LedgerQuery>,
 ) -> Result<Json<LedgerView>, ApiProblem> {
     Ok(Json(ledger_of(&state.store, &path, query).await?))
+}
+
+/// Who holds which member locked, and the repository's unfinished jobs.
+async fn queue_of(store: &Store, path: &(String, String, String)) -> Result<QueueView, Problem> {
+    let repo = known_repo(store, path).await?;
+    let locks = store.member_locks(&repo).await?;
+    let jobs = store
+        .unfinished_jobs(&crate::jobs::queue_key_prefix(&repo), PAGE)
+        .await?;
+    Ok(QueueView::of(&repo, &locks, &jobs))
+}
+
+async fn queue_page(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+) -> Result<Html<String>, PageProblem> {
+    let view = queue_of(&state.store, &path).await?;
+    Ok(Html(html::queue(&view).into_string()))
+}
+
+async fn queue_api(
+    State(state): State<WebState>,
+    Path(path): Path<(String, String, String)>,
+) -> Result<Json<QueueView>, ApiProblem> {
+    Ok(Json(queue_of(&state.store, &path).await?))
 }
 
 async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageProblem> {

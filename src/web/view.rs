@@ -6,7 +6,7 @@
 use crate::apply::{AttemptRecord, RunStatus};
 use crate::gate::ledger::{BrokenLink, Fact, PublicKey, Verified};
 use crate::model::{RepoId, UnixMs};
-use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, PullRow, PullState};
+use crate::store::{ApplyRunRecord, Job, MemberLock, PlanRecord, PrRecord, PullRow, PullState};
 use serde::Serialize;
 
 /// A repository, with where its page and its API live.
@@ -305,6 +305,70 @@ impl LedgerView {
                 }),
             facts,
             next,
+        }
+    }
+}
+
+/// What holds a repository's members and what waits in its queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct QueueView {
+    pub(crate) repo: RepoView,
+    pub(crate) locks: Vec<LockView>,
+    /// Queued, running and dead jobs of its pull requests, newest first.
+    pub(crate) jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LockView {
+    pub(crate) member: String,
+    pub(crate) run: i64,
+    pub(crate) pr: u64,
+    pub(crate) since: UnixMs,
+    pub(crate) page: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct JobView {
+    pub(crate) id: i64,
+    pub(crate) kind: String,
+    pub(crate) status: &'static str,
+    /// The pull request's queue key (`github:acme/infra#42`).
+    pub(crate) key: String,
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: u32,
+    /// Not claimed before this.
+    pub(crate) run_after: UnixMs,
+    /// Why its last attempt failed (a dead job: why it gave up).
+    pub(crate) last_error: Option<String>,
+}
+
+impl QueueView {
+    pub(crate) fn of(id: &RepoId, locks: &[MemberLock], jobs: &[Job]) -> Self {
+        Self {
+            repo: RepoView::of(id),
+            locks: locks
+                .iter()
+                .map(|lock| LockView {
+                    member: lock.member.clone(),
+                    run: lock.run_id,
+                    pr: lock.pr.0,
+                    since: lock.since,
+                    page: id.pull_page_path(lock.pr),
+                })
+                .collect(),
+            jobs: jobs
+                .iter()
+                .map(|job| JobView {
+                    id: job.id.0,
+                    kind: job.kind.to_string(),
+                    status: job.status.as_str(),
+                    key: job.queue_key.clone(),
+                    attempts: job.attempts,
+                    max_attempts: job.max_attempts,
+                    run_after: job.run_after,
+                    last_error: job.last_error.clone(),
+                })
+                .collect(),
         }
     }
 }

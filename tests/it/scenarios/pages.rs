@@ -214,3 +214,40 @@ async fn the_ledger_page_verifies_the_chain_and_says_when_a_fact_was_forged() {
     assert_eq!(status, 200);
     assert!(page.contains("Does not verify"), "{page}");
 }
+
+#[tokio::test]
+async fn while_a_run_applies_the_queue_page_shows_the_member_it_holds() {
+    let bot = Bot::start_with(&[("WAVEGATE_PUBLIC_PAGES", "on")]).await;
+    let pr = approved_pr(&bot, 1).await;
+    bot.pause_apply("dev", "app", "before");
+    pr.merge_unsettled().await;
+    bot.until_apply_paused("dev", "app").await;
+
+    let queue = json(&bot, "/api/v1/repos/github/acme/infra/queue").await;
+    let locks = queue["locks"].as_array().unwrap();
+    assert!(
+        locks
+            .iter()
+            .any(|lock| lock["member"] == "app@dev" && lock["pr"] == 1),
+        "{queue:#}"
+    );
+    assert_eq!(
+        locks[0]["page"], "/repos/github/acme/infra/pulls/1",
+        "{queue:#}"
+    );
+    let pulls = json(&bot, "/api/v1/repos/github/acme/infra/pulls?state=applying").await;
+    assert_eq!(numbers(&pulls), [1]);
+    let (status, page, _) = get(&bot, "/repos/github/acme/infra/queue").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("app@dev") && page.contains("run "), "{page}");
+
+    bot.resume_apply("dev", "app");
+    bot.settle().await;
+    let queue = json(&bot, "/api/v1/repos/github/acme/infra/queue").await;
+    assert_eq!(
+        queue["locks"],
+        serde_json::json!([]),
+        "let go once it waits at prod"
+    );
+    assert_eq!(queue["jobs"], serde_json::json!([]), "{queue:#}");
+}
