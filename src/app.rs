@@ -140,6 +140,20 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
     let pages = web::WebState {
         store: store.clone(),
         open: settings.public_pages,
+        server: Arc::new(web::ServerView {
+            version: env!("CARGO_PKG_VERSION"),
+            sandbox: sandbox.describe(),
+            sandbox_problem: sandbox.problem().map(str::to_owned),
+            limits_held_by: sandbox.limits_mechanism(),
+            profiles: sandbox
+                .profiles()
+                .iter()
+                .map(|profile| format!("{}: {}", profile.name, profile.describe()))
+                .collect(),
+            workers: settings.workers,
+            forges: forge_lines(settings, &forges),
+            public_url: settings.public_url.clone(),
+        }),
     };
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
@@ -327,6 +341,22 @@ fn hostname() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "wavegate".into())
+}
+
+/// The forges this server talks to, one line each, for the server page.
+fn forge_lines(settings: &Settings, forges: &Forges) -> Vec<String> {
+    let mut lines = vec![if forges.github_configured() {
+        format!("GitHub App, API at {}", forges.github_api_url())
+    } else {
+        format!(
+            "GitHub: no App yet (API at {}; /setup creates one)",
+            forges.github_api_url()
+        )
+    }];
+    if let Some(forgejo) = &settings.forgejo {
+        lines.push(format!("Forgejo at {}", forgejo.url));
+    }
+    lines
 }
 
 #[cfg(test)]

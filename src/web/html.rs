@@ -2,7 +2,9 @@
 //! splice, so a command's output, a login or a report's text is shown as
 //! the text it is; nothing here marks a string as markup.
 
-use super::view::{FactView, LedgerView, PullView, PullsView, QueueView, RepoView, RunView};
+use super::view::{
+    FactView, LedgerView, PullView, PullsView, QueueView, RepoView, RunView, ServerView,
+};
 use crate::store::PullState;
 use maud::{html, Markup, DOCTYPE};
 
@@ -28,7 +30,7 @@ fn page(title: &str, body: Markup) -> Markup {
                 link rel="stylesheet" href="/assets/wavegate.css";
             }
             body {
-                nav { a href="/repos" { "Repositories" } }
+                nav { a href="/repos" { "Repositories" } a href="/server" { "Server" } }
                 (body)
             }
         }
@@ -254,6 +256,34 @@ pub(crate) fn queue(view: &QueueView) -> Markup {
                             }
                         }
                     }
+                }
+            }
+        },
+    )
+}
+
+pub(crate) fn server(view: &ServerView) -> Markup {
+    page(
+        "Server",
+        html! {
+            h1 { "wavegate " (view.version) }
+            table {
+                tbody {
+                    tr { th { "Sandbox" } td {
+                        (view.sandbox)
+                        @if let Some(problem) = &view.sandbox_problem {
+                            br; span class="warn" { "No command can run: " (problem) }
+                        }
+                    } }
+                    tr { th { "Limits held by" } td { (view.limits_held_by) } }
+                    tr { th { "Execution profiles" } td {
+                        @for profile in &view.profiles { (profile) br; }
+                    } }
+                    tr { th { "Workers" } td { (view.workers) " on this replica" } }
+                    tr { th { "Forges" } td {
+                        @for forge in &view.forges { (forge) br; }
+                    } }
+                    tr { th { "Public URL" } td { (view.public_url.as_deref().unwrap_or("—")) } }
                 }
             }
         },

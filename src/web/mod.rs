@@ -22,6 +22,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
+pub(crate) use view::ServerView;
 use view::{LedgerView, PullView, PullsView, QueueView, RepoView};
 
 /// Pull requests on one page of a repository's list.
@@ -32,6 +33,8 @@ pub(crate) struct WebState {
     pub(crate) store: Store,
     /// `WAVEGATE_PUBLIC_PAGES`: shown to anyone who reaches the server.
     pub(crate) open: bool,
+    /// What the server page shows, as the server started.
+    pub(crate) server: std::sync::Arc<ServerView>,
 }
 
 pub(crate) fn router(state: WebState) -> Router {
@@ -44,6 +47,8 @@ pub(crate) fn router(state: WebState) -> Router {
         )
         .route("/repos/{forge}/{owner}/{name}/ledger", get(ledger_page))
         .route("/repos/{forge}/{owner}/{name}/queue", get(queue_page))
+        .route("/server", get(server_page))
+        .route("/api/v1/server", get(server_api))
         .route("/api/v1/repos", get(repos_api))
         .route("/api/v1/repos/{forge}/{owner}/{name}/queue", get(queue_api))
         .route(
@@ -312,6 +317,14 @@ async fn queue_api(
     Path(path): Path<(String, String, String)>,
 ) -> Result<Json<QueueView>, ApiProblem> {
     Ok(Json(queue_of(&state.store, &path).await?))
+}
+
+async fn server_page(State(state): State<WebState>) -> Html<String> {
+    Html(html::server(&state.server).into_string())
+}
+
+async fn server_api(State(state): State<WebState>) -> Json<ServerView> {
+    Json(ServerView::clone(&state.server))
 }
 
 async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageProblem> {

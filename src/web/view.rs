@@ -372,3 +372,21 @@ impl QueueView {
         }
     }
 }
+
+/// The server as it started: what runs here and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct ServerView {
+    pub(crate) version: &'static str,
+    /// How commands are isolated, and what holds their limits.
+    pub(crate) sandbox: String,
+    /// Why no command can run, when the sandbox is on but unavailable.
+    pub(crate) sandbox_problem: Option<String>,
+    pub(crate) limits_held_by: &'static str,
+    /// The operator's execution profiles, one line each.
+    pub(crate) profiles: Vec<String>,
+    /// Worker tasks claiming jobs on this replica.
+    pub(crate) workers: usize,
+    /// Each forge this server talks to, and where.
+    pub(crate) forges: Vec<String>,
+    pub(crate) public_url: Option<String>,
+}

@@ -68,6 +68,23 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     assert_eq!(merged.plan_check().link, page(1));
     assert_eq!(merged.apply_check().link, page(1));
 
+    // The server says what it runs and how.
+    let server = json(&bot, "/api/v1/server").await;
+    assert_eq!(server["version"], env!("CARGO_PKG_VERSION"));
+    let sandbox = server["sandbox"].as_str().unwrap();
+    assert!(sandbox.starts_with("bubblewrap"), "{server:#}");
+    assert_eq!(server["sandbox_problem"], Value::Null);
+    assert!(
+        server["forges"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("GitHub App, API at http"),
+        "{server:#}"
+    );
+    let (status, page, _) = get(&bot, "/server").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Execution profiles"), "{page}");
+
     let repos = json(&bot, "/api/v1/repos").await;
     assert_eq!(repos[0]["forge"], "github");
     assert_eq!(repos[0]["name"], "acme/infra");
