@@ -147,7 +147,11 @@ fn seed(file: &std::path::Path) {
             3 => Some("running"),
             _ => Some("applied"),
         };
-        let report = if run_status.is_none() { "awaiting-approval" } else { "approved" };
+        let report = if run_status.is_none() {
+            "awaiting-approval"
+        } else {
+            "approved"
+        };
         tx.execute(
             "INSERT INTO pull_requests (forge, repo, number, head_sha, base_ref, is_open, report_head,
                                         report_digest, report_status, updated_at)
@@ -194,7 +198,10 @@ fn seed(file: &std::path::Path) {
             )
             .unwrap();
         }
-        for (kind, login) in [(FactKind::Pending, "wavegate"), (FactKind::Approved, "rev-bob")] {
+        for (kind, login) in [
+            (FactKind::Pending, "wavegate"),
+            (FactKind::Approved, "rev-bob"),
+        ] {
             let new = NewFact {
                 repo: format!("github:{REPO}"),
                 gate: format!("pr-{n}").parse().unwrap(),

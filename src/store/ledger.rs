@@ -160,12 +160,7 @@ impl Store {
         .await
         .with_context(|| format!("reading the ledger facts of {repo} pull request {pr}"))?
         .iter()
-        .map(|row| {
-            fact_from_row(row).map(|fact| {
-                let counted = counts(&fact);
-                (fact, counted)
-            })
-        })
+        .map(|row| counted(row, &counts))
         .collect()
     }
 
@@ -190,12 +185,7 @@ impl Store {
         .await
         .with_context(|| format!("reading a page of the ledger of {repo}"))?
         .iter()
-        .map(|row| {
-            fact_from_row(row).map(|fact| {
-                let counted = counts(&fact);
-                (fact, counted)
-            })
-        })
+        .map(|row| counted(row, &counts))
         .collect()
     }
 
@@ -346,6 +336,13 @@ fn signing_start_from_row(row: &AnyRow) -> Result<SigningStart> {
             .context("the record of when ledger signing began has heads that are not JSON")?,
         sig: row.try_get("sig")?,
     })
+}
+
+/// The fact of `row`, with whether it counts.
+fn counted(row: &AnyRow, counts: &impl Fn(&Fact) -> bool) -> Result<(Fact, bool)> {
+    let fact = fact_from_row(row)?;
+    let counted = counts(&fact);
+    Ok((fact, counted))
 }
 
 fn fact_from_row(row: &AnyRow) -> Result<Fact> {

@@ -64,7 +64,12 @@ pub(crate) struct PullsView {
 }
 
 impl PullsView {
-    pub(crate) fn of(id: &RepoId, state: Option<PullState>, rows: &[PullRow], page: u32) -> Self {
+    pub(crate) fn of(
+        id: &RepoId,
+        state: Option<PullState>,
+        rows: &[PullRow],
+        per_page: u32,
+    ) -> Self {
         let repo = RepoView::of(id);
         let pulls: Vec<PullRowView> = rows
             .iter()
@@ -83,7 +88,7 @@ impl PullsView {
                 page: id.pull_page_path(row.pr),
             })
             .collect();
-        let next = (pulls.len() == page as usize)
+        let next = (pulls.len() == per_page as usize)
             .then(|| pulls.last())
             .flatten()
             .map(|last| match state {
@@ -279,10 +284,10 @@ impl LedgerView {
         key: Option<&PublicKey>,
         verified: &Result<Verified, BrokenLink>,
         facts: &[(Fact, bool)],
-        page: u32,
+        per_page: u32,
     ) -> Self {
         let facts: Vec<FactView> = facts.iter().map(FactView::of).collect();
-        let next = (facts.len() == page as usize)
+        let next = (facts.len() == per_page as usize)
             .then(|| facts.last())
             .flatten()
             .filter(|last| last.seq > 1)
