@@ -30,6 +30,10 @@ pub struct Notice {
     pub(crate) pull_request: PrNumber,
     /// The pull request's page.
     pub(crate) url: String,
+    /// Its page on wavegate (its run by stage and wave, the ledger's
+    /// facts), when the server shows its pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) page: Option<String>,
     pub(crate) run: i64,
     /// How often `/retry` started the run over before this.
     pub(crate) retries: u32,
@@ -57,6 +61,8 @@ pub(crate) struct RunContext<'a> {
     pub(crate) run: i64,
     pub(crate) merge_sha: &'a CommitSha,
     pub(crate) record: &'a AttemptRecord,
+    /// The pull request's page on this server, when it shows its pages.
+    pub(crate) page: Option<&'a str>,
 }
 
 /// The events a piece of news is, with the wait each is about: a failure
@@ -131,6 +137,7 @@ pub(crate) fn notice(
         repository: ctx.repo.id.full_name.clone(),
         pull_request: ctx.pr,
         url: pull_request_url(ctx.repo, ctx.pr),
+        page: ctx.page.map(str::to_owned),
         run: ctx.run,
         retries: record.retries,
         merge_commit: ctx.merge_sha.clone(),
@@ -187,6 +194,9 @@ impl Notice {
             NotifyFormat::Slack => {
                 let mut text =
                     format!("*{}* <{}|open the pull request>", self.headline(), self.url);
+                if let Some(page) = &self.page {
+                    text.push_str(&format!(" · <{page}|its run on wavegate>"));
+                }
                 if let Some(line) = &self.approve {
                     text.push_str(&format!("\n```{line}```"));
                 }
@@ -265,6 +275,7 @@ mod tests {
             run: 3,
             merge_sha: merge,
             record,
+            page: None,
         }
     }
 
@@ -311,6 +322,32 @@ mod tests {
             [NotifyEvent::Failed]
         );
         assert!(events(&News::Ended).is_empty(), "nothing for a stand-down");
+    }
+
+    #[test]
+    fn a_notice_links_the_pull_requests_page_on_wavegate_when_the_server_shows_it() {
+        let record = AttemptRecord::default();
+        let (repo, merge) = (repo(), merge());
+        let page = "https://wavegate.example/repos/github/acme/infra/pulls/7";
+        let ctx = RunContext {
+            page: Some(page),
+            ..run_3_of_pr_7(&repo, &merge, &record)
+        };
+        let n = notice(&ctx, (NotifyEvent::Applied, None), "Applied", None);
+        let json: serde_json::Value = serde_json::from_str(&n.body(NotifyFormat::Json)).unwrap();
+        assert_eq!(json["page"], page);
+        let slack = n.body(NotifyFormat::Slack);
+        assert!(
+            slack.contains(&format!(" · <{page}|its run on wavegate>")),
+            "{slack}"
+        );
+        let none = notice(
+            &run_3_of_pr_7(&repo, &merge, &record),
+            (NotifyEvent::Applied, None),
+            "Applied",
+            None,
+        );
+        assert!(!none.body(NotifyFormat::Json).contains("\"page\""));
     }
 
     #[test]

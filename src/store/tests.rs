@@ -1553,6 +1553,7 @@ fn notice_job(target: &str) -> NewJob {
         repository: repo().full_name,
         pull_request: PrNumber(42),
         url: "https://forge.example/acme/infra/pull/42".into(),
+        page: None,
         run: 3,
         retries: 0,
         merge_commit: CommitSha::parse(&"a".repeat(40)).unwrap(),

@@ -1120,7 +1120,8 @@ async fn perform(job: &JobCtx<'_>, io: &mut RunIo<'_>, effect: Effect) -> Result
             let run = &*io.run;
             let said = apply_report::news(&news, &run.merge_sha, &run.base_sha, &run.record);
             forge.client.reply(&run.repo, run.pr, &said).await?;
-            notify_of((queue, &mirror), run, &news, &said).await?;
+            let page = forge.pull_page(run.pr);
+            notify_of((queue, &mirror), (run, page.as_deref()), &news, &said).await?;
         }
         question @ (Effect::Lock(_)
         | Effect::Plan(_)

@@ -15,10 +15,11 @@ use crate::worker::ctx::{Mirror, Queue};
 use anyhow::{anyhow, Result};
 
 /// Enqueues, once per target the run's base names, a notice of each
-/// event `news` is; `said` is what the pull request was told.
+/// event `news` is; `said` is what the pull request was told, `page` the
+/// pull request's page when this server shows its pages.
 pub(super) async fn notify_of(
     (queue, mirror): (Queue<'_>, &Mirror<'_>),
-    run: &ApplyRunRecord,
+    (run, page): (&ApplyRunRecord, Option<&str>),
     news: &News,
     said: &str,
 ) -> Result<()> {
@@ -32,6 +33,7 @@ pub(super) async fn notify_of(
         run: run.id,
         merge_sha: &run.merge_sha,
         record: &run.record,
+        page,
     };
     let policy = rules.policy().ok();
     for event in notify::events_of(news) {

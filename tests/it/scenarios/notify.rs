@@ -179,3 +179,25 @@ async fn a_held_member_and_a_failed_one_are_notified_and_a_stand_down_is_not() {
         failed.body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_pages_open_a_notice_links_the_pull_requests_page() {
+    let receiver = Receiver::start(KEY).await;
+    let mut env: Vec<(&str, String)> = target_of(&receiver).into();
+    env.push(("WAVEGATE_PUBLIC_PAGES", "on".into()));
+    env.push(("WAVEGATE_PUBLIC_URL", "https://wavegate.example".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let bot = Bot::start_with(&env).await;
+    notify_infra_alerts(&bot, Some("[\"waiting\"]"));
+    let pr = approved_pr(&bot, 32).await;
+    pr.merge().await;
+    bot.until("the receiver hears prod waits", || async {
+        (!receiver.received().is_empty()).then_some(())
+    })
+    .await;
+    let waiting = &receiver.received()[0];
+    assert_eq!(
+        waiting.body["page"],
+        "https://wavegate.example/repos/github/acme/infra/pulls/32"
+    );
+}
