@@ -346,15 +346,21 @@ fn hostname() -> String {
 /// The forges this server talks to, one line each, for the server page.
 fn forge_lines(settings: &Settings, forges: &Forges) -> Vec<String> {
     let mut lines = vec![if forges.github_configured() {
-        format!("GitHub App, API at {}", forges.github_api_url())
+        format!(
+            "GitHub App, API at {}",
+            crate::store::redact_url(forges.github_api_url())
+        )
     } else {
         format!(
             "GitHub: no App yet (API at {}; /setup creates one)",
-            forges.github_api_url()
+            crate::store::redact_url(forges.github_api_url())
         )
     }];
     if let Some(forgejo) = &settings.forgejo {
-        lines.push(format!("Forgejo at {}", forgejo.url));
+        lines.push(format!(
+            "Forgejo at {}",
+            crate::store::redact_url(&forgejo.url)
+        ));
     }
     lines
 }

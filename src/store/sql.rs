@@ -776,7 +776,7 @@ impl Store {
             " FROM jobs WHERE status IN ('queued', 'running', 'dead') \
              AND substr(queue_key, 1, CAST($1 AS INTEGER)) = $2 ORDER BY id DESC LIMIT $3"
         ))
-        .bind(i64::try_from(prefix.len())?)
+        .bind(i64::try_from(prefix.chars().count())?)
         .bind(prefix)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)

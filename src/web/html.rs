@@ -242,7 +242,7 @@ pub(crate) fn queue(view: &QueueView) -> Markup {
                 p class="muted" { "None." }
             } @else {
                 table {
-                    thead { tr { th { "Job" } th { "Kind" } th { "Pull request" } th { "Status" } th { "Attempts" } th { "Not before" } th { "Last error" } } }
+                    thead { tr { th { "Job" } th { "Kind" } th { "Pull request" } th { "Status" } th { "Attempts" } th { "Not before" } th { "Last attempt" } } }
                     tbody {
                         @for job in &view.jobs {
                             tr {
@@ -252,7 +252,11 @@ pub(crate) fn queue(view: &QueueView) -> Markup {
                                 td { span class={ "state " (if job.status == "dead" { "failed" } else { "waiting" }) } { (job.status) } }
                                 td { (job.attempts) " of " (job.max_attempts) }
                                 td { (job.run_after) }
-                                td { @if let Some(error) = &job.last_error { pre { (error) } } }
+                                td {
+                                    @if job.failed {
+                                        "failed: the server's log says why (job " (job.id) ")"
+                                    }
+                                }
                             }
                         }
                     }

@@ -15,6 +15,7 @@ mod view;
 use crate::gate::ledger;
 use crate::model::{ForgeKind, PrNumber, RepoId};
 use crate::store::{PullState, Store};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -182,6 +183,14 @@ impl IntoResponse for ApiProblem {
     }
 }
 
+/// A page's query, or what is wrong with it in the page's own words (an
+/// unknown parameter, a number that is not one).
+fn read<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| Problem::BadQuery(rejection.body_text()))
+}
+
 /// `{forge}/{owner}/{name}` of a repository the store knows.
 async fn known_repo(
     store: &Store,
@@ -224,9 +233,15 @@ async fn pulls_of(
         .map(str::parse::<PullState>)
         .transpose()
         .map_err(Problem::BadQuery)?;
-    let rows = store
-        .pull_rows(&repo, state, query.before.map(PrNumber), PAGE)
-        .await?;
+    let before = match query.before {
+        Some(n) if i64::try_from(n).is_err() => {
+            return Err(Problem::BadQuery(format!(
+                "`before={n}` is past any pull request number"
+            )))
+        }
+        before => before.map(PrNumber),
+    };
+    let rows = store.pull_rows(&repo, state, before, PAGE).await?;
     Ok(PullsView::of(&repo, state, &rows, PAGE))
 }
 
@@ -263,10 +278,16 @@ async fn ledger_of(
     let repo = known_repo(store, path).await?;
     let key = repo.ledger_key();
     let signer = store.signer();
-    let check = signer
-        .as_ref()
-        .map(|(key, start)| ledger::SignatureCheck { key, start });
-    let verified = ledger::verify(&store.repo_facts(&key).await?, check);
+    let facts = store.repo_facts(&key).await?;
+    // Every hash and signature of the chain: CPU work, kept off the runtime.
+    let (verified, signer) = tokio::task::spawn_blocking(move || {
+        let check = signer
+            .as_ref()
+            .map(|(key, start)| ledger::SignatureCheck { key, start });
+        (ledger::verify(&facts, check), signer)
+    })
+    .await
+    .map_err(|e| Problem::Internal(anyhow::anyhow!("verifying the ledger of {repo}: {e}")))?;
     let facts = store.repo_facts_page(&key, query.before, PAGE).await?;
     Ok(LedgerView::of(
         &repo,
@@ -280,18 +301,18 @@ async fn ledger_of(
 async fn ledger_page(
     State(state): State<WebState>,
     Path(path): Path<(String, String, String)>,
-    Query(query): Query<LedgerQuery>,
+    query: Result<Query<LedgerQuery>, QueryRejection>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = ledger_of(&state.store, &path, query).await?;
+    let view = ledger_of(&state.store, &path, read(query)?).await?;
     Ok(Html(html::ledger(&view).into_string()))
 }
 
 async fn ledger_api(
     State(state): State<WebState>,
     Path(path): Path<(String, String, String)>,
-    Query(query): Query<LedgerQuery>,
+    query: Result<Query<LedgerQuery>, QueryRejection>,
 ) -> Result<Json<LedgerView>, ApiProblem> {
-    Ok(Json(ledger_of(&state.store, &path, query).await?))
+    Ok(Json(ledger_of(&state.store, &path, read(query)?).await?))
 }
 
 /// Who holds which member locked, and the repository's unfinished jobs.
@@ -335,9 +356,9 @@ async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageP
 async fn pulls_page(
     State(state): State<WebState>,
     Path(path): Path<(String, String, String)>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = pulls_of(&state.store, &path, query).await?;
+    let view = pulls_of(&state.store, &path, read(query)?).await?;
     Ok(Html(html::pulls(&view).into_string()))
 }
 
@@ -356,9 +377,9 @@ async fn repos_api(State(state): State<WebState>) -> Result<Json<Vec<RepoView>>,
 async fn pulls_api(
     State(state): State<WebState>,
     Path(path): Path<(String, String, String)>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PullsView>, ApiProblem> {
-    Ok(Json(pulls_of(&state.store, &path, query).await?))
+    Ok(Json(pulls_of(&state.store, &path, read(query)?).await?))
 }
 
 async fn pull_api(

@@ -343,8 +343,10 @@ pub(crate) struct JobView {
     pub(crate) max_attempts: u32,
     /// Not claimed before this.
     pub(crate) run_after: UnixMs,
-    /// Why its last attempt failed (a dead job: why it gave up).
-    pub(crate) last_error: Option<String>,
+    /// Its last attempt failed (a dead job: it gave up). Why is in the
+    /// server's log: an error can quote a forge's answer or a command's
+    /// output, which a page anyone may read must not show.
+    pub(crate) failed: bool,
 }
 
 impl QueueView {
@@ -371,7 +373,7 @@ impl QueueView {
                     attempts: job.attempts,
                     max_attempts: job.max_attempts,
                     run_after: job.run_after,
-                    last_error: job.last_error.clone(),
+                    failed: job.last_error.is_some(),
                 })
                 .collect(),
         }

@@ -108,6 +108,25 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
         "{body}"
     );
 
+    for (query, says) in [
+        (
+            "?before=10000000000000000000",
+            "is past any pull request number",
+        ),
+        ("?before=99999999999999999999", "number too large"),
+        ("?page=2", "unknown field `page`"),
+        ("?before=newest", "before"),
+    ] {
+        let (status, body, _) = get(&bot, &format!("{pulls}{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        let error: Value =
+            serde_json::from_str(&body).unwrap_or_else(|_| panic!("{query}: {body}"));
+        assert!(
+            error["error"].as_str().unwrap().contains(says),
+            "{query}: {body}"
+        );
+    }
+
     let pull = json(&bot, &format!("{pulls}/1")).await;
     assert_eq!(pull["state"], "waiting");
     let run = &pull["run"];
