@@ -322,6 +322,13 @@ impl Store {
     }
 }
 
+/// Run `id`'s stored status.
+pub(super) fn run_status(id: i64, status: &str) -> Result<RunStatus> {
+    RunStatus::parse(status).ok_or_else(|| {
+        anyhow!("apply run {id} has status `{status}`, which wavegate does not know")
+    })
+}
+
 pub(super) fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
     let id: i64 = row.try_get("id")?;
     let text = |column: &str| -> Result<String> { Ok(row.try_get::<String, _>(column)?) };
@@ -335,9 +342,7 @@ pub(super) fn run_from_row(row: &AnyRow) -> Result<ApplyRunRecord> {
         base_sha: commit_sha(text("base_sha")?)?,
         plan_id: row.try_get("plan_id")?,
         digest: to_digest(text("digest")?, "run digest")?,
-        status: RunStatus::parse(&status).ok_or_else(|| {
-            anyhow!("apply run {id} has status `{status}`, which wavegate does not know")
-        })?,
+        status: run_status(id, &status)?,
         record: serde_json::from_str(&text("record")?).with_context(|| {
             format!("apply run {id} has an attempt record wavegate cannot read")
         })?,

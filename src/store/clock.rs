@@ -17,13 +17,10 @@ pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> UnixMs {
-        UnixMs::from_millis(
-            SystemTime::now()
+        UnixMs::EPOCH
+            + SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| {
-                    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-                }),
-        )
+                .unwrap_or_default()
     }
 }
 

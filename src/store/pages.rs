@@ -3,12 +3,13 @@
 //! light columns are read (never a run's whole attempt record), so a list
 //! costs the same over ten runs or ten thousand.
 
+use super::apply::run_status;
 use super::db::{to_i64, to_u64};
-use super::sql::commit_sha;
+use super::sql::{commit_sha, report_status};
 use super::{ReportStatus, Store};
 use crate::apply::RunStatus;
 use crate::model::{CommitSha, PrNumber, RepoId, UnixMs};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use sqlx::Row;
 use std::str::FromStr;
 
@@ -163,26 +164,17 @@ impl Store {
                 let pr = PrNumber(to_u64(row.try_get("number")?, "pull request number")?);
                 let run = match row.try_get::<Option<i64>, _>("run_id")? {
                     None => None,
-                    Some(id) => {
-                        let status: String = row.try_get("run_status")?;
-                        Some(RunRow {
-                            id,
-                            status: RunStatus::parse(&status).ok_or_else(|| {
-                                anyhow!("apply run {id} has status `{status}`, which wavegate does not know")
-                            })?,
-                            updated_at: row.try_get("run_updated_at")?,
-                        })
-                    }
+                    Some(id) => Some(RunRow {
+                        id,
+                        status: run_status(id, &row.try_get::<String, _>("run_status")?)?,
+                        updated_at: row.try_get("run_updated_at")?,
+                    }),
                 };
                 Ok(PullRow {
                     pr,
                     head_sha: commit_sha(row.try_get("head_sha")?)?,
                     open: row.try_get::<i64, _>("is_open")? != 0,
-                    report_status: row
-                        .try_get::<Option<String>, _>("report_status")?
-                        .filter(|text| !text.is_empty())
-                        .map(|text| text.parse().map_err(anyhow::Error::msg))
-                        .transpose()
+                    report_status: report_status(row)
                         .with_context(|| format!("reading the report status of {repo}{pr}"))?,
                     updated_at: row.try_get("updated_at")?,
                     run,

@@ -77,6 +77,18 @@ impl Store {
             .collect()
     }
 
+    /// Whether an event of `repo` ever reached the store (one row, not the
+    /// whole list [`Store::repositories`] reads and parses).
+    pub(crate) async fn knows_repository(&self, repo: &RepoId) -> Result<bool> {
+        let row = sqlx::query("SELECT 1 FROM repositories WHERE forge = $1 AND repo = $2")
+            .bind(repo.forge.as_str())
+            .bind(&repo.full_name)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("looking up the repository {repo}"))?;
+        Ok(row.is_some())
+    }
+
     /// Every pull request the store knows as open.
     pub(crate) async fn open_prs(&self) -> Result<Vec<PrRecord>> {
         sqlx::query(concat!(

@@ -1048,13 +1048,7 @@ pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
             .map(commit_sha)
             .transpose()?,
         report_digest: to_opt_digest(row.try_get("report_digest")?, "report digest")?,
-        // Written empty by earlier versions where nothing was known.
-        report_status: row
-            .try_get::<Option<String>, _>("report_status")?
-            .filter(|text| !text.is_empty())
-            .map(|text| text.parse().map_err(anyhow::Error::msg))
-            .transpose()
-            .context("reading a pull request's report status")?,
+        report_status: report_status(row).context("reading a pull request's report status")?,
         pusher: match (
             row.try_get::<Option<String>, _>("pusher_head")?,
             row.try_get::<Option<i64>, _>("pusher_id")?,
@@ -1068,6 +1062,15 @@ pub(super) fn pr_from_row(row: &AnyRow) -> Result<PrRecord> {
             _ => None,
         },
     })
+}
+
+/// A pull request's `report_status` column (written empty by earlier
+/// versions where nothing was known).
+pub(super) fn report_status(row: &AnyRow) -> Result<Option<super::ReportStatus>> {
+    row.try_get::<Option<String>, _>("report_status")?
+        .filter(|text| !text.is_empty())
+        .map(|text| text.parse().map_err(anyhow::Error::msg))
+        .transpose()
 }
 
 pub(super) fn plan_from_row(row: &AnyRow) -> Result<PlanRecord> {

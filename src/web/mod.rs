@@ -147,12 +147,6 @@ impl From<Problem> for PageProblem {
     }
 }
 
-impl From<anyhow::Error> for PageProblem {
-    fn from(error: anyhow::Error) -> Self {
-        PageProblem(Problem::Internal(error))
-    }
-}
-
 impl IntoResponse for PageProblem {
     fn into_response(self) -> Response {
         let (status, message) = self.0.status_and_message();
@@ -167,12 +161,6 @@ struct ApiProblem(Problem);
 impl From<Problem> for ApiProblem {
     fn from(problem: Problem) -> Self {
         ApiProblem(problem)
-    }
-}
-
-impl From<anyhow::Error> for ApiProblem {
-    fn from(error: anyhow::Error) -> Self {
-        ApiProblem(Problem::Internal(error))
     }
 }
 
@@ -198,7 +186,7 @@ async fn known_repo(
 ) -> Result<RepoId, Problem> {
     let kind: ForgeKind = forge.parse().map_err(Problem::NotFound)?;
     let repo = RepoId::new(kind, format!("{owner}/{name}"));
-    if store.repositories().await?.contains_key(&repo) {
+    if store.knows_repository(&repo).await? {
         Ok(repo)
     } else {
         Err(Problem::NotFound(format!(

@@ -104,7 +104,7 @@ impl Redeliverer {
             return Ok(0);
         };
         let mut last_listed = self.last_listed.lock().await;
-        let started = UnixMs::from_millis(chrono::Utc::now().timestamp_millis());
+        let started = crate::store::Clock::now(&crate::store::SystemClock);
         let since = listing_since(*last_listed, started);
         let listed = github
             .hook_deliveries(since, MOST_PAGES)
