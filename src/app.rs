@@ -137,10 +137,12 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         sandbox: sandbox.clone(),
         refused: refused.clone(),
     };
-    let pages = web::WebState {
-        store: store.clone(),
-        open: settings.public_pages,
-        server: Arc::new(web::ServerView {
+    let pages = web::WebState::new(
+        settings,
+        store.clone(),
+        forges.clone(),
+        &key,
+        web::ServerView {
             version: env!("CARGO_PKG_VERSION"),
             sandbox: sandbox.describe(),
             sandbox_problem: sandbox.problem().map(str::to_owned),
@@ -153,8 +155,8 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             workers: settings.workers,
             forges: forge_lines(settings, &forges),
             public_url: settings.public_url.clone(),
-        }),
-    };
+        },
+    )?;
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();
     tasks.push(tokio::spawn(async move {

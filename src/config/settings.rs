@@ -115,6 +115,9 @@ pub struct Settings {
     /// Whether the pages and the JSON API are shown to anyone who reaches
     /// the server (`WAVEGATE_PUBLIC_PAGES`).
     pub(crate) public_pages: bool,
+    /// Logging in to the pages with the forges (none configured: no one
+    /// logs in).
+    pub(crate) login: LoginSettings,
     /// Worker tasks claiming jobs.
     pub(crate) workers: usize,
     /// How long a claimed job is held without renewal; a crashed server's
@@ -167,6 +170,86 @@ pub fn log_format(value: &str) -> Result<LogFormat> {
         other => bail!(
             "WAVEGATE_LOG_FORMAT=`{other}` is not a log format; use `text` (the default) or `json`"
         ),
+    }
+}
+
+/// How visitors log in to the pages, and who may act there.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LoginSettings {
+    pub(crate) github: Option<OAuthClient>,
+    pub(crate) forgejo: Option<OAuthClient>,
+    /// Team slugs whose members may act on a repository's locks and jobs.
+    pub(crate) operator_teams: Vec<String>,
+}
+
+/// An OAuth client the forge knows this server as.
+#[derive(Debug, Clone)]
+pub(crate) struct OAuthClient {
+    pub(crate) client_id: String,
+    pub(crate) client_secret: Secret,
+}
+
+impl LoginSettings {
+    pub(crate) fn client(&self, forge: crate::model::ForgeKind) -> Option<&OAuthClient> {
+        match forge {
+            crate::model::ForgeKind::GitHub => self.github.as_ref(),
+            crate::model::ForgeKind::Forgejo => self.forgejo.as_ref(),
+        }
+    }
+
+    /// Whether anyone can log in.
+    pub(crate) fn any(&self) -> bool {
+        self.github.is_some() || self.forgejo.is_some()
+    }
+
+    fn check(vars: &ServerVars) -> Result<Self> {
+        let client = |prefix: &str,
+                      id: &Option<String>,
+                      secret: &Option<Secret>,
+                      fix: &str|
+         -> Result<Option<OAuthClient>> {
+            match (id.as_deref().map(str::trim).filter(|id| !id.is_empty()), secret) {
+                (Some(id), Some(secret)) => Ok(Some(OAuthClient { client_id: id.to_owned(), client_secret: secret.clone() })),
+                (None, None) => Ok(None),
+                (Some(_), None) => bail!("{prefix}_CLIENT_ID is set but {prefix}_CLIENT_SECRET is not; set it to the client secret {fix}"),
+                (None, Some(_)) => bail!("{prefix}_CLIENT_SECRET is set but {prefix}_CLIENT_ID is not; set it to the client id {fix}"),
+            }
+        };
+        let github = client(
+            "WAVEGATE_GITHUB",
+            &vars.github_client_id,
+            &vars.github_client_secret,
+            "from the GitHub App's settings page",
+        )?;
+        let forgejo = client(
+            "WAVEGATE_FORGEJO",
+            &vars.forgejo_client_id,
+            &vars.forgejo_client_secret,
+            "of the OAuth2 application made for wavegate in Forgejo's settings (Applications)",
+        )?;
+        if forgejo.is_some() && vars.forgejo_url.is_none() {
+            bail!("WAVEGATE_FORGEJO_CLIENT_ID is set but WAVEGATE_FORGEJO_URL is not; set it to the instance the OAuth2 application lives on");
+        }
+        let operator_teams = vars
+            .operator_teams
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|slug| !slug.is_empty())
+            .map(|slug| {
+                if slug.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                    Ok(slug.to_owned())
+                } else {
+                    bail!("WAVEGATE_OPERATOR_TEAMS: `{slug}` is not a team slug; give slugs as the team's URL names them, comma-separated, e.g. `platform,sre`")
+                }
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            github,
+            forgejo,
+            operator_teams,
+        })
     }
 }
 
@@ -315,8 +398,10 @@ impl Settings {
             None => Default::default(),
         };
         let public_pages = public_pages(&vars.public_pages)?;
+        let login = LoginSettings::check(vars)?;
         Ok(Self {
             public_pages,
+            login,
             operator: std::sync::Arc::new(operator),
             listen,
             database_url: vars.database_url.clone(),

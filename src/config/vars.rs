@@ -91,6 +91,25 @@ pub struct ServerVars {
         default_value = "off"
     )]
     pub(crate) public_pages: String,
+    /// The GitHub App's client id (its settings page): visitors log in to
+    /// the pages with GitHub (user authorisation of the App).
+    #[arg(long, env = "WAVEGATE_GITHUB_CLIENT_ID", value_name = "ID")]
+    pub(crate) github_client_id: Option<String>,
+    /// The GitHub App's client secret, generated on its settings page.
+    #[arg(long, env = "WAVEGATE_GITHUB_CLIENT_SECRET", value_name = "SECRET", value_parser = secret)]
+    pub(crate) github_client_secret: Option<Secret>,
+    /// The client id of an OAuth2 application on the Forgejo instance:
+    /// visitors log in to the pages with Forgejo.
+    #[arg(long, env = "WAVEGATE_FORGEJO_CLIENT_ID", value_name = "ID")]
+    pub(crate) forgejo_client_id: Option<String>,
+    /// That OAuth2 application's client secret.
+    #[arg(long, env = "WAVEGATE_FORGEJO_CLIENT_SECRET", value_name = "SECRET", value_parser = secret)]
+    pub(crate) forgejo_client_secret: Option<Secret>,
+    /// Teams (slugs, comma-separated) of a repository's owner whose members
+    /// may release its locks and retry its jobs from the pages, besides its
+    /// admins (GitHub; on Forgejo only admins).
+    #[arg(long, env = "WAVEGATE_OPERATOR_TEAMS", value_name = "SLUGS")]
+    pub(crate) operator_teams: Option<String>,
     /// Jobs run at once.
     #[arg(long, env = "WAVEGATE_WORKERS", value_name = "N", default_value = "2")]
     pub(crate) workers: String,

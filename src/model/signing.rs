@@ -50,6 +50,17 @@ impl LedgerKey {
         PublicKey(self.0.verifying_key())
     }
 
+    /// A secret of 32 bytes for another use than signing facts, named by
+    /// `purpose` (HMAC-SHA256 of it under the key's seed): servers sharing
+    /// the ledger key share it, and it tells nothing of the key.
+    pub(crate) fn derived_secret(&self, purpose: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac as _};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(self.0.as_bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// `ed25519:` + base64 of the signature of `hash` (its UTF-8 text, e.g.
     /// `sha256:…`).
     pub(crate) fn sign(&self, message: &str) -> String {

@@ -89,6 +89,22 @@ impl Store {
         Ok(row.is_some())
     }
 
+    /// How to reach `repo`, if an event of it ever reached the store.
+    pub(crate) async fn repository(&self, repo: &RepoId) -> Result<Option<RepoRef>> {
+        let row = sqlx::query("SELECT repo_ref FROM repositories WHERE forge = $1 AND repo = $2")
+            .bind(repo.forge.as_str())
+            .bind(&repo.full_name)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("looking up the repository {repo}"))?;
+        row.map(|row| {
+            let text: String = row.try_get("repo_ref")?;
+            serde_json::from_str(&text)
+                .with_context(|| format!("the recorded ref of {repo} cannot be read"))
+        })
+        .transpose()
+    }
+
     /// Every pull request the store knows as open.
     pub(crate) async fn open_prs(&self) -> Result<Vec<PrRecord>> {
         sqlx::query(concat!(

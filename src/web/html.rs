@@ -17,9 +17,18 @@ th,td{border-bottom:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertic
 pre{background:#f6f8fa;border:1px solid #d0d7de;padding:.6rem;overflow-x:auto;white-space:pre-wrap;max-height:32rem}\
 code,pre{font:13px/1.4 ui-monospace,monospace}\
 .state{font-weight:600}.waiting{color:#9a6700}.applying{color:#0969da}.failed{color:#cf222e}.done{color:#1a7f37}\
-.muted{color:#57606a}.warn{color:#cf222e;font-weight:600}";
+.muted{color:#57606a}.who{float:right;margin:0}.button{display:inline-block;padding:.4rem .8rem;border:1px solid #d0d7de;border-radius:6px;background:#f6f8fa;text-decoration:none}.who button{margin-left:.5rem}.warn{color:#cf222e;font-weight:600}";
 
-fn page(title: &str, body: Markup) -> Markup {
+/// Who is looking, as the top of every page shows it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Nav<'a> {
+    /// Logged in as this login, with this session's CSRF token.
+    pub(crate) user: Option<(&'a str, &'a str)>,
+    /// Whether anyone can log in here.
+    pub(crate) can_log_in: bool,
+}
+
+fn page(nav: &Nav, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -30,7 +39,18 @@ fn page(title: &str, body: Markup) -> Markup {
                 link rel="stylesheet" href="/assets/wavegate.css";
             }
             body {
-                nav { a href="/repos" { "Repositories" } a href="/server" { "Server" } }
+                nav {
+                    a href="/repos" { "Repositories" } a href="/server" { "Server" }
+                    @if let Some((login, csrf)) = nav.user {
+                        form class="who" method="post" action="/logout" {
+                            span class="muted" { "Logged in as " strong { (login) } }
+                            input type="hidden" name="csrf" value=(csrf);
+                            button type="submit" { "Log out" }
+                        }
+                    } @else if nav.can_log_in {
+                        a class="who" href="/login" { "Log in" }
+                    }
+                }
                 (body)
             }
         }
@@ -44,8 +64,9 @@ fn state_badge(state: Option<&str>) -> Markup {
     }
 }
 
-pub(crate) fn repos(repos: &[RepoView]) -> Markup {
+pub(crate) fn repos(nav: &Nav, repos: &[RepoView]) -> Markup {
     page(
+        nav,
         "Repositories",
         html! {
             h1 { "Repositories" }
@@ -68,9 +89,10 @@ pub(crate) fn repos(repos: &[RepoView]) -> Markup {
     )
 }
 
-pub(crate) fn pulls(view: &PullsView) -> Markup {
+pub(crate) fn pulls(nav: &Nav, view: &PullsView) -> Markup {
     let repo = &view.repo;
     page(
+        nav,
         &repo.name,
         html! {
             h1 { (repo.name) }
@@ -125,10 +147,11 @@ pub(crate) fn pulls(view: &PullsView) -> Markup {
     )
 }
 
-pub(crate) fn pull(view: &PullView) -> Markup {
+pub(crate) fn pull(nav: &Nav, view: &PullView) -> Markup {
     let repo = &view.repo;
     let title = format!("{} #{}", repo.name, view.number);
     page(
+        nav,
         &title,
         html! {
             p { a href=(repo.page) { (repo.name) } }
@@ -183,9 +206,10 @@ fn facts_table(facts: &[FactView]) -> Markup {
     }
 }
 
-pub(crate) fn ledger(view: &LedgerView) -> Markup {
+pub(crate) fn ledger(nav: &Nav, view: &LedgerView) -> Markup {
     let repo = &view.repo;
     page(
+        nav,
         &format!("{} ledger", repo.name),
         html! {
             p { a href=(repo.page) { (repo.name) } }
@@ -213,9 +237,10 @@ pub(crate) fn ledger(view: &LedgerView) -> Markup {
     )
 }
 
-pub(crate) fn queue(view: &QueueView) -> Markup {
+pub(crate) fn queue(nav: &Nav, view: &QueueView) -> Markup {
     let repo = &view.repo;
     page(
+        nav,
         &format!("{} locks and queue", repo.name),
         html! {
             p { a href=(repo.page) { (repo.name) } }
@@ -266,8 +291,9 @@ pub(crate) fn queue(view: &QueueView) -> Markup {
     )
 }
 
-pub(crate) fn server(view: &ServerView) -> Markup {
+pub(crate) fn server(nav: &Nav, view: &ServerView) -> Markup {
     page(
+        nav,
         "Server",
         html! {
             h1 { "wavegate " (view.version) }
@@ -350,9 +376,41 @@ fn short_digest(digest: &str) -> &str {
     digest.get(..19).unwrap_or(digest)
 }
 
+/// `/login`: a button per forge one may log in with.
+pub(crate) fn login(nav: &Nav, forges: &[crate::model::ForgeKind], next: &str) -> Markup {
+    let next = super::login::encode_component(next);
+    page(
+        nav,
+        "Log in",
+        html! {
+            h1 { "Log in" }
+            @if let Some((login, _)) = nav.user {
+                p { "You are logged in as " strong { (login) } "." }
+            }
+            @if forges.is_empty() {
+                p { "No one logs in to this server: an operator sets WAVEGATE_GITHUB_CLIENT_ID and WAVEGATE_GITHUB_CLIENT_SECRET (the GitHub App's), or WAVEGATE_FORGEJO_CLIENT_ID and WAVEGATE_FORGEJO_CLIENT_SECRET (an OAuth2 application on Forgejo)." }
+            } @else {
+                p { "You see the pages of the repositories you can read on the forge." }
+                ul class="forges" {
+                    @for forge in forges {
+                        li { a class="button" href={ "/login/" (forge.as_str()) "?next=" (next) } { "Log in with " (forge_name(*forge)) } }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn forge_name(forge: crate::model::ForgeKind) -> &'static str {
+    match forge {
+        crate::model::ForgeKind::GitHub => "GitHub",
+        crate::model::ForgeKind::Forgejo => "Forgejo",
+    }
+}
+
 /// A page that says what is missing, and what to do.
-pub(crate) fn problem(title: &str, message: &str) -> Markup {
-    page(title, html! { h1 { (title) } p { (message) } })
+pub(crate) fn problem(nav: &Nav, title: &str, message: &str) -> Markup {
+    page(nav, title, html! { h1 { (title) } p { (message) } })
 }
 
 #[cfg(test)]
@@ -398,13 +456,17 @@ mod tests {
                 }],
             }),
         };
-        let page = pull(&view).into_string();
+        let nav = Nav {
+            user: Some((hostile, "csrf")),
+            can_log_in: true,
+        };
+        let page = pull(&nav, &view).into_string();
         assert!(!page.contains("<script"), "{page}");
         assert!(!page.contains("<img"), "{page}");
         assert_eq!(
             page.matches("&lt;script&gt;alert(1)&lt;/script&gt;")
                 .count(),
-            6,
+            7,
             "each of the six places shows it as text: {page}"
         );
     }

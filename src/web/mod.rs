@@ -9,20 +9,29 @@
 //! says how to open them. Every answer carries a content security policy
 //! that allows no script and nothing from elsewhere.
 
+mod access;
 mod html;
+mod login;
+mod session;
 mod view;
 
+use crate::config::settings::{LoginSettings, Settings};
+use crate::forge::registry::Forges;
 use crate::gate::ledger;
+use crate::gate::ledger::LedgerKey;
 use crate::model::{ForgeKind, PrNumber, RepoId};
 use crate::store::{PullState, Store};
+use access::Visitor;
+use anyhow::Context as _;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::middleware;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use std::sync::Arc;
 pub(crate) use view::ServerView;
 use view::{LedgerView, PullView, PullsView, QueueView, RepoView};
 
@@ -35,7 +44,54 @@ pub(crate) struct WebState {
     /// `WAVEGATE_PUBLIC_PAGES`: shown to anyone who reaches the server.
     pub(crate) open: bool,
     /// What the server page shows, as the server started.
-    pub(crate) server: std::sync::Arc<ServerView>,
+    pub(crate) server: Arc<ServerView>,
+    /// Who may log in with which forge, and who operates.
+    pub(crate) login: Arc<LoginSettings>,
+    /// The forges, asked (with the bot's credentials) what a visitor may see.
+    pub(crate) forges: Arc<Forges>,
+    /// What the forges said of visitors, lately.
+    pub(crate) standings: Arc<access::StandingCache>,
+    /// Signs the session and login cookies.
+    pub(crate) cookies: session::CookieKey,
+    /// Logins' calls to the forges (a code for a token, the token's user).
+    pub(crate) http: reqwest::Client,
+    /// `WAVEGATE_PUBLIC_URL`: where the forges send a visitor back to.
+    pub(crate) public_url: Option<String>,
+    pub(crate) github_api_url: String,
+    pub(crate) forgejo_url: Option<String>,
+}
+
+impl WebState {
+    /// The state of the pages of a server with these settings.
+    pub(crate) fn new(
+        settings: &Settings,
+        store: Store,
+        forges: Arc<Forges>,
+        ledger_key: &LedgerKey,
+        server: ServerView,
+    ) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(15))
+            .build()
+            .context("an HTTP client for logins")?;
+        Ok(Self {
+            store,
+            open: settings.public_pages,
+            server: Arc::new(server),
+            login: Arc::new(settings.login.clone()),
+            forges,
+            standings: Arc::default(),
+            cookies: session::CookieKey::new(ledger_key.derived_secret(session::KEY_PURPOSE)),
+            http,
+            public_url: settings.public_url.clone(),
+            github_api_url: settings.github_api_url.clone(),
+            forgejo_url: settings.forgejo.as_ref().map(|forgejo| forgejo.url.clone()),
+        })
+    }
+
+    fn endpoints(&self, forge: ForgeKind) -> login::Endpoints {
+        login::Endpoints::of(forge, &self.github_api_url, self.forgejo_url.as_deref())
+    }
 }
 
 pub(crate) fn router(state: WebState) -> Router {
@@ -62,23 +118,12 @@ pub(crate) fn router(state: WebState) -> Router {
             get(pull_api),
         )
         .route("/assets/wavegate.css", get(style))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            only_when_open,
-        ))
+        .route("/login", get(login::login_page))
+        .route("/login/{forge}", get(login::start))
+        .route("/login/{forge}/callback", get(login::callback))
+        .route("/logout", post(login::logout))
         .layer(middleware::map_response(with_security_headers))
         .with_state(state)
-}
-
-async fn only_when_open(State(state): State<WebState>, request: Request, next: Next) -> Response {
-    if state.open {
-        return next.run(request).await;
-    }
-    (
-        StatusCode::NOT_FOUND,
-        "The pages are off. An operator opens them to anyone who can reach this server with WAVEGATE_PUBLIC_PAGES=on.\n",
-    )
-        .into_response()
 }
 
 async fn with_security_headers(mut response: Response) -> Response {
@@ -101,6 +146,17 @@ async fn with_security_headers(mut response: Response) -> Response {
     response
 }
 
+/// The top of a page for `visitor`.
+fn nav<'a>(state: &WebState, visitor: &'a Visitor) -> html::Nav<'a> {
+    html::Nav {
+        user: match visitor {
+            Visitor::User(session) => Some((&session.login, &session.csrf)),
+            _ => None,
+        },
+        can_log_in: state.login.any(),
+    }
+}
+
 async fn style() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
@@ -110,7 +166,19 @@ async fn style() -> impl IntoResponse {
 
 /// Why a page or an API call has no answer; an API call gets it as JSON.
 #[derive(Debug)]
-enum Problem {
+pub(crate) enum Problem {
+    /// The pages are closed to visitors who are not logged in.
+    Closed,
+    /// Only someone logged in may do this; says what, and where they were
+    /// going.
+    LogIn {
+        why: String,
+        next: String,
+    },
+    /// The forge could not be asked; says what to do.
+    Unavailable(String),
+    /// The visitor is known and may not do this; says why.
+    Forbidden(String),
     NotFound(String),
     BadQuery(String),
     Internal(anyhow::Error),
@@ -125,6 +193,13 @@ impl From<anyhow::Error> for Problem {
 impl Problem {
     fn status_and_message(self) -> (StatusCode, String) {
         match self {
+            Problem::Closed => (
+                StatusCode::NOT_FOUND,
+                "The pages are off. An operator opens them to anyone who can reach this server with WAVEGATE_PUBLIC_PAGES=on.".into(),
+            ),
+            Problem::LogIn { why, .. } => (StatusCode::UNAUTHORIZED, why),
+            Problem::Unavailable(message) => (StatusCode::SERVICE_UNAVAILABLE, message),
+            Problem::Forbidden(message) => (StatusCode::FORBIDDEN, message),
             Problem::NotFound(message) => (StatusCode::NOT_FOUND, message),
             Problem::BadQuery(message) => (StatusCode::BAD_REQUEST, message),
             Problem::Internal(error) => {
@@ -149,9 +224,17 @@ impl From<Problem> for PageProblem {
 
 impl IntoResponse for PageProblem {
     fn into_response(self) -> Response {
+        if let Problem::LogIn { next, .. } = &self.0 {
+            let to = format!("/login?next={}", login::encode_component(next));
+            return Redirect::to(&to).into_response();
+        }
         let (status, message) = self.0.status_and_message();
         let title = status.canonical_reason().unwrap_or("Error");
-        (status, Html(html::problem(title, &message).into_string())).into_response()
+        (
+            status,
+            Html(html::problem(&html::Nav::default(), title, &message).into_string()),
+        )
+            .into_response()
     }
 }
 
@@ -179,6 +262,18 @@ fn read<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Problem> {
         .map_err(|rejection| Problem::BadQuery(rejection.body_text()))
 }
 
+/// `{forge}/{owner}/{name}` of a repository the store knows and `visitor`
+/// may read.
+async fn readable_repo(
+    state: &WebState,
+    visitor: &Visitor,
+    path: &(String, String, String),
+) -> Result<RepoId, Problem> {
+    let repo = known_repo(&state.store, path).await?;
+    access::may_read(state, visitor, &repo).await?;
+    Ok(repo)
+}
+
 /// `{forge}/{owner}/{name}` of a repository the store knows.
 async fn known_repo(
     store: &Store,
@@ -202,19 +297,29 @@ struct ListQuery {
     before: Option<u64>,
 }
 
-async fn known_repos(store: &Store) -> Result<Vec<RepoView>, Problem> {
-    let mut repos: Vec<RepoId> = store.repositories().await?.into_keys().collect();
+/// The repositories the store knows that `visitor` may read.
+async fn known_repos(state: &WebState, visitor: &Visitor) -> Result<Vec<RepoView>, Problem> {
+    access::may_browse(state, visitor)?;
+    let mut repos = Vec::new();
+    for repo in state.store.repositories().await?.into_keys() {
+        match access::may_read(state, visitor, &repo).await {
+            Ok(()) => repos.push(repo),
+            Err(Problem::Forbidden(_)) => {}
+            Err(problem) => return Err(problem),
+        }
+    }
     repos.sort_by(|a, b| (a.forge.as_str(), &a.full_name).cmp(&(b.forge.as_str(), &b.full_name)));
     Ok(repos.iter().map(RepoView::of).collect())
 }
 
 async fn pulls_of(
-    store: &Store,
+    state: &WebState,
+    visitor: &Visitor,
     path: &(String, String, String),
     query: ListQuery,
 ) -> Result<PullsView, Problem> {
-    let repo = known_repo(store, path).await?;
-    let state = query
+    let repo = readable_repo(state, visitor, path).await?;
+    let filter = query
         .state
         .as_deref()
         .filter(|state| !state.is_empty())
@@ -229,15 +334,17 @@ async fn pulls_of(
         }
         before => before.map(PrNumber),
     };
-    let rows = store.pull_rows(&repo, state, before, PAGE).await?;
-    Ok(PullsView::of(&repo, state, &rows, PAGE))
+    let rows = state.store.pull_rows(&repo, filter, before, PAGE).await?;
+    Ok(PullsView::of(&repo, filter, &rows, PAGE))
 }
 
 async fn pull_of(
-    store: &Store,
+    state: &WebState,
+    visitor: &Visitor,
     (forge, owner, name, number): (String, String, String, u64),
 ) -> Result<PullView, Problem> {
-    let repo = known_repo(store, &(forge, owner, name)).await?;
+    let repo = readable_repo(state, visitor, &(forge, owner, name)).await?;
+    let store = &state.store;
     let pr = PrNumber(number);
     let Some(record) = store.pr(&repo, pr).await? else {
         return Err(Problem::NotFound(format!(
@@ -259,11 +366,13 @@ struct LedgerQuery {
 /// The ledger of a repository: its whole chain verified (hashes, and with
 /// the server's key its signatures), and one page of its facts.
 async fn ledger_of(
-    store: &Store,
+    state: &WebState,
+    visitor: &Visitor,
     path: &(String, String, String),
     query: LedgerQuery,
 ) -> Result<LedgerView, Problem> {
-    let repo = known_repo(store, path).await?;
+    let repo = readable_repo(state, visitor, path).await?;
+    let store = &state.store;
     let key = repo.ledger_key();
     let signer = store.signer();
     let facts = store.repo_facts(&key).await?;
@@ -288,24 +397,35 @@ async fn ledger_of(
 
 async fn ledger_page(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
     query: Result<Query<LedgerQuery>, QueryRejection>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = ledger_of(&state.store, &path, read(query)?).await?;
-    Ok(Html(html::ledger(&view).into_string()))
+    let view = ledger_of(&state, &visitor, &path, read(query)?).await?;
+    Ok(Html(
+        html::ledger(&nav(&state, &visitor), &view).into_string(),
+    ))
 }
 
 async fn ledger_api(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
     query: Result<Query<LedgerQuery>, QueryRejection>,
 ) -> Result<Json<LedgerView>, ApiProblem> {
-    Ok(Json(ledger_of(&state.store, &path, read(query)?).await?))
+    Ok(Json(
+        ledger_of(&state, &visitor, &path, read(query)?).await?,
+    ))
 }
 
 /// Who holds which member locked, and the repository's unfinished jobs.
-async fn queue_of(store: &Store, path: &(String, String, String)) -> Result<QueueView, Problem> {
-    let repo = known_repo(store, path).await?;
+async fn queue_of(
+    state: &WebState,
+    visitor: &Visitor,
+    path: &(String, String, String),
+) -> Result<QueueView, Problem> {
+    let repo = readable_repo(state, visitor, path).await?;
+    let store = &state.store;
     let locks = store.member_locks(&repo).await?;
     let jobs = store
         .unfinished_jobs(&crate::jobs::queue_key_prefix(&repo), PAGE)
@@ -315,64 +435,94 @@ async fn queue_of(store: &Store, path: &(String, String, String)) -> Result<Queu
 
 async fn queue_page(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = queue_of(&state.store, &path).await?;
-    Ok(Html(html::queue(&view).into_string()))
+    let view = queue_of(&state, &visitor, &path).await?;
+    Ok(Html(
+        html::queue(&nav(&state, &visitor), &view).into_string(),
+    ))
 }
 
 async fn queue_api(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
 ) -> Result<Json<QueueView>, ApiProblem> {
-    Ok(Json(queue_of(&state.store, &path).await?))
+    Ok(Json(queue_of(&state, &visitor, &path).await?))
 }
 
-async fn server_page(State(state): State<WebState>) -> Html<String> {
-    Html(html::server(&state.server).into_string())
+async fn server_page(
+    State(state): State<WebState>,
+    visitor: Visitor,
+) -> Result<Html<String>, PageProblem> {
+    access::may_browse(&state, &visitor)?;
+    Ok(Html(
+        html::server(&nav(&state, &visitor), &state.server).into_string(),
+    ))
 }
 
-async fn server_api(State(state): State<WebState>) -> Json<ServerView> {
-    Json(ServerView::clone(&state.server))
+async fn server_api(
+    State(state): State<WebState>,
+    visitor: Visitor,
+) -> Result<Json<ServerView>, ApiProblem> {
+    access::may_browse(&state, &visitor)?;
+    Ok(Json(ServerView::clone(&state.server)))
 }
 
-async fn repos_page(State(state): State<WebState>) -> Result<Html<String>, PageProblem> {
-    let repos = known_repos(&state.store).await?;
-    Ok(Html(html::repos(&repos).into_string()))
+async fn repos_page(
+    State(state): State<WebState>,
+    visitor: Visitor,
+) -> Result<Html<String>, PageProblem> {
+    let repos = known_repos(&state, &visitor).await?;
+    Ok(Html(
+        html::repos(&nav(&state, &visitor), &repos).into_string(),
+    ))
 }
 
 async fn pulls_page(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = pulls_of(&state.store, &path, read(query)?).await?;
-    Ok(Html(html::pulls(&view).into_string()))
+    let view = pulls_of(&state, &visitor, &path, read(query)?).await?;
+    Ok(Html(
+        html::pulls(&nav(&state, &visitor), &view).into_string(),
+    ))
 }
 
 async fn pull_page(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String, u64)>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = pull_of(&state.store, path).await?;
-    Ok(Html(html::pull(&view).into_string()))
+    let view = pull_of(&state, &visitor, path).await?;
+    Ok(Html(
+        html::pull(&nav(&state, &visitor), &view).into_string(),
+    ))
 }
 
-async fn repos_api(State(state): State<WebState>) -> Result<Json<Vec<RepoView>>, ApiProblem> {
-    Ok(Json(known_repos(&state.store).await?))
+async fn repos_api(
+    State(state): State<WebState>,
+    visitor: Visitor,
+) -> Result<Json<Vec<RepoView>>, ApiProblem> {
+    Ok(Json(known_repos(&state, &visitor).await?))
 }
 
 async fn pulls_api(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String)>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PullsView>, ApiProblem> {
-    Ok(Json(pulls_of(&state.store, &path, read(query)?).await?))
+    Ok(Json(pulls_of(&state, &visitor, &path, read(query)?).await?))
 }
 
 async fn pull_api(
     State(state): State<WebState>,
+    visitor: Visitor,
     Path(path): Path<(String, String, String, u64)>,
 ) -> Result<Json<PullView>, ApiProblem> {
-    Ok(Json(pull_of(&state.store, path).await?))
+    Ok(Json(pull_of(&state, &visitor, path).await?))
 }

@@ -1,0 +1,255 @@
+//! Who is asking, and what they may see and do. A visitor is someone logged
+//! in with a forge (a signed session cookie), anyone (when the operator
+//! opened the pages with `WAVEGATE_PUBLIC_PAGES`), or no one. Reading a
+//! repository's pages needs read access to it on the forge; an operator
+//! action needs admin on it or membership of an operator team the server
+//! names (`WAVEGATE_OPERATOR_TEAMS`), and the form's CSRF token. What the
+//! forge answers is asked with the bot's credentials and kept for a minute,
+//! so a page costs the forge nothing while a visitor browses.
+//!
+//! Handlers ask here and get a typed answer: `may_read` admits or refuses,
+//! `may_operate` returns the [`Operator`] an action is recorded as.
+
+use super::session::{self, SessionCookie, SESSION_COOKIE};
+use super::{Problem, WebState};
+use crate::forge::types::Permission;
+use crate::model::{ForgeKind, RepoId};
+use anyhow::Context as _;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long what the forge said of a visitor's access is believed.
+pub(crate) const STANDING_TTL: Duration = Duration::from_secs(60);
+/// Standings kept at most; past it, expired ones are dropped first.
+const CACHE_LIMIT: usize = 10_000;
+
+/// Who is asking.
+#[derive(Debug, Clone)]
+pub(crate) enum Visitor {
+    /// No one logged in, and the pages are closed to such visitors; `next`
+    /// is where they were going (to come back after logging in).
+    Nobody { next: String },
+    /// No one logged in, and the pages are open to anyone.
+    Anyone { next: String },
+    /// Someone logged in with a forge.
+    User(SessionCookie),
+}
+
+/// Someone allowed to act on a repository's locks and jobs: an action is
+/// recorded in the ledger as theirs.
+#[allow(dead_code, reason = "the operator actions, next, act as one")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Operator {
+    pub(crate) forge: ForgeKind,
+    pub(crate) login: String,
+}
+
+/// What a visitor may do in a repository, as its forge says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    Outsider,
+    Reader,
+    Operator,
+}
+
+/// Whose standing in which repository: the forge, the login (lowercase:
+/// forges read logins without case) and the repository.
+type Whose = (ForgeKind, String, RepoId);
+
+/// What the forges said of whom, lately.
+#[derive(Debug, Default)]
+pub(crate) struct StandingCache {
+    known: Mutex<HashMap<Whose, (Instant, Standing)>>,
+}
+
+impl StandingCache {
+    fn get(&self, key: &Whose) -> Option<Standing> {
+        let known = self.known.lock().expect("standing cache lock");
+        known
+            .get(key)
+            .filter(|(at, _)| at.elapsed() < STANDING_TTL)
+            .map(|(_, standing)| *standing)
+    }
+
+    fn put(&self, key: Whose, standing: Standing) {
+        let mut known = self.known.lock().expect("standing cache lock");
+        if known.len() >= CACHE_LIMIT {
+            known.retain(|_, (at, _)| at.elapsed() < STANDING_TTL);
+            if known.len() >= CACHE_LIMIT {
+                known.clear();
+            }
+        }
+        known.insert(key, (Instant::now(), standing));
+    }
+}
+
+impl FromRequestParts<WebState> for Visitor {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &WebState,
+    ) -> Result<Self, Self::Rejection> {
+        let session = session::cookie(&parts.headers, SESSION_COOKIE)
+            .and_then(|sealed| {
+                state
+                    .cookies
+                    .open::<SessionCookie>(sealed, state.store.now())
+            })
+            .filter(|session| state.login.client(session.forge).is_some());
+        let next = parts
+            .uri
+            .path_and_query()
+            .map(|path| path.as_str().to_owned())
+            .unwrap_or_else(|| "/repos".into());
+        Ok(match session {
+            Some(session) => Visitor::User(session),
+            None if state.open => Visitor::Anyone { next },
+            None => Visitor::Nobody { next },
+        })
+    }
+}
+
+impl Visitor {
+    fn log_in(state: &WebState, next: &str, why: String) -> Problem {
+        if state.login.any() {
+            Problem::LogIn {
+                why,
+                next: next.to_owned(),
+            }
+        } else {
+            Problem::Closed
+        }
+    }
+}
+
+/// Whether `visitor` may see pages that belong to no repository (the list
+/// of repositories, the server).
+pub(crate) fn may_browse(state: &WebState, visitor: &Visitor) -> Result<(), Problem> {
+    match visitor {
+        Visitor::Nobody { next } => Err(Visitor::log_in(
+            state,
+            next,
+            "log in with the forge to see this server's pages".into(),
+        )),
+        Visitor::Anyone { .. } | Visitor::User(_) => Ok(()),
+    }
+}
+
+/// Whether `visitor` may read `repo`'s pages.
+pub(crate) async fn may_read(
+    state: &WebState,
+    visitor: &Visitor,
+    repo: &RepoId,
+) -> Result<(), Problem> {
+    match visitor {
+        Visitor::Nobody { next } => Err(Visitor::log_in(
+            state,
+            next,
+            format!("log in with the forge to see {repo}'s pages"),
+        )),
+        Visitor::Anyone { .. } => Ok(()),
+        Visitor::User(session) => match standing(state, session, repo).await? {
+            Standing::Reader | Standing::Operator => Ok(()),
+            Standing::Outsider => Err(not_yours(session, repo)),
+        },
+    }
+}
+
+/// The operator `visitor` acts as on `repo`, if they may act there and
+/// `csrf` is their session's token.
+#[allow(dead_code, reason = "the operator actions, next, ask it")]
+pub(crate) async fn may_operate(
+    state: &WebState,
+    visitor: &Visitor,
+    repo: &RepoId,
+    csrf: &str,
+) -> Result<Operator, Problem> {
+    let session = match visitor {
+        Visitor::User(session) => session,
+        Visitor::Nobody { next } | Visitor::Anyone { next } => {
+            return Err(Visitor::log_in(
+                state,
+                next,
+                format!("log in with the forge to act on {repo}'s locks and jobs"),
+            ))
+        }
+    };
+    if !session::same_token(&session.csrf, csrf) {
+        return Err(Problem::Forbidden(
+            "this form is not from your session (its CSRF token does not match); reload the page and try again".into(),
+        ));
+    }
+    match standing(state, session, repo).await? {
+        Standing::Operator => Ok(Operator {
+            forge: session.forge,
+            login: session.login.clone(),
+        }),
+        Standing::Reader => Err(Problem::Forbidden(format!(
+            "{} may read {repo} but not act on its locks and jobs: that takes admin on the repository{}",
+            session.login,
+            match state.login.operator_teams.as_slice() {
+                [] => String::new(),
+                teams => format!(" or membership of the team {}", teams.join(" or ")),
+            }
+        ))),
+        Standing::Outsider => Err(not_yours(session, repo)),
+    }
+}
+
+fn not_yours(session: &SessionCookie, repo: &RepoId) -> Problem {
+    Problem::Forbidden(format!(
+        "{} has no read access to {repo} on the forge, so its pages are not shown",
+        session.login
+    ))
+}
+
+/// What the forge says `session`'s login may do in `repo` (asked at most
+/// once a minute).
+async fn standing(
+    state: &WebState,
+    session: &SessionCookie,
+    repo: &RepoId,
+) -> Result<Standing, Problem> {
+    if session.forge != repo.forge {
+        return Ok(Standing::Outsider);
+    }
+    let key = (session.forge, session.login.to_lowercase(), repo.clone());
+    if let Some(standing) = state.standings.get(&key) {
+        return Ok(standing);
+    }
+    let standing = ask_forge(state, &session.login, repo).await.map_err(|error| {
+        tracing::warn!(error = ?error, login = %session.login, repo = %repo, "could not ask the forge what a visitor may see");
+        Problem::Unavailable(format!(
+            "the forge could not be asked what {} may see in {repo}; try again in a moment",
+            session.login
+        ))
+    })?;
+    state.standings.put(key, standing);
+    Ok(standing)
+}
+
+async fn ask_forge(state: &WebState, login: &str, repo: &RepoId) -> anyhow::Result<Standing> {
+    let reference = state
+        .store
+        .repository(repo)
+        .await?
+        .with_context(|| format!("the store no longer knows {repo}"))?;
+    let client = state.forges.client(repo.forge)?;
+    let permission = client.permission(&reference, login).await?;
+    if permission == Permission::Admin {
+        return Ok(Standing::Operator);
+    }
+    if permission == Permission::None {
+        return Ok(Standing::Outsider);
+    }
+    for team in &state.login.operator_teams {
+        if client.in_team(&reference, team, login).await? {
+            return Ok(Standing::Operator);
+        }
+    }
+    Ok(Standing::Reader)
+}
