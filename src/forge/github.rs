@@ -675,6 +675,19 @@ pub struct AppCredentials {
 
 /// Exchanges a manifest-flow `code` for the new App's credentials
 /// (`POST /app-manifests/{code}/conversions`, unauthenticated).
+/// GitHub's web host (where people create Apps and log in): github.com for
+/// api.github.com, the host for GitHub Enterprise (`https://host/api/v3`), the API URL itself otherwise.
+pub(crate) fn web_url(api_url: &str) -> String {
+    let api = api_url.trim_end_matches('/');
+    if api == "https://api.github.com" {
+        "https://github.com".into()
+    } else if let Some(host) = api.strip_suffix("/api/v3") {
+        host.into()
+    } else {
+        api.into()
+    }
+}
+
 pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppCredentials> {
     #[derive(Deserialize)]
     struct Conversion {

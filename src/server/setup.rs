@@ -63,21 +63,11 @@ pub(crate) fn manifest_for(base_url: &str) -> serde_json::Value {
     manifest["url"] = base.into();
     manifest["hook_attributes"]["url"] = format!("{base}/webhooks/github").into();
     manifest["redirect_url"] = format!("{base}/setup/callback").into();
+    manifest["callback_urls"] = serde_json::json!([format!("{base}/login/github/callback")]);
     manifest
 }
 
-/// Where people create Apps: github.com for api.github.com, the host for
-/// GitHub Enterprise (`https://host/api/v3`), the API URL itself otherwise.
-pub(crate) fn web_url(api_url: &str) -> String {
-    let api = api_url.trim_end_matches('/');
-    if api == "https://api.github.com" {
-        "https://github.com".into()
-    } else if let Some(host) = api.strip_suffix("/api/v3") {
-        host.into()
-    } else {
-        api.into()
-    }
-}
+use crate::forge::github::web_url;
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -251,6 +241,10 @@ mod tests {
         assert_eq!(
             manifest["redirect_url"],
             "https://wavegate.acme.example/setup/callback"
+        );
+        assert_eq!(
+            manifest["callback_urls"],
+            serde_json::json!(["https://wavegate.acme.example/login/github/callback"])
         );
         let permissions = &manifest["default_permissions"];
         for (name, access) in [

@@ -378,7 +378,7 @@ fn short_digest(digest: &str) -> &str {
 
 /// `/login`: a button per forge one may log in with.
 pub(crate) fn login(nav: &Nav, forges: &[crate::model::ForgeKind], next: &str) -> Markup {
-    let next = super::login::encode_component(next);
+    let next = encode_component(next);
     page(
         nav,
         "Log in",
@@ -406,6 +406,19 @@ fn forge_name(forge: crate::model::ForgeKind) -> &'static str {
         crate::model::ForgeKind::GitHub => "GitHub",
         crate::model::ForgeKind::Forgejo => "Forgejo",
     }
+}
+
+/// `text` percent-encoded for a query's value.
+pub(crate) fn encode_component(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            encoded.push(byte as char);
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }
 
 /// A page that says what is missing, and what to do.

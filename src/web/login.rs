@@ -36,7 +36,7 @@ impl Endpoints {
     pub(crate) fn of(forge: ForgeKind, github_api: &str, forgejo_root: Option<&str>) -> Self {
         let (web, user) = match forge {
             ForgeKind::GitHub => (
-                crate::server::setup::web_url(github_api),
+                crate::forge::github::web_url(github_api),
                 format!("{}/user", github_api.trim_end_matches('/')),
             ),
             ForgeKind::Forgejo => {
@@ -50,19 +50,6 @@ impl Endpoints {
             user,
         }
     }
-}
-
-/// `text` percent-encoded for a query's value.
-pub(crate) fn encode_component(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            encoded.push(byte as char);
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
 }
 
 /// Where to go after logging in: a path of this server, nothing else (an

@@ -225,7 +225,7 @@ impl From<Problem> for PageProblem {
 impl IntoResponse for PageProblem {
     fn into_response(self) -> Response {
         if let Problem::LogIn { next, .. } = &self.0 {
-            let to = format!("/login?next={}", login::encode_component(next));
+            let to = format!("/login?next={}", html::encode_component(next));
             return Redirect::to(&to).into_response();
         }
         let (status, message) = self.0.status_and_message();

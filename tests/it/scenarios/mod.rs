@@ -19,6 +19,7 @@ mod git_paths;
 mod groups;
 mod hooks;
 mod ledger_cli;
+mod login;
 mod merge_methods;
 mod metrics;
 mod notify;

@@ -22,6 +22,7 @@ mod app;
 mod checks;
 mod comments;
 mod http;
+mod oauth;
 mod people;
 mod pulls;
 mod reviews;
@@ -98,6 +99,7 @@ impl FakeForge {
             hook_deliveries: Vec::new(),
             outbox: Vec::new(),
             clock_behind: Duration::ZERO,
+            oauth: Default::default(),
         }));
         let app = Router::new()
             .fallback(handle)
@@ -253,6 +255,9 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(page) = oauth::respond(&shared, &method, &uri, &body) {
+        return page;
+    }
     let (response, budget) = respond(&shared, &method, &uri, &headers, &body);
     let response = conditional(&method, &headers, response).await;
     let Some(payer) = budget else {
@@ -402,6 +407,20 @@ fn github(state: &mut State, req: &Request, path: &[&str]) -> Answer {
         return answer;
     }
     match (req.method, path) {
+        ("GET", ["user"]) => match req.authorization() {
+            Some(("Bearer" | "bearer" | "token", token)) => {
+                let login = state
+                    .oauth
+                    .owner(ForgeKind::GitHub, token)
+                    .map(str::to_owned)
+                    .ok_or_else(|| unauthorized("Bad credentials"))?;
+                Ok(answer(
+                    200,
+                    people::user_json(state, ForgeKind::GitHub, &login),
+                ))
+            }
+            _ => Err(unauthorized("Requires authentication")),
+        },
         ("GET", ["orgs", org, "teams", team, "memberships", user]) => {
             app::installation_of_token(state, req)?;
             people::team_membership(state, org, team, user)

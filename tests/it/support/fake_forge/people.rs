@@ -92,6 +92,11 @@ pub(super) fn forgejo_login(state: &State, req: &Request) -> Result<String, Resp
             .get(token)
             .cloned()
             .ok_or_else(|| unauthorized("user does not exist")),
+        Some(("Bearer" | "bearer", token)) => state
+            .oauth
+            .owner(ForgeKind::Forgejo, token)
+            .map(str::to_owned)
+            .ok_or_else(|| unauthorized("invalid token")),
         _ => Err(unauthorized("token is required")),
     }
 }

@@ -204,6 +204,8 @@ pub(super) struct State {
     pub(super) outbox: Vec<Outgoing>,
     /// How far the forge's clock runs behind the wall clock (`set_clock_behind`).
     pub(super) clock_behind: Duration,
+    /// OAuth clients, codes and user tokens (`oauth`).
+    pub(super) oauth: super::oauth::OAuthState,
 }
 
 impl State {
