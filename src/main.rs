@@ -116,6 +116,39 @@ enum Command {
         #[command(subcommand)]
         command: LedgerCommand,
     },
+    /// Make, list and revoke the read-only tokens integrations read the JSON API (`/api/v1/…`) with.
+    ApiToken {
+        #[command(subcommand)]
+        command: ApiTokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ApiTokenCommand {
+    /// Make a token and print it (once: only its hash is kept). Send it as
+    /// `Authorization: Bearer <token>`.
+    Create {
+        /// What the token is for, to list and revoke it by (e.g. `dashboards`).
+        name: String,
+        /// A repository it may read, e.g. github:acme/infra (repeat for more);
+        /// without one it reads every repository.
+        #[arg(long = "repo", value_name = "FORGE:OWNER/NAME")]
+        repos: Vec<String>,
+        /// The database (default: WAVEGATE_DATABASE_URL, else sqlite://wavegate.db).
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
+    /// List the tokens: name, what they read, when they were made.
+    List {
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
+    /// Revoke a token by name: it is refused from the next request on.
+    Revoke {
+        name: String,
+        #[arg(long, value_name = "URL")]
+        database: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -362,6 +395,89 @@ fn main() -> ExitCode {
         Command::Adapt { tool } => adapt(tool),
         Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command, &vars),
+        Command::ApiToken { command } => api_token_command(command, &vars),
+    }
+}
+
+fn api_token_command(command: ApiTokenCommand, vars: &ServerVars) -> ExitCode {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+    let done: anyhow::Result<ExitCode> = runtime.block_on(async {
+        match command {
+            ApiTokenCommand::Create {
+                name,
+                repos,
+                database,
+            } => {
+                let name = name.trim();
+                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                    return Ok(usage_error(
+                        "a token's name is one word (letters, digits, `-`), e.g. `dashboards`",
+                    ));
+                }
+                let repos = match repos
+                    .iter()
+                    .map(|repo| repo.parse::<wavegate::model::RepoId>())
+                    .collect::<Result<Vec<_>, _>>()
+                {
+                    Ok(repos) => repos,
+                    Err(e) => return Ok(usage_error(&format!("--repo: {e}"))),
+                };
+                let store = open_ledger(database, vars).await?;
+                let token = wavegate::web::access::new_api_token();
+                let hash = wavegate::web::access::token_hash(&token);
+                let scope = (!repos.is_empty()).then_some(repos.as_slice());
+                if !store.add_api_token(name, &hash, scope).await? {
+                    return Ok(usage_error(&format!(
+                        "there is a token named {name} already; revoke it first (`wavegate api-token revoke {name}`) or choose another name"
+                    )));
+                }
+                eprintln!(
+                    "made the API token {name}, reading {}; it is shown once, here:",
+                    token_reach(scope)
+                );
+                println!("{token}");
+                Ok(ExitCode::SUCCESS)
+            }
+            ApiTokenCommand::List { database } => {
+                let store = open_ledger(database, vars).await?;
+                for token in store.api_tokens().await? {
+                    println!(
+                        "{}\t{}\tmade {}",
+                        token.name,
+                        token_reach(token.repos.as_deref()),
+                        token.created_at
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            ApiTokenCommand::Revoke { name, database } => {
+                let store = open_ledger(database, vars).await?;
+                if store.revoke_api_token(&name).await? {
+                    eprintln!("revoked the API token {name}");
+                    Ok(ExitCode::SUCCESS)
+                } else {
+                    Ok(usage_error(&format!(
+                        "there is no API token named {name}; `wavegate api-token list` names them"
+                    )))
+                }
+            }
+        }
+    });
+    done.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        ExitCode::from(2)
+    })
+}
+
+/// What a token reads, in words.
+fn token_reach(repos: Option<&[wavegate::model::RepoId]>) -> String {
+    match repos {
+        None => "every repository".into(),
+        Some(repos) => repos
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 

@@ -93,6 +93,28 @@ impl fmt::Display for RepoId {
     }
 }
 
+/// Reads `github:acme/infra` (as logs and replies name it) or
+/// `github/acme/infra` (as the pages' addresses do).
+impl std::str::FromStr for RepoId {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (forge, full_name) = text
+            .split_once(':')
+            .or_else(|| text.split_once('/'))
+            .ok_or_else(|| format!("`{text}` is not a repository; write it as forge:owner/name, e.g. github:acme/infra"))?;
+        let forge = forge.parse()?;
+        match full_name.split_once('/') {
+            Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(RepoId::new(forge, full_name))
+            }
+            _ => Err(format!(
+                "`{text}` is not a repository; write it as forge:owner/name, e.g. github:acme/infra"
+            )),
+        }
+    }
+}
+
 /// A pull request's number within its repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -171,5 +193,22 @@ mod tests {
         let repo = RepoId::new(ForgeKind::Forgejo, "acme/site");
         assert_eq!(repo.ledger_key(), "forgejo:acme/site");
         assert_eq!((repo.owner(), repo.name()), ("acme", "site"));
+    }
+
+    #[test]
+    fn a_repository_reads_as_logs_or_as_addresses_name_it() {
+        let repo = RepoId::new(ForgeKind::GitHub, "acme/infra");
+        assert_eq!("github:acme/infra".parse(), Ok(repo.clone()));
+        assert_eq!("github/acme/infra".parse(), Ok(repo.clone()));
+        assert_eq!(repo.to_string().parse(), Ok(repo));
+        for wrong in [
+            "acme/infra",
+            "github:acme",
+            "github:acme/",
+            "gitlab:a/b",
+            "github:a/b/c",
+        ] {
+            assert!(wrong.parse::<RepoId>().is_err(), "{wrong}");
+        }
     }
 }

@@ -15,6 +15,7 @@ mod pr_head;
 mod reconcile;
 mod redeliveries;
 mod sql;
+mod tokens;
 
 pub(crate) use apply::{ApplyRunRecord, MemberLock, NewApplyRun};
 #[cfg(test)]
@@ -27,6 +28,7 @@ pub(crate) use metrics::StoreFigures;
 pub(crate) use pages::{PullRow, PullState};
 pub(crate) use reconcile::Still;
 pub use sql::{backend_of, redact_url, sqlite_file, Store};
+pub use tokens::ApiToken;
 
 use crate::forge::ReviewState;
 use crate::model::{CommitSha, Digest, ForgeKind, JobKind, PrNumber, RepoId, UnixMs, User};

@@ -156,6 +156,11 @@ macro_rules! migrations {
                 name: "hook facts",
                 sql: include_str!(concat!("migrations/", $backend, "/0010_hook_facts.sql")),
             },
+            Migration {
+                version: 13,
+                name: "api tokens",
+                sql: include_str!(concat!("migrations/", $backend, "/0013_api_tokens.sql")),
+            },
         ]
     };
 }

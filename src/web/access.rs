@@ -7,6 +7,10 @@
 //! forge answers is asked with the bot's credentials and kept for a minute,
 //! so a page costs the forge nothing while a visitor browses.
 //!
+//! An integration sends `Authorization: Bearer <token>` with a read-only
+//! API token (`wavegate api-token create`), which reads the repositories it
+//! names (or every one) and acts on none.
+//!
 //! Handlers ask here and get a typed answer: `may_read` admits or refuses,
 //! `may_operate` returns the [`Operator`] an action is recorded as.
 
@@ -14,6 +18,7 @@ use super::session::{self, SessionCookie, SESSION_COOKIE};
 use super::{Problem, WebState};
 use crate::forge::types::Permission;
 use crate::model::{ForgeKind, RepoId};
+use crate::store::ApiToken;
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -36,6 +41,10 @@ pub(crate) enum Visitor {
     Anyone { next: String },
     /// Someone logged in with a forge.
     User(SessionCookie),
+    /// An integration with a read-only API token.
+    Token(ApiToken),
+    /// A request with a token that is not (or no longer) one.
+    UnknownToken,
 }
 
 /// Someone allowed to act on a repository's locks and jobs: an action is
@@ -93,6 +102,16 @@ impl FromRequestParts<WebState> for Visitor {
         parts: &mut Parts,
         state: &WebState,
     ) -> Result<Self, Self::Rejection> {
+        if let Some(token) = bearer(&parts.headers) {
+            return Ok(match state.store.api_token(&token_hash(token)).await {
+                Ok(Some(token)) => Visitor::Token(token),
+                Ok(None) => Visitor::UnknownToken,
+                Err(error) => {
+                    tracing::error!(error = ?error, "an API token could not be looked up");
+                    Visitor::UnknownToken
+                }
+            });
+        }
         let session = session::cookie(&parts.headers, SESSION_COOKIE)
             .and_then(|sealed| {
                 state
@@ -111,6 +130,39 @@ impl FromRequestParts<WebState> for Visitor {
             None => Visitor::Nobody { next },
         })
     }
+}
+
+/// The token of an `Authorization: Bearer …` header.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// What the store keeps of an API token: its SHA-256, hex.
+pub fn token_hash(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// A new API token: `wgt_` and 32 random bytes (base64url).
+pub fn new_api_token() -> String {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the kernel gives random bytes");
+    format!(
+        "wgt_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+fn unknown_token() -> Problem {
+    Problem::Unauthorized(
+        "this API token is not one this server knows (it may have been revoked); make one with `wavegate api-token create`".into(),
+    )
 }
 
 impl Visitor {
@@ -135,7 +187,8 @@ pub(crate) fn may_browse(state: &WebState, visitor: &Visitor) -> Result<(), Prob
             next,
             "log in with the forge to see this server's pages".into(),
         )),
-        Visitor::Anyone { .. } | Visitor::User(_) => Ok(()),
+        Visitor::UnknownToken => Err(unknown_token()),
+        Visitor::Anyone { .. } | Visitor::User(_) | Visitor::Token(_) => Ok(()),
     }
 }
 
@@ -152,6 +205,12 @@ pub(crate) async fn may_read(
             format!("log in with the forge to see {repo}'s pages"),
         )),
         Visitor::Anyone { .. } => Ok(()),
+        Visitor::UnknownToken => Err(unknown_token()),
+        Visitor::Token(token) if token.may_read(repo) => Ok(()),
+        Visitor::Token(token) => Err(Problem::Forbidden(format!(
+            "the API token {} may not read {repo}; make one that names it with `wavegate api-token create --repo {repo}`",
+            token.name
+        ))),
         Visitor::User(session) => match standing(state, session, repo).await? {
             Standing::Reader | Standing::Operator => Ok(()),
             Standing::Outsider => Err(not_yours(session, repo)),
@@ -170,6 +229,13 @@ pub(crate) async fn may_operate(
 ) -> Result<Operator, Problem> {
     let session = match visitor {
         Visitor::User(session) => session,
+        Visitor::Token(token) => {
+            return Err(Problem::Forbidden(format!(
+                "the API token {} is read-only; an operator acts logged in with the forge",
+                token.name
+            )))
+        }
+        Visitor::UnknownToken => return Err(unknown_token()),
         Visitor::Nobody { next } | Visitor::Anyone { next } => {
             return Err(Visitor::log_in(
                 state,

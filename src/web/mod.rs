@@ -9,7 +9,7 @@
 //! says how to open them. Every answer carries a content security policy
 //! that allows no script and nothing from elsewhere.
 
-mod access;
+pub mod access;
 mod html;
 mod login;
 mod session;
@@ -177,6 +177,8 @@ pub(crate) enum Problem {
     },
     /// The forge could not be asked; says what to do.
     Unavailable(String),
+    /// The request's credentials are not valid; says which and what to do.
+    Unauthorized(String),
     /// The visitor is known and may not do this; says why.
     Forbidden(String),
     NotFound(String),
@@ -199,6 +201,7 @@ impl Problem {
             ),
             Problem::LogIn { why, .. } => (StatusCode::UNAUTHORIZED, why),
             Problem::Unavailable(message) => (StatusCode::SERVICE_UNAVAILABLE, message),
+            Problem::Unauthorized(message) => (StatusCode::UNAUTHORIZED, message),
             Problem::Forbidden(message) => (StatusCode::FORBIDDEN, message),
             Problem::NotFound(message) => (StatusCode::NOT_FOUND, message),
             Problem::BadQuery(message) => (StatusCode::BAD_REQUEST, message),

@@ -164,3 +164,81 @@ async fn with_the_pages_open_anyone_reads_and_a_login_still_works() {
     let mut carol = Visitor::logged_in(&bot, ForgeKind::GitHub, "rev-carol").await;
     assert!(carol.get(PAGE).await.body.contains("Logged in as"));
 }
+
+/// `wavegate api-token …` on the bot's database.
+fn api_token(bot: &Bot, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .arg("api-token")
+        .args(args)
+        .args(["--database", &bot.database_url()])
+        .env_remove("WAVEGATE_DATABASE_URL")
+        .output()
+        .expect("the wavegate binary runs")
+}
+
+async fn api_get(bot: &Bot, path: &str, token: &str) -> (u16, String) {
+    let answer = bot
+        .http
+        .get(bot.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn an_integration_reads_the_api_with_a_token_that_names_its_repository_until_it_is_revoked() {
+    let bot = bot_with_logins().await;
+    let _github = planned_pr(&bot, 1).await;
+    let _forgejo = planned_pr_on_forgejo(&bot, 2).await;
+
+    let made = api_token(
+        &bot,
+        &["create", "dashboards", "--repo", "github:acme/infra"],
+    );
+    assert!(made.status.success(), "{made:?}");
+    let token = String::from_utf8(made.stdout).unwrap().trim().to_owned();
+    assert!(token.starts_with("wgt_"), "{token}");
+    let said = String::from_utf8(made.stderr).unwrap();
+    assert!(said.contains("reading github:acme/infra"), "{said}");
+
+    // It reads the repository it names, and nothing else.
+    let (status, body) = api_get(&bot, API, &token).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = api_get(&bot, "/api/v1/repos", &token).await;
+    assert_eq!(status, 200);
+    let repos: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(repos.as_array().unwrap().len(), 1, "{repos}");
+    let (status, body) = api_get(&bot, "/api/v1/repos/forgejo/acme/infra/pulls/2", &token).await;
+    assert_eq!(status, 403);
+    assert!(
+        body.contains("the API token dashboards may not read forgejo:acme/infra"),
+        "{body}"
+    );
+
+    // A token that is not one is refused, not taken for a visitor.
+    let (status, body) = api_get(&bot, API, "wgt_not-a-token").await;
+    assert_eq!(status, 401);
+    assert!(body.contains("not one this server knows"), "{body}");
+
+    // The name is taken once; the list names each token and what it reads.
+    let again = api_token(&bot, &["create", "dashboards"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr)
+        .contains("there is a token named dashboards already"));
+    let listed = api_token(&bot, &["list"]);
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed.starts_with("dashboards\tgithub:acme/infra\tmade "),
+        "{listed}"
+    );
+
+    // Revoked, it is refused from the next request on.
+    assert!(api_token(&bot, &["revoke", "dashboards"]).status.success());
+    assert_eq!(api_get(&bot, API, &token).await.0, 401);
+    let unknown = api_token(&bot, &["revoke", "dashboards"]);
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("there is no API token named dashboards")
+    );
+}
