@@ -8,6 +8,7 @@ mod attacks;
 mod blast_radius;
 mod bot;
 mod branches;
+mod browser;
 mod build_inputs;
 mod carried;
 mod cost;
