@@ -57,10 +57,11 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             .public_url
             .as_ref()
             .map(|url| format!("{url}/docs")),
+        // Linked wherever someone can see them: open, or after a login.
         pages_url: settings
             .public_url
             .clone()
-            .filter(|_| settings.public_pages),
+            .filter(|_| settings.public_pages || settings.login.any()),
         ..worker_options
     };
     for warning in

@@ -166,9 +166,9 @@ pub(crate) fn pull(nav: &Nav, view: &PullView) -> Markup {
                 }
             }
             @if let Some(run) = &view.run { (run_section(run)) }
-            h2 { "Approvals and other facts in the ledger" }
+            h2 id="ledger" { "Approvals and other facts in the ledger" }
             (facts_table(&view.facts))
-            h2 { "Report" }
+            h2 id="report" { "Report" }
             @match &view.report {
                 Some(report) => pre { (report) },
                 None => p class="muted" { "Not planned yet." },
@@ -322,7 +322,7 @@ pub(crate) fn server(nav: &Nav, view: &ServerView) -> Markup {
 
 fn run_section(run: &RunView) -> Markup {
     html! {
-        h2 { "Apply run " (run.id) ": " span class={ "state " (run_class(run.status)) } { (run.status) } }
+        h2 id="run" { "Apply run " (run.id) ": " span class={ "state " (run_class(run.status)) } { (run.status) } }
         p {
             "Merge " code { (short(&run.merge_sha)) } ", digest " code { (short_digest(&run.digest)) }
             @if !run.approved_by.is_empty() { ", approved by " (run.approved_by.join(", ")) }

@@ -36,6 +36,29 @@ impl Forge<'_> {
     pub(super) fn pull_page(&self, pr: PrNumber) -> Option<String> {
         super::pull_page_url(self.pages, &self.repo.id, pr)
     }
+
+    /// The line under a comment that links pull request `pr`'s page at
+    /// `section` (`run`, `ledger`), when this server shows its pages.
+    pub(super) fn page_line(&self, pr: PrNumber, section: &str) -> Option<String> {
+        self.pull_page(pr).map(|page| {
+            format!("<sub>[On wavegate]({page}#{section}): the run by stage and wave, its gates, the ledger and each command's output, live.</sub>")
+        })
+    }
+
+    /// Replies `body` on pull request `pr`, with the line that links its
+    /// page at `section`.
+    pub(super) async fn reply_linked(
+        &self,
+        pr: PrNumber,
+        body: &str,
+        section: &str,
+    ) -> Result<u64> {
+        let body = match self.page_line(pr, section) {
+            Some(line) => format!("{body}\n\n{line}"),
+            None => body.to_owned(),
+        };
+        self.client.reply(self.repo, pr, &body).await
+    }
 }
 
 /// The repository's git mirror on this machine: commits fetched into it,

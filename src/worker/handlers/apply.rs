@@ -1119,7 +1119,7 @@ async fn perform(job: &JobCtx<'_>, io: &mut RunIo<'_>, effect: Effect) -> Result
         Effect::Say(news) => {
             let run = &*io.run;
             let said = apply_report::news(&news, &run.merge_sha, &run.base_sha, &run.record);
-            forge.client.reply(&run.repo, run.pr, &said).await?;
+            forge.reply_linked(run.pr, &said, "run").await?;
             let page = forge.pull_page(run.pr);
             notify_of((queue, &mirror), (run, page.as_deref()), &news, &said).await?;
         }

@@ -166,7 +166,7 @@ pub(in crate::worker) async fn handle_comment(
     if !refusals.is_empty() {
         react(forge, comment.id, Reaction::Confused).await;
         let body = refusal::reply(&comment.author.login, &refusals);
-        forge.client.reply(forge.repo, comment.pr, &body).await?;
+        forge.reply_linked(comment.pr, &body, "ledger").await?;
     }
     Ok(JobOutcome::Done)
 }

@@ -29,6 +29,7 @@ pub(super) async fn publish_report(
     report: CheckReport,
 ) -> Result<()> {
     let known = store.pr(&forge.repo.id, shown.pr).await?;
+    let body = with_line(&report.summary, forge.page_line(shown.pr, "report"));
     let comment_id = forge
         .client
         .upsert_report(
@@ -36,7 +37,7 @@ pub(super) async fn publish_report(
             shown.pr,
             known.as_ref().and_then(|r| r.report_comment_id),
             crate::report::REPORT_MARKER,
-            &report.summary,
+            &body,
         )
         .await?;
     let check_id = shown
@@ -76,10 +77,12 @@ pub(super) async fn publish_run(
         record: &run.record,
     };
     let report = plan.report.trim_end();
-    let room = crate::report::COMMENT_LIMIT.saturating_sub(report.chars().count() + 2);
+    let line = forge.page_line(run.pr, "run");
+    let line_size = line.as_ref().map_or(0, |line| line.chars().count() + 2);
+    let room = crate::report::COMMENT_LIMIT.saturating_sub(report.chars().count() + 2 + line_size);
     let section = apply_report::render_within(&view, room);
     let title = apply_report::title(&view);
-    let body = format!("{report}\n\n{section}");
+    let body = with_line(&format!("{report}\n\n{section}"), line);
     let known = store.pr(&run.repo.id, run.pr).await?;
     let comment_id = forge
         .client
@@ -116,6 +119,19 @@ pub(super) async fn publish_run(
         .await?;
     run.check_id = check_id.or(run.check_id);
     store.save_apply_run(run).await
+}
+
+/// `body` with `line` under it, when there is one and the comment has
+/// room for it (a report at the forge's limit goes without).
+fn with_line(body: &str, line: Option<String>) -> String {
+    match line {
+        Some(line)
+            if body.chars().count() + line.chars().count() + 2 <= crate::report::COMMENT_LIMIT =>
+        {
+            format!("{body}\n\n{line}")
+        }
+        _ => body.to_owned(),
+    }
 }
 
 /// The check already posted on this head, to be updated rather than repeated.

@@ -54,7 +54,7 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     ])
     .await;
     // #2 is opened while #1 is still open, so it too has a change to approve.
-    let _open = planned_pr(&bot, 2).await;
+    let open = planned_pr(&bot, 2).await;
     let merged = approved_pr(&bot, 1).await;
     merged.merge().await;
 
@@ -67,6 +67,18 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     // (#2's head is #1's, and a commit's checks are shared: its newest is #1's.)
     assert_eq!(merged.plan_check().link, page(1));
     assert_eq!(merged.apply_check().link, page(1));
+    // The report and the bot's news link the page, at the run.
+    let run_link = "[On wavegate](https://wavegate.example/repos/github/acme/infra/pulls/1#run)";
+    assert!(merged.report().contains(run_link), "{}", merged.report());
+    let news = merged.last_reply();
+    assert!(news.contains(run_link), "{news}");
+    assert!(
+        open.report().contains(
+            "[On wavegate](https://wavegate.example/repos/github/acme/infra/pulls/2#report)"
+        ),
+        "{}",
+        open.report()
+    );
 
     // The server says what it runs and how.
     let server = json(&bot, "/api/v1/server").await;
