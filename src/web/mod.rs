@@ -31,9 +31,53 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use view::ServerView;
 use view::{LedgerView, PullView, PullsView, QueueView, RepoView};
+
+/// How long a ledger's verification is shown as of the same head before
+/// the whole chain is read and checked again (a fact changed in the
+/// database behind wavegate shows within this).
+const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The last verification of each repository's ledger and the head it was
+/// made at: a chain of thousands of signed facts is checked again only
+/// when a fact is appended, or after [`VERIFIED_FOR`].
+#[derive(Debug, Default)]
+pub(crate) struct Verifications {
+    known: std::sync::Mutex<HashMap<String, Verification>>,
+}
+
+type Verification = (
+    Option<ledger::LedgerHead>,
+    std::time::Instant,
+    Result<ledger::Verified, ledger::BrokenLink>,
+);
+
+impl Verifications {
+    fn get(
+        &self,
+        repo: &str,
+        head: Option<&ledger::LedgerHead>,
+    ) -> Option<Result<ledger::Verified, ledger::BrokenLink>> {
+        let known = self.known.lock().expect("verifications lock");
+        known
+            .get(repo)
+            .filter(|(at_head, at, _)| at_head.as_ref() == head && at.elapsed() < VERIFIED_FOR)
+            .map(|(_, _, verified)| verified.clone())
+    }
+
+    fn put(
+        &self,
+        repo: String,
+        head: Option<ledger::LedgerHead>,
+        verified: Result<ledger::Verified, ledger::BrokenLink>,
+    ) {
+        let mut known = self.known.lock().expect("verifications lock");
+        known.insert(repo, (head, std::time::Instant::now(), verified));
+    }
+}
 
 /// Pull requests on one page of a repository's list.
 pub(crate) const PAGE: u32 = 50;
@@ -49,6 +93,8 @@ pub(crate) struct WebState {
     pub(crate) login: Arc<LoginSettings>,
     /// The forges, asked (with the bot's credentials) what a visitor may see.
     pub(crate) forges: Arc<Forges>,
+    /// Each ledger's verification, as of its head.
+    pub(crate) verifications: Arc<Verifications>,
     /// What the forges said of visitors, lately.
     pub(crate) standings: Arc<access::StandingCache>,
     /// Signs the session and login cookies.
@@ -81,6 +127,7 @@ impl WebState {
             login: Arc::new(settings.login.clone()),
             forges,
             standings: Arc::default(),
+            verifications: Arc::default(),
             cookies: session::CookieKey::new(ledger_key.derived_secret(session::KEY_PURPOSE)),
             http,
             public_url: settings.public_url.clone(),
@@ -378,16 +425,27 @@ async fn ledger_of(
     let store = &state.store;
     let key = repo.ledger_key();
     let signer = store.signer();
-    let facts = store.repo_facts(&key).await?;
-    // Every hash and signature of the chain: CPU work, kept off the runtime.
-    let (verified, signer) = tokio::task::spawn_blocking(move || {
-        let check = signer
-            .as_ref()
-            .map(|(key, start)| ledger::SignatureCheck { key, start });
-        (ledger::verify(&facts, check), signer)
-    })
-    .await
-    .map_err(|e| Problem::Internal(anyhow::anyhow!("verifying the ledger of {repo}: {e}")))?;
+    let head = store.ledger_head(&key).await?;
+    let verified = match state.verifications.get(&key, head.as_ref()) {
+        Some(verified) => verified,
+        None => {
+            let facts = store.repo_facts(&key).await?;
+            // Every hash and signature of the chain: CPU work, kept off the runtime.
+            let signer = signer.clone();
+            let verified = tokio::task::spawn_blocking(move || {
+                let check = signer
+                    .as_ref()
+                    .map(|(key, start)| ledger::SignatureCheck { key, start });
+                ledger::verify(&facts, check)
+            })
+            .await
+            .map_err(|e| {
+                Problem::Internal(anyhow::anyhow!("verifying the ledger of {repo}: {e}"))
+            })?;
+            state.verifications.put(key.clone(), head, verified.clone());
+            verified
+        }
+    };
     let facts = store.repo_facts_page(&key, query.before, PAGE).await?;
     Ok(LedgerView::of(
         &repo,
@@ -528,4 +586,34 @@ async fn pull_api(
     Path(path): Path<(String, String, String, u64)>,
 ) -> Result<Json<PullView>, ApiProblem> {
     Ok(Json(pull_of(&state, &visitor, path).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(seq: i64) -> ledger::LedgerHead {
+        ledger::LedgerHead {
+            seq,
+            hash: ledger::genesis(),
+        }
+    }
+
+    #[test]
+    fn a_ledger_is_verified_again_once_a_fact_is_appended() {
+        let verifications = Verifications::default();
+        let verified = Ok(ledger::Verified {
+            facts: 3,
+            head: Some(head(3)),
+            signatures: None,
+        });
+        assert_eq!(verifications.get("github:acme/infra", Some(&head(3))), None);
+        verifications.put("github:acme/infra".into(), Some(head(3)), verified.clone());
+        assert_eq!(
+            verifications.get("github:acme/infra", Some(&head(3))),
+            Some(verified)
+        );
+        assert_eq!(verifications.get("github:acme/infra", Some(&head(4))), None);
+        assert_eq!(verifications.get("github:acme/site", Some(&head(3))), None);
+    }
 }
