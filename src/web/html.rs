@@ -17,7 +17,7 @@ th,td{border-bottom:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertic
 pre{background:#f6f8fa;border:1px solid #d0d7de;padding:.6rem;overflow-x:auto;white-space:pre-wrap;max-height:32rem}\
 code,pre{font:13px/1.4 ui-monospace,monospace}\
 .state{font-weight:600}.waiting{color:#9a6700}.applying{color:#0969da}.failed{color:#cf222e}.done{color:#1a7f37}\
-.muted{color:#57606a}.who{float:right;margin:0}.button{display:inline-block;padding:.4rem .8rem;border:1px solid #d0d7de;border-radius:6px;background:#f6f8fa;text-decoration:none}.who button{margin-left:.5rem}.warn{color:#cf222e;font-weight:600}";
+.muted{color:#57606a}.who{float:right;margin:0}.forges{list-style:none;padding:0}.forges li{margin:.5rem 0}.button{display:inline-block;padding:.4rem .8rem;border:1px solid #d0d7de;border-radius:6px;background:#f6f8fa;text-decoration:none}.who button{margin-left:.5rem}.warn{color:#cf222e;font-weight:600}";
 
 /// Who is looking, as the top of every page shows it.
 #[derive(Debug, Clone, Copy, Default)]
