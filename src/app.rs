@@ -138,9 +138,11 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         sandbox: sandbox.clone(),
         refused: refused.clone(),
     };
+    let console = crate::plan::live::Hub::default();
     let pages = web::WebState::new(
         settings,
         store.clone(),
+        console.clone(),
         forges.clone(),
         &key,
         web::ServerView {
@@ -188,6 +190,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             sandbox: sandbox.clone(),
             cancel: Default::default(),
             base_rules: Default::default(),
+            console: console.clone(),
         };
         tasks.push(tokio::spawn(worker.run(stopping.clone())));
     }

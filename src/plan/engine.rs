@@ -84,6 +84,9 @@ pub struct PlanOptions {
     /// repository (`WAVEGATE_REPOS_CONFIG`): merged into its file, base
     /// and head alike.
     pub imposed: Arc<crate::config::operator::Imposed>,
+    /// Where the commands' output is shown live and kept; `None` (the
+    /// CLI): the log and the report only.
+    pub(crate) console: Option<super::live::Console>,
 }
 
 impl PlanOptions {
@@ -111,6 +114,7 @@ impl PlanOptions {
             bootstrap: false,
             kept: None,
             imposed: Default::default(),
+            console: None,
         }
     }
 }
@@ -774,6 +778,7 @@ impl Workbench {
             },
             options.heartbeat,
             options.cancel.clone(),
+            options.console.clone(),
         );
         Ok(Self {
             commit,

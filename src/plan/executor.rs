@@ -11,6 +11,7 @@
 //! (the forge's CI) fits the same seam; [`LocalExecutor`], the sandbox on
 //! the server's own host, is the first.
 
+use super::live::Console;
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec, Setup, SpawnError};
 use crate::model::{MemberId, StageName};
 use crate::sandbox::process::ProcessId;
@@ -348,6 +349,8 @@ pub(crate) struct LocalExecutor {
     dir: PathBuf,
     heartbeat: Option<Duration>,
     cancel: Cancel,
+    /// Where its commands' output is shown and kept.
+    console: Option<Console>,
     /// Each (stage, profile)'s setup, made when first needed.
     setups: Mutex<HashMap<(String, String), Arc<Setup>>>,
 }
@@ -367,6 +370,7 @@ impl LocalExecutor {
         at: LocalTree,
         heartbeat: Option<Duration>,
         cancel: Cancel,
+        console: Option<Console>,
     ) -> Self {
         Self {
             sandbox,
@@ -376,6 +380,7 @@ impl LocalExecutor {
             dir: at.dir,
             heartbeat,
             cancel,
+            console,
             setups: Mutex::default(),
         }
     }
@@ -449,6 +454,7 @@ impl LocalExecutor {
             cancel: self.cancel.clone(),
             setup: setup.map(|(setup, _)| setup),
             started: control.started,
+            console: self.console.clone(),
         };
         let outcome = runner::run_command(&spec).await?;
         let files = Files::collect(&layout.files);
@@ -582,6 +588,7 @@ impl LocalExecutor {
                 cancel: self.cancel.clone(),
                 setup: None,
                 started: None,
+                console: self.console.clone(),
             })
             .collect();
         let what = format!(
@@ -650,7 +657,7 @@ mod tests {
             lower: None,
             dir: dir.join("executor"),
         };
-        LocalExecutor::new(sandbox, at, None, Cancel::default())
+        LocalExecutor::new(sandbox, at, None, Cancel::default(), None)
     }
 
     #[tokio::test]

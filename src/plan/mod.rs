@@ -9,6 +9,7 @@ pub mod engine;
 pub(crate) mod executor;
 pub mod fanout;
 pub(crate) mod hook_run;
+pub mod live;
 pub mod outcome;
 pub mod path;
 pub mod planfile;

@@ -4,6 +4,7 @@
 //! line to the log with a heartbeat when quiet, and kept for the report
 //! (size-capped, secrets redacted).
 
+use super::live::{Console, Ending};
 use super::redact::Redactor;
 use crate::sandbox::process::{self, ProcessId};
 use crate::sandbox::profile::{self, LimitHit};
@@ -52,6 +53,9 @@ pub(crate) struct CommandSpec {
     /// attempt record keeps it, so a restarted server can tell whether it
     /// still runs).
     pub(crate) started: Option<mpsc::UnboundedSender<ProcessId>>,
+    /// Where its lines are shown while it runs and kept afterwards; `None`
+    /// (the CLI, a command of no pull request): only the log and the report.
+    pub(crate) console: Option<Console>,
 }
 
 /// A profile's `setup` for one stage of a job: its commands, run in order
@@ -142,6 +146,17 @@ pub(crate) enum Termination {
     TimedOut,
     /// Killed, with everything it started, because its job was given up.
     Cancelled,
+}
+
+impl Termination {
+    pub(crate) fn ending(self) -> Ending {
+        match self {
+            Termination::Exited(code) => Ending::Exited(code),
+            Termination::Signalled(sig) => Ending::Signalled(sig),
+            Termination::TimedOut => Ending::TimedOut,
+            Termination::Cancelled => Ending::Cancelled,
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -328,13 +343,20 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
     drop(tx);
 
     let mut kept = KeptOutput::new(spec.output_cap);
+    let mut live = spec
+        .console
+        .as_ref()
+        .map(|console| console.start(&spec.label, spec.kind()));
     // Every profile's secrets, not only this command's: whatever reached it.
     let mut redactor =
         Redactor::for_env(&spec.env).with_values(&spec.sandbox.profiles().all_secrets());
     let mut on_line = |line: String| {
         let line = redactor.line(&line);
         log_line(&spec.label, &line);
-        kept.push(&line);
+        let whole = kept.push(&line);
+        if let Some(live) = &mut live {
+            live.line(&line, whole);
+        }
     };
     let deadline = started + spec.timeout;
     let mut heartbeat = spec
@@ -392,11 +414,18 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
             _ = tokio::time::sleep_until(drain_until) => break,
         }
     }
+    let cut = kept.is_cut();
     let output = kept.finish();
     if let (Termination::Exited(code), false) = (termination, spec.sandbox.is_off()) {
         if let Some(why) = sandbox::launch_failure(code, &output) {
+            if let Some(live) = live {
+                live.end(Ending::NotStarted, &output, cut);
+            }
             return Err(spec.start_error(why));
         }
+    }
+    if let Some(live) = live {
+        live.end(termination.ending(), &output, cut);
     }
     let code = match termination {
         Termination::Exited(code) => Some(code),
@@ -509,17 +538,25 @@ impl KeptOutput {
         }
     }
 
-    fn push(&mut self, line: &str) {
+    /// Keeps `line`; true when it went into the text under the cap.
+    fn push(&mut self, line: &str) -> bool {
         if self.cut == 0 && self.text.len() + line.len() < self.cap {
             self.text.push_str(line);
             self.text.push('\n');
+            true
         } else {
             self.last.push_back(line.to_owned());
             if self.last.len() > super::tail::TAIL_LINES {
                 let gone = self.last.pop_front().expect("a line");
                 self.cut += gone.len() + 1;
             }
+            false
         }
+    }
+
+    /// Some output went past the cap.
+    fn is_cut(&self) -> bool {
+        !self.last.is_empty()
     }
 
     fn finish(mut self) -> String {
@@ -586,6 +623,7 @@ mod tests {
             cancel: Cancel::default(),
             setup: None,
             started: None,
+            console: None,
         }
     }
 

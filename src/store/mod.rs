@@ -5,6 +5,7 @@
 
 mod apply;
 mod clock;
+mod console;
 mod db;
 mod intake;
 mod intake_file;
@@ -23,6 +24,7 @@ pub(crate) use clock::ManualClock;
 #[cfg(feature = "test-clock")]
 pub(crate) use clock::ShiftedClock;
 pub(crate) use clock::{Clock, SystemClock};
+pub(crate) use console::CommandRow;
 pub use db::Backend;
 pub(crate) use metrics::StoreFigures;
 pub(crate) use pages::{PullRow, PullState};

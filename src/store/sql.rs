@@ -157,6 +157,11 @@ macro_rules! migrations {
                 sql: include_str!(concat!("migrations/", $backend, "/0010_hook_facts.sql")),
             },
             Migration {
+                version: 11,
+                name: "command logs",
+                sql: include_str!(concat!("migrations/", $backend, "/0011_command_logs.sql")),
+            },
+            Migration {
                 version: 13,
                 name: "api tokens",
                 sql: include_str!(concat!("migrations/", $backend, "/0013_api_tokens.sql")),

@@ -1,9 +1,11 @@
-//! The pages as HTML: plain, server-rendered, no script. maud escapes every
-//! splice, so a command's output, a login or a report's text is shown as
-//! the text it is; nothing here marks a string as markup.
+//! The pages as HTML: plain, server-rendered, with one small script that
+//! streams a running command's output (the page works without it). maud
+//! escapes every splice, so a command's output, a login or a report's text
+//! is shown as the text it is; nothing here marks a string as markup.
 
 use super::view::{
-    FactView, LedgerView, PullView, PullsView, QueueView, RepoView, RunView, ServerView,
+    CommandView, FactView, LedgerView, PullView, PullsView, QueueView, RepoView, RunView,
+    ServerView,
 };
 use crate::store::PullState;
 use maud::{html, Markup, DOCTYPE};
@@ -173,8 +175,48 @@ pub(crate) fn pull(nav: &Nav, view: &PullView) -> Markup {
                 Some(report) => pre { (report) },
                 None => p class="muted" { "Not planned yet." },
             }
+            h2 { "Commands" }
+            (commands_section(&view.commands))
         },
     )
+}
+
+/// Each command with its kept output; a running one's `<pre>` names its
+/// stream, and the script streams the rest of its lines in.
+fn commands_section(commands: &[CommandView]) -> Markup {
+    let running = commands.iter().any(|c| c.state == "running");
+    html! {
+        @if commands.is_empty() {
+            p class="muted" { "None run yet." }
+        }
+        @for command in commands {
+            @let id = format!("command-{}", command.id);
+            @let class = match (command.state, command.succeeded) {
+                ("running", _) => "state applying",
+                (_, Some(true)) => "state done",
+                _ => "state failed",
+            };
+            details id=(id) open[command.succeeded != Some(true)] {
+                summary {
+                    code { (command.label) } " "
+                    span id=(format!("{id}-output-status")) class=(class) { (command.description) }
+                    " " span class="muted" { "started " (command.started_at) }
+                    " " a href=(command.api) { "JSON" }
+                }
+                pre id=(format!("{id}-output"))
+                    data-live=[(command.state == "running").then_some(&command.live)]
+                    data-after=[(command.state == "running").then(|| command.lines())] {
+                    (command.output.as_deref().unwrap_or(""))
+                }
+                @if command.truncated {
+                    p class="muted" { "Its output went past the cap: the cut is marked, and its last lines follow it." }
+                }
+            }
+        }
+        @if running {
+            script src="/assets/live.js" defer {}
+        }
+    }
 }
 
 fn facts_table(facts: &[FactView]) -> Markup {
@@ -448,6 +490,7 @@ mod tests {
             digest: None,
             report: Some(hostile.into()),
             facts: Vec::new(),
+            commands: Vec::new(),
             run: Some(RunView {
                 id: 1,
                 status: "failed",

@@ -7,10 +7,12 @@
 //! the operator opens them to whoever reaches the server
 //! (`WAVEGATE_PUBLIC_PAGES=on`); otherwise every path here answers 404 and
 //! says how to open them. Every answer carries a content security policy
-//! that allows no script and nothing from elsewhere.
+//! that allows nothing from elsewhere and no inline script: the one script,
+//! `/assets/live.js`, streams a running command's output into its page.
 
 pub mod access;
 mod html;
+mod live;
 mod login;
 mod session;
 mod view;
@@ -20,6 +22,7 @@ use crate::forge::registry::Forges;
 use crate::gate::ledger;
 use crate::gate::ledger::LedgerKey;
 use crate::model::{ForgeKind, PrNumber, RepoId};
+use crate::plan::live::Hub;
 use crate::store::{PullState, Store};
 use access::Visitor;
 use anyhow::Context as _;
@@ -85,6 +88,8 @@ pub(crate) const PAGE: u32 = 50;
 #[derive(Clone)]
 pub(crate) struct WebState {
     pub(crate) store: Store,
+    /// The commands running on this server, for their live output.
+    pub(crate) console: Hub,
     /// `WAVEGATE_PUBLIC_PAGES`: shown to anyone who reaches the server.
     pub(crate) open: bool,
     /// What the server page shows, as the server started.
@@ -112,6 +117,7 @@ impl WebState {
     pub(crate) fn new(
         settings: &Settings,
         store: Store,
+        console: Hub,
         forges: Arc<Forges>,
         ledger_key: &LedgerKey,
         server: ServerView,
@@ -122,6 +128,7 @@ impl WebState {
             .context("an HTTP client for logins")?;
         Ok(Self {
             store,
+            console,
             open: settings.public_pages,
             server: Arc::new(server),
             login: Arc::new(settings.login.clone()),
@@ -164,7 +171,20 @@ pub(crate) fn router(state: WebState) -> Router {
             "/api/v1/repos/{forge}/{owner}/{name}/pulls/{number}",
             get(pull_api),
         )
+        .route(
+            "/repos/{forge}/{owner}/{name}/pulls/{number}/commands/{id}/live",
+            get(live::live),
+        )
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/pulls/{number}/commands",
+            get(live::commands_api),
+        )
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/pulls/{number}/commands/{id}",
+            get(live::command_api),
+        )
         .route("/assets/wavegate.css", get(style))
+        .route("/assets/live.js", get(live::script))
         .route("/login", get(login::login_page))
         .route("/login/{forge}", get(login::start))
         .route("/login/{forge}/callback", get(login::callback))
@@ -178,8 +198,8 @@ async fn with_security_headers(mut response: Response) -> Response {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; \
+             img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(
@@ -388,10 +408,13 @@ async fn pulls_of(
     Ok(PullsView::of(&repo, filter, &rows, PAGE))
 }
 
+/// A pull request, with its commands' kept output when `outputs` (its
+/// page; the API lists them without).
 async fn pull_of(
     state: &WebState,
     visitor: &Visitor,
     (forge, owner, name, number): (String, String, String, u64),
+    outputs: bool,
 ) -> Result<PullView, Problem> {
     let repo = readable_repo(state, visitor, &(forge, owner, name)).await?;
     let store = &state.store;
@@ -404,7 +427,16 @@ async fn pull_of(
     let plan = store.latest_plan(&repo, pr).await?;
     let facts = store.pr_facts(&repo.ledger_key(), pr).await?;
     let run = store.apply_run(&repo, pr).await?;
-    Ok(PullView::of(&record, plan.as_ref(), &facts, run.as_ref()))
+    let commands = store
+        .commands_of(&repo, pr, live::COMMANDS, outputs)
+        .await?;
+    let now = store.now();
+    let mut view = PullView::of(&record, plan.as_ref(), &facts, run.as_ref());
+    view.commands = commands
+        .into_iter()
+        .map(|(row, output)| view::CommandView::of(&repo, &row, output, now))
+        .collect();
+    Ok(view)
 }
 
 #[derive(Debug, Deserialize)]
@@ -558,7 +590,7 @@ async fn pull_page(
     visitor: Visitor,
     Path(path): Path<(String, String, String, u64)>,
 ) -> Result<Html<String>, PageProblem> {
-    let view = pull_of(&state, &visitor, path).await?;
+    let view = pull_of(&state, &visitor, path, true).await?;
     Ok(Html(
         html::pull(&nav(&state, &visitor), &view).into_string(),
     ))
@@ -585,7 +617,7 @@ async fn pull_api(
     visitor: Visitor,
     Path(path): Path<(String, String, String, u64)>,
 ) -> Result<Json<PullView>, ApiProblem> {
-    Ok(Json(pull_of(&state, &visitor, path).await?))
+    Ok(Json(pull_of(&state, &visitor, path, false).await?))
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@
 use crate::apply::{AttemptRecord, RunStatus};
 use crate::gate::ledger::{BrokenLink, Fact, PublicKey, Verified};
 use crate::model::{RepoId, UnixMs};
-use crate::store::{ApplyRunRecord, Job, MemberLock, PlanRecord, PrRecord, PullRow, PullState};
+use crate::plan::live::{Ending, Standing};
+use crate::store::{
+    ApplyRunRecord, CommandRow, Job, MemberLock, PlanRecord, PrRecord, PullRow, PullState,
+};
 use serde::Serialize;
 
 /// A repository, with where its page and its API live.
@@ -120,6 +123,8 @@ pub(crate) struct PullView {
     pub(crate) report: Option<String>,
     pub(crate) facts: Vec<FactView>,
     pub(crate) run: Option<RunView>,
+    /// Its last commands, oldest first (with their output on the page).
+    pub(crate) commands: Vec<CommandView>,
 }
 
 impl PullView {
@@ -142,8 +147,83 @@ impl PullView {
             report: plan.map(|plan| plan.report.clone()),
             facts: facts.iter().map(FactView::of).collect(),
             run: run.map(RunView::of),
+            commands: Vec::new(),
         }
     }
+}
+
+/// A command run for a pull request or its apply run, and how it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CommandView {
+    pub(crate) id: i64,
+    /// `[apply] app@prod`.
+    pub(crate) label: String,
+    pub(crate) kind: String,
+    /// The apply run it is of; none for a pull request's plans.
+    pub(crate) run: Option<i64>,
+    /// running, ended, or lost (its server stopped before it ended).
+    pub(crate) state: &'static str,
+    /// How it ended, as kept: `exited:0`, `signalled:9`, `timed-out`,
+    /// `cancelled`, `not-started`.
+    pub(crate) ending: Option<String>,
+    /// How it ended (or stands), in words.
+    pub(crate) description: String,
+    pub(crate) succeeded: Option<bool>,
+    pub(crate) started_at: UnixMs,
+    pub(crate) finished_at: Option<UnixMs>,
+    /// Its output went past the cap: the kept output says where it was cut.
+    pub(crate) truncated: bool,
+    /// Its output as server-sent events while it runs.
+    pub(crate) live: String,
+    /// Its whole kept output as JSON.
+    pub(crate) api: String,
+    /// Its kept output (redacted, capped), when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output: Option<String>,
+}
+
+impl CommandView {
+    pub(crate) fn of(repo: &RepoId, row: &CommandRow, output: Option<String>, now: UnixMs) -> Self {
+        let standing = Standing::of(row.ending, row.updated_at.millis(), now.millis());
+        let (state, description) = match standing {
+            Standing::Running => ("running", "running".to_owned()),
+            Standing::Ended(ending) => ("ended", ending.describe()),
+            Standing::Lost => (
+                "lost",
+                "lost: the server running it stopped before it ended".to_owned(),
+            ),
+        };
+        let path = format!("{}/commands/{}", repo.pull_page_path(row.pr), row.id);
+        Self {
+            id: row.id,
+            label: row.label.clone(),
+            kind: row.kind.clone(),
+            run: row.run,
+            state,
+            ending: row.ending.map(Ending::key),
+            description,
+            succeeded: row.ending.map(Ending::succeeded),
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+            truncated: row.truncated,
+            live: format!("{path}/live"),
+            api: format!("/api/v1{path}"),
+            output,
+        }
+    }
+
+    /// Lines of its kept output (where a live stream of it goes on from).
+    pub(crate) fn lines(&self) -> usize {
+        self.output
+            .as_deref()
+            .map_or(0, |text| text.matches('\n').count())
+    }
+}
+
+/// A pull request's commands, without their output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CommandsView {
+    pub(crate) commands: Vec<CommandView>,
 }
 
 /// A fact of the ledger, and whether it counts.

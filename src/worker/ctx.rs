@@ -11,8 +11,9 @@ use crate::forge::client::ForgeClient;
 use crate::forge::RepoRef;
 use crate::git::{self, Workspace};
 use crate::jobs::Task;
-use crate::model::{CommitSha, PrNumber, UnixMs};
+use crate::model::{CommitSha, PrNumber, RepoId, UnixMs};
 use crate::plan::engine::PlanOptions;
+use crate::plan::live::{Console, Hub, Owner};
 use crate::plan::runner::Cancel;
 use crate::sandbox::Sandbox;
 use crate::store::Store;
@@ -192,9 +193,24 @@ pub(super) struct Runner<'a> {
     /// Stops the job's commands when it is given up.
     cancel: &'a Cancel,
     pub(super) options: &'a WorkerOptions,
+    /// The commands running here, for their watchers.
+    hub: &'a Hub,
+    /// Where the commands' output is kept.
+    store: &'a Store,
 }
 
 impl Runner<'_> {
+    /// Where the commands of `repo`'s pull request `pr` (of its apply run
+    /// `run`, when one) are shown live and kept.
+    pub(super) fn console(&self, repo: &RepoId, pr: PrNumber, run: Option<i64>) -> Console {
+        let owner = Owner {
+            repo: repo.clone(),
+            pr,
+            run,
+        };
+        Console::new(self.hub.clone(), Arc::new(self.store.clone()), owner)
+    }
+
     /// How the plan engine plans `head` against `base` in `mirror`.
     pub(super) fn plan_options(
         &self,
@@ -257,6 +273,8 @@ impl<'a> JobCtx<'a> {
                 sandbox: &worker.sandbox,
                 cancel: &worker.cancel,
                 options: &worker.options,
+                hub: &worker.console,
+                store: &worker.store,
             },
             pr,
         }

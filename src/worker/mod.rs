@@ -93,6 +93,8 @@ pub struct Worker {
     pub cancel: Cancel,
     /// The base branch's rules, read once per base commit.
     pub base_rules: BaseRulesCache,
+    /// The commands running on this server, shown live on the pages.
+    pub console: crate::plan::live::Hub,
 }
 
 /// The base branch's rules by repository and commit: a commit's config

@@ -297,6 +297,7 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
         .runner
         .plan_options(&job.mirror, (&run.base_sha, &run.merge_sha));
     options.merged = true;
+    options.console = Some(job.runner.console(&run.repo.id, run.pr, Some(run.id)));
     options.recorded = Some(deployed_estate(job.store, &run.repo.id).await?);
     let reading = options.clone();
     let prepared = git::off_runtime(move || Ok(engine::prepare(&reading))).await?;

@@ -106,6 +106,7 @@ pub(in crate::worker) async fn plan(
         .await?;
 
     let mut options = runner.plan_options(&mirror, (&pr.base_sha, &pr.head_sha));
+    options.console = Some(runner.console(&forge.repo.id, pr.number, None));
     // Profiles are picked by a base whose merges apply, for the
     // repository's own branches: a fork's plans, and plans into a branch
     // anyone may push, run with the server's `default`.

@@ -57,6 +57,7 @@ async fn a_job_that_runs_out_of_attempts_is_dead_lettered_and_the_pr_is_told() {
         sandbox: Arc::new(wavegate::sandbox::Sandbox::probe(Default::default()).await),
         cancel: Default::default(),
         base_rules: Default::default(),
+        console: Default::default(),
     };
 
     // The forge refuses to say what the pull request's head is, and the job

@@ -1,0 +1,240 @@
+//! The commands run for each pull request and apply run, and their output
+//! (`command_logs`): written in batches while a command runs (the live
+//! console's [`Keeper`]), read by the pages, and followed by a replica
+//! whose watcher asks for a command running on another.
+
+use super::db::{to_i64, to_u64};
+use super::Store;
+use crate::model::{PrNumber, RepoId, UnixMs};
+use crate::plan::live::{CommandId, Ending, Keeper, NewCommand};
+use anyhow::{Context, Result};
+use futures_util::future::BoxFuture;
+use sqlx::Row;
+
+/// A kept command, without its output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CommandRow {
+    pub(crate) id: CommandId,
+    pub(crate) pr: PrNumber,
+    pub(crate) run: Option<i64>,
+    pub(crate) label: String,
+    pub(crate) kind: String,
+    pub(crate) started_at: UnixMs,
+    pub(crate) updated_at: UnixMs,
+    pub(crate) finished_at: Option<UnixMs>,
+    /// `None` while it runs (or its server stopped before it ended).
+    pub(crate) ending: Option<Ending>,
+    pub(crate) truncated: bool,
+}
+
+/// Output of a command from a point on, and whether it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutputFrom {
+    /// Characters from the point asked for.
+    pub(crate) text: String,
+    pub(crate) ending: Option<Ending>,
+    pub(crate) updated_at: UnixMs,
+}
+
+const COLUMNS: &str = "id, number, run_id, label, kind, started_at, updated_at, finished_at, \
+                       ending, truncated";
+
+fn command_row(row: &sqlx::any::AnyRow) -> Result<CommandRow> {
+    let id: i64 = row.try_get("id")?;
+    let ending = ending_of(id, row.try_get("ending")?)?;
+    Ok(CommandRow {
+        id,
+        pr: PrNumber(to_u64(row.try_get("number")?, "pull request number")?),
+        run: row.try_get("run_id")?,
+        label: row.try_get("label")?,
+        kind: row.try_get("kind")?,
+        started_at: UnixMs::from_millis(row.try_get("started_at")?),
+        updated_at: UnixMs::from_millis(row.try_get("updated_at")?),
+        finished_at: row
+            .try_get::<Option<i64>, _>("finished_at")?
+            .map(UnixMs::from_millis),
+        ending,
+        truncated: row.try_get::<i64, _>("truncated")? != 0,
+    })
+}
+
+fn ending_of(id: CommandId, key: Option<String>) -> Result<Option<Ending>> {
+    key.map(|key| {
+        Ending::from_key(&key)
+            .with_context(|| format!("command {id} ended in a way wavegate does not know: {key}"))
+    })
+    .transpose()
+}
+
+impl Store {
+    /// Records that a command started; answers its id.
+    pub(crate) async fn open_command(&self, command: &NewCommand) -> Result<CommandId> {
+        let owner = &command.owner;
+        let now = self.now().millis();
+        let _writer = self.writer.lock().await;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO command_logs (forge, repo, number, run_id, label, kind, started_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id",
+        )
+        .bind(owner.repo.forge.as_str())
+        .bind(&owner.repo.full_name)
+        .bind(to_i64(owner.pr.0, "pull request number")?)
+        .bind(owner.run)
+        .bind(&command.label)
+        .bind(command.kind)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await
+        .with_context(|| format!("recording that {} started", command.label))?;
+        Ok(id)
+    }
+
+    /// Adds `text` to command `id`'s output and notes it still runs.
+    pub(crate) async fn append_output(&self, id: CommandId, text: &str, cut: bool) -> Result<()> {
+        let now = self.now().millis();
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE command_logs SET output = output || $1, updated_at = $2,
+                    truncated = CASE WHEN $3 = 1 THEN 1 ELSE truncated END
+             WHERE id = $4 AND ending IS NULL",
+        )
+        .bind(text)
+        .bind(now)
+        .bind(i64::from(cut))
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("writing the output of command {id}"))?;
+        Ok(())
+    }
+
+    /// Command `id` ended; `output` (its whole kept output), when given,
+    /// replaces what was appended.
+    pub(crate) async fn finish_command(
+        &self,
+        id: CommandId,
+        output: Option<&str>,
+        cut: bool,
+        ending: Ending,
+    ) -> Result<()> {
+        let now = self.now().millis();
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE command_logs SET output = COALESCE($1, output), updated_at = $2,
+                    finished_at = $2, ending = $3,
+                    truncated = CASE WHEN $4 = 1 THEN 1 ELSE truncated END
+             WHERE id = $5",
+        )
+        .bind(output)
+        .bind(now)
+        .bind(ending.key())
+        .bind(i64::from(cut))
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("writing how command {id} ended"))?;
+        Ok(())
+    }
+
+    /// The last `limit` commands of `repo`'s pull request `pr`, oldest
+    /// first, each with its output when `with_output`.
+    pub(crate) async fn commands_of(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+        limit: u32,
+        with_output: bool,
+    ) -> Result<Vec<(CommandRow, Option<String>)>> {
+        let output = if with_output { ", output" } else { "" };
+        let sql = format!(
+            "SELECT {COLUMNS}{output} FROM command_logs
+             WHERE forge = $1 AND repo = $2 AND number = $3
+             ORDER BY id DESC LIMIT $4"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(repo.forge.as_str())
+            .bind(&repo.full_name)
+            .bind(to_i64(pr.0, "pull request number")?)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .with_context(|| format!("listing the commands of {repo}{pr}"))?;
+        let mut commands = rows
+            .iter()
+            .map(|row| {
+                let output = if with_output {
+                    Some(row.try_get("output")?)
+                } else {
+                    None
+                };
+                Ok((command_row(row)?, output))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        commands.reverse();
+        Ok(commands)
+    }
+
+    /// Command `id` of `repo`'s pull request `pr`, with its output.
+    pub(crate) async fn command(
+        &self,
+        repo: &RepoId,
+        pr: PrNumber,
+        id: CommandId,
+    ) -> Result<Option<(CommandRow, String)>> {
+        let sql = format!(
+            "SELECT {COLUMNS}, output FROM command_logs
+             WHERE forge = $1 AND repo = $2 AND number = $3 AND id = $4"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(repo.forge.as_str())
+            .bind(&repo.full_name)
+            .bind(to_i64(pr.0, "pull request number")?)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("reading command {id} of {repo}{pr}"))?;
+        row.map(|row| Ok((command_row(&row)?, row.try_get("output")?)))
+            .transpose()
+    }
+
+    /// Command `id`'s output from character `from` (0: all of it), for a
+    /// watcher following a command another replica runs.
+    pub(crate) async fn output_from(&self, id: CommandId, from: u64) -> Result<Option<OutputFrom>> {
+        let row = sqlx::query(
+            "SELECT substr(output, CAST($1 AS INTEGER)) AS text, ending, updated_at FROM command_logs WHERE id = $2",
+        )
+        .bind(to_i64(from + 1, "output offset")?)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading the output of command {id}"))?;
+        row.map(|row| {
+            Ok(OutputFrom {
+                text: row.try_get("text")?,
+                ending: ending_of(id, row.try_get("ending")?)?,
+                updated_at: UnixMs::from_millis(row.try_get("updated_at")?),
+            })
+        })
+        .transpose()
+    }
+}
+
+impl Keeper for Store {
+    fn open<'a>(&'a self, command: &'a NewCommand) -> BoxFuture<'a, Result<CommandId>> {
+        Box::pin(self.open_command(command))
+    }
+
+    fn append<'a>(&'a self, id: CommandId, text: &'a str, cut: bool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.append_output(id, text, cut))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        id: CommandId,
+        output: Option<&'a str>,
+        cut: bool,
+        ending: Ending,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.finish_command(id, output, cut, ending))
+    }
+}
