@@ -2001,4 +2001,140 @@ async fn an_api_token_is_found_by_its_hash_reads_what_it_names_and_is_revoked_by
     assert!(store.revoke_api_token("ci").await.unwrap());
     assert!(!store.revoke_api_token("ci").await.unwrap());
     assert_eq!(store.api_token("sha-ci").await.unwrap(), None);
+
+fn command(pr: u64, run: Option<i64>, label: &str) -> crate::plan::live::NewCommand {
+    crate::plan::live::NewCommand {
+        owner: crate::plan::live::Owner {
+            repo: repo(),
+            pr: PrNumber(pr),
+            run,
+        },
+        label: label.into(),
+        kind: "plan",
+    }
+}
+
+on_both!(fixture_on, a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_output_when_it_ends, #[tokio::test]);
+async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_output_when_it_ends(
+    f: Fixture,
+) {
+    use crate::plan::live::Ending;
+    let id = f
+        .store
+        .open_command(&command(7, None, "[plan] app@dev"))
+        .await
+        .unwrap();
+    let first = "estate: planning app@dev\n";
+    f.store.append_output(id, first, false).await.unwrap();
+    f.clock.advance(250);
+    f.store
+        .append_output(id, "estate: 1 to add: «bücket»\n", false)
+        .await
+        .unwrap();
+
+    // A watcher on another replica reads on from where it was, by character.
+    let all = f.store.output_from(id, 0).await.unwrap().unwrap();
+    assert_eq!(all.text, format!("{first}estate: 1 to add: «bücket»\n"));
+    assert_eq!((all.ending, all.updated_at), (None, START + millis(250)));
+    let rest = f
+        .store
+        .output_from(id, first.chars().count() as u64)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rest.text, "estate: 1 to add: «bücket»\n");
+
+    f.clock.advance(1_000);
+    let whole = "estate: planning app@dev\n[wavegate: output cut at 40 bytes]\nlast\n";
+    f.store
+        .finish_command(id, Some(whole), true, Ending::Exited(1))
+        .await
+        .unwrap();
+    f.store
+        .append_output(id, "a straggler\n", false)
+        .await
+        .unwrap();
+
+    let (row, output) = f
+        .store
+        .command(&repo(), PrNumber(7), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        output, whole,
+        "the whole kept output, and nothing after the end"
+    );
+    assert_eq!(
+        (row.label.as_str(), row.kind.as_str(), row.run, row.pr),
+        ("[plan] app@dev", "plan", None, PrNumber(7))
+    );
+    assert_eq!(row.started_at, START);
+    assert_eq!(row.finished_at, Some(START + millis(1_250)));
+    assert_eq!(row.ending, Some(Ending::Exited(1)));
+    assert!(row.truncated);
+    assert_eq!(
+        f.store.command(&repo(), PrNumber(8), id).await.unwrap(),
+        None,
+        "another pull request has no such command"
+    );
+}
+
+on_both!(fixture_on, a_pull_requests_commands_are_listed_oldest_first_the_newest_kept, #[tokio::test]);
+async fn a_pull_requests_commands_are_listed_oldest_first_the_newest_kept(f: Fixture) {
+    use crate::plan::live::Ending;
+    let plan = f
+        .store
+        .open_command(&command(7, None, "[plan] app@dev"))
+        .await
+        .unwrap();
+    let apply = f
+        .store
+        .open_command(&command(7, Some(3), "[apply] app@dev"))
+        .await
+        .unwrap();
+    let other = f
+        .store
+        .open_command(&command(8, None, "[plan] app@dev"))
+        .await
+        .unwrap();
+    f.store
+        .append_output(apply, "applying\n", false)
+        .await
+        .unwrap();
+    // Given up half-way: what was appended stays.
+    f.store
+        .finish_command(apply, None, false, Ending::Cancelled)
+        .await
+        .unwrap();
+
+    let listed = f
+        .store
+        .commands_of(&repo(), PrNumber(7), 50, true)
+        .await
+        .unwrap();
+    let seen: Vec<_> = listed
+        .iter()
+        .map(|(row, output)| (row.id, row.run, row.ending, output.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (plan, None, None, Some("")),
+            (apply, Some(3), Some(Ending::Cancelled), Some("applying\n")),
+        ]
+    );
+    let newest = f
+        .store
+        .commands_of(&repo(), PrNumber(7), 1, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        newest
+            .iter()
+            .map(|(row, output)| (row.id, output.clone()))
+            .collect::<Vec<_>>(),
+        [(apply, None)]
+    );
+    assert_ne!(other, apply);
 }
