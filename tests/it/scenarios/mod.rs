@@ -20,6 +20,7 @@ mod git_paths;
 mod groups;
 mod hooks;
 mod ledger_cli;
+mod live;
 mod login;
 mod merge_methods;
 mod metrics;
