@@ -471,6 +471,63 @@ pub(crate) fn problem(nav: &Nav, title: &str, message: &str) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn command(id: i64, state: &'static str, succeeded: Option<bool>, output: &str) -> CommandView {
+        CommandView {
+            id,
+            label: "[apply] app@dev".into(),
+            kind: "apply".into(),
+            run: Some(3),
+            state,
+            ending: succeeded.map(|ok| if ok { "exited:0" } else { "exited:1" }.into()),
+            description: match succeeded {
+                None => "running".into(),
+                Some(true) => "exited with status 0".into(),
+                Some(false) => "exited with status 1".into(),
+            },
+            succeeded,
+            started_at: crate::model::UnixMs::from_millis(1_700_000_000_000),
+            finished_at: None,
+            truncated: false,
+            live: format!("/repos/github/acme/infra/pulls/1/commands/{id}/live"),
+            api: format!("/api/v1/repos/github/acme/infra/pulls/1/commands/{id}"),
+            output: Some(output.into()),
+        }
+    }
+
+    #[test]
+    fn a_running_command_names_its_stream_and_where_it_goes_on_and_loads_the_script() {
+        let commands = [
+            command(1, "ended", Some(true), "estate: applied\n"),
+            command(
+                2,
+                "running",
+                None,
+                "estate: applying <app>\nestate: 1 of 3\n",
+            ),
+        ];
+        insta::assert_snapshot!(
+            commands_section(&commands).into_string().replace("</details><details", "</details>\n<details"),
+            @r###"
+        <details id="command-1"><summary><code>[apply] app@dev</code> <span id="command-1-output-status" class="state done">exited with status 0</span> <span class="muted">started 2023-11-14 22:13:20 UTC</span> <a href="/api/v1/repos/github/acme/infra/pulls/1/commands/1">JSON</a></summary><pre id="command-1-output">estate: applied
+        </pre></details>
+        <details id="command-2" open><summary><code>[apply] app@dev</code> <span id="command-2-output-status" class="state applying">running</span> <span class="muted">started 2023-11-14 22:13:20 UTC</span> <a href="/api/v1/repos/github/acme/infra/pulls/1/commands/2">JSON</a></summary><pre id="command-2-output" data-live="/repos/github/acme/infra/pulls/1/commands/2/live" data-after="2">estate: applying &lt;app&gt;
+        estate: 1 of 3
+        </pre></details><script src="/assets/live.js" defer></script>
+        "###
+        );
+    }
+
+    #[test]
+    fn with_nothing_running_there_is_no_script() {
+        let page = commands_section(&[command(1, "ended", Some(false), "boom\n")]).into_string();
+        assert!(!page.contains("<script"), "{page}");
+        assert!(!page.contains("data-live"), "{page}");
+        assert!(
+            page.contains("<details id=\"command-1\" open>"),
+            "a failed one is open: {page}"
+        );
+    }
     use crate::web::view::{MemberView, OutputView, StageView};
 
     #[test]

@@ -1,7 +1,8 @@
 //! The live console over the real binary: a watcher of a running apply gets
 //! its lines while it still runs (server-sent events), then how it ended;
 //! the same lines are kept and shown on the pull request's page afterwards,
-//! and a watcher who comes late gets them from the store. A secret a
+//! and a watcher who comes late gets them from the store, as does one
+//! watching through a replica that does not run the command. A secret a
 //! command prints is redacted live and kept alike.
 
 use crate::support::bot::*;
@@ -46,7 +47,13 @@ struct Watcher {
 
 impl Watcher {
     async fn open(bot: &Bot, path: &str) -> Self {
-        let answer = bot.http.get(bot.url(path)).send().await.unwrap();
+        Self::open_on(bot, 0, path).await
+    }
+
+    /// Watches through replica `replica` of a replicated bot.
+    async fn open_on(bot: &Bot, replica: usize, path: &str) -> Self {
+        let url = format!("http://127.0.0.1:{}{path}", bot.port_of(replica));
+        let answer = bot.http.get(url).send().await.unwrap();
         assert_eq!(answer.status(), 200, "{path}");
         assert_eq!(answer.headers()["content-type"], "text/event-stream");
         Self {
@@ -243,4 +250,42 @@ async fn a_command_of_another_pull_request_or_none_at_all_is_not_found() {
         let (status, body, _) = get(&bot, &path).await;
         assert_eq!(status, 404, "{path}: {body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_on_the_replica_not_running_the_command_follows_it_through_the_database() {
+    let bot = Bot::start_replicated(&[("WAVEGATE_PUBLIC_PAGES", "on")]).await;
+    let pr = approved_pr(&bot, 1).await;
+    bot.pause_apply("dev", "app", "before");
+    pr.merge_unsettled().await;
+    bot.until_apply_paused("dev", "app").await;
+    let other = 1 - bot.replica_running_a_job().await;
+
+    let apply = bot
+        .until("the apply of app@dev is listed", || async {
+            command(&bot, "apply", "app@dev").await
+        })
+        .await;
+    let mut watcher = Watcher::open_on(&bot, other, apply["live"].as_str().unwrap()).await;
+    watcher.until_line("paused before applying").await;
+    assert_eq!(
+        json(&bot, apply["api"].as_str().unwrap()).await["state"],
+        "running",
+        "the line came before the end"
+    );
+
+    bot.resume_apply("dev", "app");
+    let end = watcher.until_end().await;
+    assert_eq!(end["ending"], "exited:0", "{end}");
+    assert!(
+        watcher.lines.iter().any(|l| l.contains("going on")),
+        "{:#?}",
+        watcher.lines
+    );
+    let kept = json(&bot, apply["api"].as_str().unwrap()).await;
+    assert_eq!(
+        kept["output"].as_str().unwrap().lines().collect::<Vec<_>>(),
+        watcher.lines
+    );
+    bot.settle().await;
 }
