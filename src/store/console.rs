@@ -174,15 +174,18 @@ impl Store {
         Ok(commands)
     }
 
-    /// Command `id` of `repo`'s pull request `pr`, with its output.
+    /// Command `id` of `repo`'s pull request `pr`, with its output when
+    /// `with_output`.
     pub(crate) async fn command(
         &self,
         repo: &RepoId,
         pr: PrNumber,
         id: CommandId,
-    ) -> Result<Option<(CommandRow, String)>> {
+        with_output: bool,
+    ) -> Result<Option<(CommandRow, Option<String>)>> {
+        let output = if with_output { ", output" } else { "" };
         let sql = format!(
-            "SELECT {COLUMNS}, output FROM command_logs
+            "SELECT {COLUMNS}{output} FROM command_logs
              WHERE forge = $1 AND repo = $2 AND number = $3 AND id = $4"
         );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -193,8 +196,15 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .with_context(|| format!("reading command {id} of {repo}{pr}"))?;
-        row.map(|row| Ok((command_row(&row)?, row.try_get("output")?)))
-            .transpose()
+        row.map(|row| {
+            let output = if with_output {
+                Some(row.try_get("output")?)
+            } else {
+                None
+            };
+            Ok((command_row(&row)?, output))
+        })
+        .transpose()
     }
 
     /// Command `id`'s output from character `from` (0: all of it), for a

@@ -2057,12 +2057,13 @@ async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_out
 
     let (row, output) = f
         .store
-        .command(&repo(), PrNumber(7), id)
+        .command(&repo(), PrNumber(7), id, true)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
-        output, whole,
+        output.as_deref(),
+        Some(whole),
         "the whole kept output, and nothing after the end"
     );
     assert_eq!(
@@ -2074,7 +2075,10 @@ async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_out
     assert_eq!(row.ending, Some(Ending::Exited(1)));
     assert!(row.truncated);
     assert_eq!(
-        f.store.command(&repo(), PrNumber(8), id).await.unwrap(),
+        f.store
+            .command(&repo(), PrNumber(8), id, false)
+            .await
+            .unwrap(),
         None,
         "another pull request has no such command"
     );

@@ -72,11 +72,11 @@ pub(super) async fn command_api(
     Path((forge, owner, name, number, id)): Path<CommandPath>,
 ) -> Result<Json<CommandView>, ApiProblem> {
     let repo = readable_repo(&state, &visitor, &(forge, owner, name)).await?;
-    let (row, output) = command_of(&state.store, &repo, PrNumber(number), id).await?;
+    let (row, output) = command_of(&state.store, &repo, PrNumber(number), id, true).await?;
     Ok(Json(CommandView::of(
         &repo,
         &row,
-        Some(output),
+        output,
         state.store.now(),
     )))
 }
@@ -86,10 +86,14 @@ async fn command_of(
     repo: &crate::model::RepoId,
     pr: PrNumber,
     id: CommandId,
-) -> Result<(crate::store::CommandRow, String), Problem> {
-    store.command(repo, pr, id).await?.ok_or_else(|| {
-        Problem::NotFound(format!("{repo}{pr} ran no command {id} that wavegate kept"))
-    })
+    with_output: bool,
+) -> Result<(crate::store::CommandRow, Option<String>), Problem> {
+    store
+        .command(repo, pr, id, with_output)
+        .await?
+        .ok_or_else(|| {
+            Problem::NotFound(format!("{repo}{pr} ran no command {id} that wavegate kept"))
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,15 +117,25 @@ pub(super) async fn live(
 ) -> Result<impl IntoResponse, ApiProblem> {
     let query = super::read(query)?;
     let repo = readable_repo(&state, &visitor, &(forge, owner, name)).await?;
-    let (row, output) = command_of(&state.store, &repo, PrNumber(number), id).await?;
+    // A command running here is watched from the hub; its output is read
+    // only to follow one that is not.
+    let channel = state.console.get(id);
+    let (row, output) =
+        command_of(&state.store, &repo, PrNumber(number), id, channel.is_none()).await?;
     let after = headers
         .get("last-event-id")
         .and_then(|id| id.to_str().ok()?.parse().ok())
         .or(query.after)
         .unwrap_or(0);
-    let events: BoxStream<'static, Result<Event, Infallible>> = match state.console.get(id) {
+    let events: BoxStream<'static, Result<Event, Infallible>> = match channel {
         Some(channel) => watched(channel.watch(after)),
-        None => followed(state.store.clone(), id, &output, row.ending, after),
+        None => followed(
+            state.store.clone(),
+            id,
+            output.as_deref().unwrap_or(""),
+            row.ending,
+            after,
+        ),
     };
     Ok((
         // A proxy that buffers answers would hold the lines back.
