@@ -514,6 +514,59 @@ async fn keep(
     hub.remove(id);
 }
 
+/// A keeper for tests: it remembers what it was told.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Answers id 7; remembers each call as a line.
+    #[derive(Default)]
+    pub(crate) struct Remembers(Mutex<Vec<String>>);
+
+    impl Remembers {
+        pub(crate) fn told(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl Keeper for Remembers {
+        fn open<'a>(&'a self, command: &'a NewCommand) -> BoxFuture<'a, anyhow::Result<CommandId>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("open {}", command.label));
+            Box::pin(async { Ok(7) })
+        }
+        fn append<'a>(
+            &'a self,
+            id: CommandId,
+            text: &'a str,
+            cut: bool,
+        ) -> BoxFuture<'a, anyhow::Result<()>> {
+            if !text.is_empty() {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("append {id} {text:?} cut={cut}"));
+            }
+            Box::pin(async { Ok(()) })
+        }
+        fn finish<'a>(
+            &'a self,
+            id: CommandId,
+            output: Option<&'a str>,
+            cut: bool,
+            ending: Ending,
+        ) -> BoxFuture<'a, anyhow::Result<()>> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("finish {id} {output:?} cut={cut} {}", ending.key()));
+            Box::pin(async { Ok(()) })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,51 +711,10 @@ mod tests {
         );
     }
 
-    /// A keeper that remembers what it was told.
-    #[derive(Default)]
-    struct Remembers(Mutex<Vec<String>>);
-
-    impl Keeper for Remembers {
-        fn open<'a>(&'a self, command: &'a NewCommand) -> BoxFuture<'a, anyhow::Result<CommandId>> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("open {}", command.label));
-            Box::pin(async { Ok(7) })
-        }
-        fn append<'a>(
-            &'a self,
-            id: CommandId,
-            text: &'a str,
-            cut: bool,
-        ) -> BoxFuture<'a, anyhow::Result<()>> {
-            if !text.is_empty() {
-                self.0
-                    .lock()
-                    .unwrap()
-                    .push(format!("append {id} {text:?} cut={cut}"));
-            }
-            Box::pin(async { Ok(()) })
-        }
-        fn finish<'a>(
-            &'a self,
-            id: CommandId,
-            output: Option<&'a str>,
-            cut: bool,
-            ending: Ending,
-        ) -> BoxFuture<'a, anyhow::Result<()>> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("finish {id} {output:?} cut={cut} {}", ending.key()));
-            Box::pin(async { Ok(()) })
-        }
-    }
-
     #[tokio::test]
     async fn output_is_kept_in_batches_and_the_command_leaves_the_hub_once_it_ended() {
         let hub = Hub::default();
-        let keeper = Arc::new(Remembers::default());
+        let keeper = Arc::new(testing::Remembers::default());
         let owner = Owner {
             repo: RepoId::new(crate::model::ForgeKind::GitHub, "acme/infra"),
             pr: PrNumber(1),
@@ -719,7 +731,7 @@ mod tests {
         tokio::time::sleep(FLUSH_EVERY).await;
 
         assert_eq!(
-            *keeper.0.lock().unwrap(),
+            keeper.told(),
             [
                 "open [plan] app@dev",
                 "append 7 \"one\\ntwo\\n\" cut=false",

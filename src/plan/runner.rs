@@ -643,6 +643,71 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_commands_lines_reach_a_watcher_as_it_prints_them_and_the_reports_output_is_kept() {
+        use crate::plan::live::{testing::Remembers, Hub, Owner, Seen};
+        let secret = "s3cr3t-deploy-value";
+        let script = "echo \"token is $DEPLOY_TOKEN\"; sleep 0.5; \
+                      for n in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"line $n of the plan\"; done";
+        let mut sandboxed = spec(script, Duration::from_secs(10)).await;
+        sandboxed.env.push(("DEPLOY_TOKEN".into(), secret.into()));
+        let hub = Hub::default();
+        let keeper = Arc::new(Remembers::default());
+        let owner = Owner {
+            repo: crate::model::RepoId::new(crate::model::ForgeKind::GitHub, "acme/infra"),
+            pr: crate::model::PrNumber(1),
+            run: None,
+        };
+        sandboxed.console = Some(Console::new(hub.clone(), keeper.clone(), owner));
+        let running = tokio::spawn(async move { run_command(&sandboxed.spec).await });
+
+        let channel = loop {
+            if let Some(channel) = hub.get(7) {
+                break channel;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let mut watch = channel.watch(0);
+        let Some(Seen::Line(0, first)) = watch.next().await else {
+            panic!("the first line first");
+        };
+        assert_eq!(&*first, "token is [redacted]");
+        assert!(!running.is_finished(), "it came while the command ran");
+        let mut seen = vec![first.to_string()];
+        while let Some(next) = watch.next().await {
+            match next {
+                Seen::Line(_, line) => seen.push(line.to_string()),
+                Seen::End(ending) => assert_eq!(ending, Ending::Exited(0)),
+                Seen::Skipped(n) => panic!("{n} lines skipped"),
+            }
+        }
+        let out = running.await.unwrap().unwrap();
+        assert_eq!(seen.len(), 13, "every line, past the cap too: {seen:#?}");
+        assert!(seen.iter().all(|line| !line.contains(secret)));
+
+        tokio::time::sleep(crate::plan::live::FLUSH_EVERY * 2).await;
+        let told = keeper.told();
+        assert_eq!(told[0], "open [plan] x@dev");
+        assert_eq!(
+            told.last().unwrap(),
+            &format!("finish 7 {:?} cut=true exited:0", Some(&out.output)),
+            "the report's output is kept: {told:#?}"
+        );
+        let appended: String = told[1..told.len() - 1]
+            .iter()
+            .map(|call| {
+                let quoted = call.strip_prefix("append 7 ").unwrap();
+                let quoted = quoted.rsplit_once(" cut=").unwrap().0;
+                serde_json::from_str::<String>(quoted).unwrap()
+            })
+            .collect();
+        assert!(
+            out.output.starts_with(&appended) && appended.lines().count() >= 1,
+            "what was written as it ran is the start of what is kept: {appended:?} / {:?}",
+            out.output
+        );
+    }
+
+    #[tokio::test]
     async fn output_is_kept_in_order_with_the_exit_status() {
         let out = run_command(
             &spec(
