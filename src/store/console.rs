@@ -1,7 +1,9 @@
 //! The commands run for each pull request and apply run, and their output
 //! (`command_logs`): written in batches while a command runs (the live
-//! console's [`Keeper`]), read by the pages, and followed by a replica
-//! whose watcher asks for a command running on another.
+//! console's [`Keeper`]), a row of `command_output_parts` each so nothing
+//! written is written again, and whole once it ended; read by the pages,
+//! and followed by a replica whose watcher asks for a command running on
+//! another.
 
 use super::db::{to_i64, to_u64};
 use super::Store;
@@ -27,11 +29,20 @@ pub(crate) struct CommandRow {
     pub(crate) truncated: bool,
 }
 
-/// Output of a command from a point on, and whether it ended.
+/// Where a watcher following a command in the store is: the parts read
+/// while it ran, and the characters of its output read in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub(crate) part: i64,
+    pub(crate) chars: u64,
+}
+
+/// Output of a command past a cursor, and whether it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OutputFrom {
-    /// Characters from the point asked for.
     pub(crate) text: String,
+    /// Where a next read goes on from.
+    pub(crate) cursor: Cursor,
     pub(crate) ending: Option<Ending>,
     pub(crate) updated_at: UnixMs,
 }
@@ -89,27 +100,42 @@ impl Store {
         Ok(id)
     }
 
-    /// Adds `text` to command `id`'s output and notes it still runs.
+    /// Adds `text` to command `id`'s output, unless it ended, and notes
+    /// it still runs.
     pub(crate) async fn append_output(&self, id: CommandId, text: &str, cut: bool) -> Result<()> {
         let now = self.now().millis();
         let _writer = self.writer.lock().await;
+        let mut tx = self.pool.begin().await?;
+        if !text.is_empty() {
+            sqlx::query(
+                "INSERT INTO command_output_parts (command_id, seq, text)
+                 SELECT $1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM command_output_parts
+                             WHERE command_id = $1), $2
+                 FROM command_logs WHERE id = $1 AND ending IS NULL",
+            )
+            .bind(id)
+            .bind(text)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("writing the output of command {id}"))?;
+        }
         sqlx::query(
-            "UPDATE command_logs SET output = output || $1, updated_at = $2,
-                    truncated = CASE WHEN $3 = 1 THEN 1 ELSE truncated END
-             WHERE id = $4 AND ending IS NULL",
+            "UPDATE command_logs SET updated_at = $1,
+                    truncated = CASE WHEN $2 = 1 THEN 1 ELSE truncated END
+             WHERE id = $3 AND ending IS NULL",
         )
-        .bind(text)
         .bind(now)
         .bind(i64::from(cut))
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
-        .with_context(|| format!("writing the output of command {id}"))?;
+        .with_context(|| format!("noting that command {id} still runs"))?;
+        tx.commit().await?;
         Ok(())
     }
 
     /// Command `id` ended; `output` (its whole kept output), when given,
-    /// replaces what was appended.
+    /// is kept, and otherwise what was written as it ran.
     pub(crate) async fn finish_command(
         &self,
         id: CommandId,
@@ -119,20 +145,30 @@ impl Store {
     ) -> Result<()> {
         let now = self.now().millis();
         let _writer = self.writer.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let output = match output {
+            Some(output) => output.to_owned(),
+            None => parts_of(&mut tx, id).await?,
+        };
         sqlx::query(
-            "UPDATE command_logs SET output = COALESCE($1, output), updated_at = $2,
-                    finished_at = $2, ending = $3,
+            "UPDATE command_logs SET output = $1, updated_at = $2, finished_at = $2, ending = $3,
                     truncated = CASE WHEN $4 = 1 THEN 1 ELSE truncated END
-             WHERE id = $5",
+             WHERE id = $5 AND ending IS NULL",
         )
-        .bind(output)
+        .bind(&output)
         .bind(now)
         .bind(ending.key())
         .bind(i64::from(cut))
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .with_context(|| format!("writing how command {id} ended"))?;
+        sqlx::query("DELETE FROM command_output_parts WHERE command_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("removing the parts of command {id}'s output"))?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -159,18 +195,15 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .with_context(|| format!("listing the commands of {repo}{pr}"))?;
-        let mut commands = rows
-            .iter()
-            .map(|row| {
-                let output = if with_output {
-                    Some(row.try_get("output")?)
-                } else {
-                    None
-                };
-                Ok((command_row(row)?, output))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        commands.reverse();
+        let mut commands = Vec::with_capacity(rows.len());
+        for row in rows.iter().rev() {
+            let command = command_row(row)?;
+            let output = match with_output {
+                false => None,
+                true => Some(self.output_of(&command, row).await?),
+            };
+            commands.push((command, output));
+        }
         Ok(commands)
     }
 
@@ -196,37 +229,92 @@ impl Store {
             .fetch_optional(&self.pool)
             .await
             .with_context(|| format!("reading command {id} of {repo}{pr}"))?;
-        row.map(|row| {
-            let output = if with_output {
-                Some(row.try_get("output")?)
-            } else {
-                None
-            };
-            Ok((command_row(&row)?, output))
-        })
-        .transpose()
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let command = command_row(&row)?;
+        let output = match with_output {
+            false => None,
+            true => Some(self.output_of(&command, &row).await?),
+        };
+        Ok(Some((command, output)))
     }
 
-    /// Command `id`'s output from character `from` (0: all of it), for a
-    /// watcher following a command another replica runs.
-    pub(crate) async fn output_from(&self, id: CommandId, from: u64) -> Result<Option<OutputFrom>> {
-        let row = sqlx::query(
-            "SELECT substr(output, CAST($1 AS INTEGER)) AS text, ending, updated_at FROM command_logs WHERE id = $2",
-        )
-        .bind(to_i64(from + 1, "output offset")?)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .with_context(|| format!("reading the output of command {id}"))?;
-        row.map(|row| {
-            Ok(OutputFrom {
-                text: row.try_get("text")?,
-                ending: ending_of(id, row.try_get("ending")?)?,
-                updated_at: UnixMs::from_millis(row.try_get("updated_at")?),
-            })
-        })
-        .transpose()
+    /// A command's output: its parts while it runs, whole once it ended.
+    async fn output_of(&self, command: &CommandRow, row: &sqlx::any::AnyRow) -> Result<String> {
+        match command.ending {
+            Some(_) => Ok(row.try_get("output")?),
+            None => {
+                let mut conn = self.pool.acquire().await?;
+                parts_of(&mut conn, command.id).await
+            }
+        }
     }
+
+    /// Command `id`'s output past `cursor`, for a watcher following a
+    /// command another replica runs.
+    pub(crate) async fn output_from(
+        &self,
+        id: CommandId,
+        cursor: Cursor,
+    ) -> Result<Option<OutputFrom>> {
+        let Some(row) = sqlx::query("SELECT ending, updated_at FROM command_logs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("reading command {id}"))?
+        else {
+            return Ok(None);
+        };
+        let ending = ending_of(id, row.try_get("ending")?)?;
+        let updated_at = UnixMs::from_millis(row.try_get("updated_at")?);
+        let (text, part) = match ending {
+            // Its parts are gone: its whole output goes on from the
+            // characters read (it begins with what the parts held).
+            Some(_) => {
+                let text: String = sqlx::query_scalar(
+                    "SELECT substr(output, CAST($1 AS INTEGER)) FROM command_logs WHERE id = $2",
+                )
+                .bind(to_i64(cursor.chars + 1, "output offset")?)
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await
+                .with_context(|| format!("reading the output of command {id}"))?;
+                (text, cursor.part)
+            }
+            None => {
+                let parts: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT seq, text FROM command_output_parts
+                     WHERE command_id = $1 AND seq > $2 ORDER BY seq",
+                )
+                .bind(id)
+                .bind(cursor.part)
+                .fetch_all(&self.pool)
+                .await
+                .with_context(|| format!("reading the output of command {id}"))?;
+                let part = parts.last().map_or(cursor.part, |(seq, _)| *seq);
+                (parts.into_iter().map(|(_, text)| text).collect(), part)
+            }
+        };
+        let chars = cursor.chars + text.chars().count() as u64;
+        Ok(Some(OutputFrom {
+            text,
+            cursor: Cursor { part, chars },
+            ending,
+            updated_at,
+        }))
+    }
+}
+
+/// What a running command's parts hold, in order.
+async fn parts_of(conn: &mut sqlx::AnyConnection, id: CommandId) -> Result<String> {
+    let parts: Vec<(String,)> =
+        sqlx::query_as("SELECT text FROM command_output_parts WHERE command_id = $1 ORDER BY seq")
+            .bind(id)
+            .fetch_all(&mut *conn)
+            .await
+            .with_context(|| format!("reading the output of command {id}"))?;
+    Ok(parts.into_iter().map(|(text,)| text).collect())
 }
 
 impl Keeper for Store {

@@ -24,7 +24,7 @@ pub(crate) use clock::ManualClock;
 #[cfg(feature = "test-clock")]
 pub(crate) use clock::ShiftedClock;
 pub(crate) use clock::{Clock, SystemClock};
-pub(crate) use console::CommandRow;
+pub(crate) use console::{CommandRow, Cursor};
 pub use db::Backend;
 pub(crate) use metrics::StoreFigures;
 pub(crate) use pages::{PullRow, PullState};

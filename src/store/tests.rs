@@ -2019,6 +2019,7 @@ async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_out
     f: Fixture,
 ) {
     use crate::plan::live::Ending;
+    use crate::store::Cursor;
     let id = f
         .store
         .open_command(&command(7, None, "[plan] app@dev"))
@@ -2032,17 +2033,29 @@ async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_out
         .await
         .unwrap();
 
-    // A watcher on another replica reads on from where it was, by character.
-    let all = f.store.output_from(id, 0).await.unwrap().unwrap();
-    assert_eq!(all.text, format!("{first}estate: 1 to add: «bücket»\n"));
-    assert_eq!((all.ending, all.updated_at), (None, START + millis(250)));
-    let rest = f
+    // A watcher on another replica reads on from where it was.
+    let all = f
         .store
-        .output_from(id, first.chars().count() as u64)
+        .output_from(id, Cursor::default())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(rest.text, "estate: 1 to add: «bücket»\n");
+    assert_eq!(all.text, format!("{first}estate: 1 to add: «bücket»\n"));
+    assert_eq!((all.ending, all.updated_at), (None, START + millis(250)));
+    assert_eq!(all.cursor.chars, all.text.chars().count() as u64);
+    f.store
+        .append_output(id, "estate: planned\n", false)
+        .await
+        .unwrap();
+    let more = f.store.output_from(id, all.cursor).await.unwrap().unwrap();
+    assert_eq!(more.text, "estate: planned\n");
+    let (_, running) = f
+        .store
+        .command(&repo(), PrNumber(7), id, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(running.unwrap(), format!("{}{}", all.text, more.text));
 
     f.clock.advance(1_000);
     let whole = "estate: planning app@dev\n[wavegate: output cut at 40 bytes]\nlast\n";
@@ -2074,6 +2087,21 @@ async fn a_commands_output_is_kept_as_it_runs_and_replaced_by_its_whole_kept_out
     assert_eq!(row.finished_at, Some(START + millis(1_250)));
     assert_eq!(row.ending, Some(Ending::Exited(1)));
     assert!(row.truncated);
+    // A watcher that had read the start goes on in the whole output.
+    let rest = f
+        .store
+        .output_from(
+            id,
+            Cursor {
+                part: 1,
+                chars: first.chars().count() as u64,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rest.text, "[wavegate: output cut at 40 bytes]\nlast\n");
+    assert_eq!(rest.ending, Some(Ending::Exited(1)));
     assert_eq!(
         f.store
             .command(&repo(), PrNumber(8), id, false)

@@ -9,8 +9,8 @@ use super::access::Visitor;
 use super::view::{CommandView, CommandsView};
 use super::{readable_repo, ApiProblem, Problem, WebState};
 use crate::model::PrNumber;
-use crate::plan::live::{CommandId, Ending, Seen, Standing, Watch};
-use crate::store::Store;
+use crate::plan::live::{CommandId, Seen, Standing, Watch};
+use crate::store::{Cursor, Store};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
@@ -117,25 +117,17 @@ pub(super) async fn live(
 ) -> Result<impl IntoResponse, ApiProblem> {
     let query = super::read(query)?;
     let repo = readable_repo(&state, &visitor, &(forge, owner, name)).await?;
-    // A command running here is watched from the hub; its output is read
-    // only to follow one that is not.
-    let channel = state.console.get(id);
-    let (row, output) =
-        command_of(&state.store, &repo, PrNumber(number), id, channel.is_none()).await?;
+    command_of(&state.store, &repo, PrNumber(number), id, false).await?;
     let after = headers
         .get("last-event-id")
         .and_then(|id| id.to_str().ok()?.parse().ok())
         .or(query.after)
         .unwrap_or(0);
-    let events: BoxStream<'static, Result<Event, Infallible>> = match channel {
+    // A command running here is watched from the hub, any other followed
+    // in the store.
+    let events: BoxStream<'static, Result<Event, Infallible>> = match state.console.get(id) {
         Some(channel) => watched(channel.watch(after)),
-        None => followed(
-            state.store.clone(),
-            id,
-            output.as_deref().unwrap_or(""),
-            row.ending,
-            after,
-        ),
+        None => followed(state.store.clone(), id, after),
     };
     Ok((
         // A proxy that buffers answers would hold the lines back.
@@ -192,16 +184,15 @@ fn watched(watch: Watch) -> BoxStream<'static, Result<Event, Infallible>> {
     .boxed()
 }
 
-/// Following a command in the store: its output from a point, polled.
+/// Following a command in the store: its output past a cursor, polled.
 struct Follow {
     store: Store,
     id: CommandId,
-    /// Characters of its output read so far.
-    read: u64,
+    cursor: Cursor,
     /// The next line's number.
     seq: u64,
     lines: VecDeque<String>,
-    /// Lines skipped from the start (the watcher has them).
+    /// Lines still to skip from the start (the watcher has them).
     skip: u64,
     end: Option<Standing>,
     polled: bool,
@@ -209,14 +200,10 @@ struct Follow {
 }
 
 impl Follow {
-    /// Takes the complete lines of `text`, newly read.
+    /// Takes the lines of `text`, newly read (whole lines: each batch
+    /// written is).
     fn take(&mut self, text: &str) {
-        let complete = match text.rfind('\n') {
-            Some(at) => &text[..=at],
-            None => "",
-        };
-        self.read += complete.chars().count() as u64;
-        for line in complete.lines() {
+        for line in text.lines() {
             if self.skip > 0 {
                 self.skip -= 1;
                 self.seq += 1;
@@ -244,7 +231,7 @@ impl Follow {
                 tokio::time::sleep(FOLLOW_EVERY).await;
             }
             self.polled = true;
-            let read = match self.store.output_from(self.id, self.read).await {
+            let read = match self.store.output_from(self.id, self.cursor).await {
                 Ok(Some(read)) => read,
                 Ok(None) => return None,
                 Err(error) => {
@@ -252,6 +239,7 @@ impl Follow {
                     continue;
                 }
             };
+            self.cursor = read.cursor;
             self.take(&read.text);
             let standing = Standing::of(
                 read.ending,
@@ -270,24 +258,19 @@ impl Follow {
 fn followed(
     store: Store,
     id: CommandId,
-    kept: &str,
-    ending: Option<Ending>,
     after: u64,
 ) -> BoxStream<'static, Result<Event, Infallible>> {
-    let mut follow = Follow {
+    let follow = Follow {
         store,
         id,
-        read: 0,
+        cursor: Cursor::default(),
         seq: 0,
         lines: VecDeque::new(),
         skip: after,
-        end: ending.map(Standing::Ended),
-        // A running one is read again at once: whether it was lost is for
-        // that read to say.
+        end: None,
         polled: false,
         done: false,
     };
-    follow.take(kept);
     stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
         Some((Ok(event), follow))

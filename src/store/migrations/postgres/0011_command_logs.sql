@@ -15,3 +15,10 @@ CREATE TABLE command_logs (
     truncated   BIGINT  NOT NULL DEFAULT 0
 );
 CREATE INDEX command_logs_of_pull ON command_logs (forge, repo, number, id);
+
+CREATE TABLE command_output_parts (
+    command_id BIGINT NOT NULL REFERENCES command_logs (id),
+    seq        BIGINT NOT NULL,
+    text       TEXT   NOT NULL,
+    PRIMARY KEY (command_id, seq)
+);
