@@ -8,8 +8,13 @@
 //! (`/proc/<pid>/status`) while the command runs with no watcher, the
 //! baseline, and every 50 ms during the second round.
 //!
+//! With `LIVE_REPLICATED=1` the server is two replicas on a fresh
+//! PostgreSQL database (`.ci/run` starts one; `WAVEGATE_TEST_POSTGRES_URL`)
+//! and a third round has `LIVE_WATCHERS` watchers on the replica that does
+//! not run the command, which follow it through the database.
+//!
 //! Knobs: `LIVE_LINES` (lines per round, default 500), `LIVE_WATCHERS`
-//! (default 100).
+//! (default 100), `LIVE_REPLICATED` (default off).
 
 // The integration tests' support (the `Bot` harness, the fake forge); this
 // bench uses a part of it, the tests the rest.
@@ -29,7 +34,7 @@ const HOOK: &str = "    run_hooks(component, stage, plan_file)\n";
 fn ticker(lines: usize) -> String {
     format!(
         r#"    if component == "app" and stage == "dev":
-        for tick_round in ("round-1", "round-2"):
+        for tick_round in ("round-1", "round-2", "round-3"):
             estate.say(f"ticker: waiting for {{tick_round}}")
             while not os.path.exists(os.path.join(estate.estate_dir(), tick_round)):
                 time.sleep(0.005)
@@ -93,14 +98,15 @@ async fn watch(mut answer: reqwest::Response, round: &str, lines: usize) -> Vec<
 /// Opens `watchers` streams, starts `round` and answers every latency.
 async fn round(
     bot: &support::bot::Bot,
-    live: &str,
+    (replica, live): (usize, &str),
     watchers: usize,
     round: &'static str,
     lines: usize,
 ) -> Vec<Duration> {
     let mut streams = Vec::new();
+    let url = format!("http://127.0.0.1:{}{live}", bot.port_of(replica));
     for _ in 0..watchers {
-        let answer = bot.http.get(bot.url(live)).send().await.unwrap();
+        let answer = bot.http.get(&url).send().await.unwrap();
         assert_eq!(answer.status(), 200);
         streams.push(tokio::spawn(watch(answer, round, lines)));
     }
@@ -133,16 +139,18 @@ fn main() {
     };
     let lines = knob("LIVE_LINES", 500);
     let watchers = knob("LIVE_WATCHERS", 100);
+    let replicated = knob("LIVE_REPLICATED", 0) == 1;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let bot = support::bot::Bot::start_with(&[
-            ("WAVEGATE_PUBLIC_PAGES", "on"),
-            ("WAVEGATE_LOG", "warn"),
-        ])
-        .await;
+        let env = [("WAVEGATE_PUBLIC_PAGES", "on"), ("WAVEGATE_LOG", "warn")];
+        let bot = if replicated {
+            support::bot::Bot::start_replicated(&env).await
+        } else {
+            support::bot::Bot::start_with(&env).await
+        };
         let plan = bot.example.read("change", "ci/plan.py");
         assert!(plan.contains(HOOK), "the plan script runs its hooks");
         let ticked = plan.replace(HOOK, &format!("{}{HOOK}", ticker(lines)));
@@ -182,11 +190,16 @@ fn main() {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let pid = bot.pid_of(0).expect("the server runs");
+        let running = if replicated {
+            bot.replica_running_a_job().await
+        } else {
+            0
+        };
+        let pid = bot.pid_of(running).expect("the server runs");
         tokio::time::sleep(Duration::from_millis(500)).await;
         let idle = rss_kib(pid);
 
-        let one = round(&bot, &live, 1, "round-1", lines).await;
+        let one = round(&bot, (running, &live), 1, "round-1", lines).await;
 
         let peak = Arc::new(AtomicU64::new(0));
         let sampling = {
@@ -198,12 +211,25 @@ fn main() {
                 }
             })
         };
-        let many = round(&bot, &live, watchers, "round-2", lines).await;
+        let many = round(&bot, (running, &live), watchers, "round-2", lines).await;
         sampling.abort();
         let peak = peak.load(Ordering::Relaxed);
 
+        let mut rounds = vec![
+            ("1 watcher".to_owned(), one),
+            (format!("{watchers} watchers"), many),
+        ];
+        if replicated {
+            let followed = round(&bot, (1 - running, &live), watchers, "round-3", lines).await;
+            rounds.push((
+                format!("{watchers} watchers on the other replica"),
+                followed,
+            ));
+        } else {
+            std::fs::write(bot.example.estate.join("round-3"), "").unwrap();
+        }
         println!("lines per round: {lines}, 10 ms apart");
-        for (who, latencies) in [("1 watcher", &one), (&*format!("{watchers} watchers"), &many)] {
+        for (who, latencies) in &rounds {
             let (p50, p99, max) = (
                 percentile(latencies, 0.5),
                 percentile(latencies, 0.99),
