@@ -140,7 +140,7 @@ pub(crate) trait Keeper: Send + Sync {
     /// Records that `command` started; answers its id.
     fn open<'a>(&'a self, command: &'a NewCommand) -> BoxFuture<'a, anyhow::Result<CommandId>>;
     /// Adds `text` to its output (nothing: it still runs); `cut`: its
-    /// output went past the cap.
+    /// output went past the cap (later lines are kept only at the end).
     fn append<'a>(
         &'a self,
         id: CommandId,
@@ -148,7 +148,7 @@ pub(crate) trait Keeper: Send + Sync {
         cut: bool,
     ) -> BoxFuture<'a, anyhow::Result<()>>;
     /// It ended: its whole kept output, when the runner has it, replaces
-    /// what was appended.
+    /// what was appended; `cut`: some of it is not kept.
     fn finish<'a>(
         &'a self,
         id: CommandId,
@@ -434,7 +434,11 @@ impl Live {
         self.ended = true;
         self.channel.end(ending);
         let mut pending = self.batch.pending();
-        pending.cut |= cut;
+        // The runner's word on what was cut is final; without it, whatever
+        // did not reach the store is lost.
+        if output.is_some() {
+            pending.cut = cut;
+        }
         pending.end = Some((ending, output));
         drop(pending);
         self.batch.wake.notify_one();

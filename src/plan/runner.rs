@@ -554,9 +554,9 @@ impl KeptOutput {
         }
     }
 
-    /// Some output went past the cap.
+    /// Some output is not kept (the cut is marked).
     fn is_cut(&self) -> bool {
-        !self.last.is_empty()
+        self.cut > 0
     }
 
     fn finish(mut self) -> String {
@@ -647,7 +647,7 @@ mod tests {
         use crate::plan::live::{testing::Remembers, Hub, Owner, Seen};
         let secret = "s3cr3t-deploy-value";
         let script = "echo \"token is $DEPLOY_TOKEN\"; sleep 0.5; \
-                      for n in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"line $n of the plan\"; done";
+                      for n in $(seq 1 50); do echo \"line $n of the plan\"; done";
         let mut sandboxed = spec(script, Duration::from_secs(10)).await;
         sandboxed.env.push(("DEPLOY_TOKEN".into(), secret.into()));
         let hub = Hub::default();
@@ -681,7 +681,7 @@ mod tests {
             }
         }
         let out = running.await.unwrap().unwrap();
-        assert_eq!(seen.len(), 13, "every line, past the cap too: {seen:#?}");
+        assert_eq!(seen.len(), 51, "every line, past the cap too: {seen:#?}");
         assert!(seen.iter().all(|line| !line.contains(secret)));
 
         tokio::time::sleep(crate::plan::live::FLUSH_EVERY * 2).await;

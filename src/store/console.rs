@@ -26,6 +26,9 @@ pub(crate) struct CommandRow {
     pub(crate) finished_at: Option<UnixMs>,
     /// `None` while it runs (or its server stopped before it ended).
     pub(crate) ending: Option<Ending>,
+    /// Its output went past the cap: while it runs, what came after waits
+    /// for its end; once it ended, some was not kept (the output marks
+    /// the cut).
     pub(crate) truncated: bool,
 }
 
@@ -152,7 +155,7 @@ impl Store {
         };
         sqlx::query(
             "UPDATE command_logs SET output = $1, updated_at = $2, finished_at = $2, ending = $3,
-                    truncated = CASE WHEN $4 = 1 THEN 1 ELSE truncated END
+                    truncated = $4
              WHERE id = $5 AND ending IS NULL",
         )
         .bind(&output)

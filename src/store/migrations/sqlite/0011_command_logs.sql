@@ -23,7 +23,8 @@ CREATE TABLE command_logs (
     ending      TEXT,
     -- Its whole kept output once it ended; '' while it runs.
     output      TEXT    NOT NULL DEFAULT '',
-    -- Output went past the cap: what follows the cut is the last lines.
+    -- Output went past the cap: while it runs, what comes after waits for
+    -- its end; once it ended, some was not kept (the output marks the cut).
     truncated   INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX command_logs_of_pull ON command_logs (forge, repo, number, id);
