@@ -2001,6 +2001,7 @@ async fn an_api_token_is_found_by_its_hash_reads_what_it_names_and_is_revoked_by
     assert!(store.revoke_api_token("ci").await.unwrap());
     assert!(!store.revoke_api_token("ci").await.unwrap());
     assert_eq!(store.api_token("sha-ci").await.unwrap(), None);
+}
 
 fn command(pr: u64, run: Option<i64>, label: &str) -> crate::plan::live::NewCommand {
     crate::plan::live::NewCommand {
