@@ -38,7 +38,31 @@ async function logIn(page, forge, login) {
   await page.waitForLoadState();
 }
 
+/// Waits until `locator`'s text holds `text`.
+async function untilText(locator, text) {
+  await locator.filter({ hasText: text }).waitFor();
+}
+
 const steps = {
+  // An apply of app@dev is paused mid-command by the test: erin logs in,
+  // opens the pull request, and sees what it printed so far in its running
+  // command; the test lets it go on once told (`saw: paused`), and the
+  // rest of its lines and how it ended appear on the same page, unreloaded.
+  async live(page) {
+    const pull = `${base}/repos/github/acme/infra/pulls/1`;
+    await page.goto(pull);
+    await logIn(page, 'GitHub', 'erin');
+    const running = page.locator('pre[data-live]').first();
+    await untilText(running, 'paused before applying');
+    const status = page.locator(`[id="${await running.getAttribute('id')}-status"]`);
+    expect((await status.innerText()) === 'running', 'the command still running');
+    await shot(page, 'live');
+    console.log('saw: paused');
+    await untilText(running, 'going on');
+    await untilText(status, 'exited with status 0');
+    expect(page.url() === pull, 'the same page, never reloaded');
+  },
+
   // Nobody logged in is sent to log in; erin, who reads the repository,
   // logs in with GitHub and lands on the pull request's page; the pages of
   // a repository she cannot read are refused.

@@ -31,6 +31,13 @@ fn chromium() -> PathBuf {
 /// Runs `step` of the browser script against `bot`; fails with what the
 /// script printed.
 async fn in_the_browser(bot: &Bot, step: &str) {
+    in_the_browser_telling(bot, step, |_| {}).await
+}
+
+/// Runs `step`, calling `told` with each line the script prints on its
+/// standard output as it prints it (`saw: …`: the test's cue to go on).
+async fn in_the_browser_telling(bot: &Bot, step: &str, mut told: impl FnMut(&str)) {
+    use tokio::io::AsyncBufReadExt as _;
     let dir = browser_dir();
     assert!(
         dir.join("node_modules/playwright-core").is_dir(),
@@ -43,22 +50,34 @@ async fn in_the_browser(bot: &Bot, step: &str) {
         .arg(step)
         .env("WAVEGATE_URL", bot.url(""))
         .env("CHROMIUM", chromium())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let ran = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
-        .await
-        .unwrap_or_else(|_| panic!("the browser step {step} did not end within 2 minutes"))
-        .unwrap_or_else(|e| {
-            panic!("node cannot be run ({e}): the browser tests need Node.js 20 or later")
-        });
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&ran.stdout),
-        String::from_utf8_lossy(&ran.stderr)
-    );
-    assert!(
-        ran.status.success(),
-        "the browser step {step} failed:\n{said}"
-    );
+    let mut child = command.spawn().unwrap_or_else(|e| {
+        panic!("node cannot be run ({e}): the browser tests need Node.js 20 or later")
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text)
+            .await
+            .unwrap();
+        text
+    });
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    let ran = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            told(&line);
+            said.push_str(&line);
+            said.push('\n');
+        }
+        child.wait().await.unwrap()
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the browser step {step} did not end within 2 minutes"));
+    said.push_str(&errors.await.unwrap());
+    assert!(ran.success(), "the browser step {step} failed:\n{said}");
 }
 
 #[tokio::test]
@@ -70,4 +89,29 @@ async fn in_a_browser_a_reader_logs_in_sees_the_pull_request_and_is_refused_anot
     bot.forge.set_permission(&merged.repo, "erin", "read");
     merged.merge().await;
     in_the_browser(&bot, "read").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_lines_of_a_slow_apply_appear_before_it_ends() {
+    let bot = Bot::start_with(&LOGIN_ENV).await;
+    bot.register_login_clients();
+    let pr = approved_pr(&bot, 1).await;
+    bot.forge.set_permission(&pr.repo, "erin", "read");
+    bot.pause_apply("dev", "app", "before");
+    pr.merge_unsettled().await;
+    bot.until_apply_paused("dev", "app").await;
+    let mut resumed = false;
+    in_the_browser_telling(&bot, "live", |line| {
+        if line == "saw: paused" {
+            assert!(
+                bot.apply_paused("dev", "app"),
+                "the page showed the line while the apply was still paused"
+            );
+            bot.resume_apply("dev", "app");
+            resumed = true;
+        }
+    })
+    .await;
+    assert!(resumed, "the browser never saw the paused apply's line");
+    bot.settle().await;
 }

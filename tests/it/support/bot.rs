@@ -981,6 +981,12 @@ impl Bot {
         std::fs::remove_file(self.estate_file(stage, component, ".pause-apply")).unwrap();
     }
 
+    /// Whether an apply of the member is paused now (it has not gone on).
+    pub fn apply_paused(&self, stage: &str, component: &str) -> bool {
+        self.estate_file(stage, component, ".pause-apply").exists()
+            && self.estate_file(stage, component, ".paused").exists()
+    }
+
     /// Waits until an apply of the member is paused.
     pub async fn until_apply_paused(&self, stage: &str, component: &str) {
         let paused = self.estate_file(stage, component, ".paused");
