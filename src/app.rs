@@ -159,6 +159,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             forges: forge_lines(settings, &forges),
             public_url: settings.public_url.clone(),
         },
+        wake.clone(),
     )?;
     let mut tasks = Vec::new();
     let mut http_stopping = stopping.clone();

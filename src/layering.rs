@@ -51,7 +51,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "server",
         &["model", "metrics", "sandbox", "forge", "store", "jobs"],
     ),
-    // The pages read every record to show it; they change nothing.
+    // The pages read every record to show it; an operator's action
+    // changes a lock or a job through the store and records it.
     (
         "web",
         &[

@@ -142,6 +142,32 @@ pub(crate) fn earlier_attempt(
     }
 }
 
+/// The first of `record`'s members whose apply command may still be
+/// running, and until when, as [`earlier_attempt`] decides it from this
+/// host (whose own processes it looks at).
+pub(crate) fn apply_in_flight(record: &AttemptRecord, now: UnixMs) -> Option<(MemberId, UnixMs)> {
+    use crate::sandbox::process;
+    let here = process::host_id();
+    record
+        .members
+        .iter()
+        .filter_map(|(member, state)| {
+            let MemberState::Applying { attempt, .. } = state else {
+                return None;
+            };
+            let alive = attempt
+                .as_ref()
+                .filter(|attempt| attempt.host == here)
+                .and_then(|attempt| attempt.process.as_ref().or(attempt.server.as_ref()))
+                .map(process::is_alive);
+            match earlier_attempt(attempt.as_ref(), &here, now, alive) {
+                EarlierAttempt::Gone => None,
+                EarlierAttempt::MayRun { until } => Some((member.clone(), until)),
+            }
+        })
+        .min_by_key(|(_, until)| *until)
+}
+
 impl MemberState {
     pub(crate) fn is_applied(&self) -> bool {
         matches!(self, MemberState::Applied { .. })

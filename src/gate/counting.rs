@@ -574,6 +574,61 @@ mod tests {
         );
     }
 
+    /// An operator's release of a lock or retry of a job is recorded in a
+    /// pull request's gate, by a person, about its digest: it neither
+    /// approves nor withdraws an approval, in any scope.
+    #[test]
+    fn an_operators_lock_release_or_job_retry_approves_and_withdraws_nothing() {
+        let by_alice = |kind| NewFact {
+            data: FactData {
+                run: Some(7),
+                member: Some("app@prod".parse().unwrap()),
+                ..FactData::default()
+            },
+            ..new_fact(kind, digest('a'), alice())
+        };
+        for kind in [FactKind::LockReleased, FactKind::JobRetried] {
+            let alone = ledger(vec![by_alice(kind)]);
+            assert_eq!(
+                evaluate(&alone, &digest('a'), 1),
+                Evaluation::Waiting {
+                    have: vec![],
+                    count: 0,
+                    required: 1
+                },
+                "{kind}"
+            );
+            let after_an_approval = ledger(vec![
+                new_fact(FactKind::Approved, digest('a'), bob()),
+                by_alice(kind),
+            ]);
+            for scope in [
+                Scope::All,
+                Scope::Run {
+                    run: 7,
+                    since: UnixMs::from_millis(0),
+                },
+                Scope::Override {
+                    member: "app@prod",
+                    run: 7,
+                },
+            ] {
+                let standing: Vec<_> = Tally::new(&after_an_approval, scope)
+                    .standing()
+                    .map(|ballot| ballot.fact.fact.kind)
+                    .collect();
+                assert!(
+                    standing.iter().all(|kind| *kind == FactKind::Approved),
+                    "{kind}: {standing:?}"
+                );
+            }
+            assert!(matches!(
+                evaluate(&after_an_approval, &digest('a'), 1),
+                Evaluation::Satisfied { count: 1, .. }
+            ));
+        }
+    }
+
     #[test]
     fn spending_one_digest_leaves_approvals_of_another_standing() {
         let facts = ledger(vec![

@@ -42,6 +42,8 @@ pub struct FactData {
     pub description: Option<String>,
     /// What became of a hook's call (`passed`, `failed`, `held`, `approved`).
     pub outcome: Option<String>,
+    /// The job an operator queued again.
+    pub job: Option<i64>,
     /// Keys this version does not read, kept as read.
     pub unknown: BTreeMap<String, Value>,
     /// A `data` that is not an object (only written outside wavegate), kept as read.
@@ -107,6 +109,7 @@ impl FactData {
         );
         put("description", text(&self.description));
         put("outcome", text(&self.outcome));
+        put("job", self.job.map(Value::from));
         for (key, value) in &self.unknown {
             map.insert(key.clone(), value.clone());
         }
@@ -160,6 +163,7 @@ impl FactData {
                 .and_then(|v| v.as_array().map(|a| a.iter().filter_map(member).collect())),
             description: text(take("description", &is_text)),
             outcome: text(take("outcome", &is_text)),
+            job: take("job", &|v| v.is_i64()).and_then(|v| v.as_i64()),
             unknown: BTreeMap::new(),
             foreign: None,
         };

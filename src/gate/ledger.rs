@@ -1,5 +1,6 @@
 //! The gate ledger (docs/approvals-and-applying.md): append-only facts about gates (`pending`,
-//! `approved`, `refused`, `revoked`, `spent`), each chained to the fact before
+//! `approved`, `refused`, `revoked`, `spent`, and what happened beside them:
+//! `hook`, `lock_released`, `job_retried`), each chained to the fact before
 //! it in the same repository by a SHA-256 hash over its canonical JSON and
 //! signed (Ed25519, over that hash) by the server's ledger key, and the
 //! evaluation that decides whether a gate is satisfied for a digest.
@@ -104,6 +105,13 @@ pub enum FactKind {
     Spent,
     /// What became of a hook's call in a run (`data.outcome`); no approval.
     Hook,
+    /// An operator let go of a member's lock a stopped run held
+    /// (`data.member`, `data.run`, `data.reason`); no approval.
+    #[serde(rename = "lock_released")]
+    LockReleased,
+    /// An operator queued a dead job again (`data.job`); no approval.
+    #[serde(rename = "job_retried")]
+    JobRetried,
 }
 
 impl FactKind {
@@ -115,6 +123,8 @@ impl FactKind {
             FactKind::Revoked => "revoked",
             FactKind::Spent => "spent",
             FactKind::Hook => "hook",
+            FactKind::LockReleased => "lock_released",
+            FactKind::JobRetried => "job_retried",
         }
     }
 
@@ -126,6 +136,8 @@ impl FactKind {
             FactKind::Revoked,
             FactKind::Spent,
             FactKind::Hook,
+            FactKind::LockReleased,
+            FactKind::JobRetried,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == text)
@@ -145,13 +157,16 @@ pub struct Actor {
     pub login: String,
 }
 
-/// What caused a fact: a comment, a review, or wavegate itself (e.g. a report posted).
+/// What caused a fact: a comment, a review, wavegate itself (e.g. a report
+/// posted), or an operator's action on its pages or API (the actor is the
+/// logged-in login; its forge id is not known there, so `id` is 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Source {
     Comment { id: u64 },
     Review { id: u64 },
     Wavegate,
+    Operator,
 }
 
 /// A fact before it is chained.
@@ -764,6 +779,31 @@ mod tests {
         assert_eq!(refused["kind"], "refused");
         assert_eq!(refused["source"], json!({"kind": "review", "id": 7}));
         assert_eq!(refused["actor"], json!({"id": 2, "login": "bob"}));
+    }
+
+    /// The kind is hashed in its serde form and stored in its `as_str`
+    /// form: the two are one text, and it reads back.
+    #[test]
+    fn every_kind_is_stored_and_hashed_as_the_same_text() {
+        for kind in [
+            FactKind::Pending,
+            FactKind::Approved,
+            FactKind::Refused,
+            FactKind::Revoked,
+            FactKind::Spent,
+            FactKind::Hook,
+            FactKind::LockReleased,
+            FactKind::JobRetried,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+            assert_eq!(FactKind::parse(&kind.to_string()), Some(kind));
+        }
+        assert_eq!(FactKind::LockReleased.as_str(), "lock_released");
+        assert_eq!(FactKind::JobRetried.as_str(), "job_retried");
+        assert_eq!(
+            serde_json::to_value(Source::Operator).unwrap(),
+            json!({"kind": "operator"})
+        );
     }
 
     /// Written by `openssl genpkey -algorithm ed25519` (PKCS#8 v1, no

@@ -237,6 +237,16 @@ impl Store {
                 .await
                 .with_context(|| format!("unlocking the members of run {run_id}"))?;
         }
+        self.runs_waiting_for_a_lock(repo, run_id).await
+    }
+
+    /// The runs of `repo` but `run_id` that wait for a member's lock, in
+    /// the order they started: to be resumed once a lock is let go of.
+    pub(super) async fn runs_waiting_for_a_lock(
+        &self,
+        repo: &RepoId,
+        run_id: i64,
+    ) -> Result<Vec<ApplyRunRecord>> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),

@@ -27,11 +27,24 @@ impl Store {
     pub async fn append_fact(&self, new: NewFact) -> Result<Fact> {
         let _writer = self.writer.lock().await;
         let mut tx = self.begin_write().await?;
+        let fact = self.append_in(&mut tx, new).await?;
+        tx.commit().await?;
+        Ok(fact)
+    }
+
+    /// Chains, signs and inserts `new` inside `tx`, a write transaction the
+    /// caller began under the writer lock: a fact that records a change is
+    /// committed with that change or not at all.
+    pub(super) async fn append_in(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        new: NewFact,
+    ) -> Result<Fact> {
         if self.backend == super::Backend::Postgres {
             // Replicas appending to one repository's chain take turns.
             sqlx::query("SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtext($1))) AS locked")
                 .bind(&new.repo)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .context("waiting for the ledger's lock")?;
         }
@@ -41,7 +54,7 @@ impl Store {
             " FROM facts WHERE repo = $1 ORDER BY seq DESC LIMIT 1"
         ))
         .bind(&new.repo)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await
         .with_context(|| format!("reading the last ledger fact of {}", new.repo))?
         .as_ref()
@@ -69,7 +82,7 @@ impl Store {
         .bind(fact.prev.as_str())
         .bind(fact.hash.as_str())
         .bind(&fact.sig)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .with_context(|| {
             format!(
@@ -77,7 +90,6 @@ impl Store {
                 fact.fact.kind, fact.seq, fact.fact.repo
             )
         })?;
-        tx.commit().await?;
         Ok(fact)
     }
 

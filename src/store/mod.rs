@@ -11,6 +11,7 @@ mod intake;
 mod intake_file;
 mod ledger;
 mod metrics;
+mod operate;
 mod pages;
 mod pr_head;
 mod reconcile;

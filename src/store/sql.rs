@@ -162,6 +162,11 @@ macro_rules! migrations {
                 sql: include_str!(concat!("migrations/", $backend, "/0011_command_logs.sql")),
             },
             Migration {
+                version: 12,
+                name: "operator facts",
+                sql: include_str!(concat!("migrations/", $backend, "/0012_operator_facts.sql")),
+            },
+            Migration {
                 version: 13,
                 name: "api tokens",
                 sql: include_str!(concat!("migrations/", $backend, "/0013_api_tokens.sql")),
@@ -792,6 +797,24 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .with_context(|| format!("reading the unfinished jobs of {prefix}…"))?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
+    /// The jobs of one queue key (one pull request's) that are queued,
+    /// running or dead, oldest first.
+    pub(crate) async fn unfinished_jobs_of(&self, queue_key: &str) -> Result<Vec<Job>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE queue_key = $1 AND status IN ('queued', 'running', 'dead') \
+             ORDER BY id"
+        ))
+        .bind(queue_key)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the unfinished jobs of {queue_key}"))?
         .iter()
         .map(job_from_row)
         .collect()

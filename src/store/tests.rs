@@ -2171,3 +2171,166 @@ async fn a_pull_requests_commands_are_listed_oldest_first_the_newest_kept(f: Fix
     );
     assert_ne!(other, apply);
 }
+
+/// A store that signs its facts, as the server's does.
+async fn signing(f: &Fixture) -> Store {
+    let key = Arc::new(crate::gate::ledger::LedgerKey::from_seed(&[7; 32]));
+    f.store.clone().signing_with(key).await.unwrap()
+}
+
+/// An operator's fact about pull request `pr`, by `alice`.
+fn operator_fact(kind: crate::gate::ledger::FactKind, pr: u64) -> crate::gate::ledger::NewFact {
+    use crate::gate::ledger::{Actor, FactData, NewFact, Source};
+    NewFact {
+        repo: repo().ledger_key(),
+        gate: crate::model::GateId::Pr(PrNumber(pr)),
+        kind,
+        digest: Digest::repeated('2').into(),
+        actor: Actor {
+            id: 0,
+            login: "alice".into(),
+        },
+        at: START,
+        source: Source::Operator,
+        data: FactData {
+            reason: Some("because".into()),
+            ..FactData::default()
+        },
+    }
+}
+
+/// The repository's whole chain, verified with the store's own key.
+async fn verified_chain(store: &Store) -> crate::gate::ledger::Verified {
+    let facts = store.repo_facts(&repo().ledger_key()).await.unwrap();
+    let (key, start) = store.signer().unwrap();
+    let check = crate::gate::ledger::SignatureCheck {
+        key: &key,
+        start: &start,
+    };
+    crate::gate::ledger::verify(&facts, Some(check)).unwrap()
+}
+
+/// Makes `key`'s only job dead: claimed and failed on its last attempt.
+async fn dead_job(f: &Fixture, key: &str) -> JobId {
+    let id = f.store.enqueue(job(key, 1)).await.unwrap();
+    let claimed = f.store.claim("w-1", LEASE).await.unwrap().unwrap();
+    assert_eq!(claimed.id, id);
+    let outcome = f.store.fail(id, "w-1", "the forge said no").await.unwrap();
+    assert_eq!(outcome, FailOutcome::Dead);
+    id
+}
+
+on_both!(fixture_on, a_stale_lock_is_released_with_a_signed_fact_and_the_runs_behind_it_are_named, #[tokio::test]);
+async fn a_stale_lock_is_released_with_a_signed_fact_and_the_runs_behind_it_are_named(f: Fixture) {
+    use crate::gate::ledger::FactKind;
+    let store = signing(&f).await;
+    let (first, _) = merged_run(&f, 1).await;
+    let (mut second, _) = merged_run(&f, 2).await;
+    let app_dev: MemberId = "app@dev".into();
+    let held = store
+        .lock_members(&repo(), first.id, std::slice::from_ref(&app_dev))
+        .await
+        .unwrap();
+    assert_eq!(held, None);
+    second.status = crate::apply::RunStatus::Waiting;
+    second.record.wait = Some(crate::apply::Wait::Lock {
+        member: app_dev.clone(),
+        pr: PrNumber(1),
+    });
+    store.save_apply_run(&second).await.unwrap();
+    let first_key = crate::jobs::queue_key(&repo(), PrNumber(1));
+
+    // While a job of #1 is queued, it would carry the run on: nothing changes.
+    let queued = store.enqueue(job(&first_key, 1)).await.unwrap();
+    let refused = store
+        .release_member_lock(
+            (&repo(), &app_dev),
+            (first.id, &first_key),
+            operator_fact(FactKind::LockReleased, 1),
+        )
+        .await
+        .unwrap();
+    assert!(refused.is_none());
+    assert_eq!(
+        store.member_lock_holder(&repo(), "app@dev").await.unwrap(),
+        Some(first.id)
+    );
+    assert!(store
+        .repo_facts(&repo().ledger_key())
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Once that job is dead, the lock goes, the fact is signed and chained,
+    // and #2, which waited for the lock, is named to be resumed.
+    f.store.claim("w-1", LEASE).await.unwrap();
+    f.store.fail(queued, "w-1", "gone").await.unwrap();
+    let (fact, waiting) = store
+        .release_member_lock(
+            (&repo(), &app_dev),
+            (first.id, &first_key),
+            operator_fact(FactKind::LockReleased, 1),
+        )
+        .await
+        .unwrap()
+        .expect("released");
+    assert_eq!(
+        waiting.iter().map(|r| r.pr).collect::<Vec<_>>(),
+        [PrNumber(2)]
+    );
+    assert_eq!(
+        store.member_lock_holder(&repo(), "app@dev").await.unwrap(),
+        None
+    );
+    assert_eq!(fact.fact.kind, FactKind::LockReleased);
+    assert!(fact.sig.is_some());
+    let chain = verified_chain(&store).await;
+    assert_eq!(chain.facts, 1);
+    assert_eq!(chain.head.unwrap().hash, fact.hash);
+
+    // Released once: a second release finds no lock of that run.
+    let again = store
+        .release_member_lock(
+            (&repo(), &app_dev),
+            (first.id, &first_key),
+            operator_fact(FactKind::LockReleased, 1),
+        )
+        .await
+        .unwrap();
+    assert!(again.is_none());
+}
+
+on_both!(fixture_on, a_dead_job_is_queued_again_from_scratch_with_a_signed_fact, #[tokio::test]);
+async fn a_dead_job_is_queued_again_from_scratch_with_a_signed_fact(f: Fixture) {
+    use crate::gate::ledger::FactKind;
+    let store = signing(&f).await;
+    let before = store
+        .append_fact(operator_fact(FactKind::Pending, 1))
+        .await
+        .unwrap();
+    let id = dead_job(&f, "github:acme/infra#1").await;
+    f.clock.advance(60_000);
+
+    let fact = store
+        .retry_dead_job(id, operator_fact(FactKind::JobRetried, 1))
+        .await
+        .unwrap()
+        .expect("a dead job is queued again");
+
+    let queued = store.job(id).await.unwrap().unwrap();
+    assert_eq!(queued.status, JobStatus::Queued);
+    assert_eq!(queued.attempts, 0);
+    assert_eq!(queued.run_after, f.clock.now());
+    assert_eq!(queued.lease_owner, None);
+    assert_eq!(fact.prev, before.hash, "chained after the fact before");
+    assert!(fact.sig.is_some());
+    assert_eq!(verified_chain(&store).await.facts, 2);
+    // It runs again, and only a dead job is queued again.
+    assert_eq!(store.claim("w-2", LEASE).await.unwrap().unwrap().id, id);
+    let not_dead = store
+        .retry_dead_job(id, operator_fact(FactKind::JobRetried, 1))
+        .await
+        .unwrap();
+    assert!(not_dead.is_none());
+    assert_eq!(verified_chain(&store).await.facts, 2);
+}

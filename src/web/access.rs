@@ -49,7 +49,6 @@ pub(crate) enum Visitor {
 
 /// Someone allowed to act on a repository's locks and jobs: an action is
 /// recorded in the ledger as theirs.
-#[allow(dead_code, reason = "the operator actions, next, act as one")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Operator {
     pub(crate) forge: ForgeKind,
@@ -220,7 +219,6 @@ pub(crate) async fn may_read(
 
 /// The operator `visitor` acts as on `repo`, if they may act there and
 /// `csrf` is their session's token.
-#[allow(dead_code, reason = "the operator actions, next, ask it")]
 pub(crate) async fn may_operate(
     state: &WebState,
     visitor: &Visitor,
@@ -236,12 +234,24 @@ pub(crate) async fn may_operate(
             )))
         }
         Visitor::UnknownToken => return Err(unknown_token()),
-        Visitor::Nobody { next } | Visitor::Anyone { next } => {
+        Visitor::Nobody { next } => {
             return Err(Visitor::log_in(
                 state,
                 next,
                 format!("log in with the forge to act on {repo}'s locks and jobs"),
             ))
+        }
+        Visitor::Anyone { next } if state.login.any() => {
+            return Err(Visitor::log_in(
+                state,
+                next,
+                format!("log in with the forge to act on {repo}'s locks and jobs"),
+            ))
+        }
+        Visitor::Anyone { .. } => {
+            return Err(Problem::Forbidden(format!(
+                "log in with the forge to act on {repo}'s locks and jobs: this server offers no login yet; its operator sets up one with WAVEGATE_GITHUB_CLIENT_ID and WAVEGATE_GITHUB_CLIENT_SECRET (or WAVEGATE_FORGEJO_CLIENT_ID and WAVEGATE_FORGEJO_CLIENT_SECRET)"
+            )))
         }
     };
     if !session::same_token(&session.csrf, csrf) {

@@ -292,13 +292,16 @@ pub(crate) fn queue(nav: &Nav, view: &QueueView) -> Markup {
                 p class="muted" { "None." }
             } @else {
                 table {
-                    thead { tr { th { "Member" } th { "Held by" } th { "Since" } } }
+                    thead { tr { th { "Member" } th { "Held by" } th { "Since" } @if nav.user.is_some() { th {} } } }
                     tbody {
                         @for lock in &view.locks {
                             tr {
                                 td { (lock.member) }
                                 td { a href=(lock.page) { "run " (lock.run) " of #" (lock.pr) } }
                                 td { (lock.since) }
+                                @if let Some((_, csrf)) = nav.user {
+                                    td { (action(&format!("{}/locks/{}/release", repo.page, lock.member), csrf, "Release if stale")) }
+                                }
                             }
                         }
                     }
@@ -323,6 +326,9 @@ pub(crate) fn queue(nav: &Nav, view: &QueueView) -> Markup {
                                     @if job.failed {
                                         "failed: the server's log says why (job " (job.id) ")"
                                     }
+                                    @if let (Some((_, csrf)), "dead") = (nav.user, job.status) {
+                                        " " (action(&format!("{}/jobs/{}/retry", repo.page, job.id), csrf, "Retry"))
+                                    }
                                 }
                             }
                         }
@@ -331,6 +337,16 @@ pub(crate) fn queue(nav: &Nav, view: &QueueView) -> Markup {
             }
         },
     )
+}
+
+/// A button that posts an operator action with the session's CSRF token.
+fn action(to: &str, csrf: &str, label: &str) -> Markup {
+    html! {
+        form method="post" action=(to) {
+            input type="hidden" name="csrf" value=(csrf);
+            button type="submit" { (label) }
+        }
+    }
 }
 
 pub(crate) fn server(nav: &Nav, view: &ServerView) -> Markup {

@@ -1,7 +1,9 @@
 //! The pages and the JSON API: what the store knows of each repository's
-//! pull requests, apply runs and ledger facts, read-only, as server-rendered
-//! HTML and as JSON under `/api/v1/`, both built from the same views
-//! (`view.rs`).
+//! pull requests, apply runs and ledger facts, as server-rendered HTML and
+//! as JSON under `/api/v1/`, both built from the same views (`view.rs`);
+//! and an operator's two actions on a repository's queue, releasing a
+//! stale lock and retrying a dead job (`actions.rs`), each recorded in the
+//! ledger.
 //!
 //! Until visitors can log in with the forge, the pages are shown only when
 //! the operator opens them to whoever reaches the server
@@ -11,10 +13,12 @@
 //! `/assets/live.js`, streams a running command's output into its page.
 
 pub mod access;
+mod actions;
 mod html;
 mod live;
 mod login;
 mod session;
+mod stale;
 mod view;
 
 use crate::config::settings::{LoginSettings, Settings};
@@ -110,6 +114,8 @@ pub(crate) struct WebState {
     pub(crate) public_url: Option<String>,
     pub(crate) github_api_url: String,
     pub(crate) forgejo_url: Option<String>,
+    /// Wakes the workers when an operator action queues a job.
+    pub(crate) wake: Arc<tokio::sync::Notify>,
 }
 
 impl WebState {
@@ -121,6 +127,7 @@ impl WebState {
         forges: Arc<Forges>,
         ledger_key: &LedgerKey,
         server: ServerView,
+        wake: Arc<tokio::sync::Notify>,
     ) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(15))
@@ -140,6 +147,7 @@ impl WebState {
             public_url: settings.public_url.clone(),
             github_api_url: settings.github_api_url.clone(),
             forgejo_url: settings.forgejo.as_ref().map(|forgejo| forgejo.url.clone()),
+            wake,
         })
     }
 
@@ -158,10 +166,26 @@ pub(crate) fn router(state: WebState) -> Router {
         )
         .route("/repos/{forge}/{owner}/{name}/ledger", get(ledger_page))
         .route("/repos/{forge}/{owner}/{name}/queue", get(queue_page))
+        .route(
+            "/repos/{forge}/{owner}/{name}/locks/{member}/release",
+            post(actions::release_form),
+        )
+        .route(
+            "/repos/{forge}/{owner}/{name}/jobs/{id}/retry",
+            post(actions::retry_form),
+        )
         .route("/server", get(server_page))
         .route("/api/v1/server", get(server_api))
         .route("/api/v1/repos", get(repos_api))
         .route("/api/v1/repos/{forge}/{owner}/{name}/queue", get(queue_api))
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/locks/{member}/release",
+            post(actions::release_api),
+        )
+        .route(
+            "/api/v1/repos/{forge}/{owner}/{name}/jobs/{id}/retry",
+            post(actions::retry_api),
+        )
         .route(
             "/api/v1/repos/{forge}/{owner}/{name}/ledger",
             get(ledger_api),
@@ -248,6 +272,8 @@ pub(crate) enum Problem {
     Unauthorized(String),
     /// The visitor is known and may not do this; says why.
     Forbidden(String),
+    /// What was asked cannot be done as things stand; says why.
+    Conflict(String),
     NotFound(String),
     BadQuery(String),
     Internal(anyhow::Error),
@@ -270,6 +296,7 @@ impl Problem {
             Problem::Unavailable(message) => (StatusCode::SERVICE_UNAVAILABLE, message),
             Problem::Unauthorized(message) => (StatusCode::UNAUTHORIZED, message),
             Problem::Forbidden(message) => (StatusCode::FORBIDDEN, message),
+            Problem::Conflict(message) => (StatusCode::CONFLICT, message),
             Problem::NotFound(message) => (StatusCode::NOT_FOUND, message),
             Problem::BadQuery(message) => (StatusCode::BAD_REQUEST, message),
             Problem::Internal(error) => {
