@@ -25,6 +25,7 @@ mod login;
 mod merge_methods;
 mod metrics;
 mod notify;
+mod operate;
 mod overrides;
 mod pages;
 mod parallel;
