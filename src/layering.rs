@@ -66,6 +66,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "forge", "store", "notify", "jobs",
         ],
     ),
+    // The CLI's client of a server's JSON API: it speaks HTTP only.
+    ("remote", &["model"]),
     (
         "app",
         &[

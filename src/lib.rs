@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod model;
 pub mod notify;
 pub mod plan;
+pub mod remote;
 pub mod report;
 // The code that confines hostile input: unsafe code only in the modules it
 // allows it in (std's pre_exec, and calls rustix has no safe form of).

@@ -1,7 +1,8 @@
 //! The `wavegate` command line: `serve` (the bot), `plan` (a local dry run of
 //! what the bot would post), `config check`, `adapt terraform |
-//! terraform-outputs | terraform-vars`, and `ledger verify|export|key` (audit
-//! the gate ledger).
+//! terraform-outputs | terraform-vars`, `ledger verify|export|key` (audit
+//! the gate ledger), and `runs` and `run show` (a running server's runs,
+//! read from its JSON API).
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
@@ -14,6 +15,7 @@ use wavegate::config::vars::{self, ServerVars};
 use wavegate::config::{RepoConfig, CONFIG_FILE};
 use wavegate::gate::ledger;
 use wavegate::plan::engine::{self, PlanError, PlanOptions};
+use wavegate::remote;
 use wavegate::report;
 use wavegate::sandbox::{Sandbox, SandboxSettings, SandboxVars};
 use wavegate::store::Store;
@@ -121,6 +123,25 @@ enum Command {
         #[command(subcommand)]
         command: ApiTokenCommand,
     },
+    /// List a repository's pull requests and runs from a running server's
+    /// JSON API: where each stands, what it waits for, the comment to copy.
+    /// With WAVEGATE_API_TOKEN set, it is sent as a bearer token.
+    Runs {
+        /// The server, e.g. https://wavegate.example.
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// The repository as forge/owner/name, e.g. github/acme/infra.
+        #[arg(long, value_name = "FORGE/OWNER/NAME")]
+        repo: String,
+        /// Only the pull requests in this state.
+        #[arg(long, value_parser = ["waiting", "applying", "failed", "done"])]
+        state: Option<String>,
+    },
+    /// One pull request's run, from a running server's JSON API.
+    Run {
+        #[command(subcommand)]
+        command: RunCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -148,6 +169,22 @@ enum ApiTokenCommand {
         name: String,
         #[arg(long, value_name = "URL")]
         database: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunCommand {
+    /// Print a pull request's run by stage and wave, what it waits for, the
+    /// comment to copy and the ledger facts of its gates.
+    Show {
+        /// The server, e.g. https://wavegate.example.
+        #[arg(long, value_name = "URL")]
+        server: String,
+        /// The repository as forge/owner/name, e.g. github/acme/infra.
+        #[arg(value_name = "FORGE/OWNER/NAME")]
+        repo: String,
+        /// The pull request's number.
+        number: u64,
     },
 }
 
@@ -395,6 +432,33 @@ fn main() -> ExitCode {
         Command::Adapt { tool } => adapt(tool),
         Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command, &vars),
+        Command::Runs {
+            server,
+            repo,
+            state,
+        } => remote_command(&server, &repo, |api, repo| async move {
+            let list = api.pulls(&repo, state.as_deref()).await?;
+            let mut waits = Vec::new();
+            for row in list
+                .pulls
+                .iter()
+                .filter(|row| row.state.as_deref() == Some("waiting"))
+            {
+                waits.push((row.number, api.pull(&repo, row.number).await?));
+            }
+            Ok(remote::runs_table(&repo, &list, &waits))
+        }),
+        Command::Run {
+            command:
+                RunCommand::Show {
+                    server,
+                    repo,
+                    number,
+                },
+        } => remote_command(&server, &repo, |api, repo| async move {
+            let pull = api.pull(&repo, number).await?;
+            Ok(remote::run_summary(&repo, &pull))
+        }),
         Command::ApiToken { command } => api_token_command(command, &vars),
     }
 }
@@ -478,6 +542,31 @@ fn token_reach(repos: Option<&[wavegate::model::RepoId]>) -> String {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(", "),
+    }
+}
+
+/// Asks `server`'s API about `repo` with `ask` and prints what it answers;
+/// a failure is one line on stderr naming the problem and its fix, exit 1.
+fn remote_command<F, Fut>(server: &str, repo: &str, ask: F) -> ExitCode
+where
+    F: FnOnce(std::sync::Arc<remote::Api>, wavegate::model::RepoId) -> Fut,
+    Fut: std::future::Future<Output = Result<String, remote::RemoteError>>,
+{
+    let token = std::env::var(remote::TOKEN_VAR).ok();
+    let asked = remote::parse_repo(repo).and_then(|repo| {
+        let api = std::sync::Arc::new(remote::Api::new(server, token)?);
+        let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+        runtime.block_on(ask(api, repo))
+    });
+    match asked {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -390,6 +390,9 @@ fn run_section(run: &RunView) -> Markup {
         @if let Some(waiting) = &run.waiting_for {
             p { strong { "Waiting for " } (waiting) }
         }
+        @if let Some(line) = &run.line_to_copy {
+            p { "To go on, comment " code { (line) } }
+        }
         @for stage in &run.stages {
             h3 { "Stage " (stage.stage) }
             @for (n, wave) in stage.waves.iter().enumerate() {
@@ -572,6 +575,7 @@ mod tests {
                 approved_by: vec![hostile.into()],
                 at: None,
                 waiting_for: Some(hostile.into()),
+                line_to_copy: None,
                 stages: vec![StageView {
                     stage: "dev".into(),
                     waves: vec![vec![MemberView {

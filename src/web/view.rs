@@ -266,6 +266,8 @@ pub(crate) struct RunView {
     pub(crate) at: Option<String>,
     /// What it waits for, when it waits.
     pub(crate) waiting_for: Option<String>,
+    /// The comment that ends the wait, when a person ends it.
+    pub(crate) line_to_copy: Option<String>,
     pub(crate) stages: Vec<StageView>,
 }
 
@@ -327,6 +329,10 @@ impl RunView {
                 .filter(|_| !run.status.is_final() || run.status == RunStatus::Failed)
                 .map(|(stage, wave)| format!("{stage} wave {wave}")),
             waiting_for: record.wait.as_ref().map(crate::report::apply::waiting_for),
+            line_to_copy: record
+                .wait
+                .as_ref()
+                .and_then(crate::report::apply::line_to_copy),
             stages,
         }
     }

@@ -34,6 +34,7 @@ mod profiles;
 mod reconcile;
 mod replicas;
 mod run_states;
+mod runs_cli;
 mod sandbox;
 mod soak;
 mod terraform_builtin;
