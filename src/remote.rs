@@ -7,7 +7,7 @@
 //! token. Every failure is a [`RemoteError`] naming the problem and what to
 //! do about it.
 
-use crate::model::{ForgeKind, RepoId};
+use crate::model::RepoId;
 use serde::Deserialize;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -48,17 +48,11 @@ pub enum RemoteError {
     },
 }
 
-/// `forge/owner/name` as `--repo` and `run show` take it.
+/// `forge/owner/name` (or `forge:owner/name`) as `--repo` and `run show`
+/// take it.
 pub fn parse_repo(text: &str) -> Result<RepoId, RemoteError> {
-    let bad = || RemoteError::NotARepo(text.to_owned());
-    let (forge, full_name) = text.split_once('/').ok_or_else(bad)?;
-    let forge: ForgeKind = forge.parse().map_err(|_| bad())?;
-    match full_name.split_once('/') {
-        Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok(RepoId::new(forge, full_name))
-        }
-        _ => Err(bad()),
-    }
+    text.parse()
+        .map_err(|_: String| RemoteError::NotARepo(text.to_owned()))
 }
 
 /// A server's JSON API, asked as the CLI's user.
@@ -418,7 +412,11 @@ mod tests {
     #[test]
     fn a_repository_is_forge_owner_and_name() {
         let repo = parse_repo("github/acme/infra").unwrap();
-        assert_eq!(repo, RepoId::new(ForgeKind::GitHub, "acme/infra"));
+        assert_eq!(
+            repo,
+            RepoId::new(crate::model::ForgeKind::GitHub, "acme/infra")
+        );
+        assert_eq!(parse_repo("github:acme/infra").unwrap(), repo);
         for bad in [
             "acme/infra",
             "gitlab/acme/infra",

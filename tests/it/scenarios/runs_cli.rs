@@ -134,6 +134,39 @@ async fn a_server_whose_pages_need_a_login_asks_for_a_token() {
     insta::assert_snapshot!(out, @"error: http://127.0.0.1:[port] wants to know who asks (log in with the forge to see github:acme/infra's pages); set WAVEGATE_API_TOKEN to an API token of that server");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_of_the_server_the_cli_reads_pages_behind_a_login() {
+    let bot = Bot::start_with(&LOGIN_ENV).await;
+    planned_pr(&bot, 1).await;
+    let made = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args(["api-token", "create", "terminal", "--database"])
+        .arg(bot.database_url())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let token = String::from_utf8(made.stdout).unwrap().trim().to_owned();
+
+    let output = Command::new(env!("CARGO_BIN_EXE_wavegate"))
+        .args([
+            "runs",
+            "--server",
+            &bot.url(""),
+            "--repo",
+            "github/acme/infra",
+        ])
+        .env("WAVEGATE_API_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    insta::assert_snapshot!(redact(&String::from_utf8(output.stdout).unwrap()), @"
+    PULL  STATE    RUN  REPORT
+    #1    waiting  -    awaiting-approval
+
+    #1 waits for an approval of its plan
+      comment: /approve sha256:[digest]
+    ");
+}
+
 #[test]
 fn with_wavegate_api_token_set_each_call_carries_it() {
     use std::io::{Read as _, Write as _};
