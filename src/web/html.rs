@@ -549,6 +549,53 @@ mod tests {
     }
     use crate::web::view::{MemberView, OutputView, StageView};
 
+    fn queue_view() -> QueueView {
+        use crate::web::view::{JobView, LockView};
+        let job = |id, status| JobView {
+            id,
+            kind: "apply".into(),
+            status,
+            key: "github:acme/infra#6".into(),
+            attempts: 5,
+            max_attempts: 5,
+            run_after: crate::model::UnixMs::from_millis(0),
+            failed: true,
+        };
+        QueueView {
+            repo: RepoView::of(&crate::model::RepoId::new(
+                crate::model::ForgeKind::GitHub,
+                "acme/infra",
+            )),
+            locks: vec![LockView {
+                member: "app@dev".into(),
+                run: 1,
+                pr: 6,
+                since: crate::model::UnixMs::from_millis(0),
+                page: "/repos/github/acme/infra/pulls/6".into(),
+            }],
+            jobs: vec![job(12, "dead"), job(13, "queued")],
+        }
+    }
+
+    #[test]
+    fn the_queue_offers_its_actions_to_someone_logged_in_with_the_sessions_token() {
+        let view = queue_view();
+        let anyone = queue(&Nav::default(), &view).into_string();
+        assert!(!anyone.contains("<form"), "{anyone}");
+
+        let nav = Nav {
+            user: Some(("ada", "tok-123")),
+            can_log_in: true,
+        };
+        let page = queue(&nav, &view).into_string();
+        assert!(page.contains(r#"<form method="post" action="/repos/github/acme/infra/locks/app@dev/release"><input type="hidden" name="csrf" value="tok-123"><button type="submit">Release if stale</button></form>"#), "{page}");
+        assert!(
+            page.contains(r#"action="/repos/github/acme/infra/jobs/12/retry""#),
+            "{page}"
+        );
+        assert!(!page.contains("/jobs/13/retry"), "only a dead job: {page}");
+    }
+
     #[test]
     fn what_a_command_printed_or_a_person_wrote_is_shown_as_text_never_as_markup() {
         let hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>";
