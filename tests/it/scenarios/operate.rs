@@ -174,6 +174,15 @@ async fn an_admin_releases_a_stale_lock_and_the_run_queued_behind_it_goes_on() {
         "{}",
         seen.body
     );
+    let (status, error) = api_post(&bot, &ada, API_RELEASE, "").await;
+    assert_eq!(status, 403, "the API wants the token in X-Wavegate-Csrf");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("CSRF token does not match"),
+        "{error}"
+    );
     let queue = json(&mut ada, "/api/v1/repos/github/acme/infra/queue").await;
     assert_eq!(queue["locks"][0]["member"], "app@dev");
 
