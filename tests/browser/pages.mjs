@@ -44,6 +44,37 @@ async function untilText(locator, text) {
 }
 
 const steps = {
+  // A lock left behind by a crashed run: erin, who may read the
+  // repository, is refused when she releases it; ada, its admin, releases
+  // it and the queue page shows it gone.
+  async operate(page) {
+    const queue = `${base}/repos/github/acme/infra/queue`;
+    const release = page.getByRole('button', { name: 'Release if stale' });
+    await page.goto(queue);
+    await logIn(page, 'GitHub', 'erin');
+    expect(page.url() === queue, `to come back to the queue, not ${page.url()}`);
+    await release.click();
+    await page.waitForLoadState();
+    const refused = await page.locator('body').innerText();
+    expect(
+      refused.includes('erin may read github:acme/infra but not act on its locks and jobs'),
+      `a reader refused, not ${refused}`,
+    );
+
+    await page.goto(`${base}/repos`);
+    await page.getByRole('button', { name: 'Log out' }).click();
+    await page.waitForLoadState();
+    await page.goto(queue);
+    await logIn(page, 'GitHub', 'ada-admin');
+    expect((await page.locator('table').first().innerText()).includes('app@dev'), 'the lock listed');
+    await shot(page, 'queue-operator');
+    await release.click();
+    await page.waitForLoadState();
+    expect(page.url() === queue, `back at the queue, not ${page.url()}`);
+    const locks = await page.locator('h2:has-text("Members locked") + *').innerText();
+    expect(locks.includes('None.'), `no lock left, not ${locks}`);
+  },
+
   // An apply of app@dev is paused mid-command by the test: erin logs in,
   // opens the pull request, and sees what it printed so far in its running
   // command; the test lets it go on once told (`saw: paused`), and the

@@ -12,6 +12,7 @@ use crate::support::bot::*;
 use crate::support::login::*;
 use crate::support::pr::*;
 use std::path::{Path, PathBuf};
+use wavegate::gate::ledger::FactKind;
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
@@ -113,5 +114,30 @@ async fn in_a_browser_the_lines_of_a_slow_apply_appear_before_it_ends() {
     })
     .await;
     assert!(resumed, "the browser never saw the paused apply's line");
+    bot.settle().await;
+}
+
+#[tokio::test]
+async fn in_a_browser_an_admin_releases_a_stale_lock_and_a_reader_may_not() {
+    let bot = Bot::start_with(&LOGIN_ENV).await;
+    bot.register_login_clients();
+    let pr = approved_pr(&bot, 6).await;
+    bot.forge.set_permission(&pr.repo, "ada-admin", "admin");
+    bot.forge.set_permission(&pr.repo, "erin", "read");
+    pr.merge().await;
+    super::operate::leave_a_stale_lock(&bot, 6).await;
+    in_the_browser(&bot, "operate").await;
+    let facts = bot
+        .store()
+        .await
+        .repo_facts("github:acme/infra")
+        .await
+        .unwrap();
+    let released: Vec<&str> = facts
+        .iter()
+        .filter(|fact| fact.fact.kind == FactKind::LockReleased)
+        .map(|fact| fact.fact.actor.login.as_str())
+        .collect();
+    assert_eq!(released, ["ada-admin"], "one release, by the admin");
     bot.settle().await;
 }

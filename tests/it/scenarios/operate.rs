@@ -17,7 +17,7 @@ const API_RELEASE: &str = "/api/v1/repos/github/acme/infra/locks/app@dev/release
 /// What a server restored after a crash could hold: run `pr`'s lock of
 /// app@dev still taken, and the job that drove the run dead. Answers that
 /// job's id.
-async fn leave_a_stale_lock(bot: &Bot, pr: u64) -> i64 {
+pub(crate) async fn leave_a_stale_lock(bot: &Bot, pr: u64) -> i64 {
     use sqlx::Connection as _;
     let mut db = sqlx::SqliteConnection::connect(&bot.database_url())
         .await
@@ -29,9 +29,18 @@ async fn leave_a_stale_lock(bot: &Bot, pr: u64) -> i64 {
         .unwrap();
     sqlx::query(
         "INSERT INTO member_locks (forge, repo, member, run_id, acquired_at)
-         VALUES ('github', 'acme/infra', 'app@dev', $1, 0)",
+         VALUES ('github', 'acme/infra', 'app@dev', $1, $2)",
     )
     .bind(run)
+    .bind(
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    )
     .execute(&mut db)
     .await
     .unwrap();
