@@ -29,9 +29,54 @@ const PAGES: &[(&str, &str)] = &[
     ("deployment.md", include_str!("../../docs/deployment.md")),
     ("glossary.md", include_str!("../../docs/glossary.md")),
     ("operations.md", include_str!("../../docs/operations.md")),
+    ("pages.md", include_str!("../../docs/pages.md")),
     ("plan-files.md", include_str!("../../docs/plan-files.md")),
     ("terraform.md", include_str!("../../docs/terraform.md")),
 ];
+
+/// The screenshots the pages link (`images/…`), by file name.
+const IMAGES: &[(&str, &[u8])] = &[
+    (
+        "pages-ledger.png",
+        include_bytes!("../../docs/images/pages-ledger.png"),
+    ),
+    (
+        "pages-live.png",
+        include_bytes!("../../docs/images/pages-live.png"),
+    ),
+    (
+        "pages-login.png",
+        include_bytes!("../../docs/images/pages-login.png"),
+    ),
+    (
+        "pages-pull-request.png",
+        include_bytes!("../../docs/images/pages-pull-request.png"),
+    ),
+    (
+        "pages-pull-requests.png",
+        include_bytes!("../../docs/images/pages-pull-requests.png"),
+    ),
+    (
+        "pages-queue-operator.png",
+        include_bytes!("../../docs/images/pages-queue-operator.png"),
+    ),
+    (
+        "pages-server.png",
+        include_bytes!("../../docs/images/pages-server.png"),
+    ),
+];
+
+/// `/docs/images/<name>`: a screenshot a page links.
+pub(crate) async fn image(Path(name): Path<String>) -> Response {
+    match IMAGES.iter().find(|(image, _)| *image == name) {
+        Some((_, bytes)) => ([(header::CONTENT_TYPE, "image/png")], *bytes).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no image {name} in this build's docs\n"),
+        )
+            .into_response(),
+    }
+}
 
 pub(crate) async fn page(Path(name): Path<String>) -> Response {
     match PAGES.iter().find(|(page, _)| *page == name) {
@@ -122,6 +167,18 @@ mod tests {
                     "docs/{name} is not in PAGES"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_image_under_docs_is_served() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/images");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            assert!(
+                IMAGES.iter().any(|(image, _)| *image == name),
+                "docs/images/{name} is not in IMAGES"
+            );
         }
     }
 

@@ -62,6 +62,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/webhooks/github", post(github_webhook))
         .route("/webhooks/forgejo", post(forgejo_webhook))
         .route("/docs/{page}", get(docs::page))
+        .route("/docs/images/{image}", get(docs::image))
         .route("/setup", get(setup::page_handler))
         .route("/setup/callback", get(setup::callback))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
