@@ -473,9 +473,13 @@ fn api_token_command(command: ApiTokenCommand, vars: &ServerVars) -> ExitCode {
                 database,
             } => {
                 let name = name.trim();
-                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                {
                     return Ok(usage_error(
-                        "a token's name is one word (letters, digits, `-`), e.g. `dashboards`",
+                        "a token's name is one word of letters, digits, `-` and `_`, e.g. `dashboards`",
                     ));
                 }
                 let repos = match repos

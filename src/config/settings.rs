@@ -445,6 +445,9 @@ impl Settings {
         if self.github.is_some() && self.github_webhook_secrets.is_empty() {
             warnings.push("a GitHub App is configured but WAVEGATE_GITHUB_WEBHOOK_SECRET is not set: every GitHub delivery will be refused until it is set to the App's webhook secret".into());
         }
+        if self.login.any() && self.public_url.is_none() {
+            warnings.push("logging in to the pages is set up but WAVEGATE_PUBLIC_URL is not: the forge is sent back to http://<the request's Host> and the session cookie is not marked Secure; set WAVEGATE_PUBLIC_URL to the https address visitors use".into());
+        }
         if self.forgejo.is_some() && self.forgejo_webhook_secrets.is_empty() {
             warnings.push("Forgejo is configured but WAVEGATE_FORGEJO_WEBHOOK_SECRET is not set: every Forgejo delivery will be refused until it is set to the secret of the repository's webhook".into());
         }
@@ -596,6 +599,37 @@ mod tests {
         WAVEGATE_SOMETHING_ELSE_ENTIRELY is not a setting wavegate reads, so it is ignored; the settings are listed in docs/configuration.md
         Forgejo is configured but WAVEGATE_FORGEJO_WEBHOOK_SECRET is not set: every Forgejo delivery will be refused until it is set to the secret of the repository's webhook
         ");
+    }
+
+    #[test]
+    fn logins_need_both_halves_of_a_client_and_warn_without_a_public_url() {
+        let e = settings(&[("WAVEGATE_GITHUB_CLIENT_ID", "Iv1.x")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WAVEGATE_GITHUB_CLIENT_SECRET is not"), "{e}");
+        let e = settings(&[
+            ("WAVEGATE_FORGEJO_CLIENT_ID", "a"),
+            ("WAVEGATE_FORGEJO_CLIENT_SECRET", "b"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("WAVEGATE_FORGEJO_URL is not"), "{e}");
+        let e = settings(&[("WAVEGATE_OPERATOR_TEAMS", "platform, sre team")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`sre team` is not a team slug"), "{e}");
+        let login = [
+            ("WAVEGATE_GITHUB_CLIENT_ID", "Iv1.x"),
+            ("WAVEGATE_GITHUB_CLIENT_SECRET", "s"),
+            ("WAVEGATE_OPERATOR_TEAMS", "platform,sre"),
+        ];
+        let s = settings(&login).unwrap();
+        assert_eq!(s.login.operator_teams, ["platform", "sre"]);
+        let warned = s.start_warnings([]).join("\n");
+        assert!(warned.contains("WAVEGATE_PUBLIC_URL is not"), "{warned}");
+        let mut with_url = login.to_vec();
+        with_url.push(("WAVEGATE_PUBLIC_URL", "https://wavegate.example"));
+        assert!(settings(&with_url).unwrap().start_warnings([]).is_empty());
     }
 
     #[test]

@@ -203,7 +203,9 @@ pub(crate) async fn may_read(
             next,
             format!("log in with the forge to see {repo}'s pages"),
         )),
+        // Open pages show a logged-in visitor what they show anyone.
         Visitor::Anyone { .. } => Ok(()),
+        Visitor::User(_) if state.open => Ok(()),
         Visitor::UnknownToken => Err(unknown_token()),
         Visitor::Token(token) if token.may_read(repo) => Ok(()),
         Visitor::Token(token) => Err(Problem::Forbidden(format!(
@@ -259,7 +261,11 @@ pub(crate) async fn may_operate(
             "this form is not from your session (its CSRF token does not match); reload the page and try again".into(),
         ));
     }
-    match standing(state, session, repo).await? {
+    let standing = match standing(state, session, repo).await? {
+        Standing::Reader if in_an_operator_team(state, session, repo).await? => Standing::Operator,
+        standing => standing,
+    };
+    match standing {
         Standing::Operator => Ok(Operator {
             forge: session.forge,
             login: session.login.clone(),
@@ -278,13 +284,47 @@ pub(crate) async fn may_operate(
 
 fn not_yours(session: &SessionCookie, repo: &RepoId) -> Problem {
     Problem::Forbidden(format!(
-        "{} has no read access to {repo} on the forge, so its pages are not shown",
+        "{} has no read access to {repo} on the forge (or wavegate has heard nothing of it), so its pages are not shown",
         session.login
     ))
 }
 
-/// What the forge says `session`'s login may do in `repo` (asked at most
-/// once a minute).
+/// Whether `session`'s login is on one of the operator teams of `repo`'s
+/// owner (asked only when they act, which is rare).
+async fn in_an_operator_team(
+    state: &WebState,
+    session: &SessionCookie,
+    repo: &RepoId,
+) -> Result<bool, Problem> {
+    if state.login.operator_teams.is_empty() {
+        return Ok(false);
+    }
+    let asked = async {
+        let reference = state
+            .store
+            .repository(repo)
+            .await?
+            .with_context(|| format!("the store no longer knows {repo}"))?;
+        let client = state.forges.client(repo.forge)?;
+        for team in &state.login.operator_teams {
+            if client.in_team(&reference, team, &session.login).await? {
+                return anyhow::Ok(true);
+            }
+        }
+        anyhow::Ok(false)
+    };
+    asked.await.map_err(|error| {
+        tracing::warn!(error = ?error, login = %session.login, repo = %repo, "could not ask the forge for a visitor's teams");
+        Problem::Unavailable(format!(
+            "the forge could not be asked whether {} is on an operator team of {repo}; try again in a moment",
+            session.login
+        ))
+    })
+}
+
+/// What the forge says `session`'s login may do in `repo`, by their
+/// permission alone (one call, asked at most once a minute; a repository
+/// wavegate never heard of is no one's).
 async fn standing(
     state: &WebState,
     session: &SessionCookie,
@@ -309,23 +349,13 @@ async fn standing(
 }
 
 async fn ask_forge(state: &WebState, login: &str, repo: &RepoId) -> anyhow::Result<Standing> {
-    let reference = state
-        .store
-        .repository(repo)
-        .await?
-        .with_context(|| format!("the store no longer knows {repo}"))?;
-    let client = state.forges.client(repo.forge)?;
-    let permission = client.permission(&reference, login).await?;
-    if permission == Permission::Admin {
-        return Ok(Standing::Operator);
-    }
-    if permission == Permission::None {
+    let Some(reference) = state.store.repository(repo).await? else {
         return Ok(Standing::Outsider);
-    }
-    for team in &state.login.operator_teams {
-        if client.in_team(&reference, team, login).await? {
-            return Ok(Standing::Operator);
-        }
-    }
-    Ok(Standing::Reader)
+    };
+    let client = state.forges.client(repo.forge)?;
+    Ok(match client.permission(&reference, login).await? {
+        Permission::Admin => Standing::Operator,
+        Permission::None => Standing::Outsider,
+        _ => Standing::Reader,
+    })
 }

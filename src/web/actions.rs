@@ -8,7 +8,7 @@
 //! JSON. A refusal says why, in the page's words or as `{"error": …}`.
 
 use super::stale::{self, Holder};
-use super::{access, known_repo, ApiProblem, PageProblem, Problem, WebState};
+use super::{access, known, repo_at, ApiProblem, PageProblem, Problem, WebState};
 use crate::apply::apply_in_flight;
 use crate::gate::ledger::{Actor, FactData, FactDigest, FactKind, NewFact, Source};
 use crate::jobs::{queue_key, queue_key_prefix, Task};
@@ -68,8 +68,9 @@ async fn release(
     (path, member): (&RepoPath, &str),
     csrf: &str,
 ) -> Result<Released, Problem> {
-    let repo = known_repo(&state.store, path).await?;
+    let repo = repo_at(path)?;
     let operator = access::may_operate(state, visitor, &repo, csrf).await?;
+    let repo = known(&state.store, repo).await?;
     let store = &state.store;
     let no_lock = || Problem::NotFound(format!("no run holds a lock of {member} in {repo}"));
     let member: MemberId = member.parse().map_err(|_| no_lock())?;
@@ -146,8 +147,9 @@ async fn retry(
     (path, id): (&RepoPath, i64),
     csrf: &str,
 ) -> Result<Retried, Problem> {
-    let repo = known_repo(&state.store, path).await?;
+    let repo = repo_at(path)?;
     let operator = access::may_operate(state, visitor, &repo, csrf).await?;
+    let repo = known(&state.store, repo).await?;
     let store = &state.store;
     let id = JobId(id);
     let job = store

@@ -58,6 +58,7 @@ fn safe_next(next: Option<&str>) -> String {
     match next {
         Some(next)
             if next.starts_with('/')
+                && next.is_ascii()
                 && !next.starts_with("//")
                 && !next.contains('\\')
                 && !next.chars().any(char::is_control) =>
@@ -199,12 +200,16 @@ pub(crate) async fn callback(
     let (forge, client) = configured(&state, &forge)?;
     let again = "log in again from /login";
     if let Some(error) = answer.error {
+        // Only the standard code is shown: the rest of the address is
+        // anyone's to write, and this page is the server's.
+        tracing::info!(forge = forge.as_str(), error = %error, description = ?answer.error_description, "a login was refused by the forge");
+        let code = if error.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            error.as_str()
+        } else {
+            "an error"
+        };
         return Err(Problem::Forbidden(format!(
-            "the forge did not let you log in ({error}{}); {again}",
-            answer
-                .error_description
-                .map(|why| format!(": {why}"))
-                .unwrap_or_default()
+            "the forge did not let you log in ({code}); {again}"
         ))
         .into());
     }
@@ -365,6 +370,7 @@ mod tests {
             "/\\evil.example",
             "javascript:alert(1)",
             "/x\r\nSet-Cookie: a=b",
+            "/é",
         ] {
             assert_eq!(safe_next(Some(elsewhere)), "/repos", "{elsewhere:?}");
         }

@@ -366,18 +366,21 @@ async fn readable_repo(
     visitor: &Visitor,
     path: &(String, String, String),
 ) -> Result<RepoId, Problem> {
-    let repo = known_repo(&state.store, path).await?;
+    let repo = repo_at(path)?;
+    // Access first: whether wavegate knows a repository is told only to
+    // whoever may read it.
     access::may_read(state, visitor, &repo).await?;
-    Ok(repo)
+    known(&state.store, repo).await
 }
 
-/// `{forge}/{owner}/{name}` of a repository the store knows.
-async fn known_repo(
-    store: &Store,
-    (forge, owner, name): &(String, String, String),
-) -> Result<RepoId, Problem> {
+/// The repository `{forge}/{owner}/{name}` names, known or not.
+fn repo_at((forge, owner, name): &(String, String, String)) -> Result<RepoId, Problem> {
     let kind: ForgeKind = forge.parse().map_err(Problem::NotFound)?;
-    let repo = RepoId::new(kind, format!("{owner}/{name}"));
+    Ok(RepoId::new(kind, format!("{owner}/{name}")))
+}
+
+/// `repo`, if an event of it ever reached this server.
+async fn known(store: &Store, repo: RepoId) -> Result<RepoId, Problem> {
     if store.knows_repository(&repo).await? {
         Ok(repo)
     } else {
@@ -402,6 +405,9 @@ async fn known_repos(state: &WebState, visitor: &Visitor) -> Result<Vec<RepoView
         match access::may_read(state, visitor, &repo).await {
             Ok(()) => repos.push(repo),
             Err(Problem::Forbidden(_)) => {}
+            // One repository the forge could not answer for is left out
+            // (and logged), not the whole list.
+            Err(Problem::Unavailable(_)) => {}
             Err(problem) => return Err(problem),
         }
     }

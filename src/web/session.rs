@@ -55,18 +55,22 @@ pub(crate) struct LoginCookie {
     pub(crate) expires: UnixMs,
 }
 
-/// What a cookie carries that can expire.
+/// What a cookie carries: it expires, and its name is signed with it (so
+/// one kind of cookie never opens as another).
 pub(crate) trait Expiring {
+    const NAME: &'static str;
     fn expires(&self) -> UnixMs;
 }
 
 impl Expiring for SessionCookie {
+    const NAME: &'static str = SESSION_COOKIE;
     fn expires(&self) -> UnixMs {
         self.expires
     }
 }
 
 impl Expiring for LoginCookie {
+    const NAME: &'static str = LOGIN_COOKIE;
     fn expires(&self) -> UnixMs {
         self.expires
     }
@@ -77,18 +81,20 @@ impl CookieKey {
         Self(secret)
     }
 
-    fn mac(&self, payload: &str) -> Hmac<Sha256> {
+    fn mac(&self, name: &str, payload: &str) -> Hmac<Sha256> {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+        mac.update(name.as_bytes());
+        mac.update(b"=");
         mac.update(payload.as_bytes());
         mac
     }
 
     /// `value` as a cookie's value.
-    pub(crate) fn seal<T: Serialize>(&self, value: &T) -> String {
+    pub(crate) fn seal<T: Serialize + Expiring>(&self, value: &T) -> String {
         let json = serde_json::to_vec(value).expect("a cookie serialises to JSON");
         let payload = URL_SAFE_NO_PAD.encode(json);
-        let tag = URL_SAFE_NO_PAD.encode(self.mac(&payload).finalize().into_bytes());
+        let tag = URL_SAFE_NO_PAD.encode(self.mac(T::NAME, &payload).finalize().into_bytes());
         format!("{payload}.{tag}")
     }
 
@@ -101,7 +107,7 @@ impl CookieKey {
     ) -> Option<T> {
         let (payload, tag) = sealed.split_once('.')?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        self.mac(payload).verify_slice(&tag).ok()?;
+        self.mac(T::NAME, payload).verify_slice(&tag).ok()?;
         let value: T = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
         (value.expires() > now).then_some(value)
     }

@@ -80,6 +80,18 @@ async fn a_reader_logs_in_with_github_and_sees_the_pull_request_an_outsider_cann
     let repos: Value = serde_json::from_str(&sam.get("/api/v1/repos").await.body).unwrap();
     assert_eq!(repos, serde_json::json!([]));
 
+    // Whether wavegate knows a repository is not told to him either.
+    let unknown = sam.get("/repos/github/acme/secret-plans/pulls/1").await;
+    assert_eq!(unknown.status, 403, "{}", unknown.body);
+    assert_eq!(
+        Visitor::new(&bot)
+            .get("/repos/github/acme/secret-plans")
+            .await
+            .status,
+        303,
+        "nobody is sent to log in, known or not"
+    );
+
     // A Forgejo login is no one on GitHub, whatever its name.
     let mut erin_on_forgejo = Visitor::logged_in(&bot, ForgeKind::Forgejo, "erin").await;
     assert_eq!(erin_on_forgejo.get(PAGE).await.status, 403);
@@ -163,6 +175,10 @@ async fn with_the_pages_open_anyone_reads_and_a_login_still_works() {
     assert!(page.body.contains(r#"href="/login""#), "{}", page.body);
     let mut carol = Visitor::logged_in(&bot, ForgeKind::GitHub, "rev-carol").await;
     assert!(carol.get(PAGE).await.body.contains("Logged in as"));
+    // Open pages show a visitor who logged in with the other forge what
+    // they show anyone.
+    let mut stranger = Visitor::logged_in(&bot, ForgeKind::Forgejo, "stranger-sam").await;
+    assert_eq!(stranger.get(PAGE).await.status, 200);
 }
 
 /// `wavegate api-token …` on the bot's database.
