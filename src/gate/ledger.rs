@@ -115,6 +115,18 @@ pub enum FactKind {
 }
 
 impl FactKind {
+    /// Every kind, in the order they came to be.
+    pub(crate) const ALL: [FactKind; 8] = [
+        FactKind::Pending,
+        FactKind::Approved,
+        FactKind::Refused,
+        FactKind::Revoked,
+        FactKind::Spent,
+        FactKind::Hook,
+        FactKind::LockReleased,
+        FactKind::JobRetried,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             FactKind::Pending => "pending",
@@ -129,18 +141,7 @@ impl FactKind {
     }
 
     pub(crate) fn parse(text: &str) -> Option<Self> {
-        [
-            FactKind::Pending,
-            FactKind::Approved,
-            FactKind::Refused,
-            FactKind::Revoked,
-            FactKind::Spent,
-            FactKind::Hook,
-            FactKind::LockReleased,
-            FactKind::JobRetried,
-        ]
-        .into_iter()
-        .find(|kind| kind.as_str() == text)
+        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
 }
 
@@ -785,16 +786,7 @@ mod tests {
     /// form: the two are one text, and it reads back.
     #[test]
     fn every_kind_is_stored_and_hashed_as_the_same_text() {
-        for kind in [
-            FactKind::Pending,
-            FactKind::Approved,
-            FactKind::Refused,
-            FactKind::Revoked,
-            FactKind::Spent,
-            FactKind::Hook,
-            FactKind::LockReleased,
-            FactKind::JobRetried,
-        ] {
+        for kind in FactKind::ALL {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
             assert_eq!(FactKind::parse(&kind.to_string()), Some(kind));
         }
