@@ -260,3 +260,47 @@ async fn an_admin_releases_a_stale_lock_and_the_run_queued_behind_it_goes_on() {
     assert_eq!(ledger["facts"][0]["kind"], "job_retried", "{ledger:#}");
     assert_eq!(ledger["verified"], true);
 }
+
+#[tokio::test]
+async fn a_member_of_an_operator_team_releases_a_stale_lock_and_a_writer_outside_it_may_not() {
+    let mut env = LOGIN_ENV.to_vec();
+    env.push(("WAVEGATE_OPERATOR_TEAMS", "platform"));
+    let bot = Bot::start_with(&env).await;
+    bot.register_login_clients();
+    let pr = approved_pr(&bot, 6).await;
+    bot.forge.set_permission(&pr.repo, "tina", "write");
+    bot.forge.set_permission(&pr.repo, "wes", "write");
+    bot.forge.add_team_member("acme", "platform", "tina");
+    pr.merge().await;
+    leave_a_stale_lock(&bot, 6).await;
+
+    // wes may write to the repository, but only admins and the team act.
+    let mut wes = Visitor::logged_in(&bot, ForgeKind::GitHub, "wes").await;
+    let csrf = wes.csrf();
+    let seen = wes.post_form(RELEASE, &[("csrf", &csrf)]).await;
+    assert_eq!(seen.status, 403);
+    assert!(
+        seen.body.contains(
+            "wes may read github:acme/infra but not act on its locks and jobs: that takes admin on the repository or membership of the team platform"
+        ),
+        "{}",
+        seen.body
+    );
+
+    // tina is on the platform team: the lock goes, recorded as hers.
+    let mut tina = Visitor::logged_in(&bot, ForgeKind::GitHub, "tina").await;
+    let csrf = tina.csrf();
+    let seen = tina.post_form(RELEASE, &[("csrf", &csrf)]).await;
+    assert_eq!(seen.status, 303, "{}", seen.body);
+    bot.settle().await;
+    let ledger = json(&mut tina, "/api/v1/repos/github/acme/infra/ledger").await;
+    let released: Vec<&Value> = ledger["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|fact| fact["kind"] == "lock_released")
+        .collect();
+    assert_eq!(released.len(), 1, "{ledger:#}");
+    assert_eq!(released[0]["by"], "tina");
+    bot.assert_ledger_verifies();
+}
