@@ -137,9 +137,10 @@ const steps = {
 
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  // Chromium's own sandbox needs user namespaces it may not have as root in
-  // a container; the pages it loads are this test's own.
-  args: ['--no-sandbox', '--disable-gpu'],
+  // Chromium's own sandbox stays on, as a user's browser runs it (the test
+  // starts this script as an unprivileged user when it runs as root).
+  chromiumSandbox: true,
+  args: ['--disable-gpu'],
 });
 let failed = false;
 try {

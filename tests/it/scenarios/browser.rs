@@ -45,7 +45,20 @@ async fn in_the_browser_telling(bot: &Bot, step: &str, mut told: impl FnMut(&str
         "playwright-core is not installed in {}: run `npm ci --prefix tests/browser` (scripts/test.sh does)",
         dir.display()
     );
-    let mut command = tokio::process::Command::new("node");
+    // Chromium sandboxes its pages only for an unprivileged user (as root it
+    // would have to run without), so as root the browser runs as `nobody`.
+    let home = tempfile::tempdir().unwrap();
+    let mut command = if rustix::process::geteuid().is_root() {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut command = tokio::process::Command::new("runuser");
+        command.args(["-u", "nobody", "--", "env"]);
+        command.arg(format!("HOME={}", home.path().display()));
+        command.arg("node");
+        command
+    } else {
+        tokio::process::Command::new("node")
+    };
     command
         .arg(dir.join("pages.mjs"))
         .arg(step)
