@@ -12,22 +12,9 @@ use std::time::Duration;
 
 const COMMANDS: &str = "/api/v1/repos/github/acme/infra/pulls/1/commands";
 
-async fn get(bot: &Bot, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
-    let answer = bot.http.get(bot.url(path)).send().await.unwrap();
-    let status = answer.status().as_u16();
-    let headers = answer.headers().clone();
-    (status, answer.text().await.unwrap(), headers)
-}
-
-async fn json(bot: &Bot, path: &str) -> Value {
-    let (status, body, _) = get(bot, path).await;
-    assert_eq!(status, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
-
 /// The pull request's newest command of `kind` whose label names `member`.
 async fn command(bot: &Bot, kind: &str, member: &str) -> Option<Value> {
-    let list = json(bot, COMMANDS).await;
+    let list = bot.get_json(COMMANDS).await;
     list["commands"]
         .as_array()
         .unwrap()
@@ -143,10 +130,10 @@ async fn a_watcher_sees_an_applys_lines_while_it_runs_and_the_page_keeps_them_af
     let api = apply["api"].as_str().unwrap().to_owned();
     let mut watcher = Watcher::open(&bot, &live).await;
     watcher.until_line("paused before applying").await;
-    assert_eq!(json(&bot, &api).await["state"], "running");
+    assert_eq!(bot.get_json(&api).await["state"], "running");
 
     // The page shows what was kept so far, and streams the rest in.
-    let (status, page, headers) = get(&bot, "/repos/github/acme/infra/pulls/1").await;
+    let (status, page, headers) = bot.get_page("/repos/github/acme/infra/pulls/1").await;
     assert_eq!(status, 200);
     assert!(
         page.contains(&format!("data-live=\"{live}\"")),
@@ -158,7 +145,7 @@ async fn a_watcher_sees_an_applys_lines_while_it_runs_and_the_page_keeps_them_af
         policy.contains("script-src 'self'") && policy.contains("connect-src 'self'"),
         "{policy}"
     );
-    let (status, script, headers) = get(&bot, "/assets/live.js").await;
+    let (status, script, headers) = bot.get_page("/assets/live.js").await;
     assert_eq!(status, 200);
     assert_eq!(headers["content-type"], "text/javascript; charset=utf-8");
     assert!(script.contains("new EventSource"), "{script}");
@@ -183,14 +170,14 @@ async fn a_watcher_sees_an_applys_lines_while_it_runs_and_the_page_keeps_them_af
     // Kept afterwards: the same lines, as JSON and on the page.
     let kept = bot
         .until("the end is kept", || async {
-            let kept = json(&bot, &api).await;
+            let kept = bot.get_json(&api).await;
             (kept["state"] == "ended").then_some(kept)
         })
         .await;
     let output = kept["output"].as_str().unwrap();
     assert_eq!(output.lines().collect::<Vec<_>>(), watcher.lines);
     assert_eq!(kept["succeeded"], true);
-    let (_, page, _) = get(&bot, "/repos/github/acme/infra/pulls/1").await;
+    let (_, page, _) = bot.get_page("/repos/github/acme/infra/pulls/1").await;
     assert!(page.contains("[apply] app@dev"), "{page}");
     assert!(page.contains("going on"), "{page}");
     assert!(!page.contains(&format!("data-live=\"{live}\"")), "{page}");
@@ -221,7 +208,7 @@ async fn a_secret_a_command_prints_is_redacted_live_and_kept() {
         (&"ended".into(), &"exited:1".into(), &false.into()),
         "{plan:#}"
     );
-    let kept = json(&bot, plan["api"].as_str().unwrap()).await;
+    let kept = bot.get_json(plan["api"].as_str().unwrap()).await;
     let output = kept["output"].as_str().unwrap();
     assert!(!output.contains(secret), "{output}");
     insta::assert_snapshot!(output.lines().last().unwrap(), @"cannot log in: password=[redacted]");
@@ -229,7 +216,7 @@ async fn a_secret_a_command_prints_is_redacted_live_and_kept() {
     let mut watcher = Watcher::open(&bot, plan["live"].as_str().unwrap()).await;
     watcher.until_end().await;
     assert_eq!(watcher.lines, output.lines().collect::<Vec<_>>());
-    let (_, page, _) = get(&bot, "/repos/github/acme/infra/pulls/1").await;
+    let (_, page, _) = bot.get_page("/repos/github/acme/infra/pulls/1").await;
     assert!(!page.contains(secret));
     assert!(page.contains("password=[redacted]"), "{page}");
 }
@@ -247,7 +234,7 @@ async fn a_command_of_another_pull_request_or_none_at_all_is_not_found() {
         format!("/repos/github/acme/infra/pulls/2/commands/{id}/live"),
         "/api/v1/repos/github/acme/infra/pulls/1/commands/999999".to_owned(),
     ] {
-        let (status, body, _) = get(&bot, &path).await;
+        let (status, body, _) = bot.get_page(&path).await;
         assert_eq!(status, 404, "{path}: {body}");
     }
 }
@@ -269,7 +256,7 @@ async fn a_watcher_on_the_replica_not_running_the_command_follows_it_through_the
     let mut watcher = Watcher::open_on(&bot, other, apply["live"].as_str().unwrap()).await;
     watcher.until_line("paused before applying").await;
     assert_eq!(
-        json(&bot, apply["api"].as_str().unwrap()).await["state"],
+        bot.get_json(apply["api"].as_str().unwrap()).await["state"],
         "running",
         "the line came before the end"
     );
@@ -282,7 +269,7 @@ async fn a_watcher_on_the_replica_not_running_the_command_follows_it_through_the
         "{:#?}",
         watcher.lines
     );
-    let kept = json(&bot, apply["api"].as_str().unwrap()).await;
+    let kept = bot.get_json(apply["api"].as_str().unwrap()).await;
     assert_eq!(
         kept["output"].as_str().unwrap().lines().collect::<Vec<_>>(),
         watcher.lines

@@ -8,19 +8,6 @@ use crate::support::bot::*;
 use crate::support::pr::*;
 use serde_json::Value;
 
-async fn get(bot: &Bot, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
-    let answer = bot.http.get(bot.url(path)).send().await.unwrap();
-    let status = answer.status().as_u16();
-    let headers = answer.headers().clone();
-    (status, answer.text().await.unwrap(), headers)
-}
-
-async fn json(bot: &Bot, path: &str) -> Value {
-    let (status, body, _) = get(bot, path).await;
-    assert_eq!(status, 200, "{path}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
-
 fn numbers(list: &Value) -> Vec<u64> {
     list["pulls"]
         .as_array()
@@ -40,7 +27,7 @@ async fn the_pages_are_closed_unless_the_operator_opens_them() {
         "/repos/github/acme/infra/pulls/1",
         "/api/v1/repos/github/acme/infra/pulls",
     ] {
-        let (status, body, _) = get(&bot, path).await;
+        let (status, body, _) = bot.get_page(path).await;
         assert_eq!(status, 404, "{path}");
         assert!(body.contains("WAVEGATE_PUBLIC_PAGES=on"), "{path}: {body}");
     }
@@ -81,7 +68,7 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     );
 
     // The server says what it runs and how.
-    let server = json(&bot, "/api/v1/server").await;
+    let server = bot.get_json("/api/v1/server").await;
     assert_eq!(server["version"], env!("CARGO_PKG_VERSION"));
     let sandbox = server["sandbox"].as_str().unwrap();
     assert!(sandbox.starts_with("bubblewrap"), "{server:#}");
@@ -93,27 +80,27 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
             .starts_with("GitHub App, API at http"),
         "{server:#}"
     );
-    let (status, page, _) = get(&bot, "/server").await;
+    let (status, page, _) = bot.get_page("/server").await;
     assert_eq!(status, 200);
     assert!(page.contains("Execution profiles"), "{page}");
 
-    let repos = json(&bot, "/api/v1/repos").await;
+    let repos = bot.get_json("/api/v1/repos").await;
     assert_eq!(repos[0]["forge"], "github");
     assert_eq!(repos[0]["name"], "acme/infra");
 
     // #1's run applied dev and waits at prod's gate; #2 awaits its approval.
     let pulls = "/api/v1/repos/github/acme/infra/pulls";
-    assert_eq!(numbers(&json(&bot, pulls).await), [2, 1]);
+    assert_eq!(numbers(&bot.get_json(pulls).await), [2, 1]);
     assert_eq!(
-        numbers(&json(&bot, &format!("{pulls}?state=waiting")).await),
+        numbers(&bot.get_json(&format!("{pulls}?state=waiting")).await),
         [2, 1]
     );
-    assert!(numbers(&json(&bot, &format!("{pulls}?state=done")).await).is_empty());
+    assert!(numbers(&bot.get_json(&format!("{pulls}?state=done")).await).is_empty());
     assert_eq!(
-        numbers(&json(&bot, &format!("{pulls}?before=2")).await),
+        numbers(&bot.get_json(&format!("{pulls}?before=2")).await),
         [1]
     );
-    let (status, body, _) = get(&bot, &format!("{pulls}?state=stuck")).await;
+    let (status, body, _) = bot.get_page(&format!("{pulls}?state=stuck")).await;
     assert_eq!(status, 400);
     assert!(
         body.contains("`stuck` is not a state to list; use waiting, applying, failed or done"),
@@ -129,7 +116,7 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
         ("?page=2", "unknown field `page`"),
         ("?before=newest", "before"),
     ] {
-        let (status, body, _) = get(&bot, &format!("{pulls}{query}")).await;
+        let (status, body, _) = bot.get_page(&format!("{pulls}{query}")).await;
         assert_eq!(status, 400, "{query}: {body}");
         let error: Value =
             serde_json::from_str(&body).unwrap_or_else(|_| panic!("{query}: {body}"));
@@ -139,7 +126,7 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
         );
     }
 
-    let pull = json(&bot, &format!("{pulls}/1")).await;
+    let pull = bot.get_json(&format!("{pulls}/1")).await;
     assert_eq!(pull["state"], "waiting");
     let run = &pull["run"];
     assert_eq!(run["status"], "waiting");
@@ -169,7 +156,7 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     assert_eq!(approval["counts"], true);
 
     // The page says the same, and may run no script.
-    let (status, page, headers) = get(&bot, "/repos/github/acme/infra/pulls/1").await;
+    let (status, page, headers) = bot.get_page("/repos/github/acme/infra/pulls/1").await;
     assert_eq!(status, 200);
     for shown in [
         "Apply run",
@@ -182,20 +169,22 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     }
     let policy = headers["content-security-policy"].to_str().unwrap();
     assert!(policy.starts_with("default-src 'none';"), "{policy}");
-    let (status, list, _) = get(&bot, "/repos/github/acme/infra?state=waiting").await;
+    let (status, list, _) = bot.get_page("/repos/github/acme/infra?state=waiting").await;
     assert_eq!(status, 200);
     assert!(
         list.contains("href=\"/repos/github/acme/infra/pulls/2\""),
         "{list}"
     );
 
-    let (status, body, _) = get(&bot, "/repos/github/acme/elsewhere").await;
+    let (status, body, _) = bot.get_page("/repos/github/acme/elsewhere").await;
     assert_eq!(status, 404);
     assert!(
         body.contains("wavegate knows no repository github:acme/elsewhere"),
         "{body}"
     );
-    let (status, body, _) = get(&bot, "/api/v1/repos/github/acme/infra/pulls/9").await;
+    let (status, body, _) = bot
+        .get_page("/api/v1/repos/github/acme/infra/pulls/9")
+        .await;
     assert_eq!(status, 404);
     assert!(body.contains("no pull request #9"), "{body}");
 
@@ -207,7 +196,9 @@ async fn merge_then_the_pages_show_the_run_waiting_at_prod_and_who_approved() {
     );
     // Its change is #1's, merged already (both repositories are the same
     // estate): nothing to plan, and nobody is waited for.
-    let pull = json(&bot, "/api/v1/repos/forgejo/acme/infra/pulls/3").await;
+    let pull = bot
+        .get_json("/api/v1/repos/forgejo/acme/infra/pulls/3")
+        .await;
     assert_eq!(pull["report_status"], "empty");
     assert_eq!(pull["state"], Value::Null);
 }
@@ -219,7 +210,7 @@ async fn the_ledger_page_verifies_the_chain_and_says_when_a_fact_was_forged() {
 
     // The repository's ledger verifies, signed with the server's key, and
     // lists its facts newest first.
-    let ledger = json(&bot, "/api/v1/repos/github/acme/infra/ledger").await;
+    let ledger = bot.get_json("/api/v1/repos/github/acme/infra/ledger").await;
     assert_eq!(ledger["verified"], true, "{ledger:#}");
     assert!(
         ledger["key"].as_str().unwrap().starts_with("ed25519:"),
@@ -249,7 +240,7 @@ async fn the_ledger_page_verifies_the_chain_and_says_when_a_fact_was_forged() {
         "mallory",
     )
     .await;
-    let ledger = json(&bot, "/api/v1/repos/github/acme/infra/ledger").await;
+    let ledger = bot.get_json("/api/v1/repos/github/acme/infra/ledger").await;
     assert_eq!(ledger["verified"], false, "{ledger:#}");
     let verification = ledger["verification"].as_str().unwrap();
     assert!(
@@ -258,7 +249,7 @@ async fn the_ledger_page_verifies_the_chain_and_says_when_a_fact_was_forged() {
     );
     assert_eq!(ledger["facts"][0]["by"], "mallory");
     assert_eq!(ledger["facts"][0]["counts"], false);
-    let (status, page, _) = get(&bot, "/repos/github/acme/infra/ledger").await;
+    let (status, page, _) = bot.get_page("/repos/github/acme/infra/ledger").await;
     assert_eq!(status, 200);
     assert!(page.contains("Does not verify"), "{page}");
 }
@@ -271,7 +262,7 @@ async fn while_a_run_applies_the_queue_page_shows_the_member_it_holds() {
     pr.merge_unsettled().await;
     bot.until_apply_paused("dev", "app").await;
 
-    let queue = json(&bot, "/api/v1/repos/github/acme/infra/queue").await;
+    let queue = bot.get_json("/api/v1/repos/github/acme/infra/queue").await;
     let locks = queue["locks"].as_array().unwrap();
     assert!(
         locks
@@ -283,15 +274,17 @@ async fn while_a_run_applies_the_queue_page_shows_the_member_it_holds() {
         locks[0]["page"], "/repos/github/acme/infra/pulls/1",
         "{queue:#}"
     );
-    let pulls = json(&bot, "/api/v1/repos/github/acme/infra/pulls?state=applying").await;
+    let pulls = bot
+        .get_json("/api/v1/repos/github/acme/infra/pulls?state=applying")
+        .await;
     assert_eq!(numbers(&pulls), [1]);
-    let (status, page, _) = get(&bot, "/repos/github/acme/infra/queue").await;
+    let (status, page, _) = bot.get_page("/repos/github/acme/infra/queue").await;
     assert_eq!(status, 200);
     assert!(page.contains("app@dev") && page.contains("run "), "{page}");
 
     bot.resume_apply("dev", "app");
     bot.settle().await;
-    let queue = json(&bot, "/api/v1/repos/github/acme/infra/queue").await;
+    let queue = bot.get_json("/api/v1/repos/github/acme/infra/queue").await;
     assert_eq!(
         queue["locks"],
         serde_json::json!([]),

@@ -190,6 +190,21 @@ impl Bot {
         bot
     }
 
+    /// GET `path` of the server, as anyone: status, body and headers.
+    pub async fn get_page(&self, path: &str) -> (u16, String, reqwest::header::HeaderMap) {
+        let answer = self.http.get(self.url(path)).send().await.unwrap();
+        let status = answer.status().as_u16();
+        let headers = answer.headers().clone();
+        (status, answer.text().await.unwrap(), headers)
+    }
+
+    /// GET `path` of the server's JSON API, as anyone; it must answer 200.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let (status, body, _) = self.get_page(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
