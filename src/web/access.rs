@@ -14,6 +14,7 @@
 //! Handlers ask here and get a typed answer: `may_read` admits or refuses,
 //! `may_operate` returns the [`Operator`] an action is recorded as.
 
+use super::recent::Recent;
 use super::session::{self, SessionCookie, SESSION_COOKIE};
 use super::{Problem, WebState};
 use crate::forge::types::Permission;
@@ -22,9 +23,7 @@ use crate::store::ApiToken;
 use anyhow::Context as _;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long what the forge said of a visitor's access is believed.
 pub(crate) const STANDING_TTL: Duration = Duration::from_secs(60);
@@ -68,29 +67,11 @@ pub(crate) enum Standing {
 type Whose = (ForgeKind, String, RepoId);
 
 /// What the forges said of whom, lately.
-#[derive(Debug, Default)]
-pub(crate) struct StandingCache {
-    known: Mutex<HashMap<Whose, (Instant, Standing)>>,
-}
+pub(crate) type StandingCache = Recent<Whose, Standing>;
 
-impl StandingCache {
-    fn get(&self, key: &Whose) -> Option<Standing> {
-        let known = self.known.lock().expect("standing cache lock");
-        known
-            .get(key)
-            .filter(|(at, _)| at.elapsed() < STANDING_TTL)
-            .map(|(_, standing)| *standing)
-    }
-
-    fn put(&self, key: Whose, standing: Standing) {
-        let mut known = self.known.lock().expect("standing cache lock");
-        if known.len() >= CACHE_LIMIT {
-            known.retain(|_, (at, _)| at.elapsed() < STANDING_TTL);
-            if known.len() >= CACHE_LIMIT {
-                known.clear();
-            }
-        }
-        known.insert(key, (Instant::now(), standing));
+impl Default for StandingCache {
+    fn default() -> Self {
+        Recent::new(STANDING_TTL, CACHE_LIMIT)
     }
 }
 

@@ -17,6 +17,7 @@ mod actions;
 mod html;
 mod live;
 mod login;
+mod recent;
 mod session;
 mod stale;
 mod view;
@@ -37,8 +38,8 @@ use axum::middleware;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use recent::Recent;
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::sync::Arc;
 pub(crate) use view::ServerView;
 use view::{LedgerView, PullView, PullsView, QueueView, RepoView};
@@ -51,38 +52,30 @@ const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(300);
 /// The last verification of each repository's ledger and the head it was
 /// made at: a chain of thousands of signed facts is checked again only
 /// when a fact is appended, or after [`VERIFIED_FOR`].
-#[derive(Debug, Default)]
-pub(crate) struct Verifications {
-    known: std::sync::Mutex<HashMap<String, Verification>>,
+#[derive(Debug)]
+pub(crate) struct Verifications(Recent<String, (Option<ledger::LedgerHead>, Verification)>);
+
+type Verification = Result<ledger::Verified, ledger::BrokenLink>;
+
+/// Repositories whose verification is kept at most.
+const VERIFIED_LIMIT: usize = 10_000;
+
+impl Default for Verifications {
+    fn default() -> Self {
+        Self(Recent::new(VERIFIED_FOR, VERIFIED_LIMIT))
+    }
 }
 
-type Verification = (
-    Option<ledger::LedgerHead>,
-    std::time::Instant,
-    Result<ledger::Verified, ledger::BrokenLink>,
-);
-
 impl Verifications {
-    fn get(
-        &self,
-        repo: &str,
-        head: Option<&ledger::LedgerHead>,
-    ) -> Option<Result<ledger::Verified, ledger::BrokenLink>> {
-        let known = self.known.lock().expect("verifications lock");
-        known
-            .get(repo)
-            .filter(|(at_head, at, _)| at_head.as_ref() == head && at.elapsed() < VERIFIED_FOR)
-            .map(|(_, _, verified)| verified.clone())
+    fn get(&self, repo: &str, head: Option<&ledger::LedgerHead>) -> Option<Verification> {
+        self.0
+            .get(&repo.to_owned())
+            .filter(|(at_head, _)| at_head.as_ref() == head)
+            .map(|(_, verified)| verified)
     }
 
-    fn put(
-        &self,
-        repo: String,
-        head: Option<ledger::LedgerHead>,
-        verified: Result<ledger::Verified, ledger::BrokenLink>,
-    ) {
-        let mut known = self.known.lock().expect("verifications lock");
-        known.insert(repo, (head, std::time::Instant::now(), verified));
+    fn put(&self, repo: String, head: Option<ledger::LedgerHead>, verified: Verification) {
+        self.0.put(repo, (head, verified));
     }
 }
 
