@@ -1,16 +1,16 @@
 //! The forge operations the worker needs, one enum over the GitHub and
 //! Forgejo clients: the report comment found again by its marker, the plan
-//! check (check run or commit status), pull requests, permissions, reactions
-//! and the header `git fetch` authenticates with.
+//! check (check run or commit status), pull requests, issues, permissions,
+//! reactions and the header `git fetch` authenticates with.
 
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
 use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
-use super::types::{CheckReport, Comment, Permission, Reaction};
+use super::types::{CheckReport, Comment, IssueEdit, Permission, Reaction, ISSUE_BODY_LIMIT};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, PrNumber, UnixMs};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use base64::Engine;
 use std::sync::Arc;
 
@@ -52,7 +52,38 @@ impl ForgeClient {
         self.reply(repo, pr, body).await
     }
 
-    /// A new comment on the pull request; returns its id.
+    /// Opens an issue; answers its number (issues and pull requests share
+    /// one sequence on both forges). A body over [`ISSUE_BODY_LIMIT`]
+    /// characters is refused unsent.
+    pub async fn open_issue(&self, repo: &RepoRef, title: &str, body: &str) -> Result<PrNumber> {
+        within_issue_limit(body)?;
+        match self {
+            ForgeClient::GitHub(c) => c.open_issue(repo, title, body).await,
+            ForgeClient::Forgejo(c) => c.open_issue(repo, title, body).await,
+        }
+    }
+
+    /// Changes an issue's title, body and/or state (each only when given).
+    /// A body over [`ISSUE_BODY_LIMIT`] characters is refused unsent.
+    pub async fn edit_issue(
+        &self,
+        repo: &RepoRef,
+        number: PrNumber,
+        edit: &IssueEdit<'_>,
+    ) -> Result<()> {
+        if edit.is_empty() {
+            return Ok(());
+        }
+        if let Some(body) = edit.body {
+            within_issue_limit(body)?;
+        }
+        match self {
+            ForgeClient::GitHub(c) => c.edit_issue(repo, number, edit).await,
+            ForgeClient::Forgejo(c) => c.edit_issue(repo, number, edit).await,
+        }
+    }
+
+    /// A new comment on the pull request (or issue); returns its id.
     pub async fn reply(&self, repo: &RepoRef, pr: PrNumber, body: &str) -> Result<u64> {
         match self {
             ForgeClient::GitHub(c) => c.create_comment(repo, pr, body).await,
@@ -231,6 +262,16 @@ impl ForgeClient {
             }
         }
     }
+}
+
+fn within_issue_limit(body: &str) -> Result<()> {
+    let length = body.chars().count();
+    if length > ISSUE_BODY_LIMIT {
+        bail!(
+            "an issue body of {length} characters is longer than the {ISSUE_BODY_LIMIT} GitHub takes; it was not sent"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

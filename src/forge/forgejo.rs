@@ -5,10 +5,10 @@
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::types::{
-    since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
+    since_param, unix_ms, CheckReport, CheckState, Comment, IssueEdit, Permission, Reaction,
     STATUS_DESCRIPTION_LIMIT,
 };
-use super::wire::{WirePull, WireRepository};
+use super::wire::{WireIssue, WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, ForgeKind, PrNumber, UnixMs, User};
@@ -250,6 +250,36 @@ impl ForgejoClient {
             .await?
             .success(&call)?;
         Ok(reply.json::<WireComment>(&call)?.id)
+    }
+
+    pub(crate) async fn open_issue(
+        &self,
+        repo: &RepoRef,
+        title: &str,
+        body: &str,
+    ) -> Result<PrNumber> {
+        let route = format!("/repos/{}/issues", repo.id.full_name);
+        let call = format!("POST /api/v1{route}");
+        let fields = json!({ "title": title, "body": body });
+        let reply = self
+            .call(Method::POST, &route, Some(&fields))
+            .await?
+            .success(&call)?;
+        Ok(PrNumber(reply.json::<WireIssue>(&call)?.number))
+    }
+
+    pub(crate) async fn edit_issue(
+        &self,
+        repo: &RepoRef,
+        number: PrNumber,
+        edit: &IssueEdit<'_>,
+    ) -> Result<()> {
+        let route = format!("/repos/{}/issues/{}", repo.id.full_name, number.0);
+        let call = format!("PATCH /api/v1{route}");
+        self.call(Method::PATCH, &route, Some(&edit.fields()))
+            .await?
+            .success(&call)?;
+        Ok(())
     }
 
     /// Edits a comment; `Ok(false)` when it is gone.

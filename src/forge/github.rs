@@ -10,10 +10,10 @@
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::types::{
-    since_param, unix_ms, CheckReport, CheckState, Comment, Permission, Reaction,
+    since_param, unix_ms, CheckReport, CheckState, Comment, IssueEdit, Permission, Reaction,
     CHECK_SUMMARY_LIMIT,
 };
-use super::wire::{WirePull, WireRepository};
+use super::wire::{WireIssue, WirePull, WireRepository};
 use super::{PrState, PullRequest, RepoRef};
 use crate::config::settings::Secret;
 use crate::model::{CommitSha, ForgeKind, PrNumber, UnixMs, User};
@@ -376,6 +376,36 @@ impl GitHubClient {
             .await?
             .success(&call)?;
         Ok(reply.json::<WireComment>(&call)?.id)
+    }
+
+    pub(crate) async fn open_issue(
+        &self,
+        repo: &RepoRef,
+        title: &str,
+        body: &str,
+    ) -> Result<PrNumber> {
+        let route = format!("/repos/{}/issues", repo.id.full_name);
+        let call = format!("POST {route}");
+        let fields = json!({ "title": title, "body": body });
+        let reply = self
+            .repo_call(repo, Verb::Post, &route, Some(&fields))
+            .await?
+            .success(&call)?;
+        Ok(PrNumber(reply.json::<WireIssue>(&call)?.number))
+    }
+
+    pub(crate) async fn edit_issue(
+        &self,
+        repo: &RepoRef,
+        number: PrNumber,
+        edit: &IssueEdit<'_>,
+    ) -> Result<()> {
+        let route = format!("/repos/{}/issues/{}", repo.id.full_name, number.0);
+        let call = format!("PATCH {route}");
+        self.repo_call(repo, Verb::Patch, &route, Some(&edit.fields()))
+            .await?
+            .success(&call)?;
+        Ok(())
     }
 
     /// Edits a comment; `Ok(false)` when it is gone.

@@ -1,8 +1,9 @@
 //! What the forge operations speak in, shared by the enum over the clients
 //! (`client`) and each client (`github`, `forgejo`): checks, comments,
-//! permissions, reactions, and how both forges write times.
+//! issues, permissions, reactions, and how both forges write times.
 
 use crate::model::{UnixMs, User};
+use serde_json::{json, Value};
 
 /// The plan check's name (GitHub) or status context (Forgejo), on a head.
 pub const CHECK_NAME: &str = "wavegate/plan";
@@ -74,6 +75,48 @@ pub struct Comment {
     /// When it was written and last edited (unix ms), as the forge says.
     pub created_at: Option<UnixMs>,
     pub updated_at: Option<UnixMs>,
+}
+
+/// The longest issue body sent, in characters: GitHub's cap (as on a
+/// comment); Forgejo states none, and is held to the same.
+pub(crate) const ISSUE_BODY_LIMIT: usize = 65_536;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueState {
+    Open,
+    Closed,
+}
+
+/// What to change of an issue; a field left `None` stays as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IssueEdit<'a> {
+    pub title: Option<&'a str>,
+    pub body: Option<&'a str>,
+    pub state: Option<IssueState>,
+}
+
+impl IssueEdit<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.title.is_none() && self.body.is_none() && self.state.is_none()
+    }
+
+    /// The edit's JSON, in the fields both forges name alike.
+    pub(crate) fn fields(&self) -> Value {
+        let mut fields = json!({});
+        if let Some(title) = self.title {
+            fields["title"] = json!(title);
+        }
+        if let Some(body) = self.body {
+            fields["body"] = json!(body);
+        }
+        if let Some(state) = self.state {
+            fields["state"] = json!(match state {
+                IssueState::Open => "open",
+                IssueState::Closed => "closed",
+            });
+        }
+        fields
+    }
 }
 
 /// `since` as both forges read it: RFC 3339, UTC, to the second (rounded

@@ -1,5 +1,6 @@
-//! The pull-request and repository shapes GitHub's and Forgejo's REST APIs
-//! share, read with our own serde structs; each forge says how it reads a user.
+//! The pull-request, issue and repository shapes GitHub's and Forgejo's
+//! REST APIs share, read with our own serde structs; each forge says how it
+//! reads a user.
 
 use super::listing::ListedPull;
 use super::types::unix_ms;
@@ -12,6 +13,12 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 pub(super) struct WireRepository {
     pub(super) default_branch: String,
+}
+
+/// An issue as either forge answers its creation: what wavegate reads of it.
+#[derive(Deserialize)]
+pub(super) struct WireIssue {
+    pub(super) number: u64,
 }
 
 #[derive(Deserialize)]

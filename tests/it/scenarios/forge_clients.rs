@@ -1,6 +1,6 @@
 //! The real GitHub and Forgejo clients against the fake forge over HTTP:
-//! the report comment, the plan check, token caching and refresh, retries,
-//! rate limits, the manifest flow — and every request they sent checked
+//! the report comment, the plan check, issues, token caching and refresh,
+//! retries, rate limits, the manifest flow — and every request they sent checked
 //! against the forges' API descriptions.
 
 use crate::support;
@@ -14,7 +14,9 @@ use wavegate::forge::client::{convert_manifest, ForgeClient};
 use wavegate::forge::forgejo::ForgejoClient;
 use wavegate::forge::github::GitHubClient;
 use wavegate::forge::retry::RetryPolicy;
-use wavegate::forge::types::{CheckReport, CheckState, Permission, Reaction};
+use wavegate::forge::types::{
+    CheckReport, CheckState, IssueEdit, IssueState, Permission, Reaction,
+};
 use wavegate::model::{CommitSha, PrNumber};
 use wavegate::report::REPORT_MARKER;
 
@@ -1026,4 +1028,137 @@ async fn reviews_are_listed_a_page_at_a_time_and_read_as_our_type() {
         assert_eq!(again, Page::NotModified);
         assert_conformant(&forge.requests());
     }
+}
+
+/// Both clients open an issue (numbered past the pull requests, by the
+/// bot), change its title and body, close and reopen it, and comment on
+/// it as on a pull request; an edit sends only what it changes.
+#[tokio::test]
+async fn an_issue_is_opened_edited_closed_reopened_and_commented_on() {
+    let gh = github().await;
+    let fj = forgejo().await;
+    for (client, forge, handle, bot) in [
+        (
+            &gh.client,
+            &gh.forge,
+            &gh.repo,
+            fake_forge::GITHUB_BOT_LOGIN,
+        ),
+        (
+            &fj.client,
+            &fj.forge,
+            &fj.repo,
+            fake_forge::FORGEJO_BOT_LOGIN,
+        ),
+    ] {
+        let repo = handle.repo_ref();
+        let number = client
+            .open_issue(&repo, "Drift: prod/app", "first")
+            .await
+            .unwrap();
+        assert_eq!(number, PrNumber(1001));
+        let opened = forge.issue(handle, number.0);
+        assert_eq!(
+            (
+                opened.title.as_str(),
+                opened.body.as_str(),
+                opened.author.as_str(),
+                opened.open
+            ),
+            ("Drift: prod/app", "first", bot, true)
+        );
+
+        let retitled = IssueEdit {
+            title: Some("Drift: prod/app (changed)"),
+            body: Some("second"),
+            state: None,
+        };
+        client.edit_issue(&repo, number, &retitled).await.unwrap();
+        let closing = IssueEdit {
+            state: Some(IssueState::Closed),
+            ..IssueEdit::default()
+        };
+        client.edit_issue(&repo, number, &closing).await.unwrap();
+        let closed = forge.issue(handle, number.0);
+        assert_eq!(
+            (closed.title.as_str(), closed.body.as_str(), closed.open),
+            ("Drift: prod/app (changed)", "second", false)
+        );
+        let last_edit = forge.requests().pop().unwrap();
+        assert_eq!(last_edit.method, "PATCH");
+        assert_eq!(
+            last_edit.body,
+            Some(serde_json::json!({ "state": "closed" }))
+        );
+        let reopening = IssueEdit {
+            state: Some(IssueState::Open),
+            ..IssueEdit::default()
+        };
+        client.edit_issue(&repo, number, &reopening).await.unwrap();
+        assert!(forge.issue(handle, number.0).open);
+
+        let said = client.reply(&repo, number, "Drift changed.").await.unwrap();
+        let comments = client.comments_since(&repo, number, None).await.unwrap();
+        assert_eq!(
+            comments
+                .iter()
+                .map(|c| (c.id, c.body.as_str()))
+                .collect::<Vec<_>>(),
+            [(said, "Drift changed.")]
+        );
+        assert!(client
+            .comments_since(&repo, PR, None)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            client
+                .open_issue(&repo, "Drift: prod/db", "")
+                .await
+                .unwrap(),
+            PrNumber(1002)
+        );
+        assert_eq!(forge.issues(handle).len(), 2);
+        assert_conformant(&forge.requests());
+    }
+}
+
+/// A body longer than GitHub takes is refused by the client, unsent, on
+/// both forges.
+#[tokio::test]
+async fn an_issue_body_over_the_limit_is_refused_unsent() {
+    let gh = github().await;
+    let fj = forgejo().await;
+    let long = "x".repeat(65_537);
+    for (client, forge, handle) in [
+        (&gh.client, &gh.forge, &gh.repo),
+        (&fj.client, &fj.forge, &fj.repo),
+    ] {
+        let repo = handle.repo_ref();
+        let error = client.open_issue(&repo, "Drift", &long).await.unwrap_err();
+        assert!(error.to_string().contains("65537 characters"), "{error:#}");
+        let edit = IssueEdit {
+            body: Some(&long),
+            ..IssueEdit::default()
+        };
+        client
+            .edit_issue(&repo, PrNumber(1001), &edit)
+            .await
+            .unwrap_err();
+        assert!(
+            !forge.requests().iter().any(|r| r.path.contains("/issues")),
+            "{:#?}",
+            forge.requests()
+        );
+        assert!(client.open_issue(&repo, "Drift", &long[1..]).await.is_ok());
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "issue #1001 holds that number")]
+async fn a_pull_request_cannot_take_an_issues_number() {
+    let gh = github().await;
+    gh.forge.open_issue(&gh.repo, "alice", "Broken", "");
+    gh.forge
+        .open_pr(&gh.repo, 1001, HEAD, BASE, "feature", "main", "alice");
 }

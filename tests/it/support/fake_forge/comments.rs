@@ -1,10 +1,10 @@
-//! Pull request comments and their reactions: what a test does (write,
-//! edit, delete), the routes the bot uses (a repository's comments, a pull
-//! request's, writing, editing, reacting), each written once, and the JSON
-//! each forge answers in (`comment_json`). What differs is the forges' own:
-//! GitHub pages a pull request's comments and sorts a repository's, caps a
-//! body at 65,536 characters and knows eight reactions; each refuses an
-//! edit by another user in its own words.
+//! Comments on pull requests and issues, and their reactions: what a test
+//! does (write, edit, delete), the routes the bot uses (a repository's
+//! comments, a pull request's or issue's, writing, editing, reacting), each
+//! written once, and the JSON each forge answers in (`comment_json`). What
+//! differs is the forges' own: GitHub pages a pull request's comments and
+//! sorts a repository's, caps a body at 65,536 characters and knows eight
+//! reactions; each refuses an edit by another user in its own words.
 
 use super::*;
 
@@ -52,14 +52,14 @@ fn list_in_repo(state: &mut State, call: &Call) -> Answer {
     })
 }
 
-/// PR `pr`'s comments updated since `since`, oldest first: GitHub pages
-/// them and answers 404 for a pull request it does not have; Forgejo
-/// answers them all.
+/// PR or issue `pr`'s comments updated since `since`, oldest first:
+/// GitHub pages them and answers 404 for a number it does not have;
+/// Forgejo answers them all.
 fn list_on_pr(state: &mut State, call: &Call, pr: &str) -> Answer {
     let pr = number(pr)?;
     let since = since_filter(call.req)?;
     let repo = state.repo_at(call.forge, call.full_name);
-    if call.forge == ForgeKind::GitHub && !repo.prs.iter().any(|p| p.number == pr) {
+    if call.forge == ForgeKind::GitHub && !repo.has_number(pr) {
         return Err(not_found());
     }
     let listed: Vec<FakeComment> = repo
@@ -79,7 +79,7 @@ fn list_on_pr(state: &mut State, call: &Call, pr: &str) -> Answer {
     }
 }
 
-/// The caller comments on PR `pr` (404 without such a pull request).
+/// The caller comments on PR or issue `pr` (404 without either).
 fn create(state: &mut State, call: &Call, pr: &str) -> Answer {
     let pr = number(pr)?;
     let body = call.req.required_str("body")?;
@@ -90,7 +90,7 @@ fn create(state: &mut State, call: &Call, pr: &str) -> Answer {
     }
     let (id, now) = (state.id(), state.now());
     let repo = state.repo_at(call.forge, call.full_name);
-    if !repo.prs.iter().any(|p| p.number == pr) {
+    if !repo.has_number(pr) {
         return Err(not_found());
     }
     let comment = FakeComment {
@@ -177,15 +177,18 @@ fn react(state: &mut State, call: &Call, id: &str) -> Answer {
     Ok(answer(if exists { 200 } else { 201 }, shown))
 }
 
-/// A comment as `forge` answers it.
+/// A comment as `forge` answers it (Forgejo names a pull request's in
+/// `pull_request_url`, an issue's in `issue_url`).
 fn comment_json(state: &mut State, forge: ForgeKind, full_name: &str, c: &FakeComment) -> Value {
+    let on_issue = state.repo_at(forge, full_name).is_issue(c.pr);
     let user = people::user_json(state, forge, &c.author);
+    let page = if on_issue { "issues" } else { "pull" };
     match forge {
         ForgeKind::GitHub => json!({
             "id": c.id,
             "node_id": format!("IC_{}", c.id),
             "url": format!("https://api.github.com/repos/{full_name}/issues/comments/{}", c.id),
-            "html_url": format!("https://github.com/{full_name}/pull/{}#issuecomment-{}", c.pr, c.id),
+            "html_url": format!("https://github.com/{full_name}/{page}/{}#issuecomment-{}", c.pr, c.id),
             "issue_url": format!("https://api.github.com/repos/{full_name}/issues/{}", c.pr),
             "body": c.body,
             "user": user,
@@ -197,9 +200,9 @@ fn comment_json(state: &mut State, forge: ForgeKind, full_name: &str, c: &FakeCo
             "id": c.id,
             "body": c.body,
             "user": user,
-            "html_url": format!("https://forge.example/{full_name}/pulls/{}#issuecomment-{}", c.pr, c.id),
-            "pull_request_url": format!("https://forge.example/{full_name}/pulls/{}", c.pr),
-            "issue_url": "",
+            "html_url": format!("https://forge.example/{full_name}/{page}/{}#issuecomment-{}", c.pr, c.id),
+            "pull_request_url": if on_issue { String::new() } else { format!("https://forge.example/{full_name}/pulls/{}", c.pr) },
+            "issue_url": if on_issue { format!("https://forge.example/{full_name}/issues/{}", c.pr) } else { String::new() },
             "original_author": "",
             "original_author_id": 0,
             "assets": [],
@@ -263,7 +266,7 @@ impl FakeForge {
         self.with(|s| s.repo_of(repo).comments.retain(|c| c.id != id))
     }
 
-    /// PR `pr`'s comments, oldest first.
+    /// PR or issue `pr`'s comments, oldest first.
     pub fn comments(&self, repo: &RepoHandle, pr: u64) -> Vec<FakeComment> {
         self.listed(repo, |r| &r.comments, |c| c.pr == pr)
     }

@@ -8,7 +8,7 @@
 //!
 //! One module per resource, each holding what a test does to it, its
 //! routes (each operation written once for both forges, what differs being
-//! each forge's own) and its JSON per forge: `pulls`, `reviews`,
+//! each forge's own) and its JSON per forge: `pulls`, `issues`, `reviews`,
 //! `comments` (and reactions), `checks` (GitHub's check runs, Forgejo's
 //! commit statuses), `people` (users, permissions, teams) and `app` (the
 //! GitHub App: tokens, installations, webhook deliveries). `state` is what
@@ -22,6 +22,7 @@ mod app;
 mod checks;
 mod comments;
 mod http;
+mod issues;
 mod oauth;
 mod people;
 mod pulls;
@@ -371,8 +372,9 @@ struct Call<'a> {
 /// A repository's routes, the same on both forges: the first resource
 /// that knows the path answers.
 type Routes = fn(&mut State, &Call, &[&str]) -> Option<Answer>;
-const REPOSITORY_ROUTES: [Routes; 5] = [
+const REPOSITORY_ROUTES: [Routes; 6] = [
     pulls::route,
+    issues::route,
     reviews::route,
     comments::route,
     checks::route,

@@ -88,6 +88,7 @@ fn pull_json(state: &mut State, repo: &RepoHandle, pr: &FakePr) -> Value {
 impl FakeForge {
     /// Opens PR #`number` from `head_ref` at `head_sha` onto `base_ref` at
     /// `base_sha`, by `author`, not through the API and with no webhook.
+    /// Panics when an issue holds `number`.
     #[allow(clippy::too_many_arguments)]
     pub fn open_pr(
         &self,
@@ -100,6 +101,11 @@ impl FakeForge {
         author: &str,
     ) -> FakePr {
         self.with(|s| {
+            assert!(
+                !s.repo_of(repo).is_issue(number),
+                "PR #{number} of {}: issue #{number} holds that number (issues and pull requests share one sequence)",
+                repo.full_name
+            );
             s.user_id(author);
             let id = s.id();
             let pr = FakePr {

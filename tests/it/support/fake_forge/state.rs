@@ -1,5 +1,5 @@
 //! What the fake holds, shared by every forge it speaks for: repositories
-//! with their pull requests, comments, reviews, checks, statuses and
+//! with their pull requests, issues, comments, reviews, checks, statuses and
 //! reactions, the users and teams, tokens, failure rules, the requests it
 //! received and the App's webhook deliveries.
 
@@ -64,9 +64,24 @@ pub struct FakePr {
     pub updated_at: SystemTime,
 }
 
+/// An issue that is not a pull request.
+#[derive(Debug, Clone)]
+pub struct FakeIssue {
+    pub number: u64,
+    pub id: u64,
+    pub title: String,
+    pub body: String,
+    /// Who opened it: the bot's login when the bot did.
+    pub author: String,
+    pub open: bool,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+}
+
 #[derive(Debug, Clone)]
 pub struct FakeComment {
     pub id: u64,
+    /// The pull request's or issue's number.
     pub pr: u64,
     pub body: String,
     pub author: String,
@@ -158,6 +173,7 @@ pub(super) struct Repo {
     pub(super) default_branch: String,
     pub(super) permissions: HashMap<String, String>,
     pub(super) prs: Vec<FakePr>,
+    pub(super) issues: Vec<FakeIssue>,
     pub(super) comments: Vec<FakeComment>,
     pub(super) reviews: Vec<FakeReview>,
     pub(super) check_runs: Vec<FakeCheckRun>,
@@ -258,6 +274,7 @@ impl Repo {
             default_branch: "main".into(),
             permissions: HashMap::new(),
             prs: Vec::new(),
+            issues: Vec::new(),
             comments: Vec::new(),
             reviews: Vec::new(),
             check_runs: Vec::new(),
