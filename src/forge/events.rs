@@ -1,8 +1,9 @@
 //! Webhook payloads → [`Event`]: GitHub's and Forgejo/Gitea's JSON, read with
 //! our own minimal serde structs, converted at the boundary.
 //!
-//! A probe (the action, whether a comment is on a pull request) decides
-//! whether wavegate acts on a delivery at all, so a delivery we ignore never
+//! A probe (the action, whether a comment is on a pull request, and for a
+//! comment on an issue whether it has an `/apply` line) decides whether
+//! wavegate acts on a delivery at all, so a delivery we ignore never
 //! fails on a shape we do not care about; the full struct's errors name the
 //! JSON path of the field at fault. The full struct carries the probe's
 //! fields: when the body opens with an action wavegate acts on (both forges
@@ -61,13 +62,62 @@ pub fn parse_forgejo(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError
             forgejo::review(&reader, body, ReviewState::ChangesRequested)
         }
         "pull_request_review_comment" => forgejo::review(&reader, body, ReviewState::Commented),
-        "issue_comment" => Ok(Parsed::Ignored(COMMENT_ON_ISSUE.to_owned())),
+        "issue_comment" => forgejo::issue_comment(&reader, body),
         other => Ok(not_used(other)),
     }
 }
 
 const COMMENT_ON_ISSUE: &str = "comment on an issue, not a pull request";
 const EDIT_WITHOUT_BASE_CHANGE: &str = "an edit that does not change the base branch needs no plan";
+
+/// The one command read on an issue that is not a pull request (a drift
+/// issue's `/apply <digest>`); whether the issue is one is the worker's to find.
+const APPLY_COMMAND: &str = "/apply";
+
+/// Whether a line of `text` opens with [`APPLY_COMMAND`], leading whitespace aside.
+fn has_apply_line(text: &str) -> bool {
+    text.lines()
+        .any(|line| line.trim_start().starts_with(APPLY_COMMAND))
+}
+
+/// A comment's text as a probe reads it: whether it [`has_apply_line`],
+/// decided on the text in place, none of it copied.
+struct ApplyLine(bool);
+
+impl<'de> Deserialize<'de> for ApplyLine {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = ApplyLine;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ApplyLine, E> {
+                Ok(ApplyLine(has_apply_line(text)))
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
+
+/// The `comment` of a comment delivery, as its probe reads it.
+#[derive(Deserialize)]
+struct CommentTextProbe {
+    body: Option<ApplyLine>,
+}
+
+impl CommentTextProbe {
+    fn of(text: &str) -> Option<Self> {
+        Some(Self {
+            body: Some(ApplyLine(has_apply_line(text))),
+        })
+    }
+
+    /// Whether a comment on an issue is read on: only with an `/apply` line.
+    fn applies(probe: Option<Self>) -> bool {
+        probe.and_then(|p| p.body).is_some_and(|ApplyLine(yes)| yes)
+    }
+}
 
 /// `closed`: a merge must name its merge commit (GitHub fills
 /// `merge_commit_sha` with a test merge even when not merged: ignored then).
@@ -492,6 +542,7 @@ mod github {
     struct CommentProbe {
         action: Option<String>,
         issue: Option<IssueProbe>,
+        comment: Option<CommentTextProbe>,
     }
 
     #[derive(Deserialize)]
@@ -505,7 +556,8 @@ mod github {
             if action != "created" {
                 return Ok(ControlFlow::Break(comment_action_ignored(&action)));
             }
-            if self.issue.is_some_and(|issue| issue.pull_request.is_none()) {
+            let on_issue = self.issue.is_some_and(|issue| issue.pull_request.is_none());
+            if on_issue && !CommentTextProbe::applies(self.comment) {
                 return Ok(ControlFlow::Break(Parsed::Ignored(
                     COMMENT_ON_ISSUE.to_owned(),
                 )));
@@ -551,6 +603,7 @@ mod github {
                 issue: Some(IssueProbe {
                     pull_request: p.issue.pull_request,
                 }),
+                comment: CommentTextProbe::of(&p.comment.body),
             },
             |probe: CommentProbe| probe.decide(reader)
         ));
@@ -835,10 +888,17 @@ mod forgejo {
     struct CommentProbe {
         action: Option<String>,
         is_pull: Option<bool>,
+        comment: Option<CommentTextProbe>,
     }
 
     impl CommentProbe {
-        fn decide(self, reader: &Reader, body: &[u8]) -> Result<ControlFlow<Parsed>, ParseError> {
+        /// `on_issue`: the event type says the comment is on an issue.
+        fn decide(
+            self,
+            reader: &Reader,
+            body: &[u8],
+            on_issue: bool,
+        ) -> Result<ControlFlow<Parsed>, ParseError> {
             let action = reader.action(self.action)?;
             if action == "reviewed" {
                 return review(reader, body, ReviewState::Commented).map(ControlFlow::Break);
@@ -846,7 +906,8 @@ mod forgejo {
             if action != "created" {
                 return Ok(ControlFlow::Break(comment_action_ignored(&action)));
             }
-            if self.is_pull == Some(false) {
+            let on_issue = on_issue || self.is_pull == Some(false);
+            if on_issue && !CommentTextProbe::applies(self.comment) {
                 return Ok(ControlFlow::Break(Parsed::Ignored(
                     COMMENT_ON_ISSUE.to_owned(),
                 )));
@@ -885,14 +946,30 @@ mod forgejo {
     /// `pull_request_comment` carries a comment on a pull request, or (older
     /// Gitea) a review of type comment with action `reviewed`.
     pub(super) fn pull_request_comment(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        comment(reader, body, false, &["created"])
+    }
+
+    /// `issue_comment` carries a comment on an issue: most are ignored, so
+    /// the probe goes first.
+    pub(super) fn issue_comment(reader: &Reader, body: &[u8]) -> Result<Parsed, ParseError> {
+        comment(reader, body, true, &[])
+    }
+
+    fn comment(
+        reader: &Reader,
+        body: &[u8],
+        on_issue: bool,
+        read_first: &[&str],
+    ) -> Result<Parsed, ParseError> {
         let payload: IssueCommentEvent = read_on!(reader.read_decided(
             body,
-            &["created"],
+            read_first,
             |p: &IssueCommentEvent| CommentProbe {
                 action: p.action.clone(),
                 is_pull: p.is_pull,
+                comment: CommentTextProbe::of(&p.comment.body),
             },
-            |probe: CommentProbe| probe.decide(reader, body)
+            |probe: CommentProbe| probe.decide(reader, body, on_issue)
         ));
         Ok(event(Event::Comment {
             repo: payload.repository.into_ref(ForgeKind::Forgejo, None),
@@ -1190,6 +1267,80 @@ mod tests {
         let (_, pr, action) = parsed_pr(parse_forgejo("pull_request", body.as_bytes()).unwrap());
         assert_eq!(action, PrAction::BaseChanged);
         assert!(!pr.from_fork);
+    }
+
+    #[test]
+    fn an_apply_line_opens_with_apply_once_leading_whitespace_is_trimmed() {
+        assert!(has_apply_line("/apply sha256:ab"));
+        assert!(has_apply_line("Looks right.\r\n  \t/apply sha256:ab\n"));
+        assert!(!has_apply_line("> /apply sha256:ab"));
+        assert!(!has_apply_line("please /apply it"));
+        assert!(!has_apply_line(""));
+    }
+
+    fn github_issue_comment(text: &str) -> String {
+        format!(
+            r#"{{"action":"created","issue":{{"number":1001}},
+            "comment":{{"id":5,"body":{text},"user":{{"id":1,"login":"erin"}}}},
+            "repository":{{"id":9,"full_name":"o/r","clone_url":"c"}}}}"#
+        )
+    }
+
+    fn commented_on(parsed: Parsed) -> (PrNumber, String) {
+        let Parsed::Event(e) = parsed else {
+            panic!("ignored: {parsed:?}")
+        };
+        let Event::Comment { pr, body, .. } = *e else {
+            panic!("not a comment: {e:?}")
+        };
+        (pr, body)
+    }
+
+    #[test]
+    fn a_comment_on_an_issue_is_read_on_only_with_an_apply_line() {
+        let escaped = github_issue_comment(r#""ok\n\/apply sha256:ab""#);
+        assert_eq!(
+            commented_on(parse_github("issue_comment", escaped.as_bytes()).unwrap()),
+            (PrNumber(1001), "ok\n/apply sha256:ab".to_owned())
+        );
+        let plain = github_issue_comment(r#""> /apply sha256:ab""#);
+        assert_eq!(
+            parse_github("issue_comment", plain.as_bytes()).unwrap(),
+            Parsed::Ignored(COMMENT_ON_ISSUE.to_owned())
+        );
+        let without_text = github_issue_comment("null");
+        assert_eq!(
+            parse_github("issue_comment", without_text.as_bytes()).unwrap(),
+            Parsed::Ignored(COMMENT_ON_ISSUE.to_owned())
+        );
+    }
+
+    #[test]
+    fn a_forgejo_comment_on_an_issue_is_read_on_only_with_an_apply_line() {
+        let comment = |is_pull: &str, text: &str| {
+            format!(
+                r#"{{"action":"created",{is_pull}"issue":{{"number":1001}},
+                "comment":{{"id":5,"body":"{text}","user":{{"id":1,"login":"erin"}}}},
+                "repository":{{"id":9,"full_name":"o/r","clone_url":"c"}}}}"#
+            )
+        };
+        for (event_type, is_pull) in [
+            ("issue_comment", r#""is_pull":false,"#),
+            ("issue_comment", ""),
+            ("pull_request_comment", r#""is_pull":false,"#),
+        ] {
+            let apply = comment(is_pull, "/apply sha256:ab");
+            assert_eq!(
+                commented_on(parse_forgejo(event_type, apply.as_bytes()).unwrap()).0,
+                PrNumber(1001)
+            );
+            let plain = comment(is_pull, "thanks");
+            assert_eq!(
+                parse_forgejo(event_type, plain.as_bytes()).unwrap(),
+                Parsed::Ignored(COMMENT_ON_ISSUE.to_owned()),
+                "{event_type} {is_pull}"
+            );
+        }
     }
 
     #[test]

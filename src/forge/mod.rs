@@ -93,9 +93,11 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sender: Option<User>,
     },
-    /// A comment created on a pull request (edits and deletions are not events).
+    /// A comment created on a pull request, or on an issue when a line of it
+    /// opens with `/apply` (edits and deletions are not events).
     Comment {
         repo: RepoRef,
+        /// The pull request's number, or the issue's.
         pr: PrNumber,
         comment_id: u64,
         author: User,

@@ -1162,3 +1162,43 @@ async fn a_pull_request_cannot_take_an_issues_number() {
     gh.forge
         .open_pr(&gh.repo, 1001, HEAD, BASE, "feature", "main", "alice");
 }
+
+/// The deliveries of a comment on an issue parse as both forges' real ones
+/// do: an `/apply` line makes it a comment event on the issue's number.
+#[tokio::test]
+async fn issue_comment_payloads_are_comments_on_issues() {
+    use wavegate::forge::events::{parse_forgejo, parse_github, Parsed};
+    use wavegate::forge::Event;
+
+    let gh = github().await;
+    let fj = forgejo().await;
+    for (forge, handle) in [(&gh.forge, &gh.repo), (&fj.forge, &fj.repo)] {
+        let issue = forge.open_issue(handle, "wavegate", "Drift", "");
+        let on_github = handle.installation.is_some();
+        let parse = |text: &str| {
+            let (event, body) = if on_github {
+                support::github_issue_comment(handle, &issue, 5, "carol", text)
+            } else {
+                support::forgejo_issue_comment(handle, &issue, 5, "carol", text)
+            };
+            assert_eq!(event, "issue_comment");
+            if on_github {
+                parse_github(&event, &body).unwrap()
+            } else {
+                parse_forgejo(&event, &body).unwrap()
+            }
+        };
+        let Parsed::Event(event) = parse("/apply sha256:ab") else {
+            panic!("an /apply on an issue was ignored")
+        };
+        let Event::Comment {
+            repo, pr, author, ..
+        } = *event
+        else {
+            panic!("not a comment: {event:?}")
+        };
+        assert_eq!(repo, handle.repo_ref());
+        assert_eq!((pr, author.login.as_str()), (PrNumber(1001), "carol"));
+        assert!(matches!(parse("thanks"), Parsed::Ignored(_)));
+    }
+}

@@ -309,6 +309,47 @@ fn github_comments_on_issues_are_ignored() {
     }
 }
 
+/// `relative`'s delivery with the comment saying `text` instead.
+fn with_comment(relative: &str, text: &str) -> Parsed {
+    let mut payload: Value = serde_json::from_slice(&fixture(relative)).unwrap();
+    payload["comment"]["body"] = serde_json::json!(text);
+    deliver_body(relative, &serde_json::to_vec(&payload).unwrap())
+        .unwrap_or_else(|e| panic!("{relative} did not parse: {e}"))
+}
+
+#[test]
+fn github_apply_on_an_issue_is_a_command_candidate() {
+    let relative = "github/webhooks/issue_comment/created.with-installation.payload.json";
+    let text = "Checked the console: this is ours.\n  /apply sha256:0123abcd";
+    let Parsed::Event(event) = with_comment(relative, text) else {
+        panic!("an /apply on an issue was ignored")
+    };
+    assert_eq!(
+        *event,
+        Event::Comment {
+            repo: hello_world_app_repo(),
+            pr: PrNumber(1),
+            comment_id: 492700400,
+            author: human(21031067, "Codertocat"),
+            body: text.into(),
+            // 2019-05-15T15:20:21Z
+            written_at: Some(UnixMs::from_millis(1_557_933_621_000)),
+        }
+    );
+}
+
+#[test]
+fn github_comments_on_issues_without_an_apply_line_are_ignored() {
+    let relative = "github/webhooks/issue_comment/created.payload.json";
+    for text in ["> /apply sha256:0123abcd", "Shall I /apply it?", "/approve"] {
+        assert_eq!(
+            with_comment(relative, text),
+            Parsed::Ignored("comment on an issue, not a pull request".into()),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn github_edited_comment_never_approves() {
     assert_eq!(
@@ -486,6 +527,35 @@ fn gitea_comment_on_an_issue_is_ignored() {
     assert_eq!(
         ignored_reason("forgejo/webhooks/gitea-issue_comment-on-issue.json"),
         "comment on an issue, not a pull request"
+    );
+}
+
+#[test]
+fn gitea_apply_on_an_issue_is_a_command_candidate() {
+    let relative = "forgejo/webhooks/gitea-issue_comment-on-issue.json";
+    let Parsed::Event(event) = with_comment(relative, "/apply sha256:0123abcd") else {
+        panic!("an /apply on an issue was ignored")
+    };
+    assert_eq!(
+        *event,
+        Event::Comment {
+            repo: RepoRef {
+                id: RepoId::new(ForgeKind::Forgejo, "example/example"),
+                forge_id: 1,
+                clone_url: "http://localhost:3000/example/example.git".into(),
+                installation: None,
+            },
+            pr: PrNumber(1),
+            comment_id: 2,
+            author: human(1, "example"),
+            body: "/apply sha256:0123abcd".into(),
+            // 2022-03-09T16:20:44+09:00
+            written_at: Some(UnixMs::from_millis(1_646_810_444_000)),
+        }
+    );
+    assert_eq!(
+        with_comment(relative, "> /apply sha256:0123abcd"),
+        Parsed::Ignored("comment on an issue, not a pull request".into())
     );
 }
 

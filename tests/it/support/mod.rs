@@ -20,7 +20,7 @@ pub mod redact;
 pub use conformance::conformance_violations;
 pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};
 pub use payloads::{
-    forgejo_comment, forgejo_pull_request, forgejo_pushed_by, forgejo_review_approved,
-    github_comment, github_pull_request, github_pushed_by, github_review, sign_forgejo,
-    sign_github,
+    forgejo_comment, forgejo_issue_comment, forgejo_pull_request, forgejo_pushed_by,
+    forgejo_review_approved, github_comment, github_issue_comment, github_pull_request,
+    github_pushed_by, github_review, sign_forgejo, sign_github,
 };

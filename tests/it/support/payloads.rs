@@ -1,9 +1,9 @@
 //! Webhook bodies built from the forges' real published examples
-//! (`../shared/fixtures`), with the repository, pull request, sha, user and
-//! installation fields patched to the fake forge's state, and the signatures
+//! (`../shared/fixtures`), with the repository, pull request, issue, sha,
+//! user and installation fields patched to the fake forge's state, and the signatures
 //! each forge puts on them.
 
-use super::fake_forge::{FakePr, RepoHandle};
+use super::fake_forge::{FakeIssue, FakePr, RepoHandle};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
@@ -195,6 +195,58 @@ pub fn github_comment(
     ("issue_comment".into(), serde_json::to_vec(&d).unwrap())
 }
 
+/// An `issue_comment` delivery (`created`) on `issue`, which is not a
+/// pull request (its `issue` has no `pull_request`).
+pub fn github_issue_comment(
+    repo: &RepoHandle,
+    issue: &FakeIssue,
+    comment_id: u64,
+    author: &str,
+    body: &str,
+) -> (String, Vec<u8>) {
+    let mut d = fixture("github/webhooks/issue_comment/created.with-installation.payload.json");
+    let (full_name, n) = (&repo.full_name, issue.number);
+    put(&mut d, "/action", json!("created"));
+    d["issue"].as_object_mut().unwrap().remove("pull_request");
+    put(&mut d, "/issue/id", json!(issue.id));
+    put(&mut d, "/issue/number", json!(n));
+    put(&mut d, "/issue/title", json!(issue.title));
+    put(&mut d, "/issue/body", json!(issue.body));
+    put(
+        &mut d,
+        "/issue/state",
+        json!(if issue.open { "open" } else { "closed" }),
+    );
+    put(
+        &mut d,
+        "/issue/url",
+        json!(format!(
+            "https://api.github.com/repos/{full_name}/issues/{n}"
+        )),
+    );
+    put(
+        &mut d,
+        "/issue/html_url",
+        json!(format!("https://github.com/{full_name}/issues/{n}")),
+    );
+    patch_github_user(&mut d, "/issue/user", &issue.author);
+    put(&mut d, "/comment/id", json!(comment_id));
+    put(&mut d, "/comment/body", json!(body));
+    put(&mut d, "/comment/created_at", json!(now()));
+    put(
+        &mut d,
+        "/comment/issue_url",
+        json!(format!(
+            "https://api.github.com/repos/{full_name}/issues/{n}"
+        )),
+    );
+    patch_github_user(&mut d, "/comment/user", author);
+    patch_github_repo(&mut d, "/repository", repo);
+    patch_github_user(&mut d, "/sender", author);
+    patch_github_installation(&mut d, repo);
+    ("issue_comment".into(), serde_json::to_vec(&d).unwrap())
+}
+
 fn patch_forgejo_repo(document: &mut Value, pointer: &str, repo: &RepoHandle) {
     let (owner, name) = owner_and_name(repo);
     put(document, &format!("{pointer}/id"), json!(repo.id));
@@ -300,6 +352,50 @@ pub fn forgejo_comment(
         "pull_request_comment".into(),
         serde_json::to_vec(&d).unwrap(),
     )
+}
+
+/// A comment on a Forgejo issue that is not a pull request:
+/// `(X-Forgejo-Event-Type, body)`, `issue_comment` with `is_pull: false`.
+pub fn forgejo_issue_comment(
+    repo: &RepoHandle,
+    issue: &FakeIssue,
+    comment_id: u64,
+    author: &str,
+    body: &str,
+) -> (String, Vec<u8>) {
+    let mut d = fixture("forgejo/webhooks/gitea-issue_comment-on-issue.json");
+    let (full_name, n) = (&repo.full_name, issue.number);
+    put(&mut d, "/action", json!("created"));
+    put(&mut d, "/is_pull", json!(false));
+    put(&mut d, "/issue/id", json!(issue.id));
+    put(&mut d, "/issue/number", json!(n));
+    put(&mut d, "/issue/title", json!(issue.title));
+    put(&mut d, "/issue/body", json!(issue.body));
+    put(
+        &mut d,
+        "/issue/state",
+        json!(if issue.open { "open" } else { "closed" }),
+    );
+    put(
+        &mut d,
+        "/issue/html_url",
+        json!(format!("https://forge.example/{full_name}/issues/{n}")),
+    );
+    put(&mut d, "/issue/repository/id", json!(repo.id));
+    put(&mut d, "/issue/repository/full_name", json!(full_name));
+    patch_forgejo_user(&mut d, "/issue/user", &issue.author);
+    put(&mut d, "/comment/id", json!(comment_id));
+    put(&mut d, "/comment/body", json!(body));
+    put(&mut d, "/comment/created_at", json!(now()));
+    put(
+        &mut d,
+        "/comment/issue_url",
+        json!(format!("https://forge.example/{full_name}/issues/{n}")),
+    );
+    patch_forgejo_user(&mut d, "/comment/user", author);
+    patch_forgejo_repo(&mut d, "/repository", repo);
+    patch_forgejo_user(&mut d, "/sender", author);
+    ("issue_comment".into(), serde_json::to_vec(&d).unwrap())
 }
 
 fn now() -> String {
