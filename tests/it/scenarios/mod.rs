@@ -19,6 +19,7 @@ mod forged_report;
 mod git_paths;
 mod groups;
 mod hooks;
+mod issue_comments;
 mod ledger_cli;
 mod live;
 mod login;

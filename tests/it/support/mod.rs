@@ -10,6 +10,7 @@ pub mod bot;
 pub mod common;
 pub mod conformance;
 pub mod fake_forge;
+pub mod issue;
 pub mod login;
 pub mod outage;
 pub mod payloads;
