@@ -62,6 +62,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             .public_url
             .clone()
             .filter(|_| settings.public_pages || settings.login.any()),
+        drift_floor: settings.drift_min_interval,
         ..worker_options
     };
     for warning in
@@ -210,6 +211,14 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             )));
         }
         None => tracing::info!("reconciliation is off (WAVEGATE_RECONCILE_EVERY=off)"),
+    }
+    match settings.drift_min_interval {
+        Some(floor) => {
+            let clock =
+                crate::worker::drift_clock::DriftClock::new(store.clone(), wake.clone(), floor);
+            tasks.push(tokio::spawn(clock.run(stopping.clone())));
+        }
+        None => tracing::info!("drift checks are off (WAVEGATE_DRIFT_MIN_INTERVAL=off)"),
     }
     tracing::info!(%addr, workers = settings.workers, "wavegate is listening");
     Ok(Running {

@@ -234,7 +234,18 @@ pub struct Scraped {
     pub jobs_dead: Gauge,
     pub ledger_facts: Family<KindLabels, Gauge>,
     pub apply_runs: Family<StatusLabels, Gauge>,
+    pub drifted_members: Family<StageLabels, Gauge>,
+    pub drift_oldest_age: Family<StageLabels, Gauge<f64, AtomicU64>>,
+    pub drift_checks: Family<StageLabels, Gauge>,
+    pub drift_check_failures: Family<StageLabels, Gauge>,
     registry: Registry,
+}
+
+/// A repository's stage, for the drift figures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub repository: String,
+    pub stage: String,
 }
 
 impl Scraped {
@@ -248,6 +259,10 @@ impl Scraped {
             jobs_dead: Gauge::default(),
             ledger_facts: Family::default(),
             apply_runs: Family::default(),
+            drifted_members: Family::default(),
+            drift_oldest_age: Family::default(),
+            drift_checks: Family::default(),
+            drift_check_failures: Family::default(),
             registry: Registry::default(),
         };
         scraped.store_readable.set(readable.into());
@@ -277,6 +292,26 @@ impl Scraped {
                 "wavegate_apply_runs",
                 "Apply runs by status, read from the store at scrape time",
                 scraped.apply_runs.clone(),
+            );
+            registry.register(
+                "wavegate_drifted_members",
+                "Members whose drift is open, by repository and stage, read from the store at scrape time",
+                scraped.drifted_members.clone(),
+            );
+            registry.register(
+                "wavegate_drift_oldest_age_seconds",
+                "Age of the oldest open drift (0 when none), by repository and stage",
+                scraped.drift_oldest_age.clone(),
+            );
+            registry.register(
+                "wavegate_drift_checks",
+                "Drift checks run, by repository and stage, read from the store at scrape time",
+                scraped.drift_checks.clone(),
+            );
+            registry.register(
+                "wavegate_drift_check_failures",
+                "Drift checks that could not plan a member (or at all), by repository and stage",
+                scraped.drift_check_failures.clone(),
             );
         }
         registry.register(

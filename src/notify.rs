@@ -34,7 +34,14 @@ pub struct Notice {
     /// facts), when the server shows its pages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) page: Option<String>,
-    pub(crate) run: i64,
+    /// The apply run; none for drift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) run: Option<i64>,
+    /// `new` or `changed`, for `drift`: `pull_request` is then the drift
+    /// issue's number, `url` its page, `merge_commit` the default
+    /// branch's commit that was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) drift: Option<String>,
     /// How often `/retry` started the run over before this.
     pub(crate) retries: u32,
     pub(crate) merge_commit: CommitSha,
@@ -138,7 +145,8 @@ pub(crate) fn notice(
         pull_request: ctx.pr,
         url: pull_request_url(ctx.repo, ctx.pr),
         page: ctx.page.map(str::to_owned),
-        run: ctx.run,
+        run: Some(ctx.run),
+        drift: None,
         retries: record.retries,
         merge_commit: ctx.merge_sha.clone(),
         gate: gate.cloned(),
@@ -163,12 +171,14 @@ impl Notice {
                 hex::encode(&said[..8])
             }
         };
-        format!(
-            "{target}:run-{}.{}:{}:{about}",
-            self.run,
-            self.retries,
-            self.event.as_str()
-        )
+        match self.run {
+            Some(run) => format!(
+                "{target}:run-{run}.{}:{}:{about}",
+                self.retries,
+                self.event.as_str()
+            ),
+            None => format!("{target}:drift-{}:{about}", self.pull_request.0),
+        }
     }
 
     /// The one line a chat shows.
@@ -179,6 +189,14 @@ impl Notice {
             (NotifyEvent::Refused, None) => "was refused".to_owned(),
             (NotifyEvent::Applied, _) => "applied".to_owned(),
             (NotifyEvent::Failed, _) => "failed".to_owned(),
+            (NotifyEvent::Drift, _) => {
+                return format!(
+                    "wavegate: {} drift in {} ({})",
+                    self.drift.as_deref().unwrap_or("new"),
+                    self.repository,
+                    self.members.join(", ")
+                )
+            }
         };
         format!(
             "wavegate: the apply of {}{} {what}",
@@ -216,6 +234,41 @@ impl Notice {
     }
 }
 
+/// A drift issue's news, as a notice.
+pub(crate) struct DriftContext<'a> {
+    pub(crate) repo: &'a RepoRef,
+    pub(crate) issue: PrNumber,
+    pub(crate) commit: &'a CommitSha,
+    pub(crate) digest: &'a Digest,
+    pub(crate) members: Vec<String>,
+    /// The drift was seen before, and moved.
+    pub(crate) changed: bool,
+    pub(crate) page: Option<&'a str>,
+}
+
+/// The notice of new or changed drift; `text` what the issue was told.
+pub(crate) fn drift_notice(ctx: &DriftContext<'_>, text: &str) -> Notice {
+    Notice {
+        event: NotifyEvent::Drift,
+        refused: None,
+        forge: ctx.repo.id.forge,
+        repository: ctx.repo.id.full_name.clone(),
+        pull_request: ctx.issue,
+        url: issue_url(ctx.repo, ctx.issue),
+        page: ctx.page.map(str::to_owned),
+        run: None,
+        drift: Some(if ctx.changed { "changed" } else { "new" }.to_owned()),
+        retries: 0,
+        merge_commit: ctx.commit.clone(),
+        gate: None,
+        digest: Some(ctx.digest.clone()),
+        approve: Some(format!("/apply {}", ctx.digest)),
+        approvers: None,
+        members: ctx.members.clone(),
+        text: text.to_owned(),
+    }
+}
+
 /// `sha256=<hex>`: the HMAC-SHA256 of `body` under `key`.
 pub(crate) fn signature(key: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key");
@@ -229,6 +282,15 @@ fn every_member(record: &AttemptRecord) -> Vec<String> {
         .into_iter()
         .map(str::to_owned)
         .collect()
+}
+
+/// An issue's page, from where the repository is cloned.
+fn issue_url(repo: &RepoRef, issue: PrNumber) -> String {
+    let base = repo
+        .clone_url
+        .trim_end_matches('/')
+        .trim_end_matches(".git");
+    format!("{base}/issues/{}", issue.0)
 }
 
 /// The pull request's page, from where the repository is cloned.

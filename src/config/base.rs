@@ -114,6 +114,15 @@ impl BaseRules {
         }
     }
 
+    /// The drift schedule, when these are the default branch's rules (none
+    /// when it has no readable config: a broken file checks nothing).
+    pub(crate) fn drift(&self) -> Option<&super::drift::DriftRules> {
+        match &self.config {
+            Ok(Some(config)) => Some(&config.drift),
+            _ => None,
+        }
+    }
+
     /// The base's stages, in order (none when it has no readable config).
     pub(crate) fn stages(&self) -> Vec<StageName> {
         match &self.config {

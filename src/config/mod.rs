@@ -5,6 +5,7 @@ pub(crate) mod base;
 pub(crate) mod check;
 pub(crate) mod cost;
 pub(crate) mod discover;
+pub(crate) mod drift;
 pub(crate) mod execution;
 pub(crate) mod glob;
 pub(crate) mod groups;

@@ -61,6 +61,10 @@ pub(crate) struct RawRepoConfig {
     /// commands: it stands for a discovering component, `terraform`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) terraform: Option<RawTerraform>,
+    /// How often stages are planned against what is deployed; read from
+    /// the default branch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) drift: Option<RawDrift>,
     /// What the operator's central configuration gave this file
     /// (`WAVEGATE_REPOS_CONFIG`), for the report; never written in it.
     #[serde(skip)]
@@ -89,11 +93,19 @@ pub(crate) enum NotifyEvent {
     Applied,
     /// The run failed.
     Failed,
+    /// A drift check found new drift, or drift that changed.
+    Drift,
 }
 
 impl NotifyEvent {
     pub(crate) fn all() -> Vec<Self> {
-        vec![Self::Waiting, Self::Refused, Self::Applied, Self::Failed]
+        vec![
+            Self::Waiting,
+            Self::Refused,
+            Self::Applied,
+            Self::Failed,
+            Self::Drift,
+        ]
     }
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -102,6 +114,7 @@ impl NotifyEvent {
             Self::Refused => "refused",
             Self::Applied => "applied",
             Self::Failed => "failed",
+            Self::Drift => "drift",
         }
     }
 }
@@ -167,6 +180,10 @@ pub(crate) struct RawStage {
     /// Non-secret literals every command of the stage gets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) variables: Option<BTreeMap<String, String>>,
+    /// How often the stage is checked for drift (`"off"`: never); `[drift]
+    /// every` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) drift: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -422,4 +439,26 @@ pub struct FromOperator {
     /// Dotted keys taken from the operator's defaults or locked to them,
     /// and the hook moments it added hooks to.
     pub keys: Vec<String>,
+}
+
+/// `[drift]` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDrift {
+    /// How often every stage is checked, unless it says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) every: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) issues: Option<DriftIssues>,
+}
+
+/// Where a stage's drift is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DriftIssues {
+    /// One issue per drifted member (the default).
+    #[default]
+    Member,
+    /// One issue per drifted stage, its members a checklist.
+    Stage,
 }

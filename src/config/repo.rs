@@ -116,6 +116,7 @@ pub struct RepoConfig {
     pub(crate) groups: Groups,
     /// `[defaults] timeout`, or wavegate's: what a component without its own gets.
     pub(crate) default_timeout: Duration,
+    pub(crate) drift: super::drift::DriftRules,
 }
 
 impl RepoConfig {
@@ -232,6 +233,7 @@ impl RepoConfig {
         check_apply_concurrency(raw.apply_concurrency, "apply_concurrency".into(), &err)?;
 
         let stages = validate_stages(&raw.stages, &err)?;
+        let drift = super::drift::validate(raw.drift.as_ref(), &raw.stages, &err)?;
 
         let defaults = &raw.defaults;
         let default_timeout = default_timeout(defaults, &err)?;
@@ -356,6 +358,7 @@ impl RepoConfig {
             default_timeout,
             branches: raw.branches.clone(),
             notify: raw.notify.clone(),
+            drift,
             raw,
         })
     }

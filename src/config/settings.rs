@@ -126,6 +126,9 @@ pub struct Settings {
     /// How often open pull requests and unfinished apply runs are
     /// reconciled with the forges (also once at start); None: never.
     pub(crate) reconcile_every: Option<std::time::Duration>,
+    /// The shortest drift interval (`WAVEGATE_DRIFT_MIN_INTERVAL`, default
+    /// 1h); `None`: no drift checks at all.
+    pub(crate) drift_min_interval: Option<std::time::Duration>,
     /// The share (0–1] of a forge's request budget a sweep may spend
     /// (`WAVEGATE_RECONCILE_BUDGET`, default 50%).
     pub(crate) reconcile_budget: f64,
@@ -277,6 +280,19 @@ fn reconcile_every(text: &str) -> Result<Option<std::time::Duration>> {
         .with_context(|| format!("WAVEGATE_RECONCILE_EVERY=`{text}` is not a duration of a second or more; write it like `5m` or `90s`, or `off` to never reconcile"))
 }
 
+/// Reads `WAVEGATE_DRIFT_MIN_INTERVAL`: a duration of a second or more,
+/// or `off` for no drift checks.
+fn drift_min_interval(text: &str) -> Result<Option<std::time::Duration>> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    super::check::parse_duration(text)
+        .ok()
+        .filter(|d| d.as_secs() >= 1)
+        .map(Some)
+        .with_context(|| format!("WAVEGATE_DRIFT_MIN_INTERVAL=`{text}` is not a duration of a second or more; write it like `1h` or `15m`, or `off` for no drift checks"))
+}
+
 /// Reads `WAVEGATE_RECONCILE_BUDGET`: a percentage from 1 to 100, with or
 /// without its `%`.
 fn reconcile_budget(text: &str) -> Result<f64> {
@@ -377,6 +393,7 @@ impl Settings {
             .filter(|d| d.as_secs() >= 1)
             .with_context(|| format!("WAVEGATE_JOB_LEASE=`{}` is not a duration of a second or more; write it like `90s` or `5m`", vars.job_lease))?;
         let reconcile_every = reconcile_every(&vars.reconcile_every)?;
+        let drift_min_interval = drift_min_interval(&vars.drift_min_interval)?;
         let reconcile_budget = reconcile_budget(&vars.reconcile_budget)?;
         // Read by main before logging starts; checked here so a bad value fails the start.
         log_format(&vars.log_format)?;
@@ -418,6 +435,7 @@ impl Settings {
             workers,
             job_lease,
             reconcile_every,
+            drift_min_interval,
             reconcile_budget,
             sandbox,
             held_retry,
@@ -668,6 +686,17 @@ mod tests {
     fn reconciliation_runs_every_five_minutes_unless_told_otherwise() {
         let every = |v: &str| settings(&[("WAVEGATE_RECONCILE_EVERY", v)]);
         let minutes = |m: u64| Some(std::time::Duration::from_secs(60 * m));
+        let drift = |v: &str| settings(&[("WAVEGATE_DRIFT_MIN_INTERVAL", v)]);
+        assert_eq!(settings(&[]).unwrap().drift_min_interval, minutes(60));
+        assert_eq!(
+            drift("2s").unwrap().drift_min_interval,
+            Some(std::time::Duration::from_secs(2))
+        );
+        assert_eq!(drift("off").unwrap().drift_min_interval, None);
+        assert!(drift("10ms")
+            .unwrap_err()
+            .to_string()
+            .contains("WAVEGATE_DRIFT_MIN_INTERVAL=`10ms`"));
         assert_eq!(settings(&[]).unwrap().reconcile_every, minutes(5));
         assert_eq!(every(" ").unwrap().reconcile_every, minutes(5));
         assert_eq!(every("2m").unwrap().reconcile_every, minutes(2));

@@ -130,6 +130,15 @@ pub struct ServerVars {
         default_value = "5m"
     )]
     pub(crate) reconcile_every: String,
+    /// The shortest interval at which any repository's stage is checked
+    /// for drift, whatever its `[drift] every` asks; `off`: no drift checks.
+    #[arg(
+        long,
+        env = "WAVEGATE_DRIFT_MIN_INTERVAL",
+        value_name = "DURATION",
+        default_value = "1h"
+    )]
+    pub(crate) drift_min_interval: String,
     /// The share of each forge's request budget a sweep may spend, 1–100%.
     #[arg(
         long,

@@ -452,6 +452,28 @@ fn read_digest(word: &str, stage: Option<&str>) -> Result<DigestRef, Unreadable>
     })
 }
 
+/// `/apply <digest>`, the one command of a drift issue: the digest its
+/// first `/apply` line names, or what is wrong with it; `None` when no
+/// line is an `/apply`.
+pub(crate) fn drift_apply(body: &str) -> Option<Result<DigestRef, String>> {
+    let line = body.lines().map(str::trim).find(|line| {
+        line.strip_prefix("/apply")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace))
+    })?;
+    let fix = "copy the line the issue shows: `/apply sha256:<hex digits>`";
+    let Some(word) = line["/apply".len()..].split_whitespace().next() else {
+        return Some(Err(format!("`/apply` names no digest; {fix}")));
+    };
+    let hex = strip_digest_prefix(word);
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Some(Err(format!(
+            "`{}` is not a digest; {fix}",
+            word.chars().take(80).collect::<String>()
+        )));
+    }
+    Some(digest_from_hex(hex).map_err(|problem| format!("{problem}; {fix}")))
+}
+
 /// The digest a word would be without trailing punctuation (`sha256:abc….` → `sha256:abc…`).
 fn read_digest_after_trimming(word: &str) -> Option<DigestRef> {
     let trimmed = word.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
@@ -636,6 +658,28 @@ mod tests {
 
     fn nothing_in(body: &str) {
         assert_eq!(parse(body), Commands::default(), "body: {body:?}");
+    }
+
+    #[test]
+    fn a_drift_issues_apply_reads_its_digest_whole_or_by_prefix() {
+        let full = format!("sha256:{HEX64}");
+        assert!(matches!(
+            drift_apply(&format!("looks right\n/apply {full}\n")),
+            Some(Ok(DigestRef::Full(_)))
+        ));
+        assert_eq!(
+            drift_apply("/apply 0123456789AB"),
+            Some(Ok(DigestRef::Prefix("0123456789ab".into())))
+        );
+        assert!(drift_apply("/apply")
+            .unwrap()
+            .unwrap_err()
+            .contains("names no digest"));
+        assert!(drift_apply("/apply now!")
+            .unwrap()
+            .unwrap_err()
+            .contains("is not a digest"));
+        assert_eq!(drift_apply("please /apply it\n/applying"), None);
     }
 
     #[test]

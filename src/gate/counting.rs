@@ -116,7 +116,7 @@ impl<'a> Tally<'a> {
             .iter()
             .enumerate()
             .filter(|(index, (fact, given))| {
-                fact.fact.kind == FactKind::Approved
+                fact.fact.kind.approves()
                     && !read[index + 1..].iter().any(|(later, later_given)| {
                         withdraws((&later.fact, later_given), (&fact.fact, given))
                     })
@@ -298,14 +298,11 @@ fn in_scope(fact: &NewFact, scope: Scope<'_>) -> bool {
     let withdrawal = matches!(fact.kind, FactKind::Revoked | FactKind::Spent);
     match scope {
         Scope::Plan { reviews_count, .. } => {
-            reviews_count
-                || !(fact.kind == FactKind::Approved
-                    && matches!(fact.source, Source::Review { .. }))
+            reviews_count || !(fact.kind.approves() && matches!(fact.source, Source::Review { .. }))
         }
         Scope::Run { run, since } => {
             withdrawal
-                || (fact.data.run == Some(run)
-                    && (fact.kind != FactKind::Approved || fact.at >= since))
+                || (fact.data.run == Some(run) && (!fact.kind.approves() || fact.at >= since))
         }
         Scope::Override { member, run } => {
             withdrawal
@@ -320,8 +317,8 @@ fn given(fact: &NewFact, scope: Scope<'_>) -> Given {
     let Scope::Plan { head, base, .. } = scope else {
         return Given::Judged;
     };
-    let bound = matches!(fact.kind, FactKind::Approved | FactKind::Revoked)
-        && fact.digest != FactDigest::Any;
+    let bound =
+        (fact.kind.approves() || fact.kind == FactKind::Revoked) && fact.digest != FactDigest::Any;
     let FactData {
         head: given_head,
         base: given_base,
@@ -578,6 +575,27 @@ mod tests {
     /// pull request's gate, by a person, about its digest: it neither
     /// approves nor withdraws an approval, in any scope.
     #[test]
+    fn a_drift_approval_counts_as_an_approval_and_is_revoked_like_one() {
+        let approved = ledger(vec![new_fact(
+            FactKind::DriftApproved,
+            digest('a'),
+            alice(),
+        )]);
+        assert!(matches!(
+            evaluate(&approved, &digest('a'), 1),
+            Evaluation::Satisfied { .. }
+        ));
+        let revoked = ledger(vec![
+            new_fact(FactKind::DriftApproved, digest('a'), alice()),
+            new_fact(FactKind::Revoked, digest('a'), alice()),
+        ]);
+        assert!(matches!(
+            evaluate(&revoked, &digest('a'), 1),
+            Evaluation::Waiting { .. }
+        ));
+    }
+
+    #[test]
     fn an_operators_lock_release_or_job_retry_approves_and_withdraws_nothing() {
         let by_alice = |kind| NewFact {
             data: FactData {
@@ -587,7 +605,11 @@ mod tests {
             },
             ..new_fact(kind, digest('a'), alice())
         };
-        for kind in [FactKind::LockReleased, FactKind::JobRetried] {
+        for kind in [
+            FactKind::LockReleased,
+            FactKind::JobRetried,
+            FactKind::DriftApplied,
+        ] {
             let alone = ledger(vec![by_alice(kind)]);
             assert_eq!(
                 evaluate(&alone, &digest('a'), 1),

@@ -112,11 +112,18 @@ pub enum FactKind {
     /// An operator queued a dead job again (`data.job`); no approval.
     #[serde(rename = "job_retried")]
     JobRetried,
+    /// `/apply <digest>` on a drift issue: an approval of that drift's plan,
+    /// counted at the issue's gate as `approved` is at a pull request's.
+    #[serde(rename = "drift_approved")]
+    DriftApproved,
+    /// A drift run applied a member (`data.member`, `data.run`); no approval.
+    #[serde(rename = "drift_applied")]
+    DriftApplied,
 }
 
 impl FactKind {
     /// Every kind, in the order they came to be.
-    pub(crate) const ALL: [FactKind; 8] = [
+    pub(crate) const ALL: [FactKind; 10] = [
         FactKind::Pending,
         FactKind::Approved,
         FactKind::Refused,
@@ -125,6 +132,8 @@ impl FactKind {
         FactKind::Hook,
         FactKind::LockReleased,
         FactKind::JobRetried,
+        FactKind::DriftApproved,
+        FactKind::DriftApplied,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,7 +146,14 @@ impl FactKind {
             FactKind::Hook => "hook",
             FactKind::LockReleased => "lock_released",
             FactKind::JobRetried => "job_retried",
+            FactKind::DriftApproved => "drift_approved",
+            FactKind::DriftApplied => "drift_applied",
         }
+    }
+
+    /// Whether the fact approves its digest at its gate.
+    pub(crate) fn approves(self) -> bool {
+        matches!(self, FactKind::Approved | FactKind::DriftApproved)
     }
 
     pub(crate) fn parse(text: &str) -> Option<Self> {

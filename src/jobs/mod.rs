@@ -3,7 +3,7 @@
 
 use crate::forge::listing::ListedReview;
 use crate::forge::{Event, PrAction, PullRequest, RepoRef, ReviewState};
-use crate::model::{CommitSha, JobKind, PrNumber, RepoId, UnixMs, User};
+use crate::model::{CommitSha, JobKind, PrNumber, RepoId, StageName, UnixMs, User};
 use crate::notify::Notice;
 use crate::store::{NewJob, Once, OnceSource, PrHead};
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,11 @@ pub enum Task {
         target: String,
         notice: Box<Notice>,
     },
+    /// Read the default branch's drift schedule into the store.
+    DriftScan { repo: RepoRef },
+    /// Plan one stage of the default branch's head against what is
+    /// deployed, and tell its drift in issues.
+    Drift { repo: RepoRef, stage: StageName },
 }
 
 impl Task {
@@ -76,6 +81,7 @@ impl Task {
             Task::Merged { .. } => JobKind::Merged,
             Task::Apply { .. } => JobKind::Apply,
             Task::Notify { .. } => JobKind::Notify,
+            Task::DriftScan { .. } | Task::Drift { .. } => JobKind::Drift,
         }
     }
 
@@ -87,12 +93,17 @@ impl Task {
             | Task::Review { repo, .. }
             | Task::Merged { repo, .. }
             | Task::Apply { repo, .. }
-            | Task::Notify { repo, .. } => repo,
+            | Task::Notify { repo, .. }
+            | Task::DriftScan { repo }
+            | Task::Drift { repo, .. } => repo,
         }
     }
 
+    /// The pull request the task is for; `PrNumber(0)` for a repository's
+    /// drift jobs, which are for none.
     pub(crate) fn pr_number(&self) -> PrNumber {
         match self {
+            Task::DriftScan { .. } | Task::Drift { .. } => PrNumber(0),
             Task::Plan { pr, .. } | Task::Merged { pr, .. } => pr.number,
             Task::Replan { pr, .. }
             | Task::Comment { pr, .. }
@@ -107,6 +118,9 @@ impl Task {
             kind: self.kind(),
             queue_key: match &self {
                 Task::Notify { repo, target, .. } => format!("notify:{}:{target}", repo.id),
+                Task::DriftScan { repo } | Task::Drift { repo, .. } => {
+                    format!("drift:{}", repo.id)
+                }
                 _ => queue_key(&self.repo().id, self.pr_number()),
             },
             payload: serde_json::to_value(&self).expect("a task always serialises"),

@@ -20,10 +20,12 @@ pub enum JobKind {
     Apply,
     /// Deliver one notification.
     Notify,
+    /// Read a repository's drift schedule, or check a stage for drift.
+    Drift,
 }
 
 impl JobKind {
-    pub const ALL: [JobKind; 7] = [
+    pub const ALL: [JobKind; 8] = [
         JobKind::Plan,
         JobKind::Replan,
         JobKind::Comment,
@@ -31,6 +33,7 @@ impl JobKind {
         JobKind::Merged,
         JobKind::Apply,
         JobKind::Notify,
+        JobKind::Drift,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl JobKind {
             JobKind::Merged => "merged",
             JobKind::Apply => "apply",
             JobKind::Notify => "notify",
+            JobKind::Drift => "drift",
         }
     }
 }

@@ -407,3 +407,51 @@ impl fmt::Display for PlanTarget {
         }
     }
 }
+
+/// What one drift issue is about: one member, or a whole stage when the
+/// base tells a stage's drift in one issue (`[drift] issues = "stage"`).
+/// Spelled as the member (`net@prod`) or the stage (`prod`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DriftSubject {
+    Member(MemberId),
+    Stage(StageName),
+}
+
+impl DriftSubject {
+    pub fn stage(&self) -> &str {
+        match self {
+            Self::Member(member) => member.stage(),
+            Self::Stage(stage) => stage.as_str(),
+        }
+    }
+
+    /// Whether `member`'s drift is told in this subject's issue.
+    pub fn covers(&self, member: &MemberId) -> bool {
+        match self {
+            Self::Member(own) => own == member,
+            Self::Stage(stage) => member.stage() == stage.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for DriftSubject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Member(member) => member.fmt(f),
+            Self::Stage(stage) => f.write_str(stage.as_str()),
+        }
+    }
+}
+
+impl FromStr for DriftSubject {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.contains('@') {
+            return text.parse().map(Self::Member);
+        }
+        if text.is_empty() {
+            return Err("a drift subject is a member `component@stage` or a stage".into());
+        }
+        Ok(Self::Stage(StageName::new(text)))
+    }
+}

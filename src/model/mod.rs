@@ -26,7 +26,7 @@ pub(crate) use gate_id::{approve_stage_words, stage_gate_key};
 pub(crate) use graph::DependencyGraph;
 pub use ids::{CommitSha, ForgeKind, PrNumber, RepoId, User};
 pub use job_kind::{JobKind, UnknownJobKind};
-pub use member::{MemberId, PlanTarget, StageName, WaveName};
+pub use member::{DriftSubject, MemberId, PlanTarget, StageName, WaveName};
 pub use money::{Money, NotAnAmount};
 pub use time::UnixMs;
 pub use untrusted::Untrusted;

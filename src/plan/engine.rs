@@ -77,6 +77,11 @@ pub struct PlanOptions {
     /// profile and access to the state (a member's first plan may have to
     /// create its state's place).
     pub(crate) bootstrap: bool,
+    /// A drift check: every member of `stage` is planned, as if every
+    /// component changed, each with its stage's plan profile.
+    pub(crate) every_member: bool,
+    /// A drift run: only these members of those `every_member` selects run.
+    pub(crate) only_members: Option<Arc<std::collections::BTreeSet<MemberId>>>,
     /// A targeted `/plan`: what it names, and the earlier plans of this
     /// commit the other members keep.
     pub(crate) kept: Option<Arc<super::targets::KeptPlans>>,
@@ -112,6 +117,8 @@ impl PlanOptions {
             merged: false,
             base_picks_profiles: true,
             bootstrap: false,
+            every_member: false,
+            only_members: None,
             kept: None,
             imposed: Default::default(),
             console: None,
@@ -289,7 +296,11 @@ pub(crate) fn prepare(options: &PlanOptions) -> Result<Prepared, PlanError> {
         _ => Default::default(),
     };
     let costs = base_config.map(|c| c.cost).unwrap_or_default();
-    let (derivation, preview) = derive(options, &base, base_text.as_deref(), &config, &changed)?;
+    let (mut derivation, preview) =
+        derive(options, &base, base_text.as_deref(), &config, &changed)?;
+    if let Some(only) = &options.only_members {
+        derivation.keep_only(only);
+    }
     let operator_note = config
         .raw
         .from_operator
@@ -390,7 +401,7 @@ fn derive(
     config: &RepoConfig,
     changed: &[String],
 ) -> Result<(Derivation, Preview), PlanError> {
-    let config_changed = if options.bootstrap {
+    let config_changed = if options.bootstrap || options.every_member {
         config.components.iter().map(|c| c.name.clone()).collect()
     } else if changed.iter().any(|p| p == CONFIG_FILE) {
         let base_raw = base_text

@@ -77,6 +77,21 @@ impl Derivation {
     pub fn member_names(&self) -> impl ExactSizeIterator<Item = &str> {
         self.members.iter().map(MemberId::as_str)
     }
+
+    /// Only `kept` of what runs (a drift run applies exactly the members
+    /// its approval names), in the same waves; a group runs as one only
+    /// when all of its members are kept.
+    pub(crate) fn keep_only(&mut self, kept: &BTreeSet<MemberId>) {
+        self.members.retain(|m| kept.contains(m));
+        for wave in &mut self.waves {
+            wave.retain(|m| kept.contains(m));
+        }
+        self.waves.retain(|wave| !wave.is_empty());
+        self.groups
+            .retain(|g| g.members.iter().all(|m| kept.contains(m)));
+        self.selected
+            .retain(|component, _| self.members.iter().any(|m| m.component() == component));
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -5,6 +5,7 @@ pub mod bootstrap;
 pub(crate) mod changeset;
 pub(crate) mod cost;
 pub(crate) mod coverage;
+pub(crate) mod drift;
 pub mod engine;
 pub(crate) mod executor;
 pub mod fanout;

@@ -5,6 +5,7 @@
 
 pub(crate) mod apply;
 pub(crate) mod approvals;
+pub(crate) mod drift;
 pub(crate) mod entries;
 #[cfg(test)]
 mod inert;

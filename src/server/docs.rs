@@ -27,6 +27,7 @@ const PAGES: &[(&str, &str)] = &[
         include_str!("../../docs/configuration.md"),
     ),
     ("deployment.md", include_str!("../../docs/deployment.md")),
+    ("drift.md", include_str!("../../docs/drift.md")),
     ("glossary.md", include_str!("../../docs/glossary.md")),
     ("operations.md", include_str!("../../docs/operations.md")),
     ("pages.md", include_str!("../../docs/pages.md")),

@@ -77,6 +77,25 @@ fn record_figures(into: &Scraped, figures: &StoreFigures) {
         RUN_STATUSES,
         &figures.apply_runs,
     );
+    for (stage, oldest_ms) in &figures.drift {
+        let labels = metrics::StageLabels {
+            repository: stage.repo.to_string(),
+            stage: stage.stage.clone(),
+        };
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        into.drifted_members
+            .get_or_create(&labels)
+            .set(count(stage.drifted));
+        into.drift_oldest_age
+            .get_or_create(&labels)
+            .set(*oldest_ms as f64 / 1000.0);
+        into.drift_checks
+            .get_or_create(&labels)
+            .set(count(stage.runs));
+        into.drift_check_failures
+            .get_or_create(&labels)
+            .set(count(stage.failures));
+    }
 }
 
 /// One series per known value (0 when absent) and per value the store holds.
@@ -116,6 +135,7 @@ mod tests {
                 oldest_queued_ms: 2500,
                 facts: vec![("approved".into(), 3)],
                 apply_runs: vec![],
+                drift: vec![],
             },
         );
         let text = scraped.render();

@@ -17,6 +17,8 @@ pub(crate) struct StoreFigures {
     pub(crate) facts: Vec<(String, i64)>,
     /// Apply runs by status.
     pub(crate) apply_runs: Vec<(String, i64)>,
+    /// Each checked stage's drift, with how old its oldest drift is (ms).
+    pub(crate) drift: Vec<(super::StageDrift, i64)>,
 }
 
 impl Store {
@@ -47,7 +49,20 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .context("counting apply runs")?;
+        let now = self.now();
+        let drift = self
+            .drift_by_stage()
+            .await?
+            .into_iter()
+            .map(|stage| {
+                let age = stage.oldest.map_or(0, |since| {
+                    i64::try_from(now.since(since).as_millis()).unwrap_or(i64::MAX)
+                });
+                (stage, age)
+            })
+            .collect();
         Ok(StoreFigures {
+            drift,
             jobs,
             oldest_queued_ms: oldest.map_or(0, |at| {
                 i64::try_from(self.now().since(at).as_millis()).unwrap_or(i64::MAX)

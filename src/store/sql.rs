@@ -171,6 +171,11 @@ macro_rules! migrations {
                 name: "api tokens",
                 sql: include_str!(concat!("migrations/", $backend, "/0013_api_tokens.sql")),
             },
+            Migration {
+                version: 14,
+                name: "drift",
+                sql: include_str!(concat!("migrations/", $backend, "/0014_drift.sql")),
+            },
         ]
     };
 }

@@ -1554,7 +1554,8 @@ fn notice_job(target: &str) -> NewJob {
         pull_request: PrNumber(42),
         url: "https://forge.example/acme/infra/pull/42".into(),
         page: None,
-        run: 3,
+        run: Some(3),
+        drift: None,
         retries: 0,
         merge_commit: CommitSha::parse(&"a".repeat(40)).unwrap(),
         gate: Some("pr-42-prod".parse().unwrap()),
@@ -2333,4 +2334,143 @@ async fn a_dead_job_is_queued_again_from_scratch_with_a_signed_fact(f: Fixture) 
         .unwrap();
     assert!(not_dead.is_none());
     assert_eq!(verified_chain(&store).await.facts, 2);
+}
+
+on_both!(fixture_on, a_drift_schedule_is_claimed_once_a_slot_and_its_issues_and_figures_read_back, #[tokio::test]);
+async fn a_drift_schedule_is_claimed_once_a_slot_and_its_issues_and_figures_read_back(f: Fixture) {
+    use crate::model::{DriftSubject, StageName};
+    let repo_ref = repo_ref(None);
+    f.store.upsert_repository(&repo_ref).await.unwrap();
+    let scan = |_: &crate::forge::RepoRef| job("drift:github:acme/infra", 5);
+    let rescan = Duration::from_secs(600);
+    // Met for the first time: marked, read a rescan later.
+    assert_eq!(f.store.claim_drift_scans(rescan, scan).await.unwrap(), 0);
+    f.clock.advance(599_000);
+    assert_eq!(f.store.claim_drift_scans(rescan, scan).await.unwrap(), 0);
+    f.clock.advance(2_000);
+    assert_eq!(f.store.claim_drift_scans(rescan, scan).await.unwrap(), 1);
+    assert_eq!(
+        f.store.claim_drift_scans(rescan, scan).await.unwrap(),
+        0,
+        "once"
+    );
+
+    let hour = Duration::from_secs(3600);
+    let stages = [(StageName::new("prod"), hour)];
+    f.store
+        .sync_drift_schedule(&repo_ref, &stages)
+        .await
+        .unwrap();
+    let check = |_: &crate::forge::RepoRef, _: &StageName| job("drift:github:acme/infra", 5);
+    // Due at its slot, within the hour; claimed once there.
+    assert_eq!(f.store.claim_due_drift_checks(check).await.unwrap(), 0);
+    f.clock.advance(3_600_000);
+    assert_eq!(f.store.claim_due_drift_checks(check).await.unwrap(), 1);
+    assert_eq!(f.store.claim_due_drift_checks(check).await.unwrap(), 0);
+    // Asked for soon (a pull request applied a drifted member): due now.
+    f.store.drift_check_soon(&repo(), "prod").await.unwrap();
+    assert_eq!(f.store.claim_due_drift_checks(check).await.unwrap(), 1);
+    // Syncing again with the same interval keeps the slot; a stage no
+    // longer checked leaves the schedule.
+    f.store
+        .sync_drift_schedule(&repo_ref, &stages)
+        .await
+        .unwrap();
+    assert_eq!(f.store.claim_due_drift_checks(check).await.unwrap(), 0);
+    f.store
+        .count_drift_check(&repo(), "prod", true)
+        .await
+        .unwrap();
+    f.store
+        .count_drift_check(&repo(), "prod", false)
+        .await
+        .unwrap();
+
+    let plan = f
+        .store
+        .save_plan(NewPlan {
+            repo: repo(),
+            pr: PrNumber(1001),
+            head_sha: sha('a'),
+            base_sha: sha('a'),
+            digest: Some(Digest::repeated('2')),
+            change_set: empty_set(),
+            report: String::new(),
+        })
+        .await
+        .unwrap();
+    let since = f.store.now();
+    let issue = DriftIssue {
+        repo: repo(),
+        number: PrNumber(1001),
+        subject: DriftSubject::Member("net@prod".parse().unwrap()),
+        open: true,
+        drift: Some((Digest::repeated('2'), plan)),
+        drifted: 1,
+        commit: sha('a'),
+        failing: None,
+        since,
+        changed_at: since,
+        checked_at: since,
+    };
+    f.store.save_drift_issue(&issue).await.unwrap();
+    assert_eq!(
+        f.store.drift_issue(&repo(), PrNumber(1001)).await.unwrap(),
+        Some(issue.clone())
+    );
+    assert_eq!(
+        f.store.drift_issue(&repo(), PrNumber(7)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        f.store.open_drift_issues(&repo(), "prod").await.unwrap(),
+        std::slice::from_ref(&issue)
+    );
+    f.clock.advance(60_000);
+    let figures = f.store.figures().await.unwrap();
+    let (stage, oldest_ms) = &figures.drift[0];
+    assert_eq!(
+        (
+            stage.stage.as_str(),
+            stage.drifted,
+            stage.runs,
+            stage.failures
+        ),
+        ("prod", 1, 2, 1)
+    );
+    assert_eq!(*oldest_ms, 60_000);
+    // A second open issue of the same subject is refused: one per subject.
+    let twin = DriftIssue {
+        number: PrNumber(1002),
+        ..issue.clone()
+    };
+    assert!(f.store.save_drift_issue(&twin).await.is_err());
+    let closed = DriftIssue {
+        open: false,
+        ..issue
+    };
+    f.store.save_drift_issue(&closed).await.unwrap();
+    assert!(f
+        .store
+        .open_drift_issues(&repo(), "prod")
+        .await
+        .unwrap()
+        .is_empty());
+    let figures = f.store.figures().await.unwrap();
+    assert_eq!(figures.drift[0].0.drifted, 0);
+
+    // A merge whose run has not started holds drift checks back.
+    let prefix = "github:acme/infra#";
+    assert!(!f.store.merge_in_hand(prefix).await.unwrap());
+    let merged = NewJob {
+        kind: JobKind::Merged,
+        ..job("github:acme/infra#5", 5)
+    };
+    f.store.enqueue(merged).await.unwrap();
+    assert!(f.store.merge_in_hand(prefix).await.unwrap());
+    merged_run(&f, 5).await;
+    assert!(
+        !f.store.merge_in_hand(prefix).await.unwrap(),
+        "its run started"
+    );
 }

@@ -9,6 +9,7 @@
 //! [`task::MAX_ATTEMPTS`].
 
 mod ctx;
+pub mod drift_clock;
 mod handlers;
 
 use ctx::JobCtx;
@@ -59,6 +60,9 @@ pub struct WorkerOptions {
     pub pages_url: Option<String>,
     /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`).
     pub operator: Arc<crate::config::operator::OperatorConfig>,
+    /// The shortest drift interval (`WAVEGATE_DRIFT_MIN_INTERVAL`); `None`:
+    /// no drift checks.
+    pub drift_floor: Option<Duration>,
 }
 
 impl Default for WorkerOptions {
@@ -73,6 +77,7 @@ impl Default for WorkerOptions {
             docs_url: None,
             pages_url: None,
             operator: Default::default(),
+            drift_floor: Some(Duration::from_secs(3600)),
         }
     }
 }
@@ -362,7 +367,10 @@ impl Worker {
                     body,
                     written_at: *written_at,
                 };
-                handlers::comment::handle_comment(&job, comment).await
+                match handlers::drift::taken_up(&job, &comment).await? {
+                    Some(outcome) => Ok(outcome),
+                    None => handlers::comment::handle_comment(&job, comment).await,
+                }
             }
             Task::Review {
                 review_id,
@@ -383,6 +391,8 @@ impl Worker {
             Task::Notify { target, notice, .. } => {
                 handlers::notify::deliver_notice(&self.options.notify, target, notice).await
             }
+            Task::DriftScan { .. } => handlers::drift::scan(&job).await,
+            Task::Drift { stage, .. } => handlers::drift::check(&job, stage).await,
         }
     }
 

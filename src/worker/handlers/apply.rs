@@ -31,7 +31,9 @@ use crate::gate::counting::{Evaluation, Scope, Tally};
 use crate::gate::ledger::{Fact, FactData, FactKind};
 use crate::git;
 use crate::jobs::Task;
-use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, RepoId, StageName, UnixMs};
+use crate::model::{
+    CommitSha, Digest, DriftSubject, GateId, MemberId, PrNumber, RepoId, StageName, UnixMs,
+};
 use crate::plan::changeset::ChangeSet;
 use crate::plan::engine::{self, ApplyOutcome, PlanError, RecordedOutputs, Workbench};
 use crate::plan::tail::OutputTail;
@@ -60,6 +62,9 @@ struct RunIo<'d> {
     run: &'d mut ApplyRunRecord,
     /// The run's plan, for its report (not read when a job gives up).
     plan: Option<&'d PlanRecord>,
+    /// It applies a drift issue's plan: what it applies is recorded as
+    /// `drift_applied` facts (the runs that stop or give up apply nothing).
+    drift: bool,
 }
 
 /// What a run needs while it is driven, read once per job.
@@ -72,12 +77,24 @@ struct Drive {
     rules: Arc<BaseRules>,
     /// Approvers' permissions as the forge answered them in this job.
     asked: HashMap<String, super::gate::Who>,
+    /// The run applies a drift issue's plan: its `/apply`, by the stage's
+    /// approvers, is the stage's gate too.
+    drift: bool,
 }
 
 impl Drive {
     /// The policy a stage's gate and rounds are judged by.
     fn stage_policy(&self, stage: &str) -> Policy {
         self.rules.stage_policy(&self.policy, stage)
+    }
+
+    /// What gates `stage` after its members are planned.
+    fn gate(&self, stage: &str) -> GatePolicy {
+        if self.drift {
+            GatePolicy::Never
+        } else {
+            self.rules.gate(stage)
+        }
     }
 }
 
@@ -241,6 +258,7 @@ pub(in crate::worker) async fn apply_gave_up(
     let mut io = RunIo {
         run: &mut run,
         plan: None,
+        drift: false,
     };
     perform_all(job, &mut io, effects).await?;
     Ok(())
@@ -282,7 +300,12 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
         )
     })?;
     let rules = job.mirror.base_rules(&run.base_sha).await?;
-    let policy = rules.policy();
+    let drift = drift_subject(job.store, &run.repo.id, run.pr).await?;
+    // A drift run's approval is its stage's: judged by the stage's policy.
+    let policy = rules.policy().map(|policy| match &drift {
+        Some(subject) => rules.stage_policy(&policy, subject.stage()),
+        None => policy,
+    });
     let approved = plan.change_set().map_err(|e| e.to_string()).and_then(|set| {
         if set.digest == run.digest {
             Ok(set)
@@ -297,6 +320,15 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
         .runner
         .plan_options(&job.mirror, (&run.base_sha, &run.merge_sha));
     options.merged = true;
+    if let (Some(subject), Ok(set)) = (&drift, &approved) {
+        // What drifted is planned as the check planned it: the stage's
+        // members at this commit, of which only the approved ones run.
+        options.every_member = true;
+        options.stage = Some(subject.stage().to_owned());
+        options.only_members = Some(Arc::new(
+            set.members.iter().map(|m| m.member.clone()).collect(),
+        ));
+    }
     options.console = Some(job.runner.console(&run.repo.id, run.pr, Some(run.id)));
     options.recorded = Some(deployed_estate(job.store, &run.repo.id).await?);
     let reading = options.clone();
@@ -332,6 +364,7 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
         policy,
         rules,
         asked: HashMap::new(),
+        drift: drift.is_some(),
     };
     if !keep {
         drive.run.record.layout = layout;
@@ -413,6 +446,7 @@ async fn drive(job: &JobCtx<'_>, run: ApplyRunRecord) -> Result<JobOutcome> {
     let mut io = RunIo {
         run: &mut drive.run,
         plan: Some(&drive.plan),
+        drift: drive.drift,
     };
     perform_all(job, &mut io, effects).await?;
     Ok(JobOutcome::Done)
@@ -441,6 +475,7 @@ async fn stop_run(
     let mut io = RunIo {
         run: &mut run,
         plan: Some(plan),
+        drift: false,
     };
     perform_all(job, &mut io, effects).await?;
     Ok(JobOutcome::Done)
@@ -727,7 +762,7 @@ async fn gate_then_apply(
     (first, part): (usize, &[Vec<MemberId>]),
     open: &[MemberId],
 ) -> Result<Step> {
-    let gate = drive.rules.gate(stage);
+    let gate = drive.gate(stage);
     let step = stage_gate(job, (drive, bench), (stage, gated_wave), part, gate).await?;
     // after.gate runs once the gate decided: it went on, waits, or
     // expired; not when plans or a hook stopped the stage first.
@@ -765,6 +800,7 @@ async fn gate_then_apply(
         let mut io = RunIo {
             run: &mut drive.run,
             plan: Some(&drive.plan),
+            drift: drive.drift,
         };
         perform_all(job, &mut io, used).await?;
         if step == Step::Stop {
@@ -816,6 +852,7 @@ async fn stage_gate(
             let mut io = RunIo {
                 run: &mut drive.run,
                 plan: Some(&drive.plan),
+                drift: drive.drift,
             };
             perform(job, &mut io, effects.remove(0)).await?;
         }
@@ -897,7 +934,7 @@ async fn wave_of(
         members: wave,
         upstreams,
         approved: &approved,
-        gate: drive.rules.gate(stage),
+        gate: drive.gate(stage),
         digest_over: drive.policy.digest_over,
         host: &host,
         server: process::identify(std::process::id()),
@@ -936,6 +973,7 @@ async fn carry_out_wave(
         let mut io = RunIo {
             run: &mut drive.run,
             plan: Some(&drive.plan),
+            drift: drive.drift,
         };
         let (question, for_bench) =
             carry_out_applies(job, (&mut io, bench), machine, &mut effects).await?;
@@ -1076,6 +1114,15 @@ async fn perform(job: &JobCtx<'_>, io: &mut RunIo<'_>, effect: Effect) -> Result
             store
                 .record_deployed(&io.run.repo.id, member.as_str(), &outputs, io.run.id)
                 .await?;
+            if io.drift {
+                let digest = match io.run.record.state(&member) {
+                    MemberState::Applied { plan_digest, .. } => plan_digest,
+                    _ => io.run.digest.clone(),
+                };
+                let run = (io.run.id, io.run.pr);
+                record_drift_applied(store, forge, run, (&member, &digest)).await?;
+            }
+            recheck_drift(store, &io.run.repo.id, &member).await?;
         }
         Effect::SpendOverride { member, digest } => {
             let gate = GateId::Override(io.run.pr);
@@ -1195,4 +1242,45 @@ fn processes_alive(record: &AttemptRecord, members: &[MemberId]) -> BTreeMap<Mem
             _ => None,
         })
         .collect()
+}
+
+/// The subject of a drift run, when `pr` is a drift issue's number: its
+/// stage is planned whole and only the approved members run.
+async fn drift_subject(store: &Store, repo: &RepoId, pr: PrNumber) -> Result<Option<DriftSubject>> {
+    Ok(store
+        .drift_issue(repo, pr)
+        .await?
+        .map(|issue| issue.subject))
+}
+
+/// Records that a drift run applied `member` (its plan's digest).
+async fn record_drift_applied(
+    store: &Store,
+    forge: Forge<'_>,
+    (run, pr): (i64, PrNumber),
+    (member, digest): (&MemberId, &Digest),
+) -> Result<()> {
+    let data = FactData {
+        run: Some(run),
+        member: Some(member.clone()),
+        ..FactData::default()
+    };
+    append_own_fact(
+        store,
+        forge,
+        (GateId::Pr(pr), FactKind::DriftApplied, digest),
+        data,
+    )
+    .await
+}
+
+/// After a run applied `member`: a drift issue that covers it is checked
+/// again at once (whether the apply brought the drift back is known only
+/// by planning).
+async fn recheck_drift(store: &Store, repo: &RepoId, member: &MemberId) -> Result<()> {
+    let open = store.open_drift_issues(repo, member.stage()).await?;
+    if open.iter().any(|issue| issue.subject.covers(member)) {
+        store.drift_check_soon(repo, member.stage()).await?;
+    }
+    Ok(())
 }

@@ -3,10 +3,12 @@
 //! a comment's commands (`comment`), a review (`review`), what both of
 //! those share about a pull request's gate (`gate`), what a pull request
 //! shows of wavegate (`publish`), an apply run, the interpreter of the
-//! apply machine (`apply`), and the notifications of its news (`notify`).
+//! apply machine (`apply`), the notifications of its news (`notify`), and
+//! drift checks with their issues (`drift`).
 
 pub(super) mod apply;
 pub(super) mod comment;
+pub(super) mod drift;
 mod gate;
 mod in_flight;
 pub(super) mod notify;

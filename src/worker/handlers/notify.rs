@@ -68,6 +68,52 @@ pub(super) async fn notify_of(
     Ok(())
 }
 
+/// Enqueues, once per target the default branch names, the notice of new
+/// or changed drift on `issue` (checked at `commit`); `said` is what the
+/// issue was told.
+pub(super) async fn notify_of_drift(
+    job: &crate::worker::ctx::JobCtx<'_>,
+    (issue, commit): (&crate::store::DriftIssue, &crate::model::CommitSha),
+    members: &[crate::model::MemberId],
+    said: &str,
+    changed: bool,
+) -> Result<()> {
+    let rules = job.mirror.base_rules(commit).await?;
+    let Some(wanted) = rules.notify() else {
+        return Ok(());
+    };
+    if !wanted
+        .events
+        .contains(&crate::config::repo::NotifyEvent::Drift)
+    {
+        return Ok(());
+    }
+    let Some(digest) = issue.digest() else {
+        return Ok(());
+    };
+    let page = job.forge.pull_page(issue.number);
+    let ctx = notify::DriftContext {
+        repo: job.forge.repo,
+        issue: issue.number,
+        commit,
+        digest,
+        members: members.iter().map(ToString::to_string).collect(),
+        changed,
+        page: page.as_deref(),
+    };
+    let notice = notify::drift_notice(&ctx, said);
+    for target in &wanted.to {
+        let task = Task::Notify {
+            repo: job.forge.repo.clone(),
+            pr: issue.number,
+            target: crate::config::repo::notify_env_name(target),
+            notice: Box::new(notice.clone()),
+        };
+        job.queue.enqueue_once(task).await?;
+    }
+    Ok(())
+}
+
 /// Delivers one notice to `target`, as this server defines it among
 /// `targets`; an error retries the job later.
 pub(in crate::worker) async fn deliver_notice(

@@ -111,6 +111,11 @@ pub(super) async fn publish_run(
                 .await?;
         }
     }
+    // A drift run's commit is the default branch's, whose checks are its
+    // merges' own: the drift issue shows the run.
+    if store.drift_issue(&run.repo.id, run.pr).await?.is_some() {
+        return store.save_apply_run(run).await;
+    }
     let report = CheckReport::apply(run_check_state(run.status, &run.record), title, body)
         .linked(forge.pull_page(run.pr));
     let check_id = forge

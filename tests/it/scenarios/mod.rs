@@ -14,6 +14,7 @@ mod carried;
 mod cost;
 mod digest_over;
 mod discover;
+mod drift;
 mod forge_clients;
 mod forged_report;
 mod git_paths;

@@ -126,6 +126,11 @@ fn bootstrap(bot: &Bot) -> Vec<String> {
 /// policy), deployed by `apply --local` from nothing: no workspace or state
 /// exists before, it creates them all, wave by wave.
 async fn deployed_monorepo(overriders: &[&str]) -> Bot {
+    deployed_monorepo_with(overriders, &[]).await
+}
+
+/// [`deployed_monorepo`] with the server's `env` besides.
+async fn deployed_monorepo_with(overriders: &[&str], env: &[(&str, &str)]) -> Bot {
     require_terraform();
     // The operator's central configuration imposes a hook on every `acme/*`
     // repository, which the example's own file knows nothing of.
@@ -149,15 +154,13 @@ command = ["python3", "-c", "import os; print('change window open for ' + os.env
     let repos_config = repos_config.display().to_string();
     // The operator's `[profile.default]` says where state lives, in place
     // of the example estate's variable.
-    let bot = Bot::start_with_file(
-        &[
-            ("WAVEGATE_SANDBOX_APPLY_WRITE", ""),
-            ("WAVEGATE_REPOS_CONFIG", &repos_config),
-        ],
-        "WAVEGATE_PROFILES",
-        |_, dir| state_profile(dir),
-    )
-    .await;
+    let mut settings = vec![
+        ("WAVEGATE_SANDBOX_APPLY_WRITE", ""),
+        ("WAVEGATE_REPOS_CONFIG", repos_config.as_str()),
+    ];
+    settings.extend_from_slice(env);
+    let bot =
+        Bot::start_with_file(&settings, "WAVEGATE_PROFILES", |_, dir| state_profile(dir)).await;
     native_main(&bot.example, overriders);
     assert_eq!(
         bootstrap(&bot),
@@ -387,4 +390,96 @@ async fn a_targeted_plan_replans_one_member_and_keeps_the_rest_of_the_same_commi
         "{}",
         pr.report()
     );
+}
+
+/// Someone changes dev's network by hand (here its state, as a console
+/// would change the real thing): the drift check's real `terraform plan`
+/// shows it in an issue, and `/apply` there puts back what the code says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terraform_state_changed_out_of_band_is_told_in_an_issue_and_put_back_by_apply() {
+    let bot = deployed_monorepo_with(&[], &[("WAVEGATE_DRIFT_MIN_INTERVAL", "1s")]).await;
+    let config = bot.example.read("main", "wavegate.toml").replace(
+        "name = \"dev\"\ngate = \"never\"",
+        "name = \"dev\"\ngate = \"never\"\ndrift = \"5s\"",
+    );
+    bot.example
+        .branch("main", "main", &[("wavegate.toml", Some(&config))]);
+    // The bot hears of the repository through a pull request.
+    tag_the_shared_app_module(&bot);
+    let pr = planned_pr(&bot, 1).await;
+    let repo = pr.repo.clone();
+
+    let file = bot
+        .dir
+        .path()
+        .join("tfstate/envs/dev/network/terraform.tfstate");
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let vpc = state["resources"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["name"] == "vpc")
+        .unwrap();
+    vpc["instances"][0]["attributes"]["input"]["value"]["cidr"] = "10.9.0.0/16".into();
+    std::fs::write(&file, serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+
+    let number = bot
+        .until("a drift issue of network@dev", || async {
+            bot.forge
+                .issues(&repo)
+                .into_iter()
+                .find(|i| i.open && i.title == "Drift: `network@dev` differs from main")
+                .map(|i| i.number)
+        })
+        .await;
+    let issue = bot.issue(&repo, number);
+    let body = issue.body();
+    insta::assert_snapshot!(redact(&body), @r#"
+    <!-- wavegate:drift -->
+    ## wavegate drift: `network@dev`
+
+    What is deployed differs from what `main` at `[short]` says: the plan of `network@dev` against the deployed estate is not empty.
+
+    ### `network@dev` — +0 ~1 -0 -/+0
+
+    ```diff
+    ~ module.network.terraform_data.vpc (update)
+          input.cidr: "10.9.0.0/16" → "10.1.0.0/16"
+          output.cidr: "10.1.0.0/16" → (known after apply)
+          output.name: "vpc-dev" → (known after apply)
+    ```
+
+    ### Reconcile
+
+    To make what is deployed what `main` says, someone who may approve stage `dev` comments the line below; wavegate then applies exactly this plan with the stage's apply profile (a plan that moved since waits for a new approval):
+
+    ```
+    /apply sha256:[digest]
+    ```
+
+    Or merge a pull request that makes the code say what is deployed: this issue closes by itself once a check finds it clean.
+
+    <sub>First seen [time]; this plan is of [time]. wavegate updates this issue when the drift changes and closes it when a check finds none.</sub>
+    "#);
+    for shown in [
+        "~ module.network.terraform_data.vpc",
+        "\"10.9.0.0/16\"",
+        "\"10.1.0.0/16\"",
+    ] {
+        assert!(body.contains(shown), "{shown} not in\n{body}");
+    }
+    assert!(!body.contains("app@dev"), "only network drifted:\n{body}");
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("/apply sha256:"))
+        .unwrap()
+        .to_owned();
+
+    issue.comment_as("rev-bob", &line).await;
+    bot.until("the drift is applied and its issue closed", || async {
+        (!issue.is_open()).then_some(())
+    })
+    .await;
+    let vpc = deployed(&bot, "network", "dev", "module.network.terraform_data.vpc");
+    assert_eq!(vpc["input"]["value"]["cidr"], "10.1.0.0/16");
 }
