@@ -568,9 +568,12 @@ impl Reconciler {
                 .or_default()
                 .insert(run.pr);
         }
+        // A repository with an open drift issue is swept for its `/apply`s.
+        let drifting = self.store.repos_with_open_drift_issues().await?;
         let ids: Vec<RepoId> = open_by_repo
             .keys()
             .chain(run_prs.keys())
+            .chain(drifting.iter())
             .filter(|id| repos.contains_key(*id))
             .cloned()
             .collect();
@@ -955,15 +958,32 @@ impl Reconciler {
         busy: &mut HashSet<String>,
     ) -> Result<()> {
         let marks = self.store.comment_marks(&repo.id).await?;
+        // An open drift issue's `/apply` no webhook brought is taken up
+        // too, from a minute before the issue was opened (the forge's clock
+        // is not ours, and dates comments to the second).
+        let drift: HashMap<PrNumber, UnixMs> = self
+            .store
+            .open_drift_issue_numbers(&repo.id)
+            .await?
+            .into_iter()
+            .map(|(number, opened)| {
+                let before = UnixMs::from_millis(opened.millis().saturating_sub(60_000));
+                (number, before)
+            })
+            .collect();
         let since = match listings.comments_since {
             Some(since) => Some(since),
             None => first_comments_since(
                 &swept
                     .iter()
                     .map(|pr| marks.get(pr).copied().flatten())
+                    .chain(drift.values().map(|since| Some(*since)))
                     .collect::<Vec<_>>(),
             ),
         };
+        if swept.is_empty() && drift.is_empty() {
+            return Ok(());
+        }
         let old_etags = match listings.comment_etags.take() {
             Some((asked, etags)) if asked == since => etags,
             _ => Vec::new(),
@@ -977,12 +997,17 @@ impl Reconciler {
             .await?;
         let mut by_pr: HashMap<PrNumber, Vec<Comment>> = HashMap::new();
         for item in &listed {
-            if swept.contains(&item.pr) {
+            let applies = || crate::gate::commands::drift_apply(&item.comment.body).is_some();
+            if swept.contains(&item.pr) || (drift.contains_key(&item.pr) && applies()) {
                 by_pr.entry(item.pr).or_default().push(item.comment.clone());
             }
         }
         for (number, comments) in by_pr {
-            let pr_since = marks.get(&number).copied().flatten();
+            let pr_since = marks
+                .get(&number)
+                .copied()
+                .flatten()
+                .or_else(|| drift.get(&number).copied());
             self.take_up_comments(repo, number, pr_since, &comments, sweep, busy)
                 .await?;
         }

@@ -28,12 +28,18 @@ fn checked_every_few_seconds(bot: &Bot) {
 const KEY: &str = "drift-receiver-key";
 
 async fn drifting_bot(receiver: &Receiver) -> Bot {
-    let env = [
+    drifting_bot_with(receiver, &[]).await
+}
+
+/// [`drifting_bot`] with the server's `env` besides.
+async fn drifting_bot_with(receiver: &Receiver, env: &[(&str, &str)]) -> Bot {
+    let mut settings = vec![
         ("WAVEGATE_DRIFT_MIN_INTERVAL", "1s"),
         ("WAVEGATE_NOTIFY_DRIFT_ALERTS_URL", receiver.url.as_str()),
         ("WAVEGATE_NOTIFY_DRIFT_ALERTS_KEY", KEY),
     ];
-    let bot = Bot::start_with(&env).await;
+    settings.extend_from_slice(env);
+    let bot = Bot::start_with(&settings).await;
     checked_every_few_seconds(&bot);
     bot
 }
@@ -486,4 +492,29 @@ async fn told_per_stage_one_issue_lists_every_drifted_member_and_its_apply_appli
         bot.deployed("dev", "app")["aws_instance.app"]["instance_type"],
         "t3.small"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_whose_webhook_was_lost_is_taken_up_by_the_sweep() {
+    let receiver = Receiver::start(KEY).await;
+    let bot = drifting_bot_with(&receiver, &[("WAVEGATE_RECONCILE_EVERY", "1s")]).await;
+    let repo = bot.forgejo_repo();
+    watched(&bot, &repo).await;
+    bot.drift(
+        "dev",
+        "network",
+        "aws_vpc.main",
+        "cidr_block",
+        json!("10.9.0.0/16"),
+    );
+    let issue = until_drift_issue(&bot, &repo, "network@dev").await;
+    let applies_before = bot.applies_run().len();
+
+    issue.comment_unheard("rev-bob", &apply_line(&issue));
+    bot.until(
+        "the sweep takes the /apply up and the issue closes",
+        || async { (!issue.is_open()).then_some(()) },
+    )
+    .await;
+    assert_eq!(&bot.applies_run()[applies_before..], ["network@dev"]);
 }

@@ -59,6 +59,14 @@ impl IssueHandle<'_> {
         id
     }
 
+    /// `login` comments `body` on the forge, and its webhook is lost: the
+    /// bot is not told. The comment's id.
+    pub fn comment_unheard(&self, login: &str, body: &str) -> u64 {
+        self.bot
+            .forge
+            .add_comment(&self.repo, self.number, login, body)
+    }
+
     /// The bot's comments on the issue, oldest first.
     pub fn replies(&self) -> Vec<String> {
         self.bot
