@@ -8,6 +8,7 @@
 
 use crate::support::bot::*;
 use crate::support::issue::IssueHandle;
+use crate::support::pr::approved_pr_on;
 use crate::support::receiver::Receiver;
 use crate::support::redact::redact;
 use crate::support::RepoHandle;
@@ -517,4 +518,43 @@ async fn an_apply_whose_webhook_was_lost_is_taken_up_by_the_sweep() {
     )
     .await;
     assert_eq!(&bot.applies_run()[applies_before..], ["network@dev"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_pull_request_that_writes_the_drift_into_the_code_closes_its_issue() {
+    let receiver = Receiver::start(KEY).await;
+    let bot = drifting_bot(&receiver).await;
+    let repo = bot.github_repo();
+    watched(&bot, &repo).await;
+    bot.drift(
+        "dev",
+        "network",
+        "aws_vpc.main",
+        "cidr_block",
+        json!("10.9.0.0/16"),
+    );
+    let issue = until_drift_issue(&bot, &repo, "network@dev").await;
+
+    // The team keeps the hand-made CIDR: a pull request writes it into the code.
+    let resources = bot
+        .example
+        .read("main", "infra/network/resources.json")
+        .replace("10.0.0.0/16", "10.9.0.0/16");
+    bot.example.branch(
+        "keep-cidr",
+        "main",
+        &[("infra/network/resources.json", Some(&resources))],
+    );
+    let pr = approved_pr_on(&bot, &repo, 8, "keep-cidr").await;
+    pr.merge().await;
+    bot.until("the issue closes by itself", || async {
+        (!issue.is_open()).then_some(())
+    })
+    .await;
+    assert!(
+        issue.last_reply().starts_with("No drift any more"),
+        "{}",
+        issue.last_reply()
+    );
+    assert_eq!(bot.forge.issues(&repo).len(), 1);
 }
