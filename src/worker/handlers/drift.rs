@@ -22,7 +22,7 @@ use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::jobs::{queue_key_prefix, Task};
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, StageName, UnixMs};
 use crate::plan::drift::{self, Finding, Found, Told, Verdict};
-use crate::plan::engine::{self, change_set_of, MemberOutcome, PlanError, PlannedChange};
+use crate::plan::engine::{change_set_of, MemberOutcome, PlanError, PlannedChange};
 use crate::report::drift::{self as words, DriftShown};
 use crate::store::{DriftIssue, JobOutcome, NewApplyRun, NewPlan, Store};
 use crate::worker::ctx::{Forge, JobCtx};
@@ -144,15 +144,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
     options.every_member = true;
     options.stage = Some(stage.to_string());
     options.recorded = Some(deployed_estate(store, repo).await?);
-    let span = tracing::Span::current();
-    let planned = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the planner's runtime")?;
-        anyhow::Ok(span.in_scope(|| runtime.block_on(engine::plan_change(&options))))
-    })
-    .await??;
+    let planned = super::plan::plan_apart(options).await?;
     let change = match planned {
         Ok(change) => change,
         Err(PlanError::Internal(error)) => {

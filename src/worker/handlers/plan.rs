@@ -119,18 +119,7 @@ pub(in crate::worker) async fn plan(
         let kept = kept_plans(store, &forge.repo.id, pr, only).await?;
         options.kept = Some(Arc::new(kept));
     }
-    // Planning calls git synchronously here and there: it runs on a
-    // runtime of its own so webhook intake never waits behind it, in
-    // the job's span.
-    let span = tracing::Span::current();
-    let planned = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("starting the planner's runtime")?;
-        anyhow::Ok(span.in_scope(|| runtime.block_on(engine::plan_change(&options))))
-    })
-    .await??;
+    let planned = plan_apart(options).await?;
     let change = match planned {
         Ok(change) => change,
         Err(PlanError::Config(error)) => {
@@ -156,6 +145,23 @@ pub(in crate::worker) async fn plan(
     )
     .await?;
     Ok(JobOutcome::Done)
+}
+
+/// Plans as `options` say. Planning calls git synchronously here and
+/// there: it runs on a runtime of its own so webhook intake never waits
+/// behind it, in the job's span.
+pub(super) async fn plan_apart(
+    options: engine::PlanOptions,
+) -> Result<Result<PlannedChange, PlanError>> {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the planner's runtime")?;
+        anyhow::Ok(span.in_scope(|| runtime.block_on(engine::plan_change(&options))))
+    })
+    .await?
 }
 
 /// Saves the plan and posts its report and check: one that changes

@@ -45,6 +45,20 @@ async fn drifting_bot_with(receiver: &Receiver, env: &[(&str, &str)]) -> Bot {
     bot
 }
 
+/// The example as `acme/infra` on Forgejo, or on GitHub.
+fn repo_on(bot: &Bot, forgejo: bool) -> RepoHandle {
+    if forgejo {
+        bot.forgejo_repo()
+    } else {
+        bot.github_repo()
+    }
+}
+
+/// Someone sets dev's VPC to `cidr` by hand (the code says `10.0.0.0/16`).
+fn vpc_edited_by_hand(bot: &Bot, cidr: &str) {
+    bot.drift("dev", "network", "aws_vpc.main", "cidr_block", json!(cidr));
+}
+
 /// Makes `repo` known to the bot (it learns of repositories through their
 /// events) and lets its first drift checks run on an estate that matches.
 async fn watched(bot: &Bot, repo: &RepoHandle) {
@@ -116,21 +130,11 @@ fn apply_line(issue: &IssueHandle<'_>) -> String {
 async fn changed_out_of_band_opens_one_issue_updated_then_closed(forgejo: bool) {
     let receiver = Receiver::start(KEY).await;
     let bot = drifting_bot(&receiver).await;
-    let repo = if forgejo {
-        bot.forgejo_repo()
-    } else {
-        bot.github_repo()
-    };
+    let repo = repo_on(&bot, forgejo);
     watched(&bot, &repo).await;
 
     // Someone edits the VPC by hand.
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.9.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
     let issue = until_drift_issue(&bot, &repo, "network@dev").await;
     let first = apply_line(&issue);
     // The same issue on both forges.
@@ -180,13 +184,7 @@ async fn changed_out_of_band_opens_one_issue_updated_then_closed(forgejo: bool) 
     );
 
     // A second change moves the drift: the same issue shows the new plan.
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.8.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.8.0.0/16");
     let moved = issue.until_a_reply_says("The drift changed").await;
     assert!(moved.contains("was `sha256:"), "{moved}");
     assert_ne!(apply_line(&issue), first);
@@ -198,13 +196,7 @@ async fn changed_out_of_band_opens_one_issue_updated_then_closed(forgejo: bool) 
     assert_eq!(receiver.received()[1].body["drift"], "changed");
 
     // Put back by hand: the next check finds it clean and closes the issue.
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.0.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.0.0.0/16");
     bot.until("the issue closes", || async {
         (!issue.is_open()).then_some(())
     })
@@ -231,19 +223,9 @@ async fn drift_opens_one_issue_that_follows_the_drift_and_closes_on_forgejo() {
 async fn apply_by_an_approver_applies_once(forgejo: bool) {
     let receiver = Receiver::start(KEY).await;
     let bot = drifting_bot(&receiver).await;
-    let repo = if forgejo {
-        bot.forgejo_repo()
-    } else {
-        bot.github_repo()
-    };
+    let repo = repo_on(&bot, forgejo);
     watched(&bot, &repo).await;
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.9.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
     let issue = until_drift_issue(&bot, &repo, "network@dev").await;
     let line = apply_line(&issue);
     let applies_before = bot.applies_run().len();
@@ -305,11 +287,7 @@ async fn checks_that(bot: &Bot, outcome: &str) -> usize {
 async fn waits_for_a_pull_requests_apply(forgejo: bool) {
     let receiver = Receiver::start(KEY).await;
     let bot = drifting_bot(&receiver).await;
-    let repo = if forgejo {
-        bot.forgejo_repo()
-    } else {
-        bot.github_repo()
-    };
+    let repo = repo_on(&bot, forgejo);
     watched(&bot, &repo).await;
     let pr = bot.pr(&repo, 7);
     pr.comment_as("rev-bob", "/approve").await;
@@ -370,11 +348,7 @@ async fn a_drift_check_waits_for_a_pull_requests_apply_and_never_holds_it_up_on_
 async fn a_failing_plan_is_told_once(forgejo: bool) {
     let receiver = Receiver::start(KEY).await;
     let bot = drifting_bot(&receiver).await;
-    let repo = if forgejo {
-        bot.forgejo_repo()
-    } else {
-        bot.github_repo()
-    };
+    let repo = repo_on(&bot, forgejo);
     watched(&bot, &repo).await;
 
     std::fs::write(
@@ -449,13 +423,7 @@ async fn told_per_stage_one_issue_lists_every_drifted_member_and_its_apply_appli
     let repo = bot.github_repo();
     watched(&bot, &repo).await;
 
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.9.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
     bot.drift(
         "dev",
         "app",
@@ -501,13 +469,7 @@ async fn an_apply_whose_webhook_was_lost_is_taken_up_by_the_sweep() {
     let bot = drifting_bot_with(&receiver, &[("WAVEGATE_RECONCILE_EVERY", "1s")]).await;
     let repo = bot.forgejo_repo();
     watched(&bot, &repo).await;
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.9.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
     let issue = until_drift_issue(&bot, &repo, "network@dev").await;
     let applies_before = bot.applies_run().len();
 
@@ -526,13 +488,7 @@ async fn a_merged_pull_request_that_writes_the_drift_into_the_code_closes_its_is
     let bot = drifting_bot(&receiver).await;
     let repo = bot.github_repo();
     watched(&bot, &repo).await;
-    bot.drift(
-        "dev",
-        "network",
-        "aws_vpc.main",
-        "cidr_block",
-        json!("10.9.0.0/16"),
-    );
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
     let issue = until_drift_issue(&bot, &repo, "network@dev").await;
 
     // The team keeps the hand-made CIDR: a pull request writes it into the code.
