@@ -308,6 +308,18 @@ impl Store {
     /// one of its members: whether that brought the drift back is known
     /// only by planning).
     pub(crate) async fn drift_check_soon(&self, repo: &RepoId, stage: &str) -> Result<()> {
+        self.drift_check_at(repo, stage, self.now()).await
+    }
+
+    /// Checks `stage` of `repo` at `at` unless it is due sooner: a check
+    /// that had to wait asks for its next one here, so a stage never has
+    /// more than its one place in the schedule, however long it waits.
+    pub(crate) async fn drift_check_at(
+        &self,
+        repo: &RepoId,
+        stage: &str,
+        at: UnixMs,
+    ) -> Result<()> {
         let _writer = self.writer.lock().await;
         sqlx::query(
             "UPDATE drift_schedule SET next_at = $4
@@ -316,7 +328,7 @@ impl Store {
         .bind(repo.forge.as_str())
         .bind(&repo.full_name)
         .bind(stage)
-        .bind(self.now())
+        .bind(at)
         .execute(&self.pool)
         .await
         .with_context(|| format!("asking for a drift check of {stage} in {repo}"))?;

@@ -19,7 +19,7 @@ use crate::apply::MemberState;
 use crate::config::drift::DriftRules;
 use crate::forge::types::{IssueEdit, IssueState, Reaction};
 use crate::gate::ledger::{FactData, FactKind, Source};
-use crate::jobs::{queue_key_prefix, Task};
+use crate::jobs::queue_key_prefix;
 use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, StageName, UnixMs};
 use crate::plan::drift::{self, Finding, Found, Told, Verdict};
 use crate::plan::engine::{change_set_of, MemberOutcome, PlanError, PlannedChange};
@@ -82,7 +82,6 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         forge,
         mirror,
         runner,
-        queue,
         ..
     } = *job;
     let repo = &forge.repo.id;
@@ -113,14 +112,10 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
             "the sandbox cannot run: {problem}"
         )));
     }
-    let again = || Task::Drift {
-        repo: forge.repo.clone(),
-        stage: stage.clone(),
-    };
     let soon = || store.now() + floor.min(AGAIN_SOON);
     let merges = queue_key_prefix(repo);
     if store.merge_in_hand(&merges).await? {
-        queue.enqueue_at(again(), soon()).await?;
+        store.drift_check_at(repo, stage.as_str(), soon()).await?;
         return Ok(JobOutcome::Skipped(
             "waits: a merge is about to start its apply run".into(),
         ));
@@ -131,7 +126,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         .into_iter()
         .find(|lock| lock.member.ends_with(&format!("@{stage}")))
     {
-        queue.enqueue_at(again(), soon()).await?;
+        store.drift_check_at(repo, stage.as_str(), soon()).await?;
         return Ok(JobOutcome::Skipped(format!(
             "waits: the apply of {} holds {}",
             lock.pr, lock.member
@@ -159,7 +154,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
     };
 
     if store.merge_in_hand(&merges).await? {
-        queue.enqueue_at(again(), soon()).await?;
+        store.drift_check_at(repo, stage.as_str(), soon()).await?;
         return Ok(JobOutcome::Skipped(
             "a merge came in while it planned: checked again shortly".into(),
         ));
@@ -204,7 +199,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         .iter()
         .any(|m| overlapped.contains(m.member.as_str()))
     {
-        queue.enqueue_at(again(), soon()).await?;
+        store.drift_check_at(repo, stage.as_str(), soon()).await?;
     }
     let digest_over = rules.policy().map(|p| p.digest_over).unwrap_or_default();
     let open = store.open_drift_issues(repo, stage.as_str()).await?;
