@@ -70,14 +70,20 @@ pub fn parse_forgejo(event_type: &str, body: &[u8]) -> Result<Parsed, ParseError
 const COMMENT_ON_ISSUE: &str = "comment on an issue, not a pull request";
 const EDIT_WITHOUT_BASE_CHANGE: &str = "an edit that does not change the base branch needs no plan";
 
-/// The one command read on an issue that is not a pull request (a drift
-/// issue's `/apply <digest>`); whether the issue is one is the worker's to find.
-const APPLY_COMMAND: &str = "/apply";
+/// The commands read on an issue that is not a pull request: a drift
+/// issue's `/apply <digest>`, and its run's `/approve`, `/revoke`, `/retry`
+/// and `/help`; whether the issue is one is the worker's to find.
+const ISSUE_COMMANDS: [&str; 5] = ["/apply", "/approve", "/revoke", "/retry", "/help"];
 
-/// Whether a line of `text` opens with [`APPLY_COMMAND`], leading whitespace aside.
+/// Whether a line of `text` opens with one of [`ISSUE_COMMANDS`], leading
+/// whitespace aside.
 fn has_apply_line(text: &str) -> bool {
-    text.lines()
-        .any(|line| line.trim_start().starts_with(APPLY_COMMAND))
+    text.lines().any(|line| {
+        let line = line.trim_start();
+        ISSUE_COMMANDS
+            .iter()
+            .any(|command| line.starts_with(command))
+    })
 }
 
 /// A comment's text as a probe reads it: whether it [`has_apply_line`],
@@ -1275,6 +1281,7 @@ mod tests {
         assert!(has_apply_line("Looks right.\r\n  \t/apply sha256:ab\n"));
         assert!(!has_apply_line("> /apply sha256:ab"));
         assert!(!has_apply_line("please /apply it"));
+        assert!(has_apply_line("/retry"));
         assert!(!has_apply_line(""));
     }
 

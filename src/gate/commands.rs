@@ -456,7 +456,9 @@ fn read_digest(word: &str, stage: Option<&str>) -> Result<DigestRef, Unreadable>
 /// first `/apply` line names, or what is wrong with it; `None` when no
 /// line is an `/apply`.
 pub(crate) fn drift_apply(body: &str) -> Option<Result<DigestRef, String>> {
-    let line = body.lines().map(str::trim).find(|line| {
+    // Read as the other commands are: not in code, a quote or a comment.
+    let lines = rendered::command_lines(body);
+    let line = lines.iter().map(|l| l.text.trim()).find(|line| {
         line.strip_prefix("/apply")
             .is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace))
     })?;
@@ -467,8 +469,8 @@ pub(crate) fn drift_apply(body: &str) -> Option<Result<DigestRef, String>> {
     let hex = strip_digest_prefix(word);
     if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Some(Err(format!(
-            "`{}` is not a digest; {fix}",
-            word.chars().take(80).collect::<String>()
+            "{} is not a digest; {fix}",
+            crate::model::untrusted::code(word)
         )));
     }
     Some(digest_from_hex(hex).map_err(|problem| format!("{problem}; {fix}")))

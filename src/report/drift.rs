@@ -167,8 +167,13 @@ fn failures(shown: &DriftShown<'_>) -> String {
     let mut out = "### Check failing\n\n".to_owned();
     for (member, why, output) in &shown.failed {
         let _ = writeln!(out, "`{member}` could not be planned: {}\n", message(why));
-        if !output.trim().is_empty() {
-            let _ = writeln!(out, "{}\n", fenced(output, "text"));
+        // The last lines, bounded as a report's are: the issue always fits.
+        if let Some(tail) = crate::plan::tail::OutputTail::of(output) {
+            let _ = writeln!(
+                out,
+                "{}",
+                super::markdown::printed_block("What it printed", &tail)
+            );
         }
     }
     out

@@ -510,16 +510,19 @@ impl Store {
     /// Whether a merge into a repository (whose pull requests' queue keys
     /// start with `prefix`) is yet to start its run: until it has, the
     /// default branch's head says what is not applied yet.
-    pub(crate) async fn merge_in_hand(&self, prefix: &str) -> Result<bool> {
+    pub(crate) async fn merge_in_hand(&self, repo: &RepoId, prefix: &str) -> Result<bool> {
         let (count,): (i64,) = sqlx::query_as(
             "SELECT COUNT(*) FROM jobs j
              WHERE j.status IN ('queued', 'running') AND j.kind = 'merged'
                AND j.queue_key LIKE $1
                AND NOT EXISTS (SELECT 1 FROM apply_runs r
-                               WHERE j.queue_key = $2 || CAST(r.number AS TEXT))",
+                               WHERE r.forge = $3 AND r.repo = $4
+                                 AND j.queue_key = $2 || CAST(r.number AS TEXT))",
         )
         .bind(format!("{prefix}%"))
         .bind(prefix)
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
         .fetch_one(&self.pool)
         .await
         .context("looking for merges about to start their runs")?;

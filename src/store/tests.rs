@@ -2461,16 +2461,16 @@ async fn a_drift_schedule_is_claimed_once_a_slot_and_its_issues_and_figures_read
 
     // A merge whose run has not started holds drift checks back.
     let prefix = "github:acme/infra#";
-    assert!(!f.store.merge_in_hand(prefix).await.unwrap());
+    assert!(!f.store.merge_in_hand(&repo(), prefix).await.unwrap());
     let merged = NewJob {
         kind: JobKind::Merged,
         ..job("github:acme/infra#5", 5)
     };
     f.store.enqueue(merged).await.unwrap();
-    assert!(f.store.merge_in_hand(prefix).await.unwrap());
+    assert!(f.store.merge_in_hand(&repo(), prefix).await.unwrap());
     merged_run(&f, 5).await;
     assert!(
-        !f.store.merge_in_hand(prefix).await.unwrap(),
+        !f.store.merge_in_hand(&repo(), prefix).await.unwrap(),
         "its run started"
     );
 }

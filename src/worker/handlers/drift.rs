@@ -20,7 +20,9 @@ use crate::config::drift::DriftRules;
 use crate::forge::types::{IssueEdit, IssueState, Reaction};
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::jobs::queue_key_prefix;
-use crate::model::{CommitSha, Digest, GateId, MemberId, PrNumber, StageName, UnixMs};
+use crate::model::{
+    CommitSha, Digest, DriftSubject, GateId, MemberId, PrNumber, StageName, UnixMs,
+};
 use crate::plan::drift::{self, Finding, Found, Told, Verdict};
 use crate::plan::engine::{change_set_of, MemberOutcome, PlanError, PlannedChange};
 use crate::report::drift::{self as words, DriftShown};
@@ -50,6 +52,13 @@ pub(in crate::worker) async fn scan(job: &JobCtx<'_>) -> Result<JobOutcome> {
     };
     let (branch, head) = default_head(job).await?;
     let rules = job.mirror.base_rules(&head).await?;
+    // A file that does not read keeps the schedule it had: a broken
+    // config never stops the checks.
+    if let Err(why) = rules.policy() {
+        return Ok(JobOutcome::Skipped(format!(
+            "the schedule stays as it was: {why}"
+        )));
+    }
     let stages = rules
         .drift()
         .map(|drift| intervals(drift, floor))
@@ -91,6 +100,13 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
     let (branch, head) = default_head(job).await?;
     let rules = mirror.base_rules(&head).await?;
     let Some(drift_rules) = rules.drift() else {
+        if rules.policy().is_ok() {
+            // No config any more: nothing is checked.
+            store.sync_drift_schedule(forge.repo, &[]).await?;
+            return Ok(JobOutcome::Skipped(format!(
+                "`{branch}` has no config: no stage is checked for drift"
+            )));
+        }
         store.count_drift_check(repo, stage.as_str(), true).await?;
         tracing::warn!(%stage, "no drift check: the default branch's config does not read at {}", head.short());
         return Ok(JobOutcome::Skipped(
@@ -114,7 +130,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
     }
     let soon = || store.now() + floor.min(AGAIN_SOON);
     let merges = queue_key_prefix(repo);
-    if store.merge_in_hand(&merges).await? {
+    if store.merge_in_hand(repo, &merges).await? {
         store.drift_check_at(repo, stage.as_str(), soon()).await?;
         return Ok(JobOutcome::Skipped(
             "waits: a merge is about to start its apply run".into(),
@@ -153,7 +169,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         }
     };
 
-    if store.merge_in_hand(&merges).await? {
+    if store.merge_in_hand(repo, &merges).await? {
         store.drift_check_at(repo, stage.as_str(), soon()).await?;
         return Ok(JobOutcome::Skipped(
             "a merge came in while it planned: checked again shortly".into(),
@@ -163,6 +179,10 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
     // what it will be. Those members wait for their run.
     let mut pending = BTreeSet::new();
     for run in store.runs_in_hand(repo).await? {
+        // A drift run's own members are what its issue is about.
+        if store.drift_issue(repo, run.pr).await?.is_some() {
+            continue;
+        }
         for member in run.record.members_in_order() {
             let state = run.record.state(member);
             if !state.is_applied() && state != MemberState::Unaffected {
@@ -210,8 +230,16 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         change: &change,
         digest_over,
     };
+    // A stage told in one issue is told whole or not at all this time.
+    let skipped = change.members.iter().any(|m| {
+        let member = m.member.as_str();
+        m.stage == *stage && (overlapped.contains(member) || pending.contains(member))
+    });
     for found in drift::subjects(stage, &findings, drift_rules.issues) {
         failed |= !found.failed.is_empty();
+        if skipped && matches!(found.subject, DriftSubject::Stage(_)) {
+            continue;
+        }
         let known = open.iter().find(|issue| issue.subject == found.subject);
         tell(job, &checked, &found, known).await?;
     }
@@ -285,6 +313,12 @@ async fn tell(
             open_issue(job, checked, found, (&show(now, None), set), news, None).await?;
         }
         (Verdict::Supersede, Some(old)) => {
+            // One issue is open per subject: the old one is closed in the
+            // store before the new one is saved (a crash between leaves the
+            // old one open on the forge, refusing any `/apply`).
+            let mut closed = old.clone();
+            closed.open = false;
+            store.save_drift_issue(&closed).await?;
             let new = open_issue(
                 job,
                 checked,
@@ -503,9 +537,9 @@ pub(in crate::worker) async fn taken_up(
         if applying || store.apply_run(repo, comment.pr).await?.is_none() {
             return self::comment(job, comment, issue).await.map(Some);
         }
-    } else if applying && store.pr(repo, comment.pr).await?.is_none() {
+    } else if store.pr(repo, comment.pr).await?.is_none() {
         return Ok(Some(JobOutcome::Skipped(
-            "`/apply` on an issue that is no drift issue of wavegate's".into(),
+            "a comment on an issue that is no drift issue of wavegate's".into(),
         )));
     }
     Ok(None)
@@ -557,6 +591,22 @@ async fn comment(
             issue.subject.stage()
         ))
         .await;
+    }
+    if let Some(run) = store.apply_run(&forge.repo.id, issue.number).await? {
+        if run.digest != digest {
+            return refuse(format!(
+                "This issue's apply run applies `{}`, not `{digest}`: the next check tells the drift shown here in a new issue.",
+                run.digest
+            ))
+            .await;
+        }
+        if !crate::apply::run_goes_on(run.status, &run.record) {
+            return refuse(format!(
+                "This issue's apply run is {}: `/retry` resumes it.",
+                run.status.as_str()
+            ))
+            .await;
+        }
     }
     let plan = store.plan(plan_id).await?.ok_or_else(|| {
         anyhow!(

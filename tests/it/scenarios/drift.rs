@@ -514,3 +514,87 @@ async fn a_merged_pull_request_that_writes_the_drift_into_the_code_closes_its_is
     );
     assert_eq!(bot.forge.issues(&repo).len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_that_moves_after_an_apply_started_gets_a_new_issue_and_two_approvers_apply_it() {
+    let receiver = Receiver::start(KEY).await;
+    let bot = drifting_bot(&receiver).await;
+    bot.edit_base_config("drift = \"3s\"", "drift = \"3s\"\nrequired = 2");
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-carol", "write");
+    watched(&bot, &repo).await;
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
+    let first = until_drift_issue(&bot, &repo, "network@dev").await;
+    let applies_before = bot.applies_run().len();
+
+    // One approval of two: the run starts and waits for the second.
+    first.comment_as("rev-bob", &apply_line(&first)).await;
+    assert!(first.is_open());
+    assert_eq!(bot.applies_run().len(), applies_before);
+
+    // The drift moves meanwhile: a new issue tells it, the first closes.
+    vpc_edited_by_hand(&bot, "10.8.0.0/16");
+    bot.until("the first issue closes", || async {
+        (!first.is_open()).then_some(())
+    })
+    .await;
+    let second = until_drift_issue(&bot, &repo, "network@dev").await;
+    assert_ne!(second.number, first.number);
+    assert!(second.body().contains("10.8.0.0/16"));
+    assert_eq!(
+        first.last_reply(),
+        format!(
+            "The drift changed after an apply was started here; the new drift is told in #{}. Closing.",
+            second.number
+        )
+    );
+    // The first issue's digest applies nothing now.
+    first.comment_as("rev-carol", &apply_line(&first)).await;
+    assert_eq!(bot.applies_run().len(), applies_before);
+
+    // Two approvers of the new one: applied once.
+    let line = apply_line(&second);
+    second.comment_as("rev-bob", &line).await;
+    assert_eq!(bot.applies_run().len(), applies_before, "one of two");
+    second.comment_as("rev-carol", &line).await;
+    bot.until("the new drift is applied and its issue closed", || async {
+        (!second.is_open()).then_some(())
+    })
+    .await;
+    assert_eq!(&bot.applies_run()[applies_before..], ["network@dev"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_apply_that_failed_is_resumed_by_retry_on_its_issue() {
+    let receiver = Receiver::start(KEY).await;
+    let bot = drifting_bot(&receiver).await;
+    let repo = bot.forgejo_repo();
+    watched(&bot, &repo).await;
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
+    let issue = until_drift_issue(&bot, &repo, "network@dev").await;
+    let line = apply_line(&issue);
+
+    let fail = bot.estate_file("dev", "network", ".fail-apply");
+    std::fs::write(&fail, "the provider timed out\n").unwrap();
+    issue.comment_as("rev-bob", &line).await;
+    issue.until_a_reply_says("failed").await;
+    assert!(issue.is_open());
+    // Another /apply does not start it over: /retry does.
+    issue.comment_as("rev-bob", &line).await;
+    assert!(
+        issue.last_reply().contains("`/retry` resumes it"),
+        "{}",
+        issue.last_reply()
+    );
+
+    std::fs::remove_file(&fail).unwrap();
+    issue.comment_as("rev-bob", "/retry").await;
+    bot.until("the retried apply closes the issue", || async {
+        (!issue.is_open()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        bot.deployed("dev", "network")["aws_vpc.main"]["cidr_block"],
+        "10.0.0.0/16"
+    );
+}

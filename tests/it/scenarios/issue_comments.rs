@@ -15,7 +15,7 @@ async fn only_an_apply_comment_on_an_issue_reaches_the_bot() {
         let issue = bot.issue(&repo, opened.number);
         let commands_before = bot.jobs_of(JobKind::Comment).await.len();
 
-        let plain = issue.comment_as("rev-bob", "Looking into it.\n/help").await;
+        let plain = issue.comment_as("rev-bob", "Looking into it.\n/plan").await;
         assert_eq!(bot.jobs_of(JobKind::Comment).await.len(), commands_before);
         assert!(issue.reactions(plain).is_empty());
         assert!(issue.replies().is_empty());
@@ -27,7 +27,7 @@ async fn only_an_apply_comment_on_an_issue_reaches_the_bot() {
         assert_eq!(taken.len(), commands_before + 1);
         assert_eq!(
             taken.last().unwrap().outcome.as_deref(),
-            Some("`/apply` on an issue that is no drift issue of wavegate's")
+            Some("a comment on an issue that is no drift issue of wavegate's")
         );
         assert!(issue.reactions(apply).is_empty());
         assert!(issue.replies().is_empty());

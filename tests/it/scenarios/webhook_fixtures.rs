@@ -339,9 +339,9 @@ fn github_apply_on_an_issue_is_a_command_candidate() {
 }
 
 #[test]
-fn github_comments_on_issues_without_an_apply_line_are_ignored() {
+fn github_comments_on_issues_without_a_drift_issue_command_are_ignored() {
     let relative = "github/webhooks/issue_comment/created.payload.json";
-    for text in ["> /apply sha256:0123abcd", "Shall I /apply it?", "/approve"] {
+    for text in ["> /apply sha256:0123abcd", "Shall I /apply it?", "/plan"] {
         assert_eq!(
             with_comment(relative, text),
             Parsed::Ignored("comment on an issue, not a pull request".into()),
