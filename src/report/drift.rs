@@ -220,6 +220,14 @@ pub(crate) fn clean(commit: &CommitSha, applied_by: Option<PrNumber>) -> String 
     }
 }
 
+/// Said when wavegate stops checking what an issue is about.
+pub(crate) fn no_longer_checked(subject: &DriftSubject, why: &str) -> String {
+    format!(
+        "wavegate no longer checks {} for drift: {why}. Closing.",
+        code(&subject.to_string())
+    )
+}
+
 /// Said on an issue whose drift moved after an apply was started from it.
 pub(crate) fn superseded(by: PrNumber) -> String {
     format!("The drift changed after an apply was started here; the new drift is told in {by}. Closing.")

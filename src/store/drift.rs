@@ -358,6 +358,21 @@ impl Store {
         Ok(())
     }
 
+    /// Every open drift issue of `repo`, whatever its stage.
+    pub(crate) async fn open_drift_issues_of(&self, repo: &RepoId) -> Result<Vec<DriftIssue>> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            issue_columns!(),
+            " FROM drift_issues WHERE forge = $1 AND repo = $2 AND is_open = 1 ORDER BY number"
+        ))
+        .bind(repo.forge.as_str())
+        .bind(&repo.full_name)
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the open drift issues of {repo}"))?;
+        rows.iter().map(|row| issue_from_row(repo, row)).collect()
+    }
+
     /// The open drift issues of `stage` in `repo`.
     pub(crate) async fn open_drift_issues(
         &self,

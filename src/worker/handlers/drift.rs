@@ -17,6 +17,7 @@ use super::gate::{candidate, record_fact};
 use super::notify::notify_of_drift;
 use crate::apply::MemberState;
 use crate::config::drift::DriftRules;
+use crate::config::raw::DriftIssues;
 use crate::forge::types::{IssueEdit, IssueState, Reaction};
 use crate::gate::ledger::{FactData, FactKind, Source};
 use crate::jobs::queue_key_prefix;
@@ -66,6 +67,18 @@ pub(in crate::worker) async fn scan(job: &JobCtx<'_>) -> Result<JobOutcome> {
     job.store
         .sync_drift_schedule(job.forge.repo, &stages)
         .await?;
+    for issue in job.store.open_drift_issues_of(&job.forge.repo.id).await? {
+        if !stages
+            .iter()
+            .any(|(stage, _)| stage.as_str() == issue.subject.stage())
+        {
+            let why = format!(
+                "`{branch}` no longer checks stage `{}`",
+                issue.subject.stage()
+            );
+            retire(job, &issue, &why).await?;
+        }
+    }
     Ok(JobOutcome::Skipped(format!(
         "{} stage(s) of `{branch}` at {} checked for drift",
         stages.len(),
@@ -230,6 +243,22 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         change: &change,
         digest_over,
     };
+    // Issues of what this stage no longer has, or no longer tells so.
+    for issue in &open {
+        let why = match &issue.subject {
+            DriftSubject::Member(_) if drift_rules.issues == DriftIssues::Stage => {
+                "its stage's drift is told in one issue now"
+            }
+            DriftSubject::Stage(_) if drift_rules.issues == DriftIssues::Member => {
+                "each member's drift is told in an issue of its own now"
+            }
+            DriftSubject::Member(member) if !change.members.iter().any(|m| m.member == *member) => {
+                "it is no member of the stage any more"
+            }
+            _ => continue,
+        };
+        retire(job, issue, why).await?;
+    }
     // A stage told in one issue is told whole or not at all this time.
     let skipped = change.members.iter().any(|m| {
         let member = m.member.as_str();
@@ -498,6 +527,16 @@ async fn save_plan(
             report: crate::report::drift::run_report(digest),
         })
         .await
+}
+
+/// Closes an issue of something no longer checked, saying why.
+async fn retire(job: &JobCtx<'_>, issue: &DriftIssue, why: &str) -> Result<()> {
+    let said = words::no_longer_checked(&issue.subject, why);
+    job.forge
+        .client
+        .reply(job.forge.repo, issue.number, &said)
+        .await?;
+    close(job.store, job.forge, issue).await
 }
 
 async fn close(store: &Store, forge: Forge<'_>, issue: &DriftIssue) -> Result<()> {

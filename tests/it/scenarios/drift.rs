@@ -598,3 +598,29 @@ async fn a_drift_apply_that_failed_is_resumed_by_retry_on_its_issue() {
         "10.0.0.0/16"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_a_stages_checks_off_closes_its_drift_issues() {
+    let receiver = Receiver::start(KEY).await;
+    let bot = drifting_bot(&receiver).await;
+    let repo = bot.github_repo();
+    watched(&bot, &repo).await;
+    vpc_edited_by_hand(&bot, "10.9.0.0/16");
+    let issue = until_drift_issue(&bot, &repo, "network@dev").await;
+
+    bot.edit_base_config("drift = \"3s\"", "drift = \"off\"");
+    bot.until("the issue closes", || async {
+        (!issue.is_open()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        issue.last_reply(),
+        "wavegate no longer checks `network@dev` for drift: `main` no longer checks stage `dev`. Closing."
+    );
+    assert_eq!(
+        bot.metric(&format!("wavegate_drifted_members{{{}}}", dev_of(&repo)))
+            .await,
+        None,
+        "the stage left the schedule"
+    );
+}
