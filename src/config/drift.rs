@@ -19,13 +19,18 @@ pub(crate) struct DriftRules {
 }
 
 impl DriftRules {
+    /// Every stage checked, each with its interval, at least `floor`.
+    pub(crate) fn checked(&self, floor: Duration) -> Vec<(StageName, Duration)> {
+        self.every
+            .iter()
+            .map(|(stage, every)| (stage.clone(), (*every).max(floor)))
+            .collect()
+    }
+
     /// How often `stage` is checked, at least `floor` (the operator's
     /// `WAVEGATE_DRIFT_MIN_INTERVAL`); `None`: never.
     pub(crate) fn interval(&self, stage: &str, floor: Duration) -> Option<Duration> {
-        self.every
-            .iter()
-            .find(|(name, _)| name.as_str() == stage)
-            .map(|(_, every)| (*every).max(floor))
+        self.every.get(stage).map(|every| (*every).max(floor))
     }
 }
 

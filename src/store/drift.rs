@@ -394,32 +394,6 @@ impl Store {
         rows.iter().map(|row| issue_from_row(repo, row)).collect()
     }
 
-    /// The open drift issues of `repo`, each with when it was opened: the
-    /// reconciliation sweep takes up their `/apply` comments no webhook
-    /// brought.
-    pub(crate) async fn open_drift_issue_numbers(
-        &self,
-        repo: &RepoId,
-    ) -> Result<Vec<(PrNumber, UnixMs)>> {
-        sqlx::query(
-            "SELECT number, since FROM drift_issues
-             WHERE forge = $1 AND repo = $2 AND is_open = 1",
-        )
-        .bind(repo.forge.as_str())
-        .bind(&repo.full_name)
-        .fetch_all(&self.pool)
-        .await
-        .with_context(|| format!("reading the open drift issues of {repo}"))?
-        .iter()
-        .map(|row| {
-            Ok((
-                PrNumber(to_u64(row.try_get("number")?, "issue number")?),
-                row.try_get("since")?,
-            ))
-        })
-        .collect()
-    }
-
     /// The repositories with an open drift issue.
     pub(crate) async fn repos_with_open_drift_issues(&self) -> Result<Vec<RepoId>> {
         sqlx::query("SELECT DISTINCT forge, repo FROM drift_issues WHERE is_open = 1")

@@ -963,12 +963,12 @@ impl Reconciler {
         // is not ours, and dates comments to the second).
         let drift: HashMap<PrNumber, UnixMs> = self
             .store
-            .open_drift_issue_numbers(&repo.id)
+            .open_drift_issues_of(&repo.id)
             .await?
             .into_iter()
-            .map(|(number, opened)| {
-                let before = UnixMs::from_millis(opened.millis().saturating_sub(60_000));
-                (number, before)
+            .map(|issue| {
+                let before = UnixMs::from_millis(issue.since.millis().saturating_sub(60_000));
+                (issue.number, before)
             })
             .collect();
         let since = match listings.comments_since {

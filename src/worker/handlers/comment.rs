@@ -172,7 +172,7 @@ pub(in crate::worker) async fn handle_comment(
 }
 
 /// Reactions are a courtesy: a deleted comment must not fail the job.
-async fn react(forge: Forge<'_>, comment: u64, reaction: Reaction) {
+pub(super) async fn react(forge: Forge<'_>, comment: u64, reaction: Reaction) {
     if let Err(error) = forge.client.react(forge.repo, comment, reaction).await {
         tracing::warn!(
             comment,

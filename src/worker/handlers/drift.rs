@@ -12,11 +12,10 @@
 //! left behind when it fails: no lock, no queued job but the next check.
 
 use super::apply::{deployed_estate, enqueue_resume};
-use super::comment::CommentIn;
+use super::comment::{react, CommentIn};
 use super::gate::{candidate, record_fact};
 use super::notify::notify_of_drift;
 use crate::apply::MemberState;
-use crate::config::drift::DriftRules;
 use crate::config::raw::DriftIssues;
 use crate::forge::types::{IssueEdit, IssueState, Reaction};
 use crate::gate::ledger::{FactData, FactKind, Source};
@@ -37,15 +36,6 @@ use std::time::Duration;
 /// overlapped, looks again (sooner when the operator's floor is shorter).
 const AGAIN_SOON: Duration = Duration::from_secs(30);
 
-/// The stages `rules` checks, each with its interval under `floor`.
-fn intervals(rules: &DriftRules, floor: Duration) -> Vec<(StageName, Duration)> {
-    rules
-        .every
-        .keys()
-        .filter_map(|stage| Some((stage.clone(), rules.interval(stage.as_str(), floor)?)))
-        .collect()
-}
-
 /// Reads the default branch's `[drift]` into the schedule.
 pub(in crate::worker) async fn scan(job: &JobCtx<'_>) -> Result<JobOutcome> {
     let Some(floor) = job.runner.options.drift_floor else {
@@ -62,7 +52,7 @@ pub(in crate::worker) async fn scan(job: &JobCtx<'_>) -> Result<JobOutcome> {
     }
     let stages = rules
         .drift()
-        .map(|drift| intervals(drift, floor))
+        .map(|drift| drift.checked(floor))
         .unwrap_or_default();
     job.store
         .sync_drift_schedule(job.forge.repo, &stages)
@@ -127,7 +117,7 @@ pub(in crate::worker) async fn check(job: &JobCtx<'_>, stage: &StageName) -> Res
         ));
     };
     store
-        .sync_drift_schedule(forge.repo, &intervals(drift_rules, floor))
+        .sync_drift_schedule(forge.repo, &drift_rules.checked(floor))
         .await?;
     if drift_rules.interval(stage.as_str(), floor).is_none() {
         return Ok(JobOutcome::Skipped(format!(
@@ -600,10 +590,7 @@ async fn comment(
     react(forge, comment.id, Reaction::Eyes).await;
     let refuse = |why: String| async move {
         react(forge, comment.id, Reaction::Confused).await;
-        forge
-            .client
-            .reply(forge.repo, issue_number(comment), &why)
-            .await?;
+        forge.client.reply(forge.repo, comment.pr, &why).await?;
         anyhow::Ok(JobOutcome::Done)
     };
     let reference = match asked {
@@ -681,18 +668,4 @@ async fn comment(
     react(forge, comment.id, Reaction::PlusOne).await;
     enqueue_resume(queue, forge.repo, issue.number).await?;
     Ok(JobOutcome::Done)
-}
-
-fn issue_number(comment: &CommentIn<'_>) -> PrNumber {
-    comment.pr
-}
-
-async fn react(forge: Forge<'_>, comment: u64, reaction: Reaction) {
-    if let Err(error) = forge.client.react(forge.repo, comment, reaction).await {
-        tracing::warn!(
-            comment,
-            "could not react with {}: {error:#}",
-            reaction.as_str()
-        );
-    }
 }
