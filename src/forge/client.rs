@@ -1,8 +1,10 @@
 //! The forge operations the worker needs, one enum over the GitHub and
 //! Forgejo clients: the report comment found again by its marker, the plan
 //! check (check run or commit status), pull requests, issues, permissions,
-//! reactions and the header `git fetch` authenticates with.
+//! reactions, workflow dispatches and runs (GitHub Actions, Forgejo
+//! Actions) and the header `git fetch` authenticates with.
 
+use super::actions::{DispatchedRun, WorkflowDispatch, WorkflowRunState};
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
 use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
@@ -80,6 +82,43 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => c.edit_issue(repo, number, edit).await,
             ForgeClient::Forgejo(c) => c.edit_issue(repo, number, edit).await,
+        }
+    }
+
+    /// Dispatches `dispatch.workflow` on `dispatch.git_ref` (GitHub `POST
+    /// …/actions/workflows/{file}/dispatches` with `return_run_details`,
+    /// Forgejo the same path with `return_run_info`) and answers the run it
+    /// started. Sent once: a dispatch that timed out may have started a run.
+    /// A dispatch neither forge takes is refused unsent; a missing workflow,
+    /// one without a `workflow_dispatch` trigger, or a forge too old to
+    /// name the run it started is an error that says what to do.
+    pub async fn dispatch_workflow(
+        &self,
+        repo: &RepoRef,
+        dispatch: &WorkflowDispatch,
+    ) -> Result<DispatchedRun> {
+        dispatch.check()?;
+        match self {
+            ForgeClient::GitHub(c) => c.dispatch_workflow(repo, dispatch).await,
+            ForgeClient::Forgejo(c) => c.dispatch_workflow(repo, dispatch).await,
+        }
+    }
+
+    /// Where the run `id` stands (`GET …/actions/runs/{id}` on both forges).
+    pub async fn workflow_run(&self, repo: &RepoRef, id: u64) -> Result<WorkflowRunState> {
+        match self {
+            ForgeClient::GitHub(c) => c.workflow_run(repo, id).await,
+            ForgeClient::Forgejo(c) => c.workflow_run(repo, id).await,
+        }
+    }
+
+    /// Asks the forge to cancel the run `id` (`POST …/actions/runs/{id}/cancel`
+    /// on both forges); a run already finished is left as it is, and that is
+    /// no error. The forge cancels in its own time: read the run to see it.
+    pub async fn cancel_workflow_run(&self, repo: &RepoRef, id: u64) -> Result<()> {
+        match self {
+            ForgeClient::GitHub(c) => c.cancel_workflow_run(repo, id).await,
+            ForgeClient::Forgejo(c) => c.cancel_workflow_run(repo, id).await,
         }
     }
 

@@ -2,6 +2,10 @@
 //! with our own serde structs (octocrab's types demand GitHub-only fields).
 //! Every call goes through the shared retry wrapper.
 
+use super::actions::{
+    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, RunStatus,
+    WorkflowDispatch, WorkflowRunState,
+};
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
 use super::types::{
@@ -73,9 +77,11 @@ impl ForgejoClient {
         let call = format!("{method} /api/v1{route}");
         let url = format!("{}{route}", self.api);
         // A create that timed out may have happened: sending it again could
-        // make a second comment. The job's own retry looks first. A status
-        // set twice is the same status.
-        let policy = if method == Method::POST && !route.contains("/statuses/") {
+        // make a second comment or workflow run. The job's own retry looks
+        // first. A status set twice is the same status, a cancel asked twice
+        // the same cancel.
+        let idempotent = route.contains("/statuses/") || route.ends_with("/cancel");
+        let policy = if method == Method::POST && !idempotent {
             RetryPolicy {
                 max_attempts: 1,
                 ..self.policy.clone()
@@ -279,6 +285,108 @@ impl ForgejoClient {
         self.call(Method::PATCH, &route, Some(&edit.fields()))
             .await?
             .success(&call)?;
+        Ok(())
+    }
+
+    /// `POST /repos/{o}/{r}/actions/workflows/{file}/dispatches` with
+    /// `return_run_info`: 201 answers the run's id (`DispatchWorkflowRun`:
+    /// no page), whose page is then read off the run; 204 is a Forgejo that
+    /// does not answer the run (it started all the same). Forgejo reads the
+    /// workflow at the ref from `.forgejo/workflows` (else `.gitea/…`, else
+    /// `.github/…`) and dispatches it whatever its `on:` says.
+    pub(crate) async fn dispatch_workflow(
+        &self,
+        repo: &RepoRef,
+        dispatch: &WorkflowDispatch,
+    ) -> Result<DispatchedRun> {
+        #[derive(Deserialize)]
+        struct WireDispatchedRun {
+            id: u64,
+        }
+        let full_name = &repo.id.full_name;
+        let route = format!(
+            "/repos/{full_name}/actions/workflows/{}/dispatches",
+            dispatch.workflow
+        );
+        let call = format!("POST /api/v1{route}");
+        let fields = json!({
+            "ref": dispatch.git_ref,
+            "inputs": dispatch.inputs,
+            "return_run_info": true,
+        });
+        let reply = self.call(Method::POST, &route, Some(&fields)).await?;
+        let answer = format!("{} {}", reply.status, reply.message());
+        let forge = ForgeKind::Forgejo;
+        let id = match reply.status {
+            204 => {
+                return Err(forge_too_old(
+                    forge,
+                    &call,
+                    dispatch,
+                    "204 No Content",
+                    true,
+                ))
+            }
+            status if status < 400 => reply.json::<WireDispatchedRun>(&call)?.id,
+            // A workflow not found is a 500 on some Forgejo versions.
+            status if status == 404 || (status == 500 && answer.contains("workflow not found")) => {
+                return Err(missing_workflow(forge, &call, full_name, dispatch, &answer))
+            }
+            422 => {
+                return Err(undispatchable_workflow(
+                    forge, &call, full_name, dispatch, &answer,
+                ))
+            }
+            _ => return Err(anyhow!("{call}: {answer}")),
+        };
+        // The run exists whatever the read of its page gives.
+        let html_url = match self.workflow_run(repo, id).await {
+            Ok(run) => run.html_url,
+            Err(error) => {
+                tracing::warn!(
+                    run = id,
+                    "reading the page of a dispatched run failed: {error:#}"
+                );
+                None
+            }
+        };
+        Ok(DispatchedRun { id, html_url })
+    }
+
+    /// `GET /repos/{o}/{r}/actions/runs/{id}` (`ActionRun`).
+    pub(crate) async fn workflow_run(&self, repo: &RepoRef, id: u64) -> Result<WorkflowRunState> {
+        #[derive(Deserialize)]
+        struct WireActionRun {
+            #[serde(default)]
+            status: String,
+            #[serde(default)]
+            html_url: Option<String>,
+        }
+        let route = format!("/repos/{}/actions/runs/{id}", repo.id.full_name);
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
+        let run: WireActionRun = reply.json(&call)?;
+        Ok(WorkflowRunState {
+            status: RunStatus::from_forgejo(&run.status),
+            html_url: run.html_url.filter(|url| !url.is_empty()),
+        })
+    }
+
+    /// `POST /repos/{o}/{r}/actions/runs/{id}/cancel`: 204, a run already
+    /// finished included (Forgejo leaves it as it is). A Forgejo without
+    /// this endpoint answers 404; the run then ends at its own timeout.
+    pub(crate) async fn cancel_workflow_run(&self, repo: &RepoRef, id: u64) -> Result<()> {
+        let route = format!("/repos/{}/actions/runs/{id}/cancel", repo.id.full_name);
+        let call = format!("POST /api/v1{route}");
+        let reply = self.call(Method::POST, &route, None).await?;
+        if reply.status == 404 {
+            return Err(anyhow!(
+                "{call}: 404 {}: no run {id} in {} (a Forgejo without this endpoint answers 404 too; the run then ends at its own timeout)",
+                reply.message(),
+                repo.id.full_name
+            ));
+        }
+        reply.success(&call)?;
         Ok(())
     }
 

@@ -7,6 +7,10 @@
 //! a token was refused, and does not share its token with `git fetch`.
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
+use super::actions::{
+    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, RunStatus,
+    WorkflowDispatch, WorkflowRunState,
+};
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
 use super::types::{
@@ -295,9 +299,10 @@ impl GitHubClient {
         let installation = self.installation(repo).await?;
         let call = format!("{} {route}", verb.as_str());
         // A create that timed out may have happened: sending it again could
-        // make a second comment or check. The job's own retry looks first.
+        // make a second comment, check or workflow run. The job's own retry
+        // looks first. A cancel asked twice is the same cancel.
         let policy = match verb {
-            Verb::Post => RetryPolicy {
+            Verb::Post if !route.ends_with("/cancel") => RetryPolicy {
                 max_attempts: 1,
                 ..self.policy.clone()
             },
@@ -405,6 +410,103 @@ impl GitHubClient {
         self.repo_call(repo, Verb::Patch, &route, Some(&edit.fields()))
             .await?
             .success(&call)?;
+        Ok(())
+    }
+
+    /// `POST /repos/{o}/{r}/actions/workflows/{file}/dispatches` with
+    /// `return_run_details`: 200 answers the run (`workflow-dispatch-response`);
+    /// 204 is a GitHub that does not (the run started all the same).
+    pub(crate) async fn dispatch_workflow(
+        &self,
+        repo: &RepoRef,
+        dispatch: &WorkflowDispatch,
+    ) -> Result<DispatchedRun> {
+        #[derive(Deserialize)]
+        struct DispatchResponse {
+            workflow_run_id: u64,
+            #[serde(default)]
+            html_url: Option<String>,
+        }
+        let full_name = &repo.id.full_name;
+        let route = format!(
+            "/repos/{full_name}/actions/workflows/{}/dispatches",
+            dispatch.workflow
+        );
+        let call = format!("POST {route}");
+        let fields = json!({
+            "ref": dispatch.git_ref,
+            "inputs": dispatch.inputs,
+            "return_run_details": true,
+        });
+        let reply = self
+            .repo_call(repo, Verb::Post, &route, Some(&fields))
+            .await?;
+        let answer = format!("{} {}", reply.status, reply.message());
+        let forge = ForgeKind::GitHub;
+        match reply.status {
+            204 => Err(forge_too_old(
+                forge,
+                &call,
+                dispatch,
+                "204 No Content",
+                true,
+            )),
+            status if status < 400 => {
+                let run: DispatchResponse = reply.json(&call)?;
+                Ok(DispatchedRun {
+                    id: run.workflow_run_id,
+                    html_url: run.html_url,
+                })
+            }
+            // GitHub Enterprise Server 3.20 and older refuse the field.
+            400 | 422 if answer.contains("return_run_details") => {
+                Err(forge_too_old(forge, &call, dispatch, &answer, false))
+            }
+            404 => Err(missing_workflow(forge, &call, full_name, dispatch, &answer)),
+            422 => Err(undispatchable_workflow(
+                forge, &call, full_name, dispatch, &answer,
+            )),
+            _ => Err(anyhow!("{call}: {answer}")),
+        }
+    }
+
+    /// `GET /repos/{o}/{r}/actions/runs/{id}` (its pull requests left out).
+    pub(crate) async fn workflow_run(&self, repo: &RepoRef, id: u64) -> Result<WorkflowRunState> {
+        #[derive(Deserialize)]
+        struct WireWorkflowRun {
+            #[serde(default)]
+            status: Option<String>,
+            #[serde(default)]
+            conclusion: Option<String>,
+            #[serde(default)]
+            html_url: Option<String>,
+        }
+        let route = format!(
+            "/repos/{}/actions/runs/{id}?exclude_pull_requests=true",
+            repo.id.full_name
+        );
+        let call = format!("GET {route}");
+        let reply = self
+            .repo_call(repo, Verb::Get, &route, None)
+            .await?
+            .success(&call)?;
+        let run: WireWorkflowRun = reply.json(&call)?;
+        Ok(WorkflowRunState {
+            status: RunStatus::from_github(run.status.as_deref(), run.conclusion.as_deref()),
+            html_url: run.html_url,
+        })
+    }
+
+    /// `POST /repos/{o}/{r}/actions/runs/{id}/cancel`: 202, or 409 for a
+    /// run already completed (left as it is: no error).
+    pub(crate) async fn cancel_workflow_run(&self, repo: &RepoRef, id: u64) -> Result<()> {
+        let route = format!("/repos/{}/actions/runs/{id}/cancel", repo.id.full_name);
+        let call = format!("POST {route}");
+        let reply = self.repo_call(repo, Verb::Post, &route, None).await?;
+        if reply.status == 409 {
+            return Ok(());
+        }
+        reply.success(&call)?;
         Ok(())
     }
 

@@ -1,7 +1,9 @@
 //! Forges: our own event enum and newtypes (forge payloads are converted at
-//! the boundary and never reach the domain), webhook parsing, and the GitHub
-//! and Forgejo API clients.
+//! the boundary and never reach the domain), webhook parsing, the GitHub
+//! and Forgejo API clients, and their Actions (workflow dispatches and runs)
+//! in our own terms.
 
+pub mod actions;
 pub mod client;
 pub mod events;
 pub mod forgejo;

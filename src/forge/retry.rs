@@ -207,7 +207,7 @@ impl Reply {
     }
 
     /// The forge's own error message (`{"message": …}`), or the start of the body.
-    fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         let from_json = serde_json::from_str::<serde_json::Value>(&self.body)
             .ok()
             .and_then(|v| v.get("message")?.as_str().map(str::to_owned));
