@@ -873,6 +873,71 @@ fn right_requests_are_not_reported() {
     assert_eq!(conformance_violations(&right), Vec::<String>::new());
 }
 
+#[test]
+fn wrong_actions_requests_are_reported() {
+    let many: serde_json::Map<String, serde_json::Value> = (0..26)
+        .map(|i| (format!("in{i}"), serde_json::json!("x")))
+        .collect();
+    let wrong = [
+        request(
+            "POST",
+            "/repos/o/r/actions/workflows/w.yml/dispatches",
+            Some(serde_json::json!({ "ref": "main", "inputs": many })),
+        ),
+        request("GET", "/repos/o/r/actions/runs/abc", None),
+        request(
+            "POST",
+            "/api/v1/repos/o/r/actions/workflows/w.yml/dispatches",
+            Some(
+                serde_json::json!({ "ref": "main", "inputs": { "n": 5 }, "return_run_details": true }),
+            ),
+        ),
+        request("POST", "/api/v1/repos/o/r/actions/runs/x1/cancel", None),
+    ];
+
+    let violations = conformance_violations(&wrong);
+
+    let expect = [
+        "POST /repos/o/r/actions/workflows/w.yml/dispatches: body.inputs has 26 fields",
+        "GET /repos/o/r/actions/runs/abc: path.run_id should be integer",
+        "POST /api/v1/repos/o/r/actions/workflows/w.yml/dispatches: body.inputs.n should be string",
+        "POST /api/v1/repos/o/r/actions/workflows/w.yml/dispatches: body.return_run_details is not a documented field",
+        "POST /api/v1/repos/o/r/actions/runs/x1/cancel: path.run_id should be integer",
+    ];
+    for line in expect {
+        assert!(
+            violations.iter().any(|v| v.starts_with(line)),
+            "missing `{line}` in {violations:#?}"
+        );
+    }
+    assert_eq!(violations.len(), expect.len(), "{violations:#?}");
+}
+
+#[test]
+fn right_actions_requests_are_not_reported() {
+    let right = [
+        request(
+            "POST",
+            "/repos/o/r/actions/workflows/w.yml/dispatches",
+            Some(
+                serde_json::json!({ "ref": "main", "inputs": { "a": "b" }, "return_run_details": true }),
+            ),
+        ),
+        request("GET", "/repos/o/r/actions/runs/12", None),
+        request("POST", "/repos/o/r/actions/runs/12/cancel", None),
+        request(
+            "POST",
+            "/api/v1/repos/o/r/actions/workflows/w.yml/dispatches",
+            Some(
+                serde_json::json!({ "ref": "main", "inputs": { "a": "b" }, "return_run_info": true }),
+            ),
+        ),
+        request("GET", "/api/v1/repos/o/r/actions/runs/12", None),
+        request("POST", "/api/v1/repos/o/r/actions/runs/12/cancel", None),
+    ];
+    assert_eq!(conformance_violations(&right), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn webhook_payloads_carry_the_fakes_repository_pull_request_and_installation() {
     let gh = github().await;

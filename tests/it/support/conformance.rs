@@ -1,8 +1,10 @@
 //! Checks recorded requests against the forges' own API descriptions: the
 //! method and path template exist (GitHub's OpenAPI 3 at `/`, Forgejo's
-//! Swagger 2 under its basePath `/api/v1`), and a JSON body satisfies the
-//! operation's schema (required fields, types, enums, lengths, `$ref`s
-//! resolved). Each description is parsed once per test binary.
+//! Swagger 2 under its basePath `/api/v1`), each path parameter has its
+//! type (a run id is an integer), and a JSON body satisfies the operation's
+//! schema (required fields, types, enums, lengths, how many fields, what
+//! fields beyond the listed ones must be, `$ref`s resolved). Each
+//! description is parsed once per test binary.
 
 use super::fake_forge::RecordedRequest;
 use super::payloads::fixtures_dir;
@@ -46,6 +48,7 @@ pub fn conformance_violations(requests: &[RecordedRequest]) -> Vec<String> {
             ));
             continue;
         };
+        check_path_parameters(doc, item, operation, template, path, &name, &mut out);
         let Some((schema, required)) = body_schema(doc, item, operation) else {
             continue;
         };
@@ -86,6 +89,61 @@ fn find_path<'d>(doc: &'d Value, path: &str) -> Option<(&'d str, &'d Value)> {
         .map(|(_, template, item)| (template, item))
 }
 
+/// The operation's parameters and its path's (resolved), both forms.
+fn parameters<'d>(
+    doc: &'d Value,
+    item: &'d Value,
+    operation: &'d Value,
+) -> impl Iterator<Item = &'d Value> {
+    operation["parameters"]
+        .as_array()
+        .into_iter()
+        .chain(item["parameters"].as_array())
+        .flatten()
+        .map(move |p| resolve(doc, p))
+}
+
+/// Each `{name}` of the template against its `in: path` parameter's type
+/// (OpenAPI 3 `schema`, Swagger 2 the parameter itself).
+fn check_path_parameters(
+    doc: &Value,
+    item: &Value,
+    operation: &Value,
+    template: &str,
+    path: &str,
+    name: &str,
+    out: &mut Vec<String>,
+) {
+    let parts = template.trim_start_matches('/').split('/');
+    let segments = path.trim_start_matches('/').split('/');
+    for (part, segment) in parts.zip(segments) {
+        let Some(param) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) else {
+            continue;
+        };
+        let declared =
+            parameters(doc, item, operation).find(|p| p["in"] == "path" && p["name"] == param);
+        let Some(declared) = declared else {
+            continue;
+        };
+        let schema = resolve(doc, declared.get("schema").unwrap_or(declared));
+        let numeric = matches!(schema["type"].as_str(), Some("integer" | "number"))
+            || schema.get("oneOf").is_some();
+        let value = match segment.parse::<i64>() {
+            Ok(n) if numeric => Value::from(n),
+            _ => Value::from(segment),
+        };
+        check(
+            doc,
+            schema,
+            &value,
+            &format!("path.{param}"),
+            name,
+            true,
+            out,
+        );
+    }
+}
+
 /// The body's schema and whether a body is required (OpenAPI 3 `requestBody`
 /// or a Swagger 2 `in: body` parameter).
 fn body_schema<'d>(
@@ -99,13 +157,7 @@ fn body_schema<'d>(
         let required = request_body["required"].as_bool().unwrap_or(false);
         return Some((schema, required));
     }
-    let parameters = operation["parameters"]
-        .as_array()
-        .into_iter()
-        .chain(item["parameters"].as_array())
-        .flatten();
-    parameters
-        .map(|p| resolve(doc, p))
+    parameters(doc, item, operation)
         .find(|p| p["in"] == "body")
         .map(|p| (&p["schema"], p["required"].as_bool().unwrap_or(false)))
 }
@@ -183,6 +235,14 @@ fn check(
         }
     }
     if let Some(object) = value.as_object() {
+        if let Some(max) = schema["maxProperties"].as_u64() {
+            if object.len() as u64 > max {
+                out.push(format!(
+                    "{name}: {at} has {} fields; at most {max} allowed",
+                    object.len()
+                ));
+            }
+        }
         for field in schema["required"].as_array().into_iter().flatten() {
             if let Some(field) = field.as_str() {
                 if !object.contains_key(field) {
@@ -208,6 +268,15 @@ fn check(
                 {
                     out.push(format!("{name}: {at}.{field} is not a documented field"))
                 }
+                None if schema["additionalProperties"].is_object() => check(
+                    doc,
+                    &schema["additionalProperties"],
+                    inner,
+                    &format!("{at}.{field}"),
+                    name,
+                    true,
+                    out,
+                ),
                 None => {}
             }
         }
