@@ -15,6 +15,7 @@ mod cost;
 mod digest_over;
 mod discover;
 mod drift;
+mod forge_actions;
 mod forge_clients;
 mod forged_report;
 mod git_paths;

@@ -10,14 +10,16 @@
 //! routes (each operation written once for both forges, what differs being
 //! each forge's own) and its JSON per forge: `pulls`, `issues`, `reviews`,
 //! `comments` (and reactions), `checks` (GitHub's check runs, Forgejo's
-//! commit statuses), `people` (users, permissions, teams) and `app` (the
-//! GitHub App: tokens, installations, webhook deliveries). `state` is what
+//! commit statuses), `actions` (workflow dispatches and runs, the workflow
+//! read from the repository's git), `people` (users, permissions, teams)
+//! and `app` (the GitHub App: tokens, installations, webhook deliveries). `state` is what
 //! the fake holds, `http` the plumbing and paging both forges share; this
 //! file starts the server, authenticates and routes.
 
 // Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
 #![allow(clippy::result_large_err)]
 
+mod actions;
 mod app;
 mod checks;
 mod comments;
@@ -40,7 +42,7 @@ use axum::Router;
 use octocrab::jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wavegate::config::settings::Secret;
@@ -77,6 +79,8 @@ impl Drop for FakeForge {
 
 impl FakeForge {
     pub async fn start() -> Self {
+        let listener = crate::support::bot::listen_on_a_free_port().await;
+        let url = format!("http://{}", listener.local_addr().unwrap());
         let mut forgejo_tokens = HashMap::new();
         forgejo_tokens.insert(FORGEJO_BOT_TOKEN.to_owned(), FORGEJO_BOT_LOGIN.to_owned());
         let state = Arc::new(Mutex::new(State {
@@ -101,13 +105,13 @@ impl FakeForge {
             outbox: Vec::new(),
             clock_behind: Duration::ZERO,
             oauth: Default::default(),
+            base_url: url.clone(),
+            dispatched: tokio::sync::broadcast::channel(256).0,
         }));
         let app = Router::new()
             .fallback(handle)
             .layer(DefaultBodyLimit::max(32 * 1024 * 1024))
             .with_state(state.clone());
-        let listener = crate::support::bot::listen_on_a_free_port().await;
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.expect("fake forge server");
         });
@@ -372,12 +376,13 @@ struct Call<'a> {
 /// A repository's routes, the same on both forges: the first resource
 /// that knows the path answers.
 type Routes = fn(&mut State, &Call, &[&str]) -> Option<Answer>;
-const REPOSITORY_ROUTES: [Routes; 6] = [
+const REPOSITORY_ROUTES: [Routes; 7] = [
     pulls::route,
     issues::route,
     reviews::route,
     comments::route,
     checks::route,
+    actions::route,
     people::route,
 ];
 

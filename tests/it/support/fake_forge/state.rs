@@ -1,7 +1,8 @@
 //! What the fake holds, shared by every forge it speaks for: repositories
-//! with their pull requests, issues, comments, reviews, checks, statuses and
-//! reactions, the users and teams, tokens, failure rules, the requests it
-//! received and the App's webhook deliveries.
+//! with their pull requests, issues, comments, reviews, checks, statuses,
+//! reactions and workflow runs, the users and teams, tokens, failure rules,
+//! the requests it received, the App's webhook deliveries and who is told
+//! of each workflow dispatch.
 
 use super::*;
 
@@ -133,6 +134,35 @@ pub struct FakeReaction {
     pub user: String,
 }
 
+/// A workflow run a dispatch started (GitHub Actions, Forgejo Actions).
+#[derive(Debug, Clone)]
+pub struct FakeRun {
+    /// What `GET …/actions/runs/{id}` takes on both forges.
+    pub id: u64,
+    /// The repository's count of runs (Forgejo's page is by this number).
+    pub run_number: u64,
+    /// The repository it runs in: its forge, name and clone URL.
+    pub repo: RepoHandle,
+    /// The file name the dispatch named, and where the forge found it.
+    pub workflow: String,
+    pub workflow_path: String,
+    pub git_ref: String,
+    /// The commit `git_ref` pointed at when the run was dispatched.
+    pub head_sha: String,
+    pub inputs: BTreeMap<String, String>,
+    /// Who dispatched it.
+    pub actor: String,
+    /// GitHub's words: `queued`, `in_progress` or `completed` (Forgejo
+    /// answers them in its own: `waiting`, `running`, the conclusion).
+    pub status: String,
+    /// With `completed`: `success`, `failure`, `cancelled`, `timed_out`, …
+    pub conclusion: Option<String>,
+    /// Its page, on the fake forge.
+    pub html_url: String,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+}
+
 /// One attempt to deliver a webhook to the App's webhook, as GitHub logs it.
 #[derive(Debug, Clone)]
 pub struct FakeHookDelivery {
@@ -179,6 +209,7 @@ pub(super) struct Repo {
     pub(super) check_runs: Vec<FakeCheckRun>,
     pub(super) statuses: Vec<FakeStatus>,
     pub(super) reactions: Vec<FakeReaction>,
+    pub(super) runs: Vec<FakeRun>,
 }
 
 pub(super) struct IssuedToken {
@@ -222,6 +253,10 @@ pub(super) struct State {
     pub(super) clock_behind: Duration,
     /// OAuth clients, codes and user tokens (`oauth`).
     pub(super) oauth: super::oauth::OAuthState,
+    /// Where the fake is served (the pages it links to are under it).
+    pub(super) base_url: String,
+    /// Each workflow run as it is dispatched, to whoever subscribed.
+    pub(super) dispatched: tokio::sync::broadcast::Sender<FakeRun>,
 }
 
 impl State {
@@ -280,6 +315,7 @@ impl Repo {
             check_runs: Vec::new(),
             statuses: Vec::new(),
             reactions: Vec::new(),
+            runs: Vec::new(),
         }
     }
 }

@@ -1,0 +1,471 @@
+//! The real GitHub and Forgejo clients dispatch, follow and cancel workflow
+//! runs on the fake forge, whose workflows are files in a real repository:
+//! the dispatch answers the run, the run reads back as the test moves it on,
+//! a cancel ends it, and a workflow missing, or not dispatchable, or a forge
+//! too old to name the run, is an error that names the file and the fix.
+//! Every request is checked against the forges' API descriptions.
+
+use crate::support;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use support::fake_forge::{self, FakeForge};
+use support::{conformance_violations, RecordedRequest, RepoHandle};
+use wavegate::config::settings::Secret;
+use wavegate::forge::actions::{RunConclusion, RunStatus, WorkflowDispatch};
+use wavegate::forge::client::ForgeClient;
+use wavegate::forge::forgejo::ForgejoClient;
+use wavegate::forge::github::GitHubClient;
+use wavegate::forge::retry::RetryPolicy;
+use wavegate::model::ForgeKind;
+
+const WORKFLOW: &str = "\
+name: wavegate
+on:
+  workflow_dispatch:
+    inputs:
+      job:
+        required: true
+      digest:
+        required: false
+jobs:
+  run:
+    runs-on: ubuntu-latest
+    steps:
+      - run: wavegate job run
+";
+
+const PUSH_ONLY: &str = "\
+name: ci
+on: push
+jobs:
+  test:
+    runs-on: ubuntu-latest
+    steps:
+      - run: make test
+";
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A repository whose `main` has `wavegate.yml` (dispatchable) and
+/// `push-only.yml` (not) in both forges' workflow directories.
+fn repository(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    for workflows in [".github/workflows", ".forgejo/workflows"] {
+        std::fs::create_dir_all(dir.join(workflows)).unwrap();
+        std::fs::write(dir.join(workflows).join("wavegate.yml"), WORKFLOW).unwrap();
+        std::fs::write(dir.join(workflows).join("push-only.yml"), PUSH_ONLY).unwrap();
+    }
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "workflows"]);
+}
+
+struct Env {
+    forge: FakeForge,
+    repo: RepoHandle,
+    client: ForgeClient,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn start(kind: ForgeKind) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        repository(dir.path());
+        let clone_url = format!("file://{}", dir.path().display());
+        let forge = FakeForge::start().await;
+        let policy = RetryPolicy {
+            sleep: Arc::new(|_| Box::pin(async {})),
+            ..RetryPolicy::default()
+        };
+        let (repo, client) = match kind {
+            ForgeKind::GitHub => {
+                let repo = forge.add_github_repo("acme/infra", &clone_url, 77);
+                let client = GitHubClient::new(
+                    forge.url(),
+                    fake_forge::APP_ID,
+                    &fake_forge::app_private_key(),
+                    policy,
+                )
+                .unwrap();
+                (repo, ForgeClient::GitHub(Arc::new(client)))
+            }
+            ForgeKind::Forgejo => {
+                let repo = forge.add_forgejo_repo("acme/infra", &clone_url);
+                let token = Secret::new(fake_forge::FORGEJO_BOT_TOKEN);
+                let client = ForgejoClient::new(forge.url(), token, policy).unwrap();
+                (repo, ForgeClient::Forgejo(Arc::new(client)))
+            }
+        };
+        Self {
+            forge,
+            repo,
+            client,
+            _dir: dir,
+        }
+    }
+
+    fn assert_conformant(&self) {
+        let violations = conformance_violations(&self.forge.requests());
+        assert!(violations.is_empty(), "{violations:#?}");
+    }
+
+    /// The dispatch requests the forge received.
+    fn dispatch_requests(&self) -> Vec<RecordedRequest> {
+        self.forge
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/dispatches"))
+            .collect()
+    }
+}
+
+fn dispatch(workflow: &str) -> WorkflowDispatch {
+    WorkflowDispatch {
+        workflow: workflow.into(),
+        git_ref: "main".into(),
+        inputs: BTreeMap::from([
+            ("job".to_owned(), "j-41".to_owned()),
+            ("digest".to_owned(), "sha256:ab".to_owned()),
+        ]),
+    }
+}
+
+fn completed(conclusion: RunConclusion) -> RunStatus {
+    RunStatus::Completed { conclusion }
+}
+
+/// Dispatches `wavegate.yml`, then reads the run back as the test moves it
+/// from queued to running to each way it can end.
+async fn the_dispatched_run_is_followed_to_its_end(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+    let mut told = env.forge.subscribe_dispatches();
+
+    let run = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("wavegate.yml"))
+        .await
+        .unwrap();
+
+    let dispatched = env.forge.dispatches(&env.repo);
+    assert_eq!(dispatched.len(), 1);
+    let fake = &dispatched[0];
+    assert_eq!(run.id, fake.id);
+    assert_eq!(run.html_url.as_deref(), Some(fake.html_url.as_str()));
+    assert!(
+        fake.html_url.starts_with(env.forge.url()),
+        "{}",
+        fake.html_url
+    );
+    assert_eq!(fake.workflow, "wavegate.yml");
+    assert_eq!(fake.git_ref, "main");
+    assert_eq!(fake.inputs, dispatch("wavegate.yml").inputs);
+    let expected_path = match kind {
+        ForgeKind::GitHub => ".github/workflows/wavegate.yml",
+        ForgeKind::Forgejo => ".forgejo/workflows/wavegate.yml",
+    };
+    assert_eq!(fake.workflow_path, expected_path);
+    let heard = told
+        .try_recv()
+        .expect("the subscriber is told of the dispatch");
+    assert_eq!(heard.id, run.id);
+    assert_eq!(heard.head_sha, fake.head_sha);
+
+    let asked = env.dispatch_requests();
+    let field = match kind {
+        ForgeKind::GitHub => "return_run_details",
+        ForgeKind::Forgejo => "return_run_info",
+    };
+    assert_eq!(asked[0].body.as_ref().unwrap()[field], true, "{asked:#?}");
+
+    let state = env.client.workflow_run(&repo, run.id).await.unwrap();
+    assert_eq!(state.status, RunStatus::Queued);
+    assert_eq!(state.html_url, run.html_url);
+
+    env.forge
+        .set_run_status(&env.repo, run.id, "in_progress", None);
+    let state = env.client.workflow_run(&repo, run.id).await.unwrap();
+    assert_eq!(state.status, RunStatus::InProgress);
+
+    for (word, conclusion) in [
+        ("success", RunConclusion::Success),
+        ("failure", RunConclusion::Failure),
+        ("cancelled", RunConclusion::Cancelled),
+    ] {
+        env.forge
+            .set_run_status(&env.repo, run.id, "completed", Some(word));
+        let state = env.client.workflow_run(&repo, run.id).await.unwrap();
+        assert_eq!(state.status, completed(conclusion), "{word}");
+        assert!(state.status.is_finished());
+    }
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_dispatch_answers_the_run_which_reads_back_as_it_moves_on() {
+    the_dispatched_run_is_followed_to_its_end(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_dispatch_answers_the_run_which_reads_back_as_it_moves_on() {
+    the_dispatched_run_is_followed_to_its_end(ForgeKind::Forgejo).await;
+}
+
+#[tokio::test]
+async fn a_run_timed_out_on_github_reads_as_timed_out() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let repo = env.repo.repo_ref();
+    let run = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("wavegate.yml"))
+        .await
+        .unwrap();
+    env.forge
+        .set_run_status(&env.repo, run.id, "completed", Some("timed_out"));
+    let state = env.client.workflow_run(&repo, run.id).await.unwrap();
+    assert_eq!(state.status, completed(RunConclusion::TimedOut));
+}
+
+/// A cancel ends a running run; cancelling it again, once it is over, is
+/// no error on either forge (GitHub answers 409, Forgejo 204).
+async fn a_cancel_ends_the_run_and_a_second_is_no_error(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+    let run = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("wavegate.yml"))
+        .await
+        .unwrap();
+    env.forge
+        .set_run_status(&env.repo, run.id, "in_progress", None);
+
+    env.client.cancel_workflow_run(&repo, run.id).await.unwrap();
+
+    let state = env.client.workflow_run(&repo, run.id).await.unwrap();
+    assert_eq!(state.status, completed(RunConclusion::Cancelled));
+    env.client.cancel_workflow_run(&repo, run.id).await.unwrap();
+    let fake = env.forge.run(&env.repo, run.id);
+    assert_eq!(fake.conclusion.as_deref(), Some("cancelled"));
+    let cancels = env
+        .forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/cancel"))
+        .count();
+    assert_eq!(cancels, 2);
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_cancel_ends_the_run() {
+    a_cancel_ends_the_run_and_a_second_is_no_error(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_cancel_ends_the_run() {
+    a_cancel_ends_the_run_and_a_second_is_no_error(ForgeKind::Forgejo).await;
+}
+
+#[tokio::test]
+async fn a_run_is_read_in_its_own_repository_only() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let other = env
+        .forge
+        .add_github_repo("acme/other", &env.repo.clone_url, 77);
+    let run = env
+        .client
+        .dispatch_workflow(&other.repo_ref(), &dispatch("wavegate.yml"))
+        .await
+        .unwrap();
+
+    let error = env
+        .client
+        .workflow_run(&env.repo.repo_ref(), run.id)
+        .await
+        .unwrap_err();
+
+    let text = format!("{error:#}");
+    let route = format!("acme/infra/actions/runs/{}", run.id);
+    assert!(text.contains(&route) && text.contains("404"), "{text}");
+    assert!(env.forge.dispatches(&env.repo).is_empty());
+}
+
+/// A workflow the repository's default branch does not have is a 404 on
+/// both forges; the error names the file, where it must be and the fix.
+async fn a_missing_workflow_names_the_file_and_the_fix(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("missing.yml"))
+        .await
+        .unwrap_err();
+
+    let text = format!("{error:#}");
+    let dir = match kind {
+        ForgeKind::GitHub => ".github/workflows",
+        ForgeKind::Forgejo => ".forgejo/workflows",
+    };
+    assert!(text.contains("404"), "{text}");
+    assert!(text.contains(&format!("{dir}/missing.yml")), "{text}");
+    assert!(text.contains("wavegate init actions"), "{text}");
+    assert!(text.contains("workflow_dispatch"), "{text}");
+    assert!(env.forge.dispatches(&env.repo).is_empty());
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_missing_workflow_is_an_error_that_says_what_to_do() {
+    a_missing_workflow_names_the_file_and_the_fix(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_missing_workflow_is_an_error_that_says_what_to_do() {
+    a_missing_workflow_names_the_file_and_the_fix(ForgeKind::Forgejo).await;
+}
+
+#[tokio::test]
+async fn github_refuses_a_workflow_without_workflow_dispatch_and_the_error_says_so() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let repo = env.repo.repo_ref();
+
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("push-only.yml"))
+        .await
+        .unwrap_err();
+
+    let text = format!("{error:#}");
+    assert!(text.contains("422"), "{text}");
+    assert!(text.contains(".github/workflows/push-only.yml"), "{text}");
+    assert!(text.contains("on: workflow_dispatch"), "{text}");
+    assert!(text.contains("wavegate init actions"), "{text}");
+    assert!(env.forge.dispatches(&env.repo).is_empty());
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn forgejo_dispatches_a_workflow_whatever_its_triggers_as_forgejo_does() {
+    // Forgejo reads no `on:` before dispatching: the bot cannot count on
+    // the forge to refuse a workflow that was never meant to be dispatched.
+    let env = Env::start(ForgeKind::Forgejo).await;
+    let repo = env.repo.repo_ref();
+    let run = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("push-only.yml"))
+        .await
+        .unwrap();
+    assert_eq!(env.forge.run(&env.repo, run.id).workflow, "push-only.yml");
+}
+
+#[tokio::test]
+async fn github_refuses_inputs_the_workflow_does_not_declare() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let repo = env.repo.repo_ref();
+    let mut asked = dispatch("wavegate.yml");
+    asked.inputs.insert("stage".into(), "prod".into());
+
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &asked)
+        .await
+        .unwrap_err();
+
+    let text = format!("{error:#}");
+    assert!(text.contains("Unexpected inputs"), "{text}");
+    assert!(text.contains("does not declare every input"), "{text}");
+}
+
+#[tokio::test]
+async fn a_branch_the_repository_does_not_have_is_named() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let repo = env.repo.repo_ref();
+    let mut asked = dispatch("wavegate.yml");
+    asked.git_ref = "gone".into();
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &asked)
+        .await
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(text.contains("no branch `gone`"), "{text}");
+}
+
+/// A forge that starts the run but answers 204 (it does not know the field
+/// asking for the run) is an error saying a run started and what is needed.
+async fn a_forge_too_old_to_name_the_run_says_which_version_is_needed(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+    let prefix = match kind {
+        ForgeKind::GitHub => "/repos/acme/infra/actions/workflows/",
+        ForgeKind::Forgejo => "/api/v1/repos/acme/infra/actions/workflows/",
+    };
+    env.forge.fail_next("POST", prefix, 204, &[]);
+
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("wavegate.yml"))
+        .await
+        .unwrap_err();
+
+    let text = format!("{error:#}");
+    let (field, version) = match kind {
+        ForgeKind::GitHub => ("return_run_details", "GitHub Enterprise Server 3.21"),
+        ForgeKind::Forgejo => ("return_run_info", "Forgejo 11"),
+    };
+    assert!(text.contains("204"), "{text}");
+    assert!(text.contains(field), "{text}");
+    assert!(text.contains(version), "{text}");
+    assert!(text.contains("the workflow run started"), "{text}");
+}
+
+#[tokio::test]
+async fn github_too_old_to_name_the_run() {
+    a_forge_too_old_to_name_the_run_says_which_version_is_needed(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_too_old_to_name_the_run() {
+    a_forge_too_old_to_name_the_run_says_which_version_is_needed(ForgeKind::Forgejo).await;
+}
+
+#[tokio::test]
+async fn a_dispatch_neither_forge_takes_is_refused_unsent() {
+    let env = Env::start(ForgeKind::Forgejo).await;
+    let repo = env.repo.repo_ref();
+    let mut asked = dispatch(".forgejo/workflows/wavegate.yml");
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &asked)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("not a file name"), "{error}");
+    asked.workflow = "wavegate.yml".into();
+    asked.inputs = (0..26).map(|i| (format!("in{i}"), "x".into())).collect();
+    let error = env
+        .client
+        .dispatch_workflow(&repo, &asked)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("25"), "{error}");
+    assert!(env.dispatch_requests().is_empty());
+}

@@ -1,0 +1,418 @@
+//! Workflow dispatches and runs (GitHub Actions, Forgejo Actions): what a
+//! test does to them (list a repository's dispatches, set a run's status,
+//! be told of each dispatch as it happens: where a fake runner listens),
+//! the three calls the bot makes, written once, and each forge's JSON.
+//!
+//! The workflow is read from the repository's own git (its clone URL, a
+//! `file://` path): GitHub dispatches a file in `.github/workflows/` that
+//! is on the default branch (404 otherwise), reads it at the ref asked for
+//! (422 for no such ref) and refuses one without a `workflow_dispatch`
+//! trigger or given inputs it does not declare (422; plain substring checks
+//! of the file's text). Forgejo reads it at the ref from the first of
+//! `.forgejo/workflows`, `.gitea/workflows` and `.github/workflows` that
+//! exists (404 otherwise) and, as Forgejo does, dispatches it whatever its
+//! `on:` says. Each forge answers the run only when asked to
+//! (`return_run_details`, 200; `return_run_info`, 201), else 204. A cancel
+//! ends a run at once: GitHub answers 202 (409 for a run already
+//! completed), Forgejo 204 either way.
+
+use super::*;
+use std::process::Command;
+
+/// A repository's routes about Actions, the same paths on both forges.
+pub(super) fn route(state: &mut State, call: &Call, path: &[&str]) -> Option<Answer> {
+    let answer = match (call.req.method, path) {
+        ("POST", ["actions", "workflows", file, "dispatches"]) => dispatch(state, call, file),
+        ("GET", ["actions", "runs", id]) => get(state, call, id),
+        ("POST", ["actions", "runs", id, "cancel"]) => cancel(state, call, id),
+        _ => return None,
+    };
+    Some(answer)
+}
+
+/// The caller dispatches the workflow `file` on the body's `ref`.
+fn dispatch(state: &mut State, call: &Call, file: &str) -> Answer {
+    let body = call.req.required_body()?;
+    let git_ref = match call.req.body_str("ref") {
+        Some(r) if !r.is_empty() => r.to_owned(),
+        _ => {
+            return Err(match call.forge {
+                ForgeKind::GitHub => refused("Invalid request.\n\n\"ref\" wasn't supplied."),
+                ForgeKind::Forgejo => answer(400, json!({ "message": "ref is empty" })),
+            })
+        }
+    };
+    let inputs = read_inputs(body)?;
+    let repo = state.repo_at(call.forge, call.full_name);
+    let (handle, default_branch) = (repo.handle.clone(), repo.default_branch.clone());
+    let git = Git::of(&handle.clone_url);
+    let (workflow_path, text, head_sha) = match call.forge {
+        ForgeKind::GitHub => {
+            let path = format!(".github/workflows/{file}");
+            git.show(&default_branch, &path).ok_or_else(not_found)?;
+            let sha = git
+                .commit(&git_ref)
+                .ok_or_else(|| refused(&format!("No ref found for: {git_ref}")))?;
+            let text = git
+                .show(&sha, &path)
+                .filter(|text| text.contains("workflow_dispatch"))
+                .ok_or_else(|| refused("Workflow does not have 'workflow_dispatch' trigger"))?;
+            let unexpected: Vec<&String> = inputs
+                .keys()
+                .filter(|name| !text.contains(&format!("{name}:")))
+                .collect();
+            if !unexpected.is_empty() {
+                return Err(refused(&format!(
+                    "Unexpected inputs provided: {unexpected:?}"
+                )));
+            }
+            (path, text, sha)
+        }
+        ForgeKind::Forgejo => {
+            let sha = git.commit(&git_ref).ok_or_else(not_found)?;
+            let dir = [
+                ".forgejo/workflows",
+                ".gitea/workflows",
+                ".github/workflows",
+            ]
+            .into_iter()
+            .find(|dir| git.has_tree(&sha, dir))
+            .ok_or_else(not_found)?;
+            let path = format!("{dir}/{file}");
+            let text = git.show(&sha, &path).ok_or_else(not_found)?;
+            (path, text, sha)
+        }
+    };
+    let (id, now) = (state.id(), state.now());
+    let base_url = state.base_url.clone();
+    let repo = state.repo_at(call.forge, call.full_name);
+    let run_number = repo.runs.len() as u64 + 1;
+    let page = match call.forge {
+        ForgeKind::GitHub => id,
+        ForgeKind::Forgejo => run_number,
+    };
+    let run = FakeRun {
+        id,
+        run_number,
+        html_url: format!("{base_url}/{}/actions/runs/{page}", handle.full_name),
+        repo: handle,
+        workflow: file.to_owned(),
+        workflow_path,
+        git_ref,
+        head_sha,
+        inputs,
+        actor: call.login.to_owned(),
+        status: "queued".into(),
+        conclusion: None,
+        created_at: now,
+        updated_at: now,
+    };
+    repo.runs.push(run.clone());
+    // Nobody listening is no failure: a test need not subscribe.
+    let _ = state.dispatched.send(run.clone());
+    let asked = |field: &str| body.get(field) == Some(&Value::Bool(true));
+    match call.forge {
+        ForgeKind::GitHub if asked("return_run_details") => Ok(answer(
+            200,
+            json!({
+                "workflow_run_id": run.id,
+                "run_url": format!("{base_url}/repos/{}/actions/runs/{}", call.full_name, run.id),
+                "html_url": run.html_url,
+            }),
+        )),
+        ForgeKind::Forgejo if asked("return_run_info") => Ok(answer(
+            201,
+            json!({ "id": run.id, "run_number": run.run_number, "jobs": job_names(&text) }),
+        )),
+        _ => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// GitHub's 422 for a dispatch it will not make, its reason the message.
+fn refused(why: &str) -> Response {
+    answer(
+        422,
+        json!({
+            "message": why,
+            "documentation_url": "https://docs.github.com/rest/actions/workflows#create-a-workflow-dispatch-event",
+        }),
+    )
+}
+
+/// The body's `inputs`: an object of strings, or none.
+fn read_inputs(body: &Value) -> Result<BTreeMap<String, String>, Response> {
+    let Some(inputs) = body.get("inputs") else {
+        return Ok(BTreeMap::new());
+    };
+    let object = inputs
+        .as_object()
+        .ok_or_else(|| unprocessable("inputs is not an object".into()))?;
+    if object.len() > 25 {
+        return Err(unprocessable(format!(
+            "{} inputs; the maximum is 25",
+            object.len()
+        )));
+    }
+    object
+        .iter()
+        .map(|(name, value)| match value.as_str() {
+            Some(text) => Ok((name.clone(), text.to_owned())),
+            None => Err(unprocessable(format!("input {name} is not a string"))),
+        })
+        .collect()
+}
+
+/// The names of the workflow's jobs: the keys under `jobs:`, two spaces in.
+fn job_names(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|line| line.trim_end() != "jobs:")
+        .skip(1)
+        .take_while(|line| line.is_empty() || line.starts_with(' '))
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.trim().strip_suffix(':').map(str::to_owned))
+        .collect()
+}
+
+fn run_mut<'s>(state: &'s mut State, call: &Call, id: &str) -> Result<&'s mut FakeRun, Response> {
+    let id = number(id)?;
+    state
+        .repo_at(call.forge, call.full_name)
+        .runs
+        .iter_mut()
+        .find(|r| r.id == id)
+        .ok_or_else(not_found)
+}
+
+fn get(state: &mut State, call: &Call, id: &str) -> Answer {
+    let run = run_mut(state, call, id)?.clone();
+    Ok(answer(200, run_json(state, &run)))
+}
+
+/// Cancels a run not completed yet.
+fn cancel(state: &mut State, call: &Call, id: &str) -> Answer {
+    let now = state.now();
+    let run = run_mut(state, call, id)?;
+    let completed = run.status == "completed";
+    if !completed {
+        run.status = "completed".into();
+        run.conclusion = Some("cancelled".into());
+        run.updated_at = now;
+    }
+    match call.forge {
+        ForgeKind::GitHub if completed => Err(answer(
+            409,
+            json!({ "message": "Cannot cancel a workflow run that is completed." }),
+        )),
+        ForgeKind::GitHub => Ok(answer(202, json!({}))),
+        ForgeKind::Forgejo => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// Forgejo's one word for a run's status and conclusion.
+fn forgejo_status(run: &FakeRun) -> &'static str {
+    match (run.status.as_str(), run.conclusion.as_deref()) {
+        ("in_progress", _) => "running",
+        ("completed", Some("success")) => "success",
+        ("completed", Some("cancelled")) => "cancelled",
+        ("completed", Some("skipped")) => "skipped",
+        ("completed", _) => "failure",
+        _ => "waiting",
+    }
+}
+
+/// A run as its repository's forge answers `GET …/actions/runs/{id}`.
+fn run_json(state: &mut State, run: &FakeRun) -> Value {
+    let repo = &run.repo;
+    let actor = people::user_json(state, repo.forge, &run.actor);
+    let base = &state.base_url;
+    let (full_name, id) = (&repo.full_name, run.id);
+    let owner = full_name.split('/').next().unwrap_or_default();
+    let name = full_name.split('/').nth(1).unwrap_or_default();
+    let repository = json!({
+        "id": repo.id,
+        "name": name,
+        "full_name": full_name,
+        "owner": { "login": owner, "id": 1 },
+        "html_url": format!("{base}/{full_name}"),
+        "clone_url": repo.clone_url,
+        "private": false,
+        "fork": false,
+    });
+    match repo.forge {
+        ForgeKind::GitHub => {
+            let api = format!("{base}/repos/{full_name}/actions");
+            json!({
+                "id": id,
+                "name": run.workflow,
+                "node_id": format!("WFR_{id}"),
+                "check_suite_id": id,
+                "head_branch": run.git_ref,
+                "head_sha": run.head_sha,
+                "path": run.workflow_path,
+                "display_title": run.workflow,
+                "run_number": run.run_number,
+                "run_attempt": 1,
+                "event": "workflow_dispatch",
+                "status": run.status,
+                "conclusion": run.conclusion,
+                "workflow_id": 1,
+                "url": format!("{api}/runs/{id}"),
+                "html_url": run.html_url,
+                "created_at": rfc3339(run.created_at),
+                "updated_at": rfc3339(run.updated_at),
+                "run_started_at": rfc3339(run.created_at),
+                "actor": actor,
+                "triggering_actor": actor,
+                "jobs_url": format!("{api}/runs/{id}/jobs"),
+                "logs_url": format!("{api}/runs/{id}/logs"),
+                "check_suite_url": format!("{base}/repos/{full_name}/check-suites/{id}"),
+                "artifacts_url": format!("{api}/runs/{id}/artifacts"),
+                "cancel_url": format!("{api}/runs/{id}/cancel"),
+                "rerun_url": format!("{api}/runs/{id}/rerun"),
+                "workflow_url": format!("{api}/workflows/{}", run.workflow),
+                "pull_requests": [],
+                "head_commit": null,
+                "repository": repository,
+                "head_repository": repository,
+            })
+        }
+        ForgeKind::Forgejo => {
+            let status = forgejo_status(run);
+            let done = !matches!(status, "waiting" | "running");
+            let payload =
+                json!({ "inputs": run.inputs, "ref": run.git_ref, "workflow": run.workflow_path });
+            json!({
+                "id": id,
+                "index_in_repo": run.run_number,
+                "title": run.workflow,
+                "status": status,
+                "html_url": run.html_url,
+                "workflow_id": run.workflow,
+                "prettyref": run.git_ref,
+                "commit_sha": run.head_sha,
+                "event": "workflow_dispatch",
+                "trigger_event": "workflow_dispatch",
+                "event_payload": payload.to_string(),
+                "is_fork_pull_request": false,
+                "need_approval": false,
+                "approved_by": 0,
+                "is_ref_deleted": false,
+                "ScheduleID": 0,
+                "created": rfc3339(run.created_at),
+                "updated": rfc3339(run.updated_at),
+                "started": rfc3339(run.created_at),
+                "stopped": if done { rfc3339(run.updated_at) } else { "0001-01-01T00:00:00Z".into() },
+                "duration": 0,
+                "trigger_user": actor,
+                "repository": repository,
+            })
+        }
+    }
+}
+
+/// A repository's git, read where its clone URL points (a `file://` URL or
+/// a path); any other URL holds nothing.
+struct Git(Option<String>);
+
+impl Git {
+    fn of(clone_url: &str) -> Self {
+        let path = clone_url.strip_prefix("file://").unwrap_or(clone_url);
+        Self(path.starts_with('/').then(|| path.to_owned()))
+    }
+
+    fn run(&self, args: &[&str]) -> Option<String> {
+        let dir = self.0.as_ref()?;
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The commit `rev` (a branch name, a sha) names.
+    fn commit(&self, rev: &str) -> Option<String> {
+        let spec = format!("{rev}^{{commit}}");
+        let sha = self.run(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &spec,
+        ])?;
+        Some(sha.trim().to_owned())
+    }
+
+    /// The file `path` at `rev`.
+    fn show(&self, rev: &str, path: &str) -> Option<String> {
+        self.run(&["cat-file", "blob", &format!("{rev}:{path}")])
+    }
+
+    /// Whether `dir` is a directory at `rev`.
+    fn has_tree(&self, rev: &str, dir: &str) -> bool {
+        self.run(&["cat-file", "-t", &format!("{rev}:{dir}")])
+            .is_some_and(|kind| kind.trim() == "tree")
+    }
+}
+
+impl FakeForge {
+    /// Every workflow run dispatched on the repository, oldest first, with
+    /// the inputs it was given and where it stands.
+    pub fn dispatches(&self, repo: &RepoHandle) -> Vec<FakeRun> {
+        self.listed(repo, |r| &r.runs, |_| true)
+    }
+
+    /// Run `id` of the repository as the fake holds it now.
+    pub fn run(&self, repo: &RepoHandle, id: u64) -> FakeRun {
+        self.dispatches(repo)
+            .into_iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no run {id} in {}", repo.full_name))
+    }
+
+    /// The run moves on (as a runner would move it), in GitHub's words:
+    /// `queued`, `in_progress`, or `completed` with a conclusion
+    /// (`success`, `failure`, `cancelled`, `timed_out`, …). Forgejo
+    /// answers them in its own.
+    pub fn set_run_status(
+        &self,
+        repo: &RepoHandle,
+        id: u64,
+        status: &str,
+        conclusion: Option<&str>,
+    ) {
+        self.with(|s| {
+            let now = s.now();
+            let run = s
+                .repo_of(repo)
+                .runs
+                .iter_mut()
+                .find(|r| r.id == id)
+                .unwrap_or_else(|| panic!("no run {id} in {}", repo.full_name));
+            run.status = status.to_owned();
+            run.conclusion = conclusion.map(str::to_owned);
+            run.updated_at = now;
+        })
+    }
+
+    /// Told of each workflow run dispatched from now on, on any repository
+    /// of either forge, as it is dispatched.
+    pub fn subscribe_dispatches(&self) -> tokio::sync::broadcast::Receiver<FakeRun> {
+        self.with(|s| s.dispatched.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jobs_are_the_keys_under_jobs() {
+        let text = "on: workflow_dispatch\njobs:\n  plan:\n    runs-on: x\n    steps:\n      - run: a\n\n  apply:\n    runs-on: y\nenv:\n  A: b\n";
+        assert_eq!(job_names(text), ["plan", "apply"]);
+    }
+}
