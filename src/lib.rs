@@ -15,6 +15,8 @@
 pub mod app;
 pub mod apply;
 pub mod config;
+// The integration tests check run tokens through its real key fetcher.
+pub mod dispatch;
 pub mod forge;
 pub mod gate;
 pub mod git;
