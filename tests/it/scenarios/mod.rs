@@ -37,6 +37,7 @@ mod profiles;
 mod reconcile;
 mod replicas;
 mod run_states;
+mod run_tokens;
 mod runs_cli;
 mod sandbox;
 mod soak;

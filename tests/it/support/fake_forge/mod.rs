@@ -11,10 +11,11 @@
 //! each forge's own) and its JSON per forge: `pulls`, `issues`, `reviews`,
 //! `comments` (and reactions), `checks` (GitHub's check runs, Forgejo's
 //! commit statuses), `actions` (workflow dispatches and runs, the workflow
-//! read from the repository's git), `people` (users, permissions, teams)
-//! and `app` (the GitHub App: tokens, installations, webhook deliveries). `state` is what
-//! the fake holds, `http` the plumbing and paging both forges share; this
-//! file starts the server, authenticates and routes.
+//! read from the repository's git), `people` (users, permissions, teams),
+//! `app` (the GitHub App: tokens, installations, webhook deliveries) and
+//! `oidc` (the Actions OIDC issuer: its keys, and the run tokens it signs).
+//! `state` is what the fake holds, `http` the plumbing and paging both
+//! forges share; this file starts the server, authenticates and routes.
 
 // Handlers return a refusal as the `Err` response so `?` answers early; its size is no concern here.
 #![allow(clippy::result_large_err)]
@@ -26,12 +27,14 @@ mod comments;
 mod http;
 mod issues;
 mod oauth;
+mod oidc;
 mod people;
 mod pulls;
 mod reviews;
 mod state;
 
 use http::*;
+pub use oidc::{RunToken, OIDC_KEY_ID};
 pub use state::*;
 
 use axum::body::Bytes;
@@ -107,6 +110,7 @@ impl FakeForge {
             oauth: Default::default(),
             base_url: url.clone(),
             dispatched: tokio::sync::broadcast::channel(256).0,
+            oidc: Default::default(),
         }));
         let app = Router::new()
             .fallback(handle)
@@ -262,6 +266,9 @@ async fn handle(
 ) -> Response {
     if let Some(page) = oauth::respond(&shared, &method, &uri, &body) {
         return page;
+    }
+    if let Some(answer) = oidc::respond(&shared, &method, &uri) {
+        return answer;
     }
     let (response, budget) = respond(&shared, &method, &uri, &headers, &body);
     let response = conditional(&method, &headers, response).await;

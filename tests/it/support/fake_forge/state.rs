@@ -257,6 +257,8 @@ pub(super) struct State {
     pub(super) base_url: String,
     /// Each workflow run as it is dispatched, to whoever subscribed.
     pub(super) dispatched: tokio::sync::broadcast::Sender<FakeRun>,
+    /// What the Actions OIDC issuer served (`oidc`).
+    pub(super) oidc: super::oidc::OidcState,
 }
 
 impl State {
