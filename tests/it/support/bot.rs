@@ -926,9 +926,11 @@ impl Bot {
             if Instant::now() > deadline {
                 let log = self.log();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                // The survivors on the first line: a CI log shows a failed
+                // test's first line and its last, never the middle.
                 panic!(
-                    "commands of a killed server still run after 90 s:\n{}\nlast lines of its log:\n{}",
-                    survivors.join("\n"),
+                    "commands of a killed server still run after 90 s: {}\nlast lines of its log:\n{}",
+                    survivors.join(" | "),
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
