@@ -63,6 +63,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             .clone()
             .filter(|_| settings.public_pages || settings.login.any()),
         drift_floor: settings.drift_min_interval,
+        jobs_url: settings.public_url.clone(),
         ..worker_options
     };
     for warning in
@@ -138,6 +139,10 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         setup,
         sandbox: sandbox.clone(),
         refused: refused.clone(),
+        run_tokens: Arc::new(
+            crate::dispatch::oidc::Jwks::new(&settings.actions_oidc_issuer)
+                .context("WAVEGATE_ACTIONS_OIDC_ISSUER")?,
+        ),
     };
     let console = crate::plan::live::Hub::default();
     let pages = web::WebState::new(

@@ -45,14 +45,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("forge", &["model", "metrics", "config"]),
     ("store", &["model", "gate", "plan", "apply", "forge"]),
     ("notify", &["model", "config", "apply", "report", "forge"]),
-    // Jobs handed to the forge's CI; its calls go out through the forge's
-    // retry and timeout policy.
-    ("dispatch", &["model", "forge"]),
+    // Jobs handed to the forge's CI: recorded, dispatched and waited for
+    // through the store and the forge; run on the runner in the sandbox.
+    (
+        "dispatch",
+        &[
+            "model", "sandbox", "config", "git", "plan", "forge", "store",
+        ],
+    ),
     ("jobs", &["model", "forge", "store", "notify"]),
     // Routes only verify, record and enqueue; `app` starts the workers.
     (
         "server",
-        &["model", "metrics", "sandbox", "forge", "store", "jobs"],
+        &[
+            "model", "metrics", "sandbox", "forge", "store", "jobs", "dispatch",
+        ],
     ),
     // The pages read every record to show it; an operator's action
     // changes a lock or a job through the store and records it.
@@ -66,7 +73,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "worker",
         &[
             "model", "metrics", "sandbox", "config", "git", "gate", "plan", "apply", "report",
-            "forge", "store", "notify", "jobs",
+            "forge", "store", "notify", "jobs", "dispatch",
         ],
     ),
     // The CLI's client of a server's JSON API: it speaks HTTP only.
@@ -75,7 +82,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "app",
         &[
             "model", "metrics", "sandbox", "config", "git", "gate", "plan", "forge", "store",
-            "server", "web", "worker",
+            "server", "web", "worker", "dispatch",
         ],
     ),
 ];

@@ -142,6 +142,50 @@ enum Command {
         #[command(subcommand)]
         command: RunCommand,
     },
+    /// Print what a set-up needs.
+    Init {
+        #[command(subcommand)]
+        command: InitCommand,
+    },
+    /// The forge's CI side of a profile with `executor = "actions"`.
+    Job {
+        #[command(subcommand)]
+        command: JobCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum InitCommand {
+    /// Print the workflow file that runs the jobs of profiles with
+    /// `executor = "actions"` (commit it to the default branch), and, on
+    /// standard error, the permissions wavegate needs for it.
+    Actions {
+        #[arg(long, value_parser = ["github", "forgejo"])]
+        forge: String,
+        /// The wavegate image the job runs in (deploy/Dockerfile's, of
+        /// this version, unless you publish it under another name).
+        #[arg(long, value_name = "IMAGE", default_value = concat!("wavegate:", env!("CARGO_PKG_VERSION")))]
+        image: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobCommand {
+    /// Run one job wavegate dispatched to this workflow run: claim it (with
+    /// the run's OIDC token on GitHub, WAVEGATE_JOB_TOKEN on Forgejo), run
+    /// it in the sandbox in the checkout, and hand back what it left. Exits
+    /// 0 when the command succeeded.
+    Run {
+        /// The bot (the run's `wavegate` input).
+        #[arg(long, value_name = "URL", env = "WAVEGATE_SERVER")]
+        server: String,
+        /// The job (the run's `job` input).
+        #[arg(long, value_name = "ID", env = "WAVEGATE_JOB")]
+        job: String,
+        /// The checkout of the job's commit (the run's `sha` input).
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        tree: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -432,6 +476,32 @@ fn main() -> ExitCode {
         Command::Adapt { tool } => adapt(tool),
         Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command, &vars),
+        Command::Init {
+            command: InitCommand::Actions { forge, image },
+        } => {
+            let forge = match forge.as_str() {
+                "github" => wavegate::model::ForgeKind::GitHub,
+                _ => wavegate::model::ForgeKind::Forgejo,
+            };
+            print!("{}", wavegate::dispatch::workflow::render(forge, &image));
+            eprintln!("{}", wavegate::dispatch::workflow::permissions(forge));
+            ExitCode::SUCCESS
+        }
+        Command::Job {
+            command: JobCommand::Run { server, job, tree },
+        } => {
+            let args = wavegate::dispatch::job_run::JobRunArgs { server, job, tree };
+            let env = wavegate::dispatch::job_run::RunnerEnv::from_process();
+            let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime starts");
+            match runtime.block_on(wavegate::dispatch::job_run::run(&args, &env)) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Runs {
             server,
             repo,

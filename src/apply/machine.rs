@@ -16,7 +16,7 @@ pub(crate) use super::effect::{Effect, Step};
 use super::hooks::{self, HooksResult};
 use super::{
     covered_by_any, earlier_attempt, held_backoff, stopped_upstream, AttemptRecord, CommandAttempt,
-    Denial, EarlierAttempt, MemberState, Wait, MAX_REPLANS,
+    Denial, EarlierAttempt, MemberState, Wait, ELSEWHERE, MAX_REPLANS,
 };
 use crate::config::groups::Groups;
 use crate::config::hooks::Moment;
@@ -30,7 +30,7 @@ use crate::plan::outcome::{change_set_of, ApplyOutcome, MemberOutcome};
 use crate::plan::tail::OutputTail;
 use crate::sandbox::process::ProcessId;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// What the machine knows of the run for the whole wave.
@@ -59,6 +59,11 @@ pub(crate) struct WaveSpec<'a> {
     pub(crate) server: Option<ProcessId>,
     /// The longest each member's apply command may live.
     pub(crate) lifetimes: BTreeMap<MemberId, Duration>,
+    /// Members whose apply command runs on the forge's CI: their attempt
+    /// names no host or process of the bot's, so only its deadline tells
+    /// that it is over (a restarted bot never takes a server gone here for
+    /// a command gone there).
+    pub(crate) elsewhere: BTreeSet<MemberId>,
     /// How soon a held member is tried again the first time.
     pub(crate) held_retry: Duration,
     /// At most this many apply commands run at once (`apply_concurrency`,
@@ -618,12 +623,22 @@ impl<'a> WaveMachine<'a> {
         let current = Current {
             plan_digest: plan.plan_digest.clone(),
             outcome,
-            attempt: CommandAttempt {
-                host: self.spec.host.to_owned(),
-                started_at: now,
-                deadline: now + lifetime,
-                process: None,
-                server: self.spec.server.clone(),
+            attempt: if self.spec.elsewhere.contains(&member) {
+                CommandAttempt {
+                    host: ELSEWHERE.to_owned(),
+                    started_at: now,
+                    deadline: now + lifetime,
+                    process: None,
+                    server: None,
+                }
+            } else {
+                CommandAttempt {
+                    host: self.spec.host.to_owned(),
+                    started_at: now,
+                    deadline: now + lifetime,
+                    process: None,
+                    server: self.spec.server.clone(),
+                }
             },
             held_before,
         };
@@ -1005,6 +1020,8 @@ mod tests {
         hooks: (bool, bool),
         /// The merge commit's groups (none unless a test sets them).
         groups: Groups,
+        /// Members whose applies run on the forge's CI.
+        elsewhere: BTreeSet<MemberId>,
         record: AttemptRecord,
     }
 
@@ -1023,6 +1040,7 @@ mod tests {
                 concurrency: 1,
                 hooks: (false, false),
                 groups: Groups::default(),
+                elsewhere: BTreeSet::new(),
                 record,
             }
         }
@@ -1045,6 +1063,7 @@ mod tests {
                     .iter()
                     .map(|m| (m.clone(), Duration::from_secs(60)))
                     .collect(),
+                elsewhere: self.elsewhere.clone(),
                 held_retry: Duration::from_secs(30),
                 concurrency: self.concurrency,
                 groups: &self.groups,
@@ -1281,6 +1300,41 @@ mod tests {
             [Effect::Save, Effect::Unlock, Effect::Done(Step::Stop)]
         );
         assert!(record.state("network@dev").is_applied());
+    }
+
+    #[test]
+    fn an_apply_on_the_forges_ci_names_no_process_of_the_bot_so_only_its_deadline_ends_it() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let mut h = Harness::new(&["network@dev"], &[&net]);
+        h.elsewhere.insert("network@dev".into());
+        let mut record = h.record.clone();
+        let mut machine = h.machine();
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        let MemberState::Applying {
+            attempt: Some(attempt),
+            ..
+        } = record.state("network@dev")
+        else {
+            panic!("saved applying before its job is dispatched");
+        };
+        assert_eq!(
+            attempt,
+            CommandAttempt {
+                host: ELSEWHERE.into(),
+                started_at: NOW,
+                deadline: NOW + millis(60_000),
+                process: None,
+                server: None,
+            }
+        );
+        // A restarted bot on the same host, its old server gone, still
+        // waits for the run's deadline.
+        assert_eq!(
+            earlier_attempt(Some(&attempt), HOST, NOW + millis(1_000), Some(false)),
+            EarlierAttempt::MayRun {
+                until: NOW + millis(60_000)
+            }
+        );
     }
 
     #[test]

@@ -111,6 +111,11 @@ pub(crate) enum EarlierAttempt {
     },
 }
 
+/// The host an attempt names when its command runs on the forge's CI
+/// (`executor = "actions"`): no host id (`boot/pid-namespace`) is written
+/// so, so from every bot only the attempt's deadline says it is over.
+pub(crate) const ELSEWHERE: &str = "forge-ci";
+
 /// How often a process seen alive on this host is looked at again.
 pub(crate) const RECHECK_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -973,6 +978,7 @@ mod tests {
             inputs: BTreeMap::new(),
             output: String::new(),
             discovered: None,
+            ran_on: None,
         }
     }
 

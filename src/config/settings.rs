@@ -112,6 +112,8 @@ pub struct Settings {
     pub(crate) forgejo_webhook_secrets: Vec<Secret>,
     /// Where this server is reached from outside (the manifest flow's URLs).
     pub(crate) public_url: Option<String>,
+    /// Who signs GitHub Actions runs' OIDC tokens (`WAVEGATE_ACTIONS_OIDC_ISSUER`).
+    pub(crate) actions_oidc_issuer: String,
     /// Whether the pages and the JSON API are shown to anyone who reaches
     /// the server (`WAVEGATE_PUBLIC_PAGES`).
     pub(crate) public_pages: bool,
@@ -432,6 +434,7 @@ impl Settings {
                 .public_url
                 .as_ref()
                 .map(|u| u.trim_end_matches('/').to_owned()),
+            actions_oidc_issuer: vars.actions_oidc_issuer.trim_end_matches('/').to_owned(),
             workers,
             job_lease,
             reconcile_every,

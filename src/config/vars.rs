@@ -82,6 +82,16 @@ pub struct ServerVars {
     /// unset: the request's host.
     #[arg(long, env = "WAVEGATE_PUBLIC_URL", value_name = "URL")]
     pub(crate) public_url: Option<String>,
+    /// Who signs the OIDC tokens of GitHub Actions runs that claim jobs of
+    /// profiles with `executor = "actions"` (GitHub Enterprise Server:
+    /// `https://HOST/_services/token`).
+    #[arg(
+        long,
+        env = "WAVEGATE_ACTIONS_OIDC_ISSUER",
+        value_name = "URL",
+        default_value = "https://token.actions.githubusercontent.com"
+    )]
+    pub(crate) actions_oidc_issuer: String,
     /// `on`: the pages and the JSON API (`/repos`, `/api/v1/…`) are shown to
     /// anyone who reaches this server; `off`: every one answers 404.
     #[arg(

@@ -109,6 +109,18 @@ pub enum RunConclusion {
     Other(String),
 }
 
+impl std::fmt::Display for RunConclusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Success => "success",
+            Self::Failure => "failure",
+            Self::Cancelled => "cancelled",
+            Self::TimedOut => "timed out",
+            Self::Other(word) => word,
+        })
+    }
+}
+
 impl RunStatus {
     /// GitHub's `workflow-run` `status` and `conclusion` (both nullable):
     /// `queued`, `requested`, `waiting` and `pending` (or none) are queued,

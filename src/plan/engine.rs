@@ -7,7 +7,9 @@
 
 use super::changeset::{ChangeSetError, MemberStatus};
 use super::cost::{self, StageCost};
-use super::executor::{Control, Files, Finished, Job, JobName, LocalExecutor, LocalTree};
+use super::executor::{
+    Control, Executors, Files, Finished, Job, JobName, LocalExecutor, LocalTree, RemoteExecutor,
+};
 use super::fanout::{self, member_name, Derivation, FanOutInput, SkipReason, Skipped};
 use super::hook_run::{read_hold, HookCall, HookRan, HOLD_EXIT};
 pub(crate) use super::outcome::{change_set_of, ApplyOutcome, InputSource, ResolvedInput};
@@ -92,6 +94,9 @@ pub struct PlanOptions {
     /// Where the commands' output is shown live and kept; `None` (the
     /// CLI): the log and the report only.
     pub(crate) console: Option<super::live::Console>,
+    /// Where jobs of profiles with `executor = "actions"` run; `None` (the
+    /// CLI): such a job fails, saying so.
+    pub(crate) remote: Option<Arc<dyn RemoteExecutor>>,
 }
 
 impl PlanOptions {
@@ -122,6 +127,7 @@ impl PlanOptions {
             kept: None,
             imposed: Default::default(),
             console: None,
+            remote: None,
         }
     }
 }
@@ -703,7 +709,7 @@ pub(crate) struct Workbench {
     /// The commit, resolved: what every job names.
     commit: String,
     /// Where the commands run.
-    executor: Arc<LocalExecutor>,
+    executor: Arc<Executors>,
     /// The cached tree commands see through a layer of their own, held
     /// against eviction while the job lives; `None`: the commit's files are
     /// the job's own copy.
@@ -791,6 +797,10 @@ impl Workbench {
             options.cancel.clone(),
             options.console.clone(),
         );
+        let executor = Executors {
+            local: executor,
+            remote: options.remote.clone(),
+        };
         Ok(Self {
             commit,
             executor: Arc::new(executor),
@@ -921,6 +931,16 @@ impl Workbench {
         // It may apply with its group's call, which has the group's timeout.
         self.group_lifetime(member.component())
             .map_or(own, |group| group.max(own))
+    }
+
+    /// How long `member`'s apply may wait for a runner, when its profile
+    /// runs it on the forge's CI; `None`: it runs here.
+    pub(crate) fn applies_elsewhere(&self, member: &MemberId) -> Option<Duration> {
+        let at = Where::member(member.component(), member.stage());
+        match &self.profile_for(CommandKind::Apply, at).ok()?.executor {
+            crate::sandbox::profile::Executor::Actions(actions) => Some(actions.queue_timeout),
+            crate::sandbox::profile::Executor::Local => None,
+        }
     }
 
     /// Runs `member`'s apply command with the plan file its latest plan here
@@ -1252,6 +1272,7 @@ impl Workbench {
                 inputs: BTreeMap::new(),
                 output: String::new(),
                 discovered: component.discovered.clone(),
+                ran_on: None,
             };
             if let Some(plan) = self.kept.get(id).cloned() {
                 if !mates_of.contains_key(id.as_str()) {
@@ -1354,7 +1375,9 @@ impl Workbench {
             Ok(Finished {
                 outcome: run,
                 files,
+                ran_on,
             }) => {
+                outcome.ran_on = ran_on;
                 outcome.output = run.output.clone();
                 if !run.succeeded() {
                     outcome.status = MemberStatus::PlanFailed;

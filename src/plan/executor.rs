@@ -9,7 +9,10 @@
 //! the profile's secrets, the repository's pass-through variables and the
 //! profile's setup from where it runs. So an executor on another machine
 //! (the forge's CI) fits the same seam; [`LocalExecutor`], the sandbox on
-//! the server's own host, is the first.
+//! the server's own host, is the first, and a [`RemoteExecutor`] (the
+//! forge's CI, `crate::dispatch`) takes the jobs of the profiles that say
+//! `executor = "actions"`: [`Executors`] sends each job where its profile
+//! runs.
 
 use super::live::Console;
 use super::runner::{self, Cancel, CommandOutcome, CommandSpec, Setup, SpawnError};
@@ -79,6 +82,9 @@ pub(crate) struct Finished {
     /// Everything in its files directory when it ended, or why that could
     /// not be carried back.
     pub(crate) files: Result<Files, String>,
+    /// The forge's page of the run it ran in, when it ran on the forge's CI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ran_on: Option<String>,
 }
 
 /// A job's name: `kind/what` (`plan/app@dev`, `hook/prod.before.x`), safe
@@ -326,6 +332,107 @@ impl Files {
     }
 }
 
+/// Runs jobs of profiles with `executor = "actions"` on the forge's CI,
+/// through the bot's store and forge client, which the plan engine does
+/// not know. The job's paths are [`remote_layout`]'s.
+pub(crate) trait RemoteExecutor: Send + Sync {
+    fn run<'a>(
+        &'a self,
+        job: Job,
+        profile: Arc<Profile>,
+        cancel: Cancel,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Finished, SpawnError>> + Send + 'a>,
+    >;
+}
+
+/// Where a job that runs elsewhere finds its things: a runner puts its
+/// checkout, the job's files and its HOME there (or writes its own paths
+/// for these in the job).
+pub(crate) fn remote_layout() -> Layout {
+    Layout {
+        root: PathBuf::from("/wavegate-job/tree"),
+        files: PathBuf::from("/wavegate-job/files"),
+        home: PathBuf::from("/wavegate-job/home"),
+    }
+}
+
+impl Job {
+    /// The job with `from`'s paths written as `to`'s, wherever its argv,
+    /// working directory and variables name them.
+    pub(crate) fn relocated(&self, from: &Layout, to: &Layout) -> Job {
+        let pairs = [
+            (
+                from.files.display().to_string(),
+                to.files.display().to_string(),
+            ),
+            (
+                from.home.display().to_string(),
+                to.home.display().to_string(),
+            ),
+            (
+                from.root.display().to_string(),
+                to.root.display().to_string(),
+            ),
+        ];
+        let text = |value: &str| -> String {
+            pairs.iter().fold(value.to_owned(), |value, (from, to)| {
+                value.replace(from, to)
+            })
+        };
+        Job {
+            argv: self.argv.iter().map(|a| text(a)).collect(),
+            cwd: PathBuf::from(text(&self.cwd.display().to_string())),
+            env: self
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), text(value)))
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Sends each job where its profile runs: the sandbox here, or the
+/// forge's CI.
+pub(crate) struct Executors {
+    pub(crate) local: LocalExecutor,
+    pub(crate) remote: Option<Arc<dyn RemoteExecutor>>,
+}
+
+impl Executors {
+    /// Where `name`'s files and HOME will be, and the tree, as the engine
+    /// writes them into a job (a remote job's are rewritten on its way).
+    pub(crate) fn layout(&self, name: &JobName) -> Layout {
+        self.local.layout(name)
+    }
+
+    pub(crate) async fn run(&self, job: &Job, control: Control) -> Result<Finished, SpawnError> {
+        let profile = match self.local.sandbox.profiles().get(&job.profile) {
+            Some(profile) if profile.executor != crate::sandbox::profile::Executor::Local => {
+                Arc::clone(profile)
+            }
+            _ => return self.local.run(job, control).await,
+        };
+        let Some(remote) = &self.remote else {
+            return Err(SpawnError::Profile(format!(
+                "execution profile `{}` runs its commands on the forge's CI, which only the bot dispatches to; here (the command line) pick a local profile with --profiles, or let the bot plan the pull request",
+                profile.name
+            )));
+        };
+        let job = job.relocated(&self.local.layout(&job.name), &remote_layout());
+        let profile = if profile.limits == job.limits {
+            profile
+        } else {
+            Arc::new(Profile {
+                limits: job.limits,
+                ..Profile::clone(&profile)
+            })
+        };
+        remote.run(job, profile, self.local.cancel.clone()).await
+    }
+}
+
 /// What a caller tells an executor besides the job.
 #[derive(Debug, Default)]
 pub(crate) struct Control {
@@ -338,7 +445,7 @@ pub(crate) struct Control {
 /// commit: each job in a fresh files directory and HOME of its own under
 /// the executor's directory, each profile's setup once per stage.
 pub(crate) struct LocalExecutor {
-    sandbox: Arc<Sandbox>,
+    pub(crate) sandbox: Arc<Sandbox>,
     commit: String,
     /// Where commands see the commit's files.
     tree: PathBuf,
@@ -348,7 +455,7 @@ pub(crate) struct LocalExecutor {
     /// The executor's own directory: `jobs/`, `home/` and `setup/` under it.
     dir: PathBuf,
     heartbeat: Option<Duration>,
-    cancel: Cancel,
+    pub(crate) cancel: Cancel,
     /// Where its commands' output is shown and kept.
     console: Option<Console>,
     /// Each (stage, profile)'s setup, made when first needed.
@@ -460,7 +567,11 @@ impl LocalExecutor {
         let files = Files::collect(&layout.files);
         let _ = std::fs::remove_dir_all(&layout.files);
         let _ = std::fs::remove_dir_all(&layout.home);
-        Ok(Finished { outcome, files })
+        Ok(Finished {
+            outcome,
+            files,
+            ran_on: None,
+        })
     }
 
     /// The job's profile with the job's limits; one whose paths are

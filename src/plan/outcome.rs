@@ -73,6 +73,9 @@ pub struct MemberOutcome {
     /// What its discovery found, for a unit a discovery found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) discovered: Option<Value>,
+    /// The forge's page of the CI run its plan ran in (`executor = "actions"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ran_on: Option<String>,
 }
 
 impl MemberOutcome {

@@ -125,7 +125,7 @@ impl Cancel {
     }
 
     /// Resolves once cancelled; never, for a command nobody can cancel.
-    async fn cancelled(&mut self) {
+    pub(crate) async fn cancelled(&mut self) {
         match &mut self.0 {
             Some(rx) => {
                 if rx.wait_for(|stop| *stop).await.is_err() {
@@ -246,6 +246,9 @@ pub(crate) enum SpawnError {
     /// Its profile's setup failed: nothing of the stage runs.
     #[error("{0}")]
     Setup(String),
+    /// It was handed to the forge's CI and did not come back.
+    #[error("{0}")]
+    Elsewhere(String),
     #[error("cannot start `{program}` (cwd {cwd}): {why}; check the command in wavegate.toml and that the program exists and is executable{where_}")]
     Start {
         program: String,

@@ -292,6 +292,7 @@ mod tests {
             ]),
             output: String::new(),
             discovered: None,
+            ran_on: None,
         };
         let change = PlannedChange {
             base: "a".repeat(40),

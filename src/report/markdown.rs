@@ -847,7 +847,18 @@ fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
     if !shown.is_empty() {
         let _ = writeln!(out, "Outputs: {}\n", shown.join(", "));
     }
+    if let Some(url) = m.ran_on.as_deref().filter(|url| is_plain_url(url)) {
+        let _ = writeln!(out, "Planned on the forge's CI: [its run]({url})\n");
+    }
     out
+}
+
+/// A URL the forge gave (a run's page) that a Markdown link holds as it is.
+fn is_plain_url(url: &str) -> bool {
+    (url.starts_with("https://") || url.starts_with("http://"))
+        && url
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !"()[]<>\"'`\\".contains(c))
 }
 
 fn short_value(v: &Value) -> String {
@@ -1198,6 +1209,7 @@ pub(crate) mod tests {
             inputs: BTreeMap::new(),
             output: String::new(),
             discovered: None,
+            ran_on: None,
         }
     }
 

@@ -47,6 +47,13 @@ struct RawProfile {
     #[serde(default)]
     setup: Vec<Vec<String>>,
     repos: Option<Vec<String>>,
+    executor: Option<String>,
+    workflow: Option<String>,
+    runner: Option<Vec<String>>,
+    environment: Option<String>,
+    #[serde(default)]
+    id_tokens: BTreeMap<String, String>,
+    queue_timeout: Option<String>,
 }
 
 /// A variable's value: a literal, or one of the server's own variables.
@@ -189,7 +196,47 @@ pub struct Profile {
     pub(crate) repos: Option<Vec<String>>,
     /// Made of the `WAVEGATE_SANDBOX_*` variables, not the profiles file.
     pub(crate) from_settings: bool,
+    /// Where its commands run.
+    pub(crate) executor: Executor,
 }
+
+/// Where a profile's commands run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Executor {
+    /// In the sandbox on the server's own host.
+    #[default]
+    Local,
+    /// On the forge's CI: each job is a run of the base branch's workflow.
+    Actions(ActionsProfile),
+}
+
+/// `executor = "actions"`: which workflow runs a job, on which runners, in
+/// which of the forge's environments (whose secrets and protection rules
+/// apply), with which OIDC tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ActionsProfile {
+    /// The workflow file's path in the repository (`.github/workflows/…`,
+    /// `.forgejo/workflows/…`), read from the base branch.
+    pub(crate) workflow: String,
+    /// The labels a runner must have.
+    pub(crate) runner: Vec<String>,
+    pub(crate) environment: Option<String>,
+    /// Variable name → audience: the command finds an OIDC token of the run
+    /// for that audience in that variable (GitHub only).
+    pub(crate) id_tokens: BTreeMap<String, String>,
+    /// How long a dispatched run may wait for a runner to take it.
+    pub(crate) queue_timeout: Duration,
+}
+
+impl ActionsProfile {
+    /// The workflow file's name, as the forges' dispatch calls take it.
+    pub(crate) fn workflow_file(&self) -> &str {
+        self.workflow.rsplit('/').next().unwrap_or(&self.workflow)
+    }
+}
+
+/// How long a dispatched run waits for a runner unless the profile says.
+pub(crate) const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 impl std::fmt::Debug for Profile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,6 +274,7 @@ impl Profile {
             setup: Vec::new(),
             repos: None,
             from_settings: true,
+            executor: Executor::Local,
         }
     }
 
@@ -325,6 +373,14 @@ impl Profiles {
         }
     }
 
+    /// Just `profile`, under its own name (a runner's one job's).
+    pub(crate) fn only_named(profile: Profile) -> Self {
+        Self {
+            file: None,
+            by_name: BTreeMap::from([(profile.name.clone(), Arc::new(profile))]),
+        }
+    }
+
     /// Reads the profiles file at `path`; `get` looks up the server's
     /// variables (`from_env`); `default` is the `WAVEGATE_SANDBOX_*`
     /// settings' profile, used when the file defines no `default` of its own.
@@ -369,7 +425,7 @@ impl Profiles {
                 .map(|s| format!("line {}: ", text[..s.start.min(text.len())].matches('\n').count() + 1))
                 .unwrap_or_default();
             anyhow::anyhow!(
-                "{file_name}: {line}{}; fix: write each profile as `[profile.NAME]` with only the fields docs/operations.md lists (env, read, state, write, network, memory, processes, disk, cpu_time, max_timeout, setup, repos)",
+                "{file_name}: {line}{}; fix: write each profile as `[profile.NAME]` with only the fields docs/operations.md lists (env, read, state, write, network, memory, processes, disk, cpu_time, max_timeout, setup, repos; and executor, workflow, runner, environment, id_tokens, queue_timeout)",
                 e.message().trim()
             )
         })?;
@@ -441,7 +497,7 @@ impl Profiles {
 fn check_profile(
     file: &str,
     name: &str,
-    raw: RawProfile,
+    mut raw: RawProfile,
     get: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Profile> {
     let at = |field: &str| format!("{file}: `profile.{name}.{field}`");
@@ -451,6 +507,13 @@ fn check_profile(
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
         bail!("{file}: `[profile.{name}]`: a profile's name is letters, digits, `-` and `_`; rename it");
+    }
+    let executor = check_executor(&at, &mut raw)?;
+    if name == DEFAULT_PROFILE && executor != Executor::Local {
+        bail!(
+            "{}: the default profile runs what no stage picks a profile for, forks' plans among them, so it runs on the server's host; give the forge's CI a profile of its own and pick it in `[[stage]] profile`",
+            at("executor")
+        );
     }
     let mut env = Vec::new();
     let mut secrets = Vec::new();
@@ -569,7 +632,120 @@ fn check_profile(
         setup: raw.setup,
         repos: raw.repos,
         from_settings: false,
+        executor,
     })
+}
+
+/// `executor` and the fields that go with it. A profile that runs on the
+/// forge's CI names no path of the server's host and takes no secret from
+/// the server's environment: its commands get their credentials where they
+/// run (the forge environment's secrets, OIDC).
+fn check_executor(at: &dyn Fn(&str) -> String, raw: &mut RawProfile) -> Result<Executor> {
+    let actions_fields = [
+        ("workflow", raw.workflow.is_some()),
+        ("runner", raw.runner.is_some()),
+        ("environment", raw.environment.is_some()),
+        ("id_tokens", !raw.id_tokens.is_empty()),
+        ("queue_timeout", raw.queue_timeout.is_some()),
+    ];
+    match raw.executor.as_deref() {
+        None | Some("local") => {
+            if let Some((field, _)) = actions_fields.iter().find(|(_, set)| *set) {
+                bail!(
+                    "{}: is for profiles that run on the forge's CI; add `executor = \"actions\"`, or take it out",
+                    at(field)
+                );
+            }
+            Ok(Executor::Local)
+        }
+        Some("actions") => {
+            for (field, list) in [("read", &raw.read), ("state", &raw.state), ("write", &raw.write)] {
+                if !list.is_empty() {
+                    bail!(
+                        "{}: names paths of the server's host, which commands on the forge's CI never see; keep state where the runner reaches it (a remote backend) and take `{field}` out",
+                        at(field)
+                    );
+                }
+            }
+            if let Some((var, _)) = raw
+                .env
+                .iter()
+                .find(|(_, value)| matches!(value, RawEnvValue::FromEnv(_)))
+            {
+                bail!(
+                    "{}.{var}: a profile that runs on the forge's CI takes no secret from the server's environment; give it to the workflow's environment (its secrets, or an OIDC role through `id_tokens`) and take `from_env` out",
+                    at("env")
+                );
+            }
+            let workflow = raw.workflow.take().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: `executor = \"actions\"` needs the workflow that runs its jobs; add `workflow = \".github/workflows/wavegate.yml\"` (`wavegate init actions` prints one)",
+                    at("workflow")
+                )
+            })?;
+            if !is_workflow_path(&workflow) {
+                bail!(
+                    "{}: `{workflow}` is not a workflow file; write its path in the repository, e.g. `.github/workflows/wavegate.yml` or `.forgejo/workflows/wavegate.yml`",
+                    at("workflow")
+                );
+            }
+            let runner = raw.runner.take().unwrap_or_default();
+            if runner.is_empty() || runner.iter().any(|l| l.trim().is_empty()) {
+                bail!(
+                    "{}: name the labels of the runners that may run these jobs, e.g. `runner = [\"self-hosted\", \"prod\"]`",
+                    at("runner")
+                );
+            }
+            if raw.environment.as_deref().is_some_and(|e| e.trim().is_empty()) {
+                bail!("{}: name the forge's environment, or take it out", at("environment"));
+            }
+            for (var, audience) in &raw.id_tokens {
+                if !is_variable_name(var) || is_reserved_variable(var) {
+                    bail!(
+                        "{}: `{var}` is not a variable a command may be given; use letters, digits and `_`, not `PATH`, `HOME` or `WAVEGATE_…`",
+                        at("id_tokens")
+                    );
+                }
+                if audience.trim().is_empty() {
+                    bail!(
+                        "{}.{var}: give the audience the token is for, e.g. `sts.amazonaws.com`",
+                        at("id_tokens")
+                    );
+                }
+            }
+            let queue_timeout = match raw.queue_timeout.as_deref() {
+                Some(t) => crate::model::time::parse_duration(t)
+                    .map_err(|why| anyhow::anyhow!("{}: {why}", at("queue_timeout")))?,
+                None => DEFAULT_QUEUE_TIMEOUT,
+            };
+            Ok(Executor::Actions(ActionsProfile {
+                workflow,
+                runner,
+                environment: raw.environment.take(),
+                id_tokens: std::mem::take(&mut raw.id_tokens),
+                queue_timeout,
+            }))
+        }
+        Some(other) => bail!(
+            "{}: `{other}` is not an executor; use `local` (the sandbox on the server's host) or `actions` (the forge's CI)",
+            at("executor")
+        ),
+    }
+}
+
+/// `.github/workflows/NAME.yml` (or `.yaml`; `.forgejo/`, `.gitea/`).
+fn is_workflow_path(path: &str) -> bool {
+    let Some((dir, file)) = path.rsplit_once('/') else {
+        return false;
+    };
+    matches!(
+        dir,
+        ".github/workflows" | ".forgejo/workflows" | ".gitea/workflows"
+    ) && (file.ends_with(".yml") || file.ends_with(".yaml"))
+        && file.len() > 4
+        && file
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
 /// A variable name a shell and every tool can read.
@@ -753,6 +929,93 @@ mod tests {
             ("[profile.\"a b\"]", "a profile's name is letters, digits"),
         ] {
             let e = error(text);
+            assert!(e.starts_with("/etc/wavegate/profiles.toml: "), "{e}");
+            assert!(e.contains(expected), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_profile_on_the_forges_ci_names_its_workflow_runners_environment_and_tokens() {
+        let profiles = parse(
+            r#"
+            [profile.prod]
+            executor = "actions"
+            workflow = ".github/workflows/wavegate.yml"
+            runner = ["self-hosted", "prod"]
+            environment = "production"
+            id_tokens = { AWS_WEB_IDENTITY_TOKEN = "sts.amazonaws.com" }
+            env = { AWS_REGION = "eu-west-1" }
+            max_timeout = "30m"
+            queue_timeout = "5m"
+            [profile.dev]
+            "#,
+        )
+        .unwrap();
+        let Executor::Actions(actions) = &profiles.get("prod").unwrap().executor else {
+            panic!("prod runs on the forge's CI");
+        };
+        assert_eq!(actions.workflow_file(), "wavegate.yml");
+        assert_eq!(actions.runner, ["self-hosted", "prod"]);
+        assert_eq!(actions.environment.as_deref(), Some("production"));
+        assert_eq!(
+            actions.id_tokens["AWS_WEB_IDENTITY_TOKEN"],
+            "sts.amazonaws.com"
+        );
+        assert_eq!(actions.queue_timeout, Duration::from_secs(300));
+        assert_eq!(profiles.get("dev").unwrap().executor, Executor::Local);
+    }
+
+    #[test]
+    fn a_profile_on_the_forges_ci_that_would_need_the_servers_host_is_refused() {
+        let actions = "[profile.p]\nexecutor = \"actions\"\nrunner = [\"prod\"]\n";
+        let workflow = "workflow = \".github/workflows/wavegate.yml\"\n";
+        for (text, expected) in [
+            (
+                actions.to_owned(),
+                "`profile.p.workflow`: `executor = \"actions\"` needs the workflow",
+            ),
+            (
+                format!("{actions}workflow = \"wavegate.yml\""),
+                "`wavegate.yml` is not a workflow file",
+            ),
+            (
+                format!("{actions}workflow = \".github/workflows/../x.yml\""),
+                "is not a workflow file",
+            ),
+            (
+                format!("[profile.p]\nexecutor = \"actions\"\n{workflow}"),
+                "`profile.p.runner`: name the labels",
+            ),
+            (
+                format!("{actions}{workflow}state = [\"/srv/state\"]"),
+                "`profile.p.state`: names paths of the server's host",
+            ),
+            (
+                format!("{actions}{workflow}env = {{ T = {{ from_env = \"PROD_TF_TOKEN\" }} }}"),
+                "takes no secret from the server's environment",
+            ),
+            (
+                format!("{actions}{workflow}id_tokens = {{ PATH = \"sts.amazonaws.com\" }}"),
+                "`profile.p.id_tokens`: `PATH` is not a variable",
+            ),
+            (
+                format!("{actions}{workflow}id_tokens = {{ AWS = \" \" }}"),
+                "give the audience",
+            ),
+            (
+                "[profile.p]\nrunner = [\"prod\"]".to_owned(),
+                "`profile.p.runner`: is for profiles that run on the forge's CI",
+            ),
+            (
+                format!("[profile.default]\nexecutor = \"actions\"\nrunner = [\"x\"]\n{workflow}"),
+                "`profile.default.executor`: the default profile runs what no stage picks a profile for",
+            ),
+            (
+                "[profile.p]\nexecutor = \"ci\"".to_owned(),
+                "`ci` is not an executor",
+            ),
+        ] {
+            let e = error(&text);
             assert!(e.starts_with("/etc/wavegate/profiles.toml: "), "{e}");
             assert!(e.contains(expected), "{text}: {e}");
         }

@@ -8,6 +8,7 @@
 
 mod docs;
 mod extract;
+mod job_api;
 mod metrics;
 pub(crate) mod setup;
 
@@ -45,6 +46,9 @@ pub(crate) struct AppState {
     /// Told when a delivery could not be recorded: once the database
     /// answers again, GitHub is asked to redeliver what failed.
     pub(crate) refused: Arc<Notify>,
+    /// The keys GitHub Actions runs' OIDC tokens are signed with, for the
+    /// claims of dispatched jobs.
+    pub(crate) run_tokens: Arc<crate::dispatch::oidc::Jwks>,
 }
 
 /// `bytes` random bytes as hex, from the kernel.
@@ -65,6 +69,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/docs/images/{image}", get(docs::image))
         .route("/setup", get(setup::page_handler))
         .route("/setup/callback", get(setup::callback))
+        .merge(job_api::routes())
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

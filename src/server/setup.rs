@@ -248,6 +248,8 @@ mod tests {
         );
         let permissions = &manifest["default_permissions"];
         for (name, access) in [
+            // Jobs on the forge's CI: dispatch, follow and cancel runs.
+            ("actions", "write"),
             ("checks", "write"),
             ("contents", "read"),
             ("issues", "write"),

@@ -7,6 +7,7 @@ mod apply;
 mod clock;
 mod console;
 mod db;
+mod dispatched;
 mod drift;
 mod intake;
 mod intake_file;
@@ -28,6 +29,9 @@ pub(crate) use clock::ShiftedClock;
 pub(crate) use clock::{Clock, SystemClock};
 pub(crate) use console::{CommandRow, Cursor};
 pub use db::Backend;
+pub(crate) use dispatched::{
+    ClaimOutcome, DispatchAuth, DispatchState, DispatchedRecord, HandBack,
+};
 pub(crate) use drift::{DriftIssue, StageDrift};
 pub(crate) use metrics::StoreFigures;
 pub(crate) use pages::{PullRow, PullState};

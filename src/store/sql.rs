@@ -176,6 +176,15 @@ macro_rules! migrations {
                 name: "drift",
                 sql: include_str!(concat!("migrations/", $backend, "/0014_drift.sql")),
             },
+            Migration {
+                version: 15,
+                name: "dispatched jobs",
+                sql: include_str!(concat!(
+                    "migrations/",
+                    $backend,
+                    "/0015_dispatched_jobs.sql"
+                )),
+            },
         ]
     };
 }

@@ -2474,3 +2474,116 @@ async fn a_drift_schedule_is_claimed_once_a_slot_and_its_issues_and_figures_read
         "its run started"
     );
 }
+
+async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f: Fixture) {
+    let repo = RepoId::new(crate::model::ForgeKind::Forgejo, "acme/infra");
+    let store = &f.store;
+    store
+        .add_dispatched_job(
+            "j1",
+            &repo,
+            "{\"job\":1}",
+            DispatchAuth::Token,
+            Some("claim-hash"),
+        )
+        .await
+        .unwrap();
+    store
+        .add_dispatched_job("j2", &repo, "{\"job\":2}", DispatchAuth::Oidc, None)
+        .await
+        .unwrap();
+    store
+        .set_dispatched_run("j1", 4242, Some("https://forge/runs/4242"))
+        .await
+        .unwrap();
+    let j1 = store.dispatched_job("j1").await.unwrap().unwrap();
+    assert_eq!(
+        (j1.repo.clone(), j1.job.as_str(), j1.auth, j1.state),
+        (
+            repo.clone(),
+            "{\"job\":1}",
+            DispatchAuth::Token,
+            DispatchState::Dispatched
+        )
+    );
+    assert_eq!(
+        (j1.run_id, j1.run_url.as_deref()),
+        (Some(4242), Some("https://forge/runs/4242"))
+    );
+    assert_eq!(store.dispatched_job("nope").await.unwrap(), None);
+
+    // Another job's token, or none, does not claim a token job.
+    for token in [Some("other-hash"), None] {
+        assert_eq!(
+            store.claim_dispatched_job("j1", token, "s1").await.unwrap(),
+            ClaimOutcome::WrongToken
+        );
+    }
+    assert_eq!(
+        store
+            .claim_dispatched_job("j1", Some("claim-hash"), "s1")
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    // Used up: the same token again is refused.
+    assert_eq!(
+        store
+            .claim_dispatched_job("j1", Some("claim-hash"), "s2")
+            .await
+            .unwrap(),
+        ClaimOutcome::NotClaimable(DispatchState::Claimed)
+    );
+    // An OIDC job is never claimed with a token.
+    assert_eq!(
+        store
+            .claim_dispatched_job("j2", Some("claim-hash"), "s3")
+            .await
+            .unwrap(),
+        ClaimOutcome::WrongToken
+    );
+    assert_eq!(
+        store.claim_dispatched_job("j2", None, "s3").await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        store.claim_dispatched_job("nope", None, "s").await.unwrap(),
+        ClaimOutcome::Unknown
+    );
+
+    assert_eq!(
+        store.finish_dispatched_job("j1", "s3", "{}").await.unwrap(),
+        HandBack::WrongSession
+    );
+    assert_eq!(
+        store
+            .finish_dispatched_job("j1", "s1", "{\"ok\":true}")
+            .await
+            .unwrap(),
+        HandBack::Recorded
+    );
+    assert_eq!(
+        store
+            .finish_dispatched_job("j1", "s1", "{\"ok\":false}")
+            .await
+            .unwrap(),
+        HandBack::NotTaken(DispatchState::Finished)
+    );
+    let j1 = store.dispatched_job("j1").await.unwrap().unwrap();
+    assert_eq!(j1.finished.as_deref(), Some("{\"ok\":true}"));
+
+    // Given up on: a late hand-back is refused; a finished job stays finished.
+    assert_eq!(
+        store.abandon_dispatched_job("j2").await.unwrap(),
+        DispatchState::Abandoned
+    );
+    assert_eq!(
+        store.finish_dispatched_job("j2", "s3", "{}").await.unwrap(),
+        HandBack::NotTaken(DispatchState::Abandoned)
+    );
+    assert_eq!(
+        store.abandon_dispatched_job("j1").await.unwrap(),
+        DispatchState::Finished
+    );
+}
+on_both!(fixture_on, a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once, #[tokio::test]);

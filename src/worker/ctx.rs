@@ -228,6 +228,12 @@ impl Runner<'_> {
         options.imposed = Arc::new(mirror.imposed());
         options.concurrency = self.options.plan_concurrency;
         options.heartbeat = self.options.heartbeat;
+        options.remote = Some(Arc::new(crate::dispatch::actions::ActionsExecutor {
+            store: self.store.clone(),
+            client: mirror.forge.client.clone(),
+            repo: mirror.forge.repo.clone(),
+            server_url: self.options.jobs_url.clone(),
+        }));
         options
     }
 }

@@ -58,6 +58,9 @@ pub struct WorkerOptions {
     /// Where this server shows its pages (`WAVEGATE_PUBLIC_URL`, when
     /// `WAVEGATE_PUBLIC_PAGES=on`): each check links its pull request's page.
     pub pages_url: Option<String>,
+    /// Where the forge's CI runs reach the bot (`WAVEGATE_PUBLIC_URL`), for
+    /// the jobs of profiles with `executor = "actions"`.
+    pub jobs_url: Option<String>,
     /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`).
     pub operator: Arc<crate::config::operator::OperatorConfig>,
     /// The shortest drift interval (`WAVEGATE_DRIFT_MIN_INTERVAL`); `None`:
@@ -76,6 +79,7 @@ impl Default for WorkerOptions {
             notify: Default::default(),
             docs_url: None,
             pages_url: None,
+            jobs_url: None,
             operator: Default::default(),
             drift_floor: Some(Duration::from_secs(3600)),
         }

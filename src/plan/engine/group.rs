@@ -228,6 +228,7 @@ impl Workbench {
             Ok(Finished {
                 outcome: run,
                 files: Err(why),
+                ..
             }) => (
                 run.output,
                 Files::default(),
@@ -236,6 +237,7 @@ impl Workbench {
             Ok(Finished {
                 outcome: run,
                 files: Ok(left),
+                ..
             }) => (run.output, left, None),
         };
         let written = self.executor.layout(&job.name).files;
@@ -362,6 +364,7 @@ impl Workbench {
         let Finished {
             outcome: run,
             files,
+            ..
         } = match self.executor.run(&job, Control { started }).await {
             Ok(finished) => finished,
             Err(e) => return failed_all(e.to_string()),

@@ -914,6 +914,7 @@ async fn wave_of(
 ) -> Result<Step> {
     let mut upstreams = BTreeMap::new();
     let mut lifetimes = BTreeMap::new();
+    let mut elsewhere = std::collections::BTreeSet::new();
     for member in wave {
         let component = bench
             .config()
@@ -921,6 +922,10 @@ async fn wave_of(
             .ok_or_else(|| anyhow!("{member} is not a component of the merge commit"))?;
         upstreams.insert(member.clone(), upstream_members(component, stage));
         lifetimes.insert(member.clone(), bench.apply_lifetime(member));
+        if let Some(queue) = bench.applies_elsewhere(member) {
+            elsewhere.insert(member.clone());
+            *lifetimes.get_mut(member).expect("just inserted") += queue;
+        }
     }
     let host = process::host_id();
     let approved = Arc::clone(&drive.approved);
@@ -939,6 +944,7 @@ async fn wave_of(
         host: &host,
         server: process::identify(std::process::id()),
         lifetimes,
+        elsewhere,
         held_retry: job.runner.options.held_retry,
         concurrency: drive.rules.apply_concurrency(stage),
         before_apply_hooks: !drive.rules.hooks(stage, Moment::BeforeApply).is_empty(),

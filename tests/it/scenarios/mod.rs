@@ -28,6 +28,7 @@ mod login;
 mod merge_methods;
 mod metrics;
 mod notify;
+mod on_actions;
 mod operate;
 mod overrides;
 mod pages;

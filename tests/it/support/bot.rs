@@ -144,6 +144,29 @@ impl Bot {
         bot
     }
 
+    /// [`Bot::start_with_file`] whose runs on the forge's CI reach it at
+    /// its own address (`WAVEGATE_PUBLIC_URL`), their OIDC tokens signed
+    /// by the fake forge's issuer.
+    pub async fn start_reachable_with_file(
+        env: &[(&str, &str)],
+        variable: &str,
+        write: impl FnOnce(&Example, &Path) -> String,
+    ) -> Self {
+        let mut bot = Self::unstarted(env, true, false).await;
+        let file = bot.dir.path().join("operator-file.toml");
+        std::fs::write(&file, write(&bot.example, bot.dir.path())).unwrap();
+        let url = format!("http://127.0.0.1:{}", bot.port);
+        bot.extra_env
+            .push((variable.into(), file.display().to_string()));
+        bot.extra_env.push(("WAVEGATE_PUBLIC_URL".into(), url));
+        bot.extra_env.push((
+            "WAVEGATE_ACTIONS_OIDC_ISSUER".into(),
+            bot.forge.oidc_issuer(),
+        ));
+        bot.start_server().await;
+        bot
+    }
+
     /// A server that is up (`/healthz`) but may not be ready (`/readyz`).
     pub async fn start_unready(env: &[(&str, &str)]) -> Self {
         let mut bot = Self::unstarted(env, true, false).await;

@@ -17,6 +17,7 @@ pub mod payloads;
 pub mod pr;
 pub mod receiver;
 pub mod redact;
+pub mod runner;
 
 pub use conformance::conformance_violations;
 pub use fake_forge::{FakeForge, RecordedRequest, RepoHandle};

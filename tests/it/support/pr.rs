@@ -80,6 +80,32 @@ impl Bot {
         self.pr(repo, number)
     }
 
+    /// dev-alice opens PR `number` from `branch` onto main; the bot is told
+    /// and not waited for.
+    pub async fn opened_unsettled(
+        &self,
+        repo: &RepoHandle,
+        number: u64,
+        branch: &str,
+    ) -> PrHandle<'_> {
+        let pr = self.forge.open_pr(
+            repo,
+            number,
+            &self.rev(branch),
+            &self.rev("main"),
+            branch,
+            "main",
+            "dev-alice",
+        );
+        let delivery = if repo.installation.is_some() {
+            support::github_pull_request("opened", repo, &pr)
+        } else {
+            support::forgejo_pull_request("opened", repo, &pr)
+        };
+        self.tell_unsettled(repo, delivery).await;
+        self.pr(repo, number)
+    }
+
     /// Delivers `delivery` as `repo`'s forge would, asserts it was
     /// accepted, and settles.
     pub async fn tell(&self, repo: &RepoHandle, delivery: (String, Vec<u8>)) {

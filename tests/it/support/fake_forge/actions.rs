@@ -404,6 +404,42 @@ impl FakeForge {
     pub fn subscribe_dispatches(&self) -> tokio::sync::broadcast::Receiver<FakeRun> {
         self.with(|s| s.dispatched.subscribe())
     }
+
+    /// What a fake runner, on a task of its own, moves runs with.
+    pub fn runs(&self) -> RunsHandle {
+        RunsHandle {
+            state: Arc::clone(&self.state),
+        }
+    }
+}
+
+/// A fake forge's runs, as a runner updates them.
+#[derive(Clone)]
+pub struct RunsHandle {
+    state: Arc<Mutex<State>>,
+}
+
+impl RunsHandle {
+    /// The run's status (GitHub's words) and, once completed, conclusion.
+    pub fn set(&self, repo: &RepoHandle, id: u64, status: &str, conclusion: Option<&str>) {
+        let mut s = self.state.lock().unwrap();
+        let now = s.now();
+        if let Some(run) = s.repo_of(repo).runs.iter_mut().find(|r| r.id == id) {
+            run.status = status.to_owned();
+            run.conclusion = conclusion.map(str::to_owned);
+            run.updated_at = now;
+        }
+    }
+
+    /// The run's status now.
+    pub fn status(&self, repo: &RepoHandle, id: u64) -> Option<String> {
+        let mut s = self.state.lock().unwrap();
+        s.repo_of(repo)
+            .runs
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.status.clone())
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ mod pulls;
 mod reviews;
 mod state;
 
+pub use actions::RunsHandle;
 use http::*;
 pub use oidc::{RunToken, OIDC_KEY_ID};
 pub use state::*;

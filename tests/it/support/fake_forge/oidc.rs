@@ -133,6 +133,46 @@ pub(super) fn respond(shared: &Shared, method: &Method, uri: &Uri) -> Option<Res
             state.oidc.key_reads += 1;
             answer(200, serde_json::from_str(JWKS).expect("the test key set"))
         }
+        // A run's ACTIONS_ID_TOKEN_REQUEST_URL (the fake runner's): the
+        // run's token for the audience asked for.
+        ("GET", rest) if rest.starts_with("token-request/") => {
+            let run_id: u64 = rest["token-request/".len()..].parse().unwrap_or_default();
+            let audience = uri
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("audience="))
+                .map(|a| a.replace("%3A", ":").replace("%2F", "/"))
+                .unwrap_or_default();
+            let run = state
+                .repos
+                .iter()
+                .flat_map(|repo| repo.runs.iter())
+                .find(|run| run.id == run_id)
+                .cloned();
+            match run {
+                Some(run) => {
+                    let mut token = RunToken::new(
+                        &audience,
+                        &run.repo.full_name,
+                        run.id,
+                        &run.head_sha,
+                        &format!(
+                            "{}/{}@refs/heads/{}",
+                            run.repo.full_name, run.workflow_path, run.git_ref
+                        ),
+                    );
+                    token.environment = run
+                        .inputs
+                        .get("environment")
+                        .filter(|e| !e.is_empty())
+                        .cloned();
+                    let claims = claims(&mut state, &issuer, &token);
+                    answer(200, json!({ "value": sign(&claims, APP_PRIVATE_KEY) }))
+                }
+                None => not_found(),
+            }
+        }
         _ => not_found(),
     })
 }
@@ -211,6 +251,12 @@ impl FakeForge {
         let issuer = self.oidc_issuer();
         let claims = self.with(|s| claims(s, &issuer, run));
         sign(&claims, STRANGER_KEY)
+    }
+
+    /// Where a run's job asks for its OIDC tokens
+    /// (`ACTIONS_ID_TOKEN_REQUEST_URL`).
+    pub fn oidc_token_request_url(&self, run_id: u64) -> String {
+        format!("{}/oidc/token-request/{run_id}?api-version=2.0", self.url)
     }
 
     /// How many times the issuer's key set was read.

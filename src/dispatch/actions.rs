@@ -1,0 +1,279 @@
+//! The bot's side of a job on the forge's CI: record it, dispatch the base
+//! branch's workflow for it, and wait (through the store, so the replica
+//! that took the hand-back need not be this one) until its run hands it
+//! back, its run ends without doing so, no runner takes it in time, or the
+//! job is cancelled. Whatever stops the wait gives the job up in the store,
+//! so a late hand-back is refused, and cancels the run.
+
+use super::{inputs, random_hex, token_hash, DispatchedJob, HandedBack, RunnerProfile};
+use crate::forge::actions::{RunStatus, WorkflowDispatch};
+use crate::forge::client::ForgeClient;
+use crate::forge::RepoRef;
+use crate::model::ForgeKind;
+use crate::plan::executor::{Finished, Job, RemoteExecutor};
+use crate::plan::runner::{Cancel, SpawnError};
+use crate::sandbox::profile::{ActionsProfile, Executor, Profile};
+use crate::store::{DispatchAuth, DispatchState, Store};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the store is read for what came back.
+const POLL: Duration = Duration::from_millis(500);
+/// How often the forge is asked whether the run still goes on.
+const RUN_CHECK: Duration = Duration::from_secs(10);
+/// How long past the job's own timeout its run may take to hand it back.
+const HAND_BACK_GRACE: Duration = Duration::from_secs(120);
+
+/// Runs jobs of one repository on its forge's CI.
+pub(crate) struct ActionsExecutor {
+    pub(crate) store: Store,
+    pub(crate) client: ForgeClient,
+    pub(crate) repo: RepoRef,
+    /// Where runs reach the bot (`WAVEGATE_PUBLIC_URL`); `None`: nowhere,
+    /// so no job is dispatched.
+    pub(crate) server_url: Option<String>,
+}
+
+impl RemoteExecutor for ActionsExecutor {
+    fn run<'a>(
+        &'a self,
+        job: Job,
+        profile: Arc<Profile>,
+        cancel: Cancel,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Finished, SpawnError>> + Send + 'a>,
+    > {
+        Box::pin(self.run_job(job, profile, cancel))
+    }
+}
+
+/// Why a dispatched job did not come back.
+fn failed(why: String) -> SpawnError {
+    SpawnError::Elsewhere(why)
+}
+
+impl ActionsExecutor {
+    async fn run_job(
+        &self,
+        job: Job,
+        profile: Arc<Profile>,
+        cancel: Cancel,
+    ) -> Result<Finished, SpawnError> {
+        let Executor::Actions(actions) = &profile.executor else {
+            return Err(failed(format!(
+                "execution profile `{}` does not run on the forge's CI",
+                profile.name
+            )));
+        };
+        let Some(server_url) = &self.server_url else {
+            return Err(SpawnError::Profile(format!(
+                "execution profile `{}` runs its commands on the forge's CI, whose runs reach the bot at WAVEGATE_PUBLIC_URL, which is not set; ask the operator to set it",
+                profile.name
+            )));
+        };
+        let forge = self.repo.id.forge;
+        if forge == ForgeKind::Forgejo && !actions.id_tokens.is_empty() {
+            return Err(SpawnError::Profile(format!(
+                "execution profile `{}` asks for OIDC tokens (`id_tokens`), which Forgejo Actions does not give; give the runner its credentials through the environment's secrets instead",
+                profile.name
+            )));
+        }
+        let branch = self.client.default_branch(&self.repo).await.map_err(|e| {
+            failed(format!(
+                "cannot read the repository's default branch, whose workflow runs the job: {e:#}"
+            ))
+        })?;
+        let id = random_hex(16);
+        let label = job.label.clone();
+        let timeout = job.timeout;
+        let commit = job.commit.clone();
+        let dispatched = DispatchedJob {
+            forge,
+            repository: self.repo.id.full_name.clone(),
+            job,
+            profile: RunnerProfile::of(&profile),
+            workflow: actions.workflow.clone(),
+            workflow_ref: format!("refs/heads/{branch}"),
+            environment: actions.environment.clone(),
+        };
+        let (auth, token) = match forge {
+            ForgeKind::GitHub => (DispatchAuth::Oidc, None),
+            ForgeKind::Forgejo => (DispatchAuth::Token, Some(random_hex(32))),
+        };
+        let json = serde_json::to_string(&dispatched).expect("a job serialises");
+        self.store
+            .add_dispatched_job(
+                &id,
+                &self.repo.id,
+                &json,
+                auth,
+                token.as_deref().map(token_hash).as_deref(),
+            )
+            .await
+            .map_err(|e| {
+                failed(format!(
+                    "cannot record the job before dispatching it: {e:#}"
+                ))
+            })?;
+        let mut run_inputs = BTreeMap::from([
+            (inputs::JOB.to_owned(), id.clone()),
+            (inputs::SERVER.to_owned(), server_url.clone()),
+            (inputs::SHA.to_owned(), commit),
+            (
+                inputs::RUNNER.to_owned(),
+                serde_json::to_string(&actions.runner).expect("labels serialise"),
+            ),
+            (
+                inputs::ENVIRONMENT.to_owned(),
+                actions.environment.clone().unwrap_or_default(),
+            ),
+        ]);
+        if let Some(token) = token {
+            run_inputs.insert(inputs::TOKEN.to_owned(), token);
+        }
+        let dispatch = WorkflowDispatch {
+            workflow: actions.workflow_file().to_owned(),
+            git_ref: branch.clone(),
+            inputs: run_inputs,
+        };
+        let run = match self.client.dispatch_workflow(&self.repo, &dispatch).await {
+            Ok(run) => run,
+            Err(e) => {
+                let _ = self.store.abandon_dispatched_job(&id).await;
+                return Err(failed(format!(
+                    "cannot dispatch workflow {} on {branch}: {e:#}",
+                    actions.workflow
+                )));
+            }
+        };
+        let url = run
+            .html_url
+            .clone()
+            .unwrap_or_else(|| format!("run {}", run.id));
+        if let Err(e) = self
+            .store
+            .set_dispatched_run(&id, run.id, run.html_url.as_deref())
+            .await
+        {
+            tracing::warn!(target: "wavegate::dispatch", "{label}: cannot record run {url}: {e:#}");
+        }
+        tracing::info!(target: "wavegate::dispatch", "{label}: dispatched to {url} (job {id})");
+        let waited = self
+            .wait(&id, (run.id, &url), (actions, timeout), cancel)
+            .await;
+        let ran_on = |finished: Finished| Finished {
+            ran_on: run.html_url.clone(),
+            ..finished
+        };
+        match waited {
+            Ok(finished) => Ok(ran_on(finished)),
+            Err(why) => {
+                if self.store.abandon_dispatched_job(&id).await.ok()
+                    == Some(DispatchState::Finished)
+                {
+                    // The hand-back came as the wait gave up: take it.
+                    if let Ok(Some(finished)) = self.handed_back(&id, &url).await {
+                        return finished.map(ran_on);
+                    }
+                }
+                if let Err(e) = self.client.cancel_workflow_run(&self.repo, run.id).await {
+                    tracing::warn!(target: "wavegate::dispatch", "{label}: cannot cancel {url}: {e:#}");
+                }
+                Err(failed(why))
+            }
+        }
+    }
+
+    /// Waits for job `id` to be handed back by `run`.
+    async fn wait(
+        &self,
+        id: &str,
+        (run, url): (u64, &str),
+        (actions, timeout): (&ActionsProfile, Duration),
+        mut cancel: Cancel,
+    ) -> Result<Finished, String> {
+        let mut last_run_check = tokio::time::Instant::now();
+        loop {
+            if let Some(finished) = self.handed_back(id, url).await? {
+                return finished.map_err(|e| e.to_string());
+            }
+            let record = self
+                .store
+                .dispatched_job(id)
+                .await
+                .map_err(|e| format!("cannot read the dispatched job: {e:#}"))?
+                .ok_or_else(|| "the dispatched job is no longer recorded".to_owned())?;
+            let now = self.store.now();
+            match record.state {
+                DispatchState::Dispatched if now >= record.created_at + actions.queue_timeout => {
+                    return Err(format!(
+                        "no runner with the labels {} took {url} within {}; ask the operator for a runner with those labels, or correct `runner` in the execution profile",
+                        actions.runner.join(", "),
+                        crate::model::time::humanize(actions.queue_timeout)
+                    ));
+                }
+                DispatchState::Claimed
+                    if record
+                        .claimed_at
+                        .is_some_and(|at| now >= at + timeout + HAND_BACK_GRACE) =>
+                {
+                    return Err(format!(
+                        "{url} took the job but did not hand it back within its timeout of {}; its log says why",
+                        crate::model::time::humanize(timeout)
+                    ));
+                }
+                DispatchState::Abandoned => {
+                    return Err(format!("the job was given up on; see {url}"));
+                }
+                _ => {}
+            }
+            if last_run_check.elapsed() >= RUN_CHECK {
+                last_run_check = tokio::time::Instant::now();
+                match self.client.workflow_run(&self.repo, run).await {
+                    Ok(state) => {
+                        if let RunStatus::Completed { conclusion } = state.status {
+                            // It may have handed the job back just before.
+                            if let Some(finished) = self.handed_back(id, url).await? {
+                                return finished.map_err(|e| e.to_string());
+                            }
+                            return Err(format!(
+                                "{url} ended ({conclusion}) without handing the job back; its log says why"
+                            ));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "wavegate::dispatch", "cannot read {url}: {e:#}")
+                    }
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(POLL) => {}
+                () = cancel.cancelled() => return Err(format!("the job was stopped; {url} is cancelled")),
+            }
+        }
+    }
+
+    /// What job `id`'s run handed back, once it did.
+    async fn handed_back(
+        &self,
+        id: &str,
+        url: &str,
+    ) -> Result<Option<Result<Finished, SpawnError>>, String> {
+        let record = self
+            .store
+            .dispatched_job(id)
+            .await
+            .map_err(|e| format!("cannot read the dispatched job: {e:#}"))?;
+        let Some(text) = record.and_then(|r| r.finished) else {
+            return Ok(None);
+        };
+        Ok(Some(match serde_json::from_str::<HandedBack>(&text) {
+            Ok(HandedBack::Finished(finished)) => Ok(finished),
+            Ok(HandedBack::Failed(why)) => Err(failed(format!("{url}: {why}"))),
+            Err(e) => Err(failed(format!(
+                "{url} handed back something this wavegate cannot read ({e}); run the same version on the runner as on the bot"
+            ))),
+        }))
+    }
+}

@@ -1,0 +1,130 @@
+//! `wavegate init actions`: the workflow file that runs dispatched jobs
+//! (its inputs are the ones [`super::inputs`] names), and what the forge
+//! must allow for it.
+
+use super::inputs;
+use crate::model::ForgeKind;
+
+/// The workflow file for `forge`, running `image` (the wavegate image of
+/// this version unless told otherwise).
+pub fn render(forge: ForgeKind, image: &str) -> String {
+    let (path, auth_permission, auth_env, token_input) = match forge {
+        ForgeKind::GitHub => (
+            ".github/workflows/wavegate.yml",
+            "  # The run proves to wavegate that it is the run it dispatched with\n  # its OIDC token, and mints the `id_tokens` a profile asks for.\n  id-token: write\n",
+            "",
+            "",
+        ),
+        ForgeKind::Forgejo => (
+            ".forgejo/workflows/wavegate.yml",
+            "",
+            "          # Claims the job once; useless after.\n          WAVEGATE_JOB_TOKEN: ${{ inputs.token }}\n",
+            "      token:\n        description: The single-use token that claims the job\n        required: true\n",
+        ),
+    };
+    format!(
+        r#"# {path}: wavegate runs the jobs of profiles with `executor = "actions"`
+# here (docs/deployment.md). wavegate dispatches it from the default
+# branch, so a pull request cannot change what its own jobs run; keep it
+# there, and give each stage's credentials to its environment.
+# Written by `wavegate init actions --forge {forge}`.
+name: wavegate
+run-name: wavegate job ${{{{ inputs.{job} }}}}
+on:
+  workflow_dispatch:
+    inputs:
+      {job}:
+        description: wavegate's job
+        required: true
+      {server}:
+        description: Where the run reaches wavegate
+        required: true
+      {sha}:
+        description: The commit the job runs on
+        required: true
+      {runner}:
+        description: The runner labels, as JSON
+        required: true
+      {environment}:
+        description: The environment whose secrets the job gets
+        required: false
+        default: ""
+{token_input}permissions:
+  contents: read
+{auth_permission}jobs:
+  job:
+    runs-on: ${{{{ fromJSON(inputs.{runner}) }}}}
+    environment: ${{{{ inputs.{environment} }}}}
+    container:
+      image: {image}
+      # The job runs its command in bubblewrap, which makes namespaces.
+      options: --security-opt seccomp=unconfined --security-opt apparmor=unconfined
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{{{ inputs.{sha} }}}}
+          persist-credentials: false
+      - name: wavegate job run
+        run: wavegate job run
+        env:
+          WAVEGATE_SERVER: ${{{{ inputs.{server} }}}}
+          WAVEGATE_JOB: ${{{{ inputs.{job} }}}}
+{auth_env}"#,
+        forge = match forge {
+            ForgeKind::GitHub => "github",
+            ForgeKind::Forgejo => "forgejo",
+        },
+        job = inputs::JOB,
+        server = inputs::SERVER,
+        sha = inputs::SHA,
+        runner = inputs::RUNNER,
+        environment = inputs::ENVIRONMENT,
+    )
+}
+
+/// What the forge must allow wavegate for the workflow, for `init actions`.
+pub fn permissions(forge: ForgeKind) -> &'static str {
+    match forge {
+        ForgeKind::GitHub => {
+            "The GitHub App needs the repository permission Actions: Read and write (to dispatch the workflow, follow its run and cancel it); app-manifest.json asks for it. Set WAVEGATE_PUBLIC_URL to where runners reach wavegate."
+        }
+        ForgeKind::Forgejo => {
+            "wavegate's Forgejo token needs the write:repository scope (to dispatch the workflow, follow its run and cancel it), and Actions enabled on the repository. Set WAVEGATE_PUBLIC_URL to where runners reach wavegate."
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workflow_declares_every_input_wavegate_dispatches_and_passes_none_to_a_shell() {
+        for forge in [ForgeKind::GitHub, ForgeKind::Forgejo] {
+            let text = render(forge, "wavegate:0.1.0");
+            for input in [
+                inputs::JOB,
+                inputs::SERVER,
+                inputs::SHA,
+                inputs::RUNNER,
+                inputs::ENVIRONMENT,
+            ] {
+                assert!(
+                    text.contains(&format!("      {input}:\n")),
+                    "{input}: {text}"
+                );
+            }
+            assert_eq!(
+                text.contains("      token:\n"),
+                forge == ForgeKind::Forgejo,
+                "{text}"
+            );
+            assert_eq!(text.contains("id-token: write"), forge == ForgeKind::GitHub);
+            assert!(text.contains("image: wavegate:0.1.0"));
+            // Inputs reach the step through its environment, never spliced
+            // into its script.
+            let script = text.split("run: ").nth(1).unwrap().lines().next().unwrap();
+            assert_eq!(script, "wavegate job run");
+        }
+    }
+}

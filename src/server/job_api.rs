@@ -1,0 +1,244 @@
+//! The API a dispatched job's run calls (`wavegate job run`): claim the
+//! job, proving the run is the one the bot dispatched, and hand it back
+//! with the session the claim gave. Each is taken once; anything else (an
+//! unknown job, another job's token, a replay, a second hand-back) is
+//! refused, changes nothing, and is logged.
+
+use super::AppState;
+use crate::dispatch::oidc::{ExpectedRun, OidcError};
+use crate::dispatch::{
+    random_hex, token_hash, Claimed, DispatchedJob, HandedBack, HAND_BACK_LIMIT,
+};
+use crate::store::{ClaimOutcome, DispatchAuth, DispatchState, HandBack};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/jobs/{id}/claim", post(claim))
+        .route(
+            "/api/jobs/{id}/finished",
+            post(finished).layer(DefaultBodyLimit::max(HAND_BACK_LIMIT)),
+        )
+}
+
+fn refused(status: StatusCode, id: &str, why: String) -> Response {
+    tracing::warn!(target: "wavegate::dispatch", "job {id}: refused ({status}): {why}");
+    (status, Json(json!({ "error": why }))).into_response()
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+async fn claim(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(proof) = bearer(&headers) else {
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            &id,
+            "a claim carries the run's proof as `Authorization: Bearer …`".into(),
+        );
+    };
+    let record = match state.store.dispatched_job(&id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                &id,
+                format!("no job {id} was dispatched"),
+            )
+        }
+        Err(e) => {
+            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "the bot's database did not answer; try again"})),
+            )
+                .into_response();
+        }
+    };
+    let dispatched: DispatchedJob = match serde_json::from_str(&record.job) {
+        Ok(job) => job,
+        Err(e) => {
+            tracing::error!(target: "wavegate::dispatch", "job {id}: its record cannot be read: {e}");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"error": "the job's record cannot be read"})),
+            )
+                .into_response();
+        }
+    };
+    let claim_hash = match record.auth {
+        DispatchAuth::Token => Some(token_hash(proof)),
+        DispatchAuth::Oidc => {
+            if let Err((status, why)) = verify_run_token(&state, &record, &dispatched, proof).await
+            {
+                return refused(status, &id, why);
+            }
+            None
+        }
+    };
+    let session = random_hex(32);
+    match state
+        .store
+        .claim_dispatched_job(&id, claim_hash.as_deref(), &token_hash(&session))
+        .await
+    {
+        Ok(ClaimOutcome::Claimed) => {
+            tracing::info!(target: "wavegate::dispatch", "job {id}: claimed by its run");
+            Json(Claimed {
+                job: dispatched,
+                session,
+            })
+            .into_response()
+        }
+        Ok(ClaimOutcome::WrongToken) => refused(
+            StatusCode::FORBIDDEN,
+            &id,
+            "the token is not this job's".into(),
+        ),
+        Ok(ClaimOutcome::NotClaimable(state)) => refused(
+            StatusCode::CONFLICT,
+            &id,
+            format!(
+                "the job was {} already; a job is claimed once",
+                state_word(state)
+            ),
+        ),
+        Ok(ClaimOutcome::Unknown) => refused(
+            StatusCode::NOT_FOUND,
+            &id,
+            format!("no job {id} was dispatched"),
+        ),
+        Err(e) => {
+            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "the bot's database did not answer; try again"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn finished(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(session) = bearer(&headers) else {
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            &id,
+            "a hand-back carries the claim's session as `Authorization: Bearer …`".into(),
+        );
+    };
+    let handed_back: HandedBack = match serde_json::from_slice(&body) {
+        Ok(handed_back) => handed_back,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, &id, format!("what was handed back is not a finished job this version reads ({e}); run the same version on the runner as on the bot")),
+    };
+    let text = serde_json::to_string(&handed_back).expect("a finished job serialises");
+    match state
+        .store
+        .finish_dispatched_job(&id, &token_hash(session), &text)
+        .await
+    {
+        Ok(HandBack::Recorded) => {
+            tracing::info!(target: "wavegate::dispatch", "job {id}: handed back");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(HandBack::WrongSession) => refused(
+            StatusCode::FORBIDDEN,
+            &id,
+            "the session is not this job's".into(),
+        ),
+        Ok(HandBack::NotTaken(state)) => refused(
+            StatusCode::CONFLICT,
+            &id,
+            format!("the job was {}; nothing more is taken", state_word(state)),
+        ),
+        Ok(HandBack::Unknown) => refused(
+            StatusCode::NOT_FOUND,
+            &id,
+            format!("no job {id} was dispatched"),
+        ),
+        Err(e) => {
+            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "the bot's database did not answer; try again"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn state_word(state: DispatchState) -> &'static str {
+    match state {
+        DispatchState::Dispatched => "not claimed",
+        DispatchState::Claimed => "claimed",
+        DispatchState::Finished => "handed back",
+        DispatchState::Abandoned => "given up on",
+    }
+}
+
+/// Whether `token` is the OIDC token of the run the bot dispatched for
+/// `record`: the issuer's, for this bot, of the repository, environment,
+/// run and default-branch workflow the dispatch named.
+async fn verify_run_token(
+    state: &AppState,
+    record: &crate::store::DispatchedRecord,
+    dispatched: &DispatchedJob,
+    token: &str,
+) -> Result<(), (StatusCode, String)> {
+    let Some(audience) = &state.public_url else {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "this server has no WAVEGATE_PUBLIC_URL, the audience of run tokens".into(),
+        ));
+    };
+    let Some(run_id) = record.run_id else {
+        // The run may ask before its dispatch's answer is recorded.
+        return Err((
+            StatusCode::TOO_EARLY,
+            "the job's run is not recorded yet; ask again in a moment".into(),
+        ));
+    };
+    let expected = ExpectedRun {
+        issuer: state.run_tokens.issuer().to_owned(),
+        audience: audience.clone(),
+        repository: dispatched.repository.clone(),
+        environment: dispatched.environment.clone(),
+        run_id,
+        job_workflow_ref: format!(
+            "{}/{}@{}",
+            dispatched.repository, dispatched.workflow, dispatched.workflow_ref
+        ),
+        sha: None,
+    };
+    state
+        .run_tokens
+        .verify(token, &expected, state.store.now())
+        .await
+        .map(|_| ())
+        .map_err(|e| match e {
+            OidcError::Refused(why) => (StatusCode::FORBIDDEN, why.to_string()),
+            OidcError::Keys(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
+        })
+}

@@ -1,0 +1,281 @@
+//! Jobs handed to the forge's CI: each is recorded before its run is
+//! dispatched, claimed once by the run that proves it is the one dispatched,
+//! and handed back once. Each step is one guarded `UPDATE`, so two replicas
+//! (or a replayed request) never claim or hand back the same job twice.
+//! Tokens are kept by their SHA-256 only.
+
+use super::db::{to_i64, to_u64};
+use super::Store;
+use crate::model::{RepoId, UnixMs};
+use anyhow::{anyhow, Context, Result};
+use sqlx::Row;
+
+/// How a job's run proves itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DispatchAuth {
+    /// The run's OIDC token (GitHub).
+    Oidc,
+    /// A single-use token handed to the run (Forgejo).
+    Token,
+}
+
+impl DispatchAuth {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Oidc => "oidc",
+            Self::Token => "token",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DispatchState {
+    /// Waiting for its run to claim it.
+    Dispatched,
+    /// Claimed by its run; waiting for what it hands back.
+    Claimed,
+    /// Handed back.
+    Finished,
+    /// Given up on by the bot (never claimed in time, its run ended without
+    /// handing it back, or the job was cancelled): nothing more is taken.
+    Abandoned,
+}
+
+impl DispatchState {
+    fn parse(text: &str) -> Result<Self> {
+        Ok(match text {
+            "dispatched" => Self::Dispatched,
+            "claimed" => Self::Claimed,
+            "finished" => Self::Finished,
+            "abandoned" => Self::Abandoned,
+            other => return Err(anyhow!("a dispatched job's state `{other}` is unknown")),
+        })
+    }
+}
+
+/// A dispatched job as the store keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DispatchedRecord {
+    pub(crate) id: String,
+    pub(crate) repo: RepoId,
+    /// What the runner gets, as JSON (the dispatch module's own).
+    pub(crate) job: String,
+    pub(crate) auth: DispatchAuth,
+    /// The forge's run, once the dispatch answered.
+    pub(crate) run_id: Option<u64>,
+    pub(crate) run_url: Option<String>,
+    pub(crate) state: DispatchState,
+    /// What the run handed back, as JSON.
+    pub(crate) finished: Option<String>,
+    pub(crate) created_at: UnixMs,
+    pub(crate) claimed_at: Option<UnixMs>,
+}
+
+/// What became of a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    Claimed,
+    /// Not waiting for a claim (claimed already, or over).
+    NotClaimable(DispatchState),
+    /// The single-use token is not this job's.
+    WrongToken,
+    Unknown,
+}
+
+/// What became of a hand-back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandBack {
+    Recorded,
+    /// Not claimed, or handed back or given up on already.
+    NotTaken(DispatchState),
+    /// The session is not the one the claim gave.
+    WrongSession,
+    Unknown,
+}
+
+macro_rules! dispatched_columns {
+    () => {
+        "id, forge, repo, job, auth, run_id, run_url, state, finished, created_at, claimed_at"
+    };
+}
+
+fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
+    let forge: String = row.try_get("forge")?;
+    let repo: String = row.try_get("repo")?;
+    let auth: String = row.try_get("auth")?;
+    let run_id: Option<i64> = row.try_get("run_id")?;
+    let state: String = row.try_get("state")?;
+    Ok(DispatchedRecord {
+        id: row.try_get("id")?,
+        repo: RepoId::new(forge.parse().map_err(anyhow::Error::msg)?, repo),
+        job: row.try_get("job")?,
+        auth: match auth.as_str() {
+            "oidc" => DispatchAuth::Oidc,
+            "token" => DispatchAuth::Token,
+            other => return Err(anyhow!("a dispatched job's auth `{other}` is unknown")),
+        },
+        run_id: run_id.map(|id| to_u64(id, "run id")).transpose()?,
+        run_url: row.try_get("run_url")?,
+        state: DispatchState::parse(&state)?,
+        finished: row.try_get("finished")?,
+        created_at: row.try_get("created_at")?,
+        claimed_at: row.try_get("claimed_at")?,
+    })
+}
+
+impl Store {
+    /// Records a job before its run is dispatched; `claim_hash`: the
+    /// SHA-256 of its single-use token, for [`DispatchAuth::Token`].
+    pub(crate) async fn add_dispatched_job(
+        &self,
+        id: &str,
+        repo: &RepoId,
+        job: &str,
+        auth: DispatchAuth,
+        claim_hash: Option<&str>,
+    ) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "INSERT INTO dispatched_jobs (id, forge, repo, job, auth, claim_hash, state, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'dispatched', $7)",
+        )
+        .bind(id)
+        .bind(repo.forge.to_string())
+        .bind(&repo.full_name)
+        .bind(job)
+        .bind(auth.as_str())
+        .bind(claim_hash)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording dispatched job {id}"))?;
+        Ok(())
+    }
+
+    /// The run the forge started for job `id`.
+    pub(crate) async fn set_dispatched_run(
+        &self,
+        id: &str,
+        run_id: u64,
+        run_url: Option<&str>,
+    ) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query("UPDATE dispatched_jobs SET run_id = $2, run_url = $3 WHERE id = $1")
+            .bind(id)
+            .bind(to_i64(run_id, "run id")?)
+            .bind(run_url)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("recording the run of dispatched job {id}"))?;
+        Ok(())
+    }
+
+    pub(crate) async fn dispatched_job(&self, id: &str) -> Result<Option<DispatchedRecord>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            dispatched_columns!(),
+            " FROM dispatched_jobs WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading dispatched job {id}"))?
+        .as_ref()
+        .map(record_from_row)
+        .transpose()
+    }
+
+    /// Claims job `id` for the caller, who will hand it back with the
+    /// session whose SHA-256 is `session_hash`. A [`DispatchAuth::Token`]
+    /// job is claimed only with its single-use token (`claim_hash`), which
+    /// the claim uses up; an OIDC job's caller was verified before.
+    pub(crate) async fn claim_dispatched_job(
+        &self,
+        id: &str,
+        claim_hash: Option<&str>,
+        session_hash: &str,
+    ) -> Result<ClaimOutcome> {
+        let _writer = self.writer.lock().await;
+        let claimed = sqlx::query(
+            "UPDATE dispatched_jobs
+             SET state = 'claimed', claim_hash = NULL, session_hash = $3, claimed_at = $4
+             WHERE id = $1 AND state = 'dispatched'
+               AND ((auth = 'oidc' AND $2 IS NULL) OR (auth = 'token' AND claim_hash = $2))",
+        )
+        .bind(id)
+        .bind(claim_hash)
+        .bind(session_hash)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("claiming dispatched job {id}"))?;
+        if claimed.rows_affected() == 1 {
+            return Ok(ClaimOutcome::Claimed);
+        }
+        Ok(match self.state_of(id).await? {
+            None => ClaimOutcome::Unknown,
+            Some(DispatchState::Dispatched) => ClaimOutcome::WrongToken,
+            Some(state) => ClaimOutcome::NotClaimable(state),
+        })
+    }
+
+    /// Takes what job `id`'s run hands back, once, from the session its
+    /// claim gave.
+    pub(crate) async fn finish_dispatched_job(
+        &self,
+        id: &str,
+        session_hash: &str,
+        finished: &str,
+    ) -> Result<HandBack> {
+        let _writer = self.writer.lock().await;
+        let recorded = sqlx::query(
+            "UPDATE dispatched_jobs
+             SET state = 'finished', finished = $3, session_hash = NULL, finished_at = $4
+             WHERE id = $1 AND state = 'claimed' AND session_hash = $2",
+        )
+        .bind(id)
+        .bind(session_hash)
+        .bind(finished)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("recording what dispatched job {id} handed back"))?;
+        if recorded.rows_affected() == 1 {
+            return Ok(HandBack::Recorded);
+        }
+        Ok(match self.state_of(id).await? {
+            None => HandBack::Unknown,
+            Some(DispatchState::Claimed) => HandBack::WrongSession,
+            Some(state) => HandBack::NotTaken(state),
+        })
+    }
+
+    /// Gives up on job `id` unless it was handed back: the state it is in
+    /// afterwards (`Finished` when its hand-back came first).
+    pub(crate) async fn abandon_dispatched_job(&self, id: &str) -> Result<DispatchState> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE dispatched_jobs
+             SET state = 'abandoned', claim_hash = NULL, session_hash = NULL, finished_at = $2
+             WHERE id = $1 AND state IN ('dispatched', 'claimed')",
+        )
+        .bind(id)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("giving up on dispatched job {id}"))?;
+        self.state_of(id)
+            .await?
+            .ok_or_else(|| anyhow!("dispatched job {id} is not recorded"))
+    }
+
+    async fn state_of(&self, id: &str) -> Result<Option<DispatchState>> {
+        let row = sqlx::query("SELECT state FROM dispatched_jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .with_context(|| format!("reading dispatched job {id}"))?;
+        row.map(|row| DispatchState::parse(&row.try_get::<String, _>("state")?))
+            .transpose()
+    }
+}

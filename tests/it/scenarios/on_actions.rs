@@ -1,0 +1,453 @@
+//! Plans and applies on the forge's CI, as a team that keeps production's
+//! credentials in its CI meets them: dev plans and applies on the bot's
+//! host; prod's profile says `executor = "actions"`, so each of its jobs is
+//! a run of the default branch's workflow, which a runner with prod's
+//! labels takes and runs with `wavegate job run` — with credentials only
+//! that runner has. What comes back is recorded as a local command's
+//! output; a forged claim or hand-back changes nothing; a runner killed
+//! mid-apply applies nothing twice; a job no runner takes times out,
+//! naming the labels.
+
+use crate::support::bot::*;
+use crate::support::common::Example;
+use crate::support::fake_forge::RunToken;
+use crate::support::runner::FakeRunner;
+use std::path::Path;
+
+const PROD_LABELS: [&str; 2] = ["self-hosted", "prod"];
+const PROD_TOKEN: &str = "prod-token-91b2c7";
+
+/// The operator's profiles: prod's jobs run on the forge's CI, on runners
+/// labelled `self-hosted` and `prod`, in the `production` environment.
+fn actions_profiles(queue_timeout: &str) -> impl FnOnce(&Example, &Path) -> String {
+    let queue_timeout = queue_timeout.to_owned();
+    move |_, _| {
+        format!(
+            "[profile.prod]\nexecutor = \"actions\"\nworkflow = \".github/workflows/wavegate.yml\"\nrunner = [\"self-hosted\", \"prod\"]\nenvironment = \"production\"\nqueue_timeout = \"{queue_timeout}\"\n"
+        )
+    }
+}
+
+const PROD_STAGE: &str = "name = \"prod\"\ngate = \"always\"\n";
+
+/// `toml` with prod on the forge's CI and prod's credential passed on
+/// where it is set (only the runner sets it).
+fn on_actions(toml: &str) -> String {
+    assert!(toml.contains(PROD_STAGE) && toml.contains("env = [\"ESTATE_DIR\"]"));
+    toml.replace(
+        "env = [\"ESTATE_DIR\"]",
+        "env = [\"ESTATE_DIR\", \"PROD_CLOUD_TOKEN\"]",
+    )
+    .replace(PROD_STAGE, &format!("{PROD_STAGE}profile = \"prod\"\n"))
+}
+
+/// A probe in front of the plan and apply scripts: where it ran, and
+/// whether prod's credential reached it.
+const PROBE: &str = r#"import os, sys
+sys.dont_write_bytecode = True
+
+def report():
+    kind = os.path.basename(sys.argv[0]).removesuffix(".py")
+    token = os.environ.get("PROD_CLOUD_TOKEN")
+    print("probe", kind, os.environ.get("WAVEGATE_MEMBER"),
+          "prod-access=" + ("yes" if token == "prod-token-91b2c7" else "no"), flush=True)
+"#;
+
+/// Sets the base branch up for prod on the forge's CI (`forge`'s
+/// workflow, as `wavegate init actions` prints it, committed to it), and
+/// a `probed` branch with the change and the probe.
+fn set_up(bot: &Bot, forge: &str) {
+    let workflow = bot
+        .example
+        .wavegate(&["init", "actions", "--forge", forge])
+        .stdout;
+    let base = on_actions(&bot.example.read("main", "wavegate.toml"));
+    bot.example.branch(
+        "main",
+        "main",
+        &[
+            ("wavegate.toml", Some(&base)),
+            (".github/workflows/wavegate.yml", Some(&workflow)),
+        ],
+    );
+    let mut files = vec![
+        ("ci/probe.py".to_owned(), PROBE.to_owned()),
+        (
+            "wavegate.toml".to_owned(),
+            on_actions(&bot.example.read("change", "wavegate.toml")),
+        ),
+    ];
+    for script in ["ci/plan.py", "ci/apply.py"] {
+        files.push((
+            script.to_owned(),
+            format!(
+                "import probe; probe.report()\n{}",
+                bot.example.read("change", script)
+            ),
+        ));
+    }
+    let files: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(path, text)| (path.as_str(), Some(text.as_str())))
+        .collect();
+    bot.example.branch("probed", "change", &files);
+}
+
+/// A runner with prod's labels and prod's credential, whose jobs see the
+/// estate as the bot's host does.
+fn prod_runner(bot: &Bot) -> FakeRunner {
+    let estate = bot.example.estate.display().to_string();
+    FakeRunner::start(
+        &bot.forge,
+        &PROD_LABELS,
+        &[
+            ("ESTATE_DIR", &estate),
+            ("WAVEGATE_SANDBOX_APPLY_WRITE", &estate),
+            ("PROD_CLOUD_TOKEN", PROD_TOKEN),
+        ],
+        &bot.dir.path().join("runner"),
+    )
+}
+
+fn probe_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once("probe ").map(|(_, seen)| seen.to_owned()))
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_github_prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has() {
+    prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has("github").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has() {
+    prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has("forgejo").await;
+}
+
+async fn prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has(forge: &str) {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, forge);
+    let runner = prod_runner(&bot);
+    let repo = match forge {
+        "github" => bot.github_repo(),
+        _ => bot.forgejo_repo(),
+    };
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+
+    // Open the pull request: dev plans here, prod's plans on the runner.
+    let pr = bot.opened(&repo, 1, "probed").await;
+    let waits_for_approval = match forge {
+        "github" => "action_required",
+        _ => "pending",
+    };
+    assert_eq!(pr.plan_state(), waits_for_approval, "{}", pr.report());
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    let here = probe_lines(&bot.log());
+    assert!(
+        here.contains(&"plan app@dev prod-access=no".to_owned())
+            && here
+                .iter()
+                .all(|l| l.contains("@dev ") && l.ends_with("prod-access=no")),
+        "the bot's host plans dev, without prod's credential: {here:?}"
+    );
+    let there = probe_lines(&runner.logs());
+    assert!(
+        there.contains(&"plan app@prod prod-access=yes".to_owned())
+            && there
+                .iter()
+                .all(|l| l.contains("@prod ") && l.ends_with("prod-access=yes")),
+        "prod plans on the runner, with the credential only it has: {there:?}"
+    );
+    let dispatched = bot.forge.dispatches(&repo);
+    let report = pr.report();
+    let details = |member: &str| -> String {
+        report
+            .split(&format!("<summary><code>{member}</code>"))
+            .nth(1)
+            .and_then(|rest| rest.split("</details>").next())
+            .unwrap_or_else(|| panic!("no details of {member}: {report}"))
+            .to_owned()
+    };
+    for member in ["network@prod", "database@prod", "app@prod", "dns@prod"] {
+        let details = details(member);
+        assert!(
+            dispatched.iter().any(|run| details.contains(&format!(
+                "Planned on the forge's CI: [its run]({})",
+                run.html_url
+            ))),
+            "{member}'s details name its run: {details}"
+        );
+    }
+    assert!(!details("app@dev").contains("forge's CI"));
+    assert!(
+        dispatched.iter().all(|run| run.git_ref == "main"
+            && run.workflow_path == ".github/workflows/wavegate.yml"
+            && run.inputs["environment"] == "production"),
+        "{dispatched:#?}"
+    );
+
+    // Approve, merge: dev applies here; prod waits for its gate, then
+    // applies on the runner.
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    assert_eq!(bot.applies_run(), ["app@dev"]);
+    let digest = digest_in(&pr.last_reply());
+    pr.comment_as("rev-bob", &format!("/approve prod {digest}"))
+        .await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    assert!(probe_lines(&runner.logs()).contains(&"apply app@prod prod-access=yes".to_owned()));
+    assert!(
+        !bot.log().contains(PROD_TOKEN),
+        "prod's credential never reaches the bot"
+    );
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "github");
+    let runner = prod_runner(&bot);
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.opened(&repo, 1, "probed").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    let digest = digest_in(&pr.last_reply());
+
+    // prod's apply starts on the runner, which dies mid-apply.
+    bot.pause_apply("prod", "app", "before");
+    pr.comment_unsettled("rev-bob", &format!("/approve prod {digest}"))
+        .await;
+    bot.until("app@prod's apply is paused on the runner", || async {
+        bot.apply_paused("prod", "app").then_some(())
+    })
+    .await;
+    assert_eq!(runner.kill_running(), 1);
+    bot.settle().await;
+    let killed = runner
+        .taken()
+        .into_iter()
+        .find(|t| t.exit == Some(137))
+        .expect("the killed run");
+    let row = pr
+        .apply_section()
+        .lines()
+        .find(|l| l.contains("`app@prod`"))
+        .map(str::to_owned)
+        .unwrap();
+    assert!(
+        row.contains("failed")
+            && row.contains(&format!(
+                "/actions/runs/{} ended (failure) without handing the job back",
+                killed.run.id
+            )),
+        "the member failed, naming the run: {row}"
+    );
+    assert_eq!(bot.applies_run(), ["app@dev"], "nothing of prod applied");
+
+    // The runner is back; /retry dispatches the apply again, once.
+    bot.resume_apply("prod", "app");
+    pr.comment_as("rev-bob", "/retry").await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("3s")).await;
+    set_up(&bot, "forgejo");
+    // A runner, but not prod's: it lacks the `prod` label.
+    let _runner = FakeRunner::start(
+        &bot.forge,
+        &["self-hosted"],
+        &[],
+        &bot.dir.path().join("runner"),
+    );
+    let repo = bot.forgejo_repo();
+    let pr = bot.opened(&repo, 1, "probed").await;
+    let report = pr.report();
+    assert!(
+        report.contains("no runner with the labels self-hosted, prod took")
+            && report.contains("within 3s"),
+        "{report}"
+    );
+    let dispatched = bot.forge.dispatches(&repo);
+    assert!(!dispatched.is_empty());
+    for run in &dispatched {
+        assert_eq!(
+            (run.status.as_str(), run.conclusion.as_deref()),
+            ("completed", Some("cancelled")),
+            "a run nobody took is cancelled: {run:#?}"
+        );
+    }
+}
+
+/// POSTs `body` to the bot's `path` with `bearer`: the status.
+async fn knock(bot: &Bot, path: &str, bearer: Option<&str>, body: &str) -> u16 {
+    let mut request = bot.http.post(bot.url(path)).body(body.to_owned());
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "github");
+    let estate = bot.example.estate.display().to_string();
+    let env = [
+        ("ESTATE_DIR", estate.as_str()),
+        ("WAVEGATE_SANDBOX_APPLY_WRITE", estate.as_str()),
+    ];
+    // The runner takes prod's first plan (network@prod's) and is slow to
+    // start the next, while forgeries knock.
+    let runner = FakeRunner::start_holding_after(
+        &bot.forge,
+        &PROD_LABELS,
+        &env,
+        &bot.dir.path().join("runner"),
+        1,
+    );
+    let repo = bot.github_repo();
+    let pr = bot.opened_unsettled(&repo, 1, "probed").await;
+    let runs = bot
+        .until("prod's second plan is dispatched", || async {
+            let runs = bot.forge.dispatches(&repo);
+            (runs.len() >= 2).then_some(runs)
+        })
+        .await;
+    let (other, run) = (&runs[0], &runs[1]);
+    let claim = format!("/api/jobs/{}/claim", run.inputs["job"]);
+    let audience = format!("http://127.0.0.1:{}", bot.port);
+    let workflow = "acme/infra/.github/workflows/wavegate.yml";
+    let genuine = || {
+        RunToken::new(
+            &audience,
+            "acme/infra",
+            run.id,
+            &run.head_sha,
+            &format!("{workflow}@refs/heads/main"),
+        )
+        .in_environment("production")
+    };
+
+    assert_eq!(knock(&bot, &claim, None, "").await, 401, "no proof");
+    for (what, token) in [
+        (
+            "signed by another key",
+            bot.forge.mint_forged_run_token(&genuine()),
+        ),
+        ("another repository's run", {
+            let mut token = genuine();
+            token.repository = "acme/other".into();
+            bot.forge.mint_run_token(&token)
+        }),
+        ("another environment", {
+            let mut token = genuine();
+            token.environment = Some("dev".into());
+            bot.forge.mint_run_token(&token)
+        }),
+        ("the workflow as the pull request's branch has it", {
+            let mut token = genuine();
+            token.job_workflow_ref = format!("{workflow}@refs/heads/probed");
+            bot.forge.mint_run_token(&token)
+        }),
+        ("another job's run", {
+            let mut token = genuine();
+            token.run_id = other.id;
+            bot.forge.mint_run_token(&token)
+        }),
+        ("for another audience", {
+            let mut token = genuine();
+            token.audience = "sts.amazonaws.com".into();
+            bot.forge.mint_run_token(&token)
+        }),
+    ] {
+        assert_eq!(knock(&bot, &claim, Some(&token), "").await, 403, "{what}");
+    }
+    assert!(
+        bot.log().contains("refused (403 Forbidden)"),
+        "each refusal is logged"
+    );
+
+    // The runner's own claims go through: nothing the forgeries tried stuck.
+    runner.release();
+    bot.settle().await;
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+
+    // A replayed claim, and a second hand-back, are refused.
+    let replayed = bot.forge.mint_run_token(&genuine());
+    assert_eq!(knock(&bot, &claim, Some(&replayed), "").await, 409);
+    let finished = format!("/api/jobs/{}/finished", run.inputs["job"]);
+    assert_eq!(
+        knock(
+            &bot,
+            &finished,
+            Some("a-guessed-session"),
+            r#"{"failed": "forged"}"#
+        )
+        .await,
+        409
+    );
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "forgejo");
+    let estate = bot.example.estate.display().to_string();
+    let env = [
+        ("ESTATE_DIR", estate.as_str()),
+        ("WAVEGATE_SANDBOX_APPLY_WRITE", estate.as_str()),
+    ];
+    // The runner takes prod's first plan (network@prod's) and is slow to
+    // start the next, while forgeries knock.
+    let runner = FakeRunner::start_holding_after(
+        &bot.forge,
+        &PROD_LABELS,
+        &env,
+        &bot.dir.path().join("runner"),
+        1,
+    );
+    let repo = bot.forgejo_repo();
+    let pr = bot.opened_unsettled(&repo, 1, "probed").await;
+    let runs = bot
+        .until("prod's second plan is dispatched", || async {
+            let runs = bot.forge.dispatches(&repo);
+            (runs.len() >= 2).then_some(runs)
+        })
+        .await;
+    let (other, run) = (&runs[0], &runs[1]);
+    let claim = format!("/api/jobs/{}/claim", run.inputs["job"]);
+    assert_eq!(
+        knock(&bot, &claim, Some(&other.inputs["token"]), "").await,
+        403,
+        "another job's token, used up or not"
+    );
+    assert_eq!(
+        knock(&bot, &claim, Some("0".repeat(64).as_str()), "").await,
+        403,
+        "a guessed token"
+    );
+    runner.release();
+    bot.settle().await;
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    assert_eq!(
+        knock(&bot, &claim, Some(&run.inputs["token"]), "").await,
+        409,
+        "a used token is used up"
+    );
+}
