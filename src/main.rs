@@ -162,6 +162,10 @@ enum InitCommand {
     Actions {
         #[arg(long, value_parser = ["github", "forgejo"])]
         forge: String,
+        /// Where runs reach wavegate (its WAVEGATE_PUBLIC_URL), written
+        /// into the workflow.
+        #[arg(long, value_name = "URL")]
+        server: String,
         /// The wavegate image the job runs in (deploy/Dockerfile's, of
         /// this version, unless you publish it under another name).
         #[arg(long, value_name = "IMAGE", default_value = concat!("wavegate:", env!("CARGO_PKG_VERSION")))]
@@ -477,13 +481,27 @@ fn main() -> ExitCode {
         Command::Terraform { command } => terraform(command),
         Command::Ledger { command } => ledger_command(command, &vars),
         Command::Init {
-            command: InitCommand::Actions { forge, image },
+            command:
+                InitCommand::Actions {
+                    forge,
+                    image,
+                    server,
+                },
         } => {
             let forge = match forge.as_str() {
                 "github" => wavegate::model::ForgeKind::GitHub,
                 _ => wavegate::model::ForgeKind::Forgejo,
             };
-            print!("{}", wavegate::dispatch::workflow::render(forge, &image));
+            if !(server.starts_with("https://") || server.starts_with("http://")) {
+                return usage_error(&format!(
+                    "--server `{server}` is not a URL; give wavegate's WAVEGATE_PUBLIC_URL, e.g. https://wavegate.example.com"
+                ));
+            }
+            let server = server.trim_end_matches('/');
+            print!(
+                "{}",
+                wavegate::dispatch::workflow::render(forge, &image, server)
+            );
             eprintln!("{}", wavegate::dispatch::workflow::permissions(forge));
             ExitCode::SUCCESS
         }

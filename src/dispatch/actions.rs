@@ -22,6 +22,8 @@ use std::time::Duration;
 const POLL: Duration = Duration::from_millis(500);
 /// How often the forge is asked whether the run still goes on.
 const RUN_CHECK: Duration = Duration::from_secs(10);
+/// The minutes a run gets beyond its job's timeout (checkout, setup, hand-back).
+const RUN_SLACK_MINUTES: u64 = 15;
 /// How long past the job's own timeout its run may take to hand it back.
 const HAND_BACK_GRACE: Duration = Duration::from_secs(120);
 
@@ -66,12 +68,12 @@ impl ActionsExecutor {
                 profile.name
             )));
         };
-        let Some(server_url) = &self.server_url else {
+        if self.server_url.is_none() {
             return Err(SpawnError::Profile(format!(
                 "execution profile `{}` runs its commands on the forge's CI, whose runs reach the bot at WAVEGATE_PUBLIC_URL, which is not set; ask the operator to set it",
                 profile.name
             )));
-        };
+        }
         let forge = self.repo.id.forge;
         if forge == ForgeKind::Forgejo && !actions.id_tokens.is_empty() {
             return Err(SpawnError::Profile(format!(
@@ -107,8 +109,8 @@ impl ActionsExecutor {
                 &id,
                 &self.repo.id,
                 &json,
-                auth,
-                token.as_deref().map(token_hash).as_deref(),
+                (auth, token.as_deref().map(token_hash).as_deref()),
+                actions.queue_timeout,
             )
             .await
             .map_err(|e| {
@@ -118,7 +120,10 @@ impl ActionsExecutor {
             })?;
         let mut run_inputs = BTreeMap::from([
             (inputs::JOB.to_owned(), id.clone()),
-            (inputs::SERVER.to_owned(), server_url.clone()),
+            (
+                inputs::TIMEOUT.to_owned(),
+                (timeout.as_secs().div_ceil(60) + RUN_SLACK_MINUTES).to_string(),
+            ),
             (inputs::SHA.to_owned(), commit),
             (
                 inputs::RUNNER.to_owned(),
@@ -185,7 +190,10 @@ impl ActionsExecutor {
         }
     }
 
-    /// Waits for job `id` to be handed back by `run`.
+    /// Waits for job `id` to be handed back by `run`. A job no run
+    /// claimed in time is given up on; one a run claimed is waited for
+    /// until the forge says its run ended (cancelled, once past its
+    /// timeout): while it runs, it may still apply.
     async fn wait(
         &self,
         id: &str,
@@ -194,34 +202,60 @@ impl ActionsExecutor {
         mut cancel: Cancel,
     ) -> Result<Finished, String> {
         let mut last_run_check = tokio::time::Instant::now();
+        let mut overdue: Option<String> = None;
         loop {
-            if let Some(finished) = self.handed_back(id, url).await? {
-                return finished.map_err(|e| e.to_string());
-            }
-            let record = self
+            let progress = self
                 .store
-                .dispatched_job(id)
+                .progress_of(id)
                 .await
                 .map_err(|e| format!("cannot read the dispatched job: {e:#}"))?
                 .ok_or_else(|| "the dispatched job is no longer recorded".to_owned())?;
             let now = self.store.now();
-            match record.state {
-                DispatchState::Dispatched if now >= record.created_at + actions.queue_timeout => {
-                    return Err(format!(
-                        "no runner with the labels {} took {url} within {}; ask the operator for a runner with those labels, or correct `runner` in the execution profile",
-                        actions.runner.join(", "),
-                        crate::model::time::humanize(actions.queue_timeout)
-                    ));
+            match progress.state {
+                DispatchState::Finished => {
+                    if let Some(finished) = self.handed_back(id, url).await? {
+                        return finished.map_err(|e| e.to_string());
+                    }
+                }
+                DispatchState::Dispatched if now >= progress.claim_by => {
+                    match self
+                        .store
+                        .abandon_unclaimed_dispatched_job(id)
+                        .await
+                        .map_err(|e| format!("cannot give up on the dispatched job: {e:#}"))?
+                    {
+                        DispatchState::Abandoned => {
+                            let status = self.client.workflow_run(&self.repo, run).await.ok();
+                            let why = match status.map(|s| s.status) {
+                                Some(RunStatus::InProgress) => "its run started but did not take the job (its checkout or image pull took too long?)".to_owned(),
+                                _ => format!(
+                                    "no runner with the labels {} took it, or the run waits for the environment's reviewers",
+                                    actions.runner.join(", ")
+                                ),
+                            };
+                            return Err(format!(
+                                "{url} did not take the job within {}: {why}; ask the operator for a runner with those labels, approve the deployment, or raise `queue_timeout` in the execution profile",
+                                crate::model::time::humanize(actions.queue_timeout)
+                            ));
+                        }
+                        // A run claimed it just now: wait for it.
+                        _ => continue,
+                    }
                 }
                 DispatchState::Claimed
-                    if record
-                        .claimed_at
-                        .is_some_and(|at| now >= at + timeout + HAND_BACK_GRACE) =>
+                    if overdue.is_none()
+                        && progress
+                            .claimed_at
+                            .is_some_and(|at| now >= at + timeout + HAND_BACK_GRACE) =>
                 {
-                    return Err(format!(
+                    overdue = Some(format!(
                         "{url} took the job but did not hand it back within its timeout of {}; its log says why",
                         crate::model::time::humanize(timeout)
                     ));
+                    if let Err(e) = self.client.cancel_workflow_run(&self.repo, run).await {
+                        tracing::warn!(target: "wavegate::dispatch", "cannot cancel {url}: {e:#}");
+                    }
+                    last_run_check = tokio::time::Instant::now() - RUN_CHECK;
                 }
                 DispatchState::Abandoned => {
                     return Err(format!("the job was given up on; see {url}"));
@@ -237,9 +271,9 @@ impl ActionsExecutor {
                             if let Some(finished) = self.handed_back(id, url).await? {
                                 return finished.map_err(|e| e.to_string());
                             }
-                            return Err(format!(
+                            return Err(overdue.unwrap_or_else(|| format!(
                                 "{url} ended ({conclusion}) without handing the job back; its log says why"
-                            ));
+                            )));
                         }
                     }
                     Err(e) => {

@@ -133,22 +133,41 @@ pub async fn run(args: &JobRunArgs, env: &RunnerEnv) -> Result<bool> {
     };
     let succeeded = matches!(&handed_back, HandedBack::Finished(f) if f.outcome.succeeded());
     let url = format!("{server}/api/jobs/{}/finished", args.job);
-    let response = http
-        .post(&url)
-        .bearer_auth(&claimed.session)
-        .json(&handed_back)
-        .timeout(Duration::from_secs(600))
-        .send()
-        .await
-        .with_context(|| format!("cannot hand the job back to {url}"))?;
-    let status = response.status();
-    if !status.is_success() {
-        let text = response.text().await.unwrap_or_default();
-        bail!(
-            "wavegate refused what job {} handed back ({status}): {}",
-            args.job,
-            text.trim()
-        );
+    let body = serde_json::to_vec(&handed_back).context("what the job left cannot be written")?;
+    // A blip or a bot restarting must not lose an apply's result: ask again.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let sent = http
+            .post(&url)
+            .bearer_auth(&claimed.session)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .timeout(Duration::from_secs(600))
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => break,
+            // An earlier try got through, its answer lost on the way.
+            Ok(response) if response.status() == reqwest::StatusCode::CONFLICT && tries > 1 => {
+                break
+            }
+            Ok(response) if response.status().is_server_error() && tries < 10 => {}
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                bail!(
+                    "wavegate refused what job {} handed back ({status}): {}",
+                    args.job,
+                    text.trim()
+                );
+            }
+            Err(e) if tries < 10 => {
+                eprintln!("wavegate job run: cannot hand the job back yet ({e}); trying again")
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot hand the job back to {url}")),
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
     }
     Ok(succeeded)
 }

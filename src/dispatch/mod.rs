@@ -113,9 +113,9 @@ pub(crate) enum HandedBack {
 }
 
 /// What a hand-back may weigh: the files a job carries, base64-encoded,
-/// and its output.
+/// and its output, JSON-escaped (a control byte becomes six).
 pub(crate) const HAND_BACK_LIMIT: usize =
-    (crate::plan::executor::MAX_CARRIED_BYTES as usize) / 3 * 4 + (1 << 20);
+    (crate::plan::executor::MAX_CARRIED_BYTES as usize) / 3 * 4 + (16 << 20);
 
 /// `bytes` random bytes as hex, from the kernel: a job's id, a token.
 pub(crate) fn random_hex(bytes: usize) -> String {
@@ -135,8 +135,9 @@ pub(crate) fn token_hash(token: &str) -> String {
 pub(crate) mod inputs {
     /// The job's id.
     pub(crate) const JOB: &str = "job";
-    /// Where the run reaches the bot.
-    pub(crate) const SERVER: &str = "wavegate";
+    /// The run's time limit, in minutes: the job's timeout and room for
+    /// the checkout and the profile's setup.
+    pub(crate) const TIMEOUT: &str = "timeout";
     /// The commit to check out.
     pub(crate) const SHA: &str = "sha";
     /// The runner labels, as a JSON list (`runs-on: ${{ fromJSON(inputs.runner) }}`).

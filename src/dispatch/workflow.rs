@@ -6,8 +6,11 @@ use super::inputs;
 use crate::model::ForgeKind;
 
 /// The workflow file for `forge`, running `image` (the wavegate image of
-/// this version unless told otherwise).
-pub fn render(forge: ForgeKind, image: &str) -> String {
+/// this version unless told otherwise), its runs reaching wavegate at
+/// `server`. The server is written into the file, never taken from an
+/// input: whoever may dispatch the workflow could otherwise point a run,
+/// with its environment's credentials, at a server of their own.
+pub fn render(forge: ForgeKind, image: &str, server: &str) -> String {
     let (path, auth_permission, auth_env, token_input) = match forge {
         ForgeKind::GitHub => (
             ".github/workflows/wavegate.yml",
@@ -36,8 +39,8 @@ on:
       {job}:
         description: wavegate's job
         required: true
-      {server}:
-        description: Where the run reaches wavegate
+      {timeout}:
+        description: The run's time limit, in minutes
         required: true
       {sha}:
         description: The commit the job runs on
@@ -55,6 +58,7 @@ on:
   job:
     runs-on: ${{{{ fromJSON(inputs.{runner}) }}}}
     environment: ${{{{ inputs.{environment} }}}}
+    timeout-minutes: ${{{{ fromJSON(inputs.{timeout}) }}}}
     container:
       image: {image}
       # The job runs its command in bubblewrap, which makes namespaces.
@@ -67,7 +71,7 @@ on:
       - name: wavegate job run
         run: wavegate job run
         env:
-          WAVEGATE_SERVER: ${{{{ inputs.{server} }}}}
+          WAVEGATE_SERVER: {server}
           WAVEGATE_JOB: ${{{{ inputs.{job} }}}}
 {auth_env}"#,
         forge = match forge {
@@ -75,7 +79,7 @@ on:
             ForgeKind::Forgejo => "forgejo",
         },
         job = inputs::JOB,
-        server = inputs::SERVER,
+        timeout = inputs::TIMEOUT,
         sha = inputs::SHA,
         runner = inputs::RUNNER,
         environment = inputs::ENVIRONMENT,
@@ -101,10 +105,10 @@ mod tests {
     #[test]
     fn the_workflow_declares_every_input_wavegate_dispatches_and_passes_none_to_a_shell() {
         for forge in [ForgeKind::GitHub, ForgeKind::Forgejo] {
-            let text = render(forge, "wavegate:0.1.0");
+            let text = render(forge, "wavegate:0.1.0", "https://wavegate.example.com");
             for input in [
                 inputs::JOB,
-                inputs::SERVER,
+                inputs::TIMEOUT,
                 inputs::SHA,
                 inputs::RUNNER,
                 inputs::ENVIRONMENT,
@@ -121,6 +125,7 @@ mod tests {
             );
             assert_eq!(text.contains("id-token: write"), forge == ForgeKind::GitHub);
             assert!(text.contains("image: wavegate:0.1.0"));
+            assert!(text.contains("WAVEGATE_SERVER: https://wavegate.example.com\n"));
             // Inputs reach the step through its environment, never spliced
             // into its script.
             let script = text.split("run: ").nth(1).unwrap().lines().next().unwrap();

@@ -10,7 +10,6 @@ use crate::dispatch::{
     random_hex, token_hash, Claimed, DispatchedJob, HandedBack, HAND_BACK_LIMIT,
 };
 use crate::store::{ClaimOutcome, DispatchAuth, DispatchState, HandBack};
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,7 +22,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/api/jobs/{id}/claim", post(claim))
         .route(
             "/api/jobs/{id}/finished",
-            post(finished).layer(DefaultBodyLimit::max(HAND_BACK_LIMIT)),
+            post(finished).layer(DefaultBodyLimit::disable()),
         )
 }
 
@@ -112,6 +111,11 @@ async fn claim(
             &id,
             "the token is not this job's".into(),
         ),
+        Ok(ClaimOutcome::TooLate) => refused(
+            StatusCode::GONE,
+            &id,
+            "the job waited for a run longer than its profile's `queue_timeout` and was given up on; nothing of it runs".into(),
+        ),
         Ok(ClaimOutcome::NotClaimable(state)) => refused(
             StatusCode::CONFLICT,
             &id,
@@ -140,7 +144,7 @@ async fn finished(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Response {
     let Some(session) = bearer(&headers) else {
         return refused(
@@ -148,6 +152,48 @@ async fn finished(
             &id,
             "a hand-back carries the claim's session as `Authorization: Bearer …`".into(),
         );
+    };
+    // Nothing is read into memory for a caller without the live session.
+    match state
+        .store
+        .dispatched_session_is(&id, &token_hash(session))
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            return match state.store.progress_of(&id).await {
+                Ok(Some(progress)) if progress.state == DispatchState::Claimed => refused(
+                    StatusCode::FORBIDDEN,
+                    &id,
+                    "the session is not this job's".into(),
+                ),
+                Ok(Some(progress)) => refused(
+                    StatusCode::CONFLICT,
+                    &id,
+                    format!(
+                        "the job was {}; nothing more is taken",
+                        state_word(progress.state)
+                    ),
+                ),
+                Ok(None) => refused(
+                    StatusCode::NOT_FOUND,
+                    &id,
+                    format!("no job {id} was dispatched"),
+                ),
+                Err(e) => unavailable(&id, &e),
+            }
+        }
+        Err(e) => return unavailable(&id, &e),
+    }
+    let body = match axum::body::to_bytes(request.into_body(), HAND_BACK_LIMIT).await {
+        Ok(body) => body,
+        Err(e) => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &id,
+                format!("what was handed back could not be read whole ({e}); a job carries at most 256 MiB of files"),
+            )
+        }
     };
     let handed_back: HandedBack = match serde_json::from_slice(&body) {
         Ok(handed_back) => handed_back,
@@ -187,6 +233,15 @@ async fn finished(
                 .into_response()
         }
     }
+}
+
+fn unavailable(id: &str, e: &anyhow::Error) -> Response {
+    tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({"error": "the bot's database did not answer; try again"})),
+    )
+        .into_response()
 }
 
 fn state_word(state: DispatchState) -> &'static str {

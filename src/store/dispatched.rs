@@ -79,7 +79,17 @@ pub(crate) enum ClaimOutcome {
     NotClaimable(DispatchState),
     /// The single-use token is not this job's.
     WrongToken,
+    /// Past the time a run had to claim it.
+    TooLate,
     Unknown,
+}
+
+/// Where a dispatched job stands, read without its payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DispatchProgress {
+    pub(crate) state: DispatchState,
+    pub(crate) claim_by: UnixMs,
+    pub(crate) claimed_at: Option<UnixMs>,
 }
 
 /// What became of a hand-back.
@@ -125,19 +135,21 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
 
 impl Store {
     /// Records a job before its run is dispatched; `claim_hash`: the
-    /// SHA-256 of its single-use token, for [`DispatchAuth::Token`].
+    /// SHA-256 of its single-use token, for [`DispatchAuth::Token`]; no
+    /// run claims it after `claim_within`.
     pub(crate) async fn add_dispatched_job(
         &self,
         id: &str,
         repo: &RepoId,
         job: &str,
-        auth: DispatchAuth,
-        claim_hash: Option<&str>,
+        (auth, claim_hash): (DispatchAuth, Option<&str>),
+        claim_within: std::time::Duration,
     ) -> Result<()> {
         let _writer = self.writer.lock().await;
+        let now = self.now();
         sqlx::query(
-            "INSERT INTO dispatched_jobs (id, forge, repo, job, auth, claim_hash, state, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, 'dispatched', $7)",
+            "INSERT INTO dispatched_jobs (id, forge, repo, job, auth, claim_hash, state, created_at, claim_by)
+             VALUES ($1, $2, $3, $4, $5, $6, 'dispatched', $7, $8)",
         )
         .bind(id)
         .bind(repo.forge.to_string())
@@ -145,7 +157,8 @@ impl Store {
         .bind(job)
         .bind(auth.as_str())
         .bind(claim_hash)
-        .bind(self.now())
+        .bind(now)
+        .bind(now + claim_within)
         .execute(&self.pool)
         .await
         .with_context(|| format!("recording dispatched job {id}"))?;
@@ -199,7 +212,7 @@ impl Store {
         let claimed = sqlx::query(
             "UPDATE dispatched_jobs
              SET state = 'claimed', claim_hash = NULL, session_hash = $3, claimed_at = $4
-             WHERE id = $1 AND state = 'dispatched'
+             WHERE id = $1 AND state = 'dispatched' AND claim_by > $4
                AND ((auth = 'oidc' AND $2 IS NULL) OR (auth = 'token' AND claim_hash = $2))",
         )
         .bind(id)
@@ -212,10 +225,13 @@ impl Store {
         if claimed.rows_affected() == 1 {
             return Ok(ClaimOutcome::Claimed);
         }
-        Ok(match self.state_of(id).await? {
+        Ok(match self.progress_of(id).await? {
             None => ClaimOutcome::Unknown,
-            Some(DispatchState::Dispatched) => ClaimOutcome::WrongToken,
-            Some(state) => ClaimOutcome::NotClaimable(state),
+            Some(progress) if progress.state != DispatchState::Dispatched => {
+                ClaimOutcome::NotClaimable(progress.state)
+            }
+            Some(progress) if self.now() >= progress.claim_by => ClaimOutcome::TooLate,
+            Some(_) => ClaimOutcome::WrongToken,
         })
     }
 
@@ -248,6 +264,57 @@ impl Store {
             Some(DispatchState::Claimed) => HandBack::WrongSession,
             Some(state) => HandBack::NotTaken(state),
         })
+    }
+
+    /// Whether `session_hash` is job `id`'s live session (a claimed job's):
+    /// asked before a hand-back's body is read.
+    pub(crate) async fn dispatched_session_is(&self, id: &str, session_hash: &str) -> Result<bool> {
+        let found = sqlx::query(
+            "SELECT 1 FROM dispatched_jobs WHERE id = $1 AND state = 'claimed' AND session_hash = $2",
+        )
+        .bind(id)
+        .bind(session_hash)
+        .fetch_optional(&self.pool)
+        .await
+        .with_context(|| format!("reading dispatched job {id}"))?;
+        Ok(found.is_some())
+    }
+
+    /// Where job `id` stands, without reading what it holds.
+    pub(crate) async fn progress_of(&self, id: &str) -> Result<Option<DispatchProgress>> {
+        let row =
+            sqlx::query("SELECT state, claim_by, claimed_at FROM dispatched_jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .with_context(|| format!("reading dispatched job {id}"))?;
+        row.map(|row| -> Result<DispatchProgress> {
+            Ok(DispatchProgress {
+                state: DispatchState::parse(&row.try_get::<String, _>("state")?)?,
+                claim_by: row.try_get("claim_by")?,
+                claimed_at: row.try_get("claimed_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Gives up on job `id` if no run claimed it: the state it is in
+    /// afterwards (a run that claimed it first keeps it).
+    pub(crate) async fn abandon_unclaimed_dispatched_job(&self, id: &str) -> Result<DispatchState> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE dispatched_jobs
+             SET state = 'abandoned', claim_hash = NULL, finished_at = $2
+             WHERE id = $1 AND state = 'dispatched'",
+        )
+        .bind(id)
+        .bind(self.now())
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("giving up on dispatched job {id}"))?;
+        self.state_of(id)
+            .await?
+            .ok_or_else(|| anyhow!("dispatched job {id} is not recorded"))
     }
 
     /// Gives up on job `id` unless it was handed back: the state it is in

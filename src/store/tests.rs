@@ -2483,13 +2483,19 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
             "j1",
             &repo,
             "{\"job\":1}",
-            DispatchAuth::Token,
-            Some("claim-hash"),
+            (DispatchAuth::Token, Some("claim-hash")),
+            LEASE,
         )
         .await
         .unwrap();
     store
-        .add_dispatched_job("j2", &repo, "{\"job\":2}", DispatchAuth::Oidc, None)
+        .add_dispatched_job(
+            "j2",
+            &repo,
+            "{\"job\":2}",
+            (DispatchAuth::Oidc, None),
+            LEASE,
+        )
         .await
         .unwrap();
     store
@@ -2549,6 +2555,41 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
     assert_eq!(
         store.claim_dispatched_job("nope", None, "s").await.unwrap(),
         ClaimOutcome::Unknown
+    );
+    assert!(store.dispatched_session_is("j1", "s1").await.unwrap());
+    assert!(!store.dispatched_session_is("j1", "s3").await.unwrap());
+
+    // A run queued past its time claims nothing; an unclaimed job is
+    // given up on, a claimed one is not.
+    store
+        .add_dispatched_job(
+            "j3",
+            &repo,
+            "{}",
+            (DispatchAuth::Token, Some("late")),
+            LEASE,
+        )
+        .await
+        .unwrap();
+    f.clock.advance(30_000);
+    assert_eq!(
+        store
+            .claim_dispatched_job("j3", Some("late"), "s4")
+            .await
+            .unwrap(),
+        ClaimOutcome::TooLate
+    );
+    assert_eq!(
+        store.abandon_unclaimed_dispatched_job("j3").await.unwrap(),
+        DispatchState::Abandoned
+    );
+    assert_eq!(
+        store.abandon_unclaimed_dispatched_job("j1").await.unwrap(),
+        DispatchState::Claimed
+    );
+    assert_eq!(
+        store.progress_of("j1").await.unwrap().map(|p| p.state),
+        Some(DispatchState::Claimed)
     );
 
     assert_eq!(

@@ -59,7 +59,14 @@ def report():
 fn set_up(bot: &Bot, forge: &str) {
     let workflow = bot
         .example
-        .wavegate(&["init", "actions", "--forge", forge])
+        .wavegate(&[
+            "init",
+            "actions",
+            "--forge",
+            forge,
+            "--server",
+            &format!("http://127.0.0.1:{}", bot.port),
+        ])
         .stdout;
     let base = on_actions(&bot.example.read("main", "wavegate.toml"));
     bot.example.branch(

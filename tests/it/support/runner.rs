@@ -1,7 +1,8 @@
 //! A fake Actions runner: it takes each run the fake forge dispatches whose
 //! `runner` labels it has (the others stay queued, as on a forge with no
 //! such runner), checks out the run's `sha` in a directory of its own, runs
-//! the workflow's one step — the real `wavegate job run` — with its own
+//! the workflow's one step — the real `wavegate job run`, told the server
+//! the workflow file names — with its own
 //! environment (where a stage's credentials live, and nowhere else), and
 //! completes the run with the step's exit status. A test can kill the step
 //! mid-job, as a runner that dies would.
@@ -212,7 +213,7 @@ impl Step {
             .env("PATH", std::env::var("PATH").unwrap())
             .env("HOME", &self.dir)
             .env("WAVEGATE_LOG", "info")
-            .env("WAVEGATE_SERVER", input("wavegate"))
+            .env("WAVEGATE_SERVER", server_in_workflow(run, checkout))
             .env("WAVEGATE_JOB", input("job"))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -237,4 +238,20 @@ impl Step {
         self.running.lock().unwrap().retain(|(id, _)| *id != run.id);
         status.code().unwrap_or(137)
     }
+}
+
+/// The server the run's workflow file (at the commit it was dispatched
+/// from) names in its step's `WAVEGATE_SERVER`.
+fn server_in_workflow(run: &FakeRun, checkout: &Path) -> String {
+    let shown = std::process::Command::new("git")
+        .arg("-C")
+        .arg(checkout)
+        .args(["show", &format!("{}:{}", run.head_sha, run.workflow_path)])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&shown.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("WAVEGATE_SERVER: "))
+        .unwrap_or_else(|| panic!("no WAVEGATE_SERVER in {}", run.workflow_path))
+        .to_owned()
 }

@@ -17,6 +17,9 @@ CREATE TABLE dispatched_jobs (
     state        TEXT    NOT NULL CHECK (state IN ('dispatched', 'claimed', 'finished', 'abandoned')),
     finished     TEXT,
     created_at   BIGINT  NOT NULL,
+    -- Past this, no run claims it: a run queued longer (a bot that
+    -- restarted stopped waiting for it) cannot start it any more.
+    claim_by     BIGINT  NOT NULL,
     claimed_at   BIGINT,
     finished_at  BIGINT
 );

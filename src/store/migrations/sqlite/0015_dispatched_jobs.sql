@@ -16,6 +16,9 @@ CREATE TABLE dispatched_jobs (
     state        TEXT    NOT NULL CHECK (state IN ('dispatched', 'claimed', 'finished', 'abandoned')),
     finished     TEXT,
     created_at   INTEGER NOT NULL,
+    -- Past this, no run claims it: a run queued longer (a bot that
+    -- restarted stopped waiting for it) cannot start it any more.
+    claim_by     INTEGER NOT NULL,
     claimed_at   INTEGER,
     finished_at  INTEGER
 );
