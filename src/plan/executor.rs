@@ -359,7 +359,8 @@ pub(crate) fn remote_layout() -> Layout {
 
 impl Job {
     /// The job with `from`'s paths written as `to`'s, wherever its argv,
-    /// working directory and variables name them.
+    /// working directory, variables and text files (a group's members
+    /// file) name them.
     pub(crate) fn relocated(&self, from: &Layout, to: &Layout) -> Job {
         let pairs = [
             (
@@ -380,7 +381,32 @@ impl Job {
                 value.replace(from, to)
             })
         };
+        let files = Files(
+            self.files
+                .0
+                .iter()
+                .map(|(name, entry)| {
+                    let moved = |bytes: &Vec<u8>| match std::str::from_utf8(bytes) {
+                        Ok(content)
+                            if pairs
+                                .iter()
+                                .any(|(from, _)| content.contains(from.as_str())) =>
+                        {
+                            text(content).into_bytes()
+                        }
+                        _ => bytes.clone(),
+                    };
+                    let entry = match entry {
+                        Entry::File(bytes) => Entry::File(moved(bytes)),
+                        Entry::Executable(bytes) => Entry::Executable(moved(bytes)),
+                        other => other.clone(),
+                    };
+                    (name.clone(), entry)
+                })
+                .collect(),
+        );
         Job {
+            files,
             argv: self.argv.iter().map(|a| text(a)).collect(),
             cwd: PathBuf::from(text(&self.cwd.display().to_string())),
             env: self
@@ -769,6 +795,43 @@ mod tests {
             dir: dir.join("executor"),
         };
         LocalExecutor::new(sandbox, at, None, Cancel::default(), None)
+    }
+
+    #[test]
+    fn a_job_sent_elsewhere_names_the_paths_it_finds_there_in_its_text_files_too() {
+        let here = Layout {
+            root: "/tmp/wavegate-job-1/tree".into(),
+            files: "/tmp/wavegate-job-1/executor/jobs/plan/app@dev".into(),
+            home: "/tmp/wavegate-job-1/executor/home/plan/app@dev".into(),
+        };
+        let mut files = Files::default();
+        let members = format!(
+            r#"{{"members": [{{"planFile": "{}/app@dev/plan.json", "path": "{}/app"}}]}}"#,
+            here.files.display(),
+            here.root.display()
+        );
+        files.insert("members.json", members.into_bytes());
+        let binary = vec![0xff, 0xfe, b'/', b't', b'm', b'p'];
+        files.insert("plan.bin", binary.clone());
+        let job = job(&here, "cat {root}", files).relocated(&here, &remote_layout());
+        assert_eq!(job.cwd, PathBuf::from("/wavegate-job/tree"));
+        assert_eq!(
+            job.env,
+            [(
+                "WAVEGATE_FILES".to_owned(),
+                "/wavegate-job/files".to_owned()
+            )]
+        );
+        assert_eq!(
+            String::from_utf8(job.files.read("members.json", 1 << 20).unwrap().to_vec()).unwrap(),
+            r#"{"members": [{"planFile": "/wavegate-job/files/app@dev/plan.json", "path": "/wavegate-job/tree/app"}]}"#
+        );
+        assert_eq!(
+            job.files.read("plan.bin", 1 << 20).unwrap(),
+            binary.as_slice()
+        );
+        let back = job.relocated(&remote_layout(), &here);
+        assert_eq!(back.cwd, here.root);
     }
 
     #[tokio::test]

@@ -62,14 +62,7 @@ async fn claim(
                 format!("no job {id} was dispatched"),
             )
         }
-        Err(e) => {
-            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "the bot's database did not answer; try again"})),
-            )
-                .into_response();
-        }
+        Err(e) => return unavailable(&id, &e),
     };
     let dispatched: DispatchedJob = match serde_json::from_str(&record.job) {
         Ok(job) => job,
@@ -129,14 +122,7 @@ async fn claim(
             &id,
             format!("no job {id} was dispatched"),
         ),
-        Err(e) => {
-            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "the bot's database did not answer; try again"})),
-            )
-                .into_response()
-        }
+        Err(e) => unavailable(&id, &e),
     }
 }
 
@@ -224,14 +210,7 @@ async fn finished(
             &id,
             format!("no job {id} was dispatched"),
         ),
-        Err(e) => {
-            tracing::error!(target: "wavegate::dispatch", "job {id}: {e:#}");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "the bot's database did not answer; try again"})),
-            )
-                .into_response()
-        }
+        Err(e) => unavailable(&id, &e),
     }
 }
 

@@ -10,8 +10,10 @@
 
 use crate::support::bot::*;
 use crate::support::common::Example;
-use crate::support::fake_forge::RunToken;
+use crate::support::fake_forge::{FakeRun, RunToken};
+use crate::support::pr::PrHandle;
 use crate::support::runner::FakeRunner;
+use crate::support::RepoHandle;
 use std::path::Path;
 
 const PROD_LABELS: [&str; 2] = ["self-hosted", "prod"];
@@ -306,18 +308,18 @@ async fn knock(bot: &Bot, path: &str, bearer: Option<&str>, body: &str) -> u16 {
     request.send().await.unwrap().status().as_u16()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() {
-    let bot =
-        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
-    set_up(&bot, "github");
+/// A pull request whose prod plans wait for a runner that took the first
+/// (network@prod's) and is slow to start the next, while forgeries knock:
+/// the runner, the pull request and the two runs dispatched so far.
+async fn knocked_on<'a>(
+    bot: &'a Bot,
+    repo: &RepoHandle,
+) -> (FakeRunner, PrHandle<'a>, Vec<FakeRun>) {
     let estate = bot.example.estate.display().to_string();
     let env = [
         ("ESTATE_DIR", estate.as_str()),
         ("WAVEGATE_SANDBOX_APPLY_WRITE", estate.as_str()),
     ];
-    // The runner takes prod's first plan (network@prod's) and is slow to
-    // start the next, while forgeries knock.
     let runner = FakeRunner::start_holding_after(
         &bot.forge,
         &PROD_LABELS,
@@ -325,14 +327,23 @@ async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() 
         &bot.dir.path().join("runner"),
         1,
     );
-    let repo = bot.github_repo();
-    let pr = bot.opened_unsettled(&repo, 1, "probed").await;
+    let pr = bot.opened_unsettled(repo, 1, "probed").await;
     let runs = bot
         .until("prod's second plan is dispatched", || async {
-            let runs = bot.forge.dispatches(&repo);
+            let runs = bot.forge.dispatches(repo);
             (runs.len() >= 2).then_some(runs)
         })
         .await;
+    (runner, pr, runs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "github");
+    let repo = bot.github_repo();
+    let (runner, pr, runs) = knocked_on(&bot, &repo).await;
     let (other, run) = (&runs[0], &runs[1]);
     let claim = format!("/api/jobs/{}/claim", run.inputs["job"]);
     let audience = format!("http://127.0.0.1:{}", bot.port);
@@ -415,28 +426,8 @@ async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
     let bot =
         Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
     set_up(&bot, "forgejo");
-    let estate = bot.example.estate.display().to_string();
-    let env = [
-        ("ESTATE_DIR", estate.as_str()),
-        ("WAVEGATE_SANDBOX_APPLY_WRITE", estate.as_str()),
-    ];
-    // The runner takes prod's first plan (network@prod's) and is slow to
-    // start the next, while forgeries knock.
-    let runner = FakeRunner::start_holding_after(
-        &bot.forge,
-        &PROD_LABELS,
-        &env,
-        &bot.dir.path().join("runner"),
-        1,
-    );
     let repo = bot.forgejo_repo();
-    let pr = bot.opened_unsettled(&repo, 1, "probed").await;
-    let runs = bot
-        .until("prod's second plan is dispatched", || async {
-            let runs = bot.forge.dispatches(&repo);
-            (runs.len() >= 2).then_some(runs)
-        })
-        .await;
+    let (runner, pr, runs) = knocked_on(&bot, &repo).await;
     let (other, run) = (&runs[0], &runs[1]);
     let claim = format!("/api/jobs/{}/claim", run.inputs["job"]);
     assert_eq!(
