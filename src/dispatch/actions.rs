@@ -171,23 +171,34 @@ impl ActionsExecutor {
             ran_on: run.html_url.clone(),
             ..finished
         };
-        match waited {
+        let result = match waited {
             Ok(finished) => Ok(ran_on(finished)),
             Err(why) => {
-                if self.store.abandon_dispatched_job(&id).await.ok()
+                let late = if self.store.abandon_dispatched_job(&id).await.ok()
                     == Some(DispatchState::Finished)
                 {
                     // The hand-back came as the wait gave up: take it.
-                    if let Ok(Some(finished)) = self.handed_back(&id, &url).await {
-                        return finished.map(ran_on);
+                    self.handed_back(&id, &url).await.ok().flatten()
+                } else {
+                    None
+                };
+                match late {
+                    Some(finished) => finished.map(ran_on),
+                    None => {
+                        if let Err(e) = self.client.cancel_workflow_run(&self.repo, run.id).await {
+                            tracing::warn!(target: "wavegate::dispatch", "{label}: cannot cancel {url}: {e:#}");
+                        }
+                        Err(failed(why))
                     }
                 }
-                if let Err(e) = self.client.cancel_workflow_run(&self.repo, run.id).await {
-                    tracing::warn!(target: "wavegate::dispatch", "{label}: cannot cancel {url}: {e:#}");
-                }
-                Err(failed(why))
             }
+        };
+        // What the job carried (a plan file) and handed back is the
+        // engine's now; the record keeps only where it stood.
+        if let Err(e) = self.store.forget_dispatched_payloads(&id).await {
+            tracing::warn!(target: "wavegate::dispatch", "{label}: {e:#}");
         }
+        result
     }
 
     /// Waits for job `id` to be handed back by `run`. A job no run

@@ -64,6 +64,16 @@ async fn claim(
         }
         Err(e) => return unavailable(&id, &e),
     };
+    if record.state != DispatchState::Dispatched {
+        return refused(
+            StatusCode::CONFLICT,
+            &id,
+            format!(
+                "the job was {} already; a job is claimed once",
+                state_word(record.state)
+            ),
+        );
+    }
     let dispatched: DispatchedJob = match serde_json::from_str(&record.job) {
         Ok(job) => job,
         Err(e) => {

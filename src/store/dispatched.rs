@@ -336,6 +336,21 @@ impl Store {
             .ok_or_else(|| anyhow!("dispatched job {id} is not recorded"))
     }
 
+    /// Drops what job `id` carried and handed back once it is over: its
+    /// files may hold secrets of a plan, and the engine has read them.
+    pub(crate) async fn forget_dispatched_payloads(&self, id: &str) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query(
+            "UPDATE dispatched_jobs SET job = '', finished = NULL
+             WHERE id = $1 AND state IN ('finished', 'abandoned')",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("dropping what dispatched job {id} carried"))?;
+        Ok(())
+    }
+
     async fn state_of(&self, id: &str) -> Result<Option<DispatchState>> {
         let row = sqlx::query("SELECT state FROM dispatched_jobs WHERE id = $1")
             .bind(id)

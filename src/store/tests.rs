@@ -2612,6 +2612,10 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
     );
     let j1 = store.dispatched_job("j1").await.unwrap().unwrap();
     assert_eq!(j1.finished.as_deref(), Some("{\"ok\":true}"));
+    store.forget_dispatched_payloads("j1").await.unwrap();
+    let j1 = store.dispatched_job("j1").await.unwrap().unwrap();
+    assert_eq!((j1.job.as_str(), j1.finished), ("", None));
+    assert_eq!(j1.state, DispatchState::Finished);
 
     // Given up on: a late hand-back is refused; a finished job stays finished.
     assert_eq!(
