@@ -449,3 +449,59 @@ async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
         "a used token is used up"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_killed_while_its_apply_runs_on_the_ci_finds_it_done_and_applies_it_once() {
+    let bot = Bot::start_reachable_with_file(
+        &[("WAVEGATE_JOB_LEASE", "2s")],
+        "WAVEGATE_PROFILES",
+        actions_profiles("1m"),
+    )
+    .await;
+    let mut bot = bot;
+    set_up(&bot, "github");
+    let runner = prod_runner(&bot);
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+    let pr = bot.opened(&repo, 1, "probed").await;
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    let digest = digest_in(&pr.last_reply());
+    bot.pause_apply("prod", "app", "before");
+    pr.comment_unsettled("rev-bob", &format!("/approve prod {digest}"))
+        .await;
+    bot.until("app@prod's apply is paused on the runner", || async {
+        bot.apply_paused("prod", "app").then_some(())
+    })
+    .await;
+
+    // The bot dies while the run is paused mid-apply. The restarted bot
+    // takes the apply run up again (its lease is 2 s) and, though its old
+    // server is gone, dispatches nothing new: the run may still apply.
+    bot.kill();
+    let dispatched = bot.forge.dispatches(&repo).len();
+    bot.start_server().await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        bot.forge.dispatches(&repo).len(),
+        dispatched,
+        "no second apply of app@prod while its run may still apply"
+    );
+
+    // The run goes on and applies; past the attempt's deadline (its queue
+    // time, timeout and grace) the bot looks at the member again, finds
+    // it applied, and goes on.
+    bot.resume_apply("prod", "app");
+    bot.until("the run applied app@prod", || async {
+        bot.applies_run()
+            .contains(&"app@prod".to_owned())
+            .then_some(())
+    })
+    .await;
+    bot.advance_clock_unsettled(std::time::Duration::from_secs(600));
+    bot.settle().await;
+    assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
+    let pr = bot.pr(&repo, 1);
+    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+}

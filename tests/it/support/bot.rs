@@ -244,6 +244,12 @@ impl Bot {
     /// written whole, so no read sees half of it.
     pub async fn advance_clock(&self, by: Duration) {
         self.settle().await;
+        self.advance_clock_unsettled(by);
+    }
+
+    /// [`Bot::advance_clock`] without settling first: for a job that waits
+    /// for the clock itself (it is queued to run again later).
+    pub fn advance_clock_unsettled(&self, by: Duration) {
         let file = self.clock_shift_file();
         let shifted: i64 = std::fs::read_to_string(&file)
             .map(|text| text.trim().parse().unwrap())
