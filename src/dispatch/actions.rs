@@ -32,9 +32,9 @@ pub(crate) struct ActionsExecutor {
     pub(crate) store: Store,
     pub(crate) client: ForgeClient,
     pub(crate) repo: RepoRef,
-    /// Where runs reach the bot (`WAVEGATE_PUBLIC_URL`); `None`: nowhere,
-    /// so no job is dispatched.
-    pub(crate) server_url: Option<String>,
+    /// Whether runs can reach the bot (`WAVEGATE_PUBLIC_URL` is set, and
+    /// the workflow names it): else no job is dispatched.
+    pub(crate) reachable: bool,
 }
 
 impl RemoteExecutor for ActionsExecutor {
@@ -68,7 +68,7 @@ impl ActionsExecutor {
                 profile.name
             )));
         };
-        if self.server_url.is_none() {
+        if !self.reachable {
             return Err(SpawnError::Profile(format!(
                 "execution profile `{}` runs its commands on the forge's CI, whose runs reach the bot at WAVEGATE_PUBLIC_URL, which is not set; ask the operator to set it",
                 profile.name

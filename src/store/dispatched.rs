@@ -352,12 +352,6 @@ impl Store {
     }
 
     async fn state_of(&self, id: &str) -> Result<Option<DispatchState>> {
-        let row = sqlx::query("SELECT state FROM dispatched_jobs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .with_context(|| format!("reading dispatched job {id}"))?;
-        row.map(|row| DispatchState::parse(&row.try_get::<String, _>("state")?))
-            .transpose()
+        Ok(self.progress_of(id).await?.map(|progress| progress.state))
     }
 }

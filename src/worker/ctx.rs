@@ -232,7 +232,7 @@ impl Runner<'_> {
             store: self.store.clone(),
             client: mirror.forge.client.clone(),
             repo: mirror.forge.repo.clone(),
-            server_url: self.options.jobs_url.clone(),
+            reachable: self.options.jobs_url.is_some(),
         }));
         options
     }

@@ -218,20 +218,18 @@ async fn prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has(
     assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
-    let bot =
-        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
-    set_up(&bot, "github");
-    let runner = prod_runner(&bot);
+/// On GitHub, a pull request approved and merged: dev applied here, then
+/// prod approved, and its apply of app@prod paused on the runner. The
+/// runner, the repository and the pull request.
+async fn prods_apply_paused_on_the_runner(bot: &Bot) -> (FakeRunner, RepoHandle, PrHandle<'_>) {
+    set_up(bot, "github");
+    let runner = prod_runner(bot);
     let repo = bot.github_repo();
     bot.forge.set_permission(&repo, "rev-bob", "write");
     let pr = bot.opened(&repo, 1, "probed").await;
     pr.comment_as("rev-bob", "/approve").await;
     pr.merge().await;
     let digest = digest_in(&pr.last_reply());
-
-    // prod's apply starts on the runner, which dies mid-apply.
     bot.pause_apply("prod", "app", "before");
     pr.comment_unsettled("rev-bob", &format!("/approve prod {digest}"))
         .await;
@@ -239,6 +237,15 @@ async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_onc
         bot.apply_paused("prod", "app").then_some(())
     })
     .await;
+    (runner, repo, pr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    let (runner, _, pr) = prods_apply_paused_on_the_runner(&bot).await;
+    // The runner dies mid-apply.
     assert_eq!(runner.kill_running(), 1);
     bot.settle().await;
     let killed = runner
@@ -452,28 +459,13 @@ async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_killed_while_its_apply_runs_on_the_ci_finds_it_done_and_applies_it_once() {
-    let bot = Bot::start_reachable_with_file(
+    let mut bot = Bot::start_reachable_with_file(
         &[("WAVEGATE_JOB_LEASE", "2s")],
         "WAVEGATE_PROFILES",
         actions_profiles("1m"),
     )
     .await;
-    let mut bot = bot;
-    set_up(&bot, "github");
-    let runner = prod_runner(&bot);
-    let repo = bot.github_repo();
-    bot.forge.set_permission(&repo, "rev-bob", "write");
-    let pr = bot.opened(&repo, 1, "probed").await;
-    pr.comment_as("rev-bob", "/approve").await;
-    pr.merge().await;
-    let digest = digest_in(&pr.last_reply());
-    bot.pause_apply("prod", "app", "before");
-    pr.comment_unsettled("rev-bob", &format!("/approve prod {digest}"))
-        .await;
-    bot.until("app@prod's apply is paused on the runner", || async {
-        bot.apply_paused("prod", "app").then_some(())
-    })
-    .await;
+    let (runner, repo, _) = prods_apply_paused_on_the_runner(&bot).await;
 
     // The bot dies while the run is paused mid-apply. The restarted bot
     // takes the apply run up again (its lease is 2 s) and, though its old
