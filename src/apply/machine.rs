@@ -112,6 +112,8 @@ pub(crate) enum Observation {
         outcome: ApplyOutcome,
         printed: Option<OutputTail>,
         carry: Option<Map<String, Value>>,
+        /// The forge's page of the CI run it ran in, when it ran there.
+        ran_on: Option<String>,
         now: UnixMs,
     },
     /// [`Effect::Replan`]'s member, planned again, with the override gate's facts.
@@ -230,11 +232,16 @@ impl<'a> WaveMachine<'a> {
                 outcome,
                 printed,
                 carry,
+                ran_on,
                 now,
             } => {
                 match printed {
                     Some(tail) => record.printed.insert(member.clone(), tail),
                     None => record.printed.remove(&member),
+                };
+                match ran_on {
+                    Some(url) => record.ran_on.insert(member.clone(), url),
+                    None => record.ran_on.remove(&member),
                 };
                 // Kept until an apply carries something else: a later
                 // command of the member, after a crash or `/retry`, reads it.
@@ -1115,6 +1122,7 @@ mod tests {
             outcome,
             printed: None,
             carry: None,
+            ran_on: None,
             now: NOW + millis(5_000),
         }
     }
@@ -1435,6 +1443,7 @@ mod tests {
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: printed.clone(),
                 carry: None,
+                ran_on: None,
                 now: NOW + millis(5_000),
             },
         );
@@ -1445,6 +1454,36 @@ mod tests {
         // The next apply printed nothing: the old output is not shown as its.
         apply_again_silently(&h, &mut record, &net);
         assert_eq!(record.printed.get("network@dev"), None);
+    }
+
+    #[test]
+    fn the_ci_run_an_apply_ran_in_is_saved_with_its_result_and_an_apply_here_forgets_it() {
+        let net = plan("network@dev", "10.0.0.0/16");
+        let h = Harness::new(&["network@dev"], &[&net]);
+        let (mut record, mut machine) = (h.record.clone(), h.machine());
+        to_planned(&mut machine, &mut record, &[&net], vec![]);
+        let run = "https://github.com/acme/infra/actions/runs/7";
+        let effects = step(
+            &mut machine,
+            &mut record,
+            Observation::Ended {
+                member: "network@dev".into(),
+                outcome: ApplyOutcome::Failed("the runner went away".into()),
+                printed: None,
+                carry: None,
+                ran_on: Some(run.into()),
+                now: NOW + millis(5_000),
+            },
+        );
+        assert_eq!(
+            record.ran_on.get("network@dev").map(String::as_str),
+            Some(run)
+        );
+        assert!(effects.contains(&Effect::Save), "{effects:?}");
+
+        // Retried on the bot's host: the old run is not shown as its.
+        apply_again_silently(&h, &mut record, &net);
+        assert_eq!(record.ran_on.get("network@dev"), None);
     }
 
     #[test]
@@ -1462,6 +1501,7 @@ mod tests {
                 outcome: ApplyOutcome::Failed("exit 1".into()),
                 printed: None,
                 carry: Some(carry.clone()),
+                ran_on: None,
                 now: NOW + millis(5_000),
             },
         );
@@ -1960,6 +2000,7 @@ mod tests {
             outcome: ApplyOutcome::Held("terraform lock".into()),
             printed: None,
             carry: None,
+            ran_on: None,
             now: due,
         };
         let effects = step(&mut machine, &mut record, held_again);

@@ -505,6 +505,10 @@ pub(crate) struct AttemptRecord {
     /// The end of what each member's latest apply command printed.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) printed: BTreeMap<MemberId, OutputTail>,
+    /// The forge's page of the CI run each member's latest apply ran in,
+    /// for those whose apply ran on the forge's CI.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) ran_on: BTreeMap<MemberId, String>,
     /// What each member's applies carried (`{"carry": …}`), for its later
     /// commands' `{carry_file}`: kept across crashes and `/retry`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -996,6 +1000,7 @@ mod tests {
                     discovered: None,
                     inputs: Map::new(),
                     plan: Some((*p).clone()),
+                    ran_on: None,
                 })
                 .collect(),
         )

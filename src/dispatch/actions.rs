@@ -6,7 +6,7 @@
 //! so a late hand-back is refused, and cancels the run.
 
 use super::{inputs, random_hex, token_hash, DispatchedJob, HandedBack, RunnerProfile};
-use crate::forge::actions::{RunStatus, WorkflowDispatch};
+use crate::forge::actions::{RunStatus, WorkflowDispatch, WorkflowRunState};
 use crate::forge::client::ForgeClient;
 use crate::forge::RepoRef;
 use crate::model::ForgeKind;
@@ -52,7 +52,7 @@ impl RemoteExecutor for ActionsExecutor {
 
 /// Why a dispatched job did not come back.
 fn failed(why: String) -> SpawnError {
-    SpawnError::Elsewhere(why)
+    SpawnError::Elsewhere { why, run: None }
 }
 
 impl ActionsExecutor {
@@ -164,8 +164,21 @@ impl ActionsExecutor {
             tracing::warn!(target: "wavegate::dispatch", "{label}: cannot record run {url}: {e:#}");
         }
         tracing::info!(target: "wavegate::dispatch", "{label}: dispatched to {url} (job {id})");
+        // A run's OIDC token names its commit: the claim waits until the
+        // forge has said which commit the dispatched run is at.
+        let mut run_sha_known = auth != DispatchAuth::Oidc;
+        if !run_sha_known {
+            if let Ok(state) = self.client.workflow_run(&self.repo, run.id).await {
+                run_sha_known = self.record_run_sha(&id, &state).await;
+            }
+        }
         let waited = self
-            .wait(&id, (run.id, &url), (actions, timeout), cancel)
+            .wait(
+                &id,
+                (run.id, &url),
+                (actions, timeout),
+                (run_sha_known, cancel),
+            )
             .await;
         let ran_on = |finished: Finished| Finished {
             ran_on: run.html_url.clone(),
@@ -198,7 +211,13 @@ impl ActionsExecutor {
         if let Err(e) = self.store.forget_dispatched_payloads(&id).await {
             tracing::warn!(target: "wavegate::dispatch", "{label}: {e:#}");
         }
-        result
+        result.map_err(|e| match e {
+            SpawnError::Elsewhere { why, run: None } => SpawnError::Elsewhere {
+                why,
+                run: run.html_url.clone(),
+            },
+            other => other,
+        })
     }
 
     /// Waits for job `id` to be handed back by `run`. A job no run
@@ -210,7 +229,7 @@ impl ActionsExecutor {
         id: &str,
         (run, url): (u64, &str),
         (actions, timeout): (&ActionsProfile, Duration),
-        mut cancel: Cancel,
+        (mut run_sha_known, mut cancel): (bool, Cancel),
     ) -> Result<Finished, String> {
         let mut last_run_check = tokio::time::Instant::now();
         let mut overdue: Option<String> = None;
@@ -277,6 +296,9 @@ impl ActionsExecutor {
                 last_run_check = tokio::time::Instant::now();
                 match self.client.workflow_run(&self.repo, run).await {
                     Ok(state) => {
+                        if !run_sha_known {
+                            run_sha_known = self.record_run_sha(id, &state).await;
+                        }
                         if let RunStatus::Completed { conclusion } = state.status {
                             // It may have handed the job back just before.
                             if let Some(finished) = self.handed_back(id, url).await? {
@@ -295,6 +317,21 @@ impl ActionsExecutor {
             tokio::select! {
                 () = tokio::time::sleep(POLL) => {}
                 () = cancel.cancelled() => return Err(format!("the job was stopped; {url} is cancelled")),
+            }
+        }
+    }
+
+    /// Records the commit `state`'s run is at, for the claim to compare
+    /// with its token's; answers whether it is recorded.
+    async fn record_run_sha(&self, id: &str, state: &WorkflowRunState) -> bool {
+        let Some(sha) = &state.head_sha else {
+            return false;
+        };
+        match self.store.set_dispatched_run_sha(id, sha).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(target: "wavegate::dispatch", "job {id}: {e:#}");
+                false
             }
         }
     }

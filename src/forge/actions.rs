@@ -80,6 +80,9 @@ pub struct DispatchedRun {
 pub struct WorkflowRunState {
     pub status: RunStatus,
     pub html_url: Option<String>,
+    /// The commit the run runs at (the head of the branch it was
+    /// dispatched on, when it was).
+    pub head_sha: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

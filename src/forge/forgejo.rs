@@ -361,6 +361,8 @@ impl ForgejoClient {
             status: String,
             #[serde(default)]
             html_url: Option<String>,
+            #[serde(default)]
+            commit_sha: Option<String>,
         }
         let route = format!("/repos/{}/actions/runs/{id}", repo.id.full_name);
         let call = format!("GET /api/v1{route}");
@@ -369,6 +371,7 @@ impl ForgejoClient {
         Ok(WorkflowRunState {
             status: RunStatus::from_forgejo(&run.status),
             html_url: run.html_url.filter(|url| !url.is_empty()),
+            head_sha: run.commit_sha.filter(|sha| !sha.is_empty()),
         })
     }
 

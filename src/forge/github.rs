@@ -480,6 +480,8 @@ impl GitHubClient {
             conclusion: Option<String>,
             #[serde(default)]
             html_url: Option<String>,
+            #[serde(default)]
+            head_sha: Option<String>,
         }
         let route = format!(
             "/repos/{}/actions/runs/{id}?exclude_pull_requests=true",
@@ -494,6 +496,7 @@ impl GitHubClient {
         Ok(WorkflowRunState {
             status: RunStatus::from_github(run.status.as_deref(), run.conclusion.as_deref()),
             html_url: run.html_url,
+            head_sha: run.head_sha.filter(|sha| !sha.is_empty()),
         })
     }
 

@@ -65,6 +65,10 @@ pub(crate) struct ChangeSetMember {
     pub(crate) discovered: Option<Value>,
     /// The full plan (absent unless planned), kept so coverage can compare against it.
     pub(crate) plan: Option<MemberPlan>,
+    /// The forge's page of the CI run it was planned in: where it ran, not
+    /// what was planned, so no digest binds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ran_on: Option<String>,
 }
 
 impl ChangeSetMember {
@@ -290,6 +294,7 @@ mod tests {
             discovered: None,
             inputs: Map::new(),
             plan: Some(plan),
+            ran_on: None,
         }
     }
 

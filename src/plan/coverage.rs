@@ -337,6 +337,7 @@ mod tests {
                 discovered: None,
                 inputs,
                 plan: Some(plan),
+                ran_on: None,
             };
         ChangeSet::new(vec![
             member(
@@ -361,6 +362,7 @@ mod tests {
             discovered: None,
             inputs: Map::new(),
             plan: Some(plan),
+            ran_on: None,
         }])
         .unwrap()
     }

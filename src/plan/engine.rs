@@ -746,6 +746,8 @@ pub(crate) struct ApplyRun {
     /// `{"carry": {...}}` in its outputs file, whatever the outcome: what
     /// the member's later commands get in `{carry_file}`.
     pub(crate) carry: Option<Map<String, Value>>,
+    /// The forge's page of the run it ran in, when it ran on the forge's CI.
+    pub(crate) ran_on: Option<String>,
 }
 
 impl Workbench {
@@ -954,6 +956,7 @@ impl Workbench {
             outcome: ApplyOutcome::Failed(why),
             output: String::new(),
             carry: None,
+            ran_on: None,
         };
         let stage = member.stage();
         let Some(component) = self.config.component(member.component()) else {
@@ -985,9 +988,14 @@ impl Workbench {
         };
         let finished = match self.executor.run(&job, Control { started }).await {
             Ok(finished) => finished,
-            Err(e) => return failed(e.to_string()),
+            Err(e) => {
+                return ApplyRun {
+                    ran_on: e.ran_on(),
+                    ..failed(e.to_string())
+                }
+            }
         };
-        let run = finished.outcome;
+        let (run, ran_on) = (finished.outcome, finished.ran_on);
         let files = match finished.files {
             Ok(files) => files,
             // What the plan left stays kept: nothing came back to replace it.
@@ -998,21 +1006,23 @@ impl Workbench {
                     )),
                     output: run.output,
                     carry: None,
+                    ran_on,
                 }
             }
-            Err(_) => return failed_apply(run, None),
+            Err(_) => return failed_apply(run, None, ran_on),
         };
         if let Err(why) = self.keep_files(member, &files) {
             tracing::warn!(target: "wavegate::plan", "{why}");
         }
         let carry = read_carry(&files);
         if !run.succeeded() {
-            return failed_apply(run, carry);
+            return failed_apply(run, carry, ran_on);
         }
         ApplyRun {
             outcome: read_apply_outcome(&files),
             output: run.output,
             carry,
+            ran_on,
         }
     }
 
@@ -1371,6 +1381,7 @@ impl Workbench {
             Err(e) => {
                 outcome.status = MemberStatus::PlanFailed;
                 outcome.error = Some(e.to_string());
+                outcome.ran_on = e.ran_on();
             }
             Ok(Finished {
                 outcome: run,
@@ -1904,11 +1915,16 @@ pub(crate) fn sweep_stale_job_dirs(temp: &Path) -> usize {
 
 /// The plan file a plan command wrote: a regular file, not a link, within the cap.
 /// An apply command that did not exit 0, and what it carried.
-fn failed_apply(run: CommandOutcome, carry: Option<Map<String, Value>>) -> ApplyRun {
+fn failed_apply(
+    run: CommandOutcome,
+    carry: Option<Map<String, Value>>,
+    ran_on: Option<String>,
+) -> ApplyRun {
     ApplyRun {
         outcome: ApplyOutcome::Failed(run.failure("the apply command")),
         output: run.output,
         carry,
+        ran_on,
     }
 }
 

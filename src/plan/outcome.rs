@@ -206,6 +206,7 @@ pub(crate) fn change_set_of(
                 inputs: m.known_inputs(),
                 discovered: m.discovered.clone(),
                 plan: m.plan.clone(),
+                ran_on: m.ran_on.clone(),
             })
             .collect(),
         over,

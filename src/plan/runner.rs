@@ -246,9 +246,10 @@ pub(crate) enum SpawnError {
     /// Its profile's setup failed: nothing of the stage runs.
     #[error("{0}")]
     Setup(String),
-    /// It was handed to the forge's CI and did not come back.
-    #[error("{0}")]
-    Elsewhere(String),
+    /// It was handed to the forge's CI and did not come back; `run`: the
+    /// forge's page of the run it was handed to, once dispatched.
+    #[error("{why}")]
+    Elsewhere { why: String, run: Option<String> },
     #[error("cannot start `{program}` (cwd {cwd}): {why}; check the command in wavegate.toml and that the program exists and is executable{where_}")]
     Start {
         program: String,
@@ -261,6 +262,16 @@ pub(crate) enum SpawnError {
 
 const IN_THE_SANDBOX: &str =
     " inside the sandbox (under /usr, in the repository, or on a WAVEGATE_SANDBOX_READ path)";
+
+impl SpawnError {
+    /// The forge's page of the CI run the command was handed to.
+    pub(crate) fn ran_on(&self) -> Option<String> {
+        match self {
+            SpawnError::Elsewhere { run, .. } => run.clone(),
+            _ => None,
+        }
+    }
+}
 
 pub(crate) use crate::model::time::humanize;
 

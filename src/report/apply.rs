@@ -455,8 +455,9 @@ pub(crate) fn render_within(view: &RunView<'_>, room: usize) -> String {
         for (stage, wave, member) in &rows {
             let state = view.record.state(member).label();
             out.push_str(&format!(
-                "| {stage} | {wave} | `{member}` | {} |\n",
-                cell(&state)
+                "| {stage} | {wave} | `{member}` | {}{} |\n",
+                cell(&state),
+                run_link(view.record, member)
             ));
         }
         for (member, state) in &view.record.members {
@@ -748,6 +749,17 @@ fn set_lines(set: &ChangeSet) -> String {
 
 /// A table cell: the first line of `text`, at most 200 characters, inert
 /// (a state's label can quote what a command or plan file said).
+/// After a member's state, the CI run its latest apply ran in, when it
+/// ran on the forge's CI.
+fn run_link(record: &AttemptRecord, member: &str) -> String {
+    record
+        .ran_on
+        .get(member)
+        .filter(|url| super::markdown::is_plain_url(url))
+        .map(|url| format!(" ([its run]({url}))"))
+        .unwrap_or_default()
+}
+
 fn cell(text: &str) -> String {
     let first: String = text
         .lines()

@@ -853,12 +853,13 @@ fn member_facts(m: &MemberOutcome, plan: &MemberPlan) -> String {
     out
 }
 
-/// A URL the forge gave (a run's page) that a Markdown link holds as it is.
-fn is_plain_url(url: &str) -> bool {
+/// A URL the forge gave (a run's page) that a Markdown link, in a table
+/// cell too, holds as it is.
+pub(crate) fn is_plain_url(url: &str) -> bool {
     (url.starts_with("https://") || url.starts_with("http://"))
         && url
             .chars()
-            .all(|c| c.is_ascii_graphic() && !"()[]<>\"'`\\".contains(c))
+            .all(|c| c.is_ascii_graphic() && !"()[]<>\"'`\\|".contains(c))
 }
 
 fn short_value(v: &Value) -> String {
@@ -1231,6 +1232,7 @@ pub(crate) mod tests {
                     discovered: None,
                     inputs: m.known_inputs(),
                     plan: m.plan.clone(),
+                    ran_on: None,
                 })
                 .collect(),
         )

@@ -244,7 +244,7 @@ fn state_word(state: DispatchState) -> &'static str {
 
 /// Whether `token` is the OIDC token of the run the bot dispatched for
 /// `record`: the issuer's, for this bot, of the repository, environment,
-/// run and default-branch workflow the dispatch named.
+/// run, commit and default-branch workflow the dispatch named.
 async fn verify_run_token(
     state: &AppState,
     record: &crate::store::DispatchedRecord,
@@ -257,8 +257,9 @@ async fn verify_run_token(
             "this server has no WAVEGATE_PUBLIC_URL, the audience of run tokens".into(),
         ));
     };
-    let Some(run_id) = record.run_id else {
-        // The run may ask before its dispatch's answer is recorded.
+    // The run may ask before its dispatch's answer, or the commit the
+    // forge started it at, is recorded.
+    let (Some(run_id), Some(sha)) = (record.run_id, record.run_sha.clone()) else {
         return Err((
             StatusCode::TOO_EARLY,
             "the job's run is not recorded yet; ask again in a moment".into(),
@@ -274,7 +275,7 @@ async fn verify_run_token(
             "{}/{}@{}",
             dispatched.repository, dispatched.workflow, dispatched.workflow_ref
         ),
-        sha: None,
+        sha: Some(sha),
     };
     state
         .run_tokens

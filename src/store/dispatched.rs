@@ -64,6 +64,8 @@ pub(crate) struct DispatchedRecord {
     /// The forge's run, once the dispatch answered.
     pub(crate) run_id: Option<u64>,
     pub(crate) run_url: Option<String>,
+    /// The commit the run was started at, once the forge said.
+    pub(crate) run_sha: Option<String>,
     pub(crate) state: DispatchState,
     /// What the run handed back, as JSON.
     pub(crate) finished: Option<String>,
@@ -105,7 +107,7 @@ pub(crate) enum HandBack {
 
 macro_rules! dispatched_columns {
     () => {
-        "id, forge, repo, job, auth, run_id, run_url, state, finished, created_at, claimed_at"
+        "id, forge, repo, job, auth, run_id, run_url, run_sha, state, finished, created_at, claimed_at"
     };
 }
 
@@ -126,6 +128,7 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
         },
         run_id: run_id.map(|id| to_u64(id, "run id")).transpose()?,
         run_url: row.try_get("run_url")?,
+        run_sha: row.try_get("run_sha")?,
         state: DispatchState::parse(&state)?,
         finished: row.try_get("finished")?,
         created_at: row.try_get("created_at")?,
@@ -180,6 +183,18 @@ impl Store {
             .execute(&self.pool)
             .await
             .with_context(|| format!("recording the run of dispatched job {id}"))?;
+        Ok(())
+    }
+
+    /// The commit job `id`'s run was started at, as the forge answers.
+    pub(crate) async fn set_dispatched_run_sha(&self, id: &str, sha: &str) -> Result<()> {
+        let _writer = self.writer.lock().await;
+        sqlx::query("UPDATE dispatched_jobs SET run_sha = $2 WHERE id = $1")
+            .bind(id)
+            .bind(sha)
+            .execute(&self.pool)
+            .await
+            .with_context(|| format!("recording the commit of dispatched job {id}'s run"))?;
         Ok(())
     }
 

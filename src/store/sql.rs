@@ -185,6 +185,15 @@ macro_rules! migrations {
                     "/0015_dispatched_jobs.sql"
                 )),
             },
+            Migration {
+                version: 16,
+                name: "dispatched run sha",
+                sql: include_str!(concat!(
+                    "migrations/",
+                    $backend,
+                    "/0016_dispatched_run_sha.sql"
+                )),
+            },
         ]
     };
 }

@@ -2513,9 +2513,12 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
         )
     );
     assert_eq!(
-        (j1.run_id, j1.run_url.as_deref()),
-        (Some(4242), Some("https://forge/runs/4242"))
+        (j1.run_id, j1.run_url.as_deref(), j1.run_sha.as_deref()),
+        (Some(4242), Some("https://forge/runs/4242"), None)
     );
+    store.set_dispatched_run_sha("j1", "c0ffee").await.unwrap();
+    let j1 = store.dispatched_job("j1").await.unwrap().unwrap();
+    assert_eq!(j1.run_sha.as_deref(), Some("c0ffee"));
     assert_eq!(store.dispatched_job("nope").await.unwrap(), None);
 
     // Another job's token, or none, does not claim a token job.

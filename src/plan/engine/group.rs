@@ -219,6 +219,10 @@ impl Workbench {
             members,
             job,
         } = call;
+        let ran_on = match &result {
+            Ok(finished) => finished.ran_on.clone(),
+            Err(e) => e.ran_on(),
+        };
         let (output, left, mut error) = match result {
             Err(e) => (String::new(), Files::default(), Some(e.to_string())),
             Ok(Finished { outcome: run, .. }) if !run.succeeded() => {
@@ -270,6 +274,7 @@ impl Workbench {
                 outcome.status = MemberStatus::PlanFailed;
                 outcome.error = Some(format!("group `{}` failed to plan: {error}", group.name));
                 outcome.output = output.clone();
+                outcome.ran_on = ran_on.clone();
                 self.outcomes.insert(outcome.member.clone(), outcome);
             }
             return;
@@ -306,6 +311,7 @@ impl Workbench {
                 .component(&outcome.component)
                 .map_or(&[][..], |c| &c.quiet[..]);
             outcome.output = crate::config::quiet::quieted(&output, quiet);
+            outcome.ran_on = ran_on.clone();
             settled.push(outcome);
         }
         for outcome in settled {
@@ -327,7 +333,7 @@ impl Workbench {
         members: &[MemberId],
         started: Option<tokio::sync::mpsc::UnboundedSender<ProcessId>>,
     ) -> Vec<(MemberId, ApplyRun)> {
-        let failed_all = |why: String| {
+        let failed_on = |why: String, ran_on: Option<String>| {
             members
                 .iter()
                 .map(|m| {
@@ -335,11 +341,13 @@ impl Workbench {
                         outcome: ApplyOutcome::Failed(why.clone()),
                         output: String::new(),
                         carry: None,
+                        ran_on: ran_on.clone(),
                     };
                     (m.clone(), run)
                 })
                 .collect()
         };
+        let failed_all = |why: String| failed_on(why, None);
         let Some(first) = members.first().cloned() else {
             return failed_all("a group apply of no members".into());
         };
@@ -364,15 +372,15 @@ impl Workbench {
         let Finished {
             outcome: run,
             files,
-            ..
+            ran_on,
         } = match self.executor.run(&job, Control { started }).await {
             Ok(finished) => finished,
-            Err(e) => return failed_all(e.to_string()),
+            Err(e) => return failed_on(e.to_string(), e.ran_on()),
         };
         let left = match files {
             Ok(left) => left,
             Err(why) if run.succeeded() => {
-                return failed_all(format!("the group's apply command: {why}"))
+                return failed_on(format!("the group's apply command: {why}"), ran_on)
             }
             Err(_) => Files::default(),
         };
@@ -386,6 +394,7 @@ impl Workbench {
                     outcome,
                     output: run.output.clone(),
                     carry: read_carry(&own),
+                    ran_on: ran_on.clone(),
                 };
                 (member.clone(), run)
             })

@@ -1064,6 +1064,7 @@ async fn carry_out_applies(
                         outcome: run.outcome,
                         printed: OutputTail::of(&run.output),
                         carry: run.carry,
+                        ran_on: run.ran_on,
                         now: job.store.now(),
                     }
                 }

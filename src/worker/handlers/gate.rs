@@ -9,7 +9,7 @@
 //! a retarget that leaves the digest unchanged still needs a new approval,
 //! because the commands that will apply it may have changed.
 
-use super::publish::{self, Shown};
+use super::publish::{self, CiRuns, Shown};
 use crate::apply::Wait;
 use crate::config::repo::Policy;
 use crate::forge::types::{CheckReport, CheckState};
@@ -256,11 +256,13 @@ pub(super) async fn publish_gate(
             required,
         };
     }
+    let set = plan.change_set();
     if !failed && !matches!(counted.evaluation, Evaluation::Satisfied { .. }) {
-        let set = plan
-            .change_set()
+        let set = set
+            .as_ref()
+            .map_err(Clone::clone)
             .with_context(|| format!("the members gate {gate} waits on"))?;
-        let members: Vec<MemberId> = set.members.into_iter().map(|m| m.member).collect();
+        let members: Vec<MemberId> = set.members.iter().map(|m| m.member.clone()).collect();
         let description = format!(
             "pull request {} waits for an approval of its change set at {} ({} member{})",
             plan.pr,
@@ -307,6 +309,7 @@ pub(super) async fn publish_gate(
         check_id,
         digest: Some(digest),
         status,
+        runs: set.as_ref().map(CiRuns::of_plan).unwrap_or_default(),
     };
     publish::publish_report(store, forge, shown, report).await
 }

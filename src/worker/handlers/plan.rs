@@ -5,7 +5,7 @@
 
 use super::apply::{deployed_estate, merge_applies};
 use super::gate::publish_gate;
-use super::publish::{known_check, publish_report, Shown};
+use super::publish::{known_check, publish_report, CiRuns, Shown};
 use crate::forge::types::{CheckReport, CheckState};
 use crate::forge::PullRequest;
 use crate::model::PlanTarget;
@@ -204,6 +204,7 @@ async fn publish_plan(
             check_id,
             digest: None,
             status: ReportStatus::Empty,
+            runs: CiRuns::default(),
         };
         return publish_report(store, forge, shown, report).await;
     }
@@ -232,6 +233,7 @@ async fn publish_problem(
         check_id: None,
         digest: None,
         status: ReportStatus::Refused,
+        runs: CiRuns::default(),
     };
     publish_report(store, forge, shown, report).await?;
     Ok(JobOutcome::Done)

@@ -3,9 +3,10 @@
 //! run's section and the `wavegate/apply` check on the merge commit; the
 //! store remembers what was posted, so each is updated rather than repeated.
 
-use crate::apply::{AttemptRecord, RunStatus, Wait};
+use crate::apply::{AttemptRecord, MemberState, RunStatus, Wait};
 use crate::forge::types::{CheckReport, CheckState};
 use crate::model::{CommitSha, Digest, PrNumber};
+use crate::plan::changeset::{ChangeSet, MemberStatus};
 use crate::report::apply::{self as apply_report, RunView};
 use crate::store::{ApplyRunRecord, PlanRecord, PrRecord, PrReport, ReportStatus, Store};
 use crate::worker::ctx::Forge;
@@ -19,6 +20,50 @@ pub(super) struct Shown<'a> {
     pub(super) check_id: Option<u64>,
     pub(super) digest: Option<Digest>,
     pub(super) status: ReportStatus,
+    /// The forge CI runs its members' plans ran in.
+    pub(super) runs: CiRuns,
+}
+
+/// The runs on the forge's CI that a check is about, for where its
+/// "Details" lead: a run whose command failed (its log says why), else
+/// this server's page of the pull request (which names every run), else
+/// the first member's run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct CiRuns {
+    failed: Option<String>,
+    first: Option<String>,
+}
+
+impl CiRuns {
+    /// The runs of `set`'s members' plans.
+    pub(super) fn of_plan(set: &ChangeSet) -> Self {
+        let run = |failed: bool| {
+            set.members
+                .iter()
+                .filter(|m| !failed || m.status == MemberStatus::PlanFailed)
+                .find_map(|m| m.ran_on.clone())
+        };
+        Self {
+            failed: run(true),
+            first: run(false),
+        }
+    }
+
+    /// The runs of `record`'s members' latest applies.
+    fn of_apply(record: &AttemptRecord) -> Self {
+        let failed = record.ran_on.iter().find_map(|(member, url)| {
+            matches!(record.members.get(member), Some(MemberState::Failed { .. }))
+                .then(|| url.clone())
+        });
+        Self {
+            failed,
+            first: record.ran_on.values().next().cloned(),
+        }
+    }
+
+    fn details_url(self, page: Option<String>) -> Option<String> {
+        self.failed.or(page).or(self.first)
+    }
 }
 
 /// Posts the report comment and the check on the head, and records both.
@@ -43,7 +88,7 @@ pub(super) async fn publish_report(
     let check_id = shown
         .check_id
         .or_else(|| known_check(known.as_ref(), shown.head));
-    let report = report.linked(forge.pull_page(shown.pr));
+    let report = report.linked(shown.runs.details_url(forge.pull_page(shown.pr)));
     let check_id = forge
         .client
         .publish_check(forge.repo, shown.head, check_id, &report)
@@ -117,7 +162,7 @@ pub(super) async fn publish_run(
         return store.save_apply_run(run).await;
     }
     let report = CheckReport::apply(run_check_state(run.status, &run.record), title, body)
-        .linked(forge.pull_page(run.pr));
+        .linked(CiRuns::of_apply(&run.record).details_url(forge.pull_page(run.pr)));
     let check_id = forge
         .client
         .publish_check(&run.repo, &run.merge_sha, run.check_id, &report)
@@ -199,6 +244,45 @@ mod tests {
             None
         );
         assert_eq!(known_check(None, &head), None);
+    }
+
+    #[test]
+    fn a_check_leads_to_a_failed_ci_run_before_the_page_and_to_the_first_run_without_a_page() {
+        let page = || Some("https://wavegate.example/prs/7".to_owned());
+        let run = |n: u32| format!("https://github.com/acme/infra/actions/runs/{n}");
+        let record = AttemptRecord {
+            members: [
+                ("app@prod".into(), MemberState::NotStarted),
+                (
+                    "dns@prod".into(),
+                    MemberState::Failed {
+                        error: "exit 1".into(),
+                    },
+                ),
+                (
+                    "network@prod".into(),
+                    MemberState::Applied {
+                        plan_digest: Digest::repeated('d'),
+                        outputs: Default::default(),
+                        note: None,
+                    },
+                ),
+            ]
+            .into(),
+            ran_on: [("dns@prod".into(), run(2)), ("network@prod".into(), run(1))].into(),
+            ..AttemptRecord::default()
+        };
+        assert_eq!(CiRuns::of_apply(&record).details_url(page()), Some(run(2)));
+
+        let mut applied = record.clone();
+        applied.ran_on.remove("dns@prod");
+        let runs = CiRuns::of_apply(&applied);
+        assert_eq!(runs.clone().details_url(page()), page());
+        assert_eq!(runs.details_url(None), Some(run(1)));
+        assert_eq!(
+            CiRuns::of_apply(&AttemptRecord::default()).details_url(None),
+            None
+        );
     }
 
     #[test]

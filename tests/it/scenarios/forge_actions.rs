@@ -199,6 +199,11 @@ async fn the_dispatched_run_is_followed_to_its_end(kind: ForgeKind) {
     let state = env.client.workflow_run(&repo, run.id).await.unwrap();
     assert_eq!(state.status, RunStatus::Queued);
     assert_eq!(state.html_url, run.html_url);
+    assert_eq!(
+        state.head_sha.as_deref(),
+        Some(fake.head_sha.as_str()),
+        "the commit the run started at"
+    );
 
     env.forge
         .set_run_status(&env.repo, run.id, "in_progress", None);

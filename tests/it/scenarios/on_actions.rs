@@ -194,6 +194,12 @@ async fn prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has(
         );
     }
     assert!(!details("app@dev").contains("forge's CI"));
+    // This bot shows no pages: the check's details lead to the first run.
+    let plan_link = pr.plan_check().link.expect("the plan check links a run");
+    assert!(
+        details("app@prod").contains(&format!("[its run]({plan_link})")),
+        "the plan check leads to app@prod's run, not {plan_link}"
+    );
     assert!(
         dispatched.iter().all(|run| run.git_ref == "main"
             && run.workflow_path == ".github/workflows/wavegate.yml"
@@ -211,6 +217,26 @@ async fn prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has(
         .await;
     assert_eq!(bot.applies_run(), ["app@dev", "app@prod", "dns@prod"]);
     assert!(probe_lines(&runner.logs()).contains(&"apply app@prod prod-access=yes".to_owned()));
+    let apply_link = pr.apply_check().link.expect("the apply check links a run");
+    let applies: Vec<_> = bot.forge.dispatches(&repo)[dispatched.len()..].to_vec();
+    assert!(
+        applies.iter().any(|run| run.html_url == apply_link),
+        "the apply check leads to a run of prod's applies: {apply_link}"
+    );
+    for member in ["app@prod", "dns@prod"] {
+        let row = pr
+            .apply_section()
+            .lines()
+            .find(|l| l.contains(&format!("`{member}`")))
+            .map(str::to_owned)
+            .unwrap();
+        assert!(
+            applies
+                .iter()
+                .any(|run| row.contains(&format!("applied ([its run]({}))", run.html_url))),
+            "{member}'s row names its apply's run: {row}"
+        );
+    }
     assert!(
         !bot.log().contains(PROD_TOKEN),
         "prod's credential never reaches the bot"
@@ -268,6 +294,15 @@ async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_onc
         "the member failed, naming the run: {row}"
     );
     assert_eq!(bot.applies_run(), ["app@dev"], "nothing of prod applied");
+    assert!(
+        row.contains(&format!("([its run]({}))", killed.run.html_url)),
+        "{row}"
+    );
+    assert_eq!(
+        pr.apply_check().link.as_deref(),
+        Some(killed.run.html_url.as_str()),
+        "the failed apply check leads to the run that failed"
+    );
 
     // The runner is back; /retry dispatches the apply again, once.
     bot.resume_apply("prod", "app");
@@ -385,6 +420,11 @@ async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() 
         ("the workflow as the pull request's branch has it", {
             let mut token = genuine();
             token.job_workflow_ref = format!("{workflow}@refs/heads/probed");
+            bot.forge.mint_run_token(&token)
+        }),
+        ("a run at another commit (the pull request's head)", {
+            let mut token = genuine();
+            token.sha = pr.head();
             bot.forge.mint_run_token(&token)
         }),
         ("another job's run", {
