@@ -30,6 +30,8 @@ pub(crate) struct Discoverer {
     pub(crate) command: Vec<String>,
     /// The component's `timeout`, else `[defaults]`'s.
     pub(crate) timeout: Duration,
+    /// The component's `stages`: every stage when unset.
+    pub(crate) stages: Option<Vec<String>>,
 }
 
 /// One unit a discovery found.
@@ -211,6 +213,7 @@ pub(crate) fn discoverers(
             name: c.name.clone(),
             command: command.clone(),
             timeout,
+            stages: c.stages.clone(),
         });
     }
     for (i, c) in raw.components.iter().enumerate() {

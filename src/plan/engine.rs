@@ -1153,8 +1153,12 @@ impl Workbench {
         let timeout = self.bounded(discoverer.timeout, |base| {
             base.of_discoverer(&discoverer.name)
         });
+        let at = self
+            .discovery_stage(discoverer)
+            .map(Where::stage)
+            .unwrap_or_default();
         let job = self.job(
-            (CommandKind::Plan, Where::default()),
+            (CommandKind::Plan, at),
             (name, label),
             command,
             Files::default(),
@@ -1168,6 +1172,34 @@ impl Workbench {
             ))
         })?;
         read_units(bytes).map_err(with_output)
+    }
+
+    /// The stage a discovery runs as (its profile and variables): it runs
+    /// once for every stage its component runs in, so as the first of them
+    /// when they all plan with the same profile; else as none, with the
+    /// server's `default` profile.
+    fn discovery_stage(&self, discoverer: &Discoverer) -> Option<&str> {
+        let mut stages = self
+            .config
+            .stages
+            .iter()
+            .map(|s| s.name.as_str())
+            .filter(|s| {
+                discoverer
+                    .stages
+                    .as_ref()
+                    .is_none_or(|only| only.iter().any(|o| o == s))
+            });
+        let plans_with = |stage: &str| {
+            self.profile_for(CommandKind::Plan, Where::stage(stage))
+                .ok()
+                .map(|profile| profile.name.clone())
+        };
+        let first = stages.next()?;
+        let profile = plans_with(first)?;
+        stages
+            .all(|stage| plans_with(stage).as_ref() == Some(&profile))
+            .then_some(first)
     }
 
     /// Prices `members` of `stage` with its cost command, in the sandbox and

@@ -537,3 +537,155 @@ async fn a_bot_killed_while_its_apply_runs_on_the_ci_finds_it_done_and_applies_i
     assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
     assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
 }
+
+/// `data`: network, database and app, planned and applied by one call of
+/// the example's `ci/group.py`.
+const GROUP: &str =
+    "[[group]]\nname = \"data\"\ncomponents = [\"network\", \"database\", \"app\"]\n\
+plan = [\"python3\", \"{root}/ci/group.py\", \"plan\", \"{members_file}\"]\n\
+apply = [\"python3\", \"{root}/ci/group.py\", \"apply\", \"{members_file}\"]\n\n";
+
+/// A hook that says where it runs, for which stage and members.
+const HOOK_PY: &str = r#"import json, os, sys
+members = json.load(open(sys.argv[1]))
+print(f"hook {os.environ['WAVEGATE_HOOK']} {os.environ['WAVEGATE_HOOK_NAME']} in {os.environ['WAVEGATE_STAGE']}: "
+      + ", ".join(sorted(m["member"] for m in members)), flush=True)
+"#;
+
+fn hook(moment: &str, name: &str) -> String {
+    format!(
+        "[[hooks.{moment}]]\nname = \"{name}\"\ncommand = [\"python3\", \"ci/hook.py\", \"{{members_file}}\"]\n\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_calls_and_prods_hooks_run_on_the_ci_as_jobs_of_their_own() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "github");
+    // The group and the hooks, on the base and on the pull request's branch.
+    let hooks = format!(
+        "{}{}",
+        hook("before.plan", "announce"),
+        hook("before.apply", "window")
+    );
+    for (branch, from) in [("main", "main"), ("probed", "probed")] {
+        let config = bot
+            .example
+            .read(branch, "wavegate.toml")
+            .replace("[policy]", &format!("{GROUP}[policy]"));
+        let config = format!("{config}\n{hooks}");
+        bot.example.branch(
+            branch,
+            from,
+            &[
+                ("wavegate.toml", Some(&config)),
+                ("ci/hook.py", Some(HOOK_PY)),
+            ],
+        );
+    }
+    let runner = prod_runner(&bot);
+    let repo = bot.github_repo();
+    bot.forge.set_permission(&repo, "rev-bob", "write");
+
+    let pr = bot.opened(&repo, 1, "probed").await;
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    let (here, there) = (bot.log(), runner.logs());
+    let group_plan = |stage: &str| format!("estate: plan group data@{stage}");
+    assert!(here.contains(&group_plan("dev")) && !here.contains(&group_plan("prod")));
+    assert!(there.contains(&group_plan("prod")), "{there}");
+    assert_eq!(
+        there.matches(&group_plan("prod")).count(),
+        1,
+        "prod's group is planned with one call: {there}"
+    );
+
+    // Merged: each stage's hooks run where its commands run.
+    pr.comment_as("rev-bob", "/approve").await;
+    pr.merge().await;
+    let announced = |stage: &str| format!("hook before.plan announce in {stage}: ");
+    let (here, there) = (bot.log(), runner.logs());
+    assert!(here.contains(&announced("dev")) && !here.contains(&announced("prod")));
+    assert!(there.contains(&announced("prod")), "{there}");
+    let digest = digest_in(&pr.last_reply());
+    pr.comment_as("rev-bob", &format!("/approve prod {digest}"))
+        .await;
+    let there = runner.logs();
+    assert!(
+        there.contains("estate: apply group data@prod")
+            && there.contains("hook before.apply window in prod: "),
+        "{there}"
+    );
+    let here = bot.log();
+    assert!(
+        here.contains("hook before.apply window in dev: ")
+            && !here.contains("estate: apply group data@prod")
+            && !here.contains("window in prod")
+    );
+    assert!(bot.applies_run().contains(&"app@prod".to_owned()));
+    assert_eq!(pr.apply_check().state, "success", "{}", pr.apply_section());
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+}
+
+/// Finds every directory under `live/` holding a `resources.json`, as
+/// `terragrunt find` would, and says where it ran.
+const DISCOVER_PY: &str = r#"import json, os, pathlib, sys
+units = [{"type": "unit", "path": str(r.parent), "dependencies": [], "paths": [f"{r.parent}/*"]}
+         for r in sorted(pathlib.Path("live").rglob("resources.json"))]
+token = os.environ.get("PROD_CLOUD_TOKEN")
+print(f"discovered {len(units)} units, prod-access=" + ("yes" if token == "prod-token-91b2c7" else "no"), flush=True)
+json.dump(units, open(sys.argv[1], "w"))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovery_in_prod_runs_on_the_ci_and_its_units_plan_there() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
+    set_up(&bot, "forgejo");
+    let config = bot.example.read("probed", "wavegate.toml").replace(
+        "[policy]",
+        "[[component]]\nname = \"live\"\ndiscover = [\"python3\", \"ci/discover.py\", \"{units_file}\"]\nstages = [\"prod\"]\n\n[policy]",
+    );
+    let unit =
+        |name: &str| format!(r#"{{"null_resource.{name}": {{"name": "{name}-${{stage}}"}}}}"#);
+    let (net, app) = (unit("net"), unit("app"));
+    bot.example.branch(
+        "probed",
+        "probed",
+        &[
+            ("wavegate.toml", Some(&config)),
+            ("ci/discover.py", Some(DISCOVER_PY)),
+            ("live/net/resources.json", Some(&net)),
+            ("live/app/resources.json", Some(&app)),
+        ],
+    );
+    let runner = prod_runner(&bot);
+    let repo = bot.forgejo_repo();
+
+    let pr = bot.opened(&repo, 1, "probed").await;
+    let report = pr.report();
+    assert!(
+        report.contains("`live` discovered 2 units: `live.app`, `live.net`"),
+        "{report}"
+    );
+    assert!(
+        runner
+            .logs()
+            .contains("discovered 2 units, prod-access=yes"),
+        "prod's discovery runs on its runner, with its credential: {}\n\nbot: {}",
+        runner.logs(),
+        bot.log()
+            .lines()
+            .filter(|l| l.contains("discover"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(!bot.log().contains("discovered 2 units"));
+    let there = probe_lines(&runner.logs());
+    for member in ["live.net@prod", "live.app@prod"] {
+        assert!(
+            there.contains(&format!("plan {member} prod-access=yes")),
+            "{member} plans on the runner: {there:?}"
+        );
+    }
+}
