@@ -1,6 +1,8 @@
 //! GitHub Actions and Forgejo Actions in our own terms: a workflow dispatch
-//! asked for (checked before it is sent), the run it started, and where a
-//! run stands, both forges' status and conclusion words read into one enum.
+//! asked for (checked before it is sent), the run it started, where a run
+//! stands, both forges' status and conclusion words read into one enum, a
+//! run's jobs and their steps, and the end of a job's log, kept as it
+//! streams in so that a long log is never held whole.
 //! What a refused dispatch means (no such workflow, no `workflow_dispatch`
 //! trigger, a forge too old to name the run it started) is said here once,
 //! with the fix, for both clients.
@@ -163,6 +165,107 @@ impl RunStatus {
 
     pub fn is_finished(&self) -> bool {
         matches!(self, RunStatus::Completed { .. })
+    }
+}
+
+/// One job of a workflow run, as the forge answers now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunJob {
+    /// The job's id, as `GET …/actions/jobs/{id}/logs` takes it.
+    pub id: u64,
+    /// Its name: the workflow's key under `jobs:`, or its `name:`.
+    pub name: String,
+    /// Read like a run's status, in the same words on both forges.
+    pub status: RunStatus,
+    /// The job's page, when the forge said.
+    pub html_url: Option<String>,
+    /// Its steps in order, the forge's own (set-up, clean-up) included;
+    /// none for a job no runner took.
+    pub steps: Vec<RunStep>,
+}
+
+/// One step of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStep {
+    pub name: String,
+    pub status: RunStatus,
+}
+
+impl RunJob {
+    /// Whether the job ended other than in success or skipped.
+    pub fn failed(&self) -> bool {
+        matches!(&self.status, RunStatus::Completed { conclusion } if conclusion.failed())
+    }
+
+    /// The first of its steps that ended other than in success or skipped.
+    pub fn failed_step(&self) -> Option<&RunStep> {
+        self.steps.iter().find(|step| {
+            matches!(&step.status, RunStatus::Completed { conclusion } if conclusion.failed())
+        })
+    }
+}
+
+impl RunConclusion {
+    /// Neither success nor a skip: something went wrong, or was stopped.
+    fn failed(&self) -> bool {
+        !matches!(self, Self::Success)
+            && !matches!(self, Self::Other(word) if word == "skipped" || word == "neutral")
+    }
+}
+
+/// The last bytes of a stream, read chunk by chunk: at most `max_bytes`
+/// are kept (and twice that held between trims).
+#[derive(Debug)]
+pub(crate) struct LogTail {
+    kept: Vec<u8>,
+    max_bytes: usize,
+    cut: bool,
+}
+
+impl LogTail {
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        Self {
+            kept: Vec::new(),
+            max_bytes,
+            cut: false,
+        }
+    }
+
+    /// The stream starts within the log (a range from its end), not at
+    /// its start: its first line is as good as cut.
+    pub(crate) fn starts_within(&mut self) {
+        self.cut = true;
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        self.kept.extend_from_slice(chunk);
+        if self.kept.len() > self.max_bytes.saturating_mul(2).max(64 * 1024) {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        if self.kept.len() > self.max_bytes {
+            let excess = self.kept.len() - self.max_bytes;
+            self.kept.drain(..excess);
+            self.cut = true;
+        }
+    }
+
+    /// The text kept. When the start was cut off, so is the partial line
+    /// it left (unless it is the only line); bytes that are not UTF-8
+    /// (a character cut in two) read as U+FFFD.
+    pub(crate) fn finish(mut self) -> String {
+        self.trim();
+        let mut start = 0;
+        if self.cut {
+            if let Some(newline) = self.kept.iter().position(|b| *b == b'\n') {
+                if newline + 1 < self.kept.len() {
+                    start = newline + 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&self.kept[start..]).into_owned()
     }
 }
 
@@ -330,6 +433,88 @@ mod tests {
         assert_eq!(RunStatus::from_forgejo("Success"), RunStatus::InProgress);
         assert!(!RunStatus::InProgress.is_finished());
         assert!(completed(RunConclusion::Other("x".into())).is_finished());
+    }
+
+    fn job(status: RunStatus, steps: &[(&str, RunStatus)]) -> RunJob {
+        RunJob {
+            id: 1,
+            name: "job".into(),
+            status,
+            html_url: None,
+            steps: steps
+                .iter()
+                .map(|(name, status)| RunStep {
+                    name: (*name).into(),
+                    status: status.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_failed_step_is_the_first_that_neither_succeeded_nor_was_skipped() {
+        let skipped = completed(RunConclusion::Other("skipped".into()));
+        let failed = job(
+            completed(RunConclusion::Failure),
+            &[
+                ("Set up job", completed(RunConclusion::Success)),
+                ("lint", skipped.clone()),
+                (
+                    "Run actions/checkout@v4",
+                    completed(RunConclusion::Cancelled),
+                ),
+                ("wavegate job run", completed(RunConclusion::Failure)),
+            ],
+        );
+        assert!(failed.failed());
+        assert_eq!(
+            failed.failed_step().unwrap().name,
+            "Run actions/checkout@v4"
+        );
+        let passed = job(completed(RunConclusion::Success), &[("a", skipped)]);
+        assert!(!passed.failed() && passed.failed_step().is_none());
+        assert!(!job(RunStatus::InProgress, &[("a", RunStatus::InProgress)]).failed());
+        assert!(job(completed(RunConclusion::TimedOut), &[]).failed());
+    }
+
+    #[test]
+    fn a_log_tail_keeps_the_last_bytes_from_a_whole_line() {
+        let mut tail = LogTail::new(10);
+        tail.push(b"first\nsec");
+        tail.push(b"ond\nthird\n");
+        assert_eq!(tail.finish(), "third\n", "the cut line `ond` is dropped");
+
+        let mut whole = LogTail::new(100);
+        whole.push(b"a\nb\n");
+        assert_eq!(whole.finish(), "a\nb\n");
+
+        let mut ranged = LogTail::new(100);
+        ranged.starts_within();
+        ranged.push(b"ond\nthird\n");
+        assert_eq!(ranged.finish(), "third\n");
+
+        let mut one_line = LogTail::new(4);
+        one_line.push(b"abcdefgh");
+        assert_eq!(one_line.finish(), "efgh", "a single cut line is kept");
+    }
+
+    #[test]
+    fn a_long_stream_is_held_within_bounds_as_it_comes() {
+        let mut tail = LogTail::new(1_000);
+        for i in 0..10_000 {
+            tail.push(format!("line {i}\n").as_bytes());
+            assert!(tail.kept.len() <= 64 * 1024 + 16);
+        }
+        let text = tail.finish();
+        assert!(text.len() <= 1_000 && text.starts_with("line "), "{text}");
+        assert!(text.ends_with("line 9999\n"));
+    }
+
+    #[test]
+    fn a_character_cut_in_two_reads_as_a_replacement() {
+        let mut tail = LogTail::new(5);
+        tail.push("xé1234".as_bytes());
+        assert_eq!(tail.finish(), "\u{fffd}1234");
     }
 
     fn dispatch(workflow: &str, inputs: usize) -> WorkflowDispatch {

@@ -1,10 +1,11 @@
 //! The forge operations the worker needs, one enum over the GitHub and
 //! Forgejo clients: the report comment found again by its marker, the plan
 //! check (check run or commit status), pull requests, issues, permissions,
-//! reactions, workflow dispatches and runs (GitHub Actions, Forgejo
-//! Actions) and the header `git fetch` authenticates with.
+//! reactions, workflow dispatches, runs, their jobs and the end of a job's
+//! log (GitHub Actions, Forgejo Actions) and the header `git fetch`
+//! authenticates with.
 
-use super::actions::{DispatchedRun, WorkflowDispatch, WorkflowRunState};
+use super::actions::{DispatchedRun, RunJob, WorkflowDispatch, WorkflowRunState};
 use super::forgejo::ForgejoClient;
 use super::github::GitHubClient;
 use super::listing::{ListedComment, ListedPull, ListedReview, Page, RateBudget};
@@ -109,6 +110,33 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => c.workflow_run(repo, id).await,
             ForgeClient::Forgejo(c) => c.workflow_run(repo, id).await,
+        }
+    }
+
+    /// The jobs of run `id`, with their steps (GitHub `GET
+    /// …/actions/runs/{id}/jobs`, its latest attempt's; Forgejo the same
+    /// path, then `GET …/actions/jobs/{job}` for each job's steps).
+    pub async fn workflow_run_jobs(&self, repo: &RepoRef, id: u64) -> Result<Vec<RunJob>> {
+        match self {
+            ForgeClient::GitHub(c) => c.workflow_run_jobs(repo, id).await,
+            ForgeClient::Forgejo(c) => c.workflow_run_jobs(repo, id).await,
+        }
+    }
+
+    /// At most the last `max_bytes` of job `job_id`'s log (`GET
+    /// …/actions/jobs/{id}/logs`; GitHub answers with where to download it,
+    /// which is read without the forge's credentials), starting at a whole
+    /// line where there is one. The log is read as it streams in and only
+    /// its end is kept.
+    pub async fn job_log_tail(
+        &self,
+        repo: &RepoRef,
+        job_id: u64,
+        max_bytes: usize,
+    ) -> Result<String> {
+        match self {
+            ForgeClient::GitHub(c) => c.job_log_tail(repo, job_id, max_bytes).await,
+            ForgeClient::Forgejo(c) => c.job_log_tail(repo, job_id, max_bytes).await,
         }
     }
 

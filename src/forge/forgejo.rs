@@ -3,8 +3,8 @@
 //! Every call goes through the shared retry wrapper.
 
 use super::actions::{
-    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, RunStatus,
-    WorkflowDispatch, WorkflowRunState,
+    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, LogTail, RunJob,
+    RunStatus, RunStep, WorkflowDispatch, WorkflowRunState,
 };
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy};
@@ -375,6 +375,112 @@ impl ForgejoClient {
         })
     }
 
+    /// `GET /repos/{o}/{r}/actions/runs/{id}/jobs` (`ActionRunJob`s, which
+    /// carry no steps there), then `GET /repos/{o}/{r}/actions/jobs/{job}`
+    /// for each job's steps.
+    pub(crate) async fn workflow_run_jobs(&self, repo: &RepoRef, id: u64) -> Result<Vec<RunJob>> {
+        let full_name = &repo.id.full_name;
+        let route = format!("/repos/{full_name}/actions/runs/{id}/jobs");
+        let call = format!("GET /api/v1{route}");
+        let reply = self.call(Method::GET, &route, None).await?;
+        if reply.status == 404 {
+            return Err(anyhow!(
+                "{call}: 404 {}: {full_name} has no workflow run {id} (a Forgejo without this endpoint answers 404 too)",
+                reply.message()
+            ));
+        }
+        let listed: Vec<WireActionJob> = reply.success(&call)?.json(&call)?;
+        let mut jobs = Vec::with_capacity(listed.len());
+        for job in listed {
+            let job = match job.steps {
+                Some(_) => job,
+                None => {
+                    let route = format!("/repos/{full_name}/actions/jobs/{}", job.id);
+                    let call = format!("GET /api/v1{route}");
+                    let reply = self.call(Method::GET, &route, None).await?.success(&call)?;
+                    reply.json(&call)?
+                }
+            };
+            jobs.push(RunJob {
+                id: job.id,
+                name: job.name,
+                status: RunStatus::from_forgejo(&job.status),
+                html_url: job.html_url.filter(|url| !url.is_empty()),
+                steps: job
+                    .steps
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|step| RunStep {
+                        name: step.name,
+                        status: RunStatus::from_forgejo(&step.status),
+                    })
+                    .collect(),
+            });
+        }
+        Ok(jobs)
+    }
+
+    /// `GET /repos/{o}/{r}/actions/jobs/{id}/logs`, the plain text, asked
+    /// for from its end (`Range: bytes=-max_bytes`, which Forgejo answers
+    /// 206; an empty log 416) and its end kept as it streams in whatever
+    /// the answer.
+    pub(crate) async fn job_log_tail(
+        &self,
+        repo: &RepoRef,
+        job_id: u64,
+        max_bytes: usize,
+    ) -> Result<String> {
+        let full_name = &repo.id.full_name;
+        let route = format!("/repos/{full_name}/actions/jobs/{job_id}/logs");
+        let call = format!("GET /api/v1{route}");
+        let url = format!("{}{route}", self.api);
+        let reply = send_with_retry(&self.policy, &call, || async {
+            let exchange = Exchange::start(ForgeKind::Forgejo);
+            let outcome = async {
+                let mut response = self
+                    .http
+                    .get(&url)
+                    .header("authorization", format!("token {}", self.token.expose()))
+                    .header("accept", "text/plain")
+                    .header("range", format!("bytes=-{max_bytes}"))
+                    .send()
+                    .await
+                    .map_err(transport_failure)?;
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let mut tail = LogTail::new(max_bytes);
+                if status == 206 && !range_starts_at_zero(&headers) {
+                    tail.starts_within();
+                }
+                while let Some(chunk) = response.chunk().await.map_err(transport_failure)? {
+                    tail.push(&chunk);
+                }
+                Ok(Reply {
+                    status,
+                    headers,
+                    body: tail.finish(),
+                })
+            }
+            .await;
+            exchange.finish(&outcome);
+            outcome
+        })
+        .await?;
+        match reply.status {
+            200 | 206 => Ok(reply.body),
+            416 => Ok(String::new()),
+            404 => Err(anyhow!(
+                "{call}: 404 {}: {full_name} has no workflow job {job_id}",
+                reply.message()
+            )),
+            _ => {
+                let status = reply.status;
+                reply.success(&call)?;
+                Err(anyhow!("{call}: {status} without a log"))
+            }
+        }
+    }
+
     /// `POST /repos/{o}/{r}/actions/runs/{id}/cancel`: 204, a run already
     /// finished included (Forgejo leaves it as it is). A Forgejo without
     /// this endpoint answers 404; the run then ends at its own timeout.
@@ -516,12 +622,44 @@ impl ForgejoClient {
     }
 }
 
+/// Whether a 206's `Content-Range: bytes START-END/TOTAL` starts at 0.
+fn range_starts_at_zero(headers: &reqwest::header::HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_RANGE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|range| range.trim().strip_prefix("bytes "))
+        .is_some_and(|range| range.starts_with("0-"))
+}
+
 fn transport_failure(error: reqwest::Error) -> Failure {
     if error.is_builder() {
         Failure::permanent(anyhow!("{error:?}"))
     } else {
         Failure::transient(anyhow!("{error:?}"))
     }
+}
+
+/// Forgejo's `ActionRunJob`, as far as it is read.
+#[derive(Deserialize)]
+struct WireActionJob {
+    id: u64,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    html_url: Option<String>,
+    #[serde(default)]
+    steps: Option<Vec<WireActionStep>>,
+}
+
+/// Forgejo's `ActionRunJobStep`: its status in the run's words.
+#[derive(Deserialize)]
+struct WireActionStep {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    status: String,
 }
 
 #[derive(Deserialize)]
@@ -646,6 +784,18 @@ fn cut(text: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_from_the_start_of_the_log_is_told_apart() {
+        let range = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::CONTENT_RANGE, value.parse().unwrap());
+            range_starts_at_zero(&headers)
+        };
+        assert!(range("bytes 0-99/100"));
+        assert!(!range("bytes 900-999/1000"));
+        assert!(!range_starts_at_zero(&reqwest::header::HeaderMap::new()));
+    }
 
     #[test]
     fn a_long_title_is_cut_to_140_characters_with_an_ellipsis() {

@@ -8,8 +8,8 @@
 //! GitHub's JSON is read into our own minimal structs and converted here.
 
 use super::actions::{
-    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, RunStatus,
-    WorkflowDispatch, WorkflowRunState,
+    forge_too_old, missing_workflow, undispatchable_workflow, DispatchedRun, LogTail, RunJob,
+    RunStatus, RunStep, WorkflowDispatch, WorkflowRunState,
 };
 use super::listing::{self, ListedComment, ListedPull, ListedReview, Page, RateBudget};
 use super::retry::{send_with_retry, Exchange, Failure, Reply, RetryPolicy, Settled};
@@ -66,6 +66,11 @@ struct Installation {
 
 pub struct GitHubClient {
     app: Octocrab,
+    /// The API root, which a relative redirect is read against.
+    api_url: String,
+    /// Carries no credentials: what a redirect away from the API (a job's
+    /// log) is downloaded with.
+    downloads: Octocrab,
     policy: RetryPolicy,
     installations: Mutex<HashMap<u64, Arc<Installation>>>,
     /// `owner/name` → installation, learned from `GET /repos/{o}/{r}/installation`.
@@ -97,8 +102,13 @@ impl GitHubClient {
             .app(AppId(app_id), key)
             .build()
             .map_err(|e| anyhow!("building the GitHub client failed: {e:?}"))?;
+        let downloads = Octocrab::builder()
+            .build()
+            .map_err(|e| anyhow!("building the GitHub download client failed: {e:?}"))?;
         Ok(Self {
             app,
+            api_url: api_url.trim_end_matches('/').to_owned(),
+            downloads,
             policy,
             installations: Mutex::new(HashMap::new()),
             repo_installations: Mutex::new(HashMap::new()),
@@ -500,6 +510,139 @@ impl GitHubClient {
         })
     }
 
+    /// `GET /repos/{o}/{r}/actions/runs/{id}/jobs`: the latest attempt's
+    /// jobs (the first 100), with their steps.
+    pub(crate) async fn workflow_run_jobs(&self, repo: &RepoRef, id: u64) -> Result<Vec<RunJob>> {
+        #[derive(Deserialize)]
+        struct WireJobs {
+            jobs: Vec<WireJob>,
+        }
+        #[derive(Deserialize)]
+        struct WireJob {
+            id: u64,
+            name: String,
+            #[serde(default)]
+            status: Option<String>,
+            #[serde(default)]
+            conclusion: Option<String>,
+            #[serde(default)]
+            html_url: Option<String>,
+            #[serde(default)]
+            steps: Vec<WireStep>,
+        }
+        #[derive(Deserialize)]
+        struct WireStep {
+            name: String,
+            #[serde(default)]
+            status: Option<String>,
+            #[serde(default)]
+            conclusion: Option<String>,
+        }
+        let full_name = &repo.id.full_name;
+        let route =
+            format!("/repos/{full_name}/actions/runs/{id}/jobs?filter=latest&per_page={PER_PAGE}");
+        let call = format!("GET {route}");
+        let reply = self.repo_call(repo, Verb::Get, &route, None).await?;
+        if reply.status == 404 {
+            return Err(anyhow!(
+                "{call}: 404 {}: {full_name} has no workflow run {id}",
+                reply.message()
+            ));
+        }
+        let listed: WireJobs = reply.success(&call)?.json(&call)?;
+        Ok(listed
+            .jobs
+            .into_iter()
+            .map(|job| RunJob {
+                id: job.id,
+                name: job.name,
+                status: RunStatus::from_github(job.status.as_deref(), job.conclusion.as_deref()),
+                html_url: job.html_url,
+                steps: job
+                    .steps
+                    .into_iter()
+                    .map(|step| RunStep {
+                        name: step.name,
+                        status: RunStatus::from_github(
+                            step.status.as_deref(),
+                            step.conclusion.as_deref(),
+                        ),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// `GET /repos/{o}/{r}/actions/jobs/{id}/logs` answers 302 to a signed
+    /// download URL (valid for a minute), which is read with no
+    /// credentials, its end kept as it streams in. The URL is named in
+    /// errors without its query, which holds the signature.
+    pub(crate) async fn job_log_tail(
+        &self,
+        repo: &RepoRef,
+        job_id: u64,
+        max_bytes: usize,
+    ) -> Result<String> {
+        let full_name = &repo.id.full_name;
+        let route = format!("/repos/{full_name}/actions/jobs/{job_id}/logs");
+        let call = format!("GET {route}");
+        let reply = self.repo_call(repo, Verb::Get, &route, None).await?;
+        match reply.status {
+            301 | 302 | 303 | 307 | 308 => {}
+            200 => {
+                let mut tail = LogTail::new(max_bytes);
+                tail.push(reply.body.as_bytes());
+                return Ok(tail.finish());
+            }
+            404 => {
+                return Err(anyhow!(
+                    "{call}: 404 {}: {full_name} has no workflow job {job_id}",
+                    reply.message()
+                ))
+            }
+            410 => {
+                return Err(anyhow!(
+                    "{call}: 410 {}: the log of job {job_id} is no longer kept",
+                    reply.message()
+                ))
+            }
+            _ => {
+                let status = reply.status;
+                reply.success(&call)?;
+                return Err(anyhow!("{call}: {status} without a log"));
+            }
+        }
+        let location = reply
+            .headers
+            .get(reqwest::header::LOCATION)
+            .and_then(|value| value.to_str().ok())
+            .ok_or_else(|| anyhow!("{call}: {} without a Location", reply.status))?;
+        let url = reqwest::Url::parse(&format!("{}/", self.api_url))
+            .and_then(|api| api.join(location))
+            .map_err(|e| anyhow!("{call}: the log's Location is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "https" | "http") {
+            return Err(anyhow!("{call}: the log's Location is not an http(s) URL"));
+        }
+        let download = format!(
+            "GET {}://{}{} (job {job_id}'s log)",
+            url.scheme(),
+            url.host_str().unwrap_or_default(),
+            url.path()
+        );
+        let reply = send_with_retry(&self.policy, &download, || async {
+            let exchange = Exchange::start(ForgeKind::GitHub);
+            let outcome = download_tail(&self.downloads, url.as_str(), max_bytes).await;
+            exchange.finish(&outcome);
+            outcome
+        })
+        .await?
+        .success(&download)?;
+        if reply.status != 200 {
+            return Err(anyhow!("{download}: {} without a log", reply.status));
+        }
+        Ok(reply.body)
+    }
+
     /// `POST /repos/{o}/{r}/actions/runs/{id}/cancel`: 202, or 409 for a
     /// run already completed (left as it is: no error).
     pub(crate) async fn cancel_workflow_run(&self, repo: &RepoRef, id: u64) -> Result<()> {
@@ -779,6 +922,26 @@ async fn send_once(
         status,
         headers,
         body,
+    })
+}
+
+/// Reads `url` with `crab`, keeping at most the last `max_bytes` of the
+/// body as it streams in.
+async fn download_tail(crab: &Octocrab, url: &str, max_bytes: usize) -> Result<Reply, Failure> {
+    use futures_util::StreamExt as _;
+    let response = crab._get(url).await.map_err(failure)?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let mut chunks = axum::body::Body::new(response.into_body()).into_data_stream();
+    let mut tail = LogTail::new(max_bytes);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| Failure::transient(anyhow!("reading the log: {e}")))?;
+        tail.push(&chunk);
+    }
+    Ok(Reply {
+        status,
+        headers,
+        body: tail.finish(),
     })
 }
 
