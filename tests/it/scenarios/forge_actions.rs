@@ -3,7 +3,9 @@
 //! the dispatch answers the run, the run reads back as the test moves it on,
 //! a cancel ends it, and a workflow missing, or not dispatchable, or a forge
 //! too old to name the run, is an error that names the file and the fix.
-//! Every request is checked against the forges' API descriptions.
+//! A run's jobs read back with their steps, and the end of a job's log
+//! (GitHub's through its redirect, which gets no token). Every request is
+//! checked against the forges' API descriptions.
 
 use crate::support;
 use std::collections::BTreeMap;
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use support::fake_forge::{self, FakeForge};
 use support::{conformance_violations, RecordedRequest, RepoHandle};
 use wavegate::config::settings::Secret;
-use wavegate::forge::actions::{RunConclusion, RunStatus, WorkflowDispatch};
+use wavegate::forge::actions::{RunConclusion, RunStatus, RunStep, WorkflowDispatch};
 use wavegate::forge::client::ForgeClient;
 use wavegate::forge::forgejo::ForgejoClient;
 use wavegate::forge::github::GitHubClient;
@@ -473,4 +475,188 @@ async fn a_dispatch_neither_forge_takes_is_refused_unsent() {
         .unwrap_err();
     assert!(error.to_string().contains("25"), "{error}");
     assert!(env.dispatch_requests().is_empty());
+}
+
+/// A dispatched run whose runner handed in `log`, its step having failed.
+async fn failed_run(env: &Env, log: &str) -> u64 {
+    let repo = env.repo.repo_ref();
+    let run = env
+        .client
+        .dispatch_workflow(&repo, &dispatch("wavegate.yml"))
+        .await
+        .unwrap();
+    env.forge
+        .runs()
+        .step_ended(&env.repo, run.id, "Run wavegate job run", "failure", log);
+    env.forge
+        .set_run_status(&env.repo, run.id, "completed", Some("failure"));
+    run.id
+}
+
+/// The run's one job reads back, named as the workflow names it, failed at
+/// the step that failed, the ones after it skipped.
+async fn a_runs_jobs_read_back_with_their_steps(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let run = failed_run(&env, "boom\n").await;
+
+    let jobs = env
+        .client
+        .workflow_run_jobs(&env.repo.repo_ref(), run)
+        .await
+        .unwrap();
+
+    let fake = env.forge.run(&env.repo, run);
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    let job = &jobs[0];
+    assert_eq!((job.id, job.name.as_str()), (fake.job.id, "run"));
+    assert_eq!(job.status, completed(RunConclusion::Failure));
+    assert!(job
+        .html_url
+        .as_deref()
+        .is_some_and(|url| url.starts_with(env.forge.url())));
+    let step = |name: &str, conclusion| RunStep {
+        name: name.into(),
+        status: completed(conclusion),
+    };
+    assert_eq!(
+        job.steps,
+        [
+            step("Set up job", RunConclusion::Success),
+            step("Run wavegate job run", RunConclusion::Failure),
+            step("Complete job", RunConclusion::Other("skipped".into())),
+        ]
+    );
+    assert!(job.failed());
+    assert_eq!(job.failed_step().unwrap().name, "Run wavegate job run");
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_run_jobs_read_back_with_their_steps() {
+    a_runs_jobs_read_back_with_their_steps(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_run_jobs_read_back_with_their_steps() {
+    a_runs_jobs_read_back_with_their_steps(ForgeKind::Forgejo).await;
+}
+
+/// A job's log reads back whole when it is short, and only its last bytes,
+/// from a whole line, when it is longer than asked for.
+async fn a_jobs_log_tail_is_read_within_its_bound(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+    let short = failed_run(&env, "pulling image\nError: manifest unknown\n").await;
+    let long_log: String = (1..=20_000).map(|i| format!("line {i}\n")).collect();
+    let long = failed_run(&env, &long_log).await;
+    let job_of = |run| env.forge.run(&env.repo, run).job.id;
+
+    let text = env
+        .client
+        .job_log_tail(&repo, job_of(short), 4096)
+        .await
+        .unwrap();
+    assert_eq!(text, "pulling image\nError: manifest unknown\n");
+
+    let tail = env
+        .client
+        .job_log_tail(&repo, job_of(long), 1000)
+        .await
+        .unwrap();
+    assert!(tail.len() <= 1000 && tail.len() > 900, "{}", tail.len());
+    assert!(
+        tail.starts_with("line ") && tail.ends_with("line 20000\n"),
+        "{tail}"
+    );
+    assert!(
+        long_log.contains(&format!("\n{tail}")),
+        "it starts at a whole line"
+    );
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_job_log_tail_is_read_within_its_bound() {
+    a_jobs_log_tail_is_read_within_its_bound(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_job_log_tail_is_read_within_its_bound() {
+    a_jobs_log_tail_is_read_within_its_bound(ForgeKind::Forgejo).await;
+}
+
+#[tokio::test]
+async fn github_job_log_is_downloaded_where_its_redirect_points_without_the_token() {
+    let env = Env::start(ForgeKind::GitHub).await;
+    let run = failed_run(&env, "the end\n").await;
+    let job = env.forge.run(&env.repo, run).job.id;
+
+    let text = env
+        .client
+        .job_log_tail(&env.repo.repo_ref(), job, 4096)
+        .await
+        .unwrap();
+
+    assert_eq!(text, "the end\n");
+    let asked = env
+        .forge
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with(&format!("/actions/jobs/{job}/logs")))
+        .expect("the log was asked of the API");
+    assert!(
+        asked.headers.contains_key("authorization"),
+        "the API is asked with the installation's token: {asked:#?}"
+    );
+    let downloads = env.forge.log_downloads();
+    assert_eq!(downloads.len(), 1, "{downloads:#?}");
+    assert!(
+        downloads[0].path.ends_with(&format!("/{job}")),
+        "{downloads:#?}"
+    );
+    assert!(
+        !downloads[0].headers.contains_key("authorization"),
+        "the redirect's host gets no token: {downloads:#?}"
+    );
+    env.assert_conformant();
+}
+
+/// A run or a job the repository does not have is an error naming it.
+async fn a_missing_run_or_job_is_named(kind: ForgeKind) {
+    let env = Env::start(kind).await;
+    let repo = env.repo.repo_ref();
+
+    let error = env
+        .client
+        .workflow_run_jobs(&repo, 99_999)
+        .await
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("404") && text.contains("acme/infra has no workflow run 99999"),
+        "{text}"
+    );
+
+    let error = env
+        .client
+        .job_log_tail(&repo, 99_999, 4096)
+        .await
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("404") && text.contains("acme/infra has no workflow job 99999"),
+        "{text}"
+    );
+    assert!(env.forge.log_downloads().is_empty());
+    env.assert_conformant();
+}
+
+#[tokio::test]
+async fn github_missing_run_or_job_is_named() {
+    a_missing_run_or_job_is_named(ForgeKind::GitHub).await;
+}
+
+#[tokio::test]
+async fn forgejo_missing_run_or_job_is_named() {
+    a_missing_run_or_job_is_named(ForgeKind::Forgejo).await;
 }

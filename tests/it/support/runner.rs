@@ -4,8 +4,9 @@
 //! the workflow's one step — the real `wavegate job run`, told the server
 //! the workflow file names — with its own
 //! environment (where a stage's credentials live, and nowhere else), and
-//! completes the run with the step's exit status. A test can kill the step
-//! mid-job, as a runner that dies would.
+//! completes the run with the step's exit status, having handed the fake
+//! forge what the step printed (the job's log) and which step ended how. A
+//! test can kill the step mid-job, as a runner that dies would.
 
 use super::fake_forge::{FakeForge, FakeRun, RunsHandle};
 use std::collections::BTreeSet;
@@ -144,6 +145,11 @@ impl FakeRunner {
     }
 }
 
+/// The workflow's step the runner runs, as `wavegate init actions` names it.
+const STEP: &str = "wavegate job run";
+/// The step before it, which the runner does as a `git clone`.
+const CHECKOUT: &str = "Run actions/checkout@v4";
+
 struct Step {
     /// Until it says go, when the run is held.
     hold: Option<tokio::sync::watch::Receiver<bool>>,
@@ -187,12 +193,17 @@ impl Step {
                 .status()
                 .unwrap()
                 .success();
-        let exit = if cloned {
-            self.step(&run, &checkout).await
+        let (step, exit) = if cloned {
+            (STEP, self.step(&run, &checkout).await)
         } else {
-            1
+            (CHECKOUT, 1)
         };
         self.taken.lock().unwrap()[index].exit = Some(exit);
+        let printed = std::fs::read_to_string(self.dir.join("step.log"))
+            .unwrap_or_else(|_| format!("fatal: cannot check out {sha}\n"));
+        let ended = if exit == 0 { "success" } else { "failure" };
+        self.runs
+            .step_ended(&run.repo, run.id, step, ended, &printed);
         // A run whose step was killed was cancelled already, or is failed.
         if self.runs.status(&run.repo, run.id).as_deref() != Some("completed") {
             let conclusion = if exit == 0 { "success" } else { "failure" };

@@ -15,6 +15,14 @@
 //! (`return_run_details`, 200; `return_run_info`, 201), else 204. A cancel
 //! ends a run at once: GitHub answers 202 (409 for a run already
 //! completed), Forgejo 204 either way.
+//!
+//! A run has one job, the workflow's first, whose steps are the forge's
+//! `Set up job`, the workflow's and its `Complete job`, and which ends as
+//! the run does; a runner hands in what its step printed, and which step
+//! ended how ([`RunsHandle::step_ended`]). That is the job's log: Forgejo
+//! answers it as text (206 from its end for a `Range: bytes=-n`), GitHub
+//! with a 302 to a download on another host (`localhost` for `127.0.0.1`),
+//! not an API path, where each download is recorded apart.
 
 use super::*;
 use std::process::Command;
@@ -24,6 +32,9 @@ pub(super) fn route(state: &mut State, call: &Call, path: &[&str]) -> Option<Ans
     let answer = match (call.req.method, path) {
         ("POST", ["actions", "workflows", file, "dispatches"]) => dispatch(state, call, file),
         ("GET", ["actions", "runs", id]) => get(state, call, id),
+        ("GET", ["actions", "runs", id, "jobs"]) => jobs(state, call, id),
+        ("GET", ["actions", "jobs", id]) => job(state, call, id),
+        ("GET", ["actions", "jobs", id, "logs"]) => log(state, call, id),
         ("POST", ["actions", "runs", id, "cancel"]) => cancel(state, call, id),
         _ => return None,
     };
@@ -83,7 +94,7 @@ fn dispatch(state: &mut State, call: &Call, file: &str) -> Answer {
             (path, text, sha)
         }
     };
-    let (id, now) = (state.id(), state.now());
+    let (id, job_id, now) = (state.id(), state.id(), state.now());
     let base_url = state.base_url.clone();
     let repo = state.repo_at(call.forge, call.full_name);
     let run_number = repo.runs.len() as u64 + 1;
@@ -106,6 +117,20 @@ fn dispatch(state: &mut State, call: &Call, file: &str) -> Answer {
         conclusion: None,
         created_at: now,
         updated_at: now,
+        job: FakeJob {
+            id: job_id,
+            name: job_names(&text).into_iter().next().unwrap_or_default(),
+            steps: std::iter::once("Set up job".to_owned())
+                .chain(step_names(&text))
+                .chain(std::iter::once("Complete job".to_owned()))
+                .map(|name| FakeStep {
+                    name,
+                    status: "queued".into(),
+                    conclusion: None,
+                })
+                .collect(),
+            log: String::new(),
+        },
     };
     repo.runs.push(run.clone());
     // Nobody listening is no failure: a test need not subscribe.
@@ -173,6 +198,27 @@ fn job_names(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The names GitHub gives the steps under the first `steps:`: a step's
+/// `name`, else `Run ` and what it uses or runs.
+fn step_names(text: &str) -> Vec<String> {
+    let mut lines = text
+        .lines()
+        .skip_while(|line| line.trim_end() != "    steps:");
+    lines.next();
+    lines
+        .take_while(|line| line.is_empty() || line.starts_with("      "))
+        .filter_map(|line| line.strip_prefix("      - "))
+        .filter_map(|step| {
+            let (key, value) = step.split_once(": ")?;
+            match key {
+                "name" => Some(value.trim().to_owned()),
+                "uses" | "run" => Some(format!("Run {}", value.trim())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 fn run_mut<'s>(state: &'s mut State, call: &Call, id: &str) -> Result<&'s mut FakeRun, Response> {
     let id = number(id)?;
     state
@@ -186,6 +232,186 @@ fn run_mut<'s>(state: &'s mut State, call: &Call, id: &str) -> Result<&'s mut Fa
 fn get(state: &mut State, call: &Call, id: &str) -> Answer {
     let run = run_mut(state, call, id)?.clone();
     Ok(answer(200, run_json(state, &run)))
+}
+
+fn jobs(state: &mut State, call: &Call, id: &str) -> Answer {
+    let run = run_mut(state, call, id)?.clone();
+    let base = state.base_url.clone();
+    Ok(match call.forge {
+        ForgeKind::GitHub => answer(
+            200,
+            json!({ "total_count": 1, "jobs": [job_json(&base, &run)] }),
+        ),
+        ForgeKind::Forgejo => {
+            let mut listed = job_json(&base, &run);
+            listed.as_object_mut().unwrap().remove("steps");
+            answer(200, json!([listed]))
+        }
+    })
+}
+
+/// The run whose job `id` is.
+fn run_of_job(state: &mut State, call: &Call, id: &str) -> Result<FakeRun, Response> {
+    let id = number(id)?;
+    state
+        .repo_at(call.forge, call.full_name)
+        .runs
+        .iter()
+        .find(|r| r.job.id == id)
+        .cloned()
+        .ok_or_else(not_found)
+}
+
+fn job(state: &mut State, call: &Call, id: &str) -> Answer {
+    let run = run_of_job(state, call, id)?;
+    Ok(answer(200, job_json(&state.base_url, &run)))
+}
+
+/// Forgejo: the log, from its end for a `Range: bytes=-n`. GitHub: where
+/// to download it, on another host.
+fn log(state: &mut State, call: &Call, id: &str) -> Answer {
+    let run = run_of_job(state, call, id)?;
+    let log = run.job.log;
+    match call.forge {
+        ForgeKind::GitHub => {
+            let other_host = state.base_url.replace("127.0.0.1", "localhost");
+            let location = format!(
+                "{other_host}/_downloads/logs/{}/{}?urlSigningMethod=HMACV1&urlSignature=sig-{}",
+                call.full_name, run.job.id, run.job.id
+            );
+            Ok((StatusCode::FOUND, [("location", location)]).into_response())
+        }
+        ForgeKind::Forgejo => {
+            let suffix = call
+                .req
+                .headers
+                .get("range")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("bytes=-"))
+                .and_then(|n| n.parse::<usize>().ok());
+            match suffix {
+                Some(_) if log.is_empty() => Err(StatusCode::RANGE_NOT_SATISFIABLE.into_response()),
+                Some(n) if n < log.len() => {
+                    let start = log.len() - n;
+                    let range = format!("bytes {start}-{}/{}", log.len() - 1, log.len());
+                    Ok((
+                        StatusCode::PARTIAL_CONTENT,
+                        [
+                            ("content-type", "text/plain; charset=utf-8".to_owned()),
+                            ("content-range", range),
+                        ],
+                        log.into_bytes()[start..].to_vec(),
+                    )
+                        .into_response())
+                }
+                _ => Ok(([("content-type", "text/plain; charset=utf-8")], log).into_response()),
+            }
+        }
+    }
+}
+
+/// A download of a job's log where GitHub's redirect points (not an API
+/// path, so not checked as one): recorded apart, the log in full.
+pub(super) fn download(
+    shared: &Shared,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let rest = uri.path().strip_prefix("/_downloads/logs/")?;
+    let mut state = shared.lock().unwrap();
+    record(&mut state, method, uri, headers, None);
+    let recorded = state.requests.pop().expect("just recorded");
+    state.log_downloads.push(recorded);
+    if let Some(failure) = take_failure(&mut state, method.as_str(), uri.path()) {
+        return Some(failure);
+    }
+    let (full_name, job) = rest.rsplit_once('/')?;
+    let job: u64 = job.parse().ok()?;
+    let log = state
+        .repo_mut(ForgeKind::GitHub, full_name)
+        .and_then(|repo| repo.runs.iter().find(|r| r.job.id == job))
+        .map(|run| run.job.log.clone());
+    Some(match log {
+        Some(log) => ([("content-type", "text/plain; charset=utf-8")], log).into_response(),
+        None => not_found(),
+    })
+}
+
+/// A run's job as its repository's forge answers it.
+fn job_json(base: &str, run: &FakeRun) -> Value {
+    let (job, repo) = (&run.job, &run.repo);
+    let full_name = &repo.full_name;
+    match repo.forge {
+        ForgeKind::GitHub => {
+            let started = rfc3339(run.created_at);
+            let completed = (run.status == "completed").then(|| rfc3339(run.updated_at));
+            let steps: Vec<Value> = job
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(number, step)| {
+                    json!({
+                        "name": step.name,
+                        "status": step.status,
+                        "conclusion": step.conclusion,
+                        "number": number + 1,
+                    })
+                })
+                .collect();
+            json!({
+                "id": job.id,
+                "run_id": run.id,
+                "run_url": format!("{base}/repos/{full_name}/actions/runs/{}", run.id),
+                "run_attempt": 1,
+                "node_id": format!("CR_{}", job.id),
+                "head_sha": run.head_sha,
+                "url": format!("{base}/repos/{full_name}/actions/jobs/{}", job.id),
+                "html_url": format!("{}/job/{}", run.html_url, job.id),
+                "status": run.status,
+                "conclusion": run.conclusion,
+                "created_at": started,
+                "started_at": started,
+                "completed_at": completed,
+                "name": job.name,
+                "steps": steps,
+                "check_run_url": format!("{base}/repos/{full_name}/check-runs/{}", job.id),
+                "labels": [],
+                "runner_id": null,
+                "runner_name": null,
+                "runner_group_id": null,
+                "runner_group_name": null,
+                "workflow_name": run.workflow,
+                "head_branch": run.git_ref,
+            })
+        }
+        ForgeKind::Forgejo => {
+            let steps: Vec<Value> = job
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(number, step)| {
+                    let status = forgejo_status_of(&step.status, step.conclusion.as_deref());
+                    json!({ "name": step.name, "number": number, "status": status })
+                })
+                .collect();
+            json!({
+                "id": job.id,
+                "run_id": run.id,
+                "repo_id": repo.id,
+                "owner_id": 1,
+                "name": job.name,
+                "needs": [],
+                "runs_on": [],
+                "task_id": job.id,
+                "attempt": 1,
+                "handle": format!("job-{}", job.id),
+                "status": forgejo_status(run),
+                "html_url": format!("{}/jobs/0", run.html_url),
+                "steps": steps,
+            })
+        }
+    }
 }
 
 /// Cancels a run not completed yet.
@@ -210,7 +436,12 @@ fn cancel(state: &mut State, call: &Call, id: &str) -> Answer {
 
 /// Forgejo's one word for a run's status and conclusion.
 fn forgejo_status(run: &FakeRun) -> &'static str {
-    match (run.status.as_str(), run.conclusion.as_deref()) {
+    forgejo_status_of(&run.status, run.conclusion.as_deref())
+}
+
+/// Forgejo's one word for GitHub's status and conclusion.
+fn forgejo_status_of(status: &str, conclusion: Option<&str>) -> &'static str {
+    match (status, conclusion) {
         ("in_progress", _) => "running",
         ("completed", Some("success")) => "success",
         ("completed", Some("cancelled")) => "cancelled",
@@ -399,6 +630,12 @@ impl FakeForge {
         })
     }
 
+    /// Each download of a job's log where GitHub's redirect pointed, with
+    /// the headers it came with, oldest first.
+    pub fn log_downloads(&self) -> Vec<RecordedRequest> {
+        self.with(|s| s.log_downloads.clone())
+    }
+
     /// Told of each workflow run dispatched from now on, on any repository
     /// of either forge, as it is dispatched.
     pub fn subscribe_dispatches(&self) -> tokio::sync::broadcast::Receiver<FakeRun> {
@@ -431,6 +668,34 @@ impl RunsHandle {
         }
     }
 
+    /// The run's job got as far as `step` (a step's name, or the last
+    /// step), which ended `conclusion` (GitHub's word), having printed
+    /// `log`: the steps before it succeeded, and after it the rest
+    /// succeeded too or, when it did not succeed, were skipped.
+    pub fn step_ended(&self, repo: &RepoHandle, id: u64, step: &str, conclusion: &str, log: &str) {
+        let mut s = self.state.lock().unwrap();
+        let Some(run) = s.repo_of(repo).runs.iter_mut().find(|r| r.id == id) else {
+            return;
+        };
+        let job = &mut run.job;
+        let at = job
+            .steps
+            .iter()
+            .position(|s| s.name == step)
+            .unwrap_or(job.steps.len().saturating_sub(1));
+        for (index, each) in job.steps.iter_mut().enumerate() {
+            let word = match index.cmp(&at) {
+                std::cmp::Ordering::Less => "success",
+                std::cmp::Ordering::Equal => conclusion,
+                std::cmp::Ordering::Greater if conclusion == "success" => "success",
+                std::cmp::Ordering::Greater => "skipped",
+            };
+            each.status = "completed".into();
+            each.conclusion = Some(word.to_owned());
+        }
+        job.log = log.to_owned();
+    }
+
     /// The run's status now.
     pub fn status(&self, repo: &RepoHandle, id: u64) -> Option<String> {
         let mut s = self.state.lock().unwrap();
@@ -450,5 +715,14 @@ mod tests {
     fn the_jobs_are_the_keys_under_jobs() {
         let text = "on: workflow_dispatch\njobs:\n  plan:\n    runs-on: x\n    steps:\n      - run: a\n\n  apply:\n    runs-on: y\nenv:\n  A: b\n";
         assert_eq!(job_names(text), ["plan", "apply"]);
+    }
+
+    #[test]
+    fn the_steps_are_named_as_github_names_them() {
+        let text = "jobs:\n  job:\n    runs-on: x\n    steps:\n      - uses: actions/checkout@v4\n        with:\n          ref: x\n      - name: wavegate job run\n        run: wavegate job run\n      - run: make\nenv:\n  A: b\n";
+        assert_eq!(
+            step_names(text),
+            ["Run actions/checkout@v4", "wavegate job run", "Run make"]
+        );
     }
 }

@@ -10,10 +10,11 @@
 //! routes (each operation written once for both forges, what differs being
 //! each forge's own) and its JSON per forge: `pulls`, `issues`, `reviews`,
 //! `comments` (and reactions), `checks` (GitHub's check runs, Forgejo's
-//! commit statuses), `actions` (workflow dispatches and runs, the workflow
-//! read from the repository's git), `people` (users, permissions, teams),
-//! `app` (the GitHub App: tokens, installations, webhook deliveries) and
-//! `oidc` (the Actions OIDC issuer: its keys, and the run tokens it signs).
+//! commit statuses), `actions` (workflow dispatches, runs, their jobs and
+//! logs, the workflow read from the repository's git), `people` (users,
+//! permissions, teams), `app` (the GitHub App: tokens, installations,
+//! webhook deliveries) and `oidc` (the Actions OIDC issuer: its keys, and
+//! the run tokens it signs).
 //! `state` is what the fake holds, `http` the plumbing and paging both
 //! forges share; this file starts the server, authenticates and routes.
 
@@ -111,6 +112,7 @@ impl FakeForge {
             oauth: Default::default(),
             base_url: url.clone(),
             dispatched: tokio::sync::broadcast::channel(256).0,
+            log_downloads: Vec::new(),
             oidc: Default::default(),
         }));
         let app = Router::new()
@@ -270,6 +272,9 @@ async fn handle(
     }
     if let Some(answer) = oidc::respond(&shared, &method, &uri) {
         return answer;
+    }
+    if let Some(log) = actions::download(&shared, &method, &uri, &headers) {
+        return log;
     }
     let (response, budget) = respond(&shared, &method, &uri, &headers, &body);
     let response = conditional(&method, &headers, response).await;

@@ -1,8 +1,8 @@
 //! What the fake holds, shared by every forge it speaks for: repositories
 //! with their pull requests, issues, comments, reviews, checks, statuses,
 //! reactions and workflow runs, the users and teams, tokens, failure rules,
-//! the requests it received, the App's webhook deliveries and who is told
-//! of each workflow dispatch.
+//! the requests it received, the App's webhook deliveries, who is told
+//! of each workflow dispatch and the job logs downloaded.
 
 use super::*;
 
@@ -161,6 +161,30 @@ pub struct FakeRun {
     pub html_url: String,
     pub created_at: SystemTime,
     pub updated_at: SystemTime,
+    /// Its one job, which ends as the run does.
+    pub job: FakeJob,
+}
+
+/// A run's one job: the workflow's first job, its steps, and the log its
+/// runner handed in.
+#[derive(Debug, Clone)]
+pub struct FakeJob {
+    /// What `GET …/actions/jobs/{id}/logs` takes on both forges.
+    pub id: u64,
+    /// The workflow's key under `jobs:`.
+    pub name: String,
+    /// The forge's `Set up job`, the workflow's steps, its `Complete job`.
+    pub steps: Vec<FakeStep>,
+    pub log: String,
+}
+
+/// One step of a job, in GitHub's words.
+#[derive(Debug, Clone)]
+pub struct FakeStep {
+    pub name: String,
+    /// `queued`, `in_progress` or `completed`.
+    pub status: String,
+    pub conclusion: Option<String>,
 }
 
 /// One attempt to deliver a webhook to the App's webhook, as GitHub logs it.
@@ -257,6 +281,8 @@ pub(super) struct State {
     pub(super) base_url: String,
     /// Each workflow run as it is dispatched, to whoever subscribed.
     pub(super) dispatched: tokio::sync::broadcast::Sender<FakeRun>,
+    /// Each download of a job's log from where GitHub's redirect points.
+    pub(super) log_downloads: Vec<RecordedRequest>,
     /// What the Actions OIDC issuer served (`oidc`).
     pub(super) oidc: super::oidc::OidcState,
 }
