@@ -3,15 +3,17 @@
 //! that took the hand-back need not be this one) until its run hands it
 //! back, its run ends without doing so, no runner takes it in time, or the
 //! job is cancelled. Whatever stops the wait gives the job up in the store,
-//! so a late hand-back is refused, and cancels the run.
+//! so a late hand-back is refused, and cancels the run. A run that ended
+//! without handing its job back is asked why: its failed job and step, and
+//! the last lines of that job's log, shown as a command's last output is.
 
 use super::{inputs, random_hex, token_hash, DispatchedJob, HandedBack, RunnerProfile};
-use crate::forge::actions::{RunStatus, WorkflowDispatch, WorkflowRunState};
+use crate::forge::actions::{RunJob, RunStatus, WorkflowDispatch, WorkflowRunState};
 use crate::forge::client::ForgeClient;
 use crate::forge::RepoRef;
 use crate::model::ForgeKind;
 use crate::plan::executor::{Finished, Job, RemoteExecutor};
-use crate::plan::runner::{Cancel, SpawnError};
+use crate::plan::runner::{with_last_output, Cancel, SpawnError};
 use crate::sandbox::profile::{ActionsProfile, Executor, Profile};
 use crate::store::{DispatchAuth, DispatchState, Store};
 use std::collections::BTreeMap;
@@ -26,6 +28,10 @@ const RUN_CHECK: Duration = Duration::from_secs(10);
 const RUN_SLACK_MINUTES: u64 = 15;
 /// How long past the job's own timeout its run may take to hand it back.
 const HAND_BACK_GRACE: Duration = Duration::from_secs(120);
+/// How much of the end of a failed job's log is read.
+const LOG_TAIL_BYTES: usize = 4 * 1024;
+/// How many of its last lines a failure shows.
+const LOG_TAIL_LINES: usize = 20;
 
 /// Runs jobs of one repository on its forge's CI.
 pub(crate) struct ActionsExecutor {
@@ -279,7 +285,7 @@ impl ActionsExecutor {
                             .is_some_and(|at| now >= at + timeout + HAND_BACK_GRACE) =>
                 {
                     overdue = Some(format!(
-                        "{url} took the job but did not hand it back within its timeout of {}; its log says why",
+                        "{url} took the job but did not hand it back within its timeout of {}",
                         crate::model::time::humanize(timeout)
                     ));
                     if let Err(e) = self.client.cancel_workflow_run(&self.repo, run).await {
@@ -304,9 +310,10 @@ impl ActionsExecutor {
                             if let Some(finished) = self.handed_back(id, url).await? {
                                 return finished.map_err(|e| e.to_string());
                             }
-                            return Err(overdue.unwrap_or_else(|| format!(
-                                "{url} ended ({conclusion}) without handing the job back; its log says why"
-                            )));
+                            let ended = overdue.unwrap_or_else(|| {
+                                format!("{url} ended ({conclusion}) without handing the job back")
+                            });
+                            return Err(self.why_run_ended(run, ended).await);
                         }
                     }
                     Err(e) => {
@@ -336,6 +343,35 @@ impl ActionsExecutor {
         }
     }
 
+    /// `ended` (how run `run` ended without handing its job back), and
+    /// why as the forge tells: the job that failed (or the last), the step
+    /// it failed at and the last lines of its log. What cannot be read is
+    /// logged, and the run's log named instead.
+    async fn why_run_ended(&self, run: u64, ended: String) -> String {
+        let jobs = match self.client.workflow_run_jobs(&self.repo, run).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(target: "wavegate::dispatch", "cannot read the jobs of run {run}: {e:#}");
+                return format!("{ended}; its log says why");
+            }
+        };
+        let Some(job) = jobs.iter().find(|job| job.failed()).or(jobs.last()) else {
+            return format!("{ended}; its log says why");
+        };
+        let ended = format!("{ended}: {}", job_failure(job));
+        match self
+            .client
+            .job_log_tail(&self.repo, job.id, LOG_TAIL_BYTES)
+            .await
+        {
+            Ok(log) => with_last_output(ended, &last_log_lines(&log, LOG_TAIL_LINES)),
+            Err(e) => {
+                tracing::warn!(target: "wavegate::dispatch", "cannot read the log of job {} of run {run}: {e:#}", job.id);
+                format!("{ended}; its log says why")
+            }
+        }
+    }
+
     /// What job `id`'s run handed back, once it did.
     async fn handed_back(
         &self,
@@ -357,5 +393,123 @@ impl ActionsExecutor {
                 "{url} handed back something this wavegate cannot read ({e}); run the same version on the runner as on the bot"
             ))),
         }))
+    }
+}
+
+/// Which job of a run failed and where: "its job `apply` failed at step
+/// `wavegate job run`", or how it ended when no step says.
+fn job_failure(job: &RunJob) -> String {
+    let name = &job.name;
+    match (job.failed_step(), &job.status) {
+        (Some(step), _) => format!("its job `{name}` failed at step `{}`", step.name),
+        (None, RunStatus::Completed { conclusion }) => {
+            format!("its job `{name}` ended ({conclusion})")
+        }
+        (None, _) => format!("its job `{name}` did not finish"),
+    }
+}
+
+/// The last `most` lines of a job's log that are not blank, without the
+/// time each forge puts before a line (`2024-05-01T10:00:00.1234567Z `)
+/// or a byte-order mark.
+fn last_log_lines(log: &str, most: usize) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|line| without_timestamp(line.trim_start_matches('\u{feff}')).trim_end())
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(most)..].join("\n")
+}
+
+/// `line` without a leading RFC 3339 UTC time and the space after it.
+fn without_timestamp(line: &str) -> &str {
+    let Some((stamp, rest)) = line.split_once(' ') else {
+        return line;
+    };
+    let bytes = stamp.as_bytes();
+    let dated = bytes.len() >= 20
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[10] == b'T'
+        && bytes[13] == b':'
+        && bytes[16] == b':'
+        && stamp.ends_with('Z')
+        && bytes[..19]
+            .iter()
+            .enumerate()
+            .all(|(i, b)| matches!(i, 4 | 7 | 10 | 13 | 16) || b.is_ascii_digit());
+    if dated {
+        rest
+    } else {
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forge::actions::{RunConclusion, RunStep};
+
+    fn completed(conclusion: RunConclusion) -> RunStatus {
+        RunStatus::Completed { conclusion }
+    }
+
+    #[test]
+    fn a_failed_job_names_the_step_it_failed_at_or_how_it_ended() {
+        let mut job = RunJob {
+            id: 7,
+            name: "job".into(),
+            status: completed(RunConclusion::Failure),
+            html_url: None,
+            steps: vec![
+                RunStep {
+                    name: "Set up job".into(),
+                    status: completed(RunConclusion::Success),
+                },
+                RunStep {
+                    name: "Run actions/checkout@v4".into(),
+                    status: completed(RunConclusion::Failure),
+                },
+            ],
+        };
+        assert_eq!(
+            job_failure(&job),
+            "its job `job` failed at step `Run actions/checkout@v4`"
+        );
+        job.steps.clear();
+        assert_eq!(job_failure(&job), "its job `job` ended (failure)");
+        job.status = RunStatus::InProgress;
+        assert_eq!(job_failure(&job), "its job `job` did not finish");
+    }
+
+    #[test]
+    fn the_last_lines_of_a_log_lose_their_times_and_blanks() {
+        let log = "\u{feff}2024-05-01T10:00:00.1234567Z ##[group]Run wavegate job run\r\n\
+                   2024-05-01T10:00:01Z plan: 3 to add\n\
+                   \n\
+                   2024-05-01T10:00:02.5Z Error: pulling image: manifest unknown\n\
+                   2024-05-01 not a time\n";
+        assert_eq!(
+            last_log_lines(log, 20),
+            "##[group]Run wavegate job run\nplan: 3 to add\nError: pulling image: manifest unknown\n2024-05-01 not a time"
+        );
+        let many: String = (1..=50).map(|i| format!("line {i}\n")).collect();
+        let last = last_log_lines(&many, LOG_TAIL_LINES);
+        assert_eq!(last.lines().count(), 20);
+        assert!(last.starts_with("line 31\n") && last.ends_with("line 50"));
+        assert_eq!(last_log_lines("\n \n", 20), "");
+    }
+
+    #[test]
+    fn the_failure_reads_as_a_command_failure_with_its_last_output() {
+        let why = with_last_output(
+            "run 5 ended (failure) without handing the job back: its job `job` failed at step `x`"
+                .into(),
+            &last_log_lines("2024-05-01T10:00:00Z boom\n", 20),
+        );
+        assert_eq!(
+            why,
+            "run 5 ended (failure) without handing the job back: its job `job` failed at step `x`; last output:\nboom"
+        );
     }
 }

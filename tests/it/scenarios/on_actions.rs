@@ -5,7 +5,8 @@
 //! labels takes and runs with `wavegate job run` — with credentials only
 //! that runner has. What comes back is recorded as a local command's
 //! output; a forged claim or hand-back changes nothing; a runner killed
-//! mid-apply applies nothing twice; a job no runner takes times out,
+//! mid-apply fails its member with the step its job failed at and the end
+//! of its log, and applies nothing twice; a job no runner takes times out,
 //! naming the labels.
 
 use crate::support::bot::*;
@@ -292,6 +293,22 @@ async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_onc
                 killed.run.id
             )),
         "the member failed, naming the run: {row}"
+    );
+    assert!(
+        row.contains("its job `job` failed at step `wavegate job run`"),
+        "the forge's account of the run names the step that failed: {row}"
+    );
+    let printed = std::fs::read_to_string(&killed.log).unwrap();
+    let last = printed
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .expect("the step printed before it was killed");
+    let last = last.split_once(' ').map_or(last, |(_, rest)| rest).trim();
+    let why = pr.apply_section();
+    assert!(
+        why.contains("last output:") && why.contains(last),
+        "the failure shows the end of the job's log, `{last}`: {why}"
     );
     assert_eq!(bot.applies_run(), ["app@dev"], "nothing of prod applied");
     assert!(
