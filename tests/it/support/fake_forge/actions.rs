@@ -320,18 +320,21 @@ pub(super) fn download(
 ) -> Option<Response> {
     let rest = uri.path().strip_prefix("/_downloads/logs/")?;
     let mut state = shared.lock().unwrap();
+    // Recorded as any request is, then kept apart from the API's.
     record(&mut state, method, uri, headers, None);
     let recorded = state.requests.pop().expect("just recorded");
     state.log_downloads.push(recorded);
     if let Some(failure) = take_failure(&mut state, method.as_str(), uri.path()) {
         return Some(failure);
     }
-    let (full_name, job) = rest.rsplit_once('/')?;
-    let job: u64 = job.parse().ok()?;
-    let log = state
-        .repo_mut(ForgeKind::GitHub, full_name)
-        .and_then(|repo| repo.runs.iter().find(|r| r.job.id == job))
-        .map(|run| run.job.log.clone());
+    let job = rest
+        .rsplit_once('/')
+        .and_then(|(full_name, job)| Some((full_name, job.parse::<u64>().ok()?)));
+    let log = job.and_then(|(full_name, job)| {
+        let repo = state.repo_mut(ForgeKind::GitHub, full_name)?;
+        let run = repo.runs.iter().find(|r| r.job.id == job)?;
+        Some(run.job.log.clone())
+    });
     Some(match log {
         Some(log) => ([("content-type", "text/plain; charset=utf-8")], log).into_response(),
         None => not_found(),
