@@ -142,45 +142,10 @@ async fn finished(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Response {
-    let Some(session) = bearer(&headers) else {
-        return refused(
-            StatusCode::UNAUTHORIZED,
-            &id,
-            "a hand-back carries the claim's session as `Authorization: Bearer …`".into(),
-        );
+    let session = match live_session(&state, &id, &headers, "a hand-back").await {
+        Ok(session) => session,
+        Err(refusal) => return refusal,
     };
-    // Nothing is read into memory for a caller without the live session.
-    match state
-        .store
-        .dispatched_session_is(&id, &token_hash(session))
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
-            return match state.store.progress_of(&id).await {
-                Ok(Some(progress)) if progress.state == DispatchState::Claimed => refused(
-                    StatusCode::FORBIDDEN,
-                    &id,
-                    "the session is not this job's".into(),
-                ),
-                Ok(Some(progress)) => refused(
-                    StatusCode::CONFLICT,
-                    &id,
-                    format!(
-                        "the job was {}; nothing more is taken",
-                        state_word(progress.state)
-                    ),
-                ),
-                Ok(None) => refused(
-                    StatusCode::NOT_FOUND,
-                    &id,
-                    format!("no job {id} was dispatched"),
-                ),
-                Err(e) => unavailable(&id, &e),
-            }
-        }
-        Err(e) => return unavailable(&id, &e),
-    }
     let body = match axum::body::to_bytes(request.into_body(), HAND_BACK_LIMIT).await {
         Ok(body) => body,
         Err(e) => {
@@ -198,7 +163,7 @@ async fn finished(
     let text = serde_json::to_string(&handed_back).expect("a finished job serialises");
     match state
         .store
-        .finish_dispatched_job(&id, &token_hash(session), &text)
+        .finish_dispatched_job(&id, &token_hash(&session), &text)
         .await
     {
         Ok(HandBack::Recorded) => {
@@ -221,6 +186,53 @@ async fn finished(
             format!("no job {id} was dispatched"),
         ),
         Err(e) => unavailable(&id, &e),
+    }
+}
+
+/// The claim's session a request of job `id`'s run (`what`) carries, once
+/// it is the job's live one: nothing of a request is read into memory
+/// before.
+async fn live_session(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    what: &str,
+) -> Result<String, Response> {
+    let Some(session) = bearer(headers) else {
+        return Err(refused(
+            StatusCode::UNAUTHORIZED,
+            id,
+            format!("{what} carries the claim's session as `Authorization: Bearer …`"),
+        ));
+    };
+    match state
+        .store
+        .dispatched_session_is(id, &token_hash(session))
+        .await
+    {
+        Ok(true) => Ok(session.to_owned()),
+        Ok(false) => Err(match state.store.progress_of(id).await {
+            Ok(Some(progress)) if progress.state == DispatchState::Claimed => refused(
+                StatusCode::FORBIDDEN,
+                id,
+                "the session is not this job's".into(),
+            ),
+            Ok(Some(progress)) => refused(
+                StatusCode::CONFLICT,
+                id,
+                format!(
+                    "the job was {}; nothing more is taken",
+                    state_word(progress.state)
+                ),
+            ),
+            Ok(None) => refused(
+                StatusCode::NOT_FOUND,
+                id,
+                format!("no job {id} was dispatched"),
+            ),
+            Err(e) => unavailable(id, &e),
+        }),
+        Err(e) => Err(unavailable(id, &e)),
     }
 }
 
