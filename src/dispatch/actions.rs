@@ -3,16 +3,20 @@
 //! that took the hand-back need not be this one) until its run hands it
 //! back, its run ends without doing so, no runner takes it in time, or the
 //! job is cancelled. Whatever stops the wait gives the job up in the store,
-//! so a late hand-back is refused, and cancels the run. A run that ended
-//! without handing its job back is asked why: its failed job and step, and
-//! the last lines of that job's log, shown as a command's last output is.
+//! so a late hand-back is refused, and cancels the run. Meanwhile the job
+//! is a command of the live console, showing what its run streams back. A
+//! run that ended without handing its job back is asked why: its failed
+//! job and step, and the last lines of that job's log, shown as a
+//! command's last output is.
 
+use super::output::Shown;
 use super::{inputs, random_hex, token_hash, DispatchedJob, HandedBack, RunnerProfile};
 use crate::forge::actions::{RunJob, RunStatus, WorkflowDispatch, WorkflowRunState};
 use crate::forge::client::ForgeClient;
 use crate::forge::RepoRef;
 use crate::model::ForgeKind;
 use crate::plan::executor::{Finished, Job, RemoteExecutor};
+use crate::plan::live::Console;
 use crate::plan::runner::{with_last_output, Cancel, SpawnError};
 use crate::sandbox::profile::{ActionsProfile, Executor, Profile};
 use crate::store::{DispatchAuth, DispatchState, Store};
@@ -49,10 +53,11 @@ impl RemoteExecutor for ActionsExecutor {
         job: Job,
         profile: Arc<Profile>,
         cancel: Cancel,
+        console: Option<Console>,
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Finished, SpawnError>> + Send + 'a>,
     > {
-        Box::pin(self.run_job(job, profile, cancel))
+        Box::pin(self.run_job(job, profile, cancel, console))
     }
 }
 
@@ -67,6 +72,7 @@ impl ActionsExecutor {
         job: Job,
         profile: Arc<Profile>,
         cancel: Cancel,
+        console: Option<Console>,
     ) -> Result<Finished, SpawnError> {
         let Executor::Actions(actions) = &profile.executor else {
             return Err(failed(format!(
@@ -170,6 +176,9 @@ impl ActionsExecutor {
             tracing::warn!(target: "wavegate::dispatch", "{label}: cannot record run {url}: {e:#}");
         }
         tracing::info!(target: "wavegate::dispatch", "{label}: dispatched to {url} (job {id})");
+        let mut shown = console
+            .as_ref()
+            .map(|console| Shown::start(console, &dispatched.job, &url));
         // A run's OIDC token names its commit: the claim waits until the
         // forge has said which commit the dispatched run is at.
         let mut run_sha_known = auth != DispatchAuth::Oidc;
@@ -184,6 +193,7 @@ impl ActionsExecutor {
                 (run.id, &url),
                 (actions, timeout),
                 (run_sha_known, cancel),
+                &mut shown,
             )
             .await;
         let ran_on = |finished: Finished| Finished {
@@ -212,8 +222,12 @@ impl ActionsExecutor {
                 }
             }
         };
-        // What the job carried (a plan file) and handed back is the
-        // engine's now; the record keeps only where it stood.
+        if let Some(mut shown) = shown {
+            shown.catch_up(&self.store, &id).await;
+            shown.end(&result);
+        }
+        // What the job carried (a plan file), streamed and handed back is
+        // the engine's now; the record keeps only where it stood.
         if let Err(e) = self.store.forget_dispatched_payloads(&id).await {
             tracing::warn!(target: "wavegate::dispatch", "{label}: {e:#}");
         }
@@ -229,13 +243,15 @@ impl ActionsExecutor {
     /// Waits for job `id` to be handed back by `run`. A job no run
     /// claimed in time is given up on; one a run claimed is waited for
     /// until the forge says its run ended (cancelled, once past its
-    /// timeout): while it runs, it may still apply.
+    /// timeout): while it runs, it may still apply, and what it streams
+    /// back is `shown`.
     async fn wait(
         &self,
         id: &str,
         (run, url): (u64, &str),
         (actions, timeout): (&ActionsProfile, Duration),
         (mut run_sha_known, mut cancel): (bool, Cancel),
+        shown: &mut Option<Shown>,
     ) -> Result<Finished, String> {
         let mut last_run_check = tokio::time::Instant::now();
         let mut overdue: Option<String> = None;
@@ -246,6 +262,9 @@ impl ActionsExecutor {
                 .await
                 .map_err(|e| format!("cannot read the dispatched job: {e:#}"))?
                 .ok_or_else(|| "the dispatched job is no longer recorded".to_owned())?;
+            if let Some(shown) = shown {
+                shown.follow(&self.store, id, progress.state).await;
+            }
             let now = self.store.now();
             match progress.state {
                 DispatchState::Finished => {

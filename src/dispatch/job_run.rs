@@ -3,11 +3,13 @@
 //! run's OIDC token on GitHub, the single-use token of its inputs on
 //! Forgejo), claims the job, checks the checkout is the job's commit, runs
 //! the command in its own sandbox with the runner's environment (its
-//! output, line by line, is the run's log), and hands back what it left.
+//! output, line by line, is the run's log, and streams back to the bot's
+//! live console), and hands back what it left.
 
+use super::output::Streamer;
 use super::{Claimed, HandedBack};
 use crate::plan::executor::{remote_layout, Control, LocalExecutor, LocalTree};
-use crate::plan::runner::Cancel;
+use crate::plan::runner::{Cancel, LineTap};
 use crate::sandbox::profile::Profiles;
 use crate::sandbox::{Sandbox, SandboxSettings};
 use anyhow::{bail, Context as _, Result};
@@ -124,7 +126,14 @@ pub async fn run(args: &JobRunArgs, env: &RunnerEnv) -> Result<bool> {
             .await
             .context("wavegate's answer to the claim is not a job this version reads; run the same version as the bot")?
     };
-    let handed_back = match run_claimed(&claimed, args, env, &http).await {
+    let streamer = Streamer::start(
+        http.clone(),
+        format!("{server}/api/jobs/{}/output", args.job),
+        claimed.session.clone(),
+    );
+    let ran = run_claimed(&claimed, args, env, &http, streamer.tap()).await;
+    streamer.finish().await;
+    let handed_back = match ran {
         Ok(finished) => HandedBack::Finished(finished),
         Err(e) => {
             eprintln!("wavegate job run: {e:#}");
@@ -172,12 +181,14 @@ pub async fn run(args: &JobRunArgs, env: &RunnerEnv) -> Result<bool> {
     Ok(succeeded)
 }
 
-/// Runs the claimed job in this runner's sandbox, in the checkout.
+/// Runs the claimed job in this runner's sandbox, in the checkout; each
+/// line its command prints goes to `tap` too.
 async fn run_claimed(
     claimed: &Claimed,
     args: &JobRunArgs,
     env: &RunnerEnv,
     http: &reqwest::Client,
+    tap: LineTap,
 ) -> Result<crate::plan::executor::Finished> {
     let dispatched = &claimed.job;
     let tree = std::path::absolute(&args.tree)
@@ -246,8 +257,12 @@ async fn run_claimed(
         None,
     );
     let job = job.relocated(&remote_layout(), &executor.layout(&job.name));
+    let control = Control {
+        tap: Some(tap),
+        ..Control::default()
+    };
     executor
-        .run(&job, Control::default())
+        .run(&job, control)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
 }

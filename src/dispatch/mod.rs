@@ -5,7 +5,8 @@
 //! it is the run the bot dispatched: its OIDC token on GitHub, a single-use
 //! token on Forgejo), runs it in its own sandbox and hands back what a
 //! local command would have: the same [`Finished`], validated and digested
-//! above the executor as any other. [`oidc`] tells a GitHub Actions run by
+//! above the executor as any other. While it runs, its output streams back
+//! into the live console ([`output`]). [`oidc`] tells a GitHub Actions run by
 //! its OIDC token: signed by the issuer's key, for this bot's audience, and
 //! of the repository, environment, run and base-branch workflow the bot
 //! dispatched.
@@ -13,6 +14,7 @@
 pub(crate) mod actions;
 pub mod job_run;
 pub mod oidc;
+pub(crate) mod output;
 pub mod workflow;
 
 use crate::model::ForgeKind;

@@ -986,7 +986,11 @@ impl Workbench {
             Ok(job) => job,
             Err(why) => return failed(why),
         };
-        let finished = match self.executor.run(&job, Control { started }).await {
+        let finished = match self
+            .executor
+            .run(&job, Control { started, tap: None })
+            .await
+        {
             Ok(finished) => finished,
             Err(e) => {
                 return ApplyRun {

@@ -334,13 +334,15 @@ impl Files {
 
 /// Runs jobs of profiles with `executor = "actions"` on the forge's CI,
 /// through the bot's store and forge client, which the plan engine does
-/// not know. The job's paths are [`remote_layout`]'s.
+/// not know. The job's paths are [`remote_layout`]'s; its output goes to
+/// `console` as a local command's does.
 pub(crate) trait RemoteExecutor: Send + Sync {
     fn run<'a>(
         &'a self,
         job: Job,
         profile: Arc<Profile>,
         cancel: Cancel,
+        console: Option<Console>,
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<Finished, SpawnError>> + Send + 'a>,
     >;
@@ -455,7 +457,14 @@ impl Executors {
                 ..Profile::clone(&profile)
             })
         };
-        remote.run(job, profile, self.local.cancel.clone()).await
+        remote
+            .run(
+                job,
+                profile,
+                self.local.cancel.clone(),
+                self.local.console.clone(),
+            )
+            .await
     }
 }
 
@@ -465,6 +474,8 @@ pub(crate) struct Control {
     /// Hears which process the command is once it started (an apply's
     /// attempt record keeps it).
     pub(crate) started: Option<tokio::sync::mpsc::UnboundedSender<ProcessId>>,
+    /// Hears each line the command prints (not its profile's setup's).
+    pub(crate) tap: Option<runner::LineTap>,
 }
 
 /// Runs jobs in the sandbox on the server's own host, in a tree of one
@@ -588,6 +599,7 @@ impl LocalExecutor {
             setup: setup.map(|(setup, _)| setup),
             started: control.started,
             console: self.console.clone(),
+            tap: control.tap,
         };
         let outcome = runner::run_command(&spec).await?;
         let files = Files::collect(&layout.files);
@@ -726,6 +738,7 @@ impl LocalExecutor {
                 setup: None,
                 started: None,
                 console: self.console.clone(),
+                tap: None,
             })
             .collect();
         let what = format!(

@@ -56,6 +56,26 @@ pub(crate) struct CommandSpec {
     /// Where its lines are shown while it runs and kept afterwards; `None`
     /// (the CLI, a command of no pull request): only the log and the report.
     pub(crate) console: Option<Console>,
+    /// Hears each of its lines, redacted, as it is printed.
+    pub(crate) tap: Option<LineTap>,
+}
+
+/// Hears each line of a command's output as it is printed, redacted as it
+/// is kept: a job on the forge's CI streams them back to the bot. It is
+/// called from the command's run and must not wait.
+#[derive(Clone)]
+pub(crate) struct LineTap(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl LineTap {
+    pub(crate) fn new(hear: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hear))
+    }
+}
+
+impl std::fmt::Debug for LineTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LineTap")
+    }
 }
 
 /// A profile's `setup` for one stage of a job: its commands, run in order
@@ -371,6 +391,9 @@ async fn run(spec: &CommandSpec) -> Result<CommandOutcome, SpawnError> {
         if let Some(live) = &mut live {
             live.line(&line, whole);
         }
+        if let Some(tap) = &spec.tap {
+            (tap.0)(&line);
+        }
     };
     let deadline = started + spec.timeout;
     let mut heartbeat = spec
@@ -532,9 +555,18 @@ async fn forward_lines(mut pipe: impl AsyncRead + Unpin, tx: mpsc::Sender<String
     }
 }
 
+/// How the line marking a cut in kept output starts.
+const CUT_MARK: &str = "[wavegate: output cut at ";
+
+/// Whether kept output (what [`KeptOutput::finish`] made) marks a cut.
+pub(crate) fn is_cut_output(output: &str) -> bool {
+    output.lines().any(|line| line.starts_with(CUT_MARK))
+}
+
 /// Output kept up to a byte cap, and its last lines past it (where the
 /// error or the "complete" line is); what is cut is counted and said.
-struct KeptOutput {
+#[derive(Debug)]
+pub(crate) struct KeptOutput {
     text: String,
     cap: usize,
     cut: usize,
@@ -543,7 +575,7 @@ struct KeptOutput {
 }
 
 impl KeptOutput {
-    fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Self {
             text: String::new(),
             cap,
@@ -553,7 +585,7 @@ impl KeptOutput {
     }
 
     /// Keeps `line`; true when it went into the text under the cap.
-    fn push(&mut self, line: &str) -> bool {
+    pub(crate) fn push(&mut self, line: &str) -> bool {
         if self.cut == 0 && self.text.len() + line.len() < self.cap {
             self.text.push_str(line);
             self.text.push('\n');
@@ -569,14 +601,14 @@ impl KeptOutput {
     }
 
     /// Some output is not kept (the cut is marked).
-    fn is_cut(&self) -> bool {
+    pub(crate) fn is_cut(&self) -> bool {
         self.cut > 0
     }
 
-    fn finish(mut self) -> String {
+    pub(crate) fn finish(mut self) -> String {
         if self.cut > 0 {
             self.text.push_str(&format!(
-                "[wavegate: output cut at {} bytes; {} more bytes were not kept, but for the last lines, which follow]\n",
+                "{CUT_MARK}{} bytes; {} more bytes were not kept, but for the last lines, which follow]\n",
                 self.cap, self.cut
             ));
         }
@@ -638,6 +670,7 @@ mod tests {
             setup: None,
             started: None,
             console: None,
+            tap: None,
         }
     }
 

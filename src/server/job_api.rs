@@ -1,15 +1,17 @@
 //! The API a dispatched job's run calls (`wavegate job run`): claim the
-//! job, proving the run is the one the bot dispatched, and hand it back
-//! with the session the claim gave. Each is taken once; anything else (an
-//! unknown job, another job's token, a replay, a second hand-back) is
-//! refused, changes nothing, and is logged.
+//! job, proving the run is the one the bot dispatched, stream its output
+//! while it runs and hand it back, each with the session the claim gave.
+//! A claim and a hand-back are taken once, each batch of output once;
+//! anything else (an unknown job, another job's token, a replay, a second
+//! hand-back) is refused, changes nothing, and is logged.
 
 use super::AppState;
 use crate::dispatch::oidc::{ExpectedRun, OidcError};
+use crate::dispatch::output::{OutputBatch, POST_LIMIT, STREAMED_LIMIT};
 use crate::dispatch::{
     random_hex, token_hash, Claimed, DispatchedJob, HandedBack, HAND_BACK_LIMIT,
 };
-use crate::store::{ClaimOutcome, DispatchAuth, DispatchState, HandBack};
+use crate::store::{ClaimOutcome, DispatchAuth, DispatchState, HandBack, OutputAppend};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +22,10 @@ use serde_json::json;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/jobs/{id}/claim", post(claim))
+        .route(
+            "/api/jobs/{id}/output",
+            post(output).layer(DefaultBodyLimit::disable()),
+        )
         .route(
             "/api/jobs/{id}/finished",
             post(finished).layer(DefaultBodyLimit::disable()),
@@ -233,6 +239,58 @@ async fn live_session(
             Err(e) => unavailable(id, &e),
         }),
         Err(e) => Err(unavailable(id, &e)),
+    }
+}
+
+/// A batch of a running job's output: appended once (a retried post is
+/// taken as done), within the bound a job keeps.
+async fn output(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+) -> Response {
+    let session = match live_session(&state, &id, &headers, "streamed output").await {
+        Ok(session) => session,
+        Err(refusal) => return refusal,
+    };
+    let body = match axum::body::to_bytes(request.into_body(), POST_LIMIT).await {
+        Ok(body) => body,
+        Err(e) => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &id,
+                format!(
+                "a batch of output could not be read whole ({e}); a post carries at most 256 KiB"
+            ),
+            )
+        }
+    };
+    let batch: OutputBatch = match serde_json::from_slice(&body) {
+        Ok(batch) => batch,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, &id, format!("the output posted is not a batch this version reads ({e}); run the same version on the runner as on the bot")),
+    };
+    let text = batch.text.replace('\0', "");
+    match state
+        .store
+        .append_dispatched_output(&id, &token_hash(&session), batch.seq, &text, STREAMED_LIMIT)
+        .await
+    {
+        Ok(OutputAppend::Appended | OutputAppend::Repeated) => StatusCode::NO_CONTENT.into_response(),
+        Ok(OutputAppend::Full) => refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &id,
+            format!(
+                "the job streamed {} of output already, all that is kept of it while it runs; the rest comes with the hand-back",
+                crate::sandbox::profile::bytes_text(STREAMED_LIMIT)
+            ),
+        ),
+        Ok(OutputAppend::NotTaken) => refused(
+            StatusCode::CONFLICT,
+            &id,
+            "the job is no longer running; nothing more is taken".into(),
+        ),
+        Err(e) => unavailable(&id, &e),
     }
 }
 

@@ -2,7 +2,9 @@
 //! dispatched, claimed once by the run that proves it is the one dispatched,
 //! and handed back once. Each step is one guarded `UPDATE`, so two replicas
 //! (or a replayed request) never claim or hand back the same job twice.
-//! Tokens are kept by their SHA-256 only.
+//! Tokens are kept by their SHA-256 only. While a claimed job runs, its
+//! run streams its output back in numbered batches (`dispatched_output`),
+//! each taken once, from the live session only, up to a bound per job.
 
 use super::db::{to_i64, to_u64};
 use super::Store;
@@ -103,6 +105,18 @@ pub(crate) enum HandBack {
     /// The session is not the one the claim gave.
     WrongSession,
     Unknown,
+}
+
+/// What became of a batch of a job's streamed output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutputAppend {
+    Appended,
+    /// A batch of this number was taken before (a post retried).
+    Repeated,
+    /// The job's streamed output would pass the bound it keeps.
+    Full,
+    /// The session is not the job's live one (it is over, or another's).
+    NotTaken,
 }
 
 macro_rules! dispatched_columns {
@@ -351,19 +365,114 @@ impl Store {
             .ok_or_else(|| anyhow!("dispatched job {id} is not recorded"))
     }
 
-    /// Drops what job `id` carried and handed back once it is over: its
-    /// files may hold secrets of a plan, and the engine has read them.
+    /// Drops what job `id` carried, streamed and handed back once it is
+    /// over: its files may hold secrets of a plan, and the engine has read
+    /// them.
     pub(crate) async fn forget_dispatched_payloads(&self, id: &str) -> Result<()> {
         let _writer = self.writer.lock().await;
+        let mut tx = self.pool.begin().await?;
         sqlx::query(
             "UPDATE dispatched_jobs SET job = '', finished = NULL
              WHERE id = $1 AND state IN ('finished', 'abandoned')",
         )
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .with_context(|| format!("dropping what dispatched job {id} carried"))?;
+        sqlx::query(
+            "DELETE FROM dispatched_output
+             WHERE job_id = $1 AND EXISTS (
+                 SELECT 1 FROM dispatched_jobs
+                 WHERE id = $1 AND state IN ('finished', 'abandoned'))",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("dropping what dispatched job {id} streamed"))?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    /// Appends batch `seq` of job `id`'s streamed output, from the session
+    /// whose SHA-256 is `session_hash`, unless the job would then keep more
+    /// than `limit` bytes of it.
+    pub(crate) async fn append_dispatched_output(
+        &self,
+        id: &str,
+        session_hash: &str,
+        seq: u64,
+        text: &str,
+        limit: u64,
+    ) -> Result<OutputAppend> {
+        let seq = to_i64(seq, "output batch number")?;
+        let _writer = self.writer.lock().await;
+        let appended = sqlx::query(
+            "INSERT INTO dispatched_output (job_id, seq, text, bytes)
+             SELECT $1, $2, $3, $4
+             WHERE EXISTS (SELECT 1 FROM dispatched_jobs
+                           WHERE id = $1 AND state = 'claimed' AND session_hash = $5)
+               AND (SELECT COALESCE(SUM(bytes), 0) FROM dispatched_output WHERE job_id = $1)
+                   + $4 <= $6
+             ON CONFLICT (job_id, seq) DO NOTHING",
+        )
+        .bind(id)
+        .bind(seq)
+        .bind(text)
+        .bind(to_i64(text.len() as u64, "output batch length")?)
+        .bind(session_hash)
+        .bind(to_i64(limit, "output bound")?)
+        .execute(&self.pool)
+        .await
+        .with_context(|| format!("appending to the output of dispatched job {id}"))?;
+        if appended.rows_affected() == 1 {
+            return Ok(OutputAppend::Appended);
+        }
+        let repeated =
+            sqlx::query("SELECT 1 FROM dispatched_output WHERE job_id = $1 AND seq = $2")
+                .bind(id)
+                .bind(seq)
+                .fetch_optional(&self.pool)
+                .await
+                .with_context(|| format!("reading the output of dispatched job {id}"))?;
+        Ok(if repeated.is_some() {
+            OutputAppend::Repeated
+        } else if self.dispatched_session_is(id, session_hash).await? {
+            OutputAppend::Full
+        } else {
+            OutputAppend::NotTaken
+        })
+    }
+
+    /// Up to `limit` batches of job `id`'s streamed output numbered after
+    /// `after` (all, for `None`), in order.
+    pub(crate) async fn dispatched_output_after(
+        &self,
+        id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<(u64, String)>> {
+        let after = match after {
+            Some(seq) => to_i64(seq, "output batch number")?,
+            None => -1,
+        };
+        let rows = sqlx::query(
+            "SELECT seq, text FROM dispatched_output
+             WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(id)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .with_context(|| format!("reading the output of dispatched job {id}"))?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    to_u64(row.try_get("seq")?, "output batch number")?,
+                    row.try_get("text")?,
+                ))
+            })
+            .collect()
     }
 
     async fn state_of(&self, id: &str) -> Result<Option<DispatchState>> {

@@ -30,7 +30,7 @@ pub(crate) use clock::{Clock, SystemClock};
 pub(crate) use console::{CommandRow, Cursor};
 pub use db::Backend;
 pub(crate) use dispatched::{
-    ClaimOutcome, DispatchAuth, DispatchState, DispatchedRecord, HandBack,
+    ClaimOutcome, DispatchAuth, DispatchState, DispatchedRecord, HandBack, OutputAppend,
 };
 pub(crate) use drift::{DriftIssue, StageDrift};
 pub(crate) use metrics::StoreFigures;

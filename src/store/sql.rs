@@ -194,6 +194,15 @@ macro_rules! migrations {
                     "/0016_dispatched_run_sha.sql"
                 )),
             },
+            Migration {
+                version: 17,
+                name: "dispatched output",
+                sql: include_str!(concat!(
+                    "migrations/",
+                    $backend,
+                    "/0017_dispatched_output.sql"
+                )),
+            },
         ]
     };
 }

@@ -2635,3 +2635,91 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
     );
 }
 on_both!(fixture_on, a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once, #[tokio::test]);
+
+async fn a_dispatched_jobs_streamed_output_is_taken_once_per_batch_from_its_session_and_bounded(
+    f: Fixture,
+) {
+    let repo = RepoId::new(crate::model::ForgeKind::GitHub, "acme/infra");
+    let store = &f.store;
+    for id in ["j1", "j2"] {
+        store
+            .add_dispatched_job(id, &repo, "{}", (DispatchAuth::Oidc, None), LEASE)
+            .await
+            .unwrap();
+    }
+    // Nothing is taken before the job is claimed.
+    assert_eq!(
+        store
+            .append_dispatched_output("j1", "s1", 0, "early\n", 100)
+            .await
+            .unwrap(),
+        OutputAppend::NotTaken
+    );
+    store.claim_dispatched_job("j1", None, "s1").await.unwrap();
+    store.claim_dispatched_job("j2", None, "s2").await.unwrap();
+
+    let append = |seq: u64, text: &'static str| async move {
+        store
+            .append_dispatched_output("j1", "s1", seq, text, 20)
+            .await
+            .unwrap()
+    };
+    assert_eq!(append(0, "one\ntwo\n").await, OutputAppend::Appended);
+    assert_eq!(append(1, "three\n").await, OutputAppend::Appended);
+    // A retried post is taken once, even with other text.
+    assert_eq!(append(1, "three again\n").await, OutputAppend::Repeated);
+    // Another job's session appends nothing to this one.
+    assert_eq!(
+        store
+            .append_dispatched_output("j1", "s2", 2, "forged\n", 20)
+            .await
+            .unwrap(),
+        OutputAppend::NotTaken
+    );
+    // 14 bytes are kept: 7 more would pass the bound of 20, 6 do not.
+    assert_eq!(append(2, "sixsix\n").await, OutputAppend::Full);
+    assert_eq!(append(2, "fiver\n").await, OutputAppend::Appended);
+    store
+        .append_dispatched_output("j2", "s2", 0, "of j2\n", 20)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.dispatched_output_after("j1", None, 10).await.unwrap(),
+        [
+            (0, "one\ntwo\n".to_owned()),
+            (1, "three\n".to_owned()),
+            (2, "fiver\n".to_owned())
+        ]
+    );
+    assert_eq!(
+        store
+            .dispatched_output_after("j1", Some(0), 1)
+            .await
+            .unwrap(),
+        [(1, "three\n".to_owned())]
+    );
+    assert_eq!(
+        store
+            .dispatched_output_after("j1", Some(2), 10)
+            .await
+            .unwrap(),
+        []
+    );
+
+    // Handed back: the session is spent, and the output goes with the
+    // payloads; a job still running keeps its own.
+    store.finish_dispatched_job("j1", "s1", "{}").await.unwrap();
+    assert_eq!(append(3, "late\n").await, OutputAppend::NotTaken);
+    store.forget_dispatched_payloads("j2").await.unwrap();
+    store.forget_dispatched_payloads("j1").await.unwrap();
+    assert_eq!(
+        store.dispatched_output_after("j1", None, 10).await.unwrap(),
+        []
+    );
+    assert_eq!(
+        store.dispatched_output_after("j2", None, 10).await.unwrap(),
+        [(0, "of j2\n".to_owned())]
+    );
+}
+on_both!(fixture_on, a_dispatched_jobs_streamed_output_is_taken_once_per_batch_from_its_session_and_bounded, #[tokio::test]);

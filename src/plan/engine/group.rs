@@ -373,7 +373,11 @@ impl Workbench {
             outcome: run,
             files,
             ran_on,
-        } = match self.executor.run(&job, Control { started }).await {
+        } = match self
+            .executor
+            .run(&job, Control { started, tap: None })
+            .await
+        {
             Ok(finished) => finished,
             Err(e) => return failed_on(e.to_string(), e.ran_on()),
         };

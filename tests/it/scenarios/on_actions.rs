@@ -3,10 +3,12 @@
 //! host; prod's profile says `executor = "actions"`, so each of its jobs is
 //! a run of the default branch's workflow, which a runner with prod's
 //! labels takes and runs with `wavegate job run` — with credentials only
-//! that runner has. What comes back is recorded as a local command's
-//! output; a forged claim or hand-back changes nothing; a runner killed
+//! that runner has. What the run prints shows in the live console while it
+//! runs, and what comes back is recorded as a local command's output; a
+//! forged claim, output or hand-back changes nothing; a runner killed
 //! mid-apply fails its member with the step its job failed at and the end
-//! of its log, and applies nothing twice; a job no runner takes times out,
+//! of its log, and applies nothing twice; a group's calls, a stage's hooks
+//! and a discovery run there too; a job no runner takes times out,
 //! naming the labels.
 
 use crate::support::bot::*;
@@ -15,6 +17,7 @@ use crate::support::fake_forge::{FakeRun, RunToken};
 use crate::support::pr::PrHandle;
 use crate::support::runner::FakeRunner;
 use crate::support::RepoHandle;
+use serde_json::Value;
 use std::path::Path;
 
 const PROD_LABELS: [&str; 2] = ["self-hosted", "prod"];
@@ -45,15 +48,23 @@ fn on_actions(toml: &str) -> String {
 }
 
 /// A probe in front of the plan and apply scripts: where it ran, and
-/// whether prod's credential reached it.
-const PROBE: &str = r#"import os, sys
+/// whether prod's credential reached it; then it waits while
+/// `$ESTATE_DIR/hold-<kind>-<member>` exists.
+const PROBE: &str = r#"import os, sys, time
 sys.dont_write_bytecode = True
 
 def report():
     kind = os.path.basename(sys.argv[0]).removesuffix(".py")
+    member = os.environ.get("WAVEGATE_MEMBER")
     token = os.environ.get("PROD_CLOUD_TOKEN")
-    print("probe", kind, os.environ.get("WAVEGATE_MEMBER"),
+    print("probe", kind, member,
           "prod-access=" + ("yes" if token == "prod-token-91b2c7" else "no"), flush=True)
+    hold = os.path.join(os.environ.get("ESTATE_DIR", "/nonexistent"), f"hold-{kind}-{member}")
+    if os.path.exists(hold):
+        print("held: waiting while", hold, "exists", flush=True)
+        deadline = time.monotonic() + 600
+        while os.path.exists(hold) and time.monotonic() < deadline:
+            time.sleep(0.05)
 "#;
 
 /// Sets the base branch up for prod on the forge's CI (`forge`'s
@@ -243,6 +254,103 @@ async fn prod_plans_and_applies_on_actions_with_credentials_only_its_runner_has(
         "prod's credential never reaches the bot"
     );
     assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+}
+
+/// The pull request's newest command of `kind` whose label names `member`,
+/// as its API lists it (none before the bot knows the repository).
+async fn command(bot: &Bot, kind: &str, member: &str) -> Option<Value> {
+    let (status, body, _) = bot
+        .get_page("/api/v1/repos/github/acme/infra/pulls/1/commands")
+        .await;
+    let list: Value = (status == 200).then(|| serde_json::from_str(&body).unwrap())?;
+    list["commands"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| c["kind"] == kind && c["label"].as_str().is_some_and(|l| l.contains(member)))
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_on_actions_shows_what_it_printed_in_the_live_console_while_it_runs() {
+    let bot = Bot::start_reachable_with_file(
+        &[("WAVEGATE_PUBLIC_PAGES", "on")],
+        "WAVEGATE_PROFILES",
+        actions_profiles("10m"),
+    )
+    .await;
+    set_up(&bot, "github");
+    let hold = bot.example.estate.join("hold-plan-app@prod");
+    std::fs::write(&hold, "").unwrap();
+    let runner = prod_runner(&bot);
+    let repo = bot.github_repo();
+    let pr = bot.opened_unsettled(&repo, 1, "probed").await;
+
+    // app@prod's plan waits on the runner, mid-command: what it printed so
+    // far is the pull request's, its first line naming the run.
+    let (plan, output) = bot
+        .until(
+            "app@prod's plan shows what it printed on the runner",
+            || async {
+                let plan = command(&bot, "plan", "app@prod").await?;
+                let kept = bot.get_json(plan["api"].as_str()?).await;
+                let output = kept["output"].as_str()?.to_owned();
+                output.contains("held: waiting").then_some((plan, output))
+            },
+        )
+        .await;
+    assert_eq!(plan["state"], "running", "{plan:#}");
+    assert!(
+        output.contains("probe plan app@prod prod-access=yes"),
+        "{output}"
+    );
+    let first = output.lines().next().unwrap();
+    let run = bot
+        .forge
+        .dispatches(&repo)
+        .into_iter()
+        .find(|run| first == format!("[wavegate: runs on the forge's CI, in {}]", run.html_url))
+        .unwrap_or_else(|| panic!("the first line names a run: {output}"));
+    assert!(
+        runner
+            .taken()
+            .iter()
+            .any(|t| t.run.id == run.id && t.exit.is_none()),
+        "its run still goes on"
+    );
+
+    // Output posted without the run's session is refused and kept nowhere.
+    let path = format!("/api/jobs/{}/output", run.inputs["job"]);
+    let forged = r#"{"seq": 99, "text": "forged line\n"}"#;
+    assert_eq!(knock(&bot, &path, None, forged).await, 401);
+    assert_eq!(
+        knock(&bot, &path, Some("a-guessed-session"), forged).await,
+        403
+    );
+
+    // Let go, it ends as a local command does, and the report is as ever.
+    std::fs::remove_file(&hold).unwrap();
+    bot.settle().await;
+    assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    let kept = bot.get_json(plan["api"].as_str().unwrap()).await;
+    assert_eq!(
+        (&kept["state"], &kept["ending"], &kept["succeeded"]),
+        (&"ended".into(), &"exited:0".into(), &true.into()),
+        "{kept:#}"
+    );
+    let output = kept["output"].as_str().unwrap();
+    assert!(
+        output.starts_with(first)
+            && output.contains("held: waiting")
+            && !output.contains("forged line"),
+        "{output}"
+    );
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
+    let logs = runner.logs();
+    assert!(
+        !logs.contains("live console"),
+        "no run stopped streaming: {logs}"
+    );
 }
 
 /// On GitHub, a pull request approved and merged: dev applied here, then
