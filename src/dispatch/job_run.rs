@@ -244,6 +244,13 @@ async fn run_claimed(
         .prefix("wavegate-job-")
         .tempdir()
         .context("cannot make the job's directory")?;
+    // Setup and command end by the time the bot counts the job as over.
+    let (canceller, cancel) = Cancel::new();
+    let has = Duration::from_millis(claimed.ends_within_ms);
+    let out_of_time = tokio::spawn(async move {
+        tokio::time::sleep(has).await;
+        canceller.cancel();
+    });
     let executor = LocalExecutor::new(
         Arc::new(sandbox),
         LocalTree {
@@ -253,7 +260,7 @@ async fn run_claimed(
             dir: scratch.path().join("executor"),
         },
         None,
-        Cancel::default(),
+        cancel,
         None,
     );
     let job = job.relocated(&remote_layout(), &executor.layout(&job.name));
@@ -261,10 +268,15 @@ async fn run_claimed(
         tap: Some(tap),
         ..Control::default()
     };
-    executor
-        .run(&job, control)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    let finished = executor.run(&job, control).await;
+    if out_of_time.is_finished() {
+        bail!(
+            "the job had {} from its claim, its profile's setup included, and was stopped there: past it the bot counts its command as over; keep long installs in the runner's image",
+            crate::model::time::humanize(has)
+        );
+    }
+    out_of_time.abort();
+    finished.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `WAVEGATE_SANDBOX` on the runner: `bwrap` (the default), or `none` on

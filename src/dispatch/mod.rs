@@ -103,6 +103,10 @@ pub(crate) struct Claimed {
     pub(crate) job: DispatchedJob,
     /// Hands the job back; good for this job only, once.
     pub(crate) session: String,
+    /// From the claim, how long the job has, its setup included: the bot
+    /// counts its command as over by then (an apply's attempt deadline),
+    /// so the runner stops it there.
+    pub(crate) ends_within_ms: u64,
 }
 
 /// What a run hands back: how the job ended, or why it could not run.

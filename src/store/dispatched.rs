@@ -72,6 +72,8 @@ pub(crate) struct DispatchedRecord {
     /// What the run handed back, as JSON.
     pub(crate) finished: Option<String>,
     pub(crate) created_at: UnixMs,
+    /// Past this, no run claims it.
+    pub(crate) claim_by: UnixMs,
     pub(crate) claimed_at: Option<UnixMs>,
 }
 
@@ -121,7 +123,7 @@ pub(crate) enum OutputAppend {
 
 macro_rules! dispatched_columns {
     () => {
-        "id, forge, repo, job, auth, run_id, run_url, run_sha, state, finished, created_at, claimed_at"
+        "id, forge, repo, job, auth, run_id, run_url, run_sha, state, finished, created_at, claim_by, claimed_at"
     };
 }
 
@@ -146,6 +148,7 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
         state: DispatchState::parse(&state)?,
         finished: row.try_get("finished")?,
         created_at: row.try_get("created_at")?,
+        claim_by: row.try_get("claim_by")?,
         claimed_at: row.try_get("claimed_at")?,
     })
 }

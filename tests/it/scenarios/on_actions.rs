@@ -814,3 +814,28 @@ async fn a_discovery_in_prod_runs_on_the_ci_and_its_units_plan_there() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_setup_slower_than_the_job_has_is_stopped_when_the_bot_counts_the_job_over() {
+    // Prod's setup on the runner takes a minute; its plans have 3 s to be
+    // claimed and 3 s to run.
+    let bot = Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", |example, dir| {
+        format!(
+            "{}setup = [[\"sleep\", \"60\"]]\n",
+            actions_profiles("3s")(example, dir)
+        )
+    })
+    .await;
+    set_up(&bot, "github");
+    bot.edit_base_config("timeout = \"2m\"", "timeout = \"3s\"");
+    let runner = prod_runner(&bot);
+    let repo = bot.github_repo();
+
+    let pr = bot.opened(&repo, 1, "probed").await;
+    let report = pr.report();
+    assert!(
+        report.contains("from its claim, its profile's setup included, and was stopped there"),
+        "stopped at the job's time, not the setup's minute: {report}"
+    );
+    assert!(runner.taken().iter().all(|t| t.exit.is_some()));
+}
