@@ -201,6 +201,10 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         };
         tasks.push(tokio::spawn(worker.run(stopping.clone())));
     }
+    tasks.push(tokio::spawn(crate::dispatch::forget_jobs_over(
+        store.clone(),
+        stopping.clone(),
+    )));
     match settings.reconcile_every {
         Some(every) => {
             let reconciler = Reconciler::new(

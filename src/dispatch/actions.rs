@@ -122,7 +122,7 @@ impl ActionsExecutor {
                 &self.repo.id,
                 &json,
                 (auth, token.as_deref().map(token_hash).as_deref()),
-                actions.queue_timeout,
+                (actions.queue_timeout, timeout),
             )
             .await
             .map_err(|e| {

@@ -8,8 +8,9 @@
 //! above the executor as any other. While it runs, its output streams back
 //! into the live console ([`output`]). [`oidc`] tells a GitHub Actions run by
 //! its OIDC token: signed by the issuer's key, for this bot's audience, and
-//! of the repository, environment, run and base-branch workflow the bot
-//! dispatched.
+//! of the repository, environment, run, commit and base-branch workflow the
+//! bot dispatched. What a bot stopped while it waited leaves in the store
+//! is dropped once the job is over for sure ([`forget_jobs_over`]).
 
 pub(crate) mod actions;
 pub mod job_run;
@@ -24,6 +25,42 @@ use crate::sandbox::Network;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// How often the store is swept for jobs over for sure.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// How long past the time its run stopped it a job is left alone: the bot
+/// that waits for it has cancelled the run and heard it ended by then.
+const OVER_FOR_SURE: Duration = Duration::from_secs(3600);
+
+/// Every [`SWEEP_EVERY`] until `shutdown`, gives up on the jobs over for
+/// sure that a bot stopped while it waited left behind, and drops what
+/// they carried, handed back or streamed (a plan file may hold secrets).
+pub(crate) async fn forget_jobs_over(
+    store: crate::store::Store,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        match store
+            .forget_dispatched_jobs_over(store.now() - OVER_FOR_SURE)
+            .await
+        {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::info!(
+                target: "wavegate::dispatch",
+                forgotten,
+                "gave up on jobs on the CI whose bot stopped while it waited, and dropped what they held"
+            ),
+            Err(error) => tracing::warn!(target: "wavegate::dispatch", "{error:#}"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+    }
+}
 
 /// What a run gets when it claims its job.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -156,20 +156,21 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
 impl Store {
     /// Records a job before its run is dispatched; `claim_hash`: the
     /// SHA-256 of its single-use token, for [`DispatchAuth::Token`]; no
-    /// run claims it after `claim_within`.
+    /// run claims it after `claim_within`, and its run stops it `run_for`
+    /// after that at the latest.
     pub(crate) async fn add_dispatched_job(
         &self,
         id: &str,
         repo: &RepoId,
         job: &str,
         (auth, claim_hash): (DispatchAuth, Option<&str>),
-        claim_within: std::time::Duration,
+        (claim_within, run_for): (std::time::Duration, std::time::Duration),
     ) -> Result<()> {
         let _writer = self.writer.lock().await;
         let now = self.now();
         sqlx::query(
-            "INSERT INTO dispatched_jobs (id, forge, repo, job, auth, claim_hash, state, created_at, claim_by)
-             VALUES ($1, $2, $3, $4, $5, $6, 'dispatched', $7, $8)",
+            "INSERT INTO dispatched_jobs (id, forge, repo, job, auth, claim_hash, state, created_at, claim_by, ends_by)
+             VALUES ($1, $2, $3, $4, $5, $6, 'dispatched', $7, $8, $9)",
         )
         .bind(id)
         .bind(repo.forge.to_string())
@@ -179,6 +180,7 @@ impl Store {
         .bind(claim_hash)
         .bind(now)
         .bind(now + claim_within)
+        .bind(now + claim_within + run_for)
         .execute(&self.pool)
         .await
         .with_context(|| format!("recording dispatched job {id}"))?;
@@ -371,6 +373,37 @@ impl Store {
     /// Drops what job `id` carried, streamed and handed back once it is
     /// over: its files may hold secrets of a plan, and the engine has read
     /// them.
+    /// Gives up on every job over for sure before `over_before` (its run
+    /// stopped it by then) that is not given up on or still holds what it
+    /// carried, handed back or streamed: those of a bot stopped while it
+    /// waited. Answers how many.
+    pub(crate) async fn forget_dispatched_jobs_over(&self, over_before: UnixMs) -> Result<u64> {
+        let _writer = self.writer.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let forgotten = sqlx::query(
+            "UPDATE dispatched_jobs
+             SET state = CASE WHEN state IN ('dispatched', 'claimed') THEN 'abandoned' ELSE state END,
+                 job = '', finished = NULL
+             WHERE COALESCE(ends_by, claim_by) < $1
+               AND (state IN ('dispatched', 'claimed') OR job <> '' OR finished IS NOT NULL)",
+        )
+        .bind(over_before)
+        .execute(&mut *tx)
+        .await
+        .context("giving up on dispatched jobs that are over")?
+        .rows_affected();
+        sqlx::query(
+            "DELETE FROM dispatched_output WHERE job_id IN (
+                 SELECT id FROM dispatched_jobs WHERE COALESCE(ends_by, claim_by) < $1)",
+        )
+        .bind(over_before)
+        .execute(&mut *tx)
+        .await
+        .context("dropping what dispatched jobs that are over streamed")?;
+        tx.commit().await?;
+        Ok(forgotten)
+    }
+
     pub(crate) async fn forget_dispatched_payloads(&self, id: &str) -> Result<()> {
         let _writer = self.writer.lock().await;
         let mut tx = self.pool.begin().await?;

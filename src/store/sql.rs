@@ -203,6 +203,15 @@ macro_rules! migrations {
                     "/0017_dispatched_output.sql"
                 )),
             },
+            Migration {
+                version: 18,
+                name: "dispatched ends by",
+                sql: include_str!(concat!(
+                    "migrations/",
+                    $backend,
+                    "/0018_dispatched_ends_by.sql"
+                )),
+            },
         ]
     };
 }

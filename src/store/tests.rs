@@ -2484,7 +2484,7 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
             &repo,
             "{\"job\":1}",
             (DispatchAuth::Token, Some("claim-hash")),
-            LEASE,
+            (LEASE, LEASE),
         )
         .await
         .unwrap();
@@ -2494,7 +2494,7 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
             &repo,
             "{\"job\":2}",
             (DispatchAuth::Oidc, None),
-            LEASE,
+            (LEASE, LEASE),
         )
         .await
         .unwrap();
@@ -2570,7 +2570,7 @@ async fn a_dispatched_job_is_claimed_once_with_its_token_and_handed_back_once(f:
             &repo,
             "{}",
             (DispatchAuth::Token, Some("late")),
-            LEASE,
+            (LEASE, LEASE),
         )
         .await
         .unwrap();
@@ -2643,7 +2643,7 @@ async fn a_dispatched_jobs_streamed_output_is_taken_once_per_batch_from_its_sess
     let store = &f.store;
     for id in ["j1", "j2"] {
         store
-            .add_dispatched_job(id, &repo, "{}", (DispatchAuth::Oidc, None), LEASE)
+            .add_dispatched_job(id, &repo, "{}", (DispatchAuth::Oidc, None), (LEASE, LEASE))
             .await
             .unwrap();
     }
@@ -2723,3 +2723,89 @@ async fn a_dispatched_jobs_streamed_output_is_taken_once_per_batch_from_its_sess
     );
 }
 on_both!(fixture_on, a_dispatched_jobs_streamed_output_is_taken_once_per_batch_from_its_session_and_bounded, #[tokio::test]);
+
+/// A bot stopped while it waited leaves its jobs' records holding what
+/// they carried: once each job is over for sure (its run stopped it), the
+/// sweep gives it up and drops that; a job still within its time is left.
+async fn dispatched_jobs_over_for_sure_are_given_up_and_forget_what_they_held(f: Fixture) {
+    let repo = RepoId::new(crate::model::ForgeKind::GitHub, "acme/infra");
+    let store = &f.store;
+    let minute = Duration::from_secs(60);
+    for (id, run_for) in [
+        ("waiting", minute),
+        ("running", minute),
+        ("later", 60 * minute),
+    ] {
+        store
+            .add_dispatched_job(
+                id,
+                &repo,
+                "{\"plan\":1}",
+                (DispatchAuth::Oidc, None),
+                (minute, run_for),
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .claim_dispatched_job("running", None, "s1")
+        .await
+        .unwrap();
+    store
+        .append_dispatched_output("running", "s1", 0, "planning\n", 100)
+        .await
+        .unwrap();
+    f.clock.advance(90_000);
+    assert_eq!(
+        store
+            .forget_dispatched_jobs_over(store.now())
+            .await
+            .unwrap(),
+        0,
+        "nothing is over before its run stopped it"
+    );
+
+    f.clock.advance(60_000);
+    assert_eq!(
+        store
+            .forget_dispatched_jobs_over(store.now())
+            .await
+            .unwrap(),
+        2
+    );
+    for id in ["waiting", "running"] {
+        let record = store.dispatched_job(id).await.unwrap().unwrap();
+        assert_eq!(
+            (record.state, record.job.as_str(), record.finished),
+            (DispatchState::Abandoned, "", None),
+            "{id}"
+        );
+    }
+    assert_eq!(
+        store
+            .dispatched_output_after("running", None, 10)
+            .await
+            .unwrap(),
+        []
+    );
+    assert_eq!(
+        store
+            .claim_dispatched_job("waiting", None, "s2")
+            .await
+            .unwrap(),
+        ClaimOutcome::NotClaimable(DispatchState::Abandoned)
+    );
+    let later = store.dispatched_job("later").await.unwrap().unwrap();
+    assert_eq!(
+        (later.state, later.job.as_str()),
+        (DispatchState::Dispatched, "{\"plan\":1}")
+    );
+    assert_eq!(
+        store
+            .forget_dispatched_jobs_over(store.now())
+            .await
+            .unwrap(),
+        0
+    );
+}
+on_both!(fixture_on, dispatched_jobs_over_for_sure_are_given_up_and_forget_what_they_held, #[tokio::test]);
