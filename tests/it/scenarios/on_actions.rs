@@ -353,13 +353,19 @@ async fn a_plan_on_actions_shows_what_it_printed_in_the_live_console_while_it_ru
     );
 }
 
-/// On GitHub, a pull request approved and merged: dev applied here, then
+/// On `forge`, a pull request approved and merged: dev applied here, then
 /// prod approved, and its apply of app@prod paused on the runner. The
 /// runner, the repository and the pull request.
-async fn prods_apply_paused_on_the_runner(bot: &Bot) -> (FakeRunner, RepoHandle, PrHandle<'_>) {
-    set_up(bot, "github");
+async fn prods_apply_paused_on_the_runner<'b>(
+    bot: &'b Bot,
+    forge: &str,
+) -> (FakeRunner, RepoHandle, PrHandle<'b>) {
+    set_up(bot, forge);
     let runner = prod_runner(bot);
-    let repo = bot.github_repo();
+    let repo = match forge {
+        "github" => bot.github_repo(),
+        _ => bot.forgejo_repo(),
+    };
     bot.forge.set_permission(&repo, "rev-bob", "write");
     let pr = bot.opened(&repo, 1, "probed").await;
     pr.comment_as("rev-bob", "/approve").await;
@@ -376,10 +382,19 @@ async fn prods_apply_paused_on_the_runner(bot: &Bot) -> (FakeRunner, RepoHandle,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
+async fn on_github_a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
+    a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once("github").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once() {
+    a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once("forgejo").await;
+}
+
+async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_once(forge: &str) {
     let bot =
         Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("10m")).await;
-    let (runner, _, pr) = prods_apply_paused_on_the_runner(&bot).await;
+    let (runner, _, pr) = prods_apply_paused_on_the_runner(&bot, forge).await;
     // The runner dies mid-apply.
     assert_eq!(runner.kill_running(), 1);
     bot.settle().await;
@@ -394,11 +409,12 @@ async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_onc
         .find(|l| l.contains("`app@prod`"))
         .map(str::to_owned)
         .unwrap();
+    // The run's page by its path: the report writes a URL it quotes inert.
+    let run_page = killed.run.html_url.splitn(4, '/').nth(3).unwrap();
     assert!(
         row.contains("failed")
             && row.contains(&format!(
-                "/actions/runs/{} ended (failure) without handing the job back",
-                killed.run.id
+                "{run_page} ended (failure) without handing the job back"
             )),
         "the member failed, naming the run: {row}"
     );
@@ -436,10 +452,19 @@ async fn a_runner_killed_mid_apply_fails_the_member_and_its_retry_applies_it_onc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled() {
+async fn on_github_a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled() {
+    a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled("github").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled() {
+    a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled("forgejo").await;
+}
+
+async fn a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancelled(forge: &str) {
     let bot =
         Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("3s")).await;
-    set_up(&bot, "forgejo");
+    set_up(&bot, forge);
     // A runner, but not prod's: it lacks the `prod` label.
     let _runner = FakeRunner::start(
         &bot.forge,
@@ -447,7 +472,10 @@ async fn a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancel
         &[],
         &bot.dir.path().join("runner"),
     );
-    let repo = bot.forgejo_repo();
+    let repo = match forge {
+        "github" => bot.github_repo(),
+        _ => bot.forgejo_repo(),
+    };
     let pr = bot.opened(&repo, 1, "probed").await;
     let report = pr.report();
     assert!(
@@ -630,7 +658,7 @@ async fn a_bot_killed_while_its_apply_runs_on_the_ci_finds_it_done_and_applies_i
         actions_profiles("1m"),
     )
     .await;
-    let (runner, repo, _) = prods_apply_paused_on_the_runner(&bot).await;
+    let (runner, repo, _) = prods_apply_paused_on_the_runner(&bot, "github").await;
 
     // The bot dies while the run is paused mid-apply. The restarted bot
     // takes the apply run up again (its lease is 2 s) and, though its old

@@ -203,17 +203,13 @@ impl PrHandle<'_> {
             .bot
             .forge
             .add_comment(&self.repo, self.number, login, body);
-        assert!(self.on_github(), "GitHub only");
-        let (status, answer) = self
-            .bot
-            .deliver_github(support::github_comment(
-                &self.repo,
-                self.number,
-                id,
-                login,
-                body,
-            ))
-            .await;
+        let (status, answer) = if self.on_github() {
+            let delivery = support::github_comment(&self.repo, self.number, id, login, body);
+            self.bot.deliver_github(delivery).await
+        } else {
+            let delivery = support::forgejo_comment(&self.repo, self.number, id, login, body);
+            self.bot.deliver_forgejo(delivery).await
+        };
         assert_eq!(status, 202, "{answer}");
         id
     }
