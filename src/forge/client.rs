@@ -2,7 +2,8 @@
 //! Forgejo clients: the report comment found again by its marker, the plan
 //! check (check run or commit status), pull requests, issues, permissions,
 //! reactions, workflow dispatches, runs, their jobs and the end of a job's
-//! log (GitHub Actions, Forgejo Actions) and the header `git fetch`
+//! log (GitHub Actions, Forgejo Actions), Forgejo's Actions secrets and the
+//! header `git fetch`
 //! authenticates with.
 
 use super::actions::{DispatchedRun, RunJob, WorkflowDispatch, WorkflowRunState};
@@ -147,6 +148,19 @@ impl ForgeClient {
         match self {
             ForgeClient::GitHub(c) => c.cancel_workflow_run(repo, id).await,
             ForgeClient::Forgejo(c) => c.cancel_workflow_run(repo, id).await,
+        }
+    }
+
+    /// Sets the repository's Actions secret `name` to `value` (Forgejo
+    /// `PUT …/actions/secrets/{name}`), created or replaced. GitHub's
+    /// secrets are sealed to the repository's public key first, and its
+    /// runs prove themselves with OIDC: not asked of it.
+    pub async fn set_actions_secret(&self, repo: &RepoRef, name: &str, value: &str) -> Result<()> {
+        match self {
+            ForgeClient::GitHub(_) => {
+                bail!("wavegate sets no Actions secret on GitHub; its runs prove themselves with their OIDC token")
+            }
+            ForgeClient::Forgejo(c) => c.set_actions_secret(repo, name, value).await,
         }
     }
 

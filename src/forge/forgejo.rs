@@ -499,6 +499,34 @@ impl ForgejoClient {
         Ok(())
     }
 
+    /// `PUT /repos/{o}/{r}/actions/secrets/{name}` (`CreateOrUpdateSecretOption`):
+    /// 201 created, 204 replaced. Forgejo lets only those who administer
+    /// the repository set its secrets, with a token of the
+    /// `write:repository` scope; a refusal (403, or 404 from a Forgejo
+    /// that hides what the token may not see) says so.
+    pub(crate) async fn set_actions_secret(
+        &self,
+        repo: &RepoRef,
+        name: &str,
+        value: &str,
+    ) -> Result<()> {
+        let full_name = &repo.id.full_name;
+        let route = format!("/repos/{full_name}/actions/secrets/{name}");
+        let call = format!("PUT /api/v1{route}");
+        let reply = self
+            .call(Method::PUT, &route, Some(&json!({ "data": value })))
+            .await?;
+        if matches!(reply.status, 401 | 403 | 404) {
+            return Err(anyhow!(
+                "{call}: {} {}: Forgejo did not let wavegate set the Actions secret {name} of {full_name}; give wavegate's token the write:repository scope and its user the right to administer the repository",
+                reply.status,
+                reply.message()
+            ));
+        }
+        reply.success(&call)?;
+        Ok(())
+    }
+
     /// Edits a comment; `Ok(false)` when it is gone.
     pub(crate) async fn edit_comment(&self, repo: &RepoRef, id: u64, body: &str) -> Result<bool> {
         let route = format!("/repos/{}/issues/comments/{id}", repo.id.full_name);

@@ -660,3 +660,70 @@ async fn github_missing_run_or_job_is_named() {
 async fn forgejo_missing_run_or_job_is_named() {
     a_missing_run_or_job_is_named(ForgeKind::Forgejo).await;
 }
+
+#[tokio::test]
+async fn forgejo_sets_an_actions_secret_and_refuses_a_user_who_may_not() {
+    let env = Env::start(ForgeKind::Forgejo).await;
+    let repo = env.repo.repo_ref();
+    env.client
+        .set_actions_secret(&repo, "WAVEGATE_RUN_KEY", "first")
+        .await
+        .unwrap();
+    assert_eq!(
+        env.forge
+            .actions_secret(&env.repo, "WAVEGATE_RUN_KEY")
+            .as_deref(),
+        Some("first")
+    );
+    env.client
+        .set_actions_secret(&repo, "WAVEGATE_RUN_KEY", "second")
+        .await
+        .unwrap();
+    assert_eq!(
+        env.forge
+            .actions_secret(&env.repo, "WAVEGATE_RUN_KEY")
+            .as_deref(),
+        Some("second"),
+        "set again, it is replaced"
+    );
+    let puts: Vec<RecordedRequest> = env
+        .forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
+    assert_eq!(puts.len(), 2, "{puts:#?}");
+    assert_eq!(
+        puts[0].path,
+        "/api/v1/repos/acme/infra/actions/secrets/WAVEGATE_RUN_KEY"
+    );
+    assert_eq!(puts[1].body.as_ref().unwrap()["data"], "second");
+
+    env.forge.set_forgejo_bot_admin(false);
+    let error = env
+        .client
+        .set_actions_secret(&repo, "WAVEGATE_RUN_KEY", "third")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("403"), "{error}");
+    assert!(
+        error.contains("write:repository") && error.contains("administer the repository"),
+        "the error names the fix: {error}"
+    );
+    assert_eq!(
+        env.forge
+            .actions_secret(&env.repo, "WAVEGATE_RUN_KEY")
+            .as_deref(),
+        Some("second")
+    );
+
+    let github = Env::start(ForgeKind::GitHub).await;
+    assert!(github
+        .client
+        .set_actions_secret(&github.repo.repo_ref(), "WAVEGATE_RUN_KEY", "x")
+        .await
+        .is_err());
+    assert!(github.forge.requests().iter().all(|r| r.method != "PUT"));
+    env.assert_conformant();
+}

@@ -14,7 +14,8 @@
 //! `on:` says. Each forge answers the run only when asked to
 //! (`return_run_details`, 200; `return_run_info`, 201), else 204. A cancel
 //! ends a run at once: GitHub answers 202 (409 for a run already
-//! completed), Forgejo 204 either way.
+//! completed), Forgejo 204 either way. Forgejo keeps the repository's
+//! Actions secrets, set by whoever administers it, for its runs to read.
 //!
 //! A run has one job, the workflow's first, whose steps are the forge's
 //! `Set up job`, the workflow's and its `Complete job`, and which ends as
@@ -36,6 +37,9 @@ pub(super) fn route(state: &mut State, call: &Call, path: &[&str]) -> Option<Ans
         ("GET", ["actions", "jobs", id]) => job(state, call, id),
         ("GET", ["actions", "jobs", id, "logs"]) => log(state, call, id),
         ("POST", ["actions", "runs", id, "cancel"]) => cancel(state, call, id),
+        ("PUT", ["actions", "secrets", name]) if call.forge == ForgeKind::Forgejo => {
+            set_secret(state, call, name)
+        }
         _ => return None,
     };
     Some(answer)
@@ -437,6 +441,20 @@ fn cancel(state: &mut State, call: &Call, id: &str) -> Answer {
     }
 }
 
+/// Forgejo sets the repository's Actions secret `name` for whoever
+/// administers the repository: 201 created, 204 replaced.
+fn set_secret(state: &mut State, call: &Call, name: &str) -> Answer {
+    if !state.forgejo_bot_admin {
+        return Err(forbidden("user should be the owner of the repo"));
+    }
+    let data = call.req.required_str("data")?;
+    let repo = state.repo_at(call.forge, call.full_name);
+    match repo.secrets.insert(name.to_uppercase(), data) {
+        None => Ok(StatusCode::CREATED.into_response()),
+        Some(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
 /// Forgejo's one word for a run's status and conclusion.
 fn forgejo_status(run: &FakeRun) -> &'static str {
     forgejo_status_of(&run.status, run.conclusion.as_deref())
@@ -633,6 +651,11 @@ impl FakeForge {
         })
     }
 
+    /// The repository's Actions secret `name` (Forgejo), as set.
+    pub fn actions_secret(&self, repo: &RepoHandle, name: &str) -> Option<String> {
+        self.runs().secret(repo, name)
+    }
+
     /// Each download of a job's log where GitHub's redirect pointed, with
     /// the headers it came with, oldest first.
     pub fn log_downloads(&self) -> Vec<RecordedRequest> {
@@ -697,6 +720,12 @@ impl RunsHandle {
             each.conclusion = Some(word.to_owned());
         }
         job.log = log.to_owned();
+    }
+
+    /// The repository's Actions secret `name`, as a run reads it.
+    pub fn secret(&self, repo: &RepoHandle, name: &str) -> Option<String> {
+        let mut s = self.state.lock().unwrap();
+        s.repo_of(repo).secrets.get(name).cloned()
     }
 
     /// The run's status now.

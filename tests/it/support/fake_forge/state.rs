@@ -1,6 +1,6 @@
 //! What the fake holds, shared by every forge it speaks for: repositories
 //! with their pull requests, issues, comments, reviews, checks, statuses,
-//! reactions and workflow runs, the users and teams, tokens, failure rules,
+//! reactions, workflow runs and Actions secrets, the users and teams, tokens, failure rules,
 //! the requests it received, the App's webhook deliveries, who is told
 //! of each workflow dispatch and the job logs downloaded.
 
@@ -234,6 +234,8 @@ pub(super) struct Repo {
     pub(super) statuses: Vec<FakeStatus>,
     pub(super) reactions: Vec<FakeReaction>,
     pub(super) runs: Vec<FakeRun>,
+    /// Forgejo: the repository's Actions secrets, by name.
+    pub(super) secrets: BTreeMap<String, String>,
 }
 
 pub(super) struct IssuedToken {
@@ -344,6 +346,7 @@ impl Repo {
             statuses: Vec::new(),
             reactions: Vec::new(),
             runs: Vec::new(),
+            secrets: BTreeMap::new(),
         }
     }
 }
