@@ -95,6 +95,13 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
             )
         })?;
     let key = ledger_key(settings, &store).await?;
+    let run_keys = Arc::new(crate::dispatch::run_key::RunKeys::new(
+        key.derived_secret(crate::dispatch::run_key::KEY_PURPOSE),
+    ));
+    let worker_options = WorkerOptions {
+        run_keys: Some(run_keys.clone()),
+        ..worker_options
+    };
     let store = store.signing_with(key.clone()).await?;
     match store.signing_start(&key.public()).await? {
         Some(start) if start.verifies(&key.public()) => {}
@@ -139,6 +146,7 @@ pub async fn start(settings: &Settings, worker_options: WorkerOptions) -> anyhow
         setup,
         sandbox: sandbox.clone(),
         refused: refused.clone(),
+        run_keys,
         run_tokens: Arc::new(
             crate::dispatch::oidc::Jwks::new(&settings.actions_oidc_issuer)
                 .context("WAVEGATE_ACTIONS_OIDC_ISSUER")?,

@@ -176,9 +176,10 @@ enum InitCommand {
 #[derive(Subcommand)]
 enum JobCommand {
     /// Run one job wavegate dispatched to this workflow run: claim it (with
-    /// the run's OIDC token on GitHub, WAVEGATE_JOB_TOKEN on Forgejo), run
-    /// it in the sandbox in the checkout, and hand back what it left. Exits
-    /// 0 when the command succeeded.
+    /// the run's OIDC token on GitHub; WAVEGATE_JOB_TOKEN and a proof made
+    /// with WAVEGATE_RUN_KEY on Forgejo), run it in the sandbox in the
+    /// checkout, and hand back what it left. Exits 0 when the command
+    /// succeeded.
     Run {
         /// The bot (the run's `wavegate` input).
         #[arg(long, value_name = "URL", env = "WAVEGATE_SERVER")]

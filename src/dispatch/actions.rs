@@ -10,6 +10,7 @@
 //! command's last output is.
 
 use super::output::Shown;
+use super::run_key::{RunKeys, SECRET_NAME};
 use super::{inputs, random_hex, token_hash, DispatchedJob, HandedBack, RunnerProfile};
 use crate::forge::actions::{RunJob, RunStatus, WorkflowDispatch, WorkflowRunState};
 use crate::forge::client::ForgeClient;
@@ -45,6 +46,9 @@ pub(crate) struct ActionsExecutor {
     /// Whether runs can reach the bot (`WAVEGATE_PUBLIC_URL` is set, and
     /// the workflow names it): else no job is dispatched.
     pub(crate) reachable: bool,
+    /// Forgejo: the repositories' run keys, set as their Actions secret
+    /// before the first dispatch there; without them no job is dispatched.
+    pub(crate) run_keys: Option<Arc<RunKeys>>,
 }
 
 impl RemoteExecutor for ActionsExecutor {
@@ -98,6 +102,9 @@ impl ActionsExecutor {
                 "cannot read the repository's default branch, whose workflow runs the job: {e:#}"
             ))
         })?;
+        if forge == ForgeKind::Forgejo {
+            self.set_run_key().await?;
+        }
         let id = random_hex(16);
         let label = job.label.clone();
         let timeout = job.timeout;
@@ -238,6 +245,32 @@ impl ActionsExecutor {
             },
             other => other,
         })
+    }
+
+    /// Makes sure the repository's Actions secret [`SECRET_NAME`] holds
+    /// its run key, once per process: a Forgejo run proves its claim with
+    /// it.
+    async fn set_run_key(&self) -> Result<(), SpawnError> {
+        let Some(keys) = &self.run_keys else {
+            return Err(failed(
+                "this wavegate has no run keys to prove Forgejo runs with; it dispatches no job there".into(),
+            ));
+        };
+        let repo = &self.repo.id;
+        if keys.is_set(repo) {
+            return Ok(());
+        }
+        self.client
+            .set_actions_secret(&self.repo, SECRET_NAME, &keys.of(repo).to_hex())
+            .await
+            .map_err(|e| {
+                failed(format!(
+                    "cannot set the repository's Actions secret {SECRET_NAME}, whose key the job's run proves itself with, so nothing was dispatched: {e:#}"
+                ))
+            })?;
+        keys.mark_set(repo);
+        tracing::info!(target: "wavegate::dispatch", "{repo}: set the Actions secret {SECRET_NAME} to the repository's run key");
+        Ok(())
     }
 
     /// Waits for job `id` to be handed back by `run`. A job no run

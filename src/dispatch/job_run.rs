@@ -1,12 +1,13 @@
 //! `wavegate job run`: the step of the forge's workflow that runs one job
 //! the bot dispatched. It proves it is the run the bot dispatched (the
 //! run's OIDC token on GitHub, the single-use token of its inputs on
-//! Forgejo), claims the job, checks the checkout is the job's commit, runs
+//! Forgejo with a proof made with the repository's run key), claims the job, checks the checkout is the job's commit, runs
 //! the command in its own sandbox with the runner's environment (its
 //! output, line by line, is the run's log, and streams back to the bot's
 //! live console), and hands back what it left.
 
 use super::output::Streamer;
+use super::run_key::{RunKey, PROOF_HEADER, SECRET_NAME};
 use super::{Claimed, HandedBack};
 use crate::plan::executor::{remote_layout, Control, LocalExecutor, LocalTree};
 use crate::plan::runner::{Cancel, LineTap};
@@ -32,6 +33,9 @@ pub struct JobRunArgs {
 pub struct RunnerEnv {
     /// Forgejo: the run's single-use token (`WAVEGATE_JOB_TOKEN`).
     pub job_token: Option<String>,
+    /// Forgejo: the repository's run key, from its Actions secret
+    /// (`WAVEGATE_RUN_KEY`), which the claim's proof is made with.
+    pub run_key: Option<String>,
     /// GitHub: where the run's OIDC tokens are asked for, and with what.
     pub oidc_request: Option<(String, String)>,
     /// The runner's own paths a job sees, as the runner's operator lists
@@ -46,6 +50,7 @@ impl RunnerEnv {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         Self {
             job_token: var("WAVEGATE_JOB_TOKEN"),
+            run_key: var(SECRET_NAME),
             oidc_request: var("ACTIONS_ID_TOKEN_REQUEST_URL")
                 .zip(var("ACTIONS_ID_TOKEN_REQUEST_TOKEN")),
             read: paths(var("WAVEGATE_SANDBOX_READ")),
@@ -68,6 +73,7 @@ fn paths(list: Option<String>) -> Vec<PathBuf> {
 /// as the workflow).
 const RUNNER_SECRETS: &[&str] = &[
     "WAVEGATE_JOB_TOKEN",
+    SECRET_NAME,
     "ACTIONS_ID_TOKEN_REQUEST_URL",
     "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
     "ACTIONS_RUNTIME_TOKEN",
@@ -83,9 +89,15 @@ pub async fn run(args: &JobRunArgs, env: &RunnerEnv) -> Result<bool> {
         .build()
         .context("cannot make an HTTP client")?;
     let server = args.server.trim_end_matches('/');
-    let proof = match (&env.oidc_request, &env.job_token) {
-        (Some(request), _) => oidc_token(&http, request, server).await?,
-        (None, Some(token)) => token.clone(),
+    let (proof, run_proof) = match (&env.oidc_request, &env.job_token) {
+        (Some(request), _) => (oidc_token(&http, request, server).await?, None),
+        (None, Some(token)) => {
+            let key = env.run_key.as_deref().and_then(RunKey::from_hex).with_context(|| {
+                format!("this run has no run key to prove its claim with, or not the 64 hex digits wavegate set: pass the repository's Actions secret to the step as `{SECRET_NAME}: ${{{{ secrets.{SECRET_NAME} }}}}` (`wavegate init actions --forge forgejo` prints the workflow); wavegate sets the secret before it dispatches")
+            })?;
+            let run_proof = key.proof(&args.job, token);
+            (token.clone(), Some(run_proof))
+        }
         (None, None) => bail!(
             "this run has no way to prove it is the one wavegate dispatched: on GitHub give the job `permissions: id-token: write`; on Forgejo pass the `token` input as WAVEGATE_JOB_TOKEN (`wavegate init actions` prints the workflow)"
         ),
@@ -94,9 +106,11 @@ pub async fn run(args: &JobRunArgs, env: &RunnerEnv) -> Result<bool> {
         let url = format!("{server}/api/jobs/{}/claim", args.job);
         let mut tries = 0;
         let response = loop {
-            let response = http
-                .post(&url)
-                .bearer_auth(&proof)
+            let mut request = http.post(&url).bearer_auth(&proof);
+            if let Some(run_proof) = &run_proof {
+                request = request.header(PROOF_HEADER, run_proof);
+            }
+            let response = request
                 .send()
                 .await
                 .with_context(|| format!("cannot reach wavegate at {url}"))?;

@@ -3,7 +3,8 @@
 //! job, dispatches the base branch's workflow for it ([`actions`]), and
 //! waits; the run's `wavegate job run` ([`job_run`]) claims the job (proving
 //! it is the run the bot dispatched: its OIDC token on GitHub, a single-use
-//! token on Forgejo), runs it in its own sandbox and hands back what a
+//! token on Forgejo with a proof made with the repository's [`run_key`]),
+//! runs it in its own sandbox and hands back what a
 //! local command would have: the same [`Finished`], validated and digested
 //! above the executor as any other. While it runs, its output streams back
 //! into the live console ([`output`]). [`oidc`] tells a GitHub Actions run by
@@ -16,6 +17,7 @@ pub(crate) mod actions;
 pub mod job_run;
 pub mod oidc;
 pub(crate) mod output;
+pub mod run_key;
 pub mod workflow;
 
 use crate::model::ForgeKind;

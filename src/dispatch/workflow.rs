@@ -21,7 +21,7 @@ pub fn render(forge: ForgeKind, image: &str, server: &str) -> String {
         ForgeKind::Forgejo => (
             ".forgejo/workflows/wavegate.yml",
             "",
-            "          # Claims the job once; useless after.\n          WAVEGATE_JOB_TOKEN: ${{ inputs.token }}\n",
+            "          # Claims the job once; useless after.\n          WAVEGATE_JOB_TOKEN: ${{ inputs.token }}\n          # Proves the claim is a run's: anyone who reads the run reads its\n          # token, and only runs read this secret (wavegate sets it).\n          WAVEGATE_RUN_KEY: ${{ secrets.WAVEGATE_RUN_KEY }}\n",
             "      token:\n        description: The single-use token that claims the job\n        required: true\n",
         ),
     };
@@ -93,7 +93,7 @@ pub fn permissions(forge: ForgeKind) -> &'static str {
             "The GitHub App needs the repository permission Actions: Read and write (to dispatch the workflow, follow its run and cancel it); app-manifest.json asks for it. Set WAVEGATE_PUBLIC_URL to where runners reach wavegate."
         }
         ForgeKind::Forgejo => {
-            "wavegate's Forgejo token needs the write:repository scope (to dispatch the workflow, follow its run and cancel it), and Actions enabled on the repository. Set WAVEGATE_PUBLIC_URL to where runners reach wavegate."
+            "wavegate's Forgejo token needs the write:repository scope (to dispatch the workflow, follow its run and cancel it, and set the repository's Actions secret WAVEGATE_RUN_KEY, which proves a claim is a run's), its user the right to administer the repository (Forgejo lets no one else set its secrets), and Actions enabled on the repository. Set WAVEGATE_PUBLIC_URL to where runners reach wavegate."
         }
     }
 }
@@ -124,6 +124,14 @@ mod tests {
                 "{text}"
             );
             assert_eq!(text.contains("id-token: write"), forge == ForgeKind::GitHub);
+            assert_eq!(
+                text.contains(&format!(
+                    "          {name}: ${{{{ secrets.{name} }}}}\n",
+                    name = crate::dispatch::run_key::SECRET_NAME
+                )),
+                forge == ForgeKind::Forgejo,
+                "{text}"
+            );
             assert!(text.contains("image: wavegate:0.1.0"));
             assert!(text.contains("WAVEGATE_SERVER: https://wavegate.example.com\n"));
             // Inputs reach the step through its environment, never spliced

@@ -2,12 +2,14 @@
 //! job, proving the run is the one the bot dispatched, stream its output
 //! while it runs and hand it back, each with the session the claim gave.
 //! A claim and a hand-back are taken once, each batch of output once;
-//! anything else (an unknown job, another job's token, a replay, a second
-//! hand-back) is refused, changes nothing, and is logged.
+//! anything else (an unknown job, another job's token, a token without the
+//! proof only the repository's runs can make, a replay, a second hand-back)
+//! is refused, changes nothing, and is logged.
 
 use super::AppState;
 use crate::dispatch::oidc::{ExpectedRun, OidcError};
 use crate::dispatch::output::{OutputBatch, POST_LIMIT, STREAMED_LIMIT};
+use crate::dispatch::run_key::{PROOF_HEADER, SECRET_NAME};
 use crate::dispatch::{
     random_hex, token_hash, Claimed, DispatchedJob, HandedBack, HAND_BACK_LIMIT,
 };
@@ -92,7 +94,24 @@ async fn claim(
         }
     };
     let claim_hash = match record.auth {
-        DispatchAuth::Token => Some(token_hash(proof)),
+        DispatchAuth::Token => {
+            let run_proof = headers
+                .get(PROOF_HEADER)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            if !state
+                .run_keys
+                .of(&record.repo)
+                .verifies(&id, proof, run_proof)
+            {
+                return refused(
+                    StatusCode::FORBIDDEN,
+                    &id,
+                    format!("the claim does not prove it is a run of the repository: it carries no `{PROOF_HEADER}` made with the repository's Actions secret {SECRET_NAME}, as `wavegate job run` sends when the workflow passes it (`wavegate init actions --forge forgejo` prints the workflow)"),
+                );
+            }
+            Some(token_hash(proof))
+        }
         DispatchAuth::Oidc => {
             if let Err((status, why)) = verify_run_token(&state, &record, &dispatched, proof).await
             {

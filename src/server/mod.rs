@@ -49,6 +49,9 @@ pub(crate) struct AppState {
     /// The keys GitHub Actions runs' OIDC tokens are signed with, for the
     /// claims of dispatched jobs.
     pub(crate) run_tokens: Arc<crate::dispatch::oidc::Jwks>,
+    /// The repositories' run keys, which Forgejo runs' claims are proved
+    /// with.
+    pub(crate) run_keys: Arc<crate::dispatch::run_key::RunKeys>,
 }
 
 /// `bytes` random bytes as hex, from the kernel.

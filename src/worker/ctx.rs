@@ -233,6 +233,7 @@ impl Runner<'_> {
             client: mirror.forge.client.clone(),
             repo: mirror.forge.repo.clone(),
             reachable: self.options.jobs_url.is_some(),
+            run_keys: self.options.run_keys.clone(),
         }));
         options
     }

@@ -61,6 +61,10 @@ pub struct WorkerOptions {
     /// Where the forge's CI runs reach the bot (`WAVEGATE_PUBLIC_URL`), for
     /// the jobs of profiles with `executor = "actions"`.
     pub jobs_url: Option<String>,
+    /// The repositories' run keys, which Forgejo runs prove their claims
+    /// with (derived from the ledger key); none: no job is dispatched on
+    /// Forgejo.
+    pub run_keys: Option<Arc<crate::dispatch::run_key::RunKeys>>,
     /// The operator's central configuration (`WAVEGATE_REPOS_CONFIG`).
     pub operator: Arc<crate::config::operator::OperatorConfig>,
     /// The shortest drift interval (`WAVEGATE_DRIFT_MIN_INTERVAL`); `None`:
@@ -80,6 +84,7 @@ impl Default for WorkerOptions {
             docs_url: None,
             pages_url: None,
             jobs_url: None,
+            run_keys: None,
             operator: Default::default(),
             drift_floor: Some(Duration::from_secs(3600)),
         }

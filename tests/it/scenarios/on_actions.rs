@@ -5,7 +5,9 @@
 //! labels takes and runs with `wavegate job run` — with credentials only
 //! that runner has. What the run prints shows in the live console while it
 //! runs, and what comes back is recorded as a local command's output; a
-//! forged claim, output or hand-back changes nothing; a runner killed
+//! forged claim, output or hand-back changes nothing (on Forgejo, a run's
+//! own token read from its inputs claims nothing without the proof made
+//! with the repository's run key, which only its runs read); a runner killed
 //! mid-apply fails its member with the step its job failed at and the end
 //! of its log, and applies nothing twice; a group's calls, a stage's hooks
 //! and a discovery run there too; a job no runner takes times out,
@@ -494,6 +496,24 @@ async fn a_job_no_runner_takes_times_out_naming_the_labels_and_its_run_is_cancel
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_forgejo_a_bot_that_may_not_set_the_run_key_dispatches_nothing_and_says_why() {
+    let bot =
+        Bot::start_reachable_with_file(&[], "WAVEGATE_PROFILES", actions_profiles("1m")).await;
+    set_up(&bot, "forgejo");
+    bot.forge.set_forgejo_bot_admin(false);
+    let repo = bot.forgejo_repo();
+    let pr = bot.opened(&repo, 1, "probed").await;
+    let report = pr.report();
+    assert!(
+        report.contains("cannot set the repository's Actions secret WAVEGATE_RUN_KEY")
+            && report.contains("write:repository"),
+        "{report}"
+    );
+    assert!(bot.forge.dispatches(&repo).is_empty(), "nothing dispatched");
+    assert_eq!(bot.forge.actions_secret(&repo, "WAVEGATE_RUN_KEY"), None);
+}
+
 /// POSTs `body` to the bot's `path` with `bearer`: the status.
 async fn knock(bot: &Bot, path: &str, bearer: Option<&str>, body: &str) -> u16 {
     let mut request = bot.http.post(bot.url(path)).body(body.to_owned());
@@ -621,6 +641,25 @@ async fn on_github_a_forged_claim_or_hand_back_is_refused_and_changes_nothing() 
     assert!(pr.report().contains("7 members planned"), "{}", pr.report());
 }
 
+/// POSTs a claim of `path` with `token` and, when given, `proof` as its
+/// run proof: the status.
+async fn knock_proved(bot: &Bot, path: &str, token: &str, proof: Option<&str>) -> u16 {
+    let mut request = bot.http.post(bot.url(path)).bearer_auth(token);
+    if let Some(proof) = proof {
+        request = request.header("X-Wavegate-Run-Proof", proof);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+/// HMAC-SHA256 of `job` and `token` under `key`, in hex: a run's proof,
+/// made with whatever key the caller has.
+fn run_proof(key: &[u8], job: &str, token: &str) -> String {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    mac.update(format!("{job}\n{token}").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
     let bot =
@@ -629,7 +668,8 @@ async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
     let repo = bot.forgejo_repo();
     let (runner, pr, runs) = knocked_on(&bot, &repo).await;
     let (other, run) = (&runs[0], &runs[1]);
-    let claim = format!("/api/jobs/{}/claim", run.inputs["job"]);
+    let (job, token) = (&run.inputs["job"], &run.inputs["token"]);
+    let claim = format!("/api/jobs/{job}/claim");
     assert_eq!(
         knock(&bot, &claim, Some(&other.inputs["token"]), "").await,
         403,
@@ -640,13 +680,48 @@ async fn on_forgejo_another_jobs_token_or_a_replayed_one_claims_nothing() {
         403,
         "a guessed token"
     );
+
+    // Whoever reads the run's inputs reads its token: without the proof
+    // only the repository's runs can make, it claims nothing.
+    let run_key = bot
+        .forge
+        .actions_secret(&repo, "WAVEGATE_RUN_KEY")
+        .expect("the bot set the repository's run key before dispatching");
+    let run_key = hex::decode(&run_key).expect("the run key is hex");
+    assert_eq!(run_key.len(), 32);
+    for (what, proof) in [
+        ("the run's own token, without a proof", None),
+        (
+            "with a proof made with another key",
+            Some(run_proof(&[9; 32], job, token)),
+        ),
+        (
+            "with the repository's key, for another job",
+            Some(run_proof(&run_key, &other.inputs["job"], token)),
+        ),
+        ("with a proof that is not hex", Some("not-a-proof".into())),
+    ] {
+        assert_eq!(
+            knock_proved(&bot, &claim, token, proof.as_deref()).await,
+            403,
+            "{what}"
+        );
+    }
+    assert!(
+        bot.log()
+            .contains("does not prove it is a run of the repository"),
+        "each refusal is logged"
+    );
+
+    // None of it used the token up: the run's own claim goes through.
     runner.release();
     bot.settle().await;
     assert!(pr.report().contains("7 members planned"), "{}", pr.report());
+    assert!(runner.taken().iter().all(|t| t.exit == Some(0)));
     assert_eq!(
-        knock(&bot, &claim, Some(&run.inputs["token"]), "").await,
+        knock_proved(&bot, &claim, token, Some(&run_proof(&run_key, job, token))).await,
         409,
-        "a used token is used up"
+        "a used token is used up, proved or not"
     );
 }
 

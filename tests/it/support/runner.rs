@@ -3,7 +3,8 @@
 //! such runner), checks out the run's `sha` in a directory of its own, runs
 //! the workflow's one step — the real `wavegate job run`, told the server
 //! the workflow file names — with its own
-//! environment (where a stage's credentials live, and nowhere else), and
+//! environment (where a stage's credentials live, and nowhere else) and,
+//! on Forgejo, the repository's Actions secrets the workflow passes it, and
 //! completes the run with the step's exit status, having handed the fake
 //! forge what the step printed (the job's log) and which step ended how. A
 //! test can kill the step mid-job, as a runner that dies would.
@@ -216,6 +217,7 @@ impl Step {
     async fn step(&self, run: &FakeRun, checkout: &Path) -> i32 {
         let log = std::fs::File::create(self.dir.join("step.log")).unwrap();
         let input = |name: &str| run.inputs.get(name).cloned().unwrap_or_default();
+        let workflow = workflow_text(run, checkout);
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_wavegate"));
         command
             .args(["job", "run", "--tree"])
@@ -224,7 +226,7 @@ impl Step {
             .env("PATH", std::env::var("PATH").unwrap())
             .env("HOME", &self.dir)
             .env("WAVEGATE_LOG", "info")
-            .env("WAVEGATE_SERVER", server_in_workflow(run, checkout))
+            .env("WAVEGATE_SERVER", server_in_workflow(run, &workflow))
             .env("WAVEGATE_JOB", input("job"))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -240,6 +242,12 @@ impl Step {
             }
             wavegate::model::ForgeKind::Forgejo => {
                 command.env("WAVEGATE_JOB_TOKEN", input("token"));
+                // As Forgejo fills them in when the run starts; a secret
+                // the repository does not have is empty.
+                for (variable, secret) in secrets_in_workflow(&workflow) {
+                    let value = self.runs.secret(&run.repo, &secret).unwrap_or_default();
+                    command.env(variable, value);
+                }
             }
         }
         let mut child = command.spawn().unwrap();
@@ -251,18 +259,36 @@ impl Step {
     }
 }
 
-/// The server the run's workflow file (at the commit it was dispatched
-/// from) names in its step's `WAVEGATE_SERVER`.
-fn server_in_workflow(run: &FakeRun, checkout: &Path) -> String {
+/// The run's workflow file, at the commit it was dispatched from.
+fn workflow_text(run: &FakeRun, checkout: &Path) -> String {
     let shown = std::process::Command::new("git")
         .arg("-C")
         .arg(checkout)
         .args(["show", &format!("{}:{}", run.head_sha, run.workflow_path)])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&shown.stdout)
+    String::from_utf8_lossy(&shown.stdout).into_owned()
+}
+
+/// The server the run's workflow file names in its step's `WAVEGATE_SERVER`.
+fn server_in_workflow(run: &FakeRun, workflow: &str) -> String {
+    workflow
         .lines()
         .find_map(|l| l.trim().strip_prefix("WAVEGATE_SERVER: "))
         .unwrap_or_else(|| panic!("no WAVEGATE_SERVER in {}", run.workflow_path))
         .to_owned()
+}
+
+/// The variables of the step's `env` the workflow fills from the
+/// repository's Actions secrets (`NAME: ${{ secrets.SECRET }}`): the
+/// variable and the secret.
+fn secrets_in_workflow(workflow: &str) -> Vec<(String, String)> {
+    workflow
+        .lines()
+        .filter_map(|l| {
+            let (variable, value) = l.trim().split_once(": ")?;
+            let secret = value.strip_prefix("${{ secrets.")?.strip_suffix(" }}")?;
+            Some((variable.to_owned(), secret.to_owned()))
+        })
+        .collect()
 }
