@@ -248,8 +248,8 @@ impl ActionsExecutor {
     }
 
     /// Makes sure the repository's Actions secret [`SECRET_NAME`] holds
-    /// its run key, once per process: a Forgejo run proves its claim with
-    /// it.
+    /// its run key (set at the first dispatch there and hourly after, in
+    /// case it was deleted): a Forgejo run proves its claim with it.
     async fn set_run_key(&self) -> Result<(), SpawnError> {
         let Some(keys) = &self.run_keys else {
             return Err(failed(

@@ -11,9 +11,10 @@
 
 use crate::model::RepoId;
 use hmac::{Hmac, Mac as _};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The repository's Actions secret that holds its run key.
 pub const SECRET_NAME: &str = "WAVEGATE_RUN_KEY";
@@ -24,12 +25,15 @@ pub(crate) const PROOF_HEADER: &str = "x-wavegate-run-proof";
 
 type HmacSha256 = Hmac<sha2::Sha256>;
 
-/// The secret every repository's run key is derived from, and the
-/// repositories this process has set theirs on. Shows nothing of the
-/// secret.
+/// How long a secret this process set is taken to still hold its key:
+/// someone may delete or change it, and its runs then fail to claim.
+const SET_AGAIN_AFTER: Duration = Duration::from_secs(3600);
+
+/// The secret every repository's run key is derived from, and when this
+/// process last set each repository's. Shows nothing of the secret.
 pub struct RunKeys {
     secret: [u8; 32],
-    set: Mutex<HashSet<RepoId>>,
+    set: Mutex<HashMap<RepoId, Instant>>,
 }
 
 impl RunKeys {
@@ -51,12 +55,19 @@ impl RunKeys {
 
     /// Whether this process set `repo`'s secret already.
     pub(crate) fn is_set(&self, repo: &RepoId) -> bool {
-        self.set.lock().expect("not poisoned").contains(repo)
+        self.set
+            .lock()
+            .expect("not poisoned")
+            .get(repo)
+            .is_some_and(|at| at.elapsed() < SET_AGAIN_AFTER)
     }
 
     /// Remembers that `repo`'s secret holds its key.
     pub(crate) fn mark_set(&self, repo: &RepoId) {
-        self.set.lock().expect("not poisoned").insert(repo.clone());
+        self.set
+            .lock()
+            .expect("not poisoned")
+            .insert(repo.clone(), Instant::now());
     }
 }
 
