@@ -18,7 +18,10 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+#[path = "shared/report_time.rs"]
+mod report_time;
+
+use std::time::Duration;
 use support::bot::Bot;
 
 const PROD_STAGE: &str = "name = \"prod\"\ngate = \"always\"\n";
@@ -67,30 +70,7 @@ async fn webhook_to_report(bot: &Bot, repo: &support::RepoHandle, number: u64) -
             ("wavegate.toml", Some(&toml)),
         ],
     );
-    let pr = bot.open_pr(repo, number, &branch);
-    let started = Instant::now();
-    let (status, answer) = bot
-        .deliver_github(support::github_pull_request("opened", repo, &pr))
-        .await;
-    assert_eq!(status, 202, "{answer}");
-    loop {
-        let posted = bot
-            .forge
-            .comments(repo, number)
-            .iter()
-            .any(|c| c.body.contains("<!-- wavegate:report -->") && c.body.contains("sha256:"));
-        if posted {
-            let took = started.elapsed();
-            bot.settle().await;
-            return took;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "no report with a digest; the comments:\n{:#?}",
-            bot.forge.comments(repo, number)
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    report_time::time_to_report(bot, repo, number, &branch, Duration::from_secs(300)).await
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {

@@ -21,6 +21,9 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+#[path = "shared/report_time.rs"]
+mod report_time;
+
 use std::time::{Duration, Instant};
 
 /// Opens PR `number` (its own head: `change` plus a note the fan-out
@@ -34,30 +37,7 @@ async fn webhook_to_report(
     let note = format!("docs/bench-{number}.md");
     bot.example
         .branch(&branch, "change", &[(note.as_str(), Some("bench\n"))]);
-    let pr = bot.open_pr(repo, number, &branch);
-    let started = Instant::now();
-    let (status, answer) = bot
-        .deliver_github(support::github_pull_request("opened", repo, &pr))
-        .await;
-    assert_eq!(status, 202, "{answer}");
-    loop {
-        let posted = bot
-            .forge
-            .comments(repo, number)
-            .iter()
-            .any(|c| c.body.contains("<!-- wavegate:report -->") && c.body.contains("sha256:"));
-        if posted {
-            let took = started.elapsed();
-            bot.settle().await;
-            return took;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no report; server log:\n{}",
-            bot.log()
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    report_time::time_to_report(bot, repo, number, &branch, Duration::from_secs(120)).await
 }
 
 /// `wavegate plan` of `main..branch` in `bot`'s repository, as a person

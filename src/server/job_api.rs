@@ -128,14 +128,12 @@ async fn claim(
     {
         Ok(ClaimOutcome::Claimed) => {
             tracing::info!(target: "wavegate::dispatch", "job {id}: claimed by its run");
-            // The job ends by the time its run had to claim it, and its
-            // timeout after that: the apply's attempt deadline, less its grace.
-            let ends_by = record.claim_by + dispatched.job.timeout;
+            // The apply's attempt deadline, less its grace.
+            let ends_within = record.ends_by.since(state.store.now());
             Json(Claimed {
                 job: dispatched,
                 session,
-                ends_within_ms: u64::try_from(ends_by.since(state.store.now()).as_millis())
-                    .unwrap_or(u64::MAX),
+                ends_within_ms: u64::try_from(ends_within.as_millis()).unwrap_or(u64::MAX),
             })
             .into_response()
         }

@@ -72,8 +72,9 @@ pub(crate) struct DispatchedRecord {
     /// What the run handed back, as JSON.
     pub(crate) finished: Option<String>,
     pub(crate) created_at: UnixMs,
-    /// Past this, no run claims it.
-    pub(crate) claim_by: UnixMs,
+    /// By then its run has stopped it: the time a run had to claim it and
+    /// its timeout after that (a record older than that column: the former).
+    pub(crate) ends_by: UnixMs,
     pub(crate) claimed_at: Option<UnixMs>,
 }
 
@@ -123,7 +124,8 @@ pub(crate) enum OutputAppend {
 
 macro_rules! dispatched_columns {
     () => {
-        "id, forge, repo, job, auth, run_id, run_url, run_sha, state, finished, created_at, claim_by, claimed_at"
+        "id, forge, repo, job, auth, run_id, run_url, run_sha, state, finished, created_at, \
+         COALESCE(ends_by, claim_by) AS ends_by, claimed_at"
     };
 }
 
@@ -148,7 +150,7 @@ fn record_from_row(row: &sqlx::any::AnyRow) -> Result<DispatchedRecord> {
         state: DispatchState::parse(&state)?,
         finished: row.try_get("finished")?,
         created_at: row.try_get("created_at")?,
-        claim_by: row.try_get("claim_by")?,
+        ends_by: row.try_get("ends_by")?,
         claimed_at: row.try_get("claimed_at")?,
     })
 }

@@ -10,10 +10,9 @@
 use crate::support;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use support::fake_forge::{self, FakeForge};
-use support::{conformance_violations, RecordedRequest, RepoHandle};
+use support::{conformance_violations, git, RecordedRequest, RepoHandle};
 use wavegate::config::settings::Secret;
 use wavegate::forge::actions::{RunConclusion, RunStatus, RunStep, WorkflowDispatch};
 use wavegate::forge::client::ForgeClient;
@@ -47,25 +46,6 @@ jobs:
     steps:
       - run: make test
 ";
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A repository whose `main` has `wavegate.yml` (dispatchable) and
 /// `push-only.yml` (not) in both forges' workflow directories.

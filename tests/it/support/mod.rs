@@ -26,3 +26,24 @@ pub use payloads::{
     forgejo_review_approved, github_comment, github_issue_comment, github_pull_request,
     github_pushed_by, github_review, sign_forgejo, sign_github,
 };
+
+/// Runs `git -C dir ARGS` as a test's own hand would (no global config, a
+/// fixed author), failing the test with git's error.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
